@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Prepare a checkout to run and test krops.platform:
+#   - find a Python 3.12+ (KROPS_PYTHON, python3.13/3.12/python3 on PATH, then pyenv versions),
+#   - create .venv and install the pinned requirements (skipped when unchanged),
+#   - install the Debian packages the tests need (docker-registry, age) when root with apt,
+#   - link .collections/ansible_collections/krops/platform to this checkout, so
+#     ansible-playbook resolves krops.platform.* from the working tree,
+#   - provide ansible-test's pip bootstrap from the local Python (it cannot be downloaded offline).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+say() { printf '>>> %s\n' "$*"; }
+die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+
+python_ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1; }
+
+find_python() {
+  local candidate
+  for candidate in "${KROPS_PYTHON:-}" python3.13 python3.12 python3; do
+    [ -n "$candidate" ] || continue
+    if command -v "$candidate" >/dev/null 2>&1 && python_ok "$(command -v "$candidate")"; then
+      command -v "$candidate"; return 0
+    fi
+  done
+  if command -v pyenv >/dev/null 2>&1; then
+    for candidate in $(ls -d "$(pyenv root)"/versions/3.1[2-9]* 2>/dev/null | sort -rV); do
+      if python_ok "$candidate/bin/python"; then echo "$candidate/bin/python"; return 0; fi
+    done
+  fi
+  return 1
+}
+
+if [ ! -x .venv/bin/python ] || ! python_ok .venv/bin/python; then
+  PYTHON=$(find_python) || die "no Python 3.12 or newer found (ansible-core 2.21 needs it). Install one, or set KROPS_PYTHON=/path/to/python3.12."
+  say "creating .venv with $PYTHON ($("$PYTHON" --version))"
+  rm -rf .venv
+  "$PYTHON" -m venv .venv
+fi
+
+stamp=.venv/.krops-requirements
+want=$(cat requirements.txt requirements-test.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing Python requirements into .venv (first time: several minutes)"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+  echo "$want" > "$stamp"
+fi
+
+missing=()
+command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
+command -v age >/dev/null 2>&1 || missing+=(age)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing Debian packages: ${missing[*]}"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    die "missing tools: ${missing[*]}. Install them (Debian/Ubuntu: sudo apt-get install ${missing[*]})."
+  fi
+fi
+
+mkdir -p .collections/ansible_collections/krops
+ln -sfn ../../.. .collections/ansible_collections/krops/platform
+
+# ansible-test bootstraps pip in its virtual environments with a get-pip script that it
+# downloads; offline, a stand-in built on ensurepip takes its place.
+pip_version=$(sed -n "s/^ *pip='\([0-9.]*\)',*$/\1/p" .venv/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py | head -1)
+if [ -n "$pip_version" ]; then
+  cache="$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py"
+  if ! cmp -s scripts/get-pip-offline.py "$cache"; then
+    mkdir -p "$(dirname "$cache")"
+    cp scripts/get-pip-offline.py "$cache"
+  fi
+fi
+say "setup complete: $(.venv/bin/python --version), $(.venv/bin/ansible --version | head -1)"
