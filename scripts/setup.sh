@@ -49,6 +49,7 @@ fi
 missing=()
 command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
 command -v age >/dev/null 2>&1 || missing+=(age)
+command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing Debian packages: ${missing[*]}"

@@ -262,7 +262,8 @@ _ENV_TEARDOWN = _table({
 })
 
 _MOVE_FALLBACK = {
-    "resource": (_matching(re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)+$"), "a resource.group such as awsclustercontrolleridentities.infrastructure.cluster.x-k8s.io"), _REQUIRED),
+    "resource": (_matching(re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)+$"),
+                           "a resource.group such as awsclustercontrolleridentities.infrastructure.cluster.x-k8s.io"), _REQUIRED),
     "name": (_string, _REQUIRED),
     "manifest": (_string, _REQUIRED),
 }
@@ -286,6 +287,7 @@ _ENVIRONMENT = _table({
 })
 
 _TOP_LEVEL = ("bootstrap", "charts", "teardown", "environments")
+
 
 def _as_int(text):
     try:
@@ -321,7 +323,7 @@ def _apply_overrides(data, environ, path, environments):
             continue
         ctx = _Ctx("environment variable %s (overrides %s in %s)" % (variable, key, path), environments)
         value = checker(parse(text), ctx, key)
-        section, name = key.split(".")[0], key.split(".")[-1]
+        section, name = key.split(".", maxsplit=1)[0], key.rsplit(".", maxsplit=1)[-1]
         targets = data["environments"].values() if section == "environments" else [data[section]]
         for table in targets:
             table[name] = value

@@ -396,7 +396,7 @@ class KubeEmulator:
     def _list(self, res, namespace, label_selector, field_selector):
         labels_ok, fields_ok = label_matcher(label_selector), field_matcher(field_selector)
         found = []
-        for (group, plural, ns, _name), obj in sorted(self.objects.items()):
+        for (group, plural, ns, dummy), obj in sorted(self.objects.items()):
             if (group, plural) != (res.group, res.plural):
                 continue
             if res.namespaced and namespace and ns != namespace:
@@ -557,8 +557,7 @@ class KubeEmulator:
                 cursor = self._last_rv
             else:
                 initial, cursor = [], int(since_rv)
-        for item in initial:
-            yield item
+        yield from initial
         while not self._stopping:
             with self._cond:
                 pending = [e for e in self.events if e[0] > cursor]

@@ -1,0 +1,51 @@
+# krops.platform: one command to set up and test a checkout.
+#   make test      set up (venv, packages) then sanity, units, integration, lint
+#   make setup     only the set-up (scripts/setup.sh)
+# CI passes KROPS_SCHEMA_LOCATION=../shared/crd-schemas.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV := .venv
+BIN := $(abspath $(VENV)/bin)
+# ansible-test ignores files that git ignores, so the copy lives outside the checkout.
+BUILD ?= /tmp/krops-build$(subst /,-,$(CURDIR))
+COLLECTION := $(BUILD)/ansible_collections/krops/platform
+PYTEST_ARGS ?=
+export KROPS_SCHEMA_LOCATION ?=
+
+.PHONY: test setup sanity units integration lint yamllint ansible-lint collection bench clean
+
+test: setup sanity units integration lint
+	@echo "make test: all checks passed"
+
+setup:
+	@./scripts/setup.sh
+
+# ansible-test needs the collection at .../ansible_collections/krops/platform.
+collection:
+	@mkdir -p $(COLLECTION)
+	@rsync -a --delete --exclude .git --exclude .venv --exclude .collections --exclude 'build*' \
+	  --exclude tests/output --exclude .hypothesis --exclude '__pycache__' ./ $(COLLECTION)/
+
+sanity: collection
+	cd $(COLLECTION) && PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --venv --python 3.12 --color no
+
+units: collection
+	cd $(COLLECTION) && PATH=$(BIN):$$PATH $(BIN)/ansible-test units --local --python 3.12 --color no
+
+integration:
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: yamllint ansible-lint
+
+yamllint:
+	$(BIN)/yamllint -s .
+
+ansible-lint:
+	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections $(BIN)/ansible-lint --profile production
+
+bench:
+	@for script in tests/benchmarks/*.py; do echo ">>> $$script"; $(BIN)/python $$script; done
+
+clean:
+	rm -rf $(BUILD) tests/output .collections .pytest_cache
