@@ -34,7 +34,9 @@ units: collection
 	cd $(COLLECTION) && PATH=$(BIN):$$PATH $(BIN)/ansible-test units --local --python 3.12 --color no
 
 integration:
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@mkdir -p tests/output
+	$(BIN)/python -m pytest $(PYTEST_ARGS) | tee tests/output/pytest.log
+	@grep -E '^=+ .*(passed|failed).* =+$$' tests/output/pytest.log | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$$//' > tests/output/pytest-summary.txt
 
 lint: yamllint ansible-lint
 
