@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: bootstrap_config
-author: krops developers
+author: krops developers (@krops)
 version_added: 0.1.0
 short_description: Read values from the krops lifecycle configuration (bootstrap.toml)
 description:

@@ -14,7 +14,7 @@ import os
 import time
 
 try:
-    import urllib3
+    from urllib3.exceptions import HTTPError as _HTTPError
     from kubernetes import config as kube_config
     from kubernetes import dynamic
     from kubernetes.dynamic.exceptions import (
@@ -37,9 +37,9 @@ except ImportError as exc:  # reported by the module through missing_required_li
     class ResourceNotFoundError(Exception):
         pass
 
+    class _HTTPError(Exception):
+        pass
 
-# API errors and broken connections: anything a call to the API server may raise.
-_TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError) if HAS_KUBERNETES else (ApiException, OSError)
 
 # Argument spec shared by every module that talks to a cluster (doc fragment: krops.platform.kube).
 KUBE_ARGS = dict(
@@ -86,7 +86,7 @@ def connect(kubeconfig=None, context=None):
         raise KubeError("cannot load %s: %s" % (describe_target(kubeconfig, context), exc))
     try:
         return dynamic.DynamicClient(api_client)
-    except _TRANSPORT_ERRORS as exc:
+    except (ApiException, _HTTPError, OSError) as exc:
         raise KubeError("cluster at %s (%s) does not answer: %s"
                         % (api_client.configuration.host, describe_target(kubeconfig, context), _short(exc)))
 
@@ -143,7 +143,7 @@ def probe(client, api_version, kind, namespace=None, name=None, label_selector=N
         res = client.resources.get(api_version=api_version, kind=kind)
     except ResourceNotFoundError:
         return ABSENT, [], None
-    except _TRANSPORT_ERRORS as exc:
+    except (ApiException, _HTTPError, OSError) as exc:
         return UNKNOWN, [], error_text(exc)
     try:
         if name:
@@ -152,7 +152,7 @@ def probe(client, api_version, kind, namespace=None, name=None, label_selector=N
         return (PRESENT if items else ABSENT), items, None
     except NotFoundError:
         return ABSENT, [], None
-    except _TRANSPORT_ERRORS as exc:
+    except (ApiException, _HTTPError, OSError) as exc:
         return UNKNOWN, [], error_text(exc)
 
 
@@ -224,7 +224,7 @@ def watch_until(client, api_version, kind, namespace, evaluate, timeout, on_prog
                 done, state = evaluate(objects)
                 if done:
                     return state
-        except _TRANSPORT_ERRORS:
+        except (ApiException, _HTTPError, OSError):
             # The watch broke (expired resourceVersion, connection reset): list afresh.
             listing = res.get(namespace=namespace, label_selector=label_selector)
             objects = {_ident(i): i.to_dict() for i in listing.items}

@@ -45,8 +45,8 @@ def test_probe_classifies_present_absent_unknown(kind_api):
     assert kube.probe(client, *CLUSTER, "default")[0] == kube.ABSENT
     assert kube.probe(client, "example.com/v1", "Nothing", "default")[0] == kube.ABSENT
     make_cluster(kind_api, "x")
-    state, objects, _ = kube.probe(client, *CLUSTER, "default")
-    assert state == kube.PRESENT and objects[0]["metadata"]["name"] == "x"
+    state, objects, error = kube.probe(client, *CLUSTER, "default")
+    assert state == kube.PRESENT and objects[0]["metadata"]["name"] == "x" and error is None
     kind_api.inject_failure("GET", r"/clusters$", 500, "etcd is sad")
     assert kube.probe(client, *CLUSTER, "default") == (kube.UNKNOWN, [], "etcd is sad")
 

@@ -281,7 +281,7 @@ class KubeEmulator:
         return self
 
     def resource_for(self, api_version, kind):
-        group, _, version = api_version.rpartition("/")
+        group = api_version.rpartition("/")[0]
         for res in self.resources.values():
             if res.group == group and res.kind == kind:
                 return res

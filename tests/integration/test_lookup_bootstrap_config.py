@@ -1,0 +1,29 @@
+"""The bootstrap_config lookup, resolved from the checkout by a real ansible-playbook run."""
+
+from tests.substrate.fixtures import REPO, task_results
+
+
+def test_lookup_reads_values_overrides_and_fails_clearly(ansible_playbook):
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "value", "ansible.builtin.set_fact": {
+            "mgmt": "{{ lookup('krops.platform.bootstrap_config', 'environments.aws.mgmt-cluster') }}",
+            "charts": "{{ lookup('krops.platform.bootstrap_config', 'charts', file='%s/bootstrap.toml') }}" % REPO,
+            "port": "{{ lookup('krops.platform.bootstrap_config', 'bootstrap.registry-port') }}",
+            "selected": "{{ lookup('krops.platform.bootstrap_config', 'environment', environment='gcp') }}"}},
+        {"name": "unknown environment", "ansible.builtin.debug": {
+            "msg": "{{ lookup('krops.platform.bootstrap_config', 'environments.prod.mgmt-cluster') }}"},
+         "ignore_errors": True},
+    ]}]
+    rc, output, stderr = ansible_playbook(play, env={"BOOTSTRAP_CONFIG": str(REPO / "bootstrap.toml"),
+                                                     "REGISTRY_PORT": "5055"})
+    results = task_results(output)
+    facts = results["value"]["ansible_facts"]
+    assert rc == 0, stderr
+    assert facts["mgmt"] == "eu-north-1-management"
+    assert facts["charts"] == {"flux-operator": "0.58.0", "cert-manager": "1.21.2", "capi-operator": "0.29.0"}
+    assert facts["port"] == 5055
+    assert facts["selected"] == "gcp"
+    failed = results["unknown environment"]
+    assert failed["failed"] is True
+    assert ("environments.prod: expected a defined environment; unknown environment 'prod' "
+            "(valid environments: local-host, aws, azure, gcp, local-talos)") in failed["msg"]
