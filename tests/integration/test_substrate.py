@@ -131,13 +131,17 @@ def test_crd_creation_registers_the_kind(kube_cluster):
 
 @pytest.mark.slow
 def test_kubernetes_core_modules_drive_the_emulator(kind_api, ansible_playbook):
-    """kubernetes.core.k8s / k8s_info: create, list by label, patch status, watch-wait and delete."""
+    """kubernetes.core.k8s / k8s_info: create, list by label, patch, wait on a status patched over HTTP, delete."""
     kind_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
     kc = kind_api.kubeconfig_path
 
-    def controller():  # marks the Cluster Ready once it exists, as CAPI would
+    def controller():
+        # Plays CAPI: once the Cluster exists, patches its status over HTTP (kubernetes.core has
+        # no status-subresource patch; controllers use the /status endpoint like this).
         if kind_api.wait_for_event(lambda kind, obj: obj["kind"] == "Cluster", timeout=60):
-            kind_api.set_condition(*CLUSTER, "local-workload", "default")
+            dyn(kind_api).resources.get(api_version=CLUSTER[0], kind=CLUSTER[1]).status.patch(
+                name="local-workload", namespace="default", content_type="application/merge-patch+json",
+                body={"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned"}]}})
 
     threading.Thread(target=controller, daemon=True).start()
     play = [{"hosts": "localhost", "gather_facts": False,
@@ -151,23 +155,29 @@ def test_kubernetes_core_modules_drive_the_emulator(kind_api, ansible_playbook):
                  {"name": "list by label", "kubernetes.core.k8s_info": {
                      "api_version": KS[0], "kind": KS[1], "namespace": "flux-system",
                      "label_selectors": ["krops.io/env=local-host"]}},
-                 {"name": "patch status", "kubernetes.core.k8s_json_patch": {
+                 {"name": "merge patch", "kubernetes.core.k8s": {
+                     "state": "patched", "merge_type": "merge", "definition": {
+                         "apiVersion": CLUSTER[0], "kind": CLUSTER[1],
+                         "metadata": {"name": "local-workload", "namespace": "default"},
+                         "spec": {"paused": True}}}},
+                 {"name": "json patch", "kubernetes.core.k8s_json_patch": {
                      "api_version": KS[0], "kind": KS[1], "namespace": "flux-system", "name": "cni",
                      "patch": [{"op": "add", "path": "/spec/suspend", "value": True}]}},
                  {"name": "wait ready", "kubernetes.core.k8s_info": {
                      "api_version": CLUSTER[0], "kind": CLUSTER[1], "namespace": "default", "name": "local-workload",
-                     "wait": True, "wait_timeout": 20, "wait_condition": {"type": "Ready", "status": "True"}}},
+                     "wait": True, "wait_timeout": 20, "wait_sleep": 1, "wait_condition": {"type": "Ready", "status": "True"}}},
                  {"name": "delete ks", "kubernetes.core.k8s": {
                      "state": "absent", "api_version": KS[0], "kind": KS[1], "namespace": "flux-system", "name": "cni"}},
                  {"name": "delete cluster", "kubernetes.core.k8s": {
                      "state": "absent", "api_version": CLUSTER[0], "kind": CLUSTER[1], "namespace": "default",
-                     "name": "local-workload", "wait": True, "wait_timeout": 20}},
+                     "name": "local-workload", "wait": True, "wait_timeout": 20, "wait_sleep": 1}},
              ]}]
     rc, output, stderr = ansible_playbook(play)
     results = task_results(output)
     assert rc == 0, (stderr, json.dumps(output)[-4000:])
     assert [r["metadata"]["name"] for r in results["list by label"]["resources"]] == ["cni"]
-    assert results["patch status"]["result"]["spec"]["suspend"] is True
+    assert results["json patch"]["result"]["spec"]["suspend"] is True
+    assert results["merge patch"]["result"]["spec"]["paused"] is True
     assert results["wait ready"]["resources"][0]["status"]["conditions"][0]["type"] == "Ready"
     assert not kind_api.exists(*KS, "cni", "flux-system")
     assert not kind_api.exists(*CLUSTER, "local-workload", "default")
