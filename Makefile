@@ -11,6 +11,8 @@ BIN := $(abspath $(VENV)/bin)
 BUILD ?= /tmp/krops-build$(subst /,-,$(CURDIR))
 COLLECTION := $(BUILD)/ansible_collections/krops/platform
 PYTEST_ARGS ?=
+# ansible-test runs on the virtual environment's Python (its bin folder comes first on PATH).
+PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
 .PHONY: test setup sanity units integration lint yamllint ansible-lint collection bench clean
@@ -28,10 +30,10 @@ collection:
 	  --exclude tests/output --exclude .hypothesis --exclude '__pycache__' ./ $(COLLECTION)/
 
 sanity: collection
-	cd $(COLLECTION) && PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --venv --python 3.12 --color no
+	cd $(COLLECTION) && PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --venv --python $(PYVER) --color no
 
 units: collection
-	cd $(COLLECTION) && PATH=$(BIN):$$PATH $(BIN)/ansible-test units --local --python 3.12 --color no
+	cd $(COLLECTION) && PATH=$(BIN):$$PATH $(BIN)/ansible-test units --local --python $(PYVER) --color no
 
 integration:
 	@mkdir -p tests/output

@@ -17,14 +17,14 @@ python_ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) els
 
 find_python() {
   local candidate
-  for candidate in "${KROPS_PYTHON:-}" python3.13 python3.12 python3; do
+  for candidate in "${KROPS_PYTHON:-}" python3.12 python3.13 python3; do
     [ -n "$candidate" ] || continue
     if command -v "$candidate" >/dev/null 2>&1 && python_ok "$(command -v "$candidate")"; then
       command -v "$candidate"; return 0
     fi
   done
   if command -v pyenv >/dev/null 2>&1; then
-    for candidate in $(ls -d "$(pyenv root)"/versions/3.1[2-9]* 2>/dev/null | sort -rV); do
+    for candidate in $(ls -d "$(pyenv root)"/versions/3.1[2-9]* 2>/dev/null | sort -V); do
       if python_ok "$candidate/bin/python"; then echo "$candidate/bin/python"; return 0; fi
     done
   fi

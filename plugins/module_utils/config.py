@@ -259,6 +259,7 @@ _ENV_TEARDOWN = _table({
     "aws-workloads": (_table_list(_AWS_WORKLOAD), []),
     "hardware-release": (_boolean, False),
     "resource-groups": (_STRINGS, []),
+    "networks": (_STRINGS, []),
 })
 
 _MOVE_FALLBACK = {
