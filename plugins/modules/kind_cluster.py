@@ -1,0 +1,208 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: kind_cluster
+short_description: Create, reuse, recreate or delete a kind cluster
+version_added: 0.1.0
+description:
+  - Brings the kind cluster O(name) to O(state) with the C(kind) CLI, then waits until every node is Ready
+    through the Kubernetes API and exports the cluster's kubeconfig to O(kubeconfig_path) (mode 0600).
+  - An existing cluster is reused (C(changed=false)) unless O(recreate=true); a reused cluster whose
+    nodes do not become Ready within O(wait_timeout) fails and suggests O(recreate=true).
+  - The node config mounts the container engine socket (O(engine_socket)) into every node at the same path,
+    so providers such as CAPD can reach the engine. With O(registry_mirror), containerd in every node pulls
+    O(registry_mirror.host) from O(registry_mirror.endpoint) (a C(hosts.toml) file mounted into the nodes).
+  - The kubeconfig holds the cluster's client key; it is never returned or logged.
+author:
+  - krops developers (@krops)
+options:
+  name:
+    description: Name of the kind cluster (the kubeconfig context is C(kind-<name>)).
+    type: str
+    required: true
+  state:
+    description: V(present) creates or reuses the cluster; V(absent) deletes it (absent is success).
+    type: str
+    choices: [present, absent]
+    default: present
+  recreate:
+    description: Delete and create the cluster again when it exists.
+    type: bool
+    default: false
+  config:
+    description:
+      - A full kind C(Cluster) config (C(kind.x-k8s.io/v1alpha4)). Default is one control-plane node.
+      - The engine socket mount and the registry mirror are added to every node.
+    type: dict
+  engine_socket:
+    description:
+      - Container engine socket mounted into every node at the same path. Set to an empty string to mount nothing.
+    type: path
+    default: /var/run/docker.sock
+  registry_mirror:
+    description:
+      - Lets containerd in the nodes pull O(registry_mirror.host) from O(registry_mirror.endpoint),
+        for example the local registry published on the host.
+      - Writes C(<config_dir>/<host>/hosts.toml) and mounts it at C(/etc/containerd/certs.d/<host>/hosts.toml);
+        a containerd config patch points the CRI registry at C(/etc/containerd/certs.d).
+    type: dict
+    suboptions:
+      host:
+        description: Registry host as workloads name it, for example C(localhost:5001).
+        type: str
+        required: true
+      endpoint:
+        description: Where the nodes reach it, for example C(http://krops-registry:5000).
+        type: str
+        required: true
+      config_dir:
+        description: Host folder for the C(hosts.toml) files. Default C(~/.cache/krops/kind-<name>/certs.d).
+        type: path
+  kubeconfig_path:
+    description:
+      - Export the cluster's kubeconfig there (mode 0600). Entries of other clusters in the file are kept;
+        the current context becomes C(kind-<name>).
+      - When not set, C(kind create) writes its default kubeconfig and readiness uses a private temporary copy.
+    type: path
+  wait_timeout:
+    description: Seconds to wait until every node is Ready.
+    type: int
+    default: 120
+  node_image:
+    description: Node image for a new cluster (C(kind create cluster --image)).
+    type: str
+  kind_binary:
+    description: Path or name of the C(kind) binary. Default is C(kind) from E(PATH).
+    type: str
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Reports what would be created, recreated or deleted; never calls C(kind create/delete) and skips waits.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+requirements:
+  - kind (binary)
+  - kubernetes >= 30.0.0 (Python library)
+seealso:
+  - module: krops.platform.oci_artifact_push
+"""
+
+EXAMPLES = r"""
+- name: Create (or reuse) the management kind cluster with the local registry mirror
+  krops.platform.kind_cluster:
+    name: mgmt
+    kubeconfig_path: "{{ playbook_dir }}/.kube/kind-mgmt.yaml"
+    registry_mirror:
+      host: localhost:5001
+      endpoint: http://krops-registry:5000
+
+- name: Recreate it from scratch with two workers
+  krops.platform.kind_cluster:
+    name: mgmt
+    recreate: true
+    config:
+      nodes:
+        - role: control-plane
+        - role: worker
+        - role: worker
+
+- name: Delete it
+  krops.platform.kind_cluster:
+    name: mgmt
+    state: absent
+"""
+
+RETURN = r"""
+created:
+  description: The cluster was created (or would be, in check mode).
+  returned: always
+  type: bool
+recreated:
+  description: The cluster was deleted and created again.
+  returned: always
+  type: bool
+deleted:
+  description: The cluster was deleted.
+  returned: always
+  type: bool
+context:
+  description: The kubeconfig context of the cluster.
+  returned: always
+  type: str
+  sample: kind-mgmt
+kubeconfig_path:
+  description: Where the kubeconfig was exported (null when O(kubeconfig_path) is not set).
+  returned: always
+  type: str
+nodes:
+  description: The nodes after the wait (empty in check mode and for O(state=absent)).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: Node name.
+      type: str
+    ready:
+      description: Whether its Ready condition is True.
+      type: bool
+kind_version:
+  description: Version of the kind binary (probed once).
+  returned: always
+  type: str
+  sample: 0.27.0
+config:
+  description: The kind config used for a new cluster (with the socket mount and the mirror added).
+  returned: when O(state=present)
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.krops.platform.plugins.module_utils import cli, kind
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            state=dict(type="str", default="present", choices=["present", "absent"]),
+            recreate=dict(type="bool", default=False),
+            config=dict(type="dict"),
+            engine_socket=dict(type="path", default="/var/run/docker.sock"),
+            registry_mirror=dict(type="dict", options=dict(
+                host=dict(type="str", required=True),
+                endpoint=dict(type="str", required=True),
+                config_dir=dict(type="path"),
+            )),
+            kubeconfig_path=dict(type="path"),
+            wait_timeout=dict(type="int", default=120),
+            node_image=dict(type="str"),
+            kind_binary=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        result = kind.ensure(
+            params["name"], state=params["state"], recreate=params["recreate"], config=params["config"],
+            engine_socket=params["engine_socket"], registry_mirror=params["registry_mirror"],
+            kubeconfig_path=params["kubeconfig_path"], wait_timeout=params["wait_timeout"],
+            node_image=params["node_image"], kind_binary=params["kind_binary"], check_mode=module.check_mode)
+    except cli.ToolMissing as exc:
+        module.fail_json(msg="kind cluster %s: %s (kind_binary=)" % (params["name"], exc))
+    except cli.CliError as exc:
+        module.fail_json(msg="kind cluster %s: %s" % (params["name"], exc), **exc.as_dict())
+    except kind.KindError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: preflight_check
+short_description: Check everything a krops bootstrap needs, and report every problem at once
+version_added: 0.1.0
+description:
+  - Runs every requested check before anything changes, collects every problem and fails once listing all of
+    them (or only reports them with O(fail_on_problems=false)). It never changes anything.
+  - Tools, every missing binary in O(tools) is named.
+  - Age key, when O(age_key_file) is set, the file must have the C(# created:), C(# public key:) and
+    C(AGE-SECRET-KEY-) lines age-keygen writes; the public key is derived from the secret key with
+    C(age-keygen -y) (the key goes through stdin) when age-keygen is installed, and must equal
+    O(age_public_key) when that is set.
+  - Git sync, when O(git_url) is set, O(github_token) must be able to read the repository and
+    O(git_branch) must exist (GitHub REST API at O(github_api_url)); the branch's commit is returned.
+  - AWS, for each entry of O(aws_eip_checks), the region must have room for O(eips_per_cluster) Elastic IPs per
+    cluster (one NAT gateway per availability zone). The limit comes from Service Quotas (EC2 quota
+    C(L-0263D0A3), applied value then default), else from the EC2 account attribute C(vpc-max-elastic-ips);
+    addresses already owned by the listed clusters count as available. Each short region is reported with the
+    C(aws service-quotas request-service-quota-increase) command that would raise it.
+author:
+  - krops developers (@krops)
+extends_documentation_fragment:
+  - krops.platform.aws
+options:
+  tools:
+    description: Binaries that must be found on E(PATH).
+    type: list
+    elements: str
+    default: []
+  age_key_file:
+    description: The age key file to check. The age check runs only when this is set.
+    type: path
+  age_public_key:
+    description: The recipient (C(age1...)) the key file must match, for example from E(AGE_PUBLIC_KEY). Empty means no comparison.
+    type: str
+  git_url:
+    description: The repository Flux syncs, C(https://github.com/<owner>/<repo>). The Git check runs only when this is set.
+    type: str
+  git_branch:
+    description: The branch that must exist.
+    type: str
+    default: main
+  github_token:
+    description: Token Flux will use to read the repository. Defaults to E(GITHUB_TOKEN).
+    type: str
+  github_api_url:
+    description: Base URL of the GitHub REST API (GitHub Enterprise, or a test double).
+    type: str
+    default: https://api.github.com
+  aws_eip_checks:
+    description: Regions to check for Elastic IP room, each with the clusters that will be created there.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      region:
+        description: AWS region.
+        type: str
+        required: true
+      clusters:
+        description: Names of the clusters (CAPA cluster names, used for the ownership tags) planned in the region.
+        type: list
+        elements: str
+        required: true
+  eips_per_cluster:
+    description: Elastic IPs each cluster needs (one NAT gateway per availability zone).
+    type: int
+    default: 3
+  fail_on_problems:
+    description: Fail (once, listing every problem) when any check finds a problem.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Every check is read-only and runs in check mode too.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+requirements:
+  - boto3 (Python library), only for O(aws_eip_checks)
+notes:
+  - The token and the age secret key never appear in the result or in any message.
+"""
+
+EXAMPLES = r"""
+- name: Preflight for the aws environment
+  krops.platform.preflight_check:
+    tools: [kind, helm, kubectl, clusterctl, sops, docker]
+    age_key_file: age.agekey
+    age_public_key: "{{ lookup('ansible.builtin.env', 'AGE_PUBLIC_KEY') }}"
+    git_url: https://github.com/krops/krops
+    git_branch: main
+    aws_eip_checks:
+      - region: eu-north-1
+        clusters: [eu-north-1-management, eu-north-1-workload]
+      - region: eu-west-1
+        clusters: [eu-west-1-workload]
+"""
+
+RETURN = r"""
+problems:
+  description: Every problem found (empty when all checks passed).
+  returned: always
+  type: list
+  elements: str
+tools:
+  description: Binaries found (name to path) and missing.
+  returned: always
+  type: dict
+  contains:
+    found:
+      description: Name to absolute path.
+      type: dict
+    missing:
+      description: Names not found.
+      type: list
+      elements: str
+age_key:
+  description: The age key file checked, its public key (derived when age-keygen is available) and its mode.
+  returned: when O(age_key_file) is set
+  type: dict
+git:
+  description: The repository (owner/repo), branch and the branch's commit SHA.
+  returned: when O(git_url) is set
+  type: dict
+  sample: {"url": "https://github.com/krops/krops", "repository": "krops/krops", "branch": "main", "commit": "0123abc..."}
+aws_eip:
+  description: Per region, the Elastic IP limit and its source, allocated, owned, needed, available, short and the increase request.
+  returned: when O(aws_eip_checks) is set
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+
+from ansible_collections.krops.platform.plugins.module_utils import aws, preflight
+
+
+def main():
+    argument_spec = dict(
+        tools=dict(type="list", elements="str", default=[]),
+        age_key_file=dict(type="path"),
+        age_public_key=dict(type="str"),
+        git_url=dict(type="str"),
+        git_branch=dict(type="str", default="main"),
+        github_token=dict(type="str", no_log=True, fallback=(env_fallback, ["GITHUB_TOKEN"])),
+        github_api_url=dict(type="str", default="https://api.github.com"),
+        aws_eip_checks=dict(type="list", elements="dict", default=[], options=dict(
+            region=dict(type="str", required=True),
+            clusters=dict(type="list", elements="str", required=True),
+        )),
+        eips_per_cluster=dict(type="int", default=3),
+        fail_on_problems=dict(type="bool", default=True),
+    )
+    argument_spec.update(aws.AWS_ARGS)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           mutually_exclusive=[["profile", "access_key"], ["profile", "secret_key"]])
+    params = module.params
+    connection = None
+    if params["aws_eip_checks"]:
+        try:
+            connection = aws.Connection(profile=params["profile"], endpoint_url=params["endpoint_url"],
+                                        access_key=params["access_key"], secret_key=params["secret_key"],
+                                        session_token=params["session_token"])
+        except aws.AwsError as exc:
+            module.fail_json(msg="preflight: %s" % exc)
+    result = preflight.run(
+        tools=params["tools"], age_key_file=params["age_key_file"], age_public_key=params["age_public_key"],
+        check_age_key_file=bool(params["age_key_file"]), git_url=params["git_url"], git_branch=params["git_branch"],
+        github_token=params["github_token"], github_api_url=params["github_api_url"],
+        check_git_sync=bool(params["git_url"]), eip_checks=params["aws_eip_checks"],
+        eips_per_cluster=params["eips_per_cluster"], aws_connection=connection)
+    problems = result["problems"]
+    if problems and params["fail_on_problems"]:
+        module.fail_json(msg="preflight found %d problem%s:\n- %s" % (len(problems), "" if len(problems) == 1 else "s",
+                                                                      "\n- ".join(problems)), **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+"""krops.platform.kind_cluster against a kind stand-in whose clusters are Kubernetes API emulators.
+
+The stand-in (a Python script installed as `kind` on PATH) keeps its clusters in a JSON file and
+writes kubeconfigs pointing at emulators, so create/reuse/recreate/delete, the kubeconfig export
+and the node-readiness wait all run over real HTTP.
+"""
+
+import json
+import os
+import stat
+import sys
+import threading
+
+import pytest
+import yaml
+
+from ansible_collections.krops.platform.plugins.modules import kind_cluster
+
+KIND_STAND_IN = r'''#!{python}
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+stdin = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+argv = sys.argv[1:]
+with open(os.path.join(here, "calls.jsonl"), "a") as log:
+    log.write(json.dumps({{"tool": "kind", "argv": argv, "env": {{}}, "cwd": os.getcwd(), "stdin": stdin}}) + "\n")
+state_path = os.path.join(here, "kind-state.json")
+state = json.load(open(state_path)) if os.path.exists(state_path) else {{"clusters": {{}}}}
+servers_path = os.path.join(here, "kind-servers.json")
+servers = json.load(open(servers_path)) if os.path.exists(servers_path) else {{}}
+
+def opt(name, default=None):
+    return argv[argv.index(name) + 1] if name in argv else default
+
+def kubeconfig(name):
+    ctx = "kind-" + name
+    return {{"apiVersion": "v1", "kind": "Config", "current-context": ctx, "preferences": {{}},
+            "clusters": [{{"name": ctx, "cluster": {{"server": servers[name]}}}}],
+            "contexts": [{{"name": ctx, "context": {{"cluster": ctx, "user": ctx}}}}],
+            "users": [{{"name": ctx, "user": {{"token": "kind-secret-token-" + name}}}}]}}
+
+def save():
+    json.dump(state, open(state_path, "w"))
+
+if argv[:1] == ["version"]:
+    print("kind v0.27.0 go1.23.4 linux/amd64")
+elif argv[:2] == ["get", "clusters"]:
+    if not state["clusters"]:
+        sys.stderr.write("No kind clusters found.\n")
+    for name in sorted(state["clusters"]):
+        print(name)
+elif argv[:2] == ["get", "kubeconfig"]:
+    name = opt("--name", "kind")
+    if name not in state["clusters"]:
+        sys.stderr.write('ERROR: could not locate any control plane nodes for cluster named \'%s\'.\n' % name)
+        sys.exit(1)
+    print(json.dumps(kubeconfig(name)))
+elif argv[:2] == ["create", "cluster"]:
+    name = opt("--name", "kind")
+    if name in state["clusters"]:
+        sys.stderr.write('ERROR: failed to create cluster: node(s) already exist for a cluster with the name "%s"\n' % name)
+        sys.exit(1)
+    if os.environ.get("FAKE_KIND_CREATE_FAIL"):
+        sys.stderr.write("ERROR: failed to create cluster: failed to pull image kindest/node\n")
+        sys.exit(1)
+    state["clusters"][name] = {{"config": stdin, "image": opt("--image")}}
+    save()
+    path = opt("--kubeconfig")
+    if path:
+        with open(path, "w") as handle:
+            json.dump(kubeconfig(name), handle)
+    sys.stderr.write("Creating cluster %s ...\n" % name)
+elif argv[:2] == ["delete", "cluster"]:
+    name = opt("--name", "kind")
+    state["clusters"].pop(name, None)
+    save()
+    sys.stderr.write("Deleting cluster %s ...\n" % name)
+else:
+    sys.stderr.write("unknown command %s\n" % argv)
+    sys.exit(2)
+'''
+
+NODE = ("v1", "Node")
+
+
+@pytest.fixture
+def kind(fake_bins, kube_cluster):
+    """The kind stand-in; kind.cluster(name) gives the emulator that plays that cluster's API."""
+
+    class Kind:
+        def __init__(self):
+            self.emulators = {}
+            fake_bins.install("kind", KIND_STAND_IN.format(python=sys.executable))
+
+        def cluster(self, name, nodes=("control-plane",), ready=True):
+            emulator = kube_cluster("kind-" + name, crds=False)
+            self.emulators[name] = emulator
+            (fake_bins.dir / "kind-servers.json").write_text(
+                json.dumps({n: e.url for n, e in self.emulators.items()}))
+            for role in nodes:
+                node = "%s-%s" % (name, role)
+                emulator.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+                emulator.set_condition(*NODE, node, type_="Ready", status="True" if ready else "False",
+                                       reason="KubeletReady" if ready else "KubeletNotReady",
+                                       message="" if ready else "container runtime network not ready")
+            return emulator
+
+        def existing(self):
+            path = fake_bins.dir / "kind-state.json"
+            return sorted(json.loads(path.read_text())["clusters"]) if path.exists() else []
+
+        def preexisting(self, name):
+            path = fake_bins.dir / "kind-state.json"
+            state = json.loads(path.read_text()) if path.exists() else {"clusters": {}}
+            state["clusters"][name] = {"config": "", "image": None}
+            path.write_text(json.dumps(state))
+
+        def calls(self, *prefix):
+            return [c for c in fake_bins.calls("kind") if c["argv"][:len(prefix)] == list(prefix)]
+
+    return Kind()
+
+
+def test_create_waits_for_ready_nodes_and_exports_a_private_kubeconfig(kind, run_module, tmp_path):
+    api = kind.cluster("mgmt", nodes=("control-plane", "worker"))
+    kubeconfig = tmp_path / "kube" / "kind-mgmt.yaml"
+    result = run_module(kind_cluster, {"name": "mgmt", "kubeconfig_path": str(kubeconfig),
+                                       "node_image": "kindest/node:v1.32.2"})
+    assert not result.failed, result
+    assert result["changed"] and result["created"] and not result["recreated"]
+    assert result["context"] == "kind-mgmt" and result["kind_version"] == "0.27.0"
+    assert result["nodes"] == [{"name": "mgmt-control-plane", "ready": True}, {"name": "mgmt-worker", "ready": True}]
+    assert kind.existing() == ["mgmt"]
+    assert stat.S_IMODE(os.stat(kubeconfig).st_mode) == 0o600
+    exported = yaml.safe_load(kubeconfig.read_text())
+    assert exported["current-context"] == "kind-mgmt"
+    assert exported["clusters"][0]["cluster"]["server"] == api.url
+    # the config went through stdin, with the socket mounted into every node
+    create = kind.calls("create", "cluster")[0]
+    assert create["argv"] == ["create", "cluster", "--name", "mgmt", "--config", "-", "--image", "kindest/node:v1.32.2",
+                              "--kubeconfig", str(kubeconfig)]
+    config = yaml.safe_load(create["stdin"])
+    assert config["apiVersion"] == "kind.x-k8s.io/v1alpha4" and config["kind"] == "Cluster"
+    assert config["nodes"] == [{"role": "control-plane", "extraMounts": [
+        {"hostPath": "/var/run/docker.sock", "containerPath": "/var/run/docker.sock"}]}]
+    assert "kind-secret-token" not in json.dumps(result)
+    # readiness was read from the cluster's API over HTTP
+    assert any(path.startswith("/api/v1/nodes") for method, path in api.requests)
+
+
+def test_existing_healthy_cluster_is_reused_unchanged(kind, run_module, tmp_path):
+    kind.cluster("mgmt")
+    kubeconfig = tmp_path / "kind-mgmt.yaml"
+    first = run_module(kind_cluster, {"name": "mgmt", "kubeconfig_path": str(kubeconfig)})
+    assert first["changed"] and first["created"]
+    second = run_module(kind_cluster, {"name": "mgmt", "kubeconfig_path": str(kubeconfig)})
+    assert not second.failed, second
+    assert second["changed"] is False and not second["created"] and not second["recreated"]
+    assert second["nodes"] == [{"name": "mgmt-control-plane", "ready": True}]
+    assert len(kind.calls("create", "cluster")) == 1
+    # check mode on the reused cluster is also unchanged
+    third = run_module(kind_cluster, {"name": "mgmt", "kubeconfig_path": str(kubeconfig)}, check_mode=True)
+    assert third["changed"] is False
+
+
+def test_export_keeps_other_contexts_and_fixes_mode(kind, run_module, tmp_path):
+    api = kind.cluster("mgmt")
+    kind.preexisting("mgmt")
+    kubeconfig = tmp_path / "config"
+    other = {"apiVersion": "v1", "kind": "Config", "current-context": "prod",
+             "clusters": [{"name": "prod", "cluster": {"server": "https://prod.example:6443"}}],
+             "contexts": [{"name": "prod", "context": {"cluster": "prod", "user": "prod"}}],
+             "users": [{"name": "prod", "user": {"token": "x"}}]}
+    kubeconfig.write_text(yaml.safe_dump(other))
+    kubeconfig.chmod(0o644)
+    planned = run_module(kind_cluster, {"name": "mgmt", "kubeconfig_path": str(kubeconfig)}, check_mode=True)
+    assert planned["changed"] is True and not planned["created"]
+    assert yaml.safe_load(kubeconfig.read_text()) == other  # check mode wrote nothing
+    result = run_module(kind_cluster, {"name": "mgmt", "kubeconfig_path": str(kubeconfig)})
+    assert result["changed"] and not result["created"]
+    merged = yaml.safe_load(kubeconfig.read_text())
+    assert [c["name"] for c in merged["contexts"]] == ["prod", "kind-mgmt"]
+    assert merged["current-context"] == "kind-mgmt"
+    assert merged["clusters"][1]["cluster"]["server"] == api.url
+    assert stat.S_IMODE(os.stat(kubeconfig).st_mode) == 0o600
+
+
+def test_reused_cluster_with_unready_nodes_fails_suggesting_recreate(kind, run_module, tmp_path):
+    kind.cluster("mgmt", ready=False)
+    kind.preexisting("mgmt")
+    result = run_module(kind_cluster, {"name": "mgmt", "kubeconfig_path": str(tmp_path / "kc"), "wait_timeout": 1})
+    assert result.failed
+    assert result["msg"] == (
+        "kind cluster mgmt: nodes not Ready within 1s (not Ready: mgmt-control-plane (KubeletNotReady: container "
+        "runtime network not ready)); the existing cluster looks unhealthy: set recreate: true to delete and create "
+        "it again (or `kind delete cluster --name mgmt`)")
+    assert result["nodes"] == [{"name": "mgmt-control-plane", "ready": False}]
+    assert kind.calls("create", "cluster") == []
+
+
+def test_new_cluster_waits_for_nodes_event_driven(kind, run_module, tmp_path):
+    api = kind.cluster("mgmt", ready=False)
+    threading.Timer(0.5, lambda: api.set_condition(*NODE, "mgmt-control-plane", type_="Ready", status="True")).start()
+    result = run_module(kind_cluster, {"name": "mgmt", "kubeconfig_path": str(tmp_path / "kc"), "wait_timeout": 20})
+    assert not result.failed, result
+    assert result["nodes"] == [{"name": "mgmt-control-plane", "ready": True}]
+
+
+def test_recreate_deletes_then_creates(kind, run_module, tmp_path):
+    kind.cluster("mgmt")
+    kind.preexisting("mgmt")
+    planned = run_module(kind_cluster, {"name": "mgmt", "recreate": True}, check_mode=True)
+    assert planned["changed"] and planned["recreated"] and kind.calls("delete", "cluster") == []
+    result = run_module(kind_cluster, {"name": "mgmt", "recreate": True, "kubeconfig_path": str(tmp_path / "kc")})
+    assert not result.failed, result
+    assert result["changed"] and result["recreated"] and not result["created"]
+    verbs = [c["argv"][:2] for c in kind.calls() if c["argv"][:1] in (["create"], ["delete"])]
+    assert verbs == [["delete", "cluster"], ["create", "cluster"]]
+    assert kind.existing() == ["mgmt"]
+
+
+def test_check_mode_plans_a_create_without_calling_kind_create(kind, run_module, tmp_path):
+    kind.cluster("mgmt")
+    result = run_module(kind_cluster, {"name": "mgmt", "kubeconfig_path": str(tmp_path / "kc")}, check_mode=True)
+    assert result["changed"] and result["created"] and result["nodes"] == []
+    assert kind.calls("create", "cluster") == [] and kind.existing() == []
+    assert not (tmp_path / "kc").exists()
+
+
+def test_registry_mirror_mounts_hosts_toml_and_patches_containerd(kind, run_module, tmp_path):
+    kind.cluster("mgmt", nodes=("control-plane", "worker"))
+    mirror_dir = tmp_path / "certs.d"
+    config = {"nodes": [{"role": "control-plane"}, {"role": "worker"}],
+              "containerdConfigPatches": ["[plugins.x]\n  y = 1\n"]}
+    result = run_module(kind_cluster, {
+        "name": "mgmt", "engine_socket": "/run/podman/podman.sock", "config": config,
+        "registry_mirror": {"host": "localhost:5001", "endpoint": "http://krops-registry:5000",
+                            "config_dir": str(mirror_dir)}})
+    assert not result.failed, result
+    sent = yaml.safe_load(kind.calls("create", "cluster")[0]["stdin"])
+    assert sent["containerdConfigPatches"] == [
+        "[plugins.x]\n  y = 1\n",
+        '[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n']
+    hosts = str(mirror_dir / "localhost:5001" / "hosts.toml")
+    for node in sent["nodes"]:
+        assert node["extraMounts"] == [
+            {"hostPath": "/run/podman/podman.sock", "containerPath": "/run/podman/podman.sock"},
+            {"hostPath": hosts, "containerPath": "/etc/containerd/certs.d/localhost:5001/hosts.toml", "readOnly": True}]
+    assert (mirror_dir / "localhost:5001" / "hosts.toml").read_text() == (
+        'server = "http://krops-registry:5000"\n\n[host."http://krops-registry:5000"]\n'
+        '  capabilities = ["pull", "resolve"]\n')
+    assert config == {"nodes": [{"role": "control-plane"}, {"role": "worker"}],
+                      "containerdConfigPatches": ["[plugins.x]\n  y = 1\n"]}  # caller's dict untouched
+
+
+def test_absent_deletes_and_is_idempotent(kind, run_module):
+    kind.cluster("mgmt")
+    kind.preexisting("mgmt")
+    planned = run_module(kind_cluster, {"name": "mgmt", "state": "absent"}, check_mode=True)
+    assert planned["changed"] and planned["deleted"] and kind.existing() == ["mgmt"]
+    result = run_module(kind_cluster, {"name": "mgmt", "state": "absent"})
+    assert result["changed"] and result["deleted"] and kind.existing() == []
+    again = run_module(kind_cluster, {"name": "mgmt", "state": "absent"})
+    assert again["changed"] is False and not again["deleted"]
+    assert len(kind.calls("delete", "cluster")) == 1
+
+
+def test_kind_failure_reports_command_rc_and_stderr(kind, run_module, monkeypatch, tmp_path):
+    kind.cluster("mgmt")
+    monkeypatch.setenv("FAKE_KIND_CREATE_FAIL", "1")
+    result = run_module(kind_cluster, {"name": "mgmt", "kubeconfig_path": str(tmp_path / "kc")})
+    assert result.failed
+    assert result["msg"] == ("kind cluster mgmt: `kind create cluster --name mgmt --config - --kubeconfig %s` failed "
+                             "with exit code 1: ERROR: failed to create cluster: failed to pull image kindest/node"
+                             % (tmp_path / "kc"))
+    assert result["rc"] == 1 and "failed to pull image" in result["stderr"]
+
+
+def test_missing_kind_binary_is_named(fake_bins, run_module, tmp_path):
+    result = run_module(kind_cluster, {"name": "mgmt", "kind_binary": str(tmp_path / "nope" / "kind")})
+    assert result.failed
+    assert result["msg"] == "kind cluster mgmt: kind binary %s does not exist or is not executable (kind_binary=)" % (
+        tmp_path / "nope" / "kind")
+    fake_bins.remove("kind")
+    result = run_module(kind_cluster, {"name": "mgmt"})
+    assert result.failed and result["msg"].startswith("kind cluster mgmt: kind was not found on PATH (")
+
+
+def test_bad_config_is_reported_without_traceback(kind, run_module):
+    kind.cluster("mgmt")
+    result = run_module(kind_cluster, {"name": "mgmt", "config": {"kind": "Pod"}})
+    assert result.failed and result["msg"] == "config.kind must be Cluster, got 'Pod'"
+    result = run_module(kind_cluster, {"name": "mgmt", "config": {"nodes": "control-plane"}})
+    assert result.failed and result["msg"] == "config.nodes must be a list of node dicts"
+
+
+# --- module_utils.cli, through the same stand-ins -----------------------------------------
+
+def test_cli_probes_the_version_once_and_keeps_secrets_out_of_argv_and_errors(kind, fake_bins):
+    from ansible_collections.krops.platform.plugins.module_utils import cli
+
+    tool = cli.Cli("kind")
+    assert tool.version() == "0.27.0"
+    assert cli.Cli("kind").version() == "0.27.0"
+    assert len(kind.calls("version")) == 1          # probed once per process and binary
+
+    fake_bins.answer("helm", match="fail", stderr="Error: token hunter2 rejected\n", rc=3)
+    helm = cli.Cli("helm")
+    with pytest.raises(cli.CliError) as failure:
+        helm.run(["fail", "--password-stdin"], stdin="hunter2\n", env={"HELM_TOKEN": "hunter2"}, redact=["hunter2"])
+    assert str(failure.value) == "`helm fail --password-stdin` failed with exit code 3: Error: token ******** rejected"
+    assert failure.value.rc == 3 and "hunter2" not in json.dumps(failure.value.as_dict())
+    call = fake_bins.calls("helm")[-1]
+    assert call["argv"] == ["fail", "--password-stdin"] and call["stdin"] == "hunter2\n"
+    assert call["env"]["HELM_TOKEN"] == "hunter2"   # the secret went through stdin and the environment only
+
+
+def test_cli_timeout_and_missing_tools(fake_bins):
+    from ansible_collections.krops.platform.plugins.module_utils import cli
+
+    fake_bins.install("slow", "#!/bin/sh\nsleep 5\n")
+    with pytest.raises(cli.CliError) as failure:
+        cli.Cli("slow").run(["x"], timeout=0.3)
+    assert str(failure.value) == "`slow x` did not finish within 0.3s"
+    found, missing = cli.missing_tools(["kind", "nope-1", "helm", "nope-2"])
+    assert sorted(found) == ["helm", "kind"] and missing == ["nope-1", "nope-2"]
