@@ -1,0 +1,257 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""JSON-schema lookup and validation of Kubernetes objects, kubeconform-style.
+
+- Built-in kinds: the strict schemas bundled in the ``kubernetes-validate`` package.
+  Their ``$ref`` point at https://kubernetes.io/api/_definitions.json, which is
+  preloaded from the package into a ``referencing`` registry (never fetched).
+- Custom resources: a folder or an HTTPS URL template in kubeconform's
+  ``{group}/{kind}_{version}.json`` layout (kubeconform's ``{{.Group}}``,
+  ``{{.ResourceKind}}``, ``{{.ResourceAPIVersion}}`` placeholders work too).
+  HTTPS fetches use a timeout and are cached for the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import urllib.error
+
+try:
+    from ansible.module_utils.urls import ConnectionError as UrlConnectionError
+    from ansible.module_utils.urls import open_url
+except ImportError:  # pragma: no cover - ansible-core is always there where krops runs
+    open_url = None
+
+    class UrlConnectionError(Exception):
+        pass
+
+try:
+    import jsonschema
+    import referencing
+    import referencing.jsonschema
+    HAS_JSONSCHEMA = True
+    JSONSCHEMA_IMPORT_ERROR = None
+except ImportError as exc:  # reported by the caller
+    HAS_JSONSCHEMA = False
+    JSONSCHEMA_IMPORT_ERROR = exc
+
+DEFAULT_SCHEMA_LOCATION = "https://raw.githubusercontent.com/datreeio/CRDs-catalog/main/{group}/{kind}_{version}.json"
+CORE_SCHEMA_VERSION = "v1.37.0-local-strict"
+_DEFINITIONS_URI = "https://kubernetes.io/api/_definitions.json"
+_KUBECONFORM = {"{{.Group}}": "{group}", "{{ .Group }}": "{group}", "{{.ResourceKind}}": "{kind}",
+                "{{ .ResourceKind }}": "{kind}", "{{.ResourceAPIVersion}}": "{version}",
+                "{{ .ResourceAPIVersion }}": "{version}"}
+
+
+# Compiled validators of schema files, shared by every run of the process (keyed by file and mtime).
+_SHARED = {}
+
+
+class SchemaError(Exception):
+    """The schema location cannot be used at all (not a folder, not an https template, libraries missing)."""
+
+
+class SchemaMissing(Exception):
+    """No schema for this group/kind/version at the location."""
+
+
+class SchemaUnreachable(Exception):
+    """The HTTPS schema location did not answer."""
+
+
+def _core_dir():
+    try:
+        import kubernetes_validate
+    except ImportError:
+        return None
+    return os.path.join(os.path.dirname(kubernetes_validate.__file__), "kubernetes-json-schema", CORE_SCHEMA_VERSION)
+
+
+def is_builtin_group(group):
+    return group == "" or "." not in group or group.endswith(".k8s.io")
+
+
+def split_api_version(api_version):
+    if "/" in (api_version or ""):
+        group, version = api_version.split("/", 1)
+        return group, version
+    return "", api_version or ""
+
+
+class SchemaStore:
+    """Finds and compiles validators; thread-safe, one instance per validation run."""
+
+    def __init__(self, location=None, base_dir=None, timeout=10.0):
+        if not HAS_JSONSCHEMA:
+            raise SchemaError("the jsonschema and referencing Python libraries are required: %s" % JSONSCHEMA_IMPORT_ERROR)
+        self.location = location or DEFAULT_SCHEMA_LOCATION
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._validators = {}
+        self._core = _core_dir()
+        if self._core is None or not os.path.isdir(self._core):
+            raise SchemaError("the kubernetes-validate Python package (schemas %s) is required for built-in kinds"
+                              % CORE_SCHEMA_VERSION)
+        self._registry = None
+        template = self.location
+        for old, new in _KUBECONFORM.items():
+            template = template.replace(old, new)
+        if template.startswith("https://") or template.startswith("http://"):
+            if "{kind}" not in template:
+                raise SchemaError("schema location %s: an URL template needs {group}, {kind} and {version} "
+                                  "(or kubeconform's {{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}})" % self.location)
+            self.template = template
+            self.folder = None
+        else:
+            folder = template
+            if not os.path.isabs(folder) and base_dir and not os.path.isdir(folder):
+                folder = os.path.join(base_dir, folder)
+            if not os.path.isdir(folder):
+                raise SchemaError("schema location %s is neither a folder nor an https:// URL template" % self.location)
+            self.folder = os.path.abspath(folder)
+            self.template = None
+
+    # -- registry of the built-in definitions ---------------------------------------
+    def _core_registry(self):
+        if self._registry is None:
+            with open(os.path.join(self._core, "_definitions.json"), encoding="utf-8") as handle:
+                definitions = json.load(handle)
+            resource = referencing.Resource.from_contents(definitions, default_specification=referencing.jsonschema.DRAFT202012)
+            self._registry = referencing.Registry().with_resource(_DEFINITIONS_URI, resource)
+        return self._registry
+
+    def where(self, group, kind, version):
+        """Human-readable place where the schema of group/kind/version is looked for."""
+        if is_builtin_group(group):
+            return "kubernetes-validate %s" % CORE_SCHEMA_VERSION
+        name = {"group": group, "kind": kind.lower(), "version": version}
+        if self.folder:
+            return os.path.join(self.folder, group, "%s_%s.json" % (kind.lower(), version))
+        return self.template.format(**name)
+
+    def _load_core(self, group, kind, version):
+        prefix = group.split(".")[0]
+        stem = "%s-%s-%s" % (kind.lower(), prefix, version) if group else "%s-%s" % (kind.lower(), version)
+        path = os.path.join(self._core, stem + ".json")
+        if not os.path.isfile(path):
+            raise SchemaMissing(self.where(group, kind, version))
+        with open(path, encoding="utf-8") as handle:
+            schema = json.load(handle)
+        schema.setdefault("$id", "https://kubernetes.io/api/%s.json" % stem)
+        return schema
+
+    def _load_custom(self, group, kind, version):
+        where = self.where(group, kind, version)
+        if self.folder:
+            if not os.path.isfile(where):
+                raise SchemaMissing(where)
+            with open(where, encoding="utf-8") as handle:
+                return json.load(handle)
+        try:
+            if open_url is None:
+                raise SchemaUnreachable("GET %s: ansible-core (ansible.module_utils.urls) is not importable" % where)
+            response = open_url(where, timeout=self.timeout, validate_certs=True, http_agent="krops-validate")
+            try:
+                return json.loads(response.read().decode("utf-8"))
+            finally:
+                response.close()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                raise SchemaMissing(where)
+            raise SchemaUnreachable("GET %s answered HTTP %d" % (where, exc.code))
+        except (urllib.error.URLError, UrlConnectionError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise SchemaUnreachable("GET %s failed within %gs: %s" % (where, self.timeout, reason))
+        except ValueError as exc:
+            raise SchemaUnreachable("GET %s did not return JSON: %s" % (where, exc))
+
+    def _shared_key(self, api_version, kind):
+        """Key of the process-wide cache: only for files (built-in or folder), with their mtime."""
+        group, version = split_api_version(api_version)
+        if is_builtin_group(group):
+            return ("core", api_version, kind)
+        if self.folder:
+            path = self.where(group, kind, version)
+            try:
+                return (path, os.stat(path).st_mtime_ns)
+            except OSError:
+                return None
+        return None
+
+    def validator(self, api_version, kind):
+        """A compiled validator for apiVersion/kind; raises SchemaMissing or SchemaUnreachable (cached)."""
+        key = (api_version, kind)
+        shared = self._shared_key(api_version, kind)
+        with self._lock:
+            cached = self._validators.get(key)
+            if cached is None and shared is not None:
+                cached = _SHARED.get(shared)
+        if cached is not None:
+            if isinstance(cached, Exception):
+                raise cached
+            return cached
+        group, version = split_api_version(api_version)
+        try:
+            if is_builtin_group(group):
+                schema = self._load_core(group, kind, version)
+                registry = self._core_registry()
+            else:
+                schema = self._load_custom(group, kind, version)
+                registry = referencing.Registry()
+            cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+            compiled = cls(schema, registry=registry)
+        except (SchemaMissing, SchemaUnreachable) as exc:
+            with self._lock:
+                self._validators[key] = exc
+            raise
+        with self._lock:
+            self._validators[key] = compiled
+            if shared is not None:
+                _SHARED[shared] = compiled
+        return compiled
+
+    def _metadata_validator(self):
+        """ObjectMeta of the built-in definitions: CRD schemas leave metadata unchecked."""
+        with self._lock:
+            compiled = _SHARED.get("object-meta")
+        if compiled is None:
+            schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+                      "$ref": _DEFINITIONS_URI + "#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}
+            compiled = jsonschema.Draft202012Validator(schema, registry=self._core_registry())
+            with self._lock:
+                _SHARED["object-meta"] = compiled
+        return compiled
+
+    def errors(self, obj, limit=10):
+        """[(path, message)] of schema violations of ``obj`` (sorted, at most ``limit``)."""
+        compiled = self.validator(obj.get("apiVersion", ""), obj.get("kind", ""))
+        found = []
+        for error in compiled.iter_errors(obj):
+            found.append((_path(error.absolute_path), _message(error)))
+        group = split_api_version(obj.get("apiVersion", ""))[0]
+        if not is_builtin_group(group) and isinstance(obj.get("metadata"), dict):
+            for error in self._metadata_validator().iter_errors(obj["metadata"]):
+                found.append((_path(["metadata"] + list(error.absolute_path)), _message(error)))
+        found.sort()
+        return found[:limit]
+
+
+def _path(parts):
+    text = ""
+    for part in parts:
+        text += "[%d]" % part if isinstance(part, int) else ("." if text else "") + str(part)
+    return text or "(root)"
+
+
+def _message(error):
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set((error.schema.get("properties") or {}).keys())
+        unknown = sorted(k for k in error.instance if k not in allowed)
+        if unknown:
+            return "unknown field%s %s" % ("s" if len(unknown) > 1 else "", ", ".join(repr(u) for u in unknown))
+    if error.validator == "enum":
+        return "%r is not one of %s" % (error.instance, ", ".join(repr(v) for v in error.validator_value))
+    return re.sub(r"\s+", " ", error.message)

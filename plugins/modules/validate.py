@@ -1,0 +1,175 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: validate
+short_description: Render, schema-check and cross-check the krops GitOps tree
+version_added: 0.1.0
+description:
+  - Checks every environment of the GitOps tree (C(mgmt/<env>) and its C(workload/<overlay>)) without touching any cluster.
+  - C(render) - every directory with a kustomization file builds with C(kubectl kustomize).
+  - C(schema) - every rendered object validates against its JSON schema after Flux postBuild substitution;
+    built-in kinds use the schemas of the C(kubernetes-validate) package, custom resources the O(schema_location);
+    unknown fields are errors; a kind without schema is an error unless listed in O(allow_kinds).
+  - C(flux-graph) - every C(dependsOn) names a Flux Kustomization of the same environment, without cycles; every
+    sourceRef, chartRef, healthCheck, decryption and kubeConfig secretRef and substituteFrom names an object the
+    tree defines or the lifecycle creates (per C(bootstrap.toml)).
+  - C(bootstrap) - C(bootstrap.toml) agrees with the tree - chart pins, provider and pivot manifests, move fallbacks,
+    mgmt-cluster and teardown names.
+  - C(secrets) - every Secret manifest is a SOPS file (C(*.sops.yaml)) with encrypted data.
+  - C(yamllint) - the repository's C(.yamllint) over the environment's files.
+  - Never changes anything. Fails, listing every finding, when there is at least one.
+author:
+  - krops developers (@krops)
+options:
+  path:
+    description:
+      - Root of the krops repository (the folder holding C(mgmt/) and C(bootstrap.toml)).
+      - Defaults to the current working directory; the C(krops.platform.validate) role passes the playbook folder's parent.
+    type: path
+  environments:
+    description:
+      - Environments to check. Defaults to every C(mgmt/<env>) folder present in the tree.
+    type: list
+    elements: str
+  schema_location:
+    description:
+      - Where the JSON schemas of custom resources are, as a folder or an HTTPS URL template in kubeconform's
+        C({group}/{kind}_{version}.json) layout (C({{.Group}}), C({{.ResourceKind}}), C({{.ResourceAPIVersion}}) work too).
+      - A relative folder is resolved against the current directory, then against O(path).
+      - Defaults to the E(KROPS_SCHEMA_LOCATION) environment variable, else the public datreeio CRDs catalog.
+    type: str
+  allow_kinds:
+    description:
+      - Kinds allowed to have no schema, as C(Kind), C(group/Kind) or C(group/version/Kind).
+    type: list
+    elements: str
+    default: []
+  config_file:
+    description:
+      - The C(bootstrap.toml) to cross-check. Defaults to C(<path>/bootstrap.toml).
+    type: path
+  format:
+    description:
+      - Shape of RV(output) - C(text) gives one line per finding and a summary per environment, C(json) a JSON document.
+    type: str
+    choices: [text, json]
+    default: text
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same way in check mode.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is no diff.
+requirements:
+  - kubectl (with kustomize) or kustomize on the controller
+  - jsonschema, referencing, kubernetes-validate and yamllint (Python libraries)
+"""
+
+EXAMPLES = r"""
+- name: Validate every environment of the tree, with the schemas of a local folder
+  krops.platform.validate:
+    path: "{{ playbook_dir }}/.."
+    schema_location: ../shared/crd-schemas
+
+- name: Validate local-host only and keep going on findings
+  krops.platform.validate:
+    environments: [local-host]
+    format: json
+  register: krops_validation
+  failed_when: false
+"""
+
+RETURN = r"""
+findings:
+  description: Every problem found, sorted by environment, file and object.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    file:
+      description: File relative to O(path) (C(bootstrap.toml) for configuration findings).
+      type: str
+    object:
+      description: C(Kind/namespace/name) of the object, a C(bootstrap.toml) key, a line, or C(-).
+      type: str
+    rule:
+      description: One of C(render), C(schema), C(flux-graph), C(bootstrap), C(secrets), C(yamllint).
+      type: str
+    message:
+      description: What is wrong and, where useful, what to do.
+      type: str
+    environment:
+      description: Environment the finding belongs to (C(-) for a file of C(mgmt/) or C(workload/) outside every environment).
+      type: str
+  sample:
+    - file: mgmt/local-host/cert-manager/flux-ks.yaml
+      object: Kustomization/flux-system/cert-manager
+      rule: schema
+      message: "spec: unknown field 'intervall'"
+      environment: local-host
+summary:
+  description: Per environment, counts of directories, objects, files and findings (also per rule) and the time taken.
+  returned: always
+  type: dict
+  sample: {"local-host": {"directories": 12, "objects": 47, "files": 40, "findings": 0, "seconds": 1.2,
+           "by_rule": {"render": 0, "schema": 0, "flux-graph": 0, "bootstrap": 0, "secrets": 0, "yamllint": 0}}}
+output:
+  description: The report in the requested O(format) (text lines joined by newlines, or JSON).
+  returned: always
+  type: str
+objects:
+  description: Number of rendered objects checked, all environments together.
+  returned: always
+  type: int
+environments:
+  description: The environments checked.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.krops.platform.plugins.module_utils import validate as krops_validate
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path"),
+            environments=dict(type="list", elements="str"),
+            schema_location=dict(type="str"),
+            allow_kinds=dict(type="list", elements="str", default=[]),
+            config_file=dict(type="path"),
+            format=dict(type="str", choices=["text", "json"], default="text"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        result = krops_validate.run(path=params["path"], environments=params["environments"],
+                                    schema_location=params["schema_location"], allow_kinds=params["allow_kinds"],
+                                    config_file=params["config_file"])
+    except krops_validate.ValidateError as exc:
+        module.fail_json(msg="validate could not run: %s" % exc)
+    if params["format"] == "json":
+        output = json.dumps({"findings": result["findings"], "summary": result["summary"]}, indent=2)
+    else:
+        output = "\n".join(krops_validate.format_text(result))
+    returned = dict(changed=False, findings=result["findings"], summary=result["summary"], output=output,
+                    objects=result["objects"], environments=result["environments"])
+    if result["findings"]:
+        lines = krops_validate.format_text(result)
+        module.fail_json(msg="validate found %d finding(s):\n%s" % (len(result["findings"]), "\n".join(lines)), **returned)
+    module.exit_json(**returned)
+
+
+if __name__ == "__main__":
+    main()
