@@ -1,0 +1,299 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: capi_pivot
+short_description: Move the Cluster API management plane from the kind cluster into the management cluster
+version_added: 0.1.0
+description:
+  - Runs phases 0 to 4 of the krops pivot against two clusters, the disposable kind cluster (the source) and the
+    self-managed management cluster (the target) that Flux on kind provisioned through Cluster API.
+  - C(preconditions) the source is the kind context, (local-host) the registry serves, the management Cluster exists
+    within C(mgmt-ready-timeout).
+  - C(export) Secret C(<mgmt-cluster>-kubeconfig) is exported to O(target_kubeconfig) (mode 0600, context renamed to
+    C(mgmt-context), for local-host the server rewritten to the published load-balancer port); its nodes become Ready.
+  - C(prepare) cert-manager and cluster-api-operator at the C([charts]) pins, the environment's provider manifests in
+    order, the pivot manifests with C(${VAR}) and C(${VAR:=default}) substituted from the source's flux-system ConfigMaps
+    overlaid by C(pivot-manifest-vars), credentials and SOPS secrets; every provider Ready and at least at the source's version.
+  - C(preflight) every Cluster and Machine of C(mgmt-namespace) is movable, none paused, no block-move annotation; all
+    reasons are reported together and nothing is paused or suspended.
+  - C(move) the source's Flux Kustomizations are suspended, C(clusterctl move) runs, the result is verified, moved Clusters
+    are unpaused on the target and missing move fallbacks are applied.
+  - A failure before C(move) changes nothing on the source. A failure during C(move) unpauses the source's Clusters, resumes
+    the Kustomizations the module suspended (unless objects already left the source), deletes nothing on the target and
+    returns the partial object list. Re-running completes the move; a re-run after success changes nothing.
+  - Seeding Flux on the target and deleting the kind cluster are done by the role C(krops.platform.pivot).
+author:
+  - krops developers (@krops)
+extends_documentation_fragment:
+  - krops.platform.kube
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Plans every phase without writing (the kubeconfig is exported to a private temporary file), skips the
+      waits and runs C(clusterctl move --dry-run).
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+options:
+  source_kubeconfig:
+    description:
+      - Kubeconfig holding the kind cluster's context. Defaults to O(kubeconfig), then the default kubeconfig.
+    type: path
+  source_context:
+    description:
+      - Context of the kind cluster. Defaults to O(context), then C(kind-context) of bootstrap.toml. It must be the kind context.
+    type: str
+  target_kubeconfig:
+    description:
+      - Where to write the exported management kubeconfig. Defaults to C(mgmt-kubeconfig) of bootstrap.toml.
+    type: path
+  environment:
+    description:
+      - Environment of bootstrap.toml. Defaults to E(KROPS_PROFILE), then C(default-environment).
+    type: str
+  config_file:
+    description:
+      - bootstrap.toml to read. Defaults to E(BOOTSTRAP_CONFIG), then C(bootstrap.toml) in the current directory.
+    type: path
+  repo_root:
+    description:
+      - Root of the GitOps repository; provider, pivot and fallback manifest paths are relative to it.
+      - Defaults to the folder of the bootstrap.toml read.
+    type: path
+  stop_after:
+    description:
+      - Last phase to run.
+    type: str
+    choices: [preconditions, export, prepare, preflight, move]
+    default: move
+  lb_port:
+    description:
+      - local-host only. Published host port of the C(<mgmt-cluster>-lb) container. Found with C(docker inspect) when unset.
+    type: int
+  target_server:
+    description:
+      - API server URL to write into the exported kubeconfig instead of the one in the Secret (and instead of O(lb_port)).
+    type: str
+  registry_url:
+    description:
+      - local-host only. Base URL of the local registry checked in phase 0. Defaults to C(http://127.0.0.1:<registry-port>).
+    type: str
+  clusterctl_binary:
+    description: Path of clusterctl. Found on E(PATH) when unset.
+    type: path
+  helm_binary:
+    description: Path of helm. Found on E(PATH) when unset.
+    type: path
+  docker_binary:
+    description: Path of docker (local-host, to find the load-balancer port). Found on E(PATH) when unset.
+    type: path
+  sops_binary:
+    description: Path of sops (for C(pivot-sops-secrets)). Found on E(PATH) when unset.
+    type: path
+  age_key_file:
+    description:
+      - age key file decrypting C(pivot-sops-secrets), given to sops through E(SOPS_AGE_KEY_FILE).
+      - Defaults to C(age-key-file) of bootstrap.toml, relative to O(repo_root).
+    type: path
+  aws_b64encoded_credentials:
+    description:
+      - aws only. Value of C(AWS_B64ENCODED_CREDENTIALS) for Secret C(capa-system/aws-credentials) on the target.
+      - When unset, E(AWS_B64ENCODED_CREDENTIALS), then the same Secret on the kind cluster is used.
+    type: str
+  manifest_vars:
+    description:
+      - Extra variables for C(${VAR}) substitution, overriding the ConfigMaps and C(pivot-manifest-vars).
+    type: dict
+  wait_timeout:
+    description: Seconds to wait for each chart and each provider to become Ready.
+    type: int
+    default: 900
+  node_timeout:
+    description: Seconds to wait for the management cluster's nodes to become Ready.
+    type: int
+    default: 900
+  mgmt_ready_timeout:
+    description: Seconds to wait for the management Cluster and its kubeconfig Secret. Defaults to C(mgmt-ready-timeout).
+    type: int
+  move_timeout:
+    description: Seconds C(clusterctl move) may take.
+    type: int
+    default: 3600
+notes:
+  - clusterctl gets both kubeconfig files by path; the credentials for AWS reach the cluster through the API, never argv.
+  - Never deletes anything on the management cluster; deleting a moved Cluster, AWSManaged*, MachinePool or CAPD object
+    there would deprovision real infrastructure.
+seealso:
+  - module: krops.platform.flux_handoff
+  - module: krops.platform.kind_cluster
+"""
+
+EXAMPLES = r"""
+- name: Pivot the local-host environment
+  krops.platform.capi_pivot:
+    environment: local-host
+    config_file: "{{ playbook_dir }}/../bootstrap.toml"
+
+- name: Only check that the move could start (phases 0 to 3)
+  krops.platform.capi_pivot:
+    environment: aws
+    stop_after: preflight
+  check_mode: true
+"""
+
+RETURN = r"""
+phase_reached:
+  description: Last phase that completed.
+  returned: always
+  type: str
+  sample: move
+failed_phase:
+  description: Phase that failed.
+  returned: failure
+  type: str
+  sample: move
+moved:
+  description: Objects that left the kind cluster and exist on the management cluster (check mode, the planned set).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{kind: Cluster, namespace: default, name: local-management}]
+partial:
+  description: After a failed move, the objects of the move set that exist on the management cluster.
+  returned: failure in the move phase
+  type: list
+  elements: dict
+excluded:
+  description: Cluster-scoped Cluster API objects on the kind cluster that a namespaced move does not carry (see fallbacks).
+  returned: always
+  type: list
+  elements: dict
+fallbacks:
+  description: Move fallbacks of bootstrap.toml with their state (present or applied).
+  returned: always
+  type: list
+  elements: dict
+target_kubeconfig:
+  description: Path of the exported management kubeconfig.
+  returned: always
+  type: str
+target_context:
+  description: Context of the management cluster in O(target_kubeconfig).
+  returned: always
+  type: str
+  sample: krops-mgmt
+providers:
+  description: Providers applied to the management cluster with their version and the source's version.
+  returned: always
+  type: list
+  elements: dict
+charts:
+  description: Helm releases and their state (unchanged, installed, upgraded).
+  returned: always
+  type: list
+  elements: dict
+applied:
+  description: Objects applied to the management cluster and their state (created, updated, unchanged).
+  returned: always
+  type: list
+  elements: dict
+suspended:
+  description: Kustomizations suspended on the kind cluster.
+  returned: always
+  type: list
+  elements: dict
+run_tags:
+  description: Data of the run tags ConfigMap on the kind cluster, to copy to the target.
+  returned: when the prepare phase ran
+  type: dict
+already_moved:
+  description: True when the kind cluster held nothing left to move and the management cluster lists the Cluster.
+  returned: always
+  type: bool
+progress:
+  description: Progress lines of the run.
+  returned: always
+  type: list
+  elements: str
+rollback:
+  description: What the failed move undid on the kind cluster.
+  returned: failure in the move phase
+  type: list
+  elements: str
+refusals:
+  description: Every reason the preflight refused the move.
+  returned: failure in the preflight phase
+  type: list
+  elements: str
+unresolved:
+  description: Unresolved variable names of the first pivot manifest that failed substitution.
+  returned: substitution failure
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import pivot
+
+
+def argument_spec():
+    spec = dict(kube.KUBE_ARGS)
+    spec.update(
+        source_kubeconfig=dict(type="path"),
+        source_context=dict(type="str"),
+        target_kubeconfig=dict(type="path"),
+        environment=dict(type="str"),
+        config_file=dict(type="path"),
+        repo_root=dict(type="path"),
+        stop_after=dict(type="str", choices=list(pivot.PHASES), default="move"),
+        lb_port=dict(type="int"),
+        target_server=dict(type="str"),
+        registry_url=dict(type="str"),
+        clusterctl_binary=dict(type="path"),
+        helm_binary=dict(type="path"),
+        docker_binary=dict(type="path"),
+        sops_binary=dict(type="path"),
+        age_key_file=dict(type="path"),
+        aws_b64encoded_credentials=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_B64ENCODED_CREDENTIALS"])),
+        manifest_vars=dict(type="dict"),
+        wait_timeout=dict(type="int", default=900),
+        node_timeout=dict(type="int", default=900),
+        mgmt_ready_timeout=dict(type="int"),
+        move_timeout=dict(type="int", default=3600),
+    )
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    if not kube.HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(kube.KUBERNETES_IMPORT_ERROR))
+    params = dict(module.params)
+    params["source_kubeconfig"] = params["source_kubeconfig"] or params.pop("kubeconfig", None)
+    params["source_context"] = params["source_context"] or params.pop("context", None)
+    try:
+        cfg = krops_config.load(params["config_file"], environment=params["environment"])
+    except krops_config.ConfigError as exc:
+        module.fail_json(msg=str(exc), failed_phase="preconditions", phase_reached=None)
+    try:
+        result = pivot.run(cfg, params, check_mode=module.check_mode)
+    except krops_config.ConfigError as exc:
+        module.fail_json(msg=str(exc), failed_phase="preconditions", phase_reached=None)
+    except pivot.PivotError as exc:
+        details = dict(exc.result or {})
+        details.pop("failed", None)
+        details["failed_phase"] = exc.phase
+        module.fail_json(msg="pivot phase %s failed: %s" % (exc.phase, exc), **details)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

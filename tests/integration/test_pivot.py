@@ -1,0 +1,755 @@
+"""capi_pivot on two emulator API servers (kind = source, mgmt = target).
+
+clusterctl is a stand-in that really moves objects over HTTP between the emulators
+(pausing the source Clusters, creating objects on the target, deleting them from the
+source), or fails midway, or exits 0 having moved nothing. A background "operator"
+marks provider objects Ready on the target, as cluster-api-operator would.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+import sys
+import threading
+
+import pytest
+import yaml
+
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import pivot
+from ansible_collections.krops.platform.plugins.modules import capi_pivot
+from tests.substrate.fixtures import task_results
+
+NS = "default"
+MGMT = "local-management"
+CLUSTER_V = "cluster.x-k8s.io/v1beta2"
+KS = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
+OPERATOR_V = "operator.cluster.x-k8s.io/v1alpha2"
+
+# --- the clusterctl stand-in -----------------------------------------------------------
+
+MOVER = r'''#!{python}
+"""clusterctl stand-in: `move` copies the CAPI objects of a namespace between two API servers."""
+import json, os, sys, urllib.request, urllib.error
+import yaml
+MODE = {mode!r}      # move | fail-half | fail-delete | noop
+RESUME = {resume!r}  # unpause the Clusters on the target at the end, as clusterctl does
+here = os.path.dirname(os.path.abspath(__file__))
+args = sys.argv[1:]
+with open(os.path.join(here, "calls.jsonl"), "a") as log:
+    log.write(json.dumps({{"tool": "clusterctl", "argv": args, "env": {{}}, "cwd": os.getcwd(), "stdin": ""}}) + "\n")
+
+def opt(name, default=None):
+    return args[args.index(name) + 1] if name in args else default
+
+def server(path, context):
+    kc = yaml.safe_load(open(path))
+    context = context or kc["current-context"]
+    cluster = next(c for c in kc["contexts"] if c["name"] == context)["context"]["cluster"]
+    return next(c for c in kc["clusters"] if c["name"] == cluster)["cluster"]["server"]
+
+def call(base, method, path, body=None, ctype="application/json"):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method, headers={{"Content-Type": ctype}})
+    with urllib.request.urlopen(req, timeout=10) as reply:
+        return json.loads(reply.read() or b"{{}}")
+
+src = server(opt("--kubeconfig"), opt("--kubeconfig-context"))
+dst = server(opt("--to-kubeconfig"), opt("--to-kubeconfig-context"))
+ns = opt("-n", "default")
+kinds = []
+for group in call(src, "GET", "/apis")["groups"]:
+    name = group["name"]
+    if not name.endswith("cluster.x-k8s.io") or name.split(".")[0] in ("operator", "clusterctl", "runtime"):
+        continue
+    for version in group["versions"]:  # the emulator serves different kinds per version
+        gv = version["groupVersion"]
+        for res in call(src, "GET", "/apis/" + gv)["resources"]:
+            if "/" not in res["name"] and res["namespaced"]:
+                kinds.append((gv, res["name"], res["kind"]))
+objects = []
+for gv, plural, kind in kinds:
+    for obj in call(src, "GET", "/apis/%s/namespaces/%s/%s" % (gv, ns, plural))["items"]:
+        objects.append(("/apis/%s/namespaces/%s/%s" % (gv, ns, plural), obj))
+clusters = [o["metadata"]["name"] for p, o in objects if o["kind"] == "Cluster"]
+for obj in call(src, "GET", "/api/v1/namespaces/%s/secrets" % ns)["items"]:
+    if any(obj["metadata"]["name"].startswith(c + "-") for c in clusters):
+        objects.append(("/api/v1/namespaces/%s/secrets" % ns, obj))
+objects.sort(key=lambda po: po[1]["kind"] != "Cluster")
+if "--dry-run" in args:
+    for path, obj in objects:
+        print("%s/%s" % (obj["kind"], obj["metadata"]["name"]))
+    sys.exit(0)
+if MODE == "noop":
+    print("Performing move...")
+    sys.exit(0)
+merge = "application/merge-patch+json"
+for path, obj in objects:
+    if obj["kind"] == "Cluster":
+        call(src, "PATCH", path + "/" + obj["metadata"]["name"], {{"spec": {{"paused": True}}}}, merge)
+half = max(1, len(objects) // 2)
+for index, (path, obj) in enumerate(objects):
+    if MODE == "fail-half" and index == half:
+        sys.stderr.write("Error: action failed after 10 attempts: failed to connect to the management cluster\n")
+        sys.exit(1)
+    body = {{k: v for k, v in obj.items() if k != "status"}}
+    body["metadata"] = {{k: v for k, v in obj["metadata"].items()
+                        if k not in ("uid", "resourceVersion", "creationTimestamp", "generation", "deletionTimestamp")}}
+    if obj["kind"] == "Cluster":
+        body["spec"] = dict(body.get("spec") or {{}}, paused=True)
+    try:
+        call(dst, "POST", path, body)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 409:
+            raise
+        call(dst, "PATCH", path + "/" + obj["metadata"]["name"], body, merge)
+    if obj.get("status") and obj["kind"] != "Secret":
+        call(dst, "PATCH", path + "/" + obj["metadata"]["name"] + "/status", {{"status": obj["status"]}}, merge)
+for index, (path, obj) in enumerate(reversed(objects)):
+    if MODE == "fail-delete" and index == half:
+        sys.stderr.write("Error: failed to delete objects from the source cluster\n")
+        sys.exit(1)
+    call(src, "PATCH", path + "/" + obj["metadata"]["name"], {{"metadata": {{"finalizers": None}}}}, merge)
+    call(src, "DELETE", path + "/" + obj["metadata"]["name"])
+if RESUME:
+    for path, obj in objects:
+        if obj["kind"] == "Cluster":
+            call(dst, "PATCH", path + "/" + obj["metadata"]["name"], {{"spec": {{"paused": None}}}}, merge)
+print("Performing move...\nMoving Cluster API objects Clusters=%d" % len(clusters))
+'''
+
+
+def install_mover(fake_bins, mode="move", resume=True):
+    fake_bins.install("clusterctl", MOVER.format(python=sys.executable, mode=mode, resume=resume))
+
+
+# --- a world: bootstrap.toml, manifests, two clusters ---------------------------------
+
+BOOTSTRAP = """
+[bootstrap]
+default-environment = "local-host"
+git-url = "https://github.com/krops/krops"
+mgmt-kubeconfig = "{kubeconfig}"
+
+[charts]
+flux-operator = "0.58.0"
+cert-manager = "1.21.2"
+capi-operator = "0.29.0"
+
+[environments.local-host]
+kind = "local-host"
+sync = "oci"
+sync-path = "mgmt/local-host"
+mgmt-cluster = "local-management"
+mgmt-ready-timeout = "15m"
+infra-provider-namespace = "capd-system"
+infra-provider-name = "docker"
+provider-manifests = ["mgmt/core-provider.yaml", "mgmt/infrastructure-provider.yaml"]
+pivot-manifests = ["mgmt/pivot-settings.yaml"]
+
+[environments.local-host.pivot-manifest-vars]
+CLUSTER_REGION = "local"
+
+[environments.aws]
+kind = "aws"
+sync = "git"
+sync-path = "mgmt/aws"
+mgmt-cluster = "local-management"
+mgmt-ready-timeout = "40m"
+infra-provider-namespace = "capa-system"
+infra-provider-name = "aws"
+provider-manifests = ["mgmt/core-provider.yaml"]
+pivot-sops-secrets = ["mgmt/ack-credentials.sops.yaml"]
+
+[[environments.aws.move-fallbacks]]
+resource = "awsclustercontrolleridentities.infrastructure.cluster.x-k8s.io"
+name = "default"
+manifest = "mgmt/identity.yaml"
+"""
+
+CORE_PROVIDER = """
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: capi-system
+---
+apiVersion: operator.cluster.x-k8s.io/v1alpha2
+kind: CoreProvider
+metadata:
+  name: cluster-api
+  namespace: capi-system
+spec:
+  version: ${CAPI_VERSION:=v1.10.2}
+"""
+
+INFRA_PROVIDER = """
+apiVersion: operator.cluster.x-k8s.io/v1alpha2
+kind: InfrastructureProvider
+metadata:
+  name: docker
+  namespace: capd-system
+spec:
+  version: v1.10.2
+"""
+
+PIVOT_SETTINGS = """
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: pivot-settings
+  namespace: flux-system
+data:
+  region: ${CLUSTER_REGION}
+  run: ${KROPS_RUN_ID}
+  tier: ${TIER:=standard}
+"""
+
+IDENTITY = """
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: AWSClusterControllerIdentity
+metadata:
+  name: default
+spec:
+  allowedNamespaces: {}
+"""
+
+
+class Operator:
+    """Marks provider objects Ready on an emulator (with installedVersion = spec.version)."""
+
+    KINDS = ("CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider", "AddonProvider")
+
+    def __init__(self, api, version_override=None):
+        self.api = api
+        self.version_override = version_override or {}
+        self.ignore = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        seen = -1
+        while not self.stop.wait(0.02):
+            if len(self.api.events) == seen:
+                continue
+            seen = len(self.api.events)
+            for kind in self.KINDS:
+                for obj in self.api.list(OPERATOR_V, kind):
+                    meta = obj["metadata"]
+                    if meta["name"] in self.ignore:
+                        continue
+                    version = self.version_override.get(meta["name"], (obj.get("spec") or {}).get("version"))
+                    status = obj.get("status") or {}
+                    if status.get("installedVersion") != version or not status.get("conditions"):
+                        self.api.apply_object({"apiVersion": OPERATOR_V, "kind": kind, "metadata": {
+                            "name": meta["name"], "namespace": meta["namespace"]}, "status": {"installedVersion": version}})
+                        self.api.set_condition(OPERATOR_V, kind, meta["name"], meta["namespace"])
+
+
+class World:
+    def __init__(self, tmp_path, kind_api, mgmt_api, fake_bins, registry):
+        self.tmp = tmp_path
+        self.kind = kind_api
+        self.mgmt = mgmt_api
+        self.bins = fake_bins
+        self.registry = registry
+        self.repo = tmp_path / "repo"
+        (self.repo / "mgmt").mkdir(parents=True)
+        self.target_kubeconfig = tmp_path / "out" / "krops-mgmt.yaml"
+        (self.repo / "bootstrap.toml").write_text(BOOTSTRAP.format(kubeconfig=self.target_kubeconfig))
+        for name, text in (("core-provider.yaml", CORE_PROVIDER), ("infrastructure-provider.yaml", INFRA_PROVIDER),
+                           ("pivot-settings.yaml", PIVOT_SETTINGS), ("identity.yaml", IDENTITY),
+                           ("ack-credentials.sops.yaml", "sops: encrypted\n")):
+            (self.repo / "mgmt" / name).write_text(text)
+        self.populate_source()
+        self.populate_target()
+
+    def populate_source(self, cluster_ready=True):
+        api = self.kind
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
+        for name in ("flux-system", "capi-providers", "clusters"):
+            api.create({"apiVersion": KS[0], "kind": KS[1], "metadata": {"name": name, "namespace": "flux-system"},
+                        "spec": {"interval": "5m", "path": "./mgmt/local-host", "prune": True}})
+        api.create({"apiVersion": KS[0], "kind": KS[1], "metadata": {"name": "already-off", "namespace": "flux-system"},
+                    "spec": {"interval": "5m", "path": "./x", "prune": True, "suspend": True}})
+        api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "krops-run", "namespace": "flux-system"},
+                    "data": {"KROPS_RUN_ID": "local-host-20261130", "KROPS_RUN_KIND": "manual"}})
+        api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-vars", "namespace": "flux-system"},
+                    "data": {"CLUSTER_REGION": "overridden-by-bootstrap-toml", "CAPI_VERSION": "v1.10.2"}})
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capi-system"}})
+        api.create({"apiVersion": OPERATOR_V, "kind": "CoreProvider", "metadata": {"name": "cluster-api", "namespace": "capi-system"},
+                    "spec": {"version": "v1.10.0"}})
+        api.apply_object({"apiVersion": OPERATOR_V, "kind": "CoreProvider", "metadata": {"name": "cluster-api", "namespace": "capi-system"},
+                          "status": {"installedVersion": "v1.10.0"}})
+        self.add_cluster(MGMT, ready=cluster_ready)
+        self.add_cluster("local-workload", ready=True)
+        kubeconfig = yaml.safe_dump(self.mgmt.kubeconfig(context="local-management-admin@local-management"))
+        api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "%s-kubeconfig" % MGMT, "namespace": NS},
+                    "data": {"value": base64.b64encode(kubeconfig.encode()).decode()}})
+
+    def add_cluster(self, name, ready=True, node_ref=True):
+        api = self.kind
+        api.create({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": name, "namespace": NS},
+                    "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": name}}})
+        if ready:
+            api.apply_object({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": name, "namespace": NS},
+                              "status": {"initialization": {"infrastructureProvisioned": True, "controlPlaneInitialized": True}}})
+        api.create({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerCluster",
+                    "metadata": {"name": name, "namespace": NS}, "spec": {}})
+        api.create({"apiVersion": CLUSTER_V, "kind": "Machine", "metadata": {"name": name + "-cp-0", "namespace": NS},
+                    "spec": {"clusterName": name}})
+        if node_ref:
+            api.apply_object({"apiVersion": CLUSTER_V, "kind": "Machine", "metadata": {"name": name + "-cp-0", "namespace": NS},
+                              "status": {"nodeRef": {"name": name + "-cp-0"}}})
+
+    def populate_target(self):
+        self.mgmt.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "local-management-cp-0"}})
+        self.mgmt.set_condition("v1", "Node", "local-management-cp-0")
+
+    def args(self, **extra):
+        args = {"source_kubeconfig": self.kind.kubeconfig_path, "source_context": "kind-mgmt",
+                "config_file": str(self.repo / "bootstrap.toml"), "environment": "local-host",
+                "target_server": self.mgmt.url, "registry_url": "http://%s" % self.registry,
+                "wait_timeout": 10, "node_timeout": 5, "mgmt_ready_timeout": 5}
+        args.update(extra)
+        return args
+
+    def helm_deployed(self):
+        self.bins.answer("helm", "list -n cert-manager", stdout=json.dumps(
+            [{"name": "cert-manager", "namespace": "cert-manager", "chart": "cert-manager-v1.21.2", "status": "deployed"}]))
+        self.bins.answer("helm", "list -n capi-operator-system", stdout=json.dumps(
+            [{"name": "capi-operator", "namespace": "capi-operator-system", "chart": "cluster-api-operator-0.29.0", "status": "deployed"}]))
+
+    # observations
+    def capi(self, api):
+        found = set()
+        for api_version, kind in ((CLUSTER_V, "Cluster"), (CLUSTER_V, "Machine"),
+                                  ("infrastructure.cluster.x-k8s.io/v1beta1", "DockerCluster")):
+            found |= {(kind, o["metadata"]["name"]) for o in api.list(api_version, kind, NS)}
+        return found
+
+    def paused(self, api):
+        return {o["metadata"]["name"]: bool((o.get("spec") or {}).get("paused")) for o in api.list(CLUSTER_V, "Cluster", NS)}
+
+    def suspended(self):
+        return {o["metadata"]["name"]: bool(o["spec"].get("suspend")) for o in self.kind.list(*KS, "flux-system")}
+
+
+ALL_OBJECTS = {("Cluster", MGMT), ("Cluster", "local-workload"), ("Machine", MGMT + "-cp-0"),
+               ("Machine", "local-workload-cp-0"), ("DockerCluster", MGMT), ("DockerCluster", "local-workload")}
+ACTIVE_KS = {"flux-system": False, "capi-providers": False, "clusters": False, "already-off": True}
+
+
+@pytest.fixture
+def world(tmp_path, kind_api, mgmt_api, fake_bins, oci_registry):
+    install_mover(fake_bins)
+    operator = Operator(mgmt_api)
+    made = World(tmp_path, kind_api, mgmt_api, fake_bins, oci_registry)
+    made.operator = operator
+    yield made
+    operator.stop.set()
+    operator.thread.join(2)
+
+
+def helm_calls(bins, verb="upgrade"):
+    return [c["argv"] for c in bins.calls("helm") if c["argv"][0] == verb]
+
+
+# --- substitution (pure) -------------------------------------------------------------
+
+def test_substitute_defaults_escapes_and_lists_every_unresolved_name():
+    text = "a: ${A}\nb: ${B:=dflt}\nc: $${LITERAL}\nd: ${D:=x}\ne: ${MISSING_1} ${MISSING_2} ${MISSING_1}\n"
+    with pytest.raises(pivot.SubstitutionError) as err:
+        pivot.substitute(text, {"A": "1", "D": ""}, "mgmt/x.yaml")
+    assert err.value.names == ["MISSING_1", "MISSING_2"]
+    assert str(err.value).startswith("mgmt/x.yaml: unresolved variables: MISSING_1, MISSING_2; define them")
+    done = pivot.substitute(text, {"A": "1", "D": "", "MISSING_1": "m1", "MISSING_2": "m2"}, "x")
+    assert done == "a: 1\nb: dflt\nc: ${LITERAL}\nd: x\ne: m1 m2 m1\n"
+
+
+def test_parse_version_orders_releases():
+    assert pivot.parse_version("v1.10.0") > pivot.parse_version("v1.9.9")
+    assert pivot.parse_version("1.10.0-rc.1") < pivot.parse_version("v1.10.0")
+    assert pivot.parse_version("latest") is None
+
+
+# --- success and idempotence ---------------------------------------------------------
+
+def test_pivot_moves_everything_then_a_rerun_changes_nothing(world, run_module):
+    result = run_module(capi_pivot, world.args())
+    assert not result.failed, result.get("msg")
+    assert result["changed"] and result["phase_reached"] == "move"
+
+    # phase 1: the exported kubeconfig
+    path = world.target_kubeconfig
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    exported = yaml.safe_load(path.read_text())
+    assert exported["current-context"] == "krops-mgmt"
+    assert [c["name"] for c in exported["contexts"]] == ["krops-mgmt"]
+    assert exported["clusters"][0]["cluster"]["server"] == world.mgmt.url
+
+    # phase 2: charts at the pins (non-secret values only), providers, substituted pivot manifest
+    upgrades = helm_calls(world.bins)
+    assert [a[2] for a in upgrades] == ["cert-manager", "capi-operator"]
+    cert, capi = upgrades
+    assert cert[cert.index("--version") + 1] == "v1.21.2" and cert[cert.index("--repo") + 1] == "https://charts.jetstack.io"
+    assert ["-n", "cert-manager"] == cert[cert.index("-n"):cert.index("-n") + 2] and "crds.enabled=true" in cert
+    assert capi[3] == "cluster-api-operator" and capi[capi.index("--version") + 1] == "0.29.0"
+    assert "cert-manager.enabled=false" in capi and "capi-operator-system" in capi
+    assert world.mgmt.get(OPERATOR_V, "CoreProvider", "cluster-api", "capi-system")["spec"]["version"] == "v1.10.2"
+    assert world.mgmt.exists(OPERATOR_V, "InfrastructureProvider", "docker", "capd-system")
+    settings = world.mgmt.get("v1", "ConfigMap", "pivot-settings", "flux-system")["data"]
+    assert settings == {"region": "local", "run": "local-host-20261130", "tier": "standard"}
+    assert {(p["kind"], p["version"], p["source_version"]) for p in result["providers"]} == {
+        ("CoreProvider", "v1.10.2", "v1.10.0"), ("InfrastructureProvider", "v1.10.2", None)}
+
+    # phase 4: moved, verified, unpaused on the target; Flux on kind stays suspended
+    assert world.capi(world.kind) == set()
+    assert world.capi(world.mgmt) == ALL_OBJECTS
+    assert world.paused(world.mgmt) == {MGMT: False, "local-workload": False}
+    assert world.mgmt.exists("v1", "Secret", MGMT + "-kubeconfig", NS)
+    assert world.suspended() == {name: True for name in ACTIVE_KS}
+    assert {(m["kind"], m["name"]) for m in result["moved"]} >= ALL_OBJECTS
+    assert {s["name"] for s in result["suspended"]} == {"flux-system", "capi-providers", "clusters"}
+    assert result["run_tags"] == {"KROPS_RUN_ID": "local-host-20261130", "KROPS_RUN_KIND": "manual"}
+    move = [c["argv"] for c in world.bins.calls("clusterctl")]
+    assert len(move) == 1 and move[0][:2] == ["move", "--kubeconfig"] and move[0][-2:] == ["-n", "default"]
+    assert move[0][move[0].index("--to-kubeconfig") + 1] == str(world.target_kubeconfig)
+
+    # re-run: the kind cluster holds nothing to move; charts deployed; nothing changes
+    world.helm_deployed()
+    again = run_module(capi_pivot, world.args())
+    assert not again.failed, again.get("msg")
+    assert again["changed"] is False and again["already_moved"] is True
+    assert len(world.bins.calls("clusterctl")) == 1 and len(helm_calls(world.bins)) == 2
+    assert {a["state"] for a in again["applied"]} == {"unchanged"}
+
+
+def test_rerun_when_the_kind_cluster_is_gone_reports_already_moved(world, run_module):
+    assert not run_module(capi_pivot, world.args()).failed
+    world.kind.stop()
+    again = run_module(capi_pivot, world.args())
+    assert not again.failed, again.get("msg")
+    assert again["changed"] is False and again["already_moved"] is True
+
+
+def test_check_mode_plans_without_writing(world, run_module):
+    result = run_module(capi_pivot, world.args(), check_mode=True)
+    assert not result.failed, result.get("msg")
+    assert result["changed"] is True
+    assert not world.target_kubeconfig.exists()
+    assert helm_calls(world.bins) == []
+    assert world.mgmt.list(OPERATOR_V, "CoreProvider") == []
+    assert world.capi(world.kind) == ALL_OBJECTS and world.capi(world.mgmt) == set()
+    assert world.suspended() == ACTIVE_KS
+    assert [c["argv"][-1] for c in world.bins.calls("clusterctl")] == ["--dry-run"]
+    assert {(m["kind"], m["name"]) for m in result["moved"]} >= ALL_OBJECTS
+    assert {s["name"] for s in result["suspended"]} == {"flux-system", "capi-providers", "clusters"}
+
+
+def test_check_mode_on_a_bare_target_plans_the_crds_it_does_not_serve_yet(world, run_module, kube_cluster):
+    bare = kube_cluster("bare-mgmt", crds=False)
+    bare.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    bare.set_condition("v1", "Node", "n1")
+    result = run_module(capi_pivot, world.args(target_server=bare.url), check_mode=True)
+    assert not result.failed, result.get("msg")
+    assert {(a["kind"], a["state"]) for a in result["applied"]} == {
+        ("Namespace", "created"), ("CoreProvider", "created"), ("InfrastructureProvider", "created"), ("ConfigMap", "created")}
+    assert bare.list("v1", "ConfigMap", "flux-system") == [] and not bare.exists("v1", "Namespace", "capi-system")
+
+
+def test_clusterctl_leaving_clusters_paused_is_finished_by_the_module(world, run_module):
+    install_mover(world.bins, resume=False)
+    result = run_module(capi_pivot, world.args())
+    assert not result.failed, result.get("msg")
+    assert world.paused(world.mgmt) == {MGMT: False, "local-workload": False}
+
+
+def test_stop_after_preflight_changes_nothing_on_the_source(world, run_module):
+    result = run_module(capi_pivot, world.args(stop_after="preflight"))
+    assert not result.failed, result.get("msg")
+    assert result["phase_reached"] == "preflight"
+    assert world.capi(world.kind) == ALL_OBJECTS and world.suspended() == ACTIVE_KS
+    assert world.bins.calls("clusterctl") == []
+
+
+# --- failures before the move: the source is untouched -------------------------------
+
+def assert_source_untouched(world):
+    assert world.capi(world.kind) == ALL_OBJECTS
+    assert world.paused(world.kind) == {MGMT: False, "local-workload": False}
+    assert world.suspended() == ACTIVE_KS
+    assert world.bins.calls("clusterctl") == []
+
+
+def test_preconditions_refuse_a_non_kind_context_a_dead_registry_and_a_missing_cluster(world, run_module, tmp_path):
+    result = run_module(capi_pivot, world.args(source_context="krops-mgmt"))
+    assert result["msg"] == ("pivot phase preconditions failed: the pivot source must be the kind cluster's context kind-mgmt, "
+                             "not krops-mgmt; pass source_context=kind-mgmt")
+    assert result["failed_phase"] == "preconditions"
+
+    result = run_module(capi_pivot, world.args(registry_url="http://127.0.0.1:9"))
+    assert result["msg"] == ("pivot phase preconditions failed: the local registry krops-registry does not serve "
+                             "http://127.0.0.1:9/v2/; start it (bootstrap role) before pivoting")
+
+    world.kind.remove(CLUSTER_V, "Cluster", MGMT, NS)
+    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=1))
+    assert result["failed_phase"] == "preconditions"
+    assert "Cluster default/local-management did not appear on the kind cluster within 1s" in result["msg"]
+    assert "Clusters there: local-workload" in result["msg"]
+    assert world.suspended() == ACTIVE_KS and not world.target_kubeconfig.exists()
+
+
+def test_export_fails_without_the_kubeconfig_secret(world, run_module):
+    world.kind.remove("v1", "Secret", MGMT + "-kubeconfig", NS)
+    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=1))
+    assert result["failed_phase"] == "export"
+    assert ("Secret default/local-management-kubeconfig (the management cluster's kubeconfig) did not appear on the kind "
+            "cluster within mgmt-ready-timeout") in result["msg"]
+    assert_source_untouched(world)
+
+
+def test_export_fails_when_no_node_becomes_ready(world, run_module):
+    world.mgmt.set_condition("v1", "Node", "local-management-cp-0", status="False", reason="KubeletNotReady")
+    result = run_module(capi_pivot, world.args(node_timeout=1))
+    assert result["msg"] == ("pivot phase export failed: no node of the management cluster local-management became Ready "
+                             "within 1s (Pending: local-management-cp-0 not Ready); check its machines")
+    assert_source_untouched(world)
+
+
+def test_export_refuses_a_kubeconfig_that_points_at_the_kind_cluster(world, run_module):
+    result = run_module(capi_pivot, world.args(target_server=world.kind.url))
+    assert result["msg"] == ("pivot phase export failed: the exported management kubeconfig points at the kind cluster itself "
+                             "(%s); refusing to move onto the source" % world.kind.url)
+    assert_source_untouched(world)
+
+
+def test_export_tolerates_node_pools_that_register_late(world, run_module):
+    world.mgmt.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "pool-a-0"}})
+    result = run_module(capi_pivot, world.args(node_timeout=1, stop_after="export"))
+    assert not result.failed, result.get("msg")
+    assert "! Pending: pool-a-0 not Ready after 1s; continuing (node pools that register late are tolerated)" in result["progress"]
+
+
+def test_substitution_errors_fail_before_anything_is_written(world, run_module):
+    (world.repo / "mgmt" / "pivot-settings.yaml").write_text(PIVOT_SETTINGS + "  zone: ${ZONE}\n  key: ${API_KEY}\n")
+    result = run_module(capi_pivot, world.args())
+    path = world.repo / "mgmt" / "pivot-settings.yaml"
+    assert result["msg"] == (
+        "pivot phase prepare failed: %s: unresolved variables: ZONE, API_KEY; define them in a ConfigMap of the source's "
+        "flux namespace or in pivot-manifest-vars of the environment in bootstrap.toml, or give a default with ${NAME:=value}" % path)
+    assert result["unresolved"] == ["ZONE", "API_KEY"]
+    assert helm_calls(world.bins) == [] and world.mgmt.list(OPERATOR_V, "CoreProvider") == []
+    assert_source_untouched(world)
+
+
+def test_older_target_provider_is_refused(world, run_module):
+    world.kind.apply_object({"apiVersion": OPERATOR_V, "kind": "CoreProvider", "metadata": {"name": "cluster-api", "namespace": "capi-system"},
+                             "status": {"installedVersion": "v1.11.0"}})
+    result = run_module(capi_pivot, world.args())
+    assert result["failed_phase"] == "prepare"
+    assert "CoreProvider cluster-api is v1.10.2 on the target but v1.11.0 on the kind cluster" in result["msg"]
+    assert_source_untouched(world)
+
+
+def test_provider_that_never_becomes_ready_times_out(world, run_module):
+    world.operator.ignore.add("docker")
+    result = run_module(capi_pivot, world.args(wait_timeout=1))
+    assert result["msg"] == ("pivot phase prepare failed: InfrastructureProvider capd-system/docker did not become Ready on the "
+                             "management cluster within 1s (Pending no Ready condition yet); check the cluster-api-operator logs there")
+    assert_source_untouched(world)
+
+
+def test_helm_failure_names_the_chart(world, run_module):
+    world.bins.answer("helm", "upgrade --install capi-operator", stderr="Error: context deadline exceeded\n", rc=1)
+    result = run_module(capi_pivot, world.args())
+    assert result["failed_phase"] == "prepare"
+    assert "installing chart cluster-api-operator 0.29.0 on the management cluster failed" in result["msg"]
+    assert result["msg"].endswith("exited 1: Error: context deadline exceeded")
+    assert_source_untouched(world)
+
+
+def test_preflight_reports_every_refusal_and_pauses_nothing(world, run_module):
+    world.add_cluster("provisioning", ready=False, node_ref=False)
+    world.kind.apply_object({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": "local-workload", "namespace": NS},
+                             "spec": {"paused": True}})
+    world.kind.apply_object({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerCluster",
+                             "metadata": {"name": MGMT, "namespace": NS,
+                                          "annotations": {"clusterctl.cluster.x-k8s.io/block-move": "true"}}})
+    result = run_module(capi_pivot, world.args())
+    assert result["failed_phase"] == "preflight"
+    assert result["refusals"] == [
+        "Cluster local-workload: already paused (unpause it or finish the earlier move first)",
+        "Cluster provisioning: infrastructure is still provisioning",
+        "Cluster provisioning: control plane is not initialised",
+        "Machine provisioning-cp-0: no nodeRef yet (the node is still provisioning)",
+        "DockerCluster.infrastructure.cluster.x-k8s.io default/local-management: carries the "
+        "clusterctl.cluster.x-k8s.io/block-move annotation (a provider is still working on it)",
+    ]
+    assert result["msg"].startswith("pivot phase preflight failed: the move cannot start; nothing was paused or suspended: ")
+    assert world.suspended() == ACTIVE_KS and world.bins.calls("clusterctl") == []
+    assert world.paused(world.kind) == {MGMT: False, "local-workload": True, "provisioning": False}
+
+
+# --- failures during the move: the source is authoritative again ----------------------
+
+def test_clusterctl_failing_midway_rolls_back_then_a_rerun_completes(world, run_module):
+    install_mover(world.bins, mode="fail-half")
+    result = run_module(capi_pivot, world.args())
+    assert result["failed_phase"] == "move"
+    assert "clusterctl move failed" in result["msg"] and "exited 1: Error: action failed after 10 attempts" in result["msg"]
+    assert "unpaused Cluster local-management on the kind cluster" in result["msg"]
+    assert "resumed 3 Kustomizations on the kind cluster" in result["msg"]
+    assert "Nothing was deleted on the management cluster" in result["msg"]
+    # source authoritative: everything there, unpaused, Flux resumed (the one suspended before stays suspended)
+    assert world.capi(world.kind) == ALL_OBJECTS
+    assert world.paused(world.kind) == {MGMT: False, "local-workload": False}
+    assert world.suspended() == ACTIVE_KS
+    # the target keeps its partial copies (paused), nothing deleted there
+    copied = world.capi(world.mgmt)
+    assert copied and copied < ALL_OBJECTS
+    assert {(p["kind"], p["name"]) for p in result["partial"]} == copied
+    assert result["moved"] == []
+    assert all(world.paused(world.mgmt).values())
+
+    install_mover(world.bins)
+    world.helm_deployed()
+    again = run_module(capi_pivot, world.args())
+    assert not again.failed, again.get("msg")
+    assert world.capi(world.kind) == set() and world.capi(world.mgmt) == ALL_OBJECTS
+    assert world.paused(world.mgmt) == {MGMT: False, "local-workload": False}
+
+
+def test_clusterctl_failing_after_deleting_keeps_flux_suspended(world, run_module):
+    install_mover(world.bins, mode="fail-delete")
+    result = run_module(capi_pivot, world.args())
+    assert result["failed_phase"] == "move"
+    assert "kept 3 Kustomizations suspended on the kind cluster because" in result["msg"]
+    left = ALL_OBJECTS - world.capi(world.kind)
+    assert left and {(m["kind"], m["name"]) for m in result["moved"]} >= left
+    assert world.capi(world.mgmt) == ALL_OBJECTS
+    assert not any(world.paused(world.kind).values())
+    assert world.suspended() == {name: True for name in ACTIVE_KS}
+
+    install_mover(world.bins)
+    again = run_module(capi_pivot, world.args())
+    assert not again.failed, again.get("msg")
+    assert world.capi(world.kind) == set() and world.capi(world.mgmt) == ALL_OBJECTS
+    assert world.paused(world.mgmt) == {MGMT: False, "local-workload": False}
+
+
+def test_clusterctl_exiting_zero_having_moved_nothing_is_caught(world, run_module):
+    install_mover(world.bins, mode="noop")
+    result = run_module(capi_pivot, world.args())
+    assert result["failed_phase"] == "move"
+    assert "clusterctl move exited 0 but verification failed: the kind cluster still holds" in result["msg"]
+    assert world.capi(world.kind) == ALL_OBJECTS and world.capi(world.mgmt) == set()
+    assert world.suspended() == ACTIVE_KS
+
+
+def test_missing_clusterctl_fails_before_suspending(world, run_module, monkeypatch):
+    world.bins.remove("clusterctl")
+    monkeypatch.setattr(pivot.cli, "_EXTRA_DIRS", ())
+    result = run_module(capi_pivot, world.args(clusterctl_binary=str(world.tmp / "nope" / "clusterctl")))
+    assert result["failed_phase"] == "move"
+    assert "clusterctl binary %s does not exist or is not executable" % (world.tmp / "nope" / "clusterctl") in result["msg"]
+    assert_source_untouched(world)
+
+
+# --- aws: credentials, SOPS secrets and move fallbacks -----------------------------
+
+def test_aws_applies_credentials_sops_secrets_and_fallbacks(world, run_module, monkeypatch):
+    monkeypatch.setenv("AWS_B64ENCODED_CREDENTIALS", "W2RlZmF1bHRdCg==")
+    key = world.repo / "age.agekey"
+    key.write_text("# created: now\n# public key: age1x\nAGE-SECRET-KEY-1X\n")
+    world.bins.answer("sops", "--decrypt", stdout=yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ack-credentials", "namespace": "ack-system"},
+        "stringData": {"credentials": "[default]\naws_access_key_id = AKIA\n"}}))
+    result = run_module(capi_pivot, world.args(environment="aws", target_server=world.mgmt.url))
+    assert not result.failed, result.get("msg")
+    secret = world.mgmt.get("v1", "Secret", "aws-credentials", "capa-system")
+    assert base64.b64decode(secret["data"]["AWS_B64ENCODED_CREDENTIALS"]).decode() == "W2RlZmF1bHRdCg=="
+    ack = world.mgmt.get("v1", "Secret", "ack-credentials", "ack-system")
+    assert base64.b64decode(ack["data"]["credentials"]).decode().startswith("[default]")
+    sops = world.bins.calls("sops")[0]
+    assert sops["env"]["SOPS_AGE_KEY_FILE"] == str(key) and sops["argv"][-1].endswith("mgmt/ack-credentials.sops.yaml")
+    assert "W2RlZmF1bHRdCg==" not in json.dumps([c["argv"] for c in world.bins.calls()])
+    assert world.mgmt.exists("infrastructure.cluster.x-k8s.io/v1beta2", "AWSClusterControllerIdentity", "default")
+    assert result["fallbacks"] == [{"resource": "awsclustercontrolleridentities.infrastructure.cluster.x-k8s.io",
+                                    "name": "default", "manifest": "mgmt/identity.yaml", "state": "applied"}]
+
+
+def test_aws_credentials_are_copied_from_the_kind_cluster_when_not_given(world, run_module, monkeypatch):
+    monkeypatch.delenv("AWS_B64ENCODED_CREDENTIALS", raising=False)
+    (world.repo / "bootstrap.toml").write_text((world.repo / "bootstrap.toml").read_text().replace(
+        'pivot-sops-secrets = ["mgmt/ack-credentials.sops.yaml"]\n', ""))
+    result = run_module(capi_pivot, world.args(environment="aws", stop_after="prepare"))
+    assert result["msg"] == ("pivot phase prepare failed: aws: no credentials for Secret capa-system/aws-credentials: set "
+                             "AWS_B64ENCODED_CREDENTIALS (clusterawsadm bootstrap credentials encode-as-profile) or create "
+                             "that Secret on the kind cluster")
+    world.kind.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capa-system"}})
+    world.kind.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "aws-credentials", "namespace": "capa-system"},
+                       "data": {"AWS_B64ENCODED_CREDENTIALS": base64.b64encode(b"c2VjcmV0").decode()}})
+    result = run_module(capi_pivot, world.args(environment="aws", stop_after="prepare"))
+    assert not result.failed, result.get("msg")
+    secret = world.mgmt.get("v1", "Secret", "aws-credentials", "capa-system")
+    assert base64.b64decode(secret["data"]["AWS_B64ENCODED_CREDENTIALS"]) == b"c2VjcmV0"
+    assert "c2VjcmV0" not in json.dumps(result)
+
+
+def test_lb_port_comes_from_docker_inspect(world, tmp_path):
+    world.bins.answer("docker", "inspect", stdout="43121\n")
+    cfg = krops_config.load(str(world.repo / "bootstrap.toml"))
+    pv = pivot.Pivot(cfg, {"environment": "local-host"})
+    assert pivot.lb_port_from_docker(pv) == 43121
+    assert world.bins.calls("docker")[0]["argv"][-1] == "local-management-lb"
+    rendered = yaml.safe_load(pivot.render_kubeconfig(yaml.safe_dump(world.mgmt.kubeconfig(context="admin@x")),
+                                                      "krops-mgmt", "https://127.0.0.1:43121"))
+    assert rendered["current-context"] == "krops-mgmt"
+    assert rendered["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:43121"
+
+
+# --- the role, end to end (real ansible-playbook) --------------------------------------
+
+def role_play(world, **extra):
+    variables = {"krops_environment": "local-host", "pivot_config_file": str(world.repo / "bootstrap.toml"),
+                 "pivot_source_kubeconfig": world.kind.kubeconfig_path, "pivot_target_server": world.mgmt.url,
+                 "pivot_registry_url": "http://%s" % world.registry, "pivot_wait_timeout": 10, "pivot_node_timeout": 5,
+                 "pivot_handoff_wait": False, "pivot_push_artifact": False}
+    variables.update(extra)
+    return [{"name": "pivot", "hosts": "localhost", "gather_facts": False, "vars": variables,
+             "roles": ["krops.platform.pivot"]}]
+
+
+@pytest.mark.slow
+def test_role_moves_seeds_flux_and_deletes_kind(world, ansible_playbook):
+    world.bins.answer("kind", "get clusters", stdout="mgmt\n")
+    rc, output, stderr = ansible_playbook(role_play(world))
+    results = task_results(output)
+    assert rc == 0, (stderr, json.dumps(results, indent=1)[-3000:])
+    assert world.capi(world.kind) == set() and world.capi(world.mgmt) == ALL_OBJECTS
+    # flux_handoff seeded the target with the kind cluster's run tags
+    run = world.mgmt.get("v1", "ConfigMap", "krops-run", "flux-system")
+    assert run["data"]["KROPS_RUN_ID"] == "local-host-20261130"
+    assert world.mgmt.list("fluxcd.controlplane.io/v1", "FluxInstance", "flux-system")
+    assert ["delete", "cluster", "--name", "mgmt", "--kubeconfig", world.kind.kubeconfig_path] in [
+        c["argv"] for c in world.bins.calls("kind")], json.dumps([v for k, v in results.items() if v.get("action") == "krops.platform.kind_cluster"])[:3000]
+
+
+@pytest.mark.slow
+def test_role_refuses_to_delete_kind_when_the_target_lacks_the_clusters(world, ansible_playbook, tmp_path):
+    """The deletion gate alone (tasks_from), after a pivot whose Clusters are not on the target."""
+    kubeconfig = world.mgmt.write_kubeconfig(tmp_path / "target.yaml", context="krops-mgmt")
+    play = [{"name": "gate", "hosts": "localhost", "gather_facts": False,
+             "vars": dict(role_play(world)[0]["vars"], pivot_result={
+                 "target_kubeconfig": kubeconfig, "moved": [{"kind": "Cluster", "namespace": NS, "name": "local-workload"}]}),
+             "tasks": [{"name": "gate", "ansible.builtin.include_role": {"name": "krops.platform.pivot", "tasks_from": "delete_kind.yml"}}]}]
+    rc, output, stderr = ansible_playbook(play)
+    refusal = task_results(output)["krops.platform.pivot : Refuse to delete kind unless the management cluster lists the Clusters"]
+    assert rc != 0 and refusal.get("failed")
+    assert refusal["msg"] == ("Not deleting kind cluster mgmt: the management cluster (krops-mgmt) lists Clusters none but should "
+                              "list local-workload, local-management; kind is still authoritative for the missing ones, re-run the pivot.")
+    assert world.bins.calls("kind") == []
