@@ -1,0 +1,575 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""Teardown on the Kubernetes side: controller-host discovery, probes, Flux suspension,
+Cluster deletion with an event-driven wait, Tinkerbell Hardware release and the ordered
+per-environment plan that roles/teardown follows.
+
+Every function takes the cluster it acts on explicitly (kubeconfig and context); nothing
+here uses the operator's current context. Probes classify present / absent / unknown
+(module_utils.kube.probe); an unknown state aborts before anything is destroyed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+
+from ansible_collections.krops.platform.plugins.module_utils import kube
+
+try:
+    import urllib3
+    from kubernetes import config as kube_config
+    from kubernetes.client import VersionApi
+    from kubernetes.dynamic.exceptions import ApiException, NotFoundError
+except ImportError:  # reported through kube.connect
+    urllib3 = kube_config = VersionApi = None
+
+    class ApiException(Exception):
+        """Stand-in so the except clauses stay valid without the kubernetes library."""
+
+    NotFoundError = ApiException
+
+CLUSTER_GROUP = "cluster.x-k8s.io"
+KUSTOMIZATION = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
+FLUX_OPERATOR_KINDS = (("fluxcd.controlplane.io/v1", "FluxInstance"), ("fluxcd.controlplane.io/v1", "ResourceSet"))
+FLUX_OPERATOR_RECONCILE = "fluxcd.controlplane.io/reconcile"
+HARDWARE = ("tinkerbell.org/v1alpha1", "Hardware")
+
+# Ownership marks CAPT puts on a Hardware it uses (labels, annotation, finalizers),
+# across CAPT versions; releasing a Hardware means none of them is left.
+HARDWARE_OWNER_LABELS = (
+    "v1alpha1.tinkerbell.org/ownerName",
+    "v1alpha1.tinkerbell.org/ownerNamespace",
+    "v1alpha1.tinkerbell.org/clusterName",
+    "v1alpha1.tinkerbell.org/clusterNamespace",
+)
+HARDWARE_OWNER_ANNOTATIONS = ("v1alpha1.tinkerbell.org/provisioned",)
+HARDWARE_FINALIZERS = (
+    "infrastructure.cluster.x-k8s.io/tinkerbellmachine",
+    "tinkerbellmachine.infrastructure.cluster.x-k8s.io",
+    "tinkerbellcluster.infrastructure.cluster.x-k8s.io",
+)
+TINKERBELL_MACHINE_KINDS = ("TinkerbellMachine", "TinkerbellCluster")
+
+# CAPI operator provider kinds, deleted in this order (add-ons first, core last).
+PROVIDER_KINDS = ("AddonProvider", "ControlPlaneProvider", "BootstrapProvider", "InfrastructureProvider", "CoreProvider")
+PROVIDER_API = "operator.cluster.x-k8s.io/v1alpha2"
+
+HOST_KIND, HOST_MGMT, HOST_UNREACHABLE = "kind", "mgmt", "unreachable"
+
+
+class TeardownError(Exception):
+    """A teardown step cannot go on; ``result`` holds what was done and observed so far."""
+
+    def __init__(self, message, result=None):
+        super().__init__(message)
+        self.result = result or {}
+
+
+class UnknownState(TeardownError):
+    """A probe could not tell present from absent: nothing may be destroyed."""
+
+
+# --- controller host ------------------------------------------------------------------
+
+def answers(kubeconfig, context, timeout=10.0):
+    """(True, None) when the API server of kubeconfig/context answers /version within timeout."""
+    if kube_config is None:
+        return False, "the Python library 'kubernetes' is required"
+    path = os.path.expanduser(kubeconfig) if kubeconfig else None
+    if path and not os.path.exists(path):
+        return False, "kubeconfig %s does not exist" % path
+    try:
+        api_client = kube_config.new_client_from_config(config_file=path, context=context)
+    except (kube_config.ConfigException, OSError, ValueError, TypeError) as exc:
+        return False, "cannot load context %s from %s: %s" % (context or "(current)", path or "~/.kube/config", exc)
+    try:
+        # Raw response: strict models reject the minimal /version some servers (and emulators) send.
+        VersionApi(api_client).get_code_with_http_info(_preload_content=False, _request_timeout=timeout)
+        return True, None
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        return False, "%s does not answer: %s" % (api_client.configuration.host, kube.error_text(exc))
+    finally:
+        api_client.close()
+
+
+def cluster_resource(client):
+    """The served Cluster resource (newest served version), or None when CAPI is not installed."""
+    try:
+        found = client.resources.search(group=CLUSTER_GROUP, kind="Cluster")
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise UnknownState("cannot discover Cluster API resources: %s" % kube.error_text(exc))
+    found = [r for r in found if not getattr(r, "subresource", None) and "/" not in r.name]
+    if not found:
+        return None
+    order = ("v1beta2", "v1beta1", "v1alpha4", "v1alpha3")
+    found.sort(key=lambda r: order.index(r.api_version) if r.api_version in order else len(order))
+    return found[0]
+
+
+def cluster_api_version(client):
+    res = cluster_resource(client)
+    return res.group_version if res is not None else "%s/v1beta2" % CLUSTER_GROUP
+
+
+def find_host(kind_kubeconfig, kind_context, mgmt_kubeconfig, mgmt_context, mgmt_cluster, mgmt_namespace,
+              timeout=10.0):
+    """Find the cluster that holds the Cluster objects (the controller host).
+
+    The kind context when it answers and still holds the management Cluster (or the exported
+    management kubeconfig does not answer); else the self-managed management cluster; else
+    unreachable. ``pivoted`` is true when the host is the management cluster.
+    """
+    result = {"host": HOST_UNREACHABLE, "kubeconfig": None, "context": None, "pivoted": False,
+              "kind_reachable": False, "mgmt_reachable": False, "errors": {}}
+    kind_ok, kind_error = answers(kind_kubeconfig, kind_context, timeout)
+    result["kind_reachable"] = kind_ok
+    if kind_error:
+        result["errors"]["kind"] = kind_error
+    mgmt_on_kind = None
+    if kind_ok:
+        client = kube.connect(kind_kubeconfig, kind_context)
+        api = cluster_api_version(client)
+        state, dummy, error = kube.probe(client, api, "Cluster", mgmt_namespace, name=mgmt_cluster)
+        if state == kube.UNKNOWN:
+            raise UnknownState("cannot tell whether Cluster %s/%s exists on the kind cluster (context %s): %s; "
+                               "nothing was changed, fix access to the kind cluster and run again"
+                               % (mgmt_namespace, mgmt_cluster, kind_context, error), result)
+        mgmt_on_kind = state == kube.PRESENT
+    mgmt_ok = False
+    if not (kind_ok and mgmt_on_kind):
+        mgmt_ok, mgmt_error = answers(mgmt_kubeconfig, mgmt_context, timeout)
+        if mgmt_error:
+            result["errors"]["mgmt"] = mgmt_error
+    result["mgmt_reachable"] = mgmt_ok
+    if kind_ok and (mgmt_on_kind or not mgmt_ok):
+        result.update(host=HOST_KIND, kubeconfig=kind_kubeconfig, context=kind_context, pivoted=False)
+    elif mgmt_ok:
+        result.update(host=HOST_MGMT, kubeconfig=mgmt_kubeconfig, context=mgmt_context, pivoted=True)
+    return result
+
+
+# --- probes ---------------------------------------------------------------------------
+
+def probe_or_abort(client, api_version, kind, namespace=None, what=None, target=None):
+    """Objects of a kind (empty when absent); UnknownState when the API cannot tell."""
+    state, objects, error = kube.probe(client, api_version, kind, namespace)
+    if state == kube.UNKNOWN:
+        raise UnknownState("cannot list %s %s%s on %s: %s; nothing was deleted, fix access and run the teardown again"
+                           % (what or kind, api_version, " in namespace %s" % namespace if namespace else "",
+                              target or "the controller host", error))
+    return objects
+
+
+def _name(obj):
+    meta = obj.get("metadata") or {}
+    return "%s/%s" % (meta.get("namespace"), meta.get("name")) if meta.get("namespace") else meta.get("name")
+
+
+# --- Flux -----------------------------------------------------------------------------
+
+def _matches(obj, patterns):
+    meta = obj.get("metadata") or {}
+    names = (meta.get("name", ""), _name(obj))
+    return any(fnmatch.fnmatchcase(n, p) for p in patterns for n in names)
+
+
+def plan_suspend(client, patterns, target=None):
+    """What suspending Flux would change: Kustomizations (spec.suspend) and Flux Operator objects."""
+    planned = {"kustomizations": [], "already_suspended": [], "flux_operator": []}
+    for obj in probe_or_abort(client, *KUSTOMIZATION, target=target):
+        if not _matches(obj, patterns):
+            continue
+        key = "already_suspended" if (obj.get("spec") or {}).get("suspend") else "kustomizations"
+        planned[key].append(_name(obj))
+    for api_version, kind in FLUX_OPERATOR_KINDS:
+        for obj in probe_or_abort(client, api_version, kind, target=target):
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(FLUX_OPERATOR_RECONCILE) != "disabled":
+                planned["flux_operator"].append({"kind": kind, "name": _name(obj)})
+    return planned
+
+
+def apply_suspend(client, planned):
+    """Suspend what plan_suspend found: Flux stops recreating what the teardown deletes."""
+    for api_version, kind in FLUX_OPERATOR_KINDS:
+        for item in planned["flux_operator"]:
+            if item["kind"] == kind:
+                namespace, name = item["name"].split("/", 1)
+                _patch(client, api_version, kind, name, namespace,
+                       {"metadata": {"annotations": {FLUX_OPERATOR_RECONCILE: "disabled"}}})
+    for ident in planned["kustomizations"]:
+        namespace, name = ident.split("/", 1)
+        _patch(client, KUSTOMIZATION[0], KUSTOMIZATION[1], name, namespace, {"spec": {"suspend": True}})
+
+
+def _patch(client, api_version, kind, name, namespace, body):
+    try:
+        kube.resource(client, api_version, kind).patch(name=name, namespace=namespace, body=body,
+                                                       content_type="application/merge-patch+json")
+    except NotFoundError:
+        return
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise TeardownError("cannot patch %s %s/%s: %s" % (kind, namespace, name, kube.error_text(exc)))
+
+
+# --- Clusters -------------------------------------------------------------------------
+
+def select_clusters(clusters, names, all_clusters, keep):
+    """(to delete, missing names): named Clusters, or all of them when all_clusters, never those in keep."""
+    existing = {c["metadata"]["name"]: c for c in clusters}
+    if all_clusters:
+        chosen = sorted(n for n in existing if n not in keep)
+    else:
+        chosen = [n for n in names if n in existing and n not in keep]
+    missing = [n for n in names if n not in existing]
+    return chosen, missing
+
+
+def _cluster_state(obj):
+    if obj is None:
+        return "gone"
+    status = obj.get("status") or {}
+    phase = status.get("phase") or "Unknown"
+    deleting = kube.condition(obj, "Deleting") or kube.condition(obj, "Ready")
+    detail = ""
+    if deleting and deleting.get("message"):
+        detail = ": %s" % deleting["message"]
+    finalizers = (obj.get("metadata") or {}).get("finalizers") or []
+    if finalizers:
+        detail += " (finalizers %s)" % ", ".join(finalizers)
+    return "%s%s" % (phase, detail)
+
+
+def delete_clusters(kubeconfig, context, namespace="default", names=(), all_clusters=False, keep=(),
+                    suspend=True, kustomizations=("*",), wait=True, wait_timeout=1200, check_mode=False,
+                    on_progress=None):
+    """Suspend Flux, delete Cluster objects through their provider and wait until they are gone.
+
+    Probes run first; an unknown state aborts before anything changes. Returns a result dict
+    with plan, suspended, deleted, already_absent and changed; WaitTimeout-style failures raise
+    TeardownError whose result lists the Clusters still present and why.
+    """
+    target = kube.describe_target(kubeconfig, context)
+    client = kube.connect(kubeconfig, context)
+    res = cluster_resource(client)
+    api = res.group_version if res is not None else "%s/v1beta2" % CLUSTER_GROUP
+    clusters = probe_or_abort(client, api, "Cluster", namespace, "Clusters", target) if res is not None else []
+    planned = plan_suspend(client, list(kustomizations), target) if suspend else \
+        {"kustomizations": [], "already_suspended": [], "flux_operator": []}
+    chosen, missing = select_clusters(clusters, list(names), all_clusters, set(keep))
+    refused = [n for n in names if n in set(keep)]
+    if refused:
+        raise TeardownError("refusing to delete Cluster %s in %s on %s: it is the management cluster that runs "
+                            "the providers (remove it from the cloud side instead)" % (", ".join(refused), namespace, target))
+    plan = ["suspend Kustomization %s" % k for k in planned["kustomizations"]]
+    plan += ["disable reconciliation of %s %s" % (i["kind"], i["name"]) for i in planned["flux_operator"]]
+    plan += ["delete Cluster %s/%s and wait until it is gone" % (namespace, n) for n in chosen]
+    result = {"plan": plan, "target": target, "namespace": namespace, "api_version": api,
+              "suspended": planned["kustomizations"], "already_suspended": planned["already_suspended"],
+              "flux_operator_disabled": [i["name"] for i in planned["flux_operator"]],
+              "deleted": chosen, "already_absent": missing, "remaining": [], "progress": [],
+              "changed": bool(plan)}
+    if check_mode or not plan:
+        return result
+    apply_suspend(client, planned)
+    for name in chosen:
+        try:
+            kube.resource(client, api, "Cluster").delete(name=name, namespace=namespace)
+        except NotFoundError:
+            continue
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TeardownError("cannot delete Cluster %s/%s on %s: %s" % (namespace, name, target, kube.error_text(exc)), result)
+    if not wait or not chosen:
+        return result
+    wanted = set(chosen)
+
+    def evaluate(objects):
+        left = {name: _cluster_state(obj) for (dummy, name), obj in objects.items() if name in wanted}
+        return not left, left
+
+    def progress(state):
+        result["progress"].append(state)
+        if on_progress is not None:
+            on_progress(state)
+
+    try:
+        kube.watch_until(client, api, "Cluster", namespace, evaluate, wait_timeout, on_progress=progress)
+    except kube.WaitTimeout as exc:
+        result["remaining"] = sorted(exc.state or {})
+        raise TeardownError("timed out after %ss waiting for Cluster deletion in %s on %s; still present: %s. "
+                            "Nothing after this step ran (the controller host is left running); check the "
+                            "provider's logs and run the teardown again"
+                            % (int(wait_timeout), namespace, target,
+                               "; ".join("%s (%s)" % (k, v) for k, v in sorted((exc.state or {}).items()))), result)
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise TeardownError("lost the watch on Clusters in %s on %s: %s" % (namespace, target, kube.error_text(exc)), result)
+    return result
+
+
+# --- Tinkerbell Hardware --------------------------------------------------------------
+
+def ownership_marks(hardware):
+    """The CAPT ownership labels, annotations and finalizers a Hardware still carries."""
+    meta = hardware.get("metadata") or {}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k in HARDWARE_OWNER_LABELS}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in HARDWARE_OWNER_ANNOTATIONS}
+    finalizers = [f for f in meta.get("finalizers") or [] if f in HARDWARE_FINALIZERS]
+    return {"labels": labels, "annotations": annotations, "finalizers": finalizers}
+
+
+def _has_marks(marks):
+    return bool(marks["labels"] or marks["annotations"] or marks["finalizers"])
+
+
+def _owner_exists(client, hardware, marks, owners):
+    """True when the object named by the ownership labels (a TinkerbellMachine/Cluster or a Cluster) exists."""
+    labels = marks["labels"]
+    candidates = []
+    if labels.get("v1alpha1.tinkerbell.org/ownerName"):
+        candidates.append((labels["v1alpha1.tinkerbell.org/ownerNamespace"] if
+                           labels.get("v1alpha1.tinkerbell.org/ownerNamespace") else
+                           hardware["metadata"].get("namespace"), labels["v1alpha1.tinkerbell.org/ownerName"]))
+    if labels.get("v1alpha1.tinkerbell.org/clusterName"):
+        candidates.append((labels.get("v1alpha1.tinkerbell.org/clusterNamespace") or hardware["metadata"].get("namespace"),
+                           labels["v1alpha1.tinkerbell.org/clusterName"]))
+    return any(candidate in owners for candidate in candidates)
+
+
+def _owner_index(client, target):
+    """(namespace, name) of every TinkerbellMachine, TinkerbellCluster and Cluster on the host."""
+    owners = set()
+    for kind in TINKERBELL_MACHINE_KINDS:
+        try:
+            found = client.resources.search(group="infrastructure.cluster.x-k8s.io", kind=kind)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise UnknownState("cannot discover %s on %s: %s" % (kind, target, kube.error_text(exc)))
+        for res in found[:1]:
+            for obj in probe_or_abort(client, res.group_version, kind, target=target):
+                owners.add((obj["metadata"].get("namespace"), obj["metadata"]["name"]))
+    res = cluster_resource(client)
+    if res is not None:
+        for obj in probe_or_abort(client, res.group_version, "Cluster", target=target):
+            owners.add((obj["metadata"].get("namespace"), obj["metadata"]["name"]))
+    return owners
+
+
+def release_hardware(kubeconfig, context, namespace="default", hardware_namespace=None, keep=(), suspend=True,
+                     wait_timeout=1200, remove_stale=True, check_mode=False, on_progress=None):
+    """Give the Hardware back to the Tinkerbell pool by deleting the Clusters that use it.
+
+    Suspends Flux, deletes every Cluster in namespace except keep (CAPT then removes its
+    ownership marks), waits until no Hardware carries marks of a deleted owner, removes marks
+    whose owner no longer exists (left by an older CAPT) and reports per Hardware. The
+    Hardware spec, the machine and the Tinkerbell stack are never touched.
+    """
+    target = kube.describe_target(kubeconfig, context)
+    client = kube.connect(kubeconfig, context)
+    hardware = probe_or_abort(client, *HARDWARE, namespace=hardware_namespace, what="Hardware", target=target)
+    kept_marks = {}
+    if keep:
+        for hw in hardware:
+            marks = ownership_marks(hw)
+            cluster = marks["labels"].get("v1alpha1.tinkerbell.org/clusterName")
+            if cluster in keep or any(marks["labels"].get("v1alpha1.tinkerbell.org/ownerName", "").startswith(k + "-")
+                                      for k in keep):
+                kept_marks[_name(hw)] = cluster or marks["labels"].get("v1alpha1.tinkerbell.org/ownerName")
+    deletion = delete_clusters(kubeconfig, context, namespace, names=(), all_clusters=True, keep=keep,
+                               suspend=suspend, wait=True, wait_timeout=wait_timeout, check_mode=check_mode,
+                               on_progress=on_progress)
+    result = {"plan": list(deletion["plan"]), "clusters_deleted": deletion["deleted"],
+              "suspended": deletion["suspended"], "hardware": [], "changed": deletion["changed"], "target": target}
+    owners = set() if check_mode else _owner_index(client, target)
+    stale = []
+    for hw in hardware:
+        ident = _name(hw)
+        marks = ownership_marks(hw)
+        if ident in kept_marks:
+            result["hardware"].append({"name": ident, "outcome": "kept", "owner": kept_marks[ident], "marks": marks})
+            continue
+        if not _has_marks(marks):
+            result["hardware"].append({"name": ident, "outcome": "free", "marks": marks})
+            continue
+        if check_mode:
+            result["plan"].append("wait until Hardware %s carries no ownership marks (%s)" % (ident, _marks_text(marks)))
+            result["hardware"].append({"name": ident, "outcome": "would-release", "marks": marks})
+            continue
+        stale.append(ident)
+    if check_mode or not stale:
+        return result
+    outcomes = _wait_released(client, hardware_namespace, stale, owners, wait_timeout, remove_stale, target, result)
+    result["hardware"].extend(outcomes)
+    result["changed"] = True
+    return result
+
+
+def _marks_text(marks):
+    parts = ["label %s=%s" % kv for kv in sorted(marks["labels"].items())]
+    parts += ["annotation %s" % k for k in sorted(marks["annotations"])]
+    parts += ["finalizer %s" % f for f in marks["finalizers"]]
+    return ", ".join(parts) or "none"
+
+
+def _wait_released(client, hardware_namespace, names, owners, wait_timeout, remove_stale, target, result):
+    """Wait (watch) until the named Hardware carry no marks; clear marks whose owner is gone."""
+    outcomes = {}
+    cleared = set()
+
+    def evaluate(objects):
+        pending = {}
+        for (dummy, name), hw in objects.items():
+            ident = _name(hw)
+            if ident not in names:
+                continue
+            marks = ownership_marks(hw)
+            if not _has_marks(marks):
+                outcomes.setdefault(ident, "released")
+                continue
+            if remove_stale and ident not in cleared and not _owner_exists(client, hw, marks, owners):
+                cleared.add(ident)
+                _clear_marks(client, hw, marks, target)
+                outcomes[ident] = "stale-marks-removed"
+            pending[ident] = _marks_text(marks)
+        for ident in names:
+            if ident not in {_name(h) for h in objects.values()}:
+                outcomes.setdefault(ident, "gone")
+        return not pending, pending
+
+    try:
+        kube.watch_until(client, HARDWARE[0], HARDWARE[1], hardware_namespace, evaluate, wait_timeout,
+                         on_progress=result.setdefault("progress", []).append)
+    except kube.WaitTimeout as exc:
+        result["hardware"].extend({"name": n, "outcome": outcomes.get(n, "released")} for n in names if n not in (exc.state or {}))
+        result["hardware"].extend({"name": n, "outcome": "not-released", "marks_left": text}
+                                  for n, text in sorted((exc.state or {}).items()))
+        raise TeardownError("timed out after %ss waiting for CAPT to release Hardware on %s: %s. The machines were "
+                            "not touched; check the CAPT controller logs, then run the teardown again"
+                            % (int(wait_timeout), target, "; ".join("%s still has %s" % kv for kv in sorted((exc.state or {}).items()))),
+                            result)
+    return [{"name": n, "outcome": outcomes.get(n, "released")} for n in names]
+
+
+def _clear_marks(client, hw, marks, target):
+    """Remove only CAPT's ownership marks (merge patch for labels/annotations, JSON patch for finalizers)."""
+    meta = hw["metadata"]
+    body = {"metadata": {}}
+    if marks["labels"]:
+        body["metadata"]["labels"] = {k: None for k in marks["labels"]}
+    if marks["annotations"]:
+        body["metadata"]["annotations"] = {k: None for k in marks["annotations"]}
+    res = kube.resource(client, *HARDWARE)
+    try:
+        if body["metadata"]:
+            res.patch(name=meta["name"], namespace=meta.get("namespace"), body=body,
+                      content_type="application/merge-patch+json")
+        if marks["finalizers"]:
+            current = res.get(name=meta["name"], namespace=meta.get("namespace")).to_dict()
+            finalizers = current["metadata"].get("finalizers") or []
+            ops = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+                   {"op": "replace", "path": "/metadata/finalizers",
+                    "value": [f for f in finalizers if f not in HARDWARE_FINALIZERS]}]
+            res.patch(name=meta["name"], namespace=meta.get("namespace"), body=ops,
+                      content_type="application/json-patch+json")
+    except NotFoundError:
+        return
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise TeardownError("cannot remove stale ownership marks from Hardware %s on %s: %s"
+                            % (_name(hw), target, kube.error_text(exc)))
+
+
+# --- ordered plans --------------------------------------------------------------------
+
+def _step(action, description, **params):
+    return dict(action=action, description=description, **params)
+
+
+def build_plan(config_data, environment, host, local_cluster_timeout=300):
+    """The ordered teardown steps for an environment, given find_host's result.
+
+    Plain data: roles/teardown walks it step by step and check mode prints it.
+    """
+    boot = config_data["bootstrap"]
+    env = config_data["environments"][environment]
+    kind_ = env["kind"]
+    down = env.get("teardown") or {}
+    mgmt = env["mgmt-cluster"]
+    namespace = boot["mgmt-namespace"]
+    pivoted = host["pivoted"]
+    kind_alive = host["kind_reachable"]
+    workloads = list(down.get("capi-workloads") or [])
+    reachable = host["host"] != HOST_UNREACHABLE
+    steps = []
+    if reachable:
+        steps.append(_step("suspend-flux", "suspend every Flux Kustomization and Flux Operator object on the %s cluster"
+                           % ("management" if pivoted else "kind")))
+    if not reachable and kind_ in ("aws", "azure", "gcp"):
+        # forced: nothing answers, so only the cloud side can be removed
+        cloud = {"aws": "aws-orphan-sweep", "azure": "azure-teardown", "gcp": "gcp-teardown"}[kind_]
+        return _number([_step(cloud, "remove the %s resources this environment created, the management cluster "
+                                     "included (ownership-filtered; forced: no controller host answers)" % kind_)])
+    if not reachable and kind_ == "local-talos":
+        return []
+    if reachable and kind_ == "local-talos":
+        steps.append(_step("tinkerbell-release", "delete every Cluster%s so CAPT returns the Hardware to the Tinkerbell "
+                           "pool; wait until no Hardware carries ownership marks" % (" except %s" % mgmt if pivoted else ""),
+                           namespace=namespace, keep=[mgmt] if pivoted else [], timeout=boot["cluster-delete-timeout"]))
+    elif reachable and workloads:
+        timeout = local_cluster_timeout if kind_ == "local-host" else boot["cluster-delete-timeout"]
+        steps.append(_step("delete-clusters", "delete the workload Clusters %s through the provider and wait (%ss)"
+                           % (", ".join(workloads), timeout), namespace=namespace, clusters=workloads, keep=[mgmt],
+                           timeout=timeout))
+    if kind_ == "local-host":
+        prefix = down.get("mgmt-container-prefix") or mgmt
+        if not pivoted:
+            steps.append(_step("delete-kind", "delete the kind cluster %s (the controller host)" % boot["kind-cluster"],
+                               name=boot["kind-cluster"]))
+        steps.append(_step("remove-containers", "remove the management cluster's containers (names starting with %s)"
+                           % prefix, prefix=prefix))
+        if pivoted and kind_alive:
+            steps.append(_step("delete-kind", "delete the leftover kind cluster %s" % boot["kind-cluster"],
+                               name=boot["kind-cluster"]))
+        steps.append(_step("remove-network", "remove the kind Docker network %s when only krops containers use it"
+                           % boot["kind-network"], name=boot["kind-network"], registry=boot["registry-name"]))
+        steps.append(_step("remove-registry", "remove the registry container %s" % boot["registry-name"],
+                           name=boot["registry-name"]))
+    elif kind_ in ("aws", "azure", "gcp"):
+        steps.append(_step("capi-providers", "delete the CAPI providers (add-on, control plane, bootstrap, "
+                           "infrastructure, core) so nothing recreates cloud resources",
+                           kinds=list(PROVIDER_KINDS), timeout=boot["provider-delete-timeout"]))
+        steps.append(_step("flux-uninstall", "helm uninstall flux and flux-operator in %s" % boot["flux-namespace"],
+                           namespace=boot["flux-namespace"], releases=["flux", "flux-operator"]))
+        steps.append(_step("bootstrap-secrets", "delete the bootstrap secrets and run tags in %s" % boot["flux-namespace"],
+                           namespace=boot["flux-namespace"],
+                           secrets=[boot["github-pat-secret"], boot["sops-age-secret"]],
+                           configmaps=[boot["run-configmap"]]))
+        cloud = {"aws": "aws-orphan-sweep", "azure": "azure-teardown", "gcp": "gcp-teardown"}[kind_]
+        steps.append(_step(cloud, "remove the %s resources this environment created, the management cluster "
+                           "included (ownership-filtered)" % kind_))
+        if not pivoted or kind_alive:
+            steps.append(_step("delete-kind", "delete the kind cluster %s" % boot["kind-cluster"], name=boot["kind-cluster"]))
+    elif kind_ == "local-talos" and not pivoted:
+        steps.append(_step("delete-kind", "delete the kind cluster %s (the controller host)" % boot["kind-cluster"],
+                           name=boot["kind-cluster"]))
+    if pivoted and kind_ != "local-talos":
+        steps.append(_step("remove-kubeconfig", "remove the exported management kubeconfig %s" % boot["mgmt-kubeconfig"],
+                           path=boot["mgmt-kubeconfig"]))
+    return _number(steps)
+
+
+# Executables the steps of a plan need.
+STEP_TOOLS = {"delete-kind": ("kind",), "flux-uninstall": ("helm",)}
+
+
+def plan_tools(plan):
+    tools = []
+    for step in plan:
+        for tool in STEP_TOOLS.get(step["action"], ()):
+            if tool not in tools:
+                tools.append(tool)
+    return tools
+
+
+def _number(steps):
+    for number, step in enumerate(steps, 1):
+        step["step"] = number
+    return steps

@@ -1,0 +1,197 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: azure_teardown
+author:
+  - krops developers (@krops)
+version_added: 0.1.0
+short_description: Remove the Azure resources a krops environment created, and nothing else
+description:
+  - Removes, in this order, the kind-issuer federated identity credentials, the Arc-connected
+    bootstrap cluster, then the environment's resource groups (workload groups first, the management
+    cluster's group last) and waits until they are gone.
+  - "Ownership filter: a resource group is deleted only when bootstrap.toml names it
+    (C(environments.<env>.teardown.resource-groups)) or it carries the tag C(krops-environment=<env>),
+    and in both cases it carries that tag or the CAPZ tag
+    C(sigs.k8s.io_cluster-api-provider-azure_cluster_<cluster>=owned) for a cluster of the environment.
+    A named group without either tag is left alone and reported in RV(not_owned)."
+  - Arc connected clusters are deleted only when tagged C(krops-environment=<env>). Federated credentials
+    are deleted only on user-assigned identities tagged C(krops-environment=<env>), and only those whose
+    name starts with O(federated_credential_prefix) or whose issuer is in O(federated_credential_issuers).
+    The identities themselves stay (the next bootstrap re-adopts them).
+  - Discovery is read-only and comes first; check mode returns the plan. Uses the ARM REST API directly
+    (azure.azcollection has no module for Arc connected clusters or federated credentials).
+  - Call it after the workload Clusters were deleted through CAPZ and the CAPI providers removed, so
+    nothing recreates what it deletes.
+options:
+  environment:
+    description: The krops environment. Defaults to E(KROPS_PROFILE), then C(bootstrap.default-environment).
+    type: str
+  config_file:
+    description: Path to bootstrap.toml. Defaults to E(BOOTSTRAP_CONFIG), then C(bootstrap.toml) in the current folder.
+    type: path
+  subscription_id:
+    description: Azure subscription. Defaults to E(AZURE_SUBSCRIPTION_ID).
+    type: str
+  access_token:
+    description: ARM bearer token. Defaults to E(AZURE_ACCESS_TOKEN).
+    type: str
+  client_id:
+    description: Service principal for the client-credentials login. Defaults to E(AZURE_CLIENT_ID).
+    type: str
+  secret:
+    description: Service principal secret. Defaults to E(AZURE_SECRET).
+    type: str
+  tenant:
+    description: Tenant of the service principal. Defaults to E(AZURE_TENANT).
+    type: str
+  resource_groups:
+    description: Resource groups to delete; defaults to C(teardown.resource-groups) of the environment.
+    type: list
+    elements: str
+  federated_credential_prefix:
+    description: Name prefix of the kind-issuer federated credentials the bootstrap hook creates.
+    type: str
+    default: krops-kind-
+  federated_credential_issuers:
+    description: Issuer URLs whose federated credentials are deleted (the kind cluster's OIDC issuer).
+    type: list
+    elements: str
+    default: []
+  endpoint:
+    description: ARM base URL.
+    type: str
+    default: https://management.azure.com
+  login_endpoint:
+    description: Microsoft Entra login base URL, for the client-credentials login.
+    type: str
+    default: https://login.microsoftonline.com
+  wait:
+    description: Wait until the resource groups and the Arc resource are gone.
+    type: bool
+    default: true
+  wait_timeout:
+    description: Seconds to wait; resources still present then are RV(leftovers) and the module fails.
+    type: int
+    default: 1800
+  poll_interval:
+    description: Seconds between checks while waiting.
+    type: int
+    default: 10
+attributes:
+  check_mode:
+    support: full
+    description: Discovers and returns RV(plan); deletes nothing.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+notes:
+  - Credentials never reach a command line; without a token or service principal the token of the
+    C(az) CLI login is used.
+"""
+
+EXAMPLES = r"""
+- name: Remove the azure environment's resources
+  krops.platform.azure_teardown:
+    environment: azure
+    subscription_id: "{{ azure_subscription_id }}"
+  register: azure_teardown
+"""
+
+RETURN = r"""
+plan:
+  description: Deletions in order, each with the ownership reason.
+  returned: always
+  type: list
+  elements: str
+results:
+  description: One entry per resource, with type, id, name, reason and outcome (deleted, absent, failed, still-deleting, would-delete).
+  returned: always
+  type: list
+  elements: dict
+not_owned:
+  description: Resources named in bootstrap.toml that krops does not own, left alone.
+  returned: always
+  type: list
+  elements: dict
+leftovers:
+  description: Ids of resources still present or that failed; the module fails when not empty.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+
+
+def argument_spec():
+    return dict(
+        environment=dict(type="str"),
+        config_file=dict(type="path"),
+        subscription_id=dict(type="str"),
+        access_token=dict(type="str", no_log=True),
+        client_id=dict(type="str"),
+        secret=dict(type="str", no_log=True),
+        tenant=dict(type="str"),
+        resource_groups=dict(type="list", elements="str"),
+        federated_credential_prefix=dict(type="str", default="krops-kind-"),
+        federated_credential_issuers=dict(type="list", elements="str", default=[]),
+        endpoint=dict(type="str", default=cloud_teardown.AZURE_ARM),
+        login_endpoint=dict(type="str", default=cloud_teardown.AZURE_LOGIN),
+        wait=dict(type="bool", default=True),
+        wait_timeout=dict(type="int", default=1800),
+        poll_interval=dict(type="int", default=10),
+    )
+
+
+def run(p, check_mode, environ=None, run_command=None):
+    environ = os.environ if environ is None else environ
+    cfg = krops_config.load(p["config_file"], environment=p["environment"])
+    env = cfg.environment()
+    if env["kind"] != "azure":
+        raise cloud_teardown.CloudError("environment %s is of kind %s, not azure" % (cfg.selected, env["kind"]))
+    subscription = p["subscription_id"] or environ.get("AZURE_SUBSCRIPTION_ID")
+    if not subscription:
+        raise cloud_teardown.CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")
+    down = env.get("teardown") or {}
+    token = cloud_teardown.azure_token(
+        p["access_token"] or environ.get("AZURE_ACCESS_TOKEN"), p["client_id"] or environ.get("AZURE_CLIENT_ID"),
+        p["secret"] or environ.get("AZURE_SECRET"), p["tenant"] or environ.get("AZURE_TENANT"),
+        p["login_endpoint"], p["endpoint"], run_command)
+    http = cloud_teardown.Http(token, what="ARM")
+    groups = p["resource_groups"] if p["resource_groups"] is not None else down.get("resource-groups") or []
+    clusters = list(down.get("capi-workloads") or []) + [env["mgmt-cluster"]]
+    result = cloud_teardown.azure_teardown(
+        http, p["endpoint"], subscription, cfg.selected, groups, clusters, p["federated_credential_prefix"],
+        p["federated_credential_issuers"], env["mgmt-cluster"], check_mode=check_mode, wait=p["wait"],
+        wait_timeout=p["wait_timeout"], poll_interval=p["poll_interval"])
+    result["subscription_id"] = subscription
+    result["environment"] = cfg.selected
+    return result
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    try:
+        result = run(module.params, module.check_mode, run_command=module.run_command)
+    except krops_config.ConfigError as exc:
+        module.fail_json(msg=str(exc))
+    except cloud_teardown.CloudError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    if result["leftovers"]:
+        module.fail_json(msg="Azure resources of %s left behind: %s; see results for the reason of each, then run the "
+                             "teardown again" % (result["environment"], ", ".join(result["leftovers"])), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: capi_cluster_delete
+author:
+  - krops developers (@krops)
+version_added: 0.1.0
+short_description: Suspend Flux, delete Cluster API Clusters and wait until their provider removed them
+description:
+  - Suspends the Flux Kustomizations whose name (or C(namespace/name)) matches O(kustomizations), and
+    disables reconciliation of Flux Operator FluxInstance and ResourceSet objects, so nothing recreates
+    what the teardown deletes.
+  - Deletes the named Cluster API Clusters (or, with O(all_clusters), every Cluster in O(namespace)) and
+    waits with an event-driven watch until they are gone, that is until the infrastructure provider has
+    removed the real infrastructure and dropped its finalizers.
+  - Probes first; when the Clusters, Kustomizations or Flux Operator objects cannot be listed (any error
+    other than NotFound, an empty listing or an unknown resource type) it fails before changing anything.
+  - Never deletes a Cluster named in O(keep). A management cluster cannot delete its own Cluster object
+    (its provider would die mid-delete).
+options:
+  namespace:
+    description: Namespace of the Cluster objects.
+    type: str
+    default: default
+  clusters:
+    description: Names of the Clusters to delete. Absent ones are reported in RV(already_absent).
+    type: list
+    elements: str
+    default: []
+  all_clusters:
+    description: Delete every Cluster in O(namespace) except those in O(keep).
+    type: bool
+    default: false
+  keep:
+    description: Clusters never deleted; naming one in O(clusters) fails.
+    type: list
+    elements: str
+    default: []
+  suspend:
+    description: Suspend Flux before deleting.
+    type: bool
+    default: true
+  kustomizations:
+    description: Shell patterns (C(name) or C(namespace/name)) of the Kustomizations to suspend.
+    type: list
+    elements: str
+    default: ['*']
+  wait:
+    description: Wait until the deleted Clusters are gone.
+    type: bool
+    default: true
+  wait_timeout:
+    description:
+      - Seconds to wait. A timeout fails, names the Clusters still present with their phase, condition
+        message and finalizers, and returns the partial result.
+    type: int
+    default: 1200
+extends_documentation_fragment:
+  - krops.platform.kube
+attributes:
+  check_mode:
+    support: full
+    description: Probes and returns RV(plan); changes nothing and does not wait.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Delete the local-host workload cluster on the kind cluster
+  krops.platform.capi_cluster_delete:
+    kubeconfig: ~/.kube/config
+    context: kind-mgmt
+    clusters: [local-workload]
+    keep: [local-management]
+    wait_timeout: 300
+
+- name: Only suspend Flux
+  krops.platform.capi_cluster_delete:
+    context: krops-mgmt
+    kubeconfig: ~/.kube/krops-mgmt.yaml
+"""
+
+RETURN = r"""
+plan:
+  description: What the module does (or would do in check mode), in order.
+  returned: always
+  type: list
+  elements: str
+  sample: ["suspend Kustomization flux-system/clusters", "delete Cluster default/local-workload and wait until it is gone"]
+suspended:
+  description: Kustomizations suspended (C(namespace/name)).
+  returned: always
+  type: list
+  elements: str
+already_suspended:
+  description: Matching Kustomizations that were suspended already.
+  returned: always
+  type: list
+  elements: str
+flux_operator_disabled:
+  description: FluxInstance and ResourceSet objects whose reconciliation was disabled.
+  returned: always
+  type: list
+  elements: str
+deleted:
+  description: Clusters deleted (and gone, when waiting).
+  returned: always
+  type: list
+  elements: str
+already_absent:
+  description: Named Clusters that did not exist.
+  returned: always
+  type: list
+  elements: str
+remaining:
+  description: Clusters still present when the wait timed out.
+  returned: on timeout
+  type: list
+  elements: str
+progress:
+  description: Periodic snapshots of the Clusters still being deleted, with their state.
+  returned: always
+  type: list
+  elements: dict
+target:
+  description: The cluster the module acted on.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import teardown
+
+
+def argument_spec():
+    spec = dict(kube.KUBE_ARGS)
+    spec.update(
+        namespace=dict(type="str", default="default"),
+        clusters=dict(type="list", elements="str", default=[]),
+        all_clusters=dict(type="bool", default=False),
+        keep=dict(type="list", elements="str", default=[]),
+        suspend=dict(type="bool", default=True),
+        kustomizations=dict(type="list", elements="str", default=["*"]),
+        wait=dict(type="bool", default=True),
+        wait_timeout=dict(type="int", default=1200),
+    )
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    p = module.params
+    try:
+        result = teardown.delete_clusters(
+            p["kubeconfig"], p["context"], namespace=p["namespace"], names=p["clusters"], all_clusters=p["all_clusters"],
+            keep=p["keep"], suspend=p["suspend"], kustomizations=p["kustomizations"], wait=p["wait"],
+            wait_timeout=p["wait_timeout"], check_mode=module.check_mode)
+    except teardown.TeardownError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    except kube.KubeError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

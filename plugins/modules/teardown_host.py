@@ -1,0 +1,238 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: teardown_host
+author:
+  - krops developers (@krops)
+version_added: 0.1.0
+short_description: Find the cluster a krops teardown acts on and plan the teardown
+description:
+  - Finds the controller host, the cluster that holds the Cluster API objects of an environment.
+    It is the kind cluster when its context answers within O(timeout) seconds and still holds the
+    management Cluster; else the self-managed management cluster reached through its exported
+    kubeconfig; else V(unreachable).
+  - Probes the Cluster and Kustomization objects on that host; when a probe cannot tell present from
+    absent (any error other than NotFound, an empty listing or an unknown resource type) the module
+    fails before anything is destroyed.
+  - Returns the ordered teardown plan of the environment, which the role C(krops.platform.teardown)
+    walks step by step. Every later call names the host explicitly, never the current context.
+  - Reads bootstrap.toml through the krops typed loader.
+options:
+  kubeconfig:
+    description:
+      - Kubeconfig holding the kind cluster's context.
+      - When not set, E(K8S_AUTH_KUBECONFIG), then the default kubeconfig.
+    type: path
+  context:
+    description:
+      - Context of the kind cluster. Defaults to E(K8S_AUTH_CONTEXT), then C(bootstrap.kind-context) of bootstrap.toml.
+    type: str
+  mgmt_kubeconfig:
+    description:
+      - Exported kubeconfig of the self-managed management cluster.
+      - Defaults to C(bootstrap.mgmt-kubeconfig) of bootstrap.toml (E(MGMT_KUBECONFIG) overrides it).
+    type: path
+  mgmt_context:
+    description: Context in O(mgmt_kubeconfig). Defaults to C(bootstrap.mgmt-context).
+    type: str
+  environment:
+    description:
+      - The krops environment to tear down. Defaults to E(KROPS_PROFILE), then C(bootstrap.default-environment).
+    type: str
+  config_file:
+    description: Path to bootstrap.toml. Defaults to E(BOOTSTRAP_CONFIG), then C(bootstrap.toml) in the current folder.
+    type: path
+  timeout:
+    description: Seconds each cluster gets to answer.
+    type: int
+    default: 10
+  local_cluster_timeout:
+    description: Seconds the local-host plan waits for its workload Clusters to be deleted.
+    type: int
+    default: 300
+  required_tools:
+    description:
+      - Executables that later steps need, besides those the plan implies (C(kind) to delete a kind cluster,
+        C(helm) to uninstall Flux). Every missing one is reported at once, before anything changes.
+    type: list
+    elements: str
+    default: []
+  force:
+    description:
+      - For the aws, azure and gcp environments, plan the cloud-side removal even when no controller host
+        answers (the workload Clusters then cannot be confirmed gone).
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - krops.platform.kube
+attributes:
+  check_mode:
+    support: full
+    description: The module only reads; it behaves the same in check mode.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+notes:
+  - Read-only; it never reports a change.
+"""
+
+EXAMPLES = r"""
+- name: Find the controller host of the aws environment
+  krops.platform.teardown_host:
+    environment: aws
+    required_tools: [helm]
+  register: teardown_host
+
+- name: Show the plan
+  ansible.builtin.debug:
+    msg: "{{ teardown_host.plan | map(attribute='description') | list }}"
+"""
+
+RETURN = r"""
+host:
+  description: Which cluster is the controller host.
+  returned: always
+  type: str
+  choices: [kind, mgmt, unreachable]
+  sample: kind
+kubeconfig:
+  description: Kubeconfig of the controller host (null when unreachable).
+  returned: always
+  type: str
+context:
+  description: Context of the controller host (null when unreachable).
+  returned: always
+  type: str
+  sample: kind-mgmt
+pivoted:
+  description: True when the management cluster manages itself (the host is the management cluster).
+  returned: always
+  type: bool
+kind_reachable:
+  description: Whether the kind context answered.
+  returned: always
+  type: bool
+mgmt_reachable:
+  description: Whether the exported management kubeconfig answered (not tried when kind holds the management Cluster).
+  returned: always
+  type: bool
+errors:
+  description: Why a cluster did not answer, by V(kind) or V(mgmt).
+  returned: always
+  type: dict
+environment:
+  description: The selected environment and its settings used by the teardown.
+  returned: always
+  type: dict
+  contains:
+    name:
+      description: Environment name.
+      type: str
+    kind:
+      description: Environment kind (local-host, aws, azure, gcp, local-talos).
+      type: str
+    mgmt_cluster:
+      description: Name of the management Cluster.
+      type: str
+    mgmt_namespace:
+      description: Namespace of the Cluster objects.
+      type: str
+    bootstrap:
+      description: The C([bootstrap]) table of bootstrap.toml (durations in seconds).
+      type: dict
+    teardown:
+      description: The environment's teardown table.
+      type: dict
+plan:
+  description: Ordered teardown steps; each has step, action, description and action-specific parameters.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {step: 1, action: suspend-flux, description: suspend every Flux Kustomization ...}
+    - {step: 2, action: delete-clusters, clusters: [local-workload], keep: [local-management], timeout: 300}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import teardown
+
+
+def argument_spec():
+    spec = dict(kube.KUBE_ARGS)
+    spec.update(
+        mgmt_kubeconfig=dict(type="path"),
+        mgmt_context=dict(type="str"),
+        environment=dict(type="str"),
+        config_file=dict(type="path"),
+        timeout=dict(type="int", default=10),
+        local_cluster_timeout=dict(type="int", default=300),
+        required_tools=dict(type="list", elements="str", default=[]),
+        force=dict(type="bool", default=False),
+    )
+    return spec
+
+
+def run(params, get_bin_path):
+    cfg = krops_config.load(params["config_file"], environment=params["environment"])
+    env = cfg.environment()
+    boot = cfg.data["bootstrap"]
+    missing = [tool for tool in params["required_tools"] if not get_bin_path(tool)]
+    if missing:
+        raise teardown.TeardownError("missing tools needed by the teardown of %s: %s; install them and run again "
+                                     "(nothing was changed)" % (cfg.selected, ", ".join(missing)))
+    kind_kubeconfig, kind_context = kube.resolve_auth(params["kubeconfig"], params["context"])
+    kind_context = kind_context or boot["kind-context"]
+    mgmt_kubeconfig = params["mgmt_kubeconfig"] or boot["mgmt-kubeconfig"]
+    mgmt_context = params["mgmt_context"] or boot["mgmt-context"]
+    host = teardown.find_host(kind_kubeconfig, kind_context, mgmt_kubeconfig, mgmt_context, env["mgmt-cluster"],
+                              boot["mgmt-namespace"], params["timeout"])
+    if host["host"] != teardown.HOST_UNREACHABLE:
+        client = kube.connect(host["kubeconfig"], host["context"])
+        where = "the %s cluster (context %s)" % (host["host"], host["context"])
+        res = teardown.cluster_resource(client)
+        if res is not None:
+            teardown.probe_or_abort(client, res.group_version, "Cluster", boot["mgmt-namespace"], "Clusters", where)
+        teardown.probe_or_abort(client, *teardown.KUSTOMIZATION, what="Kustomizations", target=where)
+        if env["kind"] == "local-talos":
+            teardown.probe_or_abort(client, *teardown.HARDWARE, what="Hardware", target=where)
+    elif env["kind"] in ("aws", "azure", "gcp", "local-talos") and not params["force"]:
+        raise teardown.TeardownError(
+            "no controller host answers for %s: kind context %s (%s) and management kubeconfig %s (%s); the workload "
+            "Clusters cannot be deleted through their provider nor confirmed gone. Restore access to one of them, or "
+            "set force to remove the cloud side anyway" % (
+                cfg.selected, kind_context, host["errors"].get("kind", "not tried"), mgmt_kubeconfig,
+                host["errors"].get("mgmt", "not tried")), host)
+    host["plan"] = teardown.build_plan(cfg.data, cfg.selected, host, params["local_cluster_timeout"])
+    missing = [tool for tool in teardown.plan_tools(host["plan"]) if not get_bin_path(tool)]
+    if missing:
+        raise teardown.TeardownError("missing tools needed by the teardown of %s: %s; install them and run again "
+                                     "(nothing was changed)" % (cfg.selected, ", ".join(missing)), host)
+    host["environment"] = {"name": cfg.selected, "kind": env["kind"], "mgmt_cluster": env["mgmt-cluster"],
+                           "mgmt_namespace": boot["mgmt-namespace"], "bootstrap": boot,
+                           "teardown": env.get("teardown") or {}}
+    host["changed"] = False
+    return host
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    try:
+        result = run(module.params, module.get_bin_path)
+    except krops_config.ConfigError as exc:
+        module.fail_json(msg=str(exc))
+    except teardown.TeardownError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    except kube.KubeError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tinkerbell_release
+author:
+  - krops developers (@krops)
+version_added: 0.1.0
+short_description: Return Tinkerbell Hardware to the pool by deleting the Clusters that use it
+description:
+  - Suspends Flux (Kustomizations, FluxInstance and ResourceSet objects), deletes every Cluster API
+    Cluster in O(namespace) except those in O(keep), and waits with an event-driven watch until the
+    Clusters are gone and no Hardware carries the ownership marks CAPT sets (the labels
+    C(v1alpha1.tinkerbell.org/ownerName), C(ownerNamespace), C(clusterName), C(clusterNamespace), the
+    annotation C(v1alpha1.tinkerbell.org/provisioned) and CAPT's finalizers).
+  - Marks whose owner (TinkerbellMachine, TinkerbellCluster or Cluster) no longer exists, as an older
+    CAPT may leave them, are removed when O(remove_stale) is set.
+  - Reports the outcome per Hardware. The machines are never wiped, re-provisioned or powered off; the
+    Hardware spec (user data included) and the Tinkerbell stack are not modified beyond those marks.
+  - Probes first; an error listing Hardware, Clusters or Kustomizations fails before anything changes.
+options:
+  namespace:
+    description: Namespace of the Cluster objects.
+    type: str
+    default: default
+  hardware_namespace:
+    description: Namespace of the Hardware objects; all namespaces when not set.
+    type: str
+  keep:
+    description:
+      - Clusters that stay, for example the self-managed management cluster running on Tinkerbell
+        Hardware. Their Hardware is reported as V(kept).
+    type: list
+    elements: str
+    default: []
+  suspend:
+    description: Suspend Flux before deleting.
+    type: bool
+    default: true
+  remove_stale:
+    description: Remove ownership marks whose owner no longer exists once the Clusters are gone.
+    type: bool
+    default: true
+  wait_timeout:
+    description: Seconds to wait for the Clusters to go and the Hardware to be released (each).
+    type: int
+    default: 1200
+extends_documentation_fragment:
+  - krops.platform.kube
+attributes:
+  check_mode:
+    support: full
+    description: Probes and returns RV(plan) and the Hardware that would be released; changes nothing.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Release the Hardware of every workload cluster
+  krops.platform.tinkerbell_release:
+    kubeconfig: ~/.kube/config
+    context: kind-mgmt
+    hardware_namespace: tinkerbell
+  register: released
+
+- name: Report
+  ansible.builtin.debug:
+    msg: "{{ released.hardware | items2dict(key_name='name', value_name='outcome') }}"
+"""
+
+RETURN = r"""
+plan:
+  description: Steps taken (or planned in check mode).
+  returned: always
+  type: list
+  elements: str
+clusters_deleted:
+  description: Clusters deleted.
+  returned: always
+  type: list
+  elements: str
+suspended:
+  description: Kustomizations suspended.
+  returned: always
+  type: list
+  elements: str
+hardware:
+  description:
+    - One entry per Hardware with its outcome, V(free) (carried no marks), V(released) (CAPT removed the
+      marks), V(stale-marks-removed), V(gone), V(kept), V(would-release) (check mode) or V(not-released) (timeout).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{name: tinkerbell/node-1, outcome: released}]
+target:
+  description: The cluster the module acted on.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import teardown
+
+
+def argument_spec():
+    spec = dict(kube.KUBE_ARGS)
+    spec.update(
+        namespace=dict(type="str", default="default"),
+        hardware_namespace=dict(type="str"),
+        keep=dict(type="list", elements="str", default=[]),
+        suspend=dict(type="bool", default=True),
+        remove_stale=dict(type="bool", default=True),
+        wait_timeout=dict(type="int", default=1200),
+    )
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    p = module.params
+    try:
+        result = teardown.release_hardware(
+            p["kubeconfig"], p["context"], namespace=p["namespace"], hardware_namespace=p["hardware_namespace"],
+            keep=p["keep"], suspend=p["suspend"], wait_timeout=p["wait_timeout"], remove_stale=p["remove_stale"],
+            check_mode=module.check_mode)
+    except teardown.TeardownError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    except kube.KubeError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
