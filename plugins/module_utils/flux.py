@@ -1,0 +1,635 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The Flux handoff: Flux Operator, run tags, sync secrets, the FluxInstance and the readiness wait.
+
+Bootstrap (on kind) and the pivot (on the management cluster) hand the cluster to Flux
+the same way:
+
+1. the Flux Operator chart, pinned in bootstrap.toml ([charts] flux-operator), installed
+   with ``helm upgrade --install`` unless the pinned release is already deployed;
+2. the run tags ConfigMap (``krops-run``: KROPS_RUN_ID, KROPS_REVISION, KROPS_EXPIRES_AT,
+   KROPS_RUN_KIND), reused when present so a re-run changes nothing;
+3. the sync secrets: ``flux-github-pat`` (username, password) for Git sync and
+   ``sops-age`` (key ``age.agekey``) in every namespace that decrypts;
+4. the FluxInstance ``flux`` (created with the Kubernetes API, not the flux-instance chart);
+5. an event-driven wait: the FluxInstance Ready, then every Kustomization of the Flux
+   namespace Ready, reported in dependsOn order.
+
+Importable without Ansible; :func:`handoff` is the single entry point of the module.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import os
+import time
+
+from ansible_collections.krops.platform.plugins.module_utils import cli as krops_cli
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import kube
+
+FLUX_API = "fluxcd.controlplane.io/v1"
+FLUX_KIND = "FluxInstance"
+FLUX_NAME = "flux"
+KS_API = "kustomize.toolkit.fluxcd.io/v1"
+KS_KIND = "Kustomization"
+
+OPERATOR_RELEASE = "flux-operator"
+OPERATOR_CHART = "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator"
+OPERATOR_HELM_TIMEOUT = "10m"
+
+AGE_KEY = "age.agekey"
+RUN_TAG_KEYS = ("KROPS_RUN_ID", "KROPS_REVISION", "KROPS_EXPIRES_AT", "KROPS_RUN_KIND")
+MANAGED_BY = {"app.kubernetes.io/managed-by": "krops"}
+
+DISTRIBUTION = {"version": "2.x", "registry": "ghcr.io/fluxcd"}
+COMPONENTS = ["source-controller", "kustomize-controller", "helm-controller", "notification-controller"]
+CLUSTER = {"type": "kubernetes", "size": "small", "multitenant": False, "networkPolicy": True,
+           "domain": "cluster.local"}
+OCI_INSECURE_PATCH = "- op: add\n  path: /spec/insecure\n  value: true\n"
+IN_CLUSTER_REGISTRY = "krops-registry:5000"
+
+# Ready=False reasons that mean "failing" (shown as such) rather than "still progressing".
+# Flux retries them, so only Stalled=True ends the wait early.
+FAILURE_REASONS = frozenset((
+    "BuildFailed", "ReconciliationFailed", "HealthCheckFailed", "ArtifactFailed", "PruneFailed",
+    "DecryptionFailed", "VarsSubstitutionFailed", "InvalidPath", "InstallFailed", "UpgradeFailed",
+))
+
+SCOPES = ("all", "secrets", "wait")
+
+
+class FluxError(Exception):
+    """The handoff cannot go on; ``result`` holds what was done and observed so far."""
+
+    def __init__(self, message, result=None):
+        super().__init__(message)
+        self.result = result or {}
+
+
+# --- plan ---------------------------------------------------------------------------
+
+def git_ref(ref):
+    """'main' -> 'refs/heads/main'; a full ref (refs/...) is kept."""
+    return ref if ref.startswith("refs/") else "refs/heads/%s" % ref
+
+
+def sync_settings(cfg, environment, sync_url=None, sync_ref=None):
+    """{kind, url, ref, path, pull_secret} of the FluxInstance sync for an environment."""
+    boot = cfg.data["bootstrap"]
+    env = cfg.environment(environment)
+    if env["sync"] == "oci":
+        return {
+            "kind": "OCIRepository",
+            "url": sync_url or "oci://%s/%s" % (IN_CLUSTER_REGISTRY, boot["oci-repository"]),
+            "ref": sync_ref or boot["oci-tag"],
+            "path": env["sync-path"],
+            "pull_secret": None,
+        }
+    return {
+        "kind": "GitRepository",
+        "url": sync_url or boot["git-url"],
+        "ref": git_ref(sync_ref or boot["git-branch"]),
+        "path": env["sync-path"],
+        "pull_secret": boot["github-pat-secret"],
+    }
+
+
+def fluxinstance_spec(sync):
+    """The FluxInstance spec (fluxcd.controlplane.io/v1) krops installs.
+
+    Keys set to None must be absent: they are removed by the merge patch when a previous
+    run set them (for example the pull secret after a switch from Git to OCI).
+    """
+    insecure = sync["kind"] == "OCIRepository" and sync["url"].startswith("oci://%s/" % IN_CLUSTER_REGISTRY)
+    return {
+        "distribution": dict(DISTRIBUTION),
+        "components": list(COMPONENTS),
+        "cluster": dict(CLUSTER),
+        "sync": {
+            "kind": sync["kind"],
+            "url": sync["url"],
+            "ref": sync["ref"],
+            "path": sync["path"],
+            "pullSecret": sync["pull_secret"],
+        },
+        "kustomize": {"patches": [{"target": {"kind": "OCIRepository"}, "patch": OCI_INSECURE_PATCH}]}
+        if insecure else None,
+    }
+
+
+def fluxinstance_manifest(namespace, sync):
+    return {
+        "apiVersion": FLUX_API,
+        "kind": FLUX_KIND,
+        "metadata": {"name": FLUX_NAME, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "spec": _prune_none(fluxinstance_spec(sync)),
+    }
+
+
+def _prune_none(value):
+    if isinstance(value, dict):
+        return {k: _prune_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def _differs(desired, current):
+    """True when current does not hold desired (dicts compared as subsets; None = absent)."""
+    if isinstance(desired, dict):
+        if not isinstance(current, dict):
+            return any(v is not None for v in desired.values())
+        return any(_differs(v, current.get(k)) for k, v in desired.items())
+    return desired != current
+
+
+# --- run tags -----------------------------------------------------------------------
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+
+
+def run_tags(existing, overrides, profile, ttl, now=None):
+    """The four run tags: overrides win, then the existing ConfigMap's, then generated ones.
+
+    ttl is the bootstrap.toml run-ttl ('24h', 'none'); 'none' gives KROPS_EXPIRES_AT=none.
+    """
+    now = now or utc_now()
+    existing = {k: v for k, v in (existing or {}).items() if k in RUN_TAG_KEYS and v}
+    overrides = {k: str(v) for k, v in (overrides or {}).items() if v is not None and str(v) != ""}
+    unknown = sorted(set(overrides) - set(RUN_TAG_KEYS))
+    if unknown:
+        raise FluxError("run_tags: unknown key %s; expected only %s" % (unknown[0], ", ".join(RUN_TAG_KEYS)))
+    if ttl == "none":
+        expires = "none"
+    else:
+        seconds = krops_config.parse_duration(ttl) or 86400
+        expires = (now + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    generated = {
+        "KROPS_RUN_ID": "%s-%s" % (profile, now.strftime("%Y%m%d-%H%M%S")),
+        "KROPS_REVISION": "unknown",
+        "KROPS_EXPIRES_AT": expires,
+        "KROPS_RUN_KIND": "manual",
+    }
+    tags = {}
+    for key in RUN_TAG_KEYS:
+        tags[key] = overrides.get(key) or existing.get(key) or generated[key]
+    return tags
+
+
+# --- readiness table ----------------------------------------------------------------
+
+def depends_on(obj, namespace):
+    """Names of the Kustomizations obj depends on in namespace (other namespaces ignored)."""
+    names = []
+    for ref in ((obj or {}).get("spec") or {}).get("dependsOn") or []:
+        if isinstance(ref, dict) and ref.get("name") and (ref.get("namespace") or namespace) == namespace:
+            names.append(ref["name"])
+    return names
+
+
+def order_kustomizations(objects, namespace, root=None):
+    """Names in dependsOn order (Kahn's algorithm; root first, ties by name, cycles last).
+
+    objects: {name: object}. Names that are depended on but do not exist are included.
+    """
+    deps = {name: [d for d in depends_on(obj, namespace) if d != name] for name, obj in objects.items()}
+    for name in [d for ds in list(deps.values()) for d in ds]:
+        deps.setdefault(name, [])
+    if root in deps:
+        for name in deps:
+            if name != root and root not in deps[name]:
+                deps[name] = deps[name] + [root]
+    order, done = [], set()
+    remaining = set(deps)
+    while remaining:
+        ready = sorted(n for n in remaining if all(d in done for d in deps[n]))
+        if not ready:  # a cycle: keep going by name so every object is listed
+            ready = [sorted(remaining)[0]]
+        for name in ready:
+            order.append(name)
+            done.add(name)
+            remaining.discard(name)
+    return order
+
+
+def kustomization_row(name, obj, namespace):
+    if obj is None:
+        return {"name": name, "ready": False, "reason": "NotFound",
+                "message": "Kustomization %s/%s does not exist yet" % (namespace, name),
+                "depends_on": [], "stalled": False}
+    ready, reason, message = kube.readiness(obj)
+    stalled = kube.is_stalled(obj)
+    if stalled and not ready:
+        cond = kube.condition(obj, "Stalled") or {}
+        reason = cond.get("reason") or reason
+        message = cond.get("message") or message
+    if (obj.get("spec") or {}).get("suspend"):
+        message = ("(suspended) " + message).strip()
+    return {"name": name, "ready": bool(ready), "reason": reason, "message": message,
+            "depends_on": depends_on(obj, namespace), "stalled": bool(stalled and not ready)}
+
+
+def kustomization_rows(objects, namespace, root):
+    """Rows {name, ready, reason, message, depends_on, stalled} in dependsOn order."""
+    by_name = dict(objects)
+    return [kustomization_row(name, by_name.get(name), namespace)
+            for name in order_kustomizations(by_name, namespace, root)]
+
+
+def is_failing(row):
+    return bool(row.get("stalled")) or (not row["ready"] and row.get("reason") in FAILURE_REASONS)
+
+
+def format_table(rows, width=100):
+    """A plain-text table: NAME READY REASON MESSAGE (messages cut to width)."""
+    if not rows:
+        return "  (no Kustomizations yet)"
+    name_w = max(len("KUSTOMIZATION"), max(len(r["name"]) for r in rows))
+    reason_w = max(len("REASON"), max(len(r.get("reason") or "") for r in rows))
+    lines = ["  %-*s  %-7s  %-*s  %s" % (name_w, "KUSTOMIZATION", "READY", reason_w, "REASON", "MESSAGE")]
+    for row in rows:
+        state = "True" if row["ready"] else ("Stalled" if row.get("stalled") else "False")
+        message = " ".join((row.get("message") or "").split())
+        if len(message) > width:
+            message = message[:width - 3] + "..."
+        lines.append("  %-*s  %-7s  %-*s  %s" % (name_w, row["name"], state, reason_w, row.get("reason") or "", message))
+    return "\n".join(lines)
+
+
+def summary(result):
+    """One progress line plus the table, for the controller display."""
+    fi = result.get("fluxinstance") or {}
+    rows = result.get("kustomizations") or []
+    ready = sum(1 for r in rows if r["ready"])
+    head = "FluxInstance %s %s" % (fi.get("name", FLUX_NAME), "Ready" if fi.get("ready") else
+                                   "not Ready (%s: %s)" % (fi.get("reason") or "Pending", fi.get("message") or "no status yet"))
+    if fi.get("ready"):
+        head += "; Kustomizations Ready: %d of %d" % (ready, len(rows))
+        pending = [r["name"] for r in rows if not r["ready"]]
+        if pending:
+            head += "; pending: %s" % ", ".join(pending)
+        return head + "\n" + format_table(rows)
+    return head
+
+
+def failure_details(rows):
+    """'name: reason: message' for every failing row."""
+    return ["%s: %s: %s" % (r["name"], r.get("reason") or "", r.get("message") or "") for r in rows if is_failing(r)]
+
+
+# --- cluster writes -----------------------------------------------------------------
+
+class _Writer:
+    """Idempotent create/patch of namespaced objects; records actions; writes nothing in check mode."""
+
+    def __init__(self, client, check_mode, target):
+        self.client = client
+        self.check_mode = check_mode
+        self.target = target
+        self.actions = []
+        self.changed = False
+        self.diff = {"before": {}, "after": {}}
+
+    def _record(self, action):
+        self.actions.append(("would " if self.check_mode else "") + action)
+        self.changed = True
+
+    def namespace(self, name):
+        if kube.get(self.client, "v1", "Namespace", name) is not None:
+            return
+        self._record("create Namespace %s" % name)
+        if not self.check_mode:
+            self._call(lambda: kube.resource(self.client, "v1", "Namespace").create(
+                body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+                "create Namespace %s" % name, conflict_ok=True)
+
+    def config_map(self, namespace, name, data):
+        current = kube.get(self.client, "v1", "ConfigMap", name, namespace)
+        before = (current or {}).get("data") or {}
+        key = "configmap/%s/%s" % (namespace, name)
+        if current is not None and before == data:
+            return
+        self.diff["before"][key] = before if current is not None else None
+        self.diff["after"][key] = dict(data)
+        self._write(current, {"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
+                              "data": dict(data)},
+                    {"data": _replace_map(before, data)}, "ConfigMap %s/%s" % (namespace, name))
+
+    def secret(self, namespace, name, values):
+        """values: {key: text}; data is compared base64-encoded and never reported."""
+        data = {k: base64.b64encode(v.encode("utf-8")).decode("ascii") for k, v in values.items()}
+        current = kube.get(self.client, "v1", "Secret", name, namespace)
+        before = (current or {}).get("data") or {}
+        if current is not None and before == data:
+            return
+        key = "secret/%s/%s" % (namespace, name)
+        self.diff["before"][key] = sorted(before) if current is not None else None
+        self.diff["after"][key] = "keys %s (values hidden)" % ", ".join(sorted(data))
+        self._write(current, {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                              "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
+                              "data": data},
+                    {"data": _replace_map(before, data)}, "Secret %s/%s" % (namespace, name), kind="Secret")
+
+    def fluxinstance(self, namespace, sync):
+        manifest = fluxinstance_manifest(namespace, sync)
+        desired = fluxinstance_spec(sync)
+        current = kube.get(self.client, FLUX_API, FLUX_KIND, FLUX_NAME, namespace)
+        if current is not None and not _differs(desired, current.get("spec") or {}):
+            return manifest
+        key = "fluxinstance/%s/%s" % (namespace, FLUX_NAME)
+        self.diff["before"][key] = (current or {}).get("spec")
+        self.diff["after"][key] = manifest["spec"]
+        self._write(current, manifest, {"spec": desired}, "FluxInstance %s/%s" % (namespace, FLUX_NAME),
+                    api_version=FLUX_API, kind=FLUX_KIND)
+        return manifest
+
+    def _write(self, current, body, patch, what, api_version="v1", kind=None):
+        kind = kind or body["kind"]
+        verb = "create" if current is None else "update"
+        self._record("%s %s" % (verb, what))
+        if self.check_mode:
+            return
+        try:
+            res = kube.resource(self.client, api_version, kind)
+        except kube.KubeError as exc:
+            raise FluxError("cannot %s %s on %s: %s; install the Flux Operator first (install_operator=true)"
+                            % (verb, what, self.target, exc))
+        meta = body["metadata"]
+        if current is None:
+            self._call(lambda: res.create(body=body, namespace=meta["namespace"]), "%s %s" % (verb, what))
+        else:
+            self._call(lambda: res.patch(body=patch, name=meta["name"], namespace=meta["namespace"],
+                                         content_type="application/merge-patch+json"), "%s %s" % (verb, what))
+
+    def _call(self, func, what, conflict_ok=False):
+        try:
+            return func()
+        except kube.ApiException as exc:
+            if conflict_ok and getattr(exc, "status", None) == 409:
+                return None
+            raise FluxError("cannot %s on %s: %s" % (what, self.target, kube.error_text(exc)))
+
+
+def _replace_map(before, after):
+    """A merge patch turning map before into map after (removed keys set to None)."""
+    patch = {k: None for k in before if k not in after}
+    patch.update(after)
+    return patch
+
+
+# --- operator -----------------------------------------------------------------------
+
+def operator_status(helm, namespace, kube_args):
+    """(deployed_chart_version or None, status) of the flux-operator release."""
+    result = helm.run(["list", "--namespace", namespace, "--filter", "^%s$" % OPERATOR_RELEASE,
+                       "--output", "json"] + kube_args)
+    text = (result.stdout or "").strip()
+    if not text:
+        return None, None
+    try:
+        releases = json.loads(text)
+    except ValueError:
+        releases = None
+    if not isinstance(releases, list):
+        raise FluxError("`%s` printed something that is not a JSON list of releases: %s" % (result.command, text[:200]))
+    for release in releases:
+        if isinstance(release, dict) and release.get("name") == OPERATOR_RELEASE:
+            chart = release.get("chart") or ""
+            prefix = OPERATOR_RELEASE + "-"
+            return (chart[len(prefix):] if chart.startswith(prefix) else chart), release.get("status")
+    return None, None
+
+
+def install_operator(helm, namespace, version, kube_args, writer):
+    """helm upgrade --install the pinned flux-operator unless it is already deployed at that version."""
+    current, status = operator_status(helm, namespace, kube_args)
+    if current == version and status == "deployed":
+        return {"release": OPERATOR_RELEASE, "version": version, "changed": False}
+    what = "%s Flux Operator chart %s (release %s in %s%s)" % (
+        "install" if current is None else "upgrade", version, OPERATOR_RELEASE, namespace,
+        "" if current is None else ", was %s %s" % (current, status))
+    writer._record(what)
+    if not writer.check_mode:
+        helm.run(["upgrade", "--install", OPERATOR_RELEASE, OPERATOR_CHART, "--version", version,
+                  "--namespace", namespace, "--create-namespace", "--wait", "--timeout", OPERATOR_HELM_TIMEOUT]
+                 + kube_args)
+    return {"release": OPERATOR_RELEASE, "version": version, "changed": True, "previous": current}
+
+
+def helm_kube_args(kubeconfig, context):
+    kubeconfig, context = kube.resolve_auth(kubeconfig, context)
+    args = []
+    if kubeconfig:
+        args += ["--kubeconfig", kubeconfig]
+    if context:
+        args += ["--kube-context", context]
+    return args
+
+
+# --- wait ---------------------------------------------------------------------------
+
+def _fluxinstance_state(obj):
+    ready, reason, message = kube.readiness(obj)
+    return {"name": FLUX_NAME, "ready": bool(ready), "reason": reason, "message": message,
+            "stalled": bool(obj is not None and kube.is_stalled(obj) and not ready)}
+
+
+def wait_ready(client, namespace, timeout, result, on_progress=None, progress_every=30.0,
+               clock=time.monotonic):
+    """Wait for the FluxInstance then every Kustomization of namespace; fill result as it goes.
+
+    Returns True when everything is Ready; raises kube.WaitTimeout when timeout passes, and
+    FluxError at once when an object reports Stalled=True.
+    """
+    deadline = clock() + timeout
+    root = namespace  # FluxInstance sync.name defaults to the namespace name
+
+    def on_fi(objects):
+        state = _fluxinstance_state(objects.get((namespace, FLUX_NAME)))
+        result["fluxinstance"] = {k: v for k, v in state.items() if k != "stalled"}
+        if state["stalled"]:
+            raise FluxError("FluxInstance %s/%s is stalled: %s: %s"
+                            % (namespace, FLUX_NAME, state["reason"], state["message"]))
+        return state["ready"], result
+
+    def on_ks(objects):
+        rows = kustomization_rows({name: obj for (_ns, name), obj in objects.items()}, namespace, root)
+        if root not in [r["name"] for r in rows]:
+            rows.insert(0, kustomization_row(root, None, namespace))
+        result["kustomizations"] = rows
+        stalled = [r for r in rows if r["stalled"]]
+        if stalled:
+            raise FluxError("Kustomization %s is stalled (Flux will not retry it): %s: %s"
+                            % (", ".join("%s/%s" % (namespace, r["name"]) for r in stalled),
+                               stalled[0]["reason"], stalled[0]["message"]))
+        return all(r["ready"] for r in rows), result
+
+    kube.watch_until(client, FLUX_API, FLUX_KIND, namespace, on_fi, max(deadline - clock(), 0.001),
+                     on_progress=on_progress, progress_every=progress_every, clock=clock)
+    kube.watch_until(client, KS_API, KS_KIND, namespace, on_ks, max(deadline - clock(), 0.001),
+                     on_progress=on_progress, progress_every=progress_every, clock=clock)
+    return True
+
+
+def _public_rows(rows):
+    return [{k: r[k] for k in ("name", "ready", "reason", "message", "depends_on")} for r in rows or []]
+
+
+# --- entry point --------------------------------------------------------------------
+
+def default_timeout(cfg, environment):
+    env = cfg.environment(environment)
+    if env["kind"] == "local-host":
+        return cfg.data["bootstrap"]["local-reconcile-timeout"]
+    return env["mgmt-ready-timeout"]
+
+
+def read_age_key(path):
+    path = os.path.expanduser(path)
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise FluxError("cannot read the age key file %s: %s; create it with `age-keygen -o %s` or set age_key_file"
+                        % (path, exc.strerror, path))
+    if "AGE-SECRET-KEY-" not in text:
+        raise FluxError("the age key file %s holds no AGE-SECRET-KEY- line; it must be an age identity file "
+                        "(age-keygen output)" % path)
+    return text
+
+
+def handoff(params, check_mode=False, helm=None, environ=None):
+    """Run the handoff described by the module parameters; return the module result.
+
+    Raises config.ConfigError, kube.KubeError, cli.CliError or FluxError (whose ``result``
+    carries the partial result, e.g. the readiness table on timeout).
+    """
+    environ = os.environ if environ is None else environ
+    cfg = krops_config.load(params.get("config_file"), environ=environ, environment=params.get("environment"))
+    environment = cfg.selected
+    boot = cfg.data["bootstrap"]
+    env = cfg.environment(environment)
+    namespace = boot["flux-namespace"]
+    scope = params.get("scope") or "all"
+    phase = params.get("_phase") or "all"
+    target = kube.describe_target(params.get("kubeconfig"), params.get("context"))
+    timeout = params.get("wait_timeout") or default_timeout(cfg, environment)
+    total = params.get("_wait_total") or timeout
+    budget = params.get("_wait_budget")
+
+    result = {"changed": False, "environment": environment, "actions": [], "run_tags": {},
+              "fluxinstance": {"name": FLUX_NAME, "ready": False, "reason": "", "message": ""},
+              "kustomizations": [], "ready": False, "wait_timeout": total}
+    client = kube.connect(params.get("kubeconfig"), params.get("context"))
+    writer = _Writer(client, check_mode, target)
+
+    if phase == "all" and scope in ("all", "secrets"):
+        _setup(params, cfg, env, environment, namespace, scope, client, writer, result, helm, target)
+        result["changed"] = writer.changed
+        result["actions"] = writer.actions
+        result["diff"] = writer.diff
+    if check_mode or scope == "secrets" or not params.get("wait", True):
+        if scope != "secrets" and not check_mode:
+            _observe(client, namespace, result)
+        return result
+
+    step = timeout if budget is None else min(budget, timeout)
+    final = budget is None or budget >= timeout
+    started = time.monotonic()
+    try:
+        wait_ready(client, namespace, step, result, progress_every=max(step, 1))
+        result["ready"] = True
+    except kube.WaitTimeout:
+        if not final:
+            result["_krops_pending"] = True
+        else:
+            raise FluxError(_timeout_message(result, total, target, namespace), _finish(result))
+    except FluxError as exc:
+        raise FluxError("%s\n%s\non %s. %s" % (exc, summary(_finish(result)), target, _advice(namespace)),
+                        _finish(result))
+    except kube.KubeError as exc:
+        raise FluxError("waiting for Flux on %s failed: %s" % (target, exc), _finish(result))
+    result["_krops_waited"] = time.monotonic() - started
+    return _finish(result)
+
+
+def _finish(result):
+    result["kustomizations"] = _public_rows(result.get("kustomizations"))
+    return result
+
+
+def _observe(client, namespace, result):
+    """Fill the current readiness without waiting (wait=false)."""
+    try:
+        fi = kube.get(client, FLUX_API, FLUX_KIND, FLUX_NAME, namespace)
+        result["fluxinstance"] = {k: v for k, v in _fluxinstance_state(fi).items() if k != "stalled"}
+        objects = {o["metadata"]["name"]: o for o in kube.list_objects(client, KS_API, KS_KIND, namespace)}
+    except (kube.KubeError, kube.ApiException):
+        return
+    rows = kustomization_rows(objects, namespace, namespace) if objects else []
+    result["kustomizations"] = _public_rows(rows)
+    result["ready"] = bool(result["fluxinstance"]["ready"] and rows and all(r["ready"] for r in rows))
+
+
+def _advice(namespace):
+    return ("Inspect with `kubectl -n %s get fluxinstance,kustomizations` and "
+            "`kubectl -n %s describe kustomization <name>`; fix the tree or the cluster and run the play again "
+            "(it reuses what exists)." % (namespace, namespace))
+
+
+def _timeout_message(result, total, target, namespace):
+    fi = result.get("fluxinstance") or {}
+    rows = result.get("kustomizations") or []
+    if not fi.get("ready"):
+        head = ("timed out after %ss waiting for FluxInstance %s/%s to be Ready on %s: %s: %s"
+                % (total, namespace, FLUX_NAME, target, fi.get("reason") or "Pending", fi.get("message") or "no status"))
+    else:
+        ready = sum(1 for r in rows if r["ready"])
+        head = ("timed out after %ss waiting for the Flux Kustomizations on %s: %d of %d Ready"
+                % (total, target, ready, len(rows)))
+    parts = [head, summary(result)]
+    failing = failure_details(rows)
+    if failing:
+        parts.append("Failing:\n" + "\n".join("  " + line for line in failing))
+    parts.append(_advice(namespace))
+    return "\n".join(parts)
+
+
+def _setup(params, cfg, env, environment, namespace, scope, client, writer, result, helm, target):
+    boot = cfg.data["bootstrap"]
+    sync = sync_settings(cfg, environment, params.get("sync_url"), params.get("sync_ref"))
+    result["sync"] = dict(sync)
+    if scope == "all" and params.get("install_operator", True):
+        helm = helm or krops_cli.Cli("helm", binary=params.get("helm_binary"))
+        result["operator"] = install_operator(helm, namespace, cfg.data["charts"]["flux-operator"],
+                                              helm_kube_args(params.get("kubeconfig"), params.get("context")), writer)
+    # Namespaces (the chart creates the Flux one; the pivot may skip the chart).
+    sops_namespaces = params.get("sops_namespaces")
+    if sops_namespaces is None:
+        sops_namespaces = [namespace, boot["mgmt-namespace"]]
+    sops_namespaces = list(dict.fromkeys([namespace] + list(sops_namespaces)))
+    age_text = read_age_key(params["age_key_file"]) if params.get("age_key_file") else None
+    for ns in dict.fromkeys([namespace] + (sops_namespaces if age_text else [])):
+        writer.namespace(ns)
+
+    existing = kube.get(client, "v1", "ConfigMap", boot["run-configmap"], namespace)
+    tags = run_tags((existing or {}).get("data"), params.get("run_tags"), environment, boot["run-ttl"])
+    result["run_tags"] = tags
+    writer.config_map(namespace, boot["run-configmap"], tags)
+
+    if sync["pull_secret"]:
+        token = params.get("github_token")
+        if not token:
+            raise FluxError("environment %s syncs from Git (%s) and needs a GitHub token for Secret %s/%s: "
+                            "set github_token (or the GITHUB_TOKEN environment variable)"
+                            % (environment, sync["url"], namespace, sync["pull_secret"]))
+        writer.secret(namespace, sync["pull_secret"], {"username": boot["github-user"], "password": token})
+    if age_text:
+        for ns in sops_namespaces:
+            writer.secret(ns, boot["sops-age-secret"], {AGE_KEY: age_text})
+    result["sops_namespaces"] = sops_namespaces if age_text else []
+    if scope == "all":
+        writer.fluxinstance(namespace, sync)

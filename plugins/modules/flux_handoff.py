@@ -1,0 +1,281 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: flux_handoff
+short_description: Hand a cluster to Flux (operator, run tags, sync secrets, FluxInstance) and wait until it is Ready
+version_added: 0.1.0
+description:
+  - Installs the Flux Operator chart at the version pinned in bootstrap.toml (C([charts] flux-operator)) with
+    C(helm upgrade --install), unless that version is already deployed.
+  - Creates or updates the run tags ConfigMap (C(krops-run) in the Flux namespace) with C(KROPS_RUN_ID),
+    C(KROPS_REVISION), C(KROPS_EXPIRES_AT) and C(KROPS_RUN_KIND); tags already in the ConfigMap are reused,
+    so a second run changes nothing.
+  - For Git sync, creates the Secret C(flux-github-pat) (C(username), C(password)) from O(github_token).
+    With O(age_key_file), creates the Secret C(sops-age) (key C(age.agekey)) in every namespace of O(sops_namespaces).
+  - Creates or updates the FluxInstance C(flux) (C(fluxcd.controlplane.io/v1)) through the Kubernetes API
+    (not the flux-instance chart). Git sync uses a GitRepository with C(refs/heads/<branch>) and the pull
+    secret; OCI sync uses C(oci://krops-registry:5000/<repository>) with a kustomize patch that makes the
+    OCIRepository insecure (plain HTTP in-cluster registry).
+  - Then waits, event-driven (Kubernetes watches, no polling), for the FluxInstance to be Ready and then for every
+    Kustomization of the Flux namespace (the root C(flux-system) and those the tree creates) to be Ready.
+    A Kustomization reporting C(Stalled=True) fails the wait at once with its message.
+  - The action plugin shows progress on the controller (FluxInstance state, which Kustomizations are Ready and
+    which are pending, with their Ready reason and message) at least every O(progress_interval) seconds.
+  - On timeout the task fails with that table and the failing Kustomizations' messages, and returns the partial
+    result (RV(kustomizations), RV(fluxinstance), RV(run_tags)).
+  - Secrets are never returned, logged or passed on a command line.
+author:
+  - krops developers (@krops)
+extends_documentation_fragment:
+  - krops.platform.kube
+options:
+  environment:
+    description:
+      - The bootstrap.toml environment (for example V(local-host) or V(aws)) whose sync settings are used.
+      - Defaults to E(KROPS_PROFILE), then C(bootstrap.default-environment).
+    type: str
+  config_file:
+    description: Path to bootstrap.toml. Defaults to E(BOOTSTRAP_CONFIG), then C(bootstrap.toml) in the current folder.
+    type: path
+  scope:
+    description:
+      - V(all) runs the whole handoff.
+      - V(secrets) only (re)writes the run tags ConfigMap and the sync secrets (for example after rotating the token or
+        the age key); no chart, no FluxInstance, no wait.
+      - V(wait) writes nothing and only waits for the FluxInstance and the Kustomizations (for example on a workload
+        cluster whose Flux was installed by the management cluster).
+    type: str
+    choices: [all, secrets, wait]
+    default: all
+  sync_url:
+    description:
+      - Overrides the sync URL. Git sync defaults to C(bootstrap.git-url); OCI sync to
+        C(oci://krops-registry:5000/<bootstrap.oci-repository>).
+    type: str
+  sync_ref:
+    description:
+      - Overrides the sync reference. Git sync defaults to C(refs/heads/<bootstrap.git-branch>) (a bare branch name
+        is prefixed with C(refs/heads/)); OCI sync to C(bootstrap.oci-tag).
+    type: str
+  age_key_file:
+    description:
+      - Path of the age identity file whose content becomes the C(sops-age) Secret (key C(age.agekey)).
+      - When not set, no C(sops-age) Secret is written.
+    type: path
+  sops_namespaces:
+    description:
+      - Namespaces that decrypt SOPS secrets and get the C(sops-age) Secret.
+      - Defaults to the Flux namespace and C(bootstrap.mgmt-namespace) (where remote-apply Kustomizations live).
+    type: list
+    elements: str
+  github_token:
+    description:
+      - GitHub token for the C(flux-github-pat) Secret; required when the environment syncs from Git.
+      - Defaults to the E(GITHUB_TOKEN) environment variable.
+    type: str
+  run_tags:
+    description:
+      - Run tags to write instead of generated ones (the pivot copies the source cluster's tags).
+      - Keys are C(KROPS_RUN_ID), C(KROPS_REVISION), C(KROPS_EXPIRES_AT), C(KROPS_RUN_KIND); missing keys come from
+        the existing ConfigMap or are generated (C(<environment>-<UTC time>), V(unknown), now + C(bootstrap.run-ttl),
+        V(manual)).
+    type: dict
+  install_operator:
+    description: Install or upgrade the Flux Operator chart with helm.
+    type: bool
+    default: true
+  helm_binary:
+    description: Path or name of the helm binary. Default is C(helm) from E(PATH).
+    type: str
+  wait:
+    description: Wait for the FluxInstance and the Kustomizations to be Ready.
+    type: bool
+    default: true
+  wait_timeout:
+    description:
+      - Seconds to wait in total.
+      - Defaults to C(bootstrap.local-reconcile-timeout) for a V(local-host) environment, else the environment's
+        C(mgmt-ready-timeout).
+    type: int
+  progress_interval:
+    description: Seconds between progress reports on the controller while waiting.
+    type: int
+    default: 30
+  _phase:
+    description: Internal, set by the action plugin (V(wait) skips the set-up in later steps). Do not set.
+    type: str
+    choices: [all, wait]
+    default: all
+  _wait_budget:
+    description: Internal, set by the action plugin (seconds this step may wait). Do not set.
+    type: int
+  _wait_total:
+    description: Internal, set by the action plugin (the whole wait budget, for messages). Do not set.
+    type: int
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Reports in RV(actions) what would be installed, created or updated; never writes and never waits.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: partial
+    details: Shows the run tags ConfigMap and the FluxInstance spec; for Secrets only the key names.
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
+    details: The action plugin runs the module in bounded steps and shows progress between them.
+notes:
+  - Kustomizations are reported in C(spec.dependsOn) order; a dependency that does not exist yet is listed as V(NotFound).
+  - C(helm upgrade --install ... --wait --timeout 10m) is used for the operator, so the first step may take
+    up to ten minutes before progress is shown.
+requirements:
+  - helm (when O(install_operator=true) and O(scope=all))
+"""
+
+EXAMPLES = r"""
+- name: Hand the kind cluster to Flux (local-host, OCI sync)
+  krops.platform.flux_handoff:
+    kubeconfig: ~/.kube/krops-kind.yaml
+    context: kind-mgmt
+    environment: local-host
+    config_file: "{{ playbook_dir }}/../bootstrap.toml"
+
+- name: Hand the management cluster to Flux with the source cluster's run tags (pivot)
+  krops.platform.flux_handoff:
+    kubeconfig: ~/.kube/krops-mgmt.yaml
+    context: krops-mgmt
+    environment: aws
+    age_key_file: age.agekey
+    github_token: "{{ lookup('ansible.builtin.env', 'GITHUB_TOKEN') }}"
+    run_tags: "{{ source_run_tags }}"
+    wait_timeout: 2400
+
+- name: Rotate the sync secrets only
+  krops.platform.flux_handoff:
+    kubeconfig: ~/.kube/krops-mgmt.yaml
+    environment: aws
+    scope: secrets
+    age_key_file: age.agekey
+"""
+
+RETURN = r"""
+changed:
+  description: Whether anything was installed, created or updated.
+  returned: always
+  type: bool
+environment:
+  description: The bootstrap.toml environment used.
+  returned: always
+  type: str
+  sample: local-host
+actions:
+  description: What was done (or, in check mode, would be done), one line each.
+  returned: always
+  type: list
+  elements: str
+  sample: ["install Flux Operator chart 0.58.0 (release flux-operator in flux-system)", "create FluxInstance flux-system/flux"]
+operator:
+  description: The Flux Operator release (name, version, whether it changed).
+  returned: when O(install_operator=true) and O(scope=all)
+  type: dict
+  sample: {"release": "flux-operator", "version": "0.58.0", "changed": false}
+sync:
+  description: The sync source of the FluxInstance (kind, url, ref, path, pull_secret).
+  returned: when O(scope) is not V(wait)
+  type: dict
+  sample: {"kind": "OCIRepository", "url": "oci://krops-registry:5000/krops", "ref": "latest",
+           "path": "mgmt/local-host", "pull_secret": null}
+sops_namespaces:
+  description: Namespaces that hold the C(sops-age) Secret.
+  returned: when O(scope) is not V(wait)
+  type: list
+  elements: str
+run_tags:
+  description: The run tags in the ConfigMap.
+  returned: always (empty with O(scope=wait))
+  type: dict
+  sample: {"KROPS_RUN_ID": "local-host-20261130-054000", "KROPS_REVISION": "unknown",
+           "KROPS_EXPIRES_AT": "2026-12-01T05:40:00Z", "KROPS_RUN_KIND": "manual"}
+fluxinstance:
+  description: Name and readiness of the FluxInstance.
+  returned: always
+  type: dict
+  sample: {"name": "flux", "ready": true, "reason": "ReconciliationSucceeded", "message": "Reconciliation finished"}
+kustomizations:
+  description: The Kustomizations of the Flux namespace in dependsOn order, with their Ready condition.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"name": "flux-system", "ready": true, "reason": "ReconciliationSucceeded", "message": "Applied revision",
+            "depends_on": []}]
+ready:
+  description: Whether the FluxInstance and every Kustomization are Ready.
+  returned: always
+  type: bool
+wait_timeout:
+  description: The wait budget in seconds that applied.
+  returned: always
+  type: int
+  sample: 900
+"""
+
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+
+from ansible_collections.krops.platform.plugins.module_utils import cli
+from ansible_collections.krops.platform.plugins.module_utils import config
+from ansible_collections.krops.platform.plugins.module_utils import flux
+from ansible_collections.krops.platform.plugins.module_utils import kube
+
+
+def main():
+    argument_spec = dict(kube.KUBE_ARGS)
+    argument_spec.update(
+        environment=dict(type="str"),
+        config_file=dict(type="path"),
+        scope=dict(type="str", default="all", choices=list(flux.SCOPES)),
+        sync_url=dict(type="str"),
+        sync_ref=dict(type="str"),
+        age_key_file=dict(type="path"),
+        sops_namespaces=dict(type="list", elements="str"),
+        github_token=dict(type="str", no_log=True, fallback=(env_fallback, ["GITHUB_TOKEN"])),
+        run_tags=dict(type="dict"),
+        install_operator=dict(type="bool", default=True),
+        helm_binary=dict(type="str"),
+        wait=dict(type="bool", default=True),
+        wait_timeout=dict(type="int"),
+        progress_interval=dict(type="int", default=30),
+        # Set by the action plugin, which runs the wait in bounded steps.
+        _phase=dict(type="str", default="all", choices=["all", "wait"]),
+        _wait_budget=dict(type="int"),
+        _wait_total=dict(type="int"),
+    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    params = module.params
+    for name in ("wait_timeout", "progress_interval"):
+        if params[name] is not None and params[name] < 1:
+            module.fail_json(msg="%s must be at least 1 second, got %s" % (name, params[name]))
+    try:
+        result = flux.handoff(params, check_mode=module.check_mode)
+    except config.ConfigError as exc:
+        module.fail_json(msg="flux_handoff: %s" % exc)
+    except cli.ToolMissing as exc:
+        module.fail_json(msg="flux_handoff: %s (set helm_binary, or install_operator=false when the operator is installed)" % exc)
+    except cli.CliError as exc:
+        module.fail_json(msg="flux_handoff: installing the Flux Operator failed: %s" % exc, **exc.as_dict())
+    except flux.FluxError as exc:
+        module.fail_json(msg="flux_handoff: %s" % exc, **exc.result)
+    except kube.KubeError as exc:
+        module.fail_json(msg="flux_handoff: %s" % exc)
+    except kube.ApiException as exc:
+        module.fail_json(msg="flux_handoff: the Kubernetes API of %s answered an error: %s"
+                         % (kube.describe_target(params["kubeconfig"], params["context"]), kube.error_text(exc)))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

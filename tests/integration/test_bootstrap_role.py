@@ -1,0 +1,114 @@
+"""roles/bootstrap through ansible-playbook: kind (fake binary) + Flux handoff on the emulator, re-run, after a pivot.
+
+The aws environment is used (Git sync, no post-kind hook, no registry, no workload chain), because
+the registry and the workload chain need a Docker engine these machines do not have.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+
+import pytest
+import yaml
+
+from tests.integration.test_flux_handoff import AGE_KEY, CONFIG, FI, NS, FakeFlux, deployed, fi_ready, ks
+from tests.substrate.fixtures import REPO
+
+TOKEN = "ghp_roleT0ken0123456789"
+pytestmark = pytest.mark.slow
+
+
+def plays(count, variables, tags=None):
+    include = {"name": "krops.platform.bootstrap", "apply": {"tags": ["bootstrap"]}}
+    play = {"hosts": "localhost", "gather_facts": False, "vars": variables,
+            "tasks": [{"name": "Bootstrap", "ansible.builtin.include_role": include, "tags": tags or ["bootstrap"]}]}
+    return [dict(play, name="run %d" % (i + 1)) for i in range(count)]
+
+
+def failures(output):
+    return [(t["task"]["name"], h.get("msg")) for p in output.get("plays", []) for t in p["tasks"]
+            for h in t["hosts"].values() if h.get("failed")]
+
+
+def results_of(output, index):
+    play = output["plays"][index]
+    return {t["task"]["name"].split(" : ", 1)[-1]: t["hosts"].get("localhost", {}) for t in play["tasks"]}
+
+
+def fake_kind(fake_bins, api, name="mgmt"):
+    fake_bins.answer("kind", "get clusters", stdout=name + "\n")
+    fake_bins.answer("kind", "get kubeconfig", stdout=yaml.safe_dump(api.kubeconfig(context="kind-" + name)))
+    api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name + "-control-plane"}})
+    api.set_condition("v1", "Node", name + "-control-plane", reason="KubeletReady")
+
+
+def role_vars(tmp_path, kind_kubeconfig, mgmt_kubeconfig):
+    key = tmp_path / "age.agekey"
+    key.write_text(AGE_KEY)
+    return {"krops_environment": "aws", "bootstrap_config_file": CONFIG, "bootstrap_repo_root": str(REPO),
+            "bootstrap_kind_kubeconfig": str(kind_kubeconfig), "bootstrap_mgmt_kubeconfig": str(mgmt_kubeconfig),
+            "bootstrap_age_key_file": str(key), "bootstrap_progress_interval": 5, "bootstrap_flux_wait_timeout": 30}
+
+
+def test_bootstrap_reuses_kind_hands_over_to_flux_and_a_rerun_changes_nothing(kind_api, fake_bins, ansible_playbook,
+                                                                              tmp_path):
+    fake_kind(fake_bins, kind_api)
+    FakeFlux(kind_api, [(0.2, fi_ready), (0.3, ks("capa-system", status="True", reason="ReconciliationSucceeded")),
+                        (0.3, ks("flux-system", status="True", reason="ReconciliationSucceeded"))]).start()
+    variables = role_vars(tmp_path, tmp_path / "kind.yaml", tmp_path / "missing-mgmt.yaml")
+    # helm list answers "no release" the first time; the deployed answer is installed between the plays
+    # by a stand-in that flips after the first upgrade.
+    fake_bins.install("helm", _HELM_SCRIPT.format(python=sys.executable, deployed=deployed()))
+    rc, output, stderr = ansible_playbook(plays(2, variables), env={"PATH": fake_bins.path_env, "GITHUB_TOKEN": TOKEN})
+    assert rc == 0, (failures(output), stderr[-2000:])
+    first, second = results_of(output, 0), results_of(output, 1)
+    assert first["Decide where bootstrap acts"]["ansible_facts"]["bootstrap_pivoted"] is False
+    handoff = first["Hand the cluster to Flux and wait until every Kustomization is Ready"]
+    assert handoff["changed"] is True and handoff["ready"] is True
+    assert [k["name"] for k in handoff["kustomizations"]] == ["flux-system", "capa-system"]
+    sync = kind_api.get(*FI, "flux", NS)["spec"]["sync"]
+    assert sync["kind"] == "GitRepository" and sync["pullSecret"] == "flux-github-pat"
+    password = kind_api.get("v1", "Secret", "flux-github-pat", NS)["data"]["password"]
+    assert base64.b64decode(password).decode() == TOKEN
+    assert TOKEN not in json.dumps(output)
+    changed = [name for name, res in second.items() if res.get("changed")]
+    assert changed == [], changed
+    assert second["Create or reuse the kind cluster"]["created"] is False
+
+
+def test_after_the_pivot_bootstrap_is_skipped_and_secrets_go_to_the_management_cluster(kube_cluster, fake_bins,
+                                                                                       ansible_playbook, tmp_path):
+    kind_api = kube_cluster("kind-mgmt")
+    mgmt_api = kube_cluster("krops-mgmt")
+    mgmt_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    mgmt_api.create({"apiVersion": FI[0], "kind": FI[1], "metadata": {"name": "flux", "namespace": NS}, "spec": {}})
+    variables = role_vars(tmp_path, kind_api.kubeconfig_path, mgmt_api.kubeconfig_path)
+    rc, output, stderr = ansible_playbook(plays(1, variables, tags=["bootstrap", "secrets"]), "--tags", "secrets",
+                                          env={"PATH": fake_bins.path_env, "GITHUB_TOKEN": TOKEN})
+    results = results_of(output, 0)
+    assert rc == 0, (failures(output), stderr[-2000:])
+    assert results["Decide where bootstrap acts"]["ansible_facts"]["bootstrap_pivoted"] is True
+    handoff = results["Hand the cluster to Flux and wait until every Kustomization is Ready"]
+    assert handoff["changed"] is True
+    assert handoff["actions"] == ["create ConfigMap flux-system/krops-run", "create Secret flux-system/flux-github-pat",
+                                  "create Secret flux-system/sops-age",
+                                  "create Secret default/sops-age"]
+    assert mgmt_api.exists("v1", "Secret", "flux-github-pat", NS)
+    assert not kind_api.exists("v1", "Namespace", NS)
+    assert fake_bins.calls("kind") == [] and fake_bins.calls("helm") == []
+    assert "Create or reuse the kind cluster" not in results
+
+
+_HELM_SCRIPT = '''#!{python}
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "calls.jsonl"), "a") as log:
+    log.write(json.dumps({{"tool": "helm", "argv": sys.argv[1:], "env": {{}}, "cwd": os.getcwd(), "stdin": ""}}) + "\\n")
+marker = os.path.join(here, "helm-installed")
+if sys.argv[1] == "upgrade":
+    open(marker, "w").close()
+elif sys.argv[1] == "list" and os.path.exists(marker):
+    sys.stdout.write({deployed!r})
+'''
