@@ -1,0 +1,316 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""AWS access shared by krops modules: sessions, clients, retries, paginators, ownership.
+
+- :class:`Connection` builds one boto3 session per thread (sessions are not thread-safe,
+  clients are) and caches clients per (service, region). Every client uses botocore's
+  adaptive retry mode and counts its API calls (``after-call``), so callers can report
+  how many calls a run made.
+- :func:`call` adds our own full-jitter backoff on throttling on top of botocore's
+  retries, and :func:`paginate` walks botocore paginators through it.
+- :func:`is_not_found` says whether an error means "the resource is absent": deletes treat
+  that as success, which keeps them idempotent.
+- :func:`owned_by` and :func:`owner_tag_keys` implement krops' ownership rule: a resource
+  belongs to cluster C only when it is tagged
+  ``sigs.k8s.io/cluster-api-provider-aws/cluster/C=owned`` or ``kubernetes.io/cluster/C=owned``.
+
+Importable without Ansible; botocore is optional at import time (HAS_BOTO3).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+try:
+    import boto3
+    import boto3.session
+    import botocore.config
+    import botocore.session
+    from botocore.exceptions import BotoCoreError, ClientError
+    HAS_BOTO3 = True
+    BOTO3_IMPORT_ERROR = None
+except ImportError as exc:  # reported by the module through missing_required_lib
+    HAS_BOTO3 = False
+    BOTO3_IMPORT_ERROR = exc
+    BotoCoreError = ClientError = Exception
+
+
+# Argument spec shared by every module that talks to AWS (doc fragment: krops.platform.aws).
+AWS_ARGS = dict(
+    profile=dict(type="str"),
+    endpoint_url=dict(type="str"),
+    access_key=dict(type="str", no_log=True),
+    secret_key=dict(type="str", no_log=True),
+    session_token=dict(type="str", no_log=True),
+)
+
+CAPA_TAG = "sigs.k8s.io/cluster-api-provider-aws/cluster/%s"
+CLOUD_PROVIDER_TAG = "kubernetes.io/cluster/%s"
+OWNED = "owned"
+
+THROTTLING_CODES = frozenset((
+    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
+    "TooManyRequestsException", "RequestLimitExceeded", "RequestThrottled", "SlowDown",
+    "PriorRequestNotComplete", "EC2ThrottledException", "BandwidthLimitExceeded",
+))
+
+# Error codes that mean "this resource does not exist" (so a delete of it has nothing to do).
+NOT_FOUND_CODES = frozenset((
+    "ResourceNotFoundException", "NotFoundException", "NoSuchEntity", "NoSuchBucket",
+    "DBInstanceNotFound", "DBInstanceNotFoundFault", "DBSubnetGroupNotFoundFault",
+    "LoadBalancerNotFound", "LoadBalancerNotFoundException", "TargetGroupNotFound",
+    "TargetGroupNotFoundException", "AccessPointNotFound", "NatGatewayNotFound",
+    "InvalidVpcID.NotFound", "InvalidSubnetID.NotFound", "InvalidInternetGatewayID.NotFound",
+    "InvalidRouteTableID.NotFound", "InvalidGroup.NotFound", "InvalidGroupId.NotFound",
+    "InvalidNetworkInterfaceID.NotFound", "InvalidAllocationID.NotFound",
+    "InvalidAssociationID.NotFound", "InvalidNatGatewayID.NotFound", "InvalidPermission.NotFound",
+    "NoSuchKey", "NoSuchVersion",
+))
+
+# Backoff for throttling on top of botocore's own retries (module-level so tests can shorten it).
+BACKOFF_BASE = 1.0
+BACKOFF_CAP = 30.0
+BACKOFF_ATTEMPTS = 8
+BOTOCORE_MAX_ATTEMPTS = 5
+
+# (event name, handler) pairs registered on every client this module builds. Empty in
+# production; tests use it to inject throttling or slow deletes at the HTTP boundary.
+CLIENT_HOOKS = []
+
+
+class AwsError(Exception):
+    """An AWS call failed in a way the user must act on."""
+
+
+class UnsupportedOperation(AwsError):
+    """The endpoint does not implement an operation (an emulator, or a partition without it)."""
+
+
+def error_code(exc):
+    if isinstance(exc, ClientError) and hasattr(exc, "response"):
+        return exc.response.get("Error", {}).get("Code", "") or ""
+    return ""
+
+
+def error_message(exc):
+    if isinstance(exc, ClientError) and hasattr(exc, "response"):
+        error = exc.response.get("Error", {})
+        return "%s: %s" % (error.get("Code", "?"), (error.get("Message") or "").strip()[:300])
+    return str(exc)[:300]
+
+
+def is_not_found(exc):
+    """True when the error means the resource is absent."""
+    code = error_code(exc)
+    if code in NOT_FOUND_CODES or code.endswith(".NotFound") or code.endswith("NotFoundFault"):
+        return True
+    if code == "ValidationError" and "does not exist" in error_message(exc):
+        return True  # CloudFormation: "Stack with id X does not exist"
+    return False
+
+
+def is_throttling(exc):
+    return error_code(exc) in THROTTLING_CODES
+
+
+def is_unsupported(exc):
+    """An endpoint without this operation answers a bare HTTP 404 (code '404') or InvalidAction."""
+    code = error_code(exc)
+    return code in ("404", "InvalidAction", "UnknownOperationException", "NotImplemented")
+
+
+def backoff_delay(attempt, base=None, cap=None):
+    """Full-jitter exponential backoff: uniform(0, min(cap, base * 2**attempt))."""
+    base = BACKOFF_BASE if base is None else base
+    cap = BACKOFF_CAP if cap is None else cap
+    return random.uniform(0, min(cap, base * (2 ** attempt)))
+
+
+def call(client, operation, **kwargs):
+    """client.<operation>(**kwargs), retried with jittered backoff while AWS throttles."""
+    method = getattr(client, operation)
+    attempt = 0
+    while True:
+        try:
+            return method(**kwargs)
+        except ClientError as exc:
+            if is_unsupported(exc):
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
+                raise UnsupportedOperation("%s %s is not supported by this endpoint (HTTP %s, %s)"
+                                           % (client.meta.service_model.service_name, operation, status,
+                                              error_code(exc)))
+            if not is_throttling(exc) or attempt + 1 >= BACKOFF_ATTEMPTS:
+                raise
+        time.sleep(backoff_delay(attempt))
+        attempt += 1
+
+
+def pages(client, operation, **kwargs):
+    """Each page of ``operation`` (a botocore paginator driven page by page, each page retried on throttling)."""
+    if not client.can_paginate(operation):
+        yield call(client, operation, **kwargs)
+        return
+    config = client.get_paginator(operation)._pagination_cfg  # pylint: disable=protected-access
+    input_token = config["input_token"] if isinstance(config["input_token"], list) else [config["input_token"]]
+    output_token = config["output_token"] if isinstance(config["output_token"], list) else [config["output_token"]]
+    token = None
+    while True:
+        args = dict(kwargs)
+        if token:
+            args.update((name, value) for name, value in zip(input_token, token) if value)
+        page = call(client, operation, **args)
+        yield page
+        token = [_dig(page, name) for name in output_token]
+        if not any(token) or page.get("IsTruncated") is False:
+            return
+
+
+def paginate(client, operation, key, **kwargs):
+    """Every item under ``key`` of every page of ``operation``."""
+    items = []
+    for page in pages(client, operation, **kwargs):
+        items.extend(page.get(key) or [])
+    return items
+
+
+def _dig(page, path):
+    node = page
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+# --- ownership -------------------------------------------------------------------------
+
+def owner_tag_keys(cluster):
+    """The two tag keys that mark a resource as owned by ``cluster``."""
+    return [CAPA_TAG % cluster, CLOUD_PROVIDER_TAG % cluster]
+
+
+def tags_to_dict(tags):
+    """AWS tag lists ([{Key, Value}] or [{key, value}]) or dicts -> dict."""
+    if isinstance(tags, dict):
+        return dict(tags)
+    result = {}
+    for tag in tags or []:
+        key = tag.get("Key", tag.get("key"))
+        if key is not None:
+            result[key] = tag.get("Value", tag.get("value", ""))
+    return result
+
+
+def owned_by(tags, clusters):
+    """The first of ``clusters`` that owns a resource with ``tags`` (exact key, value 'owned'), else None."""
+    tags = tags_to_dict(tags)
+    for cluster in clusters:
+        for key in owner_tag_keys(cluster):
+            if tags.get(key) == OWNED:
+                return cluster
+    return None
+
+
+def owner_filter():
+    """An EC2 filter narrowing a listing to resources with some tag valued 'owned'.
+
+    Ownership itself is decided locally by :func:`owned_by` (exact key for a target cluster).
+    One filter value keeps it to one call per listing: a ``tag-key`` filter with one value per
+    cluster would need a call per key where emulators do not OR the values.
+    """
+    return {"Name": "tag-value", "Values": [OWNED]}
+
+
+# --- connection ------------------------------------------------------------------------
+
+class CallCounter:
+    """Thread-safe count of API calls, in total and per service.operation."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.total = 0
+        self.by_operation = {}
+
+    def __call__(self, model=None, **_kwargs):
+        name = "%s.%s" % (model.service_model.service_name, model.name) if model is not None else "?"
+        with self._lock:
+            self.total += 1
+            self.by_operation[name] = self.by_operation.get(name, 0) + 1
+
+
+_SHARED = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _botocore_session():
+    """A new botocore session that reuses the service-model loader of earlier ones (parsing models is slow)."""
+    session = botocore.session.Session()
+    with _SHARED_LOCK:
+        loader = _SHARED.get("loader")
+        if loader is None:
+            _SHARED["loader"] = session.get_component("data_loader")
+        else:
+            session.register_component("data_loader", loader)
+    return session
+
+
+class Connection:
+    """Credentials and endpoint for AWS; one client per (service, region), shared by every thread.
+
+    botocore clients are thread-safe once built; building them (and the session they come
+    from) is not, so that happens under a lock, once.
+    """
+
+    def __init__(self, profile=None, endpoint_url=None, access_key=None, secret_key=None, session_token=None,
+                 counter=None):
+        if not HAS_BOTO3:
+            raise AwsError("the Python library 'boto3' is required: pip install boto3 (%s)" % BOTO3_IMPORT_ERROR)
+        if bool(access_key) != bool(secret_key):
+            raise AwsError("access_key and secret_key must be given together (or neither, to use the profile or "
+                           "the AWS_* environment variables)")
+        self.profile = profile or None
+        self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+        self._credentials = dict(aws_access_key_id=access_key or None, aws_secret_access_key=secret_key or None,
+                                 aws_session_token=session_token or None)
+        self.counter = counter or CallCounter()
+        self._lock = threading.Lock()
+        self._session = None
+        self._clients = {}
+        self._config = botocore.config.Config(
+            retries={"mode": "adaptive", "max_attempts": BOTOCORE_MAX_ATTEMPTS},
+            connect_timeout=10, read_timeout=60, max_pool_connections=20)
+
+    def client(self, service, region):
+        key = (service, region)
+        found = self._clients.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._clients.get(key)
+            if found is not None:
+                return found
+            try:
+                if self._session is None:
+                    self._session = boto3.session.Session(botocore_session=_botocore_session(),
+                                                          profile_name=self.profile, **self._credentials)
+                found = self._session.client(service, region_name=region, endpoint_url=self.endpoint_url,
+                                             config=self._config)
+            except BotoCoreError as exc:
+                raise AwsError("cannot build an AWS %s client for %s (profile %s): %s"
+                               % (service, region, self.profile or "default", exc))
+            found.meta.events.register("after-call", self.counter)
+            for event, handler in CLIENT_HOOKS:
+                found.meta.events.register(event, handler)
+            self._clients[key] = found
+        return found
+
+    def account_id(self, region):
+        try:
+            return call(self.client("sts", region), "get_caller_identity")["Account"]
+        except (ClientError, BotoCoreError) as exc:
+            raise AwsError("cannot identify the AWS account (sts get-caller-identity in %s): %s; check the "
+                           "credentials (profile, access_key/secret_key or AWS_* variables) or pass account_id"
+                           % (region, error_message(exc)))

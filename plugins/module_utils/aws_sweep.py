@@ -1,0 +1,1027 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The AWS orphan sweep: delete (or report) exactly what a krops environment owns in AWS.
+
+Targets come from bootstrap.toml: every ``[[environments.<env>.teardown.aws-workloads]]``
+entry plus, optionally, the self-managed management cluster. A resource is a candidate
+only when it is tagged ``sigs.k8s.io/cluster-api-provider-aws/cluster/<cluster>=owned`` or
+``kubernetes.io/cluster/<cluster>=owned`` for a target cluster, or when bootstrap.toml names
+it exactly (EKS cluster, RDS instance, S3 bucket pattern, global IAM roles and users,
+CloudFormation stack); IAM roles also match ``<prefix>-`` on a prefix boundary. A few
+dependants that carry no tags of their own are swept with their owner and say so in
+``reason``: node groups and pod identity associations of an owned EKS cluster, the DB
+subnet group of a swept RDS instance (when no other instance uses it) and detached network
+interfaces inside an owned VPC.
+
+Per region, in this order (regions run concurrently):
+  EKS node groups (wait), EKS pod identity associations, EKS clusters (wait), RDS instances
+  (no final snapshot, wait) and their subnet groups, ELBv2 and classic load balancers,
+  target groups, NAT gateways (wait), elastic IPs, detached network interfaces, subnets,
+  internet gateways (detached first), non-main route tables, security groups (every rule
+  revoked first), VPCs.
+Then the global phase: S3 buckets (every version and delete marker first), IAM roles
+(managed policies detached, inline policies and instance profiles deleted first), IAM
+users (login profile, access keys, MFA devices, groups, policies first) and the
+clusterawsadm CloudFormation stack in each target region (deletion started, not waited).
+Finally every region is listed again: anything owned that is left is a leftover.
+
+Report mode lists the same candidates read-only and keeps those older than N hours.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.krops.platform.plugins.module_utils import aws
+from ansible_collections.krops.platform.plugins.module_utils import config as config_mod
+from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
+
+# Resource types in the order they are deleted within a region.
+REGION_ORDER = (
+    "eks-nodegroup", "eks-pod-identity-association", "eks-cluster", "rds-instance", "rds-subnet-group",
+    "elbv2-load-balancer", "elb-load-balancer", "elbv2-target-group", "nat-gateway", "elastic-ip",
+    "network-interface", "subnet", "internet-gateway", "route-table", "security-group", "vpc",
+)
+GLOBAL_ORDER = ("s3-bucket", "iam-role", "iam-user", "cloudformation-stack")
+WAITED = ("eks-nodegroup", "eks-cluster", "rds-instance", "nat-gateway")
+GLOBAL = "global"
+
+# Poll delays while waiting for a deletion or retrying a DependencyViolation (seconds).
+POLL_FIRST = 0.5
+POLL_MAX = 15.0
+DEPENDENCY_BUDGET = 180
+
+
+class SweepError(Exception):
+    """The sweep cannot start: bad options or configuration. The message says what to fix."""
+
+
+class Target:
+    """One cluster whose AWS resources the sweep owns."""
+
+    def __init__(self, cluster, region, eks_name="", rds_instance="", iam_prefix="", role="workload"):
+        self.cluster = cluster
+        self.region = region
+        self.eks_name = eks_name
+        self.rds_instance = rds_instance
+        self.iam_prefix = iam_prefix or cluster
+        self.role = role
+
+    def as_dict(self):
+        return {"cluster": self.cluster, "region": self.region, "eks_cluster_name": self.eks_name,
+                "rds_instance": self.rds_instance, "iam_role_prefix": self.iam_prefix, "role": self.role}
+
+
+def targets_from_config(cfg, environment=None, include_management=True, management_region=None, regions=None):
+    """(targets, all_regions_of_the_environment) from a loaded Config; SweepError on bad input."""
+    name = environment or cfg.selected
+    env = cfg.environment(name)
+    if env["kind"] != "aws":
+        raise SweepError("environment %r in %s is of kind %s; aws_orphan_sweep sweeps only environments of kind aws "
+                         "(valid: %s)" % (name, cfg.path, env["kind"],
+                                          ", ".join(n for n in cfg.environment_names
+                                                    if cfg.environment(n)["kind"] == "aws") or "none"))
+    teardown = env.get("teardown") or {}
+    workloads = teardown.get("aws-workloads") or []
+    targets = [Target(w["cluster-name"], w["region"], w["eks-cluster-name"], w.get("rds-instance", ""))
+               for w in workloads]
+    if include_management:
+        region = management_region or (workloads[0]["region"] if workloads else None)
+        if not region:
+            raise SweepError("environment %r in %s has no [[environments.%s.teardown.aws-workloads]] entry, so the "
+                             "management cluster's region is unknown: pass management_region" % (name, cfg.path, name))
+        targets.append(Target(env["mgmt-cluster"], region, teardown.get("mgmt-eks-cluster-name", ""), "",
+                              teardown.get("mgmt-iam-role-prefix", "") or env["mgmt-cluster"], role="management"))
+    all_regions = _unique(t.region for t in targets)
+    if regions:
+        unknown = [r for r in regions if r not in all_regions]
+        if unknown:
+            raise SweepError("regions %s are not regions of environment %r (its regions: %s); fix the regions option"
+                             % (", ".join(unknown), name, ", ".join(all_regions) or "none"))
+        targets = [t for t in targets if t.region in regions]
+    if not targets:
+        raise SweepError("environment %r in %s names no AWS cluster to sweep (no aws-workloads and "
+                         "include_management is false)" % (name, cfg.path))
+    return targets, all_regions
+
+
+def _unique(items):
+    seen = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _resource(region, rtype, rid, cluster, created=None, reason="", **meta):
+    return {"region": region, "type": rtype, "id": rid, "cluster": cluster, "created": created,
+            "reason": reason, "meta": meta}
+
+
+def public(resource, outcome, reason=None):
+    """The result entry users see for a resource."""
+    return {"region": resource["region"], "type": resource["type"], "id": resource["id"],
+            "cluster": resource["cluster"], "outcome": outcome,
+            "reason": resource.get("reason", "") if reason is None else reason}
+
+
+class _Discovery:
+    """Read-only listing of everything the targets own in one region (or globally)."""
+
+    def __init__(self, sweep, region):
+        self.sweep = sweep
+        self.region = region
+        self.targets = [t for t in sweep.targets if t.region == region]
+        self.clusters = [t.cluster for t in self.targets]
+        self.errors = []
+        self.warnings = []
+
+    def client(self, service):
+        return self.sweep.conn.client(service, self.region)
+
+    def _guard(self, rtype, func):
+        try:
+            return func() or []
+        except aws.UnsupportedOperation as exc:
+            self.warnings.append("%s: %s skipped: %s" % (self.region, rtype, exc))
+        except (ClientError, BotoCoreError, aws.AwsError) as exc:
+            self.errors.append({"region": self.region, "type": rtype,
+                                "error": "listing %s in %s failed: %s" % (rtype, self.region, aws.error_message(exc))})
+        return []
+
+    def region_resources(self, with_age=False):
+        found = []
+        eks = self._guard("eks-cluster", self.eks_clusters)
+        found += self._guard("eks-nodegroup", lambda: self.nodegroups(eks, with_age))
+        found += self._guard("eks-pod-identity-association", lambda: self.pod_identities(eks))
+        found += eks
+        found += self._guard("rds-instance", self.rds)
+        found += self._guard("elbv2-load-balancer", self.elbv2)
+        found += self._guard("elb-load-balancer", self.classic_elb)
+        found += self._guard("elbv2-target-group", self.target_groups)
+        found += self._guard("nat-gateway", self.nat_gateways)
+        found += self._guard("elastic-ip", self.elastic_ips)
+        vpcs = self._guard("vpc", lambda: self.ec2_owned("describe_vpcs", "Vpcs", "VpcId", "vpc"))
+        found += self._guard("network-interface", lambda: self.network_interfaces(vpcs))
+        found += self._guard("subnet", lambda: self.ec2_owned("describe_subnets", "Subnets", "SubnetId", "subnet"))
+        found += self._guard("internet-gateway", lambda: self.ec2_owned(
+            "describe_internet_gateways", "InternetGateways", "InternetGatewayId", "internet-gateway"))
+        found += self._guard("route-table", self.route_tables)
+        found += self._guard("security-group", self.security_groups)
+        found += vpcs
+        order = {t: i for i, t in enumerate(REGION_ORDER)}
+        found.sort(key=lambda r: order[r["type"]])
+        return found
+
+    # --- EKS
+    def eks_clusters(self):
+        client = self.client("eks")
+        named = {t.eks_name: t.cluster for t in self.targets if t.eks_name}
+        found = []
+        for name in aws.paginate(client, "list_clusters", "clusters"):
+            try:
+                info = aws.call(client, "describe_cluster", name=name)["cluster"]
+            except ClientError as exc:
+                if aws.is_not_found(exc):
+                    continue
+                raise
+            owner = named.get(name)
+            reason = "named by bootstrap.toml" if owner else ""
+            owner = owner or aws.owned_by(info.get("tags") or {}, self.clusters)
+            if owner:
+                found.append(_resource(self.region, "eks-cluster", name, owner, info.get("createdAt"), reason,
+                                       status=info.get("status")))
+        return found
+
+    def nodegroups(self, eks, with_age):
+        client = self.client("eks")
+        found = []
+        for cluster in eks:
+            for name in aws.paginate(client, "list_nodegroups", "nodegroups", clusterName=cluster["id"]):
+                created = None
+                if with_age:
+                    created = aws.call(client, "describe_nodegroup", clusterName=cluster["id"],
+                                       nodegroupName=name)["nodegroup"].get("createdAt")
+                found.append(_resource(self.region, "eks-nodegroup", "%s/%s" % (cluster["id"], name),
+                                       cluster["cluster"], created, "node group of EKS cluster %s" % cluster["id"],
+                                       eks=cluster["id"], name=name))
+        return found
+
+    def pod_identities(self, eks):
+        client = self.client("eks")
+        found = []
+        for cluster in eks:
+            for assoc in aws.paginate(client, "list_pod_identity_associations", "associations",
+                                      clusterName=cluster["id"]):
+                found.append(_resource(self.region, "eks-pod-identity-association",
+                                       "%s/%s" % (cluster["id"], assoc["associationId"]), cluster["cluster"], None,
+                                       "pod identity association of EKS cluster %s (%s/%s)"
+                                       % (cluster["id"], assoc.get("namespace"), assoc.get("serviceAccount")),
+                                       eks=cluster["id"], association=assoc["associationId"]))
+        return found
+
+    # --- RDS
+    def rds(self):
+        client = self.client("rds")
+        named = {t.rds_instance: t.cluster for t in self.targets if t.rds_instance}
+        instances = aws.paginate(client, "describe_db_instances", "DBInstances")
+        found, kept_groups = [], set()
+        for inst in instances:
+            ident = inst["DBInstanceIdentifier"]
+            owner = named.get(ident)
+            reason = "named by bootstrap.toml" if owner else ""
+            owner = owner or aws.owned_by(inst.get("TagList") or [], self.clusters)
+            group = (inst.get("DBSubnetGroup") or {}).get("DBSubnetGroupName")
+            if owner:
+                found.append(_resource(self.region, "rds-instance", ident, owner, inst.get("InstanceCreateTime"),
+                                       reason, status=inst.get("DBInstanceStatus"), group=group))
+            elif group:
+                kept_groups.add(group)
+        groups = []
+        for inst in found:
+            group = inst["meta"]["group"]
+            if group and group != "default" and group not in kept_groups and group not in [g["id"] for g in groups]:
+                groups.append(_resource(self.region, "rds-subnet-group", group, inst["cluster"], None,
+                                        "subnet group of RDS instance %s" % inst["id"]))
+        return found + groups
+
+    # --- load balancers
+    def elbv2(self):
+        client = self.client("elbv2")
+        lbs = aws.paginate(client, "describe_load_balancers", "LoadBalancers")
+        created = {lb["LoadBalancerArn"]: lb for lb in lbs}
+        return [_resource(self.region, "elbv2-load-balancer", arn, owner, created[arn].get("CreatedTime"),
+                          name=created[arn].get("LoadBalancerName"))
+                for arn, owner in self._elbv2_owned(client, list(created))]
+
+    def target_groups(self):
+        client = self.client("elbv2")
+        groups = aws.paginate(client, "describe_target_groups", "TargetGroups")
+        return [_resource(self.region, "elbv2-target-group", arn, owner)
+                for arn, owner in self._elbv2_owned(client, [g["TargetGroupArn"] for g in groups])]
+
+    def _elbv2_owned(self, client, arns):
+        owned = []
+        for start in range(0, len(arns), 20):
+            described = aws.call(client, "describe_tags", ResourceArns=arns[start:start + 20])
+            for desc in described.get("TagDescriptions") or []:
+                owner = aws.owned_by(desc.get("Tags") or [], self.clusters)
+                if owner:
+                    owned.append((desc["ResourceArn"], owner))
+        return owned
+
+    def classic_elb(self):
+        client = self.client("elb")
+        lbs = aws.paginate(client, "describe_load_balancers", "LoadBalancerDescriptions")
+        created = {lb["LoadBalancerName"]: lb.get("CreatedTime") for lb in lbs}
+        names = list(created)
+        found = []
+        for start in range(0, len(names), 20):
+            described = aws.call(client, "describe_tags", LoadBalancerNames=names[start:start + 20])
+            for desc in described.get("TagDescriptions") or []:
+                owner = aws.owned_by(desc.get("Tags") or [], self.clusters)
+                if owner:
+                    found.append(_resource(self.region, "elb-load-balancer", desc["LoadBalancerName"], owner,
+                                           created.get(desc["LoadBalancerName"])))
+        return found
+
+    # --- EC2
+    def _ec2_list(self, operation, key, filters, filter_arg="Filters"):
+        return aws.paginate(self.client("ec2"), operation, key, **{filter_arg: filters})
+
+    def ec2_owned(self, operation, key, id_key, rtype, filter_arg="Filters", extra=None):
+        found = []
+        for item in self._ec2_list(operation, key, [aws.owner_filter()], filter_arg):
+            owner = aws.owned_by(item.get("Tags") or item.get("TagSet") or [], self.clusters)
+            if owner:
+                meta = extra(item) if extra else {}
+                found.append(_resource(self.region, rtype, item[id_key], owner, item.get("CreateTime"), **meta))
+        return found
+
+    def nat_gateways(self):
+        found = self.ec2_owned("describe_nat_gateways", "NatGateways", "NatGatewayId", "nat-gateway",
+                               filter_arg="Filter", extra=lambda n: {"state": n.get("State")})
+        return [n for n in found if n["meta"]["state"] not in ("deleted", "failed")]
+
+    def elastic_ips(self):
+        return self.ec2_owned("describe_addresses", "Addresses", "AllocationId", "elastic-ip",
+                              extra=lambda a: {"association": a.get("AssociationId")})
+
+    def network_interfaces(self, vpcs):
+        found = [e for e in self.ec2_owned("describe_network_interfaces", "NetworkInterfaces", "NetworkInterfaceId",
+                                           "network-interface", extra=lambda e: {"status": e.get("Status")})
+                 if e["meta"]["status"] == "available"]
+        vpc_owner = {v["id"]: v["cluster"] for v in vpcs}
+        if vpc_owner:
+            ids = {e["id"] for e in found}
+            filters = [{"Name": "vpc-id", "Values": list(vpc_owner)}, {"Name": "status", "Values": ["available"]}]
+            for eni in self._ec2_list("describe_network_interfaces", "NetworkInterfaces", filters):
+                if eni["NetworkInterfaceId"] not in ids and eni.get("Status") == "available":
+                    found.append(_resource(self.region, "network-interface", eni["NetworkInterfaceId"],
+                                           vpc_owner[eni["VpcId"]], None,
+                                           "detached network interface in owned VPC %s" % eni["VpcId"]))
+        return found
+
+    def route_tables(self):
+        found = []
+        for table in self._ec2_list("describe_route_tables", "RouteTables", [aws.owner_filter()]):
+            owner = aws.owned_by(table.get("Tags") or [], self.clusters)
+            associations = table.get("Associations") or []
+            if owner and not any(a.get("Main") for a in associations):
+                found.append(_resource(self.region, "route-table", table["RouteTableId"], owner,
+                                       associations=[a["RouteTableAssociationId"] for a in associations
+                                                     if a.get("RouteTableAssociationId")]))
+        return found
+
+    def security_groups(self):
+        found = self.ec2_owned("describe_security_groups", "SecurityGroups", "GroupId", "security-group",
+                               extra=lambda g: {"name": g.get("GroupName")})
+        return [g for g in found if g["meta"]["name"] != "default"]
+
+    # --- global
+    def global_resources(self):
+        found = []
+        found += self._guard("s3-bucket", self.buckets)
+        found += self._guard("iam-role", self.iam_roles)
+        found += self._guard("iam-user", self.iam_users)
+        return found
+
+    def buckets(self):
+        wanted = {}
+        for target in self.sweep.targets:
+            name = self.sweep.bucket_pattern.format(account_id=self.sweep.account_id, cluster_name=target.cluster)
+            wanted[name] = target
+        if not wanted:
+            return []
+        listed = aws.call(self.sweep.conn.client("s3", self.sweep.home_region), "list_buckets").get("Buckets") or []
+        return [_resource(wanted[b["Name"]].region, "s3-bucket", b["Name"], wanted[b["Name"]].cluster,
+                          b.get("CreationDate"), "named by the s3-bucket-pattern in bootstrap.toml")
+                for b in listed if b["Name"] in wanted]
+
+    def iam_roles(self):
+        client = self.sweep.conn.client("iam", self.sweep.home_region)
+        exact = {}
+        for target in self.sweep.targets:
+            for pattern in self.sweep.global_roles:
+                exact[pattern.format(cluster_name=target.cluster)] = target.cluster
+        prefixes = [(t.iam_prefix, t.cluster) for t in self.sweep.targets]
+        found = []
+        for role in aws.paginate(client, "list_roles", "Roles"):
+            name = role["RoleName"]
+            owner, reason = exact.get(name), "global IAM role named by bootstrap.toml"
+            if not owner:
+                owner = next((c for p, c in prefixes if name == p or name.startswith(p + "-")), None)
+                reason = "IAM role name starts with %s-" % next((p for p, c in prefixes if c == owner), "")
+            if owner:
+                found.append(_resource(GLOBAL, "iam-role", name, owner, role.get("CreateDate"), reason))
+        return found
+
+    def iam_users(self):
+        if not self.sweep.sweep_global_users:
+            return []
+        client = self.sweep.conn.client("iam", self.sweep.home_region)
+        found = []
+        for name in self.sweep.global_users:
+            try:
+                user = aws.call(client, "get_user", UserName=name)["User"]
+            except ClientError as exc:
+                if aws.is_not_found(exc):
+                    continue
+                raise
+            found.append(_resource(GLOBAL, "iam-user", name, "", user.get("CreateDate"),
+                                   "global IAM user named by bootstrap.toml"))
+        return found
+
+    def stacks(self, region):
+        client = self.sweep.conn.client("cloudformation", region)
+        try:
+            stacks = aws.call(client, "describe_stacks", StackName=self.sweep.stack_name).get("Stacks") or []
+        except ClientError as exc:
+            if aws.is_not_found(exc):
+                return []
+            raise
+        return [_resource(region, "cloudformation-stack", s["StackName"], "", s.get("CreationTime"),
+                          "clusterawsadm stack named by bootstrap.toml", status=s.get("StackStatus"))
+                for s in stacks if s.get("StackStatus") not in ("DELETE_COMPLETE", "DELETE_IN_PROGRESS")]
+
+
+class Sweep:
+    """One sweep (delete, plan or report) over a set of targets."""
+
+    def __init__(self, conn, targets, teardown, account_id, wait_timeout=1200, concurrency=None,
+                 sweep_global_users=True, sleep=time.sleep, clock=time.monotonic):
+        self.conn = conn
+        self.targets = targets
+        self.regions = _unique(t.region for t in targets)
+        self.home_region = self.regions[0]
+        self.account_id = account_id
+        self.bucket_pattern = teardown.get("s3-bucket-pattern") or "krops-{account_id}-{cluster_name}-data"
+        self.global_roles = teardown.get("global-iam-roles") or []
+        self.global_users = teardown.get("global-iam-users") or []
+        self.stack_name = teardown.get("cfn-stack-name") or ""
+        self.sweep_global_users = sweep_global_users
+        self.wait_timeout = wait_timeout
+        self.concurrency = max(1, concurrency or len(self.regions))
+        self.sleep = sleep
+        self.clock = clock
+        self.errors = []
+        self.warnings = []
+
+    # --- discovery -----------------------------------------------------------------
+    def _per_region(self, func):
+        """func(region) for every region, concurrently; results in region order."""
+        if self.concurrency == 1 or len(self.regions) == 1:
+            return [func(region) for region in self.regions]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(self.regions))) as pool:
+            return list(pool.map(func, self.regions))
+
+    def _discover_region(self, region, with_age=False):
+        found = _Discovery(self, region)
+        resources = found.region_resources(with_age)
+        return resources, found
+
+    def _region_failed(self, region, exc):
+        self.errors.append({"region": region, "type": "region",
+                            "error": "sweep of %s stopped: %s" % (region, aws.error_message(exc))})
+
+    def _discover_global(self):
+        found = _Discovery(self, self.home_region)
+        resources = found.global_resources()
+        if self.stack_name:
+            for region in self.regions:
+                resources += found._guard("cloudformation-stack",  # pylint: disable=protected-access
+                                          lambda r=region: found.stacks(r))
+        return resources, found
+
+    def _collect(self, found):
+        self.errors.extend(found.errors)
+        for warning in found.warnings:
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+
+    def discover(self, with_age=False):
+        """Everything owned: (resources per region in order, global resources). The global
+        listing runs beside the regions when concurrency allows."""
+        jobs = [lambda r=region: self._discover_region(r, with_age) for region in self.regions]
+        jobs.append(self._discover_global)
+        if self.concurrency == 1:
+            done = [job() for job in jobs]
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.concurrency + 1, len(jobs))) as pool:
+                done = [future.result() for future in [pool.submit(job) for job in jobs]]
+        regional = []
+        for resources, found in done[:-1]:
+            self._collect(found)
+            regional.extend(resources)
+        global_resources, found = done[-1]
+        self._collect(found)
+        return regional, global_resources
+
+    # --- modes ---------------------------------------------------------------------
+    def plan(self):
+        regional, global_resources = self.discover()
+        return [public(r, "planned") for r in regional + global_resources]
+
+    def delete(self):
+        per_region = self._per_region(self._delete_region)
+        results = []
+        for region_results in per_region:
+            results.extend(region_results)
+        global_resources, found = self._discover_global()
+        self._collect(found)
+        # IAM roles stay while their cluster's EKS resources are still being deleted: EKS needs them
+        blocked = {}
+        for item in results:
+            if item["outcome"] == "failed" and item["type"] in ("eks-cluster", "eks-nodegroup"):
+                blocked.setdefault(item["cluster"], "%s %s in %s" % (item["type"], item["id"], item["region"]))
+        kept = [r for r in global_resources if r["type"] == "iam-role" and r["cluster"] in blocked]
+        # global resources of one type are independent of each other: deleted side by side
+        results.extend(_Deleter(self, self.home_region, parallel=True).run(
+            [r for r in global_resources if r not in kept], GLOBAL_ORDER))
+        results.extend(public(r, "failed", "kept: %s is not deleted yet and may need this role; run the sweep again"
+                              % blocked[r["cluster"]]) for r in kept)
+        return results
+
+    def _delete_region(self, region):
+        try:
+            resources, found = self._discover_region(region)
+            self._collect(found)
+            return _Deleter(self, region).run(resources, REGION_ORDER)
+        except (ClientError, BotoCoreError, aws.AwsError) as exc:
+            self._region_failed(region, exc)
+            return []
+
+    def leftovers(self):
+        regional, global_resources = self.discover()
+        return [public(r, "left", r.get("reason") or "still present after the sweep")
+                for r in regional + global_resources]
+
+    def report(self, min_age_hours, now=None):
+        now = now or _now()
+        regional, global_resources = self.discover(with_age=True)
+        resources = regional + global_resources
+        oldest = {}
+        for res in resources:
+            if res["created"]:
+                key = res["cluster"]
+                oldest[key] = min(oldest.get(key, res["created"]), res["created"])
+        entries = []
+        for res in resources:
+            created, inherited = res["created"], False
+            if not created and res["cluster"] in oldest:
+                created, inherited = oldest[res["cluster"]], True
+            age = round((now - created).total_seconds() / 3600.0, 1) if created else None
+            if age is not None and age < min_age_hours:
+                continue
+            entry = public(res, "orphan")
+            entry.update(created=created.isoformat() if created else None, age_hours=age,
+                         age_from_cluster=inherited)
+            entries.append(entry)
+        return entries
+
+
+class _Deleter:
+    """Deletes discovered resources of one region (or the global phase) in order."""
+
+    def __init__(self, sweep, region, parallel=False):
+        self.sweep = sweep
+        self.region = region
+        self.parallel = parallel
+
+    def client(self, service, region=None):
+        return self.sweep.conn.client(service, region or self.region)
+
+    def run(self, resources, order):
+        results = []
+        for rtype in order:
+            batch = [r for r in resources if r["type"] == rtype]
+            if rtype == "network-interface" and self.region != GLOBAL:
+                batch = self._fresh_interfaces(batch, resources)
+            if not batch:
+                continue
+            if rtype == "security-group":
+                self._revoke_rules(batch)
+            pending = []
+            if self.parallel and self.sweep.concurrency > 1 and len(batch) > 1:
+                with ThreadPoolExecutor(max_workers=min(self.sweep.concurrency, len(batch))) as pool:
+                    outcomes = list(pool.map(self._delete_one, batch))
+            else:
+                outcomes = [self._delete_one(res) for res in batch]
+            for res, outcome in zip(batch, outcomes):
+                if outcome == "wait":
+                    pending.append(res)
+                else:
+                    results.append(outcome)
+            results.extend(self._wait(pending))
+        return results
+
+    def _fresh_interfaces(self, planned, resources):
+        """Interfaces detach while load balancers and NAT gateways go: list them again at this step."""
+        discovery = _Discovery(self.sweep, self.region)
+        vpcs = [r for r in resources if r["type"] == "vpc"]
+        fresh = discovery._guard("network-interface",  # pylint: disable=protected-access
+                                 lambda: discovery.network_interfaces(vpcs))
+        known = {r["id"] for r in planned}
+        return planned + [r for r in fresh if r["id"] not in known]
+
+    def _delete_one(self, res):
+        handler = getattr(self, "_delete_" + res["type"].replace("-", "_"))
+        try:
+            waited = handler(res)
+        except (ClientError, BotoCoreError, aws.AwsError) as exc:
+            if aws.is_not_found(exc):
+                return public(res, "absent", "already gone")
+            return public(res, "failed", "delete failed: %s" % aws.error_message(exc))
+        if waited == "absent":
+            return public(res, "absent", "already gone")
+        if waited:
+            return "wait"
+        return public(res, "deleted")
+
+    # each _delete_<type> returns True when the deletion must be awaited
+    def _delete_eks_nodegroup(self, res):
+        aws.call(self.client("eks"), "delete_nodegroup", clusterName=res["meta"]["eks"], nodegroupName=res["meta"]["name"])
+        return True
+
+    def _delete_eks_pod_identity_association(self, res):
+        aws.call(self.client("eks"), "delete_pod_identity_association", clusterName=res["meta"]["eks"],
+                 associationId=res["meta"]["association"])
+
+    def _delete_eks_cluster(self, res):
+        aws.call(self.client("eks"), "delete_cluster", name=res["id"])
+        return True
+
+    def _delete_rds_instance(self, res):
+        if res["meta"].get("status") == "deleting":
+            return True
+        try:
+            aws.call(self.client("rds"), "delete_db_instance", DBInstanceIdentifier=res["id"], SkipFinalSnapshot=True,
+                     DeleteAutomatedBackups=True)
+        except ClientError as exc:
+            if aws.error_code(exc) != "InvalidDBInstanceState":
+                raise
+        return True
+
+    def _delete_rds_subnet_group(self, res):
+        self._retry_dependency(res, lambda: aws.call(self.client("rds"), "delete_db_subnet_group",
+                                                     DBSubnetGroupName=res["id"]),
+                               codes=("InvalidDBSubnetGroupStateFault",))
+
+    def _delete_elbv2_load_balancer(self, res):
+        aws.call(self.client("elbv2"), "delete_load_balancer", LoadBalancerArn=res["id"])
+
+    def _delete_elb_load_balancer(self, res):
+        aws.call(self.client("elb"), "delete_load_balancer", LoadBalancerName=res["id"])
+
+    def _delete_elbv2_target_group(self, res):
+        self._retry_dependency(res, lambda: aws.call(self.client("elbv2"), "delete_target_group",
+                                                     TargetGroupArn=res["id"]), codes=("ResourceInUse",))
+
+    def _delete_nat_gateway(self, res):
+        if res["meta"].get("state") != "deleting":
+            aws.call(self.client("ec2"), "delete_nat_gateway", NatGatewayId=res["id"])
+        return True
+
+    def _delete_elastic_ip(self, res):
+        client = self.client("ec2")
+        try:
+            aws.call(client, "release_address", AllocationId=res["id"])
+        except ClientError as exc:
+            if aws.error_code(exc) not in ("InvalidIPAddress.InUse", "AuthFailure") or not res["meta"].get("association"):
+                raise
+            try:
+                aws.call(client, "disassociate_address", AssociationId=res["meta"]["association"])
+            except ClientError as again:
+                if not aws.is_not_found(again):
+                    raise
+            aws.call(client, "release_address", AllocationId=res["id"])
+
+    def _delete_network_interface(self, res):
+        aws.call(self.client("ec2"), "delete_network_interface", NetworkInterfaceId=res["id"])
+
+    def _delete_subnet(self, res):
+        self._retry_dependency(res, lambda: aws.call(self.client("ec2"), "delete_subnet", SubnetId=res["id"]))
+
+    def _delete_internet_gateway(self, res):
+        client = self.client("ec2")
+        found = aws.call(client, "describe_internet_gateways", InternetGatewayIds=[res["id"]])["InternetGateways"]
+        for attachment in (found[0].get("Attachments") or []) if found else []:
+            try:
+                aws.call(client, "detach_internet_gateway", InternetGatewayId=res["id"], VpcId=attachment["VpcId"])
+            except ClientError as exc:
+                if not aws.is_not_found(exc) and aws.error_code(exc) != "Gateway.NotAttached":
+                    raise
+        self._retry_dependency(res, lambda: aws.call(client, "delete_internet_gateway", InternetGatewayId=res["id"]))
+
+    def _delete_route_table(self, res):
+        client = self.client("ec2")
+        for association in res["meta"].get("associations") or []:
+            try:
+                aws.call(client, "disassociate_route_table", AssociationId=association)
+            except ClientError as exc:
+                if not aws.is_not_found(exc):
+                    raise
+        self._retry_dependency(res, lambda: aws.call(client, "delete_route_table", RouteTableId=res["id"]))
+
+    def _revoke_rules(self, groups):
+        """Revoke every rule of every owned group first, so groups that reference each other can go."""
+        try:
+            self._revoke_all(groups)
+        except (ClientError, BotoCoreError, aws.AwsError) as exc:
+            self.sweep.warnings.append("%s: revoking the rules of security groups %s failed: %s; their deletion may "
+                                       "fail on references" % (self.region, ", ".join(g["id"] for g in groups),
+                                                               aws.error_message(exc)))
+
+    def _revoke_all(self, groups):
+        client = self.client("ec2")
+        ids = [g["id"] for g in groups]
+        try:
+            described = aws.paginate(client, "describe_security_groups", "SecurityGroups", GroupIds=ids)
+        except ClientError:
+            described = []
+            for group_id in ids:
+                try:
+                    described += aws.call(client, "describe_security_groups", GroupIds=[group_id])["SecurityGroups"]
+                except ClientError as exc:
+                    if not aws.is_not_found(exc):
+                        raise
+        for group in described:
+            for field, operation in (("IpPermissions", "revoke_security_group_ingress"),
+                                     ("IpPermissionsEgress", "revoke_security_group_egress")):
+                rules = [_clean_permission(p) for p in group.get(field) or []]
+                if rules:
+                    try:
+                        aws.call(client, operation, GroupId=group["GroupId"], IpPermissions=rules)
+                    except ClientError as exc:
+                        if not aws.is_not_found(exc):
+                            raise
+
+    def _delete_security_group(self, res):
+        self._retry_dependency(res, lambda: aws.call(self.client("ec2"), "delete_security_group", GroupId=res["id"]))
+
+    def _delete_vpc(self, res):
+        self._retry_dependency(res, lambda: aws.call(self.client("ec2"), "delete_vpc", VpcId=res["id"]))
+
+    def _delete_s3_bucket(self, res):
+        client = self.client("s3", res["region"])
+        try:
+            pages = list(aws.pages(client, "list_object_versions", Bucket=res["id"]))
+        except ClientError as exc:
+            if aws.is_not_found(exc):
+                return "absent"
+            raise
+        for page in pages:
+            objects = [{"Key": v["Key"], "VersionId": v["VersionId"]}
+                       for v in (page.get("Versions") or []) + (page.get("DeleteMarkers") or [])]
+            for start in range(0, len(objects), 1000):
+                answer = aws.call(client, "delete_objects", Bucket=res["id"],
+                                  Delete={"Objects": objects[start:start + 1000], "Quiet": True})
+                if answer.get("Errors"):
+                    first = answer["Errors"][0]
+                    raise aws.AwsError("%d objects could not be deleted, e.g. %s: %s"
+                                       % (len(answer["Errors"]), first.get("Key"), first.get("Message")))
+        aws.call(client, "delete_bucket", Bucket=res["id"])
+
+    def _delete_iam_role(self, res):
+        client = self.client("iam", self.sweep.home_region)
+        name = res["id"]
+        for policy in aws.paginate(client, "list_attached_role_policies", "AttachedPolicies", RoleName=name):
+            aws.call(client, "detach_role_policy", RoleName=name, PolicyArn=policy["PolicyArn"])
+        for policy in aws.paginate(client, "list_role_policies", "PolicyNames", RoleName=name):
+            aws.call(client, "delete_role_policy", RoleName=name, PolicyName=policy)
+        for profile in aws.paginate(client, "list_instance_profiles_for_role", "InstanceProfiles", RoleName=name):
+            aws.call(client, "remove_role_from_instance_profile", RoleName=name,
+                     InstanceProfileName=profile["InstanceProfileName"])
+            aws.call(client, "delete_instance_profile", InstanceProfileName=profile["InstanceProfileName"])
+        aws.call(client, "delete_role", RoleName=name)
+
+    def _delete_iam_user(self, res):
+        client = self.client("iam", self.sweep.home_region)
+        name = res["id"]
+        try:
+            aws.call(client, "delete_login_profile", UserName=name)
+        except ClientError as exc:
+            if not aws.is_not_found(exc):
+                raise
+        for key in aws.paginate(client, "list_access_keys", "AccessKeyMetadata", UserName=name):
+            aws.call(client, "delete_access_key", UserName=name, AccessKeyId=key["AccessKeyId"])
+        for device in aws.paginate(client, "list_mfa_devices", "MFADevices", UserName=name):
+            aws.call(client, "deactivate_mfa_device", UserName=name, SerialNumber=device["SerialNumber"])
+        for group in aws.paginate(client, "list_groups_for_user", "Groups", UserName=name):
+            aws.call(client, "remove_user_from_group", UserName=name, GroupName=group["GroupName"])
+        for policy in aws.paginate(client, "list_attached_user_policies", "AttachedPolicies", UserName=name):
+            aws.call(client, "detach_user_policy", UserName=name, PolicyArn=policy["PolicyArn"])
+        for policy in aws.paginate(client, "list_user_policies", "PolicyNames", UserName=name):
+            aws.call(client, "delete_user_policy", UserName=name, PolicyName=policy)
+        aws.call(client, "delete_user", UserName=name)
+
+    def _delete_cloudformation_stack(self, res):
+        aws.call(self.client("cloudformation", res["region"]), "delete_stack", StackName=res["id"])
+
+    # --- retries and waits -------------------------------------------------------------
+    def _delays(self, budget):
+        """Sleep between polls until budget seconds have passed; yields before each new attempt."""
+        deadline = self.sweep.clock() + budget
+        delay = POLL_FIRST
+        while True:
+            remaining = deadline - self.sweep.clock()
+            if remaining <= 0:
+                return
+            self.sweep.sleep(min(delay, remaining))
+            delay = min(delay * 2, POLL_MAX)
+            yield
+
+    def _retry_dependency(self, res, func, codes=("DependencyViolation",)):
+        """Run func, retrying while AWS says something still depends on the resource."""
+        try:
+            return func()
+        except ClientError as exc:
+            if aws.error_code(exc) not in codes:
+                raise
+            last = exc
+        budget = min(self.sweep.wait_timeout, DEPENDENCY_BUDGET)
+        for dummy in self._delays(budget):
+            try:
+                return func()
+            except ClientError as exc:
+                if aws.error_code(exc) not in codes:
+                    raise
+                last = exc
+        raise aws.AwsError("%s (still after %ds: something outside the sweep may depend on %s %s)"
+                           % (aws.error_message(last), budget, res["type"], res["id"]))
+
+    def _state(self, res):
+        """'gone', or the current status text of a resource whose deletion was requested."""
+        kind, client = res["type"], None
+        try:
+            if kind == "eks-nodegroup":
+                client = self.client("eks")
+                return aws.call(client, "describe_nodegroup", clusterName=res["meta"]["eks"],
+                                nodegroupName=res["meta"]["name"])["nodegroup"].get("status", "?")
+            if kind == "eks-cluster":
+                return aws.call(self.client("eks"), "describe_cluster", name=res["id"])["cluster"].get("status", "?")
+            if kind == "rds-instance":
+                found = aws.call(self.client("rds"), "describe_db_instances", DBInstanceIdentifier=res["id"])
+                return found["DBInstances"][0].get("DBInstanceStatus", "?") if found["DBInstances"] else "gone"
+            if kind == "nat-gateway":
+                found = aws.call(self.client("ec2"), "describe_nat_gateways", NatGatewayIds=[res["id"]])["NatGateways"]
+                state = found[0].get("State", "?") if found else "deleted"
+                return "gone" if state == "deleted" else state
+        except ClientError as exc:
+            if aws.is_not_found(exc):
+                return "gone"
+            raise
+        return "gone"
+
+    def _wait(self, pending):
+        """Poll every pending deletion until it is gone, has failed or wait_timeout passes."""
+        results = []
+        states = {}
+        remaining = list(pending)
+
+        def poll():
+            for res in list(remaining):
+                try:
+                    state = self._state(res)
+                except (ClientError, BotoCoreError) as exc:
+                    states[res["id"]] = "unknown (%s)" % aws.error_message(exc)
+                    continue
+                states[res["id"]] = state
+                if state == "gone":
+                    remaining.remove(res)
+                    results.append(public(res, "deleted"))
+                elif state in ("DELETE_FAILED", "FAILED", "failed"):
+                    remaining.remove(res)
+                    results.append(public(res, "failed", "deletion failed: status %s" % state))
+
+        poll()
+        if remaining:
+            for dummy in self._delays(self.sweep.wait_timeout):
+                poll()
+                if not remaining:
+                    break
+        for res in remaining:
+            results.append(public(res, "failed", "still %s after %ds (wait_timeout)"
+                                  % (states.get(res["id"], "present"), self.sweep.wait_timeout)))
+        order = {r["id"]: i for i, r in enumerate(pending)}
+        results.sort(key=lambda r: order[r["id"]])
+        return results
+
+
+def _clean_permission(permission):
+    """An IpPermission from describe_security_groups, reduced to what revoke_* accepts."""
+    clean = {k: v for k, v in permission.items() if k in ("IpProtocol", "FromPort", "ToPort") and v is not None}
+    for field, keys in (("IpRanges", ("CidrIp",)), ("Ipv6Ranges", ("CidrIpv6",)),
+                        ("PrefixListIds", ("PrefixListId",)), ("UserIdGroupPairs", ("GroupId", "UserId"))):
+        items = [{k: item[k] for k in keys if item.get(k)} for item in permission.get(field) or []]
+        items = [i for i in items if i]
+        if items:
+            clean[field] = items
+    return clean
+
+
+# --- report rendering ------------------------------------------------------------------
+
+def render_markdown(data):
+    lines = ["# krops AWS orphan report", "",
+             "- Environment: `%s`" % data["environment"],
+             "- Account: `%s`" % data["account_id"],
+             "- Regions: %s" % ", ".join("`%s`" % r for r in data["regions"]),
+             "- Generated: %s" % data["generated_at"],
+             "- Threshold: owned resources older than %s hours (no creation time: the cluster's oldest resource)"
+             % _number(data["min_age_hours"]),
+             ""]
+    if data["errors"]:
+        lines += ["## Discovery errors", ""]
+        lines += ["- %s" % e["error"] for e in data["errors"]]
+        lines.append("")
+    if not data["resources"]:
+        lines.append("No orphaned resources found.")
+        return "\n".join(lines) + "\n"
+    lines += ["Found %d orphaned resources." % len(data["resources"]), "",
+              "| Region | Cluster | Type | ID | Age (hours) | Note |", "|---|---|---|---|---|---|"]
+    for item in data["resources"]:
+        age = "unknown" if item["age_hours"] is None else _number(item["age_hours"])
+        if item["age_from_cluster"]:
+            age += " (cluster)"
+        note = (item["reason"] or "").replace("|", "/")
+        lines.append("| %s | %s | %s | `%s` | %s | %s |" % (item["region"], item["cluster"] or "-", item["type"], item["id"], age, note))
+    return "\n".join(lines) + "\n"
+
+
+def _number(value):
+    return ("%g" % value) if isinstance(value, float) else str(value)
+
+
+def report_json(data):
+    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+
+
+# --- entry point -----------------------------------------------------------------------
+
+def run(params, check_mode=False, config_loader=None, sleep=time.sleep):
+    """Run the sweep described by the module parameters; the module's result dict.
+
+    Raises SweepError, config.ConfigError or aws.AwsError when it cannot start.
+    """
+    started = time.monotonic()
+    loader = config_loader or config_mod.load
+    cfg = loader(path=params.get("config_file"), environment=params.get("environment"))
+    environment = params.get("environment") or cfg.selected
+    mode = params.get("mode") or "delete"
+    targets, all_regions = targets_from_config(cfg, environment, params.get("include_management", True),
+                                               params.get("management_region"), params.get("regions"))
+    wait_timeout = 1200 if params.get("wait_timeout") is None else params["wait_timeout"]
+    if wait_timeout < 0 or (params.get("concurrency") is not None and params["concurrency"] < 1):
+        raise SweepError("wait_timeout must be >= 0 and concurrency >= 1 (got %s and %s)"
+                         % (wait_timeout, params.get("concurrency")))
+    conn = aws.Connection(profile=params.get("profile"), endpoint_url=params.get("endpoint_url"),
+                          access_key=params.get("access_key"), secret_key=params.get("secret_key"),
+                          session_token=params.get("session_token"))
+    regions = _unique(t.region for t in targets)
+    account_id = params.get("account_id") or conn.account_id(regions[0])
+    covers_all = set(regions) >= set(all_regions)
+    sweep = Sweep(conn, targets, cfg.data.get("teardown") or {}, account_id, wait_timeout=wait_timeout,
+                  concurrency=params.get("concurrency"), sweep_global_users=covers_all, sleep=sleep)
+    result = {"changed": False, "environment": environment, "account_id": account_id, "regions": regions,
+              "targets": [t.as_dict() for t in targets], "results": [], "plan": [], "leftovers": [],
+              "errors": [], "warnings": []}
+    if not covers_all:
+        sweep.warnings.append("global IAM users %s were kept: the regions filter leaves out %s of environment %s"
+                              % (", ".join(sweep.global_users) or "(none)",
+                                 ", ".join(r for r in all_regions if r not in regions), environment))
+
+    if mode == "report":
+        min_age = params.get("min_age_hours")
+        min_age = 6 if min_age is None else min_age
+        entries = sweep.report(min_age)
+        data = {"environment": environment, "account_id": account_id, "regions": regions,
+                "generated_at": _now().replace(microsecond=0).isoformat(), "min_age_hours": min_age,
+                "count": len(entries), "resources": entries, "errors": list(sweep.errors)}
+        markdown = render_markdown(data)
+        result["report"] = {"markdown": markdown, "json": data}
+        path = params.get("report_path")
+        if path and not check_mode:
+            result["report_files"] = write_report(path, markdown, data)
+    elif check_mode:
+        result["plan"] = sweep.plan()
+        result["changed"] = bool(result["plan"])
+    else:
+        result["results"] = sweep.delete()
+        result["changed"] = any(r["outcome"] == "deleted" for r in result["results"])
+        result["leftovers"] = sweep.leftovers()
+
+    result["errors"] = sweep.errors
+    result["warnings"] = sweep.warnings
+    result["api_calls"] = conn.counter.total
+    result["api_calls_by_operation"] = dict(sorted(conn.counter.by_operation.items()))
+    result["duration"] = round(time.monotonic() - started, 3)
+    result["msg"] = summary(result, mode, check_mode)
+    result["failed"] = bool(result["leftovers"] or result["errors"])
+    return result
+
+
+def summary(result, mode, check_mode):
+    if mode == "report":
+        text = "orphan report: %d owned resources older than the threshold in %s" % (
+            result["report"]["json"]["count"], ", ".join(result["regions"]))
+    elif check_mode:
+        text = "plan: %d resources would be deleted in %s" % (len(result["plan"]), ", ".join(result["regions"]))
+    else:
+        counts = {}
+        for item in result["results"]:
+            counts[item["outcome"]] = counts.get(item["outcome"], 0) + 1
+        text = "sweep of %s: %s" % (", ".join(result["regions"]),
+                                    ", ".join("%d %s" % (n, o) for o, n in sorted(counts.items())) or "nothing owned found")
+        failed = [r for r in result["results"] if r["outcome"] == "failed"]
+        if failed:
+            text += "; failed: %s" % "; ".join("%s %s in %s (%s)" % (r["type"], r["id"], r["region"], r["reason"])
+                                               for r in failed[:10])
+        if result["leftovers"]:
+            text += "; still owned after the sweep: %s; fix the causes above and run the sweep again" % ", ".join(
+                "%s %s in %s" % (r["type"], r["id"], r["region"]) for r in result["leftovers"][:20])
+    if result["errors"]:
+        text += "; discovery errors: %s" % "; ".join(e["error"] for e in result["errors"][:10])
+    return text
+
+
+def write_report(path, markdown, data):
+    """Write the Markdown to path and the JSON beside it (.json); both 0644. Returns the two paths."""
+    path = os.path.expanduser(path)
+    base = path[:-3] if path.endswith(".md") else path
+    json_path = base + ".json"
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    for target, text in ((path, markdown), (json_path, report_json(data))):
+        with open(target, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return {"markdown": path, "json": json_path}

@@ -1,0 +1,255 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: aws_orphan_sweep
+short_description: Delete, or report, every AWS resource a krops environment owns
+version_added: 0.1.0
+description:
+  - Sweeps the AWS resources of the clusters of an environment of kind C(aws) in bootstrap.toml
+    (its C([[environments.<env>.teardown.aws-workloads]]) entries and, with O(include_management), the
+    self-managed management cluster), per region, regions concurrently.
+  - A resource is a candidate only when it is tagged C(sigs.k8s.io/cluster-api-provider-aws/cluster/<cluster>=owned)
+    or C(kubernetes.io/cluster/<cluster>=owned) for one of those clusters, or when bootstrap.toml names it exactly
+    (C(eks-cluster-name), C(rds-instance), C(s3-bucket-pattern), C(global-iam-roles), C(global-iam-users),
+    C(cfn-stack-name)). IAM roles also match by name prefix C(<cluster>-) (C(mgmt-iam-role-prefix) for the
+    management cluster) on a prefix boundary. Node groups and pod identity associations of an owned EKS cluster,
+    the DB subnet group of a swept RDS instance and detached network interfaces inside an owned VPC go with their owner.
+    Nothing else in the account is touched.
+  - "Order per region: EKS node groups (waited), pod identity associations, EKS clusters (waited), RDS instances
+    (no final snapshot, waited) and their subnet groups, ELBv2 and classic load balancers, target groups,
+    NAT gateways (waited), elastic IPs, detached network interfaces, subnets, internet gateways, non-main route tables,
+    security groups (rules revoked first), VPCs. Then S3 buckets (every version and delete marker), IAM roles and
+    users (policies, instance profiles, login profiles and access keys first) and the clusterawsadm CloudFormation
+    stack in each target region (deletion started, not waited)."
+  - Throttling is retried with jittered backoff; "not found" counts as already gone, so a re-run is a no-op.
+    Each resource's outcome is returned. A final pass lists everything again and the task fails when anything
+    owned is left, naming it.
+  - With O(mode=report) nothing is changed; owned resources older than O(min_age_hours) are returned as Markdown
+    and JSON (and written to O(report_path)). The task fails only when listing failed.
+author:
+  - krops developers (@krops)
+options:
+  environment:
+    description:
+      - Environment of bootstrap.toml to sweep; it must be of kind C(aws).
+      - Default is the selected environment (E(KROPS_PROFILE), else C(bootstrap.default-environment)).
+    type: str
+  config_file:
+    description: Path of bootstrap.toml. Default E(BOOTSTRAP_CONFIG), else C(bootstrap.toml) in the current directory.
+    type: path
+  mode:
+    description:
+      - V(delete) deletes every owned resource (in check mode it returns the complete plan and changes nothing).
+      - V(report) only lists owned resources older than O(min_age_hours).
+    type: str
+    choices: [delete, report]
+    default: delete
+  include_management:
+    description:
+      - Sweep the management cluster too. Its cluster name is the environment's C(mgmt-cluster), its EKS name
+        C(teardown.mgmt-eks-cluster-name), its IAM role prefix C(teardown.mgmt-iam-role-prefix).
+      - Do this only once its workloads are gone; it is removed from the AWS side, never through its own Cluster object.
+    type: bool
+    default: true
+  management_region:
+    description: Region of the management cluster. Default is the region of the first C(aws-workloads) entry.
+    type: str
+  regions:
+    description:
+      - Sweep only these regions (each must be a region of the environment).
+      - Global IAM users are kept unless every region of the environment is swept.
+    type: list
+    elements: str
+  min_age_hours:
+    description:
+      - With O(mode=report), report resources at least this old. Resources without a creation time of their own
+        take the age of their cluster's oldest resource; with none known they are always reported.
+    type: float
+    default: 6
+  report_path:
+    description:
+      - With O(mode=report), write the Markdown report to this file and the JSON beside it (same name, C(.json)).
+        Not written in check mode.
+    type: path
+  concurrency:
+    description:
+      - Regions swept at the same time, and global resources of one type (S3 buckets, IAM roles) deleted side by side.
+      - Default is the number of regions. V(1) does everything one after another.
+    type: int
+  wait_timeout:
+    description:
+      - Seconds to wait for each group of node group, EKS cluster, RDS instance and NAT gateway deletions.
+        A resource still present then gets outcome C(failed) and the sweep goes on.
+      - Also bounds (with a cap of 180 s) the retries of a delete refused with C(DependencyViolation).
+    type: int
+    default: 1200
+  account_id:
+    description: AWS account ID for C(s3-bucket-pattern). Default is the caller's account (STS C(GetCallerIdentity)).
+    type: str
+extends_documentation_fragment:
+  - krops.platform.aws
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: >-
+      In delete mode returns RV(plan), every resource that would be deleted (C(changed) when it is not empty);
+      makes no call that changes anything and skips waits and the final pass.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+seealso:
+  - module: krops.platform.capi_cluster_delete
+"""
+
+EXAMPLES = r"""
+- name: Sweep everything environment aws owns in AWS (after its workload Clusters are gone)
+  krops.platform.aws_orphan_sweep:
+    environment: aws
+  register: sweep
+
+- name: Show the plan only
+  krops.platform.aws_orphan_sweep:
+    environment: aws
+  check_mode: true
+
+- name: Daily orphan report, older than 12 hours
+  krops.platform.aws_orphan_sweep:
+    environment: aws
+    mode: report
+    min_age_hours: 12
+    report_path: reports/orphans.md
+
+- name: Against moto
+  krops.platform.aws_orphan_sweep:
+    environment: aws
+    endpoint_url: http://127.0.0.1:5000
+    include_management: false
+    regions: [eu-west-1]
+"""
+
+RETURN = r"""
+results:
+  description: Outcome of every resource the sweep tried to delete, in deletion order (empty in check mode and report mode).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    region:
+      description: Region, or C(global) for IAM.
+      type: str
+    type:
+      description: Resource type, for example C(eks-cluster), C(nat-gateway), C(vpc), C(s3-bucket), C(iam-role).
+      type: str
+    id:
+      description: Resource ID (name, ARN or ID; node groups and pod identity associations as C(<eks>/<name>)).
+      type: str
+    cluster:
+      description: The cluster that owns it (empty for global IAM users and the CloudFormation stack).
+      type: str
+    outcome:
+      description: V(deleted), V(absent) (already gone), V(failed), or V(planned) in RV(plan).
+      type: str
+    reason:
+      description: Why it failed, or why it counts as owned when that is not its own tag.
+      type: str
+plan:
+  description: In check mode with O(mode=delete), every resource that would be deleted (outcome V(planned)), in order.
+  returned: always
+  type: list
+  elements: dict
+leftovers:
+  description: Owned resources still present after the sweep (the task fails when this is not empty).
+  returned: always
+  type: list
+  elements: dict
+report:
+  description: With O(mode=report), the report.
+  returned: when O(mode=report)
+  type: dict
+  contains:
+    markdown:
+      description: The report as Markdown.
+      type: str
+    json:
+      description: >-
+        The report data: environment, account_id, regions, generated_at, min_age_hours, count, errors and
+        resources (region, type, id, cluster, created, age_hours, age_from_cluster, reason).
+      type: dict
+report_files:
+  description: Paths written (markdown, json) when O(report_path) is set.
+  returned: when O(report_path) is set and not in check mode
+  type: dict
+targets:
+  description: The clusters swept (cluster, region, eks_cluster_name, rds_instance, iam_role_prefix, role).
+  returned: always
+  type: list
+  elements: dict
+regions:
+  description: Regions swept.
+  returned: always
+  type: list
+  elements: str
+account_id:
+  description: Account swept.
+  returned: always
+  type: str
+errors:
+  description: Listings that failed (region, type, error); the task fails when this is not empty.
+  returned: always
+  type: list
+  elements: dict
+api_calls:
+  description: Number of AWS API calls made.
+  returned: always
+  type: int
+api_calls_by_operation:
+  description: API calls per C(service.Operation).
+  returned: always
+  type: dict
+duration:
+  description: Seconds the sweep took.
+  returned: always
+  type: float
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config
+
+
+def main():
+    argument_spec = dict(
+        environment=dict(type="str"),
+        config_file=dict(type="path"),
+        mode=dict(type="str", default="delete", choices=["delete", "report"]),
+        include_management=dict(type="bool", default=True),
+        management_region=dict(type="str"),
+        regions=dict(type="list", elements="str"),
+        min_age_hours=dict(type="float", default=6),
+        report_path=dict(type="path"),
+        concurrency=dict(type="int"),
+        wait_timeout=dict(type="int", default=1200),
+        account_id=dict(type="str"),
+    )
+    argument_spec.update(aws.AWS_ARGS)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           mutually_exclusive=[("profile", "access_key"), ("profile", "secret_key")],
+                           required_together=[("access_key", "secret_key")])
+    if not aws.HAS_BOTO3:
+        module.fail_json(msg=missing_required_lib("boto3"), exception=str(aws.BOTO3_IMPORT_ERROR))
+    try:
+        result = aws_sweep.run(module.params, check_mode=module.check_mode)
+    except (config.ConfigError, aws_sweep.SweepError, aws.AwsError) as exc:
+        module.fail_json(msg="aws_orphan_sweep: %s" % exc)
+    if result.pop("failed"):
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,376 @@
+"""krops.platform.aws_orphan_sweep on moto: delete, plan, report, safety, throttling, stuck deletions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_aws_sweep_world import (
+    ACCOUNT, BOOTSTRAP_TOML, CAPA, CCM, KINDS, clients, inventory, normalise, seed_cluster, seed_global, seed_world,
+    vpc_defaults,
+)
+
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep
+from ansible_collections.krops.platform.plugins.modules import aws_orphan_sweep
+from tests.substrate.fixtures import task_results
+
+WORKLOAD = ("eu-north-1-workload", "eu-north-1", "default_eu-north-1-workload-control-plane",
+            "krops-eu-north-1-workload-db", "eu-north-1-workload")
+
+
+@pytest.fixture
+def toml(tmp_path):
+    path = tmp_path / "bootstrap.toml"
+    path.write_text(BOOTSTRAP_TOML)
+    return str(path)
+
+
+@pytest.fixture
+def fast(monkeypatch):
+    """Short backoff and polls, and a place for HTTP-boundary hooks on every client the module builds."""
+    monkeypatch.setattr(aws, "BACKOFF_BASE", 0.01)
+    monkeypatch.setattr(aws, "BACKOFF_CAP", 0.05)
+    monkeypatch.setattr(aws_sweep, "POLL_FIRST", 0.05)
+    monkeypatch.setattr(aws_sweep, "POLL_MAX", 0.2)
+    hooks = []
+    monkeypatch.setattr(aws, "CLIENT_HOOKS", hooks)
+    return hooks
+
+
+def sweep(run_module, moto, toml, check_mode=False, **extra):
+    args = {"config_file": toml, "environment": "aws", "endpoint_url": moto, "wait_timeout": 5}
+    args.update(extra)
+    return run_module(aws_orphan_sweep, args, check_mode=check_mode)
+
+
+def by_outcome(result, outcome):
+    return normalise([r for r in result["results"] if r["outcome"] == outcome])
+
+
+def test_sweep_deletes_everything_owned_keeps_every_decoy_and_a_rerun_finds_nothing(run_module, moto, toml, fast):
+    owned, decoys = seed_world(moto)
+    before = inventory(moto)
+    expected = normalise([{"region": r, "type": t, "id": i} for r, t, i in owned])
+    assert expected <= before and {item[1] for item in owned} == KINDS
+    defaults = vpc_defaults(moto, owned)
+    assert len(defaults) == 2 * 3
+
+    plan = sweep(run_module, moto, toml, check_mode=True)
+    assert not plan.failed, plan["msg"]
+    assert plan["changed"] is True and plan["results"] == []
+    assert {p["outcome"] for p in plan["plan"]} == {"planned"}
+    assert normalise(plan["plan"]) == expected
+    assert inventory(moto) == before, "check mode changed the account"
+
+    result = sweep(run_module, moto, toml)
+    assert not result.failed, result["msg"]
+    assert result["changed"] is True
+    assert by_outcome(result, "deleted") == normalise(plan["plan"]), "the plan differs from what was deleted"
+    assert result["leftovers"] == [] and result["errors"] == []
+    after = inventory(moto)
+    assert after == before - expected - defaults, "something not owned was deleted or something owned was left"
+    for key in ("untagged-vpc", "untagged-subnet", "shared-subnet", "prefix-vpc", "untagged-eni"):
+        assert any(item[2] == decoys[key] for item in after), key
+    assert ("eu-west-1", "eks-cluster", "default_other-control-plane") in after
+    assert ("eu-north-1", "nat-gateway", decoys["prefix-nat"]) in after
+    assert ("global", "iam-user", "krops-reader2") in after
+    assert result["api_calls"] > 0 and result["duration"] > 0
+
+    # order inside a region: node groups before their cluster, NAT before subnets, subnets before the VPC
+    north = [(r["type"], r["id"]) for r in result["results"]
+             if r["region"] == "eu-north-1" and r["type"] not in aws_sweep.GLOBAL_ORDER]
+    types = [item[0] for item in north]
+    assert types.index("eks-nodegroup") < types.index("eks-cluster") < types.index("rds-instance")
+    assert types.index("nat-gateway") < types.index("elastic-ip") < types.index("subnet") < types.index("vpc")
+    assert [t for t in types if t not in aws_sweep.REGION_ORDER] == []
+    assert [r["type"] for r in result["results"]][-1] == "cloudformation-stack"
+
+    again = sweep(run_module, moto, toml)
+    assert not again.failed, again["msg"]
+    assert again["changed"] is False and again["results"] == [] and again["leftovers"] == []
+    assert inventory(moto) == after
+
+
+def test_iam_prefix_needs_a_boundary(run_module, moto, toml, fast):
+    iam = clients(moto, "eu-north-1")("iam")
+    assume = json.dumps({"Version": "2012-10-17", "Statement": []})
+    names = ["eu-north-1-workload", "eu-north-1-workload-nodes", "eu-north-1-workload2-x", "eu-north-1-workloadx",
+             "my-eu-north-1-workload-x", "krops-eu-north-1-workload-reader", "krops-eu-north-1-workload-reader-2"]
+    for name in names:
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument=assume)
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
+    assert not result.failed, result["msg"]
+    assert sorted(r["id"] for r in result["results"] if r["type"] == "iam-role") == [
+        "eu-north-1-workload", "eu-north-1-workload-nodes", "krops-eu-north-1-workload-reader"]
+    assert sorted(r["RoleName"] for r in iam.list_roles()["Roles"]) == [
+        "eu-north-1-workload2-x", "eu-north-1-workloadx", "krops-eu-north-1-workload-reader-2",
+        "my-eu-north-1-workload-x"]
+
+
+def test_regions_filter_and_management_flag_narrow_the_targets(run_module, moto, toml, fast):
+    seed_cluster(moto, *WORKLOAD)
+    seed_cluster(moto, "eu-north-1-management", "eu-north-1", "default_eu-north-1-management-control-plane", "",
+                 "eu-north-1-management")
+    seed_global(moto)
+    result = sweep(run_module, moto, toml, check_mode=True, include_management=False, regions=["eu-north-1"])
+    assert not result.failed, result["msg"]
+    assert [t["cluster"] for t in result["targets"]] == ["eu-north-1-workload"]
+    assert {p["cluster"] for p in result["plan"]} == {"eu-north-1-workload", ""}
+    # the reader user is shared by every region: kept while eu-west-1 is not swept
+    assert not [p for p in result["plan"] if p["type"] == "iam-user"]
+    assert [p["region"] for p in result["plan"] if p["type"] == "cloudformation-stack"] == ["eu-north-1"]
+    assert "global IAM users krops-reader were kept: the regions filter leaves out eu-west-1 of environment aws" in (
+        result["warnings"])
+
+    moved = sweep(run_module, moto, toml, check_mode=True, management_region="eu-west-1", regions=["eu-west-1"])
+    assert not moved.failed, moved["msg"]
+    assert [(t["cluster"], t["region"], t["role"]) for t in moved["targets"]] == [
+        ("eu-west-1-workload", "eu-west-1", "workload"), ("eu-north-1-management", "eu-west-1", "management")]
+    # the management cluster's resources live in eu-north-1, which this run does not look at
+    assert not [p for p in moved["plan"] if p["region"] == "eu-north-1"]
+
+
+def test_throttling_is_retried_and_counted(run_module, moto, toml, fast, monkeypatch):
+    seed_cluster(moto, *WORKLOAD)
+    throttled = {"DeleteSubnet": 0, "DescribeVpcs": 0, "DeleteNodegroup": 0}
+
+    def throttle(model, **_kwargs):
+        if model.name in throttled and throttled[model.name] < 12:
+            throttled[model.name] += 1
+            return (_Http(400), {"Error": {"Code": "RequestLimitExceeded" if model.name != "DeleteNodegroup"
+                                           else "ThrottlingException", "Message": "Rate exceeded"},
+                                 "ResponseMetadata": {"HTTPStatusCode": 400}})
+        return None
+
+    fast.append(("before-call", throttle))
+    monkeypatch.setattr(aws, "BACKOFF_ATTEMPTS", 20)
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
+    assert not result.failed, result["msg"]
+    assert throttled == {"DeleteSubnet": 12, "DescribeVpcs": 12, "DeleteNodegroup": 12}
+    assert {r["outcome"] for r in result["results"]} == {"deleted"}
+    assert result["api_calls_by_operation"]["ec2.DeleteSubnet"] == 12 + 2
+    ec2 = clients(moto, "eu-north-1")("ec2")
+    assert ec2.describe_vpcs(Filters=[{"Name": "tag-key", "Values": [CAPA % "eu-north-1-workload"]}])["Vpcs"] == []
+
+
+def test_throttling_that_never_ends_fails_the_resource_with_the_reason(run_module, moto, toml, fast, monkeypatch):
+    seed_cluster(moto, *WORKLOAD)
+    monkeypatch.setattr(aws, "BACKOFF_ATTEMPTS", 3)
+
+    def throttle(model, **_kwargs):
+        if model.name == "DeleteBucket":
+            return (_Http(503), {"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."},
+                                 "ResponseMetadata": {"HTTPStatusCode": 503}})
+        return None
+
+    fast.append(("before-call", throttle))
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
+    assert result.failed
+    bucket = "krops-%s-eu-north-1-workload-data" % ACCOUNT
+    failed = [r for r in result["results"] if r["outcome"] == "failed"]
+    assert failed == [{"region": "eu-north-1", "type": "s3-bucket", "id": bucket, "cluster": "eu-north-1-workload",
+                       "outcome": "failed",
+                       "reason": "delete failed: SlowDown: Please reduce your request rate."}]
+    assert [(r["type"], r["id"]) for r in result["leftovers"]] == [("s3-bucket", bucket)]
+    assert "still owned after the sweep: s3-bucket %s in eu-north-1" % bucket in result["msg"]
+
+
+def test_a_resource_stuck_in_deleting_times_out_fails_and_is_a_leftover(run_module, moto, toml, fast):
+    seed_cluster(moto, *WORKLOAD)
+    eks_name = WORKLOAD[2]
+
+    def stuck(model, params, **_kwargs):
+        # EKS accepts the delete but never finishes it
+        if model.name == "DeleteCluster":
+            return (_Http(200), {"cluster": {"name": eks_name, "status": "DELETING"}})
+        return None
+
+    def deleting(model, parsed, **_kwargs):
+        if model.name == "DescribeCluster" and "cluster" in parsed:
+            parsed["cluster"]["status"] = "DELETING"
+
+    fast.extend([("before-call", stuck), ("after-call", deleting)])
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"], wait_timeout=1)
+    assert result.failed
+    stuck_result = [r for r in result["results"] if r["type"] == "eks-cluster"]
+    assert stuck_result == [{"region": "eu-north-1", "type": "eks-cluster", "id": eks_name,
+                             "cluster": "eu-north-1-workload", "outcome": "failed",
+                             "reason": "still DELETING after 1s (wait_timeout)"}]
+    # the cluster's IAM roles stay while EKS may still need them
+    roles = sorted((r["id"], r["outcome"], r["reason"]) for r in result["results"] if r["type"] == "iam-role")
+    kept = "kept: eks-cluster %s in eu-north-1 is not deleted yet and may need this role; run the sweep again" % eks_name
+    assert roles == [(name, "failed", kept) for name in (
+        "eu-north-1-workload-control-plane", "eu-north-1-workload-nodes", "krops-eu-north-1-workload-reader")]
+    assert sorted((r["type"], r["id"]) for r in result["leftovers"]) == [("eks-cluster", eks_name)] + [
+        ("iam-role", role[0]) for role in roles]
+    assert result["msg"].startswith("sweep of eu-north-1: ")
+    assert "failed: eks-cluster %s in eu-north-1 (still DELETING after 1s (wait_timeout))" % eks_name in result["msg"]
+    # everything else went on: the sweep is best effort per resource
+    assert ("eu-north-1", "rds-instance", WORKLOAD[3]) in by_outcome(result, "deleted")
+
+
+def test_pod_identity_associations_are_deleted_before_their_cluster(run_module, moto, toml, fast):
+    """moto has no pod identity API: the two calls are answered at the HTTP boundary (a stand-in, not moto)."""
+    seed_cluster(moto, *WORKLOAD)
+    eks_name = WORKLOAD[2]
+    deleted = []
+
+    def pod_identity(model, params, **_kwargs):
+        if model.name == "ListPodIdentityAssociations":
+            listing = [{"associationId": "a-1", "namespace": "kube-system", "serviceAccount": "aws-node"}]
+            return (_Http(200), {"associations": [] if deleted else listing})
+        if model.name == "DeletePodIdentityAssociation":
+            deleted.append(params["url_path"])
+            return (_Http(200), {"association": {"associationId": "a-1"}})
+        return None
+
+    fast.append(("before-call", pod_identity))
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
+    assert not result.failed, result["msg"]
+    assert deleted == ["/clusters/%s/pod-identity-associations/a-1" % eks_name]
+    types = [r["type"] for r in result["results"]]
+    assert types.index("eks-nodegroup") < types.index("eks-pod-identity-association") < types.index("eks-cluster")
+    assert [r for r in result["results"] if r["type"] == "eks-pod-identity-association"][0]["reason"] == (
+        "pod identity association of EKS cluster %s (kube-system/aws-node)" % eks_name)
+
+
+def test_moto_without_pod_identity_api_warns_and_goes_on(run_module, moto, toml, fast):
+    seed_cluster(moto, *WORKLOAD)
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
+    assert not result.failed, result["msg"]
+    assert result["warnings"][1:] == ["eu-north-1: eks-pod-identity-association skipped: eks "
+                                      "list_pod_identity_associations is not supported by this endpoint (HTTP 404, 404)"]
+
+
+def test_report_lists_owned_resources_older_than_the_threshold(run_module, moto, toml, fast, tmp_path):
+    seed_cluster(moto, *WORKLOAD)
+    north = clients(moto, "eu-north-1")
+    north("ec2").create_vpc(CidrBlock="10.9.0.0/16", TagSpecifications=[
+        {"ResourceType": "vpc", "Tags": [{"Key": CCM % "eu-north-1-workload2", "Value": "owned"}]}])
+    north("iam").create_role(RoleName="eu-north-1-workload2-nodes", AssumeRolePolicyDocument="{}")
+    before = inventory(moto)
+    path = tmp_path / "out" / "orphans.md"
+    young = sweep(run_module, moto, toml, mode="report", min_age_hours=6, report_path=str(path), concurrency=1)
+    assert not young.failed, young["msg"]
+    assert young["changed"] is False
+    assert young["report"]["json"]["count"] == 0
+    assert "No orphaned resources found." in young["report"]["markdown"]
+
+    now = sweep(run_module, moto, toml, mode="report", min_age_hours=0, report_path=str(path))
+    assert not now.failed, now["msg"]
+    data = now["report"]["json"]
+    found = normalise(data["resources"])
+    assert ("eu-north-1", "eks-cluster", WORKLOAD[2]) in found
+    assert ("eu-north-1", "rds-instance", WORKLOAD[3]) in found
+    assert ("global", "iam-role", "eu-north-1-workload-control-plane") in found
+    assert not [r for r in data["resources"] if r["cluster"] not in ("eu-north-1-workload", "")]
+    assert not [r for r in data["resources"] if "workload2" in r["id"] or "other" in r["id"]]
+    subnet = next(r for r in data["resources"] if r["type"] == "subnet")
+    assert subnet["age_from_cluster"] is True and subnet["age_hours"] is not None
+    assert json.loads((tmp_path / "out" / "orphans.json").read_text()) == json.loads(json.dumps(data, default=str))
+    markdown = path.read_text()
+    assert markdown == now["report"]["markdown"]
+    assert "| eu-north-1 | eu-north-1-workload | eks-cluster | `%s` |" % WORKLOAD[2] in markdown
+    assert inventory(moto) == before, "report mode changed the account"
+
+
+def test_report_in_check_mode_writes_no_file(run_module, moto, toml, fast, tmp_path):
+    path = tmp_path / "orphans.md"
+    result = sweep(run_module, moto, toml, check_mode=True, mode="report", report_path=str(path))
+    assert not result.failed, result["msg"]
+    assert not path.exists() and "report_files" not in result
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"environment": "local-host"},
+     "aws_orphan_sweep: environment 'local-host' in {toml} is of kind local-host; aws_orphan_sweep sweeps only "
+     "environments of kind aws (valid: aws)"),
+    ({"environment": "nope"},
+     "aws_orphan_sweep: {toml}: environments.nope: expected a defined environment (the requested environment); "
+     "unknown environment 'nope' (valid environments: aws, local-host)"),
+    ({"regions": ["us-east-1"]},
+     "aws_orphan_sweep: regions us-east-1 are not regions of environment 'aws' (its regions: eu-north-1, eu-west-1); "
+     "fix the regions option"),
+    ({"access_key": "AKIA"}, "parameters are required together: access_key, secret_key"),
+])
+def test_bad_input_fails_with_a_clear_message(run_module, moto, toml, args, message):
+    result = sweep(run_module, moto, toml, **args)
+    assert result.failed
+    assert result["msg"] == message.format(toml=toml)
+    assert "Traceback" not in result["msg"]
+
+
+def test_discovery_errors_fail_the_report_naming_the_listing(run_module, moto, toml, fast):
+    def denied(model, **_kwargs):
+        if model.name == "DescribeDBInstances":
+            return (_Http(403), {"Error": {"Code": "AccessDenied", "Message": "not authorized"},
+                                 "ResponseMetadata": {"HTTPStatusCode": 403}})
+        return None
+
+    fast.append(("before-call", denied))
+    result = sweep(run_module, moto, toml, mode="report")
+    assert result.failed
+    assert result["errors"] == [
+        {"region": "eu-north-1", "type": "rds-instance",
+         "error": "listing rds-instance in eu-north-1 failed: AccessDenied: not authorized"},
+        {"region": "eu-west-1", "type": "rds-instance",
+         "error": "listing rds-instance in eu-west-1 failed: AccessDenied: not authorized"}]
+    assert "listing rds-instance in eu-north-1 failed: AccessDenied: not authorized" in result["report"]["markdown"]
+
+
+class _Http:
+    def __init__(self, status):
+        self.status_code = status
+        self.headers = {}
+        self.content = b""
+
+
+@pytest.mark.slow
+def test_orphan_report_playbook_writes_markdown_and_json(ansible_playbook, moto, toml, tmp_path):
+    seed_cluster(moto, *WORKLOAD)
+    out = tmp_path / "reports"
+    rc, output, stderr = ansible_playbook(
+        "playbooks/orphan-report.yml", "-e", "orphan_report_endpoint_url=%s" % moto,
+        env={"BOOTSTRAP_CONFIG": toml, "ORPHAN_MIN_AGE_HOURS": "0", "ORPHAN_REPORT_DIR": str(out), "KROPS_PROFILE": ""})
+    assert rc == 0, (output, stderr)
+    results = task_results(output)
+    report = results["List owned resources older than the threshold (read-only)"]
+    assert report["changed"] is False
+    markdown = (out / "orphans-aws.md").read_text()
+    data = json.loads((out / "orphans-aws.json").read_text())
+    assert data["environment"] == "aws" and data["min_age_hours"] == 0.0
+    assert ("eu-north-1", "eks-cluster", WORKLOAD[2]) in normalise(data["resources"])
+    assert "| eu-north-1 | eu-north-1-workload | eks-cluster | `%s` |" % WORKLOAD[2] in markdown
+    assert results["Summarise the report"]["msg"].startswith(
+        "orphan report: %d owned resources older than the threshold in eu-north-1, eu-west-1." % data["count"])
+
+
+def test_an_untagged_subnet_in_an_owned_vpc_survives_and_the_vpc_is_reported(run_module, moto, toml, fast):
+    ec2 = clients(moto, "eu-west-1")("ec2")
+    tag = [{"ResourceType": "vpc", "Tags": [{"Key": CAPA % "eu-west-1-workload", "Value": "owned"}]}]
+    vpc = ec2.create_vpc(CidrBlock="10.50.0.0/16", TagSpecifications=tag)["Vpc"]["VpcId"]
+    foreign = ec2.create_subnet(VpcId=vpc, CidrBlock="10.50.1.0/24")["Subnet"]["SubnetId"]
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-west-1"], wait_timeout=1)
+    assert result.failed
+    (vpc_result,) = [r for r in result["results"] if r["type"] == "vpc"]
+    assert vpc_result["outcome"] == "failed"
+    assert vpc_result["reason"] == (
+        "delete failed: DependencyViolation: The vpc '%s' has dependencies and cannot be deleted. (still after 1s: "
+        "something outside the sweep may depend on vpc %s)" % (vpc, vpc))
+    assert [r["id"] for r in result["leftovers"]] == [vpc]
+    assert [s["SubnetId"] for s in ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]] == [
+        foreign]
+
+
+def test_paginators_follow_every_token(moto):
+    conn = aws.Connection(endpoint_url=moto)
+    iam = conn.client("iam", "eu-north-1")
+    for index in range(7):
+        iam.create_role(RoleName="role-%d" % index, AssumeRolePolicyDocument="{}")
+    assert len(aws.paginate(iam, "list_roles", "Roles", MaxItems=2)) == 7
+    ec2 = conn.client("ec2", "eu-north-1")
+    for index in range(7):
+        ec2.create_vpc(CidrBlock="10.%d.0.0/16" % (60 + index))
+    vpcs = aws.paginate(ec2, "describe_vpcs", "Vpcs", MaxResults=5)
+    assert len(vpcs) == len({v["VpcId"] for v in vpcs}) == 8  # seven and the default VPC
+    assert conn.counter.by_operation["iam.ListRoles"] == 4  # moto pages IAM by MaxItems (EC2 answers in one page)
