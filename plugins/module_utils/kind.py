@@ -89,31 +89,6 @@ def render_config(config=None, engine_socket="/var/run/docker.sock", registry_mi
     return rendered
 
 
-def _write_private(path, text):
-    """Write text to path with mode 0600 when it differs; True when the file changed."""
-    path = os.path.expanduser(path)
-    current = None
-    if os.path.exists(path):
-        with open(path, "r", encoding="utf-8") as handle:
-            current = handle.read()
-    mode_ok = os.path.exists(path) and (os.stat(path).st_mode & 0o777) == 0o600
-    if current == text and mode_ok:
-        return False
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".krops-")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return True
-
-
 def merge_kubeconfig(existing_text, new_text):
     """existing kubeconfig with the clusters/contexts/users of new_text replaced or added.
 
@@ -186,7 +161,7 @@ class KindCluster:
         if os.path.exists(path):
             with open(path, "r", encoding="utf-8") as handle:
                 existing = handle.read()
-        return _write_private(path, merge_kubeconfig(existing, self.kubeconfig()))
+        return kube.write_private(path, merge_kubeconfig(existing, self.kubeconfig()))
 
 
 def _node_states(objects):

@@ -11,6 +11,7 @@ kubeconfig. Every caller names the cluster it means; nothing here falls back to
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 
 try:
@@ -65,6 +66,34 @@ def resolve_auth(kubeconfig=None, context=None, environ=None):
     kubeconfig = kubeconfig or environ.get("K8S_AUTH_KUBECONFIG") or None
     context = context or environ.get("K8S_AUTH_CONTEXT") or None
     return (os.path.expanduser(kubeconfig) if kubeconfig else None), context
+
+
+def write_private(path, text):
+    """Write text to path with mode 0600, atomically; True when the file changed.
+
+    For kubeconfigs and anything else holding credentials.
+    """
+    path = os.path.expanduser(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            same = handle.read() == text
+        if same and (os.stat(path).st_mode & 0o777) == 0o600:
+            return False
+    except OSError:
+        pass
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".krops-")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return True
 
 
 def describe_target(kubeconfig=None, context=None):

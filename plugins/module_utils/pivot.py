@@ -43,6 +43,7 @@ except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
 
 from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import render
 
 try:
     from kubernetes.dynamic.exceptions import ApiException as _ApiException
@@ -74,7 +75,6 @@ CHARTS = {
                       "capi-operator-system", ["cert-manager.enabled=false"]),
 }
 
-_VAR = re.compile(r"(\$?)\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[=-])([^}]*))?\}")
 
 
 class PivotError(Exception):
@@ -129,27 +129,10 @@ def substitute(text, variables, path="<manifest>"):
 
     Raises SubstitutionError listing every unresolved name (in order of appearance) and the file.
     """
-    missing = []
-
-    def replace(match):
-        escaped, name, operator, default = match.groups()
-        if escaped:
-            return match.group(0)[1:]
-        value = variables.get(name)
-        if operator is not None:
-            if value is None or (value == "" and operator.startswith(":")):
-                return default
-            return value
-        if value is None:
-            if name not in missing:
-                missing.append(name)
-            return match.group(0)
-        return value
-
-    result = _VAR.sub(replace, text)
-    if missing:
-        raise SubstitutionError(path, missing)
-    return result
+    try:
+        return render.substitute_text(text, variables, strict=True)
+    except render.UnresolvedVariables as exc:
+        raise SubstitutionError(path, exc.names)
 
 
 def load_documents(path, variables=None, phase="prepare"):
@@ -483,30 +466,6 @@ def render_kubeconfig(raw, context, server=None):
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def write_private(path, text):
-    """Write text to path with mode 0600 (atomically); True when the file changed."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            same = handle.read() == text
-        if same and (os.stat(path).st_mode & 0o777) == 0o600:
-            return False
-    except OSError:
-        pass
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".krops-kubeconfig-")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return True
-
-
 def phase_export(pv):
     phase = "export"
     if pv.already_moved:
@@ -544,7 +503,7 @@ def phase_export(pv):
         if pv.check_mode:
             pv._tempdir = tempfile.mkdtemp(prefix="krops-pivot-")
             pv.connect_kubeconfig = os.path.join(pv._tempdir, "target.kubeconfig")
-            write_private(pv.connect_kubeconfig, text)
+            kube.write_private(pv.connect_kubeconfig, text)
             try:
                 with open(pv.target_kubeconfig, encoding="utf-8") as handle:
                     if handle.read() != text:
@@ -553,7 +512,7 @@ def phase_export(pv):
                 pv.changed()
         else:
             try:
-                if write_private(pv.target_kubeconfig, text):
+                if kube.write_private(pv.target_kubeconfig, text):
                     pv.changed()
                     pv.say("wrote %s (context %s)" % (pv.target_kubeconfig, pv.target_context))
             except OSError as exc:

@@ -161,8 +161,21 @@ def render_directories(directories, renderer=None, jobs=None, timeout=120, cache
     return dict(zip(directories, results))
 
 
-def substitute_text(text, variables):
-    """Flux postBuild substitution on text. Unset variables without a default become ''."""
+class UnresolvedVariables(ValueError):
+    """Strict substitution met ${VAR}s with no value and no default; ``names`` in order of appearance."""
+
+    def __init__(self, names):
+        super().__init__("unresolved variables: %s" % ", ".join(names))
+        self.names = names
+
+
+def substitute_text(text, variables, strict=False):
+    """Flux postBuild substitution on text: ${VAR}, ${VAR:=default}, ${VAR:-default}; $${VAR} stays literal.
+
+    Unset variables without a default become '' as in Flux, or, when strict, raise UnresolvedVariables.
+    """
+    missing = []
+
     def replace(match):
         escaped, name, operator, default = match.groups()
         if escaped:
@@ -171,8 +184,16 @@ def substitute_text(text, variables):
         if operator is not None:
             if value is None or (operator.startswith(":") and value == ""):
                 return default
+        if value is None and strict:
+            if name not in missing:
+                missing.append(name)
+            return match.group(0)
         return "" if value is None else str(value)
-    return _VARIABLE.sub(replace, text)
+
+    result = _VARIABLE.sub(replace, text)
+    if missing:
+        raise UnresolvedVariables(missing)
+    return result
 
 
 def has_variables(text):

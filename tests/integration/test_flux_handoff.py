@@ -367,6 +367,6 @@ def test_wait_false_reports_the_current_state_without_waiting(kind_api, fake_bin
     assert result["ready"] is False
     assert result["fluxinstance"] == {"name": "flux", "ready": False, "reason": "Progressing",
                                       "message": "generation 2 not observed yet (observed 1)"}
-    assert [(k["name"], k["reason"]) for k in result["kustomizations"]] == [("flux-system", "NotFound"),
-                                                                           ("infra", "Progressing")]
+    assert [(k["name"], k["reason"]) for k in result["kustomizations"]] == [
+        ("flux-system", "NotFound"), ("infra", "Progressing")]
     assert result["actions"] == ["create ConfigMap flux-system/krops-run", "update FluxInstance flux-system/flux"]
