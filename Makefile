@@ -27,7 +27,7 @@ setup:
 # galaxy.yml builds: the GitOps trees are left out (validate and yamllint check them).
 collection:
 	@mkdir -p $(COLLECTION)
-	@rsync -a --delete --exclude .git --exclude .venv --exclude .collections --exclude 'build*' \
+	@rsync -a --delete --delete-excluded --exclude .git --exclude .venv --exclude .collections --exclude 'build*' \
 	  --exclude /mgmt --exclude /workload --exclude /molecule --exclude /airgap --exclude /.github \
 	  --exclude tests/output --exclude .hypothesis --exclude '__pycache__' ./ $(COLLECTION)/
 
