@@ -18,6 +18,12 @@ source's Clusters and resumes the Kustomizations the pivot suspended (kept suspe
 objects already left the source, so Flux cannot re-create them on kind), never deletes
 anything on the target, and reports the partial object list. Re-running completes the move.
 
+Long waits can be cut into bounded steps (option ``_wait_budget``, set by the action plugin
+so that the controller shows progress): a wait whose budget runs out before its own timeout
+ends the run with a "pending" result (``_krops_pending``, ``_krops_wait``) instead of an error,
+and the next step re-runs the pivot from the start with the time already spent on each wait
+(``_wait_spent``). Only the waits are cut, never a command (helm, clusterctl move).
+
 Importable without Ansible; external binaries run through module_utils.cli (secrets only
 through the environment or stdin).
 """
@@ -76,7 +82,6 @@ CHARTS = {
 }
 
 
-
 class PivotError(Exception):
     """A pivot phase failed; ``phase`` names it and ``result`` holds what was done so far."""
 
@@ -84,6 +89,15 @@ class PivotError(Exception):
         super().__init__(message)
         self.phase = phase
         self.result = result or {}
+
+
+class Pending(Exception):
+    """A wait ran out of its step budget (not of its timeout); the action plugin runs the next step."""
+
+    def __init__(self, key, phase, title, waited, total, state):
+        super().__init__(state)
+        self.info = {"key": key, "phase": phase, "phase_number": PHASES.index(phase), "title": title,
+                     "waited": round(float(waited), 3), "total": int(total), "state": state}
 
 
 class SubstitutionError(PivotError):
@@ -308,6 +322,10 @@ class Pivot:
         self._tempdir = None
         self.variables = None
         self.already_moved = False
+        # Step budget of this run (None: wait as long as each timeout allows) and time spent on waits in earlier steps.
+        budget = options.get("_wait_budget")
+        self.budget_deadline = None if budget is None else self.clock() + max(0.0, float(budget))
+        self.spent = dict(options.get("_wait_spent") or {})
         self.result = {"changed": False, "phase_reached": None, "moved": [], "excluded": [], "fallbacks": [],
                        "target_kubeconfig": self.target_kubeconfig, "target_context": self.target_context,
                        "providers": [], "charts": [], "applied": [], "suspended": [], "progress": [],
@@ -336,6 +354,32 @@ class Pivot:
 
     def remaining(self, deadline):
         return max(1.0, deadline - self.clock())
+
+    def wait_left(self, key, timeout):
+        """Seconds the wait ``key`` may still take: its timeout less the time earlier steps spent on it."""
+        try:
+            spent = float(self.spent.get(key) or 0)
+        except (TypeError, ValueError):
+            spent = 0.0
+        return timeout if spent <= 0 else max(0.0, timeout - spent)
+
+    def budgeted_wait(self, key, phase, title, total, seconds, watch, describe):
+        """watch(timeout) for a wait that may still take ``seconds`` (of ``total``, its whole timeout).
+
+        Without a step budget, or when the budget left covers ``seconds``, this is watch(seconds) and
+        kube.WaitTimeout propagates as in a single call. Otherwise the wait stops when the budget runs
+        out and raises Pending with describe(state) and the time spent on this wait so far.
+        """
+        if self.budget_deadline is None:
+            return watch(seconds)
+        left = self.budget_deadline - self.clock()
+        if left >= seconds:
+            return watch(seconds)
+        began = self.clock()
+        try:
+            return watch(max(0.1, left))
+        except kube.WaitTimeout as exc:
+            raise Pending(key, phase, title, total - seconds + (self.clock() - began), total, describe(exc.state))
 
 
 # --- phase 0: preconditions -----------------------------------------------------------
@@ -423,10 +467,16 @@ def phase_preconditions(pv):
     pv.say(">>> waiting up to %ss for Cluster %s/%s on the kind cluster" % (timeout, pv.namespace, pv.mgmt))
     if pv.check_mode and kube.get(pv.source, _api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None:
         raise PivotError(phase, "Cluster %s/%s does not exist on the kind cluster (check mode does not wait)" % (pv.namespace, pv.mgmt))
-    pv.deadline = pv.clock() + timeout
+    seconds = pv.wait_left("mgmt", timeout)
+    pv.deadline = pv.clock() + seconds
+
+    def watch(limit):
+        return kube.watch_until(pv.source, _api_version_of(res), "Cluster", pv.namespace,
+                                lambda objs: ((pv.namespace, pv.mgmt) in objs, sorted(key[1] for key in objs)), limit)
     try:
-        kube.watch_until(pv.source, _api_version_of(res), "Cluster", pv.namespace,
-                         lambda objs: ((pv.namespace, pv.mgmt) in objs, sorted(key[1] for key in objs)), timeout)
+        pv.budgeted_wait("mgmt", phase, "management Cluster", timeout, seconds, watch,
+                         lambda state: "Cluster %s/%s not on the kind cluster yet (Clusters there: %s)"
+                         % (pv.namespace, pv.mgmt, ", ".join(state or []) or "none"))
     except kube.WaitTimeout as exc:
         raise PivotError(phase, "Cluster %s/%s did not appear on the kind cluster within %ss (mgmt-ready-timeout; Clusters there: %s); "
                          "check the Flux Kustomizations on kind" % (pv.namespace, pv.mgmt, timeout, ", ".join(exc.state or []) or "none"))
@@ -476,11 +526,14 @@ def phase_export(pv):
         pv.say("Secret %s/%s already moved; using %s" % (pv.namespace, secret_name, pv.target_kubeconfig))
     else:
         if secret is None and not pv.check_mode:
-            deadline = getattr(pv, "deadline", pv.clock() + (pv.options.get("mgmt_ready_timeout") or pv.env["mgmt-ready-timeout"]))
+            total = pv.options.get("mgmt_ready_timeout") or pv.env["mgmt-ready-timeout"]
+            deadline = getattr(pv, "deadline", pv.clock() + pv.wait_left("mgmt", total))
             pv.say(">>> waiting for Secret %s/%s" % (pv.namespace, secret_name))
             try:
-                kube.watch_until(pv.source, "v1", "Secret", pv.namespace,
-                                 lambda objs: ((pv.namespace, secret_name) in objs, None), pv.remaining(deadline))
+                pv.budgeted_wait("mgmt", phase, "management cluster", total, pv.remaining(deadline),
+                                 lambda limit: kube.watch_until(pv.source, "v1", "Secret", pv.namespace,
+                                                                lambda objs: ((pv.namespace, secret_name) in objs, None), limit),
+                                 lambda state: "Secret %s/%s not found yet" % (pv.namespace, secret_name))
             except kube.WaitTimeout:
                 raise PivotError(phase, "Secret %s/%s (the management cluster's kubeconfig) did not appear on the kind cluster "
                                  "within mgmt-ready-timeout; check `clusterctl describe cluster %s -n %s`"
@@ -550,7 +603,9 @@ def wait_nodes(pv):
     timeout = pv.options.get("node_timeout") or 900
     pv.say(">>> waiting up to %ss for the management cluster's nodes" % timeout)
     try:
-        kube.watch_until(pv.target, "v1", "Node", None, _node_states, timeout, on_progress=pv.say)
+        pv.budgeted_wait("nodes", "export", "nodes", timeout, pv.wait_left("nodes", timeout),
+                         lambda limit: kube.watch_until(pv.target, "v1", "Node", None, _node_states, limit, on_progress=pv.say),
+                         lambda state: "nodes of %s: %s" % (pv.mgmt, state))
     except kube.WaitTimeout as exc:
         nodes = kube.list_objects(pv.target, "v1", "Node")
         if any(kube.readiness(n)[0] for n in nodes):
@@ -707,8 +762,16 @@ def wait_providers(pv, providers):
             def evaluate(objs, key=(namespace, name)):
                 ready, reason, message = kube.readiness(objs.get(key))
                 return ready, "%s %s" % (reason, message)
+
+            def watch(limit, api=(doc["apiVersion"], doc["kind"], namespace), evaluate=evaluate):
+                return kube.watch_until(pv.target, api[0], api[1], api[2], evaluate, limit, on_progress=pv.say)
+
+            def describe(state, label=label):
+                return "%s not Ready: %s" % (label, (state or "").strip())
+
+            key = "provider %s" % label
             try:
-                kube.watch_until(pv.target, doc["apiVersion"], doc["kind"], namespace, evaluate, timeout, on_progress=pv.say)
+                pv.budgeted_wait(key, "prepare", "providers", timeout, pv.wait_left(key, timeout), watch, describe)
             except kube.WaitTimeout as exc:
                 raise PivotError("prepare", "%s did not become Ready on the management cluster within %ss (%s); "
                                  "check the cluster-api-operator logs there" % (label, timeout, (exc.state or "").strip()))
@@ -1047,9 +1110,57 @@ def run(config, options, check_mode=False):
             pv.result["phase_reached"] = name
             if name == stop_after:
                 break
+    except Pending as pending:
+        # Only raised between steps of the action plugin: nothing failed, the next step resumes.
+        pv.result["_krops_pending"] = True
+        pv.result["_krops_wait"] = pending.info
+        return pv.result
+    else:
         pv.result["already_moved"] = pv.already_moved
         if pv.connect_kubeconfig and not check_mode:
             pv.result["target_kubeconfig"] = pv.connect_kubeconfig
         return pv.result
     finally:
         pv.cleanup()
+
+
+# --- stepped runs (the action plugin) ----------------------------------------------------
+
+def _merge_states(earlier, later, fields, quiet):
+    """later's list, with an item's state taken from earlier when later only found it ``quiet`` (done by earlier)."""
+    before = {tuple(item.get(f) for f in fields): item.get("state") for item in earlier or []}
+    merged = []
+    for item in later or []:
+        state = before.get(tuple(item.get(f) for f in fields))
+        if item.get("state") == quiet and state not in (None, quiet):
+            item = dict(item, state=state)
+        merged.append(item)
+    return merged
+
+
+def merge_steps(earlier, later):
+    """The result a single run would give, from an earlier (pending) step and the later step that re-ran the pivot.
+
+    ``changed`` is true when any step changed something; charts and applied objects keep the state the
+    step that wrote them reported (the re-run finds them unchanged); progress lines the re-run repeats
+    are kept once.
+    """
+    if not earlier:
+        return dict(later)
+    merged = dict(later)
+    merged["changed"] = bool(earlier.get("changed") or later.get("changed"))
+    for name, fields in (("charts", ("namespace", "release")), ("applied", ("kind", "namespace", "name", "file"))):
+        if name in later:
+            merged[name] = _merge_states(earlier.get(name), later[name], fields, "unchanged")
+    if "progress" not in later:
+        return merged
+    lines = list(earlier.get("progress") or [])
+    cursor = 0
+    for line in later.get("progress") or []:
+        if line in lines[cursor:]:
+            cursor = lines.index(line, cursor) + 1
+        else:
+            lines.append(line)
+            cursor = len(lines)
+    merged["progress"] = lines
+    return merged

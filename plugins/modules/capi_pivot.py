@@ -25,6 +25,12 @@ description:
   - A failure before C(move) changes nothing on the source. A failure during C(move) unpauses the source's Clusters, resumes
     the Kustomizations the module suspended (unless objects already left the source), deletes nothing on the target and
     returns the partial object list. Re-running completes the move; a re-run after success changes nothing.
+  - The action plugin shows progress on the controller during the long waits (the management Cluster and its kubeconfig
+    Secret, the nodes, each provider) at least every O(progress_interval) seconds, naming the phase, the time waited
+    and what is pending. It runs the module in bounded steps; a step that runs out of its budget during a wait returns
+    and the next step re-runs the pivot from the start (phases before C(move) are idempotent) with the time already
+    spent counted against each timeout. Commands (helm, C(clusterctl move)) are never cut. The final result and the
+    timeout errors are those of a single run.
   - Seeding Flux on the target and deleting the kind cluster are done by the role C(krops.platform.pivot).
 author:
   - krops developers (@krops)
@@ -36,6 +42,9 @@ attributes:
     support: full
     details: Plans every phase without writing (the kubeconfig is exported to a private temporary file), skips the
       waits and runs C(clusterctl move --dry-run).
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
@@ -124,6 +133,17 @@ options:
     description: Seconds C(clusterctl move) may take.
     type: int
     default: 3600
+  progress_interval:
+    description:
+      - Seconds between progress lines on the controller while the module waits (shown on stderr by the action plugin).
+    type: int
+    default: 30
+  _wait_budget:
+    description: Internal, set by the action plugin (seconds this step may spend before a wait returns pending). Do not set.
+    type: int
+  _wait_spent:
+    description: Internal, set by the action plugin (seconds earlier steps spent on each wait). Do not set.
+    type: dict
 notes:
   - clusterctl gets both kubeconfig files by path; the credentials for AWS reach the cluster through the API, never argv.
   - Never deletes anything on the management cluster; deleting a moved Cluster, AWSManaged*, MachinePool or CAPD object
@@ -268,6 +288,10 @@ def argument_spec():
         node_timeout=dict(type="int", default=900),
         mgmt_ready_timeout=dict(type="int"),
         move_timeout=dict(type="int", default=3600),
+        progress_interval=dict(type="int", default=30),
+        # Set by the action plugin, which runs the waits in bounded steps.
+        _wait_budget=dict(type="int"),
+        _wait_spent=dict(type="dict"),
     )
     return spec
 
@@ -276,6 +300,10 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     if not kube.HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(kube.KUBERNETES_IMPORT_ERROR))
+    interval = module.params["progress_interval"]
+    if interval is not None and interval < 1:
+        module.fail_json(msg="progress_interval must be at least 1 second, got %s" % interval,
+                         failed_phase="preconditions", phase_reached=None)
     params = dict(module.params)
     params["source_kubeconfig"] = params["source_kubeconfig"] or params.pop("kubeconfig", None)
     params["source_context"] = params["source_context"] or params.pop("context", None)

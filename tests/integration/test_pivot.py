@@ -14,6 +14,7 @@ import os
 import stat
 import sys
 import threading
+import time
 
 import pytest
 import yaml
@@ -753,3 +754,157 @@ def test_role_refuses_to_delete_kind_when_the_target_lacks_the_clusters(world, a
     assert refusal["msg"] == ("Not deleting kind cluster mgmt: the management cluster (krops-mgmt) lists Clusters none but should "
                               "list local-workload, local-management; kind is still authoritative for the missing ones, re-run the pivot.")
     assert world.bins.calls("kind") == []
+
+
+# --- progress on the controller: the action plugin runs the waits in bounded steps --------
+
+def remove_mgmt_cluster_and_secret(world):
+    world.kind.remove(CLUSTER_V, "Cluster", MGMT, NS)
+    secret = world.kind.get("v1", "Secret", MGMT + "-kubeconfig", NS)
+    world.kind.remove("v1", "Secret", MGMT + "-kubeconfig", NS)
+    return secret
+
+
+def restore_cluster(world):
+    world.kind.create({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": MGMT, "namespace": NS},
+                       "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster",
+                                                      "name": MGMT}}})
+    world.kind.apply_object({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": MGMT, "namespace": NS},
+                             "status": {"initialization": {"infrastructureProvisioned": True, "controlPlaneInitialized": True}}})
+
+
+def recreate_later(world, secret, lists=4):
+    """As Cluster API on kind would: the management Cluster appears, later its kubeconfig Secret.
+
+    Each only after the pivot listed or watched it ``lists`` times (two steps of the action plugin).
+    """
+    def requested(plural, count):
+        path = "/namespaces/%s/%s" % (NS, plural)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sum(1 for m, p in list(world.kind.requests) if m == "GET" and p.endswith(path)) < count:
+            time.sleep(0.05)
+
+    def work():
+        requested("clusters", lists)
+        restore_cluster(world)
+        requested("secrets", lists)
+        world.kind.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret["metadata"]["name"], "namespace": NS},
+                           "data": secret["data"]})
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_wait_cut_by_the_step_budget_returns_pending_then_a_step_resumes(world, run_module):
+    remove_mgmt_cluster_and_secret(world)
+    started = time.monotonic()
+    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600, _wait_budget=1))
+    assert time.monotonic() - started < 5
+    assert not result.failed, result.get("msg")
+    assert result["_krops_pending"] is True and result["phase_reached"] is None
+    wait = result["_krops_wait"]
+    assert {k: wait[k] for k in ("key", "phase", "phase_number", "title", "total", "state")} == {
+        "key": "mgmt", "phase": "preconditions", "phase_number": 0, "title": "management Cluster", "total": 600,
+        "state": "Cluster default/local-management not on the kind cluster yet (Clusters there: local-workload)"}
+    assert 0 < wait["waited"] < 3
+    assert not world.target_kubeconfig.exists()
+
+    # the next step counts the time already spent: the Cluster is there, the Secret wait is pending
+    restore_cluster(world)
+    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600, _wait_budget=1, _wait_spent={"mgmt": 100}))
+    wait = result["_krops_wait"]
+    assert result["phase_reached"] == "preconditions" and wait["phase_number"] == 1 and wait["title"] == "management cluster"
+    assert wait["state"] == "Secret default/local-management-kubeconfig not found yet"
+    assert 100 < wait["waited"] < 103 and wait["total"] == 600
+    # the spent time is counted against mgmt-ready-timeout: a step whose budget covers the rest is final
+    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600, _wait_budget=5, _wait_spent={"mgmt": 599}))
+    assert result["msg"] == ("pivot phase export failed: Secret default/local-management-kubeconfig (the management cluster's "
+                             "kubeconfig) did not appear on the kind cluster within mgmt-ready-timeout; check "
+                             "`clusterctl describe cluster local-management -n default`")
+    assert_source_untouched(world)
+
+
+def test_merge_steps_gives_the_result_of_a_single_run():
+    earlier = {"changed": True, "charts": [{"namespace": "cert-manager", "release": "cert-manager", "state": "installed"}],
+               "applied": [{"kind": "Namespace", "namespace": "", "name": "capi-system", "file": "a.yaml", "state": "created"}],
+               "progress": [">>> wait Cluster", ">>> wait Secret", "wrote k", ">>> wait nodes"], "_krops_pending": True}
+    later = {"changed": False, "phase_reached": "move",
+             "charts": [{"namespace": "cert-manager", "release": "cert-manager", "state": "unchanged"},
+                        {"namespace": "capi-operator-system", "release": "capi-operator", "state": "unchanged"}],
+             "applied": [{"kind": "Namespace", "namespace": "", "name": "capi-system", "file": "a.yaml", "state": "unchanged"},
+                         {"kind": "ConfigMap", "namespace": "x", "name": "y", "file": "b.yaml", "state": "updated"}],
+             "progress": [">>> wait Cluster", ">>> wait Secret", ">>> wait nodes", ">>> wait providers", "moved"]}
+    merged = pivot.merge_steps(earlier, later)
+    assert merged == {"changed": True, "phase_reached": "move",
+                      "charts": [{"namespace": "cert-manager", "release": "cert-manager", "state": "installed"},
+                                 {"namespace": "capi-operator-system", "release": "capi-operator", "state": "unchanged"}],
+                      "applied": [{"kind": "Namespace", "namespace": "", "name": "capi-system", "file": "a.yaml", "state": "created"},
+                                  {"kind": "ConfigMap", "namespace": "x", "name": "y", "file": "b.yaml", "state": "updated"}],
+                      "progress": [">>> wait Cluster", ">>> wait Secret", "wrote k", ">>> wait nodes", ">>> wait providers", "moved"]}
+    assert pivot.merge_steps(None, later) == later
+
+
+def pivot_play(world, **extra):
+    args = world.args(target_kubeconfig=str(world.target_kubeconfig))
+    args.update(extra)
+    return [{"hosts": "localhost", "gather_facts": False,
+             "tasks": [{"name": "pivot", "register": "pivot", "krops.platform.capi_pivot": args}]}]
+
+
+@pytest.mark.slow
+def test_playbook_shows_progress_while_the_management_cluster_comes_up(world, ansible_playbook):
+    secret = remove_mgmt_cluster_and_secret(world)
+    recreate_later(world, secret)
+    rc, output, stderr = ansible_playbook(pivot_play(world, mgmt_ready_timeout=60, progress_interval=2),
+                                          env={"PATH": world.bins.path_env})
+    result = task_results(output)["pivot"]
+    assert rc == 0, (stderr, json.dumps(result, indent=1)[-3000:])
+    lines = [line for line in stderr.splitlines() if line.startswith("capi_pivot [localhost] ")]
+    assert any(line.startswith("capi_pivot [localhost] phase 0 (management Cluster): waited ") and line.endswith(
+        "s of 60s: Cluster default/local-management not on the kind cluster yet (Clusters there: local-workload)") for line in lines), stderr
+    assert any(line.startswith("capi_pivot [localhost] phase 1 (management cluster): waited ") and line.endswith(
+        "s of 60s: Secret default/local-management-kubeconfig not found yet") for line in lines), stderr
+    waited = [int(line.split("waited ")[1].split("s")[0]) for line in lines]
+    assert waited == sorted(waited) and len(lines) >= 2, lines
+
+    # the result of a single run: same phases, objects, states and progress lines (each once)
+    assert "_krops_pending" not in result and "_krops_wait" not in result
+    assert result["changed"] is True and result["phase_reached"] == "move" and result["already_moved"] is False
+    assert world.capi(world.kind) == set() and world.capi(world.mgmt) == ALL_OBJECTS
+    assert {(m["kind"], m["name"]) for m in result["moved"]} >= ALL_OBJECTS
+    assert {s["name"] for s in result["suspended"]} == {"flux-system", "capi-providers", "clusters"}
+    assert [(c["release"], c["state"]) for c in result["charts"]] == [("cert-manager", "installed"), ("capi-operator", "installed")]
+    assert [(a["kind"], a["name"], a["state"]) for a in result["applied"]] == [
+        ("Namespace", "capi-system", "created"), ("CoreProvider", "cluster-api", "created"),
+        ("InfrastructureProvider", "docker", "created"), ("ConfigMap", "pivot-settings", "created")]
+    assert result["run_tags"] == {"KROPS_RUN_ID": "local-host-20261130", "KROPS_RUN_KIND": "manual"}
+    assert result["target_kubeconfig"] == str(world.target_kubeconfig)
+    assert result["progress"] == [
+        ">>> waiting up to 60s for Cluster default/local-management on the kind cluster",
+        ">>> waiting for Secret default/local-management-kubeconfig",
+        "wrote %s (context krops-mgmt)" % world.target_kubeconfig,
+        ">>> waiting up to 5s for the management cluster's nodes",
+        ">>> helm upgrade --install cert-manager cert-manager v1.21.2",
+        ">>> helm upgrade --install capi-operator cluster-api-operator 0.29.0",
+        ">>> waiting up to 10s for CoreProvider capi-system/cluster-api Ready",
+        ">>> waiting up to 10s for InfrastructureProvider capd-system/docker Ready",
+        "suspended 3 Kustomizations on the kind cluster",
+        ">>> clusterctl move -n default (7 objects)",
+    ], result["progress"]
+    assert len(world.bins.calls("clusterctl")) == 1
+
+
+@pytest.mark.slow
+def test_playbook_timeout_keeps_the_single_run_message(world, ansible_playbook):
+    world.kind.remove(CLUSTER_V, "Cluster", MGMT, NS)
+    rc, output, stderr = ansible_playbook(pivot_play(world, mgmt_ready_timeout=4, progress_interval=2),
+                                          env={"PATH": world.bins.path_env})
+    result = task_results(output)["pivot"]
+    assert rc == 2 and result["failed"] is True
+    assert result["msg"] == ("pivot phase preconditions failed: Cluster default/local-management did not appear on the kind "
+                             "cluster within 4s (mgmt-ready-timeout; Clusters there: local-workload); check the Flux "
+                             "Kustomizations on kind")
+    assert result["failed_phase"] == "preconditions" and "_krops_pending" not in result
+    assert "capi_pivot [localhost] phase 0 (management Cluster): waited " in stderr
+    assert world.suspended() == ACTIVE_KS and not world.target_kubeconfig.exists()
+    assert world.bins.calls("clusterctl") == []
