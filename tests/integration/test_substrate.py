@@ -202,3 +202,16 @@ def test_fake_bins_record_argv_env_and_stdin(fake_bins):
     assert out.stdout == "mgmt\n"
     [call] = fake_bins.calls("kind")
     assert call["argv"] == ["get", "clusters"] and call["env"]["KROPS_X"] == "1" and call["stdin"] == "secret"
+
+
+def test_server_side_dry_run_answers_without_changing_anything(kind_api):
+    api = dyn(kind_api).resources.get(api_version=CLUSTER[0], kind=CLUSTER[1])
+    body = {"apiVersion": CLUSTER[0], "kind": CLUSTER[1], "metadata": {"name": "c", "namespace": "default"}}
+    answer = api.create(body=body, namespace="default", query_params=[("dryRun", "All")])
+    assert answer.metadata.name == "c" and not kind_api.exists(*CLUSTER, "c", "default")
+    api.create(body=body, namespace="default")
+    version = kind_api.get(*CLUSTER, "c", "default")["metadata"]["resourceVersion"]
+    api.delete(name="c", namespace="default", query_params=[("dryRun", "All")])
+    assert kind_api.get(*CLUSTER, "c", "default")["metadata"]["resourceVersion"] == version
+    assert kind_api.dry_runs == [("POST", "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters"),
+                                 ("DELETE", "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters/c")]

@@ -258,6 +258,7 @@ class KubeEmulator:
         self.objects = {}  # (group, plural, namespace, name) -> object
         self.events = []  # (rv, type, group, plural, object)
         self.requests = []  # (method, path) log, for assertions
+        self.dry_runs = []  # (method, path) of writes sent with dryRun: answered, never applied
         self._failures = []  # [method, path regex, code, message, remaining]
         self._rv = itertools.count(1)
         self._last_rv = 0
@@ -309,6 +310,14 @@ class KubeEmulator:
         return None
 
     # ---- state helpers -----------------------------------------------------------
+    def _snapshot(self):
+        return copy.deepcopy(self.objects), len(self.events), self._last_rv, dict(self.resources)
+
+    def _restore(self, saved):
+        self.objects, events, self._last_rv, self.resources = saved
+        del self.events[events:]
+        self._rv = itertools.count(self._last_rv + 1)
+
     def _bump(self, obj):
         rv = next(self._rv)
         self._last_rv = rv
@@ -723,7 +732,21 @@ class _Handler(BaseHTTPRequestHandler):
         parsed = urlparse(self.path)
         query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
         path = parsed.path.rstrip("/") or "/"
+        if method != "GET" and query.get("dryRun"):
+            # Server-side dry run (kubectl --dry-run=server, kubernetes.core in check mode): the write is
+            # validated and answered as if applied, then the state is put back.
+            emulator.dry_runs.append((method, path))
+            with emulator._cond:
+                saved = emulator._snapshot()
+                try:
+                    return self._dispatch(method, path, query)
+                finally:
+                    emulator._restore(saved)
         emulator.requests.append((method, path))
+        return self._dispatch(method, path, query)
+
+    def _dispatch(self, method, path, query):
+        emulator = self.emulator
         try:
             injected = emulator._injected(method, path)
             if injected:
