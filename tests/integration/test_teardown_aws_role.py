@@ -176,8 +176,8 @@ def test_aws_teardown_check_mode_prints_the_plan_and_changes_nothing(world, kind
     assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
 
 
-def test_aws_teardown_removes_the_workloads_then_providers_flux_secrets_aws_and_kind(world, kind_api, fake_bins, moto,
-                                                                                       ansible_playbook, tmp_path):
+def test_aws_teardown_removes_the_workloads_then_providers_flux_secrets_aws_and_kind(
+        world, kind_api, fake_bins, moto, ansible_playbook, tmp_path):
     owned, decoys = world
     before = inventory(moto)
     defaults = vpc_defaults(moto, owned)  # the main route table and default security group go with their VPC
