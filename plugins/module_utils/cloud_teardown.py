@@ -24,6 +24,8 @@ import urllib.parse
 
 from ansible.module_utils.urls import Request, open_url
 
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+
 OWNER_TAG = "krops-environment"
 CAPZ_OWNED_TAG = "sigs.k8s.io_cluster-api-provider-azure_cluster_%s"
 
@@ -111,6 +113,15 @@ class Http:
                 query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "pageToken"] + [("pageToken", token)]
                 url = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
         return items
+
+
+def load_environment(config_file, environment, kind):
+    """(config, environment table) from bootstrap.toml; CloudError when the environment is of another kind."""
+    cfg = krops_config.load(config_file, environment=environment)
+    env = cfg.environment()
+    if env["kind"] != kind:
+        raise CloudError("environment %s is of kind %s, not %s" % (cfg.selected, env["kind"], kind))
+    return cfg, env
 
 
 def _message(raw):

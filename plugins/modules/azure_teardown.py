@@ -155,10 +155,7 @@ def argument_spec():
 
 def run(p, check_mode, environ=None, run_command=None):
     environ = os.environ if environ is None else environ
-    cfg = krops_config.load(p["config_file"], environment=p["environment"])
-    env = cfg.environment()
-    if env["kind"] != "azure":
-        raise cloud_teardown.CloudError("environment %s is of kind %s, not azure" % (cfg.selected, env["kind"]))
+    cfg, env = cloud_teardown.load_environment(p["config_file"], p["environment"], "azure")
     subscription = p["subscription_id"] or environ.get("AZURE_SUBSCRIPTION_ID")
     if not subscription:
         raise cloud_teardown.CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")

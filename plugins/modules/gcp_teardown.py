@@ -126,10 +126,7 @@ def argument_spec():
 
 def run(p, check_mode, environ=None, run_command=None):
     environ = os.environ if environ is None else environ
-    cfg = krops_config.load(p["config_file"], environment=p["environment"])
-    env = cfg.environment()
-    if env["kind"] != "gcp":
-        raise cloud_teardown.CloudError("environment %s is of kind %s, not gcp" % (cfg.selected, env["kind"]))
+    cfg, env = cloud_teardown.load_environment(p["config_file"], p["environment"], "gcp")
     project = p["project"] or environ.get("GCP_PROJECT") or environ.get("GOOGLE_CLOUD_PROJECT")
     if not project:
         raise cloud_teardown.CloudError("no GCP project: set project, GCP_PROJECT or GOOGLE_CLOUD_PROJECT")
