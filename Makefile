@@ -1,7 +1,7 @@
 # krops.platform: one command to set up and test a checkout.
 #   make test      set up (venv, packages) then sanity, units, integration, lint
 #   make setup     only the set-up (scripts/setup.sh)
-# CI passes KROPS_SCHEMA_LOCATION=../shared/crd-schemas.
+# Everything it needs is in the checkout (the CRD schemas are vendored in schemas/crds).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c

@@ -38,7 +38,11 @@ except ImportError as exc:  # reported by the caller
     HAS_JSONSCHEMA = False
     JSONSCHEMA_IMPORT_ERROR = exc
 
-DEFAULT_SCHEMA_LOCATION = "https://raw.githubusercontent.com/datreeio/CRDs-catalog/main/{group}/{kind}_{version}.json"
+# The schemas vendored in the GitOps repository (schemas/crds/README.md), relative to its root:
+# validate works offline by default. The public catalog is one option away:
+# PUBLIC_CATALOG below, or any folder or https template in kubeconform's layout.
+DEFAULT_SCHEMA_LOCATION = "schemas/crds"
+PUBLIC_CATALOG = "https://raw.githubusercontent.com/datreeio/CRDs-catalog/main/{group}/{kind}_{version}.json"
 CORE_SCHEMA_VERSION = "v1.37.0-local-strict"
 _DEFINITIONS_URI = "https://kubernetes.io/api/_definitions.json"
 _KUBECONFORM = {"{{.Group}}": "{group}", "{{ .Group }}": "{group}", "{{.ResourceKind}}": "{kind}",

@@ -41,7 +41,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--schema-location", default=os.environ.get("KROPS_SCHEMA_LOCATION")
-                        or os.path.join(REPO, "..", "shared", "crd-schemas"))
+                        or os.path.join(REPO, "schemas", "crds"))
     args = parser.parse_args()
     renderer = render.find_kustomize()
     environments = validate.environments_present(REPO)

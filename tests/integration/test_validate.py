@@ -27,7 +27,7 @@ from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.modules import validate as validate_module
 from tests.substrate.fixtures import REPO, VENV_BIN, free_port, task_results
 
-SCHEMAS = Path(os.environ.get("KROPS_SCHEMA_LOCATION") or REPO.parent / "shared" / "crd-schemas")
+SCHEMAS = Path(os.environ.get("KROPS_SCHEMA_LOCATION") or REPO / "schemas" / "crds")
 if not SCHEMAS.is_absolute():
     SCHEMAS = (REPO / SCHEMAS).resolve()
 LH = "mgmt/local-host"
