@@ -14,6 +14,8 @@ Rules (one finding per problem, each naming file, object, rule and message):
 - ``bootstrap``: bootstrap.toml agrees with the tree (chart pins, provider and pivot
   manifests, move fallbacks, mgmt-cluster and teardown names).
 - ``secrets``: every Secret manifest is a SOPS file with encrypted data.
+- ``tags``: every cloud resource the tree declares (CAPA control planes and machine pools, ACK
+  resources) carries ``krops.io/environment=<env>`` and the run tags (CONTRACTS: ownership marks).
 - ``yamllint``: yamllint (the repository's .yamllint) over mgmt/ and workload/.
 
 Importable without Ansible; ``python -m ...validate --help`` runs it standalone.
@@ -48,7 +50,7 @@ try:
 except ImportError:  # reported as a finding-free note in the summary
     HAS_YAMLLINT = False
 
-RULES = ("render", "schema", "flux-graph", "bootstrap", "secrets", "yamllint")
+RULES = ("render", "schema", "flux-graph", "bootstrap", "secrets", "tags", "yamllint")
 FLUX_KS = "kustomize.toolkit.fluxcd.io"
 PROVIDER_KINDS = ("CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider",
                   "AddonProvider", "IPAMProvider", "RuntimeExtensionProvider")
@@ -57,6 +59,18 @@ CHART_PINS = {"cert-manager": "cert-manager", "cluster-api-operator": "capi-oper
               "flux-operator": "flux-operator", "flux-instance": "flux-operator"}
 _ENC = re.compile(r"^ENC\[[A-Za-z0-9_]+,data:.*\]$", re.S)
 _SOPS_KEY_GROUPS = ("age", "pgp", "kms", "gcp_kms", "azure_kv", "hc_vault", "key_groups")
+# Cloud resources that take AWS tags: (group, kind) -> where the tags are and their shape. ACK kinds
+# not listed use spec.tags as a [{key, value}] list (the ACK convention).
+OWNERSHIP_TAG = "krops.io/environment"
+RUN_TAGS = ("krops.io/run-id", "krops.io/revision", "krops.io/expires-at", "krops.io/run-kind")
+TAGGED_KINDS = {
+    ("controlplane.cluster.x-k8s.io", "AWSManagedControlPlane"): (("additionalTags",), "map"),
+    ("infrastructure.cluster.x-k8s.io", "AWSManagedMachinePool"): (("additionalTags",), "map"),
+    ("infrastructure.cluster.x-k8s.io", "AWSMachinePool"): (("additionalTags",), "map"),
+    ("infrastructure.cluster.x-k8s.io", "AWSCluster"): (("additionalTags",), "map"),
+    ("s3.services.k8s.aws", "Bucket"): (("tagging", "tagSet"), "list"),
+}
+_ACK_UNTAGGED = {"AdoptedResource", "FieldExport", "IAMRoleSelector"}
 _RS_INPUT = re.compile(r"<<-?\s*inputs\.([A-Za-z_][A-Za-z0-9_]*)\s*-?>>")
 
 
@@ -312,6 +326,7 @@ def _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf):
     if env.settings is not None:
         _check_bootstrap(env, cfg)
     _check_secrets(env)
+    _check_tags(env)
 
 
 def _check_other_files(root, covered, lint_conf):
@@ -391,6 +406,8 @@ def _lifecycle(env, cfg):
         ("Kustomization", flux_ns, "flux-system"),
         ("FluxInstance", flux_ns, "flux"),
         ("Secret", flux_ns, boot["sops-age-secret"]),
+        # flux_handoff writes sops-age into the Flux and the mgmt namespace (remote-apply Kustomizations).
+        ("Secret", boot["mgmt-namespace"], boot["sops-age-secret"]),
         ("ConfigMap", flux_ns, boot["run-configmap"]),
     })
     if sync == "git":
@@ -666,12 +683,70 @@ def _check_bootstrap(env, cfg):
         if rds_names and workload.get("rds-instance") and workload["rds-instance"] not in rds_names:
             env.add("bootstrap.toml", field, "bootstrap", "rds-instance %s matches no DBInstance dbInstanceIdentifier (%s)"
                     % (workload["rds-instance"], ", ".join(sorted(rds_names))))
+    _check_regions(env, settings, teardown, key, mgmt_ns)
     groups = {i.name for i in env.items if i.kind == "ResourceGroup"} | {
         str(i.spec.get("azureName")) for i in env.items if i.kind == "ResourceGroup" and i.spec.get("azureName")}
     for name in teardown.get("resource-groups") or []:
         if name not in groups:
             env.add("bootstrap.toml", "%s.teardown.resource-groups" % key, "bootstrap", "resource group %s is not a "
                     "ResourceGroup of the tree (%s)" % (name, ", ".join(sorted(groups)) or "none"))
+
+
+def _cluster_region(env, name, namespace):
+    """spec.region of the control plane that Cluster <name> points at, or None."""
+    for item in env.items:
+        if item.kind == "Cluster" and item.group == "cluster.x-k8s.io" and item.name == name and item.namespace == namespace:
+            ref = item.spec.get("controlPlaneRef") or {}
+            for cp in env.items:
+                if cp.kind == ref.get("kind") and cp.name == ref.get("name") and cp.namespace == namespace:
+                    return cp.spec.get("region")
+    return None
+
+
+def _check_regions(env, settings, teardown, key, mgmt_ns):
+    region = settings.get("mgmt-region")
+    found = _cluster_region(env, settings["mgmt-cluster"], mgmt_ns)
+    if region and found and region != found:
+        env.add("bootstrap.toml", "%s.mgmt-region" % key, "bootstrap", "mgmt-region %s differs from the region %s of "
+                "mgmt-cluster %s's control plane" % (region, found, settings["mgmt-cluster"]))
+    for index, workload in enumerate(teardown.get("aws-workloads") or []):
+        found = _cluster_region(env, workload["cluster-name"], mgmt_ns)
+        if found and workload["region"] != found:
+            env.add("bootstrap.toml", "%s.teardown.aws-workloads[%d]" % (key, index), "bootstrap", "region %s differs "
+                    "from the region %s of cluster %s's control plane" % (workload["region"], found, workload["cluster-name"]))
+
+
+def _tags_of(item):
+    """{key: value} of a taggable cloud resource, or None when the kind takes no tags."""
+    where = TAGGED_KINDS.get((item.group, item.kind))
+    if where is None:
+        if not item.group.endswith(".services.k8s.aws") or item.kind in _ACK_UNTAGGED:
+            return None
+        where = (("tags",), "list")
+    value = item.spec
+    for part in where[0]:
+        value = value.get(part) if isinstance(value, dict) else None
+    if where[1] == "map":
+        return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+    return {str(t.get("key")): t.get("value") for t in value or [] if isinstance(t, dict)} if isinstance(value, list) else {}
+
+
+def _check_tags(env):
+    for item in env.items:
+        if item.fallback:
+            continue
+        tags = _tags_of(item)
+        if tags is None:
+            continue
+        field = "spec." + ".".join(TAGGED_KINDS.get((item.group, item.kind), (("tags",),))[0])
+        if tags.get(OWNERSHIP_TAG) != env.name:
+            env.add(item.file, object_id(item.obj), "tags", "%s lacks the ownership tag %s=%s (teardown finds what it owns "
+                    "by this tag)" % (field, OWNERSHIP_TAG, env.name) if OWNERSHIP_TAG not in tags else
+                    "%s: %s is %r, expected %r" % (field, OWNERSHIP_TAG, tags.get(OWNERSHIP_TAG), env.name))
+        missing = [t for t in RUN_TAGS if not tags.get(t)]
+        if missing:
+            env.add(item.file, object_id(item.obj), "tags", "%s lacks the run tags %s: add them from the krops-run ConfigMap "
+                    "(postBuild substituteFrom, e.g. \"${KROPS_RUN_ID:=unset}\")" % (field, ", ".join(missing)))
 
 
 def _manifest(env, manifest, field):
