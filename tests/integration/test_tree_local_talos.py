@@ -169,8 +169,8 @@ def test_bmc_credentials_are_sops_encrypted_with_the_test_key(tmp_path):
     proc = subprocess.run([str(VENV_BIN / "sops"), "--decrypt", str(path)], capture_output=True, text=True,
                           env=dict(os.environ, SOPS_AGE_KEY_FILE=str(AGE_KEY)), check=False)
     assert proc.returncode == 0, proc.stderr
-    assert yaml.safe_load(proc.stdout)["stringData"] == {"username": "krops-test-bmc-user",
-                                                        "password": "krops-test-bmc-password"}
+    plain = yaml.safe_load(proc.stdout)["stringData"]
+    assert plain == {"username": "krops-test-bmc-user", "password": "krops-test-bmc-password"}
     # The Flux Kustomization that applies it decrypts with the bootstrap's age Secret.
     ks = yaml.safe_load((REPO / MGMT / "flux-ks.yaml").read_text())
     assert ks["spec"]["decryption"] == {"provider": "sops", "secretRef": {"name": "sops-age"}}
