@@ -144,6 +144,16 @@ def test_every_google_resource_carries_the_ownership_and_run_labels():
         assert {final_labels[k] for k in RUN_LABELS} == {run[v] for v in RUN_LABELS.values()}
 
 
+def test_every_kubernetes_object_carries_the_environment_label():
+    objects = [("mgmt/gcp", o) for o in render.build(str(GCP))] + component_objects() + [
+        ("workload-flux", o) for o in render.build(str(GCP / "flux-apps" / "workload-flux"))]
+    resourceset = next(o for _n, o in component_objects() if o["kind"] == "ResourceSet")
+    objects += [("flux-apps ResourceSet", o) for o in resourceset["spec"]["resources"]]
+    missing = ["%s: %s/%s" % (name, o["kind"], o["metadata"]["name"]) for name, o in objects
+               if (o["metadata"].get("labels") or {}).get("krops.io/environment") != "gcp"]
+    assert missing == []
+
+
 def test_cluster_labels_select_the_workload_only():
     clusters = {obj["metadata"]["name"]: obj for _n, obj in component_objects()
                 if obj["kind"] == "Cluster" and obj["apiVersion"].startswith("cluster.x-k8s.io/")}
