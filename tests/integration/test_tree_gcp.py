@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.krops.platform.plugins.module_utils import flux
+from ansible_collections.krops.platform.plugins.module_utils import pivot
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 
@@ -210,6 +211,24 @@ def test_bootstrap_toml_is_in_step_with_the_tree():
     assert "secretName: capg-wif-credentials" in provider["patches"][0]["patch"]
     assert by_kind["ConfigConnector"]["configconnector.core.cnrm.cloud.google.com"]["spec"]["credentialSecretName"] == \
         "kcc-wif-credentials"
+
+
+def test_pivot_renders_the_credentials_for_the_mgmt_provider():
+    """The pivot's own loader, with the kind cluster's flux-system ConfigMaps as it merges them."""
+    env = bootstrap_toml()["environments"]["gcp"]
+    gcp_vars = render.load_yaml_documents(str(GCP / "gcp-vars" / "configmap.yaml"))[0]["data"]
+    variables = dict(gcp_vars, GCP_WIF_PROVIDER="kind")  # flux-system/gcp-wif on kind
+    variables.update(env["pivot-manifest-vars"])
+    audiences = []
+    for manifest in env["pivot-manifests"]:
+        for doc in pivot.load_documents(str(REPO / manifest), variables):
+            for value in (doc.get("stringData") or {}).values():
+                if value:
+                    audiences.append(json.loads(value)["audience"])
+    assert audiences == ["//iam.googleapis.com/projects/%s/locations/global/workloadIdentityPools/krops/providers/mgmt"
+                         % gcp_vars["GCP_PROJECT_NUMBER"]] * 2
+    with pytest.raises(pivot.PivotError, match="GCP_PROJECT_NUMBER"):
+        pivot.load_documents(str(REPO / env["pivot-manifests"][0]), {"GCP_WIF_PROVIDER": "mgmt"})
 
 
 def test_cloud_sql_is_private_with_iam_auth_and_explicit_deletion_protection():
