@@ -12,10 +12,12 @@ Rules (one finding per problem, each naming file, object, rule and message):
   sourceRef / chartRef / healthCheck / decryption and kubeConfig secretRef / substituteFrom
   names something the tree defines or the lifecycle creates (per bootstrap.toml).
 - ``bootstrap``: bootstrap.toml agrees with the tree (chart pins, provider and pivot
-  manifests, move fallbacks, mgmt-cluster and teardown names).
-- ``secrets``: every Secret manifest is a SOPS file with encrypted data.
+  manifests, pivot-manifest-vars in use, move fallbacks, mgmt-cluster and mgmt-region,
+  teardown names, regions and VPCs).
+- ``secrets``: every Secret manifest is a SOPS file with encrypted data, unless it holds only
+  external_account credential configurations (Workload Identity Federation: no key material).
 - ``tags``: every cloud resource the tree declares (CAPA control planes and machine pools, ACK
-  resources) carries ``krops.io/environment=<env>`` and the run tags (CONTRACTS: ownership marks).
+  resources) carries ``krops.io/environment=<env>`` and the run tags (docs/ownership.md).
 - ``yamllint``: yamllint (the repository's .yamllint) over mgmt/ and workload/.
 
 Importable without Ansible; ``python -m ...validate --help`` runs it standalone.
@@ -24,6 +26,8 @@ Importable without Ansible; ``python -m ...validate --help`` runs it standalone.
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import hashlib
 import json
 import os
@@ -71,6 +75,11 @@ TAGGED_KINDS = {
     ("s3.services.k8s.aws", "Bucket"): (("tagging", "tagSet"), "list"),
 }
 _ACK_UNTAGGED = {"AdoptedResource", "FieldExport", "IAMRoleSelector"}
+# A Google external_account credential configuration (Workload Identity Federation) names a token
+# file and Google endpoints, never key material: a Secret holding only such files (or empty values)
+# may be committed in plain text. Any other key, or a credential source other than a file, is not.
+_EXTERNAL_ACCOUNT_KEYS = {"type", "audience", "subject_token_type", "token_url", "service_account_impersonation_url",
+                          "service_account_impersonation", "credential_source", "universe_domain", "quota_project_id"}
 _RS_INPUT = re.compile(r"<<-?\s*inputs\.([A-Za-z_][A-Za-z0-9_]*)\s*-?>>")
 
 
@@ -637,6 +646,17 @@ def _check_bootstrap(env, cfg):
         docs = _manifest(env, manifest, "%s.pivot-manifests[%d]" % (key, index))
         if docs is not None and not docs:
             env.add(manifest, "-", "bootstrap", "%s.pivot-manifests[%d]: holds no Kubernetes object" % (key, index))
+    texts = []
+    for manifest in settings.get("pivot-manifests") or []:
+        try:
+            with open(os.path.join(env.root, manifest), encoding="utf-8") as handle:
+                texts.append(handle.read())
+        except (OSError, UnicodeDecodeError):
+            pass  # reported above
+    for name in sorted(settings.get("pivot-manifest-vars") or {}):
+        if not any(re.search(r"\$\{%s(:?[=-][^}]*)?\}" % re.escape(name), text) for text in texts):
+            env.add("bootstrap.toml", "%s.pivot-manifest-vars.%s" % (key, name), "bootstrap", "%s is used by no "
+                    "pivot manifest (${%s}); remove it or use it" % (name, name))
     for index, manifest in enumerate(settings.get("pivot-sops-secrets") or []):
         docs = _manifest(env, manifest, "%s.pivot-sops-secrets[%d]" % (key, index))
         if docs is not None and not any(d.get("kind") == "Secret" and isinstance(d.get("sops"), dict) for d in docs):
@@ -684,6 +704,7 @@ def _check_bootstrap(env, cfg):
             env.add("bootstrap.toml", field, "bootstrap", "rds-instance %s matches no DBInstance dbInstanceIdentifier (%s)"
                     % (workload["rds-instance"], ", ".join(sorted(rds_names))))
     _check_regions(env, settings, teardown, key, mgmt_ns)
+    _check_networks(env, teardown, key)
     groups = {i.name for i in env.items if i.kind == "ResourceGroup"} | {
         str(i.spec.get("azureName")) for i in env.items if i.kind == "ResourceGroup" and i.spec.get("azureName")}
     for name in teardown.get("resource-groups") or []:
@@ -692,28 +713,46 @@ def _check_bootstrap(env, cfg):
                     "ResourceGroup of the tree (%s)" % (name, ", ".join(sorted(groups)) or "none"))
 
 
-def _cluster_region(env, name, namespace):
-    """spec.region of the control plane that Cluster <name> points at, or None."""
+def _cluster_regions(env, name, namespace):
+    """The regions (spec.region or spec.location) of the objects Cluster <name> refers to."""
+    found = set()
     for item in env.items:
         if item.kind == "Cluster" and item.group == "cluster.x-k8s.io" and item.name == name and item.namespace == namespace:
-            ref = item.spec.get("controlPlaneRef") or {}
-            for cp in env.items:
-                if cp.kind == ref.get("kind") and cp.name == ref.get("name") and cp.namespace == namespace:
-                    return cp.spec.get("region")
-    return None
+            for ref in (item.spec.get("controlPlaneRef"), item.spec.get("infrastructureRef")):
+                for obj in env.items:
+                    if isinstance(ref, dict) and obj.kind == ref.get("kind") and obj.name == ref.get("name") \
+                            and obj.namespace == namespace:
+                        found.update(str(obj.spec[f]) for f in ("region", "location") if obj.spec.get(f))
+    return found
 
 
 def _check_regions(env, settings, teardown, key, mgmt_ns):
     region = settings.get("mgmt-region")
-    found = _cluster_region(env, settings["mgmt-cluster"], mgmt_ns)
-    if region and found and region != found:
-        env.add("bootstrap.toml", "%s.mgmt-region" % key, "bootstrap", "mgmt-region %s differs from the region %s of "
-                "mgmt-cluster %s's control plane" % (region, found, settings["mgmt-cluster"]))
+    found = _cluster_regions(env, settings["mgmt-cluster"], mgmt_ns)
+    if region and found and region not in found:
+        env.add("bootstrap.toml", "%s.mgmt-region" % key, "bootstrap", "mgmt-region %s differs from the region of "
+                "mgmt-cluster %s in the tree (%s)" % (region, settings["mgmt-cluster"], ", ".join(sorted(found))))
     for index, workload in enumerate(teardown.get("aws-workloads") or []):
-        found = _cluster_region(env, workload["cluster-name"], mgmt_ns)
-        if found and workload["region"] != found:
+        found = _cluster_regions(env, workload["cluster-name"], mgmt_ns)
+        if found and workload["region"] not in found:
             env.add("bootstrap.toml", "%s.teardown.aws-workloads[%d]" % (key, index), "bootstrap", "region %s differs "
-                    "from the region %s of cluster %s's control plane" % (workload["region"], found, workload["cluster-name"]))
+                    "from the region of cluster %s in the tree (%s)" % (workload["region"], workload["cluster-name"],
+                                                                        ", ".join(sorted(found))))
+
+
+def _check_networks(env, teardown, key):
+    """teardown.networks (gcp) lists exactly the VPCs of the tree."""
+    vpcs = {str(i.spec["network"]["name"]) for i in env.items if i.kind == "GCPManagedCluster"
+            and isinstance(i.spec.get("network"), dict) and i.spec["network"].get("name")} | {
+        str(i.spec.get("resourceID") or i.name) for i in env.items if i.kind == "ComputeNetwork"}
+    listed = teardown.get("networks") or []
+    for name in listed:
+        if name not in vpcs:
+            env.add("bootstrap.toml", "%s.teardown.networks" % key, "bootstrap", "network %s is not a VPC of the tree "
+                    "(GCPManagedCluster spec.network.name or ComputeNetwork: %s)" % (name, ", ".join(sorted(vpcs)) or "none"))
+    for name in sorted(vpcs - set(listed)):
+        env.add("bootstrap.toml", "%s.teardown.networks" % key, "bootstrap", "VPC %s of the tree is not in teardown "
+                "networks: teardown would leave it and everything in it behind" % name)
 
 
 def _tags_of(item):
@@ -770,7 +809,7 @@ def _check_secrets(env):
             if problem:
                 env.add(rel, object_id(doc), "secrets", problem)
             continue
-        if doc.get("kind") == "Secret":
+        if doc.get("kind") == "Secret" and not _federated_credentials_only(doc):
             flagged.add(((doc.get("metadata") or {}).get("name"), (doc.get("metadata") or {}).get("namespace") or ""))
             env.add(rel, object_id(doc), "secrets", "Secret committed unencrypted: encrypt it with sops "
                     "(age, --encrypted-regex '^(data|stringData)$') into a *.sops.yaml file")
@@ -779,9 +818,33 @@ def _check_secrets(env):
             continue
         if (item.name, item.namespace) in flagged:
             continue
-        if item.obj.get("data") or item.obj.get("stringData"):
+        if (item.obj.get("data") or item.obj.get("stringData")) and not _federated_credentials_only(item.obj):
             env.add(item.file, object_id(item.obj), "secrets", "Secret rendered in plaintext by %s (secretGenerator?): "
                     "commit it as a *.sops.yaml file instead" % env.rel(render.kustomization_file(os.path.join(env.root, item.directory))))
+
+
+def _federated_credentials_only(doc):
+    """True for a Secret whose values are external_account credential configurations or empty."""
+    values = list((doc.get("stringData") or {}).values())
+    for value in (doc.get("data") or {}).values():
+        try:
+            values.append(base64.b64decode(str(value), validate=True).decode("utf-8"))
+        except (binascii.Error, ValueError):
+            return False
+    found = False
+    for value in values:
+        if value == "":
+            continue
+        try:
+            conf = json.loads(value) if isinstance(value, str) else None
+        except ValueError:
+            return False
+        source = conf.get("credential_source") if isinstance(conf, dict) else None
+        if not isinstance(source, dict) or conf.get("type") != "external_account" or set(conf) - _EXTERNAL_ACCOUNT_KEYS \
+                or not source.get("file") or set(source) - {"file", "format"}:
+            return False
+        found = True
+    return found
 
 
 def _sops_problem(doc):

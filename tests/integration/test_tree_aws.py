@@ -275,11 +275,11 @@ def test_wrong_mgmt_region_and_workload_region_are_found(tree):
     key = "environments.aws"
     assert sorted(found(check(tree))) == sorted([
         ("bootstrap.toml", key + ".mgmt-region", "bootstrap",
-         "mgmt-region eu-west-1 differs from the region eu-north-1 of mgmt-cluster eu-north-1-management's control plane"),
+         "mgmt-region eu-west-1 differs from the region of mgmt-cluster eu-north-1-management in the tree (eu-north-1)"),
         ("bootstrap.toml", key + ".teardown.aws-workloads[0]", "bootstrap", "rds-instance krops-eu-north-1-db matches no "
          "DBInstance dbInstanceIdentifier (krops-eu-north-1-workload-db, krops-eu-west-1-workload-db)"),
         ("bootstrap.toml", key + ".teardown.aws-workloads[1]", "bootstrap",
-         "region eu-central-1 differs from the region eu-west-1 of cluster eu-west-1-workload's control plane"),
+         "region eu-central-1 differs from the region of cluster eu-west-1-workload in the tree (eu-west-1)"),
         STALE_SCHEMA])
 
 
