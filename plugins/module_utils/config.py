@@ -275,6 +275,8 @@ _ENVIRONMENT = _table({
     "sync-path": (_string, _REQUIRED),
     "workload-path": (_string, ""),
     "mgmt-cluster": (_string, _REQUIRED),
+    # Region of the management cluster (aws, azure, gcp); CONTRACTS: stated, never inferred.
+    "mgmt-region": (_string, ""),
     "mgmt-ready-timeout": (_duration, _REQUIRED),
     "infra-provider-namespace": (_string, _REQUIRED),
     "infra-provider-name": (_string, _REQUIRED),
