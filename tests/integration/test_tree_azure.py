@@ -320,6 +320,11 @@ def test_no_azure_secret_at_rest(rendered, tmp_path):
         assert proc.returncode == 0, proc.stderr
         doc = yaml.safe_load(proc.stdout)
         decrypted[doc["metadata"]["name"]] = doc["stringData"]
+    # kustomize must not change them: SOPS's MAC covers every value, metadata included (a labels or
+    # namespace transformer in their kustomization would make decryption fail with "MAC mismatch")
+    for directory, secret in secrets:
+        raw = next(r for r in _settings()["pivot-sops-secrets"] if r.endswith("/%s.sops.yaml" % secret["metadata"]["name"]))
+        assert secret == render.load_yaml_documents(str(REPO / raw))[0], directory
     assert sorted(decrypted["aso-credential"]) == ["AZURE_CLIENT_ID", "AZURE_SUBSCRIPTION_ID", "AZURE_TENANT_ID"]
     assert sorted(decrypted["azure-variables"]) == ["ADDITIONAL_ASO_CRDS", "EXP_MACHINE_POOL"]
     objects = [o for d, o, p in _with_embedded(_component_objects(rendered))]
