@@ -306,6 +306,9 @@ def test_identity_agrees_with_the_bootstrap_hook(rendered):
         assert cred["spec"]["issuerFromConfig"] == mgmt["spec"]["operatorSpec"]["configMaps"]["oidcIssuerProfile"]
     assert mgmt["spec"]["oidcIssuerProfile"] == {"enabled": True}
     assert mgmt["spec"]["securityProfile"]["workloadIdentity"] == {"enabled": True}
+    # the credentials gate the pivot: aso-workload-identity is Ready only once they are
+    checks = {(c["kind"], c["name"]) for c in _kustomizations(rendered)["aso-workload-identity"]["spec"]["healthChecks"]}
+    assert {("FederatedIdentityCredential", c["metadata"]["name"]) for c in creds} <= checks
     cid = next(o for o in objects if o["kind"] == "AzureClusterIdentity")
     assert cid["spec"]["type"] == "WorkloadIdentity" and "clientSecret" not in cid["spec"]
 
