@@ -20,11 +20,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-try:
-    import tomllib
-except ImportError:  # pragma: no cover - Python < 3.11
-    tomllib = None
-
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
