@@ -275,7 +275,7 @@ _ENVIRONMENT = _table({
     "sync-path": (_string, _REQUIRED),
     "workload-path": (_string, ""),
     "mgmt-cluster": (_string, _REQUIRED),
-    # The management cluster's cloud region (aws, azure, gcp; CONTRACTS: mgmt-region).
+    # The management cluster's cloud region (aws, azure, gcp): stated, never inferred from a name.
     "mgmt-region": (_string, ""),
     "mgmt-ready-timeout": (_duration, _REQUIRED),
     "infra-provider-namespace": (_string, _REQUIRED),

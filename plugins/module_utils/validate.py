@@ -134,14 +134,15 @@ def _norm_path(path):
 class _Item:
     """A rendered (or ResourceSet-expanded) object and where it comes from."""
 
-    __slots__ = ("obj", "directory", "file", "virtual", "fallback")
+    __slots__ = ("obj", "directory", "file", "virtual", "fallback", "origin")
 
-    def __init__(self, obj, directory, file, virtual=False, fallback=False):
+    def __init__(self, obj, directory, file, virtual=False, fallback=False, origin="rendered by ResourceSet"):
         self.obj = obj
         self.directory = directory
         self.file = file
         self.virtual = virtual      # not rendered by kustomize (ResourceSet expansion or fallback)
         self.fallback = fallback    # raw manifest of a directory that failed to render
+        self.origin = origin        # how a virtual object came about (for finding labels)
 
     @property
     def kind(self):
@@ -330,6 +331,7 @@ def _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf):
     _expand_resourcesets(env)
     _lifecycle(env, cfg)
     _substitute(env)
+    _expand_embedded(env)
     _check_schemas(env, store, allow)
     _check_flux_graph(env)
     if env.settings is not None:
@@ -402,6 +404,28 @@ def _expand_resourcesets(env):
                     if isinstance(meta, dict) and not meta.get("namespace"):
                         meta["namespace"] = item.namespace
                     env.items.append(_Item(obj, item.directory, item.file, virtual=True))
+
+
+# Kinds whose spec.resources are literal objects the provider creates (CAPZ's ASO-managed
+# AKS API embeds ASO resources: the resource group, ManagedCluster, agent pools).
+EMBEDDING_KINDS = {("infrastructure.cluster.x-k8s.io", k) for k in (
+    "AzureASOManagedCluster", "AzureASOManagedControlPlane", "AzureASOManagedMachinePool")}
+
+
+def _expand_embedded(env):
+    """Embedded resources become virtual objects: schema-checked and seen by the cross-checks."""
+    for item in list(env.items):
+        if (item.group, item.kind) not in EMBEDDING_KINDS or item.fallback:
+            continue
+        resources = item.spec.get("resources")
+        for obj in resources if isinstance(resources, list) else []:
+            if isinstance(obj, dict):
+                obj = json.loads(json.dumps(obj))
+                meta = obj.setdefault("metadata", {})
+                if isinstance(meta, dict) and not meta.get("namespace"):
+                    meta["namespace"] = item.namespace  # CAPZ creates them in the owner's namespace
+                env.items.append(_Item(obj, item.directory, item.file, virtual=True,
+                                       origin="embedded in %s" % object_id(item.obj)))
 
 
 def _lifecycle(env, cfg):
@@ -478,7 +502,7 @@ def _check_schemas(env, store, allow):
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(check, items))
     for item, problems in zip(items, results):
-        label = object_id(item.obj) if not item.virtual else "%s (rendered by ResourceSet)" % object_id(item.obj)
+        label = object_id(item.obj) if not item.virtual else "%s (%s)" % (object_id(item.obj), item.origin)
         for (message,) in problems:
             env.add(item.file, label, "schema", message)
 
