@@ -32,6 +32,7 @@ try:
 except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
     yaml = None
 
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
 
 try:
@@ -97,7 +98,7 @@ AUTH_MAP = {
     "client_cert": "cert_file", "client_key": "key_file", "proxy": "proxy", "no_proxy": "no_proxy",
 }
 _HEADERS = {"impersonate_user": "Impersonate-User", "impersonate_groups": "Impersonate-Group"}
-REQUEST_TIMEOUT = 30  # seconds; config.TIMEOUTS["request"] (kept equal by a unit test)
+REQUEST_TIMEOUT = krops_config.TIMEOUTS["request"]
 
 
 KubeError = errors.KubeError

@@ -156,6 +156,7 @@ CLUSTER_REGION = "local"
 
 [environments.aws]
 kind = "aws"
+mgmt-region = "eu-north-1"
 sync = "git"
 sync-path = "mgmt/aws"
 mgmt-cluster = "local-management"
