@@ -115,7 +115,7 @@ def _describe(value):
     if isinstance(value, bool):
         return "boolean %s" % str(value).lower()
     if isinstance(value, (dict, list)):
-        return "a %s" % ("table" if isinstance(value, dict) else "array")
+        return "a table" if isinstance(value, dict) else "an array"
     if isinstance(value, str) and len(value) > 80:
         return "%s... (%d characters)" % (repr(value[:60]), len(value))
     text = repr(value)

@@ -43,7 +43,7 @@ from ansible_collections.krops.platform.plugins.module_utils.pivot import precon
 from ansible_collections.krops.platform.plugins.module_utils.pivot import preflight as _preflight
 from ansible_collections.krops.platform.plugins.module_utils.pivot import prepare as _prepare
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (  # noqa: F401 - the package's API
-    API_ERRORS, CHARTS, PHASE_NAMES, Pending, Pivot, PivotError, PivotState, SubstitutionError, cli,
+    API_ERRORS, CHARTS, Pending, Pivot, PivotError, PivotState, SubstitutionError, cli,
     load_documents, parse_version, registry_serves, substitute,
 )
 from ansible_collections.krops.platform.plugins.module_utils.pivot.export import (  # noqa: F401
@@ -62,7 +62,6 @@ PHASE_TABLE = (
     Phase("move", _move.run, "clusterctl move"),
 )
 PHASES = tuple(p.name for p in PHASE_TABLE)
-assert PHASES == PHASE_NAMES, "common.PHASE_NAMES must list the phase table's names"
 
 
 def run(config, options, check_mode=False):
@@ -92,7 +91,7 @@ def run(config, options, check_mode=False):
     except Pending as pending:
         # Only raised between steps of the action plugin: nothing failed, the next step resumes.
         pv.result["_krops_pending"] = True
-        pv.result["_krops_wait"] = pending.info
+        pv.result["_krops_wait"] = dict(pending.info, phase_number=PHASES.index(pending.info["phase"]))
         return pv.result
     else:
         pv.result["already_moved"] = pv.already_moved

@@ -24,7 +24,6 @@ from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
 
 API_ERRORS = kube.API_ERRORS
-PHASE_NAMES = ("preconditions", "export", "prepare", "preflight", "move")
 
 BLOCK_MOVE = "clusterctl.cluster.x-k8s.io/block-move"
 PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
@@ -56,7 +55,8 @@ class Pending(Exception):
 
     def __init__(self, key, phase, title, waited, total, state):
         super().__init__(state)
-        self.info = {"key": key, "phase": phase, "phase_number": PHASE_NAMES.index(phase), "title": title,
+        # phase_number is filled in by run(), which owns the phase table.
+        self.info = {"key": key, "phase": phase, "phase_number": None, "title": title,
                      "waited": round(float(waited), 3), "total": int(total), "state": state}
 
 

@@ -275,6 +275,15 @@ def test_bad_input_table_counts():
     assert counts == {"clear": len(CASES), "traceback": 0, "accepted": 0}
 
 
+def test_a_list_where_a_string_is_expected_is_named():
+    data = real_data()
+    data["bootstrap"]["kind-cluster"] = ["a", "b"]
+    with pytest.raises(config.ConfigError) as err:
+        config.loads(tomli_w.dumps(data), path=PATH)
+    assert str(err.value).startswith(PATH + ": bootstrap.kind-cluster: expected a kind cluster name: at most 50 "
+                                     "characters of a-z, 0-9, '.' and '-', got an array (valid environments: ")
+
+
 def test_config_error_is_a_krops_error_with_a_result():
     with pytest.raises(errors.KropsError) as err:
         config.loads("[bootstrap\n", path=PATH)
