@@ -14,8 +14,9 @@ options:
   kubeconfig:
     description:
       - Path to the kubeconfig of the cluster to act on.
-      - When not set, the E(K8S_AUTH_KUBECONFIG) environment variable, then the default kubeconfig
-        (E(KUBECONFIG) or C(~/.kube/config)) is used.
+      - When not set, the E(K8S_AUTH_KUBECONFIG) environment variable; when neither it nor O(context) is set,
+        inside a pod (AWX) the pod's service account, else the default kubeconfig (E(KUBECONFIG) or
+        C(~/.kube/config)) is used, in kubernetes.core's order.
       - Set it once for every krops module with C(module_defaults) and the group
         C(group/krops.platform.k8s).
     type: path

@@ -189,6 +189,14 @@ def describe_target(kubeconfig=None, context=None, host=None):
     return "context %s in %s" % (context or "(current)", kubeconfig or "~/.kube/config")
 
 
+def _in_cluster(configuration):
+    try:
+        kube_config.load_incluster_config(client_configuration=configuration)
+        return True
+    except kube_config.ConfigException:
+        return False
+
+
 def _configuration(auth):
     """kubernetes.client.Configuration the way kubernetes.core builds it (client.py _create_configuration)."""
     def given(*names):
@@ -196,13 +204,15 @@ def _configuration(auth):
 
     if given("host"):
         auth["host"] = auth["host"].rstrip("/")
+    configuration = kube_client.Configuration()
     if given("username", "password", "host") or given("api_key", "host") or given("client_cert", "client_key", "host"):
-        configuration = kube_client.Configuration()
+        pass  # enough to authenticate: no kubeconfig is read
+    elif not auth.get("kubeconfig") and not auth.get("context") and _in_cluster(configuration):
+        pass  # kubernetes.core's order: in a pod (AWX), with nothing named, the pod's service account
     else:
         kubeconfig = auth.get("kubeconfig")
         if kubeconfig and not os.path.exists(kubeconfig):
             raise KubeError("kubeconfig %s does not exist; pass kubeconfig= or set K8S_AUTH_KUBECONFIG" % kubeconfig)
-        configuration = kube_client.Configuration()
         try:
             kube_config.load_kube_config(config_file=kubeconfig, context=auth.get("context"),
                                          client_configuration=configuration)
