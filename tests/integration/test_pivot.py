@@ -942,3 +942,17 @@ def test_phase_table_is_the_order_and_the_choices():
     assert [p.name for p in pivot.PHASE_TABLE] == list(pivot.PHASES)
     assert capi_pivot.argument_spec()["stop_after"]["choices"] == list(pivot.PHASES)
     assert all(callable(p.run) for p in pivot.PHASE_TABLE)
+
+
+def test_a_stalled_kind_api_cannot_hold_the_wait_past_its_timeout(world, run_module):
+    # issue 12: no request timeout let a stalled server hold a 5 s wait for 40 s.
+    remove_mgmt_cluster_and_secret(world)
+    world.kind.inject_stall("GET", r"/clusters$", seconds=60)
+    start = time.monotonic()
+    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=5, request_timeout=2))
+    elapsed = time.monotonic() - start
+    world.kind.clear_stalls()
+    assert result.failed and result["failed_phase"] == "preconditions"
+    assert "did not appear on the kind cluster within 5s" in result["msg"], result["msg"]
+    assert elapsed < 5 + 2 + 1, elapsed
+    assert world.suspended() == ACTIVE_KS
