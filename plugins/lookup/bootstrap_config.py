@@ -15,6 +15,9 @@ description:
     E(GIT_REPO_URL), E(AGE_KEY_FILE) and E(MGMT_READY_TIMEOUT); see docs/configuration.md.
   - The term V(environment) returns the selected environment's name; V(current.<key>) reads a key of the
     selected environment.
+  - The term V(profile) returns the capabilities of the selected environment's platform (module_utils.profiles,
+    for example V(profile.local-registry)); V(profiles.<environment>) those of another environment. Roles test
+    these instead of comparing platform names.
 options:
   _terms:
     description: Dotted key paths, for example V(environments.aws.mgmt-cluster) or V(charts.cert-manager).
@@ -25,7 +28,8 @@ options:
     description:
       - Path to bootstrap.toml.
       - Defaults to E(BOOTSTRAP_CONFIG), then C(bootstrap.toml) in the parent folder of the playbook
-        folder, then C(bootstrap.toml) in the current folder.
+        folder, then C(bootstrap.toml) in the current folder (the resolver the modules use too,
+        module_utils.config.resolve_path).
     type: path
   environment:
     description:
@@ -42,6 +46,11 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ lookup('krops.platform.bootstrap_config', 'environments.aws.mgmt-cluster') }}"
 
+- name: Start the local registry only where the platform needs one
+  ansible.builtin.debug:
+    msg: local registry needed
+  when: lookup('krops.platform.bootstrap_config', 'profile.local-registry')
+
 - name: Chart pins installed before Flux exists
   ansible.builtin.set_fact:
     krops_charts: "{{ lookup('krops.platform.bootstrap_config', 'charts', file=krops_config_file) }}"
@@ -54,8 +63,6 @@ _raw:
   elements: raw
 """
 
-import os
-
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
@@ -66,13 +73,10 @@ class LookupModule(LookupBase):
 
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
-        path = self.get_option("file") or os.environ.get("BOOTSTRAP_CONFIG")
-        if not path:
-            playbook_dir = (variables or {}).get("playbook_dir")
-            beside = os.path.join(os.path.dirname(playbook_dir), krops_config.DEFAULT_FILE) if playbook_dir else None
-            path = beside if beside and os.path.exists(beside) else krops_config.DEFAULT_FILE
         try:
-            loaded = krops_config.load(path, environment=self.get_option("environment"))
+            # One resolver for the lookup and the modules; the file is read once per process.
+            loaded = krops_config.load(self.get_option("file") or None, environment=self.get_option("environment"),
+                                       playbook_dir=(variables or {}).get("playbook_dir"))
             return [loaded.lookup(term) for term in terms]
         except krops_config.ConfigError as exc:
             raise AnsibleLookupError(str(exc)) from None

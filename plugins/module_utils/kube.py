@@ -1,23 +1,46 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
-"""Kubernetes access shared by krops modules: clients, conditions, probes and event-driven waits.
+"""Kubernetes access shared by krops modules: clients, verbs, conditions, probes and event-driven waits.
 
-Auth resolves like kubernetes.core: the kubeconfig/context parameters, then the
-K8S_AUTH_KUBECONFIG / K8S_AUTH_CONTEXT environment variables, then the default
-kubeconfig. Every caller names the cluster it means; nothing here falls back to
-"whatever the current context is" without that being the explicit choice.
+Auth resolves like kubernetes.core 6.x (plugins/module_utils/k8s/client.py): each option
+from the module parameter, else its K8S_AUTH_<OPTION> environment variable; then host
+with a token, a username and password or a client certificate is used as is; else a
+kubeconfig (the kubeconfig/context given, else the default kubeconfig) is loaded; the
+explicit options then override what the kubeconfig says. Every caller names the
+cluster it means; nothing here falls back to "whatever the current context is" without
+that being the explicit choice.
+
+Every API request carries a timeout (``request_timeout``, default config.TIMEOUTS
+["request"]): a watch is bounded by its own window plus one request timeout, so no wait
+outlives its budget by more than one request timeout, even against a stalled server.
+
+The verbs (apply, merge patch, served CAPI versions and provider kinds, Flux suspend and
+resume, object identity, kubeconfig export and merge) are written here once.
 """
 
 from __future__ import annotations
 
+import base64
+import copy
 import os
+import re
 import tempfile
 import time
 
 try:
+    import yaml
+except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
+    yaml = None
+
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import errors
+
+try:
     from urllib3.exceptions import HTTPError as _HTTPError
+    from kubernetes import client as kube_client
     from kubernetes import config as kube_config
     from kubernetes import dynamic
+    from kubernetes.dynamic.resource import ResourceList as _ResourceList
     from kubernetes.dynamic.exceptions import (
         ApiException,
         NotFoundError,
@@ -41,16 +64,44 @@ except ImportError as exc:  # reported by the module through missing_required_li
     class _HTTPError(Exception):
         pass
 
+    _ResourceList = ()
+
+# Every error a Kubernetes API call can raise besides KubeError (the server answered
+# an error, the connection broke, the request timed out).
+API_ERRORS = (ApiException, _HTTPError, OSError)
+
 
 # Argument spec shared by every module that talks to a cluster (doc fragment: krops.platform.kube).
+# The auth options are kubernetes.core's (args_common.AUTH_ARG_SPEC), with the same aliases.
 KUBE_ARGS = dict(
     kubeconfig=dict(type="path"),
     context=dict(type="str"),
+    host=dict(type="str"),
+    api_key=dict(type="str", no_log=True),
+    username=dict(type="str"),
+    password=dict(type="str", no_log=True),
+    validate_certs=dict(type="bool", aliases=["verify_ssl"]),
+    ca_cert=dict(type="path", aliases=["ssl_ca_cert"]),
+    client_cert=dict(type="path", aliases=["cert_file"]),
+    client_key=dict(type="path", aliases=["key_file"]),
+    proxy=dict(type="str"),
+    no_proxy=dict(type="str"),
+    impersonate_user=dict(type="str"),
+    impersonate_groups=dict(type="list", elements="str"),
+    request_timeout=dict(type="int"),
 )
 
+# Module option -> kubernetes.client.Configuration attribute (kubernetes.core AUTH_ARG_MAP).
+AUTH_MAP = {
+    "kubeconfig": "kubeconfig", "context": "context", "host": "host", "api_key": "api_key",
+    "username": "username", "password": "password", "validate_certs": "verify_ssl", "ca_cert": "ssl_ca_cert",
+    "client_cert": "cert_file", "client_key": "key_file", "proxy": "proxy", "no_proxy": "no_proxy",
+}
+_HEADERS = {"impersonate_user": "Impersonate-User", "impersonate_groups": "Impersonate-Group"}
+REQUEST_TIMEOUT = krops_config.TIMEOUTS["request"]
 
-class KubeError(Exception):
-    """A Kubernetes call failed in a way the user must act on."""
+
+KubeError = errors.KubeError
 
 
 class WaitTimeout(KubeError):
@@ -61,11 +112,46 @@ class WaitTimeout(KubeError):
         self.state = state
 
 
-def resolve_auth(kubeconfig=None, context=None, environ=None):
+def _env_value(option, environ, kind=None):
+    value = environ.get("K8S_AUTH_%s" % option.upper())
+    if value is None and option in AUTH_MAP:
+        value = environ.get("K8S_AUTH_%s" % AUTH_MAP[option].upper())
+    if value is None:
+        return None
+    if kind == "bool":
+        return value.lower() not in ("0", "false", "no")
+    if kind == "list":
+        return [item for item in value.split(",") if item]
+    return value
+
+
+def auth_options(params=None, environ=None):
+    """{option: value} of the auth options: the parameter, else K8S_AUTH_<OPTION> (kubernetes.core's order)."""
     environ = os.environ if environ is None else environ
-    kubeconfig = kubeconfig or environ.get("K8S_AUTH_KUBECONFIG") or None
-    context = context or environ.get("K8S_AUTH_CONTEXT") or None
-    return (os.path.expanduser(kubeconfig) if kubeconfig else None), context
+    params = params or {}
+    auth = {}
+    for option, spec in KUBE_ARGS.items():
+        value = params.get(option)
+        if value is None:
+            value = _env_value(option, environ, spec.get("type"))
+            if value is not None and option == "request_timeout":
+                try:
+                    value = int(value)
+                except ValueError:
+                    raise KubeError("K8S_AUTH_REQUEST_TIMEOUT must be a whole number of seconds, got %r" % value)
+        if value is not None and value != "":
+            auth[option] = value
+    if "request_timeout" in auth and auth["request_timeout"] < 1:
+        raise KubeError("request_timeout must be at least 1 second, got %s" % auth["request_timeout"])
+    for option in ("kubeconfig", "ca_cert", "client_cert", "client_key"):
+        if option in auth:
+            auth[option] = os.path.expanduser(auth[option])
+    return auth
+
+
+def resolve_auth(kubeconfig=None, context=None, environ=None):
+    auth = auth_options({"kubeconfig": kubeconfig, "context": context}, environ)
+    return auth.get("kubeconfig"), auth.get("context")
 
 
 def write_private(path, text):
@@ -96,28 +182,113 @@ def write_private(path, text):
     return True
 
 
-def describe_target(kubeconfig=None, context=None):
+def describe_target(kubeconfig=None, context=None, host=None):
+    if host and not kubeconfig and not context:
+        return "host %s" % host
     kubeconfig, context = resolve_auth(kubeconfig, context)
     return "context %s in %s" % (context or "(current)", kubeconfig or "~/.kube/config")
 
 
-def connect(kubeconfig=None, context=None):
-    """A DynamicClient for the named kubeconfig/context; KubeError when it cannot be built."""
+def _in_cluster(configuration):
+    try:
+        kube_config.load_incluster_config(client_configuration=configuration)
+        return True
+    except kube_config.ConfigException:
+        return False
+
+
+def _configuration(auth):
+    """kubernetes.client.Configuration the way kubernetes.core builds it (client.py _create_configuration)."""
+    def given(*names):
+        return all(auth.get(name) for name in names)
+
+    if given("host"):
+        auth["host"] = auth["host"].rstrip("/")
+    configuration = kube_client.Configuration()
+    if given("username", "password", "host") or given("api_key", "host") or given("client_cert", "client_key", "host"):
+        pass  # enough to authenticate: no kubeconfig is read
+    elif not auth.get("kubeconfig") and not auth.get("context") and _in_cluster(configuration):
+        pass  # kubernetes.core's order: in a pod (AWX), with nothing named, the pod's service account
+    else:
+        kubeconfig = auth.get("kubeconfig")
+        if kubeconfig and not os.path.exists(kubeconfig):
+            raise KubeError("kubeconfig %s does not exist; pass kubeconfig= or set K8S_AUTH_KUBECONFIG" % kubeconfig)
+        try:
+            kube_config.load_kube_config(config_file=kubeconfig, context=auth.get("context"),
+                                         client_configuration=configuration)
+        except (kube_config.ConfigException, OSError, ValueError, TypeError) as exc:
+            raise KubeError("cannot load %s: %s" % (describe_target(kubeconfig, auth.get("context")), exc))
+    for option, attribute in AUTH_MAP.items():
+        value = auth.get(option)
+        if value is None or option in ("kubeconfig", "context"):
+            continue
+        if option == "api_key":
+            configuration.api_key = {"authorization": "Bearer %s" % value}
+        else:
+            setattr(configuration, attribute, value)
+    return configuration
+
+
+def _bounded(rest_client, request_timeout):
+    """Give every request of rest_client a timeout: (connect, read) = request_timeout; a watch's read
+    timeout is its server-side window plus request_timeout, so a stalled stream ends by then."""
+    request = rest_client.request
+
+    def bounded(method, url, *args, **kwargs):
+        if kwargs.get("_request_timeout") is None:
+            # kubernetes >= 31 puts the query into url; older clients pass query_params.
+            query = "%s %s" % (url, kwargs.get("query_params") or (args[0] if args and isinstance(args[0], list) else ""))
+            window = re.search(r"timeoutSeconds\W+(\d+)", query) if "watch" in query else None
+            kwargs["_request_timeout"] = (request_timeout, request_timeout + (int(window.group(1)) if window else 0))
+        return request(method, url, *args, **kwargs)
+    rest_client.request = bounded
+
+
+def _no_timeout_retry():
+    from urllib3.exceptions import ReadTimeoutError
+    from urllib3.util.retry import Retry
+
+    class NoTimeoutRetry(Retry):
+        def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):
+            if isinstance(error, ReadTimeoutError):
+                raise error
+            return super().increment(method, url, response, error, _pool, _stacktrace)
+
+    return NoTimeoutRetry(total=3)
+
+
+def connect(kubeconfig=None, context=None, **options):
+    """A DynamicClient for the named kubeconfig/context (or kubernetes.core auth options); KubeError when it cannot be built.
+
+    ``options`` are the other KUBE_ARGS (host, api_key, ..., request_timeout); K8S_AUTH_* fill what is not given.
+    """
     if not HAS_KUBERNETES:
         raise KubeError("the Python library 'kubernetes' is required: pip install kubernetes (%s)"
                         % KUBERNETES_IMPORT_ERROR)
-    kubeconfig, context = resolve_auth(kubeconfig, context)
-    if kubeconfig and not os.path.exists(kubeconfig):
-        raise KubeError("kubeconfig %s does not exist; pass kubeconfig= or set K8S_AUTH_KUBECONFIG" % kubeconfig)
-    try:
-        api_client = kube_config.new_client_from_config(config_file=kubeconfig, context=context)
-    except (kube_config.ConfigException, OSError, ValueError) as exc:
-        raise KubeError("cannot load %s: %s" % (describe_target(kubeconfig, context), exc))
+    auth = auth_options(dict(options, kubeconfig=kubeconfig, context=context))
+    kubeconfig, context = auth.get("kubeconfig"), auth.get("context")
+    configuration = _configuration(auth)
+    # urllib3 retries each request 3 times by default: a stalled server would hold a call for 4
+    # request timeouts. A read timeout is final here (the waits retry within their deadline);
+    # a dropped keep-alive connection is still retried at once.
+    configuration.retries = _no_timeout_retry()
+    api_client = kube_client.ApiClient(configuration)
+    for option, header in _HEADERS.items():
+        if auth.get(option):
+            value = auth[option]
+            api_client.set_default_header(header, ",".join(value) if isinstance(value, list) else value)
+    _bounded(api_client.rest_client, auth.get("request_timeout") or REQUEST_TIMEOUT)
     try:
         return dynamic.DynamicClient(api_client)
-    except (ApiException, _HTTPError, OSError) as exc:
+    except API_ERRORS as exc:
         raise KubeError("cluster at %s (%s) does not answer: %s"
-                        % (api_client.configuration.host, describe_target(kubeconfig, context), _short(exc)))
+                        % (configuration.host, describe_target(kubeconfig, context, auth.get("host")), _short(exc)))
+
+
+def connect_params(params, kubeconfig_key="kubeconfig", context_key="context"):
+    """connect() from a module's parameters (KUBE_ARGS, with kubeconfig/context possibly under other names)."""
+    options = {k: params.get(k) for k in KUBE_ARGS if k not in ("kubeconfig", "context")}
+    return connect(params.get(kubeconfig_key), params.get(context_key), **options)
 
 
 def _short(exc):
@@ -219,6 +390,17 @@ def is_stalled(obj):
 
 # --- event-driven waits ------------------------------------------------------------
 
+def _list_state(res, namespace, label_selector):
+    listing = res.get(namespace=namespace, label_selector=label_selector)
+    return {_ident(i): i.to_dict() for i in listing.items}, listing.metadata.resourceVersion
+
+
+def _retryable(exc):
+    """A broken connection, a timeout or a 5xx/429 answer: the wait goes on; any other answer is final."""
+    status = getattr(exc, "status", None)
+    return not isinstance(exc, ApiException) or status is None or status >= 500 or status == 429
+
+
 def watch_until(client, api_version, kind, namespace, evaluate, timeout, on_progress=None,
                 progress_every=30.0, label_selector=None, clock=time.monotonic):
     """Watch a kind until evaluate(objects_by_name) returns (done, state); no polling sleeps.
@@ -226,20 +408,25 @@ def watch_until(client, api_version, kind, namespace, evaluate, timeout, on_prog
     evaluate receives {name: object} for every object of the kind in namespace (matching
     label_selector) and returns (done, state). The watch restarts from the last seen
     resourceVersion at most every ``progress_every`` seconds, when on_progress(state) is
-    called. Returns state when done; raises WaitTimeout(state) when timeout passes.
+    called. Returns state when done; raises WaitTimeout(state) when timeout passes. A
+    server that stops answering is retried until the deadline (each request is bounded by
+    the request timeout), then WaitTimeout names the last error; a final error answer
+    (403, 404...) raises KubeError at once.
     """
     res = resource(client, api_version, kind)
     deadline = clock() + timeout
-    listing = res.get(namespace=namespace, label_selector=label_selector)
-    objects = {_ident(i): i.to_dict() for i in listing.items}
-    version = listing.metadata.resourceVersion
-    done, state = evaluate(objects)
-    while not done:
-        remaining = deadline - clock()
-        if remaining <= 0:
-            raise WaitTimeout("timed out after %ss waiting for %s %s" % (int(timeout), api_version, kind), state)
-        window = max(1, int(min(remaining, progress_every)))
+    objects, version, state, done, last_error = {}, None, None, False, None
+    while True:
         try:
+            if version is None:
+                objects, version = _list_state(res, namespace, label_selector)
+            done, state = evaluate(objects)
+            if done:
+                return state
+            remaining = deadline - clock()
+            if remaining <= 0:
+                break
+            window = max(1, int(min(remaining, progress_every)))
             for event in res.watch(namespace=namespace, label_selector=label_selector,
                                    resource_version=version, timeout=window):
                 obj = event["raw_object"]
@@ -253,15 +440,22 @@ def watch_until(client, api_version, kind, namespace, evaluate, timeout, on_prog
                 done, state = evaluate(objects)
                 if done:
                     return state
-        except (ApiException, _HTTPError, OSError):
-            # The watch broke (expired resourceVersion, connection reset): list afresh.
-            listing = res.get(namespace=namespace, label_selector=label_selector)
-            objects = {_ident(i): i.to_dict() for i in listing.items}
-            version = listing.metadata.resourceVersion
-        done, state = evaluate(objects)
-        if not done and on_progress is not None:
+            last_error = None
+        except API_ERRORS as exc:
+            # The watch broke (expired resourceVersion, connection reset, stalled server): list afresh.
+            if not _retryable(exc):
+                raise KubeError("%s %s: %s" % (api_version, kind, error_text(exc)))
+            last_error, version = exc, None
+            if deadline - clock() > 0:
+                time.sleep(min(1.0, max(0.0, deadline - clock())))
+        if deadline - clock() <= 0:
+            break
+        if not done and on_progress is not None and last_error is None:
             on_progress(state)
-    return state
+    message = "timed out after %ss waiting for %s %s" % (int(timeout), api_version, kind)
+    if last_error is not None:
+        message += " (the API server stopped answering: %s)" % error_text(last_error)
+    raise WaitTimeout(message, state)
 
 
 def _ident(item):
@@ -270,3 +464,232 @@ def _ident(item):
 
 def _ident_dict(obj):
     return ((obj.get("metadata") or {}).get("namespace") or "", obj["metadata"]["name"])
+
+
+# --- object identity --------------------------------------------------------------------
+
+def identity(obj):
+    """{kind, namespace, name} of an object (the shape modules return)."""
+    meta = obj.get("metadata") or {}
+    return {"kind": obj.get("kind"), "namespace": meta.get("namespace") or "", "name": meta.get("name")}
+
+
+def object_key(obj):
+    """(group, kind, namespace, name): identifies an object across versions."""
+    meta = obj.get("metadata") or {}
+    group = obj.get("apiVersion", "").rpartition("/")[0]
+    return (group, obj.get("kind"), meta.get("namespace") or "", meta.get("name"))
+
+
+def key_label(key):
+    """'Kind.group namespace/name' for an object_key (the core group has no suffix)."""
+    group, kind, namespace, name = key
+    return "%s%s %s" % (kind, "." + group if group else "", "%s/%s" % (namespace, name) if namespace else name)
+
+
+def label(obj):
+    return key_label(object_key(obj))
+
+
+# --- apply and patch ------------------------------------------------------------------------
+
+def _contains(have, want):
+    """True when every field of want is present and equal in have (lists compared whole)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(_contains(have.get(k), v) for k, v in want.items())
+    return have == want
+
+
+def _normalise_secret(obj):
+    if obj.get("kind") == "Secret" and obj.get("apiVersion") == "v1" and obj.get("stringData"):
+        obj = copy.deepcopy(obj)
+        data = obj.setdefault("data", {}) or {}
+        for k, v in obj.pop("stringData").items():
+            data[k] = base64.b64encode(str(v).encode()).decode()
+        obj["data"] = data
+    return obj
+
+
+CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
+
+
+def apply(client, obj, check_mode=False, where="the cluster"):
+    """Create or merge-patch obj; 'created', 'updated' or 'unchanged'. Never deletes. KubeError naming the object.
+
+    In check mode nothing is written; an object whose kind the cluster does not serve yet
+    (its CRD comes with a chart or provider check mode does not install) counts as created.
+    """
+    obj = {k: v for k, v in _normalise_secret(obj).items() if k != "status"}
+    try:
+        res = resource(client, obj["apiVersion"], obj["kind"])
+    except KubeError as exc:
+        if check_mode:
+            return CREATED
+        raise KubeError("%s on %s: %s" % (label(obj), where, exc))
+    meta = obj.setdefault("metadata", {})
+    namespace = (meta.get("namespace") or "default") if res.namespaced else None
+    if namespace:
+        meta["namespace"] = namespace
+    existing = get(client, obj["apiVersion"], obj["kind"], meta["name"], namespace)
+    try:
+        if existing is None:
+            if not check_mode:
+                if namespace:
+                    ensure_namespace(client, namespace)
+                res.create(body=obj, namespace=namespace)
+            return CREATED
+        if _contains(existing, obj):
+            return UNCHANGED
+        if not check_mode:
+            res.patch(body=obj, name=meta["name"], namespace=namespace, content_type="application/merge-patch+json")
+        return UPDATED
+    except API_ERRORS as exc:
+        raise KubeError("cannot apply %s on %s: %s" % (label(obj), where, error_text(exc)))
+
+
+def merge_patch(client, api_version, kind, name, namespace, body, res=None):
+    """JSON merge patch (RFC 7386) of one object; the patched object as a dict."""
+    res = res or resource(client, api_version, kind)
+    return res.patch(body=body, name=name, namespace=namespace, content_type="application/merge-patch+json").to_dict()
+
+
+def ensure_namespace(client, name):
+    if get(client, "v1", "Namespace", name) is None:
+        resource(client, "v1", "Namespace").create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+# --- Cluster API: served versions and provider kinds -----------------------------------------
+
+CAPI_GROUP_SUFFIX = "cluster.x-k8s.io"
+# Groups of the cluster.x-k8s.io family that clusterctl move never moves.
+NOT_MOVED_GROUPS = ("operator.cluster.x-k8s.io", "clusterctl.cluster.x-k8s.io", "runtime.cluster.x-k8s.io")
+PROVIDER_GROUP = "operator.cluster.x-k8s.io"
+PROVIDER_KINDS = ("CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider",
+                  "AddonProvider", "IPAMProvider", "RuntimeExtensionProvider")
+
+
+def capi_resources(client, namespaced=True):
+    """Served resources of the cluster.x-k8s.io family that clusterctl moves, one per kind (preferred version)."""
+    chosen = {}
+    for res in client.resources.search():
+        if isinstance(res, _ResourceList) or "/" in (res.name or "") or not res.group:
+            continue
+        if not res.group.endswith(CAPI_GROUP_SUFFIX) or res.group in NOT_MOVED_GROUPS:
+            continue
+        if bool(res.namespaced) != namespaced or "list" not in (res.verbs or []):
+            continue
+        key = (res.group, res.kind)
+        if key not in chosen or (res.preferred and not chosen[key].preferred):
+            chosen[key] = res
+    return [chosen[k] for k in sorted(chosen)]
+
+
+def cluster_resource(client):
+    """The preferred served version of cluster.x-k8s.io Cluster; None when not served."""
+    for res in capi_resources(client):
+        if res.group == "cluster.x-k8s.io" and res.kind == "Cluster":
+            return res
+    return None
+
+
+def api_version_of(res):
+    return "%s/%s" % (res.group, res.api_version) if "/" not in res.api_version else res.api_version
+
+
+def provider_resources(client, kinds=PROVIDER_KINDS):
+    """{kind: preferred served resource} of the cluster-api-operator provider kinds in ``kinds``."""
+    return {r.kind: r for r in client.resources.search(group=PROVIDER_GROUP)
+            if not isinstance(r, _ResourceList) and r.kind in kinds and r.preferred}
+
+
+def is_provider(obj):
+    return obj.get("apiVersion", "").startswith(PROVIDER_GROUP + "/") and obj.get("kind") in PROVIDER_KINDS
+
+
+# --- Flux suspend and resume ---------------------------------------------------------------
+
+KUSTOMIZATION = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
+
+
+def set_suspend(client, namespace, name, suspended, api=KUSTOMIZATION):
+    """Suspend (True) or resume (False) one Flux object through spec.suspend."""
+    merge_patch(client, api[0], api[1], name, namespace, {"spec": {"suspend": bool(suspended)}})
+
+
+# --- kubeconfig export and merge ---------------------------------------------------------------
+
+def render_kubeconfig(raw, context, server=None):
+    """A kubeconfig (text) of ``raw``'s current context, its context, cluster and user all renamed to
+    ``context`` (so that merging it touches only entries of that name), the server rewritten when given.
+    KubeError when raw is not a kubeconfig with clusters, contexts and users.
+    """
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        data = None
+    if not isinstance(data, dict) or not data.get("contexts") or not data.get("clusters"):
+        raise KubeError("the kubeconfig does not hold clusters and contexts")
+    current = data.get("current-context")
+    entry = next((c for c in data["contexts"] if c.get("name") == current), data["contexts"][0])
+    ctx = dict(entry.get("context") or {})
+    cluster = next((c for c in data["clusters"] if c.get("name") == ctx.get("cluster")), None)
+    if cluster is None and len(data["clusters"]) == 1:
+        cluster = data["clusters"][0]
+    user = next((u for u in data.get("users") or [] if u.get("name") == ctx.get("user")), None)
+    if cluster is None or user is None:
+        raise KubeError("the kubeconfig's context %s does not name one of its clusters and users" % entry.get("name"))
+    cluster = copy.deepcopy(cluster)
+    cluster["name"] = context
+    if server:
+        cluster.setdefault("cluster", {})["server"] = server
+    user = dict(copy.deepcopy(user), name=context)
+    ctx.update(cluster=context, user=context)
+    out = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster], "users": [user],
+           "contexts": [{"name": context, "context": ctx}], "current-context": context}
+    return yaml.safe_dump(out, sort_keys=False)
+
+
+def merge_kubeconfig(existing, exported, context):
+    """Text of kubeconfig ``existing`` (text or None) with the cluster, user and context named ``context``
+    replaced by those of ``exported`` (render_kubeconfig); every other entry, preferences and the
+    current context survive (the current context is set only when there was none).
+    """
+    new = yaml.safe_load(exported)
+    try:
+        base = yaml.safe_load(existing) if existing else None
+    except yaml.YAMLError as exc:
+        raise KubeError("the existing kubeconfig is not YAML (%s); move it away or choose another path"
+                        % str(exc).splitlines()[0])
+    if base is None:
+        return exported
+    if not isinstance(base, dict):
+        raise KubeError("the existing kubeconfig is not a kubeconfig (not a mapping); move it away or choose another path")
+    merged = copy.deepcopy(base)
+    merged.setdefault("apiVersion", "v1")
+    merged.setdefault("kind", "Config")
+    for section in ("clusters", "users", "contexts"):
+        entries = [e for e in (merged.get(section) or []) if isinstance(e, dict) and e.get("name") != context]
+        merged[section] = entries + new[section]
+    if not merged.get("current-context"):
+        merged["current-context"] = context
+    return yaml.safe_dump(merged, sort_keys=False)
+
+
+def write_kubeconfig(path, exported, context, check_mode=False):
+    """Merge an exported kubeconfig into ``path`` (created 0600 when missing; an existing file keeps its
+    other contexts and becomes 0600). True when the file changed (or would change, in check mode)."""
+    path = os.path.expanduser(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            existing = handle.read()
+    except FileNotFoundError:
+        existing = None
+    except OSError as exc:
+        raise KubeError("cannot read the kubeconfig %s: %s" % (path, exc.strerror))
+    text = merge_kubeconfig(existing, exported, context)
+    if check_mode:
+        return text != existing
+    try:
+        return write_private(path, text)
+    except OSError as exc:
+        raise KubeError("cannot write the kubeconfig %s: %s" % (path, exc.strerror))

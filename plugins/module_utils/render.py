@@ -20,6 +20,8 @@ import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.krops.platform.plugins.module_utils import errors
+
 try:
     import yaml
     HAS_YAML = True
@@ -35,7 +37,7 @@ _VARIABLE = re.compile(r"\$(\$?)\{([_a-zA-Z][_a-zA-Z0-9]*)(?:(:?[=-])([^}]*))?\}
 _SUBSTITUTE_ANNOTATION = "kustomize.toolkit.fluxcd.io/substitute"
 
 
-class RenderError(Exception):
+class RenderError(errors.ToolError):
     """kustomize could not build a directory (or could not be run at all)."""
 
     def __init__(self, directory, reason):
@@ -161,11 +163,11 @@ def render_directories(directories, renderer=None, jobs=None, timeout=120, cache
     return dict(zip(directories, results))
 
 
-class UnresolvedVariables(ValueError):
+class UnresolvedVariables(errors.ConfigError, ValueError):
     """Strict substitution met ${VAR}s with no value and no default; ``names`` in order of appearance."""
 
     def __init__(self, names):
-        super().__init__("unresolved variables: %s" % ", ".join(names))
+        errors.ConfigError.__init__(self, "unresolved variables: %s" % ", ".join(names))
         self.names = names
 
 

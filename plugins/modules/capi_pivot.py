@@ -11,10 +11,12 @@ version_added: 0.1.0
 description:
   - Runs phases 0 to 4 of the krops pivot against two clusters, the disposable kind cluster (the source) and the
     self-managed management cluster (the target) that Flux on kind provisioned through Cluster API.
-  - C(preconditions) the source is the kind context, (local-host) the registry serves, the management Cluster exists
+  - C(preconditions) the source is the kind context, (platforms with a local registry, local-host) the registry serves, the management Cluster exists
     within C(mgmt-ready-timeout).
-  - C(export) Secret C(<mgmt-cluster>-kubeconfig) is exported to O(target_kubeconfig) (mode 0600, context renamed to
-    C(mgmt-context), for local-host the server rewritten to the published load-balancer port); its nodes become Ready.
+  - C(export) Secret C(<mgmt-cluster>-kubeconfig) is merged into O(target_kubeconfig) (mode 0600; its context, cluster
+    and user are named C(mgmt-context), and only entries of that name are replaced, so the other contexts of an existing
+    file such as C(~/.kube/config) survive; on load-balancer platforms such as local-host the server is rewritten to the
+    published load-balancer port); its nodes become Ready.
   - C(prepare) cert-manager and cluster-api-operator at the C([charts]) pins, the environment's provider manifests in
     order, the pivot manifests with C(${VAR}) and C(${VAR:=default}) substituted from the source's flux-system ConfigMaps
     overlaid by C(pivot-manifest-vars), credentials and SOPS secrets; every provider Ready and at least at the source's version.
@@ -119,20 +121,17 @@ options:
       - Extra variables for C(${VAR}) substitution, overriding the ConfigMaps and C(pivot-manifest-vars).
     type: dict
   wait_timeout:
-    description: Seconds to wait for each chart and each provider to become Ready.
+    description: Seconds to wait for each chart and each provider to become Ready. When not set, 900.
     type: int
-    default: 900
   node_timeout:
-    description: Seconds to wait for the management cluster's nodes to become Ready.
+    description: Seconds to wait for the management cluster's nodes to become Ready. When not set, 900.
     type: int
-    default: 900
   mgmt_ready_timeout:
     description: Seconds to wait for the management Cluster and its kubeconfig Secret. Defaults to C(mgmt-ready-timeout).
     type: int
   move_timeout:
-    description: Seconds C(clusterctl move) may take.
+    description: Seconds C(clusterctl move) may take. When not set, 3600.
     type: int
-    default: 3600
   progress_interval:
     description:
       - Seconds between progress lines on the controller while the module waits (shown on stderr by the action plugin).
@@ -257,14 +256,20 @@ unresolved:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import pivot
+from ansible_collections.krops.platform.plugins.module_utils import shell
+
+NAME = "krops.platform.capi_pivot"
 
 
 def argument_spec():
+    # The auth options reach the source (the kind cluster); the target is reached through the exported
+    # kubeconfig, with the same request_timeout.
     spec = dict(kube.KUBE_ARGS)
     spec.update(
         source_kubeconfig=dict(type="path"),
@@ -284,11 +289,12 @@ def argument_spec():
         age_key_file=dict(type="path"),
         aws_b64encoded_credentials=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_B64ENCODED_CREDENTIALS"])),
         manifest_vars=dict(type="dict"),
-        wait_timeout=dict(type="int", default=900),
-        node_timeout=dict(type="int", default=900),
+        # The defaults are config.TIMEOUTS (one place); None here means "that default".
+        wait_timeout=dict(type="int"),
+        node_timeout=dict(type="int"),
         mgmt_ready_timeout=dict(type="int"),
-        move_timeout=dict(type="int", default=3600),
-        progress_interval=dict(type="int", default=30),
+        move_timeout=dict(type="int"),
+        progress_interval=dict(type="int", default=krops_config.TIMEOUTS["progress_interval"]),
         # Set by the action plugin, which runs the waits in bounded steps.
         _wait_budget=dict(type="int"),
         _wait_spent=dict(type="dict"),
@@ -296,31 +302,46 @@ def argument_spec():
     return spec
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if not kube.HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(kube.KUBERNETES_IMPORT_ERROR))
-    interval = module.params["progress_interval"]
-    if interval is not None and interval < 1:
-        module.fail_json(msg="progress_interval must be at least 1 second, got %s" % interval,
-                         failed_phase="preconditions", phase_reached=None)
+# Options that must be positive when given (0 or less would end a wait at once or never).
+_POSITIVE = ("wait_timeout", "node_timeout", "mgmt_ready_timeout", "move_timeout", "progress_interval", "lb_port",
+             "request_timeout")
+
+
+def check_params(params):
+    """errors.ConfigError naming the first option out of range (reported as a preconditions failure)."""
+    for name in _POSITIVE:
+        value = params.get(name)
+        if value is not None and value < 1:
+            raise errors.ConfigError("%s must be at least 1, got %s" % (name, value),
+                                     {"failed_phase": "preconditions", "phase_reached": None})
+    if params.get("lb_port") is not None and params["lb_port"] > 65535:
+        raise errors.ConfigError("lb_port must be a port number (1 to 65535), got %s" % params["lb_port"],
+                                 {"failed_phase": "preconditions", "phase_reached": None})
+
+
+def body(module, step):
     params = dict(module.params)
+    step("checking the options")
+    check_params(params)
     params["source_kubeconfig"] = params["source_kubeconfig"] or params.pop("kubeconfig", None)
     params["source_context"] = params["source_context"] or params.pop("context", None)
+    step("loading bootstrap.toml")
     try:
         cfg = krops_config.load(params["config_file"], environment=params["environment"])
     except krops_config.ConfigError as exc:
-        module.fail_json(msg=str(exc), failed_phase="preconditions", phase_reached=None)
+        raise errors.ConfigError(str(exc), {"failed_phase": "preconditions", "phase_reached": None})
+    step("running the pivot phases")
     try:
-        result = pivot.run(cfg, params, check_mode=module.check_mode)
-    except krops_config.ConfigError as exc:
-        module.fail_json(msg=str(exc), failed_phase="preconditions", phase_reached=None)
+        return pivot.run(cfg, params, check_mode=module.check_mode)
     except pivot.PivotError as exc:
-        details = dict(exc.result or {})
-        details.pop("failed", None)
-        details["failed_phase"] = exc.phase
-        module.fail_json(msg="pivot phase %s failed: %s" % (exc.phase, exc), **details)
-    module.exit_json(**result)
+        details = dict(exc.result or {}, failed_phase=exc.phase)
+        raise errors.PivotError("pivot phase %s failed: %s" % (exc.phase, exc), details)
+    except krops_config.ConfigError as exc:
+        raise errors.ConfigError(str(exc), {"failed_phase": "preconditions", "phase_reached": None})
+
+
+def main():
+    shell.run(NAME, argument_spec(), body, requires=[("kubernetes", kube.HAS_KUBERNETES, kube.KUBERNETES_IMPORT_ERROR)])
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ BOOTSTRAP_TOML = textwrap.dedent("""\
 
     [environments.aws]
     kind = "aws"
+    mgmt-region = "eu-north-1"
     sync = "git"
     sync-path = "mgmt/aws"
     mgmt-cluster = "eu-north-1-management"

@@ -1,9 +1,12 @@
 """module_utils.kube on the emulator: probes, readiness and the event-driven wait."""
 
+import os
+import stat
 import threading
 import time
 
 import pytest
+import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import kube
 
@@ -59,3 +62,145 @@ def test_connect_errors_name_the_target(tmp_path):
                     "contexts: [{name: x, context: {cluster: x, user: x}}]\nusers: [{name: x, user: {token: t}}]\n")
     with pytest.raises(kube.KubeError, match=r"cluster at http://127.0.0.1:9 \(context x in .*dead.yaml\) does not answer"):
         kube.connect(str(dead), "x")
+
+
+# --- request timeouts: no wait outlives its budget by more than one request timeout ------------
+
+def test_a_stalled_server_cannot_hold_a_wait_past_its_budget(kind_api, tmp_path):
+    make_cluster(kind_api, "stuck")
+    client = kube.connect(kind_api.kubeconfig_path, request_timeout=2)
+    kind_api.inject_stall("GET", r"/clusters$", seconds=60)  # lists and watches alike get no answer
+    start = time.monotonic()
+    with pytest.raises(kube.WaitTimeout) as err:
+        kube.watch_until(client, *CLUSTER, "default", all_ready, timeout=5)
+    elapsed = time.monotonic() - start
+    kind_api.clear_stalls()
+    assert elapsed < 5 + 2 + 0.5, elapsed
+    assert str(err.value).startswith("timed out after 5s waiting for cluster.x-k8s.io/v1beta2 Cluster "
+                                     "(the API server stopped answering: ")
+
+
+def test_a_server_that_dies_mid_wait_ends_in_a_wait_timeout_not_a_traceback(kube_cluster):
+    api = kube_cluster("dying")
+    make_cluster(api, "a")
+    client = kube.connect(api.kubeconfig_path, request_timeout=2)
+    threading.Timer(0.5, api.stop).start()
+    start = time.monotonic()
+    with pytest.raises(kube.WaitTimeout, match=r"the API server stopped answering"):
+        kube.watch_until(client, *CLUSTER, "default", all_ready, timeout=3)
+    assert time.monotonic() - start < 3 + 2 + 0.5
+
+
+def test_a_final_error_answer_ends_the_wait_at_once(kind_api):
+    client = kube.connect(kind_api.kubeconfig_path)
+    kind_api.inject_failure("GET", r"/clusters$", 403, "forbidden here", times=100)
+    start = time.monotonic()
+    with pytest.raises(kube.KubeError, match="cluster.x-k8s.io/v1beta2 Cluster: forbidden here"):
+        kube.watch_until(client, *CLUSTER, "default", all_ready, timeout=30)
+    assert time.monotonic() - start < 2
+
+
+# --- auth options in kubernetes.core's order of precedence ------------------------------------
+
+def test_auth_parameters_win_over_k8s_auth_environment():
+    environ = {"K8S_AUTH_KUBECONFIG": "/env/config", "K8S_AUTH_CONTEXT": "env-ctx", "K8S_AUTH_HOST": "https://env",
+               "K8S_AUTH_VERIFY_SSL": "no", "K8S_AUTH_IMPERSONATE_GROUPS": "a,b", "K8S_AUTH_SSL_CA_CERT": "/env/ca"}
+    auth = kube.auth_options({"context": "param-ctx", "host": None}, environ)
+    assert auth == {"kubeconfig": "/env/config", "context": "param-ctx", "host": "https://env", "validate_certs": False,
+                    "impersonate_groups": ["a", "b"], "ca_cert": "/env/ca"}
+    assert kube.auth_options({"validate_certs": True}, {"K8S_AUTH_VALIDATE_CERTS": "false"})["validate_certs"] is True
+    with pytest.raises(kube.KubeError, match="request_timeout must be at least 1 second, got 0"):
+        kube.auth_options({"request_timeout": 0}, {})
+
+
+def test_host_and_token_connect_without_a_kubeconfig(kind_api, monkeypatch, tmp_path):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.setenv("K8S_AUTH_HOST", kind_api.url)
+    monkeypatch.setenv("K8S_AUTH_API_KEY", "token")
+    monkeypatch.setenv("K8S_AUTH_IMPERSONATE_USER", "krops")
+    client = kube.connect()
+    assert client.configuration.host == kind_api.url
+    assert client.configuration.api_key == {"authorization": "Bearer token"}
+    assert kube.get(client, "v1", "Namespace", "default")["metadata"]["name"] == "default"
+
+
+# --- kubeconfig export and merge -----------------------------------------------------------------
+
+EXPORTED = """apiVersion: v1
+kind: Config
+clusters: [{name: local-management, cluster: {server: 'https://172.18.0.3:6443', certificate-authority-data: Q0E=}}]
+users: [{name: local-management-admin, user: {client-certificate-data: Q0VSVA==, client-key-data: S0VZ}}]
+contexts: [{name: local-management-admin@local-management, context: {cluster: local-management, user: local-management-admin}}]
+current-context: local-management-admin@local-management
+"""
+
+
+def test_export_renames_every_entry_to_the_context_and_rewrites_the_server():
+    text = kube.render_kubeconfig(EXPORTED, "krops-mgmt", "https://127.0.0.1:5555")
+    data = yaml.safe_load(text)
+    assert [c["name"] for c in data["clusters"]] == ["krops-mgmt"]
+    assert data["clusters"][0]["cluster"] == {"server": "https://127.0.0.1:5555", "certificate-authority-data": "Q0E="}
+    assert data["users"] == [{"name": "krops-mgmt", "user": {"client-certificate-data": "Q0VSVA==", "client-key-data": "S0VZ"}}]
+    assert data["contexts"] == [{"name": "krops-mgmt", "context": {"cluster": "krops-mgmt", "user": "krops-mgmt"}}]
+    with pytest.raises(kube.KubeError, match="does not hold clusters and contexts"):
+        kube.render_kubeconfig("users: []", "krops-mgmt")
+
+
+def test_merge_keeps_the_other_contexts_of_an_existing_kube_config(tmp_path):
+    home = tmp_path / ".kube"
+    home.mkdir()
+    config = home / "config"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "work", "preferences": {"colors": True},
+        "clusters": [{"name": "work", "cluster": {"server": "https://work"}},
+                     {"name": "krops-mgmt", "cluster": {"server": "https://stale"}}],
+        "users": [{"name": "work", "user": {"token": "w"}}],
+        "contexts": [{"name": "work", "context": {"cluster": "work", "user": "work"}}]}))
+    config.chmod(0o644)
+    exported = kube.render_kubeconfig(EXPORTED, "krops-mgmt", "https://127.0.0.1:5555")
+    assert kube.write_kubeconfig(str(config), exported, "krops-mgmt", check_mode=True) is True
+    assert "stale" in config.read_text()  # check mode wrote nothing
+    assert kube.write_kubeconfig(str(config), exported, "krops-mgmt") is True
+    data = yaml.safe_load(config.read_text())
+    assert data["current-context"] == "work" and data["preferences"] == {"colors": True}
+    assert [c["name"] for c in data["contexts"]] == ["work", "krops-mgmt"]
+    assert {c["name"]: c["cluster"]["server"] for c in data["clusters"]} == {"work": "https://work",
+                                                                            "krops-mgmt": "https://127.0.0.1:5555"}
+    assert [u["name"] for u in data["users"]] == ["work", "krops-mgmt"]
+    assert stat.S_IMODE(os.stat(config).st_mode) == 0o600
+    assert kube.write_kubeconfig(str(config), exported, "krops-mgmt") is False  # idempotent
+    fresh = tmp_path / "new" / "mgmt.yaml"
+    assert kube.write_kubeconfig(str(fresh), exported, "krops-mgmt") is True
+    assert yaml.safe_load(fresh.read_text())["current-context"] == "krops-mgmt"
+    assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o600
+
+
+def test_merge_refuses_an_existing_file_that_is_not_a_kubeconfig(tmp_path):
+    path = tmp_path / "config"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(kube.KubeError, match="the existing kubeconfig is not a kubeconfig"):
+        kube.write_kubeconfig(str(path), kube.render_kubeconfig(EXPORTED, "x"), "x")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a file where the kubeconfig's folder should be: unwritable even for root
+    with pytest.raises(kube.KubeError, match="cannot read the kubeconfig .*a-file/config: Not a directory"):
+        kube.write_kubeconfig(str(blocker / "config"), kube.render_kubeconfig(EXPORTED, "x"), "x")
+
+
+# --- verbs -------------------------------------------------------------------------------------
+
+def test_apply_reports_created_updated_unchanged_and_plans_in_check_mode(kind_api):
+    client = kube.connect(kind_api.kubeconfig_path)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "fresh"}, "data": {"a": "1"}}
+    assert kube.apply(client, cm, check_mode=True) == "created"
+    assert not kind_api.exists("v1", "ConfigMap", "c", "fresh")
+    assert kube.apply(client, cm) == "created"
+    assert kube.apply(client, cm) == "unchanged"
+    assert kube.apply(client, dict(cm, data={"a": "2"}), check_mode=True) == "updated"
+    assert kind_api.get("v1", "ConfigMap", "c", "fresh")["data"] == {"a": "1"}
+    assert kube.apply(client, dict(cm, data={"a": "2"})) == "updated"
+    assert kind_api.get("v1", "ConfigMap", "c", "fresh")["data"] == {"a": "2"}
+    assert kube.label(cm) == "ConfigMap fresh/c"
+    assert kube.identity(cm) == {"kind": "ConfigMap", "namespace": "fresh", "name": "c"}
+    with pytest.raises(kube.KubeError, match="Nothing.example.com default/x on the cluster: the cluster does not serve"):
+        kube.apply(client, {"apiVersion": "example.com/v1", "kind": "Nothing", "metadata": {"name": "x",
+                                                                                          "namespace": "default"}})

@@ -9,7 +9,9 @@ def test_lookup_reads_values_overrides_and_fails_clearly(ansible_playbook):
             "mgmt": "{{ lookup('krops.platform.bootstrap_config', 'environments.aws.mgmt-cluster') }}",
             "charts": "{{ lookup('krops.platform.bootstrap_config', 'charts', file='%s/bootstrap.toml') }}" % REPO,
             "port": "{{ lookup('krops.platform.bootstrap_config', 'bootstrap.registry-port') }}",
-            "selected": "{{ lookup('krops.platform.bootstrap_config', 'environment', environment='gcp') }}"}},
+            "selected": "{{ lookup('krops.platform.bootstrap_config', 'environment', environment='gcp') }}",
+            "registry": "{{ lookup('krops.platform.bootstrap_config', 'profile.local-registry', environment='local-host') }}",
+            "aws": "{{ lookup('krops.platform.bootstrap_config', 'profiles.aws') }}"}},
         {"name": "unknown environment", "ansible.builtin.debug": {
             "msg": "{{ lookup('krops.platform.bootstrap_config', 'environments.prod.mgmt-cluster') }}"},
          "ignore_errors": True},
@@ -23,6 +25,9 @@ def test_lookup_reads_values_overrides_and_fails_clearly(ansible_playbook):
     assert facts["charts"] == {"flux-operator": "0.58.0", "cert-manager": "1.21.2", "capi-operator": "0.29.0"}
     assert facts["port"] == 5055
     assert facts["selected"] == "gcp"
+    assert facts["registry"] is True
+    assert facts["aws"]["platform"] == "aws" and facts["aws"]["cloud-teardown-step"] == "aws-orphan-sweep"
+    assert facts["aws"]["local-registry"] is False and facts["aws"]["pivot-credentials"] == "aws"
     failed = results["unknown environment"]
     assert failed["failed"] is True
     assert ("environments.prod: expected a defined environment; unknown environment 'prod' "

@@ -156,6 +156,7 @@ CLUSTER_REGION = "local"
 
 [environments.aws]
 kind = "aws"
+mgmt-region = "eu-north-1"
 sync = "git"
 sync-path = "mgmt/aws"
 mgmt-cluster = "local-management"
@@ -908,3 +909,50 @@ def test_playbook_timeout_keeps_the_single_run_message(world, ansible_playbook):
     assert "capi_pivot [localhost] phase 0 (management Cluster): waited " in stderr
     assert world.suspended() == ACTIVE_KS and not world.target_kubeconfig.exists()
     assert world.bins.calls("clusterctl") == []
+
+
+def test_export_merges_into_an_existing_kubeconfig_keeping_its_other_contexts(world, run_module):
+    # issue 9: pointing target_kubeconfig at ~/.kube/config must not lose the user's other clusters.
+    path = world.target_kubeconfig
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "work",
+        "clusters": [{"name": "work", "cluster": {"server": "https://work.example:6443"}}],
+        "users": [{"name": "work", "user": {"token": "w"}}],
+        "contexts": [{"name": "work", "context": {"cluster": "work", "user": "work"}},
+                     {"name": "krops-mgmt", "context": {"cluster": "work", "user": "work"}}]}))
+    path.chmod(0o644)
+    result = run_module(capi_pivot, world.args(stop_after="export"))
+    assert not result.failed, result.get("msg")
+    assert result["changed"] is True
+    data = yaml.safe_load(path.read_text())
+    assert data["current-context"] == "work"
+    assert [c["name"] for c in data["contexts"]] == ["work", "krops-mgmt"]
+    assert {c["name"]: c["cluster"]["server"] for c in data["clusters"]} == {
+        "work": "https://work.example:6443", "krops-mgmt": world.mgmt.url}
+    assert [u["name"] for u in data["users"]] == ["work", "krops-mgmt"]
+    assert data["contexts"][1]["context"] == {"cluster": "krops-mgmt", "user": "krops-mgmt"}
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    again = run_module(capi_pivot, world.args(stop_after="export"))
+    assert not again.failed and again["changed"] is False
+
+
+def test_phase_table_is_the_order_and_the_choices():
+    assert pivot.PHASES == ("preconditions", "export", "prepare", "preflight", "move")
+    assert [p.name for p in pivot.PHASE_TABLE] == list(pivot.PHASES)
+    assert capi_pivot.argument_spec()["stop_after"]["choices"] == list(pivot.PHASES)
+    assert all(callable(p.run) for p in pivot.PHASE_TABLE)
+
+
+def test_a_stalled_kind_api_cannot_hold_the_wait_past_its_timeout(world, run_module):
+    # issue 12: no request timeout let a stalled server hold a 5 s wait for 40 s.
+    remove_mgmt_cluster_and_secret(world)
+    world.kind.inject_stall("GET", r"/clusters$", seconds=60)
+    start = time.monotonic()
+    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=5, request_timeout=2))
+    elapsed = time.monotonic() - start
+    world.kind.clear_stalls()
+    assert result.failed and result["failed_phase"] == "preconditions"
+    assert "did not appear on the kind cluster within 5s" in result["msg"], result["msg"]
+    assert elapsed < 5 + 2 + 1, elapsed
+    assert world.suspended() == ACTIVE_KS

@@ -260,6 +260,7 @@ class KubeEmulator:
         self.requests = []  # (method, path) log, for assertions
         self.dry_runs = []  # (method, path) of writes sent with dryRun: answered, never applied
         self._failures = []  # [method, path regex, code, message, remaining]
+        self._stalls = []  # [method, path regex, seconds, remaining]
         self._rv = itertools.count(1)
         self._last_rv = 0
         self._cond = threading.Condition()
@@ -299,6 +300,24 @@ class KubeEmulator:
         """The next ``times`` requests matching method and path regex answer ``code``."""
         with self._cond:
             self._failures.append([method.upper(), re.compile(path_pattern), code, message, times])
+
+    def inject_stall(self, method, path_pattern, seconds=3600.0, times=1000000):
+        """The next ``times`` requests matching method and path regex get no answer for ``seconds``
+        (a stalled API server: the connection stays open, nothing is sent)."""
+        with self._cond:
+            self._stalls.append([method.upper(), re.compile(path_pattern), float(seconds), times])
+
+    def clear_stalls(self):
+        with self._cond:
+            self._stalls = []
+
+    def _stall(self, method, path):
+        with self._cond:
+            for stall in self._stalls:
+                if stall[3] > 0 and stall[0] in (method, "*") and stall[1].search(path):
+                    stall[3] -= 1
+                    return stall[2]
+        return 0.0
 
     def _injected(self, method, path):
         with self._cond:
@@ -747,6 +766,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method, path, query):
         emulator = self.emulator
+        stall = emulator._stall(method, path)
+        if stall:
+            time.sleep(stall)
         try:
             injected = emulator._injected(method, path)
             if injected:

@@ -174,6 +174,7 @@ def test_bootstrap_config_env_selects_the_file(tmp_path):
     other = tmp_path / "other.toml"
     data = real_data()
     data["bootstrap"]["kind-cluster"] = "elsewhere"
+    data["bootstrap"]["kind-context"] = "kind-elsewhere"
     other.write_text(tomli_w.dumps(data))
     assert config.load(environ={"BOOTSTRAP_CONFIG": str(other)}).lookup("bootstrap.kind-cluster") == "elsewhere"
 

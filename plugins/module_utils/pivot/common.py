@@ -1,0 +1,331 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""What the pivot phases share: the declared state of a run, errors, binaries, manifests, CAPI listings."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import shutil
+import time
+import urllib.parse
+
+try:
+    import yaml
+except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
+    yaml = None
+
+from ansible_collections.krops.platform.plugins.module_utils import cli
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import profiles
+from ansible_collections.krops.platform.plugins.module_utils import render
+
+API_ERRORS = kube.API_ERRORS
+
+BLOCK_MOVE = "clusterctl.cluster.x-k8s.io/block-move"
+PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
+
+CHARTS = {
+    # bootstrap.toml [charts] key -> (release, chart, repository, namespace, non-secret values)
+    "cert-manager": ("cert-manager", "cert-manager", "https://charts.jetstack.io", "cert-manager",
+                     ["crds.enabled=true"]),
+    "capi-operator": ("capi-operator", "cluster-api-operator", "https://kubernetes-sigs.github.io/cluster-api-operator",
+                      "capi-operator-system", ["cert-manager.enabled=false"]),
+}
+
+
+
+
+class PivotError(errors.PivotError):
+    """A pivot phase failed; ``phase`` names it and ``result`` holds what was done so far."""
+
+    def __init__(self, phase, message, result=None):
+        super().__init__(message, result)
+        self.phase = phase
+
+
+class Pending(Exception):
+    """A wait ran out of its step budget (not of its timeout); the action plugin runs the next step.
+
+    Not an error: run() turns it into a pending result.
+    """
+
+    def __init__(self, key, phase, title, waited, total, state):
+        super().__init__(state)
+        # phase_number is filled in by run(), which owns the phase table.
+        self.info = {"key": key, "phase": phase, "phase_number": None, "title": title,
+                     "waited": round(float(waited), 3), "total": int(total), "state": state}
+
+
+class SubstitutionError(PivotError):
+    """A manifest references ${VAR}s that no variable source defines."""
+
+    def __init__(self, path, names):
+        self.path = path
+        self.names = list(names)
+        super().__init__("prepare", "%s: unresolved variables: %s; define them in a ConfigMap of the source's flux namespace "
+                         "or in pivot-manifest-vars of the environment in bootstrap.toml, or give a default with ${NAME:=value}"
+                         % (path, ", ".join(self.names)))
+
+
+# --- external binaries (through module_utils.cli) ------------------------------------
+
+def find_binary(name, explicit=None):
+    """Absolute path of a binary: explicit path, else PATH; PivotError naming the tool when missing."""
+    try:
+        return cli.find_binary(name, explicit)
+    except cli.ToolMissing as exc:
+        raise PivotError(None, "%s; pass %s_binary to name it" % (exc.message, name))
+
+
+def run_command(argv, env=None, stdin=None, timeout=3600):
+    """(rc, stdout, stderr) of argv (argv[0] an absolute path). Secrets travel in env or stdin, never in argv."""
+    tool = cli.Cli(os.path.basename(argv[0]), binary=argv[0])
+    try:
+        result = tool.run(argv[1:], stdin=stdin, env=env, check=False, timeout=timeout)
+    except cli.CliError as exc:
+        return 124 if exc.rc is None else exc.rc, exc.stdout or "", exc.message
+    return result.rc, result.stdout, result.stderr
+
+
+def command_failed(phase, argv, rc, out, err, what):
+    tail = (err or out or "").strip().splitlines()[-5:]
+    return PivotError(phase, "%s failed: `%s` exited %s: %s" % (what, " ".join(argv), rc, " | ".join(tail) or "(no output)"))
+
+
+# --- ${VAR} substitution ------------------------------------------------------------
+
+def substitute(text, variables, path="<manifest>"):
+    """Replace ${VAR} and ${VAR:=default} (also ${VAR:-default}); $${VAR} stays literal.
+
+    Raises SubstitutionError listing every unresolved name (in order of appearance) and the file.
+    """
+    try:
+        return render.substitute_text(text, variables, strict=True)
+    except render.UnresolvedVariables as exc:
+        raise SubstitutionError(path, exc.names)
+
+
+def load_documents(path, variables=None, phase="prepare"):
+    """YAML documents of a manifest file (substituted when variables is not None)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise PivotError(phase, "manifest %s cannot be read: %s; check repo_root and bootstrap.toml" % (path, exc.strerror))
+    if variables is not None:
+        text = substitute(text, variables, path)
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as exc:
+        raise PivotError(phase, "manifest %s is not valid YAML: %s" % (path, str(exc).splitlines()[0]))
+    for doc in docs:
+        if not isinstance(doc, dict) or not doc.get("apiVersion") or not doc.get("kind") \
+                or not (doc.get("metadata") or {}).get("name"):
+            raise PivotError(phase, "manifest %s holds a document without apiVersion, kind and metadata.name" % path)
+    return docs
+
+
+
+# --- Kubernetes helpers (the verbs themselves are in module_utils.kube) -------------
+
+ident = kube.identity
+
+
+def apply_object(client, obj, check_mode, where="target"):
+    """kube.apply on the ``where`` cluster; PivotError (prepare) naming the object when it fails."""
+    try:
+        return kube.apply(client, obj, check_mode, where="the %s cluster" % where)
+    except kube.KubeError as exc:
+        raise PivotError("prepare", str(exc))
+
+
+def capi_objects(client, namespace, where="source", phase="move"):
+    """{key: object} of every CAPI object in namespace, plus the Secrets named after its Clusters."""
+    found = {}
+    try:
+        for res in kube.capi_resources(client):
+            for item in res.get(namespace=namespace).items:
+                obj = item.to_dict()
+                found[kube.object_key(obj)] = obj
+        clusters = [k[3] for k in found if k[1] == "Cluster" and k[0] == "cluster.x-k8s.io"]
+        if clusters:
+            for item in kube.resource(client, "v1", "Secret").get(namespace=namespace).items:
+                obj = item.to_dict()
+                name = obj["metadata"]["name"]
+                if any(name.startswith(c + "-") for c in clusters):
+                    found[kube.object_key(obj)] = obj
+    except (kube.KubeError,) + API_ERRORS as exc:
+        raise PivotError(phase, "cannot list the CAPI objects in namespace %s on the %s cluster: %s"
+                         % (namespace, where, kube.error_text(exc)))
+    return found
+
+
+def parse_version(text):
+    """Comparable tuple for v1.9.3, 1.10.0-rc.1 (pre-releases sort before the release)."""
+    match = re.match(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:-(.+))?$", str(text or "").strip())
+    if not match:
+        return None
+    major, minor, patch, pre = match.groups()
+    return (int(major), int(minor or 0), int(patch or 0), 0 if pre else 1, pre or "")
+
+
+
+# --- the pivot state ----------------------------------------------------------------
+
+class PivotState:
+    """Options, configuration and clients of one pivot run: every field a phase sets or reads is declared here."""
+
+    def __init__(self, config, options, check_mode=False, clock=time.monotonic):
+        self.config = config
+        self.options = options
+        self.check_mode = check_mode
+        self.clock = clock
+        self.boot = config.data["bootstrap"]
+        self.env_name = options.get("environment") or config.selected
+        self.env = config.environment(self.env_name)
+        self.profile = profiles.of(self.env)  # what the platform needs (local registry, LB rewrite, credentials)
+        self.namespace = self.boot["mgmt-namespace"]
+        self.mgmt = self.env["mgmt-cluster"]
+        self.repo_root = options.get("repo_root") or os.path.dirname(os.path.abspath(config.path))
+        self.source = None
+        self.target = None
+        self.target_kubeconfig = os.path.expanduser(options.get("target_kubeconfig") or self.boot["mgmt-kubeconfig"])
+        self.target_context = self.boot["mgmt-context"]
+        self.connect_kubeconfig = None  # the file used to reach the target (temporary in check mode)
+        self._tempdir = None
+        self.variables = None          # prepare: ${VAR} values for the manifests
+        self.already_moved = False     # preconditions/move: nothing is left on the source
+        self.mgmt_deadline = None      # preconditions: when the wait for the management cluster ends (export reuses it)
+        self.objects = None            # preflight: {key: object} the move carries
+        self.suspended = []            # move: Kustomizations suspended on the source (rollback resumes them)
+        self.request_timeout = options.get("request_timeout")
+        # Step budget of this run (None: wait as long as each timeout allows) and time spent on waits in earlier steps.
+        budget = options.get("_wait_budget")
+        self.budget_deadline = None if budget is None else self.clock() + max(0.0, float(budget))
+        self.spent = dict(options.get("_wait_spent") or {})
+        self.result = {"changed": False, "phase_reached": None, "moved": [], "excluded": [], "fallbacks": [],
+                       "target_kubeconfig": self.target_kubeconfig, "target_context": self.target_context,
+                       "providers": [], "charts": [], "applied": [], "suspended": [], "progress": [],
+                       "environment": self.env_name, "already_moved": False}
+
+    def connect(self, kubeconfig, context, source=False):
+        """A client of one of the two clusters, with the run's request timeout (and, for the source, the auth options)."""
+        options = {"request_timeout": self.request_timeout}
+        if source:
+            options.update({k: self.options.get(k) for k in kube.KUBE_ARGS if k not in ("kubeconfig", "context")})
+        return kube.connect(kubeconfig, context, **options)
+
+    def timeout(self, name):
+        """Seconds of the module option <name>_timeout, else its one default (config.TIMEOUTS)."""
+        return self.options.get("%s_timeout" % name) or krops_config.TIMEOUTS[name]
+
+    # progress lines are returned (the module has no live output)
+    def say(self, line):
+        self.result["progress"].append(line)
+
+    def changed(self):
+        self.result["changed"] = True
+
+    def path(self, relative):
+        return relative if os.path.isabs(relative) else os.path.join(self.repo_root, relative)
+
+    def cleanup(self):
+        if self._tempdir:
+            shutil.rmtree(self._tempdir, ignore_errors=True)
+            self._tempdir = None
+
+    def source_kubeconfig(self):
+        return kube.resolve_auth(self.options.get("source_kubeconfig"), None)[0] or os.path.expanduser("~/.kube/config")
+
+    def source_context(self):
+        return self.options.get("source_context") or self.boot["kind-context"]
+
+    def remaining(self, deadline):
+        return max(1.0, deadline - self.clock())
+
+    def wait_left(self, key, timeout):
+        """Seconds the wait ``key`` may still take: its timeout less the time earlier steps spent on it."""
+        try:
+            spent = float(self.spent.get(key) or 0)
+        except (TypeError, ValueError):
+            spent = 0.0
+        return timeout if spent <= 0 else max(0.0, timeout - spent)
+
+    def budgeted_wait(self, key, phase, title, total, seconds, watch, describe):
+        """watch(timeout) for a wait that may still take ``seconds`` (of ``total``, its whole timeout).
+
+        Without a step budget, or when the budget left covers ``seconds``, this is watch(seconds) and
+        kube.WaitTimeout propagates as in a single call. Otherwise the wait stops when the budget runs
+        out and raises Pending with describe(state) and the time spent on this wait so far.
+        """
+        if self.budget_deadline is None:
+            return watch(seconds)
+        left = self.budget_deadline - self.clock()
+        if left >= seconds:
+            return watch(seconds)
+        began = self.clock()
+        try:
+            return watch(max(0.1, left))
+        except kube.WaitTimeout as exc:
+            raise Pending(key, phase, title, total - seconds + (self.clock() - began), total, describe(exc.state))
+
+
+
+# --- the management cluster, when it is already reachable ----------------------------------
+
+def existing_target(pv):
+    """A client for an already exported target kubeconfig that answers; None otherwise."""
+    if not os.path.exists(pv.target_kubeconfig):
+        return None
+    try:
+        client = pv.connect(pv.target_kubeconfig, pv.target_context)
+        client.resources.get(api_version="v1", kind="Namespace").get(name="default")
+    except (kube.KubeError,) + API_ERRORS:
+        return None
+    pv.target = client
+    pv.connect_kubeconfig = pv.target_kubeconfig
+    return client
+
+
+def mgmt_on_target(pv):
+    """Connect to an already exported target kubeconfig; True when it lists the management Cluster."""
+    if not os.path.exists(pv.target_kubeconfig):
+        return False
+    try:
+        client = pv.connect(pv.target_kubeconfig, pv.target_context)
+        res = kube.cluster_resource(client)
+        if res is None or kube.get(client, kube.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None:
+            return False
+    except (kube.KubeError,) + API_ERRORS:
+        return False
+    pv.target = client
+    pv.connect_kubeconfig = pv.target_kubeconfig
+    return True
+
+
+def registry_serves(url, timeout=5.0):
+    """True when GET <url>/v2/ answers 200 or 401 (a registry that wants auth still serves)."""
+    try:
+        parsed = urllib.parse.urlsplit(url.rstrip("/") + "/v2/")
+        kind = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
+        conn = kind(parsed.hostname, parsed.port, timeout=timeout)
+        try:
+            conn.request("GET", parsed.path)
+            return conn.getresponse().status in (200, 401)
+        finally:
+            conn.close()
+    except (OSError, ValueError, http.client.HTTPException):
+        return False
+
+
+def registry_url(pv):
+    return pv.options.get("registry_url") or "http://127.0.0.1:%d" % pv.boot["registry-port"]
+
+
+
+
+Pivot = PivotState  # the older name

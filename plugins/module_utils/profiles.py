@@ -1,0 +1,112 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""Environment profiles: what each platform needs, keyed on capabilities, not on names.
+
+An environment of bootstrap.toml names its platform (``kind = "aws"``, also spelt
+``platform = "aws"``; in code it is the *platform*, so that it does not collide with kind
+the tool nor with an object's kind). Code never compares platform names: it asks the
+profile (``profiles.of(env).local_registry``). Adding a platform is one entry in
+PROFILES plus that platform's own module and task file (docs/extending.md).
+
+Roles read a profile through the lookup: ``lookup('krops.platform.bootstrap_config',
+'profile')`` (the selected environment) or ``'profiles.<environment>'``; the keys are the
+field names with dashes (``local-registry``).
+
+Importable without Ansible.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import namedtuple
+
+FIELDS = (
+    # Human name of the platform (also the value of `kind`/`platform` in bootstrap.toml).
+    "platform",
+    # The bootstrap starts a local OCI registry and Flux syncs from it; the pivot and the
+    # kind deletion check that it serves (GET /v2/).
+    "local_registry",
+    # The exported management kubeconfig's server is rewritten to the published port of
+    # the <mgmt-cluster>-lb container (CAPD's load balancer on the Docker host).
+    "lb_rewrite",
+    # Credentials the pivot copies to the management cluster by a dedicated step
+    # (None: the environment's pivot-manifests carry them).
+    "pivot_credentials",
+    # The cloud whose API the teardown sweeps (None: no cloud side), and its teardown step.
+    "cloud",
+    "cloud_teardown_step",
+    # Teardown releases bare-metal Hardware back to the Tinkerbell pool.
+    "hardware_release",
+    # Teardown removes the management cluster's Docker containers by prefix.
+    "local_containers",
+    # post-kind-create-hook values this platform may use ("" always allowed).
+    "post_kind_hooks",
+    # Where the reconcile timeout of Flux waits comes from: ("bootstrap", key) or ("environment", key).
+    "reconcile_timeout",
+    # The bootstrap deploys and checks the local workload chain (Podinfo on CAPD).
+    "local_workload",
+    # The management cluster's region (mgmt-region) is required, and must match this pattern.
+    "region_pattern",
+    "region_example",
+)
+
+Profile = namedtuple("Profile", FIELDS)
+
+_AWS_REGION = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d$")
+_AZURE_LOCATION = re.compile(r"^[a-z][a-z0-9]{1,39}$")
+_GCP_REGION = re.compile(r"^[a-z]+(?:-[a-z]+)*\d$")
+
+_LOCAL = dict(local_registry=False, lb_rewrite=False, pivot_credentials=None, cloud=None, cloud_teardown_step=None,
+              hardware_release=False, local_containers=False, post_kind_hooks=(),
+              reconcile_timeout=("environment", "mgmt-ready-timeout"), local_workload=False,
+              region_pattern=None, region_example=None)
+
+PROFILES = {
+    "local-host": Profile(**dict(_LOCAL, platform="local-host", local_registry=True, lb_rewrite=True,
+                                 local_containers=True, local_workload=True,
+                                 reconcile_timeout=("bootstrap", "local-reconcile-timeout"))),
+    "aws": Profile(**dict(_LOCAL, platform="aws", pivot_credentials="aws", cloud="aws",
+                          cloud_teardown_step="aws-orphan-sweep",
+                          region_pattern=_AWS_REGION, region_example="eu-north-1")),
+    "azure": Profile(**dict(_LOCAL, platform="azure", cloud="azure", cloud_teardown_step="azure-teardown",
+                            post_kind_hooks=("arc-federate",),
+                            region_pattern=_AZURE_LOCATION, region_example="swedencentral")),
+    "gcp": Profile(**dict(_LOCAL, platform="gcp", cloud="gcp", cloud_teardown_step="gcp-teardown",
+                          post_kind_hooks=("wif-federate",),
+                          region_pattern=_GCP_REGION, region_example="europe-north1")),
+    "local-talos": Profile(**dict(_LOCAL, platform="local-talos", hardware_release=True)),
+}
+
+PLATFORMS = tuple(PROFILES)
+
+
+def get(platform):
+    """The profile of a platform name; KeyError names the known ones."""
+    try:
+        return PROFILES[platform]
+    except KeyError:
+        raise KeyError("unknown platform %r (known: %s)" % (platform, ", ".join(PLATFORMS))) from None
+
+
+def of(env):
+    """The profile of an environment table of a loaded Config."""
+    return get(env.get("platform") or env.get("kind"))
+
+
+def reconcile_timeout(config_data, env):
+    """Seconds Flux waits may take for this environment (the profile says which key holds it)."""
+    where, key = of(env).reconcile_timeout
+    return config_data["bootstrap"][key] if where == "bootstrap" else env[key]
+
+
+def as_dict(profile):
+    """Plain data for Ansible: field names with dashes; patterns as their source text."""
+    out = {}
+    for name in FIELDS:
+        value = getattr(profile, name)
+        if hasattr(value, "pattern"):
+            value = value.pattern
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[name.replace("_", "-")] = value
+    return out

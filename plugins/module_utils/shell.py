@@ -1,0 +1,61 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The one module shell: argument parsing, the steps of a run, and failure reporting.
+
+A module is ``shell.run(NAME, argument_spec(), body)`` where ``body(module, step)`` returns
+the result dict. Expected failures (errors.KropsError and its subclasses) become
+``fail_json(msg, **error.result)``; anything else becomes a clear failure naming the module
+and the step it was in (``step("exporting the kubeconfig")``), with the traceback in
+``exception`` so that ansible-playbook shows it only at -vvv. No module repeats an except
+ladder.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.krops.platform.plugins.module_utils import errors
+
+
+class Step:
+    """The step a module is in; the message of an unexpected failure names it."""
+
+    def __init__(self, name="starting"):
+        self.name = name
+
+    def __call__(self, name):
+        self.name = name
+        return self
+
+
+def failure_details(exc):
+    """fail_json keyword arguments of an expected error (its partial result, without reserved keys)."""
+    details = dict(exc.result or {})
+    for key in ("failed", "msg", "exception", "changed"):
+        details.pop(key, None)
+    details["changed"] = bool((exc.result or {}).get("changed"))
+    return details
+
+
+def unexpected_message(name, step, exc):
+    return ("%s failed unexpectedly while %s: %s: %s. This is a krops defect, not a problem with your input; "
+            "run with -vvv for the traceback and report it" % (name, step.name, type(exc).__name__, exc))
+
+
+def run(name, argument_spec, body, supports_check_mode=True, requires=None, **module_kwargs):
+    """Run a krops module. ``requires``: [(library name, has_it, import error)] checked before the body."""
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=supports_check_mode, **module_kwargs)
+    for library, present, error in requires or ():
+        if not present:
+            module.fail_json(msg=missing_required_lib(library), exception=str(error))
+    step = Step()
+    try:
+        result = body(module, step)
+    except errors.KropsError as exc:
+        module.fail_json(msg=str(exc), **failure_details(exc))
+    except Exception as exc:  # pylint: disable=broad-except  # the shell is the one place that catches everything
+        module.fail_json(msg=unexpected_message(name, step, exc), exception=traceback.format_exc(),
+                         failed_step=step.name)
+    module.exit_json(**result)

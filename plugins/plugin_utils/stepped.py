@@ -1,0 +1,110 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The stepped-wait protocol, once, for the action plugins of modules with long waits.
+
+A module cannot print while it runs, so its waits run in bounded steps: each call may
+spend at most one step (hidden option ``_wait_budget``, about progress_interval seconds);
+a wait that is not done returns ``_krops_pending``. The action plugin then displays a
+status line and calls the module again, until a step is final (done, failed or timed
+out). Each step's budget leaves room for the module's start-up (measured on the
+controller), so that lines come at least every progress_interval.
+
+A subclass names its module and says how a step continues:
+``observe(step)`` (bookkeeping of a pending step), ``status(host, step)`` (the line),
+``next_args(args, step, budget)`` and ``final(step)``; ``start(args, first)`` may end the
+run after the first step. Controller-side code shared by action plugins lives in
+plugins/plugin_utils (the layout ansible.utils uses).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+PENDING = "_krops_pending"
+
+
+class SteppedAction(ActionBase):
+    TRANSFERS_FILES = False
+
+    MODULE = None
+    # Task arguments only the plugin sets, and result keys only the steps exchange.
+    HIDDEN = ("_wait_budget",)
+    INTERNAL = (PENDING,)
+    # Seconds kept free in a step for starting the module, so that lines come at least every progress_interval.
+    STEP_MARGIN = 1
+    FIRST_STEP_MARGIN = 3
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        self.task_vars = task_vars
+        args = {k: v for k, v in self._task.args.items() if k not in self.HIDDEN}
+        interval = self.interval(args)
+        if self._task.check_mode or interval is None or interval < 1:
+            result.update(self.run_step(args))
+            return self.clean(result)
+        host = (task_vars or {}).get("inventory_hostname", "localhost")
+        step = self.run_step(dict(args, _wait_budget=max(1, interval - self.FIRST_STEP_MARGIN)))
+        if not self.start(args, step):
+            result.update(step)
+            return self.clean(result)
+        overhead = self.STEP_MARGIN
+        while step.get(PENDING) and not step.get("failed"):
+            self.observe(step)
+            display.display(self.status(host, step), stderr=True)
+            budget = max(1, int(interval - overhead))
+            began = time.monotonic()
+            following = self.run_step(self.next_args(args, step, budget))
+            overhead = self.overhead(following, time.monotonic() - began, budget, interval, overhead)
+            step = self.combine(following)
+        result.update(self.final(step))
+        return self.clean(result)
+
+    # --- hooks -----------------------------------------------------------------------------
+
+    def interval(self, args):
+        """Seconds between progress lines; None (or < 1) runs the module once. A bad value is the module's to report."""
+        try:
+            return int(args.get("progress_interval") or 30)
+        except (TypeError, ValueError):
+            return None
+
+    def start(self, args, first):
+        """After the first step: False ends the run with it (not pending, failed, or nothing to wait for)."""
+        return bool(first.get(PENDING)) and not first.get("failed")
+
+    def observe(self, step):
+        """Bookkeeping of a pending step before its status line."""
+
+    def status(self, host, step):
+        raise NotImplementedError
+
+    def next_args(self, args, step, budget):
+        return dict(args, _wait_budget=budget)
+
+    def overhead(self, step, elapsed, budget, interval, previous):
+        """Seconds of a step not spent waiting (module start-up, transfer), kept free in the next step."""
+        if not step.get(PENDING):
+            return previous
+        return min(interval - 1, max(self.STEP_MARGIN, elapsed - budget + 0.5))
+
+    def combine(self, step):
+        return step
+
+    def final(self, step):
+        return step
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    def run_step(self, args):
+        return self._execute_module(module_name=self.MODULE, module_args=args, task_vars=self.task_vars)
+
+    def clean(self, result):
+        for key in self.INTERNAL:
+            result.pop(key, None)
+        return result
