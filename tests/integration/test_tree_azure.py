@@ -346,7 +346,7 @@ def test_mgmt_region_is_read_by_config():
     assert _settings()["mgmt-region"] == "swedencentral"
     text = (REPO / "bootstrap.toml").read_text()
     assert text.count('mgmt-region = "swedencentral"\n') == 1
-    without = krops_config.loads(text.replace('mgmt-region = "swedencentral"\n', ""), environ={})
-    assert without.data["environments"]["azure"]["mgmt-region"] == ""
+    with pytest.raises(krops_config.ConfigError, match="environments.azure.mgmt-region: .*required for azure"):
+        krops_config.loads(text.replace('mgmt-region = "swedencentral"\n', ""), environ={})
     with pytest.raises(krops_config.ConfigError, match="environments.azure.mgmt-region"):
         krops_config.loads(text.replace('mgmt-region = "swedencentral"', "mgmt-region = 5"), environ={})
