@@ -40,8 +40,8 @@ options:
       - Where the JSON schemas of custom resources are, as a folder or an HTTPS URL template in kubeconform's
         C({group}/{kind}_{version}.json) layout (C({{.Group}}), C({{.ResourceKind}}), C({{.ResourceAPIVersion}}) work too).
       - A relative folder is resolved against the current directory, then against O(path).
-      - Defaults to the E(KROPS_SCHEMA_LOCATION) environment variable, else C(schemas/crds) of O(path): the schemas
-        vendored in the repository, so validation works offline.
+      - Defaults to the E(KROPS_SCHEMA_LOCATION) environment variable, else C(schemas/crds) of O(path) (the schemas
+        vendored in the repository, so validation works offline).
       - The public catalog is C(https://raw.githubusercontent.com/datreeio/CRDs-catalog/main/{group}/{kind}_{version}.json).
     type: str
   allow_kinds:

@@ -185,3 +185,32 @@ def test_schema_tests_pass_in_a_copy_with_nothing_beside_it(tmp_path):
                           text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("local-host: ")
+
+
+def test_every_plugin_and_role_documents_itself():
+    """What galaxy-importer runs first: ansible-doc must parse every module's, lookup's and role's documentation."""
+    modules = sorted("krops.platform." + p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))
+    roles = sorted("krops.platform." + p.name for p in (REPO / "roles").iterdir() if (p / "meta").is_dir())
+    lookups = sorted("krops.platform." + p.stem for p in (REPO / "plugins" / "lookup").glob("*.py"))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_NOCOLOR="1")
+    for kind, names in (("module", modules), ("role", roles), ("lookup", lookups)):
+        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-doc"), "-t", kind, "--json"] + names,
+                              cwd=REPO, env=env, capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert "[ERROR]" not in proc.stderr and "krops.platform" not in proc.stderr, proc.stderr
+
+
+def test_declared_collections_are_exactly_the_used_ones():
+    """galaxy.yml and requirements.yml declare the collections whose content the collection calls, no more."""
+    import re
+    used = set()
+    for path in list((REPO / "roles").rglob("*.yml")) + list((REPO / "playbooks").glob("*.yml")) + list(
+            (REPO / "plugins").rglob("*.py")):
+        text = path.read_text()
+        used |= set(re.findall(r"^\s*(?:- )?([a-z_]+\.[a-z_]+)\.[a-z_0-9]+:\s*$", text, re.M))
+        used |= set(re.findall(r"ansible_collections\.([a-z_]+)\.([a-z_]+)\.", text))
+    used = {u if isinstance(u, str) else ".".join(u) for u in used} - {"ansible.builtin", "krops.platform"}
+    meta = yaml.safe_load((REPO / "galaxy.yml").read_text())
+    requirements = yaml.safe_load((REPO / "requirements.yml").read_text())
+    assert set(meta["dependencies"]) == used
+    assert {c["name"]: c["version"] for c in requirements["collections"]} == meta["dependencies"]
