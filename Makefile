@@ -3,6 +3,7 @@
 #   make setup     only the set-up (scripts/setup.sh)
 #   make build     the collection tarball (build/), refused when it would pack a secret
 #   make importer  galaxy-importer's checks on that tarball, offline (what Galaxy runs on upload)
+#   make ee-context the execution environment's build context (build/ee/context; ansible-builder create)
 # Everything it needs is in the checkout (the CRD schemas are vendored in schemas/crds).
 
 SHELL := /bin/bash
@@ -17,7 +18,7 @@ PYTEST_ARGS ?=
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test setup sanity units integration lint yamllint ansible-lint shellcheck collection build importer bench clean
+.PHONY: test setup sanity units integration lint yamllint ansible-lint shellcheck collection build importer ee-context bench clean
 
 test: setup sanity units integration lint importer
 	@echo "make test: all checks passed"
@@ -70,6 +71,12 @@ importer: build
 	@if grep -E '^(ERROR|CRITICAL|WARNING)' $(DIST)/importer.log | grep -v '^WARNING: Ignore files skip ansible-test sanity tests'; then \
 	  echo "make importer: galaxy-importer reported the problems above" >&2; exit 1; fi
 	@grep -q '^Importer processing completed successfully' $(DIST)/importer.log
+
+# execution-environment.yml takes the tarball from build/ee (a path relative to the definition).
+ee-context: build
+	@mkdir -p build/ee
+	cp "$$(cat $(DIST)/tarball.txt)" build/ee/krops-platform.tar.gz
+	$(BIN)/ansible-builder create -f execution-environment.yml -c build/ee/context
 
 bench:
 	@for script in tests/benchmarks/*.py; do echo ">>> $$script"; $(BIN)/python $$script; done
