@@ -13,17 +13,15 @@ options, values outside `choices`, wrong types.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.integration.test_playbooks import failed_msg, run
-from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env, task_results
+from tests.substrate.fixtures import REPO, task_results
 
 OBJECTS = yaml.safe_load((REPO / "awx" / "objects.yml").read_text())
 OPTIONS = json.loads((REPO / "tests" / "integration" / "fixtures" / "awx_module_options.json").read_text())

@@ -7,10 +7,10 @@ Real ansible-playbook runs (the read-only validate phase, and the checks that ru
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -32,7 +32,6 @@ def run(args, tmp_path, env=None, cwd=REPO):
     proc = subprocess.run(argv, cwd=cwd, env=playbook_env(tmp_path, env), capture_output=True, text=True,
                           timeout=300, check=False)
     try:
-        import json
         output = json.loads(proc.stdout)
     except ValueError:
         output = {"raw": proc.stdout}
