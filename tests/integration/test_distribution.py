@@ -214,3 +214,21 @@ def test_declared_collections_are_exactly_the_used_ones():
     requirements = yaml.safe_load((REPO / "requirements.yml").read_text())
     assert set(meta["dependencies"]) == used
     assert {c["name"]: c["version"] for c in requirements["collections"]} == meta["dependencies"]
+
+
+def test_sanity_ignores_and_workflow_cover_every_admitted_ansible_core():
+    """requires_ansible admits 2.18 and later: each release up to the one tested has its ignore file and a job."""
+    import re
+    from ansible.release import __version__ as core
+    runtime = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())
+    low = re.fullmatch(r">=(\d+)\.(\d+)\.\d+", runtime["requires_ansible"])
+    assert low, runtime["requires_ansible"]
+    major, first = int(low.group(1)), int(low.group(2))
+    last = int(core.split(".")[1])
+    releases = ["%d.%d" % (major, minor) for minor in range(first, last + 1)]
+    files = sorted(p.name for p in (REPO / "tests" / "sanity").glob("ignore-*.txt"))
+    assert files == sorted("ignore-%s.txt" % r for r in releases)
+    texts = {(REPO / "tests" / "sanity" / name).read_text() for name in files}
+    assert len(texts) == 1, "the ignore files differ; keep them in step"
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "sanity.yml").read_text())
+    assert workflow["jobs"]["sanity"]["strategy"]["matrix"]["ansible-core"] == releases
