@@ -82,4 +82,4 @@ bench:
 	@for script in tests/benchmarks/*.py; do echo ">>> $$script"; $(BIN)/python $$script; done
 
 clean:
-	rm -rf $(BUILD) tests/output .collections .pytest_cache
+	rm -rf $(BUILD) build/ee tests/output .collections .pytest_cache
