@@ -1,6 +1,9 @@
 # krops.platform: one command to set up and test a checkout.
 #   make test      set up (venv, packages) then sanity, units, integration, lint
 #   make setup     only the set-up (scripts/setup.sh)
+#   make build     the collection tarball (build/), refused when it would pack a secret
+#   make importer  galaxy-importer's checks on that tarball, offline (what Galaxy runs on upload)
+#   make ee-context the execution environment's build context (build/ee/context; ansible-builder create)
 # Everything it needs is in the checkout (the CRD schemas are vendored in schemas/crds).
 
 SHELL := /bin/bash
@@ -15,9 +18,9 @@ PYTEST_ARGS ?=
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test setup sanity units integration lint yamllint ansible-lint collection bench clean
+.PHONY: test setup sanity units integration lint yamllint ansible-lint shellcheck collection build importer ee-context bench clean
 
-test: setup sanity units integration lint
+test: setup sanity units integration lint importer
 	@echo "make test: all checks passed"
 
 setup:
@@ -42,7 +45,10 @@ integration:
 	$(BIN)/python -m pytest $(PYTEST_ARGS) | tee tests/output/pytest.log
 	@grep -E '^=+ .*(passed|failed).* =+$$' tests/output/pytest.log | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$$//' > tests/output/pytest-summary.txt
 
-lint: yamllint ansible-lint
+lint: yamllint ansible-lint shellcheck
+
+shellcheck:
+	shellcheck scripts/*.sh .ci/run
 
 yamllint:
 	$(BIN)/yamllint -s .
@@ -50,8 +56,30 @@ yamllint:
 ansible-lint:
 	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections $(BIN)/ansible-lint --profile production
 
+# The tarball users install: galaxy.yml's build_ignore, then a content check for age keys.
+DIST := $(BUILD)/dist
+build:
+	@mkdir -p $(DIST)
+	$(BIN)/python scripts/build_collection.py --output $(DIST) > $(DIST)/tarball.txt
+	@cat $(DIST)/tarball.txt
+
+# galaxy-importer exits 0 even when a check reports an error, so its log is read: any ERROR line,
+# or a WARNING other than the known one about tests/sanity ignore files, fails the target.
+importer: build
+	cd $(DIST) && PATH=$(BIN):$$PATH GALAXY_IMPORTER_CONFIG=$(CURDIR)/galaxy-importer.cfg \
+	  $(BIN)/python -m galaxy_importer.main "$$(cat tarball.txt)" 2>&1 | tee importer.log | grep -v '^  ' || true
+	@if grep -E '^(ERROR|CRITICAL|WARNING)' $(DIST)/importer.log | grep -v '^WARNING: Ignore files skip ansible-test sanity tests'; then \
+	  echo "make importer: galaxy-importer reported the problems above" >&2; exit 1; fi
+	@grep -q '^Importer processing completed successfully' $(DIST)/importer.log
+
+# execution-environment.yml takes the tarball from build/ee (a path relative to the definition).
+ee-context: build
+	@mkdir -p build/ee
+	cp "$$(cat $(DIST)/tarball.txt)" build/ee/krops-platform.tar.gz
+	$(BIN)/ansible-builder create -f execution-environment.yml -c build/ee/context
+
 bench:
 	@for script in tests/benchmarks/*.py; do echo ">>> $$script"; $(BIN)/python $$script; done
 
 clean:
-	rm -rf $(BUILD) tests/output .collections .pytest_cache
+	rm -rf $(BUILD) build/ee tests/output .collections .pytest_cache

@@ -2,13 +2,12 @@
 # Prepare a checkout to run and test krops.platform:
 #   - find a Python 3.12+ (KROPS_PYTHON, python3.13/3.12/python3 on PATH, then pyenv versions),
 #   - create .venv and install the pinned requirements (skipped when unchanged),
-#   - install the Debian packages the tests need (docker-registry, age) when root with apt,
+#   - install the Debian packages the tests need (docker-registry, age, rsync, shellcheck) when root with apt,
 #   - link .collections/ansible_collections/krops/platform to this checkout, so
 #     ansible-playbook resolves krops.platform.* from the working tree,
 #   - provide ansible-test's pip bootstrap from the local Python (it cannot be downloaded offline).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
 
 say() { printf '>>> %s\n' "$*"; }
 die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
@@ -24,9 +23,9 @@ find_python() {
     fi
   done
   if command -v pyenv >/dev/null 2>&1; then
-    for candidate in $(ls -d "$(pyenv root)"/versions/3.1[2-9]* 2>/dev/null | sort -V); do
+    while IFS= read -r candidate; do
       if python_ok "$candidate/bin/python"; then echo "$candidate/bin/python"; return 0; fi
-    done
+    done < <(printf '%s\n' "$(pyenv root)"/versions/3.1[2-9]* | sort -V)
   fi
   return 1
 }
@@ -50,6 +49,8 @@ missing=()
 command -v docker-registry >/dev/null 2>&1 || [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
 command -v age >/dev/null 2>&1 || missing+=(age)
 command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+# ansible-test sanity runs shellcheck when it is installed (as on hosted CI runners): always have it.
+command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing Debian packages: ${missing[*]}"

@@ -427,7 +427,23 @@ def _copy(value):
 
 _REQUIRED = object()
 _STRINGS = _list_of(_string)
-_GIT_URL = _matching(re.compile(r"^(https|ssh)://[!-~]+$"), "an https:// or ssh:// URL (ASCII, no spaces)", limit=2048)
+_GIT_URL_FORM = _matching(re.compile(r"^(https|ssh)://[!-~]+$"), "an https:// or ssh:// URL (ASCII, no spaces)", limit=2048)
+
+
+def _git_url(value, ctx, key):
+    """An https:// or ssh:// URL that carries no credentials (they would be printed and stored in Flux objects)."""
+    if isinstance(value, str):
+        scheme, _, rest = value.partition("://")
+        userinfo = rest.split("/", 1)[0].rpartition("@")[0]
+        # ssh://git@host/... names the SSH user, not a secret; any password, or any https user, is one.
+        if ":" in userinfo or (userinfo and scheme != "ssh"):
+            ctx.fail(key, "a Git URL without credentials",
+                     detail="the URL carries a user name or token before '@' (not shown here); remove it and give the "
+                            "token as GITHUB_TOKEN (the Flux sync secret and the preflight check read it from there)")
+    return _GIT_URL_FORM(value, ctx, key)
+
+
+_GIT_URL = _git_url
 
 _BOOTSTRAP = _table({
     "default-environment": (_string, _REQUIRED),

@@ -40,8 +40,8 @@ options:
       - Where the JSON schemas of custom resources are, as a folder or an HTTPS URL template in kubeconform's
         C({group}/{kind}_{version}.json) layout (C({{.Group}}), C({{.ResourceKind}}), C({{.ResourceAPIVersion}}) work too).
       - A relative folder is resolved against the current directory, then against O(path).
-      - Defaults to the E(KROPS_SCHEMA_LOCATION) environment variable, else C(schemas/crds) of O(path), the schemas
-        vendored in the repository, so validation works offline.
+      - Defaults to the E(KROPS_SCHEMA_LOCATION) environment variable, else C(schemas/crds) of O(path) (the schemas
+        vendored in the repository, so validation works offline).
       - The public catalog is C(https://raw.githubusercontent.com/datreeio/CRDs-catalog/main/{group}/{kind}_{version}.json).
     type: str
   allow_kinds:
@@ -67,6 +67,10 @@ attributes:
   diff_mode:
     support: none
     description: Nothing changes, so there is no diff.
+  platform:
+    support: full
+    platforms: posix
+    description: Runs on the controller, where the tree and the Python libraries are (the role delegates to localhost).
 requirements:
   - kubectl (with kustomize) or kustomize on the controller
   - jsonschema, referencing, kubernetes-validate and yamllint (Python libraries)
@@ -96,18 +100,23 @@ findings:
     file:
       description: File relative to O(path) (C(bootstrap.toml) for configuration findings).
       type: str
+      sample: mgmt/local-host/cert-manager/flux-ks.yaml
     object:
       description: C(Kind/namespace/name) of the object, a C(bootstrap.toml) key, a line, or C(-).
       type: str
+      sample: Kustomization/flux-system/cert-manager
     rule:
       description: One of C(render), C(schema), C(flux-graph), C(bootstrap), C(secrets), C(yamllint).
       type: str
+      sample: schema
     message:
       description: What is wrong and, where useful, what to do.
       type: str
+      sample: "spec: unknown field 'intervall'"
     environment:
       description: Environment the finding belongs to (C(-) for a file of C(mgmt/) or C(workload/) outside every environment).
       type: str
+      sample: local-host
   sample:
     - file: mgmt/local-host/cert-manager/flux-ks.yaml
       object: Kustomization/flux-system/cert-manager
@@ -124,15 +133,18 @@ output:
   description: The report in the requested O(format) (text lines joined by newlines, or JSON).
   returned: always
   type: str
+  sample: "local-host: 12 directories, 47 objects, 40 files, 0 findings"
 objects:
   description: Number of rendered objects checked, all environments together.
   returned: always
   type: int
+  sample: 47
 environments:
   description: The environments checked.
   returned: always
   type: list
   elements: str
+  sample: [local-host]
 """
 
 import json
