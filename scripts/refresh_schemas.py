@@ -56,7 +56,7 @@ def used_groups(root=ROOT):
     """API groups of every custom resource in the trees (nested ones too, e.g. ResourceSet templates)."""
     groups = set()
     for tree in TREES:
-        for folder, _, files in os.walk(os.path.join(root, tree)):
+        for folder, _dirs, files in os.walk(os.path.join(root, tree)):
             for name in files:
                 if not name.endswith((".yaml", ".yml")):
                     continue

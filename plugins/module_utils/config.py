@@ -433,7 +433,7 @@ _GIT_URL_FORM = _matching(re.compile(r"^(https|ssh)://[!-~]+$"), "an https:// or
 def _git_url(value, ctx, key):
     """An https:// or ssh:// URL that carries no credentials (they would be printed and stored in Flux objects)."""
     if isinstance(value, str):
-        scheme, _, rest = value.partition("://")
+        scheme, _sep, rest = value.partition("://")
         userinfo = rest.split("/", 1)[0].rpartition("@")[0]
         # ssh://git@host/... names the SSH user, not a secret; any password, or any https user, is one.
         if ":" in userinfo or (userinfo and scheme != "ssh"):

@@ -68,7 +68,8 @@ except ImportError as exc:  # reported by the module through missing_required_li
 
 # Every error a Kubernetes API call can raise besides KubeError (the server answered
 # an error, the connection broke, the request timed out).
-API_ERRORS = (ApiException, _HTTPError, OSError)
+# (Built with tuple(): pylint cannot infer the optional imports above and would flag each except clause.)
+API_ERRORS = tuple([ApiException, _HTTPError, OSError])
 
 
 # Argument spec shared by every module that talks to a cluster (doc fragment: krops.platform.kube).

@@ -62,7 +62,7 @@ def awx_stub(tmp_path_factory):
     (collection / "MANIFEST.json").write_text(json.dumps({"collection_info": {"namespace": "awx", "name": "awx",
                                                                               "version": "24.6.1"}}))
     for name, options in OPTIONS["modules"].items():
-        spec = {k: {kk: v for kk, v in o.items()} for k, o in options.items()}
+        spec = {k: dict(o.items()) for k, o in options.items()}
         for auth in OPTIONS["auth"]:
             spec.setdefault(auth, {"type": "raw"})
         for option in spec.values():
@@ -127,7 +127,7 @@ def test_playbook_declares_every_object(awx_stub, tmp_path):
 def test_playbook_names_every_missing_input_before_changing_anything(awx_stub, tmp_path):
     env = awx_env(tmp_path, awx_stub, CONTROLLER_HOST="", CONTROLLER_OAUTH_TOKEN="", GITHUB_TOKEN="",
                   AGE_KEY_FILE=str(tmp_path / "missing.agekey"), KROPS_EE_IMAGE="")
-    rc, output, _ = run(["awx/krops-awx.yml"], tmp_path, env=env)
+    rc, output, _err = run(["awx/krops-awx.yml"], tmp_path, env=env)
     assert rc == 2
     assert failed_msg(output) == (
         "krops-awx: CONTROLLER_HOST (the AWX URL) is not set; neither CONTROLLER_OAUTH_TOKEN nor CONTROLLER_USERNAME "
@@ -152,7 +152,7 @@ def test_stand_in_rejects_what_awx_awx_rejects(awx_stub, tmp_path):
                 scm_type: github
         """))
     env = awx_env(tmp_path, awx_stub)
-    rc, output, _ = run([str(play)], tmp_path, env=env)
+    rc, output, _err = run([str(play)], tmp_path, env=env)
     assert rc == 2
     assert "Unsupported parameters for (awx.awx.job_template) module: job_tag" in failed_msg(output)
 
@@ -223,7 +223,10 @@ def test_import_file_is_the_same_objects_in_awxkit_format():
 
     for ref in references(shipped):
         assert ref in known, ref
-    names = lambda key: sorted(a["name"] for a in shipped[key])  # noqa: E731
+
+    def names(key):
+        return sorted(a["name"] for a in shipped[key])
+
     assert names("job_templates") == sorted(jt["name"] for jt in OBJECTS["job_templates"])
     assert names("inventory") == sorted(i["name"] for i in OBJECTS["inventories"])
     assert names("credential_types") == sorted(c["name"] for c in OBJECTS["credential_types"])
@@ -242,7 +245,7 @@ def test_teardown_from_awx_needs_the_environment_name(tmp_path, confirm):
     args = ["playbooks/local-host.yml", "--tags", "teardown", "-e", "krops_require_confirmation=true"]
     if confirm is not None:
         args += ["-e", "krops_teardown_confirm=%s" % confirm]
-    rc, output, _ = run(args, tmp_path)
+    rc, output, _err = run(args, tmp_path)
     assert rc == 2
     assert failed_msg(output) == (
         "the teardown was not confirmed: krops_teardown_confirm must be the environment's name 'local-host' (the "
@@ -261,7 +264,7 @@ def test_job_without_its_credentials_fails_naming_them(tmp_path):
     inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
                          "      ansible_python_interpreter: '{{ ansible_playbook_python }}'\n")
     env = {"GITHUB_TOKEN": "", "AGE_KEY_FILE": "", "HOME": str(home), "KROPS_SCHEMA_LOCATION": ""}
-    rc, output, _ = run(["-i", str(inventory), "playbooks/local_talos.yml", "--tags", "bootstrap"], tmp_path, env=env)
+    rc, output, _err = run(["-i", str(inventory), "playbooks/local_talos.yml", "--tags", "bootstrap"], tmp_path, env=env)
     assert rc == 2
     msg = failed_msg(output)
     key = home / ".config" / "krops" / "age.agekey"

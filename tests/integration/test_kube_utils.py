@@ -37,8 +37,9 @@ def test_watch_until_times_out_with_state_and_reports_progress(kind_api):
     client = kube.connect(kind_api.kubeconfig_path)
     progress = []
     with pytest.raises(kube.WaitTimeout) as timeout:
-        kube.watch_until(client, *CLUSTER, "default", all_ready, timeout=2.5, on_progress=progress.append,
-                         progress_every=1)
+        kube.watch_until(
+            client, *CLUSTER, "default", all_ready, timeout=2.5, on_progress=progress.append, progress_every=1
+        )
     assert timeout.value.state == {"slow": False}
     assert len(progress) >= 2 and progress[0] == {"slow": False}
 
@@ -58,13 +59,18 @@ def test_connect_errors_name_the_target(tmp_path):
     with pytest.raises(kube.KubeError, match="kubeconfig .*missing.yaml does not exist"):
         kube.connect(str(tmp_path / "missing.yaml"))
     dead = tmp_path / "dead.yaml"
-    dead.write_text("apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{name: x, cluster: {server: 'http://127.0.0.1:9'}}]\n"
-                    "contexts: [{name: x, context: {cluster: x, user: x}}]\nusers: [{name: x, user: {token: t}}]\n")
-    with pytest.raises(kube.KubeError, match=r"cluster at http://127.0.0.1:9 \(context x in .*dead.yaml\) does not answer"):
+    dead.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\nclusters: [{name: x, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "contexts: [{name: x, context: {cluster: x, user: x}}]\nusers: [{name: x, user: {token: t}}]\n"
+    )
+    with pytest.raises(
+        kube.KubeError, match=r"cluster at http://127.0.0.1:9 \(context x in .*dead.yaml\) does not answer"
+    ):
         kube.connect(str(dead), "x")
 
 
 # --- request timeouts: no wait outlives its budget by more than one request timeout ------------
+
 
 def test_a_stalled_server_cannot_hold_a_wait_past_its_budget(kind_api, tmp_path):
     make_cluster(kind_api, "stuck")
@@ -76,8 +82,9 @@ def test_a_stalled_server_cannot_hold_a_wait_past_its_budget(kind_api, tmp_path)
     elapsed = time.monotonic() - start
     kind_api.clear_stalls()
     assert elapsed < 5 + 2 + 0.5, elapsed
-    assert str(err.value).startswith("timed out after 5s waiting for cluster.x-k8s.io/v1beta2 Cluster "
-                                     "(the API server stopped answering: ")
+    assert str(err.value).startswith(
+        "timed out after 5s waiting for cluster.x-k8s.io/v1beta2 Cluster (the API server stopped answering: "
+    )
 
 
 def test_a_server_that_dies_mid_wait_ends_in_a_wait_timeout_not_a_traceback(kube_cluster):
@@ -102,12 +109,25 @@ def test_a_final_error_answer_ends_the_wait_at_once(kind_api):
 
 # --- auth options in kubernetes.core's order of precedence ------------------------------------
 
+
 def test_auth_parameters_win_over_k8s_auth_environment():
-    environ = {"K8S_AUTH_KUBECONFIG": "/env/config", "K8S_AUTH_CONTEXT": "env-ctx", "K8S_AUTH_HOST": "https://env",
-               "K8S_AUTH_VERIFY_SSL": "no", "K8S_AUTH_IMPERSONATE_GROUPS": "a,b", "K8S_AUTH_SSL_CA_CERT": "/env/ca"}
+    environ = {
+        "K8S_AUTH_KUBECONFIG": "/env/config",
+        "K8S_AUTH_CONTEXT": "env-ctx",
+        "K8S_AUTH_HOST": "https://env",
+        "K8S_AUTH_VERIFY_SSL": "no",
+        "K8S_AUTH_IMPERSONATE_GROUPS": "a,b",
+        "K8S_AUTH_SSL_CA_CERT": "/env/ca",
+    }
     auth = kube.auth_options({"context": "param-ctx", "host": None}, environ)
-    assert auth == {"kubeconfig": "/env/config", "context": "param-ctx", "host": "https://env", "validate_certs": False,
-                    "impersonate_groups": ["a", "b"], "ca_cert": "/env/ca"}
+    assert auth == {
+        "kubeconfig": "/env/config",
+        "context": "param-ctx",
+        "host": "https://env",
+        "validate_certs": False,
+        "impersonate_groups": ["a", "b"],
+        "ca_cert": "/env/ca",
+    }
     assert kube.auth_options({"validate_certs": True}, {"K8S_AUTH_VALIDATE_CERTS": "false"})["validate_certs"] is True
     with pytest.raises(kube.KubeError, match="request_timeout must be at least 1 second, got 0"):
         kube.auth_options({"request_timeout": 0}, {})
@@ -140,7 +160,9 @@ def test_export_renames_every_entry_to_the_context_and_rewrites_the_server():
     data = yaml.safe_load(text)
     assert [c["name"] for c in data["clusters"]] == ["krops-mgmt"]
     assert data["clusters"][0]["cluster"] == {"server": "https://127.0.0.1:5555", "certificate-authority-data": "Q0E="}
-    assert data["users"] == [{"name": "krops-mgmt", "user": {"client-certificate-data": "Q0VSVA==", "client-key-data": "S0VZ"}}]
+    assert data["users"] == [
+        {"name": "krops-mgmt", "user": {"client-certificate-data": "Q0VSVA==", "client-key-data": "S0VZ"}}
+    ]
     assert data["contexts"] == [{"name": "krops-mgmt", "context": {"cluster": "krops-mgmt", "user": "krops-mgmt"}}]
     with pytest.raises(kube.KubeError, match="does not hold clusters and contexts"):
         kube.render_kubeconfig("users: []", "krops-mgmt")
@@ -150,12 +172,22 @@ def test_merge_keeps_the_other_contexts_of_an_existing_kube_config(tmp_path):
     home = tmp_path / ".kube"
     home.mkdir()
     config = home / "config"
-    config.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "work", "preferences": {"colors": True},
-        "clusters": [{"name": "work", "cluster": {"server": "https://work"}},
-                     {"name": "krops-mgmt", "cluster": {"server": "https://stale"}}],
-        "users": [{"name": "work", "user": {"token": "w"}}],
-        "contexts": [{"name": "work", "context": {"cluster": "work", "user": "work"}}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "work",
+                "preferences": {"colors": True},
+                "clusters": [
+                    {"name": "work", "cluster": {"server": "https://work"}},
+                    {"name": "krops-mgmt", "cluster": {"server": "https://stale"}},
+                ],
+                "users": [{"name": "work", "user": {"token": "w"}}],
+                "contexts": [{"name": "work", "context": {"cluster": "work", "user": "work"}}],
+            }
+        )
+    )
     config.chmod(0o644)
     exported = kube.render_kubeconfig(EXPORTED, "krops-mgmt", "https://127.0.0.1:5555")
     assert kube.write_kubeconfig(str(config), exported, "krops-mgmt", check_mode=True) is True
@@ -164,8 +196,10 @@ def test_merge_keeps_the_other_contexts_of_an_existing_kube_config(tmp_path):
     data = yaml.safe_load(config.read_text())
     assert data["current-context"] == "work" and data["preferences"] == {"colors": True}
     assert [c["name"] for c in data["contexts"]] == ["work", "krops-mgmt"]
-    assert {c["name"]: c["cluster"]["server"] for c in data["clusters"]} == {"work": "https://work",
-                                                                            "krops-mgmt": "https://127.0.0.1:5555"}
+    assert {c["name"]: c["cluster"]["server"] for c in data["clusters"]} == {
+        "work": "https://work",
+        "krops-mgmt": "https://127.0.0.1:5555",
+    }
     assert [u["name"] for u in data["users"]] == ["work", "krops-mgmt"]
     assert stat.S_IMODE(os.stat(config).st_mode) == 0o600
     assert kube.write_kubeconfig(str(config), exported, "krops-mgmt") is False  # idempotent
@@ -188,6 +222,7 @@ def test_merge_refuses_an_existing_file_that_is_not_a_kubeconfig(tmp_path):
 
 # --- verbs -------------------------------------------------------------------------------------
 
+
 def test_apply_reports_created_updated_unchanged_and_plans_in_check_mode(kind_api):
     client = kube.connect(kind_api.kubeconfig_path)
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "fresh"}, "data": {"a": "1"}}
@@ -201,6 +236,10 @@ def test_apply_reports_created_updated_unchanged_and_plans_in_check_mode(kind_ap
     assert kind_api.get("v1", "ConfigMap", "c", "fresh")["data"] == {"a": "2"}
     assert kube.label(cm) == "ConfigMap fresh/c"
     assert kube.identity(cm) == {"kind": "ConfigMap", "namespace": "fresh", "name": "c"}
-    with pytest.raises(kube.KubeError, match="Nothing.example.com default/x on the cluster: the cluster does not serve"):
-        kube.apply(client, {"apiVersion": "example.com/v1", "kind": "Nothing", "metadata": {"name": "x",
-                                                                                          "namespace": "default"}})
+    with pytest.raises(
+        kube.KubeError, match="Nothing.example.com default/x on the cluster: the cluster does not serve"
+    ):
+        kube.apply(
+            client,
+            {"apiVersion": "example.com/v1", "kind": "Nothing", "metadata": {"name": "x", "namespace": "default"}},
+        )

@@ -75,14 +75,14 @@ def test_inventories_hold_only_what_differs():
 
 
 def test_unknown_tag_fails_with_the_valid_tags(tmp_path):
-    rc, output, _ = run(["playbooks/local-host.yml", "--tags", "validat,secrets", "--skip-tags", "zz"], tmp_path)
+    rc, output, _err = run(["playbooks/local-host.yml", "--tags", "validat,secrets", "--skip-tags", "zz"], tmp_path)
     assert rc == 2
     assert failed_msg(output) == ("unknown tag(s) validat, zz (--tags/--skip-tags): the valid tags are %s"
                                   % VALID_TAGS)
 
 
 def test_another_environments_inventory_is_refused(tmp_path):
-    rc, output, _ = run(["-i", "inventories/aws", "playbooks/local-host.yml", "--tags", "validate"], tmp_path)
+    rc, output, _err = run(["-i", "inventories/aws", "playbooks/local-host.yml", "--tags", "validate"], tmp_path)
     assert rc == 2
     assert failed_msg(output) == (
         "the local-host playbook needs the local-host inventory, but the inventory sets krops_environment to aws: "
@@ -92,7 +92,7 @@ def test_another_environments_inventory_is_refused(tmp_path):
 def test_body_without_environment_says_which_playbooks_exist(tmp_path):
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
-    rc, output, _ = run(["-i", str(inventory), "playbooks/environment.yml", "--tags", "validate"], tmp_path)
+    rc, output, _err = run(["-i", str(inventory), "playbooks/environment.yml", "--tags", "validate"], tmp_path)
     assert rc == 2
     assert failed_msg(output) == (
         "no environment: run one of the playbooks krops.platform.local_host, aws, azure, gcp or local_talos "
@@ -140,7 +140,7 @@ def installed_env(root, **extra):
 def test_installed_collection_runs_by_name_and_asks_for_the_repository(installed, tmp_path):
     collection = installed / "collections" / "ansible_collections" / "krops" / "platform"
     assert not (collection / "mgmt").exists() and not (collection / "bootstrap.toml").exists()
-    rc, output, _ = run(["krops.platform.local_host", "--tags", "validate"], tmp_path, env=installed_env(installed),
+    rc, output, _err = run(["krops.platform.local_host", "--tags", "validate"], tmp_path, env=installed_env(installed),
                         cwd=installed / "work")
     assert rc == 2
     assert failed_msg(output) == (

@@ -43,11 +43,22 @@ from ansible_collections.krops.platform.plugins.module_utils.pivot import precon
 from ansible_collections.krops.platform.plugins.module_utils.pivot import preflight as _preflight
 from ansible_collections.krops.platform.plugins.module_utils.pivot import prepare as _prepare
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (  # noqa: F401 - the package's API
-    API_ERRORS, CHARTS, Pending, Pivot, PivotError, PivotState, SubstitutionError, cli,
-    load_documents, parse_version, registry_serves, substitute,
+    API_ERRORS,
+    CHARTS,
+    Pending,
+    Pivot,
+    PivotError,
+    PivotState,
+    SubstitutionError,
+    cli,
+    load_documents,
+    parse_version,
+    registry_serves,
+    substitute,
 )
 from ansible_collections.krops.platform.plugins.module_utils.pivot.export import (  # noqa: F401
-    lb_port_from_docker, render_kubeconfig,
+    lb_port_from_docker,
+    render_kubeconfig,
 )
 from ansible_collections.krops.platform.plugins.module_utils.pivot.steps import merge_steps  # noqa: F401
 

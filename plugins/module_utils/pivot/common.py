@@ -30,13 +30,21 @@ PAUSED_ANNOTATION = "cluster.x-k8s.io/paused"
 
 CHARTS = {
     # bootstrap.toml [charts] key -> (release, chart, repository, namespace, non-secret values)
-    "cert-manager": ("cert-manager", "cert-manager", "https://charts.jetstack.io", "cert-manager",
-                     ["crds.enabled=true"]),
-    "capi-operator": ("capi-operator", "cluster-api-operator", "https://kubernetes-sigs.github.io/cluster-api-operator",
-                      "capi-operator-system", ["cert-manager.enabled=false"]),
+    "cert-manager": (
+        "cert-manager",
+        "cert-manager",
+        "https://charts.jetstack.io",
+        "cert-manager",
+        ["crds.enabled=true"],
+    ),
+    "capi-operator": (
+        "capi-operator",
+        "cluster-api-operator",
+        "https://kubernetes-sigs.github.io/cluster-api-operator",
+        "capi-operator-system",
+        ["cert-manager.enabled=false"],
+    ),
 }
-
-
 
 
 class PivotError(errors.PivotError):
@@ -56,8 +64,15 @@ class Pending(Exception):
     def __init__(self, key, phase, title, waited, total, state):
         super().__init__(state)
         # phase_number is filled in by run(), which owns the phase table.
-        self.info = {"key": key, "phase": phase, "phase_number": None, "title": title,
-                     "waited": round(float(waited), 3), "total": int(total), "state": state}
+        self.info = {
+            "key": key,
+            "phase": phase,
+            "phase_number": None,
+            "title": title,
+            "waited": round(float(waited), 3),
+            "total": int(total),
+            "state": state,
+        }
 
 
 class SubstitutionError(PivotError):
@@ -66,12 +81,16 @@ class SubstitutionError(PivotError):
     def __init__(self, path, names):
         self.path = path
         self.names = list(names)
-        super().__init__("prepare", "%s: unresolved variables: %s; define them in a ConfigMap of the source's flux namespace "
-                         "or in pivot-manifest-vars of the environment in bootstrap.toml, or give a default with ${NAME:=value}"
-                         % (path, ", ".join(self.names)))
+        super().__init__(
+            "prepare",
+            "%s: unresolved variables: %s; define them in a ConfigMap of the source's flux namespace "
+            "or in pivot-manifest-vars of the environment in bootstrap.toml, or give a default with ${NAME:=value}"
+            % (path, ", ".join(self.names)),
+        )
 
 
 # --- external binaries (through module_utils.cli) ------------------------------------
+
 
 def find_binary(name, explicit=None):
     """Absolute path of a binary: explicit path, else PATH; PivotError naming the tool when missing."""
@@ -93,10 +112,13 @@ def run_command(argv, env=None, stdin=None, timeout=3600):
 
 def command_failed(phase, argv, rc, out, err, what):
     tail = (err or out or "").strip().splitlines()[-5:]
-    return PivotError(phase, "%s failed: `%s` exited %s: %s" % (what, " ".join(argv), rc, " | ".join(tail) or "(no output)"))
+    return PivotError(
+        phase, "%s failed: `%s` exited %s: %s" % (what, " ".join(argv), rc, " | ".join(tail) or "(no output)")
+    )
 
 
 # --- ${VAR} substitution ------------------------------------------------------------
+
 
 def substitute(text, variables, path="<manifest>"):
     """Replace ${VAR} and ${VAR:=default} (also ${VAR:-default}); $${VAR} stays literal.
@@ -115,7 +137,9 @@ def load_documents(path, variables=None, phase="prepare"):
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        raise PivotError(phase, "manifest %s cannot be read: %s; check repo_root and bootstrap.toml" % (path, exc.strerror))
+        raise PivotError(
+            phase, "manifest %s cannot be read: %s; check repo_root and bootstrap.toml" % (path, exc.strerror)
+        )
     if variables is not None:
         text = substitute(text, variables, path)
     try:
@@ -123,11 +147,14 @@ def load_documents(path, variables=None, phase="prepare"):
     except yaml.YAMLError as exc:
         raise PivotError(phase, "manifest %s is not valid YAML: %s" % (path, str(exc).splitlines()[0]))
     for doc in docs:
-        if not isinstance(doc, dict) or not doc.get("apiVersion") or not doc.get("kind") \
-                or not (doc.get("metadata") or {}).get("name"):
+        if (
+            not isinstance(doc, dict)
+            or not doc.get("apiVersion")
+            or not doc.get("kind")
+            or not (doc.get("metadata") or {}).get("name")
+        ):
             raise PivotError(phase, "manifest %s holds a document without apiVersion, kind and metadata.name" % path)
     return docs
-
 
 
 # --- Kubernetes helpers (the verbs themselves are in module_utils.kube) -------------
@@ -159,8 +186,11 @@ def capi_objects(client, namespace, where="source", phase="move"):
                 if any(name.startswith(c + "-") for c in clusters):
                     found[kube.object_key(obj)] = obj
     except (kube.KubeError,) + API_ERRORS as exc:
-        raise PivotError(phase, "cannot list the CAPI objects in namespace %s on the %s cluster: %s"
-                         % (namespace, where, kube.error_text(exc)))
+        raise PivotError(
+            phase,
+            "cannot list the CAPI objects in namespace %s on the %s cluster: %s"
+            % (namespace, where, kube.error_text(exc)),
+        )
     return found
 
 
@@ -173,8 +203,8 @@ def parse_version(text):
     return (int(major), int(minor or 0), int(patch or 0), 0 if pre else 1, pre or "")
 
 
-
 # --- the pivot state ----------------------------------------------------------------
+
 
 class PivotState:
     """Options, configuration and clients of one pivot run: every field a phase sets or reads is declared here."""
@@ -197,20 +227,32 @@ class PivotState:
         self.target_context = self.boot["mgmt-context"]
         self.connect_kubeconfig = None  # the file used to reach the target (temporary in check mode)
         self._tempdir = None
-        self.variables = None          # prepare: ${VAR} values for the manifests
-        self.already_moved = False     # preconditions/move: nothing is left on the source
-        self.mgmt_deadline = None      # preconditions: when the wait for the management cluster ends (export reuses it)
-        self.objects = None            # preflight: {key: object} the move carries
-        self.suspended = []            # move: Kustomizations suspended on the source (rollback resumes them)
+        self.variables = None  # prepare: ${VAR} values for the manifests
+        self.already_moved = False  # preconditions/move: nothing is left on the source
+        self.mgmt_deadline = None  # preconditions: when the wait for the management cluster ends (export reuses it)
+        self.objects = None  # preflight: {key: object} the move carries
+        self.suspended = []  # move: Kustomizations suspended on the source (rollback resumes them)
         self.request_timeout = options.get("request_timeout")
         # Step budget of this run (None: wait as long as each timeout allows) and time spent on waits in earlier steps.
         budget = options.get("_wait_budget")
         self.budget_deadline = None if budget is None else self.clock() + max(0.0, float(budget))
         self.spent = dict(options.get("_wait_spent") or {})
-        self.result = {"changed": False, "phase_reached": None, "moved": [], "excluded": [], "fallbacks": [],
-                       "target_kubeconfig": self.target_kubeconfig, "target_context": self.target_context,
-                       "providers": [], "charts": [], "applied": [], "suspended": [], "progress": [],
-                       "environment": self.env_name, "already_moved": False}
+        self.result = {
+            "changed": False,
+            "phase_reached": None,
+            "moved": [],
+            "excluded": [],
+            "fallbacks": [],
+            "target_kubeconfig": self.target_kubeconfig,
+            "target_context": self.target_context,
+            "providers": [],
+            "charts": [],
+            "applied": [],
+            "suspended": [],
+            "progress": [],
+            "environment": self.env_name,
+            "already_moved": False,
+        }
 
     def connect(self, kubeconfig, context, source=False):
         """A client of one of the two clusters, with the run's request timeout (and, for the source, the auth options)."""
@@ -274,8 +316,8 @@ class PivotState:
             raise Pending(key, phase, title, total - seconds + (self.clock() - began), total, describe(exc.state))
 
 
-
 # --- the management cluster, when it is already reachable ----------------------------------
+
 
 def existing_target(pv):
     """A client for an already exported target kubeconfig that answers; None otherwise."""
@@ -324,8 +366,6 @@ def registry_serves(url, timeout=5.0):
 
 def registry_url(pv):
     return pv.options.get("registry_url") or "http://127.0.0.1:%d" % pv.boot["registry-port"]
-
-
 
 
 Pivot = PivotState  # the older name

@@ -11,17 +11,30 @@ import tempfile
 
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (
-    API_ERRORS, PivotError, command_failed, existing_target, find_binary, run_command,
+    API_ERRORS,
+    PivotError,
+    command_failed,
+    existing_target,
+    find_binary,
+    run_command,
 )
 
 
 def lb_port_from_docker(pv):
     """Published host port of the <mgmt>-lb container's 6443/tcp (local-host)."""
     docker = find_binary("docker", pv.options.get("docker_binary"))
-    argv = [docker, "inspect", "-f", '{{(index (index .NetworkSettings.Ports "6443/tcp") 0).HostPort}}', "%s-lb" % pv.mgmt]
+    argv = [
+        docker,
+        "inspect",
+        "-f",
+        '{{(index (index .NetworkSettings.Ports "6443/tcp") 0).HostPort}}',
+        "%s-lb" % pv.mgmt,
+    ]
     rc, out, err = run_command(argv, timeout=60)
     if rc != 0 or not out.strip().isdigit():
-        raise command_failed("export", argv, rc, out, err, "finding the published port of the load balancer %s-lb" % pv.mgmt)
+        raise command_failed(
+            "export", argv, rc, out, err, "finding the published port of the load balancer %s-lb" % pv.mgmt
+        )
     return int(out.strip())
 
 
@@ -47,24 +60,44 @@ def run(pv):
             deadline = pv.mgmt_deadline or pv.clock() + pv.wait_left("mgmt", total)
             pv.say(">>> waiting for Secret %s/%s" % (pv.namespace, secret_name))
             try:
-                pv.budgeted_wait("mgmt", phase, "management cluster", total, pv.remaining(deadline),
-                                 lambda limit: kube.watch_until(pv.source, "v1", "Secret", pv.namespace,
-                                                                lambda objs: ((pv.namespace, secret_name) in objs, None), limit),
-                                 lambda state: "Secret %s/%s not found yet" % (pv.namespace, secret_name))
+                pv.budgeted_wait(
+                    "mgmt",
+                    phase,
+                    "management cluster",
+                    total,
+                    pv.remaining(deadline),
+                    lambda limit: kube.watch_until(
+                        pv.source,
+                        "v1",
+                        "Secret",
+                        pv.namespace,
+                        lambda objs: ((pv.namespace, secret_name) in objs, None),
+                        limit,
+                    ),
+                    lambda state: "Secret %s/%s not found yet" % (pv.namespace, secret_name),
+                )
             except kube.WaitTimeout:
-                raise PivotError(phase, "Secret %s/%s (the management cluster's kubeconfig) did not appear on the kind cluster "
-                                 "within mgmt-ready-timeout; check `clusterctl describe cluster %s -n %s`"
-                                 % (pv.namespace, secret_name, pv.mgmt, pv.namespace))
+                raise PivotError(
+                    phase,
+                    "Secret %s/%s (the management cluster's kubeconfig) did not appear on the kind cluster "
+                    "within mgmt-ready-timeout; check `clusterctl describe cluster %s -n %s`"
+                    % (pv.namespace, secret_name, pv.mgmt, pv.namespace),
+                )
             secret = kube.get(pv.source, "v1", "Secret", secret_name, pv.namespace)
         if secret is None:
-            raise PivotError(phase, "Secret %s/%s (the management cluster's kubeconfig) does not exist on the kind cluster"
-                             % (pv.namespace, secret_name))
+            raise PivotError(
+                phase,
+                "Secret %s/%s (the management cluster's kubeconfig) does not exist on the kind cluster"
+                % (pv.namespace, secret_name),
+            )
         try:
             raw = base64.b64decode((secret.get("data") or {}).get("value") or "").decode("utf-8")
         except (ValueError, UnicodeDecodeError):
             raw = ""
         if not raw:
-            raise PivotError(phase, "Secret %s/%s has no base64 kubeconfig under data.value" % (pv.namespace, secret_name))
+            raise PivotError(
+                phase, "Secret %s/%s has no base64 kubeconfig under data.value" % (pv.namespace, secret_name)
+            )
         server = pv.options.get("target_server")
         if not server and pv.profile.lb_rewrite:  # the Secret names the container address; the host reaches the LB port
             port = pv.options.get("lb_port") or lb_port_from_docker(pv)
@@ -93,8 +126,11 @@ def run(pv):
         except kube.KubeError as exc:
             raise PivotError(phase, "the management cluster %s does not answer: %s" % (pv.mgmt, exc))
     if _same_cluster(pv):
-        raise PivotError(phase, "the exported management kubeconfig points at the kind cluster itself (%s); refusing to move onto the source"
-                         % pv.target.configuration.host)
+        raise PivotError(
+            phase,
+            "the exported management kubeconfig points at the kind cluster itself (%s); refusing to move onto the source"
+            % pv.target.configuration.host,
+        )
     wait_nodes(pv)
 
 
@@ -120,17 +156,26 @@ def wait_nodes(pv):
     timeout = pv.timeout("node")
     pv.say(">>> waiting up to %ss for the management cluster's nodes" % timeout)
     try:
-        pv.budgeted_wait("nodes", "export", "nodes", timeout, pv.wait_left("nodes", timeout),
-                         lambda limit: kube.watch_until(pv.target, "v1", "Node", None, _node_states, limit, on_progress=pv.say),
-                         lambda state: "nodes of %s: %s" % (pv.mgmt, state))
+        pv.budgeted_wait(
+            "nodes",
+            "export",
+            "nodes",
+            timeout,
+            pv.wait_left("nodes", timeout),
+            lambda limit: kube.watch_until(pv.target, "v1", "Node", None, _node_states, limit, on_progress=pv.say),
+            lambda state: "nodes of %s: %s" % (pv.mgmt, state),
+        )
     except kube.WaitTimeout as exc:
         nodes = kube.list_objects(pv.target, "v1", "Node")
         if any(kube.readiness(n)[0] for n in nodes):
             pv.say("! %s after %ss; continuing (node pools that register late are tolerated)" % (exc.state, timeout))
             return
-        raise PivotError("export", "no node of the management cluster %s became Ready within %ss (%s); check its machines"
-                         % (pv.mgmt, timeout, exc.state))
+        raise PivotError(
+            "export",
+            "no node of the management cluster %s became Ready within %ss (%s); check its machines"
+            % (pv.mgmt, timeout, exc.state),
+        )
     except (kube.KubeError,) + API_ERRORS as exc:
-        raise PivotError("export", "cannot read the nodes of the management cluster %s: %s" % (pv.mgmt, kube.error_text(exc)))
-
-
+        raise PivotError(
+            "export", "cannot read the nodes of the management cluster %s: %s" % (pv.mgmt, kube.error_text(exc))
+        )

@@ -7,14 +7,24 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (
-    API_ERRORS, PivotError, apply_object, capi_objects, command_failed, find_binary, load_documents, mgmt_on_target, run_command,
+    API_ERRORS,
+    PivotError,
+    apply_object,
+    capi_objects,
+    command_failed,
+    find_binary,
+    load_documents,
+    mgmt_on_target,
+    run_command,
 )
 
 
 def suspend_kustomizations(pv):
     state, objects, error = kube.probe(pv.source, *kube.KUSTOMIZATION)
     if state == kube.UNKNOWN:
-        raise PivotError("move", "cannot list the Flux Kustomizations on the kind cluster: %s; nothing was suspended" % error)
+        raise PivotError(
+            "move", "cannot list the Flux Kustomizations on the kind cluster: %s; nothing was suspended" % error
+        )
     active = [o for o in objects if not (o.get("spec") or {}).get("suspend")]
     suspended = []
     for obj in active:
@@ -24,8 +34,11 @@ def suspend_kustomizations(pv):
                 kube.set_suspend(pv.source, obj["metadata"]["namespace"], obj["metadata"]["name"], True)
             except API_ERRORS as exc:
                 pv.suspended = suspended
-                raise PivotError("move", "cannot suspend Kustomization %s/%s on the kind cluster: %s"
-                                 % (item["namespace"], item["name"], kube.error_text(exc)))
+                raise PivotError(
+                    "move",
+                    "cannot suspend Kustomization %s/%s on the kind cluster: %s"
+                    % (item["namespace"], item["name"], kube.error_text(exc)),
+                )
         suspended.append(item)
     pv.suspended = suspended
     pv.result["suspended"] = suspended
@@ -58,14 +71,18 @@ def rollback(pv, before, error):
                 notes.append("could NOT unpause Cluster %s on the kind cluster: %s" % (key[3], kube.error_text(exc)))
     suspended = pv.suspended
     if left and suspended:
-        notes.append("kept %d Kustomizations suspended on the kind cluster because %d objects already left it "
-                     "(resuming Flux there would re-create them)" % (len(suspended), len(left)))
+        notes.append(
+            "kept %d Kustomizations suspended on the kind cluster because %d objects already left it "
+            "(resuming Flux there would re-create them)" % (len(suspended), len(left))
+        )
     elif not left:
         for item in suspended:
             try:
                 kube.set_suspend(pv.source, item["namespace"], item["name"], False)
             except API_ERRORS as exc:
-                notes.append("could NOT resume Kustomization %s/%s: %s" % (item["namespace"], item["name"], kube.error_text(exc)))
+                notes.append(
+                    "could NOT resume Kustomization %s/%s: %s" % (item["namespace"], item["name"], kube.error_text(exc))
+                )
         if suspended:
             notes.append("resumed %d Kustomizations on the kind cluster" % len(suspended))
     target_now = {}
@@ -79,15 +96,30 @@ def rollback(pv, before, error):
     pv.result["moved"] = moved
     pv.result["partial"] = partial
     pv.result["rollback"] = notes
-    message = "%s. Rolled back: %s. Nothing was deleted on the management cluster (%d of %d objects are there, %d left the kind cluster); " \
-              "fix the cause and re-run the pivot to complete the move" % (error, "; ".join(notes) or "nothing to undo", len(partial), len(before), len(left))
+    message = (
+        "%s. Rolled back: %s. Nothing was deleted on the management cluster (%d of %d objects are there, %d left the kind cluster); "
+        "fix the cause and re-run the pivot to complete the move"
+        % (error, "; ".join(notes) or "nothing to undo", len(partial), len(before), len(left))
+    )
     return PivotError("move", message, pv.result)
 
 
 def _clusterctl_argv(pv, dry_run):
     clusterctl = find_binary("clusterctl", pv.options.get("clusterctl_binary"))
-    argv = [clusterctl, "move", "--kubeconfig", pv.source_kubeconfig(), "--kubeconfig-context", pv.source_context(),
-            "--to-kubeconfig", pv.connect_kubeconfig, "--to-kubeconfig-context", pv.target_context, "-n", pv.namespace]
+    argv = [
+        clusterctl,
+        "move",
+        "--kubeconfig",
+        pv.source_kubeconfig(),
+        "--kubeconfig-context",
+        pv.source_context(),
+        "--to-kubeconfig",
+        pv.connect_kubeconfig,
+        "--to-kubeconfig-context",
+        pv.target_context,
+        "-n",
+        pv.namespace,
+    ]
     return argv + (["--dry-run"] if dry_run else [])
 
 
@@ -97,9 +129,17 @@ def apply_fallbacks(pv):
         entry = {"resource": fb["resource"], "name": fb["name"], "manifest": fb["manifest"], "state": "present"}
         docs = load_documents(pv.path(fb["manifest"]), None, phase="move")
         if not any(d["metadata"]["name"] == fb["name"] and d["apiVersion"].startswith(group + "/") for d in docs):
-            raise PivotError("move", "move fallback %s: manifest %s does not declare %s %s" % (fb["resource"], fb["manifest"], plural, fb["name"]))
-        missing = [d for d in docs if kube.get(pv.target, d["apiVersion"], d["kind"], d["metadata"]["name"],
-                                               d["metadata"].get("namespace")) is None]
+            raise PivotError(
+                "move",
+                "move fallback %s: manifest %s does not declare %s %s"
+                % (fb["resource"], fb["manifest"], plural, fb["name"]),
+            )
+        missing = [
+            d
+            for d in docs
+            if kube.get(pv.target, d["apiVersion"], d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))
+            is None
+        ]
         if missing:
             entry["state"] = "applied"
             for doc in missing:
@@ -142,16 +182,25 @@ def run(pv):
     before = capi_objects(pv.source, pv.namespace) if pv.objects is None else pv.objects
     pv.result["excluded"] = _excluded(pv)
     if not before:
-        on_target = pv.target is not None and kube.cluster_resource(pv.target) is not None and \
-            kube.get(pv.target, kube.api_version_of(kube.cluster_resource(pv.target)), "Cluster", pv.mgmt, pv.namespace) is not None
+        on_target = (
+            pv.target is not None
+            and kube.cluster_resource(pv.target) is not None
+            and kube.get(
+                pv.target, kube.api_version_of(kube.cluster_resource(pv.target)), "Cluster", pv.mgmt, pv.namespace
+            )
+            is not None
+        )
         if on_target or mgmt_on_target(pv):
             pv.already_moved = True
             pv.say("the kind cluster holds no CAPI object in %s: already moved" % pv.namespace)
             unpause_target(pv)
             apply_fallbacks(pv)
             return
-        raise PivotError("move", "namespace %s on the kind cluster holds no CAPI object and the management cluster lists no Cluster %s"
-                         % (pv.namespace, pv.mgmt))
+        raise PivotError(
+            "move",
+            "namespace %s on the kind cluster holds no CAPI object and the management cluster lists no Cluster %s"
+            % (pv.namespace, pv.mgmt),
+        )
     if pv.check_mode:
         argv = _clusterctl_argv(pv, dry_run=True)
         rc, out, err = run_command(argv, timeout=600)
@@ -182,18 +231,24 @@ def run(pv):
     if after or missing:
         parts = []
         if after:
-            parts.append("the kind cluster still holds %d CAPI objects in %s (%s)"
-                         % (len(after), pv.namespace, ", ".join(kube.key_label(k) for k in sorted(after)[:10])))
+            parts.append(
+                "the kind cluster still holds %d CAPI objects in %s (%s)"
+                % (len(after), pv.namespace, ", ".join(kube.key_label(k) for k in sorted(after)[:10]))
+            )
         if missing:
-            parts.append("%d objects left the kind cluster but are not on the management cluster (%s)"
-                         % (len(missing), ", ".join(kube.key_label(k) for k in sorted(missing)[:10])))
+            parts.append(
+                "%d objects left the kind cluster but are not on the management cluster (%s)"
+                % (len(missing), ", ".join(kube.key_label(k) for k in sorted(missing)[:10]))
+            )
         raise rollback(pv, before, "clusterctl move exited 0 but verification failed: " + "; ".join(parts))
     pv.result["moved"] = [kube.identity(before[k]) for k in sorted(before)]
     try:
         unpause_target(pv)
         apply_fallbacks(pv)
     except API_ERRORS as exc:
-        raise PivotError("move", "the move completed but finishing on the management cluster failed: %s; re-run the pivot"
-                         % kube.error_text(exc), pv.result)
-
-
+        raise PivotError(
+            "move",
+            "the move completed but finishing on the management cluster failed: %s; re-run the pivot"
+            % kube.error_text(exc),
+            pv.result,
+        )

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (
-    API_ERRORS, PivotError, mgmt_on_target, registry_serves, registry_url,
+    API_ERRORS,
+    PivotError,
+    mgmt_on_target,
+    registry_serves,
+    registry_url,
 )
 
 
@@ -15,8 +19,11 @@ def run(pv):
     phase = "preconditions"
     context = pv.source_context()
     if context != pv.boot["kind-context"]:
-        raise PivotError(phase, "the pivot source must be the kind cluster's context %s, not %s; pass source_context=%s"
-                         % (pv.boot["kind-context"], context, pv.boot["kind-context"]))
+        raise PivotError(
+            phase,
+            "the pivot source must be the kind cluster's context %s, not %s; pass source_context=%s"
+            % (pv.boot["kind-context"], context, pv.boot["kind-context"]),
+        )
     try:
         pv.source = pv.connect(pv.source_kubeconfig(), context, source=True)
         pv.source.resources.get(api_version="v1", kind="Namespace").get(name="default")
@@ -24,39 +31,71 @@ def run(pv):
         pv.source = None
         if mgmt_on_target(pv):
             pv.already_moved = True
-            pv.say("kind context %s does not answer and %s already manages Cluster %s: nothing to move"
-                   % (context, pv.target_context, pv.mgmt))
+            pv.say(
+                "kind context %s does not answer and %s already manages Cluster %s: nothing to move"
+                % (context, pv.target_context, pv.mgmt)
+            )
             return
-        raise PivotError(phase, "the kind cluster (context %s) cannot be reached and %s does not list Cluster %s yet: %s"
-                         % (context, pv.target_kubeconfig, pv.mgmt, kube.error_text(exc)))
+        raise PivotError(
+            phase,
+            "the kind cluster (context %s) cannot be reached and %s does not list Cluster %s yet: %s"
+            % (context, pv.target_kubeconfig, pv.mgmt, kube.error_text(exc)),
+        )
     if pv.profile.local_registry:  # Flux on the management cluster will pull from it
         url = registry_url(pv)
         if not registry_serves(url):
-            raise PivotError(phase, "the local registry %s does not serve %s/v2/; start it (bootstrap role) before pivoting"
-                             % (pv.boot["registry-name"], url))
+            raise PivotError(
+                phase,
+                "the local registry %s does not serve %s/v2/; start it (bootstrap role) before pivoting"
+                % (pv.boot["registry-name"], url),
+            )
     res = kube.cluster_resource(pv.source)
     if res is None:
-        raise PivotError(phase, "the kind cluster (context %s) does not serve cluster.x-k8s.io Cluster: "
-                         "Cluster API is not installed there; run the bootstrap first" % context)
+        raise PivotError(
+            phase,
+            "the kind cluster (context %s) does not serve cluster.x-k8s.io Cluster: "
+            "Cluster API is not installed there; run the bootstrap first" % context,
+        )
     if kube.get(pv.source, kube.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None and mgmt_on_target(pv):
         pv.say("Cluster %s/%s is already on the target" % (pv.namespace, pv.mgmt))
         return
     timeout = pv.options.get("mgmt_ready_timeout") or pv.env["mgmt-ready-timeout"]
     pv.say(">>> waiting up to %ss for Cluster %s/%s on the kind cluster" % (timeout, pv.namespace, pv.mgmt))
     if pv.check_mode and kube.get(pv.source, kube.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None:
-        raise PivotError(phase, "Cluster %s/%s does not exist on the kind cluster (check mode does not wait)" % (pv.namespace, pv.mgmt))
+        raise PivotError(
+            phase,
+            "Cluster %s/%s does not exist on the kind cluster (check mode does not wait)" % (pv.namespace, pv.mgmt),
+        )
     seconds = pv.wait_left("mgmt", timeout)
     pv.mgmt_deadline = pv.clock() + seconds
 
     def watch(limit):
-        return kube.watch_until(pv.source, kube.api_version_of(res), "Cluster", pv.namespace,
-                                lambda objs: ((pv.namespace, pv.mgmt) in objs, sorted(key[1] for key in objs)), limit)
+        return kube.watch_until(
+            pv.source,
+            kube.api_version_of(res),
+            "Cluster",
+            pv.namespace,
+            lambda objs: ((pv.namespace, pv.mgmt) in objs, sorted(key[1] for key in objs)),
+            limit,
+        )
+
     try:
-        pv.budgeted_wait("mgmt", phase, "management Cluster", timeout, seconds, watch,
-                         lambda state: "Cluster %s/%s not on the kind cluster yet (Clusters there: %s)"
-                         % (pv.namespace, pv.mgmt, ", ".join(state or []) or "none"))
+        pv.budgeted_wait(
+            "mgmt",
+            phase,
+            "management Cluster",
+            timeout,
+            seconds,
+            watch,
+            lambda state: (
+                "Cluster %s/%s not on the kind cluster yet (Clusters there: %s)"
+                % (pv.namespace, pv.mgmt, ", ".join(state or []) or "none")
+            ),
+        )
     except kube.WaitTimeout as exc:
-        raise PivotError(phase, "Cluster %s/%s did not appear on the kind cluster within %ss (mgmt-ready-timeout; Clusters there: %s); "
-                         "check the Flux Kustomizations on kind" % (pv.namespace, pv.mgmt, timeout, ", ".join(exc.state or []) or "none"))
-
-
+        raise PivotError(
+            phase,
+            "Cluster %s/%s did not appear on the kind cluster within %ss (mgmt-ready-timeout; Clusters there: %s); "
+            "check the Flux Kustomizations on kind"
+            % (pv.namespace, pv.mgmt, timeout, ", ".join(exc.state or []) or "none"),
+        )

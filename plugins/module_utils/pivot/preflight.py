@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (
-    BLOCK_MOVE, PAUSED_ANNOTATION, PivotError, capi_objects,
+    BLOCK_MOVE,
+    PAUSED_ANNOTATION,
+    PivotError,
+    capi_objects,
 )
 
 
@@ -15,12 +18,18 @@ def _cluster_problems(obj):
     init = status.get("initialization") or {}
     name = obj["metadata"]["name"]
     problems = []
-    infra = init.get("infrastructureProvisioned") or status.get("infrastructureReady") \
+    infra = (
+        init.get("infrastructureProvisioned")
+        or status.get("infrastructureReady")
         or (kube.condition(obj, "InfrastructureReady") or {}).get("status") == "True"
+    )
     if not infra:
         problems.append("Cluster %s: infrastructure is still provisioning" % name)
-    control = init.get("controlPlaneInitialized") or status.get("controlPlaneReady") \
+    control = (
+        init.get("controlPlaneInitialized")
+        or status.get("controlPlaneReady")
         or (kube.condition(obj, "ControlPlaneInitialized") or {}).get("status") == "True"
+    )
     if not control:
         problems.append("Cluster %s: control plane is not initialised" % name)
     if (obj.get("spec") or {}).get("paused") or PAUSED_ANNOTATION in ((obj["metadata"].get("annotations")) or {}):
@@ -37,13 +46,20 @@ def run(pv):
         group, kind, _ns, name = key
         if group == "cluster.x-k8s.io" and kind == "Cluster":
             problems += _cluster_problems(obj)
-        elif group == "cluster.x-k8s.io" and kind == "Machine" and not ((obj.get("status") or {}).get("nodeRef") or {}).get("name"):
+        elif (
+            group == "cluster.x-k8s.io"
+            and kind == "Machine"
+            and not ((obj.get("status") or {}).get("nodeRef") or {}).get("name")
+        ):
             problems.append("Machine %s: no nodeRef yet (the node is still provisioning)" % name)
         if BLOCK_MOVE in ((obj["metadata"].get("annotations")) or {}):
-            problems.append("%s: carries the %s annotation (a provider is still working on it)" % (kube.key_label(key), BLOCK_MOVE))
+            problems.append(
+                "%s: carries the %s annotation (a provider is still working on it)" % (kube.key_label(key), BLOCK_MOVE)
+            )
     if problems:
-        raise PivotError("preflight", "the move cannot start; nothing was paused or suspended: " + "; ".join(problems),
-                         {"refusals": problems})
+        raise PivotError(
+            "preflight",
+            "the move cannot start; nothing was paused or suspended: " + "; ".join(problems),
+            {"refusals": problems},
+        )
     pv.objects = objects or None  # the move carries what the preflight checked (an empty set is listed again)
-
-

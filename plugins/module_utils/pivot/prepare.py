@@ -16,7 +16,16 @@ except ImportError:  # pragma: no cover
 
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (
-    API_ERRORS, CHARTS, PivotError, SubstitutionError, apply_object, command_failed, find_binary, load_documents, parse_version, run_command,
+    API_ERRORS,
+    CHARTS,
+    PivotError,
+    SubstitutionError,
+    apply_object,
+    command_failed,
+    find_binary,
+    load_documents,
+    parse_version,
+    run_command,
 )
 
 
@@ -27,7 +36,11 @@ def source_variables(pv):
         try:
             maps = kube.list_objects(pv.source, "v1", "ConfigMap", pv.boot["flux-namespace"])
         except (kube.KubeError,) + API_ERRORS as exc:
-            raise PivotError("prepare", "cannot read the ConfigMaps of %s on the kind cluster: %s" % (pv.boot["flux-namespace"], kube.error_text(exc)))
+            raise PivotError(
+                "prepare",
+                "cannot read the ConfigMaps of %s on the kind cluster: %s"
+                % (pv.boot["flux-namespace"], kube.error_text(exc)),
+            )
         for cm in sorted(maps, key=lambda o: o["metadata"]["name"]):
             variables.update({k: str(v) for k, v in (cm.get("data") or {}).items()})
     variables.update(pv.env.get("pivot-manifest-vars") or {})
@@ -44,11 +57,25 @@ def run_tags(pv):
 
 
 def _helm_installed(pv, helm, release, namespace):
-    argv = [helm, "list", "-n", namespace, "--filter", "^%s$" % release, "-o", "json",
-            "--kubeconfig", pv.connect_kubeconfig, "--kube-context", pv.target_context]
+    argv = [
+        helm,
+        "list",
+        "-n",
+        namespace,
+        "--filter",
+        "^%s$" % release,
+        "-o",
+        "json",
+        "--kubeconfig",
+        pv.connect_kubeconfig,
+        "--kube-context",
+        pv.target_context,
+    ]
     rc, out, err = run_command(argv, timeout=120)
     if rc != 0:
-        raise command_failed("prepare", argv, rc, out, err, "listing helm release %s/%s on the management cluster" % (namespace, release))
+        raise command_failed(
+            "prepare", argv, rc, out, err, "listing helm release %s/%s on the management cluster" % (namespace, release)
+        )
     try:
         releases = json.loads(out or "[]") or []
     except ValueError:
@@ -70,7 +97,11 @@ def install_charts(pv):
         current = _helm_installed(pv, helm, release, namespace)
         entry = {"release": release, "namespace": namespace, "chart": chart, "version": version}
         wanted = "%s-%s" % (chart, version)
-        if current and current.get("chart") in (wanted, "%s-%s" % (chart, version.lstrip("v"))) and current.get("status") == "deployed":
+        if (
+            current
+            and current.get("chart") in (wanted, "%s-%s" % (chart, version.lstrip("v")))
+            and current.get("status") == "deployed"
+        ):
             entry["state"] = "unchanged"
             pv.result["charts"].append(entry)
             continue
@@ -79,15 +110,35 @@ def install_charts(pv):
         pv.changed()
         if pv.check_mode:
             continue
-        argv = [helm, "upgrade", "--install", release, chart, "--repo", repo, "--version", version,
-                "-n", namespace, "--create-namespace", "--wait", "--timeout", "%ds" % timeout,
-                "--kubeconfig", pv.connect_kubeconfig, "--kube-context", pv.target_context]
+        argv = [
+            helm,
+            "upgrade",
+            "--install",
+            release,
+            chart,
+            "--repo",
+            repo,
+            "--version",
+            version,
+            "-n",
+            namespace,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "%ds" % timeout,
+            "--kubeconfig",
+            pv.connect_kubeconfig,
+            "--kube-context",
+            pv.target_context,
+        ]
         for value in values:
             argv += ["--set", value]
         pv.say(">>> helm upgrade --install %s %s %s" % (release, chart, version))
         rc, out, err = run_command(argv, timeout=timeout + 120)
         if rc != 0:
-            raise command_failed("prepare", argv, rc, out, err, "installing chart %s %s on the management cluster" % (chart, version))
+            raise command_failed(
+                "prepare", argv, rc, out, err, "installing chart %s %s on the management cluster" % (chart, version)
+            )
 
 
 def _apply_docs(pv, docs, origin):
@@ -112,11 +163,18 @@ def aws_credentials(pv):
         if encoded:
             value = base64.b64decode(encoded).decode("utf-8")
     if not value:
-        raise PivotError("prepare", "aws: no credentials for Secret capa-system/aws-credentials: set AWS_B64ENCODED_CREDENTIALS "
-                         "(clusterawsadm bootstrap credentials encode-as-profile) or create that Secret on the kind cluster")
-    secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-              "metadata": {"name": "aws-credentials", "namespace": "capa-system"},
-              "stringData": {"AWS_B64ENCODED_CREDENTIALS": value}}
+        raise PivotError(
+            "prepare",
+            "aws: no credentials for Secret capa-system/aws-credentials: set AWS_B64ENCODED_CREDENTIALS "
+            "(clusterawsadm bootstrap credentials encode-as-profile) or create that Secret on the kind cluster",
+        )
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": "aws-credentials", "namespace": "capa-system"},
+        "stringData": {"AWS_B64ENCODED_CREDENTIALS": value},
+    }
     _apply_docs(pv, [secret], "(aws credentials)")
 
 
@@ -133,7 +191,10 @@ def sops_secrets(pv):
     if not os.path.isabs(key_file):
         key_file = pv.path(key_file)
     if not os.path.exists(key_file):
-        raise PivotError("prepare", "age key file %s does not exist; SOPS secrets %s cannot be decrypted" % (key_file, ", ".join(files)))
+        raise PivotError(
+            "prepare",
+            "age key file %s does not exist; SOPS secrets %s cannot be decrypted" % (key_file, ", ".join(files)),
+        )
     for relative in files:
         path = pv.path(relative)
         argv = [sops, "--decrypt", "--input-type", "yaml", "--output-type", "yaml", path]
@@ -152,7 +213,7 @@ def _provider_docs(docs):
 
 
 def _provider_version(obj):
-    return ((obj.get("status") or {}).get("installedVersion") or (obj.get("spec") or {}).get("version") or "")
+    return (obj.get("status") or {}).get("installedVersion") or (obj.get("spec") or {}).get("version") or ""
 
 
 def wait_providers(pv, providers):
@@ -178,14 +239,24 @@ def wait_providers(pv, providers):
             try:
                 pv.budgeted_wait(key, "prepare", "providers", timeout, pv.wait_left(key, timeout), watch, describe)
             except kube.WaitTimeout as exc:
-                raise PivotError("prepare", "%s did not become Ready on the management cluster within %ss (%s); "
-                                 "check the cluster-api-operator logs there" % (label, timeout, (exc.state or "").strip()))
+                raise PivotError(
+                    "prepare",
+                    "%s did not become Ready on the management cluster within %ss (%s); "
+                    "check the cluster-api-operator logs there" % (label, timeout, (exc.state or "").strip()),
+                )
             current = kube.get(pv.target, doc["apiVersion"], doc["kind"], name, namespace) or doc
         else:
             current = kube.get(pv.target, doc["apiVersion"], doc["kind"], name, namespace) or doc
             current = dict(current, spec=dict(current.get("spec") or {}, **(doc.get("spec") or {})))
-        pv.result["providers"].append({"kind": doc["kind"], "namespace": namespace, "name": name,
-                                       "version": _provider_version(current), "source_version": None})
+        pv.result["providers"].append(
+            {
+                "kind": doc["kind"],
+                "namespace": namespace,
+                "name": name,
+                "version": _provider_version(current),
+                "source_version": None,
+            }
+        )
     check_provider_versions(pv)
 
 
@@ -208,12 +279,20 @@ def check_provider_versions(pv):
             continue
         have, want = parse_version(entry["version"]), parse_version(src)
         if have is None or want is None:
-            problems.append("%s %s: cannot compare versions %r and %r" % (entry["kind"], entry["name"], entry["version"], src))
+            problems.append(
+                "%s %s: cannot compare versions %r and %r" % (entry["kind"], entry["name"], entry["version"], src)
+            )
         elif have < want:
-            problems.append("%s %s is %s on the target but %s on the kind cluster" % (entry["kind"], entry["name"], entry["version"], src))
+            problems.append(
+                "%s %s is %s on the target but %s on the kind cluster"
+                % (entry["kind"], entry["name"], entry["version"], src)
+            )
     if problems:
-        raise PivotError("prepare", "target providers older than the source's (clusterctl move needs the target at least at the "
-                         "source's version; raise spec.version in the provider manifests): " + "; ".join(problems))
+        raise PivotError(
+            "prepare",
+            "target providers older than the source's (clusterctl move needs the target at least at the "
+            "source's version; raise spec.version in the provider manifests): " + "; ".join(problems),
+        )
 
 
 def run(pv):
@@ -244,5 +323,3 @@ def run(pv):
         CREDENTIALS[pv.profile.pivot_credentials](pv)
     sops_secrets(pv)
     wait_providers(pv, providers)
-
-

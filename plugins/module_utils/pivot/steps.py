@@ -43,4 +43,3 @@ def merge_steps(earlier, later):
             cursor = len(lines)
     merged["progress"] = lines
     return merged
-
