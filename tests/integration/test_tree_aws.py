@@ -32,11 +32,6 @@ AGE_KEY = REPO / "tests" / "integration" / "fixtures" / "aws-sops-test.agekey"
 # [charts] update of that work lands, bootstrap.toml still names the older pins, so the tree copy
 # used for exact assertions carries these (see tree()).
 CHART_PINS = {"flux-operator": "0.58.1", "cert-manager": "v1.21.1", "capi-operator": "0.28.0"}
-# The vendored AWSManagedMachinePool v1beta2 schema predates AL2023_x86_64_NVIDIA, which CAPA v2.11.1
-# serves (config/crd/bases) and which EKS needs for GPU nodes from Kubernetes 1.33 on (no AL2 AMIs).
-STALE_SCHEMA = (CLUSTERS + "/eu-north-1/eu-north-1-workload.yaml", "AWSManagedMachinePool/default/eu-north-1-workload-gpu",
-                "schema", "spec.amiType: 'AL2023_x86_64_NVIDIA' is not one of 'AL2_x86_64', 'AL2_x86_64_GPU', "
-                "'AL2_ARM_64', 'AL2023_x86_64_STANDARD', 'AL2023_ARM_64_STANDARD', 'CUSTOM'")
 RUN_TAGS = ("krops.io/run-id", "krops.io/revision", "krops.io/expires-at", "krops.io/run-kind")
 WORKLOADS = {"eu-north-1-workload": "eu-north-1", "eu-west-1-workload": "eu-west-1"}
 
@@ -88,7 +83,7 @@ def _objects(directory, variables=None):
 def test_validate_aws_finds_only_the_stale_schema():
     result = check(REPO)
     # Chart-pin drift is the pending [charts] update only: the pins are the VERSIONS.md ones.
-    assert [f for f in found(result) if not _is_chart_drift(f)] == [STALE_SCHEMA]
+    assert [f for f in found(result) if not _is_chart_drift(f)] == []
     for finding in found(result):
         if _is_chart_drift(finding):
             assert any("version %s differs" % pin in finding[3] for pin in CHART_PINS.values()), finding
@@ -97,7 +92,7 @@ def test_validate_aws_finds_only_the_stale_schema():
 
 
 def test_validate_aws_copy_with_aligned_pins(tree):
-    assert found(check(tree)) == [STALE_SCHEMA]
+    assert found(check(tree)) == []
 
 
 # --- reconciliation order -----------------------------------------------------------------------
@@ -130,7 +125,7 @@ def test_dependson_graph_is_the_issue_chain():
 
 def test_broken_dependson_is_found(tree):
     edit(tree, AWS + "/workload-resources/flux-ks.yaml", "    - name: ack-controllers", "    - name: ack-controller")
-    assert sorted(found(check(tree))) == sorted([STALE_SCHEMA, (
+    assert sorted(found(check(tree))) == sorted([(
         AWS + "/workload-resources/flux-ks.yaml", "Kustomization/flux-system/workload-resources", "flux-graph",
         "dependsOn flux-system/ack-controller: no Kustomization of that name in environment aws")])
 
@@ -195,7 +190,6 @@ def test_dropped_ownership_and_run_tags_are_found(tree):
     edit(tree, cp, '    krops.io/run-id: "${KROPS_RUN_ID:=unset}"\n', "")  # the control plane's
     edit(tree, AWS + "/aws-global-iam/krops-reader.yaml", "      value: aws\n", "      value: azure\n")  # the Policy's
     assert sorted(found(check(tree))) == sorted([
-        STALE_SCHEMA,
         (AWS + "/aws-global-iam/krops-reader.yaml", "Policy/default/krops-reader-assume", "tags",
          "spec.tags: krops.io/environment is 'azure', expected 'aws'"),
         (cp, "AWSManagedControlPlane/default/eu-west-1-workload-control-plane", "tags",
@@ -278,8 +272,7 @@ def test_wrong_mgmt_region_and_workload_region_are_found(tree):
         ("bootstrap.toml", key + ".teardown.aws-workloads[0]", "bootstrap", "rds-instance krops-eu-north-1-db matches no "
          "DBInstance dbInstanceIdentifier (krops-eu-north-1-workload-db, krops-eu-west-1-workload-db)"),
         ("bootstrap.toml", key + ".teardown.aws-workloads[1]", "bootstrap",
-         "region eu-central-1 differs from the region of cluster eu-west-1-workload in the tree (eu-west-1)"),
-        STALE_SCHEMA])
+         "region eu-central-1 differs from the region of cluster eu-west-1-workload in the tree (eu-west-1)")])
 
 
 # --- secrets ------------------------------------------------------------------------------------
@@ -315,4 +308,4 @@ def test_plaintext_secret_is_found(tree):
          "SOPS file without sops metadata (mac and a key group): encrypt it with sops"),
         (AWS + "/konflate/konflate-token.sops.yaml", "Secret/konflate/konflate-token", "secrets",
          "Secret rendered in plaintext by mgmt/aws/konflate/kustomization.yaml (secretGenerator?): commit it as a "
-         "*.sops.yaml file instead"), STALE_SCHEMA])
+         "*.sops.yaml file instead")])
