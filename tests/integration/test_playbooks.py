@@ -141,7 +141,7 @@ def test_installed_collection_runs_by_name_and_asks_for_the_repository(installed
     collection = installed / "collections" / "ansible_collections" / "krops" / "platform"
     assert not (collection / "mgmt").exists() and not (collection / "bootstrap.toml").exists()
     rc, output, _err = run(["krops.platform.local_host", "--tags", "validate"], tmp_path, env=installed_env(installed),
-                        cwd=installed / "work")
+                           cwd=installed / "work")
     assert rc == 2
     assert failed_msg(output) == (
         "the GitOps repository is missing: %s/bootstrap.toml does not exist. An installed collection holds no GitOps "
