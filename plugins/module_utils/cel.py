@@ -1,0 +1,400 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""Evaluation of CRD ``x-kubernetes-validations`` CEL rules, as the API server does at apply time.
+
+The CEL engine is the PyPI package ``common-expression-language`` (module ``cel``; a binding of
+the Rust ``cel`` crate). Kubernetes adds libraries to CEL; the ones registered here are listed in
+:data:`EXTENSIONS` (strings, lists, regex and the ``isQuantity``/``isURL`` predicates). A rule
+that calls anything else (``quantity()``, ``url()``, ``format.*``, ``ip()``, ``cidr()``,
+``semver()``...) is *unevaluable*: it is reported as such, never counted as passed.
+
+How a rule is applied follows the apiextensions-apiserver:
+
+- a rule sits on a schema node and runs once per value at that node (each list item, each map
+  value), only when the value is present; ``self`` is that value;
+- schema ``default`` values are applied first (the server defaults before it validates), and
+  numbers are typed by the schema (``number`` is a double even when written as ``1``);
+- a rule that mentions ``oldSelf`` is a *transition rule*: it runs only on update, only where the
+  old object has a value at the same place (object properties, map keys, and items of
+  ``x-kubernetes-list-type: map`` lists matched by their keys). :func:`evaluate` runs them when
+  given ``old``;
+- a rule that evaluates to false is a violation reported with the rule's own ``message``; a rule
+  whose evaluation fails (no such key, index out of bounds, bad duration...) is an error, which
+  the API server rejects as well.
+
+Importable without Ansible.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import re
+import threading
+
+try:
+    import cel as _cel
+    from cel import stdlib as _cel_stdlib
+    HAS_CEL = True
+    CEL_IMPORT_ERROR = None
+except ImportError as exc:  # reported by the caller (validate lists every rule as unevaluable)
+    _cel = None
+    _cel_stdlib = None
+    HAS_CEL = False
+    CEL_IMPORT_ERROR = exc
+
+LIBRARY = "common-expression-language"
+
+VIOLATED = "violated"
+ERROR = "error"
+UNEVALUABLE = "unevaluable"
+
+# Functions of the CEL core that the Rust engine implements (macros like has/all/exists are
+# expanded by its parser and never show up as function references).
+BUILTINS = frozenset((
+    "size", "contains", "startsWith", "endsWith", "matches", "duration", "timestamp", "int", "uint",
+    "double", "string", "bytes", "bool", "dyn", "type", "getFullYear", "getMonth", "getDayOfYear",
+    "getDayOfMonth", "getDate", "getDayOfWeek", "getHours", "getMinutes", "getSeconds", "getMilliseconds",
+))
+
+# Known Kubernetes CEL functions that cannot be evaluated here: they return library-specific
+# objects (Quantity, URL, IP, CIDR, Semver, format validators) the engine has no type for.
+KNOWN_UNSUPPORTED = frozenset((
+    "quantity", "url", "ip", "cidr", "semver", "format.named", "format.dns1123Label", "format.dns1123Subdomain",
+    "format.qualifiedName", "format.labelValue", "format.uri", "format.uuid", "format.byte", "format.date",
+    "format.datetime", "authorizer", "strings.format", "format",
+))
+
+
+def _index_of(target, item, offset=None):
+    if isinstance(target, str):
+        return _cel_stdlib.index_of(target, item, 0 if offset is None else offset)
+    for index, value in enumerate(target):
+        if value == item:
+            return index
+    return -1
+
+
+def _last_index_of(target, item, offset=None):
+    if isinstance(target, str):
+        return _cel_stdlib.last_index_of(target, item, offset)
+    for index in range(len(target) - 1, -1, -1):
+        if target[index] == item:
+            return index
+    return -1
+
+
+def _is_sorted(values):
+    return all(values[i] <= values[i + 1] for i in range(len(values) - 1))
+
+
+def _find(text, pattern):
+    match = re.search(pattern, text)
+    return match.group(0) if match else ""
+
+
+def _find_all(text, pattern, limit=-1):
+    found = [m.group(0) for m in re.finditer(pattern, text)]
+    return found if limit is None or limit < 0 else found[:limit]
+
+
+# Kubernetes quantity syntax (k8s.io/apimachinery resource.Quantity): sign, number, suffix.
+_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[munkMGTPE]|[eE][+-]?\d+)?$")
+
+
+def _is_quantity(text):
+    return bool(_QUANTITY.match(text)) if isinstance(text, str) else False
+
+
+def _is_url(text):
+    # Kubernetes' isURL accepts what Go's url.Parse accepts as an absolute URI or an absolute path.
+    if not isinstance(text, str) or not text or any(c.isspace() for c in text):
+        return False
+    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", text)) or text.startswith("/")
+
+
+def _extensions():
+    if not HAS_CEL:
+        return {}
+    table = {}
+    table.update(_cel_stdlib.EXTENSIONS["core"])     # min, max, sum (Kubernetes lists library spellings)
+    table.update(_cel_stdlib.EXTENSIONS["strings"])  # charAt, lowerAscii, split, join, trim, ...
+    table.update({
+        "indexOf": _index_of, "lastIndexOf": _last_index_of,  # strings and lists
+        "isSorted": _is_sorted,
+        "find": _find, "findAll": _find_all,
+        "isQuantity": _is_quantity, "isURL": _is_url,
+    })
+    return table
+
+
+EXTENSIONS = _extensions()
+SUPPORTED = BUILTINS | frozenset(EXTENSIONS)
+
+
+class Compiled:
+    """One rule compiled once: program, or why it cannot be evaluated."""
+
+    __slots__ = ("rule", "program", "unsupported", "transition")
+
+    def __init__(self, rule):
+        self.rule = rule
+        self.program = None
+        self.unsupported = None
+        self.transition = bool(re.search(r"\boldSelf\b", rule))
+        if not HAS_CEL:
+            self.unsupported = "the %s Python package is not installed (%s)" % (LIBRARY, CEL_IMPORT_ERROR)
+            return
+        try:
+            program = _cel.compile(rule)
+        except Exception as exc:  # the engine raises ValueError/RuntimeError for syntax it lacks
+            self.unsupported = "the CEL library cannot parse it: %s" % _short(exc)
+            return
+        missing = sorted(name for name in program.functions()
+                         if not _is_operator(name) and name not in SUPPORTED)
+        if missing:
+            self.unsupported = "uses %s, which krops cannot evaluate" % ", ".join("%s()" % m for m in missing)
+            return
+        self.program = program
+
+
+_COMPILED = {}
+_LOCK = threading.Lock()
+
+
+def compiled(rule):
+    with _LOCK:
+        found = _COMPILED.get(rule)
+    if found is None:
+        found = Compiled(rule)
+        with _LOCK:
+            _COMPILED[rule] = found
+    return found
+
+
+def _is_operator(name):
+    return name.startswith(("_", "@", "!")) or not name[:1].isalpha()
+
+
+def _short(exc):
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+class Result:
+    """A rule that did not pass: violated, errored or could not be evaluated."""
+
+    __slots__ = ("path", "rule", "message", "outcome", "detail", "transition")
+
+    def __init__(self, path, rule, message, outcome, detail="", transition=False):
+        self.path = path
+        self.rule = rule
+        self.message = message
+        self.outcome = outcome
+        self.detail = detail
+        self.transition = transition
+
+    def text(self):
+        where = self.path or "(root)"
+        if self.outcome == VIOLATED:
+            return "%s: %s (rule: %s)" % (where, self.message or "failed rule", self.rule)
+        if self.outcome == ERROR:
+            return "%s: %s evaluating rule: %s" % (where, self.detail, self.rule)
+        return "%s: rule not evaluated, %s: %s" % (where, self.detail, self.rule)
+
+    def as_dict(self):
+        return {"path": self.path or "(root)", "rule": self.rule, "message": self.message,
+                "outcome": self.outcome, "detail": self.detail, "transition": self.transition}
+
+
+def has_rules(schema):
+    """True when any node of ``schema`` carries x-kubernetes-validations (cached per schema object)."""
+    key = id(schema)
+    with _LOCK:
+        cached = _HAS_RULES.get(key)
+    if cached is None or cached[0] is not schema:
+        cached = (schema, count_rules(schema)[0] > 0)
+        with _LOCK:
+            _HAS_RULES[key] = cached
+    return cached[1]
+
+
+_HAS_RULES = {}
+
+
+def count_rules(schema):
+    """(rules, transition rules) declared in ``schema``."""
+    total = transition = 0
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for rule in node.get("x-kubernetes-validations") or []:
+                total += 1
+                transition += bool(re.search(r"\boldSelf\b", str(rule.get("rule", ""))))
+            stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend(node)
+    return total, transition
+
+
+def evaluate(obj, schema, old=None, transition_only=False):
+    """Results (not-passed rules) of ``obj`` against the CEL rules of ``schema``.
+
+    ``old``: the object before the change; transition rules (``oldSelf``) run only with it.
+    ``transition_only``: run only transition rules (render_diff, when validate ran the others).
+    """
+    results = []
+    value = _typed(copy.deepcopy(obj), schema)
+    old_value = _typed(copy.deepcopy(old), schema) if old is not None else None
+    _walk(value, old_value, old is not None, schema, "", results, transition_only)
+    return results
+
+
+def _walk(value, old, has_old, schema, path, results, transition_only):
+    if not isinstance(schema, dict) or value is None:
+        return
+    for entry in schema.get("x-kubernetes-validations") or []:
+        if not isinstance(entry, dict) or not entry.get("rule"):
+            continue
+        rule = compiled(str(entry["rule"]))
+        if rule.transition and not has_old:
+            continue  # as on CREATE: no old value, the server skips transition rules
+        if transition_only and not rule.transition:
+            continue
+        message = str(entry.get("message") or "")
+        if rule.program is None:
+            results.append(Result(path, rule.rule, message, UNEVALUABLE, rule.unsupported, rule.transition))
+            continue
+        variables = {"self": _root_view(value) if not path else value}
+        if rule.transition:
+            variables["oldSelf"] = _root_view(old) if not path else old
+        context = _cel.Context(variables=variables, functions=EXTENSIONS)
+        try:
+            passed = rule.program.execute(context)
+        except (KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
+            detail = "no such key: %s" % exc.args[0] if isinstance(exc, KeyError) else _short(exc)
+            results.append(Result(path, rule.rule, message, ERROR, detail, rule.transition))
+            continue
+        except RuntimeError as exc:
+            text = _short(exc)
+            if text.startswith("Undefined variable or function"):
+                results.append(Result(path, rule.rule, message, UNEVALUABLE, text, rule.transition))
+            else:  # a function failed on its argument (bad duration, bad regex): the server fails too
+                results.append(Result(path, rule.rule, message, ERROR, text, rule.transition))
+            continue
+        except Exception as exc:  # TypeError and the like: a typing gap of krops, not the object's fault
+            results.append(Result(path, rule.rule, message, UNEVALUABLE,
+                                  "the CEL library failed (%s: %s)" % (type(exc).__name__, _short(exc)),
+                                  rule.transition))
+            continue
+        if passed is not True:
+            results.append(Result(path, rule.rule, message, VIOLATED, "", rule.transition))
+
+    for sub in schema.get("allOf") or []:  # the server runs the rules of allOf branches at the same node
+        _walk(value, old, has_old, sub, path, results, transition_only)
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        if isinstance(properties, dict):
+            for key, sub in properties.items():
+                if key in value:
+                    has = has_old and isinstance(old, dict) and key in old
+                    _walk(value[key], old.get(key) if has else None, has, sub,
+                          "%s.%s" % (path, key) if path else key, results, transition_only)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key, item in value.items():
+                if isinstance(properties, dict) and key in properties:
+                    continue
+                has = has_old and isinstance(old, dict) and key in old
+                _walk(item, old.get(key) if has else None, has, extra, "%s[%s]" % (path, key), results, transition_only)
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, dict):
+            keys = schema.get("x-kubernetes-list-map-keys") if schema.get("x-kubernetes-list-type") == "map" else None
+            olds = {}
+            if keys and has_old and isinstance(old, list):
+                olds = {_map_key(item, keys): item for item in old if isinstance(item, dict)}
+            for index, item in enumerate(value):
+                key = _map_key(item, keys) if keys and isinstance(item, dict) else None
+                has = key is not None and key in olds
+                _walk(item, olds.get(key) if has else None, has, items, "%s[%d]" % (path, index), results, transition_only)
+
+
+def _map_key(item, keys):
+    return tuple(repr(item.get(k)) for k in keys)
+
+
+def _root_view(obj):
+    """At the root the server exposes only apiVersion, kind, metadata.name/generateName, spec, status..."""
+    if not isinstance(obj, dict):
+        return obj
+    view = dict(obj)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        view["metadata"] = {k: meta[k] for k in ("name", "generateName") if k in meta}
+    return view
+
+
+def _typed(value, schema):
+    """Defaults applied and values typed as the schema says (what the server validates)."""
+    if not isinstance(schema, dict):
+        return _plain(value)
+    kind = schema.get("type")
+    if isinstance(value, dict):
+        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        for key, sub in properties.items():
+            if key not in value and isinstance(sub, dict) and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+        extra = schema.get("additionalProperties")
+        for key in list(value):
+            sub = properties.get(key, extra if isinstance(extra, dict) else None)
+            value[key] = _typed(value[key], sub)
+        return value
+    if isinstance(value, list):
+        items = schema.get("items")
+        return [_typed(item, items) for item in value]
+    if kind == "number" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return _plain(value)
+
+
+def _plain(value):
+    """YAML scalars that JSON does not have (timestamps) become the strings the server would see."""
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        text = value.isoformat()
+        return text.replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def schema_of(store, obj):
+    """The JSON schema of ``obj`` in a validate_schema.SchemaStore when it has CEL rules, else None.
+
+    Built-in kinds carry no rules in the kubernetes-validate schemas; a missing or unreachable
+    schema is reported by validate's schema rule, not here.
+    """
+    from ansible_collections.krops.platform.plugins.module_utils import validate_schema
+    api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
+    if not kind or validate_schema.is_builtin_group(validate_schema.split_api_version(api_version)[0]):
+        return None
+    try:
+        schema = store.validator(api_version, kind).schema
+    except (validate_schema.SchemaMissing, validate_schema.SchemaUnreachable):
+        return None
+    return schema if has_rules(schema) else None
+
+
+def check(obj, store, old=None, transition_only=False):
+    """Results of ``obj`` (SOPS metadata removed, as kustomize-controller does) against its schema's rules."""
+    schema = schema_of(store, obj)
+    if schema is None:
+        return []
+    obj = {k: v for k, v in obj.items() if k != "sops"}
+    if old is not None:
+        old = {k: v for k, v in old.items() if k != "sops"}
+    return evaluate(obj, schema, old=old, transition_only=transition_only)
