@@ -81,6 +81,9 @@ CLOUD_GROUPS = (("services.k8s.aws", "AWS (ACK)"), ("azure.com", "Azure (ASO)"),
                 ("infrastructure.cluster.x-k8s.io", "CAPI infrastructure"))
 # Ownership marks (CONTRACTS.md): where each cloud keeps tags/labels, and the key.
 OWNERSHIP_KEYS = ("krops.io/environment", "krops-environment")
+# Where the cloud tags are in the spec: ACK spec.tags [{key, value}] (S3: spec.tagging.tagSet),
+# CAPA additionalTags {k: v}, ASO spec.tags {k: v}; Config Connector takes metadata.labels.
+TAG_FIELDS = ("spec.tags", "spec.tagging.tagSet", "spec.additionalTags", "spec.resourceLabels", "spec.labels")
 # Version pins reported as "image and chart versions": (group, kind) -> field paths.
 VERSION_FIELDS = {
     ("helm.toolkit.fluxcd.io", "HelmRelease"): ("spec.chart.spec.version",),
@@ -147,11 +150,11 @@ def extract(repo, sha, dest):
 # --- one revision ------------------------------------------------------------------------
 
 class _Obj:
-    __slots__ = ("key", "obj", "kustomization", "file", "virtual", "cluster")
+    __slots__ = ("key", "obj", "kustomization", "file", "virtual", "cluster", "directory")
 
-    def __init__(self, key, obj, kustomization, file, virtual, cluster):
+    def __init__(self, key, obj, kustomization, file, virtual, cluster, directory):
         self.key, self.obj, self.kustomization, self.file = key, obj, kustomization, file
-        self.virtual, self.cluster = virtual, cluster
+        self.virtual, self.cluster, self.directory = virtual, cluster, directory
 
 
 def _key(obj):
@@ -189,7 +192,7 @@ def _collect_env(env, out):
             parents = [p for p in by_path if directory.startswith(p.rstrip("/") + "/")]
             owner = by_path[max(parents, key=len)] if parents else ("(no Kustomization applies %s)" % directory, mgmt_cluster)
         key = _key(item.obj)
-        objects.setdefault(key, _Obj(key, item.obj, owner[0], item.file, item.virtual, owner[1]))
+        objects.setdefault(key, _Obj(key, item.obj, owner[0], item.file, item.virtual, owner[1], directory))
     plaintext = set()
     for rel, doc in env.raw_docs:
         if doc.get("kind") == "Secret" and not rel.endswith((".sops.yaml", ".sops.yml")) and not isinstance(doc.get("sops"), dict):
@@ -200,6 +203,7 @@ def _collect_env(env, out):
             plaintext.add((item.file, label(_key(item.obj))))
     renders = [f for f in env.findings if f.rule == "render"]
     out[env.name] = {"objects": objects, "plaintext": plaintext,
+                     "failed": {os.path.dirname(f.file) for f in renders},
                      "render_failures": [{"file": f.file, "message": f.message} for f in renders]}
 
 
@@ -322,18 +326,17 @@ def _ownership(obj):
     """{(where, key): value} of krops ownership marks on labels and on the cloud tags of the spec."""
     marks = {}
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     for key in OWNERSHIP_KEYS:
         if key in labels:
             marks[("metadata.labels", key)] = labels[key]
-        for field in ("tags", "additionalTags", "resourceLabels", "labels"):
-            tags = spec.get(field)
+        for field in TAG_FIELDS:
+            tags = _get(obj, field)
             if isinstance(tags, dict) and key in tags:
-                marks[("spec.%s" % field, key)] = tags[key]
-            elif isinstance(tags, list):  # ACK: [{key, value}]
+                marks[(field, key)] = tags[key]
+            elif isinstance(tags, list):
                 for tag in tags:
                     if isinstance(tag, dict) and tag.get("key") == key:
-                        marks[("spec.%s" % field, key)] = tag.get("value")
+                        marks[(field, key)] = tag.get("value")
     return marks
 
 
@@ -369,8 +372,8 @@ def compare(base, head, store=None, cel=True):
     """Report of per-environment states ``base`` -> ``head``: environments and findings."""
     report_envs, findings, unevaluable = {}, [], []
     for env in sorted(set(base) | set(head)):
-        old_state = base.get(env) or {"objects": {}, "plaintext": set(), "render_failures": []}
-        new_state = head.get(env) or {"objects": {}, "plaintext": set(), "render_failures": []}
+        empty = {"objects": {}, "plaintext": set(), "render_failures": [], "failed": set()}
+        old_state, new_state = base.get(env) or empty, head.get(env) or empty
         old, new = old_state["objects"], new_state["objects"]
         section = {"present": {"base": env in base, "head": env in head}, "kustomizations": {},
                    "clusters": set(), "cloud_resources": [], "versions": [],
@@ -381,9 +384,14 @@ def compare(base, head, store=None, cel=True):
         def bucket(entry):
             return section["kustomizations"].setdefault(entry.kustomization, {"added": [], "changed": [], "removed": []})
 
+        # What a directory that fails to render at either revision holds is unknown, not removed.
+        unknown = old_state["failed"] | new_state["failed"]
+        section["not_compared"] = sorted(unknown)
         for key in sorted(set(old) | set(new)):
             before, after = old.get(key), new.get(key)
             entry = after or before
+            if (before and before.directory in unknown) or (after and after.directory in unknown):
+                continue
             change = None
             if before is None:
                 bucket(after)["added"].append({"object": label(key), "file": after.file})
@@ -541,7 +549,8 @@ def run(repo, base, head="HEAD", use_merge_base=True, environments=None, schema_
         envs, findings, unevaluable = compare(states["base"], states["head"], store, cel)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    for name, message in sorted(errors.items()):
+    findings.sort(key=lambda f: f.id)
+    for name, message in sorted(errors.items(), reverse=True):
         findings.insert(0, Finding("render-failure", "-", "-", name, "the tree at the %s revision cannot be rendered: %s"
                                    % (name, message), ident="%s/render-failure" % name))
     stale, by_label = acknowledge(findings, accepted, labels, accept_label)
@@ -596,6 +605,8 @@ def markdown(report):
         for when in ("base", "head"):
             for failure in section["render_failures"][when]:
                 lines.append("- render failure at %s: `%s`: %s" % (when, failure["file"], failure["message"]))
+        if section["not_compared"]:
+            lines.append("Not compared (a render failed): %s" % ", ".join("`%s`" % d for d in section["not_compared"]))
         if section["versions"]:
             lines += ["", "| object | field | base | head |", "|---|---|---|---|"]
             lines += ["| %s | `%s` | %s | %s |" % (v["object"], v["path"], v["base"] or "—", v["head"] or "—")
