@@ -53,7 +53,7 @@ UNEVALUABLE = "unevaluable"
 # expanded by its parser and never show up as function references).
 BUILTINS = frozenset((
     "size", "contains", "startsWith", "endsWith", "matches", "duration", "timestamp", "int", "uint",
-    "double", "string", "bytes", "bool", "dyn", "type", "getFullYear", "getMonth", "getDayOfYear",
+    "double", "string", "bytes", "dyn", "type", "getFullYear", "getMonth", "getDayOfYear",
     "getDayOfMonth", "getDate", "getDayOfWeek", "getHours", "getMinutes", "getSeconds", "getMilliseconds",
 ))
 
@@ -221,6 +221,12 @@ def has_rules(schema):
 _HAS_RULES = {}
 
 
+def _rules_at(node):
+    """The rules of one schema node (a schema may also have a *property* named x-kubernetes-validations)."""
+    rules = node.get("x-kubernetes-validations")
+    return [r for r in rules if isinstance(r, dict) and r.get("rule")] if isinstance(rules, list) else []
+
+
 def count_rules(schema):
     """(rules, transition rules) declared in ``schema``."""
     total = transition = 0
@@ -228,7 +234,7 @@ def count_rules(schema):
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            for rule in node.get("x-kubernetes-validations") or []:
+            for rule in _rules_at(node):
                 total += 1
                 transition += bool(re.search(r"\boldSelf\b", str(rule.get("rule", ""))))
             stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
@@ -253,9 +259,7 @@ def evaluate(obj, schema, old=None, transition_only=False):
 def _walk(value, old, has_old, schema, path, results, transition_only):
     if not isinstance(schema, dict) or value is None:
         return
-    for entry in schema.get("x-kubernetes-validations") or []:
-        if not isinstance(entry, dict) or not entry.get("rule"):
-            continue
+    for entry in _rules_at(schema):
         rule = compiled(str(entry["rule"]))
         if rule.transition and not has_old:
             continue  # as on CREATE: no old value, the server skips transition rules

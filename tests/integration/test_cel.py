@@ -1,0 +1,208 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""CEL rules in validate: violations of real rules of the vendored CAPI and Flux schemas planted in
+a copy of the local-host tree, transition rules, defaults, errors, and rules krops cannot evaluate.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.krops.platform.plugins.module_utils import cel
+from ansible_collections.krops.platform.plugins.module_utils import validate
+from tests.substrate.fixtures import REPO
+
+SCHEMAS = Path(os.environ.get("KROPS_SCHEMA_LOCATION") or REPO / "schemas" / "crds")
+if not SCHEMAS.is_absolute():
+    SCHEMAS = (REPO / SCHEMAS).resolve()
+KCP = "mgmt/local-host/clusters/local-management/control-plane.yaml"
+FLUXINSTANCE = "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml"
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "repo"
+    for part in ("mgmt/local-host", "workload/local-host"):
+        shutil.copytree(REPO / part, root / part)
+    for name in ("bootstrap.toml", ".yamllint"):
+        shutil.copy(REPO / name, root / name)
+    return root
+
+
+def edit(root, rel, old, new):
+    path = root / rel
+    text = path.read_text()
+    assert old in text, "%s does not contain %r" % (rel, old)
+    path.write_text(text.replace(old, new, 1))
+
+
+def check(root, **kwargs):
+    return validate.run(str(root), environments=["local-host"], schema_location=str(SCHEMAS), **kwargs)
+
+
+def findings(result):
+    return [(f["file"], f["object"], f["rule"], f["message"]) for f in result["findings"]]
+
+
+def schema(group, kind, version):
+    with open(SCHEMAS / group / ("%s_%s.json" % (kind, version)), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def test_the_real_tree_passes_every_rule_and_every_vendored_rule_is_evaluable(tree):
+    result = check(tree)
+    assert result["findings"] == [] and result["cel_unevaluable"] == []
+    rules = set()
+    for path in glob.glob(str(SCHEMAS / "*" / "*.json")):
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        if "x-kubernetes-validations" not in text:
+            continue
+        stack = [json.loads(text)]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                entries = node.get("x-kubernetes-validations")
+                if isinstance(entries, list):
+                    rules.update(r["rule"] for r in entries)
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+    assert len(rules) > 100
+    assert [r for r in sorted(rules) if cel.compiled(r).unsupported] == []
+
+
+def test_capi_kubeadm_control_plane_duplicate_extra_args_violates_its_rule(tree):
+    # controlplane.cluster.x-k8s.io/v1beta2 KubeadmControlPlane: extraArgs names must be unique.
+    edit(tree, KCP, "        certSANs: [localhost, 127.0.0.1, 0.0.0.0, host.docker.internal]\n",
+         "        certSANs: [localhost, 127.0.0.1, 0.0.0.0, host.docker.internal]\n        extraArgs:\n"
+         "          - {name: audit-log-maxage, value: \"3\"}\n          - {name: audit-log-maxage, value: \"7\"}\n")
+    assert findings(check(tree)) == [(KCP, "KubeadmControlPlane/default/local-management-control-plane", "cel",
+                                      "spec.kubeadmConfigSpec.clusterConfiguration.apiServer.extraArgs: extraArgs name must "
+                                      "be unique (rule: self.all(x, self.exists_one(y, x.name == y.name)))")]
+    assert findings(check(tree, cel=False)) == []  # the JSON schema alone accepts it
+
+
+def test_flux_instance_name_rule_at_the_root_uses_metadata_name(tree):
+    # fluxcd.controlplane.io/v1 FluxInstance: self.metadata.name == 'flux'.
+    edit(tree, FLUXINSTANCE, "  name: flux\n", "  name: flux-workload\n")
+    assert findings(check(tree)) == [(FLUXINSTANCE, "FluxInstance/flux-system/flux-workload", "cel",
+                                      "(root): the only accepted name for a FluxInstance is 'flux' "
+                                      "(rule: self.metadata.name == 'flux')")]
+
+
+def test_flux_helmrelease_chart_and_chartref_together_violate_its_rule(tree):
+    # helm.toolkit.fluxcd.io/v2 HelmRelease: either chart or chartRef must be set.
+    edit(tree, "workload/local-host/podinfo.yaml", "  chartRef:\n",
+         "  chart:\n    spec:\n      chart: podinfo\n      sourceRef:\n        kind: OCIRepository\n"
+         "        name: podinfo\n  chartRef:\n")
+    cel_findings = [f for f in findings(check(tree)) if f[2] == "cel"]
+    assert cel_findings == [("workload/local-host/podinfo.yaml", "HelmRelease/podinfo/podinfo", "cel",
+                             "spec: either chart or chartRef must be set (rule: (has(self.chart) && !has(self.chartRef)) "
+                             "|| (!has(self.chart) && has(self.chartRef)))")]
+
+
+def test_transition_rule_runs_only_with_the_old_object():
+    # fluxcd.controlplane.io/v1 FluxInstance: spec.sync.name is immutable (self == oldSelf).
+    fluxinstance = schema("fluxcd.controlplane.io", "fluxinstance", "v1")
+    old = {"apiVersion": "fluxcd.controlplane.io/v1", "kind": "FluxInstance", "metadata": {"name": "flux"},
+           "spec": {"distribution": {"version": "2.7.x", "registry": "ghcr.io/fluxcd"},
+                    "sync": {"kind": "OCIRepository", "url": "oci://r/x", "ref": "latest", "path": "p", "name": "a"}}}
+    new = json.loads(json.dumps(old))
+    new["spec"]["sync"]["name"] = "b"
+    assert cel.evaluate(new, fluxinstance) == []  # create: transition rules are skipped
+    results = cel.evaluate(new, fluxinstance, old=old, transition_only=True)
+    assert [r.as_dict() for r in results] == [{"path": "spec.sync.name", "rule": "self == oldSelf",
+                                               "message": "Sync name is immutable", "outcome": "violated",
+                                               "detail": "", "transition": True}]
+    assert cel.evaluate(old, fluxinstance, old=old) == []
+    # No old value at that place (sync added): the server skips the rule.
+    del old["spec"]["sync"]["name"]
+    assert cel.evaluate(new, fluxinstance, old=old, transition_only=True) == []
+
+
+SCHEMA = {"type": "object", "properties": {
+    "spec": {"type": "object", "properties": {
+        "size": {"type": "string"}, "mode": {"type": "string", "default": "auto"}, "ratio": {"type": "number"},
+        "items": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}},
+                                             "x-kubernetes-validations": [{"rule": "self.name.lowerAscii() == self.name",
+                                                                           "message": "lower case"}]}}},
+        "x-kubernetes-validations": [
+            {"rule": "self.mode == 'auto' || has(self.size)", "message": "size is required unless mode is auto"},
+            {"rule": "!has(self.ratio) || self.ratio > 0.5", "message": "ratio above 0.5"},
+            {"rule": "!has(self.size) || quantity(self.size).isLessThan(quantity('1Gi'))", "message": "at most 1Gi"},
+            {"rule": "self.size.split('i').size() <= 2", "message": "one i"},
+        ]}}}
+
+
+def test_defaults_typing_extensions_errors_and_unevaluable_rules():
+    results = cel.evaluate({"spec": {"ratio": 1, "items": [{"name": "ok"}, {"name": "NotOk"}]}}, SCHEMA)
+    assert [(r.path, r.outcome, r.message, r.detail) for r in results] == [
+        # mode defaults to auto, so the first rule passes; ratio 1 is a double (1.0 > 0.5) and passes.
+        ("spec", "unevaluable", "at most 1Gi", "uses isLessThan(), quantity(), which krops cannot evaluate"),
+        ("spec", "error", "one i", "no such key: size"),
+        ("spec.items[1]", "violated", "lower case", ""),
+    ]
+    assert results[1].text() == "spec: no such key: size evaluating rule: self.size.split('i').size() <= 2"
+    assert results[0].text() == ("spec: rule not evaluated, uses isLessThan(), quantity(), which krops cannot evaluate: "
+                                 "!has(self.size) || quantity(self.size).isLessThan(quantity('1Gi'))")
+    results = cel.evaluate({"spec": {"mode": "manual", "size": "1Gi", "ratio": 0.25}}, SCHEMA)
+    assert [(r.message, r.outcome) for r in results] == [
+        ("ratio above 0.5", "violated"), ("at most 1Gi", "unevaluable")]
+
+
+def test_unevaluable_rule_of_a_schema_is_listed_by_validate_never_passed(tree, tmp_path):
+    schemas = tmp_path / "schemas"
+    shutil.copytree(SCHEMAS, schemas, symlinks=True, ignore=shutil.ignore_patterns("kustomize.toolkit.fluxcd.io"))
+    shutil.copytree(SCHEMAS / "kustomize.toolkit.fluxcd.io", schemas / "kustomize.toolkit.fluxcd.io")
+    path = schemas / "kustomize.toolkit.fluxcd.io" / "kustomization_v1.json"
+    data = json.loads(path.read_text())
+    data["properties"]["spec"]["properties"]["interval"]["x-kubernetes-validations"] = [
+        {"rule": "url('https://x').getHost() != ''", "message": "needs the url library"}]
+    path.write_text(json.dumps(data))
+    result = validate.run(str(tree), environments=["local-host"], schema_location=str(schemas))
+    assert result["findings"] == []
+    unevaluable = result["cel_unevaluable"]
+    assert len(unevaluable) == 10  # nine Flux Kustomizations and the one the ResourceSet renders
+    assert unevaluable[0] == {"file": "mgmt/local-host/caaph-system/flux-ks.yaml",
+                              "object": "Kustomization/flux-system/caaph-system", "environment": "local-host",
+                              "message": "spec.interval: rule not evaluated, uses getHost(), url(), which krops cannot "
+                                         "evaluate: url('https://x').getHost() != ''"}
+    assert result["summary"]["local-host"]["cel_unevaluable"] == 10
+    lines = validate.format_text(result)
+    assert sum("[cel] NOT EVALUATED" in line for line in lines) == 10
+
+
+@pytest.mark.parametrize("name", sorted(cel.BUILTINS))
+def test_every_builtin_the_static_check_trusts_exists_in_the_engine(name):
+    """Called as a function or as a method, the engine knows the name (a wrong argument type is fine)."""
+    unknown = []
+    for form in ("%s(x)", "x.%s()", "x.%s(x)", "t.%s()"):
+        try:
+            cel._cel.evaluate(form % name, {"x": "2024-01-01T00:00:00Z", "t": cel._cel.evaluate("timestamp('2024-01-01T00:00:00Z')")})
+        except RuntimeError as exc:
+            unknown.append("Undefined variable or function" in str(exc))
+            continue
+        except Exception:  # pylint: disable=broad-except
+            pass
+        unknown.append(False)
+    assert not all(unknown), name
+
+
+@pytest.mark.parametrize("expression, expected", [
+    ("'a,b'.split(',')", ["a", "b"]), ("'AbC'.lowerAscii()", "abc"), ("[1, 2, 3].isSorted()", True),
+    ("[3, 1].isSorted()", False), ("[1, 2].sum()", 3), ("[4, 2].min()", 2), ("['a', 'b'].indexOf('b')", 1),
+    ("'abcb'.lastIndexOf('b')", 3), ("'abc123'.find('[0-9]+')", "123"), ("'1a2b'.findAll('[0-9]')", ["1", "2"]),
+    ("isQuantity('1.5Gi')", True), ("isQuantity('1.5 Gi')", False), ("isURL('https://example.com/x')", True),
+    ("isURL('not a url')", False),
+])
+def test_kubernetes_extensions(expression, expected):
+    program = cel.compiled(expression)
+    assert program.unsupported is None
+    assert program.program.execute(cel._cel.Context(functions=cel.EXTENSIONS)) == expected
