@@ -21,6 +21,10 @@ description:
     mgmt-cluster and teardown names.
   - C(secrets) - every Secret manifest is a SOPS file (C(*.sops.yaml)) with encrypted data.
   - C(yamllint) - the repository's C(.yamllint) over the environment's files.
+  - C(cel) - every custom resource passes the C(x-kubernetes-validations) CEL rules of its schema, evaluated with the
+    C(common-expression-language) library and Kubernetes' list, string and regex extensions; rules it cannot
+    evaluate are returned in RV(cel_unevaluable), never counted as passed. Transition rules (C(oldSelf)) need the
+    previous object - M(krops.platform.render_diff) applies them.
   - Never changes anything. Fails, listing every finding, when there is at least one.
 author:
   - krops developers (@krops)
@@ -60,6 +64,13 @@ options:
     type: str
     choices: [text, json]
     default: text
+  cel:
+    description:
+      - Evaluate the CEL rules of the schemas (the C(cel) rule). Off, validation checks the JSON schemas only,
+        as kubeconform does.
+    type: bool
+    default: true
+    version_added: 0.2.0
 attributes:
   check_mode:
     support: full
@@ -70,6 +81,7 @@ attributes:
 requirements:
   - kubectl (with kustomize) or kustomize on the controller
   - jsonschema, referencing, kubernetes-validate and yamllint (Python libraries)
+  - common-expression-language (Python library) for the C(cel) rule
 """
 
 EXAMPLES = r"""
@@ -100,7 +112,7 @@ findings:
       description: C(Kind/namespace/name) of the object, a C(bootstrap.toml) key, a line, or C(-).
       type: str
     rule:
-      description: One of C(render), C(schema), C(flux-graph), C(bootstrap), C(secrets), C(yamllint).
+      description: One of C(render), C(schema), C(flux-graph), C(bootstrap), C(secrets), C(yamllint), C(cel).
       type: str
     message:
       description: What is wrong and, where useful, what to do.
@@ -119,7 +131,7 @@ summary:
   returned: always
   type: dict
   sample: {"local-host": {"directories": 12, "objects": 47, "files": 40, "findings": 0, "seconds": 1.2,
-           "by_rule": {"render": 0, "schema": 0, "flux-graph": 0, "bootstrap": 0, "secrets": 0, "yamllint": 0}}}
+           "by_rule": {"render": 0, "schema": 0, "flux-graph": 0, "bootstrap": 0, "secrets": 0, "yamllint": 0, "cel": 0}, "cel_unevaluable": 0}}
 output:
   description: The report in the requested O(format) (text lines joined by newlines, or JSON).
   returned: always
@@ -128,6 +140,11 @@ objects:
   description: Number of rendered objects checked, all environments together.
   returned: always
   type: int
+cel_unevaluable:
+  description: CEL rules the library could not evaluate, per object (file, object, environment, message).
+  returned: always
+  type: list
+  elements: dict
 environments:
   description: The environments checked.
   returned: always
@@ -151,6 +168,7 @@ def main():
             allow_kinds=dict(type="list", elements="str", default=[]),
             config_file=dict(type="path"),
             format=dict(type="str", choices=["text", "json"], default="text"),
+            cel=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -158,7 +176,7 @@ def main():
     try:
         result = krops_validate.run(path=params["path"], environments=params["environments"],
                                     schema_location=params["schema_location"], allow_kinds=params["allow_kinds"],
-                                    config_file=params["config_file"])
+                                    config_file=params["config_file"], cel=params["cel"])
     except krops_validate.ValidateError as exc:
         module.fail_json(msg="validate could not run: %s" % exc)
     if params["format"] == "json":
@@ -166,7 +184,8 @@ def main():
     else:
         output = "\n".join(krops_validate.format_text(result))
     returned = dict(changed=False, findings=result["findings"], summary=result["summary"], output=output,
-                    objects=result["objects"], environments=result["environments"])
+                    objects=result["objects"], environments=result["environments"],
+                    cel_unevaluable=result["cel_unevaluable"])
     if result["findings"]:
         lines = krops_validate.format_text(result)
         module.fail_json(msg="validate found %d finding(s):\n%s" % (len(result["findings"]), "\n".join(lines)), **returned)
