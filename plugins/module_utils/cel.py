@@ -155,9 +155,14 @@ class Compiled:
         if missing:
             self.unsupported = "uses %s, which krops cannot evaluate" % ", ".join("%s()" % m for m in missing)
             return
+        if _ESCAPED.search(rule):
+            # The server escapes property names (__dash__, __dot__, __namespace__...); krops does not.
+            self.unsupported = "uses an escaped property name (%s), which krops does not map" % _ESCAPED.search(rule).group(0)
+            return
         self.program = program
 
 
+_ESCAPED = re.compile(r"__[A-Za-z0-9]+__")
 _COMPILED = {}
 _LOCK = threading.Lock()
 
@@ -261,13 +266,18 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
         return
     for entry in _rules_at(schema):
         rule = compiled(str(entry["rule"]))
-        if rule.transition and not has_old:
+        optional_old = bool(entry.get("optionalOldSelf"))  # such rules run on create too
+        if rule.transition and not has_old and not optional_old:
             continue  # as on CREATE: no old value, the server skips transition rules
         if transition_only and not rule.transition:
             continue
         message = str(entry.get("message") or "")
-        if rule.program is None:
-            results.append(Result(path, rule.rule, message, UNEVALUABLE, rule.unsupported, rule.transition))
+        if not message and entry.get("messageExpression"):
+            message = "(messageExpression not evaluated: %s)" % entry["messageExpression"]
+        where = path + str(entry.get("fieldPath") or "") if entry.get("fieldPath") else path
+        if rule.program is None or optional_old:
+            detail = rule.unsupported or "optionalOldSelf rules need CEL optionals, which krops does not pass"
+            results.append(Result(where, rule.rule, message, UNEVALUABLE, detail, rule.transition))
             continue
         variables = {"self": _root_view(value) if not path else value}
         if rule.transition:
@@ -277,22 +287,22 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
             passed = rule.program.execute(context)
         except (KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
             detail = "no such key: %s" % exc.args[0] if isinstance(exc, KeyError) else _short(exc)
-            results.append(Result(path, rule.rule, message, ERROR, detail, rule.transition))
+            results.append(Result(where, rule.rule, message, ERROR, detail, rule.transition))
             continue
         except RuntimeError as exc:
             text = _short(exc)
             if text.startswith("Undefined variable or function"):
-                results.append(Result(path, rule.rule, message, UNEVALUABLE, text, rule.transition))
+                results.append(Result(where, rule.rule, message, UNEVALUABLE, text, rule.transition))
             else:  # a function failed on its argument (bad duration, bad regex): the server fails too
-                results.append(Result(path, rule.rule, message, ERROR, text, rule.transition))
+                results.append(Result(where, rule.rule, message, ERROR, text, rule.transition))
             continue
         except Exception as exc:  # TypeError and the like: a typing gap of krops, not the object's fault
-            results.append(Result(path, rule.rule, message, UNEVALUABLE,
+            results.append(Result(where, rule.rule, message, UNEVALUABLE,
                                   "the CEL library failed (%s: %s)" % (type(exc).__name__, _short(exc)),
                                   rule.transition))
             continue
         if passed is not True:
-            results.append(Result(path, rule.rule, message, VIOLATED, "", rule.transition))
+            results.append(Result(where, rule.rule, message, VIOLATED, "", rule.transition))
 
     for sub in schema.get("allOf") or []:  # the server runs the rules of allOf branches at the same node
         _walk(value, old, has_old, sub, path, results, transition_only)

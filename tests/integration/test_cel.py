@@ -206,3 +206,17 @@ def test_kubernetes_extensions(expression, expected):
     program = cel.compiled(expression)
     assert program.unsupported is None
     assert program.program.execute(cel._cel.Context(functions=cel.EXTENSIONS)) == expected
+
+
+def test_rule_options_krops_cannot_honour_are_listed_not_passed():
+    node = {"type": "object", "properties": {"a-b": {"type": "string"}, "n": {"type": "string"}}, "x-kubernetes-validations": [
+        {"rule": "self.a__dash__b == 'x'", "message": "escaped"},
+        {"rule": "self == oldSelf", "optionalOldSelf": True, "message": "optional"},
+        {"rule": "self.n == 'x'", "messageExpression": "'n is ' + self.n", "fieldPath": ".n"},
+    ]}
+    results = cel.evaluate({"a-b": "y", "n": "y"}, node)
+    assert [(r.path, r.outcome, r.message, r.detail) for r in results] == [
+        ("", "unevaluable", "escaped", "uses an escaped property name (__dash__), which krops does not map"),
+        ("", "unevaluable", "optional", "optionalOldSelf rules need CEL optionals, which krops does not pass"),
+        (".n", "violated", "(messageExpression not evaluated: 'n is ' + self.n)", ""),
+    ]
