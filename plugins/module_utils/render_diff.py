@@ -539,14 +539,16 @@ def run(repo, base, head="HEAD", use_merge_base=True, environments=None, schema_
                 states[name], errors[name] = {}, str(exc)
             timings["render_%s" % name] = round(time.monotonic() - t0, 3)
         t0 = time.monotonic()
-        store = None
+        store, no_store = None, None
         if cel:
             location = schema_location or os.environ.get("KROPS_SCHEMA_LOCATION") or validate_schema.DEFAULT_SCHEMA_LOCATION
             try:
                 store = validate_schema.SchemaStore(location, base_dir=os.path.join(work, "head"))
-            except validate_schema.SchemaError:
-                store = None
+            except validate_schema.SchemaError as exc:  # listed: the transition rules were not checked
+                no_store = {"environment": "-", "object": "-", "message": "transition rules not evaluated: %s" % exc}
         envs, findings, unevaluable = compare(states["base"], states["head"], store, cel)
+        if no_store:
+            unevaluable.insert(0, no_store)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     findings.sort(key=lambda f: f.id)

@@ -193,8 +193,6 @@ def main():
                                        p["schema_location"], p["accept_file"], p["labels"], p["accept_label"], p["cel"])
     except krops_render_diff.RenderDiffError as exc:
         module.fail_json(msg="render_diff could not run: %s" % exc)
-    for env in report["environments"].values():
-        env["clusters"] = list(env["clusters"])
     returned = dict(changed=False, markdown=krops_render_diff.markdown(report), **report)
     if report["blocking"]:
         blocking = [f for f in report["findings"] if not f["acknowledged"]]

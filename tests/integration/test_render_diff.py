@@ -302,3 +302,60 @@ def test_environment_added_at_head_lists_every_object_added(repo):
     assert added == sum(len(b["added"]) for b in diff(root, base)["environments"]["local-copy"]["kustomizations"].values())
     assert added > 40
     assert report["environments"]["local-host"]["kustomizations"] == {}
+
+
+def test_missing_schemas_are_listed_not_silently_skipped(repo, tmp_path, monkeypatch):
+    root, base = repo
+    monkeypatch.delenv("KROPS_SCHEMA_LOCATION", raising=False)
+    monkeypatch.chdir(tmp_path)
+    report = render_diff.run(str(root), base, "HEAD")  # the test repository has no schemas/crds
+    assert report["cel_unevaluable"] == [{"environment": "-", "object": "-", "message": (
+        "transition rules not evaluated: schema location schemas/crds is neither a folder nor an https:// URL template")}]
+
+
+# --- module and playbook -------------------------------------------------------------------------
+
+def test_module_fails_on_blocking_findings_passes_when_acknowledged(repo, run_module, tmp_path):
+    from ansible_collections.krops.platform.plugins.modules import render_diff as module
+
+    root, base = repo
+    (root / DATA / "bucket.yaml").unlink()
+    edit(root, DATA + "/kustomization.yaml", "  - bucket.yaml\n", "")
+    commit(root, "drop the bucket")
+    args = {"repo": str(root), "base": base, "schema_location": str(SCHEMAS)}
+    for check_mode in (False, True):
+        result = run_module(module, args, check_mode=check_mode)
+        assert result.failed and result["changed"] is False
+        assert result["msg"] == ("render_diff found 1 finding(s) not acknowledged:\nlocal-host/removed/Bucket/default/"
+                                 "krops-data: removes S3 bucket Bucket/default/krops-data: its controller deletes what it manages")
+        assert result["blocking"] == 1 and result["markdown"].startswith(render_diff.MARKER)
+    result = run_module(module, dict(args, labels=["render-diff/accept"]))
+    assert not result.failed and result["blocking"] == 0
+    assert [f["acknowledged"] for f in result["findings"]] == [True]
+    result = run_module(module, dict(args, base="nope"))
+    assert result.failed and result["msg"] == ("render_diff could not run: revision nope is not a commit of the Git "
+                                               "repository %s (fetch it, e.g. actions/checkout with fetch-depth: 0)" % root)
+
+
+@pytest.mark.slow
+def test_render_diff_playbook(repo, ansible_playbook, tmp_path):
+    root, base = repo
+    (root / "playbooks").mkdir()
+    shutil.copy(REPO / "playbooks" / "render_diff.yml", root / "playbooks" / "render_diff.yml")
+    edit(root, DATA + "/bucket.yaml", "      - key: krops.io/environment\n        value: local-host\n",
+         "      - key: team\n        value: data\n")
+    commit(root, "retag")
+    comment = tmp_path / "comment.md"
+    env = {"KROPS_SCHEMA_LOCATION": str(SCHEMAS)}
+    rc, output, stderr = ansible_playbook(root / "playbooks" / "render_diff.yml", "-e", "render_diff_base=%s" % base,
+                                          "-e", "render_diff_markdown_file=%s" % comment, env=env)
+    assert rc == 2, (output, stderr)
+    from tests.substrate.fixtures import task_results
+    results = task_results(output)
+    assert results["Render and compare both revisions"]["blocking"] == 1
+    assert results["Fail on findings not acknowledged"]["failed"] is True
+    assert comment.read_text().startswith(render_diff.MARKER + "\n")
+    assert "`local-host/ownership-dropped/Bucket/default/krops-data`" in comment.read_text()
+    rc, output, stderr = ansible_playbook(root / "playbooks" / "render_diff.yml", "-e", "render_diff_base=%s" % base,
+                                          "-e", '{"render_diff_labels": ["render-diff/accept"]}', env=env)
+    assert rc == 0, (output, stderr)
