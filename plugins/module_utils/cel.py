@@ -147,7 +147,7 @@ class Compiled:
             return
         try:
             program = _cel.compile(rule)
-        except Exception as exc:  # the engine raises ValueError/RuntimeError for syntax it lacks
+        except (ValueError, RuntimeError) as exc:  # syntax the engine lacks (e.g. optional field selection .?)
             self.unsupported = "the CEL library cannot parse it: %s" % _short(exc)
             return
         missing = sorted(name for name in program.functions()
@@ -296,7 +296,7 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
             else:  # a function failed on its argument (bad duration, bad regex): the server fails too
                 results.append(Result(where, rule.rule, message, ERROR, text, rule.transition))
             continue
-        except Exception as exc:  # TypeError and the like: a typing gap of krops, not the object's fault
+        except (TypeError, ValueError) as exc:  # "no such overload": likely a typing gap of krops, listed
             results.append(Result(where, rule.rule, message, UNEVALUABLE,
                                   "the CEL library failed (%s: %s)" % (type(exc).__name__, _short(exc)),
                                   rule.transition))

@@ -584,8 +584,8 @@ def markdown(report):
     if findings:
         lines += ["", "| | finding id | what |", "|---|---|---|"]
         for f in findings:
-            lines.append("| %s | `%s` | %s |" % ("✅ acknowledged" if f["acknowledged"] else "❌", f["id"],
-                                                f["message"].replace("|", "\\|")))
+            mark = "✅ acknowledged" if f["acknowledged"] else "❌"
+            lines.append("| %s | `%s` | %s |" % (mark, f["id"], f["message"].replace("|", "\\|")))
     for stale in report["stale_acknowledgements"]:
         lines.append("- accept file lists `%s`, which matches no finding" % stale)
     if report["cel_unevaluable"]:

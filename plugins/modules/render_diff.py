@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: render_diff
 short_description: Render the krops GitOps tree at two Git revisions and report what would reconcile
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Extracts two revisions of the Git repository (never the work tree) and renders each one the way
     M(krops.platform.validate) does - every environment folder, every kustomization directory, Flux postBuild

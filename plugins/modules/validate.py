@@ -70,7 +70,6 @@ options:
         as kubeconform does.
     type: bool
     default: true
-    version_added: 0.2.0
 attributes:
   check_mode:
     support: full

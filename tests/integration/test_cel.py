@@ -127,12 +127,12 @@ def test_transition_rule_runs_only_with_the_old_object():
     assert cel.evaluate(new, fluxinstance, old=old, transition_only=True) == []
 
 
+ITEM = {"type": "object", "properties": {"name": {"type": "string"}},
+        "x-kubernetes-validations": [{"rule": "self.name.lowerAscii() == self.name", "message": "lower case"}]}
 SCHEMA = {"type": "object", "properties": {
     "spec": {"type": "object", "properties": {
         "size": {"type": "string"}, "mode": {"type": "string", "default": "auto"}, "ratio": {"type": "number"},
-        "items": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}},
-                                             "x-kubernetes-validations": [{"rule": "self.name.lowerAscii() == self.name",
-                                                                           "message": "lower case"}]}}},
+        "items": {"type": "array", "items": ITEM}},
         "x-kubernetes-validations": [
             {"rule": "self.mode == 'auto' || has(self.size)", "message": "size is required unless mode is auto"},
             {"rule": "!has(self.ratio) || self.ratio > 0.5", "message": "ratio above 0.5"},
@@ -220,3 +220,14 @@ def test_rule_options_krops_cannot_honour_are_listed_not_passed():
         ("", "unevaluable", "optional", "optionalOldSelf rules need CEL optionals, which krops does not pass"),
         (".n", "violated", "(messageExpression not evaluated: 'n is ' + self.n)", ""),
     ]
+
+
+def test_syntax_and_type_gaps_of_the_engine_are_unevaluable():
+    node = {"type": "object", "properties": {"a": {"type": "string"}}, "x-kubernetes-validations": [
+        {"rule": "self.?a.orValue('') == ''", "message": "optional syntax"},
+        {"rule": "self.a + 1 == 2", "message": "type gap"},
+    ]}
+    results = cel.evaluate({"a": "x"}, node)
+    assert [(r.outcome, r.message) for r in results] == [("unevaluable", "optional syntax"), ("unevaluable", "type gap")]
+    assert results[0].detail.startswith("the CEL library cannot parse it: Failed to parse expression")
+    assert results[1].detail.startswith("the CEL library failed (TypeError: Unsupported operation: string + int.")
