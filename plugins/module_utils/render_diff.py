@@ -169,30 +169,35 @@ def label(key):
 
 
 def _collect_env(env, out):
-    """validate's per-environment state -> objects keyed by identity, attributed to Kustomizations."""
+    """validate's per-environment state -> objects keyed by identity, attributed to what applies them.
+
+    A directory is applied by the Flux Kustomization whose spec.path it is (the sync path by the
+    bootstrap's flux-system one), or by a FluxInstance whose spec.sync.path it is (on the cluster
+    that FluxInstance runs in). Objects of a directory nothing applies are not deployed: they are
+    left out (and listed), so a Kustomization removed from the tree shows its objects as removed.
+    """
     settings = env.settings or {}
     mgmt_cluster = settings.get("mgmt-cluster") or "(management cluster)"
-    sync_path = validate._norm_path(settings.get("sync-path") or "mgmt/%s" % env.name)
-    by_path = {}
+    owners = {validate._norm_path(settings.get("sync-path") or "mgmt/%s" % env.name): ("flux-system/flux-system", mgmt_cluster)}
     for ks in env.items:
-        if ks.kind == "Kustomization" and ks.group == validate.FLUX_KS:
+        if ks.kind == "Kustomization" and ks.group == validate.FLUX_KS and ks.spec.get("path"):
             secret = ((ks.spec.get("kubeConfig") or {}).get("secretRef") or {}).get("name") or ""
             target = secret[:-len("-kubeconfig")] if secret.endswith("-kubeconfig") else (secret or mgmt_cluster)
-            by_path.setdefault(validate._norm_path(ks.spec.get("path")), ("%s/%s" % (ks.namespace, ks.name), target))
-    root_ks = ("flux-system/flux-system", mgmt_cluster)
-    objects = {}
+            owners.setdefault(validate._norm_path(ks.spec.get("path")), ("%s/%s" % (ks.namespace, ks.name), target))
+    for fi in env.items:
+        path = (fi.spec.get("sync") or {}).get("path") if fi.kind == "FluxInstance" and fi.group == "fluxcd.controlplane.io" else None
+        if path and fi.directory in owners:
+            owners.setdefault(validate._norm_path(path), ("FluxInstance %s/%s" % (fi.namespace, fi.name), owners[fi.directory][1]))
+    objects, unapplied = {}, set()
     for item in env.items:
         if item.fallback:
             continue
-        directory = item.directory
-        owner = by_path.get(directory)
-        if owner is None and directory == sync_path:
-            owner = root_ks
+        owner = owners.get(item.directory)
         if owner is None:
-            parents = [p for p in by_path if directory.startswith(p.rstrip("/") + "/")]
-            owner = by_path[max(parents, key=len)] if parents else ("(no Kustomization applies %s)" % directory, mgmt_cluster)
+            unapplied.add(item.directory)
+            continue
         key = _key(item.obj)
-        objects.setdefault(key, _Obj(key, item.obj, owner[0], item.file, item.virtual, owner[1], directory))
+        objects.setdefault(key, _Obj(key, item.obj, owner[0], item.file, item.virtual, owner[1], item.directory))
     plaintext = set()
     for rel, doc in env.raw_docs:
         if doc.get("kind") == "Secret" and not rel.endswith((".sops.yaml", ".sops.yml")) and not isinstance(doc.get("sops"), dict):
@@ -203,7 +208,7 @@ def _collect_env(env, out):
             plaintext.add((item.file, label(_key(item.obj))))
     renders = [f for f in env.findings if f.rule == "render"]
     out[env.name] = {"objects": objects, "plaintext": plaintext,
-                     "failed": {os.path.dirname(f.file) for f in renders},
+                     "failed": {os.path.dirname(f.file) for f in renders}, "unapplied": unapplied,
                      "render_failures": [{"file": f.file, "message": f.message} for f in renders]}
 
 
@@ -372,7 +377,7 @@ def compare(base, head, store=None, cel=True):
     """Report of per-environment states ``base`` -> ``head``: environments and findings."""
     report_envs, findings, unevaluable = {}, [], []
     for env in sorted(set(base) | set(head)):
-        empty = {"objects": {}, "plaintext": set(), "render_failures": [], "failed": set()}
+        empty = {"objects": {}, "plaintext": set(), "render_failures": [], "failed": set(), "unapplied": set()}
         old_state, new_state = base.get(env) or empty, head.get(env) or empty
         old, new = old_state["objects"], new_state["objects"]
         section = {"present": {"base": env in base, "head": env in head}, "kustomizations": {},
@@ -387,6 +392,7 @@ def compare(base, head, store=None, cel=True):
         # What a directory that fails to render at either revision holds is unknown, not removed.
         unknown = old_state["failed"] | new_state["failed"]
         section["not_compared"] = sorted(unknown)
+        section["not_applied"] = sorted(new_state["unapplied"])  # directories no Kustomization applies at head
         for key in sorted(set(old) | set(new)):
             before, after = old.get(key), new.get(key)
             entry = after or before
@@ -607,6 +613,9 @@ def markdown(report):
         for when in ("base", "head"):
             for failure in section["render_failures"][when]:
                 lines.append("- render failure at %s: `%s`: %s" % (when, failure["file"], failure["message"]))
+        if section["not_applied"]:
+            lines.append("Not applied by any Flux Kustomization or FluxInstance: %s" % ", ".join(
+                "`%s`" % d for d in section["not_applied"]))
         if section["not_compared"]:
             lines.append("Not compared (a render failed): %s" % ", ".join("`%s`" % d for d in section["not_compared"]))
         if section["versions"]:

@@ -184,6 +184,33 @@ def test_deleting_the_bucket_is_a_danger_finding_the_decoy_is_not(repo):
         {"cloud": "AWS (ACK)", "object": "Bucket/default/krops-data", "change": "removed"}]
 
 
+def test_removing_the_kustomization_removes_what_it_applies(repo):
+    """The data directory still renders, but no Flux Kustomization applies it any more."""
+    root, base = repo
+    edit(root, "mgmt/local-host/kustomization.yaml", "  - data/flux-ks.yaml\n", "")
+    commit(root, "stop applying data")
+    report = diff(root, base)
+    assert ids(report) == [("local-host/removed/Bucket/default/krops-data", False)]
+    section = report["environments"]["local-host"]
+    assert section["not_applied"] == [DATA]
+    assert section["kustomizations"]["flux-system/flux-system"] == {"added": [], "changed": [], "removed": [
+        {"object": "Kustomization/flux-system/data", "file": DATA + "/flux-ks.yaml"}]}
+    assert [o["object"] for o in data_changes(report)["removed"]] == [
+        "Deployment/default/uploader", "Bucket/default/krops-data", "Bucket/flux-system/krops-data"]
+
+
+def test_workload_overlay_is_applied_by_the_workload_flux_instance(repo):
+    root, base = repo
+    edit(root, "workload/local-host/podinfo.yaml", "    replicaCount: 1", "    replicaCount: 2")
+    commit(root, "two podinfo replicas")
+    report = diff(root, base)
+    section = report["environments"]["local-host"]
+    assert section["kustomizations"] == {"FluxInstance flux-system/flux": {"added": [], "removed": [], "changed": [
+        {"object": "HelmRelease/podinfo/podinfo", "file": "workload/local-host/podinfo.yaml",
+         "fields": [{"path": "spec.values.replicaCount", "base": 1, "head": 2}]}]}}
+    assert section["clusters"] == ["local-workload"] and section["not_applied"] == []
+
+
 def test_broken_render_is_a_finding_and_the_objects_are_not_reported_removed(repo):
     root, base = repo
     edit(root, DATA + "/kustomization.yaml", "  - app.yaml\n", "  - app.yaml\n  - missing.yaml\n")
@@ -294,14 +321,39 @@ def test_unknown_revision_is_a_clear_error_and_exit_2(repo):
 def test_environment_added_at_head_lists_every_object_added(repo):
     root, base = repo
     shutil.copytree(root / "mgmt/local-host", root / "mgmt/local-copy")
+    for path in (root / "mgmt/local-copy").rglob("*.yaml"):
+        path.write_text(path.read_text().replace("./mgmt/local-host/", "./mgmt/local-copy/"))
     commit(root, "a second environment folder")
     report = diff(root, base)
     section = report["environments"]["local-copy"]
     assert section["present"] == {"base": False, "head": True}
-    added = sum(len(b["added"]) for b in section["kustomizations"].values())
-    assert added == sum(len(b["added"]) for b in diff(root, base)["environments"]["local-copy"]["kustomizations"].values())
-    assert added > 40
+    added = sorted(o["object"] for b in section["kustomizations"].values() for o in b["added"])
+    local_host = render_diff.render_revision(str(root), ["local-host"])["local-host"]["objects"]
+    assert len(added) == len([o for o in local_host.values() if not o.directory.startswith("workload/")])
+    assert "Namespace/cert-manager" in added and "Cluster/default/local-management" in added
     assert report["environments"]["local-host"]["kustomizations"] == {}
+    assert ids(report) == []
+
+
+def test_environment_removed_at_head_removes_its_clusters_and_namespaces(repo):
+    root, base = repo
+    shutil.rmtree(root / "mgmt/local-host")
+    commit(root, "drop the environment")
+    report = diff(root, base)
+    assert report["environments"]["local-host"]["present"] == {"base": True, "head": False}
+    assert [f["id"] for f in report["findings"]] == [
+        "local-host/removed/Bucket/default/krops-data",
+        "local-host/removed/Cluster/default/local-management",
+        "local-host/removed/Cluster/default/local-workload",
+        "local-host/removed/Namespace/caaph-system",
+        "local-host/removed/Namespace/capd-system",
+        "local-host/removed/Namespace/capi-kubeadm-bootstrap-system",
+        "local-host/removed/Namespace/capi-kubeadm-control-plane-system",
+        "local-host/removed/Namespace/capi-operator-system",
+        "local-host/removed/Namespace/capi-system",
+        "local-host/removed/Namespace/cert-manager",
+        "local-host/removed/Namespace/podinfo",
+    ]
 
 
 def test_missing_schemas_are_listed_not_silently_skipped(repo, tmp_path, monkeypatch):
