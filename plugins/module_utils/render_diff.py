@@ -416,7 +416,12 @@ def compare(base, head, store=None, cel=True):
                     bucket(after)["changed"].append({"object": label(key), "file": after.file,
                                                      "fields": [{"path": p, "base": o, "head": n} for p, o, n in _masked(key, changes)]})
                     _check_change(env, key, before, after, findings)
-                    if cel and store is not None:
+                    if cel and store is not None and before.obj.get("apiVersion") != after.obj.get("apiVersion"):
+                        # The server converts the old object to the new version first; krops cannot.
+                        unevaluable.append({"environment": env, "object": label(key), "message": (
+                            "transition rules not evaluated: apiVersion changes from %s to %s"
+                            % (before.obj.get("apiVersion"), after.obj.get("apiVersion")))})
+                    elif cel and store is not None:
                         for result in krops_cel.check(after.obj, store, old=before.obj, transition_only=True):
                             if result.outcome == krops_cel.UNEVALUABLE:
                                 unevaluable.append({"environment": env, "object": label(key), "message": result.text()})

@@ -411,3 +411,14 @@ def test_render_diff_playbook(repo, ansible_playbook, tmp_path):
     rc, output, stderr = ansible_playbook(root / "playbooks" / "render_diff.yml", "-e", "render_diff_base=%s" % base,
                                           "-e", '{"render_diff_labels": ["render-diff/accept"]}', env=env)
     assert rc == 0, (output, stderr)
+
+
+def test_api_version_change_lists_transition_rules_as_not_evaluated(repo):
+    root, base = repo
+    edit(root, DATA + "/decoy.yaml", "source.toolkit.fluxcd.io/v1", "source.toolkit.fluxcd.io/v1beta2")
+    commit(root, "older Bucket version")
+    report = diff(root, base)
+    assert ids(report) == []
+    assert report["cel_unevaluable"] == [{"environment": "local-host", "object": "Bucket/flux-system/krops-data", "message":
+                                          "transition rules not evaluated: apiVersion changes from source.toolkit.fluxcd.io/v1 "
+                                          "to source.toolkit.fluxcd.io/v1beta2"}]
