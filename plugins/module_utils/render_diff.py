@@ -104,19 +104,24 @@ class RenderDiffError(Exception):
 
 # --- revisions ---------------------------------------------------------------------------
 
-def _git(repo, environ=None):
+def _git(environ=None):
+    return cli.Cli("git", environ=environ)
+
+
+def _run_git(args, environ=None):
     try:
-        return cli.Cli("git", environ=environ)
-    except cli.ToolMissing as exc:  # pragma: no cover - Cli only looks the binary up on first run
+        return _git(environ).run(args, check=False)
+    except cli.CliError as exc:  # git missing or not runnable
         raise RenderDiffError(exc.message)
 
 
 def resolve(repo, revision):
     """Full commit id of ``revision``; RenderDiffError naming it when Git does not know it."""
-    try:
-        out = _git(repo).run(["-C", repo, "rev-parse", "--verify", "--quiet", "%s^{commit}" % revision], check=False)
-    except cli.CliError as exc:
-        raise RenderDiffError(exc.message)
+    if not revision or revision.startswith("-"):
+        raise RenderDiffError("revision %r is not a branch, tag or commit name" % revision)
+    if _run_git(["-C", repo, "rev-parse", "--git-dir"]).rc != 0:
+        raise RenderDiffError("%s is not a Git repository (render_diff compares commits: give the repository's folder)" % repo)
+    out = _run_git(["-C", repo, "rev-parse", "--verify", "--quiet", "%s^{commit}" % revision])
     if out.rc != 0 or not out.stdout.strip():
         raise RenderDiffError("revision %s is not a commit of the Git repository %s (fetch it, e.g. "
                               "actions/checkout with fetch-depth: 0)" % (revision, repo))
@@ -124,7 +129,7 @@ def resolve(repo, revision):
 
 
 def merge_base(repo, base, head):
-    out = _git(repo).run(["-C", repo, "merge-base", base, head], check=False)
+    out = _run_git(["-C", repo, "merge-base", base, head])
     if out.rc != 0 or not out.stdout.strip():
         raise RenderDiffError("revisions %s and %s have no merge base" % (base, head))
     return out.stdout.strip()
@@ -133,8 +138,8 @@ def merge_base(repo, base, head):
 def extract(repo, sha, dest):
     """The tree of commit ``sha`` into folder ``dest`` (a private index: the work tree is untouched)."""
     os.makedirs(dest, exist_ok=True)
-    env = dict(os.environ, GIT_INDEX_FILE=os.path.join(dest + ".index"))
-    git = _git(repo, environ=env)
+    env = dict(os.environ, GIT_INDEX_FILE=dest + ".index")
+    git = _git(environ=env)
     try:
         git.run(["-C", repo, "read-tree", sha])
         git.run(["-C", repo, "checkout-index", "--all", "--force", "--prefix=%s%s" % (os.path.abspath(dest), os.sep)])

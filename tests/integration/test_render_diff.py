@@ -422,3 +422,13 @@ def test_api_version_change_lists_transition_rules_as_not_evaluated(repo):
     assert report["cel_unevaluable"] == [{"environment": "local-host", "object": "Bucket/flux-system/krops-data", "message":
                                           "transition rules not evaluated: apiVersion changes from source.toolkit.fluxcd.io/v1 "
                                           "to source.toolkit.fluxcd.io/v1beta2"}]
+
+
+def test_not_a_repository_and_option_like_revisions_are_refused(tmp_path, repo):
+    with pytest.raises(render_diff.RenderDiffError) as caught:
+        render_diff.run(str(tmp_path), "main")
+    assert str(caught.value) == ("%s is not a Git repository (render_diff compares commits: give the repository's "
+                                 "folder)" % tmp_path)
+    with pytest.raises(render_diff.RenderDiffError) as caught:
+        render_diff.run(str(repo[0]), "--output=/tmp/x")
+    assert str(caught.value) == "revision '--output=/tmp/x' is not a branch, tag or commit name"
