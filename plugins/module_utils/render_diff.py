@@ -460,7 +460,7 @@ def compare(base, head, store=None, cel=True):
 
 
 def _precious(key):
-    return PRECIOUS.get(key[:2]) or (PRECIOUS.get(("", key[1])) if key[0] == "" else None)
+    return PRECIOUS.get(key[:2])
 
 
 def _check_change(env, key, before, after, findings):
@@ -479,7 +479,7 @@ def _check_change(env, key, before, after, findings):
             findings.append(Finding(kind, env, after.kustomization, label(key), "%s %s: %s -> %s" % (
                 label(key), path.replace("metadata.annotations.", "annotation "), _shown(old_value), _shown(new_value)),
                 ident="%s/%s/%s/%s" % (env, kind, label(key), path.rsplit(".", 1)[-1] if "annotations" not in path else path[len("metadata.annotations."):])))
-    if group_kind == (validate.FLUX_KS, "Kustomization") and after.obj.get("spec", {}).get("prune") is True \
+    if group_kind == (validate.FLUX_KS, "Kustomization") and (after.obj.get("spec") or {}).get("prune") is True \
             and (before.obj.get("spec") or {}).get("prune") is not True:
         findings.append(Finding("prune-enabled", env, after.kustomization, label(key), "turns prune on for %s: objects "
                                 "that leave its path are deleted from the cluster" % label(key)))
@@ -567,7 +567,10 @@ def run(repo, base, head="HEAD", use_merge_base=True, environments=None, schema_
             unevaluable.insert(0, no_store)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    findings.sort(key=lambda f: f.id)
+    unique = {}
+    for finding in findings:  # one object can be "replaced" for two reasons: one finding per id
+        unique.setdefault(finding.id, finding)
+    findings = sorted(unique.values(), key=lambda f: f.id)
     for name, message in sorted(errors.items(), reverse=True):
         findings.insert(0, Finding("render-failure", "-", "-", name, "the tree at the %s revision cannot be rendered: %s"
                                    % (name, message), ident="%s/render-failure" % name))
