@@ -318,8 +318,9 @@ def _versions(obj):
                 else:
                     walk(value, sub)
         elif isinstance(node, list):
+            named = _named(node)  # same item names as field_diff: containers[app], not containers[0]
             for index, value in enumerate(node):
-                walk(value, "%s[%d]" % (path, index))
+                walk(value, "%s[%s]" % (path, value["name"] if named else index))
 
     walk(obj.get("spec"), "spec")
     return found

@@ -161,7 +161,7 @@ def test_image_change_is_a_field_diff_and_a_version_change_without_findings(repo
         "fields": [{"path": "spec.template.spec.containers[uploader].image",
                     "base": "ghcr.io/example/uploader:1.0.0", "head": "ghcr.io/example/uploader:1.1.0"}]}]}
     section = report["environments"]["local-host"]
-    assert section["versions"] == [{"object": "Deployment/default/uploader", "path": "spec.template.spec.containers[0].image",
+    assert section["versions"] == [{"object": "Deployment/default/uploader", "path": "spec.template.spec.containers[uploader].image",
                                     "base": "ghcr.io/example/uploader:1.0.0", "head": "ghcr.io/example/uploader:1.1.0"}]
     assert section["clusters"] == ["local-management"]
     assert section["cloud_resources"] == []
