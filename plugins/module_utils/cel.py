@@ -4,9 +4,9 @@
 
 The CEL engine is the PyPI package ``common-expression-language`` (module ``cel``; a binding of
 the Rust ``cel`` crate). Kubernetes adds libraries to CEL; the ones registered here are listed in
-:data:`EXTENSIONS` (strings, lists, regex and the ``isQuantity``/``isURL`` predicates). A rule
-that calls anything else (``quantity()``, ``url()``, ``format.*``, ``ip()``, ``cidr()``,
-``semver()``...) is *unevaluable*: it is reported as such, never counted as passed.
+:data:`EXTENSIONS` (strings, lists, regex, quantity and URL). A rule that calls anything else
+(``format.*``, ``ip()``, ``cidr()``, ``semver()``, ``authorizer``...) is *unevaluable*: it is
+reported as such, never counted as passed.
 
 How a rule is applied follows the apiextensions-apiserver:
 
@@ -29,14 +29,20 @@ from __future__ import annotations
 
 import copy
 import datetime
+import decimal
+import logging
 import re
 import threading
+import urllib.parse
 
 try:
     import cel as _cel
     from cel import stdlib as _cel_stdlib
     HAS_CEL = True
     CEL_IMPORT_ERROR = None
+    # The engine logs every failing Python function as a warning; the failure is already the
+    # rule's result (an error finding), so keep it off the user's terminal.
+    logging.getLogger("cel").setLevel(logging.ERROR)
 except ImportError as exc:  # reported by the caller (validate lists every rule as unevaluable)
     _cel = None
     _cel_stdlib = None
@@ -57,13 +63,6 @@ BUILTINS = frozenset((
     "getDayOfMonth", "getDate", "getDayOfWeek", "getHours", "getMinutes", "getSeconds", "getMilliseconds",
 ))
 
-# Known Kubernetes CEL functions that cannot be evaluated here: they return library-specific
-# objects (Quantity, URL, IP, CIDR, Semver, format validators) the engine has no type for.
-KNOWN_UNSUPPORTED = frozenset((
-    "quantity", "url", "ip", "cidr", "semver", "format.named", "format.dns1123Label", "format.dns1123Subdomain",
-    "format.qualifiedName", "format.labelValue", "format.uri", "format.uuid", "format.byte", "format.date",
-    "format.datetime", "authorizer", "strings.format", "format",
-))
 
 
 def _index_of(target, item, offset=None):
@@ -98,19 +97,150 @@ def _find_all(text, pattern, limit=-1):
     return found if limit is None or limit < 0 else found[:limit]
 
 
-# Kubernetes quantity syntax (k8s.io/apimachinery resource.Quantity): sign, number, suffix.
-_QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[munkMGTPE]|[eE][+-]?\d+)?$")
+# --- Kubernetes quantity library -------------------------------------------------------------
+# A Quantity travels through the engine as a map {_QTY: canonical decimal}: equal values are
+# equal maps, as Quantity equality compares values. Grammar of k8s.io/apimachinery resource.Quantity:
+# <sign><digits>[.<digits>]<suffix>, suffix binary (Ki..Ei), decimal (n u m "" k M G T P E) or e<int>.
+_QTY = "__krops_quantity__"
+_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+_BINARY = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def _parse_quantity(text):
+    match = _QUANTITY.match(text) if isinstance(text, str) else None
+    if not match:
+        raise ValueError("invalid quantity %r" % (text,))
+    number, suffix = decimal.Decimal(match.group(1)), match.group(2) or ""
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return number.scaleb(_DECIMAL[suffix])
+    return number.scaleb(int(suffix[1:])) if suffix else number
+
+
+def _quantity_value(value):
+    if isinstance(value, dict) and _QTY in value:
+        return decimal.Decimal(value[_QTY])
+    if isinstance(value, int) and not isinstance(value, bool):
+        return decimal.Decimal(value)
+    raise TypeError("not a quantity: %r" % (value,))
+
+
+def _quantity_of(number):
+    return {_QTY: str(number.normalize())}
 
 
 def _is_quantity(text):
-    return bool(_QUANTITY.match(text)) if isinstance(text, str) else False
+    try:
+        _parse_quantity(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _quantity_compare(a, b):
+    left, right = _quantity_value(a), _quantity_value(b)
+    return (left > right) - (left < right)
+
+
+def _as_integer(q):
+    value = _quantity_value(q)
+    if value != value.to_integral_value() or abs(value) >= 2 ** 63:
+        raise ValueError("cannot convert value to integer")
+    return int(value)
+
+
+QUANTITY_FUNCTIONS = {
+    "quantity": lambda text: _quantity_of(_parse_quantity(text)),
+    "isQuantity": _is_quantity,
+    "sign": lambda q: _quantity_compare(q, 0),
+    "isGreaterThan": lambda a, b: _quantity_compare(a, b) > 0,
+    "isLessThan": lambda a, b: _quantity_compare(a, b) < 0,
+    "compareTo": _quantity_compare,
+    "add": lambda a, b: _quantity_of(_quantity_value(a) + _quantity_value(b)),
+    "sub": lambda a, b: _quantity_of(_quantity_value(a) - _quantity_value(b)),
+    "isInteger": lambda q: _quantity_value(q) == _quantity_value(q).to_integral_value() and abs(_quantity_value(q)) < 2 ** 63,
+    "asInteger": _as_integer,
+    "asApproximateFloat": lambda q: float(_quantity_value(q)),
+}
+
+
+# --- Kubernetes URL library -------------------------------------------------------------------
+# url() accepts what Go's url.ParseRequestURI accepts: an absolute URI or an absolute path, no
+# control characters, a host of URL characters and a numeric port. A URL travels as {_URL: text}.
+_URL = "__krops_url__"
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(:[0-9]*)?$")
+
+
+def _parse_url(text):
+    if not isinstance(text, str) or not text or any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        raise ValueError("URL %r is not valid" % (text,))
+    if not _SCHEME.match(text) and not text.startswith("/"):
+        raise ValueError("URL %r is not absolute" % (text,))
+    parts = urllib.parse.urlsplit(text, allow_fragments=False)
+    if parts.netloc:
+        host = parts.netloc.rpartition("@")[2]
+        if not _HOST.match(host):
+            raise ValueError("URL %r has an invalid host" % (text,))
+    return parts
+
+
+def _url(text):
+    _parse_url(text)
+    return {_URL: text}
+
+
+def _url_parts(value):
+    if isinstance(value, dict) and _URL in value:
+        return _parse_url(value[_URL])
+    raise TypeError("not a URL: %r" % (value,))
+
+
+def _host(value):
+    parts = _url_parts(value)
+    return parts.netloc.rpartition("@")[2]
+
+
+def _hostname(value):
+    host = _host(value)
+    if host.startswith("["):
+        return host[1:host.index("]")]
+    return host.rpartition(":")[0] if ":" in host else host
+
+
+def _port(value):
+    host = _host(value)
+    tail = host[host.index("]") + 1:] if host.startswith("[") else host
+    return tail.rpartition(":")[2] if ":" in tail else ""
+
+
+def _query(value):
+    result = {}
+    for key, item in urllib.parse.parse_qsl(_url_parts(value).query, keep_blank_values=True):
+        result.setdefault(key, []).append(item)
+    return result
 
 
 def _is_url(text):
-    # Kubernetes' isURL accepts what Go's url.Parse accepts as an absolute URI or an absolute path.
-    if not isinstance(text, str) or not text or any(c.isspace() for c in text):
+    try:
+        _parse_url(text)
+    except ValueError:
         return False
-    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", text)) or text.startswith("/")
+    return True
+
+
+URL_FUNCTIONS = {
+    "url": _url,
+    "isURL": _is_url,
+    "getScheme": lambda u: _url_parts(u).scheme,
+    "getHost": _host,
+    "getHostname": _hostname,
+    "getPort": _port,
+    "getEscapedPath": lambda u: _url_parts(u).path,
+    "getQuery": _query,
+}
 
 
 def _extensions():
@@ -123,8 +253,9 @@ def _extensions():
         "indexOf": _index_of, "lastIndexOf": _last_index_of,  # strings and lists
         "isSorted": _is_sorted,
         "find": _find, "findAll": _find_all,
-        "isQuantity": _is_quantity, "isURL": _is_url,
     })
+    table.update(QUANTITY_FUNCTIONS)
+    table.update(URL_FUNCTIONS)
     return table
 
 
@@ -135,13 +266,14 @@ SUPPORTED = BUILTINS | frozenset(EXTENSIONS)
 class Compiled:
     """One rule compiled once: program, or why it cannot be evaluated."""
 
-    __slots__ = ("rule", "program", "unsupported", "transition")
+    __slots__ = ("rule", "program", "unsupported", "transition", "functions")
 
     def __init__(self, rule):
         self.rule = rule
         self.program = None
         self.unsupported = None
         self.transition = bool(re.search(r"\boldSelf\b", rule))
+        self.functions = {}
         if not HAS_CEL:
             self.unsupported = "the %s Python package is not installed (%s)" % (LIBRARY, CEL_IMPORT_ERROR)
             return
@@ -160,6 +292,8 @@ class Compiled:
             self.unsupported = "uses an escaped property name (%s), which krops does not map" % _ESCAPED.search(rule).group(0)
             return
         self.program = program
+        # Only the extensions the rule calls: building a context with all of them costs more than the rule.
+        self.functions = {name: EXTENSIONS[name] for name in program.functions() if name in EXTENSIONS}
 
 
 _ESCAPED = re.compile(r"__[A-Za-z0-9]+__")
@@ -282,7 +416,7 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
         variables = {"self": _root_view(value) if not path else value}
         if rule.transition:
             variables["oldSelf"] = _root_view(old) if not path else old
-        context = _cel.Context(variables=variables, functions=EXTENSIONS)
+        context = _cel.Context(variables=variables, functions=rule.functions)
         try:
             passed = rule.program.execute(context)
         except (KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:

@@ -136,7 +136,8 @@ SCHEMA = {"type": "object", "properties": {
         "x-kubernetes-validations": [
             {"rule": "self.mode == 'auto' || has(self.size)", "message": "size is required unless mode is auto"},
             {"rule": "!has(self.ratio) || self.ratio > 0.5", "message": "ratio above 0.5"},
-            {"rule": "!has(self.size) || quantity(self.size).isLessThan(quantity('1Gi'))", "message": "at most 1Gi"},
+            {"rule": "!has(self.size) || quantity(self.size).isLessThan(quantity('1Gi'))", "message": "below 1Gi"},
+            {"rule": "!has(self.size) || semver(self.size).major() < 2", "message": "needs semver"},
             {"rule": "self.size.split('i').size() <= 2", "message": "one i"},
         ]}}}
 
@@ -145,16 +146,19 @@ def test_defaults_typing_extensions_errors_and_unevaluable_rules():
     results = cel.evaluate({"spec": {"ratio": 1, "items": [{"name": "ok"}, {"name": "NotOk"}]}}, SCHEMA)
     assert [(r.path, r.outcome, r.message, r.detail) for r in results] == [
         # mode defaults to auto, so the first rule passes; ratio 1 is a double (1.0 > 0.5) and passes.
-        ("spec", "unevaluable", "at most 1Gi", "uses isLessThan(), quantity(), which krops cannot evaluate"),
+        ("spec", "unevaluable", "needs semver", "uses major(), semver(), which krops cannot evaluate"),
         ("spec", "error", "one i", "no such key: size"),
         ("spec.items[1]", "violated", "lower case", ""),
     ]
     assert results[1].text() == "spec: no such key: size evaluating rule: self.size.split('i').size() <= 2"
-    assert results[0].text() == ("spec: rule not evaluated, uses isLessThan(), quantity(), which krops cannot evaluate: "
-                                 "!has(self.size) || quantity(self.size).isLessThan(quantity('1Gi'))")
+    assert results[0].text() == ("spec: rule not evaluated, uses major(), semver(), which krops cannot evaluate: "
+                                 "!has(self.size) || semver(self.size).major() < 2")
     results = cel.evaluate({"spec": {"mode": "manual", "size": "1Gi", "ratio": 0.25}}, SCHEMA)
     assert [(r.message, r.outcome) for r in results] == [
-        ("ratio above 0.5", "violated"), ("at most 1Gi", "unevaluable")]
+        ("ratio above 0.5", "violated"), ("below 1Gi", "violated"), ("needs semver", "unevaluable")]
+    results = cel.evaluate({"spec": {"mode": "manual", "size": "1 Gi"}}, SCHEMA)
+    assert [(r.message, r.outcome) for r in results] == [("below 1Gi", "error"), ("needs semver", "unevaluable")]
+    assert results[0].detail.startswith("Function 'quantity' error: Python function call failed: ValueError: invalid quantity '1 Gi'")
 
 
 def test_unevaluable_rule_of_a_schema_is_listed_by_validate_never_passed(tree, tmp_path):
@@ -164,7 +168,7 @@ def test_unevaluable_rule_of_a_schema_is_listed_by_validate_never_passed(tree, t
     path = schemas / "kustomize.toolkit.fluxcd.io" / "kustomization_v1.json"
     data = json.loads(path.read_text())
     data["properties"]["spec"]["properties"]["interval"]["x-kubernetes-validations"] = [
-        {"rule": "url('https://x').getHost() != ''", "message": "needs the url library"}]
+        {"rule": "ip('10.0.0.1').family() == 4", "message": "needs the ip library"}]
     path.write_text(json.dumps(data))
     result = validate.run(str(tree), environments=["local-host"], schema_location=str(schemas))
     assert result["findings"] == []
@@ -172,8 +176,8 @@ def test_unevaluable_rule_of_a_schema_is_listed_by_validate_never_passed(tree, t
     assert len(unevaluable) == 10  # nine Flux Kustomizations and the one the ResourceSet renders
     assert unevaluable[0] == {"file": "mgmt/local-host/caaph-system/flux-ks.yaml",
                               "object": "Kustomization/flux-system/caaph-system", "environment": "local-host",
-                              "message": "spec.interval: rule not evaluated, uses getHost(), url(), which krops cannot "
-                                         "evaluate: url('https://x').getHost() != ''"}
+                              "message": "spec.interval: rule not evaluated, uses family(), ip(), which krops cannot "
+                                         "evaluate: ip('10.0.0.1').family() == 4"}
     assert result["summary"]["local-host"]["cel_unevaluable"] == 10
     lines = validate.format_text(result)
     assert sum("[cel] NOT EVALUATED" in line for line in lines) == 10
@@ -199,8 +203,16 @@ def test_every_builtin_the_static_check_trusts_exists_in_the_engine(name):
     ("'a,b'.split(',')", ["a", "b"]), ("'AbC'.lowerAscii()", "abc"), ("[1, 2, 3].isSorted()", True),
     ("[3, 1].isSorted()", False), ("[1, 2].sum()", 3), ("[4, 2].min()", 2), ("['a', 'b'].indexOf('b')", 1),
     ("'abcb'.lastIndexOf('b')", 3), ("'abc123'.find('[0-9]+')", "123"), ("'1a2b'.findAll('[0-9]')", ["1", "2"]),
-    ("isQuantity('1.5Gi')", True), ("isQuantity('1.5 Gi')", False), ("isURL('https://example.com/x')", True),
-    ("isURL('not a url')", False),
+    ("isQuantity('1.5Gi')", True), ("isQuantity('1.5 Gi')", False), ("isQuantity('1KB')", False),
+    ("quantity('1Gi') == quantity('1024Mi')", True), ("quantity('1Gi').isGreaterThan(quantity('500Mi'))", True),
+    ("quantity('500m').compareTo(quantity('0.5'))", 0), ("quantity('1.5').isInteger()", False),
+    ("quantity('2k').asInteger()", 2000), ("quantity('1Gi').add(quantity('1Gi')) == quantity('2Gi')", True),
+    ("quantity('1').sub(1).sign()", 0), ("quantity('1e3').asApproximateFloat()", 1000.0),
+    ("isURL('https://example.com/x')", True), ("isURL('not a url')", False), ("isURL('relative/path')", False),
+    ("isURL('https://a b/')", False), ("url('https://u@example.com:8443/a?x=1&x=2').getHost()", "example.com:8443"),
+    ("url('https://[::1]:80/p').getHostname()", "::1"), ("url('https://[::1]:80/p').getPort()", "80"),
+    ("url('https://example.com/a?x=1&x=2').getQuery()", {"x": ["1", "2"]}), ("url('/abs/path').getEscapedPath()", "/abs/path"),
+    ("url('https://example.com').getScheme()", "https"),
 ])
 def test_kubernetes_extensions(expression, expected):
     program = cel.compiled(expression)
