@@ -64,7 +64,6 @@ BUILTINS = frozenset((
 ))
 
 
-
 def _index_of(target, item, offset=None):
     if isinstance(target, str):
         return _cel_stdlib.index_of(target, item, 0 if offset is None else offset)
