@@ -4,8 +4,8 @@
 
 The CEL engine is the PyPI package ``common-expression-language`` (module ``cel``; a binding of
 the Rust ``cel`` crate). Kubernetes adds libraries to CEL; the ones registered here are listed in
-:data:`EXTENSIONS` (strings, lists, regex, quantity and URL). A rule that calls anything else
-(``format.*``, ``ip()``, ``cidr()``, ``semver()``, ``authorizer``...) is *unevaluable*: it is
+:data:`EXTENSIONS` (strings, lists, regex, quantity, URL, format). A rule that calls anything else
+(``ip()``, ``cidr()``, ``semver()``, ``authorizer``...) is *unevaluable*: it is
 reported as such, never counted as passed.
 
 How a rule is applied follows the apiextensions-apiserver:
@@ -27,6 +27,7 @@ Importable without Ansible.
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
 import decimal
@@ -61,6 +62,7 @@ BUILTINS = frozenset((
     "size", "contains", "startsWith", "endsWith", "matches", "duration", "timestamp", "int", "uint",
     "double", "string", "bytes", "dyn", "type", "getFullYear", "getMonth", "getDayOfYear",
     "getDayOfMonth", "getDate", "getDayOfWeek", "getHours", "getMinutes", "getSeconds", "getMilliseconds",
+    "hasValue", "value", "orValue", "or", "none", "of",  # optionals (optional.of, optional.none)
 ))
 
 
@@ -242,6 +244,115 @@ URL_FUNCTIONS = {
 }
 
 
+# --- Kubernetes format library ----------------------------------------------------------------
+# format.<name>() / format.named(name) give a Format ({_FMT: name}); <format>.validate(s) is
+# optional.none() when s is valid, else optional.of([messages]). Name formats follow
+# k8s.io/apimachinery validation (regexes and lengths); uri, uuid, byte, date and datetime
+# approximate kube-openapi's strfmt.
+_FMT = "__krops_format__"
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = _DNS1123_LABEL + r"(\." + _DNS1123_LABEL + r")*"
+_DNS1035_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+_QUALIFIED = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_UUID = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$", re.I)
+
+
+def _pattern(regex, max_length, what):
+    compiled = re.compile("^%s$" % regex)
+
+    def check(value):
+        problems = []
+        if len(value) > max_length:
+            problems.append("must be no more than %d characters" % max_length)
+        if not compiled.match(value):
+            problems.append("%s (regex used for validation is '%s')" % (what, regex))
+        return problems
+    return check
+
+
+_LABEL = _pattern(_DNS1123_LABEL, 63, "a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
+                                      "or '-', and must start and end with an alphanumeric character")
+_SUBDOMAIN = _pattern(_DNS1123_SUBDOMAIN, 253, "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                                               "characters, '-' or '.', and must start and end with an alphanumeric character")
+_LABEL1035 = _pattern(_DNS1035_LABEL, 63, "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
+                                          "start with an alphabetic character, and end with an alphanumeric character")
+_NAME = _pattern(_QUALIFIED, 63, "name part must consist of alphanumeric characters, '-', '_' or '.', and must start "
+                                 "and end with an alphanumeric character")
+
+
+def _prefix(check):
+    # A generateName prefix may end with '-': the server masks it before checking.
+    return lambda value: check(value[:-1] + "a" if len(value) > 1 and value.endswith("-") else value)
+
+
+def _qualified_name(value):
+    prefix, slash, name = value.rpartition("/")
+    problems = []
+    if slash:
+        if not prefix:
+            problems.append("prefix part must be non-empty")
+        else:
+            problems.extend("prefix part %s" % p for p in _SUBDOMAIN(prefix))
+    if not name:
+        return problems + ["name part must be non-empty"]
+    return problems + _NAME(name)
+
+
+def _label_value(value):
+    return [] if value == "" else _pattern(_QUALIFIED, 63, "a valid label must be an empty string or consist of "
+                                           "alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                                           "alphanumeric character")(value)
+
+
+def _strict(parse, message):
+    def check(value):
+        try:
+            parse(value)
+        except (ValueError, TypeError):
+            return [message]
+        return []
+    return check
+
+
+def _parse_date(value):
+    if not re.match(r"^\d{4}-\d{2}-\d{2}$", value):
+        raise ValueError(value)
+    datetime.date.fromisoformat(value)
+
+
+def _parse_datetime(value):
+    if not re.match(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$", value):
+        raise ValueError(value)
+    datetime.datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00").replace("t", "T"))
+
+
+FORMATS = {
+    "dns1123Label": _LABEL, "dns1123Subdomain": _SUBDOMAIN, "dns1035Label": _LABEL1035,
+    "qualifiedName": _qualified_name, "dns1123LabelPrefix": _prefix(_LABEL),
+    "dns1123SubdomainPrefix": _prefix(_SUBDOMAIN), "dns1035LabelPrefix": _prefix(_LABEL1035),
+    "labelValue": _label_value,
+    "uri": lambda value: _strict(_parse_url, "parse %r: invalid URI for request" % value)(value),
+    "uuid": lambda value: [] if _UUID.match(value) else ["does not match the UUID format"],
+    "byte": _strict(lambda v: base64.b64decode(v, validate=True), "invalid base64"),
+    "date": _strict(lambda v: _parse_date(v), "invalid date"),
+    "datetime": _strict(_parse_datetime, "invalid datetime"),
+}
+
+
+def _format_validate(fmt, value):
+    if not (isinstance(fmt, dict) and fmt.get(_FMT) in FORMATS) or not isinstance(value, str):
+        raise TypeError("validate() needs a format and a string")
+    problems = FORMATS[fmt[_FMT]](value)
+    return _cel.OptionalValue.of(problems) if problems else _cel.OptionalValue.none()
+
+
+FORMAT_FUNCTIONS = {"format.%s" % name: (lambda name=name: {_FMT: name}) for name in FORMATS}
+FORMAT_FUNCTIONS.update({
+    "format.named": lambda name: _cel.OptionalValue.of({_FMT: name}) if name in FORMATS else _cel.OptionalValue.none(),
+    "validate": _format_validate,
+})
+
+
 def _extensions():
     if not HAS_CEL:
         return {}
@@ -255,11 +366,16 @@ def _extensions():
     })
     table.update(QUANTITY_FUNCTIONS)
     table.update(URL_FUNCTIONS)
+    table.update(FORMAT_FUNCTIONS)
     return table
 
 
 EXTENSIONS = _extensions()
-SUPPORTED = BUILTINS | frozenset(EXTENSIONS)
+# The engine reports a namespaced call (format.dns1123Label()) by its last part.
+_BY_SHORT = {}
+for _name in EXTENSIONS:
+    _BY_SHORT.setdefault(_name.rsplit(".", 1)[-1], []).append(_name)
+SUPPORTED = BUILTINS | frozenset(EXTENSIONS) | frozenset(_BY_SHORT)
 
 
 class Compiled:
@@ -292,7 +408,7 @@ class Compiled:
             return
         self.program = program
         # Only the extensions the rule calls: building a context with all of them costs more than the rule.
-        self.functions = {name: EXTENSIONS[name] for name in program.functions() if name in EXTENSIONS}
+        self.functions = {full: EXTENSIONS[full] for name in program.functions() for full in _BY_SHORT.get(name, ())}
 
 
 _ESCAPED = re.compile(r"__[A-Za-z0-9]+__")
@@ -408,13 +524,15 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
         if not message and entry.get("messageExpression"):
             message = "(messageExpression not evaluated: %s)" % entry["messageExpression"]
         where = path + str(entry.get("fieldPath") or "") if entry.get("fieldPath") else path
-        if rule.program is None or optional_old:
-            detail = rule.unsupported or "optionalOldSelf rules need CEL optionals, which krops does not pass"
-            results.append(Result(where, rule.rule, message, UNEVALUABLE, detail, rule.transition))
+        if rule.program is None:
+            results.append(Result(where, rule.rule, message, UNEVALUABLE, rule.unsupported, rule.transition))
             continue
         variables = {"self": _root_view(value) if not path else value}
         if rule.transition:
-            variables["oldSelf"] = _root_view(old) if not path else old
+            old_view = _root_view(old) if not path else old
+            if optional_old:  # oldSelf is a CEL optional: none on create or where no old value exists
+                old_view = _cel.OptionalValue.of(old_view) if has_old else _cel.OptionalValue.none()
+            variables["oldSelf"] = old_view
         context = _cel.Context(variables=variables, functions=rule.functions)
         try:
             passed = rule.program.execute(context)

@@ -22,7 +22,7 @@ description:
   - C(secrets) - every Secret manifest is a SOPS file (C(*.sops.yaml)) with encrypted data.
   - C(yamllint) - the repository's C(.yamllint) over the environment's files.
   - C(cel) - every custom resource passes the C(x-kubernetes-validations) CEL rules of its schema, evaluated with the
-    C(common-expression-language) library and Kubernetes' list, string, regex, quantity and URL extensions; rules it cannot
+    C(common-expression-language) library and Kubernetes' list, string, regex, quantity, URL and format extensions; rules it cannot
     evaluate are returned in RV(cel_unevaluable), never counted as passed. Transition rules (C(oldSelf)) need the
     previous object - M(krops.platform.render_diff) applies them.
   - Never changes anything. Fails, listing every finding, when there is at least one.

@@ -187,7 +187,7 @@ def test_unevaluable_rule_of_a_schema_is_listed_by_validate_never_passed(tree, t
 def test_every_builtin_the_static_check_trusts_exists_in_the_engine(name):
     """Called as a function or as a method, the engine knows the name (a wrong argument type is fine)."""
     unknown = []
-    for form in ("%s(x)", "x.%s()", "x.%s(x)", "t.%s()"):
+    for form in ("%s(x)", "x.%s()", "x.%s(x)", "t.%s()", "optional.%s()", "optional.%s(x)"):
         try:
             cel._cel.evaluate(form % name, {"x": "2024-01-01T00:00:00Z", "t": cel._cel.evaluate("timestamp('2024-01-01T00:00:00Z')")})
         except RuntimeError as exc:
@@ -213,25 +213,43 @@ def test_every_builtin_the_static_check_trusts_exists_in_the_engine(name):
     ("url('https://[::1]:80/p').getHostname()", "::1"), ("url('https://[::1]:80/p').getPort()", "80"),
     ("url('https://example.com/a?x=1&x=2').getQuery()", {"x": ["1", "2"]}), ("url('/abs/path').getEscapedPath()", "/abs/path"),
     ("url('https://example.com').getScheme()", "https"),
+    ("!format.dns1123Label().validate('my-name').hasValue()", True),
+    ("format.dns1123Label().validate('My_Name').hasValue()", True),
+    ("format.named('dns1035Label').value().validate('1abc').hasValue()", True),
+    ("format.named('nope').hasValue()", False), ("format.dns1123LabelPrefix().validate('abc-').hasValue()", False),
+    ("format.dns1123Label().validate('abc-').hasValue()", True),
+    ("format.qualifiedName().validate('example.com/my.name').hasValue()", False),
+    ("format.qualifiedName().validate('/x').value()", ["prefix part must be non-empty"]),
+    ("format.labelValue().validate('').hasValue()", False), ("format.labelValue().validate('-a').hasValue()", True),
+    ("format.uuid().validate('123e4567-e89b-12d3-a456-426614174000').hasValue()", False),
+    ("format.byte().validate('aGk=').hasValue()", False), ("format.byte().validate('a!').hasValue()", True),
+    ("format.date().validate('2024-02-30').hasValue()", True), ("format.date().validate('2024-02-29').hasValue()", False),
+    ("format.datetime().validate('2024-02-29T10:00:00Z').hasValue()", False),
+    ("format.datetime().validate('2024-02-29').hasValue()", True),
+    ("format.uri().validate('https://x/y').hasValue()", False), ("format.uri().validate('x y').hasValue()", True),
+    ("optional.of(1).orValue(2)", 1),
 ])
 def test_kubernetes_extensions(expression, expected):
     program = cel.compiled(expression)
     assert program.unsupported is None
-    assert program.program.execute(cel._cel.Context(functions=cel.EXTENSIONS)) == expected
+    assert program.program.execute(cel._cel.Context(functions=program.functions)) == expected
 
 
-def test_rule_options_krops_cannot_honour_are_listed_not_passed():
+def test_rule_options_escaped_names_optional_old_self_message_expression_field_path():
     node = {"type": "object", "properties": {"a-b": {"type": "string"}, "n": {"type": "string"}}, "x-kubernetes-validations": [
         {"rule": "self.a__dash__b == 'x'", "message": "escaped"},
-        {"rule": "self == oldSelf", "optionalOldSelf": True, "message": "optional"},
+        {"rule": "!oldSelf.hasValue() || oldSelf.value().n == self.n", "optionalOldSelf": True, "message": "n is immutable"},
         {"rule": "self.n == 'x'", "messageExpression": "'n is ' + self.n", "fieldPath": ".n"},
     ]}
     results = cel.evaluate({"a-b": "y", "n": "y"}, node)
     assert [(r.path, r.outcome, r.message, r.detail) for r in results] == [
         ("", "unevaluable", "escaped", "uses an escaped property name (__dash__), which krops does not map"),
-        ("", "unevaluable", "optional", "optionalOldSelf rules need CEL optionals, which krops does not pass"),
         (".n", "violated", "(messageExpression not evaluated: 'n is ' + self.n)", ""),
     ]
+    # optionalOldSelf: runs on create too (oldSelf is optional.none()), and on update with the old value.
+    results = cel.evaluate({"a-b": "y", "n": "x"}, node, old={"a-b": "y", "n": "z"}, transition_only=True)
+    assert [(r.outcome, r.message) for r in results] == [("violated", "n is immutable")]
+    assert cel.evaluate({"a-b": "y", "n": "x"}, node, old={"a-b": "y", "n": "x"}, transition_only=True) == []
 
 
 def test_syntax_and_type_gaps_of_the_engine_are_unevaluable():
