@@ -261,3 +261,27 @@ def test_syntax_and_type_gaps_of_the_engine_are_unevaluable():
     assert [(r.outcome, r.message) for r in results] == [("unevaluable", "optional syntax"), ("unevaluable", "type gap")]
     assert results[0].detail.startswith("the CEL library cannot parse it: Failed to parse expression")
     assert results[1].detail.startswith("the CEL library failed (TypeError: Unsupported operation: string + int.")
+
+
+def test_validate_module_and_command_line_cel_switch(tree, run_module):
+    import io
+    from contextlib import redirect_stdout
+
+    from ansible_collections.krops.platform.plugins.modules import validate as validate_module
+
+    edit(tree, FLUXINSTANCE, "  name: flux\n", "  name: flux-workload\n")
+    args = {"path": str(tree), "environments": ["local-host"], "schema_location": str(SCHEMAS)}
+    result = run_module(validate_module, args)
+    assert result.failed and [(f["rule"], f["object"]) for f in result["findings"]] == [
+        ("cel", "FluxInstance/flux-system/flux-workload")]
+    assert result["cel_unevaluable"] == [] and result["summary"]["local-host"]["by_rule"]["cel"] == 1
+    result = run_module(validate_module, dict(args, cel=False))
+    assert not result.failed and result["findings"] == []
+    argv = ["--path", str(tree), "--schema-location", str(SCHEMAS)]
+    with redirect_stdout(io.StringIO()) as out:
+        assert validate.main(argv) == 1
+    assert out.getvalue().splitlines()[0] == (
+        "%s: FluxInstance/flux-system/flux-workload: [cel] (root): the only accepted name for a FluxInstance is "
+        "'flux' (rule: self.metadata.name == 'flux')" % FLUXINSTANCE)
+    with redirect_stdout(io.StringIO()):
+        assert validate.main(argv + ["--no-cel"]) == 0
