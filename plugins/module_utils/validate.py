@@ -160,6 +160,7 @@ class _Env:
         self.lifecycle = set()  # (kind, namespace, name)
         self.settings = None    # bootstrap.toml table of the environment, or None
         self.files = 0
+        self.cel = None         # CEL rules not evaluated (a list when the cel rule runs)
 
     def add(self, file, obj, rule, message):
         self.findings.append(Finding(file, obj, rule, message, self.name))
@@ -230,7 +231,7 @@ def run(path=None, environments=None, schema_location=None, allow_kinds=None, co
     findings, summary, total_objects, total_dirs, covered, unevaluable = [], {}, 0, 0, set(), []
     for name in selected:
         env = _Env(name, root)
-        env.cel = [] if cel else None  # rules the CEL library could not evaluate
+        env.cel = [] if cel else None
         env_started = time.monotonic()
         _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf)
         if collect is not None:
