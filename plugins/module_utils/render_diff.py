@@ -546,12 +546,16 @@ def run(repo, base, head="HEAD", use_merge_base=True, environments=None, schema_
     timings = {}
     try:
         states, errors = {}, {}
+        # render_diff uses validate's rendering, not its schema findings: an empty schema folder
+        # keeps a revision without schemas renderable and skips the JSON-schema work.
+        no_schemas = os.path.join(work, "no-schemas")
+        os.makedirs(no_schemas)
         for name, sha in (("base", base_sha), ("head", head_sha)):
             t0 = time.monotonic()
             root = os.path.join(work, name)
             extract(repo, sha, root)
             try:
-                states[name] = render_revision(root, environments, schema_location, renderer)
+                states[name] = render_revision(root, environments, no_schemas, renderer)
             except RenderDiffError as exc:
                 states[name], errors[name] = {}, str(exc)
             timings["render_%s" % name] = round(time.monotonic() - t0, 3)
@@ -674,7 +678,8 @@ def main(argv=None):
     parser.add_argument("--no-merge-base", dest="merge_base", action="store_false",
                         help="compare with --base itself, not with the merge base of --base and --head")
     parser.add_argument("--environment", "-e", action="append", dest="environments", help="environment (repeatable; default: all)")
-    parser.add_argument("--schema-location", help="schemas folder or https template (default: each revision's schemas/crds)")
+    parser.add_argument("--schema-location", help="schemas for the transition rules, folder or https template "
+                                                  "(default: $KROPS_SCHEMA_LOCATION, else schemas/crds of the head revision)")
     parser.add_argument("--accept-file", help="file of acknowledged finding ids, one per line")
     parser.add_argument("--label", action="append", dest="labels", default=[], help="a label of the pull request (repeatable)")
     parser.add_argument("--labels", dest="label_list", default="", help="labels of the pull request, comma separated")

@@ -360,7 +360,11 @@ def test_missing_schemas_are_listed_not_silently_skipped(repo, tmp_path, monkeyp
     root, base = repo
     monkeypatch.delenv("KROPS_SCHEMA_LOCATION", raising=False)
     monkeypatch.chdir(tmp_path)
+    edit(root, DATA + "/app.yaml", "uploader:1.0.0", "uploader:1.1.0")
+    commit(root, "uploader 1.1.0")
     report = render_diff.run(str(root), base, "HEAD")  # the test repository has no schemas/crds
+    assert ids(report) == []  # rendering does not need schemas
+    assert [o["object"] for o in data_changes(report)["changed"]] == ["Deployment/default/uploader"]
     assert report["cel_unevaluable"] == [{"environment": "-", "object": "-", "message": (
         "transition rules not evaluated: schema location schemas/crds is neither a folder nor an https:// URL template")}]
 
