@@ -50,7 +50,7 @@ options:
     elements: str
   schema_location:
     description:
-      - Schemas for the transition rules, as for M(krops.platform.validate). Defaults to E(KROPS_SCHEMA_LOCATION),
+      - Schemas for the transition rules (rendering needs none), as for M(krops.platform.validate). Defaults to E(KROPS_SCHEMA_LOCATION),
         else C(schemas/crds) of the head revision.
     type: str
   accept_file:
