@@ -53,7 +53,7 @@ def main():
 
     environments = validate.environments_present(REPO)
     validate.run(REPO, environments, args.schema_location)  # warm-up: renders and schemas cached for both
-    with_cel, without_cel, objects, rules = [], [], 0, 0
+    with_cel, without_cel, objects, not_evaluated = [], [], 0, 0
     for _round in range(args.repeat):
         for flag, times in ((True, with_cel), (False, without_cel)):
             started = time.monotonic()
@@ -61,11 +61,11 @@ def main():
             times.append(time.monotonic() - started)
             objects = result["objects"]
             if flag:
-                rules = len(result["cel_unevaluable"])
+                not_evaluated = len(result["cel_unevaluable"])
     on, off = statistics.median(with_cel), statistics.median(without_cel)
     print("validate %s (%d objects), median of %d: with CEL %.3f s, without CEL %.3f s, CEL costs %.3f s (%+.0f%%); "
           "%d rule(s) not evaluable" % (", ".join(environments), objects, args.repeat, on, off, on - off,
-                                        100.0 * (on - off) / off if off else 0.0, rules))
+                                        100.0 * (on - off) / off if off else 0.0, not_evaluated))
     return 0
 
 
