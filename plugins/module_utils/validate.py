@@ -18,6 +18,8 @@ Rules (one finding per problem, each naming file, object, rule and message):
   external_account credential configurations (Workload Identity Federation: no key material).
 - ``tags``: every cloud resource the tree declares (CAPA control planes and machine pools, ACK
   resources) carries ``krops.io/environment=<env>`` and the run tags (docs/ownership.md).
+- ``cel``: every custom resource passes the ``x-kubernetes-validations`` CEL rules of its schema
+  (module_utils/cel.py); rules the CEL library cannot evaluate are listed in ``cel_unevaluable``.
 - ``yamllint``: yamllint (the repository's .yamllint) over mgmt/ and workload/.
 
 Importable without Ansible; ``python -m ...validate --help`` runs it standalone.
@@ -43,6 +45,7 @@ except ImportError:  # PyYAML comes with ansible-core; only bare sanity environm
     yaml = None
     _YAML_ERRORS = ()
 
+from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate_schema
@@ -54,7 +57,7 @@ try:
 except ImportError:  # reported as a finding-free note in the summary
     HAS_YAMLLINT = False
 
-RULES = ("render", "schema", "flux-graph", "bootstrap", "secrets", "tags", "yamllint")
+RULES = ("render", "schema", "flux-graph", "bootstrap", "secrets", "tags", "yamllint", "cel")
 FLUX_KS = "kustomize.toolkit.fluxcd.io"
 PROVIDER_KINDS = ("CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider",
                   "AddonProvider", "IPAMProvider", "RuntimeExtensionProvider")
@@ -181,6 +184,7 @@ class _Env:
         self.lifecycle = set()  # (kind, namespace, name)
         self.settings = None    # bootstrap.toml table of the environment, or None
         self.files = 0
+        self.cel = None         # CEL rules not evaluated (a list when the cel rule runs)
 
     def add(self, file, obj, rule, message):
         self.findings.append(Finding(file, obj, rule, message, self.name))
@@ -210,8 +214,12 @@ def environments_present(root):
 
 
 def run(path=None, environments=None, schema_location=None, allow_kinds=None, config_file=None,
-        renderer=None, jobs=None, environ=None):
-    """Validate the tree at ``path``. Returns a dict: findings, summary, objects, directories, seconds."""
+        renderer=None, jobs=None, environ=None, cel=True, collect=None):
+    """Validate the tree at ``path``. Returns a dict: findings, summary, objects, directories, seconds.
+
+    ``cel``: evaluate the CEL rules of the schemas. ``collect``: called with each environment's
+    state after its checks (render_diff reads the rendered objects from it).
+    """
     environ = os.environ if environ is None else environ
     if yaml is None:
         raise ValidateError("the PyYAML Python library is required")
@@ -244,11 +252,15 @@ def run(path=None, environments=None, schema_location=None, allow_kinds=None, co
     allow = set(allow_kinds or [])
     lint_conf = _yamllint_config(root)
 
-    findings, summary, total_objects, total_dirs, covered = [], {}, 0, 0, set()
+    findings, summary, total_objects, total_dirs, covered, unevaluable = [], {}, 0, 0, set(), []
     for name in selected:
         env = _Env(name, root)
+        env.cel = [] if cel else None
         env_started = time.monotonic()
         _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf)
+        if collect is not None:
+            collect(env)
+        unevaluable.extend(env.cel or [])
         unique = {}
         for finding in env.findings:
             unique.setdefault(finding.key(), finding)
@@ -258,7 +270,7 @@ def run(path=None, environments=None, schema_location=None, allow_kinds=None, co
         per_rule = {rule: sum(1 for f in env_findings if f.rule == rule) for rule in RULES}
         summary[name] = {"directories": len(env.directories), "objects": rendered, "files": env.files,
                          "findings": len(env_findings), "by_rule": per_rule,
-                         "seconds": round(time.monotonic() - env_started, 3)}
+                         "cel_unevaluable": len(env.cel or []), "seconds": round(time.monotonic() - env_started, 3)}
         total_objects += rendered
         total_dirs += len(env.directories)
         covered.update(env.tops)
@@ -266,7 +278,7 @@ def run(path=None, environments=None, schema_location=None, allow_kinds=None, co
         findings.extend(_check_other_files(root, covered, lint_conf))
     return {"findings": [f.as_dict() for f in findings], "summary": summary, "objects": total_objects,
             "directories": total_dirs, "environments": selected, "schema_location": location,
-            "seconds": round(time.monotonic() - started, 3)}
+            "cel_unevaluable": unevaluable, "seconds": round(time.monotonic() - started, 3)}
 
 
 def format_text(result):
@@ -276,6 +288,8 @@ def format_text(result):
             name, summary["directories"], summary["objects"], summary["findings"],
             "" if not summary["findings"] else " (%s)" % ", ".join(
                 "%s %d" % (rule, count) for rule, count in summary["by_rule"].items() if count)))
+    lines.extend("%s: %s: [cel] NOT EVALUATED %s" % (u["file"], u["object"], u["message"])
+                 for u in result.get("cel_unevaluable") or [])
     return lines
 
 
@@ -333,6 +347,8 @@ def _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf):
     _substitute(env)
     _expand_embedded(env)
     _check_schemas(env, store, allow)
+    if env.cel is not None:
+        _check_cel(env, store)
     _check_flux_graph(env)
     if env.settings is not None:
         _check_bootstrap(env, cfg)
@@ -505,6 +521,19 @@ def _check_schemas(env, store, allow):
         label = object_id(item.obj) if not item.virtual else "%s (%s)" % (object_id(item.obj), item.origin)
         for (message,) in problems:
             env.add(item.file, label, "schema", message)
+
+
+def _check_cel(env, store):
+    """The schemas' x-kubernetes-validations rules (transition rules need an old object: render_diff)."""
+    for item in env.items:
+        if item.fallback:
+            continue
+        label = object_id(item.obj) if not item.virtual else "%s (rendered by ResourceSet)" % object_id(item.obj)
+        for result in krops_cel.check(item.obj, store):
+            if result.outcome == krops_cel.UNEVALUABLE:
+                env.cel.append({"file": item.file, "object": label, "environment": env.name, "message": result.text()})
+            else:
+                env.add(item.file, label, "cel", result.text())
 
 
 def _check_flux_graph(env):
@@ -941,9 +970,10 @@ def main(argv=None):
     parser.add_argument("--allow-kind", action="append", dest="allow_kinds", default=[], help="kind allowed without schema")
     parser.add_argument("--config-file", help="bootstrap.toml (default: <path>/bootstrap.toml)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--no-cel", dest="cel", action="store_false", help="skip the CRDs' CEL validation rules")
     args = parser.parse_args(argv)
     try:
-        result = run(args.path, args.environments, args.schema_location, args.allow_kinds, args.config_file)
+        result = run(args.path, args.environments, args.schema_location, args.allow_kinds, args.config_file, cel=args.cel)
     except ValidateError as exc:
         sys.stderr.write("ERROR: %s\n" % exc)
         return 2

@@ -21,6 +21,10 @@ description:
     mgmt-cluster and teardown names.
   - C(secrets) - every Secret manifest is a SOPS file (C(*.sops.yaml)) with encrypted data.
   - C(yamllint) - the repository's C(.yamllint) over the environment's files.
+  - C(cel) - every custom resource passes the C(x-kubernetes-validations) CEL rules of its schema, evaluated with the
+    C(common-expression-language) library and Kubernetes' list, string, regex, quantity, URL and format extensions; rules it cannot
+    evaluate are returned in RV(cel_unevaluable), never counted as passed. Transition rules (C(oldSelf)) need the
+    previous object - M(krops.platform.render_diff) applies them.
   - Never changes anything. Fails, listing every finding, when there is at least one.
 author:
   - krops developers (@krops)
@@ -60,6 +64,12 @@ options:
     type: str
     choices: [text, json]
     default: text
+  cel:
+    description:
+      - Evaluate the CEL rules of the schemas (the C(cel) rule). Off, validation checks the JSON schemas only,
+        as kubeconform does.
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -74,6 +84,7 @@ attributes:
 requirements:
   - kubectl (with kustomize) or kustomize on the controller
   - jsonschema, referencing, kubernetes-validate and yamllint (Python libraries)
+  - common-expression-language (Python library) for the C(cel) rule
 """
 
 EXAMPLES = r"""
@@ -106,7 +117,7 @@ findings:
       type: str
       sample: Kustomization/flux-system/cert-manager
     rule:
-      description: One of C(render), C(schema), C(flux-graph), C(bootstrap), C(secrets), C(yamllint).
+      description: One of C(render), C(schema), C(flux-graph), C(bootstrap), C(secrets), C(yamllint), C(cel).
       type: str
       sample: schema
     message:
@@ -128,7 +139,7 @@ summary:
   returned: always
   type: dict
   sample: {"local-host": {"directories": 12, "objects": 47, "files": 40, "findings": 0, "seconds": 1.2,
-           "by_rule": {"render": 0, "schema": 0, "flux-graph": 0, "bootstrap": 0, "secrets": 0, "yamllint": 0}}}
+           "by_rule": {"render": 0, "schema": 0, "flux-graph": 0, "bootstrap": 0, "secrets": 0, "yamllint": 0, "cel": 0}, "cel_unevaluable": 0}}
 output:
   description: The report in the requested O(format) (text lines joined by newlines, or JSON).
   returned: always
@@ -139,6 +150,12 @@ objects:
   returned: always
   type: int
   sample: 47
+cel_unevaluable:
+  description: CEL rules the library could not evaluate, per object (file, object, environment, message).
+  returned: always
+  type: list
+  elements: dict
+  sample: []
 environments:
   description: The environments checked.
   returned: always
@@ -163,6 +180,7 @@ def main():
             allow_kinds=dict(type="list", elements="str", default=[]),
             config_file=dict(type="path"),
             format=dict(type="str", choices=["text", "json"], default="text"),
+            cel=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -170,7 +188,7 @@ def main():
     try:
         result = krops_validate.run(path=params["path"], environments=params["environments"],
                                     schema_location=params["schema_location"], allow_kinds=params["allow_kinds"],
-                                    config_file=params["config_file"])
+                                    config_file=params["config_file"], cel=params["cel"])
     except krops_validate.ValidateError as exc:
         module.fail_json(msg="validate could not run: %s" % exc)
     if params["format"] == "json":
@@ -178,7 +196,8 @@ def main():
     else:
         output = "\n".join(krops_validate.format_text(result))
     returned = dict(changed=False, findings=result["findings"], summary=result["summary"], output=output,
-                    objects=result["objects"], environments=result["environments"])
+                    objects=result["objects"], environments=result["environments"],
+                    cel_unevaluable=result["cel_unevaluable"])
     if result["findings"]:
         lines = krops_validate.format_text(result)
         module.fail_json(msg="validate found %d finding(s):\n%s" % (len(result["findings"]), "\n".join(lines)), **returned)

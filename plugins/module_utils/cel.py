@@ -1,0 +1,665 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""Evaluation of CRD ``x-kubernetes-validations`` CEL rules, as the API server does at apply time.
+
+The CEL engine is the PyPI package ``common-expression-language`` (module ``cel``; a binding of
+the Rust ``cel`` crate). Kubernetes adds libraries to CEL; the ones registered here are listed in
+:data:`EXTENSIONS` (strings, lists, regex, quantity, URL, format). A rule that calls anything else
+(``ip()``, ``cidr()``, ``semver()``, ``authorizer``...) is *unevaluable*: it is
+reported as such, never counted as passed.
+
+How a rule is applied follows the apiextensions-apiserver:
+
+- a rule sits on a schema node and runs once per value at that node (each list item, each map
+  value), only when the value is present; ``self`` is that value;
+- schema ``default`` values are applied first (the server defaults before it validates), and
+  numbers are typed by the schema (``number`` is a double even when written as ``1``);
+- a rule that mentions ``oldSelf`` is a *transition rule*: it runs only on update, only where the
+  old object has a value at the same place (object properties, map keys, and items of
+  ``x-kubernetes-list-type: map`` lists matched by their keys). :func:`evaluate` runs them when
+  given ``old``;
+- a rule that evaluates to false is a violation reported with the rule's own ``message``; a rule
+  whose evaluation fails (no such key, index out of bounds, bad duration...) is an error, which
+  the API server rejects as well.
+
+Importable without Ansible.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime
+import decimal
+import logging
+import re
+import threading
+import urllib.parse
+
+try:
+    import cel as _cel
+    from cel import stdlib as _cel_stdlib
+    HAS_CEL = True
+    CEL_IMPORT_ERROR = None
+    # The engine logs every failing Python function as a warning; the failure is already the
+    # rule's result (an error finding), so keep it off the user's terminal.
+    logging.getLogger("cel").setLevel(logging.ERROR)
+except ImportError as exc:  # reported by the caller (validate lists every rule as unevaluable)
+    _cel = None
+    _cel_stdlib = None
+    HAS_CEL = False
+    CEL_IMPORT_ERROR = exc
+
+LIBRARY = "common-expression-language"
+
+VIOLATED = "violated"
+ERROR = "error"
+UNEVALUABLE = "unevaluable"
+
+# Functions of the CEL core that the Rust engine implements (macros like has/all/exists are
+# expanded by its parser and never show up as function references).
+BUILTINS = frozenset((
+    "size", "contains", "startsWith", "endsWith", "matches", "duration", "timestamp", "int", "uint",
+    "double", "string", "bytes", "dyn", "type", "getFullYear", "getMonth", "getDayOfYear",
+    "getDayOfMonth", "getDate", "getDayOfWeek", "getHours", "getMinutes", "getSeconds", "getMilliseconds",
+    "hasValue", "value", "orValue", "or", "none", "of",  # optionals (optional.of, optional.none)
+))
+
+
+def _index_of(target, item, offset=None):
+    if isinstance(target, str):
+        return _cel_stdlib.index_of(target, item, 0 if offset is None else offset)
+    for index, value in enumerate(target):
+        if value == item:
+            return index
+    return -1
+
+
+def _last_index_of(target, item, offset=None):
+    if isinstance(target, str):
+        return _cel_stdlib.last_index_of(target, item, offset)
+    for index in range(len(target) - 1, -1, -1):
+        if target[index] == item:
+            return index
+    return -1
+
+
+def _is_sorted(values):
+    return all(values[i] <= values[i + 1] for i in range(len(values) - 1))
+
+
+def _find(text, pattern):
+    match = re.search(pattern, text)
+    return match.group(0) if match else ""
+
+
+def _find_all(text, pattern, limit=-1):
+    found = [m.group(0) for m in re.finditer(pattern, text)]
+    return found if limit is None or limit < 0 else found[:limit]
+
+
+# --- Kubernetes quantity library -------------------------------------------------------------
+# A Quantity travels through the engine as a map {_QTY: canonical decimal}: equal values are
+# equal maps, as Quantity equality compares values. Grammar of k8s.io/apimachinery resource.Quantity:
+# <sign><digits>[.<digits>]<suffix>, suffix binary (Ki..Ei), decimal (n u m "" k M G T P E) or e<int>.
+_QTY = "__krops_quantity__"
+_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+_BINARY = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def _parse_quantity(text):
+    match = _QUANTITY.match(text) if isinstance(text, str) else None
+    if not match:
+        raise ValueError("invalid quantity %r" % (text,))
+    number, suffix = decimal.Decimal(match.group(1)), match.group(2) or ""
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return number.scaleb(_DECIMAL[suffix])
+    return number.scaleb(int(suffix[1:])) if suffix else number
+
+
+def _quantity_value(value):
+    if isinstance(value, dict) and _QTY in value:
+        return decimal.Decimal(value[_QTY])
+    if isinstance(value, int) and not isinstance(value, bool):
+        return decimal.Decimal(value)
+    raise TypeError("not a quantity: %r" % (value,))
+
+
+def _quantity_of(number):
+    return {_QTY: str(number.normalize())}
+
+
+def _is_quantity(text):
+    try:
+        _parse_quantity(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _quantity_compare(a, b):
+    left, right = _quantity_value(a), _quantity_value(b)
+    return (left > right) - (left < right)
+
+
+def _as_integer(q):
+    value = _quantity_value(q)
+    if value != value.to_integral_value() or abs(value) >= 2 ** 63:
+        raise ValueError("cannot convert value to integer")
+    return int(value)
+
+
+QUANTITY_FUNCTIONS = {
+    "quantity": lambda text: _quantity_of(_parse_quantity(text)),
+    "isQuantity": _is_quantity,
+    "sign": lambda q: _quantity_compare(q, 0),
+    "isGreaterThan": lambda a, b: _quantity_compare(a, b) > 0,
+    "isLessThan": lambda a, b: _quantity_compare(a, b) < 0,
+    "compareTo": _quantity_compare,
+    "add": lambda a, b: _quantity_of(_quantity_value(a) + _quantity_value(b)),
+    "sub": lambda a, b: _quantity_of(_quantity_value(a) - _quantity_value(b)),
+    "isInteger": lambda q: _quantity_value(q) == _quantity_value(q).to_integral_value() and abs(_quantity_value(q)) < 2 ** 63,
+    "asInteger": _as_integer,
+    "asApproximateFloat": lambda q: float(_quantity_value(q)),
+}
+
+
+# --- Kubernetes URL library -------------------------------------------------------------------
+# url() accepts what Go's url.ParseRequestURI accepts: an absolute URI or an absolute path, no
+# control characters, a host of URL characters and a numeric port. A URL travels as {_URL: text}.
+_URL = "__krops_url__"
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(:[0-9]*)?$")
+
+
+def _parse_url(text):
+    if not isinstance(text, str) or not text or any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        raise ValueError("URL %r is not valid" % (text,))
+    if not _SCHEME.match(text) and not text.startswith("/"):
+        raise ValueError("URL %r is not absolute" % (text,))
+    parts = urllib.parse.urlsplit(text, allow_fragments=False)
+    if parts.netloc:
+        host = parts.netloc.rpartition("@")[2]
+        if not _HOST.match(host):
+            raise ValueError("URL %r has an invalid host" % (text,))
+    return parts
+
+
+def _url(text):
+    _parse_url(text)
+    return {_URL: text}
+
+
+def _url_parts(value):
+    if isinstance(value, dict) and _URL in value:
+        return _parse_url(value[_URL])
+    raise TypeError("not a URL: %r" % (value,))
+
+
+def _host(value):
+    parts = _url_parts(value)
+    return parts.netloc.rpartition("@")[2]
+
+
+def _hostname(value):
+    host = _host(value)
+    if host.startswith("["):
+        return host[1:host.index("]")]
+    return host.rpartition(":")[0] if ":" in host else host
+
+
+def _port(value):
+    host = _host(value)
+    tail = host[host.index("]") + 1:] if host.startswith("[") else host
+    return tail.rpartition(":")[2] if ":" in tail else ""
+
+
+def _query(value):
+    result = {}
+    for key, item in urllib.parse.parse_qsl(_url_parts(value).query, keep_blank_values=True):
+        result.setdefault(key, []).append(item)
+    return result
+
+
+def _is_url(text):
+    try:
+        _parse_url(text)
+    except ValueError:
+        return False
+    return True
+
+
+URL_FUNCTIONS = {
+    "url": _url,
+    "isURL": _is_url,
+    "getScheme": lambda u: _url_parts(u).scheme,
+    "getHost": _host,
+    "getHostname": _hostname,
+    "getPort": _port,
+    "getEscapedPath": lambda u: _url_parts(u).path,
+    "getQuery": _query,
+}
+
+
+# --- Kubernetes format library ----------------------------------------------------------------
+# format.<name>() / format.named(name) give a Format ({_FMT: name}); <format>.validate(s) is
+# optional.none() when s is valid, else optional.of([messages]). Name formats follow
+# k8s.io/apimachinery validation (regexes and lengths); uri, uuid, byte, date and datetime
+# approximate kube-openapi's strfmt.
+_FMT = "__krops_format__"
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = _DNS1123_LABEL + r"(\." + _DNS1123_LABEL + r")*"
+_DNS1035_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+_QUALIFIED = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_UUID = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$", re.I)
+
+
+def _pattern(regex, max_length, what):
+    compiled = re.compile("^%s$" % regex)
+
+    def check(value):
+        problems = []
+        if len(value) > max_length:
+            problems.append("must be no more than %d characters" % max_length)
+        if not compiled.match(value):
+            problems.append("%s (regex used for validation is '%s')" % (what, regex))
+        return problems
+    return check
+
+
+_LABEL = _pattern(_DNS1123_LABEL, 63, "a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
+                                      "or '-', and must start and end with an alphanumeric character")
+_SUBDOMAIN = _pattern(_DNS1123_SUBDOMAIN, 253, "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                                               "characters, '-' or '.', and must start and end with an alphanumeric character")
+_LABEL1035 = _pattern(_DNS1035_LABEL, 63, "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
+                                          "start with an alphabetic character, and end with an alphanumeric character")
+_NAME = _pattern(_QUALIFIED, 63, "name part must consist of alphanumeric characters, '-', '_' or '.', and must start "
+                                 "and end with an alphanumeric character")
+
+
+def _prefix(check):
+    # A generateName prefix may end with '-': the server masks it before checking.
+    return lambda value: check(value[:-1] + "a" if len(value) > 1 and value.endswith("-") else value)
+
+
+def _qualified_name(value):
+    prefix, slash, name = value.rpartition("/")
+    problems = []
+    if slash:
+        if not prefix:
+            problems.append("prefix part must be non-empty")
+        else:
+            problems.extend("prefix part %s" % p for p in _SUBDOMAIN(prefix))
+    if not name:
+        return problems + ["name part must be non-empty"]
+    return problems + _NAME(name)
+
+
+def _label_value(value):
+    return [] if value == "" else _pattern(_QUALIFIED, 63, "a valid label must be an empty string or consist of "
+                                           "alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                                           "alphanumeric character")(value)
+
+
+def _strict(parse, message):
+    def check(value):
+        try:
+            parse(value)
+        except (ValueError, TypeError):
+            return [message]
+        return []
+    return check
+
+
+def _parse_date(value):
+    if not re.match(r"^\d{4}-\d{2}-\d{2}$", value):
+        raise ValueError(value)
+    datetime.date.fromisoformat(value)
+
+
+def _parse_datetime(value):
+    if not re.match(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$", value):
+        raise ValueError(value)
+    datetime.datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00").replace("t", "T"))
+
+
+FORMATS = {
+    "dns1123Label": _LABEL, "dns1123Subdomain": _SUBDOMAIN, "dns1035Label": _LABEL1035,
+    "qualifiedName": _qualified_name, "dns1123LabelPrefix": _prefix(_LABEL),
+    "dns1123SubdomainPrefix": _prefix(_SUBDOMAIN), "dns1035LabelPrefix": _prefix(_LABEL1035),
+    "labelValue": _label_value,
+    "uri": lambda value: _strict(_parse_url, "parse %r: invalid URI for request" % value)(value),
+    "uuid": lambda value: [] if _UUID.match(value) else ["does not match the UUID format"],
+    "byte": _strict(lambda v: base64.b64decode(v, validate=True), "invalid base64"),
+    "date": _strict(lambda v: _parse_date(v), "invalid date"),
+    "datetime": _strict(_parse_datetime, "invalid datetime"),
+}
+
+
+def _format_validate(fmt, value):
+    if not (isinstance(fmt, dict) and fmt.get(_FMT) in FORMATS) or not isinstance(value, str):
+        raise TypeError("validate() needs a format and a string")
+    problems = FORMATS[fmt[_FMT]](value)
+    return _cel.OptionalValue.of(problems) if problems else _cel.OptionalValue.none()
+
+
+FORMAT_FUNCTIONS = {"format.%s" % name: (lambda name=name: {_FMT: name}) for name in FORMATS}
+FORMAT_FUNCTIONS.update({
+    "format.named": lambda name: _cel.OptionalValue.of({_FMT: name}) if name in FORMATS else _cel.OptionalValue.none(),
+    "validate": _format_validate,
+})
+
+
+def _extensions():
+    if not HAS_CEL:
+        return {}
+    table = {}
+    table.update(_cel_stdlib.EXTENSIONS["core"])     # min, max, sum (Kubernetes lists library spellings)
+    table.update(_cel_stdlib.EXTENSIONS["strings"])  # charAt, lowerAscii, split, join, trim, ...
+    table.update({
+        "indexOf": _index_of, "lastIndexOf": _last_index_of,  # strings and lists
+        "isSorted": _is_sorted,
+        "find": _find, "findAll": _find_all,
+    })
+    table.update(QUANTITY_FUNCTIONS)
+    table.update(URL_FUNCTIONS)
+    table.update(FORMAT_FUNCTIONS)
+    return table
+
+
+EXTENSIONS = _extensions()
+# The engine reports a namespaced call (format.dns1123Label()) by its last part.
+_BY_SHORT = {}
+for _name in EXTENSIONS:
+    _BY_SHORT.setdefault(_name.rsplit(".", 1)[-1], []).append(_name)
+SUPPORTED = BUILTINS | frozenset(EXTENSIONS) | frozenset(_BY_SHORT)
+
+
+class Compiled:
+    """One rule compiled once: program, or why it cannot be evaluated."""
+
+    __slots__ = ("rule", "program", "unsupported", "transition", "functions")
+
+    def __init__(self, rule):
+        self.rule = rule
+        self.program = None
+        self.unsupported = None
+        self.transition = bool(re.search(r"\boldSelf\b", rule))
+        self.functions = {}
+        if not HAS_CEL:
+            self.unsupported = "the %s Python package is not installed (%s)" % (LIBRARY, CEL_IMPORT_ERROR)
+            return
+        try:
+            program = _cel.compile(rule)
+        except (ValueError, RuntimeError) as exc:  # syntax the engine lacks (e.g. optional field selection .?)
+            self.unsupported = "the CEL library cannot parse it: %s" % _short(exc)
+            return
+        missing = sorted(name for name in program.functions()
+                         if not _is_operator(name) and name not in SUPPORTED)
+        if missing:
+            self.unsupported = "uses %s, which krops cannot evaluate" % ", ".join("%s()" % m for m in missing)
+            return
+        if _ESCAPED.search(rule):
+            # The server escapes property names (__dash__, __dot__, __namespace__...); krops does not.
+            self.unsupported = "uses an escaped property name (%s), which krops does not map" % _ESCAPED.search(rule).group(0)
+            return
+        self.program = program
+        # Only the extensions the rule calls: building a context with all of them costs more than the rule.
+        self.functions = {full: EXTENSIONS[full] for name in program.functions() for full in _BY_SHORT.get(name, ())}
+
+
+_ESCAPED = re.compile(r"__[A-Za-z0-9]+__")
+_COMPILED = {}
+_LOCK = threading.Lock()
+
+
+def compiled(rule):
+    with _LOCK:
+        found = _COMPILED.get(rule)
+    if found is None:
+        found = Compiled(rule)
+        with _LOCK:
+            _COMPILED[rule] = found
+    return found
+
+
+def _is_operator(name):
+    return name.startswith(("_", "@", "!")) or not name[:1].isalpha()
+
+
+def _short(exc):
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+class Result:
+    """A rule that did not pass: violated, errored or could not be evaluated."""
+
+    __slots__ = ("path", "rule", "message", "outcome", "detail", "transition")
+
+    def __init__(self, path, rule, message, outcome, detail="", transition=False):
+        self.path = path
+        self.rule = rule
+        self.message = message
+        self.outcome = outcome
+        self.detail = detail
+        self.transition = transition
+
+    def text(self):
+        where = self.path or "(root)"
+        if self.outcome == VIOLATED:
+            return "%s: %s (rule: %s)" % (where, self.message or "failed rule", self.rule)
+        if self.outcome == ERROR:
+            return "%s: %s evaluating rule: %s" % (where, self.detail, self.rule)
+        return "%s: rule not evaluated, %s: %s" % (where, self.detail, self.rule)
+
+    def as_dict(self):
+        return {"path": self.path or "(root)", "rule": self.rule, "message": self.message,
+                "outcome": self.outcome, "detail": self.detail, "transition": self.transition}
+
+
+def has_rules(schema):
+    """True when any node of ``schema`` carries x-kubernetes-validations (cached per schema object)."""
+    key = id(schema)
+    with _LOCK:
+        cached = _HAS_RULES.get(key)
+    if cached is None or cached[0] is not schema:
+        cached = (schema, count_rules(schema)[0] > 0)
+        with _LOCK:
+            _HAS_RULES[key] = cached
+    return cached[1]
+
+
+_HAS_RULES = {}
+
+
+def _rules_at(node):
+    """The rules of one schema node (a schema may also have a *property* named x-kubernetes-validations)."""
+    rules = node.get("x-kubernetes-validations")
+    return [r for r in rules if isinstance(r, dict) and r.get("rule")] if isinstance(rules, list) else []
+
+
+def count_rules(schema):
+    """(rules, transition rules) declared in ``schema``."""
+    total = transition = 0
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for rule in _rules_at(node):
+                total += 1
+                transition += bool(re.search(r"\boldSelf\b", str(rule.get("rule", ""))))
+            stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend(node)
+    return total, transition
+
+
+def evaluate(obj, schema, old=None, transition_only=False):
+    """Results (not-passed rules) of ``obj`` against the CEL rules of ``schema``.
+
+    ``old``: the object before the change; transition rules (``oldSelf``) run only with it.
+    ``transition_only``: run only transition rules (render_diff, when validate ran the others).
+    """
+    results = []
+    value = _typed(copy.deepcopy(obj), schema)
+    old_value = _typed(copy.deepcopy(old), schema) if old is not None else None
+    _walk(value, old_value, old is not None, schema, "", results, transition_only)
+    return results
+
+
+def _walk(value, old, has_old, schema, path, results, transition_only):
+    if not isinstance(schema, dict) or value is None:
+        return
+    for entry in _rules_at(schema):
+        rule = compiled(str(entry["rule"]))
+        optional_old = bool(entry.get("optionalOldSelf"))  # such rules run on create too
+        if rule.transition and not has_old and not optional_old:
+            continue  # as on CREATE: no old value, the server skips transition rules
+        if transition_only and not rule.transition:
+            continue
+        message = str(entry.get("message") or "")
+        if not message and entry.get("messageExpression"):
+            message = "(messageExpression not evaluated: %s)" % entry["messageExpression"]
+        where = path + str(entry.get("fieldPath") or "") if entry.get("fieldPath") else path
+        if rule.program is None:
+            results.append(Result(where, rule.rule, message, UNEVALUABLE, rule.unsupported, rule.transition))
+            continue
+        variables = {"self": _root_view(value) if not path else value}
+        if rule.transition:
+            old_view = _root_view(old) if not path else old
+            if optional_old:  # oldSelf is a CEL optional: none on create or where no old value exists
+                old_view = _cel.OptionalValue.of(old_view) if has_old else _cel.OptionalValue.none()
+            variables["oldSelf"] = old_view
+        context = _cel.Context(variables=variables, functions=rule.functions)
+        try:
+            passed = rule.program.execute(context)
+        except (KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
+            detail = "no such key: %s" % exc.args[0] if isinstance(exc, KeyError) else _short(exc)
+            results.append(Result(where, rule.rule, message, ERROR, detail, rule.transition))
+            continue
+        except RuntimeError as exc:
+            text = _short(exc)
+            if text.startswith("Undefined variable or function"):
+                results.append(Result(where, rule.rule, message, UNEVALUABLE, text, rule.transition))
+            else:  # a function failed on its argument (bad duration, bad regex): the server fails too
+                results.append(Result(where, rule.rule, message, ERROR, text, rule.transition))
+            continue
+        except (TypeError, ValueError) as exc:  # "no such overload": likely a typing gap of krops, listed
+            results.append(Result(where, rule.rule, message, UNEVALUABLE,
+                                  "the CEL library failed (%s: %s)" % (type(exc).__name__, _short(exc)),
+                                  rule.transition))
+            continue
+        if passed is not True:
+            results.append(Result(where, rule.rule, message, VIOLATED, "", rule.transition))
+
+    for sub in schema.get("allOf") or []:  # the server runs the rules of allOf branches at the same node
+        _walk(value, old, has_old, sub, path, results, transition_only)
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        if isinstance(properties, dict):
+            for key, sub in properties.items():
+                if key in value:
+                    has = has_old and isinstance(old, dict) and key in old
+                    _walk(value[key], old.get(key) if has else None, has, sub,
+                          "%s.%s" % (path, key) if path else key, results, transition_only)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key, item in value.items():
+                if isinstance(properties, dict) and key in properties:
+                    continue
+                has = has_old and isinstance(old, dict) and key in old
+                _walk(item, old.get(key) if has else None, has, extra, "%s[%s]" % (path, key), results, transition_only)
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, dict):
+            keys = schema.get("x-kubernetes-list-map-keys") if schema.get("x-kubernetes-list-type") == "map" else None
+            olds = {}
+            if keys and has_old and isinstance(old, list):
+                olds = {_map_key(item, keys): item for item in old if isinstance(item, dict)}
+            for index, item in enumerate(value):
+                key = _map_key(item, keys) if keys and isinstance(item, dict) else None
+                has = key is not None and key in olds
+                _walk(item, olds.get(key) if has else None, has, items, "%s[%d]" % (path, index), results, transition_only)
+
+
+def _map_key(item, keys):
+    return tuple(repr(item.get(k)) for k in keys)
+
+
+def _root_view(obj):
+    """At the root the server exposes only apiVersion, kind, metadata.name/generateName, spec, status..."""
+    if not isinstance(obj, dict):
+        return obj
+    view = dict(obj)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        view["metadata"] = {k: meta[k] for k in ("name", "generateName") if k in meta}
+    return view
+
+
+def _typed(value, schema):
+    """Defaults applied and values typed as the schema says (what the server validates)."""
+    if not isinstance(schema, dict):
+        return _plain(value)
+    kind = schema.get("type")
+    if isinstance(value, dict):
+        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        for key, sub in properties.items():
+            if key not in value and isinstance(sub, dict) and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+        extra = schema.get("additionalProperties")
+        for key in list(value):
+            sub = properties.get(key, extra if isinstance(extra, dict) else None)
+            value[key] = _typed(value[key], sub)
+        return value
+    if isinstance(value, list):
+        items = schema.get("items")
+        return [_typed(item, items) for item in value]
+    if kind == "number" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return _plain(value)
+
+
+def _plain(value):
+    """YAML scalars that JSON does not have (timestamps) become the strings the server would see."""
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        text = value.isoformat()
+        return text.replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def schema_of(store, obj):
+    """The JSON schema of ``obj`` in a validate_schema.SchemaStore when it has CEL rules, else None.
+
+    Built-in kinds carry no rules in the kubernetes-validate schemas; a missing or unreachable
+    schema is reported by validate's schema rule, not here.
+    """
+    from ansible_collections.krops.platform.plugins.module_utils import validate_schema
+    api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
+    if not kind or validate_schema.is_builtin_group(validate_schema.split_api_version(api_version)[0]):
+        return None
+    try:
+        schema = store.validator(api_version, kind).schema
+    except (validate_schema.SchemaMissing, validate_schema.SchemaUnreachable):
+        return None
+    return schema if has_rules(schema) else None
+
+
+def check(obj, store, old=None, transition_only=False):
+    """Results of ``obj`` (SOPS metadata removed, as kustomize-controller does) against its schema's rules."""
+    schema = schema_of(store, obj)
+    if schema is None:
+        return []
+    obj = {k: v for k, v in obj.items() if k != "sops"}
+    if old is not None:
+        old = {k: v for k, v in old.items() if k != "sops"}
+    return evaluate(obj, schema, old=old, transition_only=transition_only)

@@ -1,0 +1,205 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: render_diff
+short_description: Render the krops GitOps tree at two Git revisions and report what would reconcile
+version_added: 0.1.0
+description:
+  - Extracts two revisions of the Git repository (never the work tree) and renders each one the way
+    M(krops.platform.validate) does - every environment folder, every kustomization directory, Flux postBuild
+    substitution and ResourceSet expansion.
+  - Reports per environment and per Flux Kustomization the objects added, changed (field by field) and removed,
+    the clusters and cloud resources touched, image and chart version changes and render failures.
+  - Raises danger findings - removing or replacing a Cluster, a managed control plane, a machine pool, a bucket,
+    a database instance, a Hardware or a Namespace; changing a deletion, reconcile or ACK adoption policy;
+    turning prune on; a Secret committed in plain text; dropping the krops ownership tag of a cloud resource;
+    an update the CRD's transition (C(oldSelf)) CEL rules reject; a render failure at the head revision.
+  - Fails when a finding is not acknowledged, by its id in O(accept_file) or by O(accept_label) among O(labels).
+  - Never changes anything.
+author:
+  - krops developers (@krops)
+options:
+  repo:
+    description:
+      - The Git repository (work tree or bare). Defaults to the current working directory.
+    type: path
+  base:
+    description:
+      - The base revision (branch, tag or commit), usually the pull request's target branch.
+    type: str
+    required: true
+  head:
+    description:
+      - The head revision.
+    type: str
+    default: HEAD
+  merge_base:
+    description:
+      - Compare O(head) with the merge base of O(base) and O(head) (what the pull request changes), not with
+        O(base) itself.
+    type: bool
+    default: true
+  environments:
+    description:
+      - Environments to compare. Defaults to every C(mgmt/<env>) folder present at either revision.
+    type: list
+    elements: str
+  schema_location:
+    description:
+      - Schemas for the transition rules (rendering needs none), as for M(krops.platform.validate). Defaults to E(KROPS_SCHEMA_LOCATION),
+        else C(schemas/crds) of the head revision.
+    type: str
+  accept_file:
+    description:
+      - File listing acknowledged finding ids, one per line; C(#) starts a comment. Exact ids only, no patterns.
+    type: path
+  labels:
+    description:
+      - Labels of the pull request.
+    type: list
+    elements: str
+    default: []
+  accept_label:
+    description:
+      - A label that acknowledges every finding when present in O(labels).
+    type: str
+    default: render-diff/accept
+  cel:
+    description:
+      - Evaluate the transition (C(oldSelf)) CEL rules of the schemas on changed objects.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same way in check mode.
+  diff_mode:
+    support: none
+    description: The report is the diff; nothing changes.
+requirements:
+  - git and kubectl (with kustomize) or kustomize on the controller
+  - the Python libraries of M(krops.platform.validate), and common-expression-language for the CEL rules
+"""
+
+EXAMPLES = r"""
+- name: What would this branch change against main
+  krops.platform.render_diff:
+    repo: "{{ playbook_dir }}/.."
+    base: origin/main
+  register: krops_render_diff
+
+- name: Keep going on findings, acknowledged ones listed in a file
+  krops.platform.render_diff:
+    base: origin/main
+    accept_file: .github/render-diff-accept.txt
+  register: krops_render_diff
+  failed_when: false
+"""
+
+RETURN = r"""
+base:
+  description: Commit compared from (the merge base when O(merge_base)).
+  returned: always
+  type: str
+head:
+  description: Commit compared to.
+  returned: always
+  type: str
+findings:
+  description: Danger findings and render failures, sorted by id.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    id:
+      description: Stable id, C(<environment>/<kind>/<object>) - what an accept file lists.
+      type: str
+    kind:
+      description: One of C(removed), C(replaced), C(deletion-policy), C(reconcile-policy), C(adoption-policy),
+        C(prune-enabled), C(plaintext-secret), C(ownership-dropped), C(transition-rule), C(render-failure).
+      type: str
+    environment:
+      description: Environment of the finding (C(-) when a whole revision cannot be rendered).
+      type: str
+    kustomization:
+      description: C(namespace/name) of the Flux Kustomization that applies the object, or C(-).
+      type: str
+    object:
+      description: C(Kind/namespace/name), or the file of a render failure.
+      type: str
+    message:
+      description: What would happen and why it is dangerous.
+      type: str
+    acknowledged:
+      description: Whether the accept file or the accept label acknowledges it.
+      type: bool
+blocking:
+  description: Number of findings not acknowledged.
+  returned: always
+  type: int
+environments:
+  description: Per environment - kustomizations (added, changed with fields, removed), clusters, cloud_resources,
+    versions, render_failures (base and head), not_compared (directories whose render failed) and present.
+  returned: always
+  type: dict
+cel_unevaluable:
+  description: Transition rules the CEL library could not evaluate (listed, never counted as passed).
+  returned: always
+  type: list
+  elements: dict
+stale_acknowledgements:
+  description: Ids of the accept file that match no finding.
+  returned: always
+  type: list
+  elements: str
+markdown:
+  description: The pull-request comment (starts with the marker C(<!-- krops-render-diff -->)).
+  returned: always
+  type: str
+seconds:
+  description: Time taken to render each revision, to diff, and in total.
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.krops.platform.plugins.module_utils import render_diff as krops_render_diff
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            repo=dict(type="path"),
+            base=dict(type="str", required=True),
+            head=dict(type="str", default="HEAD"),
+            merge_base=dict(type="bool", default=True),
+            environments=dict(type="list", elements="str"),
+            schema_location=dict(type="str"),
+            accept_file=dict(type="path"),
+            labels=dict(type="list", elements="str", default=[]),
+            accept_label=dict(type="str", default=krops_render_diff.DEFAULT_ACCEPT_LABEL),
+            cel=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        report = krops_render_diff.run(p["repo"], p["base"], p["head"], p["merge_base"], p["environments"],
+                                       p["schema_location"], p["accept_file"], p["labels"], p["accept_label"], p["cel"])
+    except krops_render_diff.RenderDiffError as exc:
+        module.fail_json(msg="render_diff could not run: %s" % exc)
+    returned = dict(changed=False, markdown=krops_render_diff.markdown(report), **report)
+    if report["blocking"]:
+        blocking = [f for f in report["findings"] if not f["acknowledged"]]
+        module.fail_json(msg="render_diff found %d finding(s) not acknowledged:\n%s" % (
+            len(blocking), "\n".join("%s: %s" % (f["id"], f["message"]) for f in blocking)), **returned)
+    module.exit_json(**returned)
+
+
+if __name__ == "__main__":
+    main()
