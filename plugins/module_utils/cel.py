@@ -334,7 +334,7 @@ FORMATS = {
     "uri": lambda value: _strict(_parse_url, "parse %r: invalid URI for request" % value)(value),
     "uuid": lambda value: [] if _UUID.match(value) else ["does not match the UUID format"],
     "byte": _strict(lambda v: base64.b64decode(v, validate=True), "invalid base64"),
-    "date": _strict(lambda v: _parse_date(v), "invalid date"),
+    "date": _strict(_parse_date, "invalid date"),
     "datetime": _strict(_parse_datetime, "invalid datetime"),
 }
 
