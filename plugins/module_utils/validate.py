@@ -15,6 +15,8 @@ Rules (one finding per problem, each naming file, object, rule and message):
   manifests, move fallbacks, mgmt-cluster and teardown names).
 - ``secrets``: every Secret manifest is a SOPS file with encrypted data.
 - ``yamllint``: yamllint (the repository's .yamllint) over mgmt/ and workload/.
+- ``airgap``: (local-host, when airgap/zarf.yaml exists) every image of zarf.yaml is in airgap/images.txt
+  with the same tag and digest, and every image the rendered tree references is listed there.
 
 Importable without Ansible; ``python -m ...validate --help`` runs it standalone.
 """
@@ -37,6 +39,7 @@ except ImportError:  # PyYAML comes with ansible-core; only bare sanity environm
     yaml = None
     _YAML_ERRORS = ()
 
+from ansible_collections.krops.platform.plugins.module_utils import airgap
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate_schema
@@ -48,7 +51,7 @@ try:
 except ImportError:  # reported as a finding-free note in the summary
     HAS_YAMLLINT = False
 
-RULES = ("render", "schema", "flux-graph", "bootstrap", "secrets", "yamllint")
+RULES = ("render", "schema", "flux-graph", "bootstrap", "secrets", "yamllint", "airgap")
 FLUX_KS = "kustomize.toolkit.fluxcd.io"
 PROVIDER_KINDS = ("CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider",
                   "AddonProvider", "IPAMProvider", "RuntimeExtensionProvider")
@@ -312,6 +315,9 @@ def _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf):
     if env.settings is not None:
         _check_bootstrap(env, cfg)
     _check_secrets(env)
+    if env.name == airgap.ENVIRONMENT and not any(f.rule == "render" for f in env.findings):
+        for file, obj, message in airgap.validate_hook(root, renderer):
+            env.add(file, obj, "airgap", message)
 
 
 def _check_other_files(root, covered, lint_conf):
