@@ -20,12 +20,14 @@ Tables (each row cites where its fact was read; see docs/airgap.md):
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 
 try:
     import yaml
@@ -33,6 +35,7 @@ except ImportError:  # PyYAML comes with ansible-core
     yaml = None
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import oci
 from ansible_collections.krops.platform.plugins.module_utils import render
 
 ENVIRONMENT = "local-host"
@@ -236,6 +239,7 @@ def derive(root, renderer=None, config_file=None):
     except krops_config.ConfigError as exc:
         raise AirgapError(str(exc))
     lock = load_lock(root)
+    boot_cfg = cfg.data["bootstrap"]
     inv = Inventory()
     sources = {}
     objects = list(_objects(root, renderer))
@@ -266,8 +270,14 @@ def derive(root, renderer=None, config_file=None):
                 sref = (source.get("spec") or {}).get("ref") or {}
                 version = sref.get("tag") or sref.get("semver")
             _chart(inv, chart, version, origin, directory, obj)
+        elif kind in ("HelmRepository", "OCIRepository", "GitRepository"):
+            _offline_source(inv, boot_cfg, directory, obj, spec)
         elif kind == "HelmChartProxy":
             _chart(inv, spec.get("chartName"), spec.get("version"), origin, directory, obj)
+            # CAAPH's controller pulls the chart itself; the Zarf agent has no hook for HelmChartProxy.
+            inv.problems.append((directory, _ident(obj), "HelmChartProxy chart %s/%s is pulled by the CAAPH controller, "
+                                 "which the Zarf agent does not rewrite: point repoURL at a registry the host serves"
+                                 % (spec.get("repoURL"), spec.get("chartName"))))
         elif (kind, meta.get("name")) in PROVIDERS:
             component, repos = PROVIDERS[(kind, meta.get("name"))]
             for repo in repos:
@@ -299,6 +309,28 @@ def derive(root, renderer=None, config_file=None):
             entry = lock["images"][image.key]
             image.digest, image.source = entry["digest"], entry.get("source")
     return inv
+
+
+def _offline_source(inv, boot, directory, obj, spec):
+    """A Flux source the disconnected host cannot reach is a problem of the bundle (pin check only).
+
+    The Zarf agent rewrites OCIRepository and type: oci HelmRepository objects to the internal registry
+    (src/internal/agent/hooks/flux-ocirepo.go, flux-helmrepo.go @ v0.84.0: other HelmRepository types are
+    skipped), and only in the cluster Zarf is initialised in: workload/ is applied into the CAPD workload
+    clusters, which reach nothing but the local registry.
+    """
+    url = str(spec.get("url", ""))
+    local = url.startswith("oci://%s:" % boot["registry-name"]) or url.startswith("oci://%s/" % boot["registry-name"])
+    if directory.startswith("workload/") and not local:
+        inv.problems.append((directory, _ident(obj), "%s %s is applied in a workload cluster, where no Zarf agent "
+                             "rewrites it and nothing outside the local registry %s is reachable offline"
+                             % (obj.get("kind"), url, boot["registry-name"])))
+    elif obj.get("kind") == "HelmRepository" and str(spec.get("type", "default")) != "oci":
+        inv.problems.append((directory, _ident(obj), "HelmRepository %s is an HTTP index: the Zarf agent rewrites only "
+                             "type: oci HelmRepositories, so Flux cannot fetch it offline; use the chart's OCI "
+                             "repository" % url))
+    elif obj.get("kind") == "GitRepository":
+        inv.problems.append((directory, _ident(obj), "GitRepository %s: the bundle carries no Git server" % url))
 
 
 def _registry_image(root):
@@ -374,6 +406,15 @@ def read_inventory(path):
 
 # --- zarf.yaml ---------------------------------------------------------------------------------
 
+CONFIG_ARCHIVE = "build/krops-config.tar"
+HOST_ARCHIVE = "build/host-images.tar"
+
+
+def config_repository(boot):
+    """<registry name>:<container port>/<repository>: where the kind network reaches the local registry."""
+    return "%s:%s/%s" % (boot["registry-name"], boot.get("registry-container-port", 5000), boot["oci-repository"])
+
+
 def zarf_package(inv, boot):
     """The ZarfPackageConfig (zarf.dev/v1alpha1) of the profile; images come from the inventory."""
     def images(component):
@@ -383,16 +424,18 @@ def zarf_package(inv, boot):
         return {"apiVersion": api, "kind": kind, "namespace": namespace, "name": name}
 
     prov = "operator.cluster.x-k8s.io/v1alpha2"
-    # kind's release assets are kind-linux-<arch>; Zarf keeps the one matching the package architecture.
-    kind_files = [{"source": "https://github.com/kubernetes-sigs/kind/releases/download/###ZARF_PKG_TMPL_KIND_VERSION###"
-                             "/kind-linux-%s" % arch, "target": "kind", "executable": True,
-                   "only": {"cluster": {"architecture": arch}}} for arch in ARCHITECTURES]
+    # kind's release assets are kind-linux-<arch>; `only` sits on components (not on files), so one
+    # component per architecture, and Zarf keeps the one matching the package architecture.
+    kind = [{"name": "kind-%s" % arch, "required": True, "only": {"cluster": {"architecture": arch}},
+             "files": [{"source": "https://github.com/kubernetes-sigs/kind/releases/download/"
+                                  "###ZARF_PKG_TMPL_KIND_VERSION###/kind-linux-%s" % arch,
+                        "target": "kind", "executable": True}]} for arch in ARCHITECTURES]
     components = [
         {"name": "host", "required": True,
          "description": "kind and the images the host's Docker daemon runs (kind nodes, CAPD load balancer, "
                         "registry); files only, so it deploys before any cluster exists",
-         "files": [{"source": "build/host-images.tar", "target": "host-images.tar"}] + kind_files,
-         "x-host-images": images("host")},
+         "files": [{"source": HOST_ARCHIVE, "target": "host-images.tar"}],
+         "x-host-images": images("host")}] + kind + [
         {"name": "cert-manager", "required": True,
          "charts": [{"name": "cert-manager", "namespace": "cert-manager",
                      "url": "oci://quay.io/jetstack/charts/cert-manager", "version": inv.charts.get("cert-manager", "unpinned"),
@@ -428,9 +471,10 @@ def zarf_package(inv, boot):
          "healthChecks": [health(prov, "AddonProvider", "caaph-system", "helm")]},
         {"name": "krops-config", "required": True,
          "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs",
-         "images": ["###ZARF_PKG_TMPL_CONFIG_REPOSITORY###:###ZARF_PKG_TMPL_CONFIG_TAG###"]},
+         "imageArchives": [{"path": CONFIG_ARCHIVE, "images": ["%s:%s" % (config_repository(boot), boot["oci-tag"])]}]},
         {"name": "workload", "required": True,
-         "description": "images the workload clusters pull (CNI, Podinfo); the deploy seeds them into the CAPD nodes",
+         "description": "images the workload clusters pull (CNI, Podinfo); the host archive carries them too and "
+                        "the deploy imports them into the CAPD nodes, which no Zarf agent reaches",
          "images": images("workload")},
     ]
     for component in components:
@@ -439,9 +483,10 @@ def zarf_package(inv, boot):
     return {"kind": "ZarfPackageConfig",
             "metadata": {"name": PACKAGE_NAME, "description": "krops local-host profile for disconnected hosts",
                          "version": "###ZARF_PKG_TMPL_VERSION###"},
-            "constants": [{"name": "CONFIG_REPOSITORY", "value": "###ZARF_PKG_TMPL_CONFIG_REPOSITORY###",
-                           "description": "registry/repository of the krops configuration artifact at build time"},
-                          {"name": "CONFIG_TAG", "value": "###ZARF_PKG_TMPL_CONFIG_TAG###"}],
+            "constants": [{"name": "CONFIG_REPOSITORY", "value": config_repository(boot),
+                           "description": "repository of the krops configuration artifact (the local registry's "
+                                          "name on the kind network), rewritten by the Zarf agent"},
+                          {"name": "CONFIG_TAG", "value": boot["oci-tag"]}],
             "components": components}
 
 
@@ -541,6 +586,37 @@ def resolve(inv, tool=None):
             inv.images[k].digest, inv.images[k].source = digest, "crane digest (registry)"
             resolved.append((k, digest))
     return resolved
+
+
+# --- the configuration artifact as an OCI layout (Zarf imageArchives) ----------------------------
+
+def config_archive(root, paths, reference, source=None, revision=None):
+    """(tar bytes, manifest digest): an OCI image layout holding the Flux artifact of ``paths``.
+
+    Zarf finds an archive's images by the index annotation org.opencontainers.image.ref.name
+    (src/pkg/images/unpack.go @ v0.84.0). Every entry is fixed (mtime 0, uid 0, sorted), so the
+    same content and revision give the same bytes.
+    """
+    layer, _names, _skipped = oci.build_layer(root, paths)
+    manifest, digest = oci.build_manifest(layer, source, revision)
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+             "manifests": [{"mediaType": oci.MANIFEST_TYPE, "digest": digest, "size": len(manifest),
+                            "annotations": {"org.opencontainers.image.ref.name": reference}}]}
+    files = [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+             ("index.json", json.dumps(index, sort_keys=True, separators=(",", ":")).encode("utf-8"))]
+    for blob in sorted((oci.CONFIG_BLOB, layer, manifest), key=oci.sha256_digest):
+        files.append(("blobs/sha256/" + oci.sha256_digest(blob).split(":", 1)[1], blob))
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for folder in ("blobs", "blobs/sha256"):
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
+            tar.addfile(info)
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue(), digest
 
 
 def main(argv=None):
