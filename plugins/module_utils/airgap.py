@@ -275,9 +275,10 @@ def derive(root, renderer=None, config_file=None):
         elif kind == "HelmChartProxy":
             _chart(inv, spec.get("chartName"), spec.get("version"), origin, directory, obj)
             # CAAPH's controller pulls the chart itself; the Zarf agent has no hook for HelmChartProxy.
-            inv.problems.append((directory, _ident(obj), "HelmChartProxy chart %s/%s is pulled by the CAAPH controller, "
-                                 "which the Zarf agent does not rewrite: point repoURL at a registry the host serves"
-                                 % (spec.get("repoURL"), spec.get("chartName"))))
+            if not _local(boot_cfg, spec.get("repoURL")):
+                inv.problems.append((directory, _ident(obj), "HelmChartProxy chart %s/%s is pulled by the CAAPH controller, "
+                                    "which the Zarf agent does not rewrite: point repoURL at the local registry %s"
+                                    % (spec.get("repoURL"), spec.get("chartName"), boot_cfg["registry-name"])))
         elif (kind, meta.get("name")) in PROVIDERS:
             component, repos = PROVIDERS[(kind, meta.get("name"))]
             for repo in repos:
@@ -311,6 +312,12 @@ def derive(root, renderer=None, config_file=None):
     return inv
 
 
+def _local(boot, url):
+    """Whether an oci:// URL names the local registry (served on the host and on the kind network)."""
+    url = str(url or "")
+    return url.startswith("oci://%s:" % boot["registry-name"]) or url.startswith("oci://%s/" % boot["registry-name"])
+
+
 def _offline_source(inv, boot, directory, obj, spec):
     """A Flux source the disconnected host cannot reach is a problem of the bundle (pin check only).
 
@@ -320,8 +327,7 @@ def _offline_source(inv, boot, directory, obj, spec):
     clusters, which reach nothing but the local registry.
     """
     url = str(spec.get("url", ""))
-    local = url.startswith("oci://%s:" % boot["registry-name"]) or url.startswith("oci://%s/" % boot["registry-name"])
-    if directory.startswith("workload/") and not local:
+    if directory.startswith("workload/") and not _local(boot, url):
         inv.problems.append((directory, _ident(obj), "%s %s is applied in a workload cluster, where no Zarf agent "
                              "rewrites it and nothing outside the local registry %s is reachable offline"
                              % (obj.get("kind"), url, boot["registry-name"])))
