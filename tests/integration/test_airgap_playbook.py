@@ -205,3 +205,64 @@ def test_a_zarf_of_another_version_is_refused(ansible_playbook, zarf, tmp_path):
                                      "-e", "airgap_zarf=%s" % other)
     assert rc == 2
     assert [t for t, _m in failures(output)] == ["Check that zarf is the pinned version"]
+
+
+# --- the deploy's checks, rendered from the playbook's own templates -----------------------------
+
+def _trust(value):
+    from ansible.template import trust_as_template
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trust(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _trust(v) for k, v in value.items()}
+    return value
+
+
+def summarise(registered):
+    """airgap_summary and the final assert as the playbook computes them after a real (not check mode) deploy."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    play = yaml.safe_load((REPO / "playbooks" / "airgap.yml").read_text())[0]
+    tasks = {t["name"]: t for t in play["tasks"]}
+    summary_task = tasks["Summarise the deploy"]
+    variables = {k: _trust(v) for k, v in play["vars"].items() if k in ("airgap_internal_registry", "airgap_workload_cluster")}
+    variables.update(_trust(summary_task["vars"]))
+    variables.update(ansible_check_mode=False, **registered)
+    templar = Templar(loader=DataLoader(), variables=variables)
+    summary = templar.template(_trust(summary_task["ansible.builtin.set_fact"]["airgap_summary"]))
+    verdict = Templar(loader=DataLoader(), variables={"airgap_summary": summary}).template(
+        _trust("{{ %s }}" % tasks["Fail when a check failed"]["ansible.builtin.assert"]["that"]))
+    return summary, verdict
+
+
+GOOD = {"airgap_pods": {"rc": 0, "stdout_lines": [
+    "kube-system registry.k8s.io/etcd:3.6.0-0 registry.k8s.io/kube-apiserver:v1.35.5",
+    "zarf 127.0.0.1:31999/zarf-dev/zarf/agent:v0.84.0",
+    "flux-system 127.0.0.1:31999/fluxcd/source-controller:v1.9.4-zarf-1234 127.0.0.1:31999/fluxcd/kustomize-controller:v1.9.4-zarf-1",
+    ""]},
+    "airgap_flux": {"failed": False}, "airgap_workload": {"rc": 0}, "airgap_podinfo": {"rc": 0, "stdout": "{\"status\":\"OK\"}"}}
+
+
+def test_deploy_summary_passes_when_every_check_passes():
+    summary, verdict = summarise(GOOD)
+    assert summary == [["signature and SBOMs verified", "PASS"], ["pod images from 127.0.0.1:31999", "PASS (3 pods)"],
+                       ["Flux Ready", "PASS"], ["cluster local-workload Available", "PASS"], ["Podinfo answers", "PASS"]]
+    assert verdict is True
+
+
+def test_deploy_summary_names_each_failure():
+    bad = dict(GOOD)
+    bad["airgap_pods"] = {"rc": 0, "stdout_lines": GOOD["airgap_pods"]["stdout_lines"] + [
+        "capi-system ghcr.io/decoy/127.0.0.1:31999/x:1 127.0.0.1:31999/cluster-api/cluster-api-controller:v1.13.5-zarf-9",
+        "kube-system-decoy quay.io/jetstack/cert-manager-controller:v1.21.1"]}
+    bad["airgap_flux"] = {"failed": True, "msg": "Kustomization flux-system/capi-system: HealthCheckFailed"}
+    bad["airgap_workload"] = {"rc": 1, "stderr": "error: timed out waiting for the condition on clusters/local-workload"}
+    summary, verdict = summarise(bad)
+    assert summary[1] == ["pod images from 127.0.0.1:31999",
+                          "FAIL: ghcr.io/decoy/127.0.0.1:31999/x:1, quay.io/jetstack/cert-manager-controller:v1.21.1"]
+    assert summary[2] == ["Flux Ready", "FAIL: Kustomization flux-system/capi-system: HealthCheckFailed"]
+    assert summary[3] == ["cluster local-workload Available",
+                          "FAIL: error: timed out waiting for the condition on clusters/local-workload"]
+    assert verdict is False
