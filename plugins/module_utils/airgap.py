@@ -421,8 +421,14 @@ def config_repository(boot):
     return "%s:%s/%s" % (boot["registry-name"], boot.get("registry-container-port", 5000), boot["oci-repository"])
 
 
+
 def zarf_package(inv, boot):
-    """The ZarfPackageConfig (zarf.dev/v1alpha1) of the profile; images come from the inventory."""
+    """The ZarfPackageConfig (zarf.dev/v1alpha1) of the profile; images come from the inventory.
+
+    No component is required: zarf always deploys required components, also in a partial deploy
+    (src/pkg/packager/filters/deploy.go @ v0.84.0), and the host components must deploy alone,
+    before any cluster exists. The playbook names the components of each of its two deploys.
+    """
     def images(component):
         return [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].component == component]
 
@@ -432,24 +438,24 @@ def zarf_package(inv, boot):
     prov = "operator.cluster.x-k8s.io/v1alpha2"
     # kind's release assets are kind-linux-<arch>; `only` sits on components (not on files), so one
     # component per architecture, and Zarf keeps the one matching the package architecture.
-    kind = [{"name": "kind-%s" % arch, "required": True, "only": {"cluster": {"architecture": arch}},
+    kind = [{"name": "kind-%s" % arch, "only": {"cluster": {"architecture": arch}},
              "files": [{"source": "https://github.com/kubernetes-sigs/kind/releases/download/"
                                   "###ZARF_PKG_TMPL_KIND_VERSION###/kind-linux-%s" % arch,
                         "target": "kind", "executable": True}]} for arch in ARCHITECTURES]
     components = [
-        {"name": "host", "required": True,
+        {"name": "host",
          "description": "kind and the images the host's Docker daemon runs (kind nodes, CAPD load balancer, "
                         "registry); files only, so it deploys before any cluster exists",
          "files": [{"source": HOST_ARCHIVE, "target": "host-images.tar"}],
          "x-host-images": images("host")}] + kind + [
-        {"name": "cert-manager", "required": True,
+        {"name": "cert-manager",
          "charts": [{"name": "cert-manager", "namespace": "cert-manager",
                      "url": "oci://quay.io/jetstack/charts/cert-manager", "version": inv.charts.get("cert-manager", "unpinned"),
                      "valuesFiles": ["values/cert-manager.yaml"]}],
          "images": images("cert-manager"),
          "healthChecks": [health("apps/v1", "Deployment", "cert-manager", n)
                           for n in ("cert-manager", "cert-manager-webhook", "cert-manager-cainjector")]},
-        {"name": "flux", "required": True,
+        {"name": "flux",
          "description": "the Flux Operator and the FluxInstance; the instance is a Zarf manifest so the Zarf "
                         "agent rewrites its controllers' images and its OCIRepository to the internal registry",
          "charts": [{"name": "flux-operator", "namespace": "flux-system",
@@ -459,26 +465,26 @@ def zarf_package(inv, boot):
          "images": images("flux"),
          "healthChecks": [health("apps/v1", "Deployment", "flux-system", "flux-operator"),
                           health("fluxcd.controlplane.io/v1", "FluxInstance", "flux-system", "flux")]},
-        {"name": "capi-operator", "required": True,
+        {"name": "capi-operator",
          "charts": [{"name": "cluster-api-operator", "releaseName": "capi-operator", "namespace": "capi-operator-system",
                      "url": "https://kubernetes-sigs.github.io/cluster-api-operator",
                      "version": inv.charts.get("cluster-api-operator", "unpinned")}],
          "images": images("capi-operator"),
          "healthChecks": [health("apps/v1", "Deployment", "capi-operator-system", "capi-operator-cluster-api-operator")]},
-        {"name": "capi", "required": True,
+        {"name": "capi",
          "description": "Cluster API core and the kubeadm providers; Flux applies them from the krops configuration",
          "images": images("capi"),
          "healthChecks": [health(prov, "CoreProvider", "capi-system", "cluster-api"),
                           health(prov, "BootstrapProvider", "capi-kubeadm-bootstrap-system", "kubeadm"),
                           health(prov, "ControlPlaneProvider", "capi-kubeadm-control-plane-system", "kubeadm")]},
-        {"name": "capd", "required": True, "images": images("capd"),
+        {"name": "capd", "images": images("capd"),
          "healthChecks": [health(prov, "InfrastructureProvider", "capd-system", "docker")]},
-        {"name": "caaph", "required": True, "images": images("caaph"),
+        {"name": "caaph", "images": images("caaph"),
          "healthChecks": [health(prov, "AddonProvider", "caaph-system", "helm")]},
-        {"name": "krops-config", "required": True,
+        {"name": "krops-config",
          "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs",
          "imageArchives": [{"path": CONFIG_ARCHIVE, "images": ["%s:%s" % (config_repository(boot), boot["oci-tag"])]}]},
-        {"name": "workload", "required": True,
+        {"name": "workload",
          "description": "images the workload clusters pull (CNI, Podinfo); the host archive carries them too and "
                         "the deploy imports them into the CAPD nodes, which no Zarf agent reaches",
          "images": images("workload")},

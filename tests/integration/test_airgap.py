@@ -327,3 +327,26 @@ def test_zarf_stand_in_signs_verifies_and_extracts_sboms(tmp_path, capsys):
     assert zarf_standin.main(["package", "inspect", "sbom", str(unsigned), "--output", str(tmp_path / "sb"),
                               "--key", str(tmp_path / "pub")]) == 0
     assert [p.name for p in (tmp_path / "sb" / "demo").iterdir()] == ["quay.io_a_1-linux-arm64.json"]
+
+
+def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_path, capsys):
+    """zarf always deploys required components (filters/deploy.go): with any required, staging would need a cluster."""
+    pkg = tmp_path / "airgap"
+    shutil.copytree(REPO / "airgap", pkg, ignore=shutil.ignore_patterns("build"))
+    (pkg / "build").mkdir()
+    for name in ("host-images.tar", "krops-config.tar"):
+        (pkg / "build" / name).write_text("x")
+    (tmp_path / "k").write_text("PRIVATE one")
+    assert zarf_standin.main(["package", "create", str(pkg), "--confirm", "-a", "arm64", "-o", str(tmp_path),
+                              "--set", "VERSION=0.1.0", "--set", "KIND_VERSION=v0.32.0", "--signing-key", str(tmp_path / "k")]) == 0
+    package = str(tmp_path / "zarf-package-krops-local-host-arm64-0.1.0.tar.zst")
+    capsys.readouterr()
+    assert zarf_standin.main(["package", "deploy", package, "--confirm", "--components", "host,kind-arm64"]) == 0
+    assert capsys.readouterr().out == "Deployed krops-local-host: host, kind-arm64\n"
+    assert zarf_standin.main(["package", "deploy", package, "--confirm", "--components", "host,kind-amd64"]) == 1
+    assert capsys.readouterr().err == "Error: no compatible components found that match kind-amd64\n"
+    assert zarf_standin.main(["package", "deploy", package, "--confirm", "--components", "cert-manager"]) == 1
+    assert "components cert-manager need one" in capsys.readouterr().err
+    doc = yaml.safe_load((pkg / "zarf.yaml").read_text())
+    doc["components"][3]["required"] = True  # what the first zarf.yaml had on every component
+    assert zarf_standin.select(doc["components"], ["host", "kind-arm64"]) == ["host", "kind-arm64", "cert-manager"]

@@ -242,7 +242,7 @@ def create(flags, args):
     text = re.sub(r"###ZARF_PKG_TMPL_([A-Z0-9_]+)###", lambda m: sets[m.group(1)], text)
     doc = yaml.safe_load(text)
     arch = _last(flags, "architecture") or "amd64"
-    kept, images = [], []
+    kept, images, definition = [], [], []
     for component in doc.get("components") or []:
         only = ((component.get("only") or {}).get("cluster") or {}).get("architecture")
         if only and only != arch:
@@ -258,11 +258,12 @@ def create(flags, args):
             images.extend(archive["images"])
         images.extend(component.get("images") or [])
         kept.append(component["name"])
+        definition.append(component)
     signed = _key_id(_last(flags, "signing-key") or _last(flags, "key"), "PRIVATE") if (
         _last(flags, "signing-key") or _last(flags, "key")) else None
     sboms = [] if _last(flags, "skip-sbom") == "true" else ["%s-linux-%s" % (i, arch) for i in images]
     package = {"name": doc["metadata"]["name"], "version": doc["metadata"].get("version"), "architecture": arch,
-               "components": kept, "images": images, "sboms": sboms, "signed_with": signed}
+               "components": kept, "definition": definition, "images": images, "sboms": sboms, "signed_with": signed}
     out = _last(flags, "output") or _last(flags, "output-directory") or "."
     os.makedirs(out, exist_ok=True)
     name = "zarf-package-%s-%s-%s.tar.zst" % (package["name"], arch, package["version"])
@@ -322,6 +323,19 @@ def download_init(flags, _args):
     print(path)
 
 
+def select(components, requested):
+    """Names zarf deploys (src/pkg/packager/filters/deploy.go @ v0.84.0, ungrouped components): required ones
+    always; with --components, the named ones and optional defaults not excluded (-name); else the defaults."""
+    names = [r for r in requested if r and not r.startswith("-")]
+    excluded = [r[1:] for r in requested if r.startswith("-")]
+    known = [c["name"] for c in components]
+    for name in names + excluded:
+        if name not in known:
+            raise Refused("no compatible components found that match %s" % name)
+    return [c["name"] for c in components
+            if c.get("required") or c["name"] in names or (c.get("default") and c["name"] not in excluded)]
+
+
 def deploy(flags, args):
     if _last(flags, "confirm") != "true":
         raise Refused("deploy needs --confirm when not interactive")
@@ -329,8 +343,18 @@ def deploy(flags, args):
     if package is None:
         raise Refused("no package given")
     _check_signature(package, flags, always=False)
-    print("Deployed %s" % package["name"])
+    requested = [r.strip() for r in (_last(flags, "components") or "").split(",") if r.strip()]
+    chosen = select(package.get("definition") or [], requested)
+    needs_cluster = [c["name"] for c in package.get("definition") or []
+                     if c["name"] in chosen and any(c.get(k) for k in CLUSTER_FIELDS)]
+    kubeconfig = os.environ.get("KUBECONFIG", "")
+    if needs_cluster and not os.path.isfile(kubeconfig):
+        raise Refused("unable to connect to the Kubernetes cluster: components %s need one" % ", ".join(needs_cluster))
+    print("Deployed %s: %s" % (package["name"], ", ".join(chosen)))
 
+
+# ZarfComponent.RequiresCluster (src/api/v1alpha1/component.go @ v0.84.0)
+CLUSTER_FIELDS = ("images", "imageArchives", "charts", "manifests", "repos", "dataInjections", "healthChecks")
 
 ACTIONS = {("version",): lambda f, a: print(VERSION), ("package", "create"): create,
            ("package", "verify"): verify, ("package", "inspect", "sbom"): inspect_sbom,
