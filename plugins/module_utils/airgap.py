@@ -81,8 +81,7 @@ HOST_IMAGES = ["docker.io/kindest/haproxy:v20230606-42a2262b"]
 REGISTRY_DEFAULTS = "roles/bootstrap/defaults/main.yml"
 # Machine kinds whose spec.version picks the CAPD node image kindest/node:<version> (CAPD's kind mapper).
 VERSIONED = {("KubeadmControlPlane", "spec"), ("MachineDeployment", "template")}
-COMPONENT_ORDER = ("host", "cert-manager", "flux", "capi-operator", "capi", "capd", "caaph", "krops-config",
-                   "workload")
+COMPONENT_ORDER = ("host", "cert-manager", "capi-operator", "krops-config", "flux", "capi", "capd", "caaph", "workload")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
 
@@ -425,7 +424,9 @@ def config_repository(boot):
 def zarf_package(inv, boot):
     """The ZarfPackageConfig (zarf.dev/v1alpha1) of the profile; images come from the inventory.
 
-    No component is required: zarf always deploys required components, also in a partial deploy
+    Order: the configuration artifact and the charts Flux depends on are in the registry before the
+    FluxInstance syncs; the provider components come after it, so their health checks wait for what
+    Flux applies (pods that started before their images were pushed retry the pull). No component is required: zarf always deploys required components, also in a partial deploy
     (src/pkg/packager/filters/deploy.go @ v0.84.0), and the host components must deploy alone,
     before any cluster exists. The playbook names the components of each of its two deploys.
     """
@@ -455,6 +456,15 @@ def zarf_package(inv, boot):
          "images": images("cert-manager"),
          "healthChecks": [health("apps/v1", "Deployment", "cert-manager", n)
                           for n in ("cert-manager", "cert-manager-webhook", "cert-manager-cainjector")]},
+        {"name": "capi-operator",
+         "charts": [{"name": "cluster-api-operator", "releaseName": "capi-operator", "namespace": "capi-operator-system",
+                     "url": "https://kubernetes-sigs.github.io/cluster-api-operator",
+                     "version": inv.charts.get("cluster-api-operator", "unpinned")}],
+         "images": images("capi-operator"),
+         "healthChecks": [health("apps/v1", "Deployment", "capi-operator-system", "capi-operator-cluster-api-operator")]},
+        {"name": "krops-config",
+         "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs",
+         "imageArchives": [{"path": CONFIG_ARCHIVE, "images": ["%s:%s" % (config_repository(boot), boot["oci-tag"])]}]},
         {"name": "flux",
          "description": "the Flux Operator and the FluxInstance; the instance is a Zarf manifest so the Zarf "
                         "agent rewrites its controllers' images and its OCIRepository to the internal registry",
@@ -465,12 +475,6 @@ def zarf_package(inv, boot):
          "images": images("flux"),
          "healthChecks": [health("apps/v1", "Deployment", "flux-system", "flux-operator"),
                           health("fluxcd.controlplane.io/v1", "FluxInstance", "flux-system", "flux")]},
-        {"name": "capi-operator",
-         "charts": [{"name": "cluster-api-operator", "releaseName": "capi-operator", "namespace": "capi-operator-system",
-                     "url": "https://kubernetes-sigs.github.io/cluster-api-operator",
-                     "version": inv.charts.get("cluster-api-operator", "unpinned")}],
-         "images": images("capi-operator"),
-         "healthChecks": [health("apps/v1", "Deployment", "capi-operator-system", "capi-operator-cluster-api-operator")]},
         {"name": "capi",
          "description": "Cluster API core and the kubeadm providers; Flux applies them from the krops configuration",
          "images": images("capi"),
@@ -481,9 +485,6 @@ def zarf_package(inv, boot):
          "healthChecks": [health(prov, "InfrastructureProvider", "capd-system", "docker")]},
         {"name": "caaph", "images": images("caaph"),
          "healthChecks": [health(prov, "AddonProvider", "caaph-system", "helm")]},
-        {"name": "krops-config",
-         "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs",
-         "imageArchives": [{"path": CONFIG_ARCHIVE, "images": ["%s:%s" % (config_repository(boot), boot["oci-tag"])]}]},
         {"name": "workload",
          "description": "images the workload clusters pull (CNI, Podinfo); the host archive carries them too and "
                         "the deploy imports them into the CAPD nodes, which no Zarf agent reaches",

@@ -61,8 +61,8 @@ def test_zarf_yaml_validates_against_the_published_schema():
     doc = yaml.safe_load((REPO / airgap.ZARF_FILE).read_text())
     assert schema_errors(doc) == []
     names = [c["name"] for c in doc["components"]]
-    assert names == ["host", "kind-amd64", "kind-arm64", "cert-manager", "flux", "capi-operator", "capi", "capd",
-                     "caaph", "krops-config", "workload"]
+    assert names == ["host", "kind-amd64", "kind-arm64", "cert-manager", "capi-operator", "krops-config", "flux", "capi", "capd",
+                     "caaph", "workload"]
     for name in ("cert-manager", "flux", "capi-operator", "capi", "capd", "caaph"):
         assert next(c for c in doc["components"] if c["name"] == name)["healthChecks"], name
 

@@ -168,7 +168,7 @@ def test_deploy_in_check_mode_verifies_before_anything(ansible_playbook, zarf, r
     assert [a[:2] for a in checked] == [["package", "verify"], ["package", "inspect"], ["package", "deploy"],
                                         ["init", str(build / "zarf-init-arm64-v0.84.0.tar.zst")], ["package", "deploy"]]
     assert checked[2][checked[2].index("--components") + 1] == "host,kind-arm64"
-    assert checked[4][checked[4].index("--components") + 1] == "cert-manager,flux,capi-operator,capi,capd,caaph,krops-config,workload"
+    assert checked[4][checked[4].index("--components") + 1] == "cert-manager,capi-operator,krops-config,flux,capi,capd,caaph,workload"
 
 
 def test_deploy_without_a_public_key_is_refused(ansible_playbook, zarf):
