@@ -35,7 +35,6 @@ except ImportError:  # PyYAML comes with ansible-core
     yaml = None
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
-from ansible_collections.krops.platform.plugins.module_utils import oci
 from ansible_collections.krops.platform.plugins.module_utils import render
 
 ENVIRONMENT = "local-host"
@@ -610,6 +609,8 @@ def config_archive(root, paths, reference, source=None, revision=None):
     (src/pkg/images/unpack.go @ v0.84.0). Every entry is fixed (mtime 0, uid 0, sorted), so the
     same content and revision give the same bytes.
     """
+    # oci needs ansible-core (its HTTP client); imported here so validate stays importable without it
+    from ansible_collections.krops.platform.plugins.module_utils import oci
     layer, _names, _skipped = oci.build_layer(root, paths)
     manifest, digest = oci.build_manifest(layer, source, revision)
     index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
