@@ -112,13 +112,14 @@ def key(ref):
 
 
 class Image:
-    __slots__ = ("repo", "tag", "digest", "component", "origins", "source")
+    __slots__ = ("repo", "tag", "digest", "component", "origins", "source", "workload")
 
     def __init__(self, ref, component, origin):
         self.repo, self.tag, self.digest = normalize(ref)
         self.component = component
         self.origins = [origin]
         self.source = None
+        self.workload = False   # also pulled inside the CAPD workload clusters (no Zarf agent there)
 
     @property
     def key(self):
@@ -136,6 +137,7 @@ class Inventory:
         self.images = {}
         self.problems = []   # (file, object, message): cannot be pinned from what the tree says
         self.charts = {}     # chart name -> version the tree installs
+        self.in_workload = False  # set while deriving from an object applied into the workload clusters
 
     def add(self, ref, component, origin):
         image = Image(ref, component, origin)
@@ -144,6 +146,7 @@ class Inventory:
             self.images[image.key] = image
         elif origin not in found.origins:
             found.origins.append(origin)
+        self.images[image.key].workload |= self.in_workload
         return self.images[image.key]
 
     @property
@@ -244,12 +247,14 @@ def derive(root, renderer=None, config_file=None):
     for _directory, obj in objects:
         if obj.get("kind") == "OCIRepository":
             sources[((obj.get("metadata") or {}).get("namespace"), (obj.get("metadata") or {}).get("name"))] = obj
+    workload_dirs = _workload_directories(root, objects)
     for directory, obj in objects:
+        inv.in_workload = directory in workload_dirs or obj.get("kind") in ("HelmChartProxy", "ConfigMap")
         kind, spec = obj.get("kind"), obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
         origin = "%s %s" % (directory, _ident(obj))
         meta = obj.get("metadata") or {}
         for image in _containers(obj):
-            inv.add(image, "workload" if kind == "ConfigMap" else "host", origin)
+            inv.add(image, "workload" if inv.in_workload else "krops-config", origin)
         if kind == "ConfigMap":  # manifests a ClusterResourceSet applies into the workload clusters
             for value in (obj.get("data") or {}).values():
                 try:
@@ -294,6 +299,7 @@ def derive(root, renderer=None, config_file=None):
             custom = tspec.get("customImage") or ((tspec.get("backend") or {}).get("docker") or {}).get("customImage")
             if custom:
                 inv.add(custom, "host", origin)
+    inv.in_workload = False
     boot = cfg.data["bootstrap"]
     for pin_key, chart in BOOTSTRAP_CHARTS.items():
         version = cfg.data["charts"].get(pin_key)
@@ -335,6 +341,21 @@ def _offline_source(inv, boot, directory, obj, spec):
                              "repository" % url))
     elif obj.get("kind") == "GitRepository":
         inv.problems.append((directory, _ident(obj), "GitRepository %s: the bundle carries no Git server" % url))
+
+
+def _workload_directories(root, objects):
+    """Directories applied into the workload clusters: workload/<env> and every Flux Kustomization path
+    with a kubeConfig (also the ones a ResourceSet renders)."""
+    found = {"workload/%s" % ENVIRONMENT}
+    for _directory, obj in objects:
+        candidates = [obj] if obj.get("kind") == "Kustomization" else []
+        if obj.get("kind") == "ResourceSet":
+            candidates = [r for r in (obj.get("spec") or {}).get("resources") or [] if isinstance(r, dict)]
+        for ks in candidates:
+            spec = ks.get("spec") or {}
+            if ks.get("kind") == "Kustomization" and spec.get("kubeConfig") and spec.get("path"):
+                found.add(os.path.normpath(str(spec["path"]).lstrip("/")))
+    return found
 
 
 def _registry_image(root):
@@ -462,7 +483,9 @@ def zarf_package(inv, boot):
          "images": images("capi-operator"),
          "healthChecks": [health("apps/v1", "Deployment", "capi-operator-system", "capi-operator-cluster-api-operator")]},
         {"name": "krops-config",
-         "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs",
+         "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs, and the "
+                        "images its own manifests run",
+         "images": images("krops-config"),
          "imageArchives": [{"path": CONFIG_ARCHIVE, "images": ["%s:%s" % (config_repository(boot), boot["oci-tag"])]}]},
         {"name": "flux",
          "description": "the Flux Operator and the FluxInstance; the instance is a Zarf manifest so the Zarf "
@@ -487,7 +510,8 @@ def zarf_package(inv, boot):
         {"name": "workload",
          "description": "images the workload clusters pull (CNI, Podinfo); the host archive carries them too and "
                         "the deploy imports them into the CAPD nodes, which no Zarf agent reaches",
-         "images": images("workload")},
+         "images": images("workload"),
+         "x-workload-import": [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].workload]},
     ]
     for component in components:
         if "images" in component and not component["images"]:
@@ -517,7 +541,7 @@ def zarf_images(doc):
     """(component, image) of every image a zarf.yaml lists (x-host-images included)."""
     for component in doc.get("components") or []:
         if isinstance(component, dict):
-            for field in ("images", "x-host-images"):
+            for field in ("images", "x-host-images", "x-workload-import"):
                 for image in component.get(field) or []:
                     if isinstance(image, str) and "###" not in image:
                         yield component.get("name", "?"), image
@@ -571,7 +595,7 @@ def check(root, inv=None, renderer=None, pin=True):
             findings.append((ZARF_FILE, "component %s" % component, "image %s: digest %s differs from %s line %d (%s)"
                              % (k, digest or "(none)", INVENTORY, listed[k][1], listed[k][0] or "unconfirmed")))
     unconfirmed = sorted(k for k, (digest, _n) in listed.items() if digest is None)
-    return findings, unconfirmed
+    return list(dict.fromkeys(findings)), unconfirmed  # an image listed twice in a component is one finding
 
 
 def write(root, inv):

@@ -350,3 +350,16 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
     doc = yaml.safe_load((pkg / "zarf.yaml").read_text())
     doc["components"][3]["required"] = True  # what the first zarf.yaml had on every component
     assert zarf_standin.select(doc["components"], ["host", "kind-arm64"]) == ["host", "kind-arm64", "cert-manager"]
+
+
+def test_images_the_workload_clusters_pull_are_imported_into_their_nodes():
+    """Objects applied into the workload clusters (kubeConfig Kustomizations, HelmChartProxy, CRS ConfigMaps, workload/)."""
+    doc = yaml.safe_load((REPO / airgap.ZARF_FILE).read_text())
+    workload = next(c for c in doc["components"] if c["name"] == "workload")
+    repos = sorted(airgap.normalize(ref)[0] for ref in workload["x-workload-import"])
+    assert repos == ["docker.io/kindest/kindnetd", "ghcr.io/controlplaneio-fluxcd/flux-operator",
+                     "ghcr.io/fluxcd/helm-controller", "ghcr.io/fluxcd/kustomize-controller",
+                     "ghcr.io/fluxcd/notification-controller", "ghcr.io/fluxcd/source-controller"]
+    # the management FluxInstance (airgap/manifests) is not applied there: its controllers are not imported
+    mgmt = [i for i in airgap.derive(str(REPO)).images.values() if any(o.startswith("airgap/manifests") for o in i.origins)]
+    assert mgmt and not any(i.workload for i in mgmt)
