@@ -21,6 +21,8 @@ Rules (one finding per problem, each naming file, object, rule and message):
 - ``cel``: every custom resource passes the ``x-kubernetes-validations`` CEL rules of its schema
   (module_utils/cel.py); rules the CEL library cannot evaluate are listed in ``cel_unevaluable``.
 - ``yamllint``: yamllint (the repository's .yamllint) over mgmt/ and workload/.
+- ``airgap``: (local-host, when airgap/zarf.yaml exists) every image of zarf.yaml is in airgap/images.txt
+  with the same tag and digest, and every image the rendered tree references is listed there.
 
 Importable without Ansible; ``python -m ...validate --help`` runs it standalone.
 """
@@ -45,6 +47,7 @@ except ImportError:  # PyYAML comes with ansible-core; only bare sanity environm
     yaml = None
     _YAML_ERRORS = ()
 
+from ansible_collections.krops.platform.plugins.module_utils import airgap
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import render
@@ -57,7 +60,7 @@ try:
 except ImportError:  # reported as a finding-free note in the summary
     HAS_YAMLLINT = False
 
-RULES = ("render", "schema", "flux-graph", "bootstrap", "secrets", "tags", "yamllint", "cel")
+RULES = ("render", "schema", "flux-graph", "bootstrap", "secrets", "tags", "yamllint", "cel", "airgap")
 FLUX_KS = "kustomize.toolkit.fluxcd.io"
 PROVIDER_KINDS = ("CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider",
                   "AddonProvider", "IPAMProvider", "RuntimeExtensionProvider")
@@ -354,6 +357,9 @@ def _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf):
         _check_bootstrap(env, cfg)
     _check_secrets(env)
     _check_tags(env)
+    if env.name == airgap.ENVIRONMENT and not any(f.rule == "render" for f in env.findings):
+        for file, obj, message in airgap.validate_hook(root, renderer):
+            env.add(file, obj, "airgap", message)
 
 
 def _check_other_files(root, covered, lint_conf):

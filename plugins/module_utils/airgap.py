@@ -1,0 +1,695 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""Air-gapped bundle of the local-host profile: image inventory, pin check and the Zarf package.
+
+Importable without Ansible; ``python -m ...airgap --help`` (or scripts/airgap-inventory) runs it.
+
+The inventory (airgap/images.txt) is derived, never typed: the rendered tree (mgmt/local-host,
+workload/local-host), bootstrap.toml and the tables below name every image the profile pulls;
+airgap/digests.yaml holds the digests krops could confirm upstream, each with its source. An image
+whose digest is not there is written without one and reported as unconfirmed: krops never writes
+a digest it has not read. airgap/zarf.yaml is generated from the same inventory.
+
+Tables (each row cites where its fact was read; see docs/airgap.md):
+
+- CHARTS: the images a chart deploys with the values krops gives it;
+- PROVIDERS: the controller image of each Cluster API operator provider (tag = spec.version);
+- HOST_IMAGES: what the host's Docker daemon runs beside the clusters (CAPD load balancer, registry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+
+try:
+    import yaml
+except ImportError:  # PyYAML comes with ansible-core
+    yaml = None
+
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import render
+
+ENVIRONMENT = "local-host"
+INVENTORY = "airgap/images.txt"
+ZARF_FILE = "airgap/zarf.yaml"
+LOCK_FILE = "airgap/digests.yaml"
+MANIFESTS = "airgap/manifests"
+ARCHITECTURES = ("amd64", "arm64")
+ZARF_VERSION = "v0.84.0"
+PACKAGE_NAME = "krops-local-host"
+
+# chart -> (zarf component, images). "{v}" is the chart version with a leading v.
+# cert-manager: deploy/charts/cert-manager/values.yaml @ v1.21.1 (imageRegistry quay.io, imageNamespace
+#   jetstack, image names, tag = appVersion); acmesolver runs only for ACME issuers, which krops has none of.
+# cluster-api-operator: Makefile @ v0.28.0 PROD_REGISTRY registry.k8s.io/capi-operator, image cluster-api-operator.
+# flux-operator: controlplaneio-fluxcd/charts charts/flux-operator/values.yaml (tag defaults to appVersion).
+CHARTS = {
+    "cert-manager": ("cert-manager", ["quay.io/jetstack/cert-manager-controller:{v}",
+                                      "quay.io/jetstack/cert-manager-webhook:{v}",
+                                      "quay.io/jetstack/cert-manager-cainjector:{v}",
+                                      "quay.io/jetstack/cert-manager-startupapicheck:{v}"]),
+    "cluster-api-operator": ("capi-operator", ["registry.k8s.io/capi-operator/cluster-api-operator:{v}"]),
+    "flux-operator": ("flux", ["ghcr.io/controlplaneio-fluxcd/flux-operator:{v}"]),
+    "podinfo": ("workload", ["ghcr.io/stefanprodan/podinfo:{bare}"]),
+}
+# bootstrap.toml [charts] key -> chart name (installed before Flux; same images as the tree's releases).
+BOOTSTRAP_CHARTS = {"cert-manager": "cert-manager", "capi-operator": "cluster-api-operator",
+                    "flux-operator": "flux-operator"}
+# (provider kind, name) -> (component, image repositories). cluster-api Makefile @ v1.13.5: PROD_REGISTRY
+# registry.k8s.io/cluster-api, IMAGE_NAME cluster-api-controller, KUBEADM_*_IMAGE_NAME, CAPD_IMAGE_NAME
+# capd-manager; cluster-api-addon-provider-helm Makefile @ v0.6.4: registry.k8s.io/cluster-api-helm,
+# IMAGE_NAME cluster-api-helm-controller.
+PROVIDERS = {
+    ("CoreProvider", "cluster-api"): ("capi", ["registry.k8s.io/cluster-api/cluster-api-controller"]),
+    ("BootstrapProvider", "kubeadm"): ("capi", ["registry.k8s.io/cluster-api/kubeadm-bootstrap-controller"]),
+    ("ControlPlaneProvider", "kubeadm"): ("capi", ["registry.k8s.io/cluster-api/kubeadm-control-plane-controller"]),
+    ("InfrastructureProvider", "docker"): ("capd", ["registry.k8s.io/cluster-api/capd-manager"]),
+    ("AddonProvider", "helm"): ("caaph", ["registry.k8s.io/cluster-api-helm/cluster-api-helm-controller"]),
+}
+# Run by the host's Docker daemon. CAPD load balancer: test/infrastructure/docker/internal/loadbalancer/
+# const.go @ v1.13.5 (kindest/haproxy:v20230606-42a2262b). The registry image is the bootstrap role's default.
+HOST_IMAGES = ["docker.io/kindest/haproxy:v20230606-42a2262b"]
+REGISTRY_DEFAULTS = "roles/bootstrap/defaults/main.yml"
+# Machine kinds whose spec.version picks the CAPD node image kindest/node:<version> (CAPD's kind mapper).
+VERSIONED = {("KubeadmControlPlane", "spec"), ("MachineDeployment", "template")}
+COMPONENT_ORDER = ("host", "cert-manager", "capi-operator", "krops-config", "flux", "capi", "capd", "caaph", "workload")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
+
+
+class AirgapError(Exception):
+    """The inventory cannot be derived or read (bad tree, bad lock file, bad inventory line)."""
+
+
+# --- image references ------------------------------------------------------------------------
+
+def normalize(ref):
+    """(repository, tag, digest) of an image reference, with Docker Hub's implicit parts spelled out."""
+    ref = str(ref).strip()
+    digest = None
+    if "@" in ref:
+        ref, digest = ref.split("@", 1)
+    name, tag = ref, None
+    if ":" in ref.rsplit("/", 1)[-1]:
+        name, tag = ref.rsplit(":", 1)
+    first = name.split("/", 1)[0]
+    if "/" not in name or ("." not in first and ":" not in first and first != "localhost"):
+        name = "docker.io/" + (name if "/" in name else "library/" + name)
+    return name, tag or "latest", digest
+
+
+def key(ref):
+    repo, tag, _digest = normalize(ref)
+    return "%s:%s" % (repo, tag)
+
+
+class Image:
+    __slots__ = ("repo", "tag", "digest", "component", "origins", "source", "workload")
+
+    def __init__(self, ref, component, origin):
+        self.repo, self.tag, self.digest = normalize(ref)
+        self.component = component
+        self.origins = [origin]
+        self.source = None
+        self.workload = False   # also pulled inside the CAPD workload clusters (no Zarf agent there)
+
+    @property
+    def key(self):
+        return "%s:%s" % (self.repo, self.tag)
+
+    @property
+    def ref(self):
+        return self.key + ("@" + self.digest if self.digest else "")
+
+
+class Inventory:
+    """Images by repo:tag plus the problems met while deriving them."""
+
+    def __init__(self):
+        self.images = {}
+        self.problems = []   # (file, object, message): cannot be pinned from what the tree says
+        self.charts = {}     # chart name -> version the tree installs
+        self.in_workload = False  # set while deriving from an object applied into the workload clusters
+
+    def add(self, ref, component, origin):
+        image = Image(ref, component, origin)
+        found = self.images.get(image.key)
+        if found is None:
+            self.images[image.key] = image
+        elif origin not in found.origins:
+            found.origins.append(origin)
+        self.images[image.key].workload |= self.in_workload
+        return self.images[image.key]
+
+    @property
+    def unconfirmed(self):
+        return sorted(k for k, i in self.images.items() if not i.digest)
+
+
+# --- deriving ----------------------------------------------------------------------------------
+
+def _objects(root, renderer=None):
+    """(relative directory, object) of every kustomization under the local-host tops."""
+    tops = [os.path.join(root, "mgmt", ENVIRONMENT), os.path.join(root, "workload", ENVIRONMENT)]
+    directories = [d for top in tops if os.path.isdir(top) for d in render.find_kustomization_dirs(top)]
+    built = render.render_directories(directories, renderer)
+    for directory in directories:
+        result = built[directory]
+        if isinstance(result, render.RenderError):
+            raise AirgapError("kustomize build %s failed: %s (run validate for details)"
+                              % (os.path.relpath(directory, root), result.reason))
+        for obj in result:
+            yield os.path.relpath(directory, root), obj
+    extra = os.path.join(root, MANIFESTS)
+    if os.path.isdir(extra):
+        for name in sorted(os.listdir(extra)):
+            if name.endswith((".yaml", ".yml")):
+                for obj in render.load_yaml_documents(os.path.join(extra, name)):
+                    yield MANIFESTS, obj
+
+
+def _ident(obj):
+    meta = obj.get("metadata") or {}
+    return "%s/%s%s" % (obj.get("kind"), meta.get("namespace") + "/" if meta.get("namespace") else "", meta.get("name"))
+
+
+def _containers(node):
+    """Every container image under a (possibly nested) object."""
+    if isinstance(node, dict):
+        for field in ("containers", "initContainers", "ephemeralContainers"):
+            for container in node.get(field) or []:
+                if isinstance(container, dict) and isinstance(container.get("image"), str):
+                    yield container["image"]
+        for value in node.values():
+            yield from _containers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _containers(value)
+
+
+def _chart(inv, chart, version, origin, where, obj):
+    if chart not in CHARTS:
+        return
+    component, templates = CHARTS[chart]
+    if not version or not _SEMVER.match(str(version)):
+        inv.problems.append((where, _ident(obj), "chart %s version %r is not an exact version: its images cannot be "
+                             "pinned; pin the chart to one release" % (chart, version)))
+        return
+    bare = str(version).lstrip("v")
+    inv.charts.setdefault(chart, str(version))
+    for template in templates:
+        inv.add(template.format(v="v" + bare, bare=bare), component, origin)
+
+
+def _flux(inv, lock, version, components, registry, origin, where, obj):
+    dists = lock.get("flux-distributions") or {}
+    wanted = str(version or "2.x").lstrip("v")
+    pattern = re.compile("^" + re.escape(wanted).replace(r"\.x", r"\.\d+").replace("x", r"\d+") + "$")
+    matches = sorted((v for v in dists if pattern.match(v.lstrip("v"))),
+                     key=lambda v: tuple(int(p) for p in v.lstrip("v").split(".")))
+    if not matches:
+        inv.problems.append((where, _ident(obj), "Flux version %s matches no distribution in %s (known: %s): add the "
+                             "Flux Operator's images for it" % (version, LOCK_FILE, ", ".join(sorted(dists)) or "none")))
+        return
+    dist = dists[matches[-1]]
+    for name in components:
+        entry = (dist.get("images") or {}).get(name)
+        if entry is None:
+            inv.problems.append((where, _ident(obj), "Flux component %s is not in distribution %s of %s"
+                                 % (name, matches[-1], LOCK_FILE)))
+            continue
+        image = inv.add("%s/%s:%s" % (registry.rstrip("/"), name, entry["tag"]), "flux", origin)
+        image.digest, image.source = entry["digest"], dist.get("source")
+
+
+def derive(root, renderer=None, config_file=None):
+    """The Inventory of the local-host profile at ``root``."""
+    if yaml is None:
+        raise AirgapError("the PyYAML Python library is required")
+    root = os.path.abspath(root)
+    try:
+        cfg = krops_config.load(path=config_file or os.path.join(root, krops_config.DEFAULT_FILE), environ={})
+    except krops_config.ConfigError as exc:
+        raise AirgapError(str(exc))
+    lock = load_lock(root)
+    boot_cfg = cfg.data["bootstrap"]
+    inv = Inventory()
+    sources = {}
+    objects = list(_objects(root, renderer))
+    for _directory, obj in objects:
+        if obj.get("kind") == "OCIRepository":
+            sources[((obj.get("metadata") or {}).get("namespace"), (obj.get("metadata") or {}).get("name"))] = obj
+    workload_dirs = _workload_directories(root, objects)
+    for directory, obj in objects:
+        inv.in_workload = directory in workload_dirs or obj.get("kind") in ("HelmChartProxy", "ConfigMap")
+        kind, spec = obj.get("kind"), obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        origin = "%s %s" % (directory, _ident(obj))
+        meta = obj.get("metadata") or {}
+        for image in _containers(obj):
+            inv.add(image, "workload" if inv.in_workload else "krops-config", origin)
+        if kind == "ConfigMap":  # manifests a ClusterResourceSet applies into the workload clusters
+            for value in (obj.get("data") or {}).values():
+                try:
+                    docs = [d for d in yaml.safe_load_all(str(value)) if isinstance(d, dict)]
+                except yaml.YAMLError:
+                    continue
+                for image in _containers(docs):
+                    inv.add(image, "workload", origin)
+        elif kind == "HelmRelease":
+            chart_spec = (spec.get("chart") or {}).get("spec") or {}
+            chart, version = chart_spec.get("chart"), chart_spec.get("version")
+            ref = spec.get("chartRef") or {}
+            if ref.get("kind") == "OCIRepository":
+                source = sources.get((ref.get("namespace") or meta.get("namespace"), ref.get("name"))) or {}
+                chart = str((source.get("spec") or {}).get("url", "")).rstrip("/").rsplit("/", 1)[-1]
+                sref = (source.get("spec") or {}).get("ref") or {}
+                version = sref.get("tag") or sref.get("semver")
+            _chart(inv, chart, version, origin, directory, obj)
+        elif kind in ("HelmRepository", "OCIRepository", "GitRepository"):
+            _offline_source(inv, boot_cfg, directory, obj, spec)
+        elif kind == "HelmChartProxy":
+            _chart(inv, spec.get("chartName"), spec.get("version"), origin, directory, obj)
+            # CAAPH's controller pulls the chart itself; the Zarf agent has no hook for HelmChartProxy.
+            if not _local(boot_cfg, spec.get("repoURL")):
+                inv.problems.append((directory, _ident(obj), "HelmChartProxy chart %s/%s is pulled by the CAAPH controller, "
+                                    "which the Zarf agent does not rewrite: point repoURL at the local registry %s"
+                                    % (spec.get("repoURL"), spec.get("chartName"), boot_cfg["registry-name"])))
+        elif (kind, meta.get("name")) in PROVIDERS:
+            component, repos = PROVIDERS[(kind, meta.get("name"))]
+            for repo in repos:
+                inv.add("%s:%s" % (repo, spec.get("version")), component, origin)
+        elif kind == "FluxInstance":
+            dist = spec.get("distribution") or {}
+            _flux(inv, lock, dist.get("version"), spec.get("components") or [], dist.get("registry") or "ghcr.io/fluxcd",
+                  origin, directory, obj)
+        if kind == "KubeadmControlPlane" and spec.get("version"):
+            inv.add("docker.io/kindest/node:%s" % spec["version"], "host", origin)
+        if kind == "MachineDeployment" and ((spec.get("template") or {}).get("spec") or {}).get("version"):
+            inv.add("docker.io/kindest/node:%s" % spec["template"]["spec"]["version"], "host", origin)
+        if kind in ("DockerMachineTemplate", "DevMachineTemplate"):
+            tspec = (spec.get("template") or {}).get("spec") or {}
+            custom = tspec.get("customImage") or ((tspec.get("backend") or {}).get("docker") or {}).get("customImage")
+            if custom:
+                inv.add(custom, "host", origin)
+    inv.in_workload = False
+    boot = cfg.data["bootstrap"]
+    for pin_key, chart in BOOTSTRAP_CHARTS.items():
+        version = cfg.data["charts"].get(pin_key)
+        _chart(inv, chart, version, "bootstrap.toml [charts] %s" % pin_key, "bootstrap.toml", {"kind": "charts", "metadata": {"name": pin_key}})
+    if boot.get("kind-node-image"):
+        inv.add(boot["kind-node-image"], "host", "bootstrap.toml [bootstrap] kind-node-image")
+    for image in HOST_IMAGES:
+        inv.add(image, "host", "CAPD load balancer")
+    inv.add(_registry_image(root), "host", "%s bootstrap_registry_image" % REGISTRY_DEFAULTS)
+    for image in inv.images.values():
+        if image.digest is None and image.key in (lock.get("images") or {}):
+            entry = lock["images"][image.key]
+            image.digest, image.source = entry["digest"], entry.get("source")
+    return inv
+
+
+def _local(boot, url):
+    """Whether an oci:// URL names the local registry (served on the host and on the kind network)."""
+    url = str(url or "")
+    return url.startswith("oci://%s:" % boot["registry-name"]) or url.startswith("oci://%s/" % boot["registry-name"])
+
+
+def _offline_source(inv, boot, directory, obj, spec):
+    """A Flux source the disconnected host cannot reach is a problem of the bundle (pin check only).
+
+    The Zarf agent rewrites OCIRepository and type: oci HelmRepository objects to the internal registry
+    (src/internal/agent/hooks/flux-ocirepo.go, flux-helmrepo.go @ v0.84.0: other HelmRepository types are
+    skipped), and only in the cluster Zarf is initialised in: workload/ is applied into the CAPD workload
+    clusters, which reach nothing but the local registry.
+    """
+    url = str(spec.get("url", ""))
+    if directory.startswith("workload/") and not _local(boot, url):
+        inv.problems.append((directory, _ident(obj), "%s %s is applied in a workload cluster, where no Zarf agent "
+                             "rewrites it and nothing outside the local registry %s is reachable offline"
+                             % (obj.get("kind"), url, boot["registry-name"])))
+    elif obj.get("kind") == "HelmRepository" and str(spec.get("type", "default")) != "oci":
+        inv.problems.append((directory, _ident(obj), "HelmRepository %s is an HTTP index: the Zarf agent rewrites only "
+                             "type: oci HelmRepositories, so Flux cannot fetch it offline; use the chart's OCI "
+                             "repository" % url))
+    elif obj.get("kind") == "GitRepository":
+        inv.problems.append((directory, _ident(obj), "GitRepository %s: the bundle carries no Git server" % url))
+
+
+def _workload_directories(root, objects):
+    """Directories applied into the workload clusters: workload/<env> and every Flux Kustomization path
+    with a kubeConfig (also the ones a ResourceSet renders)."""
+    found = {"workload/%s" % ENVIRONMENT}
+    for _directory, obj in objects:
+        candidates = [obj] if obj.get("kind") == "Kustomization" else []
+        if obj.get("kind") == "ResourceSet":
+            candidates = [r for r in (obj.get("spec") or {}).get("resources") or [] if isinstance(r, dict)]
+        for ks in candidates:
+            spec = ks.get("spec") or {}
+            if ks.get("kind") == "Kustomization" and spec.get("kubeConfig") and spec.get("path"):
+                found.add(os.path.normpath(str(spec["path"]).lstrip("/")))
+    return found
+
+
+def _registry_image(root):
+    path = os.path.join(root, REGISTRY_DEFAULTS)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return (yaml.safe_load(handle) or {}).get("bootstrap_registry_image") or "registry:2"
+    except (OSError, yaml.YAMLError):
+        return "registry:2"
+
+
+def load_lock(root):
+    path = os.path.join(root, LOCK_FILE)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lock = yaml.safe_load(handle) or {}
+    except yaml.YAMLError as exc:
+        raise AirgapError("%s is not YAML: %s" % (LOCK_FILE, " ".join(str(exc).split())))
+    for ref, entry in (lock.get("images") or {}).items():
+        if not isinstance(entry, dict) or not _DIGEST.match(str(entry.get("digest", ""))) or not entry.get("source"):
+            raise AirgapError("%s: images.%s needs digest (sha256:<64 hex>) and source (where it was read)"
+                              % (LOCK_FILE, ref))
+    for version, dist in (lock.get("flux-distributions") or {}).items():
+        for name, entry in ((dist or {}).get("images") or {}).items():
+            if not isinstance(entry, dict) or not entry.get("tag") or not _DIGEST.match(str(entry.get("digest", ""))):
+                raise AirgapError("%s: flux-distributions.%s.images.%s needs tag and digest (sha256:<64 hex>)"
+                                  % (LOCK_FILE, version, name))
+    return lock
+
+
+# --- images.txt --------------------------------------------------------------------------------
+
+HEADER = """\
+# Images of the krops local-host profile, for the air-gapped bundle (airgap/zarf.yaml).
+# Generated by scripts/airgap-inventory --write from mgmt/local-host, workload/local-host, bootstrap.toml
+# and airgap/digests.yaml: do not edit. One image a line: repo:tag@sha256:digest  # component: origin
+# A line without a digest is UNCONFIRMED: nobody has read its digest upstream yet (airgap-inventory --resolve).
+"""
+
+
+def format_inventory(inv):
+    lines = [HEADER.rstrip("\n")]
+    for component in COMPONENT_ORDER:
+        for k in sorted(k for k, i in inv.images.items() if i.component == component):
+            image = inv.images[k]
+            note = "UNCONFIRMED " if not image.digest else ""
+            lines.append("%s  # %s%s: %s" % (image.ref, note, component, "; ".join(image.origins)))
+    return "\n".join(lines) + "\n"
+
+
+def read_inventory(path):
+    """{repo:tag: (digest or None, line number)}; raises AirgapError on a malformed line."""
+    entries = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise AirgapError("cannot read %s: %s (generate it with scripts/airgap-inventory --write)" % (path, exc.strerror))
+    for number, line in enumerate(text.splitlines(), 1):
+        ref = line.split("#", 1)[0].strip()
+        if not ref:
+            continue
+        if " " in ref:
+            raise AirgapError("%s:%d: %r is not one image reference (repo:tag@sha256:digest)" % (path, number, ref))
+        repo, tag, digest = normalize(ref)
+        if digest is not None and not _DIGEST.match(digest):
+            raise AirgapError("%s:%d: digest %s of %s:%s is not sha256:<64 hex>" % (path, number, digest, repo, tag))
+        entries["%s:%s" % (repo, tag)] = (digest, number)
+    return entries
+
+
+# --- zarf.yaml ---------------------------------------------------------------------------------
+
+CONFIG_ARCHIVE = "build/krops-config.tar"
+HOST_ARCHIVE = "build/host-images.tar"
+
+
+def config_repository(boot):
+    """<registry name>:<container port>/<repository>: where the kind network reaches the local registry."""
+    return "%s:%s/%s" % (boot["registry-name"], boot.get("registry-container-port", 5000), boot["oci-repository"])
+
+
+
+def zarf_package(inv, boot):
+    """The ZarfPackageConfig (zarf.dev/v1alpha1) of the profile; images come from the inventory.
+
+    Order: the configuration artifact and the charts Flux depends on are in the registry before the
+    FluxInstance syncs; the provider components come after it, so their health checks wait for what
+    Flux applies (pods that started before their images were pushed retry the pull). No component is required: zarf always deploys required components, also in a partial deploy
+    (src/pkg/packager/filters/deploy.go @ v0.84.0), and the host components must deploy alone,
+    before any cluster exists. The playbook names the components of each of its two deploys.
+    """
+    def images(component):
+        return [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].component == component]
+
+    def health(api, kind, namespace, name):
+        return {"apiVersion": api, "kind": kind, "namespace": namespace, "name": name}
+
+    prov = "operator.cluster.x-k8s.io/v1alpha2"
+    # kind's release assets are kind-linux-<arch>; `only` sits on components (not on files), so one
+    # component per architecture, and Zarf keeps the one matching the package architecture.
+    kind = [{"name": "kind-%s" % arch, "only": {"cluster": {"architecture": arch}},
+             "files": [{"source": "https://github.com/kubernetes-sigs/kind/releases/download/"
+                                  "###ZARF_PKG_TMPL_KIND_VERSION###/kind-linux-%s" % arch,
+                        "target": "kind", "executable": True}]} for arch in ARCHITECTURES]
+    components = [
+        {"name": "host",
+         "description": "kind and the images the host's Docker daemon runs (kind nodes, CAPD load balancer, "
+                        "registry); files only, so it deploys before any cluster exists",
+         "files": [{"source": HOST_ARCHIVE, "target": "host-images.tar"}],
+         "x-host-images": images("host")}] + kind + [
+        {"name": "cert-manager",
+         "charts": [{"name": "cert-manager", "namespace": "cert-manager",
+                     "url": "oci://quay.io/jetstack/charts/cert-manager", "version": inv.charts.get("cert-manager", "unpinned"),
+                     "valuesFiles": ["values/cert-manager.yaml"]}],
+         "images": images("cert-manager"),
+         "healthChecks": [health("apps/v1", "Deployment", "cert-manager", n)
+                          for n in ("cert-manager", "cert-manager-webhook", "cert-manager-cainjector")]},
+        {"name": "capi-operator",
+         "charts": [{"name": "cluster-api-operator", "releaseName": "capi-operator", "namespace": "capi-operator-system",
+                     "url": "https://kubernetes-sigs.github.io/cluster-api-operator",
+                     "version": inv.charts.get("cluster-api-operator", "unpinned")}],
+         "images": images("capi-operator"),
+         "healthChecks": [health("apps/v1", "Deployment", "capi-operator-system", "capi-operator-cluster-api-operator")]},
+        {"name": "krops-config",
+         "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs, and the "
+                        "images its own manifests run",
+         "images": images("krops-config"),
+         "imageArchives": [{"path": CONFIG_ARCHIVE, "images": ["%s:%s" % (config_repository(boot), boot["oci-tag"])]}]},
+        {"name": "flux",
+         "description": "the Flux Operator and the FluxInstance; the instance is a Zarf manifest so the Zarf "
+                        "agent rewrites its controllers' images and its OCIRepository to the internal registry",
+         "charts": [{"name": "flux-operator", "namespace": "flux-system",
+                     "url": "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
+                     "version": inv.charts.get("flux-operator", "unpinned")}],
+         "manifests": [{"name": "flux-instance", "namespace": "flux-system", "files": ["manifests/fluxinstance.yaml"]}],
+         "images": images("flux"),
+         "healthChecks": [health("apps/v1", "Deployment", "flux-system", "flux-operator"),
+                          health("fluxcd.controlplane.io/v1", "FluxInstance", "flux-system", "flux")]},
+        {"name": "capi",
+         "description": "Cluster API core and the kubeadm providers; Flux applies them from the krops configuration",
+         "images": images("capi"),
+         "healthChecks": [health(prov, "CoreProvider", "capi-system", "cluster-api"),
+                          health(prov, "BootstrapProvider", "capi-kubeadm-bootstrap-system", "kubeadm"),
+                          health(prov, "ControlPlaneProvider", "capi-kubeadm-control-plane-system", "kubeadm")]},
+        {"name": "capd", "images": images("capd"),
+         "healthChecks": [health(prov, "InfrastructureProvider", "capd-system", "docker")]},
+        {"name": "caaph", "images": images("caaph"),
+         "healthChecks": [health(prov, "AddonProvider", "caaph-system", "helm")]},
+        {"name": "workload",
+         "description": "images the workload clusters pull (CNI, Podinfo); the host archive carries them too and "
+                        "the deploy imports them into the CAPD nodes, which no Zarf agent reaches",
+         "images": images("workload"),
+         "x-workload-import": [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].workload]},
+    ]
+    for component in components:
+        if "images" in component and not component["images"]:
+            del component["images"]
+    return {"kind": "ZarfPackageConfig",
+            "metadata": {"name": PACKAGE_NAME, "description": "krops local-host profile for disconnected hosts",
+                         "version": "###ZARF_PKG_TMPL_VERSION###"},
+            "constants": [{"name": "CONFIG_REPOSITORY", "value": config_repository(boot),
+                           "description": "repository of the krops configuration artifact (the local registry's "
+                                          "name on the kind network), rewritten by the Zarf agent"},
+                          {"name": "CONFIG_TAG", "value": boot["oci-tag"]}],
+            "components": components}
+
+
+ZARF_HEADER = """\
+# Zarf package of the krops local-host profile (zarf %s, schema airgap/schema/zarf.schema.json).
+# Generated by scripts/airgap-inventory --write from the same inventory as airgap/images.txt: do not edit.
+# ###ZARF_PKG_TMPL_*### values are set by playbooks/airgap.yml --tags build (zarf package create --set).
+""" % ZARF_VERSION
+
+
+def format_zarf(inv, boot):
+    return ZARF_HEADER + yaml.safe_dump(zarf_package(inv, boot), sort_keys=False, width=120)
+
+
+def zarf_images(doc):
+    """(component, image) of every image a zarf.yaml lists (x-host-images included)."""
+    for component in doc.get("components") or []:
+        if isinstance(component, dict):
+            for field in ("images", "x-host-images", "x-workload-import"):
+                for image in component.get(field) or []:
+                    if isinstance(image, str) and "###" not in image:
+                        yield component.get("name", "?"), image
+
+
+# --- the pin check (also validate's rule "airgap") ----------------------------------------------
+
+def validate_hook(root, renderer=None):
+    """validate's rule airgap: [] unless airgap/zarf.yaml exists; (file, object, message) otherwise."""
+    if not os.path.isfile(os.path.join(root, ZARF_FILE)):
+        return []
+    try:
+        return check(root, renderer=renderer, pin=False)[0]
+    except AirgapError as exc:
+        return [(INVENTORY, "-", str(exc))]
+
+
+def check(root, inv=None, renderer=None, pin=True):
+    """(findings, unconfirmed). findings: (file, object, message); unconfirmed: images.txt lines without digest.
+
+    pin=False (validate's rule) leaves out what only the pin check judges: images the tree names by a
+    version range, which cannot be pinned at all.
+    """
+    root = os.path.abspath(root)
+    inv = inv or derive(root, renderer)
+    findings = list(inv.problems) if pin else []
+    path = os.path.join(root, INVENTORY)
+    listed = read_inventory(path)
+    for k, image in sorted(inv.images.items()):
+        if k not in listed:
+            findings.append((INVENTORY, k, "%s (%s) is not in %s: regenerate it with scripts/airgap-inventory --write"
+                             % (k, "; ".join(image.origins), INVENTORY)))
+        elif image.digest and listed[k][0] != image.digest:
+            findings.append((INVENTORY, k, "line %d: digest %s differs from %s in %s (%s)"
+                             % (listed[k][1], listed[k][0] or "(none)", image.digest, LOCK_FILE, image.source)))
+    zpath = os.path.join(root, ZARF_FILE)
+    try:
+        with open(zpath, encoding="utf-8") as handle:
+            doc = yaml.safe_load(handle) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        findings.append((ZARF_FILE, "-", "cannot read: %s" % " ".join(str(exc).split())))
+        doc = {}
+    for component, ref in zarf_images(doc):
+        repo, tag, digest = normalize(ref)
+        k = "%s:%s" % (repo, tag)
+        if k not in listed:
+            tags = sorted(t.rsplit(":", 1)[1] for t in listed if t.rsplit(":", 1)[0] == repo)
+            findings.append((ZARF_FILE, "component %s" % component, "image %s is not in %s%s" % (
+                ref, INVENTORY, " (tags there: %s)" % ", ".join(tags) if tags else "")))
+        elif listed[k][0] != digest:
+            findings.append((ZARF_FILE, "component %s" % component, "image %s: digest %s differs from %s line %d (%s)"
+                             % (k, digest or "(none)", INVENTORY, listed[k][1], listed[k][0] or "unconfirmed")))
+    unconfirmed = sorted(k for k, (digest, _n) in listed.items() if digest is None)
+    return list(dict.fromkeys(findings)), unconfirmed  # an image listed twice in a component is one finding
+
+
+def write(root, inv):
+    root = os.path.abspath(root)
+    cfg = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={})
+    for rel, text in ((INVENTORY, format_inventory(inv)), (ZARF_FILE, format_zarf(inv, cfg.data["bootstrap"]))):
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def resolve(inv, tool=None):
+    """Ask the registry for unconfirmed digests (connected machine only): crane digest <ref>."""
+    crane = tool or shutil.which("crane")
+    if not crane:
+        raise AirgapError("--resolve needs crane (github.com/google/go-containerregistry) on PATH")
+    resolved = []
+    for k in inv.unconfirmed:
+        proc = subprocess.run([crane, "digest", k], capture_output=True, text=True, check=False,  # pylint: disable=ansible-bad-function
+                              timeout=120)
+        digest = proc.stdout.strip()
+        if proc.returncode == 0 and _DIGEST.match(digest):
+            inv.images[k].digest, inv.images[k].source = digest, "crane digest (registry)"
+            resolved.append((k, digest))
+    return resolved
+
+
+# --- the configuration artifact as an OCI layout (Zarf imageArchives) ----------------------------
+
+def config_archive(root, paths, reference, source=None, revision=None):
+    """(tar bytes, manifest digest): an OCI image layout holding the Flux artifact of ``paths``.
+
+    Zarf finds an archive's images by the index annotation org.opencontainers.image.ref.name
+    (src/pkg/images/unpack.go @ v0.84.0). Every entry is fixed (mtime 0, uid 0, sorted), so the
+    same content and revision give the same bytes.
+    """
+    # oci needs ansible-core (its HTTP client); imported here so validate stays importable without it
+    from ansible_collections.krops.platform.plugins.module_utils import oci
+    layer, _names, _skipped = oci.build_layer(root, paths)
+    manifest, digest = oci.build_manifest(layer, source, revision)
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+             "manifests": [{"mediaType": oci.MANIFEST_TYPE, "digest": digest, "size": len(manifest),
+                            "annotations": {"org.opencontainers.image.ref.name": reference}}]}
+    files = [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+             ("index.json", json.dumps(index, sort_keys=True, separators=(",", ":")).encode("utf-8"))]
+    for blob in sorted((oci.CONFIG_BLOB, layer, manifest), key=oci.sha256_digest):
+        files.append(("blobs/sha256/" + oci.sha256_digest(blob).split(":", 1)[1], blob))
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for folder in ("blobs", "blobs/sha256"):
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
+            tar.addfile(info)
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue(), digest
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="airgap-inventory", description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--path", default=os.getcwd(), help="repository root (default: current directory)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="write airgap/images.txt and airgap/zarf.yaml")
+    mode.add_argument("--check", action="store_true", help="pin check: fail on drift and on unconfirmed digests")
+    parser.add_argument("--resolve", action="store_true", help="with --write: fill unconfirmed digests with crane")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    try:
+        inv = derive(args.path)
+        if args.resolve:
+            resolve(inv)
+        if args.write:
+            write(args.path, inv)
+        findings, unconfirmed = check(args.path, inv)
+    except AirgapError as exc:
+        sys.stderr.write("ERROR: %s\n" % exc)
+        return 2
+    if args.format == "json":
+        sys.stdout.write(json.dumps({"images": len(inv.images), "findings": [list(f) for f in findings],
+                                     "unconfirmed": unconfirmed}, indent=2) + "\n")
+    else:
+        for file, obj, message in findings:
+            sys.stdout.write("%s: %s: [airgap] %s\n" % (file, obj, message))
+        for k in unconfirmed:
+            sys.stdout.write("%s: %s: [airgap] UNCONFIRMED digest: read it upstream or run --write --resolve on a "
+                             "connected machine\n" % (INVENTORY, k))
+        sys.stdout.write("%d images, %d findings, %d unconfirmed digests\n" % (len(inv.images), len(findings), len(unconfirmed)))
+    if findings:
+        return 1
+    return 1 if args.check and unconfirmed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

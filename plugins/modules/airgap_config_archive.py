@@ -1,0 +1,137 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: airgap_config_archive
+short_description: Write the krops configuration as a Flux OCI artifact in an OCI layout tarball
+version_added: 0.1.0
+description:
+  - Packs the directories O(paths) (relative to O(root)) into the same reproducible Flux artifact that
+    M(krops.platform.oci_artifact_push) pushes, but writes it as an OCI image layout tarball at O(dest), for
+    the C(imageArchives) of the air-gapped Zarf package (airgap/zarf.yaml, component C(krops-config)).
+  - The layout's index names the artifact O(reference) (annotation C(org.opencontainers.image.ref.name)),
+    which is how Zarf finds images in an archive.
+  - The tarball is reproducible; when O(dest) already holds the same bytes nothing is written (C(changed=false)).
+author:
+  - krops developers (@krops)
+options:
+  root:
+    description: The repository root; paths in the artifact are relative to it.
+    type: path
+    required: true
+  paths:
+    description: Directories to pack, relative to O(root) (for example C(mgmt/local-host), C(workload/local-host)).
+    type: list
+    elements: path
+    required: true
+  dest:
+    description: The tarball to write (its folder is created).
+    type: path
+    required: true
+  reference:
+    description: Image reference recorded in the layout index, C(<registry>/<repository>:<tag>).
+    type: str
+    required: true
+  source:
+    description: The Git URL recorded in the C(org.opencontainers.image.source) annotation.
+    type: str
+  revision:
+    description: The revision recorded in C(org.opencontainers.image.revision); default computed with git in O(root).
+    type: str
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Builds the archive in memory and compares it with O(dest); never writes.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+seealso:
+  - module: krops.platform.oci_artifact_push
+"""
+
+EXAMPLES = r"""
+- name: Build the configuration artifact for the Zarf package
+  krops.platform.airgap_config_archive:
+    root: "{{ playbook_dir | dirname }}"
+    paths: [mgmt/local-host, workload/local-host]
+    dest: "{{ playbook_dir | dirname }}/airgap/build/krops-config.tar"
+    reference: krops-registry:5000/krops:latest
+"""
+
+RETURN = r"""
+digest:
+  description: Manifest digest of the artifact.
+  returned: success
+  type: str
+  sample: sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae
+reference:
+  description: The reference recorded in the layout index.
+  returned: success
+  type: str
+  sample: krops-registry:5000/krops:latest
+dest:
+  description: The tarball path.
+  returned: success
+  type: str
+  sample: /src/krops/airgap/build/krops-config.tar
+revision:
+  description: The revision recorded in the artifact.
+  returned: success
+  type: str
+  sample: main@sha1:0123456789abcdef0123456789abcdef01234567
+"""
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.krops.platform.plugins.module_utils import airgap
+from ansible_collections.krops.platform.plugins.module_utils import oci
+
+_REFERENCE = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?/[a-z0-9._/-]+:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type="path", required=True),
+            paths=dict(type="list", elements="path", required=True),
+            dest=dict(type="path", required=True),
+            reference=dict(type="str", required=True),
+            source=dict(type="str"),
+            revision=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not _REFERENCE.match(p["reference"]):
+        module.fail_json(msg="reference %r is not <registry>/<repository>:<tag> (for example "
+                             "krops-registry:5000/krops:latest)" % p["reference"])
+    if not os.path.isdir(p["root"]):
+        module.fail_json(msg="root %s is not a directory: point it at the krops checkout" % p["root"])
+    revision = p["revision"] or oci.git_revision(p["root"])
+    try:
+        data, digest = airgap.config_archive(p["root"], p["paths"], p["reference"], p["source"], revision)
+    except oci.OciError as exc:
+        module.fail_json(msg=str(exc))
+    current = None
+    if os.path.isfile(p["dest"]):
+        with open(p["dest"], "rb") as handle:
+            current = handle.read()
+    changed = current != data
+    if changed and not module.check_mode:
+        os.makedirs(os.path.dirname(os.path.abspath(p["dest"])), exist_ok=True)
+        temporary = p["dest"] + ".tmp"
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, p["dest"])
+    module.exit_json(changed=changed, digest=digest, reference=p["reference"], dest=p["dest"], revision=revision)
+
+
+if __name__ == "__main__":
+    main()

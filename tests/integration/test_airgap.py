@@ -1,0 +1,365 @@
+"""The air-gapped bundle: inventory generator, pin check, validate rule airgap, Zarf schema, config archive, zarf stand-in."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import jsonschema
+import pytest
+import yaml
+
+from ansible_collections.krops.platform.plugins.module_utils import airgap
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import validate
+from ansible_collections.krops.platform.plugins.modules import airgap_config_archive
+from tests.substrate import zarf_standin
+from tests.substrate.fixtures import REPO
+
+SCHEMA = json.loads((REPO / "airgap" / "schema" / "zarf.schema.json").read_text())
+NODE_1355 = "docker.io/kindest/node:v1.35.5@sha256:ce977ae6d65918d0b58a5f8b5e940429c2ce42fa3a5619ec2bbc60b949c0ac95"
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A copy of what the generator reads: the local-host trees, bootstrap.toml, airgap/, the registry default."""
+    root = tmp_path / "repo"
+    for part in ("mgmt/local-host", "workload/local-host", "airgap"):
+        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("build"))
+    (root / "roles/bootstrap/defaults").mkdir(parents=True)
+    for name in ("bootstrap.toml", ".yamllint", "roles/bootstrap/defaults/main.yml"):
+        shutil.copy(REPO / name, root / name)
+    return root
+
+
+def edit(root, rel, old, new):
+    path = root / rel
+    text = path.read_text()
+    assert old in text, "%s does not contain %r" % (rel, old)
+    path.write_text(text.replace(old, new))
+
+
+def schema_errors(doc):
+    return sorted(e.message for e in jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc))
+
+
+# --- the generated files ------------------------------------------------------------------------
+
+def test_committed_inventory_and_package_are_what_the_generator_writes():
+    inv = airgap.derive(str(REPO))
+    boot = krops_config.load(path=str(REPO / "bootstrap.toml"), environ={}).data["bootstrap"]
+    assert (REPO / airgap.INVENTORY).read_text() == airgap.format_inventory(inv)
+    assert (REPO / airgap.ZARF_FILE).read_text() == airgap.format_zarf(inv, boot)
+
+
+def test_zarf_yaml_validates_against_the_published_schema():
+    doc = yaml.safe_load((REPO / airgap.ZARF_FILE).read_text())
+    assert schema_errors(doc) == []
+    names = [c["name"] for c in doc["components"]]
+    assert names == ["host", "kind-amd64", "kind-arm64", "cert-manager", "capi-operator", "krops-config", "flux", "capi", "capd",
+                     "caaph", "workload"]
+    for name in ("cert-manager", "flux", "capi-operator", "capi", "capd", "caaph"):
+        assert next(c for c in doc["components"] if c["name"] == name)["healthChecks"], name
+
+
+def test_the_schema_rejects_what_zarf_rejects():
+    doc = yaml.safe_load((REPO / airgap.ZARF_FILE).read_text())
+    # `only` belongs to a component, not to a file (the first zarf.yaml had it on files).
+    doc["components"][1]["files"][0]["only"] = {"cluster": {"architecture": "amd64"}}
+    doc["components"][0]["bogus"] = True
+    doc["components"][1]["only"]["cluster"]["architecture"] = "s390x"
+    errors = schema_errors(doc)
+    assert len(errors) == 3
+    assert any("'only' does not match any of the regexes: '^x-'" in e for e in errors)
+    assert any("'bogus' does not match any of the regexes: '^x-'" in e for e in errors)
+    assert "'s390x' is not one of ['amd64', 'arm64']" in errors
+
+
+def test_inventory_pins_what_could_be_confirmed_and_marks_the_rest():
+    lines = (REPO / airgap.INVENTORY).read_text().splitlines()
+    node = [line for line in lines if line.startswith("docker.io/kindest/node:")]
+    assert node and all("@sha256:" in line for line in node)
+    assert all("@sha256:" in line for line in lines if line.startswith("ghcr.io/fluxcd/"))
+    unconfirmed = [line for line in lines if "# UNCONFIRMED" in line]
+    assert unconfirmed and all("@" not in line.split("#")[0] for line in unconfirmed)
+
+
+# --- the generator follows the tree ------------------------------------------------------------------
+
+def test_generator_follows_the_tree_and_bootstrap_toml(tree, monkeypatch):
+    for rel in ("capi-system/core-provider.yaml", "capi-system/kubeadm-bootstrap-provider.yaml",
+                "capi-system/kubeadm-control-plane-provider.yaml", "capd-system/infrastructure-provider.yaml"):
+        edit(tree, "mgmt/local-host/" + rel, "version: v1.11.3", "version: v1.13.5")
+    for rel in ("clusters/local-workload/control-plane.yaml", "clusters/local-workload/workers.yaml"):
+        edit(tree, "mgmt/local-host/" + rel, "version: v1.34.0", "version: v1.35.5")
+    edit(tree, "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml", 'version: "2.7.x"', 'version: "2.9.x"')
+    # [bootstrap] kind-node-image arrives with the VERSIONS.md pins (another branch): what config.load returns then
+    load = krops_config.load
+
+    def with_node_image(*args, **kwargs):
+        cfg = load(*args, **kwargs)
+        cfg.data["bootstrap"]["kind-node-image"] = "kindest/node:v1.36.1@sha256:" + "ab" * 32
+        return cfg
+
+    monkeypatch.setattr(krops_config, "load", with_node_image)
+    inv = airgap.derive(str(tree))
+    keys = set(inv.images)
+    assert "registry.k8s.io/cluster-api/cluster-api-controller:v1.13.5" in keys
+    assert "registry.k8s.io/cluster-api/capd-manager:v1.13.5" in keys
+    assert "registry.k8s.io/cluster-api/cluster-api-controller:v1.11.3" not in keys
+    assert inv.images["docker.io/kindest/node:v1.35.5"].ref == NODE_1355
+    # the bootstrap.toml digest is taken as written, not replaced by the lock's
+    assert inv.images["docker.io/kindest/node:v1.36.1"].digest == "sha256:" + "ab" * 32
+    assert inv.images["ghcr.io/fluxcd/source-controller:v1.9.4"].digest.startswith("sha256:8a8ed0a5")
+    assert "ghcr.io/fluxcd/source-controller:v1.7.4" not in keys
+    assert "registry.k8s.io/cluster-api/cluster-api-controller:v1.13.5" in inv.unconfirmed
+    # the committed inventory no longer covers the tree: the pin check and validate say so
+    findings, _unconfirmed = airgap.check(str(tree), inv, pin=False)
+    messages = [m for _f, _o, m in findings]
+    assert ("registry.k8s.io/cluster-api/cluster-api-controller:v1.13.5 (mgmt/local-host/capi-system "
+            "CoreProvider/capi-system/cluster-api) is not in airgap/images.txt: regenerate it with "
+            "scripts/airgap-inventory --write") in messages
+    airgap.write(str(tree), inv)
+    assert airgap.check(str(tree), pin=False)[0] == []
+
+
+def test_devmachinetemplate_custom_image_and_configmap_manifests_are_found(tree):
+    edit(tree, "mgmt/local-host/clusters/local-workload/workers.yaml", "  template:\n    spec: {}",
+         "  template:\n    spec:\n      customImage: example.org/nodes/custom:v1")
+    edit(tree, "mgmt/local-host/cni/manifests/kindnet.yaml", "docker.io/kindest/kindnetd:v20250512-df8de77b",
+         "docker.io/kindest/kindnetd:v20990101-decafbad")
+    inv = airgap.derive(str(tree))
+    assert inv.images["example.org/nodes/custom:v1"].component == "host"
+    assert inv.images["docker.io/kindest/kindnetd:v20990101-decafbad"].component == "workload"
+    assert "docker.io/kindest/kindnetd:v20250512-df8de77b" not in inv.images
+
+
+def test_unpinnable_and_unreachable_sources_are_problems_of_the_pin_check_only(tree):
+    inv = airgap.derive(str(tree))
+    problems = {(f, o): m for f, o, m in inv.problems}
+    assert problems[("workload/local-host", "HelmRelease/podinfo/podinfo")] == (
+        "chart podinfo version '6.x' is not an exact version: its images cannot be pinned; pin the chart to one release")
+    assert "Zarf agent rewrites only type: oci" in problems[("mgmt/local-host/cert-manager", "HelmRepository/cert-manager/jetstack")]
+    assert ("mgmt/local-host/flux-apps", "HelmChartProxy/default/flux-operator") in problems
+    assert airgap.check(str(tree), inv, pin=False)[0] == []
+    assert len(airgap.check(str(tree), inv)[0]) == len(inv.problems) == 5
+
+
+def test_flux_version_outside_the_known_distributions_is_reported(tree):
+    edit(tree, "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml", 'version: "2.7.x"', 'version: "3.1.x"')
+    inv = airgap.derive(str(tree))
+    assert ("mgmt/local-host/flux-apps/workload-flux", "FluxInstance/flux-system/flux",
+            "Flux version 3.1.x matches no distribution in airgap/digests.yaml (known: v2.7.5, v2.9.4): add the "
+            "Flux Operator's images for it") in inv.problems
+
+
+# --- the pin check --------------------------------------------------------------------------------
+
+def test_pin_check_reports_drift_between_zarf_yaml_and_images_txt(tree):
+    node = "docker.io/kindest/node:v1.34.0@sha256:7416a61b42b1662ca6ca89f02028ac133a309a2a30ba309614e8ec94d976dc5a"
+    edit(tree, airgap.ZARF_FILE, "quay.io/jetstack/cert-manager-webhook:v1.21.2", "quay.io/jetstack/cert-manager-webhook:v1.21.3")
+    edit(tree, airgap.ZARF_FILE, node, node.replace("7416a61b", "00000000"))
+    edit(tree, airgap.INVENTORY, "docker.io/kindest/kindnetd:v20250512-df8de77b  # UNCONFIRMED workload: "
+         "mgmt/local-host/cni ConfigMap/default/kindnet\n", "")
+    findings, unconfirmed = airgap.check(str(tree), pin=False)
+    assert sorted(findings) == sorted([
+        ("airgap/images.txt", "docker.io/kindest/kindnetd:v20250512-df8de77b",
+         "docker.io/kindest/kindnetd:v20250512-df8de77b (mgmt/local-host/cni ConfigMap/default/kindnet) is not in "
+         "airgap/images.txt: regenerate it with scripts/airgap-inventory --write"),
+        ("airgap/zarf.yaml", "component cert-manager", "image quay.io/jetstack/cert-manager-webhook:v1.21.3 is not in "
+         "airgap/images.txt (tags there: v1.21.2)"),
+        ("airgap/zarf.yaml", "component host", "image docker.io/kindest/node:v1.34.0: digest "
+         "sha256:0000000042b1662ca6ca89f02028ac133a309a2a30ba309614e8ec94d976dc5a differs from airgap/images.txt line 6 "
+         "(sha256:7416a61b42b1662ca6ca89f02028ac133a309a2a30ba309614e8ec94d976dc5a)"),
+        ("airgap/zarf.yaml", "component workload", "image docker.io/kindest/kindnetd:v20250512-df8de77b is not in "
+         "airgap/images.txt"),
+    ])
+    assert "docker.io/library/registry:2" in unconfirmed
+
+
+def test_pin_check_rejects_a_digest_that_differs_from_the_lock(tree):
+    edit(tree, airgap.INVENTORY, "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:8a8ed0a5",
+         "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:9a8ed0a5")
+    findings, _ = airgap.check(str(tree), pin=False)
+    assert len(findings) == 2
+    assert findings[0][0:2] == ("airgap/images.txt", "ghcr.io/fluxcd/source-controller:v1.9.4")
+    assert "differs from sha256:8a8ed0a5" in findings[0][2] and "flux-operator config/data/flux-images" in findings[0][2]
+
+
+@pytest.mark.parametrize("lock, message", [
+    ("images:\n  docker.io/library/registry:2: {digest: sha256:1234}\n",
+     "airgap/digests.yaml: images.docker.io/library/registry:2 needs digest (sha256:<64 hex>) and source (where it was read)"),
+    ("images:\n  docker.io/library/registry:2: {digest: 'sha256:%s'}\n" % ("a" * 64),
+     "airgap/digests.yaml: images.docker.io/library/registry:2 needs digest (sha256:<64 hex>) and source (where it was read)"),
+    ("images: [\n", None),
+])
+def test_a_lock_entry_without_a_real_digest_or_a_source_is_refused(tree, lock, message):
+    (tree / airgap.LOCK_FILE).write_text(lock)
+    with pytest.raises(airgap.AirgapError) as caught:
+        airgap.derive(str(tree))
+    if message:
+        assert str(caught.value) == message
+    else:
+        assert str(caught.value).startswith("airgap/digests.yaml is not YAML: ")
+
+
+def test_a_malformed_inventory_line_is_named(tree):
+    (tree / airgap.INVENTORY).write_text("# header\nquay.io/a:b@sha256:xyz\n")
+    with pytest.raises(airgap.AirgapError) as caught:
+        airgap.check(str(tree))
+    assert str(caught.value) == "%s:2: digest sha256:xyz of quay.io/a:b is not sha256:<64 hex>" % (tree / airgap.INVENTORY)
+
+
+def test_cli_check_fails_on_unconfirmed_digests_and_write_is_idempotent(tree):
+    script = [sys.executable, "-m", "ansible_collections.krops.platform.plugins.module_utils.airgap", "--path", str(tree)]
+    env = {"PYTHONPATH": "%s:%s" % (REPO, REPO / ".collections"), "PATH": "/usr/bin:/bin"}
+    before = (tree / airgap.INVENTORY).read_text()
+    proc = subprocess.run(script + ["--write"], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 1 and (tree / airgap.INVENTORY).read_text() == before  # 5 problems of the tree
+    proc = subprocess.run(script + ["--check", "--format", "json"], capture_output=True, text=True, env=env, check=False)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1
+    assert len(report["findings"]) == 5 and "docker.io/library/registry:2" in report["unconfirmed"]
+    (tree / "bootstrap.toml").write_text("[bootstrap\n")
+    proc = subprocess.run(script + ["--check"], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("ERROR: ") and "Traceback" not in proc.stderr
+
+
+# --- validate's rule airgap -------------------------------------------------------------------------
+
+def test_validate_rule_airgap_on_a_copy_of_the_repository(tree):
+    result = validate.run(str(tree), environments=["local-host"], schema_location=str(REPO / "schemas" / "crds"))
+    assert result["findings"] == []
+    edit(tree, airgap.INVENTORY, "docker.io/library/registry:2  # UNCONFIRMED host: roles/bootstrap/defaults/main.yml "
+         "bootstrap_registry_image\n", "")
+    result = validate.run(str(tree), environments=["local-host"], schema_location=str(REPO / "schemas" / "crds"))
+    assert [(f["file"], f["object"], f["rule"]) for f in result["findings"]] == [
+        ("airgap/images.txt", "docker.io/library/registry:2", "airgap"),
+        ("airgap/zarf.yaml", "component host", "airgap")]
+    assert result["summary"]["local-host"]["by_rule"]["airgap"] == 2
+
+
+def test_validate_rule_airgap_is_inactive_without_a_package(tree):
+    shutil.rmtree(tree / "airgap")
+    result = validate.run(str(tree), environments=["local-host"], schema_location=str(REPO / "schemas" / "crds"))
+    assert result["findings"] == []
+
+
+# --- the configuration archive -----------------------------------------------------------------------
+
+def test_config_archive_module_writes_an_oci_layout_once(run_module, tree):
+    dest = tree / "airgap" / "build" / "krops-config.tar"
+    args = {"root": str(tree), "paths": ["mgmt/local-host", "workload/local-host"], "dest": str(dest),
+            "reference": "krops-registry:5000/krops:latest", "revision": "main@sha1:" + "0" * 40}
+    planned = run_module(airgap_config_archive, args, check_mode=True)
+    assert planned["changed"] is True and not dest.exists()
+    first = run_module(airgap_config_archive, args)
+    assert first["changed"] is True and dest.is_file()
+    again = run_module(airgap_config_archive, args)
+    assert again["changed"] is False and again["digest"] == first["digest"]
+    with tarfile.open(dest) as tar:
+        index = json.load(tar.extractfile("index.json"))
+        blobs = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name.startswith("blobs/sha256/") and m.isfile()}
+    assert index["manifests"][0]["annotations"] == {"org.opencontainers.image.ref.name": "krops-registry:5000/krops:latest"}
+    assert index["manifests"][0]["digest"] == first["digest"]
+    for name, data in blobs.items():
+        assert name == "blobs/sha256/" + hashlib.sha256(data).hexdigest()
+    manifest = json.loads(blobs["blobs/sha256/" + first["digest"].split(":")[1]])
+    layer = blobs["blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1]]
+    with tarfile.open(fileobj=io.BytesIO(layer)) as content:
+        assert "workload/local-host/podinfo.yaml" in content.getnames()
+
+
+def test_config_archive_module_refuses_a_bad_reference(run_module, tree):
+    result = run_module(airgap_config_archive, {"root": str(tree), "paths": ["mgmt/local-host"],
+                                                "dest": str(tree / "x.tar"), "reference": "krops:latest"})
+    assert result.failed and result["msg"] == ("reference 'krops:latest' is not <registry>/<repository>:<tag> "
+                                               "(for example krops-registry:5000/krops:latest)")
+    assert not (tree / "x.tar").exists()
+
+
+# --- the zarf stand-in ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["package", "create", ".", "--sbom-output", "x"], "unknown flag: --sbom-output"),
+    (["package", "create", ".", "--skip-signature-validation"], "unknown flag: --skip-signature-validation"),
+    (["package", "deploy", "p", "-z"], "unknown shorthand flag: 'z' in -z"),
+    (["package", "publish", "p", "oci://x"], 'unknown command "publish" for "zarf package"'),
+    (["package", "verify"], "accepts 1 arg(s), received 0"),
+    (["package", "deploy", "p", "--verify", "sometimes"], "accepts at most 1 arg(s), received 2"),
+    (["package", "deploy", "p", "--verify=sometimes"],
+     'invalid argument "sometimes" for "--verify" flag: invalid --verify value "sometimes" (must be never, if-possible, or always)'),
+    (["init", "--confirm=yes"], 'invalid argument "yes" for "--confirm" flag: strconv.ParseBool: parsing "yes": invalid syntax'),
+    (["package", "create", "-o"], "flag needs an argument: 'o' in -o"),
+    (["tools", "download-init", "--architecture"], "flag needs an argument: --architecture"),
+])
+def test_zarf_stand_in_refuses_what_zarf_v0_84_0_lacks(capsys, argv, message):
+    assert zarf_standin.main(argv) == 1
+    assert capsys.readouterr().err == "Error: %s\n" % message
+
+
+def test_zarf_stand_in_signs_verifies_and_extracts_sboms(tmp_path, capsys):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "zarf.yaml").write_text(yaml.safe_dump({
+        "kind": "ZarfPackageConfig", "metadata": {"name": "demo", "version": "###ZARF_PKG_TMPL_VERSION###"},
+        "components": [{"name": "a", "images": ["quay.io/a:1"]},
+                       {"name": "b", "only": {"cluster": {"architecture": "amd64"}}, "images": ["quay.io/b:1"]}]}))
+    (tmp_path / "k").write_text("PRIVATE one")
+    (tmp_path / "pub").write_text("PUBLIC one")
+    (tmp_path / "other").write_text("PUBLIC two")
+    base = ["package", "create", str(tmp_path / "pkg"), "--confirm", "-a", "arm64", "-o", str(tmp_path / "out")]
+    assert zarf_standin.main(base) == 1
+    assert "package template variables not set: VERSION" in capsys.readouterr().err
+    assert zarf_standin.main(base + ["--set", "VERSION=1.0.0"]) == 0
+    unsigned = tmp_path / "out" / "zarf-package-demo-arm64-1.0.0.tar.zst"
+    assert json.loads(unsigned.read_text())["components"] == ["a"]
+    capsys.readouterr()
+    assert zarf_standin.main(["package", "verify", str(unsigned), "--key", str(tmp_path / "pub")]) == 1
+    assert capsys.readouterr().err == "Error: package verification failed: the package is not signed\n"
+    assert zarf_standin.main(base + ["--set", "VERSION=1.0.0", "--signing-key", str(tmp_path / "k")]) == 0
+    assert zarf_standin.main(["package", "verify", str(unsigned), "--key", str(tmp_path / "pub")]) == 0
+    assert zarf_standin.main(["package", "verify", str(unsigned), "--key", str(tmp_path / "other")]) == 1
+    assert zarf_standin.main(["package", "inspect", "sbom", str(unsigned), "--output", str(tmp_path / "sb"),
+                              "--key", str(tmp_path / "pub")]) == 0
+    assert [p.name for p in (tmp_path / "sb" / "demo").iterdir()] == ["quay.io_a_1-linux-arm64.json"]
+
+
+def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_path, capsys):
+    """zarf always deploys required components (filters/deploy.go): with any required, staging would need a cluster."""
+    pkg = tmp_path / "airgap"
+    shutil.copytree(REPO / "airgap", pkg, ignore=shutil.ignore_patterns("build"))
+    (pkg / "build").mkdir()
+    for name in ("host-images.tar", "krops-config.tar"):
+        (pkg / "build" / name).write_text("x")
+    (tmp_path / "k").write_text("PRIVATE one")
+    assert zarf_standin.main(["package", "create", str(pkg), "--confirm", "-a", "arm64", "-o", str(tmp_path),
+                              "--set", "VERSION=0.1.0", "--set", "KIND_VERSION=v0.32.0", "--signing-key", str(tmp_path / "k")]) == 0
+    package = str(tmp_path / "zarf-package-krops-local-host-arm64-0.1.0.tar.zst")
+    capsys.readouterr()
+    assert zarf_standin.main(["package", "deploy", package, "--confirm", "--components", "host,kind-arm64"]) == 0
+    assert capsys.readouterr().out == "Deployed krops-local-host: host, kind-arm64\n"
+    assert zarf_standin.main(["package", "deploy", package, "--confirm", "--components", "host,kind-amd64"]) == 1
+    assert capsys.readouterr().err == "Error: no compatible components found that match kind-amd64\n"
+    assert zarf_standin.main(["package", "deploy", package, "--confirm", "--components", "cert-manager"]) == 1
+    assert "components cert-manager need one" in capsys.readouterr().err
+    doc = yaml.safe_load((pkg / "zarf.yaml").read_text())
+    doc["components"][3]["required"] = True  # what the first zarf.yaml had on every component
+    assert zarf_standin.select(doc["components"], ["host", "kind-arm64"]) == ["host", "kind-arm64", "cert-manager"]
+
+
+def test_images_the_workload_clusters_pull_are_imported_into_their_nodes():
+    """Objects applied into the workload clusters (kubeConfig Kustomizations, HelmChartProxy, CRS ConfigMaps, workload/)."""
+    doc = yaml.safe_load((REPO / airgap.ZARF_FILE).read_text())
+    workload = next(c for c in doc["components"] if c["name"] == "workload")
+    repos = sorted(airgap.normalize(ref)[0] for ref in workload["x-workload-import"])
+    assert repos == ["docker.io/kindest/kindnetd", "ghcr.io/controlplaneio-fluxcd/flux-operator",
+                     "ghcr.io/fluxcd/helm-controller", "ghcr.io/fluxcd/kustomize-controller",
+                     "ghcr.io/fluxcd/notification-controller", "ghcr.io/fluxcd/source-controller"]
+    # the management FluxInstance (airgap/manifests) is not applied there: its controllers are not imported
+    mgmt = [i for i in airgap.derive(str(REPO)).images.values() if any(o.startswith("airgap/manifests") for o in i.origins)]
+    assert mgmt and not any(i.workload for i in mgmt)
