@@ -361,15 +361,15 @@ def test_cli_probes_the_version_once_and_keeps_secrets_out_of_argv_and_errors(ki
     assert cli.Cli("kind").version() == "0.32.0"
     assert len(kind.calls("version")) == 1          # probed once per process and binary
 
-    fake_bins.answer("helm", match="fail", stderr="Error: token hunter2 rejected\n", rc=3)
-    helm = cli.Cli("helm")
+    fake_bins.answer("flux", match="fail", stderr="Error: token hunter2 rejected\n", rc=3)
+    flux_cli = cli.Cli("flux")
     with pytest.raises(cli.CliError) as failure:
-        helm.run(["fail", "--password-stdin"], stdin="hunter2\n", env={"HELM_TOKEN": "hunter2"}, redact=["hunter2"])
-    assert str(failure.value) == "`helm fail --password-stdin` failed with exit code 3: Error: token ******** rejected"
+        flux_cli.run(["fail", "--password-stdin"], stdin="hunter2\n", env={"FLUX_TOKEN": "hunter2"}, redact=["hunter2"])
+    assert str(failure.value) == "`flux fail --password-stdin` failed with exit code 3: Error: token ******** rejected"
     assert failure.value.rc == 3 and "hunter2" not in json.dumps(failure.value.as_dict())
-    call = fake_bins.calls("helm")[-1]
+    call = fake_bins.calls("flux")[-1]
     assert call["argv"] == ["fail", "--password-stdin"] and call["stdin"] == "hunter2\n"
-    assert call["env"]["HELM_TOKEN"] == "hunter2"   # the secret went through stdin and the environment only
+    assert call["env"]["FLUX_TOKEN"] == "hunter2"   # the secret went through stdin and the environment only
 
 
 def test_cli_timeout_and_missing_tools(fake_bins):
@@ -381,3 +381,49 @@ def test_cli_timeout_and_missing_tools(fake_bins):
     assert str(failure.value) == "`slow x` did not finish within 0.3s"
     found, missing = cli.missing_tools(["kind", "nope-1", "helm", "nope-2"])
     assert sorted(found) == ["helm", "kind"] and missing == ["nope-1", "nope-2"]
+
+
+# helm v4.2.4, clusterctl v1.13.5 and kubectl refuse flags they do not have; so do their stand-ins.
+@pytest.mark.parametrize("tool, argv, message", [
+    ("helm", ["upgrade", "--install", "x", "oci://ghcr.io/a/x", "--recreate-pods"], "Error: unknown flag: --recreate-pods"),
+    ("helm", ["list", "--all"], "Error: unknown flag: --all"),
+    ("helm", ["upgrade", "--install", "x", "x", "--version", "1"],
+     "Error: non-absolute URLs should be in form of repo_name/path_to_chart, got: x"),
+    ("helm", ["upgrade", "--install", "x"], 'Error: "helm upgrade" requires 2 arguments'),
+    ("helm", ["upgrade", "--install", "x", "oci://ghcr.io/a/x", "--timeout"], "Error: flag needs an argument: --timeout"),
+    ("clusterctl", ["move", "--to-kubeconfig", "k", "--wait-providers"],
+     "Error: unknown flag: --wait-providers\nRun 'clusterctl move --help' for usage."),
+    ("clusterctl", ["moev"], 'Error: unknown command "moev" for "clusterctl"'),
+    ("kubectl", ["--kubeconfig", "k", "port-forward", "svc/podinfo", "9898:9898", "--addr", "0.0.0.0"],
+     "Error: unknown flag: --addr\nSee 'kubectl port-forward --help' for usage."),
+])
+def test_strict_stand_ins_refuse_what_the_tool_refuses(fake_bins, tool, argv, message):
+    import subprocess
+    proc = subprocess.run([str(fake_bins.dir / tool)] + argv, capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and proc.stderr.strip() == message
+
+
+@pytest.mark.parametrize("tool, argv", [
+    ("helm", ["upgrade", "--install", "flux-operator", "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
+              "--version", "0.58.1", "--namespace", "flux-system", "--create-namespace", "--wait", "--timeout", "10m",
+              "--kubeconfig", "k", "--kube-context", "c"]),
+    ("helm", ["list", "-n", "cert-manager", "--filter", "^cert-manager$", "-o", "json"]),
+    ("helm", ["upgrade", "--install", "cert-manager", "cert-manager", "--repo", "https://charts.jetstack.io",
+              "--version", "v1.21.1", "--wait=watcher"]),
+    ("clusterctl", ["move", "--kubeconfig", "a", "--kubeconfig-context", "b", "--to-kubeconfig", "c",
+                    "--to-kubeconfig-context", "d", "-n", "default", "--dry-run"]),
+    ("clusterctl", ["version", "-o", "short"]),
+    ("kubectl", ["--kubeconfig", "k", "--context", "c", "-n", "podinfo", "port-forward", "svc/podinfo",
+                 "9898:9898", "--address", "127.0.0.1"]),
+])
+def test_strict_stand_ins_accept_what_krops_runs(fake_bins, tool, argv):
+    import subprocess
+    proc = subprocess.run([str(fake_bins.dir / tool)] + argv, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_helm_stand_in_plays_the_major_a_test_makes_it_claim(fake_bins):
+    import subprocess
+    fake_bins.answer("helm", "version", stdout='version.BuildInfo{Version:"v3.17.0", GitCommit:"x"}\n')
+    proc = subprocess.run([str(fake_bins.dir / "helm"), "list", "--all"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr   # helm 3 still has list --all

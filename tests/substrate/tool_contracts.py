@@ -216,3 +216,153 @@ def kind_args(argv):
             position += 1
         position += 1
     return command, flags
+
+
+# --- helm, clusterctl, kubectl: commands and flags at the pinned versions ----------------------
+# Flag names read from the cobra/pflag definitions at the tag (value = takes an argument;
+# OPTIONAL = may stand alone or take =value, pflag's NoOptDefVal).
+OPTIONAL = "optional"
+HELM_VERSION = "4.2.4"
+# helm/helm @ v4.2.4: pkg/cli/environment.go (global), pkg/cmd/{upgrade,list,uninstall,status,
+# version,flags,helpers}.go. `--wait` and `--dry-run` have NoOptDefVal (flags.go AddWaitFlag,
+# helpers.go). v4 has no `--recreate-pods` or upgrade `--dry-run=client` spelled `--dry-run` alone.
+_HELM_GLOBAL = {"--namespace": True, "-n": True, "--kubeconfig": True, "--kube-context": True, "--kube-token": True,
+                "--kube-as-user": True, "--kube-as-group": True, "--kube-apiserver": True, "--kube-ca-file": True,
+                "--kube-tls-server-name": True, "--kube-insecure-skip-tls-verify": False, "--debug": False,
+                "--registry-config": True, "--repository-config": True, "--repository-cache": True,
+                "--content-cache": True, "--burst-limit": True, "--qps": True, "--color": True, "--colour": True}
+_HELM_CHART = {"--version": True, "--verify": False, "--keyring": True, "--repo": True, "--username": True,
+               "--password": True, "--cert-file": True, "--key-file": True, "--insecure-skip-tls-verify": False,
+               "--plain-http": False, "--ca-file": True, "--pass-credentials": False}
+_HELM_VALUES = {"--values": True, "-f": True, "--set": True, "--set-string": True, "--set-file": True,
+                "--set-json": True, "--set-literal": True}
+HELM_FLAGS = {
+    ("upgrade",): dict(_HELM_CHART, **_HELM_VALUES, **{
+        "--install": False, "-i": False, "--create-namespace": False, "--devel": False, "--hide-secret": False,
+        "--force-replace": False, "--force-conflicts": False, "--server-side": True, "--no-hooks": False,
+        "--disable-openapi-validation": False, "--skip-crds": False, "--timeout": True, "--reset-values": False,
+        "--reuse-values": False, "--reset-then-reuse-values": False, "--wait-for-jobs": False,
+        "--rollback-on-failure": False, "--atomic": False, "--history-max": True, "--cleanup-on-fail": False,
+        "--render-subchart-notes": False, "--hide-notes": False, "--skip-schema-validation": False,
+        "--labels": True, "-l": True, "--description": True, "--dependency-update": False, "--enable-dns": False,
+        "--take-ownership": False, "--wait": OPTIONAL, "--dry-run": OPTIONAL, "--output": True, "-o": True,
+        "--post-renderer": True, "--post-renderer-args": True, "--force": False}),
+    ("list",): {"--short": False, "-q": False, "--no-headers": False, "--time-format": True, "--date": False,
+                "-d": False, "--reverse": False, "-r": False, "--uninstalled": False, "--superseded": False,
+                "--uninstalling": False, "--deployed": False, "--failed": False, "--pending": False,
+                "--all-namespaces": False, "-A": False, "--max": True, "-m": True, "--offset": True,
+                "--filter": True, "-f": True, "--selector": True, "-l": True, "--output": True, "-o": True},
+    ("uninstall",): {"--dry-run": False, "--no-hooks": False, "--ignore-not-found": False, "--keep-history": False,
+                     "--cascade": True, "--timeout": True, "--description": True, "--wait": OPTIONAL},
+    ("status",): {"--revision": True, "--output": True, "-o": True},
+    ("version",): {"--short": False, "--template": True},
+}
+HELM_FLAGS[("get", "values")] = {"--all": False, "-a": False, "--revision": True, "--output": True, "-o": True}
+HELM_POSITIONAL = {("upgrade",): 2, ("list",): 0, ("uninstall",): None, ("status",): 1, ("version",): 0,
+                   ("get", "values"): 1}
+# helm/helm @ v3.21.4 (cmd/helm/*.go) differs: upgrade has --wait (bool), --dry-run, --recreate-pods and
+# no --server-side/--force-replace/--force-conflicts/--rollback-on-failure; list has --all/-a;
+# uninstall has --wait (bool); status has --show-desc/--show-resources; no --content-cache/--color.
+HELM3_VERSION = "3.21.4"
+_HELM3_GLOBAL = {k: v for k, v in _HELM_GLOBAL.items() if k not in ("--content-cache", "--color", "--colour")}
+HELM3_FLAGS = {command: dict(flags) for command, flags in HELM_FLAGS.items()}
+for _name in ("--server-side", "--force-replace", "--force-conflicts", "--rollback-on-failure"):
+    HELM3_FLAGS[("upgrade",)].pop(_name)
+HELM3_FLAGS[("upgrade",)].update({"--wait": False, "--dry-run": OPTIONAL, "--recreate-pods": False})
+HELM3_FLAGS[("list",)].update({"--all": False, "-a": False})
+HELM3_FLAGS[("uninstall",)]["--wait"] = False
+HELM3_FLAGS[("status",)].update({"--show-desc": False, "--show-resources": False})
+
+CLUSTERCTL_VERSION = "1.13.5"
+# kubernetes-sigs/cluster-api @ v1.13.5: cmd/clusterctl/cmd/{root,move,version,describe_cluster}.go.
+CLUSTERCTL_GLOBAL = {"--config": True, "-v": True, "--v": True}
+CLUSTERCTL_FLAGS = {
+    ("move",): {"--dry-run": False, "--from-directory": True, "--hide-api-warnings": False, "--kubeconfig": True,
+                "--kubeconfig-context": True, "--namespace": True, "-n": True, "--to-directory": True,
+                "--to-kubeconfig": True, "--to-kubeconfig-context": True},
+    ("version",): {"--output": True, "-o": True},
+    ("describe", "cluster"): {"--color": False, "-c": False, "--echo": False, "--grouping": False,
+                              "--kubeconfig": True, "--kubeconfig-context": True, "--namespace": True, "-n": True,
+                              "--show-conditions": True, "--show-machinesets": False, "--show-resourcesets": False,
+                              "--show-templates": False},
+}
+
+# kubectl (kubernetes/kubernetes staging/src/k8s.io/kubectl, v1.35): the global flags krops passes
+# and the commands it runs.
+KUBECTL_GLOBAL = {"--kubeconfig": True, "--context": True, "--namespace": True, "-n": True,
+                  "--request-timeout": True}
+KUBECTL_FLAGS = {
+    ("kustomize",): {"--enable-helm": False, "--load-restrictor": True},
+    ("get",): {"--raw": True, "-o": True, "--output": True},
+    ("port-forward",): {"--address": True, "--pod-running-timeout": True},
+    ("version",): {"--client": False, "-o": True, "--output": True},
+}
+
+
+def _strict_flags(tool, argv, tables, global_flags, hint):
+    words, flags, position = [], {}, 0
+    while position < len(argv):
+        word = argv[position]
+        if word == "--":
+            words.extend(argv[position + 1:])
+            break
+        if not word.startswith("-") or word == "-":
+            words.append(word)
+            position += 1
+            continue
+        name, eq, inline = word.partition("=")
+        command = next((c for c in sorted(tables, key=len, reverse=True) if tuple(words[:len(c)]) == c), None)
+        allowed = dict(global_flags)
+        if command:
+            allowed.update(tables[command])
+        if name not in allowed:
+            raise Refused("Error: unknown flag: %s%s" % (name, hint(command)))
+        takes = allowed[name]
+        if takes is True and not eq:
+            if position + 1 >= len(argv):
+                raise Refused("Error: flag needs an argument: %s" % name)
+            flags[name] = argv[position + 1]
+            position += 2
+            continue
+        if takes is False and eq:
+            if inline not in ("true", "false"):
+                raise Refused('Error: invalid argument "%s" for "%s" flag: strconv.ParseBool: parsing "%s": '
+                              "invalid syntax" % (inline, name, inline))
+        flags[name] = inline if eq else "true"
+        position += 1
+    command = next((c for c in sorted(tables, key=len, reverse=True) if tuple(words[:len(c)]) == c), None)
+    if command is None:
+        raise Refused('Error: unknown command "%s" for "%s"' % (" ".join(words[:1]), tool))
+    return command, words[len(command):], flags
+
+
+def check_helm(argv, major=4):
+    """(command, positional, flags) for a helm v4.2.4 (or, major=3, v3.21.4) argv, or Refused as helm answers."""
+    tables, global_flags = (HELM_FLAGS, _HELM_GLOBAL) if major >= 4 else (HELM3_FLAGS, _HELM3_GLOBAL)
+    command, positional, flags = _strict_flags("helm", argv, tables, global_flags, lambda c: "")
+    expected = HELM_POSITIONAL[command]
+    if expected is not None and len(positional) != expected:
+        raise Refused('Error: "helm %s" requires %d argument%s' % (command[0], expected, "" if expected == 1 else "s"))
+    if command == ("upgrade",):
+        chart = positional[1]
+        # An oci:// reference names the chart with no tag (the version comes from --version), and a
+        # plain name needs --repo or a repo/ prefix (pkg/action ... LocateChart).
+        if chart.startswith("oci://"):
+            if ":" in chart[len("oci://"):].rsplit("/", 1)[-1] and "--version" in flags:
+                raise Refused("Error: chart reference and version mismatch")
+        elif "/" not in chart and "--repo" not in flags and not chart.startswith((".", "/")):
+            raise Refused('Error: non-absolute URLs should be in form of repo_name/path_to_chart, got: %s' % chart)
+    return command, positional, flags
+
+
+def check_clusterctl(argv):
+    return _strict_flags("clusterctl", argv, CLUSTERCTL_FLAGS, CLUSTERCTL_GLOBAL,
+                         lambda c: "\nRun 'clusterctl %s --help' for usage." % " ".join(c or ()))
+
+
+def check_kubectl(argv):
+    return _strict_flags("kubectl", argv, KUBECTL_FLAGS, KUBECTL_GLOBAL,
+                         lambda c: "\nSee 'kubectl %s --help' for usage." % " ".join(c or ()))
+
+
+STRICT = {"helm": check_helm, "clusterctl": check_clusterctl, "kubectl": check_kubectl}
