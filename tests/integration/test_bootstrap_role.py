@@ -112,3 +112,28 @@ if sys.argv[1] == "upgrade":
 elif sys.argv[1] == "list" and os.path.exists(marker):
     sys.stdout.write({deployed!r})
 '''
+
+
+def test_local_registry_is_advertised_as_kep_1755_says_with_addresses_that_resolve(kind_api, ansible_playbook,
+                                                                                   tmp_path):
+    """kube-public/local-registry-hosting (not kube-system/local-registry-config): host for pushes from the
+    host, hostFromContainerRuntime the name containerd maps through the hosts.toml kind_cluster writes, and
+    hostFromClusterNetwork what pods reach; name and ports come from bootstrap.toml."""
+    config = tmp_path / "bootstrap.toml"
+    config.write_text((REPO / "bootstrap.toml").read_text()
+                      .replace('registry-name = "krops-registry"', 'registry-name = "reg"')
+                      .replace("registry-port = 5001", "registry-port = 5055"))
+    play = {"hosts": "localhost", "gather_facts": False,
+            "vars": {"krops_environment": "local-host", "bootstrap_config_file": str(config),
+                     "bootstrap_kind_kubeconfig": kind_api.kubeconfig_path, "bootstrap_pivoted": False},
+            "tasks": [{"ansible.builtin.import_role": {"name": "krops.platform.bootstrap", "tasks_from": "registry"}}]}
+    rc, output, stderr = ansible_playbook([play], "--start-at-task", "Advertise the local registry to the cluster (KEP-1755)")
+    assert rc == 0, (failures(output), stderr[-2000:])
+    hosting = kind_api.get("v1", "ConfigMap", "local-registry-hosting", "kube-public")
+    assert yaml.safe_load(hosting["data"]["localRegistryHosting.v1"]) == {
+        "host": "localhost:5055", "hostFromContainerRuntime": "localhost:5055", "hostFromClusterNetwork": "reg:5000",
+        "help": "https://kind.sigs.k8s.io/docs/user/local-registry/"}
+    assert not kind_api.exists("v1", "ConfigMap", "local-registry-config", "kube-system")
+    # containerd resolves hostFromContainerRuntime: kind.yml asks kind_cluster for the hosts.toml of that host
+    kind_task = yaml.safe_load((REPO / "roles/bootstrap/tasks/kind.yml").read_text())[0]
+    assert "'localhost:' ~ bootstrap_registry_port" in kind_task["krops.platform.kind_cluster"]["registry_mirror"]
