@@ -137,3 +137,89 @@ def test_local_registry_is_advertised_as_kep_1755_says_with_addresses_that_resol
     # containerd resolves hostFromContainerRuntime: kind.yml asks kind_cluster for the hosts.toml of that host
     kind_task = yaml.safe_load((REPO / "roles/bootstrap/tasks/kind.yml").read_text())[0]
     assert "'localhost:' ~ bootstrap_registry_port" in kind_task["krops.platform.kind_cluster"]["registry_mirror"]
+
+
+# A kubectl that, for `port-forward`, checks its argv like kubectl and then serves Podinfo's /healthz on
+# the local port it was asked for (as the real forward would), until it is killed.
+_KUBECTL_FORWARD = r'''#!{python}
+import http.server, json, os, sys
+sys.path.insert(0, {root!r})
+from tests.substrate import tool_contracts
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "calls.jsonl"), "a") as log:
+    log.write(json.dumps({{"tool": "kubectl", "argv": sys.argv[1:], "env": {{}}, "cwd": os.getcwd(), "stdin": ""}}) + "\n")
+try:
+    command, positional, flags = tool_contracts.check_kubectl(sys.argv[1:])
+except tool_contracts.Refused as exc:
+    sys.stderr.write(str(exc) + "\n")
+    sys.exit(exc.rc)
+if command != ("port-forward",) or not os.path.exists(flags["--kubeconfig"]):
+    sys.exit("unexpected kubectl call")
+local = int(positional[1].split(":")[0])
+
+class Podinfo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{{"status": "OK"}}' if self.path == "/healthz" else b'{{"hostname": "podinfo-7d9f"}}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+print("Forwarding from %s:%d -> 9898" % (flags["--address"], local), flush=True)
+http.server.HTTPServer((flags["--address"], local), Podinfo).serve_forever()
+'''
+
+
+def test_podinfo_playbook_forwards_localhost_in_the_background_and_a_rerun_changes_nothing(
+        fake_bins, ansible_playbook, tmp_path):
+    import os
+    import signal
+    import urllib.request
+
+    from tests.substrate.fixtures import free_port
+
+    port = free_port()
+    kubeconfig = tmp_path / "krops-local-workload.yaml"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    pid_file = tmp_path / "cache" / "podinfo.pid"
+    fake_bins.install("kubectl", _KUBECTL_FORWARD.format(python=sys.executable, root=str(REPO)))
+    extra = ["-e", "krops_environment=local-host", "-e", "bootstrap_config_file=%s" % CONFIG,
+             "-e", "bootstrap_workload_kubeconfig=%s" % kubeconfig, "-e", "bootstrap_podinfo_local_port=%d" % port,
+             "-e", "bootstrap_podinfo_pid_file=%s" % pid_file, "-e", "bootstrap_podinfo_log_file=%s" % (tmp_path / "pf.log"),
+             "-e", "bootstrap_podinfo_retries=20"]
+    try:
+        rc, output, stderr = ansible_playbook(str(REPO / "playbooks/podinfo.yml"), *extra,
+                                              env={"PATH": fake_bins.path_env})
+        assert rc == 0, (failures(output), stderr[-2000:])
+        first = results_of(output, 0)
+        assert first["Start kubectl port-forward to Podinfo in the background"]["changed"] is True
+        with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=5) as answer:
+            assert json.loads(answer.read())["hostname"] == "podinfo-7d9f"   # it outlived the play
+        forward = [c["argv"] for c in fake_bins.calls("kubectl")]
+        assert forward == [["--kubeconfig", str(kubeconfig), "--namespace", "podinfo", "port-forward", "svc/podinfo",
+                            "%d:9898" % port, "--address", "127.0.0.1"]]
+        rc, output, stderr = ansible_playbook(str(REPO / "playbooks/podinfo.yml"), *extra,
+                                              env={"PATH": fake_bins.path_env})
+        assert rc == 0, (failures(output), stderr[-2000:])
+        changed = [name for name, res in results_of(output, 0).items() if res.get("changed")]
+        assert changed == [] and len(fake_bins.calls("kubectl")) == 1
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+
+
+def test_podinfo_playbook_without_a_workload_kubeconfig_says_what_to_run(fake_bins, ansible_playbook, tmp_path):
+    from tests.substrate.fixtures import free_port
+
+    rc, output, stderr = ansible_playbook(
+        str(REPO / "playbooks/podinfo.yml"), "-e", "krops_environment=local-host", "-e", "bootstrap_config_file=%s" % CONFIG,
+        "-e", "bootstrap_workload_kubeconfig=%s" % (tmp_path / "none.yaml"),
+        "-e", "bootstrap_podinfo_local_port=%d" % free_port(), env={"PATH": fake_bins.path_env})
+    assert rc == 2
+    assert failures(output) == [("krops.platform.bootstrap : Require the workload kubeconfig",
+                                 "%s does not exist: run the bootstrap first (ansible-playbook -i inventories/local-host "
+                                 "playbooks/local-host.yml), or `--tags kubeconfigs` to write it again." % (tmp_path / "none.yaml"))]
+    assert fake_bins.calls("kubectl") == []
