@@ -223,3 +223,34 @@ def test_podinfo_playbook_without_a_workload_kubeconfig_says_what_to_run(fake_bi
                                  "%s does not exist: run the bootstrap first (ansible-playbook -i inventories/local-host "
                                  "playbooks/local-host.yml), or `--tags kubeconfigs` to write it again." % (tmp_path / "none.yaml"))]
     assert fake_bins.calls("kubectl") == []
+
+
+def test_molecule_scenario_inventory_gives_localhost_its_connection_and_the_repo_root(tmp_path):
+    """molecule (collection layout, extensions/molecule) links host_vars: with links set it writes none itself."""
+    import glob
+    import os
+    import subprocess
+
+    env = dict(os.environ, HOME=str(tmp_path), PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ["PATH"]),
+               ANSIBLE_HOME=str(tmp_path / ".ansible"))
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "molecule"), "syntax"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "should migrate" not in proc.stdout + proc.stderr
+    inventories = glob.glob(str(tmp_path / ".ansible" / "tmp" / "molecule.*.default" / "inventory"))
+    assert len(inventories) == 1, proc.stdout[-2000:]
+    shown = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-inventory"), "-i", inventories[0], "--host",
+                            "localhost"], env=dict(env, MOLECULE_PROJECT_DIRECTORY=str(REPO)), capture_output=True,
+                           text=True, timeout=120, check=True)
+    host = json.loads(shown.stdout)
+    assert host["ansible_connection"] == "local"
+    assert host["krops_repo_root"] == "{{ lookup('ansible.builtin.env', 'MOLECULE_PROJECT_DIRECTORY') }}"
+    assert host["krops_environment"] == "local-host"
+    scenario = REPO / "extensions" / "molecule" / "default"
+    molecule = yaml.safe_load((scenario / "molecule.yml").read_text())
+    assert molecule["provisioner"]["env"]["BOOTSTRAP_CONFIG"] == "${MOLECULE_PROJECT_DIRECTORY}/bootstrap.toml"
+    # cleanup tears down through the role: an import_playbook of local-host.yml (even with tags:) bootstraps again
+    cleanup = yaml.safe_load((scenario / "cleanup.yml").read_text())
+    assert not any("ansible.builtin.import_playbook" in play for play in cleanup)
+    assert any(task.get("ansible.builtin.include_role", {}).get("name") == "krops.platform.teardown"
+               for play in cleanup for task in play["tasks"])
