@@ -8,7 +8,6 @@
 #   - provide ansible-test's pip bootstrap from the local Python (it cannot be downloaded offline).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
 
 say() { printf '>>> %s\n' "$*"; }
 die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
@@ -24,7 +23,9 @@ find_python() {
     fi
   done
   if command -v pyenv >/dev/null 2>&1; then
-    for candidate in $(ls -d "$(pyenv root)"/versions/3.1[2-9]* 2>/dev/null | sort -V); do
+    local versions
+    versions=$(printf '%s\n' "$(pyenv root)"/versions/3.1[2-9]* | sort -V)
+    for candidate in $versions; do
       if python_ok "$candidate/bin/python"; then echo "$candidate/bin/python"; return 0; fi
     done
   fi
