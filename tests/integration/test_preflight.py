@@ -398,8 +398,8 @@ def test_wrong_versions_and_a_dead_daemon_are_all_reported_together(fake_bins, r
     assert result["msg"].startswith("preflight found 5 problems:")
 
 
-def test_image_without_digest_unknown_kind_and_a_manifest_without_core_provider(fake_bins, run_module, monkeypatch,
-                                                                              tmp_path):
+def test_image_without_digest_unknown_kind_and_a_manifest_without_core_provider(
+        fake_bins, run_module, monkeypatch, tmp_path):
     fake_bins.install("kind", kind_engine.SCRIPT.format(python=sys.executable, root=str(REPO)))
     result = run_module(preflight_check, version_args(kind_node_image="kindest/node:v1.35.5", helm_oci=False,
                                                       container_engine=None, tools=["kind", "clusterctl"]))
