@@ -391,6 +391,17 @@ def test_cli_timeout_and_missing_tools(fake_bins):
      "Error: non-absolute URLs should be in form of repo_name/path_to_chart, got: x"),
     ("helm", ["upgrade", "--install", "x"], 'Error: "helm upgrade" requires 2 arguments'),
     ("helm", ["upgrade", "--install", "x", "oci://ghcr.io/a/x", "--timeout"], "Error: flag needs an argument: --timeout"),
+    ("helm", ["upgrade", "--install", "capi-operator", "cluster-api-operator", "--repo",
+              "https://kubernetes-sigs.github.io/cluster-api-operator", "--version", "0.29.0"],
+     'Error: chart "cluster-api-operator" version "0.29.0" not found in '
+     'https://kubernetes-sigs.github.io/cluster-api-operator repository'),
+    ("helm", ["upgrade", "--install", "cert-manager", "cert-manager", "--repo", "https://charts.jetstack.io",
+              "--version", "v1.21.2"],
+     'Error: chart "cert-manager" version "v1.21.2" not found in https://charts.jetstack.io repository'),
+    ("helm", ["upgrade", "--install", "flux-operator", "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
+              "--version", "v0.58.1"],
+     'Error: failed to perform "FetchReference" on source: ghcr.io/controlplaneio-fluxcd/charts/flux-operator:v0.58.1: '
+     'not found'),
     ("clusterctl", ["move", "--to-kubeconfig", "k", "--wait-providers"],
      "Error: unknown flag: --wait-providers\nRun 'clusterctl move --help' for usage."),
     ("clusterctl", ["moev"], 'Error: unknown command "moev" for "clusterctl"'),

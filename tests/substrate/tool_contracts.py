@@ -336,6 +336,42 @@ def _strict_flags(tool, argv, tables, global_flags, hint):
     return command, words[len(command):], flags
 
 
+# Chart versions that exist upstream (docs/upstream-facts.md), for the charts krops installs: a
+# pin that does not exist fails like helm does, instead of passing silently.
+#   cert-manager: cert-manager/cert-manager release tags (the chart version is the tag, make/_shared_new/helm/helm.mk)
+#   cluster-api-operator: kubernetes-sigs/cluster-api-operator index.yaml (main)
+#   flux-operator: controlplaneio-fluxcd/flux-operator release tags without the v (chart version = operator version)
+CHART_VERSIONS = {
+    ("https://charts.jetstack.io", "cert-manager"): (
+        "v1.18.0 v1.18.1 v1.18.2 v1.18.3 v1.18.4 v1.18.5 v1.18.6 v1.19.0 v1.19.1 v1.19.2 v1.19.3 v1.19.4 v1.19.5 "
+        "v1.19.6 v1.20.0 v1.20.1 v1.20.2 v1.20.3 v1.21.0 v1.21.1").split(),
+    ("https://kubernetes-sigs.github.io/cluster-api-operator", "cluster-api-operator"): (
+        "0.18.1 0.19.0 0.20.0 0.21.0 0.22.0 0.23.0 0.24.0 0.24.1 0.25.0 0.26.0 0.27.0 0.28.0").split(),
+    ("oci", "ghcr.io/controlplaneio-fluxcd/charts/flux-operator"): (
+        "0.40.0 0.41.0 0.41.1 0.42.0 0.42.1 0.43.0 0.44.0 0.45.0 0.45.1 0.46.0 0.47.0 0.48.0 0.49.0 0.50.0 0.51.0 "
+        "0.52.0 0.53.0 0.54.0 0.54.1 0.55.0 0.56.0 0.57.0 0.58.0 0.58.1").split(),
+}
+
+
+def _chart_version_exists(chart, flags):
+    """Refused when a chart krops knows is asked for at a version that was never published."""
+    version = flags.get("--version")
+    if not version or not version.lstrip("v")[:1].isdigit() or any(c in version for c in "^~<>=*x, "):
+        return  # no version, or a range: helm picks from what exists
+    if chart.startswith("oci://"):
+        known = CHART_VERSIONS.get(("oci", chart[len("oci://"):]))
+        # pkg/registry/client.go: an exact version is used as the tag as it is.
+        if known is not None and version not in known:
+            raise Refused('Error: failed to perform "FetchReference" on source: %s:%s: not found'
+                          % (chart[len("oci://"):], version))
+        return
+    repo = (flags.get("--repo") or "").rstrip("/")
+    known = CHART_VERSIONS.get((repo, chart))
+    # pkg/repo/v1/chartrepo.go: the index is searched with a semver constraint (a leading v does not matter).
+    if known is not None and version.lstrip("v") not in [k.lstrip("v") for k in known]:
+        raise Refused('Error: chart "%s" version "%s" not found in %s repository' % (chart, version, repo))
+
+
 def check_helm(argv, major=4):
     """(command, positional, flags) for a helm v4.2.4 (or, major=3, v3.21.4) argv, or Refused as helm answers."""
     tables, global_flags = (HELM_FLAGS, _HELM_GLOBAL) if major >= 4 else (HELM3_FLAGS, _HELM3_GLOBAL)
@@ -352,6 +388,7 @@ def check_helm(argv, major=4):
                 raise Refused("Error: chart reference and version mismatch")
         elif "/" not in chart and "--repo" not in flags and not chart.startswith((".", "/")):
             raise Refused('Error: non-absolute URLs should be in form of repo_name/path_to_chart, got: %s' % chart)
+        _chart_version_exists(chart, flags)
     return command, positional, flags
 
 
