@@ -402,4 +402,24 @@ def check_kubectl(argv):
                          lambda c: "\nSee 'kubectl %s --help' for usage." % " ".join(c or ()))
 
 
-STRICT = {"helm": check_helm, "clusterctl": check_clusterctl, "kubectl": check_kubectl}
+def check_docker(argv):
+    """`docker run`/`create`: every -v/--volume value parsed as the daemon parses it; other commands pass."""
+    words = list(argv)
+    if words[:2] in (["container", "run"], ["container", "create"]):
+        words = words[1:]
+    if words[:1] not in (["run"], ["create"]):
+        return
+    index = 1
+    while index < len(words) and words[index].startswith("-"):
+        word = words[index]
+        name, eq, inline = word.partition("=")
+        if name in ("-v", "--volume"):
+            value = inline if eq else (words[index + 1] if index + 1 < len(words) else "")
+            docker_volume(value)
+            index += 1 if eq else 2
+            continue
+        index += 1
+    return
+
+
+STRICT = {"helm": check_helm, "clusterctl": check_clusterctl, "kubectl": check_kubectl, "docker": check_docker}
