@@ -166,8 +166,8 @@ class KindCluster:
     def __init__(self, name, kind_binary=None, environ=None, engine_binary=None):
         self.name = name
         self.kind = cli.Cli("kind", binary=kind_binary, version_args=("version",), environ=environ)
-        self.engine = cli.Cli(engine_binary or "docker", binary=engine_binary, version_args=("version",),
-                              environ=environ)
+        self.engine = cli.Cli(os.path.basename(engine_binary) if engine_binary else "docker", binary=engine_binary,
+                              version_args=("version",), environ=environ)
 
     @property
     def context(self):
