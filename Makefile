@@ -31,7 +31,7 @@ setup:
 collection:
 	@mkdir -p $(COLLECTION)
 	@rsync -a --delete --delete-excluded --exclude .git --exclude .venv --exclude .collections --exclude 'build*' \
-	  --exclude /mgmt --exclude /workload --exclude /schemas --exclude /molecule --exclude /airgap --exclude /.github \
+	  --exclude /mgmt --exclude /workload --exclude /schemas --exclude /extensions --exclude /airgap --exclude /.github \
 	  --exclude tests/output --exclude .hypothesis --exclude '__pycache__' ./ $(COLLECTION)/
 
 sanity: collection

@@ -44,12 +44,13 @@ AGE_KEY = "age.agekey"
 RUN_TAG_KEYS = ("KROPS_RUN_ID", "KROPS_REVISION", "KROPS_EXPIRES_AT", "KROPS_RUN_KIND")
 MANAGED_BY = {"app.kubernetes.io/managed-by": "krops"}
 
-DISTRIBUTION = {"version": "2.x", "registry": "ghcr.io/fluxcd"}
+# The distribution version comes from bootstrap.toml (bootstrap.flux-version), the same on the
+# management and workload clusters; validate checks the workload FluxInstances against it.
+DISTRIBUTION_REGISTRY = "ghcr.io/fluxcd"
 COMPONENTS = ["source-controller", "kustomize-controller", "helm-controller", "notification-controller"]
 CLUSTER = {"type": "kubernetes", "size": "small", "multitenant": False, "networkPolicy": True,
            "domain": "cluster.local"}
 OCI_INSECURE_PATCH = "- op: add\n  path: /spec/insecure\n  value: true\n"
-IN_CLUSTER_REGISTRY = "krops-registry:5000"
 
 # Ready=False reasons that mean "failing" (shown as such) rather than "still progressing".
 # Flux retries them, so only Stalled=True ends the wait early.
@@ -76,17 +77,26 @@ def git_ref(ref):
     return ref if ref.startswith("refs/") else "refs/heads/%s" % ref
 
 
+def in_cluster_registry(boot):
+    """<registry-name>:<registry-container-port>: the local registry as pods on the kind network reach it."""
+    return "%s:%s" % (boot["registry-name"], boot["registry-container-port"])
+
+
 def sync_settings(cfg, environment, sync_url=None, sync_ref=None):
-    """{kind, url, ref, path, pull_secret} of the FluxInstance sync for an environment."""
+    """{kind, url, ref, path, pull_secret, insecure, flux_version} of the FluxInstance sync for an environment."""
     boot = cfg.data["bootstrap"]
     env = cfg.environment(environment)
     if env["sync"] == "oci":
+        url = sync_url or "oci://%s/%s" % (in_cluster_registry(boot), boot["oci-repository"])
         return {
             "kind": "OCIRepository",
-            "url": sync_url or "oci://%s/%s" % (IN_CLUSTER_REGISTRY, boot["oci-repository"]),
+            "url": url,
             "ref": sync_ref or boot["oci-tag"],
             "path": env["sync-path"],
             "pull_secret": None,
+            # The local registry speaks plain HTTP; any other OCI URL keeps TLS.
+            "insecure": url.startswith("oci://%s/" % in_cluster_registry(boot)),
+            "flux_version": boot["flux-version"],
         }
     return {
         "kind": "GitRepository",
@@ -94,6 +104,8 @@ def sync_settings(cfg, environment, sync_url=None, sync_ref=None):
         "ref": git_ref(sync_ref or boot["git-branch"]),
         "path": env["sync-path"],
         "pull_secret": boot["github-pat-secret"],
+        "insecure": False,
+        "flux_version": boot["flux-version"],
     }
 
 
@@ -103,9 +115,9 @@ def fluxinstance_spec(sync):
     Keys set to None must be absent: they are removed by the merge patch when a previous
     run set them (for example the pull secret after a switch from Git to OCI).
     """
-    insecure = sync["kind"] == "OCIRepository" and sync["url"].startswith("oci://%s/" % IN_CLUSTER_REGISTRY)
+    insecure = sync["kind"] == "OCIRepository" and sync.get("insecure")
     return {
-        "distribution": dict(DISTRIBUTION),
+        "distribution": {"version": sync["flux_version"], "registry": DISTRIBUTION_REGISTRY},
         "components": list(COMPONENTS),
         "cluster": dict(CLUSTER),
         "sync": {

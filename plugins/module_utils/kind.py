@@ -9,6 +9,7 @@ Uses the kind CLI (module_utils.cli) for the cluster itself and the Kubernetes A
 from __future__ import annotations
 
 import copy
+import datetime
 import os
 import tempfile
 import time
@@ -23,10 +24,28 @@ from ansible_collections.krops.platform.plugins.module_utils import cli, kube
 
 KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
 CERTS_DIR = "/etc/containerd/certs.d"
-# kind node images already point containerd at certs.d; the patch makes it explicit. The legacy
-# `registry.mirrors` table is refused by containerd when config_path is set, so the mirror is a
-# hosts.toml file mounted into every node instead.
+# kind's local-registry guide (site/content/docs/user/local-registry.md, static/examples/
+# kind-with-registry.sh @ v0.32.0): point containerd at certs.d at creation, then write
+# <certs.d>/<host>/hosts.toml into every node. The file is not mounted: kind passes mounts to the
+# engine as `--volume host:container[:ro]` (providers/docker/provision.go generateMountBindings)
+# and Docker splits that spec on ':', so a path such as certs.d/localhost:5001 cannot be mounted.
 CONFIG_PATH_PATCH = '[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "%s"\n' % CERTS_DIR
+
+# The ownership marker teardown looks for (CONTRACTS.md): created once, when krops creates the cluster.
+MARKER_NAMESPACE = "kube-system"
+MARKER_NAME = "krops-bootstrap"
+MARKER_LABELS = {"app.kubernetes.io/managed-by": "krops"}
+
+# kind.x-k8s.io/v1alpha4 fields (pkg/apis/config/v1alpha4/types.go @ v0.32.0); kind decodes the
+# config strictly, so an unknown field fails `kind create cluster`. Checked here first to name it.
+CLUSTER_FIELDS = frozenset((
+    "kind", "apiVersion", "name", "nodes", "networking", "featureGates", "runtimeConfig",
+    "kubeadmConfigPatches", "kubeadmConfigPatchesJSON6902", "containerdConfigPatches",
+    "containerdConfigPatchesJSON6902"))
+NODE_FIELDS = frozenset((
+    "role", "image", "labels", "extraMounts", "extraPortMappings", "kubeadmConfigPatches",
+    "kubeadmConfigPatchesJSON6902"))
+MOUNT_FIELDS = frozenset(("containerPath", "hostPath", "readOnly", "selinuxRelabel", "propagation"))
 
 
 class KindError(Exception):
@@ -42,20 +61,36 @@ def context_name(name):
     return "kind-%s" % name
 
 
-def default_mirror_dir(name):
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.path.join(base, "krops", "kind-%s" % name, "certs.d")
-
-
 def hosts_toml(endpoint):
-    return ('server = "%s"\n\n[host."%s"]\n  capabilities = ["pull", "resolve"]\n' % (endpoint, endpoint))
+    """containerd hosts.toml sending pulls of the host to endpoint (as kind-with-registry.sh does)."""
+    return '[host."%s"]\n' % endpoint
 
 
-def render_config(config=None, engine_socket="/var/run/docker.sock", registry_mirror=None, mirror_dir=None):
+def _unknown(where, obj, allowed):
+    extra = sorted(set(obj) - allowed)
+    if extra:
+        raise KindError("%s: unknown field %s (kind %s accepts %s)"
+                        % (where, ", ".join(repr(k) for k in extra), KIND_API_VERSION, ", ".join(sorted(allowed))))
+
+
+def _check_mounts(where, mounts):
+    if not isinstance(mounts, list) or not all(isinstance(m, dict) for m in mounts):
+        raise KindError("%s.extraMounts must be a list of mounts" % where)
+    for index, mount in enumerate(mounts):
+        at = "%s.extraMounts[%d]" % (where, index)
+        _unknown(at, mount, MOUNT_FIELDS)
+        for key in ("hostPath", "containerPath"):
+            if ":" in str(mount.get(key, "")):
+                raise KindError("%s.%s %r contains ':'; kind hands mounts to the engine as "
+                                "--volume host:container[:ro], which Docker splits on ':'. Use a path without ':'"
+                                % (at, key, mount[key]))
+
+
+def render_config(config=None, engine_socket="/var/run/docker.sock", registry_mirror=False):
     """The kind Cluster config: the given one (or one control-plane node) plus krops' additions.
 
-    Every node mounts the engine socket at the same path; with a registry mirror every node
-    mounts <mirror_dir>/<host>/hosts.toml and containerd is pointed at certs.d.
+    Every node mounts the engine socket at the same path; with a registry mirror containerd is
+    pointed at certs.d (the hosts.toml files are written into the nodes after creation).
     """
     rendered = copy.deepcopy(config) if config else {}
     if not isinstance(rendered, dict):
@@ -64,16 +99,20 @@ def render_config(config=None, engine_socket="/var/run/docker.sock", registry_mi
     rendered.setdefault("apiVersion", KIND_API_VERSION)
     if rendered["kind"] != "Cluster":
         raise KindError("config.kind must be Cluster, got %r" % rendered["kind"])
+    if rendered["apiVersion"] != KIND_API_VERSION:
+        raise KindError("config.apiVersion must be %s, got %r" % (KIND_API_VERSION, rendered["apiVersion"]))
+    _unknown("config", rendered, CLUSTER_FIELDS)
     nodes = rendered.get("nodes") or [{"role": "control-plane"}]
     if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
         raise KindError("config.nodes must be a list of node dicts")
+    for index, node in enumerate(nodes):
+        _unknown("config.nodes[%d]" % index, node, NODE_FIELDS)
+        _check_mounts("config.nodes[%d]" % index, node.get("extraMounts") or [])
     mounts = []
     if engine_socket:
         mounts.append({"hostPath": engine_socket, "containerPath": engine_socket})
+        _check_mounts("engine_socket", mounts)
     if registry_mirror:
-        host = registry_mirror["host"]
-        mounts.append({"hostPath": os.path.join(mirror_dir, host, "hosts.toml"),
-                       "containerPath": "%s/%s/hosts.toml" % (CERTS_DIR, host), "readOnly": True})
         patches = list(rendered.get("containerdConfigPatches") or [])
         if CONFIG_PATH_PATCH not in patches:
             patches.append(CONFIG_PATH_PATCH)
@@ -124,9 +163,11 @@ def merge_kubeconfig(existing_text, new_text):
 class KindCluster:
     """Drives one kind cluster; every method raises KindError or cli.CliError on failure."""
 
-    def __init__(self, name, kind_binary=None, environ=None):
+    def __init__(self, name, kind_binary=None, environ=None, engine_binary=None):
         self.name = name
         self.kind = cli.Cli("kind", binary=kind_binary, version_args=("version",), environ=environ)
+        self.engine = cli.Cli(os.path.basename(engine_binary) if engine_binary else "docker", binary=engine_binary,
+                              version_args=("version",), environ=environ)
 
     @property
     def context(self):
@@ -150,6 +191,20 @@ class KindCluster:
             args += ["--kubeconfig", os.path.expanduser(kubeconfig_path)]
         self.kind.run(args)
 
+    def nodes(self):
+        """Names of the node containers (`kind get nodes --name`)."""
+        result = self.kind.run(["get", "nodes", "--name", self.name])
+        return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+    def read_node_file(self, node, path):
+        """The file's text in the node container, or None when it does not exist."""
+        result = self.engine.run(["exec", node, "cat", path], check=False)
+        return result.stdout if result.rc == 0 else None
+
+    def write_node_file(self, node, path, text):
+        self.engine.run(["exec", node, "mkdir", "-p", os.path.dirname(path)])
+        self.engine.run(["exec", "-i", node, "cp", "/dev/stdin", path], stdin=text)
+
     def kubeconfig(self):
         """The cluster's kubeconfig text (it holds a client key: never log or return it)."""
         return self.kind.run(["get", "kubeconfig", "--name", self.name]).stdout
@@ -172,6 +227,18 @@ def _node_states(objects):
     return bool(nodes) and all(n["ready"] for n in nodes), nodes
 
 
+def connect_when_up(kubeconfig, context, timeout, clock=time.monotonic, sleep=time.sleep):
+    """kube.connect, retried: the API may refuse connections for a moment after `kind create`."""
+    deadline = clock() + timeout
+    while True:
+        try:
+            return kube.connect(kubeconfig, context)
+        except kube.KubeError as exc:
+            if clock() >= deadline:
+                raise kube.WaitTimeout("the API server did not answer within %ss: %s" % (int(timeout), exc))
+            sleep(1)
+
+
 def wait_nodes_ready(kubeconfig, context, timeout, clock=time.monotonic, sleep=time.sleep):
     """Wait (watch) until the cluster has nodes and all are Ready; returns [{name, ready}].
 
@@ -179,16 +246,7 @@ def wait_nodes_ready(kubeconfig, context, timeout, clock=time.monotonic, sleep=t
     until the deadline. Raises kube.WaitTimeout with the last node list as state.
     """
     deadline = clock() + timeout
-    last_error = None
-    while True:
-        try:
-            client = kube.connect(kubeconfig, context)
-            break
-        except kube.KubeError as exc:
-            last_error = exc
-            if clock() >= deadline:
-                raise kube.WaitTimeout("the API server did not answer within %ss: %s" % (int(timeout), last_error))
-            sleep(1)
+    client = connect_when_up(kubeconfig, context, timeout, clock, sleep)
     remaining = max(1, deadline - clock())
     state = kube.watch_until(client, "v1", "Node", None, _node_states, timeout=remaining)
     return _public_nodes(state)
@@ -209,17 +267,23 @@ def _pending_text(nodes):
 
 def ensure(name, state="present", recreate=False, config=None, engine_socket="/var/run/docker.sock",
            registry_mirror=None, kubeconfig_path=None, wait_timeout=120, node_image=None, kind_binary=None,
-           check_mode=False, environ=None):
+           engine_binary=None, environment=None, check_mode=False, environ=None, now=None):
     """Bring kind cluster ``name`` to ``state``; returns the module result dict.
 
     Raises KindError (with the partial result) or cli.CliError.
     """
     if not HAS_YAML:
         raise KindError("the Python library PyYAML is required (it ships with ansible-core): pip install pyyaml")
-    cluster = KindCluster(name, kind_binary=kind_binary, environ=environ)
+    cluster = KindCluster(name, kind_binary=kind_binary, environ=environ, engine_binary=engine_binary)
     result = {"changed": False, "created": False, "recreated": False, "deleted": False,
               "context": cluster.context, "kubeconfig_path": os.path.expanduser(kubeconfig_path) if kubeconfig_path else None,
-              "nodes": []}
+              "nodes": [], "marker": None, "mirror_nodes": []}
+    if state == "present" and not environment:
+        raise KindError("kind cluster %s: environment is required with state=present; it goes into the ownership "
+                        "marker %s/%s that teardown checks" % (name, MARKER_NAMESPACE, MARKER_NAME))
+    if registry_mirror and (not registry_mirror.get("host") or not registry_mirror.get("endpoint")):
+        raise KindError("registry_mirror needs host (e.g. localhost:5001) and endpoint "
+                        "(e.g. http://krops-registry:5000)")
     result["kind_version"] = cluster.kind.version()
     exists = cluster.exists()
 
@@ -230,17 +294,11 @@ def ensure(name, state="present", recreate=False, config=None, engine_socket="/v
                 cluster.delete(kubeconfig_path)
         return result
 
-    mirror_dir = None
-    if registry_mirror:
-        if not registry_mirror.get("host") or not registry_mirror.get("endpoint"):
-            raise KindError("registry_mirror needs host (e.g. localhost:5001) and endpoint "
-                            "(e.g. http://krops-registry:5000)")
-        mirror_dir = os.path.expanduser(registry_mirror.get("config_dir") or default_mirror_dir(name))
-    rendered = render_config(config, engine_socket, registry_mirror, mirror_dir)
+    rendered = render_config(config, engine_socket, bool(registry_mirror))
     result["config"] = rendered
 
     if exists and not recreate:
-        return _reuse(cluster, result, kubeconfig_path, wait_timeout, check_mode)
+        return _reuse(cluster, result, kubeconfig_path, wait_timeout, check_mode, registry_mirror)
 
     result["changed"] = True
     if exists:
@@ -249,36 +307,60 @@ def ensure(name, state="present", recreate=False, config=None, engine_socket="/v
         result["created"] = True
     if check_mode:
         return result
-    if registry_mirror:
-        _write_hosts_toml(mirror_dir, registry_mirror)
     if exists:
         cluster.delete(kubeconfig_path)
     if kubeconfig_path:
         os.makedirs(os.path.dirname(os.path.abspath(os.path.expanduser(kubeconfig_path))), mode=0o700, exist_ok=True)
     cluster.create(rendered, node_image=node_image, kubeconfig_path=kubeconfig_path)
-    _finish(cluster, result, kubeconfig_path, wait_timeout, reused=False)
+    _finish(cluster, result, kubeconfig_path, wait_timeout, reused=False, registry_mirror=registry_mirror,
+            marker=marker_data(environment, name, now))
     return result
 
 
-def _write_hosts_toml(mirror_dir, registry_mirror):
-    folder = os.path.join(mirror_dir, registry_mirror["host"])
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "hosts.toml")
+def marker_data(environment, kind_cluster, now=None):
+    """The data of the ownership marker ConfigMap (created-at: RFC 3339 UTC)."""
+    moment = now or datetime.datetime.now(datetime.timezone.utc)
+    return {"environment": environment, "kind-cluster": kind_cluster,
+            "created-at": moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def create_marker(kubeconfig, context, data, timeout=120):
+    """Create kube-system/krops-bootstrap; an existing one is left as it is (it records the creation)."""
+    client = connect_when_up(kubeconfig, context, timeout)
+    current = kube.get(client, "v1", "ConfigMap", MARKER_NAME, MARKER_NAMESPACE)
+    if current is not None:
+        return current.get("data") or {}
+    body = {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": MARKER_NAME, "namespace": MARKER_NAMESPACE, "labels": dict(MARKER_LABELS)},
+            "data": dict(data)}
+    try:
+        kube.resource(client, "v1", "ConfigMap").create(body=body, namespace=MARKER_NAMESPACE)
+    except (kube.ApiException, kube.KubeError) as exc:
+        raise KindError("kind cluster %s: cannot create the ownership marker %s/%s: %s; teardown will not delete "
+                        "this cluster without it" % (data["kind-cluster"], MARKER_NAMESPACE, MARKER_NAME,
+                                                     kube.error_text(exc)))
+    return dict(data)
+
+
+def ensure_mirror(cluster, registry_mirror, check_mode=False):
+    """Write <certs.d>/<host>/hosts.toml into every node that lacks it; returns the nodes changed."""
+    path = "%s/%s/hosts.toml" % (CERTS_DIR, registry_mirror["host"])
     text = hosts_toml(registry_mirror["endpoint"])
-    current = None
-    if os.path.exists(path):
-        with open(path, "r", encoding="utf-8") as handle:
-            current = handle.read()
-    if current != text:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(path, 0o644)
-        return True
-    return False
+    changed = []
+    for node in cluster.nodes():
+        if cluster.read_node_file(node, path) == text:
+            continue
+        changed.append(node)
+        if not check_mode:
+            cluster.write_node_file(node, path, text)
+    return changed
 
 
-def _reuse(cluster, result, kubeconfig_path, wait_timeout, check_mode):
+def _reuse(cluster, result, kubeconfig_path, wait_timeout, check_mode, registry_mirror=None):
     if check_mode:
+        if registry_mirror:
+            result["mirror_nodes"] = ensure_mirror(cluster, registry_mirror, check_mode=True)
+            result["changed"] = result["changed"] or bool(result["mirror_nodes"])
         if kubeconfig_path:
             path = os.path.expanduser(kubeconfig_path)
             existing = None
@@ -287,26 +369,41 @@ def _reuse(cluster, result, kubeconfig_path, wait_timeout, check_mode):
                     existing = handle.read()
             wanted = merge_kubeconfig(existing, cluster.kubeconfig())
             mode_ok = existing is not None and (os.stat(path).st_mode & 0o777) == 0o600
-            result["changed"] = existing != wanted or not mode_ok
+            result["changed"] = result["changed"] or existing != wanted or not mode_ok
         return result
-    _finish(cluster, result, kubeconfig_path, wait_timeout, reused=True)
+    _finish(cluster, result, kubeconfig_path, wait_timeout, reused=True, registry_mirror=registry_mirror)
     return result
 
 
-def _finish(cluster, result, kubeconfig_path, wait_timeout, reused):
+def _finish(cluster, result, kubeconfig_path, wait_timeout, reused, registry_mirror=None, marker=None):
     if kubeconfig_path:
         if cluster.export_kubeconfig(kubeconfig_path):
             result["changed"] = True
-        _wait(cluster, result, kubeconfig_path, wait_timeout, reused)
+        _after_create(cluster, result, kubeconfig_path, wait_timeout, reused, registry_mirror, marker)
         return
     fd, tmp = tempfile.mkstemp(prefix="krops-kind-", suffix=".kubeconfig")
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(cluster.kubeconfig())
-        _wait(cluster, result, tmp, wait_timeout, reused)
+        _after_create(cluster, result, tmp, wait_timeout, reused, registry_mirror, marker)
     finally:
         os.unlink(tmp)
+
+
+def _after_create(cluster, result, kubeconfig, wait_timeout, reused, registry_mirror, marker):
+    if marker is not None:
+        # Right after `kind create`, before anything else can fail: teardown needs it to delete the cluster.
+        try:
+            result["marker"] = create_marker(kubeconfig, cluster.context, marker, wait_timeout)
+        except kube.KubeError as exc:
+            raise KindError("kind cluster %s: cannot create the ownership marker %s/%s: %s"
+                            % (cluster.name, MARKER_NAMESPACE, MARKER_NAME, exc), result=result)
+    if registry_mirror:
+        result["mirror_nodes"] = ensure_mirror(cluster, registry_mirror)
+        if result["mirror_nodes"]:
+            result["changed"] = True
+    _wait(cluster, result, kubeconfig, wait_timeout, reused)
 
 
 def _wait(cluster, result, kubeconfig, wait_timeout, reused):

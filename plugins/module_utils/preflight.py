@@ -7,7 +7,10 @@
   key derived with age-keygen when available, and equal to AGE_PUBLIC_KEY when that is set;
 - Git sync: the token can read the repository and the branch exists (GitHub REST API);
 - AWS: Elastic IP headroom per region (3 per cluster: one NAT gateway per AZ) against the
-  Service Quotas limit, with the request that would raise a short quota.
+  Service Quotas limit, with the request that would raise a short quota;
+- versions, not only presence: clusterctl's contract equals the pinned Cluster API release's,
+  kind published the pinned node image, helm is recent enough for oci:// charts, and the container
+  engine's daemon answers (docs/upstream-facts.md names the source of each table below).
 
 Each check returns (facts, problems). Importable without Ansible; boto3 only for the AWS check.
 """
@@ -43,6 +46,148 @@ def check_tools(names, environ=None):
         problems.append("missing tools: %s (install them or put them on PATH; PATH is %s)"
                         % (", ".join(missing), (environ or os.environ).get("PATH", "")))
     return {"found": found, "missing": missing}, problems
+
+
+# --- versions -----------------------------------------------------------------------------
+
+# Cluster API release series -> contract (kubernetes-sigs/cluster-api metadata.yaml at each tag:
+# v1.10 v1beta1; v1.11, v1.12, v1.13, v1.14 v1beta2).
+CAPI_CONTRACTS = {(1, 8): "v1beta1", (1, 9): "v1beta1", (1, 10): "v1beta1", (1, 11): "v1beta2",
+                  (1, 12): "v1beta2", (1, 13): "v1beta2", (1, 14): "v1beta2"}
+# Node images each kind release was published with (kind's release notes; the same list is in
+# cluster-api test/infrastructure/kind/mapper.go @ v1.13.5). kind supports only these exact images.
+KIND_NODE_IMAGES = {
+    "0.32.0": {
+        "kindest/node:v1.36.1": "sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5",
+        "kindest/node:v1.35.5": "sha256:ce977ae6d65918d0b58a5f8b5e940429c2ce42fa3a5619ec2bbc60b949c0ac95",
+        "kindest/node:v1.34.8": "sha256:02722c2dedddcfc00febf5d27fbeb9b7b2c14294c82109ff4a85d89ac9ba3256",
+        "kindest/node:v1.33.12": "sha256:3f5c8443c620245e4d355cfe09e96a91ead32ceaa569d3f1ca9edf0cb2fe2ff4",
+    },
+    "0.31.0": {
+        "kindest/node:v1.35.0": "sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f",
+        "kindest/node:v1.34.3": "sha256:08497ee19eace7b4b5348db5c6a1591d7752b164530a36f855cb0f2bdcbadd48",
+        "kindest/node:v1.33.7": "sha256:d26ef333bdb2cbe9862a0f7c3803ecc7b4303d8cea8e814b481b09949d353040",
+        "kindest/node:v1.32.11": "sha256:5fc52d52a7b9574015299724bd68f183702956aa4a2116ae75a63cb574b35af8",
+        "kindest/node:v1.31.14": "sha256:6f86cf509dbb42767b6e79debc3f2c32e4ee01386f0489b3b2be24b0a55aac2b",
+    },
+}
+# helm.sh docs/topics/registries: OCI support is generally available (on by default) from v3.8.0.
+HELM_OCI_MIN = (3, 8, 0)
+_SEMVER = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text):
+    """(major, minor, patch) of the first version in text, or None."""
+    match = _SEMVER.search(text or "")
+    return tuple(int(g or 0) for g in match.groups()) if match else None
+
+
+def _dotted(version):
+    return ".".join(str(p) for p in version)
+
+
+def core_provider_version(paths):
+    """(version, problems): spec.version of the CoreProvider in the provider manifests."""
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
+        return None, ["the Python library PyYAML is required to read the provider manifests"]
+    for path in paths or []:
+        try:
+            with open(path, "r", encoding="utf-8") as handle:
+                docs = [d for d in yaml.safe_load_all(handle) if isinstance(d, dict)]
+        except (OSError, yaml.YAMLError) as exc:
+            return None, ["provider manifest %s cannot be read: %s" % (path, str(exc).splitlines()[0])]
+        for doc in docs:
+            if doc.get("kind") == "CoreProvider":
+                version = (doc.get("spec") or {}).get("version")
+                if not version:
+                    return None, ["CoreProvider in %s has no spec.version: pin the Cluster API release" % path]
+                return str(version), []
+    return None, ["no CoreProvider in the provider manifests (%s): bootstrap.toml provider-manifests must list it"
+                  % ", ".join(paths or []) or "none"]
+
+
+def check_clusterctl(capi_version, clusterctl=None):
+    """clusterctl implements the contract of the pinned CAPI release (clusterctl refuses other contracts)."""
+    facts = {"capi_version": capi_version, "clusterctl_version": None, "contract": None}
+    wanted = parse_version(capi_version)
+    if not wanted or wanted[:2] not in CAPI_CONTRACTS:
+        return facts, ["Cluster API version %r is not a release krops knows the contract of (%s); pin a supported "
+                       "release in the CoreProvider manifest" % (capi_version, ", ".join(
+                           "v%d.%d" % k for k in sorted(CAPI_CONTRACTS)))]
+    contract = CAPI_CONTRACTS[wanted[:2]]
+    facts["contract"] = contract
+    tool = clusterctl or cli.Cli("clusterctl", version_args=("version", "-o", "short"))
+    try:
+        result = tool.run(["version", "-o", "short"])
+    except cli.CliError as exc:
+        return facts, ["clusterctl version could not be read: %s" % exc]
+    have = parse_version(result.stdout)
+    facts["clusterctl_version"] = _dotted(have) if have else result.stdout.strip()
+    if not have or have[:2] not in CAPI_CONTRACTS:
+        return facts, ["clusterctl %s: unknown release series, cannot tell its contract; install clusterctl v%s"
+                       % (result.stdout.strip(), _dotted(wanted))]
+    if CAPI_CONTRACTS[have[:2]] != contract:
+        return facts, ["clusterctl v%s implements contract %s but Cluster API %s needs %s: install clusterctl v%s"
+                       % (_dotted(have), CAPI_CONTRACTS[have[:2]], capi_version, contract, _dotted(wanted))]
+    return facts, []
+
+
+def check_kind_image(node_image, kind=None):
+    """kind published node_image (tag and digest) with its release; an image from another release is unsupported."""
+    facts = {"kind_version": None, "node_image": node_image}
+    tool = kind or cli.Cli("kind")
+    try:
+        version = tool.version()
+    except cli.CliError as exc:
+        return facts, ["kind version could not be read: %s" % exc]
+    facts["kind_version"] = version
+    images = KIND_NODE_IMAGES.get(version)
+    if images is None:
+        return facts, ["kind %s: krops does not know which node images it supports (known: kind %s); install "
+                       "kind v%s" % (version, ", ".join(sorted(KIND_NODE_IMAGES)), max(KIND_NODE_IMAGES))]
+    name, _, digest = node_image.partition("@")
+    if images.get(name) is None or (digest and images[name] != digest):
+        return facts, ["kind %s was not published with node image %s; use one of its images (%s) in "
+                       "bootstrap.kind-node-image, with the digest" % (
+                           version, node_image, ", ".join("%s@%s" % item for item in sorted(images.items())))]
+    if not digest:
+        return facts, ["node image %s has no digest: kind's release notes require the exact image, %s@%s"
+                       % (node_image, name, images[name])]
+    return facts, []
+
+
+def check_helm(helm=None, minimum=HELM_OCI_MIN):
+    facts = {"helm_version": None}
+    tool = helm or cli.Cli("helm", version_args=("version", "--short"))
+    try:
+        result = tool.run(["version", "--short"])
+    except cli.CliError as exc:
+        return facts, ["helm version could not be read: %s" % exc]
+    have = parse_version(result.stdout)
+    facts["helm_version"] = _dotted(have) if have else result.stdout.strip()
+    if not have or have < tuple(minimum):
+        return facts, ["helm %s is too old for oci:// charts (needs v%s or later, where OCI support is generally "
+                       "available): upgrade helm" % (result.stdout.strip() or "(no version)", _dotted(minimum))]
+    return facts, []
+
+
+def check_engine(engine, tool=None):
+    """The container engine's daemon answers (`<engine> info` exits 0), not only its CLI on PATH."""
+    facts = {"engine": engine, "daemon": False}
+    runner = tool or cli.Cli(engine)
+    try:
+        result = runner.run(["info", "--format", "{{json .ServerVersion}}"], check=False, timeout=30)
+    except cli.CliError as exc:
+        return facts, ["%s daemon: %s" % (engine, exc)]
+    if result.rc != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        return facts, ["%s is installed but its daemon does not answer (%s): start it, or set ENGINE_SOCK/DOCKER_HOST "
+                       "to its socket" % (engine, detail[-1] if detail else "exit code %d" % result.rc)]
+    facts["daemon"] = True
+    facts["server_version"] = result.stdout.strip().strip('"')
+    return facts, []
 
 
 # --- age key -------------------------------------------------------------------------
@@ -237,12 +382,30 @@ def check_eip_quota(connection, checks, per_cluster=3):
 
 def run(tools=None, age_key_file=None, age_public_key=None, check_age_key_file=False, git_url=None, git_branch="main",
         github_token=None, github_api_url=DEFAULT_GITHUB_API, check_git_sync=False, eip_checks=None, eips_per_cluster=3,
-        aws_connection=None, environ=None):
-    """Every requested check; returns {problems: [...], tools, age_key, git, aws_eip}."""
+        aws_connection=None, environ=None, capi_version=None, kind_node_image=None, helm_oci=False,
+        container_engine=None):
+    """Every requested check; returns {problems: [...], tools, versions, age_key, git, aws_eip}."""
     result = {"problems": []}
     facts, problems = check_tools(tools or [], environ=environ)
     result["tools"] = facts
     result["problems"].extend(problems)
+    found = facts["found"]
+    versions = {}
+    # Each version check needs its tool; a missing one is already reported above.
+    for needed, enabled, check in (
+            ("clusterctl", capi_version, lambda: check_clusterctl(capi_version, cli.Cli(
+                "clusterctl", binary=found.get("clusterctl"), environ=environ))),
+            ("kind", kind_node_image, lambda: check_kind_image(kind_node_image, cli.Cli(
+                "kind", binary=found.get("kind"), environ=environ))),
+            ("helm", helm_oci, lambda: check_helm(cli.Cli("helm", binary=found.get("helm"), environ=environ))),
+            (container_engine, container_engine, lambda: check_engine(container_engine, cli.Cli(
+                container_engine, binary=found.get(container_engine), environ=environ)))):
+        if enabled and needed in found:
+            facts, problems = check()
+            versions[needed] = facts
+            result["problems"].extend(problems)
+    if versions:
+        result["versions"] = versions
     if check_age_key_file:
         facts, problems = check_age_key(age_key_file, age_public_key)
         result["age_key"] = facts

@@ -680,6 +680,37 @@ def _check_bootstrap(env, cfg):
             env.add(item.file, object_id(item.obj), "bootstrap", "chart %s version %s differs from bootstrap.toml "
                     "[charts] %s = %s" % (chart, version or "(unset)", pin_key, pin))
 
+    # Flux version and local registry address: bootstrap.toml is their source (flux_handoff uses the same).
+    for item in env.items:
+        if item.kind != "FluxInstance" or item.group != "fluxcd.controlplane.io":
+            continue
+        version = (item.spec.get("distribution") or {}).get("version")
+        if version != boot["flux-version"]:
+            env.add(item.file, object_id(item.obj), "bootstrap", "FluxInstance distribution.version %s differs from "
+                    "bootstrap.toml bootstrap.flux-version = %s (management and workload run the same Flux)"
+                    % (version or "(unset)", boot["flux-version"]))
+        sync = item.spec.get("sync") or {}
+        if settings.get("sync") == "oci" and sync.get("kind") == "OCIRepository":
+            wanted = "oci://%s:%s/%s" % (boot["registry-name"], boot["registry-container-port"], boot["oci-repository"])
+            if sync.get("url") != wanted:
+                env.add(item.file, object_id(item.obj), "bootstrap", "FluxInstance sync.url %s differs from %s "
+                        "(bootstrap.toml registry-name, registry-container-port, oci-repository)"
+                        % (sync.get("url") or "(unset)", wanted))
+    # CAPD clusters run the Kubernetes version of the pinned kind node image.
+    image = boot.get("kind-node-image") or ""
+    tag = image.split("@", 1)[0].rpartition(":")[2] if ":" in image.split("@", 1)[0] else ""
+    if settings.get("kind") == "local-host" and tag:
+        for item in env.items:
+            if item.kind == "KubeadmControlPlane":
+                version = item.spec.get("version")
+            elif item.kind == "MachineDeployment" and item.group == "cluster.x-k8s.io":
+                version = ((item.spec.get("template") or {}).get("spec") or {}).get("version")
+            else:
+                continue
+            if version != tag:
+                env.add(item.file, object_id(item.obj), "bootstrap", "Kubernetes version %s differs from the kind "
+                        "node image %s (bootstrap.toml bootstrap.kind-node-image)" % (version or "(unset)", tag))
+
     # Manifests named by bootstrap.toml.
     infra = (settings["infra-provider-namespace"], settings["infra-provider-name"])
     infra_found = False

@@ -18,8 +18,9 @@ description:
     With O(age_key_file), creates the Secret C(sops-age) (key C(age.agekey)) in every namespace of O(sops_namespaces).
   - Creates or updates the FluxInstance C(flux) (C(fluxcd.controlplane.io/v1)) through the Kubernetes API
     (not the flux-instance chart). Git sync uses a GitRepository with C(refs/heads/<branch>) and the pull
-    secret; OCI sync uses C(oci://krops-registry:5000/<repository>) with a kustomize patch that makes the
-    OCIRepository insecure (plain HTTP in-cluster registry).
+    secret; OCI sync uses C(oci://<registry-name>:<registry-container-port>/<oci-repository>) from bootstrap.toml
+    (C(oci://krops-registry:5000/krops) by default) with a kustomize patch that makes the OCIRepository insecure
+    (plain HTTP in-cluster registry). The Flux distribution version is C(bootstrap.flux-version).
   - Then waits, event-driven (Kubernetes watches, no polling), for the FluxInstance to be Ready and then for every
     Kustomization of the Flux namespace (the root C(flux-system) and those the tree creates) to be Ready.
     A Kustomization reporting C(Stalled=True) fails the wait at once with its message.
@@ -178,12 +179,12 @@ actions:
   returned: always
   type: list
   elements: str
-  sample: ["install Flux Operator chart 0.58.0 (release flux-operator in flux-system)", "create FluxInstance flux-system/flux"]
+  sample: ["install Flux Operator chart 0.58.1 (release flux-operator in flux-system)", "create FluxInstance flux-system/flux"]
 operator:
   description: The Flux Operator release (name, version, whether it changed).
   returned: when O(install_operator=true) and O(scope=all)
   type: dict
-  sample: {"release": "flux-operator", "version": "0.58.0", "changed": false}
+  sample: {"release": "flux-operator", "version": "0.58.1", "changed": false}
 sync:
   description: The sync source of the FluxInstance (kind, url, ref, path, pull_secret).
   returned: when O(scope) is not V(wait)

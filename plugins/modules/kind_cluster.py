@@ -15,7 +15,15 @@ description:
     nodes do not become Ready within O(wait_timeout) fails and suggests O(recreate=true).
   - The node config mounts the container engine socket (O(engine_socket)) into every node at the same path,
     so providers such as CAPD can reach the engine. With O(registry_mirror), containerd in every node pulls
-    O(registry_mirror.host) from O(registry_mirror.endpoint) (a C(hosts.toml) file mounted into the nodes).
+    O(registry_mirror.host) from O(registry_mirror.endpoint): as in kind's local-registry guide, containerd is
+    pointed at C(/etc/containerd/certs.d) at creation and C(<host>/hosts.toml) is written into each node with
+    C(<engine> exec) afterwards (a mount cannot carry the C(:) of C(localhost:5001)).
+  - The config is checked against C(kind.x-k8s.io/v1alpha4) first (kind decodes it strictly); an unknown
+    field or a mount path with C(:) fails with a message naming it.
+  - When it creates the cluster, the module creates the ownership marker ConfigMap
+    C(kube-system/krops-bootstrap) (label C(app.kubernetes.io/managed-by=krops); data C(environment),
+    C(kind-cluster), C(created-at) in RFC 3339 UTC). Teardown deletes a kind cluster only when it finds that
+    marker with the matching environment and name; a reused cluster without one is never given one.
   - The kubeconfig holds the cluster's client key; it is never returned or logged.
 author:
   - krops developers (@krops)
@@ -47,8 +55,9 @@ options:
     description:
       - Lets containerd in the nodes pull O(registry_mirror.host) from O(registry_mirror.endpoint),
         for example the local registry published on the host.
-      - Writes C(<config_dir>/<host>/hosts.toml) and mounts it at C(/etc/containerd/certs.d/<host>/hosts.toml);
-        a containerd config patch points the CRI registry at C(/etc/containerd/certs.d).
+      - A containerd config patch points the CRI registry at C(/etc/containerd/certs.d) (new clusters);
+        C(/etc/containerd/certs.d/<host>/hosts.toml) is written into every node where it differs, on new and
+        reused clusters alike.
     type: dict
     suboptions:
       host:
@@ -59,9 +68,14 @@ options:
         description: Where the nodes reach it, for example C(http://krops-registry:5000).
         type: str
         required: true
-      config_dir:
-        description: Host folder for the C(hosts.toml) files. Default C(~/.cache/krops/kind-<name>/certs.d).
-        type: path
+  environment:
+    description:
+      - The krops environment this cluster bootstraps; written into the ownership marker at creation.
+      - Required with O(state=present).
+    type: str
+  engine_binary:
+    description: Container engine CLI used to write C(hosts.toml) into the nodes. Default C(docker) from E(PATH).
+    type: str
   kubeconfig_path:
     description:
       - Export the cluster's kubeconfig there (mode 0600). Entries of other clusters in the file are kept;
@@ -98,6 +112,7 @@ EXAMPLES = r"""
   krops.platform.kind_cluster:
     name: mgmt
     kubeconfig_path: "{{ playbook_dir }}/.kube/kind-mgmt.yaml"
+    environment: local-host
     registry_mirror:
       host: localhost:5001
       endpoint: http://krops-registry:5000
@@ -105,6 +120,7 @@ EXAMPLES = r"""
 - name: Recreate it from scratch with two workers
   krops.platform.kind_cluster:
     name: mgmt
+    environment: local-host
     recreate: true
     config:
       nodes:
@@ -156,11 +172,21 @@ kind_version:
   description: Version of the kind binary (probed once).
   returned: always
   type: str
-  sample: 0.27.0
+  sample: 0.32.0
 config:
-  description: The kind config used for a new cluster (with the socket mount and the mirror added).
+  description: The kind config used for a new cluster (with the socket mount and the mirror patch added).
   returned: when O(state=present)
   type: dict
+marker:
+  description: Data of the ownership marker ConfigMap C(kube-system/krops-bootstrap) this run created (null otherwise).
+  returned: always
+  type: dict
+  sample: {environment: local-host, kind-cluster: mgmt, created-at: "2026-12-01T08:00:00Z"}
+mirror_nodes:
+  description: Nodes whose C(hosts.toml) was written (or would be, in check mode).
+  returned: always
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -179,14 +205,16 @@ def main():
             registry_mirror=dict(type="dict", options=dict(
                 host=dict(type="str", required=True),
                 endpoint=dict(type="str", required=True),
-                config_dir=dict(type="path"),
             )),
+            environment=dict(type="str"),
+            engine_binary=dict(type="str"),
             kubeconfig_path=dict(type="path"),
             wait_timeout=dict(type="int", default=120),
             node_image=dict(type="str"),
             kind_binary=dict(type="str"),
         ),
         supports_check_mode=True,
+        required_if=[("state", "present", ["environment"])],
     )
     params = module.params
     try:
@@ -194,7 +222,8 @@ def main():
             params["name"], state=params["state"], recreate=params["recreate"], config=params["config"],
             engine_socket=params["engine_socket"], registry_mirror=params["registry_mirror"],
             kubeconfig_path=params["kubeconfig_path"], wait_timeout=params["wait_timeout"],
-            node_image=params["node_image"], kind_binary=params["kind_binary"], check_mode=module.check_mode)
+            node_image=params["node_image"], kind_binary=params["kind_binary"],
+            engine_binary=params["engine_binary"], environment=params["environment"], check_mode=module.check_mode)
     except cli.ToolMissing as exc:
         module.fail_json(msg="kind cluster %s: %s (kind_binary=)" % (params["name"], exc))
     except cli.CliError as exc:

@@ -23,6 +23,12 @@ description:
     C(L-0263D0A3), applied value then default), else from the EC2 account attribute C(vpc-max-elastic-ips);
     addresses already owned by the listed clusters count as available. Each short region is reported with the
     C(aws service-quotas request-service-quota-increase) command that would raise it.
+  - Versions, not only presence (each only when its tool is found). With O(provider_manifests), C(clusterctl version -o short)
+    must implement the contract of the CoreProvider's C(spec.version) (C(metadata.yaml) of each Cluster API release:
+    v1.11 to v1.14 implement v1beta2). With O(kind_node_image), the installed kind must have been published with that
+    exact image (tag and digest, from kind's release notes). With O(helm_oci), C(helm version --short) must be
+    v3.8.0 or later (OCI charts generally available). With O(container_engine), C(<engine> info) must succeed, so the
+    daemon answers and not only its CLI is installed.
 author:
   - krops developers (@krops)
 extends_documentation_fragment:
@@ -72,6 +78,22 @@ options:
     description: Elastic IPs each cluster needs (one NAT gateway per availability zone).
     type: int
     default: 3
+  provider_manifests:
+    description: Provider manifests (the environment's C(provider-manifests)); the CoreProvider's C(spec.version) is
+      the Cluster API release clusterctl must match.
+    type: list
+    elements: path
+    default: []
+  kind_node_image:
+    description: Node image the bootstrap cluster uses (C(bootstrap.kind-node-image)); the installed kind must support it.
+    type: str
+  helm_oci:
+    description: Require a helm recent enough for C(oci://) charts.
+    type: bool
+    default: false
+  container_engine:
+    description: Container engine CLI whose daemon must answer (for example V(docker) or V(podman)).
+    type: str
   fail_on_problems:
     description: Fail (once, listing every problem) when any check finds a problem.
     type: bool
@@ -94,6 +116,10 @@ EXAMPLES = r"""
 - name: Preflight for the aws environment
   krops.platform.preflight_check:
     tools: [kind, helm, kubectl, clusterctl, sops, docker]
+    provider_manifests: [mgmt/aws/capi-system/core-provider.yaml]
+    kind_node_image: kindest/node:v1.35.5@sha256:ce977ae6d65918d0b58a5f8b5e940429c2ce42fa3a5619ec2bbc60b949c0ac95
+    helm_oci: true
+    container_engine: docker
     age_key_file: age.agekey
     age_public_key: "{{ lookup('ansible.builtin.env', 'AGE_PUBLIC_KEY') }}"
     git_url: https://github.com/krops/krops
@@ -132,6 +158,13 @@ git:
   returned: when O(git_url) is set
   type: dict
   sample: {"url": "https://github.com/krops/krops", "repository": "krops/krops", "branch": "main", "commit": "0123abc..."}
+versions:
+  description: Per tool, what the version checks read (clusterctl, kind, helm, the container engine).
+  returned: when a version check ran
+  type: dict
+  sample: {"clusterctl": {"capi_version": "v1.13.5", "clusterctl_version": "1.13.5", "contract": "v1beta2"},
+           "kind": {"kind_version": "0.32.0", "node_image": "kindest/node:v1.35.5@sha256:..."},
+           "helm": {"helm_version": "3.19.0"}, "docker": {"engine": "docker", "daemon": true, "server_version": "28.3.0"}}
 aws_eip:
   description: Per region, the Elastic IP limit and its source, allocated, owned, needed, available, short and the increase request.
   returned: when O(aws_eip_checks) is set
@@ -158,6 +191,10 @@ def main():
             clusters=dict(type="list", elements="str", required=True),
         )),
         eips_per_cluster=dict(type="int", default=3),
+        provider_manifests=dict(type="list", elements="path", default=[]),
+        kind_node_image=dict(type="str"),
+        helm_oci=dict(type="bool", default=False),
+        container_engine=dict(type="str"),
         fail_on_problems=dict(type="bool", default=True),
     )
     argument_spec.update(aws.AWS_ARGS)
@@ -172,12 +209,18 @@ def main():
                                         session_token=params["session_token"])
         except aws.AwsError as exc:
             module.fail_json(msg="preflight: %s" % exc)
+    capi_version, version_problems = None, []
+    if params["provider_manifests"]:
+        capi_version, version_problems = preflight.core_provider_version(params["provider_manifests"])
     result = preflight.run(
         tools=params["tools"], age_key_file=params["age_key_file"], age_public_key=params["age_public_key"],
         check_age_key_file=bool(params["age_key_file"]), git_url=params["git_url"], git_branch=params["git_branch"],
         github_token=params["github_token"], github_api_url=params["github_api_url"],
         check_git_sync=bool(params["git_url"]), eip_checks=params["aws_eip_checks"],
-        eips_per_cluster=params["eips_per_cluster"], aws_connection=connection)
+        eips_per_cluster=params["eips_per_cluster"], aws_connection=connection, capi_version=capi_version,
+        kind_node_image=params["kind_node_image"], helm_oci=params["helm_oci"],
+        container_engine=params["container_engine"])
+    result["problems"] = version_problems + result["problems"]
     problems = result["problems"]
     if problems and params["fail_on_problems"]:
         module.fail_json(msg="preflight found %d problem%s:\n- %s" % (len(problems), "" if len(problems) == 1 else "s",

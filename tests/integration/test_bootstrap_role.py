@@ -112,3 +112,145 @@ if sys.argv[1] == "upgrade":
 elif sys.argv[1] == "list" and os.path.exists(marker):
     sys.stdout.write({deployed!r})
 '''
+
+
+def test_local_registry_is_advertised_as_kep_1755_says_with_addresses_that_resolve(kind_api, ansible_playbook,
+                                                                                   tmp_path):
+    """kube-public/local-registry-hosting (not kube-system/local-registry-config): host for pushes from the
+    host, hostFromContainerRuntime the name containerd maps through the hosts.toml kind_cluster writes, and
+    hostFromClusterNetwork what pods reach; name and ports come from bootstrap.toml."""
+    config = tmp_path / "bootstrap.toml"
+    config.write_text((REPO / "bootstrap.toml").read_text()
+                      .replace('registry-name = "krops-registry"', 'registry-name = "reg"')
+                      .replace("registry-port = 5001", "registry-port = 5055"))
+    play = {"hosts": "localhost", "gather_facts": False,
+            "vars": {"krops_environment": "local-host", "bootstrap_config_file": str(config),
+                     "bootstrap_kind_kubeconfig": kind_api.kubeconfig_path, "bootstrap_pivoted": False},
+            "tasks": [{"ansible.builtin.import_role": {"name": "krops.platform.bootstrap", "tasks_from": "registry"}}]}
+    rc, output, stderr = ansible_playbook([play], "--start-at-task", "Advertise the local registry to the cluster (KEP-1755)")
+    assert rc == 0, (failures(output), stderr[-2000:])
+    hosting = kind_api.get("v1", "ConfigMap", "local-registry-hosting", "kube-public")
+    assert yaml.safe_load(hosting["data"]["localRegistryHosting.v1"]) == {
+        "host": "localhost:5055", "hostFromContainerRuntime": "localhost:5055", "hostFromClusterNetwork": "reg:5000",
+        "help": "https://kind.sigs.k8s.io/docs/user/local-registry/"}
+    assert not kind_api.exists("v1", "ConfigMap", "local-registry-config", "kube-system")
+    # containerd resolves hostFromContainerRuntime: kind.yml asks kind_cluster for the hosts.toml of that host
+    kind_task = yaml.safe_load((REPO / "roles/bootstrap/tasks/kind.yml").read_text())[0]
+    assert "'localhost:' ~ bootstrap_registry_port" in kind_task["krops.platform.kind_cluster"]["registry_mirror"]
+
+
+# A kubectl that, for `port-forward`, checks its argv like kubectl and then serves Podinfo's /healthz on
+# the local port it was asked for (as the real forward would), until it is killed.
+_KUBECTL_FORWARD = r'''#!{python}
+import http.server, json, os, sys
+sys.path.insert(0, {root!r})
+from tests.substrate import tool_contracts
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "calls.jsonl"), "a") as log:
+    log.write(json.dumps({{"tool": "kubectl", "argv": sys.argv[1:], "env": {{}}, "cwd": os.getcwd(), "stdin": ""}}) + "\n")
+try:
+    command, positional, flags = tool_contracts.check_kubectl(sys.argv[1:])
+except tool_contracts.Refused as exc:
+    sys.stderr.write(str(exc) + "\n")
+    sys.exit(exc.rc)
+if command != ("port-forward",) or not os.path.exists(flags["--kubeconfig"]):
+    sys.exit("unexpected kubectl call")
+local = int(positional[1].split(":")[0])
+
+class Podinfo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{{"status": "OK"}}' if self.path == "/healthz" else b'{{"hostname": "podinfo-7d9f"}}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+print("Forwarding from %s:%d -> 9898" % (flags["--address"], local), flush=True)
+http.server.HTTPServer((flags["--address"], local), Podinfo).serve_forever()
+'''
+
+
+def test_podinfo_playbook_forwards_localhost_in_the_background_and_a_rerun_changes_nothing(
+        fake_bins, ansible_playbook, tmp_path):
+    import os
+    import signal
+    import urllib.request
+
+    from tests.substrate.fixtures import free_port
+
+    port = free_port()
+    kubeconfig = tmp_path / "krops-local-workload.yaml"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    pid_file = tmp_path / "cache" / "podinfo.pid"
+    fake_bins.install("kubectl", _KUBECTL_FORWARD.format(python=sys.executable, root=str(REPO)))
+    extra = ["-e", "krops_environment=local-host", "-e", "bootstrap_config_file=%s" % CONFIG,
+             "-e", "bootstrap_workload_kubeconfig=%s" % kubeconfig, "-e", "bootstrap_podinfo_local_port=%d" % port,
+             "-e", "bootstrap_podinfo_pid_file=%s" % pid_file, "-e", "bootstrap_podinfo_log_file=%s" % (tmp_path / "pf.log"),
+             "-e", "bootstrap_podinfo_retries=20"]
+    try:
+        rc, output, stderr = ansible_playbook(str(REPO / "playbooks/podinfo.yml"), *extra,
+                                              env={"PATH": fake_bins.path_env})
+        assert rc == 0, (failures(output), stderr[-2000:])
+        first = results_of(output, 0)
+        assert first["Start kubectl port-forward to Podinfo in the background"]["changed"] is True
+        with urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=5) as answer:
+            assert json.loads(answer.read())["hostname"] == "podinfo-7d9f"   # it outlived the play
+        forward = [c["argv"] for c in fake_bins.calls("kubectl")]
+        assert forward == [["--kubeconfig", str(kubeconfig), "--namespace", "podinfo", "port-forward", "svc/podinfo",
+                            "%d:9898" % port, "--address", "127.0.0.1"]]
+        rc, output, stderr = ansible_playbook(str(REPO / "playbooks/podinfo.yml"), *extra,
+                                              env={"PATH": fake_bins.path_env})
+        assert rc == 0, (failures(output), stderr[-2000:])
+        changed = [name for name, res in results_of(output, 0).items() if res.get("changed")]
+        assert changed == [] and len(fake_bins.calls("kubectl")) == 1
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+
+
+def test_podinfo_playbook_without_a_workload_kubeconfig_says_what_to_run(fake_bins, ansible_playbook, tmp_path):
+    from tests.substrate.fixtures import free_port
+
+    rc, output, stderr = ansible_playbook(
+        str(REPO / "playbooks/podinfo.yml"), "-e", "krops_environment=local-host", "-e", "bootstrap_config_file=%s" % CONFIG,
+        "-e", "bootstrap_workload_kubeconfig=%s" % (tmp_path / "none.yaml"),
+        "-e", "bootstrap_podinfo_local_port=%d" % free_port(), env={"PATH": fake_bins.path_env})
+    assert rc == 2
+    assert failures(output) == [("krops.platform.bootstrap : Require the workload kubeconfig",
+                                 "%s does not exist: run the bootstrap first (ansible-playbook -i inventories/local-host "
+                                 "playbooks/local-host.yml), or `--tags kubeconfigs` to write it again." % (tmp_path / "none.yaml"))]
+    assert fake_bins.calls("kubectl") == []
+
+
+def test_molecule_scenario_inventory_gives_localhost_its_connection_and_the_repo_root(tmp_path):
+    """molecule (collection layout, extensions/molecule) links host_vars: with links set it writes none itself."""
+    import glob
+    import os
+    import subprocess
+
+    env = dict(os.environ, HOME=str(tmp_path), PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ["PATH"]),
+               ANSIBLE_HOME=str(tmp_path / ".ansible"))
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "molecule"), "syntax"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "should migrate" not in proc.stdout + proc.stderr
+    inventories = glob.glob(str(tmp_path / ".ansible" / "tmp" / "molecule.*.default" / "inventory"))
+    assert len(inventories) == 1, proc.stdout[-2000:]
+    shown = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-inventory"), "-i", inventories[0], "--host",
+                            "localhost"], env=dict(env, MOLECULE_PROJECT_DIRECTORY=str(REPO)), capture_output=True,
+                           text=True, timeout=120, check=True)
+    host = json.loads(shown.stdout)
+    assert host["ansible_connection"] == "local"
+    assert host["krops_repo_root"] == "{{ lookup('ansible.builtin.env', 'MOLECULE_PROJECT_DIRECTORY') }}"
+    assert host["krops_environment"] == "local-host"
+    scenario = REPO / "extensions" / "molecule" / "default"
+    molecule = yaml.safe_load((scenario / "molecule.yml").read_text())
+    assert molecule["provisioner"]["env"]["BOOTSTRAP_CONFIG"] == "${MOLECULE_PROJECT_DIRECTORY}/bootstrap.toml"
+    # cleanup tears down through the role: an import_playbook of local-host.yml (even with tags:) bootstraps again
+    cleanup = yaml.safe_load((scenario / "cleanup.yml").read_text())
+    assert not any("ansible.builtin.import_playbook" in play for play in cleanup)
+    assert any(task.get("ansible.builtin.include_role", {}).get("name") == "krops.platform.teardown"
+               for play in cleanup for task in play["tasks"])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.krops.platform.plugins.module_utils import flux
+from ansible_collections.krops.platform.plugins.module_utils import config, flux
 from ansible_collections.krops.platform.plugins.modules import flux_handoff
 from tests.substrate.fixtures import REPO, task_results
 
@@ -23,6 +23,7 @@ NS = "flux-system"
 KS = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
 FI = ("fluxcd.controlplane.io/v1", "FluxInstance")
 CONFIG = str(REPO / "bootstrap.toml")
+PINNED = config.load(CONFIG).data["charts"]["flux-operator"]
 AGE_KEY = ("# created: 2026-11-30T05:00:00Z\n# public key: age1qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq\n"
            "AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ\n")
 TOKEN = "ghp_s3cr3tT0kenValue0123456789"
@@ -97,7 +98,7 @@ def args(api, **extra):
     return base
 
 
-def deployed(version="0.58.0"):
+def deployed(version=PINNED):
     return json.dumps([{"name": "flux-operator", "namespace": NS, "revision": "1", "status": "deployed",
                         "chart": "flux-operator-%s" % version, "app_version": "v%s" % version}])
 
@@ -119,7 +120,7 @@ def test_local_host_handoff_installs_creates_and_waits_in_dependency_order(kind_
 
     upgrade = [c["argv"] for c in fake_bins.calls("helm") if c["argv"][0] == "upgrade"]
     assert upgrade == [["upgrade", "--install", "flux-operator", "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
-                        "--version", "0.58.0", "--namespace", NS, "--create-namespace", "--wait", "--timeout", "10m",
+                        "--version", PINNED, "--namespace", NS, "--create-namespace", "--wait", "--timeout", "10m",
                         "--kubeconfig", kind_api.kubeconfig_path, "--kube-context", "kind-mgmt"]]
 
     instance = kind_api.get(*FI, "flux", NS)
@@ -129,7 +130,7 @@ def test_local_host_handoff_installs_creates_and_waits_in_dependency_order(kind_
         {"target": {"kind": "OCIRepository"}, "patch": "- op: add\n  path: /spec/insecure\n  value: true\n"}]
     assert instance["spec"]["cluster"] == {"type": "kubernetes", "size": "small", "multitenant": False,
                                            "networkPolicy": True, "domain": "cluster.local"}
-    assert instance["spec"]["distribution"] == {"version": "2.x", "registry": "ghcr.io/fluxcd"}
+    assert instance["spec"]["distribution"] == {"version": "2.9.x", "registry": "ghcr.io/fluxcd"}
     tags = kind_api.get("v1", "ConfigMap", "krops-run", NS)["data"]
     assert tags == result["run_tags"]
     assert tags["KROPS_RUN_ID"].startswith("local-host-") and tags["KROPS_RUN_KIND"] == "manual"
@@ -195,7 +196,7 @@ def test_check_mode_plans_and_writes_nothing(kind_api, fake_bins, run_module, tm
     assert not result.failed, result.get("msg")
     assert result["changed"] is True and result["ready"] is False
     assert result["actions"] == [
-        "would install Flux Operator chart 0.58.0 (release flux-operator in flux-system)",
+        "would install Flux Operator chart %s (release flux-operator in flux-system)" % PINNED,
         "would create Namespace flux-system",
         "would create ConfigMap flux-system/krops-run",
         "would create Secret flux-system/flux-github-pat",
@@ -322,7 +323,7 @@ def test_playbook_shows_progress_on_the_controller_while_waiting(kind_api, fake_
     result = task_results(output)["handoff"]
     assert rc == 0, (result, stderr)
     assert result["ready"] is True and result["changed"] is True
-    assert result["actions"][0].startswith("install Flux Operator chart 0.58.0")
+    assert result["actions"][0].startswith("install Flux Operator chart %s" % PINNED)
     assert [k["name"] for k in result["kustomizations"]] == ["flux-system", "infra"]
     assert "_krops_pending" not in result and "_krops_waited" not in result
     progress = [line for line in stderr.splitlines() if line.startswith("flux_handoff [localhost] waited")]
@@ -370,3 +371,51 @@ def test_wait_false_reports_the_current_state_without_waiting(kind_api, fake_bin
     assert [(k["name"], k["reason"]) for k in result["kustomizations"]] == [
         ("flux-system", "NotFound"), ("infra", "Progressing")]
     assert result["actions"] == ["create ConfigMap flux-system/krops-run", "update FluxInstance flux-system/flux"]
+
+
+def test_registry_address_and_flux_version_come_from_bootstrap_toml(kind_api, fake_bins, run_module, tmp_path):
+    """Nothing about the registry is hard-coded: another name, port and Flux version flow into the FluxInstance."""
+    text = (REPO / "bootstrap.toml").read_text()
+    text = text.replace('registry-name = "krops-registry"', 'registry-name = "my-registry"')
+    text = text.replace("registry-container-port = 5000", "registry-container-port = 5555")
+    text = text.replace('flux-version = "2.9.x"', 'flux-version = "2.8.x"')
+    custom = tmp_path / "bootstrap.toml"
+    custom.write_text(text)
+    result = run_module(flux_handoff, args(kind_api, config_file=str(custom)), check_mode=True)
+    assert not result.failed, result.get("msg")
+    sync = flux.sync_settings(config.load(str(custom)), "local-host")
+    assert sync["url"] == "oci://my-registry:5555/krops" and sync["insecure"] is True
+    spec = flux.fluxinstance_spec(sync)
+    assert spec["distribution"] == {"version": "2.8.x", "registry": "ghcr.io/fluxcd"}
+    assert spec["kustomize"]["patches"][0]["patch"] == flux.OCI_INSECURE_PATCH
+    # an OCI URL elsewhere keeps TLS
+    other = flux.sync_settings(config.load(str(custom)), "local-host", sync_url="oci://ghcr.io/acme/krops")
+    assert other["insecure"] is False and flux.fluxinstance_spec(other)["kustomize"] is None
+
+
+def test_validate_holds_the_tree_to_the_flux_version_registry_and_node_image_of_bootstrap_toml(tmp_path):
+    """The workload FluxInstance cannot drift from bootstrap.toml: validate reports each difference."""
+    import shutil
+
+    from ansible_collections.krops.platform.plugins.module_utils import validate
+
+    root = tmp_path / "repo"
+    for part in ("mgmt/local-host", "workload/local-host"):
+        shutil.copytree(REPO / part, root / part)
+    for name in ("bootstrap.toml", ".yamllint"):
+        shutil.copy(REPO / name, root / name)
+    text = (root / "bootstrap.toml").read_text()
+    text = text.replace('registry-name = "krops-registry"', 'registry-name = "my-registry"')
+    text = text.replace('flux-version = "2.9.x"', 'flux-version = "2.8.x"')
+    text = text.replace("kindest/node:v1.35.5@", "kindest/node:v1.34.8@")
+    (root / "bootstrap.toml").write_text(text)
+    result = validate.run(str(root), environments=["local-host"], schema_location=str(REPO / "schemas" / "crds"))
+    messages = sorted(f["message"] for f in result["findings"] if f["rule"] == "bootstrap")
+    fi = "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml"
+    assert [f["file"] for f in result["findings"] if "FluxInstance" in f["message"]] == [fi, fi]
+    assert "FluxInstance distribution.version 2.9.x differs from bootstrap.toml bootstrap.flux-version = 2.8.x " \
+           "(management and workload run the same Flux)" in messages
+    assert "FluxInstance sync.url oci://krops-registry:5000/krops differs from oci://my-registry:5000/krops " \
+           "(bootstrap.toml registry-name, registry-container-port, oci-repository)" in messages
+    assert messages.count("Kubernetes version v1.35.5 differs from the kind node image v1.34.8 "
+                          "(bootstrap.toml bootstrap.kind-node-image)") == 4

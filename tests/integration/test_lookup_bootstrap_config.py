@@ -22,7 +22,7 @@ def test_lookup_reads_values_overrides_and_fails_clearly(ansible_playbook):
     facts = results["value"]["ansible_facts"]
     assert rc == 0, stderr
     assert facts["mgmt"] == "eu-north-1-management"
-    assert facts["charts"] == {"flux-operator": "0.58.0", "cert-manager": "1.21.2", "capi-operator": "0.29.0"}
+    assert facts["charts"] == {"flux-operator": "0.58.1", "cert-manager": "v1.21.1", "capi-operator": "0.28.0"}
     assert facts["port"] == 5055
     assert facts["selected"] == "gcp"
     assert facts["registry"] is True

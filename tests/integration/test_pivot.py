@@ -137,8 +137,8 @@ mgmt-kubeconfig = "{kubeconfig}"
 
 [charts]
 flux-operator = "0.58.0"
-cert-manager = "1.21.2"
-capi-operator = "0.29.0"
+cert-manager = "v1.21.1"
+capi-operator = "0.28.0"
 
 [environments.local-host]
 kind = "local-host"
@@ -321,9 +321,9 @@ class World:
 
     def helm_deployed(self):
         self.bins.answer("helm", "list -n cert-manager", stdout=json.dumps(
-            [{"name": "cert-manager", "namespace": "cert-manager", "chart": "cert-manager-v1.21.2", "status": "deployed"}]))
+            [{"name": "cert-manager", "namespace": "cert-manager", "chart": "cert-manager-v1.21.1", "status": "deployed"}]))
         self.bins.answer("helm", "list -n capi-operator-system", stdout=json.dumps(
-            [{"name": "capi-operator", "namespace": "capi-operator-system", "chart": "cluster-api-operator-0.29.0", "status": "deployed"}]))
+            [{"name": "capi-operator", "namespace": "capi-operator-system", "chart": "cluster-api-operator-0.28.0", "status": "deployed"}]))
 
     # observations
     def capi(self, api):
@@ -397,9 +397,9 @@ def test_pivot_moves_everything_then_a_rerun_changes_nothing(world, run_module):
     upgrades = helm_calls(world.bins)
     assert [a[2] for a in upgrades] == ["cert-manager", "capi-operator"]
     cert, capi = upgrades
-    assert cert[cert.index("--version") + 1] == "v1.21.2" and cert[cert.index("--repo") + 1] == "https://charts.jetstack.io"
+    assert cert[cert.index("--version") + 1] == "v1.21.1" and cert[cert.index("--repo") + 1] == "https://charts.jetstack.io"
     assert ["-n", "cert-manager"] == cert[cert.index("-n"):cert.index("-n") + 2] and "crds.enabled=true" in cert
-    assert capi[3] == "cluster-api-operator" and capi[capi.index("--version") + 1] == "0.29.0"
+    assert capi[3] == "cluster-api-operator" and capi[capi.index("--version") + 1] == "0.28.0"
     assert "cert-manager.enabled=false" in capi and "capi-operator-system" in capi
     assert world.mgmt.get(OPERATOR_V, "CoreProvider", "cluster-api", "capi-system")["spec"]["version"] == "v1.10.2"
     assert world.mgmt.exists(OPERATOR_V, "InfrastructureProvider", "docker", "capd-system")
@@ -569,7 +569,7 @@ def test_helm_failure_names_the_chart(world, run_module):
     world.bins.answer("helm", "upgrade --install capi-operator", stderr="Error: context deadline exceeded\n", rc=1)
     result = run_module(capi_pivot, world.args())
     assert result["failed_phase"] == "prepare"
-    assert "installing chart cluster-api-operator 0.29.0 on the management cluster failed" in result["msg"]
+    assert "installing chart cluster-api-operator 0.28.0 on the management cluster failed" in result["msg"]
     assert result["msg"].endswith("exited 1: Error: context deadline exceeded")
     assert_source_untouched(world)
 
@@ -885,8 +885,8 @@ def test_playbook_shows_progress_while_the_management_cluster_comes_up(world, an
         ">>> waiting for Secret default/local-management-kubeconfig",
         "wrote %s (context krops-mgmt)" % world.target_kubeconfig,
         ">>> waiting up to 5s for the management cluster's nodes",
-        ">>> helm upgrade --install cert-manager cert-manager v1.21.2",
-        ">>> helm upgrade --install capi-operator cluster-api-operator 0.29.0",
+        ">>> helm upgrade --install cert-manager cert-manager v1.21.1",
+        ">>> helm upgrade --install capi-operator cluster-api-operator 0.28.0",
         ">>> waiting up to 10s for CoreProvider capi-system/cluster-api Ready",
         ">>> waiting up to 10s for InfrastructureProvider capd-system/docker Ready",
         "suspended 3 Kustomizations on the kind cluster",

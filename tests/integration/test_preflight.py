@@ -7,6 +7,7 @@ attribute there, 5); age keys are made by the real age-keygen.
 
 import json
 import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -16,6 +17,7 @@ import boto3
 import pytest
 
 from ansible_collections.krops.platform.plugins.modules import preflight_check
+from tests.substrate import kind_engine
 from tests.substrate.fixtures import REPO
 
 TOKEN = "ghp_test_token_0123456789"
@@ -310,12 +312,19 @@ def test_role_passes_for_local_host_and_fails_once_for_aws(ansible_playbook, fak
                     "preflight_github_token": TOKEN, "preflight_git_url": "https://github.com/krops/krops",
                     "preflight_git_branch": "nope", "preflight_age_key_file": str(path),
                     "preflight_age_public_key": public, "preflight_aws_endpoint_url": moto}}
+    aws["vars"]["preflight_provider_manifests"] = []  # the aws tree is not in this checkout's test copy
+    fake_bins.install("kind", kind_engine.SCRIPT.format(python=sys.executable, root=str(REPO)))
     rc, output, stderr = ansible_playbook([local, aws])
     assert rc == 2, (output, stderr)
     plays = output["plays"]
     passed = {t["task"]["name"].split(" : ", 1)[-1]: t["hosts"]["localhost"] for t in plays[0]["tasks"]}
-    check = passed["Check tools, Git access, the age key and AWS quotas (fails once, listing every problem)"]
-    assert not check.get("failed") and check["problems"] == []
+    check = passed["Check tools and their versions, the engine, Git access, the age key and AWS quotas (fails once, "
+                   "listing every problem)"]
+    assert not check.get("failed") and check["problems"] == [], json.dumps(check)[:2000]
+    assert check["versions"]["clusterctl"] == {"capi_version": "v1.13.5", "clusterctl_version": "1.13.5",
+                                               "contract": "v1beta2"}
+    assert check["versions"]["kind"]["kind_version"] == "0.32.0"
+    assert check["versions"]["helm"] == {"helm_version": "4.2.4"} and check["versions"]["docker"]["daemon"] is True
     assert sorted(check["tools"]["found"]) == ["clusterctl", "docker", "helm", "kind", "kubectl"]
     assert "git" not in check and "age_key" not in check and "aws_eip" not in check
     assert passed["Report what preflight found"]["msg"][0] == "environment local-host: every check passed"
@@ -335,3 +344,75 @@ def test_role_passes_for_local_host_and_fails_once_for_aws(ansible_playbook, fak
     assert sorted(failed[0]["tools"]["found"]) == ["docker", "helm", "kind", "kubectl", "sops"]  # aws: SOPS at pivot
     assert failed[0]["age_key"]["public_key"] == public
     assert TOKEN not in json.dumps(output)
+
+
+# --- versions, not only presence ---------------------------------------------------------------
+
+IMAGE = "kindest/node:v1.35.5@sha256:ce977ae6d65918d0b58a5f8b5e940429c2ce42fa3a5619ec2bbc60b949c0ac95"
+CORE = str(REPO / "mgmt/local-host/capi-system/core-provider.yaml")
+
+
+def version_args(**extra):
+    base = {"tools": ["kind", "helm", "clusterctl", "docker"], "provider_manifests": [CORE],
+            "kind_node_image": IMAGE, "helm_oci": True, "container_engine": "docker"}
+    base.update(extra)
+    return base
+
+
+def test_pinned_versions_pass_and_are_reported(fake_bins, run_module):
+    fake_bins.install("kind", kind_engine.SCRIPT.format(python=sys.executable, root=str(REPO)))
+    fake_bins.answer("docker", "info", stdout='"28.3.0"\n')
+    result = run_module(preflight_check, version_args())
+    assert not result.failed, result["msg"]
+    assert result["versions"] == {
+        "clusterctl": {"capi_version": "v1.13.5", "clusterctl_version": "1.13.5", "contract": "v1beta2"},
+        "kind": {"kind_version": "0.32.0", "node_image": IMAGE},
+        "helm": {"helm_version": "4.2.4"},
+        "docker": {"engine": "docker", "daemon": True, "server_version": "28.3.0"}}
+    info = [c["argv"] for c in fake_bins.calls("docker")]
+    assert info == [["info", "--format", "{{json .ServerVersion}}"]]
+
+
+def test_wrong_versions_and_a_dead_daemon_are_all_reported_together(fake_bins, run_module, monkeypatch):
+    fake_bins.install("kind", kind_engine.SCRIPT.format(python=sys.executable, root=str(REPO)))
+    monkeypatch.setenv("FAKE_KIND_VERSION", "0.31.0")
+    fake_bins.answer("clusterctl", "version", stdout="v1.10.4\n")
+    fake_bins.answer("helm", "version", stdout="v3.7.2+g663a896\n")
+    fake_bins.answer("docker", "info", stderr="Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+                                              "Is the docker daemon running?\n", rc=1)
+    result = run_module(preflight_check, version_args(tools=["kind", "helm", "clusterctl", "docker", "nope"]))
+    assert result.failed
+    problems = result["problems"]
+    assert problems[0].startswith("missing tools: nope ")
+    assert problems[1:] == [
+        "clusterctl v1.10.4 implements contract v1beta1 but Cluster API v1.13.5 needs v1beta2: install clusterctl v1.13.5",
+        "kind 0.31.0 was not published with node image %s; use one of its images (%s) in bootstrap.kind-node-image, "
+        "with the digest" % (IMAGE, ", ".join("%s@%s" % i for i in sorted(
+            __import__("ansible_collections.krops.platform.plugins.module_utils.preflight",
+                       fromlist=["x"]).KIND_NODE_IMAGES["0.31.0"].items()))),
+        "helm v3.7.2+g663a896 is too old for oci:// charts (needs v3.8.0 or later, where OCI support is generally "
+        "available): upgrade helm",
+        "docker is installed but its daemon does not answer (Cannot connect to the Docker daemon at "
+        "unix:///var/run/docker.sock. Is the docker daemon running?): start it, or set ENGINE_SOCK/DOCKER_HOST to its "
+        "socket"]
+    assert result["msg"].startswith("preflight found 5 problems:")
+
+
+def test_image_without_digest_unknown_kind_and_a_manifest_without_core_provider(
+        fake_bins, run_module, monkeypatch, tmp_path):
+    fake_bins.install("kind", kind_engine.SCRIPT.format(python=sys.executable, root=str(REPO)))
+    result = run_module(preflight_check, version_args(kind_node_image="kindest/node:v1.35.5", helm_oci=False,
+                                                      container_engine=None, tools=["kind", "clusterctl"]))
+    assert result["problems"] == [
+        "node image kindest/node:v1.35.5 has no digest: kind's release notes require the exact image, " + IMAGE]
+    monkeypatch.setenv("FAKE_KIND_VERSION", "0.20.0")
+    from ansible_collections.krops.platform.plugins.module_utils import cli
+    cli._version_cache.clear()  # the version is probed once per process and binary
+    other = tmp_path / "providers.yaml"
+    other.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: capi-system\n")
+    result = run_module(preflight_check, version_args(provider_manifests=[str(other)], helm_oci=False,
+                                                      container_engine=None, tools=["kind", "clusterctl"]))
+    assert result["problems"] == [
+        "no CoreProvider in the provider manifests (%s): bootstrap.toml provider-manifests must list it" % other,
+        "kind 0.20.0: krops does not know which node images it supports (known: kind 0.31.0, 0.32.0); install kind "
+        "v0.32.0"]

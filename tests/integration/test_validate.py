@@ -176,13 +176,13 @@ def test_resourceset_rendered_objects_are_schema_checked(tree):
 
 
 def test_chart_pin_drift(tree):
-    edit(tree, LH + "/cert-manager/helmrelease.yaml", 'version: "1.21.2"', 'version: "1.20.0"')
-    edit(tree, LH + "/flux-apps/helmchartproxy.yaml", 'version: "0.58.0"', 'version: "0.57.1"')
+    edit(tree, LH + "/cert-manager/helmrelease.yaml", 'version: "v1.21.1"', 'version: "1.20.0"')
+    edit(tree, LH + "/flux-apps/helmchartproxy.yaml", 'version: "0.58.1"', 'version: "0.57.1"')
     assert found(check(tree)) == [
         (LH + "/cert-manager/helmrelease.yaml", "HelmRelease/cert-manager/cert-manager", "bootstrap",
-         "chart cert-manager version 1.20.0 differs from bootstrap.toml [charts] cert-manager = 1.21.2"),
+         "chart cert-manager version 1.20.0 differs from bootstrap.toml [charts] cert-manager = v1.21.1"),
         (LH + "/flux-apps/helmchartproxy.yaml", "HelmChartProxy/default/flux-operator", "bootstrap",
-         "chart flux-operator version 0.57.1 differs from bootstrap.toml [charts] flux-operator = 0.58.0")]
+         "chart flux-operator version 0.57.1 differs from bootstrap.toml [charts] flux-operator = 0.58.1")]
 
 
 def test_plaintext_secret(tree):
@@ -265,10 +265,10 @@ def test_postbuild_variables_are_substituted_before_schemas(tree):
     ks = LH + "/clusters/local-workload/flux-ks.yaml"
     cp = LH + "/clusters/local-workload/control-plane.yaml"
     edit(tree, cp, "  replicas: 1", "  replicas: ${CP_REPLICAS:=1}")
-    edit(tree, cp, "  version: v1.34.0", "  version: ${K8S_VERSION}")
-    edit(tree, ks, "  prune: true", "  prune: true\n  postBuild:\n    substitute:\n      K8S_VERSION: v1.34.0")
+    edit(tree, cp, "  version: v1.35.5", "  version: ${K8S_VERSION}")
+    edit(tree, ks, "  prune: true", "  prune: true\n  postBuild:\n    substitute:\n      K8S_VERSION: v1.35.5")
     assert found(check(tree)) == []
-    edit(tree, ks, "      K8S_VERSION: v1.34.0", "      K8S_VERSION: v1.34.0\n      CP_REPLICAS: three")
+    edit(tree, ks, "      K8S_VERSION: v1.35.5", "      K8S_VERSION: v1.35.5\n      CP_REPLICAS: three")
     assert found(check(tree)) == [(cp, "KubeadmControlPlane/default/local-workload-control-plane", "schema",
                                    "spec.replicas: 'three' is not of type 'integer'")]
 
@@ -379,11 +379,11 @@ def test_module_clean_tree_check_mode(run_module):
 
 
 def test_module_fails_with_findings_and_json(run_module, tree):
-    edit(tree, LH + "/cert-manager/helmrelease.yaml", 'version: "1.21.2"', 'version: "1.20.0"')
+    edit(tree, LH + "/cert-manager/helmrelease.yaml", 'version: "v1.21.1"', 'version: "1.20.0"')
     result = run_module(validate_module, {"path": str(tree), "schema_location": str(SCHEMAS), "format": "json"})
     assert result.failed and result["changed"] is False
     line = ("mgmt/local-host/cert-manager/helmrelease.yaml: HelmRelease/cert-manager/cert-manager: [bootstrap] chart "
-            "cert-manager version 1.20.0 differs from bootstrap.toml [charts] cert-manager = 1.21.2")
+            "cert-manager version 1.20.0 differs from bootstrap.toml [charts] cert-manager = v1.21.1")
     assert result["msg"].splitlines()[:2] == ["validate found 1 finding(s):", line]
     report = json.loads(result["output"])
     assert report["findings"] == [{"file": "mgmt/local-host/cert-manager/helmrelease.yaml",

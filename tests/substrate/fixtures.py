@@ -195,14 +195,37 @@ stdin = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
 with open(os.path.join(here, "calls.jsonl"), "a") as log:
     log.write(json.dumps({{"tool": "{name}", "argv": sys.argv[1:], "env": dict(os.environ),
                           "cwd": os.getcwd(), "stdin": stdin}}) + "\\n")
+# helm, clusterctl and kubectl refuse what the pinned real tool refuses (tests/substrate/tool_contracts.py).
+sys.path.insert(0, {root!r})
+from tests.substrate import tool_contracts
+strict = tool_contracts.STRICT.get("{name}")
 rules_path = os.path.join(here, "rules.json")
 rules = json.load(open(rules_path)) if os.path.exists(rules_path) else {{}}
+if strict:
+    # A test that makes helm answer `version` as another major gets that major's flags.
+    claimed = [r["stdout"] for r in rules.get("{name}", []) if r.get("match") == "version"]
+    major = int(claimed[0].split('Version:"v', 1)[-1].lstrip("v")[:1]) if claimed and "{name}" == "helm" else 4
+    try:
+        strict(sys.argv[1:], major) if "{name}" == "helm" else strict(sys.argv[1:])
+    except tool_contracts.Refused as exc:
+        sys.stderr.write(str(exc) + "\\n")
+        sys.exit(exc.rc)
 joined = " ".join(sys.argv[1:])
 for rule in rules.get("{name}", []):
     if rule.get("match", "") in joined:
         sys.stdout.write(rule.get("stdout", ""))
         sys.stderr.write(rule.get("stderr", ""))
         sys.exit(rule.get("rc", 0))
+# What the pinned tools print for their version, unless a rule answered.
+# helm pkg/cmd/version.go formatVersion: --short is v<ver>+g<commit7>, else %#v of BuildInfo.
+if "{name}" == "helm" and sys.argv[1:2] == ["version"]:
+    if "--short" in sys.argv:
+        print("v%s+g0000000" % tool_contracts.HELM_VERSION)
+    else:
+        print('version.BuildInfo{{Version:"v%s", GitCommit:"0000000000000000000000000000000000000000", '
+              'GitTreeState:"clean", GoVersion:"go1.25.0", KubeClientVersion:"v1.35"}}' % tool_contracts.HELM_VERSION)
+elif "{name}" == "clusterctl" and sys.argv[1:2] == ["version"]:
+    print("v%s" % tool_contracts.CLUSTERCTL_VERSION)
 sys.exit(0)
 '''
 
@@ -222,7 +245,7 @@ class FakeBins:
     def install(self, name, script=None):
         """Install the recording stand-in for name (or a custom Python script body)."""
         path = self.dir / name
-        path.write_text(script or _STAND_IN.format(python=sys.executable, name=name))
+        path.write_text(script or _STAND_IN.format(python=sys.executable, name=name, root=str(REPO)))
         path.chmod(0o755)
         return path
 

@@ -38,7 +38,7 @@ def test_repository_file_is_valid_and_normalised():
     assert loaded.lookup("environments.aws.mgmt-cluster") == "eu-north-1-management"
     assert loaded.lookup("environments.aws.mgmt-ready-timeout") == 2400
     assert loaded.lookup("environments.local-talos.mgmt-ready-timeout") == 1800
-    assert loaded.lookup("charts") == {"flux-operator": "0.58.0", "cert-manager": "1.21.2", "capi-operator": "0.29.0"}
+    assert loaded.lookup("charts") == {"flux-operator": "0.58.1", "cert-manager": "v1.21.1", "capi-operator": "0.28.0"}
     assert loaded.lookup("environments.aws.teardown.aws-workloads")[1]["rds-instance"] == "krops-eu-west-1-workload-db"
     assert loaded.lookup("environment") == "local-host"
     assert loaded.lookup("current.mgmt-cluster") == "local-management"
