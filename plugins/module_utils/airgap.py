@@ -280,8 +280,8 @@ def derive(root, renderer=None, config_file=None):
             # CAAPH's controller pulls the chart itself; the Zarf agent has no hook for HelmChartProxy.
             if not _local(boot_cfg, spec.get("repoURL")):
                 inv.problems.append((directory, _ident(obj), "HelmChartProxy chart %s/%s is pulled by the CAAPH controller, "
-                                    "which the Zarf agent does not rewrite: point repoURL at the local registry %s"
-                                    % (spec.get("repoURL"), spec.get("chartName"), boot_cfg["registry-name"])))
+                                     "which the Zarf agent does not rewrite: point repoURL at the local registry %s"
+                                     % (spec.get("repoURL"), spec.get("chartName"), boot_cfg["registry-name"])))
         elif (kind, meta.get("name")) in PROVIDERS:
             component, repos = PROVIDERS[(kind, meta.get("name"))]
             for repo in repos:
@@ -440,13 +440,13 @@ def config_repository(boot):
     return "%s:%s/%s" % (boot["registry-name"], boot.get("registry-container-port", 5000), boot["oci-repository"])
 
 
-
 def zarf_package(inv, boot):
     """The ZarfPackageConfig (zarf.dev/v1alpha1) of the profile; images come from the inventory.
 
     Order: the configuration artifact and the charts Flux depends on are in the registry before the
     FluxInstance syncs; the provider components come after it, so their health checks wait for what
-    Flux applies (pods that started before their images were pushed retry the pull). No component is required: zarf always deploys required components, also in a partial deploy
+    Flux applies (pods that started before their images were pushed retry the pull). No component is required: zarf always deploys required components, also in a
+    partial deploy
     (src/pkg/packager/filters/deploy.go @ v0.84.0), and the host components must deploy alone,
     before any cluster exists. The playbook names the components of each of its two deploys.
     """

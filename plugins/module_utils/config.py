@@ -445,6 +445,10 @@ def _git_url(value, ctx, key):
 
 _GIT_URL = _git_url
 
+# A container image reference: [registry[:port]/]path[:tag][@sha256:digest].
+_IMAGE_REF = re.compile(
+    r"^(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9][a-z0-9._/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?\Z")
+
 _BOOTSTRAP = _table({
     "default-environment": (_string, _REQUIRED),
     "git-url": (_GIT_URL, _REQUIRED),
@@ -454,9 +458,7 @@ _BOOTSTRAP = _table({
     "kind-cluster": (_KIND_CLUSTER, "mgmt"),
     "kind-context": (_optional(_CONTEXT), ""),  # empty: kind-<kind-cluster>, the context kind writes
     "kind-network": (_DOCKER, "kind"),
-    "kind-node-image": (_matching(re.compile(
-        r"^(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9][a-z0-9._/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?\Z"),
-                                  "an image reference such as kindest/node:v1.35.5@sha256:<digest>", limit=512), ""),
+    "kind-node-image": (_matching(_IMAGE_REF, "an image reference such as kindest/node:v1.35.5@sha256:<digest>", limit=512), ""),
     "registry-name": (_DOCKER, "krops-registry"),
     "registry-port": (_integer(1, 65535), 5001),
     "registry-container-port": (_integer(1, 65535), 5000),

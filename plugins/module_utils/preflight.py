@@ -147,7 +147,7 @@ def check_kind_image(node_image, kind=None):
     if images is None:
         return facts, ["kind %s: krops does not know which node images it supports (known: kind %s); install "
                        "kind v%s" % (version, ", ".join(sorted(KIND_NODE_IMAGES)), max(KIND_NODE_IMAGES))]
-    name, _, digest = node_image.partition("@")
+    name, _at, digest = node_image.partition("@")
     if images.get(name) is None or (digest and images[name] != digest):
         return facts, ["kind %s was not published with node image %s; use one of its images (%s) in "
                        "bootstrap.kind-node-image, with the digest" % (

@@ -15,7 +15,7 @@ description:
     nodes do not become Ready within O(wait_timeout) fails and suggests O(recreate=true).
   - The node config mounts the container engine socket (O(engine_socket)) into every node at the same path,
     so providers such as CAPD can reach the engine. With O(registry_mirror), containerd in every node pulls
-    O(registry_mirror.host) from O(registry_mirror.endpoint): as in kind's local-registry guide, containerd is
+    O(registry_mirror.host) from O(registry_mirror.endpoint); as in kind's local-registry guide, containerd is
     pointed at C(/etc/containerd/certs.d) at creation and C(<host>/hosts.toml) is written into each node with
     C(<engine> exec) afterwards (a mount cannot carry the C(:) of C(localhost:5001)).
   - The config is checked against C(kind.x-k8s.io/v1alpha4) first (kind decodes it strictly); an unknown

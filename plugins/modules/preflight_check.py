@@ -24,7 +24,7 @@ description:
     addresses already owned by the listed clusters count as available. Each short region is reported with the
     C(aws service-quotas request-service-quota-increase) command that would raise it.
   - Versions, not only presence (each only when its tool is found). With O(provider_manifests), C(clusterctl version -o short)
-    must implement the contract of the CoreProvider's C(spec.version) (C(metadata.yaml) of each Cluster API release:
+    must implement the contract of the CoreProvider's C(spec.version) (C(metadata.yaml) of each Cluster API release;
     v1.11 to v1.14 implement v1beta2). With O(kind_node_image), the installed kind must have been published with that
     exact image (tag and digest, from kind's release notes). With O(helm_oci), C(helm version --short) must be
     v3.8.0 or later (OCI charts generally available). With O(container_engine), C(<engine> info) must succeed, so the

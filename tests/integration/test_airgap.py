@@ -185,7 +185,7 @@ def test_pin_check_reports_drift_between_zarf_yaml_and_images_txt(tree):
 def test_pin_check_rejects_a_digest_that_differs_from_the_lock(tree):
     edit(tree, airgap.INVENTORY, "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:8a8ed0a5",
          "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:9a8ed0a5")
-    findings, _ = airgap.check(str(tree), pin=False)
+    findings, _images = airgap.check(str(tree), pin=False)
     assert len(findings) == 2
     assert findings[0][0:2] == ("airgap/images.txt", "ghcr.io/fluxcd/source-controller:v1.9.4")
     assert "differs from sha256:8a8ed0a5" in findings[0][2] and "flux-operator config/data/flux-images" in findings[0][2]

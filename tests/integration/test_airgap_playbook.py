@@ -95,14 +95,14 @@ def test_syntax_check(ansible_playbook):
 
 
 def test_a_plain_run_only_explains(ansible_playbook, zarf):
-    rc, output, _ = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml")
+    rc, output, _err = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml")
     assert rc == 0
     assert list(results(output)) == ["Explain the tags"]
     assert calls(zarf) == []
 
 
 def test_an_unsigned_build_is_refused(ansible_playbook, zarf):
-    rc, output, _ = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml", "--tags", "build", "--check")
+    rc, output, _err = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml", "--tags", "build", "--check")
     assert rc == 2
     assert failures(output) == [("Refuse an unsigned build",
                                  "an unsigned build is refused: set airgap_signing_key and airgap_public_key to the files of "
@@ -111,14 +111,14 @@ def test_an_unsigned_build_is_refused(ansible_playbook, zarf):
 
 
 def test_an_unsupported_architecture_is_refused(ansible_playbook, zarf):
-    rc, output, _ = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml", "--tags", "build", "--check",
+    rc, output, _err = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml", "--tags", "build", "--check",
                         "-e", "airgap_architecture=s390x")
     assert rc == 2
     assert failures(output) == [("Check the architecture", "airgap_architecture s390x is not supported: use one of amd64, arm64")]
 
 
 def test_build_of_the_real_tree_stops_at_the_pin_check(ansible_playbook, zarf):
-    rc, output, _ = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml", "--tags", "build", "--check",
+    rc, output, _err = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml", "--tags", "build", "--check",
                         "-e", "airgap_signing_key=%s" % (zarf / "zarf.key"), "-e", "airgap_public_key=%s" % (zarf / "zarf.pub"))
     assert rc == 2
     [(task, msg)] = failures(output)
@@ -172,7 +172,7 @@ def test_deploy_in_check_mode_verifies_before_anything(ansible_playbook, zarf, r
 
 
 def test_deploy_without_a_public_key_is_refused(ansible_playbook, zarf):
-    rc, output, _ = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml", "--tags", "deploy", "--check")
+    rc, output, _err = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml", "--tags", "deploy", "--check")
     assert rc == 2
     [(task, msg)] = failures(output)
     assert task == "Refuse a deploy that cannot verify the package"
@@ -186,7 +186,7 @@ def test_a_flag_the_pinned_zarf_lacks_fails_the_check_run(ansible_playbook, zarf
     (build / "zarf-init-amd64-v0.84.0.tar.zst").write_text("{}")
     bad = {"airgap_deploy_commands": {"verify": ["package", "verify", str(build / "p.tar.zst"), "--key", "k"],
                                       "deploy": ["package", "deploy", str(build / "p.tar.zst"), "--skip-signature-check"]}}
-    rc, output, _ = run(ansible_playbook, zarf, ready / "playbooks" / "airgap.yml", "--tags", "deploy", "--check",
+    rc, output, _err = run(ansible_playbook, zarf, ready / "playbooks" / "airgap.yml", "--tags", "deploy", "--check",
                         "-e", "airgap_public_key=%s" % (zarf / "zarf.pub"), "-e", "airgap_package=%s" % (build / "p.tar.zst"),
                         "-e", json.dumps(bad))
     assert rc == 2

@@ -138,9 +138,7 @@ SCHEMA = {"type": "object", "properties": {
             {"rule": "!has(self.ratio) || self.ratio > 0.5", "message": "ratio above 0.5"},
             {"rule": "!has(self.size) || quantity(self.size).isLessThan(quantity('1Gi'))", "message": "below 1Gi"},
             {"rule": "!has(self.size) || semver(self.size).major() < 2", "message": "needs semver"},
-            {"rule": "self.size.split('i').size() <= 2", "message": "one i"},
-        ],
-    }}}
+            {"rule": "self.size.split('i').size() <= 2", "message": "one i"}]}}}
 
 
 def test_defaults_typing_extensions_errors_and_unevaluable_rules():

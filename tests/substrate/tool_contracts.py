@@ -202,7 +202,7 @@ def kind_args(argv):
     position = 0
     while position < len(rest):
         word = rest[position]
-        name, _, inline = word.partition("=")
+        name, _eq, inline = word.partition("=")
         if name not in allowed:
             raise Refused("ERROR: unknown flag: %s" % name)
         if name in _KIND_BOOL_FLAGS:

@@ -114,7 +114,7 @@ def _resolve(words):
 
 def parse(argv):
     """(command path, {flag: [values]}, positional args) or Refused with pflag's message."""
-    path, _ = _resolve(_leading_words(argv))
+    path, _rest = _resolve(_leading_words(argv))
     flags_spec, low, high = COMMANDS[path]
     spec = dict(ROOT, **flags_spec)
     shorts = {s: name for name, (s, _k) in spec.items() if s}
@@ -187,7 +187,7 @@ def _leading_words(argv):
         if arg == "--":
             break
         if arg.startswith("--"):
-            name, eq, _ = arg[2:].partition("=")
+            name, eq, _value = arg[2:].partition("=")
             if ROOT.get(name, (None, "bool"))[1] == "value" and not eq and not words:
                 index += 1
         elif arg.startswith("-") and len(arg) > 1:
