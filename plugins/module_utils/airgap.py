@@ -445,8 +445,8 @@ def zarf_package(inv, boot):
 
     Order: the configuration artifact and the charts Flux depends on are in the registry before the
     FluxInstance syncs; the provider components come after it, so their health checks wait for what
-    Flux applies (pods that started before their images were pushed retry the pull). No component is required: zarf always deploys required components, also in a
-    partial deploy
+    Flux applies (pods that started before their images were pushed retry the pull). No component is
+    required: zarf always deploys required components, also in a partial deploy
     (src/pkg/packager/filters/deploy.go @ v0.84.0), and the host components must deploy alone,
     before any cluster exists. The playbook names the components of each of its two deploys.
     """

@@ -112,14 +112,14 @@ def test_an_unsigned_build_is_refused(ansible_playbook, zarf):
 
 def test_an_unsupported_architecture_is_refused(ansible_playbook, zarf):
     rc, output, _err = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml", "--tags", "build", "--check",
-                        "-e", "airgap_architecture=s390x")
+                           "-e", "airgap_architecture=s390x")
     assert rc == 2
     assert failures(output) == [("Check the architecture", "airgap_architecture s390x is not supported: use one of amd64, arm64")]
 
 
 def test_build_of_the_real_tree_stops_at_the_pin_check(ansible_playbook, zarf):
     rc, output, _err = run(ansible_playbook, zarf, REPO / "playbooks" / "airgap.yml", "--tags", "build", "--check",
-                        "-e", "airgap_signing_key=%s" % (zarf / "zarf.key"), "-e", "airgap_public_key=%s" % (zarf / "zarf.pub"))
+                           "-e", "airgap_signing_key=%s" % (zarf / "zarf.key"), "-e", "airgap_public_key=%s" % (zarf / "zarf.pub"))
     assert rc == 2
     [(task, msg)] = failures(output)
     assert task == "Stop when the pin check fails"
@@ -187,8 +187,8 @@ def test_a_flag_the_pinned_zarf_lacks_fails_the_check_run(ansible_playbook, zarf
     bad = {"airgap_deploy_commands": {"verify": ["package", "verify", str(build / "p.tar.zst"), "--key", "k"],
                                       "deploy": ["package", "deploy", str(build / "p.tar.zst"), "--skip-signature-check"]}}
     rc, output, _err = run(ansible_playbook, zarf, ready / "playbooks" / "airgap.yml", "--tags", "deploy", "--check",
-                        "-e", "airgap_public_key=%s" % (zarf / "zarf.pub"), "-e", "airgap_package=%s" % (build / "p.tar.zst"),
-                        "-e", json.dumps(bad))
+                           "-e", "airgap_public_key=%s" % (zarf / "zarf.pub"), "-e", "airgap_package=%s" % (build / "p.tar.zst"),
+                           "-e", json.dumps(bad))
     assert rc == 2
     [(task, _msg)] = failures(output)
     assert task == "Check every deploy command line against zarf v0.84.0"
@@ -201,8 +201,8 @@ def test_a_zarf_of_another_version_is_refused(ansible_playbook, zarf, tmp_path):
     other = tmp_path / "old-zarf"
     other.write_text("#!/bin/sh\necho v0.60.0\n")
     other.chmod(0o755)
-    rc, output, _ = ansible_playbook(str(REPO / "playbooks" / "airgap.yml"), "--tags", "deploy", "--check",
-                                     "-e", "airgap_zarf=%s" % other)
+    rc, output, _err = ansible_playbook(str(REPO / "playbooks" / "airgap.yml"), "--tags", "deploy", "--check",
+                                        "-e", "airgap_zarf=%s" % other)
     assert rc == 2
     assert [t for t, _m in failures(output)] == ["Check that zarf is the pinned version"]
 
