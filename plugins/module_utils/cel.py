@@ -4,8 +4,8 @@
 
 The CEL engine is the PyPI package ``common-expression-language`` (module ``cel``; a binding of
 the Rust ``cel`` crate). Kubernetes adds libraries to CEL; the ones registered here are listed in
-:data:`EXTENSIONS` (strings, lists, regex, quantity, URL, format). A rule that calls anything else
-(``ip()``, ``cidr()``, ``semver()``, ``authorizer``...) is *unevaluable*: it is
+:data:`EXTENSIONS` (strings, lists, regex, quantity, URL, isIP/isCIDR, format). A rule that calls anything
+else (``ip()``, ``cidr()``, ``semver()``, ``authorizer``...) is *unevaluable*: it is
 reported as such, never counted as passed.
 
 How a rule is applied follows the apiextensions-apiserver:
@@ -31,6 +31,7 @@ import base64
 import copy
 import datetime
 import decimal
+import ipaddress
 import logging
 import re
 import threading
@@ -244,6 +245,42 @@ URL_FUNCTIONS = {
 }
 
 
+# --- Kubernetes IP and CIDR library (isIP, isCIDR) -------------------------------------------
+# k8s.io/apiserver pkg/cel/library/ip.go and cidr.go: an IPv4 or IPv6 address (a prefix for
+# isCIDR); IPv4-mapped IPv6 addresses, zones and leading zeros are not valid. ip() and cidr()
+# objects are not modelled, so rules that use them stay unevaluable.
+def _address(text):
+    if not isinstance(text, str) or "%" in text:
+        raise ValueError(text)
+    address = ipaddress.ip_address(text)  # refuses leading zeros in IPv4 octets
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        raise ValueError(text)
+    return address
+
+
+def _is_ip(text):
+    try:
+        _address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_cidr(text):
+    if not isinstance(text, str) or text.count("/") != 1:
+        return False
+    address, bits = text.split("/")
+    if not bits.isdigit() or not bits.isascii() or (len(bits) > 1 and bits[0] == "0"):
+        return False
+    try:
+        return int(bits) <= _address(address).max_prefixlen
+    except ValueError:
+        return False
+
+
+IP_FUNCTIONS = {"isIP": _is_ip, "isCIDR": _is_cidr}
+
+
 # --- Kubernetes format library ----------------------------------------------------------------
 # format.<name>() / format.named(name) give a Format ({_FMT: name}); <format>.validate(s) is
 # optional.none() when s is valid, else optional.of([messages]). Name formats follow
@@ -366,6 +403,7 @@ def _extensions():
     })
     table.update(QUANTITY_FUNCTIONS)
     table.update(URL_FUNCTIONS)
+    table.update(IP_FUNCTIONS)
     table.update(FORMAT_FUNCTIONS)
     return table
 

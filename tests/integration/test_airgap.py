@@ -20,28 +20,18 @@ from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.modules import airgap_config_archive
 from tests.substrate import zarf_standin
 from tests.substrate.fixtures import REPO
+from tests.substrate.trees import REPO_FILES, copy_repo, edit
 
 SCHEMA = json.loads((REPO / "airgap" / "schema" / "zarf.schema.json").read_text())
 NODE_1355 = "docker.io/kindest/node:v1.35.5@sha256:ce977ae6d65918d0b58a5f8b5e940429c2ce42fa3a5619ec2bbc60b949c0ac95"
+KINDNET = "docker.io/kindest/kindnetd:v20260528-9350166c"  # mgmt/local-host/cni (kind v0.32.0's kindnet)
 
 
 @pytest.fixture
 def tree(tmp_path):
     """A copy of what the generator reads: the local-host trees, bootstrap.toml, airgap/, the registry default."""
-    root = tmp_path / "repo"
-    for part in ("mgmt/local-host", "workload/local-host", "airgap"):
-        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("build"))
-    (root / "roles/bootstrap/defaults").mkdir(parents=True)
-    for name in ("bootstrap.toml", ".yamllint", "roles/bootstrap/defaults/main.yml"):
-        shutil.copy(REPO / name, root / name)
-    return root
-
-
-def edit(root, rel, old, new):
-    path = root / rel
-    text = path.read_text()
-    assert old in text, "%s does not contain %r" % (rel, old)
-    path.write_text(text.replace(old, new))
+    return copy_repo(tmp_path, ("mgmt/local-host", "workload/local-host", "airgap"),
+                     files=(*REPO_FILES, "roles/bootstrap/defaults/main.yml"), ignore=shutil.ignore_patterns("build"))
 
 
 def schema_errors(doc):
@@ -94,11 +84,12 @@ def test_inventory_pins_what_could_be_confirmed_and_marks_the_rest():
 def test_generator_follows_the_tree_and_bootstrap_toml(tree, monkeypatch):
     for rel in ("capi-system/core-provider.yaml", "capi-system/kubeadm-bootstrap-provider.yaml",
                 "capi-system/kubeadm-control-plane-provider.yaml", "capd-system/infrastructure-provider.yaml"):
-        edit(tree, "mgmt/local-host/" + rel, "version: v1.11.3", "version: v1.13.5")
+        edit(tree, "mgmt/local-host/" + rel, "version: v1.13.5", "version: v1.13.4", count=-1)
     for rel in ("clusters/local-workload/control-plane.yaml", "clusters/local-workload/workers.yaml"):
-        edit(tree, "mgmt/local-host/" + rel, "version: v1.34.0", "version: v1.35.5")
-    edit(tree, "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml", 'version: "2.7.x"', 'version: "2.9.x"')
-    # [bootstrap] kind-node-image arrives with the VERSIONS.md pins (another branch): what config.load returns then
+        edit(tree, "mgmt/local-host/" + rel, "version: v1.35.5", "version: v1.34.8", count=-1)
+    edit(tree, "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml", 'version: "2.9.x"', 'version: "2.7.x"', count=-1)
+    node_1348 = yaml.safe_load((REPO / airgap.LOCK_FILE).read_text())["images"]["docker.io/kindest/node:v1.34.8"]["digest"]
+    # a bootstrap.toml kind-node-image digest is taken as written
     load = krops_config.load
 
     def with_node_image(*args, **kwargs):
@@ -109,19 +100,20 @@ def test_generator_follows_the_tree_and_bootstrap_toml(tree, monkeypatch):
     monkeypatch.setattr(krops_config, "load", with_node_image)
     inv = airgap.derive(str(tree))
     keys = set(inv.images)
-    assert "registry.k8s.io/cluster-api/cluster-api-controller:v1.13.5" in keys
-    assert "registry.k8s.io/cluster-api/capd-manager:v1.13.5" in keys
-    assert "registry.k8s.io/cluster-api/cluster-api-controller:v1.11.3" not in keys
-    assert inv.images["docker.io/kindest/node:v1.35.5"].ref == NODE_1355
+    assert "registry.k8s.io/cluster-api/cluster-api-controller:v1.13.4" in keys
+    assert "registry.k8s.io/cluster-api/capd-manager:v1.13.4" in keys
+    assert "registry.k8s.io/cluster-api/cluster-api-controller:v1.13.5" not in keys
+    assert inv.images["docker.io/kindest/node:v1.34.8"].ref == "docker.io/kindest/node:v1.34.8@" + node_1348
+    assert inv.images["docker.io/kindest/node:v1.35.5"].ref == NODE_1355  # the management cluster's
     # the bootstrap.toml digest is taken as written, not replaced by the lock's
     assert inv.images["docker.io/kindest/node:v1.36.1"].digest == "sha256:" + "ab" * 32
-    assert inv.images["ghcr.io/fluxcd/source-controller:v1.9.4"].digest.startswith("sha256:8a8ed0a5")
-    assert "ghcr.io/fluxcd/source-controller:v1.7.4" not in keys
-    assert "registry.k8s.io/cluster-api/cluster-api-controller:v1.13.5" in inv.unconfirmed
+    assert inv.images["ghcr.io/fluxcd/source-controller:v1.7.4"].digest.startswith("sha256:16f21ac1")
+    assert inv.images["ghcr.io/fluxcd/source-controller:v1.9.4"].digest.startswith("sha256:8a8ed0a5")  # airgap/manifests
+    assert "registry.k8s.io/cluster-api/cluster-api-controller:v1.13.4" in inv.unconfirmed
     # the committed inventory no longer covers the tree: the pin check and validate say so
     findings, _unconfirmed = airgap.check(str(tree), inv, pin=False)
     messages = [m for _f, _o, m in findings]
-    assert ("registry.k8s.io/cluster-api/cluster-api-controller:v1.13.5 (mgmt/local-host/capi-system "
+    assert ("registry.k8s.io/cluster-api/cluster-api-controller:v1.13.4 (mgmt/local-host/capi-system "
             "CoreProvider/capi-system/cluster-api) is not in airgap/images.txt: regenerate it with "
             "scripts/airgap-inventory --write") in messages
     airgap.write(str(tree), inv)
@@ -129,14 +121,13 @@ def test_generator_follows_the_tree_and_bootstrap_toml(tree, monkeypatch):
 
 
 def test_devmachinetemplate_custom_image_and_configmap_manifests_are_found(tree):
-    edit(tree, "mgmt/local-host/clusters/local-workload/workers.yaml", "  template:\n    spec: {}",
-         "  template:\n    spec:\n      customImage: example.org/nodes/custom:v1")
-    edit(tree, "mgmt/local-host/cni/manifests/kindnet.yaml", "docker.io/kindest/kindnetd:v20250512-df8de77b",
-         "docker.io/kindest/kindnetd:v20990101-decafbad")
+    edit(tree, "mgmt/local-host/clusters/local-workload/workers.yaml", "      backend:\n        docker: {}",
+         "      backend:\n        docker:\n          customImage: example.org/nodes/custom:v1", count=-1)
+    edit(tree, "mgmt/local-host/cni/manifests/kindnet.yaml", KINDNET, "docker.io/kindest/kindnetd:v20990101-decafbad", count=-1)
     inv = airgap.derive(str(tree))
     assert inv.images["example.org/nodes/custom:v1"].component == "host"
     assert inv.images["docker.io/kindest/kindnetd:v20990101-decafbad"].component == "workload"
-    assert "docker.io/kindest/kindnetd:v20250512-df8de77b" not in inv.images
+    assert KINDNET not in inv.images
 
 
 def test_unpinnable_and_unreachable_sources_are_problems_of_the_pin_check_only(tree):
@@ -151,7 +142,7 @@ def test_unpinnable_and_unreachable_sources_are_problems_of_the_pin_check_only(t
 
 
 def test_flux_version_outside_the_known_distributions_is_reported(tree):
-    edit(tree, "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml", 'version: "2.7.x"', 'version: "3.1.x"')
+    edit(tree, "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml", 'version: "2.9.x"', 'version: "3.1.x"', count=-1)
     inv = airgap.derive(str(tree))
     assert ("mgmt/local-host/flux-apps/workload-flux", "FluxInstance/flux-system/flux",
             "Flux version 3.1.x matches no distribution in airgap/digests.yaml (known: v2.7.5, v2.9.4): add the "
@@ -161,33 +152,31 @@ def test_flux_version_outside_the_known_distributions_is_reported(tree):
 # --- the pin check --------------------------------------------------------------------------------
 
 def test_pin_check_reports_drift_between_zarf_yaml_and_images_txt(tree):
-    node = "docker.io/kindest/node:v1.34.0@sha256:7416a61b42b1662ca6ca89f02028ac133a309a2a30ba309614e8ec94d976dc5a"
-    edit(tree, airgap.ZARF_FILE, "quay.io/jetstack/cert-manager-webhook:v1.21.2", "quay.io/jetstack/cert-manager-webhook:v1.21.3")
-    edit(tree, airgap.ZARF_FILE, node, node.replace("7416a61b", "00000000"))
-    edit(tree, airgap.INVENTORY, "docker.io/kindest/kindnetd:v20250512-df8de77b  # UNCONFIRMED workload: "
-         "mgmt/local-host/cni ConfigMap/default/kindnet\n", "")
+    edit(tree, airgap.ZARF_FILE, "quay.io/jetstack/cert-manager-webhook:v1.21.1", "quay.io/jetstack/cert-manager-webhook:v1.21.3", count=-1)
+    edit(tree, airgap.ZARF_FILE, NODE_1355, NODE_1355.replace("ce977ae6", "00000000"), count=-1)
+    edit(tree, airgap.INVENTORY, KINDNET + "  # UNCONFIRMED workload: mgmt/local-host/cni ConfigMap/default/kindnet\n", "", count=-1)
     findings, unconfirmed = airgap.check(str(tree), pin=False)
     assert sorted(findings) == sorted([
-        ("airgap/images.txt", "docker.io/kindest/kindnetd:v20250512-df8de77b",
-         "docker.io/kindest/kindnetd:v20250512-df8de77b (mgmt/local-host/cni ConfigMap/default/kindnet) is not in "
+        ("airgap/images.txt", KINDNET,
+         KINDNET + " (mgmt/local-host/cni ConfigMap/default/kindnet) is not in "
          "airgap/images.txt: regenerate it with scripts/airgap-inventory --write"),
         ("airgap/zarf.yaml", "component cert-manager", "image quay.io/jetstack/cert-manager-webhook:v1.21.3 is not in "
-         "airgap/images.txt (tags there: v1.21.2)"),
-        ("airgap/zarf.yaml", "component host", "image docker.io/kindest/node:v1.34.0: digest "
-         "sha256:0000000042b1662ca6ca89f02028ac133a309a2a30ba309614e8ec94d976dc5a differs from airgap/images.txt line 6 "
-         "(sha256:7416a61b42b1662ca6ca89f02028ac133a309a2a30ba309614e8ec94d976dc5a)"),
-        ("airgap/zarf.yaml", "component workload", "image docker.io/kindest/kindnetd:v20250512-df8de77b is not in "
-         "airgap/images.txt"),
+         "airgap/images.txt (tags there: v1.21.1)"),
+        ("airgap/zarf.yaml", "component host", "image docker.io/kindest/node:v1.35.5: digest "
+         "sha256:00000000" + NODE_1355.split("ce977ae6", 1)[1] + " differs from airgap/images.txt line 6 "
+         "(sha256:" + NODE_1355.split("@sha256:", 1)[1] + ")"),
+        ("airgap/zarf.yaml", "component workload", "image " + KINDNET + " is not in airgap/images.txt"),
     ])
     assert "docker.io/library/registry:2" in unconfirmed
 
 
 def test_pin_check_rejects_a_digest_that_differs_from_the_lock(tree):
     edit(tree, airgap.INVENTORY, "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:8a8ed0a5",
-         "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:9a8ed0a5")
+         "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:9a8ed0a5", count=-1)
     findings, _images = airgap.check(str(tree), pin=False)
-    assert len(findings) == 2
-    assert findings[0][0:2] == ("airgap/images.txt", "ghcr.io/fluxcd/source-controller:v1.9.4")
+    # the lock disagrees, and so does zarf.yaml in both components that carry the image
+    assert [f[0:2] for f in findings] == [("airgap/images.txt", "ghcr.io/fluxcd/source-controller:v1.9.4"),
+                                          ("airgap/zarf.yaml", "component flux"), ("airgap/zarf.yaml", "component workload")]
     assert "differs from sha256:8a8ed0a5" in findings[0][2] and "flux-operator config/data/flux-images" in findings[0][2]
 
 
@@ -236,7 +225,7 @@ def test_validate_rule_airgap_on_a_copy_of_the_repository(tree):
     result = validate.run(str(tree), environments=["local-host"], schema_location=str(REPO / "schemas" / "crds"))
     assert result["findings"] == []
     edit(tree, airgap.INVENTORY, "docker.io/library/registry:2  # UNCONFIRMED host: roles/bootstrap/defaults/main.yml "
-         "bootstrap_registry_image\n", "")
+         "bootstrap_registry_image\n", "", count=-1)
     result = validate.run(str(tree), environments=["local-host"], schema_location=str(REPO / "schemas" / "crds"))
     assert [(f["file"], f["object"], f["rule"]) for f in result["findings"]] == [
         ("airgap/images.txt", "docker.io/library/registry:2", "airgap"),
@@ -352,7 +341,7 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
     assert zarf_standin.select(doc["components"], ["host", "kind-arm64"]) == ["host", "kind-arm64", "cert-manager"]
 
 
-def test_images_the_workload_clusters_pull_are_imported_into_their_nodes():
+def test_images_the_workload_clusters_pull_are_imported_into_their_nodes(tree):
     """Objects applied into the workload clusters (kubeConfig Kustomizations, HelmChartProxy, CRS ConfigMaps, workload/)."""
     doc = yaml.safe_load((REPO / airgap.ZARF_FILE).read_text())
     workload = next(c for c in doc["components"] if c["name"] == "workload")
@@ -360,6 +349,9 @@ def test_images_the_workload_clusters_pull_are_imported_into_their_nodes():
     assert repos == ["docker.io/kindest/kindnetd", "ghcr.io/controlplaneio-fluxcd/flux-operator",
                      "ghcr.io/fluxcd/helm-controller", "ghcr.io/fluxcd/kustomize-controller",
                      "ghcr.io/fluxcd/notification-controller", "ghcr.io/fluxcd/source-controller"]
-    # the management FluxInstance (airgap/manifests) is not applied there: its controllers are not imported
-    mgmt = [i for i in airgap.derive(str(REPO)).images.values() if any(o.startswith("airgap/manifests") for o in i.origins)]
+    # the management FluxInstance (airgap/manifests) is not applied there: with another Flux on the
+    # workload clusters, the management controllers are not imported into their nodes
+    edit(tree, "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml", 'version: "2.9.x"', 'version: "2.7.x"')
+    images = airgap.derive(str(tree)).images.values()
+    mgmt = [i for i in images if i.origins and all(o.startswith("airgap/manifests") for o in i.origins)]
     assert mgmt and not any(i.workload for i in mgmt)

@@ -8,46 +8,25 @@ from __future__ import annotations
 
 import glob
 import json
-import os
 import shutil
-from pathlib import Path
 
 import pytest
 
 from ansible_collections.krops.platform.plugins.module_utils import cel
 from ansible_collections.krops.platform.plugins.module_utils import validate
-from tests.substrate.fixtures import REPO
+from tests.substrate.trees import SCHEMAS, copy_repo, edit, findings
 
-SCHEMAS = Path(os.environ.get("KROPS_SCHEMA_LOCATION") or REPO / "schemas" / "crds")
-if not SCHEMAS.is_absolute():
-    SCHEMAS = (REPO / SCHEMAS).resolve()
 KCP = "mgmt/local-host/clusters/local-management/control-plane.yaml"
 FLUXINSTANCE = "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml"
 
 
 @pytest.fixture
 def tree(tmp_path):
-    root = tmp_path / "repo"
-    for part in ("mgmt/local-host", "workload/local-host"):
-        shutil.copytree(REPO / part, root / part)
-    for name in ("bootstrap.toml", ".yamllint"):
-        shutil.copy(REPO / name, root / name)
-    return root
-
-
-def edit(root, rel, old, new):
-    path = root / rel
-    text = path.read_text()
-    assert old in text, "%s does not contain %r" % (rel, old)
-    path.write_text(text.replace(old, new, 1))
+    return copy_repo(tmp_path, ("mgmt/local-host", "workload/local-host"))
 
 
 def check(root, **kwargs):
     return validate.run(str(root), environments=["local-host"], schema_location=str(SCHEMAS), **kwargs)
-
-
-def findings(result):
-    return [(f["file"], f["object"], f["rule"], f["message"]) for f in result["findings"]]
 
 
 def schema(group, kind, version):
@@ -212,6 +191,11 @@ def test_every_builtin_the_static_check_trusts_exists_in_the_engine(name):
     ("url('https://[::1]:80/p').getHostname()", "::1"), ("url('https://[::1]:80/p').getPort()", "80"),
     ("url('https://example.com/a?x=1&x=2').getQuery()", {"x": ["1", "2"]}), ("url('/abs/path').getEscapedPath()", "/abs/path"),
     ("url('https://example.com').getScheme()", "https"),
+    ("isIP('10.0.0.1')", True), ("isIP('2001:db8::1')", True), ("isIP('10.0.0.01')", False),
+    ("isIP('::ffff:1.2.3.4')", False), ("isIP('fe80::1%eth0')", False), ("isIP('10.0.0.0/8')", False),
+    ("isCIDR('10.0.0.0/8')", True), ("isCIDR('10.0.0.1/24')", True), ("isCIDR('2001:db8::/64')", True),
+    ("isCIDR('10.0.0.0/33')", False), ("isCIDR('10.0.0.0/08')", False), ("isCIDR('10.0.0.1')", False),
+    ("['10.0.0.1', '10.0.0.0/8'].all(i, isIP(i) || isCIDR(i))", True),
     ("!format.dns1123Label().validate('my-name').hasValue()", True),
     ("format.dns1123Label().validate('My_Name').hasValue()", True),
     ("format.named('dns1035Label').value().validate('1abc').hasValue()", True),

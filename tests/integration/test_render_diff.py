@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import subprocess
 from contextlib import redirect_stderr, redirect_stdout
-from pathlib import Path
 
 import pytest
 
 from ansible_collections.krops.platform.plugins.module_utils import render_diff
 from tests.substrate.fixtures import REPO
+from tests.substrate.trees import SCHEMAS, edit
 
-SCHEMAS = Path(os.environ.get("KROPS_SCHEMA_LOCATION") or REPO / "schemas" / "crds")
-if not SCHEMAS.is_absolute():
-    SCHEMAS = (REPO / SCHEMAS).resolve()
 DATA = "mgmt/local-host/data"
 
 FLUX_KS = """apiVersion: kustomize.toolkit.fluxcd.io/v1
@@ -119,13 +115,6 @@ def repo(tmp_path):
     top.write_text(top.read_text().replace("  - flux-apps/flux-ks.yaml\n", "  - flux-apps/flux-ks.yaml\n  - data/flux-ks.yaml\n"))
     git(root, "init", "-q", "-b", "main")
     return root, commit(root, "base")
-
-
-def edit(root, rel, old, new):
-    path = root / rel
-    text = path.read_text()
-    assert old in text, "%s does not contain %r" % (rel, old)
-    path.write_text(text.replace(old, new, 1))
 
 
 def diff(root, base, **kwargs):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -22,8 +21,8 @@ from ansible_collections.krops.platform.plugins.module_utils import config as kr
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from tests.substrate.fixtures import REPO, VENV_BIN
+from tests.substrate.trees import SCHEMAS, copy_repo, edit, findings as found
 
-SCHEMAS = REPO / "schemas" / "crds"
 AWS = "mgmt/aws"
 CLUSTERS = AWS + "/aws-managed-clusters"
 AGE_KEY = REPO / "tests" / "integration" / "fixtures" / "aws-sops-test.agekey"
@@ -45,28 +44,13 @@ def _set_chart_pins(path):
 
 @pytest.fixture
 def tree(tmp_path):
-    root = tmp_path / "repo"
-    for part in (AWS, "workload/aws"):
-        shutil.copytree(REPO / part, root / part)
-    for name in ("bootstrap.toml", ".yamllint"):
-        shutil.copy(REPO / name, root / name)
+    root = copy_repo(tmp_path, (AWS, "workload/aws"))
     _set_chart_pins(root / "bootstrap.toml")
     return root
 
 
-def edit(root, rel, old, new, count=1):
-    path = root / rel
-    text = path.read_text()
-    assert text.count(old) >= count, "%s does not contain %r" % (rel, old)
-    path.write_text(text.replace(old, new, count))
-
-
 def check(root):
     return validate.run(str(root), environments=["aws"], schema_location=str(SCHEMAS))
-
-
-def found(result):
-    return [(f["file"], f["object"], f["rule"], f["message"]) for f in result["findings"]]
 
 
 def _is_chart_drift(finding):

@@ -24,8 +24,8 @@ from ansible_collections.krops.platform.plugins.module_utils import config as kr
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from tests.substrate.fixtures import REPO, VENV_BIN
+from tests.substrate.trees import SCHEMAS, edit, findings as found
 
-SCHEMAS = REPO / "schemas" / "crds"
 AZ = "mgmt/azure"
 PARTS = ("mgmt/azure", "workload/azure-base", "workload/swedencentral-01")
 TEST_AGE_KEY = Path(__file__).parent / "fixtures" / "azure-test-age.agekey"
@@ -81,19 +81,8 @@ def tree(tmp_path):
     return root
 
 
-def edit(root, rel, old, new, count=1):
-    path = root / rel
-    text = path.read_text()
-    assert text.count(old) >= count, "%s does not contain %r" % (rel, old)
-    path.write_text(text.replace(old, new, count))
-
-
 def check(root):
     return validate.run(str(root), environments=["azure"], schema_location=str(SCHEMAS))
-
-
-def found(result):
-    return [(f["file"], f["object"], f["rule"], f["message"]) for f in result["findings"]]
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import tomllib
 from pathlib import Path
+
+from tests.substrate.trees import SCHEMAS, copy_repo, edit, findings as found
 
 import pytest
 
@@ -24,7 +25,6 @@ from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 
 REPO = Path(__file__).resolve().parents[2]
-SCHEMAS = REPO / "schemas" / "crds"
 GCP = REPO / "mgmt" / "gcp"
 PARTS = ("mgmt/gcp", "workload/gcp-base", "workload/europe-north1-01")
 KCC_GROUP = ".cnrm.cloud.google.com"
@@ -62,10 +62,6 @@ def check(root):
     return validate.run(str(root), environments=["gcp"], schema_location=str(SCHEMAS))
 
 
-def found(result):
-    return [(f["file"], f["object"], f["rule"], f["message"]) for f in result["findings"]]
-
-
 def flux_kustomizations():
     return [o for o in render.build(str(GCP)) if o["kind"] == "Kustomization"
             and o["apiVersion"].startswith("kustomize.toolkit.fluxcd.io/")]
@@ -88,19 +84,7 @@ def substituted(obj, variables):
 
 @pytest.fixture
 def tree(tmp_path):
-    root = tmp_path / "repo"
-    for part in PARTS:
-        shutil.copytree(REPO / part, root / part)
-    for name in ("bootstrap.toml", ".yamllint"):
-        shutil.copy(REPO / name, root / name)
-    return root
-
-
-def edit(root, rel, old, new):
-    path = root / rel
-    text = path.read_text()
-    assert old in text, "%s does not contain %r" % (rel, old)
-    path.write_text(text.replace(old, new, 1))
+    return copy_repo(tmp_path, PARTS)
 
 
 # --- the real tree -------------------------------------------------------------------------

@@ -22,10 +22,8 @@ from ansible_collections.krops.platform.plugins.module_utils import config as kr
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from tests.substrate.fixtures import REPO, VENV_BIN
+from tests.substrate.trees import SCHEMAS, edit, findings as found
 
-SCHEMAS = Path(os.environ.get("KROPS_SCHEMA_LOCATION") or REPO / "schemas" / "crds")
-if not SCHEMAS.is_absolute():
-    SCHEMAS = (REPO / SCHEMAS).resolve()
 ENV = "local-talos"
 LT = "mgmt/local-talos"
 MGMT = LT + "/clusters/management"
@@ -56,19 +54,8 @@ def tree(tmp_path):
     return root
 
 
-def edit(root, rel, old, new):
-    path = root / rel
-    text = path.read_text()
-    assert old in text, "%s does not contain %r" % (rel, old)
-    path.write_text(text.replace(old, new, 1))
-
-
 def check(root):
     return validate.run(str(root), environments=[ENV], schema_location=str(SCHEMAS))
-
-
-def found(result):
-    return [(f["file"], f["object"], f["rule"], f["message"]) for f in result["findings"]]
 
 
 def rendered():

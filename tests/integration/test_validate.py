@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import threading
 from contextlib import redirect_stdout
-from pathlib import Path
 
 import pytest
 
@@ -26,39 +25,21 @@ from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.modules import validate as validate_module
 from tests.substrate.fixtures import REPO, VENV_BIN, free_port, task_results
+from tests.substrate.trees import SCHEMAS, copy_repo, edit, findings as found
 
-SCHEMAS = Path(os.environ.get("KROPS_SCHEMA_LOCATION") or REPO / "schemas" / "crds")
-if not SCHEMAS.is_absolute():
-    SCHEMAS = (REPO / SCHEMAS).resolve()
 LH = "mgmt/local-host"
 
 
 @pytest.fixture
 def tree(tmp_path):
     """A copy of the local-host tree; returns its root Path."""
-    root = tmp_path / "repo"
-    for part in ("mgmt/local-host", "workload/local-host"):
-        shutil.copytree(REPO / part, root / part)
-    for name in ("bootstrap.toml", ".yamllint"):
-        shutil.copy(REPO / name, root / name)
-    return root
-
-
-def edit(root, rel, old, new, count=1):
-    path = root / rel
-    text = path.read_text()
-    assert text.count(old) >= count, "%s does not contain %r" % (rel, old)
-    path.write_text(text.replace(old, new, count))
+    return copy_repo(tmp_path, ("mgmt/local-host", "workload/local-host"))
 
 
 def check(root, **kwargs):
     kwargs.setdefault("environments", ["local-host"])
     kwargs.setdefault("schema_location", str(SCHEMAS))
     return validate.run(str(root), **kwargs)
-
-
-def found(result):
-    return [(f["file"], f["object"], f["rule"], f["message"]) for f in result["findings"]]
 
 
 # --- the real tree ------------------------------------------------------------------------
@@ -145,11 +126,11 @@ def test_dangling_sourceref(tree):
 
 def test_dangling_healthcheck_and_path(tree):
     edit(tree, LH + "/capi-system/flux-ks.yaml", "      name: cluster-api\n", "      name: cluster-apj\n")
-    edit(tree, LH + "/capd-system/flux-ks.yaml", "      name: dockerclusters.", "      name: dockerclustrs.")
+    edit(tree, LH + "/capd-system/flux-ks.yaml", "      name: devclusters.", "      name: devclustrs.")
     edit(tree, LH + "/cni/flux-ks.yaml", "  path: ./mgmt/local-host/cni", "  path: ./mgmt/local-host/cnii")
     assert found(check(tree)) == [
         (LH + "/capd-system/flux-ks.yaml", "Kustomization/flux-system/capd-system", "flux-graph",
-         "healthCheck CustomResourceDefinition dockerclustrs.infrastructure.cluster.x-k8s.io: no object of that type in "
+         "healthCheck CustomResourceDefinition devclustrs.infrastructure.cluster.x-k8s.io: no object of that type in "
          "the tree (a health check on a CRD nothing uses is likely a typo)"),
         (LH + "/capi-system/flux-ks.yaml", "Kustomization/flux-system/capi-system", "flux-graph",
          "healthCheck CoreProvider capi-system/cluster-apj: not defined in the tree nor created by the lifecycle"),

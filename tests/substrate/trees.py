@@ -1,0 +1,43 @@
+"""Copies of the GitOps tree for the validate, tree, CEL and air-gap tests.
+
+Each test edits its own copy, so a planted defect never reaches the repository or another test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from tests.substrate.fixtures import REPO
+
+# The vendored schemas (schemas/crds), or KROPS_SCHEMA_LOCATION when a run points elsewhere.
+SCHEMAS = Path(os.environ.get("KROPS_SCHEMA_LOCATION") or REPO / "schemas" / "crds")
+if not SCHEMAS.is_absolute():
+    SCHEMAS = (REPO / SCHEMAS).resolve()
+# What validate reads beside the trees.
+REPO_FILES = ("bootstrap.toml", ".yamllint")
+
+
+def copy_repo(tmp_path, parts, files=REPO_FILES, ignore=None):
+    """Copy the folders `parts` and the `files` of the repository to tmp_path/repo; return that root."""
+    root = tmp_path / "repo"
+    for part in parts:
+        shutil.copytree(REPO / part, root / part, ignore=ignore)
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, root / name)
+    return root
+
+
+def edit(root, rel, old, new, count=1):
+    """Replace `old` by `new` in root/rel (`count` times, -1 for all); fail when `old` is not there."""
+    path = root / rel
+    text = path.read_text()
+    assert text.count(old) >= max(count, 1), "%s does not contain %r" % (rel, old)
+    path.write_text(text.replace(old, new, count))
+
+
+def findings(result):
+    """validate's findings as (file, object, rule, message) tuples."""
+    return [(f["file"], f["object"], f["rule"], f["message"]) for f in result["findings"]]
