@@ -670,7 +670,7 @@ def test_aws_applies_credentials_sops_secrets_and_fallbacks(world, run_module, m
     world.bins.answer("sops", "--decrypt", stdout=yaml.safe_dump({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ack-credentials", "namespace": "ack-system"},
         "stringData": {"credentials": "[default]\naws_access_key_id = AKIA\n"}}))
-    result = run_module(capi_pivot, world.args(environment="aws", target_server=world.mgmt.url))
+    result = run_module(capi_pivot, world.args(environment="aws", target_server=world.mgmt.url, age_key_file=str(key)))
     assert not result.failed, result.get("msg")
     secret = world.mgmt.get("v1", "Secret", "aws-credentials", "capa-system")
     assert base64.b64decode(secret["data"]["AWS_B64ENCODED_CREDENTIALS"]).decode() == "W2RlZmF1bHRdCg=="
