@@ -35,6 +35,7 @@ evaluated; a CRD's versions share one store without conversion (strategy None); 
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import re
 import threading
@@ -279,10 +280,12 @@ class StrictKubeEmulator(KubeEmulator):
         """Create the CRDs of CRD_BUNDLES entries (as their chart or provider would); returns their names."""
         created = []
         for name in names:
-            for crd in catalog().bundle(name):
-                if not self.exists("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"]):
-                    self.create(crd)
-                created.append(crd["metadata"]["name"])
+            for group, kinds in CRD_BUNDLES[name]:
+                for kind in catalog().kinds(group, kinds):
+                    crd_name = "%s.%s" % (plural_of(group, kind), group)
+                    if ("apiextensions.k8s.io", "customresourcedefinitions", "", crd_name) not in self.objects:
+                        self.create(catalog().crd(group, kind))
+                    created.append(crd_name)
         return created
 
     def load_krops_crds(self):
@@ -662,8 +665,10 @@ class StrictKubeEmulator(KubeEmulator):
         for path in sorted(previously - applied - others, key=len, reverse=True):
             _del_path(new, path)
         new = merge_patch(new, _strip_nulls(patch))
-        new["metadata"]["managedFields"] = [e for e in entries if e is not mine and e.get("fieldsV1")] + [
-            self._entry(manager, "Apply", res, applied, subresource)]
+        entry = self._entry(manager, "Apply", res, applied, subresource)
+        if mine and mine.get("fieldsV1") == entry["fieldsV1"]:
+            entry["time"] = mine.get("time")  # the same apply again changes nothing, not even the time
+        new["metadata"]["managedFields"] = [e for e in entries if e is not mine and e.get("fieldsV1")] + [entry]
         if new["metadata"].get("deletionTimestamp"):
             added = set(new["metadata"].get("finalizers") or []) - set(current["metadata"].get("finalizers") or [])
             if added:
@@ -799,6 +804,21 @@ class StrictKubeEmulator(KubeEmulator):
     def remove(self, api_version, kind, name, namespace=None, propagation=None):
         res = self.resource_for(api_version, kind)
         return self.delete(res, namespace, name, propagation)
+
+    # ---- all-or-nothing writes (Flux's dry-run of a stage) ------------------------------
+    def savepoint(self):
+        """A cheap restore point: objects are copied lazily by ``touch`` before they change."""
+        return {"objects": {}, "events": len(self.events), "rv": self._last_rv, "resources": dict(self.resources),
+                "served": dict(self._served), "schemas": dict(self._crd_schemas), "keys": set(self.objects)}
+
+    def rollback(self, point):
+        for key in set(self.objects) - point["keys"]:
+            del self.objects[key]
+        self.objects.update(point["objects"])
+        self.resources, self._served, self._crd_schemas = point["resources"], point["served"], point["schemas"]
+        del self.events[point["events"]:]
+        self._last_rv = point["rv"]
+        self._rv = itertools.count(point["rv"] + 1)
 
     # ---- HTTP ------------------------------------------------------------------------
     def start(self, host="127.0.0.1", port=0):
