@@ -71,6 +71,10 @@ def test_custom_resource_needs_its_crd(strict_cluster):
     code, groups, _ = http(bare, "GET", "/apis")
     versions = {g["name"]: [v["version"] for v in g["versions"]] for g in groups["groups"]}
     assert versions["source.toolkit.fluxcd.io"][0] == "v1" and "v1beta2" in versions["source.toolkit.fluxcd.io"]
+    for group in groups["groups"]:  # every advertised version answers (clients walk them all)
+        for version in group["versions"]:
+            code, listed, _ = http(bare, "GET", "/apis/" + version["groupVersion"])
+            assert code == 200 and listed["resources"], version["groupVersion"]
     # deleting the CRD deletes its objects and stops serving the resource
     bare.remove("apiextensions.k8s.io/v1", "CustomResourceDefinition", "kustomizations.kustomize.toolkit.fluxcd.io")
     code, body, _ = http(bare, "GET", KS_PATH + "/apps")

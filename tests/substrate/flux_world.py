@@ -39,6 +39,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import threading
 import urllib.parse
 
 import yaml
@@ -173,6 +174,32 @@ class World:
             raise Failure("ReconciliationFailed", "failed to build kube client: dial %s: connection refused" % server)
         return api
 
+    def start(self, interval=0.05):
+        """Reconcile continuously in a thread (for runs driven by ansible-playbook); ``stop()`` ends it."""
+        self._stop = threading.Event()
+        self.errors = []
+
+        def loop():
+            while not self._stop.is_set():
+                before = {url: api._last_rv for url, api in list(self.clusters.items())}
+                try:
+                    for controller in self.controllers:
+                        for api in list(self.clusters.values()):
+                            controller.reconcile(api)
+                except Exception as exc:  # noqa: BLE001 - reported by stop(), the loop goes on
+                    self.errors.append(repr(exc))
+                if before == {url: api._last_rv for url, api in list(self.clusters.items())}:
+                    self._stop.wait(interval)
+
+        self._thread = threading.Thread(target=loop, name="emulated-world", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(10)
+        return self.errors
+
     def settle(self, max_rounds=40):
         """Reconcile until a whole pass changes nothing; returns the number of passes."""
         for round_ in range(1, max_rounds + 1):
@@ -193,13 +220,13 @@ def _served(api, group, plural):
 class FluxController:
     """Flux Operator, source-, kustomize- and helm-controller of the emulated world."""
 
-    def __init__(self, world, workdir, registry_aliases=None, git_checkouts=None):
+    def __init__(self, world, workdir, registry_aliases=None, git_checkouts=None, renderer=None):
         self.world = world
         self.workdir = str(workdir)
         self.registry_aliases = dict(registry_aliases or {})
         self.git_checkouts = dict(git_checkouts or {})
         self.artifacts = {}  # (api url, kind, ns, name) -> (revision, folder)
-        self.renderer = render.find_kustomize()
+        self.renderer = renderer or render.find_kustomize()  # resolved now: stand-ins on PATH come later
         world.controllers.append(self)
 
     # ---- one pass -----------------------------------------------------------------------

@@ -346,9 +346,11 @@ class StrictKubeEmulator(KubeEmulator):
                        % (kind, "%s/%s" % (group, version) if group else version))
 
     def discovery(self, path):
-        found = super().discovery(path)
         parts = path.strip("/").split("/")
-        if found is None and parts[0] == "apis" and len(parts) == 3:
+        served_here = parts[0] == "apis" and len(parts) == 3 and any(
+            g == parts[1] and parts[2] in vs for (g, _p), vs in self._served.items())
+        found = None if served_here else super().discovery(path)
+        if served_here:
             group, version = parts[1], parts[2]
             entries = []
             for (g, plural), versions in sorted(self._served.items()):
