@@ -41,7 +41,7 @@ def test_providers_become_ready_once_their_objects_exist_and_install_their_crds(
     mgmt.create(provider("InfrastructureProvider", "docker", "capd-system"))
     world.settle()
     docker = condition(mgmt.get(OP, "InfrastructureProvider", "docker", "capd-system"))
-    assert (docker["status"], docker["reason"]) == ("False", "WaitingForCoreProviderInitialized")
+    assert (docker["status"], docker["reason"]) == ("False", "WaitingForCoreProviderReady")
     assert ("infrastructure.cluster.x-k8s.io", "dockerclusters") not in mgmt.resources
     mgmt.create(provider("CoreProvider", "cluster-api", "capi-system"))
     mgmt.create(provider("BootstrapProvider", "kubeadm", "capi-kubeadm-bootstrap-system"))

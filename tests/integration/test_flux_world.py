@@ -94,32 +94,34 @@ def test_planted_defects_show_as_not_ready_with_the_reason(strict_cluster, oci_r
     root = tmp_path / "repo"
     shutil.copytree(REPO / "mgmt" / "local-host", root / "mgmt" / "local-host")
     shutil.copytree(REPO / "workload" / "local-host", root / "workload" / "local-host")
-    plant(root, "mgmt/local-host/cni/flux-ks.yaml", lambda d: d[0]["spec"].update(path="./mgmt/local-host/cnii"))
+    plant(root, "mgmt/local-host/clusters/local-workload/flux-ks.yaml",
+          lambda d: d[0]["spec"].update(path="./mgmt/local-host/clusters/local-workloads"))
     plant(root, "mgmt/local-host/clusters/local-management/flux-ks.yaml",
           lambda d: d[0]["spec"]["dependsOn"].append({"name": "nope"}))
-    plant(root, "mgmt/local-host/capd-system/infrastructure-provider.yaml",
-          lambda d: d[0]["spec"].update(version=1.11))
+    plant(root, "mgmt/local-host/caaph-system/addon-provider.yaml", lambda d: d[0]["spec"].update(version=0.4))
     oci.push_artifact(oci_registry, ["mgmt/local-host", "workload/local-host"], root=str(root), revision=REVISION,
                       insecure=True)
     world, mgmt = build_world(strict_cluster, oci_registry, tmp_path / "work")
     world.settle()
     found = states(mgmt)
-    assert found["cni"]["reason"] == "ArtifactFailed"
-    assert found["cni"]["message"].startswith("kustomization path not found: stat ")
-    assert found["cni"]["message"].endswith("/mgmt/local-host/cnii: no such file or directory")
-    assert (found["flux-apps"]["reason"], found["flux-apps"]["message"]) == (
-        "DependencyNotReady", "dependency 'flux-system/cni' is not ready")
-    assert found["cluster-local-management"]["reason"] == "DependencyNotReady"
-    assert found["cluster-local-management"]["message"] in (
-        "dependency 'flux-system/capd-system' is not ready",
+    wrong = found["cluster-local-workload"]
+    assert wrong["reason"] == "ArtifactFailed"
+    assert wrong["message"].startswith("kustomization path not found: stat ")
+    assert wrong["message"].endswith("/mgmt/local-host/clusters/local-workloads: no such file or directory")
+    assert not mgmt.exists("cluster.x-k8s.io/v1beta2", "Cluster", "local-workload", "default")
+    assert (found["cluster-local-management"]["reason"], found["cluster-local-management"]["message"]) == (
+        "DependencyNotReady",
         'dependency \'flux-system/nope\' not found: kustomizations.kustomize.toolkit.fluxcd.io "nope" not found')
-    assert found["capd-system"]["reason"] == "ReconciliationFailed"
-    assert found["capd-system"]["message"] == (
-        'InfrastructureProvider/capd-system/docker dry-run failed (Invalid): InfrastructureProvider.operator.cluster.'
-        'x-k8s.io "docker" is invalid: spec.version: Invalid value: "number": spec.version in body must be of type '
-        'string: "number"')
-    assert not mgmt.exists("operator.cluster.x-k8s.io/v1alpha2", "InfrastructureProvider", "docker", "capd-system")
-    assert found["caaph-system"]["status"] == "True"  # independent branches still converge
+    assert not mgmt.exists("cluster.x-k8s.io/v1beta2", "Cluster", "local-management", "default")
+    assert found["caaph-system"]["reason"] == "ReconciliationFailed"
+    assert found["caaph-system"]["message"] == (
+        'AddonProvider/caaph-system/helm dry-run failed (Invalid): AddonProvider.operator.cluster.x-k8s.io "helm" is '
+        'invalid: spec.version: Invalid value: "number": spec.version in body must be of type string: "number"')
+    assert not mgmt.exists("operator.cluster.x-k8s.io/v1alpha2", "AddonProvider", "helm", "caaph-system")
+    assert mgmt.exists("v1", "Namespace", "caaph-system")  # stage 1 (Namespaces, CRDs) went in before stage 2 failed
+    assert (found["cni"]["reason"], found["cni"]["message"]) == (
+        "DependencyNotReady", "dependency 'flux-system/caaph-system' is not ready")
+    assert found["capd-system"]["status"] == "True"  # independent branches still converge
 
 
 def git(cwd, *args):

@@ -103,7 +103,7 @@ class CapiController:
         if kind != "CoreProvider":
             cores = api.list(OPERATOR, "CoreProvider")
             if not any(is_ready(c) for c in cores):
-                set_status(api, obj, False, "WaitingForCoreProviderInitialized", "waiting for the core provider to install")
+                set_status(api, obj, False, "WaitingForCoreProviderReady", "waiting for the core provider to install")
                 return
         api.install_bundle(*bundles)
         set_status(api, obj, True, "Ready", "installed %s" % (obj.get("spec") or {}).get("version", ""), installedVersion=(obj.get("spec") or {}).get("version", ""),

@@ -271,15 +271,16 @@ class FluxController:
             source = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": kind,
                       "metadata": {"name": name, "namespace": ns},
                       "spec": {"interval": sync.get("interval", "1m"), "url": sync["url"]}}
+            # flux-operator v0.58.1 internal/builder/templates.go (syncTmpl): Git ref.name, OCI ref.tag
             if kind == "OCIRepository":
-                source["spec"]["ref"] = {"digest": ref} if ref.startswith("sha256:") else {"tag": ref or "latest"}
+                source["spec"]["ref"] = {"tag": ref}
             elif kind == "GitRepository":
-                source["spec"]["ref"] = {"name": ref} if ref.startswith("refs/") else {"branch": ref or "main"}
+                source["spec"]["ref"] = {"name": ref}
             if sync.get("pullSecret"):
                 source["spec"]["secretRef"] = {"name": sync["pullSecret"]}
             root = {"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
                     "metadata": {"name": name, "namespace": ns},
-                    "spec": {"interval": sync.get("interval", "1m"), "path": sync.get("path", "."), "prune": True,
+                    "spec": {"interval": "10m0s", "path": sync.get("path", "."), "prune": True,
                              "sourceRef": {"kind": kind, "name": name}}}
             for generated in (source, root):
                 for patch in ((obj.get("spec") or {}).get("kustomize") or {}).get("patches") or []:
