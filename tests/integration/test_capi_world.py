@@ -9,9 +9,9 @@ import base64
 import pytest
 import yaml
 
-from tests.substrate.capi_world import CapiController, FINALIZER
-from tests.substrate.flux_world import World, condition, ssa_apply
+from tests.substrate.capi_world import FINALIZER, CapiController
 from tests.substrate.fixtures import REPO
+from tests.substrate.flux_world import World, condition, ssa_apply
 
 OP = "operator.cluster.x-k8s.io/v1alpha2"
 

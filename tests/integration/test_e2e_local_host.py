@@ -18,8 +18,8 @@ import time
 
 import pytest
 import yaml
-
 from ansible_collections.krops.platform.plugins.module_utils import render
+
 from tests.substrate.capi_world import CapiController
 from tests.substrate.fixtures import REPO, task_results
 from tests.substrate.flux_world import FluxController, World, condition

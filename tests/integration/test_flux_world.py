@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 import yaml
-
 from ansible_collections.krops.platform.plugins.module_utils import flux, oci
+
 from tests.substrate.capi_world import CapiController
 from tests.substrate.fixtures import REPO
 from tests.substrate.flux_world import FluxController, World, condition

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 
 from tests.substrate.kube_emulator import ApiError
-from tests.substrate.strict_api import CRD_BUNDLES, StrictKubeEmulator, catalog
+from tests.substrate.strict_api import CRD_BUNDLES, catalog
 
 KS = "kustomize.toolkit.fluxcd.io/v1"
 

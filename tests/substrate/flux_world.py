@@ -43,8 +43,8 @@ import threading
 import urllib.parse
 
 import yaml
-
 from ansible_collections.krops.platform.plugins.module_utils import oci, render
+
 from tests.substrate.kube_emulator import ApiError, _now, json_patch
 
 KS = ("kustomize.toolkit.fluxcd.io", "kustomizations")

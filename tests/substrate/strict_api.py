@@ -42,8 +42,15 @@ import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from tests.substrate.kube_emulator import ApiError, KubeEmulator, _Handler, _now, merge_patch, json_patch
-from tests.substrate.kube_emulator import KROPS_RESOURCES
+from tests.substrate.kube_emulator import (
+    KROPS_RESOURCES,
+    ApiError,
+    KubeEmulator,
+    _Handler,
+    _now,
+    json_patch,
+    merge_patch,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_DIR = REPO / "schemas" / "crds"

@@ -68,7 +68,8 @@ class Cluster:
     def __init__(self, kubeconfig, context):
         path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
         try:
-            config = yaml.safe_load(open(path, encoding="utf-8"))
+            with open(path, encoding="utf-8") as handle:
+                config = yaml.safe_load(handle)
         except OSError as exc:
             fail("Kubernetes cluster unreachable: %s" % exc)
         contexts = {c["name"]: c["context"] for c in config.get("contexts") or []}
