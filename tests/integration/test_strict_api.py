@@ -260,3 +260,25 @@ def test_kubernetes_client_works_against_it(api):
         resource.create(body=kustomization("bad", prune="no"), namespace="flux-system")
     assert getattr(caught.value, "status", None) == 422
     assert client  # imported for the configuration side effect only
+
+
+def test_cel_rules_of_the_crds_are_enforced(strict_cluster):
+    api = strict_cluster("cel", bundles=("flux-operator", "flux"))
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
+    code, body, _ = http(api, "POST", "/apis/fluxcd.controlplane.io/v1/namespaces/flux-system/fluxinstances", {
+        "apiVersion": "fluxcd.controlplane.io/v1", "kind": "FluxInstance", "metadata": {"name": "other"},
+        "spec": {"distribution": {"version": "2.x", "registry": "ghcr.io/fluxcd"}}})
+    assert (code, body["reason"]) == (422, "Invalid")
+    assert body["message"] == ('FluxInstance.fluxcd.controlplane.io "other" is invalid: <nil>: Invalid value: "object": '
+                               "the only accepted name for a FluxInstance is 'flux'")
+    both = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease", "metadata": {"name": "x"},
+            "spec": {"interval": "1m", "chartRef": {"kind": "OCIRepository", "name": "x"},
+                     "chart": {"spec": {"chart": "x", "sourceRef": {"kind": "HelmRepository", "name": "x"}}}}}
+    code, body, _ = http(api, "POST", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux-system/helmreleases", both)
+    assert code == 422
+    assert body["details"]["causes"] == [{
+        "reason": "FieldValueInvalid", "field": "spec",
+        "message": 'Invalid value: "object": either chart or chartRef must be set'}]
+    del both["spec"]["chart"]
+    code, _body, _ = http(api, "POST", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux-system/helmreleases", both)
+    assert code == 201

@@ -231,14 +231,14 @@ class FieldError:
 
     TEXT = {"FieldValueRequired": "Required value", "FieldValueInvalid": "Invalid value",
             "FieldValueTypeInvalid": "Invalid value", "FieldValueNotSupported": "Unsupported value",
-            "FieldValueForbidden": "Forbidden"}
+            "FieldValueForbidden": "Forbidden", "FieldValueDuplicate": "Duplicate value"}
 
     def __init__(self, type_, field, bad_value=None, detail=""):
         self.type, self.field, self.bad_value, self.detail = type_, field, bad_value, detail
 
     def body(self):
         text = self.TEXT[self.type]
-        if self.type in ("FieldValueInvalid", "FieldValueTypeInvalid", "FieldValueNotSupported"):
+        if self.type in ("FieldValueInvalid", "FieldValueTypeInvalid", "FieldValueNotSupported", "FieldValueDuplicate"):
             text += ": " + _go_value(self.bad_value)
         if self.detail:
             text += ": " + self.detail
@@ -410,6 +410,8 @@ class StrictKubeEmulator(KubeEmulator):
             unknown += self._unknown_in(schema, obj, [])
             pruned = self._prune(obj, unknown)
             errors = self._schema_errors(schema, pruned)
+            if not errors:
+                errors = cel_errors(schema, pruned)
         else:
             # CRDs themselves are trusted (they come from the vendored schemas); other built-in kinds are checked.
             validator = None if res.kind == "CustomResourceDefinition" else self._core_validator(res.api_version, res.kind)
@@ -841,6 +843,77 @@ class StrictKubeEmulator(KubeEmulator):
 
 def _go_string_slice(values):
     return "[]string{%s}" % ", ".join(json.dumps(v) for v in values)
+
+
+# --- CEL rules (x-kubernetes-validations) ------------------------------------------------
+
+try:
+    import celpy
+    HAS_CEL = True
+except ImportError:  # cel-python is in requirements-test.txt; without it the rules are not evaluated
+    HAS_CEL = False
+
+_PROGRAMS = {}  # rule text -> compiled program, or None when cel-python cannot compile it
+UNEVALUATED = set()  # rules cel-python could not compile or run (Kubernetes CEL libraries it lacks)
+
+
+def _program(rule):
+    if rule not in _PROGRAMS:
+        try:
+            env = celpy.Environment()
+            _PROGRAMS[rule] = env.program(env.compile(rule))
+        except Exception:  # noqa: BLE001 - an extension cel-python lacks: the rule is skipped, and listed
+            _PROGRAMS[rule] = None
+            UNEVALUATED.add(rule)
+    return _PROGRAMS[rule]
+
+
+def cel_errors(schema, obj):
+    """Field errors of the CEL rules of a CRD schema, as apiextensions reports them.
+
+    A failing rule is ``<path>: Invalid value: "<type>": <message or 'failed rule: <rule>'>`` (the root
+    path prints as ``<nil>``), or Forbidden/Required when the rule names that reason
+    (apiextensions-apiserver v0.34.10 pkg/apiserver/schema/cel/validation.go). Transition rules
+    (``oldSelf``) are not evaluated.
+    """
+    if not HAS_CEL:
+        return []
+    errors = []
+
+    def walk(node, value, path):
+        if not isinstance(node, dict) or value is None:
+            return
+        for rule in node.get("x-kubernetes-validations") or []:
+            text = rule.get("rule", "")
+            program = None if "oldSelf" in text else _program(text)
+            if program is None:
+                continue
+            try:
+                ok = program.evaluate({"self": celpy.json_to_cel(value)})
+            except Exception:  # noqa: BLE001 - evaluation error: listed, not guessed
+                UNEVALUATED.add(text)
+                continue
+            if isinstance(ok, Exception) or bool(ok):
+                continue
+            where = path + [p for p in (rule.get("fieldPath") or "").lstrip(".").split(".") if p]
+            message = (rule.get("message") or "").strip() or "failed rule: %s" % text.strip()
+            reason = rule.get("reason") or "FieldValueInvalid"
+            errors.append(FieldError(reason, field_path(where) or "<nil>", node.get("type", "object"), message)
+                          if reason == "FieldValueInvalid" else
+                          FieldError(reason, field_path(where) or "<nil>", None, message))
+        if isinstance(value, dict):
+            for key, item in value.items():
+                props = node.get("properties") or {}
+                if key in props:
+                    walk(props[key], item, path + [key])
+                elif isinstance(node.get("additionalProperties"), dict):
+                    walk(node["additionalProperties"], item, path + [key])
+        elif isinstance(value, list) and isinstance(node.get("items"), dict):
+            for index, item in enumerate(value):
+                walk(node["items"], item, path + [index])
+
+    walk(schema, obj, [])
+    return errors
 
 
 # --- field sets ------------------------------------------------------------------------
