@@ -181,6 +181,13 @@ def test_git_source_postbuild_prune_and_suspend(strict_cluster, tmp_path):
     api.patch(res, "flux-system", "apps", "merge", {"spec": {"suspend": False}})
     world.settle()
     assert api.exists("v1", "ConfigMap", "c", "default")
+    # deleting the Kustomization (prune: true) deletes what it applied, not the decoy
+    assert "finalizers.fluxcd.io" in api.get(KS, "Kustomization", "apps", "flux-system")["metadata"]["finalizers"]
+    api.remove(KS, "Kustomization", "apps", "flux-system")
+    world.settle()
+    assert not api.exists(KS, "Kustomization", "apps", "flux-system")
+    assert not api.exists("v1", "ConfigMap", "a", "default") and not api.exists("v1", "ConfigMap", "c", "default")
+    assert api.exists("v1", "ConfigMap", "decoy", "default")
 
 
 def test_missing_substitute_source_and_unreachable_git(strict_cluster, tmp_path):

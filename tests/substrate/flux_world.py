@@ -52,6 +52,7 @@ MANAGER = "kustomize-controller"
 NAME_LABEL = "kustomize.toolkit.fluxcd.io/name"
 NAMESPACE_LABEL = "kustomize.toolkit.fluxcd.io/namespace"
 PRUNE_ANNOTATION = "kustomize.toolkit.fluxcd.io/prune"
+FINALIZER = "finalizers.fluxcd.io"  # kustomize-controller v1.9.4 api/v1/kustomization_types.go
 REQUEUE = "30s"  # kustomize-controller's default --requeue-dependency interval
 
 # Which CRD bundles (strict_api.CRD_BUNDLES) a chart installs when its HelmRelease is installed.
@@ -246,10 +247,40 @@ class FluxController:
             for obj in api.list("fluxcd.controlplane.io/v1", "ResourceSet"):
                 self._guard(api, obj, self.resourceset)
         for obj in api.list("kustomize.toolkit.fluxcd.io/v1", "Kustomization"):
-            self._guard(api, obj, self.kustomization)
+            if self._finalizer(api, obj):
+                self._guard(api, obj, self.kustomization)
         if _served(api, "helm.toolkit.fluxcd.io", "helmreleases"):
             for obj in api.list("helm.toolkit.fluxcd.io/v2", "HelmRelease"):
                 self._guard(api, obj, self.helmrelease)
+
+    def _finalizer(self, api, obj):
+        """kustomize-controller's first steps: add finalizers.fluxcd.io; on deletion, garbage-collect the
+        inventory when prune is set (deletionPolicy MirrorPrune) or deletionPolicy is Delete, then let go."""
+        res = api.resource_for(obj["apiVersion"], obj["kind"])
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        finalizers = obj["metadata"].get("finalizers") or []
+        if not obj["metadata"].get("deletionTimestamp"):
+            if FINALIZER not in finalizers:
+                api.patch(res, ns, name, "merge", {"metadata": {"finalizers": finalizers + [FINALIZER]}}, None, MANAGER)
+            return True
+        if FINALIZER not in finalizers:
+            return False
+        spec = obj.get("spec") or {}
+        entries = ((obj.get("status") or {}).get("inventory") or {}).get("entries") or []
+        policy = spec.get("deletionPolicy") or "MirrorPrune"
+        if not spec.get("suspend") and entries and (policy in ("Delete", "WaitForTermination") or
+                                                     (policy == "MirrorPrune" and spec.get("prune"))):
+            target = api
+            try:
+                if (spec.get("kubeConfig") or {}).get("secretRef"):
+                    target = self._remote(api, ns, spec["kubeConfig"]["secretRef"])
+            except Failure:
+                target = None  # the remote cluster is gone: nothing left to delete there
+            if target is not None:
+                self._prune(target, entries, [])
+        api.patch(res, ns, name, "merge", {"metadata": {"finalizers": [f for f in finalizers if f != FINALIZER]
+                                                        or None}}, None, MANAGER)
+        return False
 
     def _guard(self, api, obj, func):
         if obj["metadata"].get("deletionTimestamp") or (obj.get("spec") or {}).get("suspend"):
