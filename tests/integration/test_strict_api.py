@@ -282,3 +282,18 @@ def test_cel_rules_of_the_crds_are_enforced(strict_cluster):
     del both["spec"]["chart"]
     code, _body, _ = http(api, "POST", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux-system/helmreleases", both)
     assert code == 201
+
+
+def test_a_crd_version_serves_the_same_objects_in_its_own_apiversion(strict_cluster):
+    api = strict_cluster("versions", bundles=("flux",))
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
+    repo = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+            "metadata": {"name": "r", "namespace": "flux-system"}, "spec": {"interval": "1m", "url": "https://x"}}
+    code, _body, _ = http(api, "POST", "/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories", repo)
+    assert code == 201
+    code, body, _ = http(api, "GET", "/apis/source.toolkit.fluxcd.io/v1beta2/namespaces/flux-system/gitrepositories/r")
+    assert code == 200 and body["apiVersion"] == "source.toolkit.fluxcd.io/v1beta2"
+    code, body, _ = http(api, "GET", "/apis/source.toolkit.fluxcd.io/v1beta2/namespaces/flux-system/gitrepositories")
+    assert [i["apiVersion"] for i in body["items"]] == ["source.toolkit.fluxcd.io/v1beta2"]
+    code, body, _ = http(api, "GET", "/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories/nope")
+    assert (code, body["reason"]) == (404, "NotFound")

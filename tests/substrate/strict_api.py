@@ -28,8 +28,9 @@ pkg/util/managedfields/internal/conflict.go, structuredmerge.go, pkg/apis/meta/v
 k8s.io/apiserver v0.34.10 (pkg/endpoints/handlers/rest.go transformDecodeError and the default
 directive Warn, pkg/registry/generic/registry/store.go), k8s.io/apiextensions-apiserver v0.34.10
 (pkg/apiserver/validation/validation.go) and kube-openapi (pkg/validation/errors/schema.go).
-Simplifications: lists are atomic for field ownership; CEL rules (x-kubernetes-validations) are not
-evaluated; a CRD's versions share one store without conversion (strategy None); GC is synchronous.
+CEL rules (x-kubernetes-validations) are evaluated with cel-python, except transition rules (oldSelf).
+Simplifications: lists are atomic for field ownership; a CRD's versions share one store, read in the
+version asked for (strategy None); GC is synchronous.
 """
 
 from __future__ import annotations
@@ -1015,6 +1016,23 @@ class _StrictHandler(_Handler):
                                              'values: "Ignore", "Strict", "Warn"' % directive))
         manager = query.get("fieldManager") or (self.headers.get("User-Agent") or "unknown").split("/")[0]
         if method == "GET":
+            try:
+                with emulator._cond:
+                    routed = emulator.discovery(path) is None and emulator.route(path)
+            except ApiError:
+                routed = None
+            if routed and routed[2] and not routed[3] and query.get("watch") not in ("true", "1"):
+                injected = emulator._injected(method, path)
+                if injected:
+                    return self._send_error(injected)
+                res, namespace, name, _sub = routed
+                try:  # conversion strategy None: the object in the version asked for
+                    with emulator._cond:
+                        obj = copy.deepcopy(emulator._get(res, namespace, name))
+                except ApiError as exc:
+                    return self._send_error(exc)
+                obj["apiVersion"] = res.api_version
+                return self._send(200, obj)
             return super()._dispatch(method, path, query)
         try:
             res, namespace, name, sub = emulator.route(path)
@@ -1055,6 +1073,12 @@ class _StrictHandler(_Handler):
             return self._send_error(exc)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             return self._send_error(ApiError(400, "BadRequest", "bad request: %s" % exc))
+
+    def _list_body(self, res, namespace, query):
+        body = super()._list_body(res, namespace, query)
+        for item in body["items"]:
+            item["apiVersion"] = res.api_version
+        return body
 
     def _send(self, code, body):
         warnings, self.emulator.warnings[:] = list(self.emulator.warnings), []
