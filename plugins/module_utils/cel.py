@@ -475,15 +475,19 @@ def _short(exc):
 class Result:
     """A rule that did not pass: violated, errored or could not be evaluated."""
 
-    __slots__ = ("path", "rule", "message", "outcome", "detail", "transition")
+    __slots__ = ("path", "rule", "message", "outcome", "detail", "transition", "reason", "schema_type")
 
-    def __init__(self, path, rule, message, outcome, detail="", transition=False):
+    def __init__(self, path, rule, message, outcome, detail="", transition=False, reason="", schema_type=None):
         self.path = path
         self.rule = rule
         self.message = message
         self.outcome = outcome
         self.detail = detail
         self.transition = transition
+        # The rule's own reason (FieldValueInvalid, FieldValueForbidden, ...) and the schema type of the
+        # node it sits on: what an API server's field error carries.
+        self.reason = reason
+        self.schema_type = schema_type
 
     def text(self):
         where = self.path or "(root)"
@@ -591,7 +595,8 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
                                   rule.transition))
             continue
         if passed is not True:
-            results.append(Result(where, rule.rule, message, VIOLATED, "", rule.transition))
+            results.append(Result(where, rule.rule, message, VIOLATED, "", rule.transition,
+                                  str(entry.get("reason") or ""), schema.get("type")))
 
     for sub in schema.get("allOf") or []:  # the server runs the rules of allOf branches at the same node
         _walk(value, old, has_old, sub, path, results, transition_only)

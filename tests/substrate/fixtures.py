@@ -375,3 +375,27 @@ def task_results(output, host="localhost"):
 
 def dedent(text):
     return textwrap.dedent(text).lstrip()
+
+
+# --- the strict world (issue 15) -----------------------------------------------------------
+
+@pytest.fixture
+def strict_cluster(tmp_path):
+    """Factory: strict_cluster('kind-mgmt', bundles=(...)) -> a started StrictKubeEmulator with .kubeconfig_path."""
+    from tests.substrate.strict_api import StrictKubeEmulator
+
+    started = {}
+
+    def make(name="kind-mgmt", bundles=(), default_field_validation="Warn"):
+        if name in started:
+            return started[name]
+        emulator = StrictKubeEmulator(name, default_field_validation=default_field_validation)
+        emulator.install_bundle(*bundles)
+        emulator.start()
+        emulator.kubeconfig_path = emulator.write_kubeconfig(tmp_path / ("%s.kubeconfig" % name), context=name)
+        started[name] = emulator
+        return emulator
+
+    yield make
+    for emulator in started.values():
+        emulator.stop()

@@ -1,0 +1,277 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""A small Cluster API for the emulated world (tests/substrate/flux_world.World).
+
+``CapiController`` plays the cluster-api-operator, the core/kubeadm/Docker providers and CAAPH:
+
+- A provider object (operator.cluster.x-k8s.io/v1alpha2 CoreProvider, BootstrapProvider, ...)
+  becomes Ready once it exists, after the CoreProvider, and installs its provider's CRDs
+  (``PROVIDER_CRDS`` -> strict_api.CRD_BUNDLES) with status.installedVersion = spec.version.
+  An unknown provider name stays not Ready, with the reason.
+- A Cluster whose infrastructureRef and controlPlaneRef objects exist gets a new emulated API server
+  (``spawn(name)``), the Secret ``<name>-kubeconfig`` (type cluster.x-k8s.io/secret, key ``value``,
+  label cluster.x-k8s.io/cluster-name) pointing at it, the finalizer cluster.cluster.x-k8s.io, and the
+  v1beta2 status (phase Provisioned, initialization, conditions Available/InfrastructureReady/
+  ControlPlaneInitialized). Deleting the Cluster deletes its infrastructure, control plane,
+  MachineDeployments and kubeconfig Secret, stops its API server, then drops the finalizer.
+- A ClusterResourceSet applies the manifests of its ConfigMaps into every matching provisioned cluster.
+- A HelmChartProxy (CAAPH) "installs" its chart into every matching provisioned cluster: the
+  release namespace, and the CRDs the chart ships (flux_world.CHART_CRDS); it records a
+  HelmReleaseProxy per cluster.
+
+Names and fields are CAPI v1beta2 / CAAPH v1alpha1 as vendored in schemas/crds; the time a real
+cluster takes is not emulated. The upstream facts are listed in docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+
+import yaml
+
+from tests.substrate.flux_world import CHART_CRDS, is_ready, set_status, ssa_apply
+from tests.substrate.kube_emulator import ApiError, _now
+from tests.substrate.strict_api import StrictKubeEmulator
+
+OPERATOR = "operator.cluster.x-k8s.io/v1alpha2"
+CLUSTER_API = "cluster.x-k8s.io/v1beta2"
+FINALIZER = "cluster.cluster.x-k8s.io"
+CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
+MANAGER = "capi-controller-manager"
+
+# (provider kind, provider name) -> CRD bundles it installs.
+PROVIDER_CRDS = {
+    ("CoreProvider", "cluster-api"): ("cluster-api",),
+    ("BootstrapProvider", "kubeadm"): ("kubeadm-bootstrap",),
+    ("ControlPlaneProvider", "kubeadm"): ("kubeadm-control-plane",),
+    ("InfrastructureProvider", "docker"): ("docker",),
+    ("AddonProvider", "helm"): ("helm-addon",),
+}
+PROVIDER_KINDS = ("CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider",
+                  "AddonProvider")
+
+
+def _matches(selector, labels):
+    labels = labels or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        value, op, values = labels.get(expr["key"]), expr["operator"], expr.get("values") or []
+        if (op == "In" and value not in values) or (op == "NotIn" and value in values) or \
+                (op == "Exists" and expr["key"] not in labels) or (op == "DoesNotExist" and expr["key"] in labels):
+            return False
+    return True
+
+
+class CapiController:
+    """Provider operator, CAPI core with CAPD/kubeadm, ClusterResourceSet and CAAPH, emulated."""
+
+    def __init__(self, world, spawn=None):
+        self.world = world
+        self.spawn = spawn or self._spawn
+        self.workloads = {}  # (mgmt url, namespace, cluster) -> emulator
+        world.controllers.append(self)
+
+    @staticmethod
+    def _spawn(name):
+        return StrictKubeEmulator(name).start()
+
+    def reconcile(self, api):
+        if ("operator.cluster.x-k8s.io", "coreproviders") in api.resources:
+            for kind in PROVIDER_KINDS:
+                for obj in api.list(OPERATOR, kind):
+                    self.provider(api, obj)
+        if ("cluster.x-k8s.io", "clusters") in api.resources:
+            for obj in api.list(CLUSTER_API, "Cluster"):
+                self.cluster(api, obj)
+        if ("addons.cluster.x-k8s.io", "clusterresourcesets") in api.resources:
+            for obj in api.list("addons.cluster.x-k8s.io/v1beta2", "ClusterResourceSet"):
+                self.resource_set(api, obj)
+        if ("addons.cluster.x-k8s.io", "helmchartproxies") in api.resources:
+            for obj in api.list("addons.cluster.x-k8s.io/v1alpha1", "HelmChartProxy"):
+                self.helm_chart_proxy(api, obj)
+
+    # ---- providers ----------------------------------------------------------------------
+    def provider(self, api, obj):
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        bundles = PROVIDER_CRDS.get((kind, name))
+        if bundles is None:
+            set_status(api, obj, False, "UnknownProvider", "provider %s %r is not one the emulated world knows (%s)"
+                       % (kind, name, ", ".join("%s/%s" % k for k in sorted(PROVIDER_CRDS))))
+            return
+        if kind != "CoreProvider":
+            cores = api.list(OPERATOR, "CoreProvider")
+            if not any(is_ready(c) for c in cores):
+                set_status(api, obj, False, "WaitingForCoreProviderReady", "waiting for the core provider to install")
+                return
+        api.install_bundle(*bundles)
+        set_status(api, obj, True, "Ready", "installed %s" % (obj.get("spec") or {}).get("version", ""), installedVersion=(obj.get("spec") or {}).get("version", ""),
+                   contract="v1beta2")
+
+    # ---- clusters -------------------------------------------------------------------------
+    def _ref(self, api, namespace, ref):
+        if not ref:
+            return None
+        group = ref.get("apiGroup", "")
+        for res in list(api.resources.values()):
+            if res.group == group and res.kind == ref.get("kind"):
+                try:
+                    return api.get(res.api_version, res.kind, ref["name"], namespace)
+                except ApiError:
+                    return None
+        return None
+
+    def cluster(self, api, obj):
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        key = (api.url, ns, name)
+        if obj["metadata"].get("deletionTimestamp"):
+            return self._delete_cluster(api, obj, key)
+        spec = obj.get("spec") or {}
+        infra = self._ref(api, ns, spec.get("infrastructureRef"))
+        control_plane = self._ref(api, ns, spec.get("controlPlaneRef"))
+        if infra is None or control_plane is None:
+            missing = "infrastructureRef" if infra is None else "controlPlaneRef"
+            self._cluster_status(api, obj, "Provisioning", False, "%s %s/%s does not exist yet" % (
+                missing, ns, (spec.get(missing) or {}).get("name")))
+            return
+        if FINALIZER not in (obj["metadata"].get("finalizers") or []):
+            res = api.resource_for(obj["apiVersion"], obj["kind"])
+            api.patch(res, ns, name, "merge", {"metadata": {"finalizers": (obj["metadata"].get("finalizers") or [])
+                                                                          + [FINALIZER]}}, None, MANAGER)
+        workload = self.workloads.get(key)
+        if workload is None:
+            workload = self.workloads[key] = self.spawn(name)
+            self.world.add_cluster(workload)
+        secret_name = "%s-kubeconfig" % name
+        config = yaml.safe_dump(workload.kubeconfig(context="%s-admin@%s" % (name, name), cluster=name,
+                                                    user="%s-admin" % name))
+        secret = {"apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
+                  "metadata": {"name": secret_name, "namespace": ns, "labels": {CLUSTER_NAME_LABEL: name},
+                               "ownerReferences": [{"apiVersion": control_plane["apiVersion"],
+                                                    "kind": control_plane["kind"],
+                                                    "name": control_plane["metadata"]["name"],
+                                                    "uid": control_plane["metadata"]["uid"],
+                                                    "controller": True, "blockOwnerDeletion": True}]},
+                  "data": {"value": base64.b64encode(config.encode()).decode()}}
+        res = api.resource_for("v1", "Secret")
+        api.patch(res, ns, secret_name, "apply", secret, None, MANAGER, "Strict", True)
+        # The v1beta2 contract: status.initialization.provisioned (infrastructure) and
+        # .controlPlaneInitialized (control plane); v1beta1 providers report status.ready.
+        for ref_obj, initialized in ((infra, "provisioned"), (control_plane, "controlPlaneInitialized")):
+            v1beta2 = ref_obj["apiVersion"].endswith("/v1beta2")
+            self._patch_status(api, ref_obj, {"initialization": {initialized: True}} if v1beta2 else {"ready": True})
+        self._cluster_status(api, obj, "Provisioned", True, "provisioned (emulated)")
+
+    def _patch_status(self, api, obj, fields):
+        res = api.resource_for(obj["apiVersion"], obj["kind"])
+        status = copy.deepcopy(obj.get("status") or {})
+        status.update(fields)
+        if status != (obj.get("status") or {}):
+            api.patch(res, obj["metadata"]["namespace"], obj["metadata"]["name"], "merge", {"status": status},
+                      "status", MANAGER)
+
+    def _cluster_status(self, api, obj, phase, ok, message):
+        live = api.get(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], obj["metadata"]["namespace"])
+        old = {c["type"]: c for c in (live.get("status") or {}).get("conditions") or []}
+        conditions = []
+        for type_ in ("Available", "InfrastructureReady", "ControlPlaneInitialized"):
+            value = "True" if ok else "False"
+            previous = old.get(type_) or {}
+            conditions.append({"type": type_, "status": value, "reason": type_ if ok else "Not" + type_,
+                               "message": message, "observedGeneration": live["metadata"].get("generation", 1),
+                               "lastTransitionTime": previous.get("lastTransitionTime")
+                               if previous.get("status") == value else _now()})
+        status = {"phase": phase, "conditions": conditions, "observedGeneration": live["metadata"].get("generation", 1)}
+        if ok:
+            status["initialization"] = {"infrastructureProvisioned": True, "controlPlaneInitialized": True}
+        self._patch_status(api, live, status)
+
+    def _delete_cluster(self, api, obj, key):
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        spec = obj.get("spec") or {}
+        for ref in (spec.get("controlPlaneRef"), spec.get("infrastructureRef")):
+            found = self._ref(api, ns, ref)
+            if found is not None:
+                api.remove(found["apiVersion"], found["kind"], found["metadata"]["name"], ns)
+        if ("cluster.x-k8s.io", "machinedeployments") in api.resources:
+            for md in api.list(CLUSTER_API, "MachineDeployment", ns):
+                if (md.get("spec") or {}).get("clusterName") == name:
+                    api.remove(CLUSTER_API, "MachineDeployment", md["metadata"]["name"], ns)
+        if api.exists("v1", "Secret", "%s-kubeconfig" % name, ns):
+            api.remove("v1", "Secret", "%s-kubeconfig" % name, ns)
+        workload = self.workloads.pop(key, None)
+        if workload is not None:
+            self.world.clusters.pop(workload.url, None)
+            workload.stop()
+        res = api.resource_for(obj["apiVersion"], obj["kind"])
+        api.patch(res, ns, name, "merge", {"metadata": {"finalizers": [
+            f for f in obj["metadata"].get("finalizers") or [] if f != FINALIZER] or None}}, None, MANAGER)
+
+    def provisioned(self, api, namespace, selector):
+        """(Cluster, workload emulator) of the provisioned clusters of namespace matching selector."""
+        found = []
+        for cluster in api.list(CLUSTER_API, "Cluster", namespace):
+            workload = self.workloads.get((api.url, namespace, cluster["metadata"]["name"]))
+            if workload is not None and (cluster.get("status") or {}).get("phase") == "Provisioned" and \
+                    _matches(selector or {}, cluster["metadata"].get("labels")) and \
+                    not cluster["metadata"].get("deletionTimestamp"):
+                found.append((cluster, workload))
+        return found
+
+    # ---- add-ons ----------------------------------------------------------------------------
+    def resource_set(self, api, obj):
+        ns = obj["metadata"]["namespace"]
+        spec = obj.get("spec") or {}
+        applied = []
+        for cluster, workload in self.provisioned(api, ns, spec.get("clusterSelector")):
+            for ref in spec.get("resources") or []:
+                try:
+                    source = api.get("v1", ref["kind"], ref["name"], ns)
+                except ApiError as exc:
+                    set_status(api, obj, False, "WrongSecretType" if ref["kind"] == "Secret" else "RetrievingResourceFailed",
+                               exc.message)
+                    return
+                data = source.get("data") or {}
+                if ref["kind"] == "Secret":
+                    data = {k: base64.b64decode(v).decode() for k, v in data.items()}
+                for text in data.values():
+                    for doc in yaml.safe_load_all(text):
+                        if isinstance(doc, dict):
+                            ssa_apply(workload, doc, "capi-clusterresourceset")
+            applied.append(cluster["metadata"]["name"])
+        set_status(api, obj, True, "Applied", "applied to %s" % (", ".join(applied) or "no cluster yet"))
+
+    def helm_chart_proxy(self, api, obj):
+        ns = obj["metadata"]["namespace"]
+        spec = obj.get("spec") or {}
+        matching = []
+        for cluster, workload in self.provisioned(api, ns, spec.get("clusterSelector")):
+            cname = cluster["metadata"]["name"]
+            release_ns = spec.get("namespace") or "default"
+            if not workload.exists("v1", "Namespace", release_ns):
+                if not ((spec.get("options") or {}).get("install") or {}).get("createNamespace"):
+                    set_status(api, obj, False, "HelmInstallOrUpgradeFailed",
+                               'create: failed to create: namespaces "%s" not found' % release_ns)
+                    return
+                workload.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": release_ns}})
+            workload.install_bundle(*CHART_CRDS.get(spec.get("chartName"), ()))
+            proxy = {"apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "HelmReleaseProxy",
+                     "metadata": {"name": "%s-%s" % (obj["metadata"]["name"], cname), "namespace": ns,
+                                  "labels": {CLUSTER_NAME_LABEL: cname,
+                                             "helmchartproxy.addons.cluster.x-k8s.io/name": obj["metadata"]["name"]},
+                                  "ownerReferences": [{"apiVersion": obj["apiVersion"], "kind": obj["kind"],
+                                                       "name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"],
+                                                       "controller": True}]},
+                     "spec": {"clusterRef": {"apiVersion": CLUSTER_API, "kind": "Cluster", "name": cname,
+                                             "namespace": ns},
+                              "repoURL": spec.get("repoURL"), "chartName": spec.get("chartName"),
+                              "version": spec.get("version"), "releaseName": spec.get("releaseName"),
+                              "namespace": release_ns}}
+            res = api.resource_for(proxy["apiVersion"], proxy["kind"])
+            api.patch(res, ns, proxy["metadata"]["name"], "apply", proxy, None, "caaph", "Strict", True)
+            set_status(api, api.get(proxy["apiVersion"], proxy["kind"], proxy["metadata"]["name"], ns), True,
+                       "Deployed", "release %s deployed" % (spec.get("releaseName") or spec.get("chartName")),
+                       status="deployed", revision=1)
+            matching.append({"apiVersion": CLUSTER_API, "kind": "Cluster", "name": cname, "namespace": ns})
+        set_status(api, obj, True, "Ready", "installed in %d cluster(s)" % len(matching), matchingClusters=matching)

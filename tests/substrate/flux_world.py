@@ -1,0 +1,635 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""A small Flux for the emulated world: reconciles the real GitOps trees on StrictKubeEmulators.
+
+``World`` holds the emulated clusters (by API URL) and the controllers that act on them;
+``World.settle()`` runs reconcile passes until nothing changes. ``FluxController`` plays:
+
+- the Flux Operator: a FluxInstance installs the Flux CRDs (the ``flux`` bundle of strict_api) and
+  creates its sync source and root Kustomization (both named after the namespace), with the
+  instance's ``kustomize.patches`` (JSON 6902) applied to them; a ResourceSet renders
+  ``spec.resources`` once per entry of ``spec.inputs`` (``<< inputs.KEY >>``) and applies them.
+- source-controller: an OCIRepository is pulled from the real registry (``registry_aliases`` maps
+  in-cluster hosts such as krops-registry:5000 to the test's 127.0.0.1 port) with krops' own OCI
+  client; a GitRepository is read with ``git archive`` from a local checkout (``git_checkouts`` maps
+  URLs to folders). Sources on the internet (charts on ghcr.io, jetstack) cannot be reached here:
+  they are marked Ready with a message that says they are stand-ins.
+- kustomize-controller: a Kustomization waits for its dependsOn and its source, renders spec.path
+  with krops' render module (kubectl kustomize; a folder without kustomization.yaml gets one listing
+  its files, as Flux generates it), applies postBuild substitute/substituteFrom, applies the result
+  with server-side apply (field manager kustomize-controller, CRDs and Namespaces first, each stage
+  all-or-nothing as Flux's dry-run makes it), into the cluster of spec.kubeConfig when set, prunes
+  what left the inventory, and checks health (spec.wait: everything applied; else spec.healthChecks).
+- helm-controller: a HelmRelease is Ready once its chart source is Ready; ``CHART_CRDS`` says which
+  CRD bundles a chart installs (charts are not rendered).
+
+Reasons and messages are kustomize-controller v1.9.4's and source-controller v1.9.1's
+(internal/controller/*.go), fluxcd/pkg ssa v0.76.1 (errors/errors.go, manager_wait.go). Time is
+emulated: a health check that does not pass in a pass fails at once (HealthCheckFailed) and is
+retried on the next pass, where a real controller would wait up to spec.timeout.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import threading
+import urllib.parse
+
+import yaml
+from ansible_collections.krops.platform.plugins.module_utils import oci, render
+
+from tests.substrate.kube_emulator import ApiError, _now, json_patch
+
+KS = ("kustomize.toolkit.fluxcd.io", "kustomizations")
+MANAGER = "kustomize-controller"
+NAME_LABEL = "kustomize.toolkit.fluxcd.io/name"
+NAMESPACE_LABEL = "kustomize.toolkit.fluxcd.io/namespace"
+PRUNE_ANNOTATION = "kustomize.toolkit.fluxcd.io/prune"
+FINALIZER = "finalizers.fluxcd.io"  # kustomize-controller v1.9.4 api/v1/kustomization_types.go
+REQUEUE = "30s"  # kustomize-controller's default --requeue-dependency interval
+
+# Which CRD bundles (strict_api.CRD_BUNDLES) a chart installs when its HelmRelease is installed.
+CHART_CRDS = {"cert-manager": ("cert-manager",), "cluster-api-operator": ("capi-operator",),
+              "flux-operator": ("flux-operator",)}
+
+
+class Failure(Exception):
+    """A reconcile step failed: (reason, message) for the Ready condition."""
+
+    def __init__(self, reason, message):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+# --- conditions --------------------------------------------------------------------------
+
+def condition(obj, type_="Ready"):
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return cond
+    return None
+
+
+def is_ready(obj):
+    cond = condition(obj)
+    return bool(cond and cond.get("status") == "True" and
+                (obj.get("status") or {}).get("observedGeneration", obj["metadata"].get("generation"))
+                == obj["metadata"].get("generation"))
+
+
+def set_status(api, obj, ready, reason, message, **fields):
+    """Write Ready (and other status fields) only when something changes, so a world can settle."""
+    res = api.resource_for(obj["apiVersion"], obj["kind"])
+    live = api.objects.get(api._key(res, obj["metadata"].get("namespace"), obj["metadata"]["name"]))
+    if live is None:
+        return False
+    status = copy.deepcopy(live.get("status") or {})
+    old = condition(live) or {}
+    value = "True" if ready is True else ("Unknown" if ready is None else "False")
+    generation = live["metadata"].get("generation", 1)
+    wanted = {"type": "Ready", "status": value, "reason": reason, "message": message,
+              "observedGeneration": generation}
+    if all(old.get(k) == v for k, v in wanted.items()) and all(status.get(k) == v for k, v in fields.items()) \
+            and status.get("observedGeneration") == generation:
+        return False
+    wanted["lastTransitionTime"] = old.get("lastTransitionTime") if old.get("status") == value else _now()
+    status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"] + [wanted]
+    status["observedGeneration"] = generation
+    status.update(fields)
+    api.patch(res, obj["metadata"].get("namespace"), obj["metadata"]["name"], "merge", {"status": status}, "status",
+              MANAGER)
+    return True
+
+
+def health(api, api_version, kind, name, namespace):
+    """kstatus-like: Current, InProgress, Failed or NotFound."""
+    try:
+        res = api.resource_for(api_version, kind)
+    except ApiError:
+        return "NotFound"
+    obj = api.objects.get(api._key(res, namespace, name))  # read only: no copy (CRDs are large)
+    if obj is None:
+        return "NotFound"
+    status = obj.get("status") or {}
+    if kind == "CustomResourceDefinition":
+        est = condition(obj, "Established")
+        return "Current" if est and est["status"] == "True" else "InProgress"
+    if kind == "Namespace":
+        return "InProgress" if obj["metadata"].get("deletionTimestamp") else "Current"
+    if status.get("observedGeneration") is not None and status["observedGeneration"] < obj["metadata"].get("generation", 1):
+        return "InProgress"
+    ready = condition(obj)
+    if ready is None and not status and "status" in res.subresources and (res.group, res.plural) in api._served:
+        return "InProgress"  # its controller has not reported yet
+    if ready is not None:
+        if ready["status"] == "True":
+            return "Current"
+        stalled = condition(obj, "Stalled")
+        return "Failed" if stalled and stalled["status"] == "True" else "InProgress"
+    return "Current"
+
+
+def object_id(obj):
+    group = obj["apiVersion"].rpartition("/")[0]
+    return "%s_%s_%s_%s" % (obj["metadata"].get("namespace", ""), obj["metadata"]["name"], group, obj["kind"])
+
+
+def fmt(obj):
+    """fluxcd/pkg ssa utils.FmtUnstructured: Kind/namespace/name."""
+    meta = obj.get("metadata") or {}
+    return "/".join([obj.get("kind", "")] + ([meta["namespace"]] if meta.get("namespace") else []) + [meta.get("name", "")])
+
+
+# --- the world ---------------------------------------------------------------------------
+
+class World:
+    """Emulated clusters (by URL) and the controllers reconciling them."""
+
+    def __init__(self):
+        self.clusters = {}
+        self.controllers = []
+
+    def add_cluster(self, api):
+        self.clusters[api.url] = api
+        return api
+
+    def cluster_for_kubeconfig(self, text):
+        try:
+            config = yaml.safe_load(text) or {}
+            contexts = {c["name"]: c["context"] for c in config.get("contexts") or []}
+            context = contexts.get(config.get("current-context")) or next(iter(contexts.values()))
+            clusters = {c["name"]: c["cluster"] for c in config.get("clusters") or []}
+            server = clusters[context["cluster"]]["server"]
+        except (yaml.YAMLError, KeyError, StopIteration, TypeError, AttributeError) as exc:
+            raise Failure("ReconciliationFailed", "failed to build kube client: invalid kubeconfig: %s" % exc)
+        api = self.clusters.get(server.rstrip("/"))
+        if api is None:
+            raise Failure("ReconciliationFailed", "failed to build kube client: dial %s: connection refused" % server)
+        return api
+
+    def start(self, interval=0.05):
+        """Reconcile continuously in a thread (for runs driven by ansible-playbook); ``stop()`` ends it."""
+        self._stop = threading.Event()
+        self.errors = []
+
+        def loop():
+            while not self._stop.is_set():
+                before = {url: api._last_rv for url, api in list(self.clusters.items())}
+                try:
+                    for controller in self.controllers:
+                        for api in list(self.clusters.values()):
+                            controller.reconcile(api)
+                except Exception as exc:  # noqa: BLE001 - reported by stop(), the loop goes on
+                    self.errors.append(repr(exc))
+                if before == {url: api._last_rv for url, api in list(self.clusters.items())}:
+                    self._stop.wait(interval)
+
+        self._thread = threading.Thread(target=loop, name="emulated-world", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(10)
+        return self.errors
+
+    def settle(self, max_rounds=40):
+        """Reconcile until a whole pass changes nothing; returns the number of passes."""
+        for round_ in range(1, max_rounds + 1):
+            before = {url: api._last_rv for url, api in self.clusters.items()}
+            for controller in self.controllers:
+                for api in list(self.clusters.values()):
+                    controller.reconcile(api)
+            if before == {url: api._last_rv for url, api in self.clusters.items()} and \
+                    set(before) == set(self.clusters):
+                return round_
+        raise RuntimeError("the emulated world did not settle within %d passes" % max_rounds)
+
+
+def _served(api, group, plural):
+    return (group, plural) in api.resources
+
+
+class FluxController:
+    """Flux Operator, source-, kustomize- and helm-controller of the emulated world."""
+
+    def __init__(self, world, workdir, registry_aliases=None, git_checkouts=None, renderer=None):
+        self.world = world
+        self.workdir = str(workdir)
+        self.registry_aliases = dict(registry_aliases or {})
+        self.git_checkouts = dict(git_checkouts or {})
+        self.artifacts = {}  # (api url, kind, ns, name) -> (revision, folder)
+        self.renderer = renderer or render.find_kustomize()  # resolved now: stand-ins on PATH come later
+        world.controllers.append(self)
+
+    # ---- one pass -----------------------------------------------------------------------
+    def reconcile(self, api):
+        if _served(api, "fluxcd.controlplane.io", "fluxinstances"):
+            for obj in api.list("fluxcd.controlplane.io/v1", "FluxInstance"):
+                self._guard(api, obj, self.fluxinstance)
+        if not _served(api, *KS):
+            return
+        for kind, plural, func in (("OCIRepository", "ocirepositories", self.oci_repository),
+                                   ("GitRepository", "gitrepositories", self.git_repository),
+                                   ("HelmRepository", "helmrepositories", self.helm_repository)):
+            if _served(api, "source.toolkit.fluxcd.io", plural):
+                for obj in api.list("source.toolkit.fluxcd.io/v1", kind):
+                    self._guard(api, obj, func)
+        if _served(api, "fluxcd.controlplane.io", "resourcesets"):
+            for obj in api.list("fluxcd.controlplane.io/v1", "ResourceSet"):
+                self._guard(api, obj, self.resourceset)
+        for obj in api.list("kustomize.toolkit.fluxcd.io/v1", "Kustomization"):
+            if self._finalizer(api, obj):
+                self._guard(api, obj, self.kustomization)
+        if _served(api, "helm.toolkit.fluxcd.io", "helmreleases"):
+            for obj in api.list("helm.toolkit.fluxcd.io/v2", "HelmRelease"):
+                self._guard(api, obj, self.helmrelease)
+
+    def _finalizer(self, api, obj):
+        """kustomize-controller's first steps: add finalizers.fluxcd.io; on deletion, garbage-collect the
+        inventory when prune is set (deletionPolicy MirrorPrune) or deletionPolicy is Delete, then let go."""
+        res = api.resource_for(obj["apiVersion"], obj["kind"])
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        finalizers = obj["metadata"].get("finalizers") or []
+        if not obj["metadata"].get("deletionTimestamp"):
+            if FINALIZER not in finalizers:
+                api.patch(res, ns, name, "merge", {"metadata": {"finalizers": finalizers + [FINALIZER]}}, None, MANAGER)
+            return True
+        if FINALIZER not in finalizers:
+            return False
+        spec = obj.get("spec") or {}
+        entries = ((obj.get("status") or {}).get("inventory") or {}).get("entries") or []
+        policy = spec.get("deletionPolicy") or "MirrorPrune"
+        if not spec.get("suspend") and entries and (policy in ("Delete", "WaitForTermination") or
+                                                     (policy == "MirrorPrune" and spec.get("prune"))):
+            target = api
+            try:
+                if (spec.get("kubeConfig") or {}).get("secretRef"):
+                    target = self._remote(api, ns, spec["kubeConfig"]["secretRef"])
+            except Failure:
+                target = None  # the remote cluster is gone: nothing left to delete there
+            if target is not None:
+                self._prune(target, entries, [])
+        api.patch(res, ns, name, "merge", {"metadata": {"finalizers": [f for f in finalizers if f != FINALIZER]
+                                                        or None}}, None, MANAGER)
+        return False
+
+    def _guard(self, api, obj, func):
+        if obj["metadata"].get("deletionTimestamp") or (obj.get("spec") or {}).get("suspend"):
+            return
+        try:
+            func(api, obj)
+        except Failure as exc:
+            set_status(api, obj, False, exc.reason, exc.message)
+
+    # ---- Flux Operator ------------------------------------------------------------------
+    def fluxinstance(self, api, obj):
+        ns = obj["metadata"]["namespace"]
+        api.install_bundle("flux")
+        sync = (obj.get("spec") or {}).get("sync")
+        if sync:
+            name = sync.get("name") or ns
+            kind = sync.get("kind", "OCIRepository")
+            ref = sync.get("ref", "")
+            source = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": kind,
+                      "metadata": {"name": name, "namespace": ns},
+                      "spec": {"interval": sync.get("interval", "1m"), "url": sync["url"]}}
+            # flux-operator v0.58.1 internal/builder/templates.go (syncTmpl): Git ref.name, OCI ref.tag
+            if kind == "OCIRepository":
+                source["spec"]["ref"] = {"tag": ref}
+            elif kind == "GitRepository":
+                source["spec"]["ref"] = {"name": ref}
+            if sync.get("pullSecret"):
+                source["spec"]["secretRef"] = {"name": sync["pullSecret"]}
+            root = {"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                    "metadata": {"name": name, "namespace": ns},
+                    "spec": {"interval": "10m0s", "path": sync.get("path", "."), "prune": True,
+                             "sourceRef": {"kind": kind, "name": name}}}
+            for generated in (source, root):
+                for patch in ((obj.get("spec") or {}).get("kustomize") or {}).get("patches") or []:
+                    target = patch.get("target") or {}
+                    if target.get("kind", generated["kind"]) == generated["kind"] and \
+                            target.get("name", name) == generated["metadata"]["name"]:
+                        patched = json_patch(generated, yaml.safe_load(patch["patch"]))
+                        generated.clear()
+                        generated.update(patched)
+                self._apply(api, generated, "flux-operator")
+        set_status(api, obj, True, "ReconciliationSucceeded", "Reconciliation finished",
+                   lastAppliedRevision=(obj["spec"].get("distribution") or {}).get("version", ""))
+
+    def resourceset(self, api, obj):
+        spec = obj.get("spec") or {}
+        if spec.get("inputsFrom"):
+            raise Failure("BuildFailed", "inputsFrom is not emulated; give spec.inputs")
+        rendered = []
+        for inputs in spec.get("inputs") or [{}]:
+            for template in spec.get("resources") or []:
+                rendered.append(_template(template, inputs))
+        entries = []
+        for item in rendered:
+            item.setdefault("metadata", {}).setdefault("namespace", obj["metadata"]["namespace"])
+            try:
+                self._apply(api, item, "flux-operator")
+            except ApiError as exc:
+                raise Failure("BuildFailed", _dry_run_message(item, exc))
+            entries.append({"id": object_id(item), "v": item["apiVersion"].rpartition("/")[2]})
+        set_status(api, obj, True, "ReconciliationSucceeded", "Reconciliation finished",
+                   inventory={"entries": entries})
+
+    # ---- sources ----------------------------------------------------------------------
+    def _store_artifact(self, api, obj, revision, tar_bytes):
+        key = (api.url, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        folder = os.path.join(self.workdir, "artifacts", re.sub(r"[^A-Za-z0-9_.-]", "_", "_".join(key[1:]) + "_" +
+                                                                  revision.rpartition(":")[2][:16]))
+        if not os.path.isdir(folder):
+            os.makedirs(folder)
+            with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:*") as tar:
+                tar.extractall(folder, filter="data")
+        self.artifacts[key] = (revision, folder)
+        return {"revision": revision, "digest": revision.rpartition("@")[2], "path": folder,
+                "url": "http://source-controller.emulated/%s" % "/".join(key[1:]), "lastUpdateTime": _now()}
+
+    def oci_repository(self, api, obj):
+        spec = obj["spec"]
+        parsed = urllib.parse.urlparse(spec["url"])
+        host = self.registry_aliases.get(parsed.netloc)
+        ref = spec.get("ref") or {}
+        if host is None:
+            set_status(api, obj, True, "Succeeded", "stand-in: %s is outside the emulated world" % spec["url"],
+                       artifact={"revision": "%s@sha256:stand-in" % ref.get("tag", "latest"), "digest": "sha256:stand-in",
+                                 "path": "", "url": spec["url"], "lastUpdateTime": "1970-01-01T00:00:00Z"})
+            return
+        repository = parsed.path.lstrip("/")
+        registry = oci.Registry(host, insecure=bool(spec.get("insecure")))
+        reference = ref.get("digest") or ref.get("tag") or "latest"
+        try:
+            manifest = registry.get_manifest(repository, reference)
+            digest = registry.manifest_digest(repository, reference)
+        except oci.OciError as exc:
+            raise Failure("OCIArtifactPullFailed", "failed to determine artifact digest: %s" % exc)
+        if manifest is None:
+            raise Failure("OCIArtifactPullFailed", "failed to determine artifact digest: %s:%s: MANIFEST_UNKNOWN"
+                          % (spec["url"], reference))
+        layers = [l for l in manifest.get("layers") or [] if l.get("mediaType") == oci.CONTENT_TYPE]
+        if not layers:
+            raise Failure("OCIArtifactPullFailed", "failed to pull artifact from '%s': no layer of type %s"
+                          % (spec["url"], oci.CONTENT_TYPE))
+        revision = "%s@%s" % (ref.get("tag", "latest"), digest) if not ref.get("digest") else digest
+        key = (api.url, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if self.artifacts.get(key, (None,))[0] == revision and is_ready(obj):
+            return
+        artifact = self._store_artifact(api, obj, revision, registry.get_blob(repository, layers[0]["digest"]))
+        set_status(api, obj, True, "Succeeded", "stored artifact for digest '%s'" % revision, artifact=artifact)
+
+    def git_repository(self, api, obj):
+        spec = obj["spec"]
+        checkout = self.git_checkouts.get(spec["url"])
+        if checkout is None:
+            raise Failure("GitOperationFailed", "failed to checkout and determine revision: unable to clone '%s': "
+                                                "not reachable from the emulated world" % spec["url"])
+        ref = spec.get("ref") or {}
+        rev = ref.get("commit") or ref.get("name") or (("refs/tags/" + ref["tag"]) if ref.get("tag") else None) or \
+            "refs/heads/%s" % ref.get("branch", "master")
+        proc = subprocess.run(["git", "-C", checkout, "rev-parse", "--verify", rev + "^{commit}"], capture_output=True,
+                              text=True, check=False)
+        if proc.returncode != 0:
+            raise Failure("GitOperationFailed", "failed to checkout and determine revision: %s: %s"
+                          % (rev, proc.stderr.strip() or "unknown revision"))
+        commit = proc.stdout.strip()
+        label = ref.get("branch") or ref.get("tag") or ref.get("name") or "HEAD"
+        revision = "%s@sha1:%s" % (label, commit)
+        key = (api.url, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if self.artifacts.get(key, (None,))[0] != revision:
+            tar_bytes = subprocess.run(["git", "-C", checkout, "archive", "--format=tar", commit], capture_output=True,
+                                       check=True).stdout
+            artifact = self._store_artifact(api, obj, revision, tar_bytes)
+        else:
+            artifact = (obj.get("status") or {}).get("artifact")
+        set_status(api, obj, True, "Succeeded", "stored artifact for revision '%s'" % revision, artifact=artifact)
+
+    def helm_repository(self, api, obj):
+        set_status(api, obj, True, "Succeeded", "stand-in: %s is outside the emulated world" % obj["spec"].get("url"))
+
+    # ---- helm-controller --------------------------------------------------------------
+    def helmrelease(self, api, obj):
+        spec = obj["spec"]
+        ns = obj["metadata"]["namespace"]
+        chart_ref = spec.get("chartRef") or ((spec.get("chart") or {}).get("spec") or {}).get("sourceRef") or {}
+        kind, name = chart_ref.get("kind"), chart_ref.get("name")
+        plural = {"HelmRepository": "helmrepositories", "OCIRepository": "ocirepositories",
+                  "GitRepository": "gitrepositories"}.get(kind)
+        source = None
+        if plural and _served(api, "source.toolkit.fluxcd.io", plural):
+            try:
+                source = api.get("source.toolkit.fluxcd.io/v1", kind, name, chart_ref.get("namespace") or ns)
+            except ApiError:
+                source = None
+        if source is None or not is_ready(source):
+            raise Failure("ArtifactFailed" if source is None else "SourceNotReady",
+                          "could not get Source object: %s '%s/%s' %s" % (kind, chart_ref.get("namespace") or ns, name,
+                                                                          "not found" if source is None else "is not ready"))
+        chart = ((spec.get("chart") or {}).get("spec") or {}).get("chart") or name
+        api.install_bundle(*CHART_CRDS.get(chart, ()))
+        version = ((spec.get("chart") or {}).get("spec") or {}).get("version", "")
+        set_status(api, obj, True, "InstallSucceeded", "Helm install succeeded for release %s/%s.v1 with chart %s@%s"
+                   % (ns, spec.get("releaseName") or obj["metadata"]["name"], chart, version))
+
+    # ---- kustomize-controller ---------------------------------------------------------
+    @staticmethod
+    def _apply(api, obj, manager=MANAGER):
+        return ssa_apply(api, obj, manager)
+
+    def kustomization(self, api, obj):
+        spec = obj["spec"]
+        ns = obj["metadata"]["namespace"]
+        for dep in spec.get("dependsOn") or []:
+            dep_ns = dep.get("namespace") or ns
+            try:
+                found = api.get("kustomize.toolkit.fluxcd.io/v1", "Kustomization", dep["name"], dep_ns)
+            except ApiError as exc:
+                raise Failure("DependencyNotReady", "dependency '%s/%s' not found: %s" % (dep_ns, dep["name"], exc.message))
+            if not is_ready(found):
+                raise Failure("DependencyNotReady", "dependency '%s/%s' is not ready" % (dep_ns, dep["name"]))
+        ref = spec["sourceRef"]
+        ref_text = "/".join([ref["kind"]] + ([ref["namespace"]] if ref.get("namespace") else []) + [ref["name"]])
+        plural = {"OCIRepository": "ocirepositories", "GitRepository": "gitrepositories",
+                  "Bucket": "buckets"}.get(ref["kind"])
+        try:
+            source = api.get("source.toolkit.fluxcd.io/v1", ref["kind"], ref["name"], ref.get("namespace") or ns)
+        except ApiError:
+            raise Failure("ArtifactFailed", "Source '%s' not found" % ref_text)
+        key = (api.url, ref["kind"], ref.get("namespace") or ns, ref["name"])
+        if not is_ready(source) or key not in self.artifacts or plural is None:
+            raise Failure("ArtifactFailed", "Source is not ready, artifact not found, retrying in %s" % REQUEUE)
+        revision, folder = self.artifacts[key]
+        target_dir = os.path.normpath(os.path.join(folder, spec.get("path") or "."))
+        if not (target_dir + os.sep).startswith(folder + os.sep) and target_dir != folder:
+            raise Failure("ArtifactFailed", "path %s is outside the artifact" % spec.get("path"))
+        if not os.path.isdir(target_dir):
+            raise Failure("ArtifactFailed", "kustomization path not found: stat %s: no such file or directory" % target_dir)
+        objects = self._build(target_dir)
+        variables = self._variables(api, obj)
+        target = api
+        if (spec.get("kubeConfig") or {}).get("secretRef"):
+            target = self._remote(api, ns, spec["kubeConfig"]["secretRef"])
+        final = []
+        for item in objects:
+            if variables is not None:
+                try:
+                    item = render.substitute(item, variables)
+                except Exception as exc:  # noqa: BLE001 - any YAML problem after substitution
+                    raise Failure("BuildFailed", "post build failed for '%s': %s" % (fmt(item), exc))
+            if spec.get("targetNamespace") and item.get("kind") != "Namespace":
+                item.setdefault("metadata", {})["namespace"] = spec["targetNamespace"]
+            labels = item.setdefault("metadata", {}).setdefault("labels", {})
+            labels.update({NAME_LABEL: obj["metadata"]["name"], NAMESPACE_LABEL: ns})
+            final.append(item)
+        entries = self._apply_staged(target, final)
+        old = ((obj.get("status") or {}).get("inventory") or {}).get("entries") or []
+        if spec.get("prune"):
+            self._prune(target, old, entries)
+        self._health(target, obj, final)
+        set_status(api, obj, True, "ReconciliationSucceeded", "Applied revision: %s" % revision,
+                   lastAppliedRevision=revision, lastAttemptedRevision=revision, inventory={"entries": entries})
+
+    def _build(self, folder):
+        if render.has_kustomization(folder):
+            directory = folder
+        else:  # Flux generates a kustomization.yaml listing the folder's manifests
+            directory = os.path.join(self.workdir, "generated", re.sub(r"[^A-Za-z0-9]", "_", folder))
+            shutil.rmtree(directory, ignore_errors=True)
+            shutil.copytree(folder, directory)
+            files = sorted(os.path.relpath(os.path.join(d, f), directory) for d, _s, fs in os.walk(directory)
+                           for f in fs if f.endswith((".yaml", ".yml")))
+            with open(os.path.join(directory, "kustomization.yaml"), "w", encoding="utf-8") as handle:
+                yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                                "resources": files}, handle)
+        try:
+            return render.build(directory, self.renderer)
+        except render.RenderError as exc:
+            raise Failure("BuildFailed", "kustomize build failed: %s" % exc.reason)
+
+    def _variables(self, api, obj):
+        post = (obj["spec"].get("postBuild") or {})
+        if not post:
+            return None
+        variables = {}
+        ns = obj["metadata"]["namespace"]
+        for ref in post.get("substituteFrom") or []:
+            try:
+                found = api.get("v1", ref["kind"], ref["name"], ns)
+            except ApiError as exc:
+                if ref.get("optional"):
+                    continue
+                raise Failure("BuildFailed", "substitute from '%s/%s' error: %s" % (ref["kind"], ref["name"], exc.message))
+            data = found.get("data") or {}
+            if ref["kind"] == "Secret":
+                data = {k: base64.b64decode(v).decode("utf-8") for k, v in data.items()}
+            variables.update(data)
+        variables.update(post.get("substitute") or {})
+        return variables
+
+    def _remote(self, api, ns, secret_ref):
+        try:
+            secret = api.get("v1", "Secret", secret_ref["name"], ns)
+        except ApiError as exc:
+            raise Failure("ReconciliationFailed", "failed to build kube client: %s" % exc.message)
+        data = secret.get("data") or {}
+        key = secret_ref.get("key") or ("value" if "value" in data else "value.yaml")
+        if key not in data:
+            raise Failure("ReconciliationFailed", "failed to build kube client: secret '%s/%s' has no key '%s'"
+                          % (ns, secret_ref["name"], key))
+        return self.world.cluster_for_kubeconfig(base64.b64decode(data[key]).decode("utf-8"))
+
+    def _apply_staged(self, target, objects):
+        first = [o for o in objects if o.get("kind") in ("CustomResourceDefinition", "Namespace", "ClusterRole")]
+        rest = [o for o in objects if o not in first]
+        entries = []
+        for stage in (first, rest):
+            with target._cond:
+                point = target.savepoint()
+                for item in stage:
+                    try:
+                        res = target.resource_for(item["apiVersion"], item["kind"])
+                        key = target._key(res, item["metadata"].get("namespace") or "default", item["metadata"]["name"])
+                        if key in target.objects and key not in point["objects"]:
+                            point["objects"][key] = copy.deepcopy(target.objects[key])
+                        self._apply(target, item)
+                    except ApiError as exc:  # the stage's dry-run fails: nothing of it is applied
+                        target.rollback(point)
+                        raise Failure("ReconciliationFailed", _dry_run_message(item, exc))
+            entries += [{"id": object_id(o), "v": o["apiVersion"].rpartition("/")[2]} for o in stage]
+        return entries
+
+    def _prune(self, target, old, new):
+        keep = {e["id"] for e in new}
+        for entry in old:
+            if entry["id"] in keep:
+                continue
+            ns, name, group, kind = entry["id"].split("_", 3)
+            api_version = "%s/%s" % (group, entry["v"]) if group else entry["v"]
+            try:
+                live = target.get(api_version, kind, name, ns or None)
+            except ApiError:
+                continue
+            if ((live["metadata"].get("annotations") or {}).get(PRUNE_ANNOTATION) == "disabled"):
+                continue
+            target.remove(api_version, kind, name, ns or None)
+
+    def _health(self, target, obj, applied):
+        spec = obj["spec"]
+        if spec.get("wait"):
+            checks = [(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in applied]
+        else:
+            checks = [(c.get("apiVersion", ""), c["kind"], c["name"], c.get("namespace")) for c in spec.get("healthChecks") or []]
+        failing = []
+        for api_version, kind, name, namespace in checks:
+            state = health(target, api_version, kind, name, namespace)
+            if state != "Current":
+                failing.append("%s status: '%s'" % ("/".join([kind] + ([namespace] if namespace else []) + [name]), state))
+        if failing:
+            raise Failure("HealthCheckFailed", "timeout waiting for: [%s]" % ", ".join(failing))
+
+
+def ssa_apply(api, obj, manager=MANAGER):
+    """Server-side apply with force, as Flux's ssa ResourceManager does (namespace defaulted like kubectl)."""
+    res = api.resource_for(obj["apiVersion"], obj["kind"])
+    ns = obj["metadata"].get("namespace") if res.namespaced else None
+    if res.namespaced and not ns:
+        ns = obj["metadata"]["namespace"] = "default"
+    return api.patch(res, ns, obj["metadata"]["name"], "apply", obj, None, manager, "Strict", True)
+
+
+def _dry_run_message(obj, exc):
+    """fluxcd/pkg ssa errors: '<Kind>/<ns>/<name> dry-run failed (<Reason>): <message>'."""
+    reason = "" if exc.message.startswith("no matches for kind") else " (%s)" % exc.reason
+    return "%s dry-run failed%s: %s" % (fmt(obj), reason, exc.message)
+
+
+_TEMPLATE = re.compile(r"<<-?\s*inputs\.([A-Za-z0-9_]+)\s*-?>>")
+
+
+def _template(value, inputs):
+    """ResourceSet templating for << inputs.KEY >> (the only form the trees use); anything else is an error."""
+    if isinstance(value, dict):
+        return {_template(k, inputs): _template(v, inputs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_template(v, inputs) for v in value]
+    if isinstance(value, str) and "<<" in value:
+        def one(match):
+            if match.group(1) not in inputs:
+                raise Failure("BuildFailed", "failed to render template: map has no entry for key \"%s\"" % match.group(1))
+            return str(inputs[match.group(1)])
+        rendered = _TEMPLATE.sub(one, value)
+        if "<<" in rendered:
+            raise Failure("BuildFailed", "failed to render template %r: only << inputs.KEY >> is emulated" % value)
+        return rendered
+    return value
