@@ -33,11 +33,13 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils import config as config_mod
+from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
 
 # Resource types in the order they are deleted within a region.
@@ -46,7 +48,7 @@ REGION_ORDER = (
     "elbv2-load-balancer", "elb-load-balancer", "elbv2-target-group", "nat-gateway", "elastic-ip",
     "network-interface", "subnet", "internet-gateway", "route-table", "security-group", "vpc",
 )
-GLOBAL_ORDER = ("s3-bucket", "iam-role", "iam-user", "cloudformation-stack")
+GLOBAL_ORDER = ("s3-bucket", "iam-role", "iam-oidc-provider", "iam-user", "cloudformation-stack")
 WAITED = ("eks-nodegroup", "eks-cluster", "rds-instance", "nat-gateway")
 GLOBAL = "global"
 
@@ -63,20 +65,38 @@ class SweepError(Exception):
 class Target:
     """One cluster whose AWS resources the sweep owns."""
 
-    def __init__(self, cluster, region, eks_name="", rds_instance="", iam_prefix="", role="workload"):
+    def __init__(self, cluster, region, eks_name="", rds_instance="", role="workload"):
         self.cluster = cluster
         self.region = region
         self.eks_name = eks_name
         self.rds_instance = rds_instance
-        self.iam_prefix = iam_prefix or cluster
         self.role = role
+
+    @property
+    def names(self):
+        """The exact names CAPA tags this cluster's resources with: the CAPI cluster and its EKS cluster."""
+        return [n for n in (self.cluster, self.eks_name) if n]
 
     def as_dict(self):
         return {"cluster": self.cluster, "region": self.region, "eks_cluster_name": self.eks_name,
-                "rds_instance": self.rds_instance, "iam_role_prefix": self.iam_prefix, "role": self.role}
+                "rds_instance": self.rds_instance, "role": self.role}
 
 
-def targets_from_config(cfg, environment=None, include_management=True, management_region=None, regions=None):
+def environment_targets(cfg, name, include_management=True):
+    """Every cluster of environment ``name`` with its region: each aws-workloads entry in its own region,
+    the management cluster in the environment's mgmt-region (checked by the loader)."""
+    env = cfg.environment(name)
+    teardown = env.get("teardown") or {}
+    workloads = teardown.get("aws-workloads") or []
+    targets = [Target(w["cluster-name"], w["region"], w["eks-cluster-name"], w.get("rds-instance", ""))
+               for w in workloads]
+    if include_management:
+        targets.append(Target(env["mgmt-cluster"], env.get("mgmt-region") or "", teardown.get("mgmt-eks-cluster-name", ""),
+                              "", role="management"))
+    return targets
+
+
+def targets_from_config(cfg, environment=None, include_management=True, regions=None):
     """(targets, all_regions_of_the_environment) from a loaded Config; SweepError on bad input."""
     name = environment or cfg.selected
     env = cfg.environment(name)
@@ -85,18 +105,9 @@ def targets_from_config(cfg, environment=None, include_management=True, manageme
                          "(valid: %s)" % (name, cfg.path, env["kind"],
                                           ", ".join(n for n in cfg.environment_names
                                                     if cfg.environment(n)["kind"] == "aws") or "none"))
-    teardown = env.get("teardown") or {}
-    workloads = teardown.get("aws-workloads") or []
-    targets = [Target(w["cluster-name"], w["region"], w["eks-cluster-name"], w.get("rds-instance", ""))
-               for w in workloads]
-    if include_management:
-        region = management_region or (workloads[0]["region"] if workloads else None)
-        if not region:
-            raise SweepError("environment %r in %s has no [[environments.%s.teardown.aws-workloads]] entry, so the "
-                             "management cluster's region is unknown: pass management_region" % (name, cfg.path, name))
-        targets.append(Target(env["mgmt-cluster"], region, teardown.get("mgmt-eks-cluster-name", ""), "",
-                              teardown.get("mgmt-iam-role-prefix", "") or env["mgmt-cluster"], role="management"))
-    all_regions = _unique(t.region for t in targets)
+    every = environment_targets(cfg, name, True)
+    all_regions = _unique(t.region for t in every)
+    targets = every if include_management else [t for t in every if t.role != "management"]
     if regions:
         unknown = [r for r in regions if r not in all_regions]
         if unknown:
@@ -143,6 +154,12 @@ class _Discovery:
         self.clusters = [t.cluster for t in self.targets]
         self.errors = []
         self.warnings = []
+        self.candidates = []
+
+    def owner_of(self, tags):
+        """The owning cluster ("" when only the krops environment tag proves it), or None (ownership.py)."""
+        claim = self.sweep.ownership.owner(tags)
+        return None if claim is None else claim[0]
 
     def client(self, service):
         return self.sweep.conn.client(service, self.region)
@@ -195,8 +212,9 @@ class _Discovery:
                 raise
             owner = named.get(name)
             reason = "named by bootstrap.toml" if owner else ""
-            owner = owner or aws.owned_by(info.get("tags") or {}, self.clusters)
-            if owner:
+            if owner is None:
+                owner = self.owner_of(info.get("tags") or {})
+            if owner is not None:
                 found.append(_resource(self.region, "eks-cluster", name, owner, info.get("createdAt"), reason,
                                        status=info.get("status")))
         return found
@@ -238,9 +256,10 @@ class _Discovery:
             ident = inst["DBInstanceIdentifier"]
             owner = named.get(ident)
             reason = "named by bootstrap.toml" if owner else ""
-            owner = owner or aws.owned_by(inst.get("TagList") or [], self.clusters)
+            if owner is None:
+                owner = self.owner_of(inst.get("TagList") or [])
             group = (inst.get("DBSubnetGroup") or {}).get("DBSubnetGroupName")
-            if owner:
+            if owner is not None:
                 found.append(_resource(self.region, "rds-instance", ident, owner, inst.get("InstanceCreateTime"),
                                        reason, status=inst.get("DBInstanceStatus"), group=group))
             elif group:
@@ -273,8 +292,8 @@ class _Discovery:
         for start in range(0, len(arns), 20):
             described = aws.call(client, "describe_tags", ResourceArns=arns[start:start + 20])
             for desc in described.get("TagDescriptions") or []:
-                owner = aws.owned_by(desc.get("Tags") or [], self.clusters)
-                if owner:
+                owner = self.owner_of(desc.get("Tags") or [])
+                if owner is not None:
                     owned.append((desc["ResourceArn"], owner))
         return owned
 
@@ -287,8 +306,8 @@ class _Discovery:
         for start in range(0, len(names), 20):
             described = aws.call(client, "describe_tags", LoadBalancerNames=names[start:start + 20])
             for desc in described.get("TagDescriptions") or []:
-                owner = aws.owned_by(desc.get("Tags") or [], self.clusters)
-                if owner:
+                owner = self.owner_of(desc.get("Tags") or [])
+                if owner is not None:
                     found.append(_resource(self.region, "elb-load-balancer", desc["LoadBalancerName"], owner,
                                            created.get(desc["LoadBalancerName"])))
         return found
@@ -299,9 +318,9 @@ class _Discovery:
 
     def ec2_owned(self, operation, key, id_key, rtype, filter_arg="Filters", extra=None):
         found = []
-        for item in self._ec2_list(operation, key, [aws.owner_filter()], filter_arg):
-            owner = aws.owned_by(item.get("Tags") or item.get("TagSet") or [], self.clusters)
-            if owner:
+        for item in self._ec2_list(operation, key, [], filter_arg):
+            owner = self.owner_of(item.get("Tags") or item.get("TagSet") or [])
+            if owner is not None:
                 meta = extra(item) if extra else {}
                 found.append(_resource(self.region, rtype, item[id_key], owner, item.get("CreateTime"), **meta))
         return found
@@ -332,10 +351,10 @@ class _Discovery:
 
     def route_tables(self):
         found = []
-        for table in self._ec2_list("describe_route_tables", "RouteTables", [aws.owner_filter()]):
-            owner = aws.owned_by(table.get("Tags") or [], self.clusters)
+        for table in self._ec2_list("describe_route_tables", "RouteTables", []):
+            owner = self.owner_of(table.get("Tags") or [])
             associations = table.get("Associations") or []
-            if owner and not any(a.get("Main") for a in associations):
+            if owner is not None and not any(a.get("Main") for a in associations):
                 found.append(_resource(self.region, "route-table", table["RouteTableId"], owner,
                                        associations=[a["RouteTableAssociationId"] for a in associations
                                                      if a.get("RouteTableAssociationId")]))
@@ -351,6 +370,7 @@ class _Discovery:
         found = []
         found += self._guard("s3-bucket", self.buckets)
         found += self._guard("iam-role", self.iam_roles)
+        found += self._guard("iam-oidc-provider", self.oidc_providers)
         found += self._guard("iam-user", self.iam_users)
         return found
 
@@ -367,26 +387,46 @@ class _Discovery:
                 for b in listed if b["Name"] in wanted]
 
     def iam_roles(self):
+        """Roles owned by their tags (CAPA tags every role it creates, see docs/ownership.md) or named exactly
+        by global-iam-roles. ListRoles returns no tags, so each role costs one ListRoleTags."""
         client = self.sweep.conn.client("iam", self.sweep.home_region)
         exact = {}
         for target in self.sweep.targets:
             for pattern in self.sweep.global_roles:
                 exact[pattern.format(cluster_name=target.cluster)] = target.cluster
-        prefixes = [(t.iam_prefix, t.cluster) for t in self.sweep.targets]
         found = []
         for role in aws.paginate(client, "list_roles", "Roles"):
             name = role["RoleName"]
             owner, reason = exact.get(name), "global IAM role named by bootstrap.toml"
-            if not owner:
-                owner = next((c for p, c in prefixes if name == p or name.startswith(p + "-")), None)
-                reason = "IAM role name starts with %s-" % next((p for p, c in prefixes if c == owner), "")
-            if owner:
+            if owner is None:
+                tags = aws.paginate(client, "list_role_tags", "Tags", RoleName=name)
+                owner, reason = self.owner_of(tags), ""
+            if owner is not None:
                 found.append(_resource(GLOBAL, "iam-role", name, owner, role.get("CreateDate"), reason))
+            elif self.sweep.ownership.candidate(name) is not None:
+                self.candidates.append(_resource(GLOBAL, "iam-role", name, self.sweep.ownership.candidate(name),
+                                                 role.get("CreateDate"), "name resembles a cluster of the environment "
+                                                 "but no ownership tag proves it: not deleted"))
+        return found
+
+    def oidc_providers(self):
+        """IAM OIDC providers: CAPA tags the one it creates for an EKS cluster with that cluster's tags."""
+        client = self.sweep.conn.client("iam", self.sweep.home_region)
+        found = []
+        for item in aws.call(client, "list_open_id_connect_providers").get("OpenIDConnectProviderList") or []:
+            arn = item["Arn"]
+            try:
+                info = aws.call(client, "get_open_id_connect_provider", OpenIDConnectProviderArn=arn)
+            except ClientError as exc:
+                if aws.is_not_found(exc):
+                    continue
+                raise
+            owner = self.owner_of(info.get("Tags") or [])
+            if owner is not None:
+                found.append(_resource(GLOBAL, "iam-oidc-provider", arn, owner, info.get("CreateDate")))
         return found
 
     def iam_users(self):
-        if not self.sweep.sweep_global_users:
-            return []
         client = self.sweep.conn.client("iam", self.sweep.home_region)
         found = []
         for name in self.sweep.global_users:
@@ -396,8 +436,13 @@ class _Discovery:
                 if aws.is_not_found(exc):
                     continue
                 raise
-            found.append(_resource(GLOBAL, "iam-user", name, "", user.get("CreateDate"),
-                                   "global IAM user named by bootstrap.toml"))
+            res = _resource(GLOBAL, "iam-user", name, "", user.get("CreateDate"),
+                            "account-global IAM user named by bootstrap.toml")
+            why = self.sweep.global_kept_reason("iam-user", name)
+            if why:
+                self.sweep.keep(res, why)
+            else:
+                found.append(res)
         return found
 
     def stacks(self, region):
@@ -408,32 +453,99 @@ class _Discovery:
             if aws.is_not_found(exc):
                 return []
             raise
-        return [_resource(region, "cloudformation-stack", s["StackName"], "", s.get("CreationTime"),
-                          "clusterawsadm stack named by bootstrap.toml", status=s.get("StackStatus"))
-                for s in stacks if s.get("StackStatus") not in ("DELETE_COMPLETE", "DELETE_IN_PROGRESS")]
+        found = []
+        for stack in stacks:
+            if stack.get("StackStatus") in ("DELETE_COMPLETE", "DELETE_IN_PROGRESS"):
+                continue
+            res = _resource(region, "cloudformation-stack", stack["StackName"], "", stack.get("CreationTime"),
+                            "account-global clusterawsadm stack named by bootstrap.toml", status=stack.get("StackStatus"))
+            why = self.sweep.global_kept_reason("cloudformation-stack", stack["StackName"])
+            if why:
+                self.sweep.keep(res, why)
+            else:
+                found.append(res)
+        return found
 
 
 class Sweep:
     """One sweep (delete, plan or report) over a set of targets."""
 
-    def __init__(self, conn, targets, teardown, account_id, wait_timeout=1200, concurrency=None,
-                 sweep_global_users=True, sleep=time.sleep, clock=time.monotonic):
+    def __init__(self, conn, targets, cfg, environment, account_id, wait_timeout=1200, concurrency=None,
+                 sweep_global_users=True, sleep=time.sleep, clock=time.monotonic, progress=None):
+        teardown = cfg.data.get("teardown") or {}
         self.conn = conn
+        self.cfg = cfg
+        self.environment = environment
         self.targets = targets
         self.regions = _unique(t.region for t in targets)
         self.home_region = self.regions[0]
         self.account_id = account_id
+        every = environment_targets(cfg, environment, True)
+        whole = {(t.cluster, t.region) for t in targets} == {(t.cluster, t.region) for t in every}
+        self.ownership = ownership.AwsOwnership(environment, {t.cluster: t.names for t in targets},
+                                                environment_tag_owns=whole)
+        globals_ = ownership.effective_globals(cfg.data, environment)
         self.bucket_pattern = teardown.get("s3-bucket-pattern") or "krops-{account_id}-{cluster_name}-data"
         self.global_roles = teardown.get("global-iam-roles") or []
-        self.global_users = teardown.get("global-iam-users") or []
-        self.stack_name = teardown.get("cfn-stack-name") or ""
+        self.global_users = globals_["iam-user"]
+        self.stack_name = (globals_["cloudformation-stack"] or [""])[0]
         self.sweep_global_users = sweep_global_users
         self.wait_timeout = wait_timeout
         self.concurrency = max(1, concurrency or len(self.regions))
         self.sleep = sleep
         self.clock = clock
+        self.progress = progress or (lambda text: None)
         self.errors = []
         self.warnings = []
+        self.kept = []
+        self.candidates = []
+        self._lock = threading.Lock()
+        self._others_alive = None
+
+    # --- account-global resources ---------------------------------------------------
+    def keep(self, res, why):
+        with self._lock:
+            if not any(k["type"] == res["type"] and k["id"] == res["id"] and k["region"] == res["region"]
+                       for k in self.kept):
+                self.kept.append(public(res, "kept", why))
+
+    def global_kept_reason(self, kind, name):
+        """Why an account-global resource must stay, or "" when this environment alone may delete it."""
+        if kind == "iam-user" and not self.sweep_global_users:
+            return "the regions filter leaves out regions of environment %s" % self.environment
+        others = ownership.aws_account_global(self.cfg, self.environment, kind, name)
+        if others:
+            return "environment %s in %s also names it" % (", ".join(others), self.cfg.path)
+        alive = self.other_clusters_alive()
+        if alive:
+            return "clusters of other environments still exist: %s" % "; ".join(alive[:5])
+        return ""
+
+    def other_clusters_alive(self):
+        """Clusters of the other aws environments of bootstrap.toml that still exist (EKS by exact name, VPCs by
+        their ownership tags), computed once."""
+        with self._lock:
+            if self._others_alive is not None:
+                return self._others_alive
+            alive = []
+            for other in self.cfg.environment_names:
+                if other == self.environment or self.cfg.environment(other).get("kind") != "aws":
+                    continue
+                targets = environment_targets(self.cfg, other, True)
+                owner = ownership.AwsOwnership(other, {t.cluster: t.names for t in targets})
+                for region in _unique(t.region for t in targets):
+                    eks_names = {t.eks_name: t.cluster for t in targets if t.eks_name and t.region == region}
+                    try:
+                        listed = aws.paginate(self.conn.client("eks", region), "list_clusters", "clusters")
+                        vpcs = aws.paginate(self.conn.client("ec2", region), "describe_vpcs", "Vpcs")
+                    except (ClientError, BotoCoreError, aws.AwsError) as exc:
+                        alive.append("unknown in %s (%s): listing failed, so kept to be safe" % (region, aws.error_message(exc)))
+                        continue
+                    alive += ["EKS cluster %s of environment %s in %s" % (n, other, region) for n in listed if n in eks_names]
+                    alive += ["VPC %s of environment %s in %s" % (v["VpcId"], other, region) for v in vpcs
+                              if owner.owner(v.get("Tags") or []) is not None]
+            self._others_alive = alive
+            return alive
 
     # --- discovery -----------------------------------------------------------------
     def _per_region(self, func):
@@ -463,6 +575,9 @@ class Sweep:
 
     def _collect(self, found):
         self.errors.extend(found.errors)
+        for item in found.candidates:
+            if not any(c["id"] == item["id"] and c["type"] == item["type"] for c in self.candidates):
+                self.candidates.append(item)
         for warning in found.warnings:
             if warning not in self.warnings:
                 self.warnings.append(warning)
@@ -763,6 +878,10 @@ class _Deleter:
             aws.call(client, "delete_instance_profile", InstanceProfileName=profile["InstanceProfileName"])
         aws.call(client, "delete_role", RoleName=name)
 
+    def _delete_iam_oidc_provider(self, res):
+        aws.call(self.client("iam", self.sweep.home_region), "delete_open_id_connect_provider",
+                 OpenIDConnectProviderArn=res["id"])
+
     def _delete_iam_user(self, res):
         client = self.client("iam", self.sweep.home_region)
         name = res["id"]
@@ -927,7 +1046,7 @@ def report_json(data):
 
 # --- entry point -----------------------------------------------------------------------
 
-def run(params, check_mode=False, config_loader=None, sleep=time.sleep):
+def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress=None):
     """Run the sweep described by the module parameters; the module's result dict.
 
     Raises SweepError, config.ConfigError or aws.AwsError when it cannot start.
@@ -938,7 +1057,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep):
     environment = params.get("environment") or cfg.selected
     mode = params.get("mode") or "delete"
     targets, all_regions = targets_from_config(cfg, environment, params.get("include_management", True),
-                                               params.get("management_region"), params.get("regions"))
+                                               params.get("regions"))
     wait_timeout = 1200 if params.get("wait_timeout") is None else params["wait_timeout"]
     if wait_timeout < 0 or (params.get("concurrency") is not None and params["concurrency"] < 1):
         raise SweepError("wait_timeout must be >= 0 and concurrency >= 1 (got %s and %s)"
@@ -949,15 +1068,12 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep):
     regions = _unique(t.region for t in targets)
     account_id = params.get("account_id") or conn.account_id(regions[0])
     covers_all = set(regions) >= set(all_regions)
-    sweep = Sweep(conn, targets, cfg.data.get("teardown") or {}, account_id, wait_timeout=wait_timeout,
-                  concurrency=params.get("concurrency"), sweep_global_users=covers_all, sleep=sleep)
+    sweep = Sweep(conn, targets, cfg, environment, account_id, wait_timeout=wait_timeout,
+                  concurrency=params.get("concurrency"), sweep_global_users=covers_all, sleep=sleep,
+                  progress=progress)
     result = {"changed": False, "environment": environment, "account_id": account_id, "regions": regions,
               "targets": [t.as_dict() for t in targets], "results": [], "plan": [], "leftovers": [],
               "errors": [], "warnings": []}
-    if not covers_all:
-        sweep.warnings.append("global IAM users %s were kept: the regions filter leaves out %s of environment %s"
-                              % (", ".join(sweep.global_users) or "(none)",
-                                 ", ".join(r for r in all_regions if r not in regions), environment))
 
     if mode == "report":
         min_age = params.get("min_age_hours")
@@ -981,6 +1097,8 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep):
 
     result["errors"] = sweep.errors
     result["warnings"] = sweep.warnings
+    result["kept"] = sweep.kept
+    result["candidates"] = [public(c, "candidate") for c in sweep.candidates]
     result["api_calls"] = conn.counter.total
     result["api_calls_by_operation"] = dict(sorted(conn.counter.by_operation.items()))
     result["duration"] = round(time.monotonic() - started, 3)
@@ -1008,6 +1126,8 @@ def summary(result, mode, check_mode):
         if result["leftovers"]:
             text += "; still owned after the sweep: %s; fix the causes above and run the sweep again" % ", ".join(
                 "%s %s in %s" % (r["type"], r["id"], r["region"]) for r in result["leftovers"][:20])
+    if result.get("kept"):
+        text += "; kept: %s" % "; ".join("%s %s (%s)" % (k["type"], k["id"], k["reason"]) for k in result["kept"])
     if result["errors"]:
         text += "; discovery errors: %s" % "; ".join(e["error"] for e in result["errors"][:10])
     return text

@@ -260,6 +260,11 @@ _ENV_TEARDOWN = _table({
     "hardware-release": (_boolean, False),
     "resource-groups": (_STRINGS, []),
     "networks": (_STRINGS, []),
+    # account-global AWS resources this environment names (unset: the top-level [teardown] values)
+    "global-iam-users": (_STRINGS, None),
+    "cfn-stack-name": (_string, None),
+    # cloud resources whose deletion protection the teardown may switch off (exact names)
+    "disable-deletion-protection": (_STRINGS, []),
 })
 
 _MOVE_FALLBACK = {
@@ -275,6 +280,7 @@ _ENVIRONMENT = _table({
     "sync-path": (_string, _REQUIRED),
     "workload-path": (_string, ""),
     "mgmt-cluster": (_string, _REQUIRED),
+    "mgmt-region": (_string, ""),
     "mgmt-ready-timeout": (_duration, _REQUIRED),
     "infra-provider-namespace": (_string, _REQUIRED),
     "infra-provider-name": (_string, _REQUIRED),
@@ -288,6 +294,28 @@ _ENVIRONMENT = _table({
 })
 
 _TOP_LEVEL = ("bootstrap", "charts", "teardown", "environments")
+
+# Region name rule per cloud environment kind; local kinds have no region (CONTRACTS.md).
+MGMT_REGION_RULES = {
+    "aws": (_REGION, "an AWS region name such as eu-north-1"),
+    "azure": (re.compile(r"^[a-z][a-z0-9]+$"), "an Azure region name such as swedencentral"),
+    "gcp": (re.compile(r"^[a-z]+-[a-z]+\d+$"), "a GCP region name such as europe-north1"),
+}
+
+
+def _check_mgmt_region(env, ctx, key):
+    """mgmt-region: required for the cloud kinds (where the management cluster runs), absent for local ones."""
+    rule = MGMT_REGION_RULES.get(env["kind"])
+    region = env.get("mgmt-region")
+    if rule is None:
+        if region:
+            ctx.fail(key, "no value: an environment of kind %s has no cloud region" % env["kind"], region,
+                     detail="remove the key")
+        return
+    if not region:
+        ctx.fail(key, "%s (the management cluster's region; required for kind %s)" % (rule[1], env["kind"]))
+    if not rule[0].match(region):
+        ctx.fail(key, rule[1], region)
 
 
 def _as_int(text):
@@ -427,6 +455,7 @@ def loads(text, path=DEFAULT_FILE, environ=None, environment=None):
     }
     for name, table in envs_raw.items():
         data["environments"][name] = _ENVIRONMENT(table, ctx, "environments.%s" % name)
+        _check_mgmt_region(data["environments"][name], ctx, "environments.%s.mgmt-region" % name)
 
     default = data["bootstrap"]["default-environment"]
     if default not in data["environments"]:

@@ -55,9 +55,6 @@ options:
       - Do this only once its workloads are gone; it is removed from the AWS side, never through its own Cluster object.
     type: bool
     default: true
-  management_region:
-    description: Region of the management cluster. Default is the region of the first C(aws-workloads) entry.
-    type: str
   regions:
     description:
       - Sweep only these regions (each must be a region of the environment).
@@ -228,7 +225,6 @@ def main():
         config_file=dict(type="path"),
         mode=dict(type="str", default="delete", choices=["delete", "report"]),
         include_management=dict(type="bool", default=True),
-        management_region=dict(type="str"),
         regions=dict(type="list", elements="str"),
         min_age_hours=dict(type="float", default=6),
         report_path=dict(type="path"),
