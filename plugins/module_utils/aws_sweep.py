@@ -44,10 +44,26 @@ from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCore
 
 # Resource types in the order they are deleted within a region.
 REGION_ORDER = (
-    "eks-nodegroup", "eks-pod-identity-association", "eks-cluster", "rds-instance", "rds-subnet-group",
+    "eks-nodegroup", "eks-pod-identity-association", "eks-cluster", "launch-template", "ebs-volume", "ebs-snapshot",
+    "rds-instance", "rds-subnet-group",
     "elbv2-load-balancer", "elb-load-balancer", "elbv2-target-group", "nat-gateway", "elastic-ip",
     "network-interface", "subnet", "internet-gateway", "route-table", "security-group", "vpc",
+    "unsupported",
 )
+
+# What the Resource Groups Tagging API reports, as "<service>:<resource type>" of the ARN, mapped to the sweep's
+# type that lists and deletes it. An owned ARN of any other type is a leftover the sweep cannot delete.
+ARN_TYPES = {
+    "ec2:vpc": "vpc", "ec2:subnet": "subnet", "ec2:security-group": "security-group",
+    "ec2:internet-gateway": "internet-gateway", "ec2:route-table": "route-table", "ec2:natgateway": "nat-gateway",
+    "ec2:elastic-ip": "elastic-ip", "ec2:network-interface": "network-interface", "ec2:volume": "ebs-volume",
+    "ec2:snapshot": "ebs-snapshot", "ec2:launch-template": "launch-template",
+    "elasticloadbalancing:loadbalancer": "load-balancer", "elasticloadbalancing:targetgroup": "elbv2-target-group",
+    "elasticloadbalancing:listener": "elbv2-load-balancer", "elasticloadbalancing:listener-rule": "elbv2-load-balancer",
+    "rds:db": "rds-instance", "rds:subgrp": "rds-subnet-group", "s3:": "s3-bucket", "cloudformation:stack": "stack",
+    "eks:cluster": "eks-cluster", "eks:nodegroup": "eks-nodegroup", "eks:podidentityassociation":
+    "eks-pod-identity-association",
+}
 GLOBAL_ORDER = ("s3-bucket", "iam-role", "iam-oidc-provider", "iam-user", "cloudformation-stack")
 WAITED = ("eks-nodegroup", "eks-cluster", "rds-instance", "nat-gateway")
 GLOBAL = "global"
@@ -118,6 +134,16 @@ def targets_from_config(cfg, environment=None, include_management=True, regions=
         raise SweepError("environment %r in %s names no AWS cluster to sweep (no aws-workloads and "
                          "include_management is false)" % (name, cfg.path))
     return targets, all_regions
+
+
+def arn_type(arn):
+    """'<service>:<resource type>' of an ARN, e.g. 'ec2:volume' for arn:aws:ec2:eu-north-1:1:volume/vol-1."""
+    parts = arn.split(":", 5)
+    if len(parts) < 6:
+        return ""
+    resource = parts[5]
+    kind = resource.split("/", 1)[0] if "/" in resource else (resource.split(":", 1)[0] if ":" in resource else "")
+    return "%s:%s" % (parts[2], kind)
 
 
 def _unique(items):
@@ -194,6 +220,12 @@ class _Discovery:
         found += self._guard("route-table", self.route_tables)
         found += self._guard("security-group", self.security_groups)
         found += vpcs
+        found += self._guard("launch-template", lambda: self.ec2_owned(
+            "describe_launch_templates", "LaunchTemplates", "LaunchTemplateId", "launch-template"))
+        found += self._guard("ebs-volume", lambda: self.ec2_owned("describe_volumes", "Volumes", "VolumeId",
+                                                                  "ebs-volume", extra=lambda v: {"state": v.get("State")}))
+        found += self._guard("ebs-snapshot", self.snapshots)
+        found += self._guard("unsupported", self.tagged_unsupported)
         order = {t: i for i, t in enumerate(REGION_ORDER)}
         found.sort(key=lambda r: order[r["type"]])
         return found
@@ -323,6 +355,31 @@ class _Discovery:
             if owner is not None:
                 meta = extra(item) if extra else {}
                 found.append(_resource(self.region, rtype, item[id_key], owner, item.get("CreateTime"), **meta))
+        return found
+
+    def snapshots(self):
+        found = []
+        for snap in aws.paginate(self.client("ec2"), "describe_snapshots", "Snapshots", OwnerIds=["self"]):
+            owner = self.owner_of(snap.get("Tags") or [])
+            if owner is not None:
+                found.append(_resource(self.region, "ebs-snapshot", snap["SnapshotId"], owner, snap.get("StartTime")))
+        return found
+
+    def tagged_unsupported(self):
+        """Owned resources of types the sweep has no row for, found through the Resource Groups Tagging API:
+        they are reported, and fail the run, by ARN. One unfiltered listing (TagFilters of several keys are
+        ANDed, so a filtered listing would cost one walk per ownership tag); ownership is decided here."""
+        client = self.client("resourcegroupstaggingapi")
+        found = []
+        for item in aws.paginate(client, "get_resources", "ResourceTagMappingList", ResourcesPerPage=100):
+            arn = item["ResourceARN"]
+            if arn_type(arn) in ARN_TYPES:
+                continue
+            claim = self.sweep.ownership.owner(item.get("Tags") or [])
+            if claim is not None:
+                found.append(_resource(self.region, "unsupported", arn, claim[0], None,
+                                       "owned (%s) but of a type krops cannot delete (%s): delete it by hand, then "
+                                       "run the teardown again" % (claim[1], arn_type(arn))))
         return found
 
     def nat_gateways(self):
@@ -603,7 +660,8 @@ class Sweep:
     # --- modes ---------------------------------------------------------------------
     def plan(self):
         regional, global_resources = self.discover()
-        return [public(r, "planned") for r in regional + global_resources]
+        return [public(r, "undeletable" if r["type"] == "unsupported" else "planned")
+                for r in regional + global_resources]
 
     def delete(self):
         per_region = self._per_region(self._delete_region)
@@ -778,6 +836,21 @@ class _Deleter:
                 if not aws.is_not_found(again):
                     raise
             aws.call(client, "release_address", AllocationId=res["id"])
+
+    def _delete_launch_template(self, res):
+        aws.call(self.client("ec2"), "delete_launch_template", LaunchTemplateId=res["id"])
+
+    def _delete_ebs_volume(self, res):
+        # a volume detaches once its node is gone (node groups and clusters are deleted before)
+        self._retry_dependency(res, lambda: aws.call(self.client("ec2"), "delete_volume", VolumeId=res["id"]),
+                               codes=("VolumeInUse", "IncorrectState"))
+
+    def _delete_ebs_snapshot(self, res):
+        self._retry_dependency(res, lambda: aws.call(self.client("ec2"), "delete_snapshot", SnapshotId=res["id"]),
+                               codes=("InvalidSnapshot.InUse",))
+
+    def _delete_unsupported(self, res):
+        raise aws.AwsError("krops cannot delete %s: %s" % (res["id"], res["reason"]))
 
     def _delete_network_interface(self, res):
         aws.call(self.client("ec2"), "delete_network_interface", NetworkInterfaceId=res["id"])

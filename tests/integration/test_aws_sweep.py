@@ -523,3 +523,35 @@ def test_ownership_never_selects_names_sharing_prefixes_hyphens_or_substrings(ba
         assert claim[1] == "tag %s%s=owned" % (key, name)
     # a name alone never proves anything
     assert owner.owner({"Name": name}) is None
+
+
+def test_volumes_snapshots_and_launch_templates_go_and_an_undeletable_owned_type_fails_the_run_by_arn(
+        run_module, moto, toml, fast):
+    """Only what the sweep could delete used to be listed again: an owned EBS volume stayed with rc=0 (issue 9)."""
+    ec2 = clients(moto, "eu-north-1")("ec2")
+    tag = [{"Key": CCM % "eu-north-1-workload", "Value": "owned"}]
+    volume = ec2.create_volume(AvailabilityZone="eu-north-1a", Size=1, TagSpecifications=[
+        {"ResourceType": "volume", "Tags": tag + [{"Key": "ebs.csi.aws.com/cluster", "Value": "true"}]}])["VolumeId"]
+    snapshot = ec2.create_snapshot(VolumeId=volume, TagSpecifications=[
+        {"ResourceType": "snapshot", "Tags": tag}])["SnapshotId"]
+    template = ec2.create_launch_template(LaunchTemplateName="eu-north-1-workload-pool-0", LaunchTemplateData={},
+                                          TagSpecifications=[{"ResourceType": "launch-template", "Tags": tag}])[
+        "LaunchTemplate"]["LaunchTemplateId"]
+    decoy_volume = ec2.create_volume(AvailabilityZone="eu-north-1a", Size=1, TagSpecifications=[
+        {"ResourceType": "volume", "Tags": [{"Key": CCM % "eu-north-1-workload-2", "Value": "owned"}]}])["VolumeId"]
+    gateway = ec2.create_customer_gateway(Type="ipsec.1", PublicIp="203.0.113.7", BgpAsn=65000, TagSpecifications=[
+        {"ResourceType": "customer-gateway", "Tags": tag}])["CustomerGateway"]["CustomerGatewayId"]
+    arn = "arn:aws:ec2:eu-north-1:%s:customer-gateway/%s" % (ACCOUNT, gateway)
+
+    plan = sweep(run_module, moto, toml, check_mode=True, include_management=False, regions=["eu-north-1"])
+    assert {(p["type"], p["id"], p["outcome"]) for p in plan["plan"]} >= {
+        ("ebs-volume", volume, "planned"), ("ebs-snapshot", snapshot, "planned"),
+        ("launch-template", template, "planned"), ("unsupported", arn, "undeletable")}
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
+    assert result.failed
+    assert [(r["type"], r["id"]) for r in result["leftovers"]] == [("unsupported", arn)]
+    assert "still owned after the sweep: unsupported %s in eu-north-1" % arn in result["msg"]
+    assert {(r["type"], r["id"]) for r in result["results"] if r["outcome"] == "deleted"} == {
+        ("ebs-volume", volume), ("ebs-snapshot", snapshot), ("launch-template", template)}
+    assert [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]] == [decoy_volume]
+    assert snapshot not in [s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]]
