@@ -42,15 +42,6 @@ from ansible_collections.krops.platform.plugins.module_utils import config as co
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
 
-# Resource types in the order they are deleted within a region.
-REGION_ORDER = (
-    "eks-nodegroup", "eks-pod-identity-association", "eks-cluster", "launch-template", "ebs-volume", "ebs-snapshot",
-    "rds-instance", "rds-subnet-group",
-    "elbv2-load-balancer", "elb-load-balancer", "elbv2-target-group", "nat-gateway", "elastic-ip",
-    "network-interface", "subnet", "internet-gateway", "route-table", "security-group", "vpc",
-    "unsupported",
-)
-
 # What the Resource Groups Tagging API reports, as "<service>:<resource type>" of the ARN, mapped to the sweep's
 # type that lists and deletes it. An owned ARN of any other type is a leftover the sweep cannot delete.
 ARN_TYPES = {
@@ -64,9 +55,8 @@ ARN_TYPES = {
     "eks:cluster": "eks-cluster", "eks:nodegroup": "eks-nodegroup", "eks:podidentityassociation":
     "eks-pod-identity-association",
 }
-GLOBAL_ORDER = ("s3-bucket", "iam-role", "iam-oidc-provider", "iam-user", "cloudformation-stack")
-WAITED = ("eks-nodegroup", "eks-cluster", "rds-instance", "nat-gateway")
 GLOBAL = "global"
+ABSENT = "absent"  # what a delete handler answers when there was nothing to delete
 
 # Poll delays while waiting for a deletion or retrying a DependencyViolation (seconds).
 POLL_FIRST = 0.5
@@ -181,6 +171,7 @@ class _Discovery:
         self.errors = []
         self.warnings = []
         self.candidates = []
+        self._cache = {}
 
     def owner_of(self, tags):
         """The owning cluster ("" when only the krops environment tag proves it), or None (ownership.py)."""
@@ -201,34 +192,22 @@ class _Discovery:
         return []
 
     def region_resources(self, with_age=False):
+        """Every owned resource of the region, one listing per row of the type table, in deletion order."""
         found = []
-        eks = self._guard("eks-cluster", self.eks_clusters)
-        found += self._guard("eks-nodegroup", lambda: self.nodegroups(eks, with_age))
-        found += self._guard("eks-pod-identity-association", lambda: self.pod_identities(eks))
-        found += eks
-        found += self._guard("rds-instance", self.rds)
-        found += self._guard("elbv2-load-balancer", self.elbv2)
-        found += self._guard("elb-load-balancer", self.classic_elb)
-        found += self._guard("elbv2-target-group", self.target_groups)
-        found += self._guard("nat-gateway", self.nat_gateways)
-        found += self._guard("elastic-ip", self.elastic_ips)
-        vpcs = self._guard("vpc", lambda: self.ec2_owned("describe_vpcs", "Vpcs", "VpcId", "vpc"))
-        found += self._guard("network-interface", lambda: self.network_interfaces(vpcs))
-        found += self._guard("subnet", lambda: self.ec2_owned("describe_subnets", "Subnets", "SubnetId", "subnet"))
-        found += self._guard("internet-gateway", lambda: self.ec2_owned(
-            "describe_internet_gateways", "InternetGateways", "InternetGatewayId", "internet-gateway"))
-        found += self._guard("route-table", self.route_tables)
-        found += self._guard("security-group", self.security_groups)
-        found += vpcs
-        found += self._guard("launch-template", lambda: self.ec2_owned(
-            "describe_launch_templates", "LaunchTemplates", "LaunchTemplateId", "launch-template"))
-        found += self._guard("ebs-volume", lambda: self.ec2_owned("describe_volumes", "Volumes", "VolumeId",
-                                                                  "ebs-volume", extra=lambda v: {"state": v.get("State")}))
-        found += self._guard("ebs-snapshot", self.snapshots)
-        found += self._guard("unsupported", self.tagged_unsupported)
-        order = {t: i for i, t in enumerate(REGION_ORDER)}
-        found.sort(key=lambda r: order[r["type"]])
+        for rtype in REGION_TYPES:
+            found += self._guard(rtype.name, lambda t=rtype: t.list(self, with_age))
         return found
+
+    # listings other listings depend on are made once per discovery
+    def _eks(self):
+        if self._cache.get("eks") is None:
+            self._cache["eks"] = self._guard("eks-cluster", self.eks_clusters)
+        return self._cache["eks"]
+
+    def _vpcs(self):
+        if self._cache.get("vpc") is None:
+            self._cache["vpc"] = self._guard("vpc", lambda: self.ec2_owned("describe_vpcs", "Vpcs", "VpcId", "vpc"))
+        return self._cache["vpc"]
 
     # --- EKS
     def eks_clusters(self):
@@ -425,11 +404,14 @@ class _Discovery:
     # --- global
     def global_resources(self):
         found = []
-        found += self._guard("s3-bucket", self.buckets)
-        found += self._guard("iam-role", self.iam_roles)
-        found += self._guard("iam-oidc-provider", self.oidc_providers)
-        found += self._guard("iam-user", self.iam_users)
+        for rtype in GLOBAL_TYPES:
+            found += self._guard(rtype.name, lambda t=rtype: t.list(self, False))
         return found
+
+    def _rds(self):
+        if self._cache.get("rds") is None:
+            self._cache["rds"] = self._guard("rds-instance", self.rds)
+        return self._cache["rds"]
 
     def buckets(self):
         wanted = {}
@@ -551,11 +533,20 @@ class Sweep:
         self.concurrency = max(1, concurrency or len(self.regions))
         self.sleep = sleep
         self.clock = clock
-        self.progress = progress or (lambda text: None)
+        self.progress_lines = []
+        self._progress_hook = progress
+
+    def progress(self, text):
+        """A progress line: kept in the result, and passed to the caller's hook (the benchmark prints them)."""
+        with self._lock:
+            self.progress_lines.append("%.1fs %s" % (self.clock() - self.started, text))
+        if self._progress_hook is not None:
+            self._progress_hook(text)
         self.errors = []
         self.warnings = []
         self.kept = []
         self.candidates = []
+        self.started = clock()
         self._lock = threading.Lock()
         self._others_alive = None
 
@@ -623,12 +614,7 @@ class Sweep:
 
     def _discover_global(self):
         found = _Discovery(self, self.home_region)
-        resources = found.global_resources()
-        if self.stack_name:
-            for region in self.regions:
-                resources += found._guard("cloudformation-stack",  # pylint: disable=protected-access
-                                          lambda r=region: found.stacks(r))
-        return resources, found
+        return found.global_resources(), found
 
     def _collect(self, found):
         self.errors.extend(found.errors)
@@ -678,7 +664,7 @@ class Sweep:
         kept = [r for r in global_resources if r["type"] == "iam-role" and r["cluster"] in blocked]
         # global resources of one type are independent of each other: deleted side by side
         results.extend(_Deleter(self, self.home_region, parallel=True).run(
-            [r for r in global_resources if r not in kept], GLOBAL_ORDER))
+            [r for r in global_resources if r not in kept], GLOBAL_TYPES))
         results.extend(public(r, "failed", "kept: %s is not deleted yet and may need this role; run the sweep again"
                               % blocked[r["cluster"]]) for r in kept)
         return results
@@ -687,7 +673,7 @@ class Sweep:
         try:
             resources, found = self._discover_region(region)
             self._collect(found)
-            return _Deleter(self, region).run(resources, REGION_ORDER)
+            return _Deleter(self, region).run(resources, REGION_TYPES)
         except (ClientError, BotoCoreError, aws.AwsError) as exc:
             self._region_failed(region, exc)
             return []
@@ -732,28 +718,48 @@ class _Deleter:
     def client(self, service, region=None):
         return self.sweep.conn.client(service, region or self.region)
 
-    def run(self, resources, order):
+    def run(self, resources, types):
+        """Delete resources type by type in table order; regional chains run side by side, then the network."""
+        if self.region == GLOBAL:
+            return self._run_types(resources, types)
+        chains = {}
+        for rtype in types:
+            if rtype.chain:
+                chains.setdefault(rtype.chain, []).append(rtype)
+        network = [t for t in types if not t.chain]
+        busy = [c for c in chains.values() if any(r["type"] in {t.name for t in c} for r in resources)]
+        if len(busy) > 1:
+            with ThreadPoolExecutor(max_workers=len(busy)) as pool:
+                done = list(pool.map(lambda c: self._run_types(resources, c), busy))
+        else:
+            done = [self._run_types(resources, c) for c in busy]
+        results = [item for chunk in done for item in chunk]
+        results += self._run_types(resources, network)
+        order = {t.name: i for i, t in enumerate(types)}
+        results.sort(key=lambda r: order.get(r["type"], len(order)))
+        return results
+
+    def _run_types(self, resources, types):
         results = []
-        for rtype in order:
-            batch = [r for r in resources if r["type"] == rtype]
-            if rtype == "network-interface" and self.region != GLOBAL:
-                batch = self._fresh_interfaces(batch, resources)
+        for rtype in types:
+            batch = [r for r in resources if r["type"] == rtype.name]
+            if rtype.refresh:
+                batch = rtype.refresh(self, batch, resources)
             if not batch:
                 continue
-            if rtype == "security-group":
-                self._revoke_rules(batch)
-            pending = []
+            if rtype.before:
+                rtype.before(self, batch)
             if self.parallel and self.sweep.concurrency > 1 and len(batch) > 1:
                 with ThreadPoolExecutor(max_workers=min(self.sweep.concurrency, len(batch))) as pool:
-                    outcomes = list(pool.map(self._delete_one, batch))
+                    outcomes = list(pool.map(lambda r, t=rtype: self._delete_one(t, r), batch))
             else:
-                outcomes = [self._delete_one(res) for res in batch]
-            for res, outcome in zip(batch, outcomes):
-                if outcome == "wait":
-                    pending.append(res)
-                else:
-                    results.append(outcome)
-            results.extend(self._wait(pending))
+                outcomes = [self._delete_one(rtype, res) for res in batch]
+            pending = [res for res, outcome in zip(batch, outcomes) if outcome == "wait"]
+            results.extend(o for o in outcomes if o != "wait")
+            if pending:
+                self.sweep.progress("%s: waiting for %d %s deletion(s): %s" % (
+                    self.region, len(pending), rtype.name, ", ".join(r["id"] for r in pending[:5])))
+                results.extend(self._wait(rtype, pending))
         return results
 
     def _fresh_interfaces(self, planned, resources):
@@ -765,24 +771,21 @@ class _Deleter:
         known = {r["id"] for r in planned}
         return planned + [r for r in fresh if r["id"] not in known]
 
-    def _delete_one(self, res):
-        handler = getattr(self, "_delete_" + res["type"].replace("-", "_"))
+    def _delete_one(self, rtype, res):
+        """'wait' when the deletion must be awaited (only types with a wait_state), else the public outcome."""
         try:
-            waited = handler(res)
+            answer = rtype.delete(self, res)
         except (ClientError, BotoCoreError, aws.AwsError) as exc:
             if aws.is_not_found(exc):
                 return public(res, "absent", "already gone")
             return public(res, "failed", "delete failed: %s" % aws.error_message(exc))
-        if waited == "absent":
+        if answer == ABSENT:
             return public(res, "absent", "already gone")
-        if waited:
-            return "wait"
-        return public(res, "deleted")
+        return "wait" if rtype.wait_state else public(res, "deleted")
 
-    # each _delete_<type> returns True when the deletion must be awaited
+    # each _delete_<type> starts the deletion; ABSENT when there was nothing to delete
     def _delete_eks_nodegroup(self, res):
         aws.call(self.client("eks"), "delete_nodegroup", clusterName=res["meta"]["eks"], nodegroupName=res["meta"]["name"])
-        return True
 
     def _delete_eks_pod_identity_association(self, res):
         aws.call(self.client("eks"), "delete_pod_identity_association", clusterName=res["meta"]["eks"],
@@ -790,18 +793,17 @@ class _Deleter:
 
     def _delete_eks_cluster(self, res):
         aws.call(self.client("eks"), "delete_cluster", name=res["id"])
-        return True
 
     def _delete_rds_instance(self, res):
         if res["meta"].get("status") == "deleting":
-            return True
+            return None
         try:
             aws.call(self.client("rds"), "delete_db_instance", DBInstanceIdentifier=res["id"], SkipFinalSnapshot=True,
                      DeleteAutomatedBackups=True)
         except ClientError as exc:
             if aws.error_code(exc) != "InvalidDBInstanceState":
                 raise
-        return True
+        return None
 
     def _delete_rds_subnet_group(self, res):
         self._retry_dependency(res, lambda: aws.call(self.client("rds"), "delete_db_subnet_group",
@@ -821,7 +823,6 @@ class _Deleter:
     def _delete_nat_gateway(self, res):
         if res["meta"].get("state") != "deleting":
             aws.call(self.client("ec2"), "delete_nat_gateway", NatGatewayId=res["id"])
-        return True
 
     def _delete_elastic_ip(self, res):
         client = self.client("ec2")
@@ -924,7 +925,7 @@ class _Deleter:
             pages = list(aws.pages(client, "list_object_versions", Bucket=res["id"]))
         except ClientError as exc:
             if aws.is_not_found(exc):
-                return "absent"
+                return ABSENT
             raise
         for page in pages:
             objects = [{"Key": v["Key"], "VersionId": v["VersionId"]}
@@ -1010,30 +1011,32 @@ class _Deleter:
         raise aws.AwsError("%s (still after %ds: something outside the sweep may depend on %s %s)"
                            % (aws.error_message(last), budget, res["type"], res["id"]))
 
-    def _state(self, res):
-        """'gone', or the current status text of a resource whose deletion was requested."""
-        kind, client = res["type"], None
+    # wait states: 'gone' or the current status text of a resource whose deletion was requested
+    def _state_eks_nodegroup(self, res):
+        return aws.call(self.client("eks"), "describe_nodegroup", clusterName=res["meta"]["eks"],
+                        nodegroupName=res["meta"]["name"])["nodegroup"].get("status", "?")
+
+    def _state_eks_cluster(self, res):
+        return aws.call(self.client("eks"), "describe_cluster", name=res["id"])["cluster"].get("status", "?")
+
+    def _state_rds_instance(self, res):
+        found = aws.call(self.client("rds"), "describe_db_instances", DBInstanceIdentifier=res["id"])
+        return found["DBInstances"][0].get("DBInstanceStatus", "?") if found["DBInstances"] else "gone"
+
+    def _state_nat_gateway(self, res):
+        found = aws.call(self.client("ec2"), "describe_nat_gateways", NatGatewayIds=[res["id"]])["NatGateways"]
+        state = found[0].get("State", "?") if found else "deleted"
+        return "gone" if state == "deleted" else state
+
+    def _state(self, rtype, res):
         try:
-            if kind == "eks-nodegroup":
-                client = self.client("eks")
-                return aws.call(client, "describe_nodegroup", clusterName=res["meta"]["eks"],
-                                nodegroupName=res["meta"]["name"])["nodegroup"].get("status", "?")
-            if kind == "eks-cluster":
-                return aws.call(self.client("eks"), "describe_cluster", name=res["id"])["cluster"].get("status", "?")
-            if kind == "rds-instance":
-                found = aws.call(self.client("rds"), "describe_db_instances", DBInstanceIdentifier=res["id"])
-                return found["DBInstances"][0].get("DBInstanceStatus", "?") if found["DBInstances"] else "gone"
-            if kind == "nat-gateway":
-                found = aws.call(self.client("ec2"), "describe_nat_gateways", NatGatewayIds=[res["id"]])["NatGateways"]
-                state = found[0].get("State", "?") if found else "deleted"
-                return "gone" if state == "deleted" else state
+            return rtype.wait_state(self, res)
         except ClientError as exc:
             if aws.is_not_found(exc):
                 return "gone"
             raise
-        return "gone"
 
-    def _wait(self, pending):
+    def _wait(self, rtype, pending):
         """Poll every pending deletion until it is gone, has failed or wait_timeout passes."""
         results = []
         states = {}
@@ -1042,7 +1045,7 @@ class _Deleter:
         def poll():
             for res in list(remaining):
                 try:
-                    state = self._state(res)
+                    state = self._state(rtype, res)
                 except (ClientError, BotoCoreError) as exc:
                     states[res["id"]] = "unknown (%s)" % aws.error_message(exc)
                     continue
@@ -1060,12 +1063,96 @@ class _Deleter:
                 poll()
                 if not remaining:
                     break
+                self.sweep.progress("%s: still deleting %s" % (self.region, ", ".join(
+                    "%s %s (%s)" % (rtype.name, r["id"], states.get(r["id"], "?")) for r in remaining[:5])))
         for res in remaining:
             results.append(public(res, "failed", "still %s after %ds (wait_timeout)"
                                   % (states.get(res["id"], "present"), self.sweep.wait_timeout)))
         order = {r["id"]: i for i, r in enumerate(pending)}
         results.sort(key=lambda r: order[r["id"]])
         return results
+
+
+class ResourceType:
+    """One row of the sweep's type table: what it is, how it is listed, deleted and (optionally) awaited.
+
+    ``list(discovery, with_age)`` returns the owned resources; ``delete(deleter, res)`` starts the deletion;
+    ``wait_state(deleter, res)`` ('gone' or a status) exists only for types whose deletion takes time, and only
+    those are awaited. ``chain`` groups regional types that depend on each other and on nothing else: chains run
+    side by side, rows without a chain (the network) after all of them. ``before`` runs once per batch (security
+    group rules), ``refresh`` re-lists a batch right before its deletion (interfaces detach meanwhile).
+    """
+
+    def __init__(self, name, scope, list, delete, wait_state=None, chain=None, before=None, refresh=None):
+        # pylint: disable=redefined-builtin
+        self.name = name
+        self.scope = scope
+        self.list = list
+        self.delete = delete
+        self.wait_state = wait_state
+        self.chain = chain
+        self.before = before
+        self.refresh = refresh
+
+
+def _only(rtype, listing):
+    return lambda d, with_age: [r for r in listing(d) if r["type"] == rtype]
+
+
+D, X = _Discovery, _Deleter
+REGION = "region"
+
+# Table order is deletion order (within a chain, and for the network rows after the chains).
+REGION_TYPES = (
+    ResourceType("eks-nodegroup", REGION, lambda d, a: d.nodegroups(d._eks(), a), X._delete_eks_nodegroup,
+                 X._state_eks_nodegroup, chain="eks"),
+    ResourceType("eks-pod-identity-association", REGION, lambda d, a: d.pod_identities(d._eks()),
+                 X._delete_eks_pod_identity_association, chain="eks"),
+    ResourceType("eks-cluster", REGION, lambda d, a: d._eks(), X._delete_eks_cluster, X._state_eks_cluster,
+                 chain="eks"),
+    ResourceType("launch-template", REGION, lambda d, a: d.ec2_owned(
+        "describe_launch_templates", "LaunchTemplates", "LaunchTemplateId", "launch-template"),
+        X._delete_launch_template, chain="eks"),
+    ResourceType("ebs-volume", REGION, lambda d, a: d.ec2_owned(
+        "describe_volumes", "Volumes", "VolumeId", "ebs-volume", extra=lambda v: {"state": v.get("State")}),
+        X._delete_ebs_volume, chain="eks"),
+    ResourceType("ebs-snapshot", REGION, lambda d, a: d.snapshots(), X._delete_ebs_snapshot, chain="eks"),
+    ResourceType("rds-instance", REGION, _only("rds-instance", D._rds), X._delete_rds_instance, X._state_rds_instance,
+                 chain="rds"),
+    ResourceType("rds-subnet-group", REGION, _only("rds-subnet-group", D._rds), X._delete_rds_subnet_group,
+                 chain="rds"),
+    ResourceType("elbv2-load-balancer", REGION, lambda d, a: d.elbv2(), X._delete_elbv2_load_balancer, chain="lb"),
+    ResourceType("elb-load-balancer", REGION, lambda d, a: d.classic_elb(), X._delete_elb_load_balancer, chain="lb"),
+    ResourceType("elbv2-target-group", REGION, lambda d, a: d.target_groups(), X._delete_elbv2_target_group,
+                 chain="lb"),
+    ResourceType("nat-gateway", REGION, lambda d, a: d.nat_gateways(), X._delete_nat_gateway, X._state_nat_gateway,
+                 chain="nat"),
+    ResourceType("elastic-ip", REGION, lambda d, a: d.elastic_ips(), X._delete_elastic_ip, chain="nat"),
+    ResourceType("network-interface", REGION, lambda d, a: d.network_interfaces(d._vpcs()),
+                 X._delete_network_interface, refresh=X._fresh_interfaces),
+    ResourceType("subnet", REGION, lambda d, a: d.ec2_owned("describe_subnets", "Subnets", "SubnetId", "subnet"),
+                 X._delete_subnet),
+    ResourceType("internet-gateway", REGION, lambda d, a: d.ec2_owned(
+        "describe_internet_gateways", "InternetGateways", "InternetGatewayId", "internet-gateway"),
+        X._delete_internet_gateway),
+    ResourceType("route-table", REGION, lambda d, a: d.route_tables(), X._delete_route_table),
+    ResourceType("security-group", REGION, lambda d, a: d.security_groups(), X._delete_security_group,
+                 before=X._revoke_rules),
+    ResourceType("vpc", REGION, lambda d, a: d._vpcs(), X._delete_vpc),
+    ResourceType("unsupported", REGION, lambda d, a: d.tagged_unsupported(), X._delete_unsupported),
+)
+
+GLOBAL_TYPES = (
+    ResourceType("s3-bucket", GLOBAL, lambda d, a: d.buckets(), X._delete_s3_bucket),
+    ResourceType("iam-role", GLOBAL, lambda d, a: d.iam_roles(), X._delete_iam_role),
+    ResourceType("iam-oidc-provider", GLOBAL, lambda d, a: d.oidc_providers(), X._delete_iam_oidc_provider),
+    ResourceType("iam-user", GLOBAL, lambda d, a: d.iam_users(), X._delete_iam_user),
+    ResourceType("cloudformation-stack", GLOBAL, lambda d, a: [x for r in d.sweep.regions for x in d.stacks(r)]
+                 if d.sweep.stack_name else [], X._delete_cloudformation_stack),
+)
+
+REGION_ORDER = tuple(t.name for t in REGION_TYPES)
+GLOBAL_ORDER = tuple(t.name for t in GLOBAL_TYPES)
 
 
 def _clean_permission(permission):
@@ -1171,6 +1258,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     result["errors"] = sweep.errors
     result["warnings"] = sweep.warnings
     result["kept"] = sweep.kept
+    result["progress"] = sweep.progress_lines
     result["candidates"] = [public(c, "candidate") for c in sweep.candidates]
     result["api_calls"] = conn.counter.total
     result["api_calls_by_operation"] = dict(sorted(conn.counter.by_operation.items()))

@@ -90,7 +90,7 @@ class AwsOwnership:
         """(cluster, reason) when the tags prove ownership ("" cluster: owned by the environment tag), else None."""
         tags = tags_to_dict(tags)
         other = tags.get(KROPS_ENV_TAG)
-        if other is not None and other != self.environment:
+        if self.environment and other is not None and other != self.environment:
             return None  # declared by another environment: never ours
         for key, value, cluster in self.keys():
             if tags.get(key) == value:
