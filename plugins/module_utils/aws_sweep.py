@@ -535,13 +535,6 @@ class Sweep:
         self.clock = clock
         self.progress_lines = []
         self._progress_hook = progress
-
-    def progress(self, text):
-        """A progress line: kept in the result, and passed to the caller's hook (the benchmark prints them)."""
-        with self._lock:
-            self.progress_lines.append("%.1fs %s" % (self.clock() - self.started, text))
-        if self._progress_hook is not None:
-            self._progress_hook(text)
         self.errors = []
         self.warnings = []
         self.kept = []
@@ -549,6 +542,13 @@ class Sweep:
         self.started = clock()
         self._lock = threading.Lock()
         self._others_alive = None
+
+    def progress(self, text):
+        """A progress line: kept in the result, and passed to the caller's hook (the benchmark prints them)."""
+        with self._lock:
+            self.progress_lines.append("%.1fs %s" % (self.clock() - self.started, text))
+        if self._progress_hook is not None:
+            self._progress_hook(text)
 
     # --- account-global resources ---------------------------------------------------
     def keep(self, res, why):
