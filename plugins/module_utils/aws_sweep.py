@@ -60,7 +60,11 @@ ABSENT = "absent"  # what a delete handler answers when there was nothing to del
 
 # Poll delays while waiting for a deletion or retrying a DependencyViolation (seconds).
 POLL_FIRST = 0.5
-POLL_MAX = 15.0
+POLL_MAX = 30.0
+# The first poll of a wait comes after this part of the type's expected deletion time (times EXPECTED_SCALE,
+# which the benchmark lowers with its scaled-down deletions): fewer calls, little lateness.
+FIRST_POLL_SHARE = 0.6
+EXPECTED_SCALE = 1.0
 DEPENDENCY_BUDGET = 180
 
 
@@ -1011,30 +1015,35 @@ class _Deleter:
         raise aws.AwsError("%s (still after %ds: something outside the sweep may depend on %s %s)"
                            % (aws.error_message(last), budget, res["type"], res["id"]))
 
-    # wait states: 'gone' or the current status text of a resource whose deletion was requested
-    def _state_eks_nodegroup(self, res):
-        return aws.call(self.client("eks"), "describe_nodegroup", clusterName=res["meta"]["eks"],
-                        nodegroupName=res["meta"]["name"])["nodegroup"].get("status", "?")
+    # wait states: {id: 'gone' or the current status} for every pending deletion of a type, in as few calls
+    # as the API allows (one listing per poll, not one describe per resource)
+    def _state_eks_nodegroup(self, pending):
+        states = {}
+        for eks in _unique(r["meta"]["eks"] for r in pending):
+            try:
+                present = set(aws.paginate(self.client("eks"), "list_nodegroups", "nodegroups", clusterName=eks))
+            except ClientError as exc:
+                if not aws.is_not_found(exc):
+                    raise
+                present = set()
+            states.update((r["id"], "DELETING" if r["meta"]["name"] in present else "gone")
+                          for r in pending if r["meta"]["eks"] == eks)
+        return states
 
-    def _state_eks_cluster(self, res):
-        return aws.call(self.client("eks"), "describe_cluster", name=res["id"])["cluster"].get("status", "?")
+    def _state_eks_cluster(self, pending):
+        present = set(aws.paginate(self.client("eks"), "list_clusters", "clusters"))
+        return {r["id"]: "DELETING" if r["id"] in present else "gone" for r in pending}
 
-    def _state_rds_instance(self, res):
-        found = aws.call(self.client("rds"), "describe_db_instances", DBInstanceIdentifier=res["id"])
-        return found["DBInstances"][0].get("DBInstanceStatus", "?") if found["DBInstances"] else "gone"
+    def _state_rds_instance(self, pending):
+        found = {i["DBInstanceIdentifier"]: i.get("DBInstanceStatus", "?")
+                 for i in aws.paginate(self.client("rds"), "describe_db_instances", "DBInstances")}
+        return {r["id"]: found.get(r["id"], "gone") for r in pending}
 
-    def _state_nat_gateway(self, res):
-        found = aws.call(self.client("ec2"), "describe_nat_gateways", NatGatewayIds=[res["id"]])["NatGateways"]
-        state = found[0].get("State", "?") if found else "deleted"
-        return "gone" if state == "deleted" else state
-
-    def _state(self, rtype, res):
-        try:
-            return rtype.wait_state(self, res)
-        except ClientError as exc:
-            if aws.is_not_found(exc):
-                return "gone"
-            raise
+    def _state_nat_gateway(self, pending):
+        found = {n["NatGatewayId"]: n.get("State", "?") for n in aws.paginate(
+            self.client("ec2"), "describe_nat_gateways", "NatGateways",
+            Filter=[{"Name": "nat-gateway-id", "Values": [r["id"] for r in pending]}])}
+        return {r["id"]: "gone" if found.get(r["id"], "deleted") == "deleted" else found[r["id"]] for r in pending}
 
     def _wait(self, rtype, pending):
         """Poll every pending deletion until it is gone, has failed or wait_timeout passes."""
@@ -1043,12 +1052,13 @@ class _Deleter:
         remaining = list(pending)
 
         def poll():
+            try:
+                found = rtype.wait_state(self, list(remaining))
+            except (ClientError, BotoCoreError, aws.AwsError) as exc:
+                states.update((r["id"], "unknown (%s)" % aws.error_message(exc)) for r in remaining)
+                return
             for res in list(remaining):
-                try:
-                    state = self._state(rtype, res)
-                except (ClientError, BotoCoreError) as exc:
-                    states[res["id"]] = "unknown (%s)" % aws.error_message(exc)
-                    continue
+                state = found.get(res["id"], "?")
                 states[res["id"]] = state
                 if state == "gone":
                     remaining.remove(res)
@@ -1058,8 +1068,13 @@ class _Deleter:
                     results.append(public(res, "failed", "deletion failed: status %s" % state))
 
         poll()
+        # still deleting right after the request: it takes its usual time, so the next poll waits for part of it
+        quiet = min(rtype.expected * EXPECTED_SCALE * FIRST_POLL_SHARE, self.sweep.wait_timeout) if remaining else 0
+        if quiet > 0:
+            self.sweep.sleep(quiet)
+            poll()
         if remaining:
-            for dummy in self._delays(self.sweep.wait_timeout):
+            for dummy in self._delays(self.sweep.wait_timeout - quiet):
                 poll()
                 if not remaining:
                     break
@@ -1079,13 +1094,16 @@ class ResourceType:
     ``list(discovery, with_age)`` returns the owned resources; ``delete(deleter, res)`` starts the deletion;
     ``wait_state(deleter, res)`` ('gone' or a status) exists only for types whose deletion takes time, and only
     those are awaited. ``chain`` groups regional types that depend on each other and on nothing else: chains run
-    side by side, rows without a chain (the network) after all of them. ``before`` runs once per batch (security
+    side by side, rows without a chain (the network) after all of them. ``expected`` (typical seconds a
+    deletion takes, tests/benchmarks/aws_latency_proxy.py cites the sources) delays the first poll. ``before`` runs once per batch (security
     group rules), ``refresh`` re-lists a batch right before its deletion (interfaces detach meanwhile).
     """
 
-    def __init__(self, name, scope, list, delete, wait_state=None, chain=None, before=None, refresh=None):
+    def __init__(self, name, scope, list, delete, wait_state=None, chain=None, before=None, refresh=None,
+                 expected=0):
         # pylint: disable=redefined-builtin
         self.name = name
+        self.expected = expected  # typical deletion time in seconds: the first poll comes after a part of it
         self.scope = scope
         self.list = list
         self.delete = delete
@@ -1105,11 +1123,11 @@ REGION = "region"
 # Table order is deletion order (within a chain, and for the network rows after the chains).
 REGION_TYPES = (
     ResourceType("eks-nodegroup", REGION, lambda d, a: d.nodegroups(d._eks(), a), X._delete_eks_nodegroup,
-                 X._state_eks_nodegroup, chain="eks"),
+                 X._state_eks_nodegroup, chain="eks", expected=600),
     ResourceType("eks-pod-identity-association", REGION, lambda d, a: d.pod_identities(d._eks()),
                  X._delete_eks_pod_identity_association, chain="eks"),
     ResourceType("eks-cluster", REGION, lambda d, a: d._eks(), X._delete_eks_cluster, X._state_eks_cluster,
-                 chain="eks"),
+                 chain="eks", expected=720),
     ResourceType("launch-template", REGION, lambda d, a: d.ec2_owned(
         "describe_launch_templates", "LaunchTemplates", "LaunchTemplateId", "launch-template"),
         X._delete_launch_template, chain="eks"),
@@ -1118,7 +1136,7 @@ REGION_TYPES = (
         X._delete_ebs_volume, chain="eks"),
     ResourceType("ebs-snapshot", REGION, lambda d, a: d.snapshots(), X._delete_ebs_snapshot, chain="eks"),
     ResourceType("rds-instance", REGION, _only("rds-instance", D._rds), X._delete_rds_instance, X._state_rds_instance,
-                 chain="rds"),
+                 chain="rds", expected=600),
     ResourceType("rds-subnet-group", REGION, _only("rds-subnet-group", D._rds), X._delete_rds_subnet_group,
                  chain="rds"),
     ResourceType("elbv2-load-balancer", REGION, lambda d, a: d.elbv2(), X._delete_elbv2_load_balancer, chain="lb"),
@@ -1126,7 +1144,7 @@ REGION_TYPES = (
     ResourceType("elbv2-target-group", REGION, lambda d, a: d.target_groups(), X._delete_elbv2_target_group,
                  chain="lb"),
     ResourceType("nat-gateway", REGION, lambda d, a: d.nat_gateways(), X._delete_nat_gateway, X._state_nat_gateway,
-                 chain="nat"),
+                 chain="nat", expected=240),
     ResourceType("elastic-ip", REGION, lambda d, a: d.elastic_ips(), X._delete_elastic_ip, chain="nat"),
     ResourceType("network-interface", REGION, lambda d, a: d.network_interfaces(d._vpcs()),
                  X._delete_network_interface, refresh=X._fresh_interfaces),
@@ -1181,6 +1199,10 @@ def render_markdown(data):
     if data["errors"]:
         lines += ["## Discovery errors", ""]
         lines += ["- %s" % e["error"] for e in data["errors"]]
+        lines.append("")
+    if data.get("candidates"):
+        lines += ["## Candidates (names that resemble a cluster; nothing proves them owned, never deleted)", ""]
+        lines += ["- %s `%s` (like %s)" % (c["type"], c["id"], c["cluster"]) for c in data["candidates"]]
         lines.append("")
     if not data["resources"]:
         lines.append("No orphaned resources found.")
@@ -1241,7 +1263,8 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
         entries = sweep.report(min_age)
         data = {"environment": environment, "account_id": account_id, "regions": regions,
                 "generated_at": _now().replace(microsecond=0).isoformat(), "min_age_hours": min_age,
-                "count": len(entries), "resources": entries, "errors": list(sweep.errors)}
+                "count": len(entries), "resources": entries, "errors": list(sweep.errors),
+                "candidates": [public(c, "candidate") for c in sweep.candidates], "kept": list(sweep.kept)}
         markdown = render_markdown(data)
         result["report"] = {"markdown": markdown, "json": data}
         path = params.get("report_path")
@@ -1272,6 +1295,9 @@ def summary(result, mode, check_mode):
     if mode == "report":
         text = "orphan report: %d owned resources older than the threshold in %s" % (
             result["report"]["json"]["count"], ", ".join(result["regions"]))
+        if result.get("candidates"):
+            text += "; %d resources whose names resemble a cluster, not proven owned (candidates)" % len(
+                result["candidates"])
     elif check_mode:
         text = "plan: %d resources would be deleted in %s" % (len(result["plan"]), ", ".join(result["regions"]))
     else:

@@ -32,6 +32,7 @@ def fast(monkeypatch):
     monkeypatch.setattr(aws, "BACKOFF_CAP", 0.05)
     monkeypatch.setattr(aws_sweep, "POLL_FIRST", 0.05)
     monkeypatch.setattr(aws_sweep, "POLL_MAX", 0.2)
+    monkeypatch.setattr(aws_sweep, "EXPECTED_SCALE", 0.0)  # moto deletes at once: no quiet time before the first poll
     hooks = []
     monkeypatch.setattr(aws, "CLIENT_HOOKS", hooks)
     return hooks
@@ -131,6 +132,7 @@ def test_report_lists_name_lookalikes_as_candidates_and_deletes_none(run_module,
     assert [(c["type"], c["id"], c["outcome"]) for c in result["candidates"]] == [
         ("iam-role", "eu-north-1-workload-2-nodes", "candidate")]
     assert not [r for r in result["report"]["json"]["resources"] if r["id"] == "eu-north-1-workload-2-nodes"]
+    assert "- iam-role `eu-north-1-workload-2-nodes` (like eu-north-1-workload)" in result["report"]["markdown"]
     assert [r["RoleName"] for r in iam.list_roles()["Roles"]] == ["eu-north-1-workload-2-nodes"]
 
 
