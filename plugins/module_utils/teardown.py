@@ -232,13 +232,10 @@ def _patch(client, api_version, kind, name, namespace, body):
 
 # --- Clusters -------------------------------------------------------------------------
 
-def select_clusters(clusters, names, all_clusters, keep):
-    """(to delete, missing names): named Clusters, or all of them when all_clusters, never those in keep."""
+def select_clusters(clusters, names, keep):
+    """(to delete, missing names): exactly the named Clusters (ownership.py), never those in keep."""
     existing = {c["metadata"]["name"]: c for c in clusters}
-    if all_clusters:
-        chosen = sorted(n for n in existing if n not in keep)
-    else:
-        chosen = [n for n in names if n in existing and n not in keep]
+    chosen = [n for n in names if n in existing and n not in keep]
     missing = [n for n in names if n not in existing]
     return chosen, missing
 
@@ -258,7 +255,7 @@ def _cluster_state(obj):
     return "%s%s" % (phase, detail)
 
 
-def delete_clusters(kubeconfig, context, namespace="default", names=(), all_clusters=False, keep=(),
+def delete_clusters(kubeconfig, context, namespace="default", names=(), keep=(),
                     suspend=True, kustomizations=("*",), wait=True, wait_timeout=1200, check_mode=False,
                     on_progress=None):
     """Suspend Flux, delete Cluster objects through their provider and wait until they are gone.
@@ -274,7 +271,7 @@ def delete_clusters(kubeconfig, context, namespace="default", names=(), all_clus
     clusters = probe_or_abort(client, api, "Cluster", namespace, "Clusters", target) if res is not None else []
     planned = plan_suspend(client, list(kustomizations), target) if suspend else \
         {"kustomizations": [], "already_suspended": [], "flux_operator": []}
-    chosen, missing = select_clusters(clusters, list(names), all_clusters, set(keep))
+    chosen, missing = select_clusters(clusters, list(names), set(keep))
     refused = [n for n in names if n in set(keep)]
     if refused:
         raise TeardownError("refusing to delete Cluster %s in %s on %s: it is the management cluster that runs "
@@ -398,7 +395,7 @@ def release_hardware(kubeconfig, context, namespace="default", hardware_namespac
         elif _has_marks(marks) and any(owner.startswith(k + "-") for k in keep):
             # protective only: a machine name starting with a kept Cluster's name keeps its Hardware
             kept_marks[_name(hw)] = owner
-    deletion = delete_clusters(kubeconfig, context, namespace, names=names, all_clusters=False, keep=keep,
+    deletion = delete_clusters(kubeconfig, context, namespace, names=names, keep=keep,
                                suspend=suspend, wait=True, wait_timeout=wait_timeout, check_mode=check_mode,
                                on_progress=on_progress)
     result = {"plan": list(deletion["plan"]), "clusters_deleted": deletion["deleted"],

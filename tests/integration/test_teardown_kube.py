@@ -96,21 +96,24 @@ def test_delete_clusters_suspends_first_deletes_named_and_waits(kind_api, capi, 
     assert again["changed"] is False and again["already_absent"] == ["local-workload"]
 
 
-def test_all_clusters_never_deletes_kept_and_check_mode_only_plans(kind_api, capi, run_module):
+def test_only_named_clusters_go_lookalikes_stay_and_check_mode_only_plans(kind_api, capi, run_module):
     make_ks(kind_api, "flux-system")
-    for name in ("mgmt", "a", "b"):
+    for name in ("mgmt", "a", "b", "a-2", "ab"):
         make_cluster(kind_api, name)
-    args = {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt", "all_clusters": True, "keep": ["mgmt"]}
+    args = {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt", "clusters": ["a", "b"], "keep": ["mgmt"]}
     planned = run_module(capi_cluster_delete, args, check_mode=True)
     assert planned["plan"] == ["suspend Kustomization flux-system/flux-system",
                                "delete Cluster default/a and wait until it is gone",
                                "delete Cluster default/b and wait until it is gone"]
     assert planned["changed"] is True
-    assert len(kind_api.list(*CLUSTER)) == 3
+    assert len(kind_api.list(*CLUSTER)) == 5
     assert "suspend" not in kind_api.get(*KS, "flux-system", "flux-system")["spec"]
     result = run_module(capi_cluster_delete, args)
     assert result["deleted"] == ["a", "b"]
-    assert [c["metadata"]["name"] for c in kind_api.list(*CLUSTER)] == ["mgmt"]
+    assert sorted(c["metadata"]["name"] for c in kind_api.list(*CLUSTER)) == ["a-2", "ab", "mgmt"]
+    # deleting every Cluster of a namespace is no longer possible
+    refused = run_module(capi_cluster_delete, dict(args, all_clusters=True))
+    assert refused.failed and "all_clusters" in refused["msg"]
 
 
 def test_refuses_to_delete_a_kept_cluster(kind_api, run_module):
