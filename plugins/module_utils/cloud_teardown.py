@@ -268,7 +268,7 @@ def azure_teardown(http, arm, subscription, environment, resource_groups, cluste
     result = {"plan": ["delete %s %s (%s)" % (p["type"], p["id"], p["reason"]) for p in plan],
               "not_owned": not_owned, "results": [], "leftovers": [], "changed": bool(plan)}
     if check_mode:
-        result["results"] = [dict(p, outcome="would-delete") for p in plan]
+        result["results"] = [dict(p, outcome=ownership.PLANNED) for p in plan]
         return result
     arm = arm.rstrip("/")
     pending = []
@@ -295,7 +295,8 @@ def azure_teardown(http, arm, subscription, environment, resource_groups, cluste
                 result["leftovers"].append(item["id"])
                 for entry in result["results"]:
                     if entry["id"] == item["id"]:
-                        entry["outcome"] = "still-deleting"
+                        entry["outcome"] = ownership.FAILED
+                        entry["error"] = "still deleting after %ss (wait_timeout)" % wait_timeout
     return result
 
 
@@ -432,7 +433,7 @@ def gcp_teardown(http, roots, project, environment, networks, check_mode=False, 
                                           i["reason"]) for i in plan],
               "not_owned": not_owned, "results": [], "leftovers": [], "changed": bool(plan)}
     if check_mode:
-        result["results"] = [_public(i, "would-delete") for i in plan]
+        result["results"] = [_public(i, ownership.PLANNED) for i in plan]
         return result
     for stage, items in stages:
         pending = []
@@ -451,7 +452,7 @@ def gcp_teardown(http, roots, project, environment, networks, check_mode=False, 
             for item in pending:
                 if item["url"] in left:
                     result["leftovers"].append("%s/%s" % (item["type"], item["name"]))
-                    _mark(result, item, "still-deleting")
+                    _mark(result, item, ownership.FAILED, "still deleting after %ss (wait_timeout)" % wait_timeout)
         if result["leftovers"]:
             # later stages depend on this one (a VPC cannot go while anything uses it)
             result["stopped_at"] = stage
@@ -461,14 +462,18 @@ def gcp_teardown(http, roots, project, environment, networks, check_mode=False, 
 
 def _public(item, outcome, **extra):
     entry = {k: v for k, v in item.items() if k not in ("url", "deletion_protection", "unprotect")}
+    # the shared item shape: type, id, name, reason, outcome (the id is the resource's API path)
+    entry.setdefault("id", urllib.parse.urlsplit(item.get("url") or "").path or item["name"])
     entry.update(outcome=outcome, **extra)
     return entry
 
 
-def _mark(result, item, outcome):
+def _mark(result, item, outcome, error=None):
     for entry in result["results"]:
         if entry["type"] == item["type"] and entry["name"] == item["name"]:
             entry["outcome"] = outcome
+            if error:
+                entry["error"] = error
 
 
 def _gcp_delete(http, item):

@@ -25,6 +25,17 @@ from __future__ import annotations
 
 import copy
 
+# --- one outcome vocabulary for every teardown's items ({type, id, name/cluster, reason, outcome}) ---------
+PLANNED = "planned"  # check mode: would be deleted
+UNDELETABLE = "undeletable"  # owned, but krops cannot delete its type (fails the real run)
+DELETED = "deleted"
+ABSENT = "absent"  # already gone
+FAILED = "failed"  # the delete failed or did not finish in time; the reason says which
+KEPT = "kept"  # owned, left on purpose (the reason says why)
+LEFT = "left"  # owned and still present after the run: a leftover
+CANDIDATE = "candidate"  # resembles krops' by name only; never deleted
+OUTCOMES = (PLANNED, UNDELETABLE, DELETED, ABSENT, FAILED, KEPT, LEFT, CANDIDATE)
+
 # --- marks --------------------------------------------------------------------------------
 
 OWNED = "owned"

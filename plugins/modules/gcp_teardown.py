@@ -85,7 +85,7 @@ plan:
   type: list
   elements: str
 results:
-  description: One entry per resource with type, name, reason and outcome (deleted, absent, failed, still-deleting, would-delete).
+  description: One entry per resource with type, name, reason and outcome (V(planned) in check mode, V(deleted), V(absent), V(failed) with C(error)); each entry also has C(id), the resource's API path.
   returned: always
   type: list
   elements: dict
