@@ -14,9 +14,10 @@ description:
   - Suspends the Flux Kustomizations whose name (or C(namespace/name)) matches O(kustomizations), and
     disables reconciliation of Flux Operator FluxInstance and ResourceSet objects, so nothing recreates
     what the teardown deletes.
-  - Deletes exactly the named Cluster API Clusters (never every Cluster of a namespace: only the names
-    bootstrap.toml gives an environment are krops', see docs/ownership.md) and waits with an event-driven watch until they are gone, that is until the infrastructure provider has
-    removed the real infrastructure and dropped its finalizers.
+  - Deletes exactly the named Cluster API Clusters, never every Cluster of a namespace (only the names
+    bootstrap.toml gives an environment are krops', see docs/ownership.md), and waits with an event-driven
+    watch until they are gone, that is until the infrastructure provider has removed the real infrastructure
+    and dropped its finalizers.
   - Probes first; when the Clusters, Kustomizations or Flux Operator objects cannot be listed (any error
     other than NotFound, an empty listing or an unknown resource type) it fails before changing anything.
   - Never deletes a Cluster named in O(keep). A management cluster cannot delete its own Cluster object

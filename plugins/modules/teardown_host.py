@@ -63,7 +63,7 @@ options:
     default: []
   cleanup_kubeconfig:
     description:
-      - Instead of planning, remove krops' entries from this kubeconfig file: the context O(mgmt_context)
+      - Instead of planning, remove krops' entries from this kubeconfig file, that is the context O(mgmt_context)
         (default C(bootstrap.mgmt-context)) and the cluster and user only that context uses. The file is deleted
         only when nothing else is left in it; other contexts are never touched. Changes nothing in check mode.
     type: path
