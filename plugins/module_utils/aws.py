@@ -3,16 +3,15 @@
 """AWS access shared by krops modules: sessions, clients, retries, paginators, ownership.
 
 - :class:`Connection` builds one boto3 session per thread (sessions are not thread-safe,
-  clients are) and caches clients per (service, region). Every client uses botocore's
-  adaptive retry mode and counts its API calls (``after-call``), so callers can report
-  how many calls a run made.
-- :func:`call` adds our own full-jitter backoff on throttling on top of botocore's
-  retries, and :func:`paginate` walks botocore paginators through it.
+  clients are) and caches clients per (service, region). botocore's own retries are off
+  (one attempt per call) and every client counts its API calls (``after-call``), so callers
+  can report how many calls a run made.
+- :func:`call` is the one retry layer (amazon.aws AWSRetry conventions: full-jitter
+  exponential backoff on throttling and transient server errors), and :func:`paginate`
+  walks botocore paginators through it. Two stacked layers would multiply the attempts.
 - :func:`is_not_found` says whether an error means "the resource is absent": deletes treat
   that as success, which keeps them idempotent.
-- :func:`owned_by` and :func:`owner_tag_keys` implement krops' ownership rule: a resource
-  belongs to cluster C only when it is tagged
-  ``sigs.k8s.io/cluster-api-provider-aws/cluster/C=owned`` or ``kubernetes.io/cluster/C=owned``.
+- Ownership is decided in module_utils/ownership.py, never here.
 
 Importable without Ansible; botocore is optional at import time (HAS_BOTO3).
 """
@@ -47,14 +46,12 @@ AWS_ARGS = dict(
     session_token=dict(type="str", no_log=True),
 )
 
-CAPA_TAG = "sigs.k8s.io/cluster-api-provider-aws/cluster/%s"
-CLOUD_PROVIDER_TAG = "kubernetes.io/cluster/%s"
-OWNED = "owned"
-
 THROTTLING_CODES = frozenset((
     "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
     "TooManyRequestsException", "RequestLimitExceeded", "RequestThrottled", "SlowDown",
     "PriorRequestNotComplete", "EC2ThrottledException", "BandwidthLimitExceeded",
+    # transient server-side errors, retried the same way (botocore's standard mode retries these too)
+    "InternalError", "InternalFailure", "ServiceUnavailable", "RequestTimeout", "RequestTimeoutException",
 ))
 
 # Error codes that mean "this resource does not exist" (so a delete of it has nothing to do).
@@ -74,7 +71,6 @@ NOT_FOUND_CODES = frozenset((
 BACKOFF_BASE = 1.0
 BACKOFF_CAP = 30.0
 BACKOFF_ATTEMPTS = 8
-BOTOCORE_MAX_ATTEMPTS = 5
 
 # (event name, handler) pairs registered on every client this module builds. Empty in
 # production; tests use it to inject throttling or slow deletes at the HTTP boundary.
@@ -185,43 +181,13 @@ def _dig(page, path):
     return node
 
 
-# --- ownership -------------------------------------------------------------------------
-
-def owner_tag_keys(cluster):
-    """The two tag keys that mark a resource as owned by ``cluster``."""
-    return [CAPA_TAG % cluster, CLOUD_PROVIDER_TAG % cluster]
-
-
-def tags_to_dict(tags):
-    """AWS tag lists ([{Key, Value}] or [{key, value}]) or dicts -> dict."""
-    if isinstance(tags, dict):
-        return dict(tags)
-    result = {}
-    for tag in tags or []:
-        key = tag.get("Key", tag.get("key"))
-        if key is not None:
-            result[key] = tag.get("Value", tag.get("value", ""))
-    return result
-
-
 def owned_by(tags, clusters):
-    """The first of ``clusters`` that owns a resource with ``tags`` (exact key, value 'owned'), else None."""
-    tags = tags_to_dict(tags)
-    for cluster in clusters:
-        for key in owner_tag_keys(cluster):
-            if tags.get(key) == OWNED:
-                return cluster
-    return None
+    """The first of ``clusters`` whose ownership tag the resource carries, else None (kept for preflight;
+    the full rule, the krops environment tag included, is module_utils/ownership.py)."""
+    from ansible_collections.krops.platform.plugins.module_utils import ownership
 
-
-def owner_filter():
-    """An EC2 filter narrowing a listing to resources with some tag valued 'owned'.
-
-    Ownership itself is decided locally by :func:`owned_by` (exact key for a target cluster).
-    One filter value keeps it to one call per listing: a ``tag-key`` filter with one value per
-    cluster would need a call per key where emulators do not OR the values.
-    """
-    return {"Name": "tag-value", "Values": [OWNED]}
+    claim = ownership.AwsOwnership(None, {c: [c] for c in clusters}).owner(tags)
+    return claim[0] if claim else None
 
 
 # --- connection ------------------------------------------------------------------------
@@ -280,7 +246,7 @@ class Connection:
         self._session = None
         self._clients = {}
         self._config = botocore.config.Config(
-            retries={"mode": "adaptive", "max_attempts": BOTOCORE_MAX_ATTEMPTS},
+            retries={"mode": "standard", "total_max_attempts": 1},  # call() is the only retry layer
             connect_timeout=10, read_timeout=60, max_pool_connections=20)
 
     def client(self, service, region):

@@ -33,26 +33,38 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils import config as config_mod
+from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
 
-# Resource types in the order they are deleted within a region.
-REGION_ORDER = (
-    "eks-nodegroup", "eks-pod-identity-association", "eks-cluster", "rds-instance", "rds-subnet-group",
-    "elbv2-load-balancer", "elb-load-balancer", "elbv2-target-group", "nat-gateway", "elastic-ip",
-    "network-interface", "subnet", "internet-gateway", "route-table", "security-group", "vpc",
-)
-GLOBAL_ORDER = ("s3-bucket", "iam-role", "iam-user", "cloudformation-stack")
-WAITED = ("eks-nodegroup", "eks-cluster", "rds-instance", "nat-gateway")
+# What the Resource Groups Tagging API reports, as "<service>:<resource type>" of the ARN, mapped to the sweep's
+# type that lists and deletes it. An owned ARN of any other type is a leftover the sweep cannot delete.
+ARN_TYPES = {
+    "ec2:vpc": "vpc", "ec2:subnet": "subnet", "ec2:security-group": "security-group",
+    "ec2:internet-gateway": "internet-gateway", "ec2:route-table": "route-table", "ec2:natgateway": "nat-gateway",
+    "ec2:elastic-ip": "elastic-ip", "ec2:network-interface": "network-interface", "ec2:volume": "ebs-volume",
+    "ec2:snapshot": "ebs-snapshot", "ec2:launch-template": "launch-template",
+    "elasticloadbalancing:loadbalancer": "load-balancer", "elasticloadbalancing:targetgroup": "elbv2-target-group",
+    "elasticloadbalancing:listener": "elbv2-load-balancer", "elasticloadbalancing:listener-rule": "elbv2-load-balancer",
+    "rds:db": "rds-instance", "rds:subgrp": "rds-subnet-group", "s3:": "s3-bucket", "cloudformation:stack": "stack",
+    "eks:cluster": "eks-cluster", "eks:nodegroup": "eks-nodegroup", "eks:podidentityassociation":
+    "eks-pod-identity-association",
+}
 GLOBAL = "global"
+ABSENT = "absent"  # what a delete handler answers when there was nothing to delete
 
 # Poll delays while waiting for a deletion or retrying a DependencyViolation (seconds).
 POLL_FIRST = 0.5
-POLL_MAX = 15.0
+POLL_MAX = 30.0
+# The first poll of a wait comes after this part of the type's expected deletion time (times EXPECTED_SCALE,
+# which the benchmark lowers with its scaled-down deletions): fewer calls, little lateness.
+FIRST_POLL_SHARE = 0.6
+EXPECTED_SCALE = 1.0
 DEPENDENCY_BUDGET = 180
 
 
@@ -63,20 +75,38 @@ class SweepError(Exception):
 class Target:
     """One cluster whose AWS resources the sweep owns."""
 
-    def __init__(self, cluster, region, eks_name="", rds_instance="", iam_prefix="", role="workload"):
+    def __init__(self, cluster, region, eks_name="", rds_instance="", role="workload"):
         self.cluster = cluster
         self.region = region
         self.eks_name = eks_name
         self.rds_instance = rds_instance
-        self.iam_prefix = iam_prefix or cluster
         self.role = role
+
+    @property
+    def names(self):
+        """The exact names CAPA tags this cluster's resources with: the CAPI cluster and its EKS cluster."""
+        return [n for n in (self.cluster, self.eks_name) if n]
 
     def as_dict(self):
         return {"cluster": self.cluster, "region": self.region, "eks_cluster_name": self.eks_name,
-                "rds_instance": self.rds_instance, "iam_role_prefix": self.iam_prefix, "role": self.role}
+                "rds_instance": self.rds_instance, "role": self.role}
 
 
-def targets_from_config(cfg, environment=None, include_management=True, management_region=None, regions=None):
+def environment_targets(cfg, name, include_management=True):
+    """Every cluster of environment ``name`` with its region: each aws-workloads entry in its own region,
+    the management cluster in the environment's mgmt-region (checked by the loader)."""
+    env = cfg.environment(name)
+    teardown = env.get("teardown") or {}
+    workloads = teardown.get("aws-workloads") or []
+    targets = [Target(w["cluster-name"], w["region"], w["eks-cluster-name"], w.get("rds-instance", ""))
+               for w in workloads]
+    if include_management:
+        targets.append(Target(env["mgmt-cluster"], env.get("mgmt-region") or "", teardown.get("mgmt-eks-cluster-name", ""),
+                              "", role="management"))
+    return targets
+
+
+def targets_from_config(cfg, environment=None, include_management=True, regions=None):
     """(targets, all_regions_of_the_environment) from a loaded Config; SweepError on bad input."""
     name = environment or cfg.selected
     env = cfg.environment(name)
@@ -85,18 +115,9 @@ def targets_from_config(cfg, environment=None, include_management=True, manageme
                          "(valid: %s)" % (name, cfg.path, env["kind"],
                                           ", ".join(n for n in cfg.environment_names
                                                     if cfg.environment(n)["kind"] == "aws") or "none"))
-    teardown = env.get("teardown") or {}
-    workloads = teardown.get("aws-workloads") or []
-    targets = [Target(w["cluster-name"], w["region"], w["eks-cluster-name"], w.get("rds-instance", ""))
-               for w in workloads]
-    if include_management:
-        region = management_region or (workloads[0]["region"] if workloads else None)
-        if not region:
-            raise SweepError("environment %r in %s has no [[environments.%s.teardown.aws-workloads]] entry, so the "
-                             "management cluster's region is unknown: pass management_region" % (name, cfg.path, name))
-        targets.append(Target(env["mgmt-cluster"], region, teardown.get("mgmt-eks-cluster-name", ""), "",
-                              teardown.get("mgmt-iam-role-prefix", "") or env["mgmt-cluster"], role="management"))
-    all_regions = _unique(t.region for t in targets)
+    every = environment_targets(cfg, name, True)
+    all_regions = _unique(t.region for t in every)
+    targets = every if include_management else [t for t in every if t.role != "management"]
     if regions:
         unknown = [r for r in regions if r not in all_regions]
         if unknown:
@@ -107,6 +128,16 @@ def targets_from_config(cfg, environment=None, include_management=True, manageme
         raise SweepError("environment %r in %s names no AWS cluster to sweep (no aws-workloads and "
                          "include_management is false)" % (name, cfg.path))
     return targets, all_regions
+
+
+def arn_type(arn):
+    """'<service>:<resource type>' of an ARN, e.g. 'ec2:volume' for arn:aws:ec2:eu-north-1:1:volume/vol-1."""
+    parts = arn.split(":", 5)
+    if len(parts) < 6:
+        return ""
+    resource = parts[5]
+    kind = resource.split("/", 1)[0] if "/" in resource else (resource.split(":", 1)[0] if ":" in resource else "")
+    return "%s:%s" % (parts[2], kind)
 
 
 def _unique(items):
@@ -143,6 +174,13 @@ class _Discovery:
         self.clusters = [t.cluster for t in self.targets]
         self.errors = []
         self.warnings = []
+        self.candidates = []
+        self._cache = {}
+
+    def owner_of(self, tags):
+        """The owning cluster ("" when only the krops environment tag proves it), or None (ownership.py)."""
+        claim = self.sweep.ownership.owner(tags)
+        return None if claim is None else claim[0]
 
     def client(self, service):
         return self.sweep.conn.client(service, self.region)
@@ -158,28 +196,22 @@ class _Discovery:
         return []
 
     def region_resources(self, with_age=False):
+        """Every owned resource of the region, one listing per row of the type table, in deletion order."""
         found = []
-        eks = self._guard("eks-cluster", self.eks_clusters)
-        found += self._guard("eks-nodegroup", lambda: self.nodegroups(eks, with_age))
-        found += self._guard("eks-pod-identity-association", lambda: self.pod_identities(eks))
-        found += eks
-        found += self._guard("rds-instance", self.rds)
-        found += self._guard("elbv2-load-balancer", self.elbv2)
-        found += self._guard("elb-load-balancer", self.classic_elb)
-        found += self._guard("elbv2-target-group", self.target_groups)
-        found += self._guard("nat-gateway", self.nat_gateways)
-        found += self._guard("elastic-ip", self.elastic_ips)
-        vpcs = self._guard("vpc", lambda: self.ec2_owned("describe_vpcs", "Vpcs", "VpcId", "vpc"))
-        found += self._guard("network-interface", lambda: self.network_interfaces(vpcs))
-        found += self._guard("subnet", lambda: self.ec2_owned("describe_subnets", "Subnets", "SubnetId", "subnet"))
-        found += self._guard("internet-gateway", lambda: self.ec2_owned(
-            "describe_internet_gateways", "InternetGateways", "InternetGatewayId", "internet-gateway"))
-        found += self._guard("route-table", self.route_tables)
-        found += self._guard("security-group", self.security_groups)
-        found += vpcs
-        order = {t: i for i, t in enumerate(REGION_ORDER)}
-        found.sort(key=lambda r: order[r["type"]])
+        for rtype in REGION_TYPES:
+            found += self._guard(rtype.name, lambda t=rtype: t.list(self, with_age))
         return found
+
+    # listings other listings depend on are made once per discovery
+    def _eks(self):
+        if self._cache.get("eks") is None:
+            self._cache["eks"] = self._guard("eks-cluster", self.eks_clusters)
+        return self._cache["eks"]
+
+    def _vpcs(self):
+        if self._cache.get("vpc") is None:
+            self._cache["vpc"] = self._guard("vpc", lambda: self.ec2_owned("describe_vpcs", "Vpcs", "VpcId", "vpc"))
+        return self._cache["vpc"]
 
     # --- EKS
     def eks_clusters(self):
@@ -195,8 +227,9 @@ class _Discovery:
                 raise
             owner = named.get(name)
             reason = "named by bootstrap.toml" if owner else ""
-            owner = owner or aws.owned_by(info.get("tags") or {}, self.clusters)
-            if owner:
+            if owner is None:
+                owner = self.owner_of(info.get("tags") or {})
+            if owner is not None:
                 found.append(_resource(self.region, "eks-cluster", name, owner, info.get("createdAt"), reason,
                                        status=info.get("status")))
         return found
@@ -238,9 +271,10 @@ class _Discovery:
             ident = inst["DBInstanceIdentifier"]
             owner = named.get(ident)
             reason = "named by bootstrap.toml" if owner else ""
-            owner = owner or aws.owned_by(inst.get("TagList") or [], self.clusters)
+            if owner is None:
+                owner = self.owner_of(inst.get("TagList") or [])
             group = (inst.get("DBSubnetGroup") or {}).get("DBSubnetGroupName")
-            if owner:
+            if owner is not None:
                 found.append(_resource(self.region, "rds-instance", ident, owner, inst.get("InstanceCreateTime"),
                                        reason, status=inst.get("DBInstanceStatus"), group=group))
             elif group:
@@ -273,8 +307,8 @@ class _Discovery:
         for start in range(0, len(arns), 20):
             described = aws.call(client, "describe_tags", ResourceArns=arns[start:start + 20])
             for desc in described.get("TagDescriptions") or []:
-                owner = aws.owned_by(desc.get("Tags") or [], self.clusters)
-                if owner:
+                owner = self.owner_of(desc.get("Tags") or [])
+                if owner is not None:
                     owned.append((desc["ResourceArn"], owner))
         return owned
 
@@ -287,8 +321,8 @@ class _Discovery:
         for start in range(0, len(names), 20):
             described = aws.call(client, "describe_tags", LoadBalancerNames=names[start:start + 20])
             for desc in described.get("TagDescriptions") or []:
-                owner = aws.owned_by(desc.get("Tags") or [], self.clusters)
-                if owner:
+                owner = self.owner_of(desc.get("Tags") or [])
+                if owner is not None:
                     found.append(_resource(self.region, "elb-load-balancer", desc["LoadBalancerName"], owner,
                                            created.get(desc["LoadBalancerName"])))
         return found
@@ -299,11 +333,36 @@ class _Discovery:
 
     def ec2_owned(self, operation, key, id_key, rtype, filter_arg="Filters", extra=None):
         found = []
-        for item in self._ec2_list(operation, key, [aws.owner_filter()], filter_arg):
-            owner = aws.owned_by(item.get("Tags") or item.get("TagSet") or [], self.clusters)
-            if owner:
+        for item in self._ec2_list(operation, key, [], filter_arg):
+            owner = self.owner_of(item.get("Tags") or item.get("TagSet") or [])
+            if owner is not None:
                 meta = extra(item) if extra else {}
                 found.append(_resource(self.region, rtype, item[id_key], owner, item.get("CreateTime"), **meta))
+        return found
+
+    def snapshots(self):
+        found = []
+        for snap in aws.paginate(self.client("ec2"), "describe_snapshots", "Snapshots", OwnerIds=["self"]):
+            owner = self.owner_of(snap.get("Tags") or [])
+            if owner is not None:
+                found.append(_resource(self.region, "ebs-snapshot", snap["SnapshotId"], owner, snap.get("StartTime")))
+        return found
+
+    def tagged_unsupported(self):
+        """Owned resources of types the sweep has no row for, found through the Resource Groups Tagging API:
+        they are reported, and fail the run, by ARN. One unfiltered listing (TagFilters of several keys are
+        ANDed, so a filtered listing would cost one walk per ownership tag); ownership is decided here."""
+        client = self.client("resourcegroupstaggingapi")
+        found = []
+        for item in aws.paginate(client, "get_resources", "ResourceTagMappingList", ResourcesPerPage=100):
+            arn = item["ResourceARN"]
+            if arn_type(arn) in ARN_TYPES:
+                continue
+            claim = self.sweep.ownership.owner(item.get("Tags") or [])
+            if claim is not None:
+                found.append(_resource(self.region, "unsupported", arn, claim[0], None,
+                                       "owned (%s) but of a type krops cannot delete (%s): delete it by hand, then "
+                                       "run the teardown again" % (claim[1], arn_type(arn))))
         return found
 
     def nat_gateways(self):
@@ -332,10 +391,10 @@ class _Discovery:
 
     def route_tables(self):
         found = []
-        for table in self._ec2_list("describe_route_tables", "RouteTables", [aws.owner_filter()]):
-            owner = aws.owned_by(table.get("Tags") or [], self.clusters)
+        for table in self._ec2_list("describe_route_tables", "RouteTables", []):
+            owner = self.owner_of(table.get("Tags") or [])
             associations = table.get("Associations") or []
-            if owner and not any(a.get("Main") for a in associations):
+            if owner is not None and not any(a.get("Main") for a in associations):
                 found.append(_resource(self.region, "route-table", table["RouteTableId"], owner,
                                        associations=[a["RouteTableAssociationId"] for a in associations
                                                      if a.get("RouteTableAssociationId")]))
@@ -349,10 +408,14 @@ class _Discovery:
     # --- global
     def global_resources(self):
         found = []
-        found += self._guard("s3-bucket", self.buckets)
-        found += self._guard("iam-role", self.iam_roles)
-        found += self._guard("iam-user", self.iam_users)
+        for rtype in GLOBAL_TYPES:
+            found += self._guard(rtype.name, lambda t=rtype: t.list(self, False))
         return found
+
+    def _rds(self):
+        if self._cache.get("rds") is None:
+            self._cache["rds"] = self._guard("rds-instance", self.rds)
+        return self._cache["rds"]
 
     def buckets(self):
         wanted = {}
@@ -367,26 +430,46 @@ class _Discovery:
                 for b in listed if b["Name"] in wanted]
 
     def iam_roles(self):
+        """Roles owned by their tags (CAPA tags every role it creates, see docs/ownership.md) or named exactly
+        by global-iam-roles. ListRoles returns no tags, so each role costs one ListRoleTags."""
         client = self.sweep.conn.client("iam", self.sweep.home_region)
         exact = {}
         for target in self.sweep.targets:
             for pattern in self.sweep.global_roles:
                 exact[pattern.format(cluster_name=target.cluster)] = target.cluster
-        prefixes = [(t.iam_prefix, t.cluster) for t in self.sweep.targets]
         found = []
         for role in aws.paginate(client, "list_roles", "Roles"):
             name = role["RoleName"]
             owner, reason = exact.get(name), "global IAM role named by bootstrap.toml"
-            if not owner:
-                owner = next((c for p, c in prefixes if name == p or name.startswith(p + "-")), None)
-                reason = "IAM role name starts with %s-" % next((p for p, c in prefixes if c == owner), "")
-            if owner:
+            if owner is None:
+                tags = aws.paginate(client, "list_role_tags", "Tags", RoleName=name)
+                owner, reason = self.owner_of(tags), ""
+            if owner is not None:
                 found.append(_resource(GLOBAL, "iam-role", name, owner, role.get("CreateDate"), reason))
+            elif self.sweep.ownership.candidate(name) is not None:
+                self.candidates.append(_resource(GLOBAL, "iam-role", name, self.sweep.ownership.candidate(name),
+                                                 role.get("CreateDate"), "name resembles a cluster of the environment "
+                                                 "but no ownership tag proves it: not deleted"))
+        return found
+
+    def oidc_providers(self):
+        """IAM OIDC providers: CAPA tags the one it creates for an EKS cluster with that cluster's tags."""
+        client = self.sweep.conn.client("iam", self.sweep.home_region)
+        found = []
+        for item in aws.call(client, "list_open_id_connect_providers").get("OpenIDConnectProviderList") or []:
+            arn = item["Arn"]
+            try:
+                info = aws.call(client, "get_open_id_connect_provider", OpenIDConnectProviderArn=arn)
+            except ClientError as exc:
+                if aws.is_not_found(exc):
+                    continue
+                raise
+            owner = self.owner_of(info.get("Tags") or [])
+            if owner is not None:
+                found.append(_resource(GLOBAL, "iam-oidc-provider", arn, owner, info.get("CreateDate")))
         return found
 
     def iam_users(self):
-        if not self.sweep.sweep_global_users:
-            return []
         client = self.sweep.conn.client("iam", self.sweep.home_region)
         found = []
         for name in self.sweep.global_users:
@@ -396,8 +479,13 @@ class _Discovery:
                 if aws.is_not_found(exc):
                     continue
                 raise
-            found.append(_resource(GLOBAL, "iam-user", name, "", user.get("CreateDate"),
-                                   "global IAM user named by bootstrap.toml"))
+            res = _resource(GLOBAL, "iam-user", name, "", user.get("CreateDate"),
+                            "account-global IAM user named by bootstrap.toml")
+            why = self.sweep.global_kept_reason("iam-user", name)
+            if why:
+                self.sweep.keep(res, why)
+            else:
+                found.append(res)
         return found
 
     def stacks(self, region):
@@ -408,32 +496,108 @@ class _Discovery:
             if aws.is_not_found(exc):
                 return []
             raise
-        return [_resource(region, "cloudformation-stack", s["StackName"], "", s.get("CreationTime"),
-                          "clusterawsadm stack named by bootstrap.toml", status=s.get("StackStatus"))
-                for s in stacks if s.get("StackStatus") not in ("DELETE_COMPLETE", "DELETE_IN_PROGRESS")]
+        found = []
+        for stack in stacks:
+            if stack.get("StackStatus") in ("DELETE_COMPLETE", "DELETE_IN_PROGRESS"):
+                continue
+            res = _resource(region, "cloudformation-stack", stack["StackName"], "", stack.get("CreationTime"),
+                            "account-global clusterawsadm stack named by bootstrap.toml", status=stack.get("StackStatus"))
+            why = self.sweep.global_kept_reason("cloudformation-stack", stack["StackName"])
+            if why:
+                self.sweep.keep(res, why)
+            else:
+                found.append(res)
+        return found
 
 
 class Sweep:
     """One sweep (delete, plan or report) over a set of targets."""
 
-    def __init__(self, conn, targets, teardown, account_id, wait_timeout=1200, concurrency=None,
-                 sweep_global_users=True, sleep=time.sleep, clock=time.monotonic):
+    def __init__(self, conn, targets, cfg, environment, account_id, wait_timeout=1200, concurrency=None,
+                 sweep_global_users=True, sleep=time.sleep, clock=time.monotonic, progress=None):
+        teardown = cfg.data.get("teardown") or {}
         self.conn = conn
+        self.cfg = cfg
+        self.environment = environment
         self.targets = targets
         self.regions = _unique(t.region for t in targets)
         self.home_region = self.regions[0]
         self.account_id = account_id
+        every = environment_targets(cfg, environment, True)
+        whole = {(t.cluster, t.region) for t in targets} == {(t.cluster, t.region) for t in every}
+        self.ownership = ownership.AwsOwnership(environment, {t.cluster: t.names for t in targets},
+                                                environment_tag_owns=whole)
+        globals_ = ownership.effective_globals(cfg.data, environment)
         self.bucket_pattern = teardown.get("s3-bucket-pattern") or "krops-{account_id}-{cluster_name}-data"
         self.global_roles = teardown.get("global-iam-roles") or []
-        self.global_users = teardown.get("global-iam-users") or []
-        self.stack_name = teardown.get("cfn-stack-name") or ""
+        self.global_users = globals_["iam-user"]
+        self.stack_name = (globals_["cloudformation-stack"] or [""])[0]
         self.sweep_global_users = sweep_global_users
         self.wait_timeout = wait_timeout
         self.concurrency = max(1, concurrency or len(self.regions))
         self.sleep = sleep
         self.clock = clock
+        self.progress_lines = []
+        self._progress_hook = progress
         self.errors = []
         self.warnings = []
+        self.kept = []
+        self.candidates = []
+        self.started = clock()
+        self._lock = threading.Lock()
+        self._others_alive = None
+
+    def progress(self, text):
+        """A progress line: kept in the result, and passed to the caller's hook (the benchmark prints them)."""
+        with self._lock:
+            self.progress_lines.append("%.1fs %s" % (self.clock() - self.started, text))
+        if self._progress_hook is not None:
+            self._progress_hook(text)
+
+    # --- account-global resources ---------------------------------------------------
+    def keep(self, res, why):
+        with self._lock:
+            if not any(k["type"] == res["type"] and k["id"] == res["id"] and k["region"] == res["region"]
+                       for k in self.kept):
+                self.kept.append(public(res, "kept", why))
+
+    def global_kept_reason(self, kind, name):
+        """Why an account-global resource must stay, or "" when this environment alone may delete it."""
+        if kind == "iam-user" and not self.sweep_global_users:
+            return "the regions filter leaves out regions of environment %s" % self.environment
+        others = ownership.aws_account_global(self.cfg, self.environment, kind, name)
+        if others:
+            return "environment %s in %s also names it" % (", ".join(others), self.cfg.path)
+        alive = self.other_clusters_alive()
+        if alive:
+            return "clusters of other environments still exist: %s" % "; ".join(alive[:5])
+        return ""
+
+    def other_clusters_alive(self):
+        """Clusters of the other aws environments of bootstrap.toml that still exist (EKS by exact name, VPCs by
+        their ownership tags), computed once."""
+        with self._lock:
+            if self._others_alive is not None:
+                return self._others_alive
+            alive = []
+            for other in self.cfg.environment_names:
+                if other == self.environment or self.cfg.environment(other).get("kind") != "aws":
+                    continue
+                targets = environment_targets(self.cfg, other, True)
+                owner = ownership.AwsOwnership(other, {t.cluster: t.names for t in targets})
+                for region in _unique(t.region for t in targets):
+                    eks_names = {t.eks_name: t.cluster for t in targets if t.eks_name and t.region == region}
+                    try:
+                        listed = aws.paginate(self.conn.client("eks", region), "list_clusters", "clusters")
+                        vpcs = aws.paginate(self.conn.client("ec2", region), "describe_vpcs", "Vpcs")
+                    except (ClientError, BotoCoreError, aws.AwsError) as exc:
+                        alive.append("unknown in %s (%s): listing failed, so kept to be safe" % (region, aws.error_message(exc)))
+                        continue
+                    alive += ["EKS cluster %s of environment %s in %s" % (n, other, region) for n in listed if n in eks_names]
+                    alive += ["VPC %s of environment %s in %s" % (v["VpcId"], other, region) for v in vpcs
+                              if owner.owner(v.get("Tags") or []) is not None]
+            self._others_alive = alive
+            return alive
 
     # --- discovery -----------------------------------------------------------------
     def _per_region(self, func):
@@ -454,15 +618,13 @@ class Sweep:
 
     def _discover_global(self):
         found = _Discovery(self, self.home_region)
-        resources = found.global_resources()
-        if self.stack_name:
-            for region in self.regions:
-                resources += found._guard("cloudformation-stack",  # pylint: disable=protected-access
-                                          lambda r=region: found.stacks(r))
-        return resources, found
+        return found.global_resources(), found
 
     def _collect(self, found):
         self.errors.extend(found.errors)
+        for item in found.candidates:
+            if not any(c["id"] == item["id"] and c["type"] == item["type"] for c in self.candidates):
+                self.candidates.append(item)
         for warning in found.warnings:
             if warning not in self.warnings:
                 self.warnings.append(warning)
@@ -488,7 +650,8 @@ class Sweep:
     # --- modes ---------------------------------------------------------------------
     def plan(self):
         regional, global_resources = self.discover()
-        return [public(r, "planned") for r in regional + global_resources]
+        return [public(r, "undeletable" if r["type"] == "unsupported" else "planned")
+                for r in regional + global_resources]
 
     def delete(self):
         per_region = self._per_region(self._delete_region)
@@ -505,7 +668,7 @@ class Sweep:
         kept = [r for r in global_resources if r["type"] == "iam-role" and r["cluster"] in blocked]
         # global resources of one type are independent of each other: deleted side by side
         results.extend(_Deleter(self, self.home_region, parallel=True).run(
-            [r for r in global_resources if r not in kept], GLOBAL_ORDER))
+            [r for r in global_resources if r not in kept], GLOBAL_TYPES))
         results.extend(public(r, "failed", "kept: %s is not deleted yet and may need this role; run the sweep again"
                               % blocked[r["cluster"]]) for r in kept)
         return results
@@ -514,7 +677,7 @@ class Sweep:
         try:
             resources, found = self._discover_region(region)
             self._collect(found)
-            return _Deleter(self, region).run(resources, REGION_ORDER)
+            return _Deleter(self, region).run(resources, REGION_TYPES)
         except (ClientError, BotoCoreError, aws.AwsError) as exc:
             self._region_failed(region, exc)
             return []
@@ -559,28 +722,48 @@ class _Deleter:
     def client(self, service, region=None):
         return self.sweep.conn.client(service, region or self.region)
 
-    def run(self, resources, order):
+    def run(self, resources, types):
+        """Delete resources type by type in table order; regional chains run side by side, then the network."""
+        if self.region == GLOBAL:
+            return self._run_types(resources, types)
+        chains = {}
+        for rtype in types:
+            if rtype.chain:
+                chains.setdefault(rtype.chain, []).append(rtype)
+        network = [t for t in types if not t.chain]
+        busy = [c for c in chains.values() if any(r["type"] in {t.name for t in c} for r in resources)]
+        if len(busy) > 1:
+            with ThreadPoolExecutor(max_workers=len(busy)) as pool:
+                done = list(pool.map(lambda c: self._run_types(resources, c), busy))
+        else:
+            done = [self._run_types(resources, c) for c in busy]
+        results = [item for chunk in done for item in chunk]
+        results += self._run_types(resources, network)
+        order = {t.name: i for i, t in enumerate(types)}
+        results.sort(key=lambda r: order.get(r["type"], len(order)))
+        return results
+
+    def _run_types(self, resources, types):
         results = []
-        for rtype in order:
-            batch = [r for r in resources if r["type"] == rtype]
-            if rtype == "network-interface" and self.region != GLOBAL:
-                batch = self._fresh_interfaces(batch, resources)
+        for rtype in types:
+            batch = [r for r in resources if r["type"] == rtype.name]
+            if rtype.refresh:
+                batch = rtype.refresh(self, batch, resources)
             if not batch:
                 continue
-            if rtype == "security-group":
-                self._revoke_rules(batch)
-            pending = []
+            if rtype.before:
+                rtype.before(self, batch)
             if self.parallel and self.sweep.concurrency > 1 and len(batch) > 1:
                 with ThreadPoolExecutor(max_workers=min(self.sweep.concurrency, len(batch))) as pool:
-                    outcomes = list(pool.map(self._delete_one, batch))
+                    outcomes = list(pool.map(lambda r, t=rtype: self._delete_one(t, r), batch))
             else:
-                outcomes = [self._delete_one(res) for res in batch]
-            for res, outcome in zip(batch, outcomes):
-                if outcome == "wait":
-                    pending.append(res)
-                else:
-                    results.append(outcome)
-            results.extend(self._wait(pending))
+                outcomes = [self._delete_one(rtype, res) for res in batch]
+            pending = [res for res, outcome in zip(batch, outcomes) if outcome == "wait"]
+            results.extend(o for o in outcomes if o != "wait")
+            if pending:
+                self.sweep.progress("%s: waiting for %d %s deletion(s): %s" % (
+                    self.region, len(pending), rtype.name, ", ".join(r["id"] for r in pending[:5])))
+                results.extend(self._wait(rtype, pending))
         return results
 
     def _fresh_interfaces(self, planned, resources):
@@ -592,24 +775,21 @@ class _Deleter:
         known = {r["id"] for r in planned}
         return planned + [r for r in fresh if r["id"] not in known]
 
-    def _delete_one(self, res):
-        handler = getattr(self, "_delete_" + res["type"].replace("-", "_"))
+    def _delete_one(self, rtype, res):
+        """'wait' when the deletion must be awaited (only types with a wait_state), else the public outcome."""
         try:
-            waited = handler(res)
+            answer = rtype.delete(self, res)
         except (ClientError, BotoCoreError, aws.AwsError) as exc:
             if aws.is_not_found(exc):
                 return public(res, "absent", "already gone")
             return public(res, "failed", "delete failed: %s" % aws.error_message(exc))
-        if waited == "absent":
+        if answer == ABSENT:
             return public(res, "absent", "already gone")
-        if waited:
-            return "wait"
-        return public(res, "deleted")
+        return "wait" if rtype.wait_state else public(res, "deleted")
 
-    # each _delete_<type> returns True when the deletion must be awaited
+    # each _delete_<type> starts the deletion; ABSENT when there was nothing to delete
     def _delete_eks_nodegroup(self, res):
         aws.call(self.client("eks"), "delete_nodegroup", clusterName=res["meta"]["eks"], nodegroupName=res["meta"]["name"])
-        return True
 
     def _delete_eks_pod_identity_association(self, res):
         aws.call(self.client("eks"), "delete_pod_identity_association", clusterName=res["meta"]["eks"],
@@ -617,18 +797,17 @@ class _Deleter:
 
     def _delete_eks_cluster(self, res):
         aws.call(self.client("eks"), "delete_cluster", name=res["id"])
-        return True
 
     def _delete_rds_instance(self, res):
         if res["meta"].get("status") == "deleting":
-            return True
+            return None
         try:
             aws.call(self.client("rds"), "delete_db_instance", DBInstanceIdentifier=res["id"], SkipFinalSnapshot=True,
                      DeleteAutomatedBackups=True)
         except ClientError as exc:
             if aws.error_code(exc) != "InvalidDBInstanceState":
                 raise
-        return True
+        return None
 
     def _delete_rds_subnet_group(self, res):
         self._retry_dependency(res, lambda: aws.call(self.client("rds"), "delete_db_subnet_group",
@@ -648,7 +827,6 @@ class _Deleter:
     def _delete_nat_gateway(self, res):
         if res["meta"].get("state") != "deleting":
             aws.call(self.client("ec2"), "delete_nat_gateway", NatGatewayId=res["id"])
-        return True
 
     def _delete_elastic_ip(self, res):
         client = self.client("ec2")
@@ -663,6 +841,21 @@ class _Deleter:
                 if not aws.is_not_found(again):
                     raise
             aws.call(client, "release_address", AllocationId=res["id"])
+
+    def _delete_launch_template(self, res):
+        aws.call(self.client("ec2"), "delete_launch_template", LaunchTemplateId=res["id"])
+
+    def _delete_ebs_volume(self, res):
+        # a volume detaches once its node is gone (node groups and clusters are deleted before)
+        self._retry_dependency(res, lambda: aws.call(self.client("ec2"), "delete_volume", VolumeId=res["id"]),
+                               codes=("VolumeInUse", "IncorrectState"))
+
+    def _delete_ebs_snapshot(self, res):
+        self._retry_dependency(res, lambda: aws.call(self.client("ec2"), "delete_snapshot", SnapshotId=res["id"]),
+                               codes=("InvalidSnapshot.InUse",))
+
+    def _delete_unsupported(self, res):
+        raise aws.AwsError("krops cannot delete %s: %s" % (res["id"], res["reason"]))
 
     def _delete_network_interface(self, res):
         aws.call(self.client("ec2"), "delete_network_interface", NetworkInterfaceId=res["id"])
@@ -736,7 +929,7 @@ class _Deleter:
             pages = list(aws.pages(client, "list_object_versions", Bucket=res["id"]))
         except ClientError as exc:
             if aws.is_not_found(exc):
-                return "absent"
+                return ABSENT
             raise
         for page in pages:
             objects = [{"Key": v["Key"], "VersionId": v["VersionId"]}
@@ -762,6 +955,10 @@ class _Deleter:
                      InstanceProfileName=profile["InstanceProfileName"])
             aws.call(client, "delete_instance_profile", InstanceProfileName=profile["InstanceProfileName"])
         aws.call(client, "delete_role", RoleName=name)
+
+    def _delete_iam_oidc_provider(self, res):
+        aws.call(self.client("iam", self.sweep.home_region), "delete_open_id_connect_provider",
+                 OpenIDConnectProviderArn=res["id"])
 
     def _delete_iam_user(self, res):
         client = self.client("iam", self.sweep.home_region)
@@ -818,42 +1015,50 @@ class _Deleter:
         raise aws.AwsError("%s (still after %ds: something outside the sweep may depend on %s %s)"
                            % (aws.error_message(last), budget, res["type"], res["id"]))
 
-    def _state(self, res):
-        """'gone', or the current status text of a resource whose deletion was requested."""
-        kind, client = res["type"], None
-        try:
-            if kind == "eks-nodegroup":
-                client = self.client("eks")
-                return aws.call(client, "describe_nodegroup", clusterName=res["meta"]["eks"],
-                                nodegroupName=res["meta"]["name"])["nodegroup"].get("status", "?")
-            if kind == "eks-cluster":
-                return aws.call(self.client("eks"), "describe_cluster", name=res["id"])["cluster"].get("status", "?")
-            if kind == "rds-instance":
-                found = aws.call(self.client("rds"), "describe_db_instances", DBInstanceIdentifier=res["id"])
-                return found["DBInstances"][0].get("DBInstanceStatus", "?") if found["DBInstances"] else "gone"
-            if kind == "nat-gateway":
-                found = aws.call(self.client("ec2"), "describe_nat_gateways", NatGatewayIds=[res["id"]])["NatGateways"]
-                state = found[0].get("State", "?") if found else "deleted"
-                return "gone" if state == "deleted" else state
-        except ClientError as exc:
-            if aws.is_not_found(exc):
-                return "gone"
-            raise
-        return "gone"
+    # wait states: {id: 'gone' or the current status} for every pending deletion of a type, in as few calls
+    # as the API allows (one listing per poll, not one describe per resource)
+    def _state_eks_nodegroup(self, pending):
+        states = {}
+        for eks in _unique(r["meta"]["eks"] for r in pending):
+            try:
+                present = set(aws.paginate(self.client("eks"), "list_nodegroups", "nodegroups", clusterName=eks))
+            except ClientError as exc:
+                if not aws.is_not_found(exc):
+                    raise
+                present = set()
+            states.update((r["id"], "DELETING" if r["meta"]["name"] in present else "gone")
+                          for r in pending if r["meta"]["eks"] == eks)
+        return states
 
-    def _wait(self, pending):
+    def _state_eks_cluster(self, pending):
+        present = set(aws.paginate(self.client("eks"), "list_clusters", "clusters"))
+        return {r["id"]: "DELETING" if r["id"] in present else "gone" for r in pending}
+
+    def _state_rds_instance(self, pending):
+        found = {i["DBInstanceIdentifier"]: i.get("DBInstanceStatus", "?")
+                 for i in aws.paginate(self.client("rds"), "describe_db_instances", "DBInstances")}
+        return {r["id"]: found.get(r["id"], "gone") for r in pending}
+
+    def _state_nat_gateway(self, pending):
+        found = {n["NatGatewayId"]: n.get("State", "?") for n in aws.paginate(
+            self.client("ec2"), "describe_nat_gateways", "NatGateways",
+            Filter=[{"Name": "nat-gateway-id", "Values": [r["id"] for r in pending]}])}
+        return {r["id"]: "gone" if found.get(r["id"], "deleted") == "deleted" else found[r["id"]] for r in pending}
+
+    def _wait(self, rtype, pending):
         """Poll every pending deletion until it is gone, has failed or wait_timeout passes."""
         results = []
         states = {}
         remaining = list(pending)
 
         def poll():
+            try:
+                found = rtype.wait_state(self, list(remaining))
+            except (ClientError, BotoCoreError, aws.AwsError) as exc:
+                states.update((r["id"], "unknown (%s)" % aws.error_message(exc)) for r in remaining)
+                return
             for res in list(remaining):
-                try:
-                    state = self._state(res)
-                except (ClientError, BotoCoreError) as exc:
-                    states[res["id"]] = "unknown (%s)" % aws.error_message(exc)
-                    continue
+                state = found.get(res["id"], "?")
                 states[res["id"]] = state
                 if state == "gone":
                     remaining.remove(res)
@@ -863,17 +1068,109 @@ class _Deleter:
                     results.append(public(res, "failed", "deletion failed: status %s" % state))
 
         poll()
+        # still deleting right after the request: it takes its usual time, so the next poll waits for part of it
+        quiet = min(rtype.expected * EXPECTED_SCALE * FIRST_POLL_SHARE, self.sweep.wait_timeout) if remaining else 0
+        if quiet > 0:
+            self.sweep.sleep(quiet)
+            poll()
         if remaining:
-            for dummy in self._delays(self.sweep.wait_timeout):
+            for dummy in self._delays(self.sweep.wait_timeout - quiet):
                 poll()
                 if not remaining:
                     break
+                self.sweep.progress("%s: still deleting %s" % (self.region, ", ".join(
+                    "%s %s (%s)" % (rtype.name, r["id"], states.get(r["id"], "?")) for r in remaining[:5])))
         for res in remaining:
             results.append(public(res, "failed", "still %s after %ds (wait_timeout)"
                                   % (states.get(res["id"], "present"), self.sweep.wait_timeout)))
         order = {r["id"]: i for i, r in enumerate(pending)}
         results.sort(key=lambda r: order[r["id"]])
         return results
+
+
+class ResourceType:
+    """One row of the sweep's type table: what it is, how it is listed, deleted and (optionally) awaited.
+
+    ``list(discovery, with_age)`` returns the owned resources; ``delete(deleter, res)`` starts the deletion;
+    ``wait_state(deleter, res)`` ('gone' or a status) exists only for types whose deletion takes time, and only
+    those are awaited. ``chain`` groups regional types that depend on each other and on nothing else: chains run
+    side by side, rows without a chain (the network) after all of them. ``expected`` (typical seconds a
+    deletion takes, tests/benchmarks/aws_latency_proxy.py cites the sources) delays the first poll. ``before`` runs once per batch (security
+    group rules), ``refresh`` re-lists a batch right before its deletion (interfaces detach meanwhile).
+    """
+
+    def __init__(self, name, scope, list, delete, wait_state=None, chain=None, before=None, refresh=None,
+                 expected=0):
+        # pylint: disable=redefined-builtin
+        self.name = name
+        self.expected = expected  # typical deletion time in seconds: the first poll comes after a part of it
+        self.scope = scope
+        self.list = list
+        self.delete = delete
+        self.wait_state = wait_state
+        self.chain = chain
+        self.before = before
+        self.refresh = refresh
+
+
+def _only(rtype, listing):
+    return lambda d, with_age: [r for r in listing(d) if r["type"] == rtype]
+
+
+D, X = _Discovery, _Deleter
+REGION = "region"
+
+# Table order is deletion order (within a chain, and for the network rows after the chains).
+REGION_TYPES = (
+    ResourceType("eks-nodegroup", REGION, lambda d, a: d.nodegroups(d._eks(), a), X._delete_eks_nodegroup,
+                 X._state_eks_nodegroup, chain="eks", expected=600),
+    ResourceType("eks-pod-identity-association", REGION, lambda d, a: d.pod_identities(d._eks()),
+                 X._delete_eks_pod_identity_association, chain="eks"),
+    ResourceType("eks-cluster", REGION, lambda d, a: d._eks(), X._delete_eks_cluster, X._state_eks_cluster,
+                 chain="eks", expected=720),
+    ResourceType("launch-template", REGION, lambda d, a: d.ec2_owned(
+        "describe_launch_templates", "LaunchTemplates", "LaunchTemplateId", "launch-template"),
+        X._delete_launch_template, chain="eks"),
+    ResourceType("ebs-volume", REGION, lambda d, a: d.ec2_owned(
+        "describe_volumes", "Volumes", "VolumeId", "ebs-volume", extra=lambda v: {"state": v.get("State")}),
+        X._delete_ebs_volume, chain="eks"),
+    ResourceType("ebs-snapshot", REGION, lambda d, a: d.snapshots(), X._delete_ebs_snapshot, chain="eks"),
+    ResourceType("rds-instance", REGION, _only("rds-instance", D._rds), X._delete_rds_instance, X._state_rds_instance,
+                 chain="rds", expected=600),
+    ResourceType("rds-subnet-group", REGION, _only("rds-subnet-group", D._rds), X._delete_rds_subnet_group,
+                 chain="rds"),
+    ResourceType("elbv2-load-balancer", REGION, lambda d, a: d.elbv2(), X._delete_elbv2_load_balancer, chain="lb"),
+    ResourceType("elb-load-balancer", REGION, lambda d, a: d.classic_elb(), X._delete_elb_load_balancer, chain="lb"),
+    ResourceType("elbv2-target-group", REGION, lambda d, a: d.target_groups(), X._delete_elbv2_target_group,
+                 chain="lb"),
+    ResourceType("nat-gateway", REGION, lambda d, a: d.nat_gateways(), X._delete_nat_gateway, X._state_nat_gateway,
+                 chain="nat", expected=240),
+    ResourceType("elastic-ip", REGION, lambda d, a: d.elastic_ips(), X._delete_elastic_ip, chain="nat"),
+    ResourceType("network-interface", REGION, lambda d, a: d.network_interfaces(d._vpcs()),
+                 X._delete_network_interface, refresh=X._fresh_interfaces),
+    ResourceType("subnet", REGION, lambda d, a: d.ec2_owned("describe_subnets", "Subnets", "SubnetId", "subnet"),
+                 X._delete_subnet),
+    ResourceType("internet-gateway", REGION, lambda d, a: d.ec2_owned(
+        "describe_internet_gateways", "InternetGateways", "InternetGatewayId", "internet-gateway"),
+        X._delete_internet_gateway),
+    ResourceType("route-table", REGION, lambda d, a: d.route_tables(), X._delete_route_table),
+    ResourceType("security-group", REGION, lambda d, a: d.security_groups(), X._delete_security_group,
+                 before=X._revoke_rules),
+    ResourceType("vpc", REGION, lambda d, a: d._vpcs(), X._delete_vpc),
+    ResourceType("unsupported", REGION, lambda d, a: d.tagged_unsupported(), X._delete_unsupported),
+)
+
+GLOBAL_TYPES = (
+    ResourceType("s3-bucket", GLOBAL, lambda d, a: d.buckets(), X._delete_s3_bucket),
+    ResourceType("iam-role", GLOBAL, lambda d, a: d.iam_roles(), X._delete_iam_role),
+    ResourceType("iam-oidc-provider", GLOBAL, lambda d, a: d.oidc_providers(), X._delete_iam_oidc_provider),
+    ResourceType("iam-user", GLOBAL, lambda d, a: d.iam_users(), X._delete_iam_user),
+    ResourceType("cloudformation-stack", GLOBAL, lambda d, a: [x for r in d.sweep.regions for x in d.stacks(r)]
+                 if d.sweep.stack_name else [], X._delete_cloudformation_stack),
+)
+
+REGION_ORDER = tuple(t.name for t in REGION_TYPES)
+GLOBAL_ORDER = tuple(t.name for t in GLOBAL_TYPES)
 
 
 def _clean_permission(permission):
@@ -903,6 +1200,10 @@ def render_markdown(data):
         lines += ["## Discovery errors", ""]
         lines += ["- %s" % e["error"] for e in data["errors"]]
         lines.append("")
+    if data.get("candidates"):
+        lines += ["## Candidates (names that resemble a cluster; nothing proves them owned, never deleted)", ""]
+        lines += ["- %s `%s` (like %s)" % (c["type"], c["id"], c["cluster"]) for c in data["candidates"]]
+        lines.append("")
     if not data["resources"]:
         lines.append("No orphaned resources found.")
         return "\n".join(lines) + "\n"
@@ -927,7 +1228,7 @@ def report_json(data):
 
 # --- entry point -----------------------------------------------------------------------
 
-def run(params, check_mode=False, config_loader=None, sleep=time.sleep):
+def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress=None):
     """Run the sweep described by the module parameters; the module's result dict.
 
     Raises SweepError, config.ConfigError or aws.AwsError when it cannot start.
@@ -938,7 +1239,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep):
     environment = params.get("environment") or cfg.selected
     mode = params.get("mode") or "delete"
     targets, all_regions = targets_from_config(cfg, environment, params.get("include_management", True),
-                                               params.get("management_region"), params.get("regions"))
+                                               params.get("regions"))
     wait_timeout = 1200 if params.get("wait_timeout") is None else params["wait_timeout"]
     if wait_timeout < 0 or (params.get("concurrency") is not None and params["concurrency"] < 1):
         raise SweepError("wait_timeout must be >= 0 and concurrency >= 1 (got %s and %s)"
@@ -949,15 +1250,12 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep):
     regions = _unique(t.region for t in targets)
     account_id = params.get("account_id") or conn.account_id(regions[0])
     covers_all = set(regions) >= set(all_regions)
-    sweep = Sweep(conn, targets, cfg.data.get("teardown") or {}, account_id, wait_timeout=wait_timeout,
-                  concurrency=params.get("concurrency"), sweep_global_users=covers_all, sleep=sleep)
+    sweep = Sweep(conn, targets, cfg, environment, account_id, wait_timeout=wait_timeout,
+                  concurrency=params.get("concurrency"), sweep_global_users=covers_all, sleep=sleep,
+                  progress=progress)
     result = {"changed": False, "environment": environment, "account_id": account_id, "regions": regions,
               "targets": [t.as_dict() for t in targets], "results": [], "plan": [], "leftovers": [],
               "errors": [], "warnings": []}
-    if not covers_all:
-        sweep.warnings.append("global IAM users %s were kept: the regions filter leaves out %s of environment %s"
-                              % (", ".join(sweep.global_users) or "(none)",
-                                 ", ".join(r for r in all_regions if r not in regions), environment))
 
     if mode == "report":
         min_age = params.get("min_age_hours")
@@ -965,7 +1263,8 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep):
         entries = sweep.report(min_age)
         data = {"environment": environment, "account_id": account_id, "regions": regions,
                 "generated_at": _now().replace(microsecond=0).isoformat(), "min_age_hours": min_age,
-                "count": len(entries), "resources": entries, "errors": list(sweep.errors)}
+                "count": len(entries), "resources": entries, "errors": list(sweep.errors),
+                "candidates": [public(c, "candidate") for c in sweep.candidates], "kept": list(sweep.kept)}
         markdown = render_markdown(data)
         result["report"] = {"markdown": markdown, "json": data}
         path = params.get("report_path")
@@ -981,6 +1280,9 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep):
 
     result["errors"] = sweep.errors
     result["warnings"] = sweep.warnings
+    result["kept"] = sweep.kept
+    result["progress"] = sweep.progress_lines
+    result["candidates"] = [public(c, "candidate") for c in sweep.candidates]
     result["api_calls"] = conn.counter.total
     result["api_calls_by_operation"] = dict(sorted(conn.counter.by_operation.items()))
     result["duration"] = round(time.monotonic() - started, 3)
@@ -993,6 +1295,9 @@ def summary(result, mode, check_mode):
     if mode == "report":
         text = "orphan report: %d owned resources older than the threshold in %s" % (
             result["report"]["json"]["count"], ", ".join(result["regions"]))
+        if result.get("candidates"):
+            text += "; %d resources whose names resemble a cluster, not proven owned (candidates)" % len(
+                result["candidates"])
     elif check_mode:
         text = "plan: %d resources would be deleted in %s" % (len(result["plan"]), ", ".join(result["regions"]))
     else:
@@ -1008,6 +1313,8 @@ def summary(result, mode, check_mode):
         if result["leftovers"]:
             text += "; still owned after the sweep: %s; fix the causes above and run the sweep again" % ", ".join(
                 "%s %s in %s" % (r["type"], r["id"], r["region"]) for r in result["leftovers"][:20])
+    if result.get("kept"):
+        text += "; kept: %s" % "; ".join("%s %s (%s)" % (k["type"], k["id"], k["reason"]) for k in result["kept"])
     if result["errors"]:
         text += "; discovery errors: %s" % "; ".join(e["error"] for e in result["errors"][:10])
     return text

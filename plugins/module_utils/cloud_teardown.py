@@ -25,8 +25,9 @@ import urllib.parse
 from ansible.module_utils.urls import Request, open_url
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import ownership
 
-OWNER_TAG = "krops-environment"
+OWNER_TAG = ownership.CLOUD_ENV_LABEL
 CAPZ_OWNED_TAG = "sigs.k8s.io_cluster-api-provider-azure_cluster_%s"
 
 AZURE_ARM = "https://management.azure.com"
@@ -203,6 +204,8 @@ def _tags(resource):
 def azure_owned(resource, environment, clusters):
     """Why krops owns an Azure resource (a tag), or None."""
     tags = _tags(resource)
+    if ownership.cloud_label_verdict(tags, environment) == "other":
+        return None  # declared by another environment: never ours
     if tags.get(OWNER_TAG) == environment:
         return "tag %s=%s" % (OWNER_TAG, environment)
     for cluster in clusters:
@@ -253,7 +256,7 @@ def azure_discover(http, arm, subscription, environment, resource_groups, cluste
                               "reason": "named in bootstrap.toml but carries neither %s=%s nor a CAPZ owned tag for %s"
                                         % (OWNER_TAG, environment, ", ".join(clusters))})
     # workload groups first, the management cluster's group last
-    rg_plan.sort(key=lambda item: bool(mgmt_cluster) and mgmt_cluster.lower() in item["name"].lower())
+    rg_plan.sort(key=lambda item: bool(mgmt_cluster) and mgmt_cluster.lower() == item["name"].lower())
     return plan + rg_plan, not_owned
 
 
@@ -265,7 +268,7 @@ def azure_teardown(http, arm, subscription, environment, resource_groups, cluste
     result = {"plan": ["delete %s %s (%s)" % (p["type"], p["id"], p["reason"]) for p in plan],
               "not_owned": not_owned, "results": [], "leftovers": [], "changed": bool(plan)}
     if check_mode:
-        result["results"] = [dict(p, outcome="would-delete") for p in plan]
+        result["results"] = [dict(p, outcome=ownership.PLANNED) for p in plan]
         return result
     arm = arm.rstrip("/")
     pending = []
@@ -292,7 +295,8 @@ def azure_teardown(http, arm, subscription, environment, resource_groups, cluste
                 result["leftovers"].append(item["id"])
                 for entry in result["results"]:
                     if entry["id"] == item["id"]:
-                        entry["outcome"] = "still-deleting"
+                        entry["outcome"] = ownership.FAILED
+                        entry["error"] = "still deleting after %ss (wait_timeout)" % wait_timeout
     return result
 
 
@@ -318,8 +322,14 @@ def _last(url):
     return (url or "").rstrip("/").rsplit("/", 1)[-1]
 
 
-def gcp_discover(http, roots, project, environment, networks):
-    """Read-only: ordered stages of deletions [(stage, [items])] and resources left alone."""
+def gcp_discover(http, roots, project, environment, networks, unprotect=()):
+    """Read-only: ordered stages of deletions [(stage, [items])] and resources left alone.
+
+    GKE clusters, Cloud SQL instances and buckets must carry this environment's label (ownership.py):
+    sitting in an owned VPC proves nothing. A VPC named exactly in bootstrap.toml is owned with its
+    unlabellable parts (peerings, ranges, firewall rules, routers, subnets). A deletion protection is
+    switched off only for an instance bootstrap.toml names in teardown.disable-deletion-protection.
+    """
     p = urllib.parse.quote(project)
     compute = "%s/projects/%s" % (roots["compute"], p)
     owned_networks = []
@@ -337,25 +347,39 @@ def gcp_discover(http, roots, project, environment, networks):
         return bool(network_url) and _last(network_url) in owned_names
 
     def labelled(labels):
-        return (labels or {}).get(OWNER_TAG) == environment
+        return ownership.cloud_label_verdict(labels, environment) == "owned"
+
+    def refuse(rtype, name, labels, network):
+        verdict = ownership.cloud_label_verdict(labels, environment)
+        if in_owned(network) or verdict == "other":
+            not_owned.append({"type": rtype, "name": name, "reason": (
+                "labelled %s=%s (another environment)" % (OWNER_TAG, (labels or {}).get(OWNER_TAG))
+                if verdict == "other" else "in owned VPC %s but without the label %s=%s: not proven krops'"
+                % (_last(network), OWNER_TAG, environment))})
 
     stages = []
     clusters = http.pages("%s/projects/%s/locations/-/clusters" % (roots["container"], p), "clusters", "nextPageToken")
-    gke = [{"type": "gke-cluster", "name": c["name"],
-            "url": "%s/projects/%s/locations/%s/clusters/%s" % (roots["container"], p, c["location"], c["name"]),
-            "reason": "label %s=%s" % (OWNER_TAG, environment) if labelled(c.get("resourceLabels"))
-            else "in owned VPC %s" % _last(c.get("network"))}
-           for c in clusters if labelled(c.get("resourceLabels")) or in_owned(c.get("network"))]
+    gke = []
+    for c in clusters:
+        if labelled(c.get("resourceLabels")):
+            gke.append({"type": "gke-cluster", "name": c["name"],
+                        "url": "%s/projects/%s/locations/%s/clusters/%s" % (roots["container"], p, c["location"],
+                                                                             c["name"]),
+                        "reason": "label %s=%s" % (OWNER_TAG, environment)})
+        else:
+            refuse("gke-cluster", c["name"], c.get("resourceLabels"), c.get("network"))
     sql = []
     for inst in http.pages("%s/projects/%s/instances" % (roots["sqladmin"], p), "items", "nextPageToken"):
         settings = inst.get("settings") or {}
         private = (settings.get("ipConfiguration") or {}).get("privateNetwork")
-        if labelled(settings.get("userLabels")) or in_owned(private):
+        if labelled(settings.get("userLabels")):
             sql.append({"type": "cloudsql-instance", "name": inst["name"],
                         "url": "%s/projects/%s/instances/%s" % (roots["sqladmin"], p, inst["name"]),
                         "deletion_protection": bool(settings.get("deletionProtectionEnabled")),
-                        "reason": "label %s=%s" % (OWNER_TAG, environment) if labelled(settings.get("userLabels"))
-                        else "private IP in owned VPC %s" % _last(private)})
+                        "unprotect": inst["name"] in unprotect,
+                        "reason": "label %s=%s" % (OWNER_TAG, environment)})
+        else:
+            refuse("cloudsql-instance", inst["name"], settings.get("userLabels"), private)
     stages.append(("clusters-and-databases", gke + sql))
     buckets = [{"type": "bucket", "name": b["name"], "url": "%s/b/%s" % (roots["storage"], urllib.parse.quote(b["name"])),
                 "reason": "label %s=%s" % (OWNER_TAG, environment)}
@@ -402,14 +426,14 @@ def _aggregated(http, url, key):
 
 
 def gcp_teardown(http, roots, project, environment, networks, check_mode=False, wait=True, wait_timeout=1800,
-                 poll_interval=10, sleep=time.sleep):
-    stages, not_owned = gcp_discover(http, roots, project, environment, networks)
+                 poll_interval=10, sleep=time.sleep, unprotect=()):
+    stages, not_owned = gcp_discover(http, roots, project, environment, networks, unprotect)
     plan = [item for dummy, items in stages for item in items]
     result = {"plan": ["%s %s %s (%s)" % ("remove" if i["type"] == "vpc-peering" else "delete", i["type"], i["name"],
                                           i["reason"]) for i in plan],
               "not_owned": not_owned, "results": [], "leftovers": [], "changed": bool(plan)}
     if check_mode:
-        result["results"] = [_public(i, "would-delete") for i in plan]
+        result["results"] = [_public(i, ownership.PLANNED) for i in plan]
         return result
     for stage, items in stages:
         pending = []
@@ -428,7 +452,7 @@ def gcp_teardown(http, roots, project, environment, networks, check_mode=False, 
             for item in pending:
                 if item["url"] in left:
                     result["leftovers"].append("%s/%s" % (item["type"], item["name"]))
-                    _mark(result, item, "still-deleting")
+                    _mark(result, item, ownership.FAILED, "still deleting after %ss (wait_timeout)" % wait_timeout)
         if result["leftovers"]:
             # later stages depend on this one (a VPC cannot go while anything uses it)
             result["stopped_at"] = stage
@@ -437,15 +461,19 @@ def gcp_teardown(http, roots, project, environment, networks, check_mode=False, 
 
 
 def _public(item, outcome, **extra):
-    entry = {k: v for k, v in item.items() if k not in ("url", "deletion_protection")}
+    entry = {k: v for k, v in item.items() if k not in ("url", "deletion_protection", "unprotect")}
+    # the shared item shape: type, id, name, reason, outcome (the id is the resource's API path)
+    entry.setdefault("id", urllib.parse.urlsplit(item.get("url") or "").path or item["name"])
     entry.update(outcome=outcome, **extra)
     return entry
 
 
-def _mark(result, item, outcome):
+def _mark(result, item, outcome, error=None):
     for entry in result["results"]:
         if entry["type"] == item["type"] and entry["name"] == item["name"]:
             entry["outcome"] = outcome
+            if error:
+                entry["error"] = error
 
 
 def _gcp_delete(http, item):
@@ -453,6 +481,9 @@ def _gcp_delete(http, item):
         status, dummy = http.request("POST", item["url"], {"name": item["name"]})
         return "absent" if status == 404 else "deleted"
     if item["type"] == "cloudsql-instance" and item.get("deletion_protection"):
+        if not item.get("unprotect"):
+            raise CloudError("Cloud SQL instance %s has deletion protection on; krops switches it off only when "
+                             "bootstrap.toml lists it in teardown.disable-deletion-protection" % item["name"])
         http.request("PATCH", item["url"], {"settings": {"deletionProtectionEnabled": False}})
     if item["type"] == "bucket":
         _empty_bucket(http, item["url"])

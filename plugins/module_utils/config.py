@@ -515,6 +515,11 @@ _ENV_TEARDOWN = _table({
     "hardware-release": (_boolean, False),
     "resource-groups": (_list_of(_AZURE_GROUP), []),
     "networks": (_list_of(_GCP_NETWORK), []),
+    # Account-global AWS resources this environment names (unset: the top-level [teardown] values).
+    "global-iam-users": (_list_of(_IAM), None),
+    "cfn-stack-name": (_CFN, None),
+    # Cloud resources whose deletion protection the teardown may switch off (exact names).
+    "disable-deletion-protection": (_list_of(_DNS_LABEL_NAME), []),
 })
 
 _MOVE_FALLBACK = {
@@ -548,7 +553,6 @@ _ENVIRONMENT = _table({
 })
 
 _TOP_LEVEL = ("bootstrap", "charts", "teardown", "environments")
-
 
 def _check_environment(env, ctx, key, data):
     """Rules across the keys of one environment (they depend on its platform's profile)."""

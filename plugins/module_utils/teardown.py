@@ -15,6 +15,7 @@ import fnmatch
 import os
 
 from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import ownership
 
 try:
     import urllib3
@@ -112,8 +113,21 @@ def cluster_api_version(client):
     return res.group_version if res is not None else "%s/v1beta2" % CLUSTER_GROUP
 
 
+def read_kind_marker(client, environment, kind_cluster, target):
+    """{'owned': bool, 'reason': str} from the marker ConfigMap on the kind cluster (ownership.py).
+
+    An unknown answer aborts: whether krops created the cluster must be known before it is deleted.
+    """
+    state, objects, error = kube.probe(client, "v1", "ConfigMap", ownership.MARKER_NAMESPACE, name=ownership.MARKER_NAME)
+    if state == kube.UNKNOWN:
+        raise UnknownState("cannot read ConfigMap %s/%s on %s: %s; nothing was changed, fix access and run again"
+                           % (ownership.MARKER_NAMESPACE, ownership.MARKER_NAME, target, error))
+    owned, reason = ownership.kind_marker_verdict(objects[0] if objects else None, environment, kind_cluster)
+    return {"owned": owned, "reason": reason}
+
+
 def find_host(kind_kubeconfig, kind_context, mgmt_kubeconfig, mgmt_context, mgmt_cluster, mgmt_namespace,
-              timeout=10.0):
+              timeout=10.0, environment=None, kind_cluster=None):
     """Find the cluster that holds the Cluster objects (the controller host).
 
     The kind context when it answers and still holds the management Cluster (or the exported
@@ -121,7 +135,8 @@ def find_host(kind_kubeconfig, kind_context, mgmt_kubeconfig, mgmt_context, mgmt
     unreachable. ``pivoted`` is true when the host is the management cluster.
     """
     result = {"host": HOST_UNREACHABLE, "kubeconfig": None, "context": None, "pivoted": False,
-              "kind_reachable": False, "mgmt_reachable": False, "errors": {}}
+              "kind_reachable": False, "mgmt_reachable": False, "errors": {},
+              "kind_marker": {"owned": False, "reason": "the kind cluster did not answer"}}
     kind_ok, kind_error = answers(kind_kubeconfig, kind_context, timeout)
     result["kind_reachable"] = kind_ok
     if kind_error:
@@ -136,6 +151,8 @@ def find_host(kind_kubeconfig, kind_context, mgmt_kubeconfig, mgmt_context, mgmt
                                "nothing was changed, fix access to the kind cluster and run again"
                                % (mgmt_namespace, mgmt_cluster, kind_context, error), result)
         mgmt_on_kind = state == kube.PRESENT
+        if kind_cluster:
+            result["kind_marker"] = read_kind_marker(client, environment, kind_cluster, "context %s" % kind_context)
     mgmt_ok = False
     if not (kind_ok and mgmt_on_kind):
         mgmt_ok, mgmt_error = answers(mgmt_kubeconfig, mgmt_context, timeout)
@@ -215,13 +232,10 @@ def _patch(client, api_version, kind, name, namespace, body):
 
 # --- Clusters -------------------------------------------------------------------------
 
-def select_clusters(clusters, names, all_clusters, keep):
-    """(to delete, missing names): named Clusters, or all of them when all_clusters, never those in keep."""
+def select_clusters(clusters, names, keep):
+    """(to delete, missing names): exactly the named Clusters (ownership.py), never those in keep."""
     existing = {c["metadata"]["name"]: c for c in clusters}
-    if all_clusters:
-        chosen = sorted(n for n in existing if n not in keep)
-    else:
-        chosen = [n for n in names if n in existing and n not in keep]
+    chosen = [n for n in names if n in existing and n not in keep]
     missing = [n for n in names if n not in existing]
     return chosen, missing
 
@@ -241,7 +255,7 @@ def _cluster_state(obj):
     return "%s%s" % (phase, detail)
 
 
-def delete_clusters(kubeconfig, context, namespace="default", names=(), all_clusters=False, keep=(),
+def delete_clusters(kubeconfig, context, namespace="default", names=(), keep=(),
                     suspend=True, kustomizations=("*",), wait=True, wait_timeout=1200, check_mode=False,
                     on_progress=None):
     """Suspend Flux, delete Cluster objects through their provider and wait until they are gone.
@@ -257,7 +271,7 @@ def delete_clusters(kubeconfig, context, namespace="default", names=(), all_clus
     clusters = probe_or_abort(client, api, "Cluster", namespace, "Clusters", target) if res is not None else []
     planned = plan_suspend(client, list(kustomizations), target) if suspend else \
         {"kustomizations": [], "already_suspended": [], "flux_operator": []}
-    chosen, missing = select_clusters(clusters, list(names), all_clusters, set(keep))
+    chosen, missing = select_clusters(clusters, list(names), set(keep))
     refused = [n for n in names if n in set(keep)]
     if refused:
         raise TeardownError("refusing to delete Cluster %s in %s on %s: it is the management cluster that runs "
@@ -354,27 +368,34 @@ def _owner_index(client, target):
     return owners
 
 
-def release_hardware(kubeconfig, context, namespace="default", hardware_namespace=None, keep=(), suspend=True,
-                     wait_timeout=1200, remove_stale=True, check_mode=False, on_progress=None):
+def release_hardware(kubeconfig, context, namespace="default", hardware_namespace=None, clusters=(), keep=(),
+                     suspend=True, wait_timeout=1200, remove_stale=True, check_mode=False, on_progress=None):
     """Give the Hardware back to the Tinkerbell pool by deleting the Clusters that use it.
 
-    Suspends Flux, deletes every Cluster in namespace except keep (CAPT then removes its
-    ownership marks), waits until no Hardware carries marks of a deleted owner, removes marks
-    whose owner no longer exists (left by an older CAPT) and reports per Hardware. The
-    Hardware spec, the machine and the Tinkerbell stack are never touched.
+    Suspends Flux, deletes the named Clusters (bootstrap.toml's, never every Cluster in the
+    namespace; keep wins), waits until no Hardware carries their marks, removes marks whose
+    owner no longer exists (left by an older CAPT) and reports per Hardware. Hardware whose
+    clusterName label names any other Cluster is kept. The Hardware spec, the machine and the
+    Tinkerbell stack are never touched.
     """
     target = kube.describe_target(kubeconfig, context)
     client = kube.connect(kubeconfig, context)
     hardware = probe_or_abort(client, *HARDWARE, namespace=hardware_namespace, what="Hardware", target=target)
+    names = [c for c in clusters if c not in set(keep)]
+    live = _owner_index(client, target)
     kept_marks = {}
-    if keep:
-        for hw in hardware:
-            marks = ownership_marks(hw)
-            cluster = marks["labels"].get("v1alpha1.tinkerbell.org/clusterName")
-            if cluster in keep or any(marks["labels"].get("v1alpha1.tinkerbell.org/ownerName", "").startswith(k + "-")
-                                      for k in keep):
-                kept_marks[_name(hw)] = cluster or marks["labels"].get("v1alpha1.tinkerbell.org/ownerName")
-    deletion = delete_clusters(kubeconfig, context, namespace, names=(), all_clusters=True, keep=keep,
+    for hw in hardware:
+        marks = ownership_marks(hw)
+        cluster = marks["labels"].get("v1alpha1.tinkerbell.org/clusterName")
+        cluster_ns = marks["labels"].get("v1alpha1.tinkerbell.org/clusterNamespace") or namespace
+        owner = marks["labels"].get("v1alpha1.tinkerbell.org/ownerName", "")
+        if _has_marks(marks) and cluster and cluster not in names and (cluster_ns, cluster) in live:
+            # another Cluster (not named for this environment) still uses it
+            kept_marks[_name(hw)] = cluster
+        elif _has_marks(marks) and any(owner.startswith(k + "-") for k in keep):
+            # protective only: a machine name starting with a kept Cluster's name keeps its Hardware
+            kept_marks[_name(hw)] = owner
+    deletion = delete_clusters(kubeconfig, context, namespace, names=names, keep=keep,
                                suspend=suspend, wait=True, wait_timeout=wait_timeout, check_mode=check_mode,
                                on_progress=on_progress)
     result = {"plan": list(deletion["plan"]), "clusters_deleted": deletion["deleted"],
@@ -483,11 +504,23 @@ def _step(action, description, **params):
     return dict(action=action, description=description, **params)
 
 
-def build_plan(config_data, environment, host, local_cluster_timeout=300):
+def _kind_step(boot, host, kept, description):
+    """delete-kind only when the kind cluster answered and its marker proves krops created it for this environment."""
+    if host["kind_reachable"] and host["kind_marker"]["owned"]:
+        return [_step("delete-kind", description, name=boot["kind-cluster"], proof=host["kind_marker"]["reason"])]
+    kept.append({"what": "kind cluster %s" % boot["kind-cluster"],
+                 "reason": host["kind_marker"]["reason"] if host["kind_reachable"] else
+                 "the kind cluster did not answer, so nothing proves krops created it"})
+    return []
+
+
+def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=None):
     """The ordered teardown steps for an environment, given find_host's result.
 
-    Plain data: roles/teardown walks it step by step and check mode prints it.
+    Plain data: roles/teardown walks it step by step and check mode prints it. What the teardown
+    leaves because krops cannot prove it owns it is appended to ``kept`` ({what, reason}).
     """
+    kept = [] if kept is None else kept
     boot = config_data["bootstrap"]
     env = config_data["environments"][environment]
     kind_ = env["kind"]
@@ -495,7 +528,6 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300):
     mgmt = env["mgmt-cluster"]
     namespace = boot["mgmt-namespace"]
     pivoted = host["pivoted"]
-    kind_alive = host["kind_reachable"]
     workloads = list(down.get("capi-workloads") or [])
     reachable = host["host"] != HOST_UNREACHABLE
     steps = []
@@ -510,28 +542,34 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300):
     if not reachable and kind_ == "local-talos":
         return []
     if reachable and kind_ == "local-talos":
-        steps.append(_step("tinkerbell-release", "delete every Cluster%s so CAPT returns the Hardware to the Tinkerbell "
-                           "pool; wait until no Hardware carries ownership marks" % (" except %s" % mgmt if pivoted else ""),
-                           namespace=namespace, keep=[mgmt] if pivoted else [], timeout=boot["cluster-delete-timeout"]))
+        names = ownership.owned_cluster_names(env, pivoted)
+        steps.append(_step("tinkerbell-release", "delete the Clusters %s named by bootstrap.toml so CAPT returns their "
+                           "Hardware to the Tinkerbell pool; wait until no Hardware carries ownership marks"
+                           % (", ".join(names) or "(none)"),
+                           namespace=namespace, clusters=names, keep=[mgmt] if pivoted else [],
+                           timeout=boot["cluster-delete-timeout"]))
     elif reachable and workloads:
         timeout = local_cluster_timeout if kind_ == "local-host" else boot["cluster-delete-timeout"]
         steps.append(_step("delete-clusters", "delete the workload Clusters %s through the provider and wait (%ss)"
                            % (", ".join(workloads), timeout), namespace=namespace, clusters=workloads, keep=[mgmt],
                            timeout=timeout))
     if kind_ == "local-host":
-        prefix = down.get("mgmt-container-prefix") or mgmt
         if not pivoted:
-            steps.append(_step("delete-kind", "delete the kind cluster %s (the controller host)" % boot["kind-cluster"],
-                               name=boot["kind-cluster"]))
-        steps.append(_step("remove-containers", "remove the management cluster's containers (names starting with %s)"
-                           % prefix, prefix=prefix))
-        if pivoted and kind_alive:
-            steps.append(_step("delete-kind", "delete the leftover kind cluster %s" % boot["kind-cluster"],
-                               name=boot["kind-cluster"]))
-        steps.append(_step("remove-network", "remove the kind Docker network %s when only krops containers use it"
-                           % boot["kind-network"], name=boot["kind-network"], registry=boot["registry-name"]))
-        steps.append(_step("remove-registry", "remove the registry container %s" % boot["registry-name"],
-                           name=boot["registry-name"]))
+            steps += _kind_step(boot, host, kept, "delete the kind cluster %s (the controller host; %s)"
+                                % (boot["kind-cluster"], host["kind_marker"]["reason"]))
+        clusters = [mgmt] + workloads
+        steps.append(_step("remove-containers", "remove the Docker containers labelled %s=%s and their anonymous "
+                           "volumes" % (ownership.KIND_CLUSTER_LABEL, "|".join(clusters)),
+                           label_key=ownership.KIND_CLUSTER_LABEL, clusters=clusters,
+                           filters=[ownership.docker_label_filter(c) for c in clusters]))
+        if pivoted:
+            steps += _kind_step(boot, host, kept, "delete the leftover kind cluster %s (%s)"
+                                % (boot["kind-cluster"], host["kind_marker"]["reason"]))
+        kept.append({"what": "Docker network %s" % boot["kind-network"],
+                     "reason": "kind creates it without a label for every kind cluster on the host and never "
+                               "deletes it; nothing proves krops owns it"})
+        steps.append(_step("remove-registry", "remove the registry container %s (exact name from bootstrap.toml)"
+                           % boot["registry-name"], name=boot["registry-name"]))
     elif kind_ in ("aws", "azure", "gcp"):
         steps.append(_step("capi-providers", "delete the CAPI providers (add-on, control plane, bootstrap, "
                            "infrastructure, core) so nothing recreates cloud resources",
@@ -544,15 +582,17 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300):
                            configmaps=[boot["run-configmap"]]))
         cloud = {"aws": "aws-orphan-sweep", "azure": "azure-teardown", "gcp": "gcp-teardown"}[kind_]
         steps.append(_step(cloud, "remove the %s resources this environment created, the management cluster "
-                           "included (ownership-filtered)" % kind_))
-        if not pivoted or kind_alive:
-            steps.append(_step("delete-kind", "delete the kind cluster %s" % boot["kind-cluster"], name=boot["kind-cluster"]))
+                           "included (ownership-filtered)" % kind_, timeout=boot["cluster-delete-timeout"]))
+        steps += _kind_step(boot, host, kept, "delete the kind cluster %s (%s)" % (boot["kind-cluster"],
+                                                                                   host["kind_marker"]["reason"]))
     elif kind_ == "local-talos" and not pivoted:
-        steps.append(_step("delete-kind", "delete the kind cluster %s (the controller host)" % boot["kind-cluster"],
-                           name=boot["kind-cluster"]))
+        steps += _kind_step(boot, host, kept, "delete the kind cluster %s (the controller host; %s)"
+                            % (boot["kind-cluster"], host["kind_marker"]["reason"]))
     if pivoted and kind_ != "local-talos":
-        steps.append(_step("remove-kubeconfig", "remove the exported management kubeconfig %s" % boot["mgmt-kubeconfig"],
-                           path=boot["mgmt-kubeconfig"]))
+        steps.append(_step("remove-kubeconfig", "remove krops' context %s (and the cluster and user only it uses) "
+                           "from %s; the file goes only when nothing else is left"
+                           % (boot["mgmt-context"], boot["mgmt-kubeconfig"]),
+                           path=boot["mgmt-kubeconfig"], context=boot["mgmt-context"]))
     return _number(steps)
 
 
@@ -573,3 +613,45 @@ def _number(steps):
     for number, step in enumerate(steps, 1):
         step["step"] = number
     return steps
+
+
+# --- kubeconfig -----------------------------------------------------------------------
+
+def remove_kubeconfig_entries(path, context, check_mode=False):
+    """Remove krops' context (and the cluster and user only it uses) from a kubeconfig file.
+
+    The file is deleted only when nothing else is left in it; a file holding other contexts keeps
+    them untouched. Returns {path, removed, file_removed, changed}; TeardownError on unreadable input.
+    """
+    import yaml  # PyYAML ships with ansible-core
+
+    path = os.path.expanduser(path)
+    result = {"path": path, "removed": {"contexts": [], "clusters": [], "users": []}, "file_removed": False,
+              "changed": False}
+    if not os.path.exists(path):
+        return result
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = yaml.safe_load(handle) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise TeardownError("cannot read kubeconfig %s: %s; nothing was changed" % (path, exc), result)
+    if not isinstance(doc, dict):
+        raise TeardownError("%s is not a kubeconfig (a YAML mapping); nothing was changed" % path, result)
+    remaining, removed = ownership.kubeconfig_without(doc, context)
+    result["removed"] = removed
+    result["changed"] = bool(removed["contexts"] or removed["clusters"] or removed["users"]) or remaining is None
+    result["file_removed"] = remaining is None
+    if check_mode or not result["changed"]:
+        return result
+    try:
+        if remaining is None:
+            os.remove(path)
+        else:
+            tmp = "%s.krops-tmp" % path
+            with open(tmp, "w", encoding="utf-8") as handle:
+                yaml.safe_dump(remaining, handle, default_flow_style=False, sort_keys=False)
+            os.chmod(tmp, os.stat(path).st_mode & 0o777)
+            os.replace(tmp, path)
+    except OSError as exc:
+        raise TeardownError("cannot update kubeconfig %s: %s" % (path, exc.strerror or exc), result)
+    return result

@@ -12,22 +12,31 @@ description:
   - Sweeps the AWS resources of the clusters of an environment of kind C(aws) in bootstrap.toml
     (its C([[environments.<env>.teardown.aws-workloads]]) entries and, with O(include_management), the
     self-managed management cluster), per region, regions concurrently.
-  - A resource is a candidate only when it is tagged C(sigs.k8s.io/cluster-api-provider-aws/cluster/<cluster>=owned)
-    or C(kubernetes.io/cluster/<cluster>=owned) for one of those clusters, or when bootstrap.toml names it exactly
-    (C(eks-cluster-name), C(rds-instance), C(s3-bucket-pattern), C(global-iam-roles), C(global-iam-users),
-    C(cfn-stack-name)). IAM roles also match by name prefix C(<cluster>-) (C(mgmt-iam-role-prefix) for the
-    management cluster) on a prefix boundary. Node groups and pod identity associations of an owned EKS cluster,
-    the DB subnet group of a swept RDS instance and detached network interfaces inside an owned VPC go with their owner.
-    Nothing else in the account is touched.
-  - "Order per region: EKS node groups (waited), pod identity associations, EKS clusters (waited), RDS instances
-    (no final snapshot, waited) and their subnet groups, ELBv2 and classic load balancers, target groups,
-    NAT gateways (waited), elastic IPs, detached network interfaces, subnets, internet gateways, non-main route tables,
-    security groups (rules revoked first), VPCs. Then S3 buckets (every version and delete marker), IAM roles and
-    users (policies, instance profiles, login profiles and access keys first) and the clusterawsadm CloudFormation
-    stack in each target region (deletion started, not waited)."
-  - Throttling is retried with jittered backoff; "not found" counts as already gone, so a re-run is a no-op.
-    Each resource's outcome is returned. A final pass lists everything again and the task fails when anything
-    owned is left, naming it.
+  - "Ownership (docs/ownership.md): a resource is owned only when it is tagged
+    C(sigs.k8s.io/cluster-api-provider-aws/cluster/<name>=owned) or C(kubernetes.io/cluster/<name>=owned), where
+    <name> is exactly the CAPI or the EKS cluster name of one of those clusters, or C(krops.io/environment=<env>)
+    (only when the whole environment is swept), or when bootstrap.toml names it exactly (C(eks-cluster-name),
+    C(rds-instance), C(s3-bucket-pattern), C(global-iam-roles), C(global-iam-users), C(cfn-stack-name)).
+    A resource tagged C(krops.io/environment) for another environment is never touched. A name that only resembles
+    a cluster is never deleted; in report mode it is listed in RV(candidates)."
+  - Node groups and pod identity associations of an owned EKS cluster, the DB subnet group of a swept RDS instance
+    and detached network interfaces inside an owned VPC go with their owner.
+  - "Account-global resources (C(global-iam-users), C(cfn-stack-name)) are deleted only when no other environment of
+    bootstrap.toml names them and no cluster of another aws environment still exists (EKS by name, VPCs by their
+    ownership tags); otherwise they are listed in RV(kept) with the reason."
+  - Each C(aws-workloads) entry is swept in its own region, the management cluster in the environment's C(mgmt-region).
+  - "Per region, four chains run side by side: EKS node groups (waited), pod identity associations, EKS clusters
+    (waited), launch templates, EBS volumes and snapshots; RDS instances (no final snapshot, waited) and their subnet
+    groups; ELBv2 and classic load balancers and target groups; NAT gateways (waited) and elastic IPs. Then the
+    network: detached network interfaces, subnets, internet gateways, non-main route tables, security groups (rules
+    revoked first), VPCs. Then S3 buckets (every version and delete marker), IAM roles (policies and instance
+    profiles first), IAM OIDC providers, IAM users (login profile, access keys first) and the clusterawsadm
+    CloudFormation stack in each target region (deletion started, not waited)."
+  - Owned resources of any other type are found through the Resource Groups Tagging API; they cannot be deleted
+    and fail the run, named by ARN.
+  - Throttling and transient errors are retried with jittered backoff (the one retry layer; botocore's own retries
+    are off); "not found" counts as already gone, so a re-run is a no-op. Each resource's outcome is returned.
+    A final pass lists everything again and the task fails when anything owned is left, naming it.
   - With O(mode=report) nothing is changed; owned resources older than O(min_age_hours) are returned as Markdown
     and JSON (and written to O(report_path)). The task fails only when listing failed.
 author:
@@ -55,9 +64,6 @@ options:
       - Do this only once its workloads are gone; it is removed from the AWS side, never through its own Cluster object.
     type: bool
     default: true
-  management_region:
-    description: Region of the management cluster. Default is the region of the first C(aws-workloads) entry.
-    type: str
   regions:
     description:
       - Sweep only these regions (each must be a region of the environment).
@@ -83,6 +89,7 @@ options:
   wait_timeout:
     description:
       - Seconds to wait for each group of node group, EKS cluster, RDS instance and NAT gateway deletions.
+        The teardown role passes C(bootstrap.cluster-delete-timeout).
         A resource still present then gets outcome C(failed) and the sweep goes on.
       - Also bounds (with a cap of 180 s) the retries of a delete refused with C(DependencyViolation).
     type: int
@@ -143,7 +150,9 @@ results:
       description: Region, or C(global) for IAM.
       type: str
     type:
-      description: Resource type, for example C(eks-cluster), C(nat-gateway), C(vpc), C(s3-bucket), C(iam-role).
+      description: >-
+        Resource type, for example C(eks-cluster), C(nat-gateway), C(vpc), C(ebs-volume), C(s3-bucket), C(iam-role),
+        or C(unsupported) for an owned resource of a type the sweep cannot delete (its ID is the ARN).
       type: str
     id:
       description: Resource ID (name, ARN or ID; node groups and pod identity associations as C(<eks>/<name>)).
@@ -152,7 +161,9 @@ results:
       description: The cluster that owns it (empty for global IAM users and the CloudFormation stack).
       type: str
     outcome:
-      description: V(deleted), V(absent) (already gone), V(failed), or V(planned) in RV(plan).
+      description: >-
+        V(deleted), V(absent) (already gone), V(failed), V(planned) or V(undeletable) in RV(plan), V(kept) in RV(kept),
+        V(left) in RV(leftovers), V(candidate) in RV(candidates), V(orphan) in the report.
       type: str
     reason:
       description: Why it failed, or why it counts as owned when that is not its own tag.
@@ -198,6 +209,21 @@ account_id:
   description: Account swept.
   returned: always
   type: str
+kept:
+  description: Owned account-global resources left on purpose, with the reason (outcome V(kept)).
+  returned: always
+  type: list
+  elements: dict
+candidates:
+  description: Resources whose name resembles a cluster of the environment but that nothing proves owned (never deleted).
+  returned: always
+  type: list
+  elements: dict
+progress:
+  description: Progress lines of the waits (seconds since the start, region, what is still being deleted).
+  returned: always
+  type: list
+  elements: str
 errors:
   description: Listings that failed (region, type, error); the task fails when this is not empty.
   returned: always
@@ -228,7 +254,6 @@ def main():
         config_file=dict(type="path"),
         mode=dict(type="str", default="delete", choices=["delete", "report"]),
         include_management=dict(type="bool", default=True),
-        management_region=dict(type="str"),
         regions=dict(type="list", elements="str"),
         min_age_hours=dict(type="float", default=6),
         report_path=dict(type="path"),

@@ -14,9 +14,10 @@ description:
   - Suspends the Flux Kustomizations whose name (or C(namespace/name)) matches O(kustomizations), and
     disables reconciliation of Flux Operator FluxInstance and ResourceSet objects, so nothing recreates
     what the teardown deletes.
-  - Deletes the named Cluster API Clusters (or, with O(all_clusters), every Cluster in O(namespace)) and
-    waits with an event-driven watch until they are gone, that is until the infrastructure provider has
-    removed the real infrastructure and dropped its finalizers.
+  - Deletes exactly the named Cluster API Clusters, never every Cluster of a namespace (only the names
+    bootstrap.toml gives an environment are krops', see docs/ownership.md), and waits with an event-driven
+    watch until they are gone, that is until the infrastructure provider has removed the real infrastructure
+    and dropped its finalizers.
   - Probes first; when the Clusters, Kustomizations or Flux Operator objects cannot be listed (any error
     other than NotFound, an empty listing or an unknown resource type) it fails before changing anything.
   - Never deletes a Cluster named in O(keep). A management cluster cannot delete its own Cluster object
@@ -31,10 +32,6 @@ options:
     type: list
     elements: str
     default: []
-  all_clusters:
-    description: Delete every Cluster in O(namespace) except those in O(keep).
-    type: bool
-    default: false
   keep:
     description: Clusters never deleted; naming one in O(clusters) fails.
     type: list
@@ -144,7 +141,6 @@ def argument_spec():
     spec.update(
         namespace=dict(type="str", default="default"),
         clusters=dict(type="list", elements="str", default=[]),
-        all_clusters=dict(type="bool", default=False),
         keep=dict(type="list", elements="str", default=[]),
         suspend=dict(type="bool", default=True),
         kustomizations=dict(type="list", elements="str", default=["*"]),
@@ -159,7 +155,7 @@ def main():
     p = module.params
     try:
         result = teardown.delete_clusters(
-            p["kubeconfig"], p["context"], namespace=p["namespace"], names=p["clusters"], all_clusters=p["all_clusters"],
+            p["kubeconfig"], p["context"], namespace=p["namespace"], names=p["clusters"],
             keep=p["keep"], suspend=p["suspend"], kustomizations=p["kustomizations"], wait=p["wait"],
             wait_timeout=p["wait_timeout"], check_mode=module.check_mode)
     except teardown.TeardownError as exc:

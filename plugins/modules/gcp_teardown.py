@@ -15,10 +15,13 @@ description:
     the Cloud Storage buckets (every object version first), the VPC peerings, the private services
     ranges, the firewall rules and Cloud Routers, the subnetworks and finally the VPCs.
   - "Ownership filter: the VPCs are those bootstrap.toml names (C(environments.<env>.teardown.networks));
-    the default VPC is never deleted. GKE clusters, Cloud SQL instances and buckets are deleted when
-    they carry the label C(krops-environment=<env>), or (GKE, Cloud SQL) when they live in an owned VPC.
+    the default VPC is never deleted. GKE clusters, Cloud SQL instances and buckets are deleted only when
+    they carry the label C(krops-environment=<env>); living in an owned VPC proves nothing, and one labelled
+    for another environment is never touched (both are listed in RV(not_owned)).
     Peerings, private services ranges (global addresses with purpose VPC_PEERING), firewall rules,
-    routers and subnetworks are deleted only when they belong to an owned VPC."
+    routers and subnetworks (which carry no labels) are deleted only when they belong to an owned VPC."
+  - A Cloud SQL instance with deletion protection is deleted only when bootstrap.toml names it in
+    C(environments.<env>.teardown.disable-deletion-protection); otherwise it fails and stays."
   - A stage that leaves something behind stops the module (later stages depend on it); run it again.
   - Discovery is read-only and comes first; check mode returns the plan. Uses the Google REST APIs
     directly so one call covers every service.
@@ -82,7 +85,7 @@ plan:
   type: list
   elements: str
 results:
-  description: One entry per resource with type, name, reason and outcome (deleted, absent, failed, still-deleting, would-delete).
+  description: One entry per resource with type, name, reason and outcome (V(planned) in check mode, V(deleted), V(absent), V(failed) with C(error)); each entry also has C(id), the resource's API path.
   returned: always
   type: list
   elements: dict
@@ -136,7 +139,8 @@ def run(p, check_mode, environ=None, run_command=None):
     http = cloud_teardown.Http(token, what="Google API")
     result = cloud_teardown.gcp_teardown(
         http, cloud_teardown.gcp_roots(p["base_url"]), project, cfg.selected, networks, check_mode=check_mode,
-        wait=p["wait"], wait_timeout=p["wait_timeout"], poll_interval=p["poll_interval"])
+        wait=p["wait"], wait_timeout=p["wait_timeout"], poll_interval=p["poll_interval"],
+        unprotect=down.get("disable-deletion-protection") or [])
     result["project"] = project
     result["environment"] = cfg.selected
     return result

@@ -61,6 +61,12 @@ options:
     type: list
     elements: str
     default: []
+  cleanup_kubeconfig:
+    description:
+      - Instead of planning, remove krops' entries from this kubeconfig file, that is the context O(mgmt_context)
+        (default C(bootstrap.mgmt-context)) and the cluster and user only that context uses. The file is deleted
+        only when nothing else is left in it; other contexts are never touched. Changes nothing in check mode.
+    type: path
   force:
     description:
       - For the aws, azure and gcp environments, plan the cloud-side removal even when no controller host
@@ -72,12 +78,12 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: The module only reads; it behaves the same in check mode.
+    description: Planning only reads; with O(cleanup_kubeconfig) check mode reports what would be removed.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 notes:
-  - Read-only; it never reports a change.
+  - Planning is read-only; only O(cleanup_kubeconfig) changes anything.
 """
 
 EXAMPLES = r"""
@@ -147,6 +153,30 @@ environment:
     teardown:
       description: The environment's teardown table.
       type: dict
+kind_marker:
+  description: Whether the marker ConfigMap C(kube-system/krops-bootstrap) proves krops created the kind cluster.
+  returned: when planning
+  type: dict
+  contains:
+    owned:
+      description: True when the marker matches the environment and the kind cluster name.
+      type: bool
+    reason:
+      description: What the marker says, or why it does not prove ownership.
+      type: str
+kept:
+  description: What the teardown leaves because krops cannot prove it owns it (what, reason).
+  returned: when planning
+  type: list
+  elements: dict
+removed:
+  description: With O(cleanup_kubeconfig), the contexts, clusters and users removed.
+  returned: with O(cleanup_kubeconfig)
+  type: dict
+file_removed:
+  description: With O(cleanup_kubeconfig), whether the file was deleted (nothing else was left in it).
+  returned: with O(cleanup_kubeconfig)
+  type: bool
 plan:
   description: Ordered teardown steps; each has step, action, description and action-specific parameters.
   returned: always
@@ -175,14 +205,18 @@ def argument_spec():
         local_cluster_timeout=dict(type="int", default=300),
         required_tools=dict(type="list", elements="str", default=[]),
         force=dict(type="bool", default=False),
+        cleanup_kubeconfig=dict(type="path"),
     )
     return spec
 
 
-def run(params, get_bin_path):
+def run(params, get_bin_path, check_mode=False):
     cfg = krops_config.load(params["config_file"], environment=params["environment"])
     env = cfg.environment()
     boot = cfg.data["bootstrap"]
+    if params.get("cleanup_kubeconfig"):
+        return teardown.remove_kubeconfig_entries(params["cleanup_kubeconfig"], params["mgmt_context"] or
+                                                  boot["mgmt-context"], check_mode)
     missing = [tool for tool in params["required_tools"] if not get_bin_path(tool)]
     if missing:
         raise teardown.TeardownError("missing tools needed by the teardown of %s: %s; install them and run again "
@@ -192,7 +226,8 @@ def run(params, get_bin_path):
     mgmt_kubeconfig = params["mgmt_kubeconfig"] or boot["mgmt-kubeconfig"]
     mgmt_context = params["mgmt_context"] or boot["mgmt-context"]
     host = teardown.find_host(kind_kubeconfig, kind_context, mgmt_kubeconfig, mgmt_context, env["mgmt-cluster"],
-                              boot["mgmt-namespace"], params["timeout"])
+                              boot["mgmt-namespace"], params["timeout"], environment=cfg.selected,
+                              kind_cluster=boot["kind-cluster"])
     if host["host"] != teardown.HOST_UNREACHABLE:
         client = kube.connect(host["kubeconfig"], host["context"])
         where = "the %s cluster (context %s)" % (host["host"], host["context"])
@@ -209,7 +244,8 @@ def run(params, get_bin_path):
             "set force to remove the cloud side anyway" % (
                 cfg.selected, kind_context, host["errors"].get("kind", "not tried"), mgmt_kubeconfig,
                 host["errors"].get("mgmt", "not tried")), host)
-    host["plan"] = teardown.build_plan(cfg.data, cfg.selected, host, params["local_cluster_timeout"])
+    host["kept"] = []
+    host["plan"] = teardown.build_plan(cfg.data, cfg.selected, host, params["local_cluster_timeout"], host["kept"])
     missing = [tool for tool in teardown.plan_tools(host["plan"]) if not get_bin_path(tool)]
     if missing:
         raise teardown.TeardownError("missing tools needed by the teardown of %s: %s; install them and run again "
@@ -224,7 +260,7 @@ def run(params, get_bin_path):
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     try:
-        result = run(module.params, module.get_bin_path)
+        result = run(module.params, module.get_bin_path, module.check_mode)
     except krops_config.ConfigError as exc:
         module.fail_json(msg=str(exc))
     except teardown.TeardownError as exc:

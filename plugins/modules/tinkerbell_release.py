@@ -11,8 +11,8 @@ author:
 version_added: 0.1.0
 short_description: Return Tinkerbell Hardware to the pool by deleting the Clusters that use it
 description:
-  - Suspends Flux (Kustomizations, FluxInstance and ResourceSet objects), deletes every Cluster API
-    Cluster in O(namespace) except those in O(keep), and waits with an event-driven watch until the
+  - Suspends Flux (Kustomizations, FluxInstance and ResourceSet objects), deletes the Cluster API
+    Clusters named in O(clusters) (never any other Cluster of O(namespace); O(keep) wins), and waits with an event-driven watch until the
     Clusters are gone and no Hardware carries the ownership marks CAPT sets (the labels
     C(v1alpha1.tinkerbell.org/ownerName), C(ownerNamespace), C(clusterName), C(clusterNamespace), the
     annotation C(v1alpha1.tinkerbell.org/provisioned) and CAPT's finalizers).
@@ -29,6 +29,13 @@ options:
   hardware_namespace:
     description: Namespace of the Hardware objects; all namespaces when not set.
     type: str
+  clusters:
+    description:
+      - The Clusters to delete, by exact name (the role passes those bootstrap.toml names for the environment).
+      - Hardware whose C(v1alpha1.tinkerbell.org/clusterName) label names any other Cluster is reported as V(kept).
+    type: list
+    elements: str
+    required: true
   keep:
     description:
       - Clusters that stay, for example the self-managed management cluster running on Tinkerbell
@@ -113,6 +120,7 @@ def argument_spec():
     spec.update(
         namespace=dict(type="str", default="default"),
         hardware_namespace=dict(type="str"),
+        clusters=dict(type="list", elements="str", required=True),
         keep=dict(type="list", elements="str", default=[]),
         suspend=dict(type="bool", default=True),
         remove_stale=dict(type="bool", default=True),
@@ -127,7 +135,7 @@ def main():
     try:
         result = teardown.release_hardware(
             p["kubeconfig"], p["context"], namespace=p["namespace"], hardware_namespace=p["hardware_namespace"],
-            keep=p["keep"], suspend=p["suspend"], wait_timeout=p["wait_timeout"], remove_stale=p["remove_stale"],
+            clusters=p["clusters"], keep=p["keep"], suspend=p["suspend"], wait_timeout=p["wait_timeout"], remove_stale=p["remove_stale"],
             check_mode=module.check_mode)
     except teardown.TeardownError as exc:
         module.fail_json(msg=str(exc), **exc.result)

@@ -32,6 +32,7 @@ def fast(monkeypatch):
     monkeypatch.setattr(aws, "BACKOFF_CAP", 0.05)
     monkeypatch.setattr(aws_sweep, "POLL_FIRST", 0.05)
     monkeypatch.setattr(aws_sweep, "POLL_MAX", 0.2)
+    monkeypatch.setattr(aws_sweep, "EXPECTED_SCALE", 0.0)  # moto deletes at once: no quiet time before the first poll
     hooks = []
     monkeypatch.setattr(aws, "CLIENT_HOOKS", hooks)
     return hooks
@@ -91,20 +92,48 @@ def test_sweep_deletes_everything_owned_keeps_every_decoy_and_a_rerun_finds_noth
     assert inventory(moto) == after
 
 
-def test_iam_prefix_needs_a_boundary(run_module, moto, toml, fast):
+def test_iam_roles_are_owned_by_their_tags_never_by_a_name_prefix(run_module, moto, toml, fast):
+    """The old prefix rule deleted other clusters' roles such as eu-north-1-workload-2-nodes (issue 9)."""
     iam = clients(moto, "eu-north-1")("iam")
     assume = json.dumps({"Version": "2012-10-17", "Statement": []})
-    names = ["eu-north-1-workload", "eu-north-1-workload-nodes", "eu-north-1-workload2-x", "eu-north-1-workloadx",
-             "my-eu-north-1-workload-x", "krops-eu-north-1-workload-reader", "krops-eu-north-1-workload-reader-2"]
-    for name in names:
-        iam.create_role(RoleName=name, AssumeRolePolicyDocument=assume)
+    roles = {
+        # owned: CAPA's tags for the exact CAPI or EKS cluster name, the krops tag, an exact global-iam-roles name
+        "cp-role-x": [{"Key": CCM % "eu-north-1-workload", "Value": "owned"}],
+        "nodes-role-x": [{"Key": CCM % "default_eu-north-1-workload-control-plane", "Value": "owned"}],
+        "ack-role-x": [{"Key": "krops.io/environment", "Value": "aws"}],
+        "krops-eu-north-1-workload-reader": [],
+        # decoys: names sharing prefixes, hyphens and substrings; tags of other clusters and environments
+        "eu-north-1-workload": [], "eu-north-1-workload-nodes": [],
+        "eu-north-1-workload-2-nodes": [{"Key": CCM % "eu-north-1-workload-2", "Value": "owned"}],
+        "eu-west-1-workload-blue-nodes": [{"Key": CAPA % "eu-west-1-workload-blue", "Value": "owned"}],
+        "eu-north-1-management-staging-controllers": [],
+        "shared-role": [{"Key": CCM % "eu-north-1-workload", "Value": "shared"}],
+        "staging-role": [{"Key": CCM % "eu-north-1-workload", "Value": "owned"},
+                         {"Key": "krops.io/environment", "Value": "aws-staging"}],
+        "krops-eu-north-1-workload-reader-2": [],
+    }
+    for name, tags in roles.items():
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument=assume, Tags=tags)
     result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
     assert not result.failed, result["msg"]
     assert sorted(r["id"] for r in result["results"] if r["type"] == "iam-role") == [
-        "eu-north-1-workload", "eu-north-1-workload-nodes", "krops-eu-north-1-workload-reader"]
-    assert sorted(r["RoleName"] for r in iam.list_roles()["Roles"]) == [
-        "eu-north-1-workload2-x", "eu-north-1-workloadx", "krops-eu-north-1-workload-reader-2",
-        "my-eu-north-1-workload-x"]
+        "cp-role-x", "krops-eu-north-1-workload-reader", "nodes-role-x"]
+    left = sorted(r["RoleName"] for r in iam.list_roles()["Roles"])
+    assert left == sorted(set(roles) - {"cp-role-x", "nodes-role-x", "krops-eu-north-1-workload-reader"})
+    # a partial sweep (one region, no management) does not let the environment tag decide
+    assert "ack-role-x" in left
+
+
+def test_report_lists_name_lookalikes_as_candidates_and_deletes_none(run_module, moto, toml, fast):
+    iam = clients(moto, "eu-north-1")("iam")
+    iam.create_role(RoleName="eu-north-1-workload-2-nodes", AssumeRolePolicyDocument=json.dumps({"Statement": []}))
+    result = sweep(run_module, moto, toml, mode="report", min_age_hours=0)
+    assert not result.failed, result["msg"]
+    assert [(c["type"], c["id"], c["outcome"]) for c in result["candidates"]] == [
+        ("iam-role", "eu-north-1-workload-2-nodes", "candidate")]
+    assert not [r for r in result["report"]["json"]["resources"] if r["id"] == "eu-north-1-workload-2-nodes"]
+    assert "- iam-role `eu-north-1-workload-2-nodes` (like eu-north-1-workload)" in result["report"]["markdown"]
+    assert [r["RoleName"] for r in iam.list_roles()["Roles"]] == ["eu-north-1-workload-2-nodes"]
 
 
 def test_regions_filter_and_management_flag_narrow_the_targets(run_module, moto, toml, fast):
@@ -119,15 +148,43 @@ def test_regions_filter_and_management_flag_narrow_the_targets(run_module, moto,
     # the reader user is shared by every region: kept while eu-west-1 is not swept
     assert not [p for p in result["plan"] if p["type"] == "iam-user"]
     assert [p["region"] for p in result["plan"] if p["type"] == "cloudformation-stack"] == ["eu-north-1"]
-    assert "global IAM users krops-reader were kept: the regions filter leaves out eu-west-1 of environment aws" in (
-        result["warnings"])
+    assert [(k["type"], k["id"], k["reason"]) for k in result["kept"]] == [
+        ("iam-user", "krops-reader", "the regions filter leaves out regions of environment aws")]
+    # the management cluster's VPC is tagged for it alone: not swept with include_management false
+    assert not [p for p in result["plan"] if p["cluster"] == "eu-north-1-management"]
 
-    moved = sweep(run_module, moto, toml, check_mode=True, management_region="eu-west-1", regions=["eu-west-1"])
-    assert not moved.failed, moved["msg"]
-    assert [(t["cluster"], t["region"], t["role"]) for t in moved["targets"]] == [
-        ("eu-west-1-workload", "eu-west-1", "workload"), ("eu-north-1-management", "eu-west-1", "management")]
-    # the management cluster's resources live in eu-north-1, which this run does not look at
-    assert not [p for p in moved["plan"] if p["region"] == "eu-north-1"]
+
+def test_the_management_region_comes_from_mgmt_region_whatever_the_order_of_the_workloads(
+        run_module, moto, tmp_path, fast):
+    """Swapping the two aws-workloads entries once moved the management cluster's sweep to eu-west-1."""
+    text = BOOTSTRAP_TOML
+    first, second = text.index("[[environments.aws.teardown.aws-workloads]]"), text.rindex(
+        "[[environments.aws.teardown.aws-workloads]]")
+    end = text.index("[environments.local-host]")
+    swapped = text[:first] + text[second:end] + text[first:second] + text[end:]
+    path = tmp_path / "swapped.toml"
+    path.write_text(swapped)
+    seed_cluster(moto, "eu-north-1-management", "eu-north-1", "default_eu-north-1-management-control-plane", "",
+                 "eu-north-1-management")
+    result = sweep(run_module, moto, str(path), check_mode=True)
+    assert not result.failed, result["msg"]
+    assert [(t["cluster"], t["region"]) for t in result["targets"]] == [
+        ("eu-west-1-workload", "eu-west-1"), ("eu-north-1-workload", "eu-north-1"),
+        ("eu-north-1-management", "eu-north-1")]
+    assert {p["type"] for p in result["plan"] if p["cluster"] == "eu-north-1-management"} >= {
+        "eks-cluster", "nat-gateway", "elastic-ip", "elbv2-load-balancer", "vpc"}
+
+
+def test_mgmt_region_is_required_and_checked_by_the_loader(run_module, moto, tmp_path):
+    for line, message in (("", "environments.aws.mgmt-region: expected an AWS region name such as eu-north-1 (the "
+                                "management cluster's region; required for kind aws)"),
+                          ('mgmt-region = "north"\n', "environments.aws.mgmt-region: expected an AWS region name such "
+                                                      "as eu-north-1, got 'north'")):
+        path = tmp_path / "bad.toml"
+        path.write_text(BOOTSTRAP_TOML.replace('mgmt-region = "eu-north-1"\n', line))
+        result = sweep(run_module, moto, str(path), check_mode=True)
+        assert result.failed
+        assert message in result["msg"] and "Traceback" not in result["msg"]
 
 
 def test_throttling_is_retried_and_counted(run_module, moto, toml, fast, monkeypatch):
@@ -238,7 +295,7 @@ def test_moto_without_pod_identity_api_warns_and_goes_on(run_module, moto, toml,
     seed_cluster(moto, *WORKLOAD)
     result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
     assert not result.failed, result["msg"]
-    assert result["warnings"][1:] == ["eu-north-1: eks-pod-identity-association skipped: eks "
+    assert result["warnings"] == ["eu-north-1: eks-pod-identity-association skipped: eks "
                                       "list_pod_identity_associations is not supported by this endpoint (HTTP 404, 404)"]
 
 
@@ -374,3 +431,129 @@ def test_paginators_follow_every_token(moto):
     vpcs = aws.paginate(ec2, "describe_vpcs", "Vpcs", MaxResults=5)
     assert len(vpcs) == len({v["VpcId"] for v in vpcs}) == 8  # seven and the default VPC
     assert conn.counter.by_operation["iam.ListRoles"] == 4  # moto pages IAM by MaxItems (EC2 answers in one page)
+
+
+STAGING = """
+[environments.aws-staging]
+kind = "aws"
+sync = "git"
+sync-path = "mgmt/aws"
+mgmt-cluster = "eu-north-1-management-staging"
+mgmt-region = "eu-north-1"
+mgmt-ready-timeout = "40m"
+infra-provider-namespace = "capa-system"
+infra-provider-name = "aws"
+
+[environments.aws-staging.teardown]
+mgmt-eks-cluster-name = "default_eu-north-1-management-staging-control-plane"
+{names}
+[[environments.aws-staging.teardown.aws-workloads]]
+region = "eu-west-1"
+cluster-name = "eu-west-1-workload-2"
+eks-cluster-name = "default_eu-west-1-workload-2-control-plane"
+"""
+
+
+def test_account_global_resources_stay_while_another_environment_names_them_or_has_live_clusters(
+        run_module, moto, tmp_path, fast):
+    """Sweeping one environment once deleted the reader user and the clusterawsadm stack under another's clusters."""
+    seed_global(moto)
+    path = tmp_path / "two.toml"
+    # the staging environment inherits the top-level [teardown] names: it names the same user and stack
+    path.write_text(BOOTSTRAP_TOML + STAGING.format(names=""))
+    result = sweep(run_module, moto, str(path))
+    assert not result.failed, result["msg"]
+    assert sorted((k["type"], k["region"], k["reason"]) for k in result["kept"]) == [
+        ("cloudformation-stack", "eu-north-1", "environment aws-staging in %s also names it" % path),
+        ("cloudformation-stack", "eu-west-1", "environment aws-staging in %s also names it" % path),
+        ("iam-user", "global", "environment aws-staging in %s also names it" % path)]
+    assert "kept: iam-user krops-reader (environment aws-staging" in result["msg"]
+
+    # staging names its own; its workload cluster still runs in eu-west-1
+    path.write_text(BOOTSTRAP_TOML + STAGING.format(
+        names='global-iam-users = ["krops-staging-reader"]\ncfn-stack-name = "staging-stack"\n'))
+    west = clients(moto, "eu-west-1")
+    subnet = west("ec2").create_subnet(VpcId=west("ec2").create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"],
+                                       CidrBlock="10.9.1.0/24")["Subnet"]["SubnetId"]
+    west("eks").create_cluster(name="default_eu-west-1-workload-2-control-plane", roleArn="arn:aws:iam::%s:role/x"
+                               % ACCOUNT, resourcesVpcConfig={"subnetIds": [subnet]})
+    result = sweep(run_module, moto, str(path))
+    assert not result.failed, result["msg"]
+    assert {k["reason"] for k in result["kept"]} == {
+        "clusters of other environments still exist: EKS cluster default_eu-west-1-workload-2-control-plane of "
+        "environment aws-staging in eu-west-1"}
+    assert clients(moto, "eu-north-1")("iam").get_user(UserName="krops-reader")
+
+    west("eks").delete_cluster(name="default_eu-west-1-workload-2-control-plane")
+    result = sweep(run_module, moto, str(path))
+    assert not result.failed, result["msg"]
+    assert result["kept"] == []
+    assert {(r["type"], r["outcome"]) for r in result["results"]} == {("iam-user", "deleted"),
+                                                                       ("cloudformation-stack", "deleted")}
+
+
+# --- property: names that merely resemble an owned cluster are never selected ---------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from ansible_collections.krops.platform.plugins.module_utils import ownership  # noqa: E402
+
+OWNED_NAMES = ("eu-north-1-workload", "default_eu-north-1-workload-control-plane", "eu-north-1-management")
+_PART = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=0, max_size=12)
+
+
+def _lookalike(draw_base, prefix, suffix):
+    return prefix + draw_base + suffix
+
+
+@settings(max_examples=400, deadline=None)
+@given(base=st.sampled_from(OWNED_NAMES), prefix=_PART, suffix=_PART, value=st.sampled_from(["owned", "shared", ""]),
+       key=st.sampled_from([ownership.CAPA_TAG_PREFIX, ownership.CLOUD_PROVIDER_TAG_PREFIX]),
+       env=st.sampled_from(["aws-staging", "aws2", "aw", "AWS", ""]))
+def test_ownership_never_selects_names_sharing_prefixes_hyphens_or_substrings(base, prefix, suffix, value, key, env):
+    owner = ownership.AwsOwnership("aws", {"eu-north-1-workload": ["eu-north-1-workload",
+                                                                   "default_eu-north-1-workload-control-plane"],
+                                           "eu-north-1-management": ["eu-north-1-management"]})
+    name = _lookalike(base, prefix, suffix)
+    tags = {key + name: value, "Name": name}
+    if env:
+        tags[ownership.KROPS_ENV_TAG] = env
+    claim = owner.owner(tags)
+    exact = name in OWNED_NAMES and value == "owned" and not env
+    assert (claim is not None) == exact, (tags, claim)
+    if claim is not None:
+        assert claim[1] == "tag %s%s=owned" % (key, name)
+    # a name alone never proves anything
+    assert owner.owner({"Name": name}) is None
+
+
+def test_volumes_snapshots_and_launch_templates_go_and_an_undeletable_owned_type_fails_the_run_by_arn(
+        run_module, moto, toml, fast):
+    """Only what the sweep could delete used to be listed again: an owned EBS volume stayed with rc=0 (issue 9)."""
+    ec2 = clients(moto, "eu-north-1")("ec2")
+    tag = [{"Key": CCM % "eu-north-1-workload", "Value": "owned"}]
+    volume = ec2.create_volume(AvailabilityZone="eu-north-1a", Size=1, TagSpecifications=[
+        {"ResourceType": "volume", "Tags": tag + [{"Key": "ebs.csi.aws.com/cluster", "Value": "true"}]}])["VolumeId"]
+    snapshot = ec2.create_snapshot(VolumeId=volume, TagSpecifications=[
+        {"ResourceType": "snapshot", "Tags": tag}])["SnapshotId"]
+    template = ec2.create_launch_template(LaunchTemplateName="eu-north-1-workload-pool-0", LaunchTemplateData={},
+                                          TagSpecifications=[{"ResourceType": "launch-template", "Tags": tag}])[
+        "LaunchTemplate"]["LaunchTemplateId"]
+    decoy_volume = ec2.create_volume(AvailabilityZone="eu-north-1a", Size=1, TagSpecifications=[
+        {"ResourceType": "volume", "Tags": [{"Key": CCM % "eu-north-1-workload-2", "Value": "owned"}]}])["VolumeId"]
+    gateway = ec2.create_customer_gateway(Type="ipsec.1", PublicIp="203.0.113.7", BgpAsn=65000, TagSpecifications=[
+        {"ResourceType": "customer-gateway", "Tags": tag}])["CustomerGateway"]["CustomerGatewayId"]
+    arn = "arn:aws:ec2:eu-north-1:%s:customer-gateway/%s" % (ACCOUNT, gateway)
+
+    plan = sweep(run_module, moto, toml, check_mode=True, include_management=False, regions=["eu-north-1"])
+    assert {(p["type"], p["id"], p["outcome"]) for p in plan["plan"]} >= {
+        ("ebs-volume", volume, "planned"), ("ebs-snapshot", snapshot, "planned"),
+        ("launch-template", template, "planned"), ("unsupported", arn, "undeletable")}
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
+    assert result.failed
+    assert [(r["type"], r["id"]) for r in result["leftovers"]] == [("unsupported", arn)]
+    assert "still owned after the sweep: unsupported %s in eu-north-1" % arn in result["msg"]
+    assert {(r["type"], r["id"]) for r in result["results"] if r["outcome"] == "deleted"} == {
+        ("ebs-volume", volume), ("ebs-snapshot", snapshot), ("launch-template", template)}
+    assert [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]] == [decoy_volume]
+    assert snapshot not in [s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]]

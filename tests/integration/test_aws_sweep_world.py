@@ -48,6 +48,7 @@ BOOTSTRAP_TOML = textwrap.dedent("""\
     sync = "git"
     sync-path = "mgmt/aws"
     mgmt-cluster = "eu-north-1-management"
+    mgmt-region = "eu-north-1"
     mgmt-ready-timeout = "40m"
     infra-provider-namespace = "capa-system"
     infra-provider-name = "aws"
@@ -55,7 +56,6 @@ BOOTSTRAP_TOML = textwrap.dedent("""\
     [environments.aws.teardown]
     capi-workloads = ["eu-north-1-workload", "eu-west-1-workload"]
     mgmt-eks-cluster-name = "default_eu-north-1-management-control-plane"
-    mgmt-iam-role-prefix = "eu-north-1-management"
 
     [[environments.aws.teardown.aws-workloads]]
     region = "eu-north-1"
@@ -197,8 +197,12 @@ def seed_cluster(endpoint, cluster, region, eks_name, rds_name, role_prefix, acc
     seeded.add((region, "s3-bucket", bucket))
 
     policy_arn = iam.create_policy(PolicyName="%s-policy" % role_prefix, PolicyDocument=POLICY)["Policy"]["Arn"]
-    for role in ("%s-control-plane" % role_prefix, "%s-nodes" % role_prefix, "krops-%s-reader" % cluster):
-        iam.create_role(RoleName=role, AssumeRolePolicyDocument=ASSUME)
+    # CAPA tags the control-plane role with the CAPI cluster name and the node role with the EKS cluster
+    # name (pkg/cloud/services/eks/roles.go, iam/iam.go RoleTags); global-iam-roles are exact names.
+    for role, tags in (("%s-control-plane" % role_prefix, [{"Key": CCM % cluster, "Value": "owned"}]),
+                       ("%s-nodes" % role_prefix, [{"Key": CCM % eks_name, "Value": "owned"}]),
+                       ("krops-%s-reader" % cluster, [])):
+        iam.create_role(RoleName=role, AssumeRolePolicyDocument=ASSUME, Tags=tags)
         iam.attach_role_policy(RoleName=role, PolicyArn=policy_arn)
         iam.put_role_policy(RoleName=role, PolicyName="inline", PolicyDocument=POLICY)
         seeded.add(("global", "iam-role", role))

@@ -18,6 +18,7 @@ from tests.integration.test_aws_sweep_world import (
     ASSUME, CAPA, CLUSTERS, clients, inventory, normalise, seed_cluster, seed_network, vpc_defaults,
 )
 from tests.integration.test_teardown_kube import CAPI_FINALIZER, CLUSTER, KS, make_cluster, make_ks
+from tests.substrate.krops_marks import make_kind_marker
 from tests.substrate.fixtures import REPO
 
 pytestmark = pytest.mark.slow
@@ -61,6 +62,7 @@ def world(kind_api, fake_bins, moto, tmp_path):
             kind_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     make_ks(kind_api, "flux-system")
     make_ks(kind_api, "clusters")
+    make_kind_marker(kind_api, "aws")
     for name in (MGMT,) + WORKLOADS:
         make_cluster(kind_api, name)
     for kind, namespace, name in PROVIDERS:
@@ -151,7 +153,7 @@ def test_aws_teardown_check_mode_prints_the_plan_and_changes_nothing(world, kind
         "4. helm uninstall flux and flux-operator in flux-system",
         "5. delete the bootstrap secrets and run tags in flux-system",
         "6. remove the aws resources this environment created, the management cluster included (ownership-filtered)",
-        "7. delete the kind cluster mgmt"]
+        "7. delete the kind cluster mgmt (marker kube-system/krops-bootstrap: environment aws, kind cluster mgmt)"]
     assert ran(out, "Show the Cluster deletions")["teardown_clusters.plan"] == [
         "suspend Kustomization flux-system/clusters", "suspend Kustomization flux-system/flux-system",
         "delete Cluster default/eu-north-1-workload and wait until it is gone",

@@ -340,8 +340,18 @@ def gcp_world(g):
     g.put("/container%s/locations/europe-north1/clusters/team-gke" % p,
           {"name": "team-gke", "location": "europe-north1", "network": foreign, "resourceLabels": {}})
     g.put("/sqladmin%s/instances/krops-db" % p,
-          {"name": "krops-db", "settings": {"deletionProtectionEnabled": True, "userLabels": {},
+          {"name": "krops-db", "settings": {"deletionProtectionEnabled": True, "userLabels": {"krops-environment": "gcp"},
                                             "ipConfiguration": {"privateNetwork": "projects/p1/global/networks/%s" % owned}}})
+    # decoys inside the owned VPC: unlabelled, or labelled for another environment (issue 9)
+    g.put("/sqladmin%s/instances/team-db-in-vpc" % p,
+          {"name": "team-db-in-vpc", "settings": {"deletionProtectionEnabled": True, "userLabels": {},
+                                                  "ipConfiguration": {"privateNetwork": "projects/p1/global/networks/%s"
+                                                                      % owned}}})
+    g.put("/container%s/locations/europe-north1/clusters/other-env-gke" % p,
+          {"name": "other-env-gke", "location": "europe-north1", "network": owned,
+           "resourceLabels": {"krops-environment": "gcp-staging"}})
+    g.put("/container%s/locations/europe-north1/clusters/team-gke-in-vpc" % p,
+          {"name": "team-gke-in-vpc", "location": "europe-north1", "network": owned, "resourceLabels": {}})
     g.put("/sqladmin%s/instances/team-db" % p, {"name": "team-db", "settings": {"userLabels": {"krops-environment": "aws"}}})
     g.put("/storage/b/krops-p1-data", {"name": "krops-p1-data", "labels": {"krops-environment": "gcp"}})
     g.bucket_objects["krops-p1-data"] = [("state/a.json", 1), ("state/a.json", 2)]
@@ -363,6 +373,16 @@ def gcp_world(g):
            "selfLink": "%s/compute%s/regions/europe-north1/subnetworks/team-subnet" % (g.url, p)})
 
 
+def gcp_toml(tmp_path, unprotect=("krops-db",)):
+    """The repository's bootstrap.toml, with teardown.disable-deletion-protection for the gcp environment."""
+    text = (REPO / "bootstrap.toml").read_text()
+    line = 'networks = ["europe-north1-management", "europe-north1-workload"]\n'
+    assert line in text
+    path = tmp_path / "bootstrap.toml"
+    path.write_text(text.replace(line, line + "disable-deletion-protection = %s\n" % json.dumps(list(unprotect))))
+    return str(path)
+
+
 def gcp_args(g, **extra):
     args = {"environment": "gcp", "config_file": str(REPO / "bootstrap.toml"), "project": "p1",
             "access_token": "gcp-token", "base_url": g.url, "poll_interval": 0, "wait_timeout": 10}
@@ -370,10 +390,11 @@ def gcp_args(g, **extra):
     return args
 
 
-def test_gcp_deletes_only_owned_resources_in_dependency_order(google, run_module):
+def test_gcp_deletes_only_owned_resources_in_dependency_order(google, run_module, tmp_path):
     gcp_world(google)
-    planned = run_module(gcp_teardown, gcp_args(google, networks=["europe-north1-management", "default"]),
-                         check_mode=True)
+    toml = gcp_toml(tmp_path)
+    planned = run_module(gcp_teardown, gcp_args(google, networks=["europe-north1-management", "default"],
+                                                config_file=toml), check_mode=True)
     assert not planned.failed, planned
     assert not google.writes()
     assert [(r["type"], r["name"]) for r in planned["results"]] == [
@@ -381,8 +402,17 @@ def test_gcp_deletes_only_owned_resources_in_dependency_order(google, run_module
         ("vpc-peering", "servicenetworking-googleapis-com"), ("private-services-range", "krops-psa"),
         ("firewall-rule", "allow-internal"), ("router", "krops-nat"), ("subnetwork", "krops-nodes"),
         ("network", "europe-north1-management")]
-    assert planned["not_owned"] == [{"type": "network", "name": "default", "reason": "the default VPC is never deleted"}]
-    result = run_module(gcp_teardown, gcp_args(google))
+    assert planned["not_owned"] == [
+        {"type": "network", "name": "default", "reason": "the default VPC is never deleted"},
+        {"type": "gke-cluster", "name": "other-env-gke", "reason": "labelled krops-environment=gcp-staging (another "
+                                                                     "environment)"},
+        {"type": "gke-cluster", "name": "team-gke-in-vpc", "reason": "in owned VPC europe-north1-management but without "
+                                                                       "the label krops-environment=gcp: not proven krops'"},
+        {"type": "cloudsql-instance", "name": "team-db", "reason": "labelled krops-environment=aws (another environment)"},
+        {"type": "cloudsql-instance", "name": "team-db-in-vpc", "reason": "in owned VPC europe-north1-management but "
+                                                                           "without the label krops-environment=gcp: "
+                                                                           "not proven krops'"}]
+    result = run_module(gcp_teardown, gcp_args(google, config_file=toml))
     assert not result.failed, result
     p = "/projects/p1"
     assert google.writes() == [
@@ -405,19 +435,34 @@ def test_gcp_deletes_only_owned_resources_in_dependency_order(google, run_module
     assert left == sorted([
         "/compute%s/global/networks/team-vpc" % p, "/compute%s/global/networks/default" % p,
         "/container%s/locations/europe-north1/clusters/team-gke" % p, "/sqladmin%s/instances/team-db" % p,
+        "/sqladmin%s/instances/team-db-in-vpc" % p, "/container%s/locations/europe-north1/clusters/other-env-gke" % p,
+        "/container%s/locations/europe-north1/clusters/team-gke-in-vpc" % p,
         "/storage/b/team-bucket", "/compute%s/global/addresses/team-psa" % p, "/compute%s/global/firewalls/team-ssh" % p,
         "/compute%s/regions/europe-north1/subnetworks/team-subnet" % p])
-    again = run_module(gcp_teardown, gcp_args(google))
+    again = run_module(gcp_teardown, gcp_args(google, config_file=toml))
     assert again["changed"] is False and again["results"] == []
+    assert google.res["/sqladmin%s/instances/team-db-in-vpc" % p]["settings"]["deletionProtectionEnabled"] is True
 
 
-def test_gcp_stage_failure_stops_before_the_vpc(google, run_module):
+def test_gcp_never_switches_off_a_deletion_protection_bootstrap_toml_does_not_name(google, run_module, tmp_path):
+    gcp_world(google)
+    result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path, unprotect=())))
+    assert result.failed
+    assert not [w for w in google.writes() if w[0] == "PATCH"]
+    [failed] = [r for r in result["results"] if r["outcome"] == "failed"]
+    assert failed["name"] == "krops-db"
+    assert failed["error"] == ("Cloud SQL instance krops-db has deletion protection on; krops switches it off only when "
+                               "bootstrap.toml lists it in teardown.disable-deletion-protection")
+    assert "/sqladmin/projects/p1/instances/krops-db" in google.res
+
+
+def test_gcp_stage_failure_stops_before_the_vpc(google, run_module, tmp_path):
     gcp_world(google)
     # a foreign rule in our VPC we cannot delete: the stage fails and the VPC is not attempted
     google.put("/compute/projects/p1/global/firewalls/locked", {"name": "locked",
                                                                 "network": google.net_url("europe-north1-management"),
                                                                 "settings": {"deletionProtectionEnabled": True}})
-    result = run_module(gcp_teardown, gcp_args(google))
+    result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path)))
     assert result.failed
     assert result["stopped_at"] == "firewalls-and-routers"
     assert result["msg"] == ("GCP resources of project p1 left behind at stage firewalls-and-routers: firewall-rule/locked; "
@@ -443,3 +488,19 @@ def test_azure_service_principal_login_keeps_the_secret_out_of_urls(arm, run_mod
     failed = run_module(azure_teardown, args)
     assert failed.failed
     assert failed["msg"] == "Azure login for client app-1 in tenant tenant-1 failed (401): invalid_client: bad secret"
+
+
+def test_azure_ownership_another_environments_tag_vetoes_a_capz_tag():
+    from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown
+
+    capz = {"sigs.k8s.io_cluster-api-provider-azure_cluster_swedencentral-workload": "owned"}
+    assert cloud_teardown.azure_owned({"tags": capz}, "azure", ["swedencentral-workload"])
+    assert cloud_teardown.azure_owned({"tags": dict(capz, **{"krops-environment": "azure-staging"})}, "azure",
+                                      ["swedencentral-workload"]) is None
+    assert cloud_teardown.azure_owned({"tags": {"krops-environment": "azure"}}, "azure", []) == (
+        "tag krops-environment=azure")
+    # a name alone, or a CAPZ tag for a cluster that merely shares a prefix, proves nothing
+    assert cloud_teardown.azure_owned({"name": "swedencentral-workload", "tags": {}}, "azure",
+                                      ["swedencentral-workload"]) is None
+    assert cloud_teardown.azure_owned({"tags": {"sigs.k8s.io_cluster-api-provider-azure_cluster_swedencentral-workload-2":
+                                                "owned"}}, "azure", ["swedencentral-workload"]) is None

@@ -11,6 +11,7 @@ from ansible_collections.krops.platform.plugins.module_utils import config as kr
 from ansible_collections.krops.platform.plugins.module_utils import teardown
 from ansible_collections.krops.platform.plugins.modules import capi_cluster_delete, teardown_host
 from tests.substrate.fixtures import REPO
+from tests.substrate.krops_marks import make_kind_marker
 
 CLUSTER = ("cluster.x-k8s.io/v1beta2", "Cluster")
 KS = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
@@ -95,21 +96,24 @@ def test_delete_clusters_suspends_first_deletes_named_and_waits(kind_api, capi, 
     assert again["changed"] is False and again["already_absent"] == ["local-workload"]
 
 
-def test_all_clusters_never_deletes_kept_and_check_mode_only_plans(kind_api, capi, run_module):
+def test_only_named_clusters_go_lookalikes_stay_and_check_mode_only_plans(kind_api, capi, run_module):
     make_ks(kind_api, "flux-system")
-    for name in ("mgmt", "a", "b"):
+    for name in ("mgmt", "a", "b", "a-2", "ab"):
         make_cluster(kind_api, name)
-    args = {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt", "all_clusters": True, "keep": ["mgmt"]}
+    args = {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt", "clusters": ["a", "b"], "keep": ["mgmt"]}
     planned = run_module(capi_cluster_delete, args, check_mode=True)
     assert planned["plan"] == ["suspend Kustomization flux-system/flux-system",
                                "delete Cluster default/a and wait until it is gone",
                                "delete Cluster default/b and wait until it is gone"]
     assert planned["changed"] is True
-    assert len(kind_api.list(*CLUSTER)) == 3
+    assert len(kind_api.list(*CLUSTER)) == 5
     assert "suspend" not in kind_api.get(*KS, "flux-system", "flux-system")["spec"]
     result = run_module(capi_cluster_delete, args)
     assert result["deleted"] == ["a", "b"]
-    assert [c["metadata"]["name"] for c in kind_api.list(*CLUSTER)] == ["mgmt"]
+    assert sorted(c["metadata"]["name"] for c in kind_api.list(*CLUSTER)) == ["a-2", "ab", "mgmt"]
+    # deleting every Cluster of a namespace is no longer possible
+    refused = run_module(capi_cluster_delete, dict(args, all_clusters=True))
+    assert refused.failed and "all_clusters" in refused["msg"]
 
 
 def test_refuses_to_delete_a_kept_cluster(kind_api, run_module):
@@ -187,24 +191,36 @@ def test_host_is_kind_while_it_holds_the_management_cluster(kube_cluster, tmp_pa
     assert result["kubeconfig"] == kind.kubeconfig_path
     # the exported management kubeconfig was not even needed
     assert not mgmt.requests
+    # no marker ConfigMap: nothing proves krops created the kind cluster, so it is kept
     assert [s["action"] for s in result["plan"]] == [
-        "suspend-flux", "delete-clusters", "delete-kind", "remove-containers", "remove-network", "remove-registry"]
+        "suspend-flux", "delete-clusters", "remove-containers", "remove-registry"]
+    assert result["kept"][0]["what"] == "kind cluster mgmt"
     delete = result["plan"][1]
     assert (delete["clusters"], delete["keep"], delete["timeout"]) == (["local-workload"], ["local-management"], 300)
-    assert result["plan"][3]["prefix"] == "local-management"
-    assert result["plan"][5]["name"] == "krops-registry"
+    assert result["plan"][2]["filters"] == ["io.x-k8s.kind.cluster=local-management",
+                                            "io.x-k8s.kind.cluster=local-workload"]
+    assert result["plan"][3]["name"] == "krops-registry"
+    make_kind_marker(kind, "local-host")
+    marked = run_module(teardown_host, {"kubeconfig": kind.kubeconfig_path, "environment": "local-host",
+                                        "config_file": _config(tmp_path, "local-host", mgmt.kubeconfig_path)})
+    assert [s["action"] for s in marked["plan"]] == [
+        "suspend-flux", "delete-clusters", "delete-kind", "remove-containers", "remove-registry"]
+    assert marked["kind_marker"] == {"owned": True, "reason": "marker kube-system/krops-bootstrap: environment "
+                                                              "local-host, kind cluster mgmt"}
 
 
 def test_host_is_mgmt_after_the_pivot(kube_cluster, tmp_path, run_module, fake_bins):
     kind = kube_cluster("kind-mgmt")  # kind survived the pivot but no longer holds the Clusters
     mgmt = kube_cluster("krops-mgmt")
     make_cluster(mgmt, "local-management")
+    make_kind_marker(kind, "local-host")
     result = run_module(teardown_host, {"kubeconfig": kind.kubeconfig_path, "environment": "local-host",
                                         "config_file": _config(tmp_path, "local-host", mgmt.kubeconfig_path)})
     assert (result["host"], result["context"], result["pivoted"]) == ("mgmt", "krops-mgmt", True)
     assert [s["action"] for s in result["plan"]] == [
-        "suspend-flux", "delete-clusters", "remove-containers", "delete-kind", "remove-network", "remove-registry",
+        "suspend-flux", "delete-clusters", "remove-containers", "delete-kind", "remove-registry",
         "remove-kubeconfig"]
+    assert result["plan"][-1]["context"] == "krops-mgmt"
 
 
 def test_host_mgmt_when_kind_is_gone_and_unreachable_when_nothing_answers(kube_cluster, tmp_path, run_module, fake_bins):
@@ -230,8 +246,8 @@ def test_host_mgmt_when_kind_is_gone_and_unreachable_when_nothing_answers(kube_c
     assert [s["action"] for s in forced["plan"]] == ["aws-orphan-sweep"]
     local = run_module(teardown_host, {"kubeconfig": dead_kind, "environment": "local-host", "timeout": 2,
                                        "config_file": _config(tmp_path, "local-host", dead_mgmt)})
-    assert [s["action"] for s in local["plan"]] == [
-        "delete-kind", "remove-containers", "remove-network", "remove-registry"]
+    # nothing answers: kind is never deleted (no marker can be read); labelled containers still go
+    assert [s["action"] for s in local["plan"]] == ["remove-containers", "remove-registry"]
 
 
 def test_host_probe_unknown_aborts(kube_cluster, tmp_path, run_module):
@@ -264,12 +280,15 @@ def test_missing_tools_reported_at_once(kube_cluster, tmp_path, run_module, monk
 ])
 def test_plans_per_environment(environment, pivoted, actions):
     cfg = krops_config.load(str(REPO / "bootstrap.toml"), environ={})
-    host = {"host": "mgmt" if pivoted else "kind", "pivoted": pivoted, "kind_reachable": not pivoted}
+    host = {"host": "mgmt" if pivoted else "kind", "pivoted": pivoted, "kind_reachable": not pivoted,
+            "kind_marker": {"owned": True, "reason": "marker"}}
     plan = teardown.build_plan(cfg.data, environment, host)
     assert [s["action"] for s in plan] == actions
     assert [s["step"] for s in plan] == list(range(1, len(actions) + 1))
     if environment == "local-talos":
         assert plan[1]["keep"] == (["local-talos-management"] if pivoted else [])
+        # only the Clusters bootstrap.toml names: the management Cluster only while kind hosts it
+        assert plan[1]["clusters"] == ([] if pivoted else ["local-talos-management"])
 
 
 def test_tools_the_plan_needs_are_checked_after_discovery(kube_cluster, tmp_path, run_module, fake_bins):

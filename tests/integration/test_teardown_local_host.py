@@ -1,214 +1,212 @@
 """roles/teardown end to end for local-host: the Kubernetes side on the emulator, kind through a stand-in,
-Docker through a small HTTP double of the Docker Engine API (no Docker engine here) that records every call.
+Docker through the Engine API double in tests/substrate/docker_double.py (no Docker engine here).
 
-The double implements only what community.docker's docker_host_info, docker_container (state=absent),
-docker_network_info and docker_network (state=absent) use; it is written for this test.
+Every unsafe case of issue 9 is a decoy here, and must survive a real ansible-playbook run, --check first.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
+import yaml
 
 from tests.integration.test_teardown_kube import CLUSTER, KS, FakeCapi, make_cluster, make_ks
+from tests.substrate.docker_double import DockerDouble
 from tests.substrate.fixtures import REPO, task_results
+from tests.substrate.krops_marks import make_kind_marker
 
 pytestmark = pytest.mark.slow
+KIND = "io.x-k8s.kind.cluster"
+R = "krops.platform.teardown : "
 
 
-class DockerDouble:
-    def __init__(self, kind_deleted):
-        self.containers = {}  # name -> {"Id", "networks"}
-        self.networks = {}  # name -> {"Id"}
-        self.calls = []  # (method, path, kind already deleted?)
-        self.kind_deleted = kind_deleted
-        double = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                return
-
-            def _do(self, method):
-                parts = urlsplit(self.path)
-                path = re.sub(r"^/v1\.\d+", "", parts.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                double.calls.append((method, path, double.kind_deleted()))
-                status, body = double.handle(method, path, parse_qs(parts.query), raw)
-                data = body.encode() if isinstance(body, str) else (json.dumps(body).encode() if body is not None else b"")
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Api-Version", "1.45")
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):  # noqa: N802
-                self._do("GET")
-
-            def do_HEAD(self):  # noqa: N802
-                self._do("HEAD")
-
-            def do_POST(self):  # noqa: N802
-                self._do("POST")
-
-            def do_DELETE(self):  # noqa: N802
-                self._do("DELETE")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = "tcp://127.0.0.1:%d" % self.server.server_address[1]
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-    def add_container(self, name, networks=()):
-        self.containers[name] = {"Id": "%064x" % (len(self.containers) + 1), "networks": list(networks)}
-
-    def _container(self, ref):
-        for name, c in self.containers.items():
-            if ref in (name, c["Id"], "/" + name):
-                return name, c
-        return None, None
-
-    def _inspect(self, name, c):
-        return {"Id": c["Id"], "Name": "/" + name, "Image": "sha256:" + "0" * 64,
-                "State": {"Status": "running", "Running": True, "Paused": False, "Restarting": False, "Pid": 42},
-                "Config": {"Image": "kindest/node", "Labels": {}}, "HostConfig": {"AutoRemove": False},
-                "NetworkSettings": {"Networks": {n: {} for n in c["networks"]}}, "Mounts": []}
-
-    def handle(self, method, path, query, raw):
-        if path == "/_ping":
-            return 200, "OK"
-        if path == "/version":
-            return 200, {"ApiVersion": "1.45", "MinAPIVersion": "1.24", "Version": "27.0.0", "Os": "linux", "Arch": "amd64"}
-        if path == "/info":
-            return 200, {"ServerVersion": "27.0.0"}
-        if path == "/containers/json":
-            filters = json.loads(query.get("filters", ["{}"])[0] or "{}")
-            patterns = list(filters.get("name") or [])
-            found = [{"Id": c["Id"], "Names": ["/" + n], "Image": "kindest/node", "Command": "", "Created": 0,
-                      "Status": "Up", "Ports": [], "State": "running"}
-                     for n, c in sorted(self.containers.items())
-                     if not patterns or any(re.search(p, "/" + n) for p in patterns)]
-            return 200, found
-        match = re.match(r"^/containers/([^/]+)(?:/(json|kill|stop|wait))?$", path)
-        if match:
-            name, c = self._container(unquote(match.group(1)))
-            if c is None:
-                return 404, {"message": "No such container: %s" % match.group(1)}
-            action = match.group(2)
-            if method == "GET" and action == "json":
-                return 200, self._inspect(name, c)
-            if method == "POST" and action in ("kill", "stop"):
-                return 204, None
-            if method == "POST" and action == "wait":
-                return 200, {"StatusCode": 0}
-            if method == "DELETE" and action is None:
-                del self.containers[name]
-                return 204, None
-        if path == "/networks" and method == "GET":
-            return 200, [{"Name": n, "Id": v["Id"], "Driver": "bridge", "Scope": "local"} for n, v in sorted(self.networks.items())]
-        match = re.match(r"^/networks/([^/]+)(?:/(disconnect))?$", path)
-        if match:
-            ref = unquote(match.group(1))
-            name = next((n for n, v in self.networks.items() if ref in (n, v["Id"])), None)
-            if name is None:
-                return 404, {"message": "network %s not found" % ref}
-            net = self.networks[name]
-            attached = {c["Id"]: {"Name": n} for n, c in self.containers.items() if name in c["networks"]}
-            if method == "GET":
-                return 200, {"Name": name, "Id": net["Id"], "Driver": "bridge", "Scope": "local", "Containers": attached,
-                             "Options": {}, "Labels": {}, "IPAM": {"Driver": "default", "Config": []}, "Internal": False}
-            if method == "POST":
-                body = json.loads(raw or b"{}")
-                cname, c = self._container(body.get("Container"))
-                if c is not None:
-                    c["networks"].remove(name)
-                return 200, None
-            if method == "DELETE":
-                if attached:
-                    return 403, {"message": "error while removing network: network %s has active endpoints" % name}
-                del self.networks[name]
-                return 204, None
-        return 404, {"message": "page not found: %s %s" % (method, path)}
-
-
-def test_local_host_teardown_order_before_the_pivot(kind_api, fake_bins, ansible_playbook, tmp_path):
+def world(kind_api, fake_bins, marker=("local-host", "mgmt")):
     make_ks(kind_api, "flux-system")
     make_ks(kind_api, "local-workload")
     make_cluster(kind_api, "local-management")
     make_cluster(kind_api, "local-workload")
+    make_cluster(kind_api, "local-management-2")  # another Cluster on the same host: not named, never deleted
+    if marker:
+        make_kind_marker(kind_api, *marker)
     fake_bins.answer("kind", "get clusters", stdout="mgmt\n")
     fake_bins.answer("kind", "version", stdout="kind v0.27.0 go1.23 linux/amd64\n")
-    docker = DockerDouble(lambda: any(c["argv"][:1] == ["delete"] for c in fake_bins.calls("kind")))
-    docker.networks["kind"] = {"Id": "n" * 64}
-    for name in ("local-management-control-plane-abc", "local-management-lb"):
-        docker.add_container(name, ["kind"])
-    docker.add_container("krops-registry", ["kind"])
-    docker.add_container("my-postgres")  # not krops': never touched
-    docker.add_container("local-workload-lb", ["kind"])  # CAPD removes it when the Cluster goes
+    docker = DockerDouble()
+    docker.networks["kind"] = {"Id": "n" * 64, "labels": {}}
+    # CAPD's management cluster: kind's cluster label with the exact name; the node has its anonymous /var volume
+    docker.add_container("local-management-control-plane-abc", {KIND: "local-management", "io.x-k8s.kind.role":
+                                                                "control-plane"}, ["kind"], anonymous_volumes=1)
+    docker.add_container("local-management-lb", {KIND: "local-management", "io.x-k8s.kind.role":
+                                                 "external-load-balancer"}, ["kind"])
+    docker.add_container("local-workload-lb", {KIND: "local-workload"}, ["kind"])  # CAPD removes it with the Cluster
+    docker.add_container("krops-registry", {}, ["kind"])
+    # decoys: names sharing the prefix, no label, another cluster's label, a named volume
+    docker.add_container("local-management-2-control-plane", {KIND: "local-management-2"}, ["kind"],
+                         anonymous_volumes=1)
+    docker.add_container("local-managementdb", {}, ["kind"], volumes=["pgdata"])
+    docker.add_container("local-management.backup", {})
+    docker.add_container("my-postgres", {"com.example": "local-management"}, volumes=["pgdata"])
+    docker.add_container("other-kind-control-plane", {KIND: "other-kind"}, ["kind"], anonymous_volumes=1)
 
     def capd_removes_workload():
         kind_api.wait_for_event(lambda t, o: t == "DELETED" and o["metadata"]["name"] == "local-workload", timeout=60)
         docker.containers.pop("local-workload-lb", None)
 
     threading.Thread(target=capd_removes_workload, daemon=True).start()
+    return docker
+
+
+def play(kind_api, docker, tmp_path, **extra):
+    variables = {"krops_environment": "local-host", "teardown_config_file": str(REPO / "bootstrap.toml"),
+                 "teardown_kind_kubeconfig": kind_api.kubeconfig_path,
+                 "teardown_mgmt_kubeconfig": str(tmp_path / "none.yaml")}
+    variables.update(extra)
+    return [{"hosts": "localhost", "gather_facts": False,
+             "module_defaults": {"group/community.docker.docker": {"docker_host": docker.url, "tls": False,
+                                                                   "validate_certs": False}},
+             "vars": variables, "roles": [{"role": "krops.platform.teardown"}]}]
+
+
+DECOYS = ["local-management-2-control-plane", "local-management.backup", "local-managementdb", "my-postgres",
+          "other-kind-control-plane"]
+
+
+def test_local_host_teardown_removes_only_labelled_containers_with_their_volumes(kind_api, fake_bins,
+                                                                                 ansible_playbook, tmp_path):
+    docker = world(kind_api, fake_bins)
+    anonymous = {v for v, info in docker.volumes.items() if info["anonymous"]}
+    mine = set(docker.containers["local-management-control-plane-abc"]["volumes"])
     capi = FakeCapi(kind_api)
     try:
-        rc, out, err = ansible_playbook(
-            [{"hosts": "localhost", "gather_facts": False,
-              "module_defaults": {"group/community.docker.docker": {"docker_host": docker.url, "tls": False,
-                                                                    "validate_certs": False}},
-              "vars": {"krops_environment": "local-host", "teardown_config_file": str(REPO / "bootstrap.toml"),
-                       "teardown_kind_kubeconfig": kind_api.kubeconfig_path,
-                       "teardown_mgmt_kubeconfig": str(tmp_path / "none.yaml")},
-              "roles": [{"role": "krops.platform.teardown"}]}])
+        rc, out, err = ansible_playbook(play(kind_api, docker, tmp_path), "--check")
+        assert rc == 0, (_failed(out), err)
+        assert sorted(docker.containers) == sorted(DECOYS + ["krops-registry", "local-management-control-plane-abc",
+                                                             "local-management-lb", "local-workload-lb"])
+        assert not [c for c in docker.calls if c[0] == "DELETE"]
+        assert len(kind_api.list(*CLUSTER)) == 3
+        rc, out, err = ansible_playbook(play(kind_api, docker, tmp_path))
     finally:
         capi.stop()
         docker.stop()
     assert rc == 0, (_failed(out), err)
     results = task_results(out)
-    assert results["krops.platform.teardown : Show the teardown plan"]["msg"][1:] == [
+    assert results[R + "Show the teardown plan"]["msg"][1:] == [
         "1. suspend every Flux Kustomization and Flux Operator object on the kind cluster",
         "2. delete the workload Clusters local-workload through the provider and wait (300s)",
-        "3. delete the kind cluster mgmt (the controller host)",
-        "4. remove the management cluster's containers (names starting with local-management)",
-        "5. remove the kind Docker network kind when only krops containers use it",
-        "6. remove the registry container krops-registry"]
-    # Flux suspended before the workload Cluster was deleted; the management Cluster was never deleted.
-    assert sorted(capi.suspended_before_delete["local-workload"]) == ["flux-system", "local-workload"]
-    assert "local-management" not in capi.suspended_before_delete
-    assert [c["metadata"]["name"] for c in kind_api.list(*CLUSTER)] == ["local-management"]
+        "3. delete the kind cluster mgmt (the controller host; marker kube-system/krops-bootstrap: environment "
+        "local-host, kind cluster mgmt)",
+        "4. remove the Docker containers labelled io.x-k8s.kind.cluster=local-management|local-workload and their "
+        "anonymous volumes",
+        "5. remove the registry container krops-registry (exact name from bootstrap.toml)"]
+    assert results[R + "Show what the teardown leaves"]["msg"] == [
+        "Docker network kind: kind creates it without a label for every kind cluster on the host and never deletes "
+        "it; nothing proves krops owns it"]
+    # only the named workload Cluster went; the management Cluster and the lookalike stay
+    assert sorted(c["metadata"]["name"] for c in kind_api.list(*CLUSTER)) == ["local-management", "local-management-2"]
     assert all(k["spec"]["suspend"] for k in kind_api.list(*KS))
-    # kind went first, then the management containers, the network, the registry last
-    writes = [(m, p, kind_gone) for m, p, kind_gone in docker.calls if m in ("DELETE", "POST") and "/wait" not in p
-              and "/kill" not in p and "/stop" not in p]
-    ids = {c: "%064x" % i for i, c in enumerate(["local-management-control-plane-abc", "local-management-lb",
-                                                 "krops-registry", "my-postgres", "local-workload-lb"], 1)}
+    assert [c["argv"][:4] for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]] == [
+        ["delete", "cluster", "--name", "mgmt"]]
+    # every decoy survives; the labelled containers went with their anonymous volumes, other volumes stay
+    assert sorted(docker.containers) == sorted(DECOYS)
+    assert not mine & set(docker.volumes)
+    assert anonymous - mine <= set(docker.volumes) and "pgdata" in docker.volumes
+    assert "kind" in docker.networks
+    # the containers were chosen through the API's exact label filter (JSON), never a name filter
+    listings = [q for m, p, q in docker.calls if p == "/containers/json" and "filters" in q]
+    assert listings and all('"name"' not in q["filters"][0] for q in listings)
+    assert {q["filters"][0] for q in listings} == {'{"label": ["io.x-k8s.kind.cluster=local-management"]}',
+                                                   '{"label": ["io.x-k8s.kind.cluster=local-workload"]}'}
+    deletes = [q for m, p, q in docker.calls if m == "DELETE" and p.startswith("/containers/")]
+    assert deletes and all(q.get("v") in (["1"], ["true"], ["True"]) for q in deletes), deletes
 
-    def names(path):
-        for name, cid in ids.items():
-            path = path.replace(cid, name)
-        return path
 
-    assert [(m, names(p)) for m, p, dummy in writes] == [
-        ("DELETE", "/containers/local-management-control-plane-abc"),
-        ("DELETE", "/containers/local-management-lb"),
-        ("POST", "/networks/kind/disconnect"),
-        ("DELETE", "/networks/kind"),
-        ("DELETE", "/containers/krops-registry")]
-    assert all(kind_gone for dummy, dummy2, kind_gone in writes)
-    assert sorted(docker.containers) == ["my-postgres"]
-    assert not docker.networks
+@pytest.mark.parametrize("marker, reason", [
+    (None, "no ConfigMap kube-system/krops-bootstrap on the kind cluster: krops did not create it (or it predates "
+           "the marker)"),
+    (("local-talos", "mgmt"), "ConfigMap kube-system/krops-bootstrap names environment 'local-talos', not "
+                              "'local-host'"),
+    (("local-host", "other"), "ConfigMap kube-system/krops-bootstrap names kind cluster 'other', not 'mgmt'"),
+])
+def test_a_kind_cluster_without_krops_marker_is_never_deleted(kind_api, fake_bins, ansible_playbook, tmp_path,
+                                                               marker, reason):
+    docker = world(kind_api, fake_bins, marker)
+    capi = FakeCapi(kind_api)
+    try:
+        rc, out, err = ansible_playbook(play(kind_api, docker, tmp_path))
+    finally:
+        capi.stop()
+        docker.stop()
+    assert rc == 0, (_failed(out), err)
+    assert "kind cluster mgmt: %s" % reason in task_results(out)[R + "Show what the teardown leaves"]["msg"]
+    assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
+    assert sorted(docker.containers) == sorted(DECOYS)
+
+
+def test_no_host_answers_kind_is_not_deleted_and_labelled_containers_still_go(kind_api, fake_bins, ansible_playbook,
+                                                                              tmp_path):
+    docker = world(kind_api, fake_bins)
+    try:
+        rc, out, err = ansible_playbook(play(kind_api, docker, tmp_path,
+                                             teardown_kind_kubeconfig=str(tmp_path / "gone.yaml")))
+    finally:
+        docker.stop()
+    assert rc == 0, (_failed(out), err)
+    assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
+    assert "kind cluster mgmt: the kind cluster did not answer, so nothing proves krops created it" in (
+        task_results(out)[R + "Show what the teardown leaves"]["msg"])
+    assert sorted(docker.containers) == sorted(DECOYS)  # labelled for the named clusters: gone anyway
+
+
+def test_the_docker_double_rejects_what_the_engine_rejects():
+    from tests.substrate.docker_double import ApiError
+
+    docker = DockerDouble()
+    try:
+        docker.add_container("c", {KIND: "x"}, volumes=["named"], anonymous_volumes=1)
+        for query in ({"filters": ["label=x"]}, {"filters": ['{"labels": ["x"]}']}, {"filters": ['{"label": "x"}']}):
+            with pytest.raises(ApiError) as caught:
+                docker.handle("GET", "/containers/json", query, b"")
+            assert caught.value.status == 400 and "invalid filter" in caught.value.message
+        listed = docker.handle("GET", "/containers/json", {"filters": ['{"label": ["%s=x"]}' % KIND]}, b"")[1]
+        assert [c["Names"] for c in listed] == [["/c"]]
+        assert docker.handle("GET", "/containers/json", {"filters": ['{"label": ["%s=x-2"]}' % KIND]}, b"")[1] == []
+        assert docker.handle("GET", "/containers/json", {"filters": ['{"label": {"%s": true}}' % KIND]}, b"")[1]
+        assert docker.handle("DELETE", "/volumes/named", {}, b"")[0] == 409
+        assert docker.handle("DELETE", "/containers/c", {}, b"")[0] == 409  # running, no force
+        assert docker.handle("DELETE", "/containers/c", {"force": ["1"], "v": ["1"]}, b"")[0] == 204
+        assert list(docker.volumes) == ["named"]  # the anonymous volume went, the named one stays
+        assert docker.handle("DELETE", "/volumes/named", {}, b"")[0] == 204
+        assert docker.handle("DELETE", "/volumes/named", {}, b"")[0] == 404
+    finally:
+        docker.stop()
+
+
+def test_kubeconfig_cleanup_keeps_other_contexts_and_deletes_only_an_empty_file(tmp_path, run_module):
+    from ansible_collections.krops.platform.plugins.modules import teardown_host
+
+    path = tmp_path / "config"
+    doc = {"apiVersion": "v1", "kind": "Config", "current-context": "krops-mgmt",
+           "clusters": [{"name": "krops-mgmt", "cluster": {"server": "https://1"}},
+                        {"name": "work", "cluster": {"server": "https://2"}}],
+           "users": [{"name": "krops-mgmt-admin", "user": {"token": "a"}}, {"name": "me", "user": {"token": "b"}}],
+           "contexts": [{"name": "krops-mgmt", "context": {"cluster": "krops-mgmt", "user": "krops-mgmt-admin"}},
+                        {"name": "work", "context": {"cluster": "work", "user": "me"}}]}
+    path.write_text(yaml.safe_dump(doc))
+    args = {"config_file": str(REPO / "bootstrap.toml"), "environment": "aws", "cleanup_kubeconfig": str(path)}
+    planned = run_module(teardown_host, args, check_mode=True)
+    assert planned["changed"] is True and yaml.safe_load(path.read_text()) == doc
+    result = run_module(teardown_host, args)
+    assert result["removed"] == {"contexts": ["krops-mgmt"], "clusters": ["krops-mgmt"], "users": ["krops-mgmt-admin"]}
+    assert result["file_removed"] is False
+    left = yaml.safe_load(path.read_text())
+    assert [c["name"] for c in left["contexts"]] == ["work"] and [c["name"] for c in left["clusters"]] == ["work"]
+    assert [u["name"] for u in left["users"]] == ["me"]
+    again = run_module(teardown_host, args)
+    assert again["changed"] is False and path.exists()
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "contexts": [doc["contexts"][0]],
+                                    "clusters": [doc["clusters"][0]], "users": [doc["users"][0]]}))
+    result = run_module(teardown_host, args)
+    assert result["file_removed"] is True and not path.exists()
 
 
 def _failed(out):

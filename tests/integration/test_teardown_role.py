@@ -9,6 +9,7 @@ import pytest
 
 from tests.integration.test_tinkerbell_release import CLUSTER, HW, KS, OWNER, FakeCapt, cluster, hardware, ns
 from tests.substrate.fixtures import REPO, task_results
+from tests.substrate.krops_marks import make_kind_marker
 
 pytestmark = pytest.mark.slow
 R = "krops.platform.teardown : "
@@ -31,6 +32,8 @@ def test_local_talos_teardown_check_mode_prints_the_plan_and_deletes_nothing(kin
                      "spec": {"interval": "10m", "path": "./c", "prune": True,
                               "sourceRef": {"kind": "GitRepository", "name": "flux-system"}}})
     cluster(kind_api, "local-talos-management")
+    cluster(kind_api, "other-env-workload")  # not named for local-talos: never deleted
+    make_kind_marker(kind_api, "local-talos")
     hardware(kind_api, "node-1", owner="local-talos-management-cp-1", finalizers=["infrastructure.cluster.x-k8s.io/tinkerbellmachine"])
     fake_bins.answer("kind", "get clusters", stdout="mgmt\n")
     fake_bins.answer("kind", "version", stdout="kind v0.27.0 go1.23 linux/amd64\n")
@@ -42,11 +45,13 @@ def test_local_talos_teardown_check_mode_prints_the_plan_and_deletes_nothing(kin
         plan = results[R + "Show the teardown plan"]["msg"]
         assert plan == ["Teardown of local-talos on the kind cluster (context kind-mgmt) [check mode: nothing is deleted]",
                         "1. suspend every Flux Kustomization and Flux Operator object on the kind cluster",
-                        "2. delete every Cluster so CAPT returns the Hardware to the Tinkerbell pool; wait until no "
-                        "Hardware carries ownership marks",
-                        "3. delete the kind cluster mgmt (the controller host)"]
+                        "2. delete the Clusters local-talos-management named by bootstrap.toml so CAPT returns their "
+                        "Hardware to the Tinkerbell pool; wait until no Hardware carries ownership marks",
+                        "3. delete the kind cluster mgmt (the controller host; marker kube-system/krops-bootstrap: "
+                        "environment local-talos, kind cluster mgmt)"]
         assert "tinkerbell/node-1: would-release" in results[R + "Report per Hardware"]["msg"]
         assert kind_api.exists(*CLUSTER, "local-talos-management", "default")
+        assert kind_api.exists(*CLUSTER, "other-env-workload", "default")
         assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
         assert not capt.order
         assert "suspend" not in kind_api.get(*KS, "clusters", "flux-system")["spec"]

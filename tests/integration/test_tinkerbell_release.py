@@ -79,7 +79,7 @@ class FakeCapt:
 
 def args(api, **extra):
     base = {"kubeconfig": api.kubeconfig_path, "context": "kind-mgmt", "hardware_namespace": "tinkerbell",
-            "wait_timeout": 10}
+            "wait_timeout": 10, "clusters": ["talos-workload", "w", "local-talos-management"]}
     base.update(extra)
     return base
 
@@ -167,6 +167,31 @@ def test_hardware_still_owned_by_a_live_machine_times_out_and_reports(kind_api, 
                                                  "v1alpha1.tinkerbell.org/ownerNamespace=default, finalizer %s" % FINALIZER}]
     # the marks of a live owner were not removed by the module
     assert kind_api.get(*HW, "busy", "tinkerbell")["metadata"]["labels"][OWNER] == "w-md-zzz"
+
+
+def test_only_the_named_clusters_are_deleted_and_other_clusters_hardware_is_kept(kind_api, run_module):
+    """local-talos teardown once deleted every Cluster in the namespace, other environments' included."""
+    cluster(kind_api, "w")
+    cluster(kind_api, "other-env-workload")
+    cluster(kind_api, "w-2")  # shares a prefix with a named Cluster
+    hardware(kind_api, "w-node", owner="w-cp-x2", finalizers=[FINALIZER])
+    hardware(kind_api, "other-node", owner="other-env-workload-cp-1", finalizers=[FINALIZER],
+             extra_labels={"v1alpha1.tinkerbell.org/clusterName": "other-env-workload",
+                           "v1alpha1.tinkerbell.org/clusterNamespace": "default"})
+    capt = FakeCapt(kind_api)
+    try:
+        planned = run_module(tinkerbell_release, args(kind_api, clusters=["w"]), check_mode=True)
+        assert [p for p in planned["plan"] if p.startswith("delete Cluster")] == [
+            "delete Cluster default/w and wait until it is gone"]
+        result = run_module(tinkerbell_release, args(kind_api, clusters=["w"]))
+    finally:
+        capt.stop()
+    assert not result.failed, result
+    assert result["clusters_deleted"] == ["w"]
+    assert sorted(c["metadata"]["name"] for c in kind_api.list(*CLUSTER)) == ["other-env-workload", "w-2"]
+    assert {h["name"]: h["outcome"] for h in result["hardware"]} == {
+        "tinkerbell/w-node": "released", "tinkerbell/other-node": "kept"}
+    assert kind_api.get(*HW, "other-node", "tinkerbell")["metadata"]["labels"][OWNER] == "other-env-workload-cp-1"
 
 
 def test_unknown_hardware_listing_aborts_before_any_deletion(kind_api, run_module):

@@ -1,0 +1,230 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""krops' one ownership model: what a teardown may delete, for every cloud, Docker, Kubernetes and files.
+
+A resource is krops' only when krops can prove it (docs/ownership.md):
+
+- AWS: an ownership tag for the exact name of one of the environment's clusters (CAPA's
+  ``sigs.k8s.io/cluster-api-provider-aws/cluster/<name>=owned``, the cloud provider's
+  ``kubernetes.io/cluster/<name>=owned``; <name> is the CAPI cluster name or its EKS cluster
+  name, CAPA tags with both), the krops tag ``krops.io/environment=<env>``, or an exact name
+  from bootstrap.toml. A resource tagged ``krops.io/environment`` for another environment is
+  never ours, whatever else it carries. A shared name prefix only makes a *candidate* to report.
+- Docker: the label kind and CAPD put on every node and load-balancer container
+  (``io.x-k8s.kind.cluster=<exact cluster name>``); never a name pattern.
+- kind: the marker ConfigMap ``kube-system/krops-bootstrap`` with the matching environment
+  and kind-cluster name.
+- Kubernetes: the Cluster names bootstrap.toml gives the environment.
+- Azure tags / GCP labels: ``krops-environment=<env>``, or exact bootstrap.toml names.
+- Kubeconfig files: only the context, cluster and user entries krops wrote.
+
+Every teardown path and the orphan report decide through this module. Plain Python, no Ansible.
+"""
+
+from __future__ import annotations
+
+import copy
+
+# --- one outcome vocabulary for every teardown's items ({type, id, name/cluster, reason, outcome}) ---------
+PLANNED = "planned"  # check mode: would be deleted
+UNDELETABLE = "undeletable"  # owned, but krops cannot delete its type (fails the real run)
+DELETED = "deleted"
+ABSENT = "absent"  # already gone
+FAILED = "failed"  # the delete failed or did not finish in time; the reason says which
+KEPT = "kept"  # owned, left on purpose (the reason says why)
+LEFT = "left"  # owned and still present after the run: a leftover
+CANDIDATE = "candidate"  # resembles krops' by name only; never deleted
+OUTCOMES = (PLANNED, UNDELETABLE, DELETED, ABSENT, FAILED, KEPT, LEFT, CANDIDATE)
+
+# --- marks --------------------------------------------------------------------------------
+
+OWNED = "owned"
+CAPA_TAG_PREFIX = "sigs.k8s.io/cluster-api-provider-aws/cluster/"  # CAPA api/v1beta1/tags.go ClusterTagKey
+CLOUD_PROVIDER_TAG_PREFIX = "kubernetes.io/cluster/"  # CAPA api/v1beta1/tags.go ClusterAWSCloudProviderTagKey
+KROPS_ENV_TAG = "krops.io/environment"  # CONTRACTS.md: on every resource a tree declares
+CLOUD_ENV_LABEL = "krops-environment"  # Azure tags and GCP labels allow no "/"
+
+# kind (pkg/cluster/internal/providers/docker/constants.go) and CAPD
+# (test/infrastructure/docker/internal/docker/util.go) label every container with the cluster name.
+KIND_CLUSTER_LABEL = "io.x-k8s.kind.cluster"
+KIND_ROLE_LABEL = "io.x-k8s.kind.role"
+
+MARKER_NAMESPACE = "kube-system"
+MARKER_NAME = "krops-bootstrap"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "krops"
+
+
+def tags_to_dict(tags):
+    """AWS tag lists ([{Key, Value}] or [{key, value}]) or dicts -> dict."""
+    if isinstance(tags, dict):
+        return dict(tags)
+    result = {}
+    for tag in tags or []:
+        key = tag.get("Key", tag.get("key"))
+        if key is not None:
+            result[key] = tag.get("Value", tag.get("value", ""))
+    return result
+
+
+def aws_owner_keys(name):
+    """The two tag keys that, valued ``owned``, mark a resource as owned by cluster ``name``."""
+    return [CAPA_TAG_PREFIX + name, CLOUD_PROVIDER_TAG_PREFIX + name]
+
+
+class AwsOwnership:
+    """Decides AWS ownership for one environment.
+
+    ``clusters`` maps each cluster of the environment to the exact names it is tagged with
+    (its CAPI cluster name and its EKS cluster name).
+    """
+
+    def __init__(self, environment, clusters, environment_tag_owns=True):
+        self.environment = environment
+        # False when a sweep covers only part of the environment: the krops tag then proves nothing about
+        # which part a resource belongs to, so only the cluster tags decide (the tag still rules out others).
+        self.environment_tag_owns = environment_tag_owns
+        self.clusters = {cluster: [n for n in dict.fromkeys([cluster] + list(names or [])) if n]
+                         for cluster, names in clusters.items()}
+
+    def keys(self):
+        """Every (tag key, value, cluster) that proves ownership, the krops environment tag last."""
+        found = []
+        for cluster, names in self.clusters.items():
+            for name in names:
+                found += [(key, OWNED, cluster) for key in aws_owner_keys(name)]
+        if self.environment and self.environment_tag_owns:
+            found.append((KROPS_ENV_TAG, self.environment, ""))
+        return found
+
+    def owner(self, tags):
+        """(cluster, reason) when the tags prove ownership ("" cluster: owned by the environment tag), else None."""
+        tags = tags_to_dict(tags)
+        other = tags.get(KROPS_ENV_TAG)
+        if self.environment and other is not None and other != self.environment:
+            return None  # declared by another environment: never ours
+        for key, value, cluster in self.keys():
+            if tags.get(key) == value:
+                return cluster, "tag %s=%s" % (key, value)
+        return None
+
+    def candidate(self, name):
+        """The cluster a resource *name* merely resembles (prefix or substring), for reports only; else None."""
+        for cluster, names in self.clusters.items():
+            if any(n and n in (name or "") for n in names):
+                return cluster
+        return None
+
+
+def aws_account_global(cfg, environment, kind, name):
+    """Other environments of bootstrap.toml that name account-global resource ``name`` (kind: 'iam-user' or
+    'cloudformation-stack'). An environment names a global resource through its own teardown table or,
+    when it sets none, through the top-level [teardown] defaults."""
+    others = []
+    for env_name in cfg.environment_names:
+        if env_name == environment:
+            continue
+        env = cfg.environment(env_name)
+        if env.get("kind") != "aws":
+            continue
+        if name in effective_globals(cfg.data, env_name)[kind]:
+            others.append(env_name)
+    return others
+
+
+def effective_globals(data, environment):
+    """{'iam-user': [...], 'cloudformation-stack': [...]} an environment names (own table, else [teardown])."""
+    top = data.get("teardown") or {}
+    own = (data["environments"][environment].get("teardown") or {})
+    users = own.get("global-iam-users")
+    stack = own.get("cfn-stack-name")
+    users = top.get("global-iam-users") or [] if users is None else users
+    stack = top.get("cfn-stack-name") or "" if stack is None else stack
+    return {"iam-user": list(users), "cloudformation-stack": [stack] if stack else []}
+
+
+# --- Docker and kind ----------------------------------------------------------------------
+
+def docker_label_filter(cluster):
+    """The Docker Engine API label filter (exact key=value) selecting the containers of kind/CAPD cluster ``cluster``."""
+    return "%s=%s" % (KIND_CLUSTER_LABEL, cluster)
+
+
+def docker_owned(labels, clusters):
+    """The cluster of ``clusters`` a container/volume/network belongs to by its kind/CAPD label, else None."""
+    value = (labels or {}).get(KIND_CLUSTER_LABEL)
+    return value if value in clusters else None
+
+
+def kind_marker_verdict(configmap, environment, kind_cluster):
+    """(True, why) when the marker ConfigMap proves krops created kind cluster ``kind_cluster`` for ``environment``."""
+    if not configmap:
+        return False, ("no ConfigMap %s/%s on the kind cluster: krops did not create it (or it predates the marker)"
+                       % (MARKER_NAMESPACE, MARKER_NAME))
+    meta = configmap.get("metadata") or {}
+    data = configmap.get("data") or {}
+    if (meta.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+        return False, "ConfigMap %s/%s lacks the label %s=%s" % (MARKER_NAMESPACE, MARKER_NAME, MANAGED_BY_LABEL,
+                                                                 MANAGED_BY_VALUE)
+    if data.get("environment") != environment:
+        return False, "ConfigMap %s/%s names environment %r, not %r" % (MARKER_NAMESPACE, MARKER_NAME,
+                                                                       data.get("environment"), environment)
+    if data.get("kind-cluster") != kind_cluster:
+        return False, "ConfigMap %s/%s names kind cluster %r, not %r" % (MARKER_NAMESPACE, MARKER_NAME,
+                                                                        data.get("kind-cluster"), kind_cluster)
+    return True, "marker %s/%s: environment %s, kind cluster %s" % (MARKER_NAMESPACE, MARKER_NAME, environment,
+                                                                    kind_cluster)
+
+
+# --- Kubernetes ---------------------------------------------------------------------------
+
+def owned_cluster_names(env, pivoted):
+    """The Cluster objects bootstrap.toml names for an environment that a teardown may delete.
+
+    The workloads (teardown.capi-workloads); the management Cluster only while it still lives on
+    the kind cluster (before the pivot), where it is a workload of the bootstrap cluster.
+    """
+    names = list((env.get("teardown") or {}).get("capi-workloads") or [])
+    if not pivoted and env["mgmt-cluster"] not in names:
+        names.append(env["mgmt-cluster"])
+    return names
+
+
+# --- Azure and GCP ------------------------------------------------------------------------
+
+def cloud_label_verdict(labels, environment):
+    """'owned', 'other' (labelled for another environment) or 'unlabelled'."""
+    value = (labels or {}).get(CLOUD_ENV_LABEL)
+    if value is None:
+        return "unlabelled"
+    return "owned" if value == environment else "other"
+
+
+# --- kubeconfig files ---------------------------------------------------------------------
+
+def kubeconfig_without(doc, context):
+    """(remaining kubeconfig or None when nothing else is left, removed entries) after removing krops' entries.
+
+    krops' entries are ``context`` and the cluster and user it references, each only when no other
+    context references it.
+    """
+    doc = copy.deepcopy(doc or {})
+    contexts = doc.get("contexts") or []
+    mine = [c for c in contexts if c.get("name") == context]
+    removed = {"contexts": [], "clusters": [], "users": []}
+    if mine:
+        ref = (mine[0].get("context") or {})
+        rest = [c for c in contexts if c.get("name") != context]
+        doc["contexts"] = rest
+        removed["contexts"].append(context)
+        for field, key in (("clusters", "cluster"), ("users", "user")):
+            name = ref.get(key)
+            if name and not any((c.get("context") or {}).get(key) == name for c in rest):
+                before = doc.get(field) or []
+                doc[field] = [e for e in before if e.get("name") != name]
+                if len(doc[field]) != len(before):
+                    removed[field].append(name)
+        if doc.get("current-context") == context:
+            doc["current-context"] = ""
+    left = any(doc.get(field) for field in ("contexts", "clusters", "users"))
+    return (doc if left else None), removed

@@ -1,0 +1,140 @@
+"""An HTTP proxy in front of moto that adds per-call latency and holds slow deletions in a deleting state.
+
+moto deletes at once (and answers EKS deletes with ACTIVE), which hides what a sweep's ordering and
+waiting cost against AWS. This proxy forwards every request to moto after ``latency`` seconds; a
+delete of a slow type (EKS node group, EKS cluster, RDS instance, NAT gateway) is answered at once
+with the deleting state and replayed to moto only after its hold, so until then describe calls show
+the resource still there, as AWS does while it deletes.
+
+Holds (real durations, divided by ``scale``): EKS managed node group 10 min (cloud-nuke issue #339:
+"EKS ASG's can take upwards of 10 minutes to delete"; the EKS user guide gives a 5 min drain timeout
+per node), EKS cluster 12 min (astronomer-providers PR #1168: ``eksctl delete cluster`` with node
+groups outgrew eksctl's 25 min default), RDS instance 10 min (cloud-nuke issue #964: the
+DBInstanceDeleted waiter ran out within a 22 min run), NAT gateway 4 min (cluster-api-provider-aws
+issue #1328: "over 4 minutes just to release the EIP" behind the NAT gateway).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
+
+MINUTE = 60.0
+HOLDS = {"eks-nodegroup": 10 * MINUTE, "eks-cluster": 12 * MINUTE, "rds-instance": 10 * MINUTE,
+         "nat-gateway": 4 * MINUTE}
+
+
+def classify(method, path, body):
+    """(slow type, fake response body, content type) for a delete the proxy holds, else None."""
+    match = re.match(r"^/clusters/([^/]+)/node-groups/([^/?]+)$", path)
+    if method == "DELETE" and match:
+        return ("eks-nodegroup", '{"nodegroup": {"nodegroupName": "%s", "clusterName": "%s", "status": "DELETING"}}'
+                % (match.group(2), match.group(1)), "application/json")
+    match = re.match(r"^/clusters/([^/?]+)$", path)
+    if method == "DELETE" and match:
+        return ("eks-cluster", '{"cluster": {"name": "%s", "status": "DELETING"}}' % match.group(1),
+                "application/json")
+    if method == "POST" and body:
+        form = parse_qs(body.decode("utf-8", "replace"))
+        action = (form.get("Action") or [""])[0]
+        if action == "DeleteDBInstance":
+            ident = form.get("DBInstanceIdentifier", [""])[0]
+            return ("rds-instance", "<DeleteDBInstanceResponse><DeleteDBInstanceResult><DBInstance>"
+                    "<DBInstanceIdentifier>%s</DBInstanceIdentifier><DBInstanceStatus>deleting</DBInstanceStatus>"
+                    "</DBInstance></DeleteDBInstanceResult></DeleteDBInstanceResponse>" % ident, "text/xml")
+        if action == "DeleteNatGateway":
+            ident = form.get("NatGatewayId", [""])[0]
+            return ("nat-gateway", '<DeleteNatGatewayResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+                    "<requestId>held</requestId><natGatewayId>%s</natGatewayId></DeleteNatGatewayResponse>" % ident,
+                    "text/xml")
+    return None
+
+
+class LatencyProxy:
+    def __init__(self, upstream, latency=0.0, scale=100.0, holds=None):
+        self.upstream = upstream.rstrip("/")
+        self.latency = latency
+        self.holds = {k: v / scale for k, v in (holds or HOLDS).items()}
+        self.calls = 0
+        self.held = []  # (type, started, released)
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                return
+
+            def _do(self):
+                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                    body = b""
+                    while True:  # botocore streams some bodies (S3 DeleteObjects) chunked
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if not size:
+                            self.rfile.readline()
+                            break
+                        body += self.rfile.read(size)
+                        self.rfile.readline()
+                else:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    body = self.rfile.read(length) if length else b""
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "content-length", "connection", "transfer-encoding", "expect")}
+                with proxy._lock:
+                    proxy.calls += 1
+                if proxy.latency:
+                    time.sleep(proxy.latency)
+                held = classify(self.command, self.path.split("?")[0], body)
+                if held is not None:
+                    rtype, fake, ctype = held
+                    proxy._hold(rtype, self.command, self.path, headers, body)
+                    status, data, answer = 200, fake.encode(), [("Content-Type", ctype)]
+                else:
+                    status, data, answer = proxy._forward(self.command, self.path, headers, body)
+                self.send_response(status)
+                for key, value in answer:
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "date", "server"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = do_PUT = do_HEAD = _do  # noqa: N815
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+
+    def _forward(self, method, path, headers, body):
+        headers = dict(headers)
+        if body and not any(k.lower() == "content-type" for k in headers):
+            # urllib would add a form content type, and moto's server would then parse the body away
+            headers["Content-Type"] = "binary/octet-stream"
+        request = urllib.request.Request(self.upstream + path, data=body or None, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                return resp.status, resp.read(), list(resp.headers.items())
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read(), list(exc.headers.items())
+
+    def _hold(self, rtype, method, path, headers, body):
+        started = time.monotonic()
+
+        def release():
+            self._forward(method, path, headers, body)
+            with self._lock:
+                self.held.append((rtype, started, time.monotonic()))
+
+        timer = threading.Timer(self.holds[rtype], release)
+        timer.daemon = True
+        timer.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,108 @@
+"""Benchmark: the sweep against the critical path, with realistic (scaled-down) deletion times and per-call latency.
+
+moto sits behind tests/benchmarks/aws_latency_proxy.py, which adds a round trip to every call and holds
+EKS node group, EKS cluster, RDS instance and NAT gateway deletions in a deleting state (durations and
+their sources in that file, divided by --scale; the sweep's poll intervals are divided by the same
+factor). One run prints:
+
+- the sweep's wall time and API calls per resource;
+- the reference's sequential order: each cluster's node groups, EKS cluster, RDS instance and NAT
+  gateway one after another (the holds summed) on top of the same sweep's calls;
+- the critical path: per region the longest chain of holds (node groups then EKS; RDS; NAT), regions
+  in parallel, on top of the calls (measured with the holds off).
+
+Targets (issue 9): wall time within 15 % of the critical path, at most 3 calls per resource.
+
+    .venv/bin/python tests/benchmarks/aws_sweep_critical_path_bench.py [--latency-ms 20] [--scale 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [REPO, os.path.join(REPO, ".collections"), os.path.join(REPO, "tests", "integration"), HERE]
+
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep  # noqa: E402
+from aws_latency_proxy import HOLDS, LatencyProxy  # noqa: E402
+from aws_sweep_bench import reset, start_moto  # noqa: E402
+from test_aws_sweep_world import BOOTSTRAP_TOML, CLUSTERS, seed_world  # noqa: E402
+
+
+def sweep(url, toml, proxy):
+    params = {"config_file": toml, "environment": "aws", "endpoint_url": proxy.url, "access_key": "bench",
+              "secret_key": "bench", "wait_timeout": 600}
+    reset(url)
+    owned = seed_world(url)[0]
+    calls_before = proxy.calls
+    started = time.monotonic()
+    result = aws_sweep.run(params)
+    wall = time.monotonic() - started
+    deleted = [r for r in result["results"] if r["outcome"] == "deleted"]
+    if result["failed"] or len(deleted) != len(owned):
+        raise SystemExit("the sweep did not delete the world: %s" % result["msg"])
+    top = sorted(result["api_calls_by_operation"].items(), key=lambda kv: -kv[1])[:12]
+    sweep.last_top = top
+    return wall, proxy.calls - calls_before, len(deleted)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="round trip added to every call")
+    parser.add_argument("--scale", type=float, default=100.0, help="real deletion times are divided by this")
+    args = parser.parse_args()
+    os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
+    aws_sweep.POLL_FIRST, aws_sweep.POLL_MAX = aws_sweep.POLL_FIRST / args.scale * 10, aws_sweep.POLL_MAX / args.scale
+    aws_sweep.EXPECTED_SCALE = 1.0 / args.scale
+    proc, url = start_moto()
+    holds = {k: v / args.scale for k, v in HOLDS.items()}
+    try:
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as handle:
+            handle.write(BOOTSTRAP_TOML)
+        latency = args.latency_ms / 1000.0
+        calls_only = LatencyProxy(url, latency=latency, scale=1e9)  # holds of about zero: the calls alone
+        aws_sweep.EXPECTED_SCALE = 0.0  # and no quiet time before the first poll
+        sweep(url, handle.name, calls_only)  # warm-up (service models load once per process)
+        base, dummy, dummy2 = sweep(url, handle.name, calls_only)
+        calls_only.stop()
+        aws_sweep.EXPECTED_SCALE = 1.0 / args.scale
+        proxy = LatencyProxy(url, latency=latency, scale=args.scale)
+        wall, calls, resources = sweep(url, handle.name, proxy)
+        proxy.stop()
+
+        # the reference: per cluster node groups, EKS, RDS, NAT gateway one after another
+        reference = base + sum(holds["eks-nodegroup"] + holds["eks-cluster"] + holds["nat-gateway"]
+                               + (holds["rds-instance"] if rds else 0) for dummy3, dummy4, dummy5, rds, dummy6 in CLUSTERS)
+        # critical path: regions in parallel; per region the longest chain of holds
+        per_region = {}
+        for dummy3, region, dummy4, rds, dummy5 in CLUSTERS:
+            chains = [holds["eks-nodegroup"] + holds["eks-cluster"], holds["nat-gateway"]]
+            if rds:
+                chains.append(holds["rds-instance"])
+            per_region[region] = max([per_region.get(region, 0)] + chains)
+        critical = base + max(per_region.values())
+        print("aws_orphan_sweep on moto behind a proxy: %.0f ms per call, deletions held 1/%g of real time"
+              % (args.latency_ms, args.scale))
+        print("  holds (s): %s" % ", ".join("%s %.1f" % kv for kv in sorted(holds.items())))
+        print("  %-34s %8.2f s" % ("sweep wall time", wall))
+        print("  %-34s %8.2f s" % ("reference sequential order", reference))
+        print("  %-34s %8.2f s  (calls alone %.2f s + longest chain %.2f s)" % (
+            "critical path", critical, base, max(per_region.values())))
+        print("  %-34s %8.1f %%  (target <= 15 %%)" % ("over the critical path", (wall / critical - 1) * 100))
+        print("  %-34s %8.2f      (%d calls, %d resources; target <= 3)" % (
+            "calls per resource", calls / float(resources), calls, resources))
+        print("  busiest operations: %s" % ", ".join("%s %d" % kv for kv in sweep.last_top))
+        os.unlink(handle.name)
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(10)
+        aws.CLIENT_HOOKS[:] = []
+
+
+if __name__ == "__main__":
+    main()
