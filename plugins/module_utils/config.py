@@ -573,7 +573,7 @@ def _check_environment(env, ctx, key, data):
             ctx.fail(_join(key, "mgmt-region"), "the %s region of the management cluster such as %s (the key is "
                      "required for %s)" % (platform, profile.region_example, platform))
         if len(region) > 64 or not profile.region_pattern.match(region):
-            ctx.fail(_join(key, "mgmt-region"), "a %s region name such as %s" % (platform, profile.region_example), region)
+            ctx.fail(_join(key, "mgmt-region"), "a region name of the %s platform such as %s" % (platform, profile.region_example), region)
     elif region:
         ctx.fail(_join(key, "mgmt-region"), "no mgmt-region (a %s environment has no cloud region)" % platform, region)
     hook = env["post-kind-create-hook"]

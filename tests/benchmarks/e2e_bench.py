@@ -2,7 +2,7 @@
 
 The world is tests/substrate's (strict API emulator, the real docker-registry, emulated Flux and CAPI
 in a background thread, the helm stand-in); the run is a real ansible-playbook of the real modules
-(oci_artifact_push, flux_handoff) against it, as molecule/emulated runs it. Prints the time of each
+(oci_artifact_push, flux_handoff) against it, as extensions/molecule/emulated runs it. Prints the time of each
 phase and checks changed=0 on the re-run. Targets (issue 15): whole cycle under 60 s, re-run under 30 s.
 The kind creation, pivot and teardown phases are not emulated yet and are reported as such.
 

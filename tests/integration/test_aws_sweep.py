@@ -176,10 +176,10 @@ def test_the_management_region_comes_from_mgmt_region_whatever_the_order_of_the_
 
 
 def test_mgmt_region_is_required_and_checked_by_the_loader(run_module, moto, tmp_path):
-    for line, message in (("", "environments.aws.mgmt-region: expected an AWS region name such as eu-north-1 (the "
-                                "management cluster's region; required for kind aws)"),
-                          ('mgmt-region = "north"\n', "environments.aws.mgmt-region: expected an AWS region name such "
-                                                      "as eu-north-1, got 'north'")):
+    for line, message in (("", "environments.aws.mgmt-region: expected the aws region of the management cluster such "
+                                "as eu-north-1 (the key is required for aws)"),
+                          ('mgmt-region = "north"\n', "environments.aws.mgmt-region: expected a region name of the aws "
+                                                      "platform such as eu-north-1, got 'north'")):
         path = tmp_path / "bad.toml"
         path.write_text(BOOTSTRAP_TOML.replace('mgmt-region = "eu-north-1"\n', line))
         result = sweep(run_module, moto, str(path), check_mode=True)

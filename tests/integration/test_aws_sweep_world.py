@@ -48,7 +48,6 @@ BOOTSTRAP_TOML = textwrap.dedent("""\
     sync = "git"
     sync-path = "mgmt/aws"
     mgmt-cluster = "eu-north-1-management"
-    mgmt-region = "eu-north-1"
     mgmt-ready-timeout = "40m"
     infra-provider-namespace = "capa-system"
     infra-provider-name = "aws"

@@ -1,6 +1,6 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
-"""The emulated world as a long-running process, for Molecule (molecule/emulated) and the benchmark.
+"""The emulated world as a long-running process, for Molecule (extensions/molecule/emulated) and the benchmark.
 
     python -m tests.substrate.world_server STATE_DIR
 
