@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test setup sanity units integration lint yamllint ansible-lint shellcheck collection build importer ee-context bench clean
+.PHONY: test setup sanity units integration lint ruff yamllint ansible-lint shellcheck collection build importer ee-context bench clean
 
 test: setup sanity units integration lint importer
 	@echo "make test: all checks passed"
@@ -32,7 +32,7 @@ collection:
 	@mkdir -p $(COLLECTION)
 	@rsync -a --delete --delete-excluded --exclude .git --exclude .venv --exclude .collections --exclude 'build*' \
 	  --exclude /mgmt --exclude /workload --exclude /schemas --exclude /extensions --exclude /airgap --exclude /.github \
-	  --exclude tests/output --exclude .hypothesis --exclude '__pycache__' ./ $(COLLECTION)/
+	  --exclude tests/output --exclude .ruff_cache --exclude .hypothesis --exclude '__pycache__' ./ $(COLLECTION)/
 
 sanity: collection
 	cd $(COLLECTION) && PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --venv --python $(PYVER) --color no
@@ -45,7 +45,12 @@ integration:
 	$(BIN)/python -m pytest $(PYTEST_ARGS) | tee tests/output/pytest.log
 	@grep -E '^=+ .*(passed|failed).* =+$$' tests/output/pytest.log | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$$//' > tests/output/pytest-summary.txt
 
-lint: yamllint ansible-lint shellcheck
+lint: ruff yamllint ansible-lint shellcheck
+
+# The formatter and the linter, configured in ruff.toml; `ruff format .` fixes what the first reports.
+ruff:
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 
 shellcheck:
 	shellcheck scripts/*.sh .ci/run

@@ -45,25 +45,60 @@ def convert(objects, scm_url, ee_image, organization=None):
 
     host = objects["host"]
     data = {
-        "credential_types": [dict(
-            {k: ct[k] for k in ("name", "description", "kind", "inputs", "injectors")},
-            natural_key={"name": ct["name"], "kind": ct["kind"], "type": "credential_type"})
-            for ct in objects["credential_types"]],
-        "execution_environments": [{
-            "name": ee_key["name"], "description": objects["execution_environment"]["description"], "image": ee_image,
-            "pull": objects["execution_environment"]["pull"], "organization": org, "natural_key": ee_key}],
-        "projects": [{
-            "name": project["name"], "description": project["description"], "organization": org,
-            "scm_type": project["scm_type"], "scm_url": scm_url, "scm_branch": project["scm_branch"],
-            "scm_update_on_launch": project["scm_update_on_launch"], "default_environment": ee_key,
-            "natural_key": project_key}],
-        "inventory": [{
-            "name": inv["name"], "description": inv["description"], "organization": org,
-            "variables": yaml_text(inv["variables"]),
-            "related": {"hosts": [{
-                "name": host["name"], "variables": yaml_text(host["variables"]), "enabled": True,
-                "natural_key": {"name": host["name"], "inventory": inventory_key(inv["name"]), "type": "host"}}]},
-            "natural_key": inventory_key(inv["name"])} for inv in objects["inventories"]],
+        "credential_types": [
+            dict(
+                {k: ct[k] for k in ("name", "description", "kind", "inputs", "injectors")},
+                natural_key={"name": ct["name"], "kind": ct["kind"], "type": "credential_type"},
+            )
+            for ct in objects["credential_types"]
+        ],
+        "execution_environments": [
+            {
+                "name": ee_key["name"],
+                "description": objects["execution_environment"]["description"],
+                "image": ee_image,
+                "pull": objects["execution_environment"]["pull"],
+                "organization": org,
+                "natural_key": ee_key,
+            }
+        ],
+        "projects": [
+            {
+                "name": project["name"],
+                "description": project["description"],
+                "organization": org,
+                "scm_type": project["scm_type"],
+                "scm_url": scm_url,
+                "scm_branch": project["scm_branch"],
+                "scm_update_on_launch": project["scm_update_on_launch"],
+                "default_environment": ee_key,
+                "natural_key": project_key,
+            }
+        ],
+        "inventory": [
+            {
+                "name": inv["name"],
+                "description": inv["description"],
+                "organization": org,
+                "variables": yaml_text(inv["variables"]),
+                "related": {
+                    "hosts": [
+                        {
+                            "name": host["name"],
+                            "variables": yaml_text(host["variables"]),
+                            "enabled": True,
+                            "natural_key": {
+                                "name": host["name"],
+                                "inventory": inventory_key(inv["name"]),
+                                "type": "host",
+                            },
+                        }
+                    ]
+                },
+                "natural_key": inventory_key(inv["name"]),
+            }
+            for inv in objects["inventories"]
+        ],
         "job_templates": [],
     }
     schedules = {}
@@ -75,18 +110,38 @@ def convert(objects, scm_url, ee_image, organization=None):
         if jt.get("survey"):
             related["survey_spec"] = jt["survey"]
         if jt["name"] in schedules:
-            related["schedules"] = [{
-                "name": s["name"], "rrule": s["rrule"], "enabled": s["enabled"], "extra_data": {},
-                "natural_key": {"unified_job_template": key, "name": s["name"], "type": "schedule"}}
-                for s in schedules.pop(jt["name"])]
-        data["job_templates"].append(dict({
-            "name": jt["name"], "description": jt["description"], "job_type": "run",
-            "inventory": inventory_key(jt["inventory"]), "project": project_key, "playbook": jt["playbook"],
-            "job_tags": jt["job_tags"], "extra_vars": yaml_text(jt.get("extra_vars") or {}),
-            "survey_enabled": bool(jt.get("survey")), "execution_environment": ee_key,
-            "natural_key": key}, **({"related": related} if related else {})))
+            related["schedules"] = [
+                {
+                    "name": s["name"],
+                    "rrule": s["rrule"],
+                    "enabled": s["enabled"],
+                    "extra_data": {},
+                    "natural_key": {"unified_job_template": key, "name": s["name"], "type": "schedule"},
+                }
+                for s in schedules.pop(jt["name"])
+            ]
+        data["job_templates"].append(
+            dict(
+                {
+                    "name": jt["name"],
+                    "description": jt["description"],
+                    "job_type": "run",
+                    "inventory": inventory_key(jt["inventory"]),
+                    "project": project_key,
+                    "playbook": jt["playbook"],
+                    "job_tags": jt["job_tags"],
+                    "extra_vars": yaml_text(jt.get("extra_vars") or {}),
+                    "survey_enabled": bool(jt.get("survey")),
+                    "execution_environment": ee_key,
+                    "natural_key": key,
+                },
+                **({"related": related} if related else {}),
+            )
+        )
     if schedules:
-        raise SystemExit("awx_import_format: schedules for unknown job templates: %s" % ", ".join(sorted(schedules)))
+        raise SystemExit(
+            "awx_import_format: schedules for unknown job templates: {}".format(", ".join(sorted(schedules)))
+        )
     return data
 
 

@@ -28,9 +28,21 @@ import tarfile
 AGE_SECRET = re.compile(rb"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}")
 
 # Names that must never be in the tarball, whatever galaxy.yml says (a second line of defence).
-FORBIDDEN = ("*.agekey", "*.age.key", ".hypothesis", ".hypothesis/*", "*/.hypothesis/*", ".pytest_cache",
-             ".pytest_cache/*", "*/.pytest_cache/*", "tests/output/*", ".venv/*", ".collections/*", "*/.git/*",
-             ".git/*")
+FORBIDDEN = (
+    "*.agekey",
+    "*.age.key",
+    ".hypothesis",
+    ".hypothesis/*",
+    "*/.hypothesis/*",
+    ".pytest_cache",
+    ".pytest_cache/*",
+    "*/.pytest_cache/*",
+    "tests/output/*",
+    ".venv/*",
+    ".collections/*",
+    "*/.git/*",
+    ".git/*",
+)
 
 
 def findings(tarball):
@@ -40,15 +52,19 @@ def findings(tarball):
         for member in sorted(archive.getmembers(), key=lambda m: m.name):
             name = member.name[2:] if member.name.startswith("./") else member.name
             if any(fnmatch.fnmatch(name, pattern) for pattern in FORBIDDEN):
-                problems.append("%s: must not be packed (key file, test cache or local environment); "
-                                "add it to build_ignore in galaxy.yml" % name)
+                problems.append(
+                    f"{name}: must not be packed (key file, test cache or local environment); "
+                    "add it to build_ignore in galaxy.yml"
+                )
                 continue
             if not member.isfile():
                 continue
             data = archive.extractfile(member).read()
             if AGE_SECRET.search(data):
-                problems.append("%s: holds an age secret key (AGE-SECRET-KEY-1...); remove the key from the file "
-                                "(keep keys outside the repository, e.g. ~/.config/krops/age.agekey)" % name)
+                problems.append(
+                    f"{name}: holds an age secret key (AGE-SECRET-KEY-1...); remove the key from the file "
+                    "(keep keys outside the repository, e.g. ~/.config/krops/age.agekey)"
+                )
     return problems
 
 
@@ -57,13 +73,20 @@ def build(source, output):
     if not os.path.exists(galaxy):
         galaxy = "ansible-galaxy"
     os.makedirs(output, exist_ok=True)
-    proc = subprocess.run([galaxy, "collection", "build", "--force", "--output-path", output, source],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [galaxy, "collection", "build", "--force", "--output-path", output, source],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout + proc.stderr)
         raise SystemExit("build_collection: ansible-galaxy collection build failed (exit %d)" % proc.returncode)
-    built = [line.split("Created collection for ", 1)[1].split(" at ", 1)[1].strip()
-             for line in proc.stdout.splitlines() if line.startswith("Created collection for ")]
+    built = [
+        line.split("Created collection for ", 1)[1].split(" at ", 1)[1].strip()
+        for line in proc.stdout.splitlines()
+        if line.startswith("Created collection for ")
+    ]
     if len(built) != 1:
         raise SystemExit("build_collection: cannot find the tarball in ansible-galaxy's output:\n" + proc.stdout)
     return built[0]
@@ -81,9 +104,11 @@ def main(argv=None):
     if problems:
         if not args.check:
             os.remove(tarball)
-        sys.stderr.write("".join("build_collection: %s\n" % line for line in problems))
-        sys.stderr.write("build_collection: refused %s (%d finding(s))%s\n"
-                         % (tarball, len(problems), "" if args.check else "; the tarball was deleted"))
+        sys.stderr.write("".join(f"build_collection: {line}\n" for line in problems))
+        sys.stderr.write(
+            "build_collection: refused %s (%d finding(s))%s\n"
+            % (tarball, len(problems), "" if args.check else "; the tarball was deleted")
+        )
         return 1
     print(tarball)
     return 0

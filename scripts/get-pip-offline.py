@@ -5,6 +5,7 @@ creates; that download cannot work without internet. This script seeds pip from
 the interpreter's own ensurepip, then installs the requested packages with the
 machine's usual pip configuration (index, proxy, CA).
 """
+
 import os
 import subprocess
 import sys

@@ -33,7 +33,7 @@ def load_pins(path):
         data = yaml.safe_load(handle)
     tools = (data or {}).get("tools")
     if not isinstance(tools, dict) or not tools:
-        raise ToolError("%s: expected a `tools:` mapping of name -> {version, url, sha256}" % path)
+        raise ToolError(f"{path}: expected a `tools:` mapping of name -> {{version, url, sha256}}")
     return tools
 
 
@@ -45,7 +45,7 @@ def mirrored(url, mirror):
 
 
 def fetch(url, timeout=120):
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - https or an explicit mirror
+    with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.read()
 
 
@@ -53,18 +53,22 @@ def install(name, pin, dest, mirror=None):
     """Download, verify and install one tool; returns the installed paths."""
     want = (pin.get("sha256") or "").strip().lower()
     if len(want) != 64:
-        raise ToolError("%s %s: no SHA-256 is pinned in meta/tools.yml (checksum_source: %s); confirm the digest of %s "
-                        "and write it there" % (name, pin.get("version"), pin.get("checksum_source", "unknown"),
-                                                pin.get("url")))
+        raise ToolError(
+            "{} {}: no SHA-256 is pinned in meta/tools.yml (checksum_source: {}); confirm the digest of {} "
+            "and write it there".format(name, pin.get("version"), pin.get("checksum_source", "unknown"), pin.get("url"))
+        )
     url = mirrored(pin["url"], mirror)
     try:
         data = fetch(url)
     except OSError as exc:
-        raise ToolError("%s %s: cannot download %s: %s" % (name, pin.get("version"), url, exc)) from None
+        raise ToolError("{} {}: cannot download {}: {}".format(name, pin.get("version"), url, exc)) from None
     got = hashlib.sha256(data).hexdigest()
     if got != want:
-        raise ToolError("%s %s: SHA-256 mismatch for %s: expected %s, got %s; nothing was installed"
-                        % (name, pin.get("version"), url, want, got))
+        raise ToolError(
+            "{} {}: SHA-256 mismatch for {}: expected {}, got {}; nothing was installed".format(
+                name, pin.get("version"), url, want, got
+            )
+        )
     members = ([pin["member"]] + list(pin.get("also") or [])) if pin.get("member") else []
     files = {}
     if members:
@@ -73,7 +77,7 @@ def install(name, pin, dest, mirror=None):
                 try:
                     files[os.path.basename(member)] = archive.extractfile(member).read()
                 except (KeyError, AttributeError):
-                    raise ToolError("%s %s: %s has no file %s" % (name, pin.get("version"), url, member)) from None
+                    raise ToolError("{} {}: {} has no file {}".format(name, pin.get("version"), url, member)) from None
     else:
         files[name] = data
     installed = []
@@ -101,12 +105,12 @@ def main(argv=None):
         names = args.only if args.only else list(pins)
         unknown = [n for n in names if n not in pins]
         if unknown:
-            raise ToolError("unknown tool(s) %s; meta/tools.yml pins %s" % (", ".join(unknown), ", ".join(pins)))
+            raise ToolError("unknown tool(s) {}; meta/tools.yml pins {}".format(", ".join(unknown), ", ".join(pins)))
         for name in names:
             for path in install(name, pins[name], args.dest, args.mirror):
-                print("installed %s %s: %s" % (name, pins[name]["version"], path))
+                print("installed {} {}: {}".format(name, pins[name]["version"], path))
     except ToolError as exc:
-        sys.stderr.write("install_tools: %s\n" % exc)
+        sys.stderr.write(f"install_tools: {exc}\n")
         return 1
     return 0
 

@@ -80,8 +80,12 @@ def vendored_groups(schemas=SCHEMAS):
 def _strict(schema):
     """The catalog's strictness: closed objects, unless Kubernetes keeps unknown fields."""
     if isinstance(schema, dict):
-        if (schema.get("type") == "object" and "properties" in schema and "additionalProperties" not in schema
-                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            schema.get("type") == "object"
+            and "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
             schema["additionalProperties"] = False
         for value in schema.values():
             _strict(value)
@@ -106,7 +110,7 @@ def from_crds(paths, groups, schemas=SCHEMAS):
                 schema = (version.get("schema") or {}).get("openAPIV3Schema")
                 if not version.get("served") or not schema:
                     continue
-                name = "%s_%s.json" % (spec["names"]["kind"].lower(), version["name"])
+                name = "{}_{}.json".format(spec["names"]["kind"].lower(), version["name"])
                 target = os.path.join(schemas, spec["group"], name)
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 with open(target, "w", encoding="utf-8") as handle:
@@ -118,39 +122,53 @@ def from_crds(paths, groups, schemas=SCHEMAS):
 
 def from_catalog(catalog, commit, groups, schemas=SCHEMAS):
     if not _COMMIT.match(commit):
-        raise SystemExit("refresh_schemas: --commit needs a full 40-character commit id, got %r" % commit)
+        raise SystemExit(f"refresh_schemas: --commit needs a full 40-character commit id, got {commit!r}")
     with tempfile.TemporaryDirectory() as work:
         if os.path.isdir(catalog):
             source = catalog
         else:
             source = os.path.join(work, "catalog")
-            subprocess.run(["git", "clone", "--quiet", "--filter=blob:none", "--no-checkout", catalog, source], check=True)
+            subprocess.run(
+                ["git", "clone", "--quiet", "--filter=blob:none", "--no-checkout", catalog, source], check=True
+            )
         tree = os.path.join(work, "tree")
         os.makedirs(tree)
-        archive = subprocess.run(["git", "-C", source, "archive", "--format=tar", commit, "LICENSE"] + sorted(
-            g for g in groups if _exists(source, commit, g)), capture_output=True, check=False)
+        archive = subprocess.run(
+            ["git", "-C", source, "archive", "--format=tar", commit, "LICENSE"]
+            + sorted(g for g in groups if _exists(source, commit, g)),
+            capture_output=True,
+            check=False,
+        )
         if archive.returncode != 0:
-            raise SystemExit("refresh_schemas: cannot read commit %s of %s: %s"
-                             % (commit, catalog, archive.stderr.decode(errors="replace").strip()))
+            raise SystemExit(
+                "refresh_schemas: cannot read commit {} of {}: {}".format(
+                    commit, catalog, archive.stderr.decode(errors="replace").strip()
+                )
+            )
         subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
         missing = sorted(g for g in groups if not os.path.isdir(os.path.join(tree, g)))
         for group in sorted(groups - set(missing)):
             shutil.rmtree(os.path.join(schemas, group), ignore_errors=True)
             shutil.copytree(os.path.join(tree, group), os.path.join(schemas, group))
         shutil.copy(os.path.join(tree, "LICENSE"), os.path.join(schemas, "LICENSE"))
-        date = subprocess.run(["git", "-C", source, "log", "-1", "--format=%cs", commit], capture_output=True,
-                              text=True, check=False).stdout.strip()
+        date = subprocess.run(
+            ["git", "-C", source, "log", "-1", "--format=%cs", commit], capture_output=True, text=True, check=False
+        ).stdout.strip()
     readme = os.path.join(schemas, "README.md")
     with open(readme, encoding="utf-8") as handle:
         text = handle.read()
     with open(readme, "w", encoding="utf-8") as handle:
-        handle.write(_README_COMMIT.sub("commit `%s`%s" % (commit, " (%s)" % date if date else ""), text, count=1))
+        handle.write(_README_COMMIT.sub("commit `{}`{}".format(commit, f" ({date})" if date else ""), text, count=1))
     return missing
 
 
 def _exists(source, commit, path):
-    return subprocess.run(["git", "-C", source, "cat-file", "-e", "%s:%s" % (commit, path)],
-                          capture_output=True, check=False).returncode == 0
+    return (
+        subprocess.run(
+            ["git", "-C", source, "cat-file", "-e", f"{commit}:{path}"], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
 
 
 def main(argv=None):
@@ -167,17 +185,20 @@ def main(argv=None):
     if args.list:
         vendored = vendored_groups(schemas)
         for group in sorted(groups | vendored):
-            state = "ok" if group in groups and group in vendored else (
-                "MISSING (used, not vendored)" if group in groups else "unused (vendored, no tree uses it)")
-            print("%s %s" % (group, state))
+            state = (
+                "ok"
+                if group in groups and group in vendored
+                else ("MISSING (used, not vendored)" if group in groups else "unused (vendored, no tree uses it)")
+            )
+            print(f"{group} {state}")
         return 1 if groups - vendored else 0
     if args.commit:
         missing = from_catalog(args.catalog, args.commit, groups, schemas)
         for group in missing:
-            sys.stderr.write("refresh_schemas: the catalog has no folder %s at %s\n" % (group, args.commit))
+            sys.stderr.write(f"refresh_schemas: the catalog has no folder {group} at {args.commit}\n")
         return 1 if missing else 0
     for name in from_crds(args.from_crds, groups, schemas):
-        print("wrote schemas/crds/%s" % name)
+        print(f"wrote schemas/crds/{name}")
     return 0
 
 

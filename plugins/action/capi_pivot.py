@@ -38,8 +38,13 @@ class ActionModule(SteppedAction):
     def status(self, host, step):
         wait = step.get("_krops_wait") or {}
         return "capi_pivot [%s] phase %s (%s): waited %ds of %ss: %s" % (
-            host, wait.get("phase_number", "?"), wait.get("title", wait.get("phase", "")),
-            int(time.monotonic() - self.origins[self.key]), wait.get("total", "?"), wait.get("state", ""))
+            host,
+            wait.get("phase_number", "?"),
+            wait.get("title", wait.get("phase", "")),
+            int(time.monotonic() - self.origins[self.key]),
+            wait.get("total", "?"),
+            wait.get("state", ""),
+        )
 
     def next_args(self, args, step, budget):
         # Finished waits keep the time they had; the pending one counts from its start.

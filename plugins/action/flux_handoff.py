@@ -48,13 +48,18 @@ class ActionModule(SteppedAction):
 
     def status(self, host, step):
         return "flux_handoff [%s] waited %ds of %ds: %s" % (
-            host, int(time.monotonic() - self.wait_started), self.total, flux.summary(step))
+            host,
+            int(time.monotonic() - self.wait_started),
+            self.total,
+            flux.summary(step),
+        )
 
     def next_args(self, args, step, budget):
         remaining = max(1, int(math.ceil(self.deadline - time.monotonic())))
         # Keep each step short enough that the next line comes within progress_interval.
-        return dict(args, _phase="wait", wait_timeout=remaining, _wait_budget=min(budget, remaining),
-                    _wait_total=self.total)
+        return dict(
+            args, _phase="wait", wait_timeout=remaining, _wait_budget=min(budget, remaining), _wait_total=self.total
+        )
 
     def overhead(self, step, elapsed, budget, interval, previous):
         return max(self.STEP_MARGIN, elapsed - float(step.get("_krops_waited") or 0) + 0.5)

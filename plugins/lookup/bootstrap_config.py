@@ -70,13 +70,15 @@ from ansible_collections.krops.platform.plugins.module_utils import config as kr
 
 
 class LookupModule(LookupBase):
-
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
         try:
             # One resolver for the lookup and the modules; the file is read once per process.
-            loaded = krops_config.load(self.get_option("file") or None, environment=self.get_option("environment"),
-                                       playbook_dir=(variables or {}).get("playbook_dir"))
+            loaded = krops_config.load(
+                self.get_option("file") or None,
+                environment=self.get_option("environment"),
+                playbook_dir=(variables or {}).get("playbook_dir"),
+            )
             return [loaded.lookup(term) for term in terms]
         except krops_config.ConfigError as exc:
             raise AnsibleLookupError(str(exc)) from None

@@ -52,17 +52,25 @@ PACKAGE_NAME = "krops-local-host"
 # cluster-api-operator: Makefile @ v0.28.0 PROD_REGISTRY registry.k8s.io/capi-operator, image cluster-api-operator.
 # flux-operator: controlplaneio-fluxcd/charts charts/flux-operator/values.yaml (tag defaults to appVersion).
 CHARTS = {
-    "cert-manager": ("cert-manager", ["quay.io/jetstack/cert-manager-controller:{v}",
-                                      "quay.io/jetstack/cert-manager-webhook:{v}",
-                                      "quay.io/jetstack/cert-manager-cainjector:{v}",
-                                      "quay.io/jetstack/cert-manager-startupapicheck:{v}"]),
+    "cert-manager": (
+        "cert-manager",
+        [
+            "quay.io/jetstack/cert-manager-controller:{v}",
+            "quay.io/jetstack/cert-manager-webhook:{v}",
+            "quay.io/jetstack/cert-manager-cainjector:{v}",
+            "quay.io/jetstack/cert-manager-startupapicheck:{v}",
+        ],
+    ),
     "cluster-api-operator": ("capi-operator", ["registry.k8s.io/capi-operator/cluster-api-operator:{v}"]),
     "flux-operator": ("flux", ["ghcr.io/controlplaneio-fluxcd/flux-operator:{v}"]),
     "podinfo": ("workload", ["ghcr.io/stefanprodan/podinfo:{bare}"]),
 }
 # bootstrap.toml [charts] key -> chart name (installed before Flux; same images as the tree's releases).
-BOOTSTRAP_CHARTS = {"cert-manager": "cert-manager", "capi-operator": "cluster-api-operator",
-                    "flux-operator": "flux-operator"}
+BOOTSTRAP_CHARTS = {
+    "cert-manager": "cert-manager",
+    "capi-operator": "cluster-api-operator",
+    "flux-operator": "flux-operator",
+}
 # (provider kind, name) -> (component, image repositories). cluster-api Makefile @ v1.13.5: PROD_REGISTRY
 # registry.k8s.io/cluster-api, IMAGE_NAME cluster-api-controller, KUBEADM_*_IMAGE_NAME, CAPD_IMAGE_NAME
 # capd-manager; cluster-api-addon-provider-helm Makefile @ v0.6.4: registry.k8s.io/cluster-api-helm,
@@ -91,6 +99,7 @@ class AirgapError(Exception):
 
 # --- image references ------------------------------------------------------------------------
 
+
 def normalize(ref):
     """(repository, tag, digest) of an image reference, with Docker Hub's implicit parts spelled out."""
     ref = str(ref).strip()
@@ -108,22 +117,22 @@ def normalize(ref):
 
 def key(ref):
     repo, tag, _digest = normalize(ref)
-    return "%s:%s" % (repo, tag)
+    return f"{repo}:{tag}"
 
 
 class Image:
-    __slots__ = ("repo", "tag", "digest", "component", "origins", "source", "workload")
+    __slots__ = ("component", "digest", "origins", "repo", "source", "tag", "workload")
 
     def __init__(self, ref, component, origin):
         self.repo, self.tag, self.digest = normalize(ref)
         self.component = component
         self.origins = [origin]
         self.source = None
-        self.workload = False   # also pulled inside the CAPD workload clusters (no Zarf agent there)
+        self.workload = False  # also pulled inside the CAPD workload clusters (no Zarf agent there)
 
     @property
     def key(self):
-        return "%s:%s" % (self.repo, self.tag)
+        return f"{self.repo}:{self.tag}"
 
     @property
     def ref(self):
@@ -135,8 +144,8 @@ class Inventory:
 
     def __init__(self):
         self.images = {}
-        self.problems = []   # (file, object, message): cannot be pinned from what the tree says
-        self.charts = {}     # chart name -> version the tree installs
+        self.problems = []  # (file, object, message): cannot be pinned from what the tree says
+        self.charts = {}  # chart name -> version the tree installs
         self.in_workload = False  # set while deriving from an object applied into the workload clusters
 
     def add(self, ref, component, origin):
@@ -156,6 +165,7 @@ class Inventory:
 
 # --- deriving ----------------------------------------------------------------------------------
 
+
 def _objects(root, renderer=None):
     """(relative directory, object) of every kustomization under the local-host tops."""
     tops = [os.path.join(root, "mgmt", ENVIRONMENT), os.path.join(root, "workload", ENVIRONMENT)]
@@ -164,8 +174,9 @@ def _objects(root, renderer=None):
     for directory in directories:
         result = built[directory]
         if isinstance(result, render.RenderError):
-            raise AirgapError("kustomize build %s failed: %s (run validate for details)"
-                              % (os.path.relpath(directory, root), result.reason))
+            raise AirgapError(
+                f"kustomize build {os.path.relpath(directory, root)} failed: {result.reason} (run validate for details)"
+            )
         for obj in result:
             yield os.path.relpath(directory, root), obj
     extra = os.path.join(root, MANIFESTS)
@@ -178,7 +189,9 @@ def _objects(root, renderer=None):
 
 def _ident(obj):
     meta = obj.get("metadata") or {}
-    return "%s/%s%s" % (obj.get("kind"), meta.get("namespace") + "/" if meta.get("namespace") else "", meta.get("name"))
+    return "{}/{}{}".format(
+        obj.get("kind"), meta.get("namespace") + "/" if meta.get("namespace") else "", meta.get("name")
+    )
 
 
 def _containers(node):
@@ -200,8 +213,14 @@ def _chart(inv, chart, version, origin, where, obj):
         return
     component, templates = CHARTS[chart]
     if not version or not _SEMVER.match(str(version)):
-        inv.problems.append((where, _ident(obj), "chart %s version %r is not an exact version: its images cannot be "
-                             "pinned; pin the chart to one release" % (chart, version)))
+        inv.problems.append(
+            (
+                where,
+                _ident(obj),
+                f"chart {chart} version {version!r} is not an exact version: its images cannot be "
+                "pinned; pin the chart to one release",
+            )
+        )
         return
     bare = str(version).lstrip("v")
     inv.charts.setdefault(chart, str(version))
@@ -213,20 +232,33 @@ def _flux(inv, lock, version, components, registry, origin, where, obj):
     dists = lock.get("flux-distributions") or {}
     wanted = str(version or "2.x").lstrip("v")
     pattern = re.compile("^" + re.escape(wanted).replace(r"\.x", r"\.\d+").replace("x", r"\d+") + "$")
-    matches = sorted((v for v in dists if pattern.match(v.lstrip("v"))),
-                     key=lambda v: tuple(int(p) for p in v.lstrip("v").split(".")))
+    matches = sorted(
+        (v for v in dists if pattern.match(v.lstrip("v"))),
+        key=lambda v: tuple(int(p) for p in v.lstrip("v").split(".")),
+    )
     if not matches:
-        inv.problems.append((where, _ident(obj), "Flux version %s matches no distribution in %s (known: %s): add the "
-                             "Flux Operator's images for it" % (version, LOCK_FILE, ", ".join(sorted(dists)) or "none")))
+        inv.problems.append(
+            (
+                where,
+                _ident(obj),
+                "Flux version {} matches no distribution in {} (known: {}): add the "
+                "Flux Operator's images for it".format(version, LOCK_FILE, ", ".join(sorted(dists)) or "none"),
+            )
+        )
         return
     dist = dists[matches[-1]]
     for name in components:
         entry = (dist.get("images") or {}).get(name)
         if entry is None:
-            inv.problems.append((where, _ident(obj), "Flux component %s is not in distribution %s of %s"
-                                 % (name, matches[-1], LOCK_FILE)))
+            inv.problems.append(
+                (
+                    where,
+                    _ident(obj),
+                    f"Flux component {name} is not in distribution {matches[-1]} of {LOCK_FILE}",
+                )
+            )
             continue
-        image = inv.add("%s/%s:%s" % (registry.rstrip("/"), name, entry["tag"]), "flux", origin)
+        image = inv.add("{}/{}:{}".format(registry.rstrip("/"), name, entry["tag"]), "flux", origin)
         image.digest, image.source = entry["digest"], dist.get("source")
 
 
@@ -251,7 +283,7 @@ def derive(root, renderer=None, config_file=None):
     for directory, obj in objects:
         inv.in_workload = directory in workload_dirs or obj.get("kind") in ("HelmChartProxy", "ConfigMap")
         kind, spec = obj.get("kind"), obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-        origin = "%s %s" % (directory, _ident(obj))
+        origin = f"{directory} {_ident(obj)}"
         meta = obj.get("metadata") or {}
         for image in _containers(obj):
             inv.add(image, "workload" if inv.in_workload else "krops-config", origin)
@@ -279,21 +311,36 @@ def derive(root, renderer=None, config_file=None):
             _chart(inv, spec.get("chartName"), spec.get("version"), origin, directory, obj)
             # CAAPH's controller pulls the chart itself; the Zarf agent has no hook for HelmChartProxy.
             if not _local(boot_cfg, spec.get("repoURL")):
-                inv.problems.append((directory, _ident(obj), "HelmChartProxy chart %s/%s is pulled by the CAAPH controller, "
-                                     "which the Zarf agent does not rewrite: point repoURL at the local registry %s"
-                                     % (spec.get("repoURL"), spec.get("chartName"), boot_cfg["registry-name"])))
+                inv.problems.append(
+                    (
+                        directory,
+                        _ident(obj),
+                        "HelmChartProxy chart {}/{} is pulled by the CAAPH controller, "
+                        "which the Zarf agent does not rewrite: point repoURL at the local registry {}".format(
+                            spec.get("repoURL"), spec.get("chartName"), boot_cfg["registry-name"]
+                        ),
+                    )
+                )
         elif (kind, meta.get("name")) in PROVIDERS:
             component, repos = PROVIDERS[(kind, meta.get("name"))]
             for repo in repos:
-                inv.add("%s:%s" % (repo, spec.get("version")), component, origin)
+                inv.add("{}:{}".format(repo, spec.get("version")), component, origin)
         elif kind == "FluxInstance":
             dist = spec.get("distribution") or {}
-            _flux(inv, lock, dist.get("version"), spec.get("components") or [], dist.get("registry") or "ghcr.io/fluxcd",
-                  origin, directory, obj)
+            _flux(
+                inv,
+                lock,
+                dist.get("version"),
+                spec.get("components") or [],
+                dist.get("registry") or "ghcr.io/fluxcd",
+                origin,
+                directory,
+                obj,
+            )
         if kind == "KubeadmControlPlane" and spec.get("version"):
-            inv.add("docker.io/kindest/node:%s" % spec["version"], "host", origin)
+            inv.add("docker.io/kindest/node:{}".format(spec["version"]), "host", origin)
         if kind == "MachineDeployment" and ((spec.get("template") or {}).get("spec") or {}).get("version"):
-            inv.add("docker.io/kindest/node:%s" % spec["template"]["spec"]["version"], "host", origin)
+            inv.add("docker.io/kindest/node:{}".format(spec["template"]["spec"]["version"]), "host", origin)
         if kind in ("DockerMachineTemplate", "DevMachineTemplate"):
             tspec = (spec.get("template") or {}).get("spec") or {}
             custom = tspec.get("customImage") or ((tspec.get("backend") or {}).get("docker") or {}).get("customImage")
@@ -303,12 +350,19 @@ def derive(root, renderer=None, config_file=None):
     boot = cfg.data["bootstrap"]
     for pin_key, chart in BOOTSTRAP_CHARTS.items():
         version = cfg.data["charts"].get(pin_key)
-        _chart(inv, chart, version, "bootstrap.toml [charts] %s" % pin_key, "bootstrap.toml", {"kind": "charts", "metadata": {"name": pin_key}})
+        _chart(
+            inv,
+            chart,
+            version,
+            f"bootstrap.toml [charts] {pin_key}",
+            "bootstrap.toml",
+            {"kind": "charts", "metadata": {"name": pin_key}},
+        )
     if boot.get("kind-node-image"):
         inv.add(boot["kind-node-image"], "host", "bootstrap.toml [bootstrap] kind-node-image")
     for image in HOST_IMAGES:
         inv.add(image, "host", "CAPD load balancer")
-    inv.add(_registry_image(root), "host", "%s bootstrap_registry_image" % REGISTRY_DEFAULTS)
+    inv.add(_registry_image(root), "host", f"{REGISTRY_DEFAULTS} bootstrap_registry_image")
     for image in inv.images.values():
         if image.digest is None and image.key in (lock.get("images") or {}):
             entry = lock["images"][image.key]
@@ -319,7 +373,9 @@ def derive(root, renderer=None, config_file=None):
 def _local(boot, url):
     """Whether an oci:// URL names the local registry (served on the host and on the kind network)."""
     url = str(url or "")
-    return url.startswith("oci://%s:" % boot["registry-name"]) or url.startswith("oci://%s/" % boot["registry-name"])
+    return url.startswith("oci://{}:".format(boot["registry-name"])) or url.startswith(
+        "oci://{}/".format(boot["registry-name"])
+    )
 
 
 def _offline_source(inv, boot, directory, obj, spec):
@@ -332,21 +388,34 @@ def _offline_source(inv, boot, directory, obj, spec):
     """
     url = str(spec.get("url", ""))
     if directory.startswith("workload/") and not _local(boot, url):
-        inv.problems.append((directory, _ident(obj), "%s %s is applied in a workload cluster, where no Zarf agent "
-                             "rewrites it and nothing outside the local registry %s is reachable offline"
-                             % (obj.get("kind"), url, boot["registry-name"])))
+        inv.problems.append(
+            (
+                directory,
+                _ident(obj),
+                "{} {} is applied in a workload cluster, where no Zarf agent "
+                "rewrites it and nothing outside the local registry {} is reachable offline".format(
+                    obj.get("kind"), url, boot["registry-name"]
+                ),
+            )
+        )
     elif obj.get("kind") == "HelmRepository" and str(spec.get("type", "default")) != "oci":
-        inv.problems.append((directory, _ident(obj), "HelmRepository %s is an HTTP index: the Zarf agent rewrites only "
-                             "type: oci HelmRepositories, so Flux cannot fetch it offline; use the chart's OCI "
-                             "repository" % url))
+        inv.problems.append(
+            (
+                directory,
+                _ident(obj),
+                f"HelmRepository {url} is an HTTP index: the Zarf agent rewrites only "
+                "type: oci HelmRepositories, so Flux cannot fetch it offline; use the chart's OCI "
+                "repository",
+            )
+        )
     elif obj.get("kind") == "GitRepository":
-        inv.problems.append((directory, _ident(obj), "GitRepository %s: the bundle carries no Git server" % url))
+        inv.problems.append((directory, _ident(obj), f"GitRepository {url}: the bundle carries no Git server"))
 
 
 def _workload_directories(root, objects):
     """Directories applied into the workload clusters: workload/<env> and every Flux Kustomization path
     with a kubeConfig (also the ones a ResourceSet renders)."""
-    found = {"workload/%s" % ENVIRONMENT}
+    found = {f"workload/{ENVIRONMENT}"}
     for _directory, obj in objects:
         candidates = [obj] if obj.get("kind") == "Kustomization" else []
         if obj.get("kind") == "ResourceSet":
@@ -375,16 +444,18 @@ def load_lock(root):
         with open(path, encoding="utf-8") as handle:
             lock = yaml.safe_load(handle) or {}
     except yaml.YAMLError as exc:
-        raise AirgapError("%s is not YAML: %s" % (LOCK_FILE, " ".join(str(exc).split())))
+        raise AirgapError("{} is not YAML: {}".format(LOCK_FILE, " ".join(str(exc).split())))
     for ref, entry in (lock.get("images") or {}).items():
         if not isinstance(entry, dict) or not _DIGEST.match(str(entry.get("digest", ""))) or not entry.get("source"):
-            raise AirgapError("%s: images.%s needs digest (sha256:<64 hex>) and source (where it was read)"
-                              % (LOCK_FILE, ref))
+            raise AirgapError(
+                f"{LOCK_FILE}: images.{ref} needs digest (sha256:<64 hex>) and source (where it was read)"
+            )
     for version, dist in (lock.get("flux-distributions") or {}).items():
         for name, entry in ((dist or {}).get("images") or {}).items():
             if not isinstance(entry, dict) or not entry.get("tag") or not _DIGEST.match(str(entry.get("digest", ""))):
-                raise AirgapError("%s: flux-distributions.%s.images.%s needs tag and digest (sha256:<64 hex>)"
-                                  % (LOCK_FILE, version, name))
+                raise AirgapError(
+                    f"{LOCK_FILE}: flux-distributions.{version}.images.{name} needs tag and digest (sha256:<64 hex>)"
+                )
     return lock
 
 
@@ -404,7 +475,7 @@ def format_inventory(inv):
         for k in sorted(k for k, i in inv.images.items() if i.component == component):
             image = inv.images[k]
             note = "UNCONFIRMED " if not image.digest else ""
-            lines.append("%s  # %s%s: %s" % (image.ref, note, component, "; ".join(image.origins)))
+            lines.append("{}  # {}{}: {}".format(image.ref, note, component, "; ".join(image.origins)))
     return "\n".join(lines) + "\n"
 
 
@@ -415,7 +486,7 @@ def read_inventory(path):
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        raise AirgapError("cannot read %s: %s (generate it with scripts/airgap-inventory --write)" % (path, exc.strerror))
+        raise AirgapError(f"cannot read {path}: {exc.strerror} (generate it with scripts/airgap-inventory --write)")
     for number, line in enumerate(text.splitlines(), 1):
         ref = line.split("#", 1)[0].strip()
         if not ref:
@@ -425,7 +496,7 @@ def read_inventory(path):
         repo, tag, digest = normalize(ref)
         if digest is not None and not _DIGEST.match(digest):
             raise AirgapError("%s:%d: digest %s of %s:%s is not sha256:<64 hex>" % (path, number, digest, repo, tag))
-        entries["%s:%s" % (repo, tag)] = (digest, number)
+        entries[f"{repo}:{tag}"] = (digest, number)
     return entries
 
 
@@ -437,7 +508,7 @@ HOST_ARCHIVE = "build/host-images.tar"
 
 def config_repository(boot):
     """<registry name>:<container port>/<repository>: where the kind network reaches the local registry."""
-    return "%s:%s/%s" % (boot["registry-name"], boot.get("registry-container-port", 5000), boot["oci-repository"])
+    return "{}:{}/{}".format(boot["registry-name"], boot.get("registry-container-port", 5000), boot["oci-repository"])
 
 
 def zarf_package(inv, boot):
@@ -450,6 +521,7 @@ def zarf_package(inv, boot):
     (src/pkg/packager/filters/deploy.go @ v0.84.0), and the host components must deploy alone,
     before any cluster exists. The playbook names the components of each of its two deploys.
     """
+
     def images(component):
         return [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].component == component]
 
@@ -459,78 +531,153 @@ def zarf_package(inv, boot):
     prov = "operator.cluster.x-k8s.io/v1alpha2"
     # kind's release assets are kind-linux-<arch>; `only` sits on components (not on files), so one
     # component per architecture, and Zarf keeps the one matching the package architecture.
-    kind = [{"name": "kind-%s" % arch, "only": {"cluster": {"architecture": arch}},
-             "files": [{"source": "https://github.com/kubernetes-sigs/kind/releases/download/"
-                                  "###ZARF_PKG_TMPL_KIND_VERSION###/kind-linux-%s" % arch,
-                        "target": "kind", "executable": True}]} for arch in ARCHITECTURES]
-    components = [
-        {"name": "host",
-         "description": "kind and the images the host's Docker daemon runs (kind nodes, CAPD load balancer, "
-                        "registry); files only, so it deploys before any cluster exists",
-         "files": [{"source": HOST_ARCHIVE, "target": "host-images.tar"}],
-         "x-host-images": images("host")}] + kind + [
-        {"name": "cert-manager",
-         "charts": [{"name": "cert-manager", "namespace": "cert-manager",
-                     "url": "oci://quay.io/jetstack/charts/cert-manager", "version": inv.charts.get("cert-manager", "unpinned"),
-                     "valuesFiles": ["values/cert-manager.yaml"]}],
-         "images": images("cert-manager"),
-         "healthChecks": [health("apps/v1", "Deployment", "cert-manager", n)
-                          for n in ("cert-manager", "cert-manager-webhook", "cert-manager-cainjector")]},
-        {"name": "capi-operator",
-         "charts": [{"name": "cluster-api-operator", "releaseName": "capi-operator", "namespace": "capi-operator-system",
-                     "url": "https://kubernetes-sigs.github.io/cluster-api-operator",
-                     "version": inv.charts.get("cluster-api-operator", "unpinned")}],
-         "images": images("capi-operator"),
-         "healthChecks": [health("apps/v1", "Deployment", "capi-operator-system", "capi-operator-cluster-api-operator")]},
-        {"name": "krops-config",
-         "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs, and the "
-                        "images its own manifests run",
-         "images": images("krops-config"),
-         "imageArchives": [{"path": CONFIG_ARCHIVE, "images": ["%s:%s" % (config_repository(boot), boot["oci-tag"])]}]},
-        {"name": "flux",
-         "description": "the Flux Operator and the FluxInstance; the instance is a Zarf manifest so the Zarf "
-                        "agent rewrites its controllers' images and its OCIRepository to the internal registry",
-         "charts": [{"name": "flux-operator", "namespace": "flux-system",
-                     "url": "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
-                     "version": inv.charts.get("flux-operator", "unpinned")}],
-         "manifests": [{"name": "flux-instance", "namespace": "flux-system", "files": ["manifests/fluxinstance.yaml"]}],
-         "images": images("flux"),
-         "healthChecks": [health("apps/v1", "Deployment", "flux-system", "flux-operator"),
-                          health("fluxcd.controlplane.io/v1", "FluxInstance", "flux-system", "flux")]},
-        {"name": "capi",
-         "description": "Cluster API core and the kubeadm providers; Flux applies them from the krops configuration",
-         "images": images("capi"),
-         "healthChecks": [health(prov, "CoreProvider", "capi-system", "cluster-api"),
-                          health(prov, "BootstrapProvider", "capi-kubeadm-bootstrap-system", "kubeadm"),
-                          health(prov, "ControlPlaneProvider", "capi-kubeadm-control-plane-system", "kubeadm")]},
-        {"name": "capd", "images": images("capd"),
-         "healthChecks": [health(prov, "InfrastructureProvider", "capd-system", "docker")]},
-        {"name": "caaph", "images": images("caaph"),
-         "healthChecks": [health(prov, "AddonProvider", "caaph-system", "helm")]},
-        {"name": "workload",
-         "description": "images the workload clusters pull (CNI, Podinfo); the host archive carries them too and "
-                        "the deploy imports them into the CAPD nodes, which no Zarf agent reaches",
-         "images": images("workload"),
-         "x-workload-import": [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].workload]},
+    kind = [
+        {
+            "name": f"kind-{arch}",
+            "only": {"cluster": {"architecture": arch}},
+            "files": [
+                {
+                    "source": "https://github.com/kubernetes-sigs/kind/releases/download/"
+                    f"###ZARF_PKG_TMPL_KIND_VERSION###/kind-linux-{arch}",
+                    "target": "kind",
+                    "executable": True,
+                }
+            ],
+        }
+        for arch in ARCHITECTURES
     ]
+    components = (
+        [
+            {
+                "name": "host",
+                "description": "kind and the images the host's Docker daemon runs (kind nodes, CAPD load balancer, "
+                "registry); files only, so it deploys before any cluster exists",
+                "files": [{"source": HOST_ARCHIVE, "target": "host-images.tar"}],
+                "x-host-images": images("host"),
+            }
+        ]
+        + kind
+        + [
+            {
+                "name": "cert-manager",
+                "charts": [
+                    {
+                        "name": "cert-manager",
+                        "namespace": "cert-manager",
+                        "url": "oci://quay.io/jetstack/charts/cert-manager",
+                        "version": inv.charts.get("cert-manager", "unpinned"),
+                        "valuesFiles": ["values/cert-manager.yaml"],
+                    }
+                ],
+                "images": images("cert-manager"),
+                "healthChecks": [
+                    health("apps/v1", "Deployment", "cert-manager", n)
+                    for n in ("cert-manager", "cert-manager-webhook", "cert-manager-cainjector")
+                ],
+            },
+            {
+                "name": "capi-operator",
+                "charts": [
+                    {
+                        "name": "cluster-api-operator",
+                        "releaseName": "capi-operator",
+                        "namespace": "capi-operator-system",
+                        "url": "https://kubernetes-sigs.github.io/cluster-api-operator",
+                        "version": inv.charts.get("cluster-api-operator", "unpinned"),
+                    }
+                ],
+                "images": images("capi-operator"),
+                "healthChecks": [
+                    health("apps/v1", "Deployment", "capi-operator-system", "capi-operator-cluster-api-operator")
+                ],
+            },
+            {
+                "name": "krops-config",
+                "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs, and the "
+                "images its own manifests run",
+                "images": images("krops-config"),
+                "imageArchives": [
+                    {"path": CONFIG_ARCHIVE, "images": ["{}:{}".format(config_repository(boot), boot["oci-tag"])]}
+                ],
+            },
+            {
+                "name": "flux",
+                "description": "the Flux Operator and the FluxInstance; the instance is a Zarf manifest so the Zarf "
+                "agent rewrites its controllers' images and its OCIRepository to the internal registry",
+                "charts": [
+                    {
+                        "name": "flux-operator",
+                        "namespace": "flux-system",
+                        "url": "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
+                        "version": inv.charts.get("flux-operator", "unpinned"),
+                    }
+                ],
+                "manifests": [
+                    {"name": "flux-instance", "namespace": "flux-system", "files": ["manifests/fluxinstance.yaml"]}
+                ],
+                "images": images("flux"),
+                "healthChecks": [
+                    health("apps/v1", "Deployment", "flux-system", "flux-operator"),
+                    health("fluxcd.controlplane.io/v1", "FluxInstance", "flux-system", "flux"),
+                ],
+            },
+            {
+                "name": "capi",
+                "description": "Cluster API core and the kubeadm providers; Flux applies them from the krops configuration",
+                "images": images("capi"),
+                "healthChecks": [
+                    health(prov, "CoreProvider", "capi-system", "cluster-api"),
+                    health(prov, "BootstrapProvider", "capi-kubeadm-bootstrap-system", "kubeadm"),
+                    health(prov, "ControlPlaneProvider", "capi-kubeadm-control-plane-system", "kubeadm"),
+                ],
+            },
+            {
+                "name": "capd",
+                "images": images("capd"),
+                "healthChecks": [health(prov, "InfrastructureProvider", "capd-system", "docker")],
+            },
+            {
+                "name": "caaph",
+                "images": images("caaph"),
+                "healthChecks": [health(prov, "AddonProvider", "caaph-system", "helm")],
+            },
+            {
+                "name": "workload",
+                "description": "images the workload clusters pull (CNI, Podinfo); the host archive carries them too and "
+                "the deploy imports them into the CAPD nodes, which no Zarf agent reaches",
+                "images": images("workload"),
+                "x-workload-import": [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].workload],
+            },
+        ]
+    )
     for component in components:
         if "images" in component and not component["images"]:
             del component["images"]
-    return {"kind": "ZarfPackageConfig",
-            "metadata": {"name": PACKAGE_NAME, "description": "krops local-host profile for disconnected hosts",
-                         "version": "###ZARF_PKG_TMPL_VERSION###"},
-            "constants": [{"name": "CONFIG_REPOSITORY", "value": config_repository(boot),
-                           "description": "repository of the krops configuration artifact (the local registry's "
-                                          "name on the kind network), rewritten by the Zarf agent"},
-                          {"name": "CONFIG_TAG", "value": boot["oci-tag"]}],
-            "components": components}
+    return {
+        "kind": "ZarfPackageConfig",
+        "metadata": {
+            "name": PACKAGE_NAME,
+            "description": "krops local-host profile for disconnected hosts",
+            "version": "###ZARF_PKG_TMPL_VERSION###",
+        },
+        "constants": [
+            {
+                "name": "CONFIG_REPOSITORY",
+                "value": config_repository(boot),
+                "description": "repository of the krops configuration artifact (the local registry's "
+                "name on the kind network), rewritten by the Zarf agent",
+            },
+            {"name": "CONFIG_TAG", "value": boot["oci-tag"]},
+        ],
+        "components": components,
+    }
 
 
-ZARF_HEADER = """\
-# Zarf package of the krops local-host profile (zarf %s, schema airgap/schema/zarf.schema.json).
+ZARF_HEADER = f"""\
+# Zarf package of the krops local-host profile (zarf {ZARF_VERSION}, schema airgap/schema/zarf.schema.json).
 # Generated by scripts/airgap-inventory --write from the same inventory as airgap/images.txt: do not edit.
 # ###ZARF_PKG_TMPL_*### values are set by playbooks/airgap.yml --tags build (zarf package create --set).
-""" % ZARF_VERSION
+"""
 
 
 def format_zarf(inv, boot):
@@ -548,6 +695,7 @@ def zarf_images(doc):
 
 
 # --- the pin check (also validate's rule "airgap") ----------------------------------------------
+
 
 def validate_hook(root, renderer=None):
     """validate's rule airgap: [] unless airgap/zarf.yaml exists; (file, object, message) otherwise."""
@@ -572,28 +720,54 @@ def check(root, inv=None, renderer=None, pin=True):
     listed = read_inventory(path)
     for k, image in sorted(inv.images.items()):
         if k not in listed:
-            findings.append((INVENTORY, k, "%s (%s) is not in %s: regenerate it with scripts/airgap-inventory --write"
-                             % (k, "; ".join(image.origins), INVENTORY)))
+            findings.append(
+                (
+                    INVENTORY,
+                    k,
+                    "{} ({}) is not in {}: regenerate it with scripts/airgap-inventory --write".format(
+                        k, "; ".join(image.origins), INVENTORY
+                    ),
+                )
+            )
         elif image.digest and listed[k][0] != image.digest:
-            findings.append((INVENTORY, k, "line %d: digest %s differs from %s in %s (%s)"
-                             % (listed[k][1], listed[k][0] or "(none)", image.digest, LOCK_FILE, image.source)))
+            findings.append(
+                (
+                    INVENTORY,
+                    k,
+                    "line %d: digest %s differs from %s in %s (%s)"
+                    % (listed[k][1], listed[k][0] or "(none)", image.digest, LOCK_FILE, image.source),
+                )
+            )
     zpath = os.path.join(root, ZARF_FILE)
     try:
         with open(zpath, encoding="utf-8") as handle:
             doc = yaml.safe_load(handle) or {}
     except (OSError, yaml.YAMLError) as exc:
-        findings.append((ZARF_FILE, "-", "cannot read: %s" % " ".join(str(exc).split())))
+        findings.append((ZARF_FILE, "-", "cannot read: {}".format(" ".join(str(exc).split()))))
         doc = {}
     for component, ref in zarf_images(doc):
         repo, tag, digest = normalize(ref)
-        k = "%s:%s" % (repo, tag)
+        k = f"{repo}:{tag}"
         if k not in listed:
             tags = sorted(t.rsplit(":", 1)[1] for t in listed if t.rsplit(":", 1)[0] == repo)
-            findings.append((ZARF_FILE, "component %s" % component, "image %s is not in %s%s" % (
-                ref, INVENTORY, " (tags there: %s)" % ", ".join(tags) if tags else "")))
+            findings.append(
+                (
+                    ZARF_FILE,
+                    f"component {component}",
+                    "image {} is not in {}{}".format(
+                        ref, INVENTORY, " (tags there: {})".format(", ".join(tags)) if tags else ""
+                    ),
+                )
+            )
         elif listed[k][0] != digest:
-            findings.append((ZARF_FILE, "component %s" % component, "image %s: digest %s differs from %s line %d (%s)"
-                             % (k, digest or "(none)", INVENTORY, listed[k][1], listed[k][0] or "unconfirmed")))
+            findings.append(
+                (
+                    ZARF_FILE,
+                    f"component {component}",
+                    "image %s: digest %s differs from %s line %d (%s)"
+                    % (k, digest or "(none)", INVENTORY, listed[k][1], listed[k][0] or "unconfirmed"),
+                )
+            )
     unconfirmed = sorted(k for k, (digest, _n) in listed.items() if digest is None)
     return list(dict.fromkeys(findings)), unconfirmed  # an image listed twice in a component is one finding
 
@@ -615,8 +789,13 @@ def resolve(inv, tool=None):
         raise AirgapError("--resolve needs crane (github.com/google/go-containerregistry) on PATH")
     resolved = []
     for k in inv.unconfirmed:
-        proc = subprocess.run([crane, "digest", k], capture_output=True, text=True, check=False,  # pylint: disable=ansible-bad-function
-                              timeout=120)
+        proc = subprocess.run(
+            [crane, "digest", k],
+            capture_output=True,
+            text=True,
+            check=False,  # pylint: disable=ansible-bad-function
+            timeout=120,
+        )
         digest = proc.stdout.strip()
         if proc.returncode == 0 and _DIGEST.match(digest):
             inv.images[k].digest, inv.images[k].source = digest, "crane digest (registry)"
@@ -625,6 +804,7 @@ def resolve(inv, tool=None):
 
 
 # --- the configuration artifact as an OCI layout (Zarf imageArchives) ----------------------------
+
 
 def config_archive(root, paths, reference, source=None, revision=None):
     """(tar bytes, manifest digest): an OCI image layout holding the Flux artifact of ``paths``.
@@ -635,13 +815,25 @@ def config_archive(root, paths, reference, source=None, revision=None):
     """
     # oci needs ansible-core (its HTTP client); imported here so validate stays importable without it
     from ansible_collections.krops.platform.plugins.module_utils import oci
+
     layer, _names, _skipped = oci.build_layer(root, paths)
     manifest, digest = oci.build_manifest(layer, source, revision)
-    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-             "manifests": [{"mediaType": oci.MANIFEST_TYPE, "digest": digest, "size": len(manifest),
-                            "annotations": {"org.opencontainers.image.ref.name": reference}}]}
-    files = [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
-             ("index.json", json.dumps(index, sort_keys=True, separators=(",", ":")).encode("utf-8"))]
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": oci.MANIFEST_TYPE,
+                "digest": digest,
+                "size": len(manifest),
+                "annotations": {"org.opencontainers.image.ref.name": reference},
+            }
+        ],
+    }
+    files = [
+        ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+        ("index.json", json.dumps(index, sort_keys=True, separators=(",", ":")).encode("utf-8")),
+    ]
     for blob in sorted((oci.CONFIG_BLOB, layer, manifest), key=oci.sha256_digest):
         files.append(("blobs/sha256/" + oci.sha256_digest(blob).split(":", 1)[1], blob))
     raw = io.BytesIO()
@@ -674,18 +866,27 @@ def main(argv=None):
             write(args.path, inv)
         findings, unconfirmed = check(args.path, inv)
     except AirgapError as exc:
-        sys.stderr.write("ERROR: %s\n" % exc)
+        sys.stderr.write(f"ERROR: {exc}\n")
         return 2
     if args.format == "json":
-        sys.stdout.write(json.dumps({"images": len(inv.images), "findings": [list(f) for f in findings],
-                                     "unconfirmed": unconfirmed}, indent=2) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {"images": len(inv.images), "findings": [list(f) for f in findings], "unconfirmed": unconfirmed},
+                indent=2,
+            )
+            + "\n"
+        )
     else:
         for file, obj, message in findings:
-            sys.stdout.write("%s: %s: [airgap] %s\n" % (file, obj, message))
+            sys.stdout.write(f"{file}: {obj}: [airgap] {message}\n")
         for k in unconfirmed:
-            sys.stdout.write("%s: %s: [airgap] UNCONFIRMED digest: read it upstream or run --write --resolve on a "
-                             "connected machine\n" % (INVENTORY, k))
-        sys.stdout.write("%d images, %d findings, %d unconfirmed digests\n" % (len(inv.images), len(findings), len(unconfirmed)))
+            sys.stdout.write(
+                f"{INVENTORY}: {k}: [airgap] UNCONFIRMED digest: read it upstream or run --write --resolve on a "
+                "connected machine\n"
+            )
+        sys.stdout.write(
+            "%d images, %d findings, %d unconfirmed digests\n" % (len(inv.images), len(findings), len(unconfirmed))
+        )
     if findings:
         return 1
     return 1 if args.check and unconfirmed else 0

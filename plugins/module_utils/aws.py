@@ -29,6 +29,7 @@ try:
     import botocore.config
     import botocore.session
     from botocore.exceptions import BotoCoreError, ClientError
+
     HAS_BOTO3 = True
     BOTO3_IMPORT_ERROR = None
 except ImportError as exc:  # reported by the module through missing_required_lib
@@ -46,26 +47,59 @@ AWS_ARGS = dict(
     session_token=dict(type="str", no_log=True),
 )
 
-THROTTLING_CODES = frozenset((
-    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
-    "TooManyRequestsException", "RequestLimitExceeded", "RequestThrottled", "SlowDown",
-    "PriorRequestNotComplete", "EC2ThrottledException", "BandwidthLimitExceeded",
-    # transient server-side errors, retried the same way (botocore's standard mode retries these too)
-    "InternalError", "InternalFailure", "ServiceUnavailable", "RequestTimeout", "RequestTimeoutException",
-))
+THROTTLING_CODES = frozenset(
+    (
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "SlowDown",
+        "PriorRequestNotComplete",
+        "EC2ThrottledException",
+        "BandwidthLimitExceeded",
+        # transient server-side errors, retried the same way (botocore's standard mode retries these too)
+        "InternalError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "RequestTimeoutException",
+    )
+)
 
 # Error codes that mean "this resource does not exist" (so a delete of it has nothing to do).
-NOT_FOUND_CODES = frozenset((
-    "ResourceNotFoundException", "NotFoundException", "NoSuchEntity", "NoSuchBucket",
-    "DBInstanceNotFound", "DBInstanceNotFoundFault", "DBSubnetGroupNotFoundFault",
-    "LoadBalancerNotFound", "LoadBalancerNotFoundException", "TargetGroupNotFound",
-    "TargetGroupNotFoundException", "AccessPointNotFound", "NatGatewayNotFound",
-    "InvalidVpcID.NotFound", "InvalidSubnetID.NotFound", "InvalidInternetGatewayID.NotFound",
-    "InvalidRouteTableID.NotFound", "InvalidGroup.NotFound", "InvalidGroupId.NotFound",
-    "InvalidNetworkInterfaceID.NotFound", "InvalidAllocationID.NotFound",
-    "InvalidAssociationID.NotFound", "InvalidNatGatewayID.NotFound", "InvalidPermission.NotFound",
-    "NoSuchKey", "NoSuchVersion",
-))
+NOT_FOUND_CODES = frozenset(
+    (
+        "ResourceNotFoundException",
+        "NotFoundException",
+        "NoSuchEntity",
+        "NoSuchBucket",
+        "DBInstanceNotFound",
+        "DBInstanceNotFoundFault",
+        "DBSubnetGroupNotFoundFault",
+        "LoadBalancerNotFound",
+        "LoadBalancerNotFoundException",
+        "TargetGroupNotFound",
+        "TargetGroupNotFoundException",
+        "AccessPointNotFound",
+        "NatGatewayNotFound",
+        "InvalidVpcID.NotFound",
+        "InvalidSubnetID.NotFound",
+        "InvalidInternetGatewayID.NotFound",
+        "InvalidRouteTableID.NotFound",
+        "InvalidGroup.NotFound",
+        "InvalidGroupId.NotFound",
+        "InvalidNetworkInterfaceID.NotFound",
+        "InvalidAllocationID.NotFound",
+        "InvalidAssociationID.NotFound",
+        "InvalidNatGatewayID.NotFound",
+        "InvalidPermission.NotFound",
+        "NoSuchKey",
+        "NoSuchVersion",
+    )
+)
 
 # Backoff for throttling on top of botocore's own retries (module-level so tests can shorten it).
 BACKOFF_BASE = 1.0
@@ -94,7 +128,7 @@ def error_code(exc):
 def error_message(exc):
     if isinstance(exc, ClientError) and hasattr(exc, "response"):
         error = exc.response.get("Error", {})
-        return "%s: %s" % (error.get("Code", "?"), (error.get("Message") or "").strip()[:300])
+        return "{}: {}".format(error.get("Code", "?"), (error.get("Message") or "").strip()[:300])
     return str(exc)[:300]
 
 
@@ -122,7 +156,7 @@ def backoff_delay(attempt, base=None, cap=None):
     """Full-jitter exponential backoff: uniform(0, min(cap, base * 2**attempt))."""
     base = BACKOFF_BASE if base is None else base
     cap = BACKOFF_CAP if cap is None else cap
-    return random.uniform(0, min(cap, base * (2 ** attempt)))
+    return random.uniform(0, min(cap, base * (2**attempt)))
 
 
 def call(client, operation, **kwargs):
@@ -135,9 +169,9 @@ def call(client, operation, **kwargs):
         except ClientError as exc:
             if is_unsupported(exc):
                 status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
-                raise UnsupportedOperation("%s %s is not supported by this endpoint (HTTP %s, %s)"
-                                           % (client.meta.service_model.service_name, operation, status,
-                                              error_code(exc)))
+                raise UnsupportedOperation(
+                    f"{client.meta.service_model.service_name} {operation} is not supported by this endpoint (HTTP {status}, {error_code(exc)})"
+                )
             if not is_throttling(exc) or attempt + 1 >= BACKOFF_ATTEMPTS:
                 raise
         time.sleep(backoff_delay(attempt))
@@ -192,6 +226,7 @@ def owned_by(tags, clusters):
 
 # --- connection ------------------------------------------------------------------------
 
+
 class CallCounter:
     """Thread-safe count of API calls, in total and per service.operation."""
 
@@ -201,7 +236,7 @@ class CallCounter:
         self.by_operation = {}
 
     def __call__(self, model=None, **_kwargs):
-        name = "%s.%s" % (model.service_model.service_name, model.name) if model is not None else "?"
+        name = f"{model.service_model.service_name}.{model.name}" if model is not None else "?"
         with self._lock:
             self.total += 1
             self.by_operation[name] = self.by_operation.get(name, 0) + 1
@@ -230,24 +265,33 @@ class Connection:
     from) is not, so that happens under a lock, once.
     """
 
-    def __init__(self, profile=None, endpoint_url=None, access_key=None, secret_key=None, session_token=None,
-                 counter=None):
+    def __init__(
+        self, profile=None, endpoint_url=None, access_key=None, secret_key=None, session_token=None, counter=None
+    ):
         if not HAS_BOTO3:
-            raise AwsError("the Python library 'boto3' is required: pip install boto3 (%s)" % BOTO3_IMPORT_ERROR)
+            raise AwsError(f"the Python library 'boto3' is required: pip install boto3 ({BOTO3_IMPORT_ERROR})")
         if bool(access_key) != bool(secret_key):
-            raise AwsError("access_key and secret_key must be given together (or neither, to use the profile or "
-                           "the AWS_* environment variables)")
+            raise AwsError(
+                "access_key and secret_key must be given together (or neither, to use the profile or "
+                "the AWS_* environment variables)"
+            )
         self.profile = profile or None
         self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
-        self._credentials = dict(aws_access_key_id=access_key or None, aws_secret_access_key=secret_key or None,
-                                 aws_session_token=session_token or None)
+        self._credentials = dict(
+            aws_access_key_id=access_key or None,
+            aws_secret_access_key=secret_key or None,
+            aws_session_token=session_token or None,
+        )
         self.counter = counter or CallCounter()
         self._lock = threading.Lock()
         self._session = None
         self._clients = {}
         self._config = botocore.config.Config(
             retries={"mode": "standard", "total_max_attempts": 1},  # call() is the only retry layer
-            connect_timeout=10, read_timeout=60, max_pool_connections=20)
+            connect_timeout=10,
+            read_timeout=60,
+            max_pool_connections=20,
+        )
 
     def client(self, service, region):
         key = (service, region)
@@ -260,13 +304,18 @@ class Connection:
                 return found
             try:
                 if self._session is None:
-                    self._session = boto3.session.Session(botocore_session=_botocore_session(),
-                                                          profile_name=self.profile, **self._credentials)
-                found = self._session.client(service, region_name=region, endpoint_url=self.endpoint_url,
-                                             config=self._config)
+                    self._session = boto3.session.Session(
+                        botocore_session=_botocore_session(), profile_name=self.profile, **self._credentials
+                    )
+                found = self._session.client(
+                    service, region_name=region, endpoint_url=self.endpoint_url, config=self._config
+                )
             except BotoCoreError as exc:
-                raise AwsError("cannot build an AWS %s client for %s (profile %s): %s"
-                               % (service, region, self.profile or "default", exc))
+                raise AwsError(
+                    "cannot build an AWS {} client for {} (profile {}): {}".format(
+                        service, region, self.profile or "default", exc
+                    )
+                )
             found.meta.events.register("after-call", self.counter)
             for event, handler in CLIENT_HOOKS:
                 found.meta.events.register(event, handler)
@@ -277,6 +326,7 @@ class Connection:
         try:
             return call(self.client("sts", region), "get_caller_identity")["Account"]
         except (ClientError, BotoCoreError) as exc:
-            raise AwsError("cannot identify the AWS account (sts get-caller-identity in %s): %s; check the "
-                           "credentials (profile, access_key/secret_key or AWS_* variables) or pass account_id"
-                           % (region, error_message(exc)))
+            raise AwsError(
+                f"cannot identify the AWS account (sts get-caller-identity in {region}): {error_message(exc)}; check the "
+                "credentials (profile, access_key/secret_key or AWS_* variables) or pass account_id"
+            )

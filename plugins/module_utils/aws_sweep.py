@@ -45,15 +45,28 @@ from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCore
 # What the Resource Groups Tagging API reports, as "<service>:<resource type>" of the ARN, mapped to the sweep's
 # type that lists and deletes it. An owned ARN of any other type is a leftover the sweep cannot delete.
 ARN_TYPES = {
-    "ec2:vpc": "vpc", "ec2:subnet": "subnet", "ec2:security-group": "security-group",
-    "ec2:internet-gateway": "internet-gateway", "ec2:route-table": "route-table", "ec2:natgateway": "nat-gateway",
-    "ec2:elastic-ip": "elastic-ip", "ec2:network-interface": "network-interface", "ec2:volume": "ebs-volume",
-    "ec2:snapshot": "ebs-snapshot", "ec2:launch-template": "launch-template",
-    "elasticloadbalancing:loadbalancer": "load-balancer", "elasticloadbalancing:targetgroup": "elbv2-target-group",
-    "elasticloadbalancing:listener": "elbv2-load-balancer", "elasticloadbalancing:listener-rule": "elbv2-load-balancer",
-    "rds:db": "rds-instance", "rds:subgrp": "rds-subnet-group", "s3:": "s3-bucket", "cloudformation:stack": "stack",
-    "eks:cluster": "eks-cluster", "eks:nodegroup": "eks-nodegroup", "eks:podidentityassociation":
-    "eks-pod-identity-association",
+    "ec2:vpc": "vpc",
+    "ec2:subnet": "subnet",
+    "ec2:security-group": "security-group",
+    "ec2:internet-gateway": "internet-gateway",
+    "ec2:route-table": "route-table",
+    "ec2:natgateway": "nat-gateway",
+    "ec2:elastic-ip": "elastic-ip",
+    "ec2:network-interface": "network-interface",
+    "ec2:volume": "ebs-volume",
+    "ec2:snapshot": "ebs-snapshot",
+    "ec2:launch-template": "launch-template",
+    "elasticloadbalancing:loadbalancer": "load-balancer",
+    "elasticloadbalancing:targetgroup": "elbv2-target-group",
+    "elasticloadbalancing:listener": "elbv2-load-balancer",
+    "elasticloadbalancing:listener-rule": "elbv2-load-balancer",
+    "rds:db": "rds-instance",
+    "rds:subgrp": "rds-subnet-group",
+    "s3:": "s3-bucket",
+    "cloudformation:stack": "stack",
+    "eks:cluster": "eks-cluster",
+    "eks:nodegroup": "eks-nodegroup",
+    "eks:podidentityassociation": "eks-pod-identity-association",
 }
 GLOBAL = "global"
 ABSENT = "absent"  # what a delete handler answers when there was nothing to delete
@@ -88,8 +101,13 @@ class Target:
         return [n for n in (self.cluster, self.eks_name) if n]
 
     def as_dict(self):
-        return {"cluster": self.cluster, "region": self.region, "eks_cluster_name": self.eks_name,
-                "rds_instance": self.rds_instance, "role": self.role}
+        return {
+            "cluster": self.cluster,
+            "region": self.region,
+            "eks_cluster_name": self.eks_name,
+            "rds_instance": self.rds_instance,
+            "role": self.role,
+        }
 
 
 def environment_targets(cfg, name, include_management=True):
@@ -98,11 +116,19 @@ def environment_targets(cfg, name, include_management=True):
     env = cfg.environment(name)
     teardown = env.get("teardown") or {}
     workloads = teardown.get("aws-workloads") or []
-    targets = [Target(w["cluster-name"], w["region"], w["eks-cluster-name"], w.get("rds-instance", ""))
-               for w in workloads]
+    targets = [
+        Target(w["cluster-name"], w["region"], w["eks-cluster-name"], w.get("rds-instance", "")) for w in workloads
+    ]
     if include_management:
-        targets.append(Target(env["mgmt-cluster"], env.get("mgmt-region") or "", teardown.get("mgmt-eks-cluster-name", ""),
-                              "", role="management"))
+        targets.append(
+            Target(
+                env["mgmt-cluster"],
+                env.get("mgmt-region") or "",
+                teardown.get("mgmt-eks-cluster-name", ""),
+                "",
+                role="management",
+            )
+        )
     return targets
 
 
@@ -111,22 +137,32 @@ def targets_from_config(cfg, environment=None, include_management=True, regions=
     name = environment or cfg.selected
     env = cfg.environment(name)
     if env["kind"] != "aws":
-        raise SweepError("environment %r in %s is of kind %s; aws_orphan_sweep sweeps only environments of kind aws "
-                         "(valid: %s)" % (name, cfg.path, env["kind"],
-                                          ", ".join(n for n in cfg.environment_names
-                                                    if cfg.environment(n)["kind"] == "aws") or "none"))
+        raise SweepError(
+            "environment {!r} in {} is of kind {}; aws_orphan_sweep sweeps only environments of kind aws "
+            "(valid: {})".format(
+                name,
+                cfg.path,
+                env["kind"],
+                ", ".join(n for n in cfg.environment_names if cfg.environment(n)["kind"] == "aws") or "none",
+            )
+        )
     every = environment_targets(cfg, name, True)
     all_regions = _unique(t.region for t in every)
     targets = every if include_management else [t for t in every if t.role != "management"]
     if regions:
         unknown = [r for r in regions if r not in all_regions]
         if unknown:
-            raise SweepError("regions %s are not regions of environment %r (its regions: %s); fix the regions option"
-                             % (", ".join(unknown), name, ", ".join(all_regions) or "none"))
+            raise SweepError(
+                "regions {} are not regions of environment {!r} (its regions: {}); fix the regions option".format(
+                    ", ".join(unknown), name, ", ".join(all_regions) or "none"
+                )
+            )
         targets = [t for t in targets if t.region in regions]
     if not targets:
-        raise SweepError("environment %r in %s names no AWS cluster to sweep (no aws-workloads and "
-                         "include_management is false)" % (name, cfg.path))
+        raise SweepError(
+            f"environment {name!r} in {cfg.path} names no AWS cluster to sweep (no aws-workloads and "
+            "include_management is false)"
+        )
     return targets, all_regions
 
 
@@ -137,7 +173,7 @@ def arn_type(arn):
         return ""
     resource = parts[5]
     kind = resource.split("/", 1)[0] if "/" in resource else (resource.split(":", 1)[0] if ":" in resource else "")
-    return "%s:%s" % (parts[2], kind)
+    return f"{parts[2]}:{kind}"
 
 
 def _unique(items):
@@ -149,19 +185,31 @@ def _unique(items):
 
 
 def _now():
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _resource(region, rtype, rid, cluster, created=None, reason="", **meta):
-    return {"region": region, "type": rtype, "id": rid, "cluster": cluster, "created": created,
-            "reason": reason, "meta": meta}
+    return {
+        "region": region,
+        "type": rtype,
+        "id": rid,
+        "cluster": cluster,
+        "created": created,
+        "reason": reason,
+        "meta": meta,
+    }
 
 
 def public(resource, outcome, reason=None):
     """The result entry users see for a resource."""
-    return {"region": resource["region"], "type": resource["type"], "id": resource["id"],
-            "cluster": resource["cluster"], "outcome": outcome,
-            "reason": resource.get("reason", "") if reason is None else reason}
+    return {
+        "region": resource["region"],
+        "type": resource["type"],
+        "id": resource["id"],
+        "cluster": resource["cluster"],
+        "outcome": outcome,
+        "reason": resource.get("reason", "") if reason is None else reason,
+    }
 
 
 class _Discovery:
@@ -189,10 +237,15 @@ class _Discovery:
         try:
             return func() or []
         except aws.UnsupportedOperation as exc:
-            self.warnings.append("%s: %s skipped: %s" % (self.region, rtype, exc))
+            self.warnings.append(f"{self.region}: {rtype} skipped: {exc}")
         except (ClientError, BotoCoreError, aws.AwsError) as exc:
-            self.errors.append({"region": self.region, "type": rtype,
-                                "error": "listing %s in %s failed: %s" % (rtype, self.region, aws.error_message(exc))})
+            self.errors.append(
+                {
+                    "region": self.region,
+                    "type": rtype,
+                    "error": f"listing {rtype} in {self.region} failed: {aws.error_message(exc)}",
+                }
+            )
         return []
 
     def region_resources(self, with_age=False):
@@ -230,8 +283,17 @@ class _Discovery:
             if owner is None:
                 owner = self.owner_of(info.get("tags") or {})
             if owner is not None:
-                found.append(_resource(self.region, "eks-cluster", name, owner, info.get("createdAt"), reason,
-                                       status=info.get("status")))
+                found.append(
+                    _resource(
+                        self.region,
+                        "eks-cluster",
+                        name,
+                        owner,
+                        info.get("createdAt"),
+                        reason,
+                        status=info.get("status"),
+                    )
+                )
         return found
 
     def nodegroups(self, eks, with_age):
@@ -241,24 +303,44 @@ class _Discovery:
             for name in aws.paginate(client, "list_nodegroups", "nodegroups", clusterName=cluster["id"]):
                 created = None
                 if with_age:
-                    created = aws.call(client, "describe_nodegroup", clusterName=cluster["id"],
-                                       nodegroupName=name)["nodegroup"].get("createdAt")
-                found.append(_resource(self.region, "eks-nodegroup", "%s/%s" % (cluster["id"], name),
-                                       cluster["cluster"], created, "node group of EKS cluster %s" % cluster["id"],
-                                       eks=cluster["id"], name=name))
+                    created = aws.call(client, "describe_nodegroup", clusterName=cluster["id"], nodegroupName=name)[
+                        "nodegroup"
+                    ].get("createdAt")
+                found.append(
+                    _resource(
+                        self.region,
+                        "eks-nodegroup",
+                        "{}/{}".format(cluster["id"], name),
+                        cluster["cluster"],
+                        created,
+                        "node group of EKS cluster {}".format(cluster["id"]),
+                        eks=cluster["id"],
+                        name=name,
+                    )
+                )
         return found
 
     def pod_identities(self, eks):
         client = self.client("eks")
         found = []
         for cluster in eks:
-            for assoc in aws.paginate(client, "list_pod_identity_associations", "associations",
-                                      clusterName=cluster["id"]):
-                found.append(_resource(self.region, "eks-pod-identity-association",
-                                       "%s/%s" % (cluster["id"], assoc["associationId"]), cluster["cluster"], None,
-                                       "pod identity association of EKS cluster %s (%s/%s)"
-                                       % (cluster["id"], assoc.get("namespace"), assoc.get("serviceAccount")),
-                                       eks=cluster["id"], association=assoc["associationId"]))
+            for assoc in aws.paginate(
+                client, "list_pod_identity_associations", "associations", clusterName=cluster["id"]
+            ):
+                found.append(
+                    _resource(
+                        self.region,
+                        "eks-pod-identity-association",
+                        "{}/{}".format(cluster["id"], assoc["associationId"]),
+                        cluster["cluster"],
+                        None,
+                        "pod identity association of EKS cluster {} ({}/{})".format(
+                            cluster["id"], assoc.get("namespace"), assoc.get("serviceAccount")
+                        ),
+                        eks=cluster["id"],
+                        association=assoc["associationId"],
+                    )
+                )
         return found
 
     # --- RDS
@@ -275,16 +357,34 @@ class _Discovery:
                 owner = self.owner_of(inst.get("TagList") or [])
             group = (inst.get("DBSubnetGroup") or {}).get("DBSubnetGroupName")
             if owner is not None:
-                found.append(_resource(self.region, "rds-instance", ident, owner, inst.get("InstanceCreateTime"),
-                                       reason, status=inst.get("DBInstanceStatus"), group=group))
+                found.append(
+                    _resource(
+                        self.region,
+                        "rds-instance",
+                        ident,
+                        owner,
+                        inst.get("InstanceCreateTime"),
+                        reason,
+                        status=inst.get("DBInstanceStatus"),
+                        group=group,
+                    )
+                )
             elif group:
                 kept_groups.add(group)
         groups = []
         for inst in found:
             group = inst["meta"]["group"]
             if group and group != "default" and group not in kept_groups and group not in [g["id"] for g in groups]:
-                groups.append(_resource(self.region, "rds-subnet-group", group, inst["cluster"], None,
-                                        "subnet group of RDS instance %s" % inst["id"]))
+                groups.append(
+                    _resource(
+                        self.region,
+                        "rds-subnet-group",
+                        group,
+                        inst["cluster"],
+                        None,
+                        "subnet group of RDS instance {}".format(inst["id"]),
+                    )
+                )
         return found + groups
 
     # --- load balancers
@@ -292,20 +392,30 @@ class _Discovery:
         client = self.client("elbv2")
         lbs = aws.paginate(client, "describe_load_balancers", "LoadBalancers")
         created = {lb["LoadBalancerArn"]: lb for lb in lbs}
-        return [_resource(self.region, "elbv2-load-balancer", arn, owner, created[arn].get("CreatedTime"),
-                          name=created[arn].get("LoadBalancerName"))
-                for arn, owner in self._elbv2_owned(client, list(created))]
+        return [
+            _resource(
+                self.region,
+                "elbv2-load-balancer",
+                arn,
+                owner,
+                created[arn].get("CreatedTime"),
+                name=created[arn].get("LoadBalancerName"),
+            )
+            for arn, owner in self._elbv2_owned(client, list(created))
+        ]
 
     def target_groups(self):
         client = self.client("elbv2")
         groups = aws.paginate(client, "describe_target_groups", "TargetGroups")
-        return [_resource(self.region, "elbv2-target-group", arn, owner)
-                for arn, owner in self._elbv2_owned(client, [g["TargetGroupArn"] for g in groups])]
+        return [
+            _resource(self.region, "elbv2-target-group", arn, owner)
+            for arn, owner in self._elbv2_owned(client, [g["TargetGroupArn"] for g in groups])
+        ]
 
     def _elbv2_owned(self, client, arns):
         owned = []
         for start in range(0, len(arns), 20):
-            described = aws.call(client, "describe_tags", ResourceArns=arns[start:start + 20])
+            described = aws.call(client, "describe_tags", ResourceArns=arns[start : start + 20])
             for desc in described.get("TagDescriptions") or []:
                 owner = self.owner_of(desc.get("Tags") or [])
                 if owner is not None:
@@ -319,12 +429,19 @@ class _Discovery:
         names = list(created)
         found = []
         for start in range(0, len(names), 20):
-            described = aws.call(client, "describe_tags", LoadBalancerNames=names[start:start + 20])
+            described = aws.call(client, "describe_tags", LoadBalancerNames=names[start : start + 20])
             for desc in described.get("TagDescriptions") or []:
                 owner = self.owner_of(desc.get("Tags") or [])
                 if owner is not None:
-                    found.append(_resource(self.region, "elb-load-balancer", desc["LoadBalancerName"], owner,
-                                           created.get(desc["LoadBalancerName"])))
+                    found.append(
+                        _resource(
+                            self.region,
+                            "elb-load-balancer",
+                            desc["LoadBalancerName"],
+                            owner,
+                            created.get(desc["LoadBalancerName"]),
+                        )
+                    )
         return found
 
     # --- EC2
@@ -360,33 +477,67 @@ class _Discovery:
                 continue
             claim = self.sweep.ownership.owner(item.get("Tags") or [])
             if claim is not None:
-                found.append(_resource(self.region, "unsupported", arn, claim[0], None,
-                                       "owned (%s) but of a type krops cannot delete (%s): delete it by hand, then "
-                                       "run the teardown again" % (claim[1], arn_type(arn))))
+                found.append(
+                    _resource(
+                        self.region,
+                        "unsupported",
+                        arn,
+                        claim[0],
+                        None,
+                        f"owned ({claim[1]}) but of a type krops cannot delete ({arn_type(arn)}): delete it by hand, then "
+                        "run the teardown again",
+                    )
+                )
         return found
 
     def nat_gateways(self):
-        found = self.ec2_owned("describe_nat_gateways", "NatGateways", "NatGatewayId", "nat-gateway",
-                               filter_arg="Filter", extra=lambda n: {"state": n.get("State")})
+        found = self.ec2_owned(
+            "describe_nat_gateways",
+            "NatGateways",
+            "NatGatewayId",
+            "nat-gateway",
+            filter_arg="Filter",
+            extra=lambda n: {"state": n.get("State")},
+        )
         return [n for n in found if n["meta"]["state"] not in ("deleted", "failed")]
 
     def elastic_ips(self):
-        return self.ec2_owned("describe_addresses", "Addresses", "AllocationId", "elastic-ip",
-                              extra=lambda a: {"association": a.get("AssociationId")})
+        return self.ec2_owned(
+            "describe_addresses",
+            "Addresses",
+            "AllocationId",
+            "elastic-ip",
+            extra=lambda a: {"association": a.get("AssociationId")},
+        )
 
     def network_interfaces(self, vpcs):
-        found = [e for e in self.ec2_owned("describe_network_interfaces", "NetworkInterfaces", "NetworkInterfaceId",
-                                           "network-interface", extra=lambda e: {"status": e.get("Status")})
-                 if e["meta"]["status"] == "available"]
+        found = [
+            e
+            for e in self.ec2_owned(
+                "describe_network_interfaces",
+                "NetworkInterfaces",
+                "NetworkInterfaceId",
+                "network-interface",
+                extra=lambda e: {"status": e.get("Status")},
+            )
+            if e["meta"]["status"] == "available"
+        ]
         vpc_owner = {v["id"]: v["cluster"] for v in vpcs}
         if vpc_owner:
             ids = {e["id"] for e in found}
             filters = [{"Name": "vpc-id", "Values": list(vpc_owner)}, {"Name": "status", "Values": ["available"]}]
             for eni in self._ec2_list("describe_network_interfaces", "NetworkInterfaces", filters):
                 if eni["NetworkInterfaceId"] not in ids and eni.get("Status") == "available":
-                    found.append(_resource(self.region, "network-interface", eni["NetworkInterfaceId"],
-                                           vpc_owner[eni["VpcId"]], None,
-                                           "detached network interface in owned VPC %s" % eni["VpcId"]))
+                    found.append(
+                        _resource(
+                            self.region,
+                            "network-interface",
+                            eni["NetworkInterfaceId"],
+                            vpc_owner[eni["VpcId"]],
+                            None,
+                            "detached network interface in owned VPC {}".format(eni["VpcId"]),
+                        )
+                    )
         return found
 
     def route_tables(self):
@@ -395,14 +546,27 @@ class _Discovery:
             owner = self.owner_of(table.get("Tags") or [])
             associations = table.get("Associations") or []
             if owner is not None and not any(a.get("Main") for a in associations):
-                found.append(_resource(self.region, "route-table", table["RouteTableId"], owner,
-                                       associations=[a["RouteTableAssociationId"] for a in associations
-                                                     if a.get("RouteTableAssociationId")]))
+                found.append(
+                    _resource(
+                        self.region,
+                        "route-table",
+                        table["RouteTableId"],
+                        owner,
+                        associations=[
+                            a["RouteTableAssociationId"] for a in associations if a.get("RouteTableAssociationId")
+                        ],
+                    )
+                )
         return found
 
     def security_groups(self):
-        found = self.ec2_owned("describe_security_groups", "SecurityGroups", "GroupId", "security-group",
-                               extra=lambda g: {"name": g.get("GroupName")})
+        found = self.ec2_owned(
+            "describe_security_groups",
+            "SecurityGroups",
+            "GroupId",
+            "security-group",
+            extra=lambda g: {"name": g.get("GroupName")},
+        )
         return [g for g in found if g["meta"]["name"] != "default"]
 
     # --- global
@@ -425,9 +589,18 @@ class _Discovery:
         if not wanted:
             return []
         listed = aws.call(self.sweep.conn.client("s3", self.sweep.home_region), "list_buckets").get("Buckets") or []
-        return [_resource(wanted[b["Name"]].region, "s3-bucket", b["Name"], wanted[b["Name"]].cluster,
-                          b.get("CreationDate"), "named by the s3-bucket-pattern in bootstrap.toml")
-                for b in listed if b["Name"] in wanted]
+        return [
+            _resource(
+                wanted[b["Name"]].region,
+                "s3-bucket",
+                b["Name"],
+                wanted[b["Name"]].cluster,
+                b.get("CreationDate"),
+                "named by the s3-bucket-pattern in bootstrap.toml",
+            )
+            for b in listed
+            if b["Name"] in wanted
+        ]
 
     def iam_roles(self):
         """Roles owned by their tags (CAPA tags every role it creates, see docs/ownership.md) or named exactly
@@ -447,9 +620,16 @@ class _Discovery:
             if owner is not None:
                 found.append(_resource(GLOBAL, "iam-role", name, owner, role.get("CreateDate"), reason))
             elif self.sweep.ownership.candidate(name) is not None:
-                self.candidates.append(_resource(GLOBAL, "iam-role", name, self.sweep.ownership.candidate(name),
-                                                 role.get("CreateDate"), "name resembles a cluster of the environment "
-                                                 "but no ownership tag proves it: not deleted"))
+                self.candidates.append(
+                    _resource(
+                        GLOBAL,
+                        "iam-role",
+                        name,
+                        self.sweep.ownership.candidate(name),
+                        role.get("CreateDate"),
+                        "name resembles a cluster of the environment but no ownership tag proves it: not deleted",
+                    )
+                )
         return found
 
     def oidc_providers(self):
@@ -479,8 +659,9 @@ class _Discovery:
                 if aws.is_not_found(exc):
                     continue
                 raise
-            res = _resource(GLOBAL, "iam-user", name, "", user.get("CreateDate"),
-                            "account-global IAM user named by bootstrap.toml")
+            res = _resource(
+                GLOBAL, "iam-user", name, "", user.get("CreateDate"), "account-global IAM user named by bootstrap.toml"
+            )
             why = self.sweep.global_kept_reason("iam-user", name)
             if why:
                 self.sweep.keep(res, why)
@@ -500,8 +681,15 @@ class _Discovery:
         for stack in stacks:
             if stack.get("StackStatus") in ("DELETE_COMPLETE", "DELETE_IN_PROGRESS"):
                 continue
-            res = _resource(region, "cloudformation-stack", stack["StackName"], "", stack.get("CreationTime"),
-                            "account-global clusterawsadm stack named by bootstrap.toml", status=stack.get("StackStatus"))
+            res = _resource(
+                region,
+                "cloudformation-stack",
+                stack["StackName"],
+                "",
+                stack.get("CreationTime"),
+                "account-global clusterawsadm stack named by bootstrap.toml",
+                status=stack.get("StackStatus"),
+            )
             why = self.sweep.global_kept_reason("cloudformation-stack", stack["StackName"])
             if why:
                 self.sweep.keep(res, why)
@@ -513,8 +701,20 @@ class _Discovery:
 class Sweep:
     """One sweep (delete, plan or report) over a set of targets."""
 
-    def __init__(self, conn, targets, cfg, environment, account_id, wait_timeout=1200, concurrency=None,
-                 sweep_global_users=True, sleep=time.sleep, clock=time.monotonic, progress=None):
+    def __init__(
+        self,
+        conn,
+        targets,
+        cfg,
+        environment,
+        account_id,
+        wait_timeout=1200,
+        concurrency=None,
+        sweep_global_users=True,
+        sleep=time.sleep,
+        clock=time.monotonic,
+        progress=None,
+    ):
         teardown = cfg.data.get("teardown") or {}
         self.conn = conn
         self.cfg = cfg
@@ -525,8 +725,9 @@ class Sweep:
         self.account_id = account_id
         every = environment_targets(cfg, environment, True)
         whole = {(t.cluster, t.region) for t in targets} == {(t.cluster, t.region) for t in every}
-        self.ownership = ownership.AwsOwnership(environment, {t.cluster: t.names for t in targets},
-                                                environment_tag_owns=whole)
+        self.ownership = ownership.AwsOwnership(
+            environment, {t.cluster: t.names for t in targets}, environment_tag_owns=whole
+        )
         globals_ = ownership.effective_globals(cfg.data, environment)
         self.bucket_pattern = teardown.get("s3-bucket-pattern") or "krops-{account_id}-{cluster_name}-data"
         self.global_roles = teardown.get("global-iam-roles") or []
@@ -550,27 +751,28 @@ class Sweep:
     def progress(self, text):
         """A progress line: kept in the result, and passed to the caller's hook (the benchmark prints them)."""
         with self._lock:
-            self.progress_lines.append("%.1fs %s" % (self.clock() - self.started, text))
+            self.progress_lines.append(f"{self.clock() - self.started:.1f}s {text}")
         if self._progress_hook is not None:
             self._progress_hook(text)
 
     # --- account-global resources ---------------------------------------------------
     def keep(self, res, why):
         with self._lock:
-            if not any(k["type"] == res["type"] and k["id"] == res["id"] and k["region"] == res["region"]
-                       for k in self.kept):
+            if not any(
+                k["type"] == res["type"] and k["id"] == res["id"] and k["region"] == res["region"] for k in self.kept
+            ):
                 self.kept.append(public(res, "kept", why))
 
     def global_kept_reason(self, kind, name):
         """Why an account-global resource must stay, or "" when this environment alone may delete it."""
         if kind == "iam-user" and not self.sweep_global_users:
-            return "the regions filter leaves out regions of environment %s" % self.environment
+            return f"the regions filter leaves out regions of environment {self.environment}"
         others = ownership.aws_account_global(self.cfg, self.environment, kind, name)
         if others:
-            return "environment %s in %s also names it" % (", ".join(others), self.cfg.path)
+            return "environment {} in {} also names it".format(", ".join(others), self.cfg.path)
         alive = self.other_clusters_alive()
         if alive:
-            return "clusters of other environments still exist: %s" % "; ".join(alive[:5])
+            return "clusters of other environments still exist: {}".format("; ".join(alive[:5]))
         return ""
 
     def other_clusters_alive(self):
@@ -591,11 +793,16 @@ class Sweep:
                         listed = aws.paginate(self.conn.client("eks", region), "list_clusters", "clusters")
                         vpcs = aws.paginate(self.conn.client("ec2", region), "describe_vpcs", "Vpcs")
                     except (ClientError, BotoCoreError, aws.AwsError) as exc:
-                        alive.append("unknown in %s (%s): listing failed, so kept to be safe" % (region, aws.error_message(exc)))
+                        alive.append(
+                            f"unknown in {region} ({aws.error_message(exc)}): listing failed, so kept to be safe"
+                        )
                         continue
-                    alive += ["EKS cluster %s of environment %s in %s" % (n, other, region) for n in listed if n in eks_names]
-                    alive += ["VPC %s of environment %s in %s" % (v["VpcId"], other, region) for v in vpcs
-                              if owner.owner(v.get("Tags") or []) is not None]
+                    alive += [f"EKS cluster {n} of environment {other} in {region}" for n in listed if n in eks_names]
+                    alive += [
+                        "VPC {} of environment {} in {}".format(v["VpcId"], other, region)
+                        for v in vpcs
+                        if owner.owner(v.get("Tags") or []) is not None
+                    ]
             self._others_alive = alive
             return alive
 
@@ -613,8 +820,9 @@ class Sweep:
         return resources, found
 
     def _region_failed(self, region, exc):
-        self.errors.append({"region": region, "type": "region",
-                            "error": "sweep of %s stopped: %s" % (region, aws.error_message(exc))})
+        self.errors.append(
+            {"region": region, "type": "region", "error": f"sweep of {region} stopped: {aws.error_message(exc)}"}
+        )
 
     def _discover_global(self):
         found = _Discovery(self, self.home_region)
@@ -650,8 +858,9 @@ class Sweep:
     # --- modes ---------------------------------------------------------------------
     def plan(self):
         regional, global_resources = self.discover()
-        return [public(r, "undeletable" if r["type"] == "unsupported" else "planned")
-                for r in regional + global_resources]
+        return [
+            public(r, "undeletable" if r["type"] == "unsupported" else "planned") for r in regional + global_resources
+        ]
 
     def delete(self):
         per_region = self._per_region(self._delete_region)
@@ -664,13 +873,22 @@ class Sweep:
         blocked = {}
         for item in results:
             if item["outcome"] == "failed" and item["type"] in ("eks-cluster", "eks-nodegroup"):
-                blocked.setdefault(item["cluster"], "%s %s in %s" % (item["type"], item["id"], item["region"]))
+                blocked.setdefault(item["cluster"], "{} {} in {}".format(item["type"], item["id"], item["region"]))
         kept = [r for r in global_resources if r["type"] == "iam-role" and r["cluster"] in blocked]
         # global resources of one type are independent of each other: deleted side by side
-        results.extend(_Deleter(self, self.home_region, parallel=True).run(
-            [r for r in global_resources if r not in kept], GLOBAL_TYPES))
-        results.extend(public(r, "failed", "kept: %s is not deleted yet and may need this role; run the sweep again"
-                              % blocked[r["cluster"]]) for r in kept)
+        results.extend(
+            _Deleter(self, self.home_region, parallel=True).run(
+                [r for r in global_resources if r not in kept], GLOBAL_TYPES
+            )
+        )
+        results.extend(
+            public(
+                r,
+                "failed",
+                "kept: {} is not deleted yet and may need this role; run the sweep again".format(blocked[r["cluster"]]),
+            )
+            for r in kept
+        )
         return results
 
     def _delete_region(self, region):
@@ -684,8 +902,9 @@ class Sweep:
 
     def leftovers(self):
         regional, global_resources = self.discover()
-        return [public(r, "left", r.get("reason") or "still present after the sweep")
-                for r in regional + global_resources]
+        return [
+            public(r, "left", r.get("reason") or "still present after the sweep") for r in regional + global_resources
+        ]
 
     def report(self, min_age_hours, now=None):
         now = now or _now()
@@ -705,8 +924,7 @@ class Sweep:
             if age is not None and age < min_age_hours:
                 continue
             entry = public(res, "orphan")
-            entry.update(created=created.isoformat() if created else None, age_hours=age,
-                         age_from_cluster=inherited)
+            entry.update(created=created.isoformat() if created else None, age_hours=age, age_from_cluster=inherited)
             entries.append(entry)
         return entries
 
@@ -761,8 +979,10 @@ class _Deleter:
             pending = [res for res, outcome in zip(batch, outcomes) if outcome == "wait"]
             results.extend(o for o in outcomes if o != "wait")
             if pending:
-                self.sweep.progress("%s: waiting for %d %s deletion(s): %s" % (
-                    self.region, len(pending), rtype.name, ", ".join(r["id"] for r in pending[:5])))
+                self.sweep.progress(
+                    "%s: waiting for %d %s deletion(s): %s"
+                    % (self.region, len(pending), rtype.name, ", ".join(r["id"] for r in pending[:5]))
+                )
                 results.extend(self._wait(rtype, pending))
         return results
 
@@ -770,8 +990,10 @@ class _Deleter:
         """Interfaces detach while load balancers and NAT gateways go: list them again at this step."""
         discovery = _Discovery(self.sweep, self.region)
         vpcs = [r for r in resources if r["type"] == "vpc"]
-        fresh = discovery._guard("network-interface",  # pylint: disable=protected-access
-                                 lambda: discovery.network_interfaces(vpcs))
+        fresh = discovery._guard(
+            "network-interface",  # pylint: disable=protected-access
+            lambda: discovery.network_interfaces(vpcs),
+        )
         known = {r["id"] for r in planned}
         return planned + [r for r in fresh if r["id"] not in known]
 
@@ -782,18 +1004,24 @@ class _Deleter:
         except (ClientError, BotoCoreError, aws.AwsError) as exc:
             if aws.is_not_found(exc):
                 return public(res, "absent", "already gone")
-            return public(res, "failed", "delete failed: %s" % aws.error_message(exc))
+            return public(res, "failed", f"delete failed: {aws.error_message(exc)}")
         if answer == ABSENT:
             return public(res, "absent", "already gone")
         return "wait" if rtype.wait_state else public(res, "deleted")
 
     # each _delete_<type> starts the deletion; ABSENT when there was nothing to delete
     def _delete_eks_nodegroup(self, res):
-        aws.call(self.client("eks"), "delete_nodegroup", clusterName=res["meta"]["eks"], nodegroupName=res["meta"]["name"])
+        aws.call(
+            self.client("eks"), "delete_nodegroup", clusterName=res["meta"]["eks"], nodegroupName=res["meta"]["name"]
+        )
 
     def _delete_eks_pod_identity_association(self, res):
-        aws.call(self.client("eks"), "delete_pod_identity_association", clusterName=res["meta"]["eks"],
-                 associationId=res["meta"]["association"])
+        aws.call(
+            self.client("eks"),
+            "delete_pod_identity_association",
+            clusterName=res["meta"]["eks"],
+            associationId=res["meta"]["association"],
+        )
 
     def _delete_eks_cluster(self, res):
         aws.call(self.client("eks"), "delete_cluster", name=res["id"])
@@ -802,17 +1030,24 @@ class _Deleter:
         if res["meta"].get("status") == "deleting":
             return None
         try:
-            aws.call(self.client("rds"), "delete_db_instance", DBInstanceIdentifier=res["id"], SkipFinalSnapshot=True,
-                     DeleteAutomatedBackups=True)
+            aws.call(
+                self.client("rds"),
+                "delete_db_instance",
+                DBInstanceIdentifier=res["id"],
+                SkipFinalSnapshot=True,
+                DeleteAutomatedBackups=True,
+            )
         except ClientError as exc:
             if aws.error_code(exc) != "InvalidDBInstanceState":
                 raise
         return None
 
     def _delete_rds_subnet_group(self, res):
-        self._retry_dependency(res, lambda: aws.call(self.client("rds"), "delete_db_subnet_group",
-                                                     DBSubnetGroupName=res["id"]),
-                               codes=("InvalidDBSubnetGroupStateFault",))
+        self._retry_dependency(
+            res,
+            lambda: aws.call(self.client("rds"), "delete_db_subnet_group", DBSubnetGroupName=res["id"]),
+            codes=("InvalidDBSubnetGroupStateFault",),
+        )
 
     def _delete_elbv2_load_balancer(self, res):
         aws.call(self.client("elbv2"), "delete_load_balancer", LoadBalancerArn=res["id"])
@@ -821,8 +1056,11 @@ class _Deleter:
         aws.call(self.client("elb"), "delete_load_balancer", LoadBalancerName=res["id"])
 
     def _delete_elbv2_target_group(self, res):
-        self._retry_dependency(res, lambda: aws.call(self.client("elbv2"), "delete_target_group",
-                                                     TargetGroupArn=res["id"]), codes=("ResourceInUse",))
+        self._retry_dependency(
+            res,
+            lambda: aws.call(self.client("elbv2"), "delete_target_group", TargetGroupArn=res["id"]),
+            codes=("ResourceInUse",),
+        )
 
     def _delete_nat_gateway(self, res):
         if res["meta"].get("state") != "deleting":
@@ -833,7 +1071,9 @@ class _Deleter:
         try:
             aws.call(client, "release_address", AllocationId=res["id"])
         except ClientError as exc:
-            if aws.error_code(exc) not in ("InvalidIPAddress.InUse", "AuthFailure") or not res["meta"].get("association"):
+            if aws.error_code(exc) not in ("InvalidIPAddress.InUse", "AuthFailure") or not res["meta"].get(
+                "association"
+            ):
                 raise
             try:
                 aws.call(client, "disassociate_address", AssociationId=res["meta"]["association"])
@@ -847,15 +1087,21 @@ class _Deleter:
 
     def _delete_ebs_volume(self, res):
         # a volume detaches once its node is gone (node groups and clusters are deleted before)
-        self._retry_dependency(res, lambda: aws.call(self.client("ec2"), "delete_volume", VolumeId=res["id"]),
-                               codes=("VolumeInUse", "IncorrectState"))
+        self._retry_dependency(
+            res,
+            lambda: aws.call(self.client("ec2"), "delete_volume", VolumeId=res["id"]),
+            codes=("VolumeInUse", "IncorrectState"),
+        )
 
     def _delete_ebs_snapshot(self, res):
-        self._retry_dependency(res, lambda: aws.call(self.client("ec2"), "delete_snapshot", SnapshotId=res["id"]),
-                               codes=("InvalidSnapshot.InUse",))
+        self._retry_dependency(
+            res,
+            lambda: aws.call(self.client("ec2"), "delete_snapshot", SnapshotId=res["id"]),
+            codes=("InvalidSnapshot.InUse",),
+        )
 
     def _delete_unsupported(self, res):
-        raise aws.AwsError("krops cannot delete %s: %s" % (res["id"], res["reason"]))
+        raise aws.AwsError("krops cannot delete {}: {}".format(res["id"], res["reason"]))
 
     def _delete_network_interface(self, res):
         aws.call(self.client("ec2"), "delete_network_interface", NetworkInterfaceId=res["id"])
@@ -889,9 +1135,11 @@ class _Deleter:
         try:
             self._revoke_all(groups)
         except (ClientError, BotoCoreError, aws.AwsError) as exc:
-            self.sweep.warnings.append("%s: revoking the rules of security groups %s failed: %s; their deletion may "
-                                       "fail on references" % (self.region, ", ".join(g["id"] for g in groups),
-                                                               aws.error_message(exc)))
+            self.sweep.warnings.append(
+                "{}: revoking the rules of security groups {} failed: {}; their deletion may fail on references".format(
+                    self.region, ", ".join(g["id"] for g in groups), aws.error_message(exc)
+                )
+            )
 
     def _revoke_all(self, groups):
         client = self.client("ec2")
@@ -907,8 +1155,10 @@ class _Deleter:
                     if not aws.is_not_found(exc):
                         raise
         for group in described:
-            for field, operation in (("IpPermissions", "revoke_security_group_ingress"),
-                                     ("IpPermissionsEgress", "revoke_security_group_egress")):
+            for field, operation in (
+                ("IpPermissions", "revoke_security_group_ingress"),
+                ("IpPermissionsEgress", "revoke_security_group_egress"),
+            ):
                 rules = [_clean_permission(p) for p in group.get(field) or []]
                 if rules:
                     try:
@@ -932,15 +1182,23 @@ class _Deleter:
                 return ABSENT
             raise
         for page in pages:
-            objects = [{"Key": v["Key"], "VersionId": v["VersionId"]}
-                       for v in (page.get("Versions") or []) + (page.get("DeleteMarkers") or [])]
+            objects = [
+                {"Key": v["Key"], "VersionId": v["VersionId"]}
+                for v in (page.get("Versions") or []) + (page.get("DeleteMarkers") or [])
+            ]
             for start in range(0, len(objects), 1000):
-                answer = aws.call(client, "delete_objects", Bucket=res["id"],
-                                  Delete={"Objects": objects[start:start + 1000], "Quiet": True})
+                answer = aws.call(
+                    client,
+                    "delete_objects",
+                    Bucket=res["id"],
+                    Delete={"Objects": objects[start : start + 1000], "Quiet": True},
+                )
                 if answer.get("Errors"):
                     first = answer["Errors"][0]
-                    raise aws.AwsError("%d objects could not be deleted, e.g. %s: %s"
-                                       % (len(answer["Errors"]), first.get("Key"), first.get("Message")))
+                    raise aws.AwsError(
+                        "%d objects could not be deleted, e.g. %s: %s"
+                        % (len(answer["Errors"]), first.get("Key"), first.get("Message"))
+                    )
         aws.call(client, "delete_bucket", Bucket=res["id"])
 
     def _delete_iam_role(self, res):
@@ -951,14 +1209,21 @@ class _Deleter:
         for policy in aws.paginate(client, "list_role_policies", "PolicyNames", RoleName=name):
             aws.call(client, "delete_role_policy", RoleName=name, PolicyName=policy)
         for profile in aws.paginate(client, "list_instance_profiles_for_role", "InstanceProfiles", RoleName=name):
-            aws.call(client, "remove_role_from_instance_profile", RoleName=name,
-                     InstanceProfileName=profile["InstanceProfileName"])
+            aws.call(
+                client,
+                "remove_role_from_instance_profile",
+                RoleName=name,
+                InstanceProfileName=profile["InstanceProfileName"],
+            )
             aws.call(client, "delete_instance_profile", InstanceProfileName=profile["InstanceProfileName"])
         aws.call(client, "delete_role", RoleName=name)
 
     def _delete_iam_oidc_provider(self, res):
-        aws.call(self.client("iam", self.sweep.home_region), "delete_open_id_connect_provider",
-                 OpenIDConnectProviderArn=res["id"])
+        aws.call(
+            self.client("iam", self.sweep.home_region),
+            "delete_open_id_connect_provider",
+            OpenIDConnectProviderArn=res["id"],
+        )
 
     def _delete_iam_user(self, res):
         client = self.client("iam", self.sweep.home_region)
@@ -1012,8 +1277,10 @@ class _Deleter:
                 if aws.error_code(exc) not in codes:
                     raise
                 last = exc
-        raise aws.AwsError("%s (still after %ds: something outside the sweep may depend on %s %s)"
-                           % (aws.error_message(last), budget, res["type"], res["id"]))
+        raise aws.AwsError(
+            "%s (still after %ds: something outside the sweep may depend on %s %s)"
+            % (aws.error_message(last), budget, res["type"], res["id"])
+        )
 
     # wait states: {id: 'gone' or the current status} for every pending deletion of a type, in as few calls
     # as the API allows (one listing per poll, not one describe per resource)
@@ -1026,8 +1293,11 @@ class _Deleter:
                 if not aws.is_not_found(exc):
                     raise
                 present = set()
-            states.update((r["id"], "DELETING" if r["meta"]["name"] in present else "gone")
-                          for r in pending if r["meta"]["eks"] == eks)
+            states.update(
+                (r["id"], "DELETING" if r["meta"]["name"] in present else "gone")
+                for r in pending
+                if r["meta"]["eks"] == eks
+            )
         return states
 
     def _state_eks_cluster(self, pending):
@@ -1035,14 +1305,22 @@ class _Deleter:
         return {r["id"]: "DELETING" if r["id"] in present else "gone" for r in pending}
 
     def _state_rds_instance(self, pending):
-        found = {i["DBInstanceIdentifier"]: i.get("DBInstanceStatus", "?")
-                 for i in aws.paginate(self.client("rds"), "describe_db_instances", "DBInstances")}
+        found = {
+            i["DBInstanceIdentifier"]: i.get("DBInstanceStatus", "?")
+            for i in aws.paginate(self.client("rds"), "describe_db_instances", "DBInstances")
+        }
         return {r["id"]: found.get(r["id"], "gone") for r in pending}
 
     def _state_nat_gateway(self, pending):
-        found = {n["NatGatewayId"]: n.get("State", "?") for n in aws.paginate(
-            self.client("ec2"), "describe_nat_gateways", "NatGateways",
-            Filter=[{"Name": "nat-gateway-id", "Values": [r["id"] for r in pending]}])}
+        found = {
+            n["NatGatewayId"]: n.get("State", "?")
+            for n in aws.paginate(
+                self.client("ec2"),
+                "describe_nat_gateways",
+                "NatGateways",
+                Filter=[{"Name": "nat-gateway-id", "Values": [r["id"] for r in pending]}],
+            )
+        }
         return {r["id"]: "gone" if found.get(r["id"], "deleted") == "deleted" else found[r["id"]] for r in pending}
 
     def _wait(self, rtype, pending):
@@ -1055,7 +1333,7 @@ class _Deleter:
             try:
                 found = rtype.wait_state(self, list(remaining))
             except (ClientError, BotoCoreError, aws.AwsError) as exc:
-                states.update((r["id"], "unknown (%s)" % aws.error_message(exc)) for r in remaining)
+                states.update((r["id"], f"unknown ({aws.error_message(exc)})") for r in remaining)
                 return
             for res in list(remaining):
                 state = found.get(res["id"], "?")
@@ -1065,7 +1343,7 @@ class _Deleter:
                     results.append(public(res, "deleted"))
                 elif state in ("DELETE_FAILED", "FAILED", "failed"):
                     remaining.remove(res)
-                    results.append(public(res, "failed", "deletion failed: status %s" % state))
+                    results.append(public(res, "failed", f"deletion failed: status {state}"))
 
         poll()
         # still deleting right after the request: it takes its usual time, so the next poll waits for part of it
@@ -1078,11 +1356,22 @@ class _Deleter:
                 poll()
                 if not remaining:
                     break
-                self.sweep.progress("%s: still deleting %s" % (self.region, ", ".join(
-                    "%s %s (%s)" % (rtype.name, r["id"], states.get(r["id"], "?")) for r in remaining[:5])))
+                self.sweep.progress(
+                    "{}: still deleting {}".format(
+                        self.region,
+                        ", ".join(
+                            "{} {} ({})".format(rtype.name, r["id"], states.get(r["id"], "?")) for r in remaining[:5]
+                        ),
+                    )
+                )
         for res in remaining:
-            results.append(public(res, "failed", "still %s after %ds (wait_timeout)"
-                                  % (states.get(res["id"], "present"), self.sweep.wait_timeout)))
+            results.append(
+                public(
+                    res,
+                    "failed",
+                    "still %s after %ds (wait_timeout)" % (states.get(res["id"], "present"), self.sweep.wait_timeout),
+                )
+            )
         order = {r["id"]: i for i, r in enumerate(pending)}
         results.sort(key=lambda r: order[r["id"]])
         return results
@@ -1099,8 +1388,7 @@ class ResourceType:
     group rules), ``refresh`` re-lists a batch right before its deletion (interfaces detach meanwhile).
     """
 
-    def __init__(self, name, scope, list, delete, wait_state=None, chain=None, before=None, refresh=None,
-                 expected=0):
+    def __init__(self, name, scope, list, delete, wait_state=None, chain=None, before=None, refresh=None, expected=0):
         # pylint: disable=redefined-builtin
         self.name = name
         self.expected = expected  # typical deletion time in seconds: the first poll comes after a part of it
@@ -1122,40 +1410,100 @@ REGION = "region"
 
 # Table order is deletion order (within a chain, and for the network rows after the chains).
 REGION_TYPES = (
-    ResourceType("eks-nodegroup", REGION, lambda d, a: d.nodegroups(d._eks(), a), X._delete_eks_nodegroup,
-                 X._state_eks_nodegroup, chain="eks", expected=600),
-    ResourceType("eks-pod-identity-association", REGION, lambda d, a: d.pod_identities(d._eks()),
-                 X._delete_eks_pod_identity_association, chain="eks"),
-    ResourceType("eks-cluster", REGION, lambda d, a: d._eks(), X._delete_eks_cluster, X._state_eks_cluster,
-                 chain="eks", expected=720),
-    ResourceType("launch-template", REGION, lambda d, a: d.ec2_owned(
-        "describe_launch_templates", "LaunchTemplates", "LaunchTemplateId", "launch-template"),
-        X._delete_launch_template, chain="eks"),
-    ResourceType("ebs-volume", REGION, lambda d, a: d.ec2_owned(
-        "describe_volumes", "Volumes", "VolumeId", "ebs-volume", extra=lambda v: {"state": v.get("State")}),
-        X._delete_ebs_volume, chain="eks"),
+    ResourceType(
+        "eks-nodegroup",
+        REGION,
+        lambda d, a: d.nodegroups(d._eks(), a),
+        X._delete_eks_nodegroup,
+        X._state_eks_nodegroup,
+        chain="eks",
+        expected=600,
+    ),
+    ResourceType(
+        "eks-pod-identity-association",
+        REGION,
+        lambda d, a: d.pod_identities(d._eks()),
+        X._delete_eks_pod_identity_association,
+        chain="eks",
+    ),
+    ResourceType(
+        "eks-cluster",
+        REGION,
+        lambda d, a: d._eks(),
+        X._delete_eks_cluster,
+        X._state_eks_cluster,
+        chain="eks",
+        expected=720,
+    ),
+    ResourceType(
+        "launch-template",
+        REGION,
+        lambda d, a: d.ec2_owned("describe_launch_templates", "LaunchTemplates", "LaunchTemplateId", "launch-template"),
+        X._delete_launch_template,
+        chain="eks",
+    ),
+    ResourceType(
+        "ebs-volume",
+        REGION,
+        lambda d, a: d.ec2_owned(
+            "describe_volumes", "Volumes", "VolumeId", "ebs-volume", extra=lambda v: {"state": v.get("State")}
+        ),
+        X._delete_ebs_volume,
+        chain="eks",
+    ),
     ResourceType("ebs-snapshot", REGION, lambda d, a: d.snapshots(), X._delete_ebs_snapshot, chain="eks"),
-    ResourceType("rds-instance", REGION, _only("rds-instance", D._rds), X._delete_rds_instance, X._state_rds_instance,
-                 chain="rds", expected=600),
-    ResourceType("rds-subnet-group", REGION, _only("rds-subnet-group", D._rds), X._delete_rds_subnet_group,
-                 chain="rds"),
+    ResourceType(
+        "rds-instance",
+        REGION,
+        _only("rds-instance", D._rds),
+        X._delete_rds_instance,
+        X._state_rds_instance,
+        chain="rds",
+        expected=600,
+    ),
+    ResourceType(
+        "rds-subnet-group", REGION, _only("rds-subnet-group", D._rds), X._delete_rds_subnet_group, chain="rds"
+    ),
     ResourceType("elbv2-load-balancer", REGION, lambda d, a: d.elbv2(), X._delete_elbv2_load_balancer, chain="lb"),
     ResourceType("elb-load-balancer", REGION, lambda d, a: d.classic_elb(), X._delete_elb_load_balancer, chain="lb"),
-    ResourceType("elbv2-target-group", REGION, lambda d, a: d.target_groups(), X._delete_elbv2_target_group,
-                 chain="lb"),
-    ResourceType("nat-gateway", REGION, lambda d, a: d.nat_gateways(), X._delete_nat_gateway, X._state_nat_gateway,
-                 chain="nat", expected=240),
+    ResourceType(
+        "elbv2-target-group", REGION, lambda d, a: d.target_groups(), X._delete_elbv2_target_group, chain="lb"
+    ),
+    ResourceType(
+        "nat-gateway",
+        REGION,
+        lambda d, a: d.nat_gateways(),
+        X._delete_nat_gateway,
+        X._state_nat_gateway,
+        chain="nat",
+        expected=240,
+    ),
     ResourceType("elastic-ip", REGION, lambda d, a: d.elastic_ips(), X._delete_elastic_ip, chain="nat"),
-    ResourceType("network-interface", REGION, lambda d, a: d.network_interfaces(d._vpcs()),
-                 X._delete_network_interface, refresh=X._fresh_interfaces),
-    ResourceType("subnet", REGION, lambda d, a: d.ec2_owned("describe_subnets", "Subnets", "SubnetId", "subnet"),
-                 X._delete_subnet),
-    ResourceType("internet-gateway", REGION, lambda d, a: d.ec2_owned(
-        "describe_internet_gateways", "InternetGateways", "InternetGatewayId", "internet-gateway"),
-        X._delete_internet_gateway),
+    ResourceType(
+        "network-interface",
+        REGION,
+        lambda d, a: d.network_interfaces(d._vpcs()),
+        X._delete_network_interface,
+        refresh=X._fresh_interfaces,
+    ),
+    ResourceType(
+        "subnet",
+        REGION,
+        lambda d, a: d.ec2_owned("describe_subnets", "Subnets", "SubnetId", "subnet"),
+        X._delete_subnet,
+    ),
+    ResourceType(
+        "internet-gateway",
+        REGION,
+        lambda d, a: d.ec2_owned(
+            "describe_internet_gateways", "InternetGateways", "InternetGatewayId", "internet-gateway"
+        ),
+        X._delete_internet_gateway,
+    ),
     ResourceType("route-table", REGION, lambda d, a: d.route_tables(), X._delete_route_table),
-    ResourceType("security-group", REGION, lambda d, a: d.security_groups(), X._delete_security_group,
-                 before=X._revoke_rules),
+    ResourceType(
+        "security-group", REGION, lambda d, a: d.security_groups(), X._delete_security_group, before=X._revoke_rules
+    ),
     ResourceType("vpc", REGION, lambda d, a: d._vpcs(), X._delete_vpc),
     ResourceType("unsupported", REGION, lambda d, a: d.tagged_unsupported(), X._delete_unsupported),
 )
@@ -1165,8 +1513,12 @@ GLOBAL_TYPES = (
     ResourceType("iam-role", GLOBAL, lambda d, a: d.iam_roles(), X._delete_iam_role),
     ResourceType("iam-oidc-provider", GLOBAL, lambda d, a: d.oidc_providers(), X._delete_iam_oidc_provider),
     ResourceType("iam-user", GLOBAL, lambda d, a: d.iam_users(), X._delete_iam_user),
-    ResourceType("cloudformation-stack", GLOBAL, lambda d, a: [x for r in d.sweep.regions for x in d.stacks(r)]
-                 if d.sweep.stack_name else [], X._delete_cloudformation_stack),
+    ResourceType(
+        "cloudformation-stack",
+        GLOBAL,
+        lambda d, a: [x for r in d.sweep.regions for x in d.stacks(r)] if d.sweep.stack_name else [],
+        X._delete_cloudformation_stack,
+    ),
 )
 
 REGION_ORDER = tuple(t.name for t in REGION_TYPES)
@@ -1176,8 +1528,12 @@ GLOBAL_ORDER = tuple(t.name for t in GLOBAL_TYPES)
 def _clean_permission(permission):
     """An IpPermission from describe_security_groups, reduced to what revoke_* accepts."""
     clean = {k: v for k, v in permission.items() if k in ("IpProtocol", "FromPort", "ToPort") and v is not None}
-    for field, keys in (("IpRanges", ("CidrIp",)), ("Ipv6Ranges", ("CidrIpv6",)),
-                        ("PrefixListIds", ("PrefixListId",)), ("UserIdGroupPairs", ("GroupId", "UserId"))):
+    for field, keys in (
+        ("IpRanges", ("CidrIp",)),
+        ("Ipv6Ranges", ("CidrIpv6",)),
+        ("PrefixListIds", ("PrefixListId",)),
+        ("UserIdGroupPairs", ("GroupId", "UserId")),
+    ):
         items = [{k: item[k] for k in keys if item.get(k)} for item in permission.get(field) or []]
         items = [i for i in items if i]
         if items:
@@ -1187,39 +1543,52 @@ def _clean_permission(permission):
 
 # --- report rendering ------------------------------------------------------------------
 
+
 def render_markdown(data):
-    lines = ["# krops AWS orphan report", "",
-             "- Environment: `%s`" % data["environment"],
-             "- Account: `%s`" % data["account_id"],
-             "- Regions: %s" % ", ".join("`%s`" % r for r in data["regions"]),
-             "- Generated: %s" % data["generated_at"],
-             "- Threshold: owned resources older than %s hours (no creation time: the cluster's oldest resource)"
-             % _number(data["min_age_hours"]),
-             ""]
+    lines = [
+        "# krops AWS orphan report",
+        "",
+        "- Environment: `{}`".format(data["environment"]),
+        "- Account: `{}`".format(data["account_id"]),
+        "- Regions: {}".format(", ".join(f"`{r}`" for r in data["regions"])),
+        "- Generated: {}".format(data["generated_at"]),
+        "- Threshold: owned resources older than {} hours (no creation time: the cluster's oldest resource)".format(
+            _number(data["min_age_hours"])
+        ),
+        "",
+    ]
     if data["errors"]:
         lines += ["## Discovery errors", ""]
-        lines += ["- %s" % e["error"] for e in data["errors"]]
+        lines += ["- {}".format(e["error"]) for e in data["errors"]]
         lines.append("")
     if data.get("candidates"):
         lines += ["## Candidates (names that resemble a cluster; nothing proves them owned, never deleted)", ""]
-        lines += ["- %s `%s` (like %s)" % (c["type"], c["id"], c["cluster"]) for c in data["candidates"]]
+        lines += ["- {} `{}` (like {})".format(c["type"], c["id"], c["cluster"]) for c in data["candidates"]]
         lines.append("")
     if not data["resources"]:
         lines.append("No orphaned resources found.")
         return "\n".join(lines) + "\n"
-    lines += ["Found %d orphaned resources." % len(data["resources"]), "",
-              "| Region | Cluster | Type | ID | Age (hours) | Note |", "|---|---|---|---|---|---|"]
+    lines += [
+        "Found %d orphaned resources." % len(data["resources"]),
+        "",
+        "| Region | Cluster | Type | ID | Age (hours) | Note |",
+        "|---|---|---|---|---|---|",
+    ]
     for item in data["resources"]:
         age = "unknown" if item["age_hours"] is None else _number(item["age_hours"])
         if item["age_from_cluster"]:
             age += " (cluster)"
         note = (item["reason"] or "").replace("|", "/")
-        lines.append("| %s | %s | %s | `%s` | %s | %s |" % (item["region"], item["cluster"] or "-", item["type"], item["id"], age, note))
+        lines.append(
+            "| {} | {} | {} | `{}` | {} | {} |".format(
+                item["region"], item["cluster"] or "-", item["type"], item["id"], age, note
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
 def _number(value):
-    return ("%g" % value) if isinstance(value, float) else str(value)
+    return (f"{value:g}") if isinstance(value, float) else str(value)
 
 
 def report_json(data):
@@ -1227,6 +1596,7 @@ def report_json(data):
 
 
 # --- entry point -----------------------------------------------------------------------
+
 
 def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress=None):
     """Run the sweep described by the module parameters; the module's result dict.
@@ -1238,33 +1608,67 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     cfg = loader(path=params.get("config_file"), environment=params.get("environment"))
     environment = params.get("environment") or cfg.selected
     mode = params.get("mode") or "delete"
-    targets, all_regions = targets_from_config(cfg, environment, params.get("include_management", True),
-                                               params.get("regions"))
+    targets, all_regions = targets_from_config(
+        cfg, environment, params.get("include_management", True), params.get("regions")
+    )
     wait_timeout = 1200 if params.get("wait_timeout") is None else params["wait_timeout"]
     if wait_timeout < 0 or (params.get("concurrency") is not None and params["concurrency"] < 1):
-        raise SweepError("wait_timeout must be >= 0 and concurrency >= 1 (got %s and %s)"
-                         % (wait_timeout, params.get("concurrency")))
-    conn = aws.Connection(profile=params.get("profile"), endpoint_url=params.get("endpoint_url"),
-                          access_key=params.get("access_key"), secret_key=params.get("secret_key"),
-                          session_token=params.get("session_token"))
+        raise SweepError(
+            "wait_timeout must be >= 0 and concurrency >= 1 (got {} and {})".format(
+                wait_timeout, params.get("concurrency")
+            )
+        )
+    conn = aws.Connection(
+        profile=params.get("profile"),
+        endpoint_url=params.get("endpoint_url"),
+        access_key=params.get("access_key"),
+        secret_key=params.get("secret_key"),
+        session_token=params.get("session_token"),
+    )
     regions = _unique(t.region for t in targets)
     account_id = params.get("account_id") or conn.account_id(regions[0])
     covers_all = set(regions) >= set(all_regions)
-    sweep = Sweep(conn, targets, cfg, environment, account_id, wait_timeout=wait_timeout,
-                  concurrency=params.get("concurrency"), sweep_global_users=covers_all, sleep=sleep,
-                  progress=progress)
-    result = {"changed": False, "environment": environment, "account_id": account_id, "regions": regions,
-              "targets": [t.as_dict() for t in targets], "results": [], "plan": [], "leftovers": [],
-              "errors": [], "warnings": []}
+    sweep = Sweep(
+        conn,
+        targets,
+        cfg,
+        environment,
+        account_id,
+        wait_timeout=wait_timeout,
+        concurrency=params.get("concurrency"),
+        sweep_global_users=covers_all,
+        sleep=sleep,
+        progress=progress,
+    )
+    result = {
+        "changed": False,
+        "environment": environment,
+        "account_id": account_id,
+        "regions": regions,
+        "targets": [t.as_dict() for t in targets],
+        "results": [],
+        "plan": [],
+        "leftovers": [],
+        "errors": [],
+        "warnings": [],
+    }
 
     if mode == "report":
         min_age = params.get("min_age_hours")
         min_age = 6 if min_age is None else min_age
         entries = sweep.report(min_age)
-        data = {"environment": environment, "account_id": account_id, "regions": regions,
-                "generated_at": _now().replace(microsecond=0).isoformat(), "min_age_hours": min_age,
-                "count": len(entries), "resources": entries, "errors": list(sweep.errors),
-                "candidates": [public(c, "candidate") for c in sweep.candidates], "kept": list(sweep.kept)}
+        data = {
+            "environment": environment,
+            "account_id": account_id,
+            "regions": regions,
+            "generated_at": _now().replace(microsecond=0).isoformat(),
+            "min_age_hours": min_age,
+            "count": len(entries),
+            "resources": entries,
+            "errors": list(sweep.errors),
+            "candidates": [public(c, "candidate") for c in sweep.candidates],
+            "kept": list(sweep.kept),
+        }
         markdown = render_markdown(data)
         result["report"] = {"markdown": markdown, "json": data}
         path = params.get("report_path")
@@ -1294,29 +1698,38 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
 def summary(result, mode, check_mode):
     if mode == "report":
         text = "orphan report: %d owned resources older than the threshold in %s" % (
-            result["report"]["json"]["count"], ", ".join(result["regions"]))
+            result["report"]["json"]["count"],
+            ", ".join(result["regions"]),
+        )
         if result.get("candidates"):
             text += "; %d resources whose names resemble a cluster, not proven owned (candidates)" % len(
-                result["candidates"])
+                result["candidates"]
+            )
     elif check_mode:
         text = "plan: %d resources would be deleted in %s" % (len(result["plan"]), ", ".join(result["regions"]))
     else:
         counts = {}
         for item in result["results"]:
             counts[item["outcome"]] = counts.get(item["outcome"], 0) + 1
-        text = "sweep of %s: %s" % (", ".join(result["regions"]),
-                                    ", ".join("%d %s" % (n, o) for o, n in sorted(counts.items())) or "nothing owned found")
+        text = "sweep of {}: {}".format(
+            ", ".join(result["regions"]),
+            ", ".join("%d %s" % (n, o) for o, n in sorted(counts.items())) or "nothing owned found",
+        )
         failed = [r for r in result["results"] if r["outcome"] == "failed"]
         if failed:
-            text += "; failed: %s" % "; ".join("%s %s in %s (%s)" % (r["type"], r["id"], r["region"], r["reason"])
-                                               for r in failed[:10])
+            text += "; failed: {}".format(
+                "; ".join("{} {} in {} ({})".format(r["type"], r["id"], r["region"], r["reason"]) for r in failed[:10])
+            )
         if result["leftovers"]:
-            text += "; still owned after the sweep: %s; fix the causes above and run the sweep again" % ", ".join(
-                "%s %s in %s" % (r["type"], r["id"], r["region"]) for r in result["leftovers"][:20])
+            text += "; still owned after the sweep: {}; fix the causes above and run the sweep again".format(
+                ", ".join("{} {} in {}".format(r["type"], r["id"], r["region"]) for r in result["leftovers"][:20])
+            )
     if result.get("kept"):
-        text += "; kept: %s" % "; ".join("%s %s (%s)" % (k["type"], k["id"], k["reason"]) for k in result["kept"])
+        text += "; kept: {}".format(
+            "; ".join("{} {} ({})".format(k["type"], k["id"], k["reason"]) for k in result["kept"])
+        )
     if result["errors"]:
-        text += "; discovery errors: %s" % "; ".join(e["error"] for e in result["errors"][:10])
+        text += "; discovery errors: {}".format("; ".join(e["error"] for e in result["errors"][:10]))
     return text
 
 

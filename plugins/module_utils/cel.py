@@ -40,6 +40,7 @@ import urllib.parse
 try:
     import cel as _cel
     from cel import stdlib as _cel_stdlib
+
     HAS_CEL = True
     CEL_IMPORT_ERROR = None
     # The engine logs every failing Python function as a warning; the failure is already the
@@ -59,12 +60,40 @@ UNEVALUABLE = "unevaluable"
 
 # Functions of the CEL core that the Rust engine implements (macros like has/all/exists are
 # expanded by its parser and never show up as function references).
-BUILTINS = frozenset((
-    "size", "contains", "startsWith", "endsWith", "matches", "duration", "timestamp", "int", "uint",
-    "double", "string", "bytes", "dyn", "type", "getFullYear", "getMonth", "getDayOfYear",
-    "getDayOfMonth", "getDate", "getDayOfWeek", "getHours", "getMinutes", "getSeconds", "getMilliseconds",
-    "hasValue", "value", "orValue", "or", "none", "of",  # optionals (optional.of, optional.none)
-))
+BUILTINS = frozenset(
+    (
+        "size",
+        "contains",
+        "startsWith",
+        "endsWith",
+        "matches",
+        "duration",
+        "timestamp",
+        "int",
+        "uint",
+        "double",
+        "string",
+        "bytes",
+        "dyn",
+        "type",
+        "getFullYear",
+        "getMonth",
+        "getDayOfYear",
+        "getDayOfMonth",
+        "getDate",
+        "getDayOfWeek",
+        "getHours",
+        "getMinutes",
+        "getSeconds",
+        "getMilliseconds",
+        "hasValue",
+        "value",
+        "orValue",
+        "or",
+        "none",
+        "of",  # optionals (optional.of, optional.none)
+    )
+)
 
 
 def _index_of(target, item, offset=None):
@@ -105,14 +134,14 @@ def _find_all(text, pattern, limit=-1):
 # <sign><digits>[.<digits>]<suffix>, suffix binary (Ki..Ei), decimal (n u m "" k M G T P E) or e<int>.
 _QTY = "__krops_quantity__"
 _QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
-_BINARY = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 
 def _parse_quantity(text):
     match = _QUANTITY.match(text) if isinstance(text, str) else None
     if not match:
-        raise ValueError("invalid quantity %r" % (text,))
+        raise ValueError(f"invalid quantity {text!r}")
     number, suffix = decimal.Decimal(match.group(1)), match.group(2) or ""
     if suffix in _BINARY:
         return number * _BINARY[suffix]
@@ -126,7 +155,7 @@ def _quantity_value(value):
         return decimal.Decimal(value[_QTY])
     if isinstance(value, int) and not isinstance(value, bool):
         return decimal.Decimal(value)
-    raise TypeError("not a quantity: %r" % (value,))
+    raise TypeError(f"not a quantity: {value!r}")
 
 
 def _quantity_of(number):
@@ -148,7 +177,7 @@ def _quantity_compare(a, b):
 
 def _as_integer(q):
     value = _quantity_value(q)
-    if value != value.to_integral_value() or abs(value) >= 2 ** 63:
+    if value != value.to_integral_value() or abs(value) >= 2**63:
         raise ValueError("cannot convert value to integer")
     return int(value)
 
@@ -162,7 +191,9 @@ QUANTITY_FUNCTIONS = {
     "compareTo": _quantity_compare,
     "add": lambda a, b: _quantity_of(_quantity_value(a) + _quantity_value(b)),
     "sub": lambda a, b: _quantity_of(_quantity_value(a) - _quantity_value(b)),
-    "isInteger": lambda q: _quantity_value(q) == _quantity_value(q).to_integral_value() and abs(_quantity_value(q)) < 2 ** 63,
+    "isInteger": lambda q: (
+        _quantity_value(q) == _quantity_value(q).to_integral_value() and abs(_quantity_value(q)) < 2**63
+    ),
     "asInteger": _as_integer,
     "asApproximateFloat": lambda q: float(_quantity_value(q)),
 }
@@ -178,14 +209,14 @@ _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(:[0-9]*)
 
 def _parse_url(text):
     if not isinstance(text, str) or not text or any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
-        raise ValueError("URL %r is not valid" % (text,))
+        raise ValueError(f"URL {text!r} is not valid")
     if not _SCHEME.match(text) and not text.startswith("/"):
-        raise ValueError("URL %r is not absolute" % (text,))
+        raise ValueError(f"URL {text!r} is not absolute")
     parts = urllib.parse.urlsplit(text, allow_fragments=False)
     if parts.netloc:
         host = parts.netloc.rpartition("@")[2]
         if not _HOST.match(host):
-            raise ValueError("URL %r has an invalid host" % (text,))
+            raise ValueError(f"URL {text!r} has an invalid host")
     return parts
 
 
@@ -197,7 +228,7 @@ def _url(text):
 def _url_parts(value):
     if isinstance(value, dict) and _URL in value:
         return _parse_url(value[_URL])
-    raise TypeError("not a URL: %r" % (value,))
+    raise TypeError(f"not a URL: {value!r}")
 
 
 def _host(value):
@@ -208,13 +239,13 @@ def _host(value):
 def _hostname(value):
     host = _host(value)
     if host.startswith("["):
-        return host[1:host.index("]")]
+        return host[1 : host.index("]")]
     return host.rpartition(":")[0] if ":" in host else host
 
 
 def _port(value):
     host = _host(value)
-    tail = host[host.index("]") + 1:] if host.startswith("[") else host
+    tail = host[host.index("]") + 1 :] if host.startswith("[") else host
     return tail.rpartition(":")[2] if ":" in tail else ""
 
 
@@ -295,26 +326,43 @@ _UUID = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 
 
 def _pattern(regex, max_length, what):
-    compiled = re.compile("^%s$" % regex)
+    compiled = re.compile(f"^{regex}$")
 
     def check(value):
         problems = []
         if len(value) > max_length:
             problems.append("must be no more than %d characters" % max_length)
         if not compiled.match(value):
-            problems.append("%s (regex used for validation is '%s')" % (what, regex))
+            problems.append(f"{what} (regex used for validation is '{regex}')")
         return problems
+
     return check
 
 
-_LABEL = _pattern(_DNS1123_LABEL, 63, "a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
-                                      "or '-', and must start and end with an alphanumeric character")
-_SUBDOMAIN = _pattern(_DNS1123_SUBDOMAIN, 253, "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                                               "characters, '-' or '.', and must start and end with an alphanumeric character")
-_LABEL1035 = _pattern(_DNS1035_LABEL, 63, "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
-                                          "start with an alphabetic character, and end with an alphanumeric character")
-_NAME = _pattern(_QUALIFIED, 63, "name part must consist of alphanumeric characters, '-', '_' or '.', and must start "
-                                 "and end with an alphanumeric character")
+_LABEL = _pattern(
+    _DNS1123_LABEL,
+    63,
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
+    "or '-', and must start and end with an alphanumeric character",
+)
+_SUBDOMAIN = _pattern(
+    _DNS1123_SUBDOMAIN,
+    253,
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+    "characters, '-' or '.', and must start and end with an alphanumeric character",
+)
+_LABEL1035 = _pattern(
+    _DNS1035_LABEL,
+    63,
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
+    "start with an alphabetic character, and end with an alphanumeric character",
+)
+_NAME = _pattern(
+    _QUALIFIED,
+    63,
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start "
+    "and end with an alphanumeric character",
+)
 
 
 def _prefix(check):
@@ -329,16 +377,24 @@ def _qualified_name(value):
         if not prefix:
             problems.append("prefix part must be non-empty")
         else:
-            problems.extend("prefix part %s" % p for p in _SUBDOMAIN(prefix))
+            problems.extend(f"prefix part {p}" for p in _SUBDOMAIN(prefix))
     if not name:
         return problems + ["name part must be non-empty"]
     return problems + _NAME(name)
 
 
 def _label_value(value):
-    return [] if value == "" else _pattern(_QUALIFIED, 63, "a valid label must be an empty string or consist of "
-                                           "alphanumeric characters, '-', '_' or '.', and must start and end with an "
-                                           "alphanumeric character")(value)
+    return (
+        []
+        if value == ""
+        else _pattern(
+            _QUALIFIED,
+            63,
+            "a valid label must be an empty string or consist of "
+            "alphanumeric characters, '-', '_' or '.', and must start and end with an "
+            "alphanumeric character",
+        )(value)
+    )
 
 
 def _strict(parse, message):
@@ -348,6 +404,7 @@ def _strict(parse, message):
         except (ValueError, TypeError):
             return [message]
         return []
+
     return check
 
 
@@ -364,11 +421,15 @@ def _parse_datetime(value):
 
 
 FORMATS = {
-    "dns1123Label": _LABEL, "dns1123Subdomain": _SUBDOMAIN, "dns1035Label": _LABEL1035,
-    "qualifiedName": _qualified_name, "dns1123LabelPrefix": _prefix(_LABEL),
-    "dns1123SubdomainPrefix": _prefix(_SUBDOMAIN), "dns1035LabelPrefix": _prefix(_LABEL1035),
+    "dns1123Label": _LABEL,
+    "dns1123Subdomain": _SUBDOMAIN,
+    "dns1035Label": _LABEL1035,
+    "qualifiedName": _qualified_name,
+    "dns1123LabelPrefix": _prefix(_LABEL),
+    "dns1123SubdomainPrefix": _prefix(_SUBDOMAIN),
+    "dns1035LabelPrefix": _prefix(_LABEL1035),
     "labelValue": _label_value,
-    "uri": lambda value: _strict(_parse_url, "parse %r: invalid URI for request" % value)(value),
+    "uri": lambda value: _strict(_parse_url, f"parse {value!r}: invalid URI for request")(value),
     "uuid": lambda value: [] if _UUID.match(value) else ["does not match the UUID format"],
     "byte": _strict(lambda v: base64.b64decode(v, validate=True), "invalid base64"),
     "date": _strict(_parse_date, "invalid date"),
@@ -383,24 +444,32 @@ def _format_validate(fmt, value):
     return _cel.OptionalValue.of(problems) if problems else _cel.OptionalValue.none()
 
 
-FORMAT_FUNCTIONS = {"format.%s" % name: (lambda name=name: {_FMT: name}) for name in FORMATS}
-FORMAT_FUNCTIONS.update({
-    "format.named": lambda name: _cel.OptionalValue.of({_FMT: name}) if name in FORMATS else _cel.OptionalValue.none(),
-    "validate": _format_validate,
-})
+FORMAT_FUNCTIONS = {f"format.{name}": (lambda name=name: {_FMT: name}) for name in FORMATS}
+FORMAT_FUNCTIONS.update(
+    {
+        "format.named": lambda name: (
+            _cel.OptionalValue.of({_FMT: name}) if name in FORMATS else _cel.OptionalValue.none()
+        ),
+        "validate": _format_validate,
+    }
+)
 
 
 def _extensions():
     if not HAS_CEL:
         return {}
     table = {}
-    table.update(_cel_stdlib.EXTENSIONS["core"])     # min, max, sum (Kubernetes lists library spellings)
+    table.update(_cel_stdlib.EXTENSIONS["core"])  # min, max, sum (Kubernetes lists library spellings)
     table.update(_cel_stdlib.EXTENSIONS["strings"])  # charAt, lowerAscii, split, join, trim, ...
-    table.update({
-        "indexOf": _index_of, "lastIndexOf": _last_index_of,  # strings and lists
-        "isSorted": _is_sorted,
-        "find": _find, "findAll": _find_all,
-    })
+    table.update(
+        {
+            "indexOf": _index_of,
+            "lastIndexOf": _last_index_of,  # strings and lists
+            "isSorted": _is_sorted,
+            "find": _find,
+            "findAll": _find_all,
+        }
+    )
     table.update(QUANTITY_FUNCTIONS)
     table.update(URL_FUNCTIONS)
     table.update(IP_FUNCTIONS)
@@ -419,7 +488,7 @@ SUPPORTED = BUILTINS | frozenset(EXTENSIONS) | frozenset(_BY_SHORT)
 class Compiled:
     """One rule compiled once: program, or why it cannot be evaluated."""
 
-    __slots__ = ("rule", "program", "unsupported", "transition", "functions")
+    __slots__ = ("functions", "program", "rule", "transition", "unsupported")
 
     def __init__(self, rule):
         self.rule = rule
@@ -428,21 +497,22 @@ class Compiled:
         self.transition = bool(re.search(r"\boldSelf\b", rule))
         self.functions = {}
         if not HAS_CEL:
-            self.unsupported = "the %s Python package is not installed (%s)" % (LIBRARY, CEL_IMPORT_ERROR)
+            self.unsupported = f"the {LIBRARY} Python package is not installed ({CEL_IMPORT_ERROR})"
             return
         try:
             program = _cel.compile(rule)
         except (ValueError, RuntimeError) as exc:  # syntax the engine lacks (e.g. optional field selection .?)
-            self.unsupported = "the CEL library cannot parse it: %s" % _short(exc)
+            self.unsupported = f"the CEL library cannot parse it: {_short(exc)}"
             return
-        missing = sorted(name for name in program.functions()
-                         if not _is_operator(name) and name not in SUPPORTED)
+        missing = sorted(name for name in program.functions() if not _is_operator(name) and name not in SUPPORTED)
         if missing:
-            self.unsupported = "uses %s, which krops cannot evaluate" % ", ".join("%s()" % m for m in missing)
+            self.unsupported = "uses {}, which krops cannot evaluate".format(", ".join(f"{m}()" for m in missing))
             return
         if _ESCAPED.search(rule):
             # The server escapes property names (__dash__, __dot__, __namespace__...); krops does not.
-            self.unsupported = "uses an escaped property name (%s), which krops does not map" % _ESCAPED.search(rule).group(0)
+            self.unsupported = (
+                f"uses an escaped property name ({_ESCAPED.search(rule).group(0)}), which krops does not map"
+            )
             return
         self.program = program
         # Only the extensions the rule calls: building a context with all of them costs more than the rule.
@@ -475,7 +545,7 @@ def _short(exc):
 class Result:
     """A rule that did not pass: violated, errored or could not be evaluated."""
 
-    __slots__ = ("path", "rule", "message", "outcome", "detail", "transition", "reason", "schema_type")
+    __slots__ = ("detail", "message", "outcome", "path", "reason", "rule", "schema_type", "transition")
 
     def __init__(self, path, rule, message, outcome, detail="", transition=False, reason="", schema_type=None):
         self.path = path
@@ -492,14 +562,20 @@ class Result:
     def text(self):
         where = self.path or "(root)"
         if self.outcome == VIOLATED:
-            return "%s: %s (rule: %s)" % (where, self.message or "failed rule", self.rule)
+            return "{}: {} (rule: {})".format(where, self.message or "failed rule", self.rule)
         if self.outcome == ERROR:
-            return "%s: %s evaluating rule: %s" % (where, self.detail, self.rule)
-        return "%s: rule not evaluated, %s: %s" % (where, self.detail, self.rule)
+            return f"{where}: {self.detail} evaluating rule: {self.rule}"
+        return f"{where}: rule not evaluated, {self.detail}: {self.rule}"
 
     def as_dict(self):
-        return {"path": self.path or "(root)", "rule": self.rule, "message": self.message,
-                "outcome": self.outcome, "detail": self.detail, "transition": self.transition}
+        return {
+            "path": self.path or "(root)",
+            "rule": self.rule,
+            "message": self.message,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "transition": self.transition,
+        }
 
 
 def has_rules(schema):
@@ -564,7 +640,7 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
             continue
         message = str(entry.get("message") or "")
         if not message and entry.get("messageExpression"):
-            message = "(messageExpression not evaluated: %s)" % entry["messageExpression"]
+            message = "(messageExpression not evaluated: {})".format(entry["messageExpression"])
         where = path + str(entry.get("fieldPath") or "") if entry.get("fieldPath") else path
         if rule.program is None:
             results.append(Result(where, rule.rule, message, UNEVALUABLE, rule.unsupported, rule.transition))
@@ -579,7 +655,7 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
         try:
             passed = rule.program.execute(context)
         except (KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
-            detail = "no such key: %s" % exc.args[0] if isinstance(exc, KeyError) else _short(exc)
+            detail = f"no such key: {exc.args[0]}" if isinstance(exc, KeyError) else _short(exc)
             results.append(Result(where, rule.rule, message, ERROR, detail, rule.transition))
             continue
         except RuntimeError as exc:
@@ -590,13 +666,30 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
                 results.append(Result(where, rule.rule, message, ERROR, text, rule.transition))
             continue
         except (TypeError, ValueError) as exc:  # "no such overload": likely a typing gap of krops, listed
-            results.append(Result(where, rule.rule, message, UNEVALUABLE,
-                                  "the CEL library failed (%s: %s)" % (type(exc).__name__, _short(exc)),
-                                  rule.transition))
+            results.append(
+                Result(
+                    where,
+                    rule.rule,
+                    message,
+                    UNEVALUABLE,
+                    f"the CEL library failed ({type(exc).__name__}: {_short(exc)})",
+                    rule.transition,
+                )
+            )
             continue
         if passed is not True:
-            results.append(Result(where, rule.rule, message, VIOLATED, "", rule.transition,
-                                  str(entry.get("reason") or ""), schema.get("type")))
+            results.append(
+                Result(
+                    where,
+                    rule.rule,
+                    message,
+                    VIOLATED,
+                    "",
+                    rule.transition,
+                    str(entry.get("reason") or ""),
+                    schema.get("type"),
+                )
+            )
 
     for sub in schema.get("allOf") or []:  # the server runs the rules of allOf branches at the same node
         _walk(value, old, has_old, sub, path, results, transition_only)
@@ -606,15 +699,22 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
             for key, sub in properties.items():
                 if key in value:
                     has = has_old and isinstance(old, dict) and key in old
-                    _walk(value[key], old.get(key) if has else None, has, sub,
-                          "%s.%s" % (path, key) if path else key, results, transition_only)
+                    _walk(
+                        value[key],
+                        old.get(key) if has else None,
+                        has,
+                        sub,
+                        f"{path}.{key}" if path else key,
+                        results,
+                        transition_only,
+                    )
         extra = schema.get("additionalProperties")
         if isinstance(extra, dict):
             for key, item in value.items():
                 if isinstance(properties, dict) and key in properties:
                     continue
                 has = has_old and isinstance(old, dict) and key in old
-                _walk(item, old.get(key) if has else None, has, extra, "%s[%s]" % (path, key), results, transition_only)
+                _walk(item, old.get(key) if has else None, has, extra, f"{path}[{key}]", results, transition_only)
     elif isinstance(value, list):
         items = schema.get("items")
         if isinstance(items, dict):
@@ -625,7 +725,9 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
             for index, item in enumerate(value):
                 key = _map_key(item, keys) if keys and isinstance(item, dict) else None
                 has = key is not None and key in olds
-                _walk(item, olds.get(key) if has else None, has, items, "%s[%d]" % (path, index), results, transition_only)
+                _walk(
+                    item, olds.get(key) if has else None, has, items, "%s[%d]" % (path, index), results, transition_only
+                )
 
 
 def _map_key(item, keys):
@@ -687,6 +789,7 @@ def schema_of(store, obj):
     schema is reported by validate's schema rule, not here.
     """
     from ansible_collections.krops.platform.plugins.module_utils import validate_schema
+
     api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
     if not kind or validate_schema.is_builtin_group(validate_schema.split_api_version(api_version)[0]):
         return None

@@ -20,8 +20,16 @@ import shutil
 import subprocess
 
 # Folders searched after PATH, as ansible's get_bin_path does.
-_EXTRA_DIRS = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin",
-               os.path.expanduser("~/.local/bin"), os.path.expanduser("~/go/bin"))
+_EXTRA_DIRS = (
+    "/usr/local/bin",
+    "/usr/bin",
+    "/bin",
+    "/usr/local/sbin",
+    "/usr/sbin",
+    "/sbin",
+    os.path.expanduser("~/.local/bin"),
+    os.path.expanduser("~/go/bin"),
+)
 
 _VERSION = re.compile(r"v?(\d+\.\d+(?:\.\d+)?(?:[-+][0-9A-Za-z.-]+)?)")
 
@@ -64,7 +72,7 @@ def find_binary(name, explicit=None, extra_dirs=_EXTRA_DIRS, environ=None):
         if os.sep in explicit:
             if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
                 return os.path.abspath(explicit)
-            raise ToolMissing(name, "%s binary %s does not exist or is not executable" % (name, explicit))
+            raise ToolMissing(name, f"{name} binary {explicit} does not exist or is not executable")
         name = explicit
     found = shutil.which(name, path=search_path)
     if found:
@@ -73,8 +81,12 @@ def find_binary(name, explicit=None, extra_dirs=_EXTRA_DIRS, environ=None):
         candidate = os.path.join(folder, name)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
-    raise ToolMissing(name, "%s was not found on PATH (%s) nor in %s; install it or give its path"
-                      % (name, search_path or "empty", ", ".join(extra_dirs or ()) or "no other folder"))
+    raise ToolMissing(
+        name,
+        "{} was not found on PATH ({}) nor in {}; install it or give its path".format(
+            name, search_path or "empty", ", ".join(extra_dirs or ()) or "no other folder"
+        ),
+    )
 
 
 def missing_tools(names, environ=None):
@@ -154,19 +166,36 @@ class Cli:
         try:
             # module_utils.cli runs outside AnsibleModule too (lookups, tests): no run_command here.
             proc = subprocess.run(  # pylint: disable=ansible-bad-function
-                argv, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, cwd=cwd,
-                timeout=timeout or self.timeout, check=False, stdin=None if data is not None else subprocess.DEVNULL)
+                argv,
+                input=data,
+                capture_output=True,
+                env=full_env,
+                cwd=cwd,
+                timeout=timeout or self.timeout,
+                check=False,
+                stdin=None if data is not None else subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired as exc:
-            raise CliError("`%s` did not finish within %ss" % (shown, exc.timeout), command=shown, rc=None,
-                           stdout=_scrub(_decode(exc.stdout), redact), stderr=_scrub(_decode(exc.stderr), redact))
+            raise CliError(
+                f"`{shown}` did not finish within {exc.timeout}s",
+                command=shown,
+                rc=None,
+                stdout=_scrub(_decode(exc.stdout), redact),
+                stderr=_scrub(_decode(exc.stderr), redact),
+            )
         except OSError as exc:
-            raise CliError("cannot run `%s`: %s" % (shown, exc), command=shown)
+            raise CliError(f"cannot run `{shown}`: {exc}", command=shown)
         stdout = _scrub(_decode(proc.stdout), redact)
         stderr = _scrub(_decode(proc.stderr), redact)
         if check and proc.returncode != 0:
             detail = _tail(stderr) or _tail(stdout) or "no output"
-            raise CliError("`%s` failed with exit code %d: %s" % (shown, proc.returncode, detail),
-                           command=shown, rc=proc.returncode, stdout=stdout, stderr=stderr)
+            raise CliError(
+                "`%s` failed with exit code %d: %s" % (shown, proc.returncode, detail),
+                command=shown,
+                rc=proc.returncode,
+                stdout=stdout,
+                stderr=stderr,
+            )
         return CliResult(shown, proc.returncode, stdout, stderr)
 
 

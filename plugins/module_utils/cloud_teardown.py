@@ -70,7 +70,7 @@ class Http:
     def request(self, method, url, body=None, absent_ok=True):
         data = None if body is None else json.dumps(body).encode()
         for attempt in range(self.retries + 1):
-            headers = {"Authorization": "Bearer %s" % self.token, "Accept": "application/json"}
+            headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
             if data is not None:
                 headers["Content-Type"] = "application/json"
             self.calls.append((method, url))
@@ -83,15 +83,15 @@ class Http:
                 if exc.code == 404 and absent_ok:
                     return 404, {}
                 if (exc.code == 429 or exc.code >= 500) and attempt < self.retries:
-                    self.sleep(min(2 ** attempt, 30))
+                    self.sleep(min(2**attempt, 30))
                     continue
-                raise CloudError("%s %s answered %s: %s" % (method, _redact(url), exc.code, _message(raw)))
+                raise CloudError(f"{method} {_redact(url)} answered {exc.code}: {_message(raw)}")
             except (urllib.error.URLError, OSError) as exc:
                 if attempt < self.retries:
-                    self.sleep(min(2 ** attempt, 30))
+                    self.sleep(min(2**attempt, 30))
                     continue
-                raise CloudError("%s %s failed: %s" % (method, _redact(url), getattr(exc, "reason", exc)))
-        raise CloudError("%s %s kept failing" % (method, _redact(url)))  # pragma: no cover
+                raise CloudError("{} {} failed: {}".format(method, _redact(url), getattr(exc, "reason", exc)))
+        raise CloudError(f"{method} {_redact(url)} kept failing")  # pragma: no cover
 
     def get(self, url):
         return self.request("GET", url)
@@ -111,7 +111,9 @@ class Http:
                 url = token
             else:
                 parts = urllib.parse.urlsplit(url)
-                query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "pageToken"] + [("pageToken", token)]
+                query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "pageToken"] + [
+                    ("pageToken", token)
+                ]
                 url = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
         return items
 
@@ -121,7 +123,7 @@ def load_environment(config_file, environment, kind):
     cfg = krops_config.load(config_file, environment=environment)
     env = cfg.environment()
     if env["kind"] != kind:
-        raise CloudError("environment %s is of kind %s, not %s" % (cfg.selected, env["kind"], kind))
+        raise CloudError("environment {} is of kind {}, not {}".format(cfg.selected, env["kind"], kind))
     return cfg, env
 
 
@@ -129,7 +131,7 @@ def _message(raw):
     try:
         body = json.loads(raw)
         if body.get("error_description"):  # OAuth2 token endpoints
-            return "%s: %s" % (body.get("error"), body["error_description"].strip().splitlines()[0])
+            return "{}: {}".format(body.get("error"), body["error_description"].strip().splitlines()[0])
         err = body.get("error") or body
         if isinstance(err, dict):
             return err.get("message") or err.get("code") or json.dumps(err)[:200]
@@ -162,39 +164,60 @@ def _cli_token(argv, parse, run_command):
         return None
     rc, out, err = run_command([binary] + argv[1:])
     if rc != 0:
-        raise CloudError("%s failed (rc %s): %s" % (" ".join(argv), rc, (err or "").strip()[-300:]))
+        raise CloudError("{} failed (rc {}): {}".format(" ".join(argv), rc, (err or "").strip()[-300:]))
     try:
         return parse(out)
     except (ValueError, KeyError, TypeError) as exc:
-        raise CloudError("%s printed no token: %s" % (" ".join(argv), exc))
+        raise CloudError("{} printed no token: {}".format(" ".join(argv), exc))
 
 
 # --- Azure ------------------------------------------------------------------------------
 
-def azure_token(access_token=None, client_id=None, secret=None, tenant=None, login_endpoint=AZURE_LOGIN,
-                resource=AZURE_ARM, run_command=None):
+
+def azure_token(
+    access_token=None,
+    client_id=None,
+    secret=None,
+    tenant=None,
+    login_endpoint=AZURE_LOGIN,
+    resource=AZURE_ARM,
+    run_command=None,
+):
     """A bearer token for ARM: given, else client credentials, else the az CLI's login."""
     if access_token:
         return access_token
     if client_id and secret and tenant:
-        url = "%s/%s/oauth2/v2.0/token" % (login_endpoint.rstrip("/"), urllib.parse.quote(tenant))
-        form = urllib.parse.urlencode({"grant_type": "client_credentials", "client_id": client_id,
-                                       "client_secret": secret, "scope": "%s/.default" % resource.rstrip("/")}).encode()
+        url = "{}/{}/oauth2/v2.0/token".format(login_endpoint.rstrip("/"), urllib.parse.quote(tenant))
+        form = urllib.parse.urlencode(
+            {
+                "grant_type": "client_credentials",
+                "client_id": client_id,
+                "client_secret": secret,
+                "scope": "{}/.default".format(resource.rstrip("/")),
+            }
+        ).encode()
         try:
-            resp = open_url(url, data=form, method="POST", timeout=60,
-                            headers={"Content-Type": "application/x-www-form-urlencoded"})
+            resp = open_url(
+                url, data=form, method="POST", timeout=60, headers={"Content-Type": "application/x-www-form-urlencoded"}
+            )
             return json.loads(resp.read())["access_token"]
         except urllib.error.HTTPError as exc:
-            raise CloudError("Azure login for client %s in tenant %s failed (%s): %s"
-                             % (client_id, tenant, exc.code, _message(exc.read())))
+            raise CloudError(
+                f"Azure login for client {client_id} in tenant {tenant} failed ({exc.code}): {_message(exc.read())}"
+            )
         except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
-            raise CloudError("Azure login at %s failed: %s" % (login_endpoint, exc))
-    token = _cli_token(["az", "account", "get-access-token", "--resource", resource.rstrip("/") + "/", "-o", "json"],
-                       lambda out: json.loads(out)["accessToken"], run_command)
+            raise CloudError(f"Azure login at {login_endpoint} failed: {exc}")
+    token = _cli_token(
+        ["az", "account", "get-access-token", "--resource", resource.rstrip("/") + "/", "-o", "json"],
+        lambda out: json.loads(out)["accessToken"],
+        run_command,
+    )
     if token:
         return token
-    raise CloudError("no Azure credentials: set access_token (or AZURE_ACCESS_TOKEN), client_id/secret/tenant "
-                     "(or AZURE_CLIENT_ID, AZURE_SECRET, AZURE_TENANT), or log in with `az login`")
+    raise CloudError(
+        "no Azure credentials: set access_token (or AZURE_ACCESS_TOKEN), client_id/secret/tenant "
+        "(or AZURE_CLIENT_ID, AZURE_SECRET, AZURE_TENANT), or log in with `az login`"
+    )
 
 
 def _tags(resource):
@@ -207,39 +230,72 @@ def azure_owned(resource, environment, clusters):
     if ownership.cloud_label_verdict(tags, environment) == "other":
         return None  # declared by another environment: never ours
     if tags.get(OWNER_TAG) == environment:
-        return "tag %s=%s" % (OWNER_TAG, environment)
+        return f"tag {OWNER_TAG}={environment}"
     for cluster in clusters:
         if tags.get(CAPZ_OWNED_TAG % cluster) == "owned":
             return "tag %s=owned" % (CAPZ_OWNED_TAG % cluster)
     return None
 
 
-def azure_discover(http, arm, subscription, environment, resource_groups, clusters, credential_prefix,
-                   credential_issuers, mgmt_cluster=None):
+def azure_discover(
+    http,
+    arm,
+    subscription,
+    environment,
+    resource_groups,
+    clusters,
+    credential_prefix,
+    credential_issuers,
+    mgmt_cluster=None,
+):
     """Read-only: the ordered deletion plan and what was left alone because krops does not own it."""
     arm = arm.rstrip("/")
-    sub = "%s/subscriptions/%s" % (arm, urllib.parse.quote(subscription))
+    sub = f"{arm}/subscriptions/{urllib.parse.quote(subscription)}"
     plan, not_owned = [], []
-    identities = http.pages("%s/providers/Microsoft.ManagedIdentity/userAssignedIdentities?api-version=%s"
-                            % (sub, AZURE_API["userAssignedIdentities"]), "value", "nextLink")
+    identities = http.pages(
+        "{}/providers/Microsoft.ManagedIdentity/userAssignedIdentities?api-version={}".format(
+            sub, AZURE_API["userAssignedIdentities"]
+        ),
+        "value",
+        "nextLink",
+    )
     for identity in identities:
         if _tags(identity).get(OWNER_TAG) != environment:
             continue
-        creds = http.pages("%s%s/federatedIdentityCredentials?api-version=%s"
-                           % (arm, identity["id"], AZURE_API["userAssignedIdentities"]), "value", "nextLink")
+        creds = http.pages(
+            "{}{}/federatedIdentityCredentials?api-version={}".format(
+                arm, identity["id"], AZURE_API["userAssignedIdentities"]
+            ),
+            "value",
+            "nextLink",
+        )
         for cred in creds:
             issuer = (cred.get("properties") or {}).get("issuer")
             if (credential_prefix and cred["name"].startswith(credential_prefix)) or issuer in credential_issuers:
-                plan.append({"type": "federated-credential", "id": cred["id"], "name": cred["name"],
-                             "reason": "kind-issuer credential on identity %s (tag %s=%s)"
-                                       % (identity["name"], OWNER_TAG, environment)})
-    arcs = http.pages("%s/providers/Microsoft.Kubernetes/connectedClusters?api-version=%s"
-                      % (sub, AZURE_API["connectedClusters"]), "value", "nextLink")
+                plan.append(
+                    {
+                        "type": "federated-credential",
+                        "id": cred["id"],
+                        "name": cred["name"],
+                        "reason": "kind-issuer credential on identity {} (tag {}={})".format(
+                            identity["name"], OWNER_TAG, environment
+                        ),
+                    }
+                )
+    arcs = http.pages(
+        "{}/providers/Microsoft.Kubernetes/connectedClusters?api-version={}".format(
+            sub, AZURE_API["connectedClusters"]
+        ),
+        "value",
+        "nextLink",
+    )
     for arc in arcs:
         why = azure_owned(arc, environment, [])
         if why:
             plan.append({"type": "arc-connected-cluster", "id": arc["id"], "name": arc["name"], "reason": why})
-    listed = http.pages("%s/resourcegroups?api-version=%s" % (sub, AZURE_API["resourcegroups"]), "value", "nextLink")
+    listed = http.pages(
+        "{}/resourcegroups?api-version={}".format(sub, AZURE_API["resourcegroups"]), "value", "nextLink"
+    )
     groups = {g["name"].lower(): g for g in listed}
     wanted = [n.lower() for n in resource_groups]
     wanted += [n for n, g in sorted(groups.items()) if _tags(g).get(OWNER_TAG) == environment and n not in wanted]
@@ -252,30 +308,71 @@ def azure_discover(http, arm, subscription, environment, resource_groups, cluste
         if why:
             rg_plan.append({"type": "resource-group", "id": group["id"], "name": group["name"], "reason": why})
         else:
-            not_owned.append({"type": "resource-group", "id": group["id"], "name": group["name"],
-                              "reason": "named in bootstrap.toml but carries neither %s=%s nor a CAPZ owned tag for %s"
-                                        % (OWNER_TAG, environment, ", ".join(clusters))})
+            not_owned.append(
+                {
+                    "type": "resource-group",
+                    "id": group["id"],
+                    "name": group["name"],
+                    "reason": "named in bootstrap.toml but carries neither {}={} nor a CAPZ owned tag for {}".format(
+                        OWNER_TAG, environment, ", ".join(clusters)
+                    ),
+                }
+            )
     # workload groups first, the management cluster's group last
     rg_plan.sort(key=lambda item: bool(mgmt_cluster) and mgmt_cluster.lower() == item["name"].lower())
     return plan + rg_plan, not_owned
 
 
-def azure_teardown(http, arm, subscription, environment, resource_groups, clusters, credential_prefix,
-                   credential_issuers=(), mgmt_cluster=None, check_mode=False, wait=True, wait_timeout=1800,
-                   poll_interval=10, sleep=time.sleep):
-    plan, not_owned = azure_discover(http, arm, subscription, environment, resource_groups, clusters,
-                                     credential_prefix, list(credential_issuers), mgmt_cluster)
-    result = {"plan": ["delete %s %s (%s)" % (p["type"], p["id"], p["reason"]) for p in plan],
-              "not_owned": not_owned, "results": [], "leftovers": [], "changed": bool(plan)}
+def azure_teardown(
+    http,
+    arm,
+    subscription,
+    environment,
+    resource_groups,
+    clusters,
+    credential_prefix,
+    credential_issuers=(),
+    mgmt_cluster=None,
+    check_mode=False,
+    wait=True,
+    wait_timeout=1800,
+    poll_interval=10,
+    sleep=time.sleep,
+):
+    plan, not_owned = azure_discover(
+        http,
+        arm,
+        subscription,
+        environment,
+        resource_groups,
+        clusters,
+        credential_prefix,
+        list(credential_issuers),
+        mgmt_cluster,
+    )
+    result = {
+        "plan": ["delete {} {} ({})".format(p["type"], p["id"], p["reason"]) for p in plan],
+        "not_owned": not_owned,
+        "results": [],
+        "leftovers": [],
+        "changed": bool(plan),
+    }
     if check_mode:
         result["results"] = [dict(p, outcome=ownership.PLANNED) for p in plan]
         return result
     arm = arm.rstrip("/")
     pending = []
     for item in plan:
-        api = AZURE_API["resourcegroups"] if item["type"] == "resource-group" else (
-            AZURE_API["connectedClusters"] if item["type"] == "arc-connected-cluster" else AZURE_API["userAssignedIdentities"])
-        url = "%s%s?api-version=%s" % (arm, item["id"], api)
+        api = (
+            AZURE_API["resourcegroups"]
+            if item["type"] == "resource-group"
+            else (
+                AZURE_API["connectedClusters"]
+                if item["type"] == "arc-connected-cluster"
+                else AZURE_API["userAssignedIdentities"]
+            )
+        )
+        url = "{}{}?api-version={}".format(arm, item["id"], api)
         try:
             status, dummy = http.request("DELETE", url)
         except CloudError as exc:
@@ -296,11 +393,12 @@ def azure_teardown(http, arm, subscription, environment, resource_groups, cluste
                 for entry in result["results"]:
                     if entry["id"] == item["id"]:
                         entry["outcome"] = ownership.FAILED
-                        entry["error"] = "still deleting after %ss (wait_timeout)" % wait_timeout
+                        entry["error"] = f"still deleting after {wait_timeout}s (wait_timeout)"
     return result
 
 
 # --- GCP --------------------------------------------------------------------------------
+
 
 def gcp_token(access_token=None, run_command=None):
     if access_token:
@@ -308,14 +406,16 @@ def gcp_token(access_token=None, run_command=None):
     token = _cli_token(["gcloud", "auth", "print-access-token"], lambda out: out.strip(), run_command)
     if token:
         return token
-    raise CloudError("no GCP credentials: set access_token (or GCP_ACCESS_TOKEN), or log in with "
-                     "`gcloud auth login` / `gcloud auth activate-service-account`")
+    raise CloudError(
+        "no GCP credentials: set access_token (or GCP_ACCESS_TOKEN), or log in with "
+        "`gcloud auth login` / `gcloud auth activate-service-account`"
+    )
 
 
 def gcp_roots(base_url=None):
     if not base_url:
         return dict(GCP_ROOTS)
-    return {service: "%s/%s" % (base_url.rstrip("/"), service) for service in GCP_ROOTS}
+    return {service: "{}/{}".format(base_url.rstrip("/"), service) for service in GCP_ROOTS}
 
 
 def _last(url):
@@ -331,14 +431,14 @@ def gcp_discover(http, roots, project, environment, networks, unprotect=()):
     switched off only for an instance bootstrap.toml names in teardown.disable-deletion-protection.
     """
     p = urllib.parse.quote(project)
-    compute = "%s/projects/%s" % (roots["compute"], p)
+    compute = "{}/projects/{}".format(roots["compute"], p)
     owned_networks = []
     not_owned = []
     for name in networks:
         if name == "default":
             not_owned.append({"type": "network", "name": name, "reason": "the default VPC is never deleted"})
             continue
-        status, net = http.get("%s/global/networks/%s" % (compute, urllib.parse.quote(name)))
+        status, net = http.get(f"{compute}/global/networks/{urllib.parse.quote(name)}")
         if status != 404:
             owned_networks.append(net)
     owned_names = {n["name"] for n in owned_networks}
@@ -352,66 +452,136 @@ def gcp_discover(http, roots, project, environment, networks, unprotect=()):
     def refuse(rtype, name, labels, network):
         verdict = ownership.cloud_label_verdict(labels, environment)
         if in_owned(network) or verdict == "other":
-            not_owned.append({"type": rtype, "name": name, "reason": (
-                "labelled %s=%s (another environment)" % (OWNER_TAG, (labels or {}).get(OWNER_TAG))
-                if verdict == "other" else "in owned VPC %s but without the label %s=%s: not proven krops'"
-                % (_last(network), OWNER_TAG, environment))})
+            not_owned.append(
+                {
+                    "type": rtype,
+                    "name": name,
+                    "reason": (
+                        f"labelled {OWNER_TAG}={(labels or {}).get(OWNER_TAG)} (another environment)"
+                        if verdict == "other"
+                        else f"in owned VPC {_last(network)} but without the label {OWNER_TAG}={environment}: not proven krops'"
+                    ),
+                }
+            )
 
     stages = []
-    clusters = http.pages("%s/projects/%s/locations/-/clusters" % (roots["container"], p), "clusters", "nextPageToken")
+    clusters = http.pages(
+        "{}/projects/{}/locations/-/clusters".format(roots["container"], p), "clusters", "nextPageToken"
+    )
     gke = []
     for c in clusters:
         if labelled(c.get("resourceLabels")):
-            gke.append({"type": "gke-cluster", "name": c["name"],
-                        "url": "%s/projects/%s/locations/%s/clusters/%s" % (roots["container"], p, c["location"],
-                                                                             c["name"]),
-                        "reason": "label %s=%s" % (OWNER_TAG, environment)})
+            gke.append(
+                {
+                    "type": "gke-cluster",
+                    "name": c["name"],
+                    "url": "{}/projects/{}/locations/{}/clusters/{}".format(
+                        roots["container"], p, c["location"], c["name"]
+                    ),
+                    "reason": f"label {OWNER_TAG}={environment}",
+                }
+            )
         else:
             refuse("gke-cluster", c["name"], c.get("resourceLabels"), c.get("network"))
     sql = []
-    for inst in http.pages("%s/projects/%s/instances" % (roots["sqladmin"], p), "items", "nextPageToken"):
+    for inst in http.pages("{}/projects/{}/instances".format(roots["sqladmin"], p), "items", "nextPageToken"):
         settings = inst.get("settings") or {}
         private = (settings.get("ipConfiguration") or {}).get("privateNetwork")
         if labelled(settings.get("userLabels")):
-            sql.append({"type": "cloudsql-instance", "name": inst["name"],
-                        "url": "%s/projects/%s/instances/%s" % (roots["sqladmin"], p, inst["name"]),
-                        "deletion_protection": bool(settings.get("deletionProtectionEnabled")),
-                        "unprotect": inst["name"] in unprotect,
-                        "reason": "label %s=%s" % (OWNER_TAG, environment)})
+            sql.append(
+                {
+                    "type": "cloudsql-instance",
+                    "name": inst["name"],
+                    "url": "{}/projects/{}/instances/{}".format(roots["sqladmin"], p, inst["name"]),
+                    "deletion_protection": bool(settings.get("deletionProtectionEnabled")),
+                    "unprotect": inst["name"] in unprotect,
+                    "reason": f"label {OWNER_TAG}={environment}",
+                }
+            )
         else:
             refuse("cloudsql-instance", inst["name"], settings.get("userLabels"), private)
     stages.append(("clusters-and-databases", gke + sql))
-    buckets = [{"type": "bucket", "name": b["name"], "url": "%s/b/%s" % (roots["storage"], urllib.parse.quote(b["name"])),
-                "reason": "label %s=%s" % (OWNER_TAG, environment)}
-               for b in http.pages("%s/b?project=%s" % (roots["storage"], p), "items", "nextPageToken")
-               if labelled(b.get("labels"))]
+    buckets = [
+        {
+            "type": "bucket",
+            "name": b["name"],
+            "url": "{}/b/{}".format(roots["storage"], urllib.parse.quote(b["name"])),
+            "reason": f"label {OWNER_TAG}={environment}",
+        }
+        for b in http.pages("{}/b?project={}".format(roots["storage"], p), "items", "nextPageToken")
+        if labelled(b.get("labels"))
+    ]
     stages.append(("buckets", buckets))
-    peerings = [{"type": "vpc-peering", "name": peer["name"], "network": net["name"],
-                 "url": "%s/global/networks/%s/removePeering" % (compute, urllib.parse.quote(net["name"])),
-                 "reason": "peering of owned VPC %s" % net["name"]}
-                for net in owned_networks for peer in net.get("peerings") or []]
+    peerings = [
+        {
+            "type": "vpc-peering",
+            "name": peer["name"],
+            "network": net["name"],
+            "url": "{}/global/networks/{}/removePeering".format(compute, urllib.parse.quote(net["name"])),
+            "reason": "peering of owned VPC {}".format(net["name"]),
+        }
+        for net in owned_networks
+        for peer in net.get("peerings") or []
+    ]
     stages.append(("peerings", peerings))
-    addresses = [{"type": "private-services-range", "name": a["name"],
-                  "url": "%s/global/addresses/%s" % (compute, urllib.parse.quote(a["name"])),
-                  "reason": "VPC_PEERING range of owned VPC %s" % _last(a.get("network"))}
-                 for a in http.pages("%s/global/addresses" % compute, "items", "nextPageToken")
-                 if a.get("purpose") == "VPC_PEERING" and in_owned(a.get("network"))]
+    addresses = [
+        {
+            "type": "private-services-range",
+            "name": a["name"],
+            "url": "{}/global/addresses/{}".format(compute, urllib.parse.quote(a["name"])),
+            "reason": "VPC_PEERING range of owned VPC {}".format(_last(a.get("network"))),
+        }
+        for a in http.pages(f"{compute}/global/addresses", "items", "nextPageToken")
+        if a.get("purpose") == "VPC_PEERING" and in_owned(a.get("network"))
+    ]
     stages.append(("private-services-ranges", addresses))
-    firewalls = [{"type": "firewall-rule", "name": f["name"],
-                  "url": "%s/global/firewalls/%s" % (compute, urllib.parse.quote(f["name"])),
-                  "reason": "rule of owned VPC %s" % _last(f.get("network"))}
-                 for f in http.pages("%s/global/firewalls" % compute, "items", "nextPageToken") if in_owned(f.get("network"))]
-    routers = [{"type": "router", "name": r["name"], "url": r.get("selfLink") or "%s/regions/%s/routers/%s"
-                % (compute, _last(r.get("region")), r["name"]), "reason": "router of owned VPC %s" % _last(r.get("network"))}
-               for r in _aggregated(http, "%s/aggregated/routers" % compute, "routers") if in_owned(r.get("network"))]
+    firewalls = [
+        {
+            "type": "firewall-rule",
+            "name": f["name"],
+            "url": "{}/global/firewalls/{}".format(compute, urllib.parse.quote(f["name"])),
+            "reason": "rule of owned VPC {}".format(_last(f.get("network"))),
+        }
+        for f in http.pages(f"{compute}/global/firewalls", "items", "nextPageToken")
+        if in_owned(f.get("network"))
+    ]
+    routers = [
+        {
+            "type": "router",
+            "name": r["name"],
+            "url": r.get("selfLink") or "{}/regions/{}/routers/{}".format(compute, _last(r.get("region")), r["name"]),
+            "reason": "router of owned VPC {}".format(_last(r.get("network"))),
+        }
+        for r in _aggregated(http, f"{compute}/aggregated/routers", "routers")
+        if in_owned(r.get("network"))
+    ]
     stages.append(("firewalls-and-routers", firewalls + routers))
-    subnets = [{"type": "subnetwork", "name": s["name"], "url": s.get("selfLink") or "%s/regions/%s/subnetworks/%s"
-                % (compute, _last(s.get("region")), s["name"]), "reason": "subnet of owned VPC %s" % _last(s.get("network"))}
-               for s in _aggregated(http, "%s/aggregated/subnetworks" % compute, "subnetworks") if in_owned(s.get("network"))]
+    subnets = [
+        {
+            "type": "subnetwork",
+            "name": s["name"],
+            "url": s.get("selfLink")
+            or "{}/regions/{}/subnetworks/{}".format(compute, _last(s.get("region")), s["name"]),
+            "reason": "subnet of owned VPC {}".format(_last(s.get("network"))),
+        }
+        for s in _aggregated(http, f"{compute}/aggregated/subnetworks", "subnetworks")
+        if in_owned(s.get("network"))
+    ]
     stages.append(("subnetworks", subnets))
-    stages.append(("networks", [{"type": "network", "name": n["name"],
-                                 "url": "%s/global/networks/%s" % (compute, urllib.parse.quote(n["name"])),
-                                 "reason": "named in bootstrap.toml (teardown.networks)"} for n in owned_networks]))
+    stages.append(
+        (
+            "networks",
+            [
+                {
+                    "type": "network",
+                    "name": n["name"],
+                    "url": "{}/global/networks/{}".format(compute, urllib.parse.quote(n["name"])),
+                    "reason": "named in bootstrap.toml (teardown.networks)",
+                }
+                for n in owned_networks
+            ],
+        )
+    )
     return stages, not_owned
 
 
@@ -425,13 +595,33 @@ def _aggregated(http, url, key):
     return found
 
 
-def gcp_teardown(http, roots, project, environment, networks, check_mode=False, wait=True, wait_timeout=1800,
-                 poll_interval=10, sleep=time.sleep, unprotect=()):
+def gcp_teardown(
+    http,
+    roots,
+    project,
+    environment,
+    networks,
+    check_mode=False,
+    wait=True,
+    wait_timeout=1800,
+    poll_interval=10,
+    sleep=time.sleep,
+    unprotect=(),
+):
     stages, not_owned = gcp_discover(http, roots, project, environment, networks, unprotect)
     plan = [item for dummy, items in stages for item in items]
-    result = {"plan": ["%s %s %s (%s)" % ("remove" if i["type"] == "vpc-peering" else "delete", i["type"], i["name"],
-                                          i["reason"]) for i in plan],
-              "not_owned": not_owned, "results": [], "leftovers": [], "changed": bool(plan)}
+    result = {
+        "plan": [
+            "{} {} {} ({})".format(
+                "remove" if i["type"] == "vpc-peering" else "delete", i["type"], i["name"], i["reason"]
+            )
+            for i in plan
+        ],
+        "not_owned": not_owned,
+        "results": [],
+        "leftovers": [],
+        "changed": bool(plan),
+    }
     if check_mode:
         result["results"] = [_public(i, ownership.PLANNED) for i in plan]
         return result
@@ -442,7 +632,7 @@ def gcp_teardown(http, roots, project, environment, networks, check_mode=False, 
                 outcome = _gcp_delete(http, item)
             except CloudError as exc:
                 result["results"].append(_public(item, "failed", error=str(exc)))
-                result["leftovers"].append("%s/%s" % (item["type"], item["name"]))
+                result["leftovers"].append("{}/{}".format(item["type"], item["name"]))
                 continue
             result["results"].append(_public(item, outcome))
             if outcome == "deleted" and item["type"] != "vpc-peering":
@@ -451,8 +641,8 @@ def gcp_teardown(http, roots, project, environment, networks, check_mode=False, 
             left = set(wait_gone(http, [i["url"] for i in pending], wait_timeout, poll_interval, sleep=sleep))
             for item in pending:
                 if item["url"] in left:
-                    result["leftovers"].append("%s/%s" % (item["type"], item["name"]))
-                    _mark(result, item, ownership.FAILED, "still deleting after %ss (wait_timeout)" % wait_timeout)
+                    result["leftovers"].append("{}/{}".format(item["type"], item["name"]))
+                    _mark(result, item, ownership.FAILED, f"still deleting after {wait_timeout}s (wait_timeout)")
         if result["leftovers"]:
             # later stages depend on this one (a VPC cannot go while anything uses it)
             result["stopped_at"] = stage
@@ -482,8 +672,10 @@ def _gcp_delete(http, item):
         return "absent" if status == 404 else "deleted"
     if item["type"] == "cloudsql-instance" and item.get("deletion_protection"):
         if not item.get("unprotect"):
-            raise CloudError("Cloud SQL instance %s has deletion protection on; krops switches it off only when "
-                             "bootstrap.toml lists it in teardown.disable-deletion-protection" % item["name"])
+            raise CloudError(
+                "Cloud SQL instance {} has deletion protection on; krops switches it off only when "
+                "bootstrap.toml lists it in teardown.disable-deletion-protection".format(item["name"])
+            )
         http.request("PATCH", item["url"], {"settings": {"deletionProtectionEnabled": False}})
     if item["type"] == "bucket":
         _empty_bucket(http, item["url"])
@@ -493,7 +685,7 @@ def _gcp_delete(http, item):
 
 def _empty_bucket(http, bucket_url):
     """Delete every object generation (versioned buckets included) so the bucket can go."""
-    objects = http.pages("%s/o?versions=true" % bucket_url, "items", "nextPageToken")
+    objects = http.pages(f"{bucket_url}/o?versions=true", "items", "nextPageToken")
     for obj in objects:
         name = urllib.parse.quote(obj["name"], safe="")
-        http.request("DELETE", "%s/o/%s?generation=%s" % (bucket_url, name, obj.get("generation", "")))
+        http.request("DELETE", "{}/o/{}?generation={}".format(bucket_url, name, obj.get("generation", "")))

@@ -45,11 +45,11 @@ POST_KIND_CREATE_HOOKS = ("arc-federate", "wif-federate")
 
 # The one default of each timeout that is not a bootstrap.toml key (module options fall back to these).
 TIMEOUTS = {
-    "wait": 900,              # each chart and provider Ready (capi_pivot wait_timeout)
-    "node": 900,              # the management cluster's nodes Ready (capi_pivot node_timeout)
-    "move": 3600,             # clusterctl move (capi_pivot move_timeout)
+    "wait": 900,  # each chart and provider Ready (capi_pivot wait_timeout)
+    "node": 900,  # the management cluster's nodes Ready (capi_pivot node_timeout)
+    "move": 3600,  # clusterctl move (capi_pivot move_timeout)
     "progress_interval": 30,  # seconds between progress lines of the stepped waits
-    "request": 30,            # one Kubernetes API request (module_utils.kube)
+    "request": 30,  # one Kubernetes API request (module_utils.kube)
 }
 
 # Limits that keep a hostile or broken file from exhausting the process.
@@ -101,19 +101,19 @@ class ConfigError(errors.ConfigError):
         self.expected = expected
         self.got = got
         self.environments = list(environments or [])
-        parts = ["%s: %s: expected %s" % (path, key or "(top level)", expected)]
+        parts = ["{}: {}: expected {}".format(path, key or "(top level)", expected)]
         if got is not None:
-            parts.append(", got %s" % _describe(got))
+            parts.append(f", got {_describe(got)}")
         if detail:
-            parts.append("; %s" % detail)
+            parts.append(f"; {detail}")
         if self.environments:
-            parts.append(" (valid environments: %s)" % ", ".join(self.environments))
+            parts.append(" (valid environments: {})".format(", ".join(self.environments)))
         super().__init__("".join(parts))
 
 
 def _describe(value):
     if isinstance(value, bool):
-        return "boolean %s" % str(value).lower()
+        return f"boolean {str(value).lower()}"
     if isinstance(value, (dict, list)):
         return "a table" if isinstance(value, dict) else "an array"
     if isinstance(value, str) and len(value) > 80:
@@ -163,7 +163,7 @@ def _plain(value, ctx, key, what="a non-empty string", limit=MAX_STRING):
     if len(value) > limit:
         ctx.fail(key, "%s of at most %d characters" % (what, limit), value)
     if _CONTROL.search(value):
-        ctx.fail(key, "%s without control characters (NUL, newline, tab...)" % what, value)
+        ctx.fail(key, f"{what} without control characters (NUL, newline, tab...)", value)
     return value
 
 
@@ -173,46 +173,95 @@ def _string(value, ctx, key):
 
 def _optional(checker):
     """checker, but the empty string means "not set"."""
+
     def check(value, ctx, key):
         if value == "":
             return value
         return checker(value, ctx, key)
+
     return check
 
 
 def _name(pattern, what, limit, source):
     """A name its consumer enforces ``pattern`` and ``limit`` on; the message cites the rule."""
+
     def check(value, ctx, key):
         _plain(value, ctx, key, what, limit=max(limit, 1))
         if len(value) > limit or not pattern.match(value):
-            ctx.fail(key, "%s (%s)" % (what, source), value)
+            ctx.fail(key, f"{what} ({source})", value)
         return value
+
     return check
 
 
-_DNS_LABEL_NAME = _name(_DNS_LABEL, "a DNS-1123 label: at most 63 lowercase letters, digits and '-', "
-                        "starting and ending with a letter or digit", 63, "the rule Kubernetes enforces on this name")
-_DNS_SUBDOMAIN_NAME = _name(_DNS_SUBDOMAIN, "a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' and '.'",
-                            253, "the rule Kubernetes enforces on Secret and ConfigMap names")
-_KIND_CLUSTER = _name(_KIND_NAME, "a kind cluster name: at most %d characters of a-z, 0-9, '.' and '-'" % KIND_NAME_MAX,
-                      KIND_NAME_MAX, "kind's cluster-name rule")
-_DOCKER = _name(_DOCKER_NAME, "a Docker name: letters, digits, '_', '.' and '-', starting with a letter or digit",
-                128, "the rule Docker enforces on container and network names")
-_OCI_REPO = _name(_OCI_REPOSITORY, "an OCI repository name such as krops or team/krops (lowercase)", 255,
-                  "OCI distribution-spec repository name")
-_OCI_REF = _name(_OCI_TAG, "an OCI tag: up to 128 of a-z, A-Z, 0-9, '_', '.', '-', not starting with '.' or '-'", 128,
-                 "OCI distribution-spec tag")
-_EKS = _name(_EKS_NAME, "an EKS cluster name: up to 100 letters, digits, '-' and '_', starting with a letter or digit",
-             100, "EKS CreateCluster name rule")
-_RDS = _name(_RDS_NAME, "an RDS DB instance identifier: 1 to 63 letters, digits and hyphens, starting with a letter, "
-             "without a trailing or double hyphen", 63, "RDS DBInstanceIdentifier rule")
+_DNS_LABEL_NAME = _name(
+    _DNS_LABEL,
+    "a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit",
+    63,
+    "the rule Kubernetes enforces on this name",
+)
+_DNS_SUBDOMAIN_NAME = _name(
+    _DNS_SUBDOMAIN,
+    "a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' and '.'",
+    253,
+    "the rule Kubernetes enforces on Secret and ConfigMap names",
+)
+_KIND_CLUSTER = _name(
+    _KIND_NAME,
+    "a kind cluster name: at most %d characters of a-z, 0-9, '.' and '-'" % KIND_NAME_MAX,
+    KIND_NAME_MAX,
+    "kind's cluster-name rule",
+)
+_DOCKER = _name(
+    _DOCKER_NAME,
+    "a Docker name: letters, digits, '_', '.' and '-', starting with a letter or digit",
+    128,
+    "the rule Docker enforces on container and network names",
+)
+_OCI_REPO = _name(
+    _OCI_REPOSITORY,
+    "an OCI repository name such as krops or team/krops (lowercase)",
+    255,
+    "OCI distribution-spec repository name",
+)
+_OCI_REF = _name(
+    _OCI_TAG,
+    "an OCI tag: up to 128 of a-z, A-Z, 0-9, '_', '.', '-', not starting with '.' or '-'",
+    128,
+    "OCI distribution-spec tag",
+)
+_EKS = _name(
+    _EKS_NAME,
+    "an EKS cluster name: up to 100 letters, digits, '-' and '_', starting with a letter or digit",
+    100,
+    "EKS CreateCluster name rule",
+)
+_RDS = _name(
+    _RDS_NAME,
+    "an RDS DB instance identifier: 1 to 63 letters, digits and hyphens, starting with a letter, "
+    "without a trailing or double hyphen",
+    63,
+    "RDS DBInstanceIdentifier rule",
+)
 _IAM = _name(_IAM_NAME, "an IAM name: 1 to 64 of letters, digits and _+=,.@-", 64, "IAM role and user name rule")
-_CFN = _name(_CFN_STACK, "a CloudFormation stack name: a letter, then letters, digits and '-' (at most 128)", 128,
-             "CloudFormation stack name rule")
-_AZURE_GROUP = _name(_AZURE_RG, "an Azure resource group name: 1 to 90 of letters, digits, '_', '(', ')', '-', '.', "
-                     "not ending in '.'", 90, "Azure resource group name rule")
-_GCP_NETWORK = _name(_GCP_NAME, "a GCP network name: 1 to 63 lowercase letters, digits and '-', starting with a letter "
-                     "and not ending with '-'", 63, "GCP Compute resource name rule (RFC 1035)")
+_CFN = _name(
+    _CFN_STACK,
+    "a CloudFormation stack name: a letter, then letters, digits and '-' (at most 128)",
+    128,
+    "CloudFormation stack name rule",
+)
+_AZURE_GROUP = _name(
+    _AZURE_RG,
+    "an Azure resource group name: 1 to 90 of letters, digits, '_', '(', ')', '-', '.', not ending in '.'",
+    90,
+    "Azure resource group name rule",
+)
+_GCP_NETWORK = _name(
+    _GCP_NAME,
+    "a GCP network name: 1 to 63 lowercase letters, digits and '-', starting with a letter and not ending with '-'",
+    63,
+    "GCP Compute resource name rule (RFC 1035)",
+)
 _CHART = _name(_CHART_VERSION, "a chart version such as 1.21.2", 64, "semantic version")
 _CONTEXT = _name(re.compile(r"^\S+$"), "a kubeconfig context name without spaces", 253, "kubeconfig context name")
 
@@ -220,8 +269,12 @@ _CONTEXT = _name(re.compile(r"^\S+$"), "a kubeconfig context name without spaces
 def _git_ref(value, ctx, key):
     _plain(value, ctx, key, "a git branch name", limit=255)
     if _GIT_REF_BAD.search(value):
-        ctx.fail(key, "a git branch name (no spaces, '..', '~^:?*[\\', '@{', no leading '-', '/' or '.', no trailing "
-                 "'/', '.' or '.lock'; see git check-ref-format)", value)
+        ctx.fail(
+            key,
+            "a git branch name (no spaces, '..', '~^:?*[\\', '@{', no leading '-', '/' or '.', no trailing "
+            "'/', '.' or '.lock'; see git check-ref-format)",
+            value,
+        )
     return value
 
 
@@ -230,6 +283,7 @@ def _integer(low, high):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             ctx.fail(key, "an integer from %d to %d" % (low, high), value)
         return value
+
     return check
 
 
@@ -243,10 +297,11 @@ def _duration_in(high):
     def check(value, ctx, key):
         seconds = parse_duration(value)
         if seconds is None:
-            ctx.fail(key, "a positive duration such as \"40m\", \"2h\", \"90s\" or bare seconds", value)
+            ctx.fail(key, 'a positive duration such as "40m", "2h", "90s" or bare seconds', value)
         if seconds > high:
             ctx.fail(key, "a duration of at most %ds (%dh)" % (high, high // 3600), value)
         return seconds
+
     return check
 
 
@@ -258,17 +313,18 @@ def _ttl(value, ctx, key):
     if value == "none":
         return value
     if not isinstance(value, str) or parse_duration(value) is None or _DIGITS.match(value.strip()):
-        ctx.fail(key, "a duration such as \"24h\" or \"none\"", value)
+        ctx.fail(key, 'a duration such as "24h" or "none"', value)
     if parse_duration(value) > MAX_TTL:
-        ctx.fail(key, "a duration of at most %dh, or \"none\"" % (MAX_TTL // 3600), value)
+        ctx.fail(key, 'a duration of at most %dh, or "none"' % (MAX_TTL // 3600), value)
     return value
 
 
 def _choice(*choices):
     def check(value, ctx, key):
         if not isinstance(value, str) or value not in choices:
-            ctx.fail(key, "one of %s" % ", ".join(c or '""' for c in choices), value)
+            ctx.fail(key, "one of {}".format(", ".join(c or '""' for c in choices)), value)
         return value
+
     return check
 
 
@@ -277,6 +333,7 @@ def _matching(pattern, what, limit=MAX_STRING):
         if not isinstance(value, str) or len(value) > limit or not pattern.match(value):
             ctx.fail(key, what, value)
         return value
+
     return check
 
 
@@ -287,6 +344,7 @@ def _list_of(item, limit=MAX_ITEMS):
         if len(value) > limit:
             ctx.fail(key, "an array of at most %d items" % limit, detail="it has %d" % len(value))
         return [item(v, ctx, "%s[%d]" % (key, i)) for i, v in enumerate(value)]
+
     return check
 
 
@@ -297,18 +355,18 @@ def _var_map(value, ctx, key):
         ctx.fail(key, "a table of at most %d variables" % MAX_ITEMS, detail="it has %d" % len(value))
     for name, text in value.items():
         if not _VAR_NAME.match(name):
-            ctx.fail("%s.%s" % (key, name), "an UPPER_SNAKE_CASE variable name", name)
+            ctx.fail(f"{key}.{name}", "an UPPER_SNAKE_CASE variable name", name)
         if not isinstance(text, str):
-            ctx.fail("%s.%s" % (key, name), "a string", text)
+            ctx.fail(f"{key}.{name}", "a string", text)
         if len(text) > MAX_TEXT or "\x00" in text:
-            ctx.fail("%s.%s" % (key, name), "a string of at most %d characters without NUL" % MAX_TEXT, text)
+            ctx.fail(f"{key}.{name}", "a string of at most %d characters without NUL" % MAX_TEXT, text)
     return dict(value)
 
 
 def _path_text(value, ctx, key, what):
     _plain(value, ctx, key, what, limit=4096)
     if "\\" in value:
-        ctx.fail(key, "%s with '/' separators (no backslash)" % what, value)
+        ctx.fail(key, f"{what} with '/' separators (no backslash)", value)
     return value
 
 
@@ -316,13 +374,17 @@ def _inside(ctx, key, value, what):
     """The path, relative to the repository root, must stay inside it (also through symlinks)."""
     parts = value.split("/")
     if value.startswith(("/", "~")) or ".." in parts:
-        ctx.fail(key, "%s inside the repository: relative, without '..' and not absolute" % what, value)
+        ctx.fail(key, f"{what} inside the repository: relative, without '..' and not absolute", value)
     if ctx.root:
         root = os.path.realpath(ctx.root)
         real = os.path.realpath(os.path.join(root, value))
         if real != root and not real.startswith(root + os.sep):
-            ctx.fail(key, "%s inside the repository" % what, value,
-                     detail="it resolves to %s through a symbolic link, outside %s" % (real, root))
+            ctx.fail(
+                key,
+                f"{what} inside the repository",
+                value,
+                detail=f"it resolves to {real} through a symbolic link, outside {root}",
+            )
     return value
 
 
@@ -341,21 +403,42 @@ def _user_path(value, ctx, key):
 
 def _pattern(placeholders, rule, samples):
     """A str.format pattern using only ``placeholders``; rendered with samples, it must satisfy ``rule``."""
+
     def check(value, ctx, key):
         _plain(value, ctx, key, "a name pattern", limit=255)
         try:
-            fields = [(name, spec, conv) for _text, name, spec, conv in string.Formatter().parse(value) if name is not None]
+            fields = [
+                (name, spec, conv) for _text, name, spec, conv in string.Formatter().parse(value) if name is not None
+            ]
         except ValueError as exc:
-            ctx.fail(key, "a pattern with balanced braces and only the placeholders %s"
-                     % ", ".join("{%s}" % p for p in placeholders), value, detail=str(exc))
+            ctx.fail(
+                key,
+                "a pattern with balanced braces and only the placeholders {}".format(
+                    ", ".join(f"{{{p}}}" for p in placeholders)
+                ),
+                value,
+                detail=str(exc),
+            )
         for name, spec, conv in fields:
             if name not in placeholders or spec or conv:
-                ctx.fail(key, "a pattern with only the placeholders %s (no format spec or conversion)"
-                         % ", ".join("{%s}" % p for p in placeholders), value,
-                         detail="unknown placeholder {%s%s%s}" % (name, "!" + conv if conv else "", ":" + spec if spec else ""))
+                ctx.fail(
+                    key,
+                    "a pattern with only the placeholders {} (no format spec or conversion)".format(
+                        ", ".join(f"{{{p}}}" for p in placeholders)
+                    ),
+                    value,
+                    detail="unknown placeholder {{{}{}{}}}".format(
+                        name, "!" + conv if conv else "", ":" + spec if spec else ""
+                    ),
+                )
         rendered = value.format(**samples)
-        rule(rendered, ctx, "%s (rendered with %s)" % (key, ", ".join("%s=%s" % kv for kv in sorted(samples.items()))))
+        rule(
+            rendered,
+            ctx,
+            "{} (rendered with {})".format(key, ", ".join("{}={}".format(*kv) for kv in sorted(samples.items()))),
+        )
         return value
+
     return check
 
 
@@ -370,8 +453,12 @@ def _s3_bucket(value, ctx, key):
         problems.append("no two adjacent periods")
     if re.match(r"^\d+\.\d+\.\d+\.\d+$", value):
         problems.append("not an IP address")
-    if value.startswith(("xn--", "sthree-", "amzn-s3-demo-")) or value.endswith(("-s3alias", "--ol-s3", ".mrap", "--x-s3")):
-        problems.append("no reserved prefix (xn--, sthree-, amzn-s3-demo-) or suffix (-s3alias, --ol-s3, .mrap, --x-s3)")
+    if value.startswith(("xn--", "sthree-", "amzn-s3-demo-")) or value.endswith(
+        ("-s3alias", "--ol-s3", ".mrap", "--x-s3")
+    ):
+        problems.append(
+            "no reserved prefix (xn--, sthree-, amzn-s3-demo-) or suffix (-s3alias, --ol-s3, .mrap, --x-s3)"
+        )
     if problems:
         ctx.fail(key, "an S3 bucket name: " + "; ".join(problems), value)
     return value
@@ -379,13 +466,17 @@ def _s3_bucket(value, ctx, key):
 
 def _table(fields):
     """fields: name -> (checker, default). A default of _REQUIRED makes the key mandatory."""
+
     def check(value, ctx, key):
         if not isinstance(value, dict):
             ctx.fail(key, "a table", value)
         unknown = sorted(set(value) - set(fields))
         if unknown:
-            ctx.fail(_join(key, unknown[0]), "one of the known keys: %s" % ", ".join(sorted(fields)),
-                     detail="unknown key %r" % unknown[0][:80])
+            ctx.fail(
+                _join(key, unknown[0]),
+                "one of the known keys: {}".format(", ".join(sorted(fields))),
+                detail=f"unknown key {unknown[0][:80]!r}",
+            )
         result = {}
         for name, (checker, default) in fields.items():
             if name in value:
@@ -397,6 +488,7 @@ def _table(fields):
             else:
                 result[name] = _copy(default)
         return result
+
     check.fields = fields
     return check
 
@@ -406,15 +498,16 @@ def _table_list(fields, limit=64):
 
     def check(value, ctx, key):
         if not isinstance(value, list):
-            ctx.fail(key, "an array of tables ([[%s]])" % key, value)
+            ctx.fail(key, f"an array of tables ([[{key}]])", value)
         if len(value) > limit:
             ctx.fail(key, "at most %d tables" % limit, detail="it has %d" % len(value))
         return [table(v, ctx, "%s[%d]" % (key, i)) for i, v in enumerate(value)]
+
     return check
 
 
 def _join(key, name):
-    return "%s.%s" % (key, name) if key else name
+    return f"{key}.{name}" if key else name
 
 
 def _copy(value):
@@ -427,7 +520,9 @@ def _copy(value):
 
 _REQUIRED = object()
 _STRINGS = _list_of(_string)
-_GIT_URL_FORM = _matching(re.compile(r"^(https|ssh)://[!-~]+$"), "an https:// or ssh:// URL (ASCII, no spaces)", limit=2048)
+_GIT_URL_FORM = _matching(
+    re.compile(r"^(https|ssh)://[!-~]+$"), "an https:// or ssh:// URL (ASCII, no spaces)", limit=2048
+)
 
 
 def _git_url(value, ctx, key):
@@ -437,9 +532,12 @@ def _git_url(value, ctx, key):
         userinfo = rest.split("/", 1)[0].rpartition("@")[0]
         # ssh://git@host/... names the SSH user, not a secret; any password, or any https user, is one.
         if ":" in userinfo or (userinfo and scheme != "ssh"):
-            ctx.fail(key, "a Git URL without credentials",
-                     detail="the URL carries a user name or token before '@' (not shown here); remove it and give the "
-                            "token as GITHUB_TOKEN (the Flux sync secret and the preflight check read it from there)")
+            ctx.fail(
+                key,
+                "a Git URL without credentials",
+                detail="the URL carries a user name or token before '@' (not shown here); remove it and give the "
+                "token as GITHUB_TOKEN (the Flux sync secret and the preflight check read it from there)",
+            )
     return _GIT_URL_FORM(value, ctx, key)
 
 
@@ -447,57 +545,73 @@ _GIT_URL = _git_url
 
 # A container image reference: [registry[:port]/]path[:tag][@sha256:digest].
 _IMAGE_REF = re.compile(
-    r"^(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9][a-z0-9._/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?\Z")
+    r"^(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9][a-z0-9._/-]*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?\Z"
+)
 
-_BOOTSTRAP = _table({
-    "default-environment": (_string, _REQUIRED),
-    "git-url": (_GIT_URL, _REQUIRED),
-    "git-branch": (_git_ref, "main"),
-    "github-user": (_name(re.compile(r"^[A-Za-z0-9-]+$"), "a GitHub user name (letters, digits, '-')", 39,
-                          "GitHub user name rule"), "git"),
-    "kind-cluster": (_KIND_CLUSTER, "mgmt"),
-    "kind-context": (_optional(_CONTEXT), ""),  # empty: kind-<kind-cluster>, the context kind writes
-    "kind-network": (_DOCKER, "kind"),
-    "kind-node-image": (_matching(_IMAGE_REF, "an image reference such as kindest/node:v1.35.5@sha256:<digest>", limit=512), ""),
-    "registry-name": (_DOCKER, "krops-registry"),
-    "registry-port": (_integer(1, 65535), 5001),
-    "registry-container-port": (_integer(1, 65535), 5000),
-    "registry-ready-retries": (_integer(1, 100000), 120),
-    "oci-repository": (_OCI_REPO, "krops"),
-    "oci-tag": (_OCI_REF, "latest"),
-    "flux-version": (_matching(re.compile(r"^\d+\.\d+\.(x|\d+)$"), "a Flux version such as \"2.9.x\""), "2.9.x"),
-    "flux-namespace": (_DNS_LABEL_NAME, "flux-system"),
-    "github-pat-secret": (_DNS_SUBDOMAIN_NAME, "flux-github-pat"),
-    "sops-age-secret": (_DNS_SUBDOMAIN_NAME, "sops-age"),
-    "run-configmap": (_DNS_SUBDOMAIN_NAME, "krops-run"),
-    "run-ttl": (_ttl, "24h"),
-    "age-key-file": (_user_path, "~/.config/krops/age.agekey"),
-    "mgmt-namespace": (_DNS_LABEL_NAME, "default"),
-    "mgmt-context": (_CONTEXT, "krops-mgmt"),
-    "mgmt-kubeconfig": (_user_path, "~/.kube/krops-mgmt.yaml"),
-    "mgmt-poll-interval": (_duration_in(3600), 10),
-    "local-reconcile-timeout": (_duration, 900),
-    "cluster-delete-timeout": (_duration, 1200),
-    "provider-delete-timeout": (_duration, 300),
-})
+_BOOTSTRAP = _table(
+    {
+        "default-environment": (_string, _REQUIRED),
+        "git-url": (_GIT_URL, _REQUIRED),
+        "git-branch": (_git_ref, "main"),
+        "github-user": (
+            _name(
+                re.compile(r"^[A-Za-z0-9-]+$"), "a GitHub user name (letters, digits, '-')", 39, "GitHub user name rule"
+            ),
+            "git",
+        ),
+        "kind-cluster": (_KIND_CLUSTER, "mgmt"),
+        "kind-context": (_optional(_CONTEXT), ""),  # empty: kind-<kind-cluster>, the context kind writes
+        "kind-network": (_DOCKER, "kind"),
+        "kind-node-image": (
+            _matching(_IMAGE_REF, "an image reference such as kindest/node:v1.35.5@sha256:<digest>", limit=512),
+            "",
+        ),
+        "registry-name": (_DOCKER, "krops-registry"),
+        "registry-port": (_integer(1, 65535), 5001),
+        "registry-container-port": (_integer(1, 65535), 5000),
+        "registry-ready-retries": (_integer(1, 100000), 120),
+        "oci-repository": (_OCI_REPO, "krops"),
+        "oci-tag": (_OCI_REF, "latest"),
+        "flux-version": (_matching(re.compile(r"^\d+\.\d+\.(x|\d+)$"), 'a Flux version such as "2.9.x"'), "2.9.x"),
+        "flux-namespace": (_DNS_LABEL_NAME, "flux-system"),
+        "github-pat-secret": (_DNS_SUBDOMAIN_NAME, "flux-github-pat"),
+        "sops-age-secret": (_DNS_SUBDOMAIN_NAME, "sops-age"),
+        "run-configmap": (_DNS_SUBDOMAIN_NAME, "krops-run"),
+        "run-ttl": (_ttl, "24h"),
+        "age-key-file": (_user_path, "~/.config/krops/age.agekey"),
+        "mgmt-namespace": (_DNS_LABEL_NAME, "default"),
+        "mgmt-context": (_CONTEXT, "krops-mgmt"),
+        "mgmt-kubeconfig": (_user_path, "~/.kube/krops-mgmt.yaml"),
+        "mgmt-poll-interval": (_duration_in(3600), 10),
+        "local-reconcile-timeout": (_duration, 900),
+        "cluster-delete-timeout": (_duration, 1200),
+        "provider-delete-timeout": (_duration, 300),
+    }
+)
 
-_CHARTS = _table({
-    "flux-operator": (_CHART, _REQUIRED),
-    "cert-manager": (_CHART, _REQUIRED),
-    "capi-operator": (_CHART, _REQUIRED),
-})
+_CHARTS = _table(
+    {
+        "flux-operator": (_CHART, _REQUIRED),
+        "cert-manager": (_CHART, _REQUIRED),
+        "capi-operator": (_CHART, _REQUIRED),
+    }
+)
 
 # The longest names the patterns are rendered with: an AWS account id is 12 digits; cluster
 # names are DNS-1123 labels, checked again with every real workload name after load.
 _SAMPLE = {"account_id": "123456789012", "cluster_name": "c"}
 
-_GLOBAL_TEARDOWN = _table({
-    "cfn-stack-name": (_CFN, "cluster-api-provider-aws-sigs-k8s-io"),
-    "global-iam-roles": (_list_of(_pattern(("cluster_name",), _IAM, {"cluster_name": "c"})), []),
-    "global-iam-users": (_list_of(_IAM), []),
-    "s3-bucket-pattern": (_pattern(("account_id", "cluster_name"), _s3_bucket, _SAMPLE),
-                          "krops-{account_id}-{cluster_name}-data"),
-})
+_GLOBAL_TEARDOWN = _table(
+    {
+        "cfn-stack-name": (_CFN, "cluster-api-provider-aws-sigs-k8s-io"),
+        "global-iam-roles": (_list_of(_pattern(("cluster_name",), _IAM, {"cluster_name": "c"})), []),
+        "global-iam-users": (_list_of(_IAM), []),
+        "s3-bucket-pattern": (
+            _pattern(("account_id", "cluster_name"), _s3_bucket, _SAMPLE),
+            "krops-{account_id}-{cluster_name}-data",
+        ),
+    }
+)
 
 _AWS_WORKLOAD = {
     "region": (_matching(_REGION, "an AWS region name such as eu-north-1", limit=32), _REQUIRED),
@@ -506,92 +620,131 @@ _AWS_WORKLOAD = {
     "rds-instance": (_optional(_RDS), ""),
 }
 
-_ENV_TEARDOWN = _table({
-    "capi-workloads": (_list_of(_DNS_LABEL_NAME), []),
-    "mgmt-container-prefix": (_optional(_DOCKER), ""),
-    "mgmt-eks-cluster-name": (_optional(_EKS), ""),
-    "mgmt-iam-role-prefix": (_optional(_IAM), ""),
-    "aws-workloads": (_table_list(_AWS_WORKLOAD), []),
-    "hardware-release": (_boolean, False),
-    "resource-groups": (_list_of(_AZURE_GROUP), []),
-    "networks": (_list_of(_GCP_NETWORK), []),
-    # Account-global AWS resources this environment names (unset: the top-level [teardown] values).
-    "global-iam-users": (_list_of(_IAM), None),
-    "cfn-stack-name": (_CFN, None),
-    # Cloud resources whose deletion protection the teardown may switch off (exact names).
-    "disable-deletion-protection": (_list_of(_DNS_LABEL_NAME), []),
-})
+_ENV_TEARDOWN = _table(
+    {
+        "capi-workloads": (_list_of(_DNS_LABEL_NAME), []),
+        "mgmt-container-prefix": (_optional(_DOCKER), ""),
+        "mgmt-eks-cluster-name": (_optional(_EKS), ""),
+        "mgmt-iam-role-prefix": (_optional(_IAM), ""),
+        "aws-workloads": (_table_list(_AWS_WORKLOAD), []),
+        "hardware-release": (_boolean, False),
+        "resource-groups": (_list_of(_AZURE_GROUP), []),
+        "networks": (_list_of(_GCP_NETWORK), []),
+        # Account-global AWS resources this environment names (unset: the top-level [teardown] values).
+        "global-iam-users": (_list_of(_IAM), None),
+        "cfn-stack-name": (_CFN, None),
+        # Cloud resources whose deletion protection the teardown may switch off (exact names).
+        "disable-deletion-protection": (_list_of(_DNS_LABEL_NAME), []),
+    }
+)
 
 _MOVE_FALLBACK = {
-    "resource": (_matching(re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)+$"),
-                           "a resource.group such as awsclustercontrolleridentities.infrastructure.cluster.x-k8s.io",
-                           limit=253), _REQUIRED),
+    "resource": (
+        _matching(
+            re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)+$"),
+            "a resource.group such as awsclustercontrolleridentities.infrastructure.cluster.x-k8s.io",
+            limit=253,
+        ),
+        _REQUIRED,
+    ),
     "name": (_DNS_SUBDOMAIN_NAME, _REQUIRED),
     "manifest": (_repo_path, _REQUIRED),
 }
 
-_ENVIRONMENT = _table({
-    # The platform (module_utils.profiles); `kind` is the historical spelling, `platform` the new one.
-    "kind": (_choice(*profiles.PLATFORMS), None),
-    "platform": (_choice(*profiles.PLATFORMS), None),
-    "sync": (_choice(*SYNC_KINDS), _REQUIRED),
-    "sync-path": (_repo_path, _REQUIRED),
-    "workload-path": (_optional(_repo_path), ""),
-    "mgmt-cluster": (_DNS_LABEL_NAME, _REQUIRED),
-    # The management cluster's cloud region (aws, azure, gcp): stated, never inferred from a name.
-    "mgmt-region": (_string, ""),
-    "mgmt-ready-timeout": (_duration, _REQUIRED),
-    "infra-provider-namespace": (_DNS_LABEL_NAME, _REQUIRED),
-    "infra-provider-name": (_DNS_LABEL_NAME, _REQUIRED),
-    "provider-manifests": (_list_of(_repo_path), []),
-    "move-fallbacks": (_table_list(_MOVE_FALLBACK), []),
-    "pivot-sops-secrets": (_list_of(_repo_path), []),
-    "post-kind-create-hook": (_choice("", *POST_KIND_CREATE_HOOKS), ""),
-    "pivot-manifests": (_list_of(_repo_path), []),
-    "pivot-manifest-vars": (_var_map, {}),
-    "teardown": (_ENV_TEARDOWN, {}),
-})
+_ENVIRONMENT = _table(
+    {
+        # The platform (module_utils.profiles); `kind` is the historical spelling, `platform` the new one.
+        "kind": (_choice(*profiles.PLATFORMS), None),
+        "platform": (_choice(*profiles.PLATFORMS), None),
+        "sync": (_choice(*SYNC_KINDS), _REQUIRED),
+        "sync-path": (_repo_path, _REQUIRED),
+        "workload-path": (_optional(_repo_path), ""),
+        "mgmt-cluster": (_DNS_LABEL_NAME, _REQUIRED),
+        # The management cluster's cloud region (aws, azure, gcp): stated, never inferred from a name.
+        "mgmt-region": (_string, ""),
+        "mgmt-ready-timeout": (_duration, _REQUIRED),
+        "infra-provider-namespace": (_DNS_LABEL_NAME, _REQUIRED),
+        "infra-provider-name": (_DNS_LABEL_NAME, _REQUIRED),
+        "provider-manifests": (_list_of(_repo_path), []),
+        "move-fallbacks": (_table_list(_MOVE_FALLBACK), []),
+        "pivot-sops-secrets": (_list_of(_repo_path), []),
+        "post-kind-create-hook": (_choice("", *POST_KIND_CREATE_HOOKS), ""),
+        "pivot-manifests": (_list_of(_repo_path), []),
+        "pivot-manifest-vars": (_var_map, {}),
+        "teardown": (_ENV_TEARDOWN, {}),
+    }
+)
 
 _TOP_LEVEL = ("bootstrap", "charts", "teardown", "environments")
+
 
 def _check_environment(env, ctx, key, data):
     """Rules across the keys of one environment (they depend on its platform's profile)."""
     kind, platform = env.pop("kind"), env.pop("platform")
     if kind and platform and kind != platform:
-        ctx.fail(_join(key, "platform"), "the same platform as kind = %r (kind is the older name of platform; "
-                 "keep one of them)" % kind, platform)
+        ctx.fail(
+            _join(key, "platform"),
+            f"the same platform as kind = {kind!r} (kind is the older name of platform; keep one of them)",
+            platform,
+        )
     platform = platform or kind
     if not platform:
-        ctx.fail(_join(key, "platform"), "a value (the key is required; the older name kind is also accepted): "
-                 "one of %s" % ", ".join(profiles.PLATFORMS))
+        ctx.fail(
+            _join(key, "platform"),
+            "a value (the key is required; the older name kind is also accepted): one of {}".format(
+                ", ".join(profiles.PLATFORMS)
+            ),
+        )
     env["platform"] = platform
     env["kind"] = platform  # older readers; new code reads platform through module_utils.profiles
     profile = profiles.get(platform)
     region = env["mgmt-region"]
     if profile.region_pattern is not None:
         if not region:
-            ctx.fail(_join(key, "mgmt-region"), "the %s region of the management cluster such as %s (the key is "
-                     "required for %s)" % (platform, profile.region_example, platform))
+            ctx.fail(
+                _join(key, "mgmt-region"),
+                f"the {platform} region of the management cluster such as {profile.region_example} (the key is "
+                f"required for {platform})",
+            )
         if len(region) > 64 or not profile.region_pattern.match(region):
-            ctx.fail(_join(key, "mgmt-region"), "a region name of the %s platform such as %s" % (platform, profile.region_example), region)
+            ctx.fail(
+                _join(key, "mgmt-region"),
+                f"a region name of the {platform} platform such as {profile.region_example}",
+                region,
+            )
     elif region:
-        ctx.fail(_join(key, "mgmt-region"), "no mgmt-region (a %s environment has no cloud region)" % platform, region)
+        ctx.fail(_join(key, "mgmt-region"), f"no mgmt-region (a {platform} environment has no cloud region)", region)
     hook = env["post-kind-create-hook"]
     if hook and hook not in profile.post_kind_hooks:
-        ctx.fail(_join(key, "post-kind-create-hook"), "a hook of the %s platform: %s"
-                 % (platform, ", ".join(profile.post_kind_hooks) or "none"), hook)
+        ctx.fail(
+            _join(key, "post-kind-create-hook"),
+            "a hook of the {} platform: {}".format(platform, ", ".join(profile.post_kind_hooks) or "none"),
+            hook,
+        )
     if env["sync"] == "oci" and not profile.local_registry:
-        ctx.fail(_join(key, "sync"), "git (sync = \"oci\" needs the local registry, which only %s starts)"
-                 % ", ".join(p for p, prof in profiles.PROFILES.items() if prof.local_registry), env["sync"])
+        ctx.fail(
+            _join(key, "sync"),
+            'git (sync = "oci" needs the local registry, which only {} starts)'.format(
+                ", ".join(p for p, prof in profiles.PROFILES.items() if prof.local_registry)
+            ),
+            env["sync"],
+        )
     # The teardown patterns must give valid AWS names for every real workload cluster name.
     down = data["teardown"]
     for index, workload in enumerate(env["teardown"]["aws-workloads"]):
         where = "%s.teardown.aws-workloads[%d].cluster-name" % (key, index)
         name = workload["cluster-name"]
-        _s3_bucket(down["s3-bucket-pattern"].format(account_id=_SAMPLE["account_id"], cluster_name=name), ctx,
-                   "teardown.s3-bucket-pattern (rendered with %s = %s)" % (where, name))
+        _s3_bucket(
+            down["s3-bucket-pattern"].format(account_id=_SAMPLE["account_id"], cluster_name=name),
+            ctx,
+            f"teardown.s3-bucket-pattern (rendered with {where} = {name})",
+        )
         for pattern in down["global-iam-roles"]:
-            _IAM(pattern.format(cluster_name=name), ctx, "teardown.global-iam-roles (rendered with %s = %s)" % (where, name))
+            _IAM(
+                pattern.format(cluster_name=name),
+                ctx,
+                f"teardown.global-iam-roles (rendered with {where} = {name})",
+            )
 
 
 def _as_int(text):
@@ -629,7 +782,7 @@ def _apply_overrides(data, environ, path, environments, root):
         text = environ.get(variable, "")
         if not text:
             continue
-        ctx = _Ctx("environment variable %s (overrides %s in %s)" % (variable, key, path), environments, root)
+        ctx = _Ctx(f"environment variable {variable} (overrides {key} in {path})", environments, root)
         value = checker(parse(text), ctx, key)
         section, name = key.split(".", maxsplit=1)[0], key.rsplit(".", maxsplit=1)[-1]
         targets = data["environments"].values() if section == "environments" else [data[section]]
@@ -658,9 +811,13 @@ class Config:
         """The table of environment ``name`` (default: the selected one)."""
         name = name or self.selected
         if name not in self.data["environments"]:
-            raise ConfigError(self.path, "environments.%s" % name, "a defined environment",
-                              environments=self.environment_names,
-                              detail="unknown environment %r" % name)
+            raise ConfigError(
+                self.path,
+                f"environments.{name}",
+                "a defined environment",
+                environments=self.environment_names,
+                detail=f"unknown environment {name!r}",
+            )
         return self.data["environments"][name]
 
     def profile(self, name=None):
@@ -677,13 +834,16 @@ class Config:
         if dotted == "environment":
             return self.selected
         if dotted == "current" or dotted.startswith("current."):
-            dotted = "environments.%s%s" % (self.selected, dotted[len("current"):])
+            dotted = "environments.{}{}".format(self.selected, dotted[len("current") :])
         if dotted == "profile" or dotted.startswith("profile."):
-            dotted = "profiles.%s%s" % (self.selected, dotted[len("profile"):])
+            dotted = "profiles.{}{}".format(self.selected, dotted[len("profile") :])
         root = self.data
         if dotted.startswith("profiles.") or dotted == "profiles":
-            root = {"profiles": {name: profiles.as_dict(profiles.of(env))
-                                 for name, env in self.data["environments"].items()}}
+            root = {
+                "profiles": {
+                    name: profiles.as_dict(profiles.of(env)) for name, env in self.data["environments"].items()
+                }
+            }
         node = root
         walked = []
         for part in dotted.split("."):
@@ -693,9 +853,17 @@ class Config:
                 continue
             if walked[0] in ("environments", "profiles") and len(walked) == 2:
                 self.environment(part)
-            choices = ", ".join(sorted(node)) if isinstance(node, dict) else "none (%s is not a table)" % ".".join(walked[:-1])
-            raise ConfigError(self.path, ".".join(walked), "an existing key; available here: %s" % choices,
-                              environments=self.environment_names)
+            choices = (
+                ", ".join(sorted(node))
+                if isinstance(node, dict)
+                else "none ({} is not a table)".format(".".join(walked[:-1]))
+            )
+            raise ConfigError(
+                self.path,
+                ".".join(walked),
+                f"an existing key; available here: {choices}",
+                environments=self.environment_names,
+            )
         return node
 
 
@@ -733,8 +901,12 @@ def load(path=None, environ=None, environment=None, base_dir=None, playbook_dir=
         with open(path, "rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(path, None, "a readable bootstrap.toml",
-                          detail="%s; set BOOTSTRAP_CONFIG or run from the repository root" % exc.strerror)
+        raise ConfigError(
+            path,
+            None,
+            "a readable bootstrap.toml",
+            detail=f"{exc.strerror}; set BOOTSTRAP_CONFIG or run from the repository root",
+        )
     if len(raw) > MAX_FILE_BYTES:
         raise ConfigError(path, None, "a file of at most %d bytes" % MAX_FILE_BYTES)
     overrides = tuple((name, environ.get(name, "")) for name in sorted(OVERRIDES) + ["KROPS_PROFILE"])
@@ -770,8 +942,12 @@ def loads(text, path=DEFAULT_FILE, environ=None, environment=None, root=None):
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, None, "valid TOML", detail=str(exc))
     except RecursionError:
-        raise ConfigError(path, None, "valid TOML of bounded depth",
-                          detail="arrays or tables are nested too deeply to read (bootstrap.toml needs at most 5 levels)")
+        raise ConfigError(
+            path,
+            None,
+            "valid TOML of bounded depth",
+            detail="arrays or tables are nested too deeply to read (bootstrap.toml needs at most 5 levels)",
+        )
 
     envs_raw = raw.get("environments")
     names = [n[:80] for n in envs_raw] if isinstance(envs_raw, dict) else []
@@ -779,11 +955,16 @@ def loads(text, path=DEFAULT_FILE, environ=None, environment=None, root=None):
     ctx = _Ctx(path, names, root)
     unknown = sorted(set(raw) - set(_TOP_LEVEL))
     if unknown:
-        ctx.fail(unknown[0][:80], "one of the known tables: %s" % ", ".join(_TOP_LEVEL),
-                 detail="unknown key %r" % unknown[0][:80])
+        ctx.fail(
+            unknown[0][:80],
+            "one of the known tables: {}".format(", ".join(_TOP_LEVEL)),
+            detail=f"unknown key {unknown[0][:80]!r}",
+        )
     for table in _TOP_LEVEL:
         if table not in raw and table != "teardown":
-            ctx.fail(table, "a [%s] table" % table if table != "environments" else "at least one [environments.<name>] table")
+            ctx.fail(
+                table, f"a [{table}] table" if table != "environments" else "at least one [environments.<name>] table"
+            )
     if not isinstance(envs_raw, dict) or not envs_raw:
         ctx.fail("environments", "at least one [environments.<name>] table", envs_raw)
     if len(envs_raw) > 64:
@@ -798,10 +979,15 @@ def loads(text, path=DEFAULT_FILE, environ=None, environment=None, root=None):
     boot = data["bootstrap"]
     boot["kind-context"] = boot["kind-context"] or "kind-" + boot["kind-cluster"]
     if boot["kind-context"] != "kind-" + boot["kind-cluster"]:
-        ctx.fail("bootstrap.kind-context", "kind-%s (kind names the context of cluster %s kind-%s)"
-                 % (boot["kind-cluster"], boot["kind-cluster"], boot["kind-cluster"]), boot["kind-context"])
+        ctx.fail(
+            "bootstrap.kind-context",
+            "kind-{} (kind names the context of cluster {} kind-{})".format(
+                boot["kind-cluster"], boot["kind-cluster"], boot["kind-cluster"]
+            ),
+            boot["kind-context"],
+        )
     for name, table in envs_raw.items():
-        key = "environments.%s" % name[:80]
+        key = f"environments.{name[:80]}"
         _DNS_LABEL_NAME(name, ctx, key + " (the environment name, also a label value and part of resource names)")
         env = _ENVIRONMENT(table, ctx, key)
         _check_environment(env, ctx, key, data)
@@ -817,6 +1003,11 @@ def loads(text, path=DEFAULT_FILE, environ=None, environment=None, root=None):
     config = Config(path, data, selected)
     if selected not in data["environments"]:
         source = "the requested environment" if environment else "KROPS_PROFILE"
-        raise ConfigError(path, "environments.%s" % str(selected)[:80], "a defined environment (%s)" % source,
-                          environments=names, detail="unknown environment %r" % str(selected)[:80])
+        raise ConfigError(
+            path,
+            f"environments.{str(selected)[:80]}",
+            f"a defined environment ({source})",
+            environments=names,
+            detail=f"unknown environment {str(selected)[:80]!r}",
+        )
     return config

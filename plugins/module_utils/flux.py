@@ -48,16 +48,31 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "krops"}
 # management and workload clusters; validate checks the workload FluxInstances against it.
 DISTRIBUTION_REGISTRY = "ghcr.io/fluxcd"
 COMPONENTS = ["source-controller", "kustomize-controller", "helm-controller", "notification-controller"]
-CLUSTER = {"type": "kubernetes", "size": "small", "multitenant": False, "networkPolicy": True,
-           "domain": "cluster.local"}
+CLUSTER = {
+    "type": "kubernetes",
+    "size": "small",
+    "multitenant": False,
+    "networkPolicy": True,
+    "domain": "cluster.local",
+}
 OCI_INSECURE_PATCH = "- op: add\n  path: /spec/insecure\n  value: true\n"
 
 # Ready=False reasons that mean "failing" (shown as such) rather than "still progressing".
 # Flux retries them, so only Stalled=True ends the wait early.
-FAILURE_REASONS = frozenset((
-    "BuildFailed", "ReconciliationFailed", "HealthCheckFailed", "ArtifactFailed", "PruneFailed",
-    "DecryptionFailed", "VarsSubstitutionFailed", "InvalidPath", "InstallFailed", "UpgradeFailed",
-))
+FAILURE_REASONS = frozenset(
+    (
+        "BuildFailed",
+        "ReconciliationFailed",
+        "HealthCheckFailed",
+        "ArtifactFailed",
+        "PruneFailed",
+        "DecryptionFailed",
+        "VarsSubstitutionFailed",
+        "InvalidPath",
+        "InstallFailed",
+        "UpgradeFailed",
+    )
+)
 
 SCOPES = ("all", "secrets", "wait")
 
@@ -72,14 +87,15 @@ class FluxError(Exception):
 
 # --- plan ---------------------------------------------------------------------------
 
+
 def git_ref(ref):
     """'main' -> 'refs/heads/main'; a full ref (refs/...) is kept."""
-    return ref if ref.startswith("refs/") else "refs/heads/%s" % ref
+    return ref if ref.startswith("refs/") else f"refs/heads/{ref}"
 
 
 def in_cluster_registry(boot):
     """<registry-name>:<registry-container-port>: the local registry as pods on the kind network reach it."""
-    return "%s:%s" % (boot["registry-name"], boot["registry-container-port"])
+    return "{}:{}".format(boot["registry-name"], boot["registry-container-port"])
 
 
 def sync_settings(cfg, environment, sync_url=None, sync_ref=None):
@@ -87,7 +103,7 @@ def sync_settings(cfg, environment, sync_url=None, sync_ref=None):
     boot = cfg.data["bootstrap"]
     env = cfg.environment(environment)
     if env["sync"] == "oci":
-        url = sync_url or "oci://%s/%s" % (in_cluster_registry(boot), boot["oci-repository"])
+        url = sync_url or "oci://{}/{}".format(in_cluster_registry(boot), boot["oci-repository"])
         return {
             "kind": "OCIRepository",
             "url": url,
@@ -95,7 +111,7 @@ def sync_settings(cfg, environment, sync_url=None, sync_ref=None):
             "path": env["sync-path"],
             "pull_secret": None,
             # The local registry speaks plain HTTP; any other OCI URL keeps TLS.
-            "insecure": url.startswith("oci://%s/" % in_cluster_registry(boot)),
+            "insecure": url.startswith(f"oci://{in_cluster_registry(boot)}/"),
             "flux_version": boot["flux-version"],
         }
     return {
@@ -128,7 +144,8 @@ def fluxinstance_spec(sync):
             "pullSecret": sync["pull_secret"],
         },
         "kustomize": {"patches": [{"target": {"kind": "OCIRepository"}, "patch": OCI_INSECURE_PATCH}]}
-        if insecure else None,
+        if insecure
+        else None,
     }
 
 
@@ -158,8 +175,9 @@ def _differs(desired, current):
 
 # --- run tags -----------------------------------------------------------------------
 
+
 def utc_now():
-    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
 
 
 def run_tags(existing, overrides, profile, ttl, now=None):
@@ -172,14 +190,14 @@ def run_tags(existing, overrides, profile, ttl, now=None):
     overrides = {k: str(v) for k, v in (overrides or {}).items() if v is not None and str(v) != ""}
     unknown = sorted(set(overrides) - set(RUN_TAG_KEYS))
     if unknown:
-        raise FluxError("run_tags: unknown key %s; expected only %s" % (unknown[0], ", ".join(RUN_TAG_KEYS)))
+        raise FluxError("run_tags: unknown key {}; expected only {}".format(unknown[0], ", ".join(RUN_TAG_KEYS)))
     if ttl == "none":
         expires = "none"
     else:
         seconds = krops_config.parse_duration(ttl) or 86400
         expires = (now + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
     generated = {
-        "KROPS_RUN_ID": "%s-%s" % (profile, now.strftime("%Y%m%d-%H%M%S")),
+        "KROPS_RUN_ID": "{}-{}".format(profile, now.strftime("%Y%m%d-%H%M%S")),
         "KROPS_REVISION": "unknown",
         "KROPS_EXPIRES_AT": expires,
         "KROPS_RUN_KIND": "manual",
@@ -191,6 +209,7 @@ def run_tags(existing, overrides, profile, ttl, now=None):
 
 
 # --- readiness table ----------------------------------------------------------------
+
 
 def depends_on(obj, namespace):
     """Names of the Kustomizations obj depends on in namespace (other namespaces ignored)."""
@@ -228,9 +247,14 @@ def order_kustomizations(objects, namespace, root=None):
 
 def kustomization_row(name, obj, namespace):
     if obj is None:
-        return {"name": name, "ready": False, "reason": "NotFound",
-                "message": "Kustomization %s/%s does not exist yet" % (namespace, name),
-                "depends_on": [], "stalled": False}
+        return {
+            "name": name,
+            "ready": False,
+            "reason": "NotFound",
+            "message": f"Kustomization {namespace}/{name} does not exist yet",
+            "depends_on": [],
+            "stalled": False,
+        }
     ready, reason, message = kube.readiness(obj)
     stalled = kube.is_stalled(obj)
     if stalled and not ready:
@@ -239,15 +263,22 @@ def kustomization_row(name, obj, namespace):
         message = cond.get("message") or message
     if (obj.get("spec") or {}).get("suspend"):
         message = ("(suspended) " + message).strip()
-    return {"name": name, "ready": bool(ready), "reason": reason, "message": message,
-            "depends_on": depends_on(obj, namespace), "stalled": bool(stalled and not ready)}
+    return {
+        "name": name,
+        "ready": bool(ready),
+        "reason": reason,
+        "message": message,
+        "depends_on": depends_on(obj, namespace),
+        "stalled": bool(stalled and not ready),
+    }
 
 
 def kustomization_rows(objects, namespace, root):
     """Rows {name, ready, reason, message, depends_on, stalled} in dependsOn order."""
     by_name = dict(objects)
-    return [kustomization_row(name, by_name.get(name), namespace)
-            for name in order_kustomizations(by_name, namespace, root)]
+    return [
+        kustomization_row(name, by_name.get(name), namespace) for name in order_kustomizations(by_name, namespace, root)
+    ]
 
 
 def is_failing(row):
@@ -265,8 +296,10 @@ def format_table(rows, width=100):
         state = "True" if row["ready"] else ("Stalled" if row.get("stalled") else "False")
         message = " ".join((row.get("message") or "").split())
         if len(message) > width:
-            message = message[:width - 3] + "..."
-        lines.append("  %-*s  %-7s  %-*s  %s" % (name_w, row["name"], state, reason_w, row.get("reason") or "", message))
+            message = message[: width - 3] + "..."
+        lines.append(
+            "  %-*s  %-7s  %-*s  %s" % (name_w, row["name"], state, reason_w, row.get("reason") or "", message)
+        )
     return "\n".join(lines)
 
 
@@ -275,23 +308,30 @@ def summary(result):
     fi = result.get("fluxinstance") or {}
     rows = result.get("kustomizations") or []
     ready = sum(1 for r in rows if r["ready"])
-    head = "FluxInstance %s %s" % (fi.get("name", FLUX_NAME), "Ready" if fi.get("ready") else
-                                   "not Ready (%s: %s)" % (fi.get("reason") or "Pending", fi.get("message") or "no status yet"))
+    head = "FluxInstance {} {}".format(
+        fi.get("name", FLUX_NAME),
+        "Ready"
+        if fi.get("ready")
+        else "not Ready ({}: {})".format(fi.get("reason") or "Pending", fi.get("message") or "no status yet"),
+    )
     if fi.get("ready"):
         head += "; Kustomizations Ready: %d of %d" % (ready, len(rows))
         pending = [r["name"] for r in rows if not r["ready"]]
         if pending:
-            head += "; pending: %s" % ", ".join(pending)
+            head += "; pending: {}".format(", ".join(pending))
         return head + "\n" + format_table(rows)
     return head
 
 
 def failure_details(rows):
     """'name: reason: message' for every failing row."""
-    return ["%s: %s: %s" % (r["name"], r.get("reason") or "", r.get("message") or "") for r in rows if is_failing(r)]
+    return [
+        "{}: {}: {}".format(r["name"], r.get("reason") or "", r.get("message") or "") for r in rows if is_failing(r)
+    ]
 
 
 # --- cluster writes -----------------------------------------------------------------
+
 
 class _Writer:
     """Idempotent create/patch of namespaced objects; records actions; writes nothing in check mode."""
@@ -311,24 +351,35 @@ class _Writer:
     def namespace(self, name):
         if kube.get(self.client, "v1", "Namespace", name) is not None:
             return
-        self._record("create Namespace %s" % name)
+        self._record(f"create Namespace {name}")
         if not self.check_mode:
-            self._call(lambda: kube.resource(self.client, "v1", "Namespace").create(
-                body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
-                "create Namespace %s" % name, conflict_ok=True)
+            self._call(
+                lambda: kube.resource(self.client, "v1", "Namespace").create(
+                    body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+                ),
+                f"create Namespace {name}",
+                conflict_ok=True,
+            )
 
     def config_map(self, namespace, name, data):
         current = kube.get(self.client, "v1", "ConfigMap", name, namespace)
         before = (current or {}).get("data") or {}
-        key = "configmap/%s/%s" % (namespace, name)
+        key = f"configmap/{namespace}/{name}"
         if current is not None and before == data:
             return
         self.diff["before"][key] = before if current is not None else None
         self.diff["after"][key] = dict(data)
-        self._write(current, {"apiVersion": "v1", "kind": "ConfigMap",
-                              "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
-                              "data": dict(data)},
-                    {"data": _replace_map(before, data)}, "ConfigMap %s/%s" % (namespace, name))
+        self._write(
+            current,
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
+                "data": dict(data),
+            },
+            {"data": _replace_map(before, data)},
+            f"ConfigMap {namespace}/{name}",
+        )
 
     def secret(self, namespace, name, values):
         """values: {key: text}; data is compared base64-encoded and never reported."""
@@ -337,13 +388,22 @@ class _Writer:
         before = (current or {}).get("data") or {}
         if current is not None and before == data:
             return
-        key = "secret/%s/%s" % (namespace, name)
+        key = f"secret/{namespace}/{name}"
         self.diff["before"][key] = sorted(before) if current is not None else None
-        self.diff["after"][key] = "keys %s (values hidden)" % ", ".join(sorted(data))
-        self._write(current, {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                              "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
-                              "data": data},
-                    {"data": _replace_map(before, data)}, "Secret %s/%s" % (namespace, name), kind="Secret")
+        self.diff["after"][key] = "keys {} (values hidden)".format(", ".join(sorted(data)))
+        self._write(
+            current,
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "Opaque",
+                "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
+                "data": data,
+            },
+            {"data": _replace_map(before, data)},
+            f"Secret {namespace}/{name}",
+            kind="Secret",
+        )
 
     def fluxinstance(self, namespace, sync):
         manifest = fluxinstance_manifest(namespace, sync)
@@ -351,30 +411,44 @@ class _Writer:
         current = kube.get(self.client, FLUX_API, FLUX_KIND, FLUX_NAME, namespace)
         if current is not None and not _differs(desired, current.get("spec") or {}):
             return manifest
-        key = "fluxinstance/%s/%s" % (namespace, FLUX_NAME)
+        key = f"fluxinstance/{namespace}/{FLUX_NAME}"
         self.diff["before"][key] = (current or {}).get("spec")
         self.diff["after"][key] = manifest["spec"]
-        self._write(current, manifest, {"spec": desired}, "FluxInstance %s/%s" % (namespace, FLUX_NAME),
-                    api_version=FLUX_API, kind=FLUX_KIND)
+        self._write(
+            current,
+            manifest,
+            {"spec": desired},
+            f"FluxInstance {namespace}/{FLUX_NAME}",
+            api_version=FLUX_API,
+            kind=FLUX_KIND,
+        )
         return manifest
 
     def _write(self, current, body, patch, what, api_version="v1", kind=None):
         kind = kind or body["kind"]
         verb = "create" if current is None else "update"
-        self._record("%s %s" % (verb, what))
+        self._record(f"{verb} {what}")
         if self.check_mode:
             return
         try:
             res = kube.resource(self.client, api_version, kind)
         except kube.KubeError as exc:
-            raise FluxError("cannot %s %s on %s: %s; install the Flux Operator first (install_operator=true)"
-                            % (verb, what, self.target, exc))
+            raise FluxError(
+                f"cannot {verb} {what} on {self.target}: {exc}; install the Flux Operator first (install_operator=true)"
+            )
         meta = body["metadata"]
         if current is None:
-            self._call(lambda: res.create(body=body, namespace=meta["namespace"]), "%s %s" % (verb, what))
+            self._call(lambda: res.create(body=body, namespace=meta["namespace"]), f"{verb} {what}")
         else:
-            self._call(lambda: res.patch(body=patch, name=meta["name"], namespace=meta["namespace"],
-                                         content_type="application/merge-patch+json"), "%s %s" % (verb, what))
+            self._call(
+                lambda: res.patch(
+                    body=patch,
+                    name=meta["name"],
+                    namespace=meta["namespace"],
+                    content_type="application/merge-patch+json",
+                ),
+                f"{verb} {what}",
+            )
 
     def _call(self, func, what, conflict_ok=False):
         try:
@@ -382,7 +456,7 @@ class _Writer:
         except kube.ApiException as exc:
             if conflict_ok and getattr(exc, "status", None) == 409:
                 return None
-            raise FluxError("cannot %s on %s: %s" % (what, self.target, kube.error_text(exc)))
+            raise FluxError(f"cannot {what} on {self.target}: {kube.error_text(exc)}")
 
 
 def _replace_map(before, after):
@@ -394,10 +468,12 @@ def _replace_map(before, after):
 
 # --- operator -----------------------------------------------------------------------
 
+
 def operator_status(helm, namespace, kube_args):
     """(deployed_chart_version or None, status) of the flux-operator release."""
-    result = helm.run(["list", "--namespace", namespace, "--filter", "^%s$" % OPERATOR_RELEASE,
-                       "--output", "json"] + kube_args)
+    result = helm.run(
+        ["list", "--namespace", namespace, "--filter", f"^{OPERATOR_RELEASE}$", "--output", "json"] + kube_args
+    )
     text = (result.stdout or "").strip()
     if not text:
         return None, None
@@ -406,12 +482,12 @@ def operator_status(helm, namespace, kube_args):
     except ValueError:
         releases = None
     if not isinstance(releases, list):
-        raise FluxError("`%s` printed something that is not a JSON list of releases: %s" % (result.command, text[:200]))
+        raise FluxError(f"`{result.command}` printed something that is not a JSON list of releases: {text[:200]}")
     for release in releases:
         if isinstance(release, dict) and release.get("name") == OPERATOR_RELEASE:
             chart = release.get("chart") or ""
             prefix = OPERATOR_RELEASE + "-"
-            return (chart[len(prefix):] if chart.startswith(prefix) else chart), release.get("status")
+            return (chart[len(prefix) :] if chart.startswith(prefix) else chart), release.get("status")
     return None, None
 
 
@@ -420,14 +496,32 @@ def install_operator(helm, namespace, version, kube_args, writer):
     current, status = operator_status(helm, namespace, kube_args)
     if current == version and status == "deployed":
         return {"release": OPERATOR_RELEASE, "version": version, "changed": False}
-    what = "%s Flux Operator chart %s (release %s in %s%s)" % (
-        "install" if current is None else "upgrade", version, OPERATOR_RELEASE, namespace,
-        "" if current is None else ", was %s %s" % (current, status))
+    what = "{} Flux Operator chart {} (release {} in {}{})".format(
+        "install" if current is None else "upgrade",
+        version,
+        OPERATOR_RELEASE,
+        namespace,
+        "" if current is None else f", was {current} {status}",
+    )
     writer._record(what)
     if not writer.check_mode:
-        helm.run(["upgrade", "--install", OPERATOR_RELEASE, OPERATOR_CHART, "--version", version,
-                  "--namespace", namespace, "--create-namespace", "--wait", "--timeout", OPERATOR_HELM_TIMEOUT]
-                 + kube_args)
+        helm.run(
+            [
+                "upgrade",
+                "--install",
+                OPERATOR_RELEASE,
+                OPERATOR_CHART,
+                "--version",
+                version,
+                "--namespace",
+                namespace,
+                "--create-namespace",
+                "--wait",
+                "--timeout",
+                OPERATOR_HELM_TIMEOUT,
+            ]
+            + kube_args
+        )
     return {"release": OPERATOR_RELEASE, "version": version, "changed": True, "previous": current}
 
 
@@ -443,14 +537,19 @@ def helm_kube_args(kubeconfig, context):
 
 # --- wait ---------------------------------------------------------------------------
 
+
 def _fluxinstance_state(obj):
     ready, reason, message = kube.readiness(obj)
-    return {"name": FLUX_NAME, "ready": bool(ready), "reason": reason, "message": message,
-            "stalled": bool(obj is not None and kube.is_stalled(obj) and not ready)}
+    return {
+        "name": FLUX_NAME,
+        "ready": bool(ready),
+        "reason": reason,
+        "message": message,
+        "stalled": bool(obj is not None and kube.is_stalled(obj) and not ready),
+    }
 
 
-def wait_ready(client, namespace, timeout, result, on_progress=None, progress_every=30.0,
-               clock=time.monotonic):
+def wait_ready(client, namespace, timeout, result, on_progress=None, progress_every=30.0, clock=time.monotonic):
     """Wait for the FluxInstance then every Kustomization of namespace; fill result as it goes.
 
     Returns True when everything is Ready; raises kube.WaitTimeout when timeout passes, and
@@ -463,8 +562,9 @@ def wait_ready(client, namespace, timeout, result, on_progress=None, progress_ev
         state = _fluxinstance_state(objects.get((namespace, FLUX_NAME)))
         result["fluxinstance"] = {k: v for k, v in state.items() if k != "stalled"}
         if state["stalled"]:
-            raise FluxError("FluxInstance %s/%s is stalled: %s: %s"
-                            % (namespace, FLUX_NAME, state["reason"], state["message"]))
+            raise FluxError(
+                "FluxInstance {}/{} is stalled: {}: {}".format(namespace, FLUX_NAME, state["reason"], state["message"])
+            )
         return state["ready"], result
 
     def on_ks(objects):
@@ -474,15 +574,37 @@ def wait_ready(client, namespace, timeout, result, on_progress=None, progress_ev
         result["kustomizations"] = rows
         stalled = [r for r in rows if r["stalled"]]
         if stalled:
-            raise FluxError("Kustomization %s is stalled (Flux will not retry it): %s: %s"
-                            % (", ".join("%s/%s" % (namespace, r["name"]) for r in stalled),
-                               stalled[0]["reason"], stalled[0]["message"]))
+            raise FluxError(
+                "Kustomization {} is stalled (Flux will not retry it): {}: {}".format(
+                    ", ".join("{}/{}".format(namespace, r["name"]) for r in stalled),
+                    stalled[0]["reason"],
+                    stalled[0]["message"],
+                )
+            )
         return all(r["ready"] for r in rows), result
 
-    kube.watch_until(client, FLUX_API, FLUX_KIND, namespace, on_fi, max(deadline - clock(), 0.001),
-                     on_progress=on_progress, progress_every=progress_every, clock=clock)
-    kube.watch_until(client, KS_API, KS_KIND, namespace, on_ks, max(deadline - clock(), 0.001),
-                     on_progress=on_progress, progress_every=progress_every, clock=clock)
+    kube.watch_until(
+        client,
+        FLUX_API,
+        FLUX_KIND,
+        namespace,
+        on_fi,
+        max(deadline - clock(), 0.001),
+        on_progress=on_progress,
+        progress_every=progress_every,
+        clock=clock,
+    )
+    kube.watch_until(
+        client,
+        KS_API,
+        KS_KIND,
+        namespace,
+        on_ks,
+        max(deadline - clock(), 0.001),
+        on_progress=on_progress,
+        progress_every=progress_every,
+        clock=clock,
+    )
     return True
 
 
@@ -491,6 +613,7 @@ def _public_rows(rows):
 
 
 # --- entry point --------------------------------------------------------------------
+
 
 def default_timeout(cfg, environment):
     env = cfg.environment(environment)
@@ -502,14 +625,17 @@ def default_timeout(cfg, environment):
 def read_age_key(path):
     path = os.path.expanduser(path)
     try:
-        with open(path, "r", encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        raise FluxError("cannot read the age key file %s: %s; create it with `age-keygen -o %s` or set age_key_file"
-                        % (path, exc.strerror, path))
+        raise FluxError(
+            f"cannot read the age key file {path}: {exc.strerror}; create it with `age-keygen -o {path}` or set age_key_file"
+        )
     if "AGE-SECRET-KEY-" not in text:
-        raise FluxError("the age key file %s holds no AGE-SECRET-KEY- line; it must be an age identity file "
-                        "(age-keygen output)" % path)
+        raise FluxError(
+            f"the age key file {path} holds no AGE-SECRET-KEY- line; it must be an age identity file "
+            "(age-keygen output)"
+        )
     return text
 
 
@@ -532,9 +658,16 @@ def handoff(params, check_mode=False, helm=None, environ=None):
     total = params.get("_wait_total") or timeout
     budget = params.get("_wait_budget")
 
-    result = {"changed": False, "environment": environment, "actions": [], "run_tags": {},
-              "fluxinstance": {"name": FLUX_NAME, "ready": False, "reason": "", "message": ""},
-              "kustomizations": [], "ready": False, "wait_timeout": total}
+    result = {
+        "changed": False,
+        "environment": environment,
+        "actions": [],
+        "run_tags": {},
+        "fluxinstance": {"name": FLUX_NAME, "ready": False, "reason": "", "message": ""},
+        "kustomizations": [],
+        "ready": False,
+        "wait_timeout": total,
+    }
     client = kube.connect(params.get("kubeconfig"), params.get("context"))
     writer = _Writer(client, check_mode, target)
 
@@ -560,10 +693,9 @@ def handoff(params, check_mode=False, helm=None, environ=None):
         else:
             raise FluxError(_timeout_message(result, total, target, namespace), _finish(result))
     except FluxError as exc:
-        raise FluxError("%s\n%s\non %s. %s" % (exc, summary(_finish(result)), target, _advice(namespace)),
-                        _finish(result))
+        raise FluxError(f"{exc}\n{summary(_finish(result))}\non {target}. {_advice(namespace)}", _finish(result))
     except kube.KubeError as exc:
-        raise FluxError("waiting for Flux on %s failed: %s" % (target, exc), _finish(result))
+        raise FluxError(f"waiting for Flux on {target} failed: {exc}", _finish(result))
     result["_krops_waited"] = time.monotonic() - started
     return _finish(result)
 
@@ -587,21 +719,33 @@ def _observe(client, namespace, result):
 
 
 def _advice(namespace):
-    return ("Inspect with `kubectl -n %s get fluxinstance,kustomizations` and "
-            "`kubectl -n %s describe kustomization <name>`; fix the tree or the cluster and run the play again "
-            "(it reuses what exists)." % (namespace, namespace))
+    return (
+        f"Inspect with `kubectl -n {namespace} get fluxinstance,kustomizations` and "
+        f"`kubectl -n {namespace} describe kustomization <name>`; fix the tree or the cluster and run the play again "
+        "(it reuses what exists)."
+    )
 
 
 def _timeout_message(result, total, target, namespace):
     fi = result.get("fluxinstance") or {}
     rows = result.get("kustomizations") or []
     if not fi.get("ready"):
-        head = ("timed out after %ss waiting for FluxInstance %s/%s to be Ready on %s: %s: %s"
-                % (total, namespace, FLUX_NAME, target, fi.get("reason") or "Pending", fi.get("message") or "no status"))
+        head = "timed out after {}s waiting for FluxInstance {}/{} to be Ready on {}: {}: {}".format(
+            total,
+            namespace,
+            FLUX_NAME,
+            target,
+            fi.get("reason") or "Pending",
+            fi.get("message") or "no status",
+        )
     else:
         ready = sum(1 for r in rows if r["ready"])
-        head = ("timed out after %ss waiting for the Flux Kustomizations on %s: %d of %d Ready"
-                % (total, target, ready, len(rows)))
+        head = "timed out after %ss waiting for the Flux Kustomizations on %s: %d of %d Ready" % (
+            total,
+            target,
+            ready,
+            len(rows),
+        )
     parts = [head, summary(result)]
     failing = failure_details(rows)
     if failing:
@@ -616,8 +760,13 @@ def _setup(params, cfg, env, environment, namespace, scope, client, writer, resu
     result["sync"] = dict(sync)
     if scope == "all" and params.get("install_operator", True):
         helm = helm or krops_cli.Cli("helm", binary=params.get("helm_binary"))
-        result["operator"] = install_operator(helm, namespace, cfg.data["charts"]["flux-operator"],
-                                              helm_kube_args(params.get("kubeconfig"), params.get("context")), writer)
+        result["operator"] = install_operator(
+            helm,
+            namespace,
+            cfg.data["charts"]["flux-operator"],
+            helm_kube_args(params.get("kubeconfig"), params.get("context")),
+            writer,
+        )
     # Namespaces (the chart creates the Flux one; the pivot may skip the chart).
     sops_namespaces = params.get("sops_namespaces")
     if sops_namespaces is None:
@@ -635,9 +784,12 @@ def _setup(params, cfg, env, environment, namespace, scope, client, writer, resu
     if sync["pull_secret"]:
         token = params.get("github_token")
         if not token:
-            raise FluxError("environment %s syncs from Git (%s) and needs a GitHub token for Secret %s/%s: "
-                            "set github_token (or the GITHUB_TOKEN environment variable)"
-                            % (environment, sync["url"], namespace, sync["pull_secret"]))
+            raise FluxError(
+                "environment {} syncs from Git ({}) and needs a GitHub token for Secret {}/{}: "
+                "set github_token (or the GITHUB_TOKEN environment variable)".format(
+                    environment, sync["url"], namespace, sync["pull_secret"]
+                )
+            )
         writer.secret(namespace, sync["pull_secret"], {"username": boot["github-user"], "password": token})
     if age_text:
         for ns in sops_namespaces:

@@ -16,6 +16,7 @@ import time
 
 try:
     import yaml
+
     HAS_YAML = True
 except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
     HAS_YAML = False
@@ -29,7 +30,7 @@ CERTS_DIR = "/etc/containerd/certs.d"
 # <certs.d>/<host>/hosts.toml into every node. The file is not mounted: kind passes mounts to the
 # engine as `--volume host:container[:ro]` (providers/docker/provision.go generateMountBindings)
 # and Docker splits that spec on ':', so a path such as certs.d/localhost:5001 cannot be mounted.
-CONFIG_PATH_PATCH = '[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "%s"\n' % CERTS_DIR
+CONFIG_PATH_PATCH = f'[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "{CERTS_DIR}"\n'
 
 # The ownership marker teardown looks for (CONTRACTS.md): created once, when krops creates the cluster.
 MARKER_NAMESPACE = "kube-system"
@@ -38,13 +39,32 @@ MARKER_LABELS = {"app.kubernetes.io/managed-by": "krops"}
 
 # kind.x-k8s.io/v1alpha4 fields (pkg/apis/config/v1alpha4/types.go @ v0.32.0); kind decodes the
 # config strictly, so an unknown field fails `kind create cluster`. Checked here first to name it.
-CLUSTER_FIELDS = frozenset((
-    "kind", "apiVersion", "name", "nodes", "networking", "featureGates", "runtimeConfig",
-    "kubeadmConfigPatches", "kubeadmConfigPatchesJSON6902", "containerdConfigPatches",
-    "containerdConfigPatchesJSON6902"))
-NODE_FIELDS = frozenset((
-    "role", "image", "labels", "extraMounts", "extraPortMappings", "kubeadmConfigPatches",
-    "kubeadmConfigPatchesJSON6902"))
+CLUSTER_FIELDS = frozenset(
+    (
+        "kind",
+        "apiVersion",
+        "name",
+        "nodes",
+        "networking",
+        "featureGates",
+        "runtimeConfig",
+        "kubeadmConfigPatches",
+        "kubeadmConfigPatchesJSON6902",
+        "containerdConfigPatches",
+        "containerdConfigPatchesJSON6902",
+    )
+)
+NODE_FIELDS = frozenset(
+    (
+        "role",
+        "image",
+        "labels",
+        "extraMounts",
+        "extraPortMappings",
+        "kubeadmConfigPatches",
+        "kubeadmConfigPatchesJSON6902",
+    )
+)
 MOUNT_FIELDS = frozenset(("containerPath", "hostPath", "readOnly", "selinuxRelabel", "propagation"))
 
 
@@ -58,32 +78,36 @@ class KindError(Exception):
 
 
 def context_name(name):
-    return "kind-%s" % name
+    return f"kind-{name}"
 
 
 def hosts_toml(endpoint):
     """containerd hosts.toml sending pulls of the host to endpoint (as kind-with-registry.sh does)."""
-    return '[host."%s"]\n' % endpoint
+    return f'[host."{endpoint}"]\n'
 
 
 def _unknown(where, obj, allowed):
     extra = sorted(set(obj) - allowed)
     if extra:
-        raise KindError("%s: unknown field %s (kind %s accepts %s)"
-                        % (where, ", ".join(repr(k) for k in extra), KIND_API_VERSION, ", ".join(sorted(allowed))))
+        raise KindError(
+            "{}: unknown field {} (kind {} accepts {})".format(
+                where, ", ".join(repr(k) for k in extra), KIND_API_VERSION, ", ".join(sorted(allowed))
+            )
+        )
 
 
 def _check_mounts(where, mounts):
     if not isinstance(mounts, list) or not all(isinstance(m, dict) for m in mounts):
-        raise KindError("%s.extraMounts must be a list of mounts" % where)
+        raise KindError(f"{where}.extraMounts must be a list of mounts")
     for index, mount in enumerate(mounts):
         at = "%s.extraMounts[%d]" % (where, index)
         _unknown(at, mount, MOUNT_FIELDS)
         for key in ("hostPath", "containerPath"):
             if ":" in str(mount.get(key, "")):
-                raise KindError("%s.%s %r contains ':'; kind hands mounts to the engine as "
-                                "--volume host:container[:ro], which Docker splits on ':'. Use a path without ':'"
-                                % (at, key, mount[key]))
+                raise KindError(
+                    f"{at}.{key} {mount[key]!r} contains ':'; kind hands mounts to the engine as "
+                    "--volume host:container[:ro], which Docker splits on ':'. Use a path without ':'"
+                )
 
 
 def render_config(config=None, engine_socket="/var/run/docker.sock", registry_mirror=False):
@@ -94,13 +118,13 @@ def render_config(config=None, engine_socket="/var/run/docker.sock", registry_mi
     """
     rendered = copy.deepcopy(config) if config else {}
     if not isinstance(rendered, dict):
-        raise KindError("config must be a kind Cluster config (a dict), got %s" % type(config).__name__)
+        raise KindError(f"config must be a kind Cluster config (a dict), got {type(config).__name__}")
     rendered.setdefault("kind", "Cluster")
     rendered.setdefault("apiVersion", KIND_API_VERSION)
     if rendered["kind"] != "Cluster":
-        raise KindError("config.kind must be Cluster, got %r" % rendered["kind"])
+        raise KindError("config.kind must be Cluster, got {!r}".format(rendered["kind"]))
     if rendered["apiVersion"] != KIND_API_VERSION:
-        raise KindError("config.apiVersion must be %s, got %r" % (KIND_API_VERSION, rendered["apiVersion"]))
+        raise KindError("config.apiVersion must be {}, got {!r}".format(KIND_API_VERSION, rendered["apiVersion"]))
     _unknown("config", rendered, CLUSTER_FIELDS)
     nodes = rendered.get("nodes") or [{"role": "control-plane"}]
     if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
@@ -139,8 +163,10 @@ def merge_kubeconfig(existing_text, new_text):
     try:
         merged = yaml.safe_load(existing_text) or {}
     except yaml.YAMLError as exc:
-        raise KindError("the existing kubeconfig is not valid YAML (%s); move it away or choose another "
-                        "kubeconfig_path" % str(exc).splitlines()[0])
+        raise KindError(
+            f"the existing kubeconfig is not valid YAML ({str(exc).splitlines()[0]}); move it away or choose another "
+            "kubeconfig_path"
+        )
     if not isinstance(merged, dict):
         raise KindError("the existing kubeconfig is not a kubeconfig mapping; choose another kubeconfig_path")
     for section in ("clusters", "contexts", "users"):
@@ -166,8 +192,12 @@ class KindCluster:
     def __init__(self, name, kind_binary=None, environ=None, engine_binary=None):
         self.name = name
         self.kind = cli.Cli("kind", binary=kind_binary, version_args=("version",), environ=environ)
-        self.engine = cli.Cli(os.path.basename(engine_binary) if engine_binary else "docker", binary=engine_binary,
-                              version_args=("version",), environ=environ)
+        self.engine = cli.Cli(
+            os.path.basename(engine_binary) if engine_binary else "docker",
+            binary=engine_binary,
+            version_args=("version",),
+            environ=environ,
+        )
 
     @property
     def context(self):
@@ -214,7 +244,7 @@ class KindCluster:
         path = os.path.expanduser(path)
         existing = None
         if os.path.exists(path):
-            with open(path, "r", encoding="utf-8") as handle:
+            with open(path, encoding="utf-8") as handle:
                 existing = handle.read()
         return kube.write_private(path, merge_kubeconfig(existing, self.kubeconfig()))
 
@@ -235,7 +265,7 @@ def connect_when_up(kubeconfig, context, timeout, clock=time.monotonic, sleep=ti
             return kube.connect(kubeconfig, context)
         except kube.KubeError as exc:
             if clock() >= deadline:
-                raise kube.WaitTimeout("the API server did not answer within %ss: %s" % (int(timeout), exc))
+                raise kube.WaitTimeout(f"the API server did not answer within {int(timeout)}s: {exc}")
             sleep(1)
 
 
@@ -259,15 +289,33 @@ def _public_nodes(nodes):
 def _pending_text(nodes):
     if not nodes:
         return "no node registered"
-    waiting = ["%s (%s%s)" % (n["name"], n.get("reason") or "not Ready",
-                              ": %s" % n["message"] if n.get("message") else "")
-               for n in nodes if not n["ready"]]
-    return "not Ready: %s" % ", ".join(waiting)
+    waiting = [
+        "{} ({}{})".format(
+            n["name"], n.get("reason") or "not Ready", ": {}".format(n["message"]) if n.get("message") else ""
+        )
+        for n in nodes
+        if not n["ready"]
+    ]
+    return "not Ready: {}".format(", ".join(waiting))
 
 
-def ensure(name, state="present", recreate=False, config=None, engine_socket="/var/run/docker.sock",
-           registry_mirror=None, kubeconfig_path=None, wait_timeout=120, node_image=None, kind_binary=None,
-           engine_binary=None, environment=None, check_mode=False, environ=None, now=None):
+def ensure(
+    name,
+    state="present",
+    recreate=False,
+    config=None,
+    engine_socket="/var/run/docker.sock",
+    registry_mirror=None,
+    kubeconfig_path=None,
+    wait_timeout=120,
+    node_image=None,
+    kind_binary=None,
+    engine_binary=None,
+    environment=None,
+    check_mode=False,
+    environ=None,
+    now=None,
+):
     """Bring kind cluster ``name`` to ``state``; returns the module result dict.
 
     Raises KindError (with the partial result) or cli.CliError.
@@ -275,15 +323,26 @@ def ensure(name, state="present", recreate=False, config=None, engine_socket="/v
     if not HAS_YAML:
         raise KindError("the Python library PyYAML is required (it ships with ansible-core): pip install pyyaml")
     cluster = KindCluster(name, kind_binary=kind_binary, environ=environ, engine_binary=engine_binary)
-    result = {"changed": False, "created": False, "recreated": False, "deleted": False,
-              "context": cluster.context, "kubeconfig_path": os.path.expanduser(kubeconfig_path) if kubeconfig_path else None,
-              "nodes": [], "marker": None, "mirror_nodes": []}
+    result = {
+        "changed": False,
+        "created": False,
+        "recreated": False,
+        "deleted": False,
+        "context": cluster.context,
+        "kubeconfig_path": os.path.expanduser(kubeconfig_path) if kubeconfig_path else None,
+        "nodes": [],
+        "marker": None,
+        "mirror_nodes": [],
+    }
     if state == "present" and not environment:
-        raise KindError("kind cluster %s: environment is required with state=present; it goes into the ownership "
-                        "marker %s/%s that teardown checks" % (name, MARKER_NAMESPACE, MARKER_NAME))
+        raise KindError(
+            f"kind cluster {name}: environment is required with state=present; it goes into the ownership "
+            f"marker {MARKER_NAMESPACE}/{MARKER_NAME} that teardown checks"
+        )
     if registry_mirror and (not registry_mirror.get("host") or not registry_mirror.get("endpoint")):
-        raise KindError("registry_mirror needs host (e.g. localhost:5001) and endpoint "
-                        "(e.g. http://krops-registry:5000)")
+        raise KindError(
+            "registry_mirror needs host (e.g. localhost:5001) and endpoint (e.g. http://krops-registry:5000)"
+        )
     result["kind_version"] = cluster.kind.version()
     exists = cluster.exists()
 
@@ -312,16 +371,26 @@ def ensure(name, state="present", recreate=False, config=None, engine_socket="/v
     if kubeconfig_path:
         os.makedirs(os.path.dirname(os.path.abspath(os.path.expanduser(kubeconfig_path))), mode=0o700, exist_ok=True)
     cluster.create(rendered, node_image=node_image, kubeconfig_path=kubeconfig_path)
-    _finish(cluster, result, kubeconfig_path, wait_timeout, reused=False, registry_mirror=registry_mirror,
-            marker=marker_data(environment, name, now))
+    _finish(
+        cluster,
+        result,
+        kubeconfig_path,
+        wait_timeout,
+        reused=False,
+        registry_mirror=registry_mirror,
+        marker=marker_data(environment, name, now),
+    )
     return result
 
 
 def marker_data(environment, kind_cluster, now=None):
     """The data of the ownership marker ConfigMap (created-at: RFC 3339 UTC)."""
-    moment = now or datetime.datetime.now(datetime.timezone.utc)
-    return {"environment": environment, "kind-cluster": kind_cluster,
-            "created-at": moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    moment = now or datetime.datetime.now(datetime.UTC)
+    return {
+        "environment": environment,
+        "kind-cluster": kind_cluster,
+        "created-at": moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
 
 
 def create_marker(kubeconfig, context, data, timeout=120):
@@ -330,21 +399,25 @@ def create_marker(kubeconfig, context, data, timeout=120):
     current = kube.get(client, "v1", "ConfigMap", MARKER_NAME, MARKER_NAMESPACE)
     if current is not None:
         return current.get("data") or {}
-    body = {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": MARKER_NAME, "namespace": MARKER_NAMESPACE, "labels": dict(MARKER_LABELS)},
-            "data": dict(data)}
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": MARKER_NAME, "namespace": MARKER_NAMESPACE, "labels": dict(MARKER_LABELS)},
+        "data": dict(data),
+    }
     try:
         kube.resource(client, "v1", "ConfigMap").create(body=body, namespace=MARKER_NAMESPACE)
     except (kube.ApiException, kube.KubeError) as exc:
-        raise KindError("kind cluster %s: cannot create the ownership marker %s/%s: %s; teardown will not delete "
-                        "this cluster without it" % (data["kind-cluster"], MARKER_NAMESPACE, MARKER_NAME,
-                                                     kube.error_text(exc)))
+        raise KindError(
+            "kind cluster {}: cannot create the ownership marker {}/{}: {}; teardown will not delete "
+            "this cluster without it".format(data["kind-cluster"], MARKER_NAMESPACE, MARKER_NAME, kube.error_text(exc))
+        )
     return dict(data)
 
 
 def ensure_mirror(cluster, registry_mirror, check_mode=False):
     """Write <certs.d>/<host>/hosts.toml into every node that lacks it; returns the nodes changed."""
-    path = "%s/%s/hosts.toml" % (CERTS_DIR, registry_mirror["host"])
+    path = "{}/{}/hosts.toml".format(CERTS_DIR, registry_mirror["host"])
     text = hosts_toml(registry_mirror["endpoint"])
     changed = []
     for node in cluster.nodes():
@@ -365,7 +438,7 @@ def _reuse(cluster, result, kubeconfig_path, wait_timeout, check_mode, registry_
             path = os.path.expanduser(kubeconfig_path)
             existing = None
             if os.path.exists(path):
-                with open(path, "r", encoding="utf-8") as handle:
+                with open(path, encoding="utf-8") as handle:
                     existing = handle.read()
             wanted = merge_kubeconfig(existing, cluster.kubeconfig())
             mode_ok = existing is not None and (os.stat(path).st_mode & 0o777) == 0o600
@@ -397,8 +470,10 @@ def _after_create(cluster, result, kubeconfig, wait_timeout, reused, registry_mi
         try:
             result["marker"] = create_marker(kubeconfig, cluster.context, marker, wait_timeout)
         except kube.KubeError as exc:
-            raise KindError("kind cluster %s: cannot create the ownership marker %s/%s: %s"
-                            % (cluster.name, MARKER_NAMESPACE, MARKER_NAME, exc), result=result)
+            raise KindError(
+                f"kind cluster {cluster.name}: cannot create the ownership marker {MARKER_NAMESPACE}/{MARKER_NAME}: {exc}",
+                result=result,
+            )
     if registry_mirror:
         result["mirror_nodes"] = ensure_mirror(cluster, registry_mirror)
         if result["mirror_nodes"]:
@@ -413,13 +488,18 @@ def _wait(cluster, result, kubeconfig, wait_timeout, reused):
         nodes = exc.state
         result["nodes"] = _public_nodes(nodes)
         if reused:
-            advice = ("the existing cluster looks unhealthy: set recreate: true to delete and create it again "
-                      "(or `kind delete cluster --name %s`)" % cluster.name)
+            advice = (
+                "the existing cluster looks unhealthy: set recreate: true to delete and create it again "
+                f"(or `kind delete cluster --name {cluster.name}`)"
+            )
         else:
-            advice = ("check the node containers (`docker ps -a --filter label=io.x-k8s.kind.cluster=%s`, "
-                      "`kind export logs --name %s`)" % (cluster.name, cluster.name))
-        raise KindError("kind cluster %s: nodes not Ready within %ss (%s); %s"
-                        % (cluster.name, int(wait_timeout), _pending_text(nodes) if nodes is not None else exc, advice),
-                        result=result)
+            advice = (
+                f"check the node containers (`docker ps -a --filter label=io.x-k8s.kind.cluster={cluster.name}`, "
+                f"`kind export logs --name {cluster.name}`)"
+            )
+        raise KindError(
+            f"kind cluster {cluster.name}: nodes not Ready within {int(wait_timeout)}s ({_pending_text(nodes) if nodes is not None else exc}); {advice}",
+            result=result,
+        )
     except kube.KubeError as exc:
-        raise KindError("kind cluster %s: cannot read its nodes: %s" % (cluster.name, exc), result=result)
+        raise KindError(f"kind cluster {cluster.name}: cannot read its nodes: {exc}", result=result)

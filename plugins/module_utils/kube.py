@@ -46,6 +46,7 @@ try:
         NotFoundError,
         ResourceNotFoundError,
     )
+
     HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None
 except ImportError as exc:  # reported by the module through missing_required_lib
@@ -94,9 +95,18 @@ KUBE_ARGS = dict(
 
 # Module option -> kubernetes.client.Configuration attribute (kubernetes.core AUTH_ARG_MAP).
 AUTH_MAP = {
-    "kubeconfig": "kubeconfig", "context": "context", "host": "host", "api_key": "api_key",
-    "username": "username", "password": "password", "validate_certs": "verify_ssl", "ca_cert": "ssl_ca_cert",
-    "client_cert": "cert_file", "client_key": "key_file", "proxy": "proxy", "no_proxy": "no_proxy",
+    "kubeconfig": "kubeconfig",
+    "context": "context",
+    "host": "host",
+    "api_key": "api_key",
+    "username": "username",
+    "password": "password",
+    "validate_certs": "verify_ssl",
+    "ca_cert": "ssl_ca_cert",
+    "client_cert": "cert_file",
+    "client_key": "key_file",
+    "proxy": "proxy",
+    "no_proxy": "no_proxy",
 }
 _HEADERS = {"impersonate_user": "Impersonate-User", "impersonate_groups": "Impersonate-Group"}
 REQUEST_TIMEOUT = krops_config.TIMEOUTS["request"]
@@ -114,9 +124,9 @@ class WaitTimeout(KubeError):
 
 
 def _env_value(option, environ, kind=None):
-    value = environ.get("K8S_AUTH_%s" % option.upper())
+    value = environ.get(f"K8S_AUTH_{option.upper()}")
     if value is None and option in AUTH_MAP:
-        value = environ.get("K8S_AUTH_%s" % AUTH_MAP[option].upper())
+        value = environ.get(f"K8S_AUTH_{AUTH_MAP[option].upper()}")
     if value is None:
         return None
     if kind == "bool":
@@ -139,11 +149,11 @@ def auth_options(params=None, environ=None):
                 try:
                     value = int(value)
                 except ValueError:
-                    raise KubeError("K8S_AUTH_REQUEST_TIMEOUT must be a whole number of seconds, got %r" % value)
+                    raise KubeError(f"K8S_AUTH_REQUEST_TIMEOUT must be a whole number of seconds, got {value!r}")
         if value is not None and value != "":
             auth[option] = value
     if "request_timeout" in auth and auth["request_timeout"] < 1:
-        raise KubeError("request_timeout must be at least 1 second, got %s" % auth["request_timeout"])
+        raise KubeError("request_timeout must be at least 1 second, got {}".format(auth["request_timeout"]))
     for option in ("kubeconfig", "ca_cert", "client_cert", "client_key"):
         if option in auth:
             auth[option] = os.path.expanduser(auth[option])
@@ -185,9 +195,9 @@ def write_private(path, text):
 
 def describe_target(kubeconfig=None, context=None, host=None):
     if host and not kubeconfig and not context:
-        return "host %s" % host
+        return f"host {host}"
     kubeconfig, context = resolve_auth(kubeconfig, context)
-    return "context %s in %s" % (context or "(current)", kubeconfig or "~/.kube/config")
+    return "context {} in {}".format(context or "(current)", kubeconfig or "~/.kube/config")
 
 
 def _in_cluster(configuration):
@@ -200,6 +210,7 @@ def _in_cluster(configuration):
 
 def _configuration(auth):
     """kubernetes.client.Configuration the way kubernetes.core builds it (client.py _create_configuration)."""
+
     def given(*names):
         return all(auth.get(name) for name in names)
 
@@ -213,18 +224,19 @@ def _configuration(auth):
     else:
         kubeconfig = auth.get("kubeconfig")
         if kubeconfig and not os.path.exists(kubeconfig):
-            raise KubeError("kubeconfig %s does not exist; pass kubeconfig= or set K8S_AUTH_KUBECONFIG" % kubeconfig)
+            raise KubeError(f"kubeconfig {kubeconfig} does not exist; pass kubeconfig= or set K8S_AUTH_KUBECONFIG")
         try:
-            kube_config.load_kube_config(config_file=kubeconfig, context=auth.get("context"),
-                                         client_configuration=configuration)
+            kube_config.load_kube_config(
+                config_file=kubeconfig, context=auth.get("context"), client_configuration=configuration
+            )
         except (kube_config.ConfigException, OSError, ValueError, TypeError) as exc:
-            raise KubeError("cannot load %s: %s" % (describe_target(kubeconfig, auth.get("context")), exc))
+            raise KubeError("cannot load {}: {}".format(describe_target(kubeconfig, auth.get("context")), exc))
     for option, attribute in AUTH_MAP.items():
         value = auth.get(option)
         if value is None or option in ("kubeconfig", "context"):
             continue
         if option == "api_key":
-            configuration.api_key = {"authorization": "Bearer %s" % value}
+            configuration.api_key = {"authorization": f"Bearer {value}"}
         else:
             setattr(configuration, attribute, value)
     return configuration
@@ -238,10 +250,14 @@ def _bounded(rest_client, request_timeout):
     def bounded(method, url, *args, **kwargs):
         if kwargs.get("_request_timeout") is None:
             # kubernetes >= 31 puts the query into url; older clients pass query_params.
-            query = "%s %s" % (url, kwargs.get("query_params") or (args[0] if args and isinstance(args[0], list) else ""))
+            query = "{} {}".format(
+                url,
+                kwargs.get("query_params") or (args[0] if args and isinstance(args[0], list) else ""),
+            )
             window = re.search(r"timeoutSeconds\W+(\d+)", query) if "watch" in query else None
             kwargs["_request_timeout"] = (request_timeout, request_timeout + (int(window.group(1)) if window else 0))
         return request(method, url, *args, **kwargs)
+
     rest_client.request = bounded
 
 
@@ -264,8 +280,9 @@ def connect(kubeconfig=None, context=None, **options):
     ``options`` are the other KUBE_ARGS (host, api_key, ..., request_timeout); K8S_AUTH_* fill what is not given.
     """
     if not HAS_KUBERNETES:
-        raise KubeError("the Python library 'kubernetes' is required: pip install kubernetes (%s)"
-                        % KUBERNETES_IMPORT_ERROR)
+        raise KubeError(
+            f"the Python library 'kubernetes' is required: pip install kubernetes ({KUBERNETES_IMPORT_ERROR})"
+        )
     auth = auth_options(dict(options, kubeconfig=kubeconfig, context=context))
     kubeconfig, context = auth.get("kubeconfig"), auth.get("context")
     configuration = _configuration(auth)
@@ -282,8 +299,11 @@ def connect(kubeconfig=None, context=None, **options):
     try:
         return dynamic.DynamicClient(api_client)
     except API_ERRORS as exc:
-        raise KubeError("cluster at %s (%s) does not answer: %s"
-                        % (configuration.host, describe_target(kubeconfig, context, auth.get("host")), _short(exc)))
+        raise KubeError(
+            "cluster at {} ({}) does not answer: {}".format(
+                configuration.host, describe_target(kubeconfig, context, auth.get("host")), _short(exc)
+            )
+        )
 
 
 def connect_params(params, kubeconfig_key="kubeconfig", context_key="context"):
@@ -298,6 +318,7 @@ def _short(exc):
     if body:
         try:
             import json
+
             text = json.loads(body).get("message") or text
         except (ValueError, TypeError, AttributeError):
             pass
@@ -314,7 +335,7 @@ def resource(client, api_version, kind):
     try:
         return client.resources.get(api_version=api_version, kind=kind)
     except ResourceNotFoundError:
-        raise KubeError("the cluster does not serve %s %s (is its CRD installed?)" % (api_version, kind))
+        raise KubeError(f"the cluster does not serve {api_version} {kind} (is its CRD installed?)")
 
 
 def get(client, api_version, kind, name, namespace=None):
@@ -326,8 +347,10 @@ def get(client, api_version, kind, name, namespace=None):
 
 
 def list_objects(client, api_version, kind, namespace=None, label_selector=None):
-    return [item.to_dict() for item in
-            resource(client, api_version, kind).get(namespace=namespace, label_selector=label_selector).items]
+    return [
+        item.to_dict()
+        for item in resource(client, api_version, kind).get(namespace=namespace, label_selector=label_selector).items
+    ]
 
 
 # --- probes: present / absent / unknown --------------------------------------------
@@ -359,6 +382,7 @@ def probe(client, api_version, kind, namespace=None, name=None, label_selector=N
 
 # --- conditions -----------------------------------------------------------------------
 
+
 def condition(obj, type_="Ready"):
     for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == type_:
@@ -375,11 +399,11 @@ def readiness(obj, type_="Ready"):
         return False, "NotFound", "the object does not exist yet"
     cond = condition(obj, type_)
     if cond is None:
-        return False, "Pending", "no %s condition yet" % type_
+        return False, "Pending", f"no {type_} condition yet"
     generation = (obj.get("metadata") or {}).get("generation")
     observed = cond.get("observedGeneration") or (obj.get("status") or {}).get("observedGeneration")
     if cond.get("status") == "True" and generation and observed and observed < generation:
-        return False, "Progressing", "generation %s not observed yet (observed %s)" % (generation, observed)
+        return False, "Progressing", f"generation {generation} not observed yet (observed {observed})"
     return cond.get("status") == "True", cond.get("reason") or "", cond.get("message") or ""
 
 
@@ -390,6 +414,7 @@ def is_stalled(obj):
 
 
 # --- event-driven waits ------------------------------------------------------------
+
 
 def _list_state(res, namespace, label_selector):
     listing = res.get(namespace=namespace, label_selector=label_selector)
@@ -402,8 +427,18 @@ def _retryable(exc):
     return not isinstance(exc, ApiException) or status is None or status >= 500 or status == 429
 
 
-def watch_until(client, api_version, kind, namespace, evaluate, timeout, on_progress=None,
-                progress_every=30.0, label_selector=None, clock=time.monotonic):
+def watch_until(
+    client,
+    api_version,
+    kind,
+    namespace,
+    evaluate,
+    timeout,
+    on_progress=None,
+    progress_every=30.0,
+    label_selector=None,
+    clock=time.monotonic,
+):
     """Watch a kind until evaluate(objects_by_name) returns (done, state); no polling sleeps.
 
     evaluate receives {name: object} for every object of the kind in namespace (matching
@@ -428,8 +463,9 @@ def watch_until(client, api_version, kind, namespace, evaluate, timeout, on_prog
             if remaining <= 0:
                 break
             window = max(1, int(min(remaining, progress_every)))
-            for event in res.watch(namespace=namespace, label_selector=label_selector,
-                                   resource_version=version, timeout=window):
+            for event in res.watch(
+                namespace=namespace, label_selector=label_selector, resource_version=version, timeout=window
+            ):
                 obj = event["raw_object"]
                 version = obj["metadata"].get("resourceVersion", version)
                 if event["type"] == "DELETED":
@@ -445,7 +481,7 @@ def watch_until(client, api_version, kind, namespace, evaluate, timeout, on_prog
         except API_ERRORS as exc:
             # The watch broke (expired resourceVersion, connection reset, stalled server): list afresh.
             if not _retryable(exc):
-                raise KubeError("%s %s: %s" % (api_version, kind, error_text(exc)))
+                raise KubeError(f"{api_version} {kind}: {error_text(exc)}")
             last_error, version = exc, None
             if deadline - clock() > 0:
                 time.sleep(min(1.0, max(0.0, deadline - clock())))
@@ -453,9 +489,9 @@ def watch_until(client, api_version, kind, namespace, evaluate, timeout, on_prog
             break
         if not done and on_progress is not None and last_error is None:
             on_progress(state)
-    message = "timed out after %ss waiting for %s %s" % (int(timeout), api_version, kind)
+    message = f"timed out after {int(timeout)}s waiting for {api_version} {kind}"
     if last_error is not None:
-        message += " (the API server stopped answering: %s)" % error_text(last_error)
+        message += f" (the API server stopped answering: {error_text(last_error)})"
     raise WaitTimeout(message, state)
 
 
@@ -468,6 +504,7 @@ def _ident_dict(obj):
 
 
 # --- object identity --------------------------------------------------------------------
+
 
 def identity(obj):
     """{kind, namespace, name} of an object (the shape modules return)."""
@@ -485,7 +522,7 @@ def object_key(obj):
 def key_label(key):
     """'Kind.group namespace/name' for an object_key (the core group has no suffix)."""
     group, kind, namespace, name = key
-    return "%s%s %s" % (kind, "." + group if group else "", "%s/%s" % (namespace, name) if namespace else name)
+    return "{}{} {}".format(kind, "." + group if group else "", f"{namespace}/{name}" if namespace else name)
 
 
 def label(obj):
@@ -493,6 +530,7 @@ def label(obj):
 
 
 # --- apply and patch ------------------------------------------------------------------------
+
 
 def _contains(have, want):
     """True when every field of want is present and equal in have (lists compared whole)."""
@@ -526,7 +564,7 @@ def apply(client, obj, check_mode=False, where="the cluster"):
     except KubeError as exc:
         if check_mode:
             return CREATED
-        raise KubeError("%s on %s: %s" % (label(obj), where, exc))
+        raise KubeError(f"{label(obj)} on {where}: {exc}")
     meta = obj.setdefault("metadata", {})
     namespace = (meta.get("namespace") or "default") if res.namespaced else None
     if namespace:
@@ -545,7 +583,7 @@ def apply(client, obj, check_mode=False, where="the cluster"):
             res.patch(body=obj, name=meta["name"], namespace=namespace, content_type="application/merge-patch+json")
         return UPDATED
     except API_ERRORS as exc:
-        raise KubeError("cannot apply %s on %s: %s" % (label(obj), where, error_text(exc)))
+        raise KubeError(f"cannot apply {label(obj)} on {where}: {error_text(exc)}")
 
 
 def merge_patch(client, api_version, kind, name, namespace, body, res=None):
@@ -556,7 +594,9 @@ def merge_patch(client, api_version, kind, name, namespace, body, res=None):
 
 def ensure_namespace(client, name):
     if get(client, "v1", "Namespace", name) is None:
-        resource(client, "v1", "Namespace").create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        resource(client, "v1", "Namespace").create(
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        )
 
 
 # --- Cluster API: served versions and provider kinds -----------------------------------------
@@ -565,8 +605,15 @@ CAPI_GROUP_SUFFIX = "cluster.x-k8s.io"
 # Groups of the cluster.x-k8s.io family that clusterctl move never moves.
 NOT_MOVED_GROUPS = ("operator.cluster.x-k8s.io", "clusterctl.cluster.x-k8s.io", "runtime.cluster.x-k8s.io")
 PROVIDER_GROUP = "operator.cluster.x-k8s.io"
-PROVIDER_KINDS = ("CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider",
-                  "AddonProvider", "IPAMProvider", "RuntimeExtensionProvider")
+PROVIDER_KINDS = (
+    "CoreProvider",
+    "BootstrapProvider",
+    "ControlPlaneProvider",
+    "InfrastructureProvider",
+    "AddonProvider",
+    "IPAMProvider",
+    "RuntimeExtensionProvider",
+)
 
 
 def capi_resources(client, namespaced=True):
@@ -594,13 +641,16 @@ def cluster_resource(client):
 
 
 def api_version_of(res):
-    return "%s/%s" % (res.group, res.api_version) if "/" not in res.api_version else res.api_version
+    return f"{res.group}/{res.api_version}" if "/" not in res.api_version else res.api_version
 
 
 def provider_resources(client, kinds=PROVIDER_KINDS):
     """{kind: preferred served resource} of the cluster-api-operator provider kinds in ``kinds``."""
-    return {r.kind: r for r in client.resources.search(group=PROVIDER_GROUP)
-            if not isinstance(r, _ResourceList) and r.kind in kinds and r.preferred}
+    return {
+        r.kind: r
+        for r in client.resources.search(group=PROVIDER_GROUP)
+        if not isinstance(r, _ResourceList) and r.kind in kinds and r.preferred
+    }
 
 
 def is_provider(obj):
@@ -618,6 +668,7 @@ def set_suspend(client, namespace, name, suspended, api=KUSTOMIZATION):
 
 
 # --- kubeconfig export and merge ---------------------------------------------------------------
+
 
 def render_kubeconfig(raw, context, server=None):
     """A kubeconfig (text) of ``raw``'s current context, its context, cluster and user all renamed to
@@ -638,15 +689,23 @@ def render_kubeconfig(raw, context, server=None):
         cluster = data["clusters"][0]
     user = next((u for u in data.get("users") or [] if u.get("name") == ctx.get("user")), None)
     if cluster is None or user is None:
-        raise KubeError("the kubeconfig's context %s does not name one of its clusters and users" % entry.get("name"))
+        raise KubeError(
+            "the kubeconfig's context {} does not name one of its clusters and users".format(entry.get("name"))
+        )
     cluster = copy.deepcopy(cluster)
     cluster["name"] = context
     if server:
         cluster.setdefault("cluster", {})["server"] = server
     user = dict(copy.deepcopy(user), name=context)
     ctx.update(cluster=context, user=context)
-    out = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster], "users": [user],
-           "contexts": [{"name": context, "context": ctx}], "current-context": context}
+    out = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [user],
+        "contexts": [{"name": context, "context": ctx}],
+        "current-context": context,
+    }
     return yaml.safe_dump(out, sort_keys=False)
 
 
@@ -659,12 +718,15 @@ def merge_kubeconfig(existing, exported, context):
     try:
         base = yaml.safe_load(existing) if existing else None
     except yaml.YAMLError as exc:
-        raise KubeError("the existing kubeconfig is not YAML (%s); move it away or choose another path"
-                        % str(exc).splitlines()[0])
+        raise KubeError(
+            f"the existing kubeconfig is not YAML ({str(exc).splitlines()[0]}); move it away or choose another path"
+        )
     if base is None:
         return exported
     if not isinstance(base, dict):
-        raise KubeError("the existing kubeconfig is not a kubeconfig (not a mapping); move it away or choose another path")
+        raise KubeError(
+            "the existing kubeconfig is not a kubeconfig (not a mapping); move it away or choose another path"
+        )
     merged = copy.deepcopy(base)
     merged.setdefault("apiVersion", "v1")
     merged.setdefault("kind", "Config")
@@ -686,11 +748,11 @@ def write_kubeconfig(path, exported, context, check_mode=False):
     except FileNotFoundError:
         existing = None
     except OSError as exc:
-        raise KubeError("cannot read the kubeconfig %s: %s" % (path, exc.strerror))
+        raise KubeError(f"cannot read the kubeconfig {path}: {exc.strerror}")
     text = merge_kubeconfig(existing, exported, context)
     if check_mode:
         return text != existing
     try:
         return write_private(path, text)
     except OSError as exc:
-        raise KubeError("cannot write the kubeconfig %s: %s" % (path, exc.strerror))
+        raise KubeError(f"cannot write the kubeconfig {path}: {exc.strerror}")

@@ -59,6 +59,7 @@ def sha256_digest(data):
 
 # --- the tarball ---------------------------------------------------------------------
 
+
 def _entries(root, paths):
     """Sorted (arcname, absolute path) of every directory and regular file under paths."""
     root = os.path.abspath(root)
@@ -67,9 +68,9 @@ def _entries(root, paths):
         full = os.path.abspath(os.path.join(root, given))
         rel = os.path.relpath(full, root)
         if rel == os.pardir or rel.startswith(os.pardir + os.sep):
-            raise OciError("path %s is outside root %s; give paths relative to the repository root" % (given, root))
+            raise OciError(f"path {given} is outside root {root}; give paths relative to the repository root")
         if not os.path.isdir(full):
-            raise OciError("path %s (%s) is not a directory" % (given, full))
+            raise OciError(f"path {given} ({full}) is not a directory")
         # parents of the path, so the tarball holds e.g. mgmt/ then mgmt/local-host/
         parts = [] if rel == os.curdir else rel.split(os.sep)
         for depth in range(1, len(parts) + 1):
@@ -135,12 +136,13 @@ def build_manifest(layer, source=None, revision=None):
 
 # --- the distribution API --------------------------------------------------------------
 
+
 class Registry:
     """Minimal OCI distribution client: HEAD/GET/PUT manifests, HEAD/upload blobs; basic and bearer auth."""
 
     def __init__(self, registry, insecure=False, username=None, password=None, timeout=60):
         self.registry = registry
-        self.base = "%s://%s" % ("http" if insecure else "https", registry)
+        self.base = "{}://{}".format("http" if insecure else "https", registry)
         self.insecure = insecure
         self.username = username
         self.password = password
@@ -150,10 +152,10 @@ class Registry:
     # HTTP plumbing
     def _auth_header(self):
         if self._token:
-            return "Bearer %s" % self._token
+            return f"Bearer {self._token}"
         if self.username is not None and self.password is not None:
-            raw = ("%s:%s" % (self.username, self.password)).encode("utf-8")
-            return "Basic %s" % base64.b64encode(raw).decode("ascii")
+            raw = (f"{self.username}:{self.password}").encode()
+            return "Basic {}".format(base64.b64encode(raw).decode("ascii"))
         return None
 
     def _open(self, method, url, data=None, headers=None):
@@ -161,8 +163,15 @@ class Registry:
         auth = self._auth_header()
         if auth:
             headers["Authorization"] = auth
-        return open_url(url, data=data, headers=headers, method=method, timeout=self.timeout, http_agent="krops",
-                        follow_redirects="all" if method in ("GET", "HEAD") else "none")
+        return open_url(
+            url,
+            data=data,
+            headers=headers,
+            method=method,
+            timeout=self.timeout,
+            http_agent="krops",
+            follow_redirects="all" if method in ("GET", "HEAD") else "none",
+        )
 
     def request(self, method, path, data=None, headers=None, ok=(200,), absolute=False):
         """(status, headers, body); raises OciError for statuses not in ok (404 is returned when in ok)."""
@@ -181,26 +190,27 @@ class Registry:
             except (urllib.error.URLError, OSError) as exc:
                 reason = getattr(exc, "reason", exc)
                 hint = "" if self.insecure else " (for a plain-HTTP registry set insecure: true)"
-                raise OciError("registry %s does not answer at %s: %s; is it running and reachable?%s"
-                               % (self.registry, self.base, reason, hint))
-        raise OciError("registry %s refused the credentials for %s %s; check username/password" % (self.registry, method, url))
+                raise OciError(
+                    f"registry {self.registry} does not answer at {self.base}: {reason}; is it running and reachable?{hint}"
+                )
+        raise OciError(f"registry {self.registry} refused the credentials for {method} {url}; check username/password")
 
     def _describe_error(self, method, url, code, body):
         detail = ""
         try:
             errors = json.loads(body.decode("utf-8")).get("errors") or []
-            detail = "; ".join("%s: %s" % (e.get("code"), e.get("message")) for e in errors)
+            detail = "; ".join("{}: {}".format(e.get("code"), e.get("message")) for e in errors)
         except (ValueError, AttributeError, UnicodeDecodeError):
             detail = body.decode("utf-8", errors="replace").strip()[:200]
         if code == 401 and self.username is not None:
-            what = "refused the credentials of %s" % self.username
+            what = f"refused the credentials of {self.username}"
         elif code == 401:
             what = "needs credentials: set username and password"
         elif code == 403:
             what = "denied access: the credentials may not push to this repository"
         else:
             what = "answered HTTP %d" % code
-        return "registry %s %s for %s %s%s" % (self.registry, what, method, url, " (%s)" % detail if detail else "")
+        return "registry {} {} for {} {}{}".format(self.registry, what, method, url, f" ({detail})" if detail else "")
 
     def _authenticate(self, challenge):
         """Bearer token flow for a WWW-Authenticate challenge; True when a token was obtained."""
@@ -213,69 +223,93 @@ class Registry:
         query = urllib.parse.urlencode({k: v for k, v in params.items() if k in ("service", "scope")})
         headers = {}
         if self.username is not None and self.password is not None:
-            raw = ("%s:%s" % (self.username, self.password)).encode("utf-8")
-            headers["Authorization"] = "Basic %s" % base64.b64encode(raw).decode("ascii")
+            raw = (f"{self.username}:{self.password}").encode()
+            headers["Authorization"] = "Basic {}".format(base64.b64encode(raw).decode("ascii"))
         try:
-            with open_url(realm + ("?" + query if query else ""), headers=headers, timeout=self.timeout,
-                          http_agent="krops") as response:
+            with open_url(
+                realm + ("?" + query if query else ""), headers=headers, timeout=self.timeout, http_agent="krops"
+            ) as response:
                 answer = json.loads(response.read().decode("utf-8"))
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
-                advice = ("check username/password" if self.username is not None
-                          else "the registry needs credentials: set username and password")
-                raise OciError("registry %s: the token service %s refused %s (HTTP %d); %s"
-                               % (self.registry, realm, "the credentials of %s" % self.username
-                                  if self.username is not None else "an anonymous request", exc.code, advice))
-            raise OciError("registry %s: token request to %s failed: %s" % (self.registry, realm, exc))
+                advice = (
+                    "check username/password"
+                    if self.username is not None
+                    else "the registry needs credentials: set username and password"
+                )
+                raise OciError(
+                    "registry %s: the token service %s refused %s (HTTP %d); %s"
+                    % (
+                        self.registry,
+                        realm,
+                        f"the credentials of {self.username}" if self.username is not None else "an anonymous request",
+                        exc.code,
+                        advice,
+                    )
+                )
+            raise OciError(f"registry {self.registry}: token request to {realm} failed: {exc}")
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise OciError("registry %s: token request to %s failed: %s" % (self.registry, realm, exc))
+            raise OciError(f"registry {self.registry}: token request to {realm} failed: {exc}")
         self._token = answer.get("token") or answer.get("access_token")
         return bool(self._token)
 
     # distribution API
     def manifest_digest(self, repository, reference):
         """The digest of the manifest at repository:reference, or None when it does not exist."""
-        status, headers, body = self.request("GET", "/v2/%s/manifests/%s" % (repository, reference),
-                                             headers={"Accept": _ACCEPT}, ok=(200, 404))
+        status, headers, body = self.request(
+            "GET", f"/v2/{repository}/manifests/{reference}", headers={"Accept": _ACCEPT}, ok=(200, 404)
+        )
         if status == 404:
             return None
         return headers.get("Docker-Content-Digest") or sha256_digest(body)
 
     def get_manifest(self, repository, reference):
-        status, dummy, body = self.request("GET", "/v2/%s/manifests/%s" % (repository, reference),
-                                           headers={"Accept": _ACCEPT}, ok=(200, 404))
+        status, dummy, body = self.request(
+            "GET", f"/v2/{repository}/manifests/{reference}", headers={"Accept": _ACCEPT}, ok=(200, 404)
+        )
         return None if status == 404 else json.loads(body.decode("utf-8"))
 
     def has_blob(self, repository, digest):
-        status, dummy, dummy2 = self.request("HEAD", "/v2/%s/blobs/%s" % (repository, digest), ok=(200, 404))
+        status, dummy, dummy2 = self.request("HEAD", f"/v2/{repository}/blobs/{digest}", ok=(200, 404))
         return status == 200
 
     def get_blob(self, repository, digest):
-        return self.request("GET", "/v2/%s/blobs/%s" % (repository, digest))[2]
+        return self.request("GET", f"/v2/{repository}/blobs/{digest}")[2]
 
     def push_blob(self, repository, data):
         """Upload data unless the registry has it; True when uploaded."""
         digest = sha256_digest(data)
         if self.has_blob(repository, digest):
             return False
-        dummy, headers, dummy2 = self.request("POST", "/v2/%s/blobs/uploads/" % repository, data=b"", ok=(202,))
+        dummy, headers, dummy2 = self.request("POST", f"/v2/{repository}/blobs/uploads/", data=b"", ok=(202,))
         location = headers.get("Location")
         if not location:
-            raise OciError("registry %s did not return an upload location for %s" % (self.registry, repository))
+            raise OciError(f"registry {self.registry} did not return an upload location for {repository}")
         location = urllib.parse.urljoin(self.base + "/", location)
         separator = "&" if "?" in location else "?"
-        self.request("PUT", "%s%sdigest=%s" % (location, separator, urllib.parse.quote(digest)), data=data,
-                     headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(data))},
-                     ok=(201,), absolute=True)
+        self.request(
+            "PUT",
+            f"{location}{separator}digest={urllib.parse.quote(digest)}",
+            data=data,
+            headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(data))},
+            ok=(201,),
+            absolute=True,
+        )
         return True
 
     def put_manifest(self, repository, reference, body):
-        dummy, headers, dummy2 = self.request("PUT", "/v2/%s/manifests/%s" % (repository, reference), data=body,
-                                              headers={"Content-Type": MANIFEST_TYPE}, ok=(201,))
+        dummy, headers, dummy2 = self.request(
+            "PUT",
+            f"/v2/{repository}/manifests/{reference}",
+            data=body,
+            headers={"Content-Type": MANIFEST_TYPE},
+            ok=(201,),
+        )
         return headers.get("Docker-Content-Digest") or sha256_digest(body)
 
 
 # --- the operation ---------------------------------------------------------------------
+
 
 def git_revision(root, git=None):
     """'<branch>@sha1:<commit>' of the checkout at root, or 'unknown' outside git."""
@@ -287,34 +321,54 @@ def git_revision(root, git=None):
         return "unknown"
     if not re.match(r"^[0-9a-f]{40}$", commit):
         return "unknown"
-    return "%s@sha1:%s" % (branch or "HEAD", commit)
+    return "{}@sha1:{}".format(branch or "HEAD", commit)
 
 
-def push_artifact(registry, paths, repository="krops", tag="latest", root=None, source=None, revision=None,
-                  insecure=False, username=None, password=None, check_mode=False):
+def push_artifact(
+    registry,
+    paths,
+    repository="krops",
+    tag="latest",
+    root=None,
+    source=None,
+    revision=None,
+    insecure=False,
+    username=None,
+    password=None,
+    check_mode=False,
+):
     """Build and push the artifact; returns the module result (changed, digest, url, revision, ...)."""
     root = os.path.abspath(os.path.expanduser(root or os.getcwd()))
     if not paths:
         raise OciError("paths is empty: give at least one directory to publish")
     if not _REPOSITORY.match(repository or ""):
-        raise OciError("repository %r is not a valid OCI repository name (lower-case letters, digits, '.', '_', '-', '/')"
-                       % repository)
+        raise OciError(
+            f"repository {repository!r} is not a valid OCI repository name (lower-case letters, digits, '.', '_', '-', '/')"
+        )
     if not _TAG.match(tag or ""):
-        raise OciError("tag %r is not a valid OCI tag (letters, digits, '.', '_', '-'; at most 128)" % tag)
+        raise OciError(f"tag {tag!r} is not a valid OCI tag (letters, digits, '.', '_', '-'; at most 128)")
     if revision is None:
         revision = git_revision(root)
     layer, names, skipped = build_layer(root, paths)
     manifest, digest = build_manifest(layer, source=source, revision=revision)
-    result = {"changed": False, "digest": digest, "url": "oci://%s/%s:%s" % (registry, repository, tag),
-              "revision": revision, "previous_digest": None, "files": len(names),
-              "layer_digest": sha256_digest(layer), "layer_size": len(layer), "skipped": skipped}
+    result = {
+        "changed": False,
+        "digest": digest,
+        "url": f"oci://{registry}/{repository}:{tag}",
+        "revision": revision,
+        "previous_digest": None,
+        "files": len(names),
+        "layer_digest": sha256_digest(layer),
+        "layer_size": len(layer),
+        "skipped": skipped,
+    }
     client = Registry(registry, insecure=insecure, username=username, password=password)
     try:
         previous = client.manifest_digest(repository, tag)
     except OciError as exc:
         if not check_mode:
             raise
-        result.update(changed=True, warning="could not read the current tag (%s); a run would push" % exc)
+        result.update(changed=True, warning=f"could not read the current tag ({exc}); a run would push")
         return result
     result["previous_digest"] = previous
     if previous == digest:
@@ -326,6 +380,7 @@ def push_artifact(registry, paths, repository="krops", tag="latest", root=None, 
     client.push_blob(repository, layer)
     pushed = client.put_manifest(repository, tag, manifest)
     if pushed != digest:
-        raise OciError("registry %s stored the manifest of %s:%s as %s, expected %s; the registry rewrote it"
-                       % (registry, repository, tag, pushed, digest))
+        raise OciError(
+            f"registry {registry} stored the manifest of {repository}:{tag} as {pushed}, expected {digest}; the registry rewrote it"
+        )
     return result

@@ -84,8 +84,10 @@ class AwsOwnership:
         # False when a sweep covers only part of the environment: the krops tag then proves nothing about
         # which part a resource belongs to, so only the cluster tags decide (the tag still rules out others).
         self.environment_tag_owns = environment_tag_owns
-        self.clusters = {cluster: [n for n in dict.fromkeys([cluster] + list(names or [])) if n]
-                         for cluster, names in clusters.items()}
+        self.clusters = {
+            cluster: [n for n in dict.fromkeys([cluster] + list(names or [])) if n]
+            for cluster, names in clusters.items()
+        }
 
     def keys(self):
         """Every (tag key, value, cluster) that proves ownership, the krops environment tag last."""
@@ -105,7 +107,7 @@ class AwsOwnership:
             return None  # declared by another environment: never ours
         for key, value, cluster in self.keys():
             if tags.get(key) == value:
-                return cluster, "tag %s=%s" % (key, value)
+                return cluster, f"tag {key}={value}"
         return None
 
     def candidate(self, name):
@@ -135,7 +137,7 @@ def aws_account_global(cfg, environment, kind, name):
 def effective_globals(data, environment):
     """{'iam-user': [...], 'cloudformation-stack': [...]} an environment names (own table, else [teardown])."""
     top = data.get("teardown") or {}
-    own = (data["environments"][environment].get("teardown") or {})
+    own = data["environments"][environment].get("teardown") or {}
     users = own.get("global-iam-users")
     stack = own.get("cfn-stack-name")
     users = top.get("global-iam-users") or [] if users is None else users
@@ -145,9 +147,10 @@ def effective_globals(data, environment):
 
 # --- Docker and kind ----------------------------------------------------------------------
 
+
 def docker_label_filter(cluster):
     """The Docker Engine API label filter (exact key=value) selecting the containers of kind/CAPD cluster ``cluster``."""
-    return "%s=%s" % (KIND_CLUSTER_LABEL, cluster)
+    return f"{KIND_CLUSTER_LABEL}={cluster}"
 
 
 def docker_owned(labels, clusters):
@@ -159,24 +162,35 @@ def docker_owned(labels, clusters):
 def kind_marker_verdict(configmap, environment, kind_cluster):
     """(True, why) when the marker ConfigMap proves krops created kind cluster ``kind_cluster`` for ``environment``."""
     if not configmap:
-        return False, ("no ConfigMap %s/%s on the kind cluster: krops did not create it (or it predates the marker)"
-                       % (MARKER_NAMESPACE, MARKER_NAME))
+        return False, (
+            f"no ConfigMap {MARKER_NAMESPACE}/{MARKER_NAME} on the kind cluster: krops did not create it (or it predates the marker)"
+        )
     meta = configmap.get("metadata") or {}
     data = configmap.get("data") or {}
     if (meta.get("labels") or {}).get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
-        return False, "ConfigMap %s/%s lacks the label %s=%s" % (MARKER_NAMESPACE, MARKER_NAME, MANAGED_BY_LABEL,
-                                                                 MANAGED_BY_VALUE)
+        return (
+            False,
+            f"ConfigMap {MARKER_NAMESPACE}/{MARKER_NAME} lacks the label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
+        )
     if data.get("environment") != environment:
-        return False, "ConfigMap %s/%s names environment %r, not %r" % (MARKER_NAMESPACE, MARKER_NAME,
-                                                                       data.get("environment"), environment)
+        return False, "ConfigMap {}/{} names environment {!r}, not {!r}".format(
+            MARKER_NAMESPACE,
+            MARKER_NAME,
+            data.get("environment"),
+            environment,
+        )
     if data.get("kind-cluster") != kind_cluster:
-        return False, "ConfigMap %s/%s names kind cluster %r, not %r" % (MARKER_NAMESPACE, MARKER_NAME,
-                                                                        data.get("kind-cluster"), kind_cluster)
-    return True, "marker %s/%s: environment %s, kind cluster %s" % (MARKER_NAMESPACE, MARKER_NAME, environment,
-                                                                    kind_cluster)
+        return False, "ConfigMap {}/{} names kind cluster {!r}, not {!r}".format(
+            MARKER_NAMESPACE,
+            MARKER_NAME,
+            data.get("kind-cluster"),
+            kind_cluster,
+        )
+    return True, f"marker {MARKER_NAMESPACE}/{MARKER_NAME}: environment {environment}, kind cluster {kind_cluster}"
 
 
 # --- Kubernetes ---------------------------------------------------------------------------
+
 
 def owned_cluster_names(env, pivoted):
     """The Cluster objects bootstrap.toml names for an environment that a teardown may delete.
@@ -192,6 +206,7 @@ def owned_cluster_names(env, pivoted):
 
 # --- Azure and GCP ------------------------------------------------------------------------
 
+
 def cloud_label_verdict(labels, environment):
     """'owned', 'other' (labelled for another environment) or 'unlabelled'."""
     value = (labels or {}).get(CLOUD_ENV_LABEL)
@@ -201,6 +216,7 @@ def cloud_label_verdict(labels, environment):
 
 
 # --- kubeconfig files ---------------------------------------------------------------------
+
 
 def kubeconfig_without(doc, context):
     """(remaining kubeconfig or None when nothing else is left, removed entries) after removing krops' entries.
@@ -213,7 +229,7 @@ def kubeconfig_without(doc, context):
     mine = [c for c in contexts if c.get("name") == context]
     removed = {"contexts": [], "clusters": [], "users": []}
     if mine:
-        ref = (mine[0].get("context") or {})
+        ref = mine[0].get("context") or {}
         rest = [c for c in contexts if c.get("name") != context]
         doc["contexts"] = rest
         removed["contexts"].append(context)

@@ -32,19 +32,23 @@ EIP_DEFAULT_LIMIT = 5
 DEFAULT_GITHUB_API = "https://api.github.com"
 
 _BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
-_AGE_PUBLIC = re.compile(r"^age1[%s]{58}$" % _BECH32)
-_AGE_SECRET = re.compile(r"^AGE-SECRET-KEY-1[%s]{58}$" % _BECH32.upper())
+_AGE_PUBLIC = re.compile(rf"^age1[{_BECH32}]{{58}}$")
+_AGE_SECRET = re.compile(rf"^AGE-SECRET-KEY-1[{_BECH32.upper()}]{{58}}$")
 _GIT_URL = re.compile(r"^https://(?P<host>[^/\s]+)/(?P<owner>[^/\s]+)/(?P<repo>[^/\s]+?)(?:\.git)?/?$")
 
 
 # --- tools ---------------------------------------------------------------------------
 
+
 def check_tools(names, environ=None):
     found, missing = cli.missing_tools(list(dict.fromkeys(names or [])), environ=environ)
     problems = []
     if missing:
-        problems.append("missing tools: %s (install them or put them on PATH; PATH is %s)"
-                        % (", ".join(missing), (environ or os.environ).get("PATH", "")))
+        problems.append(
+            "missing tools: {} (install them or put them on PATH; PATH is {})".format(
+                ", ".join(missing), (environ or os.environ).get("PATH", "")
+            )
+        )
     return {"found": found, "missing": missing}, problems
 
 
@@ -52,8 +56,15 @@ def check_tools(names, environ=None):
 
 # Cluster API release series -> contract (kubernetes-sigs/cluster-api metadata.yaml at each tag:
 # v1.10 v1beta1; v1.11, v1.12, v1.13, v1.14 v1beta2).
-CAPI_CONTRACTS = {(1, 8): "v1beta1", (1, 9): "v1beta1", (1, 10): "v1beta1", (1, 11): "v1beta2",
-                  (1, 12): "v1beta2", (1, 13): "v1beta2", (1, 14): "v1beta2"}
+CAPI_CONTRACTS = {
+    (1, 8): "v1beta1",
+    (1, 9): "v1beta1",
+    (1, 10): "v1beta1",
+    (1, 11): "v1beta2",
+    (1, 12): "v1beta2",
+    (1, 13): "v1beta2",
+    (1, 14): "v1beta2",
+}
 # Node images each kind release was published with (kind's release notes; the same list is in
 # cluster-api test/infrastructure/kind/mapper.go @ v1.13.5). kind supports only these exact images.
 KIND_NODE_IMAGES = {
@@ -94,18 +105,22 @@ def core_provider_version(paths):
         return None, ["the Python library PyYAML is required to read the provider manifests"]
     for path in paths or []:
         try:
-            with open(path, "r", encoding="utf-8") as handle:
+            with open(path, encoding="utf-8") as handle:
                 docs = [d for d in yaml.safe_load_all(handle) if isinstance(d, dict)]
         except (OSError, yaml.YAMLError) as exc:
-            return None, ["provider manifest %s cannot be read: %s" % (path, str(exc).splitlines()[0])]
+            return None, [f"provider manifest {path} cannot be read: {str(exc).splitlines()[0]}"]
         for doc in docs:
             if doc.get("kind") == "CoreProvider":
                 version = (doc.get("spec") or {}).get("version")
                 if not version:
-                    return None, ["CoreProvider in %s has no spec.version: pin the Cluster API release" % path]
+                    return None, [f"CoreProvider in {path} has no spec.version: pin the Cluster API release"]
                 return str(version), []
-    return None, ["no CoreProvider in the provider manifests (%s): bootstrap.toml provider-manifests must list it"
-                  % ", ".join(paths or []) or "none"]
+    return None, [
+        "no CoreProvider in the provider manifests ({}): bootstrap.toml provider-manifests must list it".format(
+            ", ".join(paths or [])
+        )
+        or "none"
+    ]
 
 
 def check_clusterctl(capi_version, clusterctl=None):
@@ -113,24 +128,29 @@ def check_clusterctl(capi_version, clusterctl=None):
     facts = {"capi_version": capi_version, "clusterctl_version": None, "contract": None}
     wanted = parse_version(capi_version)
     if not wanted or wanted[:2] not in CAPI_CONTRACTS:
-        return facts, ["Cluster API version %r is not a release krops knows the contract of (%s); pin a supported "
-                       "release in the CoreProvider manifest" % (capi_version, ", ".join(
-                           "v%d.%d" % k for k in sorted(CAPI_CONTRACTS)))]
+        return facts, [
+            "Cluster API version {!r} is not a release krops knows the contract of ({}); pin a supported "
+            "release in the CoreProvider manifest".format(
+                capi_version, ", ".join("v%d.%d" % k for k in sorted(CAPI_CONTRACTS))
+            )
+        ]
     contract = CAPI_CONTRACTS[wanted[:2]]
     facts["contract"] = contract
     tool = clusterctl or cli.Cli("clusterctl", version_args=("version", "-o", "short"))
     try:
         result = tool.run(["version", "-o", "short"])
     except cli.CliError as exc:
-        return facts, ["clusterctl version could not be read: %s" % exc]
+        return facts, [f"clusterctl version could not be read: {exc}"]
     have = parse_version(result.stdout)
     facts["clusterctl_version"] = _dotted(have) if have else result.stdout.strip()
     if not have or have[:2] not in CAPI_CONTRACTS:
-        return facts, ["clusterctl %s: unknown release series, cannot tell its contract; install clusterctl v%s"
-                       % (result.stdout.strip(), _dotted(wanted))]
+        return facts, [
+            f"clusterctl {result.stdout.strip()}: unknown release series, cannot tell its contract; install clusterctl v{_dotted(wanted)}"
+        ]
     if CAPI_CONTRACTS[have[:2]] != contract:
-        return facts, ["clusterctl v%s implements contract %s but Cluster API %s needs %s: install clusterctl v%s"
-                       % (_dotted(have), CAPI_CONTRACTS[have[:2]], capi_version, contract, _dotted(wanted))]
+        return facts, [
+            f"clusterctl v{_dotted(have)} implements contract {CAPI_CONTRACTS[have[:2]]} but Cluster API {capi_version} needs {contract}: install clusterctl v{_dotted(wanted)}"
+        ]
     return facts, []
 
 
@@ -141,20 +161,27 @@ def check_kind_image(node_image, kind=None):
     try:
         version = tool.version()
     except cli.CliError as exc:
-        return facts, ["kind version could not be read: %s" % exc]
+        return facts, [f"kind version could not be read: {exc}"]
     facts["kind_version"] = version
     images = KIND_NODE_IMAGES.get(version)
     if images is None:
-        return facts, ["kind %s: krops does not know which node images it supports (known: kind %s); install "
-                       "kind v%s" % (version, ", ".join(sorted(KIND_NODE_IMAGES)), max(KIND_NODE_IMAGES))]
+        return facts, [
+            "kind {}: krops does not know which node images it supports (known: kind {}); install kind v{}".format(
+                version, ", ".join(sorted(KIND_NODE_IMAGES)), max(KIND_NODE_IMAGES)
+            )
+        ]
     name, _at, digest = node_image.partition("@")
     if images.get(name) is None or (digest and images[name] != digest):
-        return facts, ["kind %s was not published with node image %s; use one of its images (%s) in "
-                       "bootstrap.kind-node-image, with the digest" % (
-                           version, node_image, ", ".join("%s@%s" % item for item in sorted(images.items())))]
+        return facts, [
+            "kind {} was not published with node image {}; use one of its images ({}) in "
+            "bootstrap.kind-node-image, with the digest".format(
+                version, node_image, ", ".join("{}@{}".format(*item) for item in sorted(images.items()))
+            )
+        ]
     if not digest:
-        return facts, ["node image %s has no digest: kind's release notes require the exact image, %s@%s"
-                       % (node_image, name, images[name])]
+        return facts, [
+            f"node image {node_image} has no digest: kind's release notes require the exact image, {name}@{images[name]}"
+        ]
     return facts, []
 
 
@@ -164,12 +191,14 @@ def check_helm(helm=None, minimum=HELM_OCI_MIN):
     try:
         result = tool.run(["version", "--short"])
     except cli.CliError as exc:
-        return facts, ["helm version could not be read: %s" % exc]
+        return facts, [f"helm version could not be read: {exc}"]
     have = parse_version(result.stdout)
     facts["helm_version"] = _dotted(have) if have else result.stdout.strip()
     if not have or have < tuple(minimum):
-        return facts, ["helm %s is too old for oci:// charts (needs v%s or later, where OCI support is generally "
-                       "available): upgrade helm" % (result.stdout.strip() or "(no version)", _dotted(minimum))]
+        return facts, [
+            "helm {} is too old for oci:// charts (needs v{} or later, where OCI support is generally "
+            "available): upgrade helm".format(result.stdout.strip() or "(no version)", _dotted(minimum))
+        ]
     return facts, []
 
 
@@ -180,17 +209,20 @@ def check_engine(engine, tool=None):
     try:
         result = runner.run(["info", "--format", "{{json .ServerVersion}}"], check=False, timeout=30)
     except cli.CliError as exc:
-        return facts, ["%s daemon: %s" % (engine, exc)]
+        return facts, [f"{engine} daemon: {exc}"]
     if result.rc != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
-        return facts, ["%s is installed but its daemon does not answer (%s): start it, or set ENGINE_SOCK/DOCKER_HOST "
-                       "to its socket" % (engine, detail[-1] if detail else "exit code %d" % result.rc)]
+        return facts, [
+            "{} is installed but its daemon does not answer ({}): start it, or set ENGINE_SOCK/DOCKER_HOST "
+            "to its socket".format(engine, detail[-1] if detail else "exit code %d" % result.rc)
+        ]
     facts["daemon"] = True
     facts["server_version"] = result.stdout.strip().strip('"')
     return facts, []
 
 
 # --- age key -------------------------------------------------------------------------
+
 
 def check_age_key(path, expected_public_key=None, age_keygen=None):
     """Facts {path, public_key, derived} and problems for an age key file."""
@@ -201,13 +233,14 @@ def check_age_key(path, expected_public_key=None, age_keygen=None):
     path = os.path.expanduser(path)
     facts["path"] = path
     if not os.path.isfile(path):
-        return facts, ["age key file %s does not exist: create it with `age-keygen -o %s` (and keep it out of Git)"
-                       % (path, path)]
+        return facts, [
+            f"age key file {path} does not exist: create it with `age-keygen -o {path}` (and keep it out of Git)"
+        ]
     try:
-        with open(path, "r", encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except (OSError, UnicodeDecodeError) as exc:
-        return facts, ["age key file %s cannot be read: %s" % (path, exc)]
+        return facts, [f"age key file {path} cannot be read: {exc}"]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     created = [line for line in lines if line.startswith("# created:")]
     public = [line.split(":", 1)[1].strip() for line in lines if line.startswith("# public key:")]
@@ -220,28 +253,37 @@ def check_age_key(path, expected_public_key=None, age_keygen=None):
     if not secrets:
         missing.append("an 'AGE-SECRET-KEY-1...' line")
     if missing:
-        problems.append("age key file %s is not an age-keygen key file: it lacks %s" % (path, ", ".join(missing)))
+        problems.append("age key file {} is not an age-keygen key file: it lacks {}".format(path, ", ".join(missing)))
     if secrets and not _AGE_SECRET.match(secrets[0]):
-        problems.append("age key file %s: the AGE-SECRET-KEY line is malformed (expected AGE-SECRET-KEY-1 and 58 "
-                        "bech32 characters)" % path)
+        problems.append(
+            f"age key file {path}: the AGE-SECRET-KEY line is malformed (expected AGE-SECRET-KEY-1 and 58 "
+            "bech32 characters)"
+        )
     if public:
         facts["public_key"] = public[0]
         if not _AGE_PUBLIC.match(public[0]):
-            problems.append("age key file %s: the public key comment %r is not an age recipient (age1...)" % (path, public[0]))
+            problems.append(
+                f"age key file {path}: the public key comment {public[0]!r} is not an age recipient (age1...)"
+            )
     if secrets and _AGE_SECRET.match(secrets[0]):
         derived = _derive_public_key(secrets[0], age_keygen)
         if derived:
             facts["derived"] = True
             if facts["public_key"] and facts["public_key"] != derived:
-                problems.append("age key file %s: the public key comment %s does not belong to its secret key "
-                                "(which gives %s)" % (path, facts["public_key"], derived))
+                problems.append(
+                    "age key file {}: the public key comment {} does not belong to its secret key "
+                    "(which gives {})".format(path, facts["public_key"], derived)
+                )
             facts["public_key"] = derived
     if expected_public_key and facts["public_key"] and expected_public_key.strip() != facts["public_key"]:
-        problems.append("AGE_PUBLIC_KEY is %s but the key in %s is %s: SOPS files encrypted for AGE_PUBLIC_KEY "
-                        "could not be decrypted; use the matching key file or fix AGE_PUBLIC_KEY"
-                        % (expected_public_key.strip(), path, facts["public_key"]))
+        problems.append(
+            "AGE_PUBLIC_KEY is {} but the key in {} is {}: SOPS files encrypted for AGE_PUBLIC_KEY "
+            "could not be decrypted; use the matching key file or fix AGE_PUBLIC_KEY".format(
+                expected_public_key.strip(), path, facts["public_key"]
+            )
+        )
     mode = os.stat(path).st_mode & 0o777
-    facts["mode"] = "%04o" % mode
+    facts["mode"] = f"{mode:04o}"
     return facts, problems
 
 
@@ -258,6 +300,7 @@ def _derive_public_key(secret_line, age_keygen=None):
 
 # --- Git sync (GitHub REST API) --------------------------------------------------------
 
+
 def parse_git_url(url):
     match = _GIT_URL.match(url or "")
     if not match:
@@ -266,10 +309,15 @@ def parse_git_url(url):
 
 
 def _github_get(api_url, path, token, timeout=20):
-    headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28",
-               "Authorization": "Bearer %s" % token}
+    headers = {
+        "Accept": "application/vnd.github+json",
+        "X-GitHub-Api-Version": "2022-11-28",
+        "Authorization": f"Bearer {token}",
+    }
     try:
-        with open_url(api_url.rstrip("/") + path, headers=headers, timeout=timeout, http_agent="krops-preflight") as response:
+        with open_url(
+            api_url.rstrip("/") + path, headers=headers, timeout=timeout, http_agent="krops-preflight"
+        ) as response:
             return response.status, json.loads(response.read().decode("utf-8") or "{}")
     except urllib.error.HTTPError as exc:
         try:
@@ -284,38 +332,50 @@ def check_git(git_url, branch, token, api_url=DEFAULT_GITHUB_API):
     facts = {"url": git_url, "repository": None, "branch": branch, "commit": None}
     parsed = parse_git_url(git_url)
     if not parsed:
-        return facts, ["git URL %r is not https://github.com/<owner>/<repo>: set GIT_REPO_URL or bootstrap.git-url"
-                       % git_url]
-    repository = "%s/%s" % parsed
+        return facts, [
+            f"git URL {git_url!r} is not https://github.com/<owner>/<repo>: set GIT_REPO_URL or bootstrap.git-url"
+        ]
+    repository = "{}/{}".format(*parsed)
     facts["repository"] = repository
     if not token:
-        return facts, ["GITHUB_TOKEN is not set: Flux needs a personal access token that can read %s" % repository]
+        return facts, [f"GITHUB_TOKEN is not set: Flux needs a personal access token that can read {repository}"]
     try:
-        status, body = _github_get(api_url, "/repos/%s" % repository, token)
+        status, body = _github_get(api_url, f"/repos/{repository}", token)
         if status == 401:
-            return facts, ["GitHub refused GITHUB_TOKEN (401 %s): it is invalid or expired; create a new token that can "
-                           "read %s" % (body.get("message", "Bad credentials"), repository)]
+            return facts, [
+                "GitHub refused GITHUB_TOKEN (401 {}): it is invalid or expired; create a new token that can "
+                "read {}".format(body.get("message", "Bad credentials"), repository)
+            ]
         if status == 404:
-            return facts, ["repository %s was not found with GITHUB_TOKEN: it does not exist or the token cannot read "
-                           "it (a fine-grained token needs Contents: read on it)" % repository]
+            return facts, [
+                f"repository {repository} was not found with GITHUB_TOKEN: it does not exist or the token cannot read "
+                "it (a fine-grained token needs Contents: read on it)"
+            ]
         if status != 200:
-            return facts, ["GitHub answered HTTP %d for repository %s: %s"
-                           % (status, repository, body.get("message", "no message"))]
-        status, body = _github_get(api_url, "/repos/%s/branches/%s" % (repository, urllib.parse.quote(branch, safe="")),
-                                   token)
+            return facts, [
+                "GitHub answered HTTP %d for repository %s: %s"
+                % (status, repository, body.get("message", "no message"))
+            ]
+        status, body = _github_get(
+            api_url, "/repos/{}/branches/{}".format(repository, urllib.parse.quote(branch, safe="")), token
+        )
         if status == 404:
-            return facts, ["branch %s does not exist in %s: push it, or set git-branch in bootstrap.toml"
-                           % (branch, repository)]
+            return facts, [
+                f"branch {branch} does not exist in {repository}: push it, or set git-branch in bootstrap.toml"
+            ]
         if status != 200:
-            return facts, ["GitHub answered HTTP %d for branch %s of %s: %s"
-                           % (status, branch, repository, body.get("message", "no message"))]
+            return facts, [
+                "GitHub answered HTTP %d for branch %s of %s: %s"
+                % (status, branch, repository, body.get("message", "no message"))
+            ]
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        return facts, ["cannot reach the GitHub API at %s: %s" % (api_url, getattr(exc, "reason", exc))]
+        return facts, ["cannot reach the GitHub API at {}: {}".format(api_url, getattr(exc, "reason", exc))]
     facts["commit"] = (body.get("commit") or {}).get("sha")
     return facts, []
 
 
 # --- AWS Elastic IP quota ------------------------------------------------------------------
+
 
 def eip_limit(connection, region):
     """(limit, source): Service Quotas (applied, then default), then the EC2 account attribute."""
@@ -325,14 +385,15 @@ def eip_limit(connection, region):
             answer = aws.call(quotas, operation, ServiceCode="ec2", QuotaCode=EIP_QUOTA_CODE)
             value = (answer.get("Quota") or {}).get("Value")
             if value is not None:
-                return int(value), "service-quotas %s" % operation.replace("_", "-")
+                return int(value), "service-quotas {}".format(operation.replace("_", "-"))
         except (aws.ClientError, aws.BotoCoreError, aws.AwsError) as exc:
             if aws.error_code(exc) == "NoSuchResourceException":
                 break  # Service Quotas does not know EC2 here: its default would not either
             continue
     try:
-        answer = aws.call(connection.client("ec2", region), "describe_account_attributes",
-                          AttributeNames=["vpc-max-elastic-ips"])
+        answer = aws.call(
+            connection.client("ec2", region), "describe_account_attributes", AttributeNames=["vpc-max-elastic-ips"]
+        )
         for attribute in answer.get("AccountAttributes") or []:
             for value in attribute.get("AttributeValues") or []:
                 return int(value["AttributeValue"]), "ec2 account attribute vpc-max-elastic-ips"
@@ -351,11 +412,16 @@ def check_eip_quota(connection, checks, per_cluster=3):
     for region, clusters in merged.items():
         try:
             limit, source = eip_limit(connection, region)
-            addresses = aws.paginate(connection.client("ec2", region), "describe_addresses", "Addresses",
-                                     Filters=[{"Name": "domain", "Values": ["vpc"]}])
+            addresses = aws.paginate(
+                connection.client("ec2", region),
+                "describe_addresses",
+                "Addresses",
+                Filters=[{"Name": "domain", "Values": ["vpc"]}],
+            )
         except (aws.ClientError, aws.BotoCoreError, aws.AwsError) as exc:
-            problems.append("aws %s: cannot read the Elastic IPs (%s); check the AWS credentials and region"
-                            % (region, aws.error_message(exc)))
+            problems.append(
+                f"aws {region}: cannot read the Elastic IPs ({aws.error_message(exc)}); check the AWS credentials and region"
+            )
             facts.append({"region": region, "clusters": clusters, "error": aws.error_message(exc)})
             continue
         allocated = len(addresses)
@@ -363,27 +429,65 @@ def check_eip_quota(connection, checks, per_cluster=3):
         needed = per_cluster * len(clusters)
         others = allocated - owned
         available = limit - others
-        entry = {"region": region, "clusters": clusters, "limit": limit, "limit_source": source,
-                 "allocated": allocated, "owned": owned, "needed": needed, "available": available,
-                 "short": available < needed, "request": None}
+        entry = {
+            "region": region,
+            "clusters": clusters,
+            "limit": limit,
+            "limit_source": source,
+            "allocated": allocated,
+            "owned": owned,
+            "needed": needed,
+            "available": available,
+            "short": available < needed,
+            "request": None,
+        }
         if entry["short"]:
             desired = needed + others
-            entry["request"] = ("aws service-quotas request-service-quota-increase --service-code ec2 --quota-code %s "
-                                "--desired-value %d --region %s" % (EIP_QUOTA_CODE, desired, region))
+            entry["request"] = (
+                "aws service-quotas request-service-quota-increase --service-code ec2 --quota-code %s "
+                "--desired-value %d --region %s" % (EIP_QUOTA_CODE, desired, region)
+            )
             problems.append(
                 "aws %s: %d Elastic IPs needed for %s (%d per cluster, one NAT gateway per AZ) but only %d available "
                 "(limit %d, %d allocated, %d of them owned by these clusters); raise the quota: %s"
-                % (region, needed, ", ".join(clusters), per_cluster, available, limit, allocated, owned, entry["request"]))
+                % (
+                    region,
+                    needed,
+                    ", ".join(clusters),
+                    per_cluster,
+                    available,
+                    limit,
+                    allocated,
+                    owned,
+                    entry["request"],
+                )
+            )
         facts.append(entry)
     return facts, problems
 
 
 # --- all together ----------------------------------------------------------------------------
 
-def run(tools=None, age_key_file=None, age_public_key=None, check_age_key_file=False, git_url=None, git_branch="main",
-        github_token=None, github_api_url=DEFAULT_GITHUB_API, check_git_sync=False, eip_checks=None, eips_per_cluster=3,
-        aws_connection=None, environ=None, capi_version=None, kind_node_image=None, helm_oci=False,
-        container_engine=None):
+
+def run(
+    tools=None,
+    age_key_file=None,
+    age_public_key=None,
+    check_age_key_file=False,
+    git_url=None,
+    git_branch="main",
+    github_token=None,
+    github_api_url=DEFAULT_GITHUB_API,
+    check_git_sync=False,
+    eip_checks=None,
+    eips_per_cluster=3,
+    aws_connection=None,
+    environ=None,
+    capi_version=None,
+    kind_node_image=None,
+    helm_oci=False,
+    container_engine=None,
+):
     """Every requested check; returns {problems: [...], tools, versions, age_key, git, aws_eip}."""
     result = {"problems": []}
     facts, problems = check_tools(tools or [], environ=environ)
@@ -393,13 +497,27 @@ def run(tools=None, age_key_file=None, age_public_key=None, check_age_key_file=F
     versions = {}
     # Each version check needs its tool; a missing one is already reported above.
     for needed, enabled, check in (
-            ("clusterctl", capi_version, lambda: check_clusterctl(capi_version, cli.Cli(
-                "clusterctl", binary=found.get("clusterctl"), environ=environ))),
-            ("kind", kind_node_image, lambda: check_kind_image(kind_node_image, cli.Cli(
-                "kind", binary=found.get("kind"), environ=environ))),
-            ("helm", helm_oci, lambda: check_helm(cli.Cli("helm", binary=found.get("helm"), environ=environ))),
-            (container_engine, container_engine, lambda: check_engine(container_engine, cli.Cli(
-                container_engine, binary=found.get(container_engine), environ=environ)))):
+        (
+            "clusterctl",
+            capi_version,
+            lambda: check_clusterctl(
+                capi_version, cli.Cli("clusterctl", binary=found.get("clusterctl"), environ=environ)
+            ),
+        ),
+        (
+            "kind",
+            kind_node_image,
+            lambda: check_kind_image(kind_node_image, cli.Cli("kind", binary=found.get("kind"), environ=environ)),
+        ),
+        ("helm", helm_oci, lambda: check_helm(cli.Cli("helm", binary=found.get("helm"), environ=environ))),
+        (
+            container_engine,
+            container_engine,
+            lambda: check_engine(
+                container_engine, cli.Cli(container_engine, binary=found.get(container_engine), environ=environ)
+            ),
+        ),
+    ):
         if enabled and needed in found:
             facts, problems = check()
             versions[needed] = facts

@@ -56,24 +56,66 @@ _AWS_REGION = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d$")
 _AZURE_LOCATION = re.compile(r"^[a-z][a-z0-9]{1,39}$")
 _GCP_REGION = re.compile(r"^[a-z]+(?:-[a-z]+)*\d$")
 
-_LOCAL = dict(local_registry=False, lb_rewrite=False, pivot_credentials=None, cloud=None, cloud_teardown_step=None,
-              hardware_release=False, local_containers=False, post_kind_hooks=(),
-              reconcile_timeout=("environment", "mgmt-ready-timeout"), local_workload=False,
-              region_pattern=None, region_example=None)
+_LOCAL = dict(
+    local_registry=False,
+    lb_rewrite=False,
+    pivot_credentials=None,
+    cloud=None,
+    cloud_teardown_step=None,
+    hardware_release=False,
+    local_containers=False,
+    post_kind_hooks=(),
+    reconcile_timeout=("environment", "mgmt-ready-timeout"),
+    local_workload=False,
+    region_pattern=None,
+    region_example=None,
+)
 
 PROFILES = {
-    "local-host": Profile(**dict(_LOCAL, platform="local-host", local_registry=True, lb_rewrite=True,
-                                 local_containers=True, local_workload=True,
-                                 reconcile_timeout=("bootstrap", "local-reconcile-timeout"))),
-    "aws": Profile(**dict(_LOCAL, platform="aws", pivot_credentials="aws", cloud="aws",
-                          cloud_teardown_step="aws-orphan-sweep",
-                          region_pattern=_AWS_REGION, region_example="eu-north-1")),
-    "azure": Profile(**dict(_LOCAL, platform="azure", cloud="azure", cloud_teardown_step="azure-teardown",
-                            post_kind_hooks=("arc-federate",),
-                            region_pattern=_AZURE_LOCATION, region_example="swedencentral")),
-    "gcp": Profile(**dict(_LOCAL, platform="gcp", cloud="gcp", cloud_teardown_step="gcp-teardown",
-                          post_kind_hooks=("wif-federate",),
-                          region_pattern=_GCP_REGION, region_example="europe-north1")),
+    "local-host": Profile(
+        **dict(
+            _LOCAL,
+            platform="local-host",
+            local_registry=True,
+            lb_rewrite=True,
+            local_containers=True,
+            local_workload=True,
+            reconcile_timeout=("bootstrap", "local-reconcile-timeout"),
+        )
+    ),
+    "aws": Profile(
+        **dict(
+            _LOCAL,
+            platform="aws",
+            pivot_credentials="aws",
+            cloud="aws",
+            cloud_teardown_step="aws-orphan-sweep",
+            region_pattern=_AWS_REGION,
+            region_example="eu-north-1",
+        )
+    ),
+    "azure": Profile(
+        **dict(
+            _LOCAL,
+            platform="azure",
+            cloud="azure",
+            cloud_teardown_step="azure-teardown",
+            post_kind_hooks=("arc-federate",),
+            region_pattern=_AZURE_LOCATION,
+            region_example="swedencentral",
+        )
+    ),
+    "gcp": Profile(
+        **dict(
+            _LOCAL,
+            platform="gcp",
+            cloud="gcp",
+            cloud_teardown_step="gcp-teardown",
+            post_kind_hooks=("wif-federate",),
+            region_pattern=_GCP_REGION,
+            region_example="europe-north1",
+        )
+    ),
     "local-talos": Profile(**dict(_LOCAL, platform="local-talos", hardware_release=True)),
 }
 
@@ -85,7 +127,7 @@ def get(platform):
     try:
         return PROFILES[platform]
     except KeyError:
-        raise KeyError("unknown platform %r (known: %s)" % (platform, ", ".join(PLATFORMS))) from None
+        raise KeyError("unknown platform {!r} (known: {})".format(platform, ", ".join(PLATFORMS))) from None
 
 
 def of(env):

@@ -24,6 +24,7 @@ from ansible_collections.krops.platform.plugins.module_utils import errors
 
 try:
     import yaml
+
     HAS_YAML = True
 except ImportError:  # PyYAML comes with ansible-core; only bare sanity environments lack it
     yaml = None
@@ -43,7 +44,7 @@ class RenderError(errors.ToolError):
     def __init__(self, directory, reason):
         self.directory = directory
         self.reason = reason
-        super().__init__("%s: %s" % (directory, reason))
+        super().__init__(f"{directory}: {reason}")
 
 
 def find_kustomize(explicit=None, environ=None):
@@ -55,8 +56,12 @@ def find_kustomize(explicit=None, environ=None):
         path = shutil.which(candidate) if os.path.basename(candidate) == candidate else candidate
         if path and os.access(path, os.X_OK):
             return [path, "kustomize"] if os.path.basename(path).startswith("kubectl") else [path, "build"]
-    raise RenderError("-", "no kustomize renderer found (looked for %s); install kubectl or kustomize, "
-                           "or set KROPS_KUSTOMIZE" % " and ".join(candidates))
+    raise RenderError(
+        "-",
+        "no kustomize renderer found (looked for {}); install kubectl or kustomize, or set KROPS_KUSTOMIZE".format(
+            " and ".join(candidates)
+        ),
+    )
 
 
 def has_kustomization(directory):
@@ -98,18 +103,24 @@ def build(directory, renderer=None, timeout=120):
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)  # rendering never needs a cluster
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True,  # pylint: disable=ansible-bad-function
-                              timeout=timeout, check=False, env=env)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,  # pylint: disable=ansible-bad-function
+            timeout=timeout,
+            check=False,
+            env=env,
+        )
     except subprocess.TimeoutExpired:
         raise RenderError(directory, "kustomize did not finish within %d s" % timeout)
     except OSError as exc:
-        raise RenderError(directory, "cannot run %s: %s" % (argv[0], exc.strerror))
+        raise RenderError(directory, f"cannot run {argv[0]}: {exc.strerror}")
     if proc.returncode != 0:
         raise RenderError(directory, _clean_reason(proc.stderr, directory))
     try:
         return [doc for doc in yaml.load_all(proc.stdout, Loader=_Loader) if isinstance(doc, dict)]
     except yaml.YAMLError as exc:
-        raise RenderError(directory, "kustomize output is not YAML: %s" % exc)
+        raise RenderError(directory, f"kustomize output is not YAML: {exc}")
 
 
 # Builds of self-contained directories, keyed by renderer, directory and the content of every
@@ -167,7 +178,7 @@ class UnresolvedVariables(errors.ConfigError, ValueError):
     """Strict substitution met ${VAR}s with no value and no default; ``names`` in order of appearance."""
 
     def __init__(self, names):
-        errors.ConfigError.__init__(self, "unresolved variables: %s" % ", ".join(names))
+        errors.ConfigError.__init__(self, "unresolved variables: {}".format(", ".join(names)))
         self.names = names
 
 

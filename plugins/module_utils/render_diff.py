@@ -67,18 +67,22 @@ IDENTITY_FIELDS = {
 }
 # Annotations (and one field) that decide what deleting an object does to what it manages.
 POLICIES = (
-    ("deletion-policy", "metadata.annotations.services.k8s.aws/deletion-policy"),       # ACK: delete|retain
+    ("deletion-policy", "metadata.annotations.services.k8s.aws/deletion-policy"),  # ACK: delete|retain
     ("deletion-policy", "metadata.annotations.cnrm.cloud.google.com/deletion-policy"),  # Config Connector: none|abandon
-    ("deletion-policy", "metadata.annotations.kustomize.toolkit.fluxcd.io/prune"),      # Flux: disabled keeps it
+    ("deletion-policy", "metadata.annotations.kustomize.toolkit.fluxcd.io/prune"),  # Flux: disabled keeps it
     ("deletion-policy", "spec.deletionPolicy@kustomize.toolkit.fluxcd.io/Kustomization"),
     ("reconcile-policy", "metadata.annotations.serviceoperator.azure.com/reconcile-policy"),  # ASO
     ("reconcile-policy", "metadata.annotations.kustomize.toolkit.fluxcd.io/reconcile"),
-    ("adoption-policy", "metadata.annotations.services.k8s.aws/adoption-policy"),       # ACK: adopt|adopt-or-create
+    ("adoption-policy", "metadata.annotations.services.k8s.aws/adoption-policy"),  # ACK: adopt|adopt-or-create
 )
 # Cloud operators: group suffix -> cloud. Their objects are cloud resources.
-CLOUD_GROUPS = (("services.k8s.aws", "AWS (ACK)"), ("azure.com", "Azure (ASO)"),
-                ("cnrm.cloud.google.com", "GCP (Config Connector)"), ("tinkerbell.org", "bare metal (Tinkerbell)"),
-                ("infrastructure.cluster.x-k8s.io", "CAPI infrastructure"))
+CLOUD_GROUPS = (
+    ("services.k8s.aws", "AWS (ACK)"),
+    ("azure.com", "Azure (ASO)"),
+    ("cnrm.cloud.google.com", "GCP (Config Connector)"),
+    ("tinkerbell.org", "bare metal (Tinkerbell)"),
+    ("infrastructure.cluster.x-k8s.io", "CAPI infrastructure"),
+)
 # Ownership marks (CONTRACTS.md): where each cloud keeps tags/labels, and the key.
 OWNERSHIP_KEYS = ("krops.io/environment", "krops-environment")
 # Where the cloud tags are in the spec: ACK spec.tags [{key, value}] (S3: spec.tagging.tagSet),
@@ -104,6 +108,7 @@ class RenderDiffError(Exception):
 
 # --- revisions ---------------------------------------------------------------------------
 
+
 def _git(environ=None):
     return cli.Cli("git", environ=environ)
 
@@ -118,20 +123,24 @@ def _run_git(args, environ=None):
 def resolve(repo, revision):
     """Full commit id of ``revision``; RenderDiffError naming it when Git does not know it."""
     if not revision or revision.startswith("-"):
-        raise RenderDiffError("revision %r is not a branch, tag or commit name" % revision)
+        raise RenderDiffError(f"revision {revision!r} is not a branch, tag or commit name")
     if _run_git(["-C", repo, "rev-parse", "--git-dir"]).rc != 0:
-        raise RenderDiffError("%s is not a Git repository (render_diff compares commits: give the repository's folder)" % repo)
-    out = _run_git(["-C", repo, "rev-parse", "--verify", "--quiet", "%s^{commit}" % revision])
+        raise RenderDiffError(
+            f"{repo} is not a Git repository (render_diff compares commits: give the repository's folder)"
+        )
+    out = _run_git(["-C", repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"])
     if out.rc != 0 or not out.stdout.strip():
-        raise RenderDiffError("revision %s is not a commit of the Git repository %s (fetch it, e.g. "
-                              "actions/checkout with fetch-depth: 0)" % (revision, repo))
+        raise RenderDiffError(
+            f"revision {revision} is not a commit of the Git repository {repo} (fetch it, e.g. "
+            "actions/checkout with fetch-depth: 0)"
+        )
     return out.stdout.strip()
 
 
 def merge_base(repo, base, head):
     out = _run_git(["-C", repo, "merge-base", base, head])
     if out.rc != 0 or not out.stdout.strip():
-        raise RenderDiffError("revisions %s and %s have no merge base" % (base, head))
+        raise RenderDiffError(f"revisions {base} and {head} have no merge base")
     return out.stdout.strip()
 
 
@@ -142,9 +151,9 @@ def extract(repo, sha, dest):
     git = _git(environ=env)
     try:
         git.run(["-C", repo, "read-tree", sha])
-        git.run(["-C", repo, "checkout-index", "--all", "--force", "--prefix=%s%s" % (os.path.abspath(dest), os.sep)])
+        git.run(["-C", repo, "checkout-index", "--all", "--force", f"--prefix={os.path.abspath(dest)}{os.sep}"])
     except cli.CliError as exc:
-        raise RenderDiffError("cannot extract %s: %s" % (sha, exc.message))
+        raise RenderDiffError(f"cannot extract {sha}: {exc.message}")
     finally:
         try:
             os.unlink(dest + ".index")
@@ -154,8 +163,9 @@ def extract(repo, sha, dest):
 
 # --- one revision ------------------------------------------------------------------------
 
+
 class _Obj:
-    __slots__ = ("key", "obj", "kustomization", "file", "virtual", "cluster", "directory")
+    __slots__ = ("cluster", "directory", "file", "key", "kustomization", "obj", "virtual")
 
     def __init__(self, key, obj, kustomization, file, virtual, cluster, directory):
         self.key, self.obj, self.kustomization, self.file = key, obj, kustomization, file
@@ -164,13 +174,17 @@ class _Obj:
 
 def _key(obj):
     meta = obj.get("metadata") or {}
-    return (validate_schema.split_api_version(obj.get("apiVersion", ""))[0], obj.get("kind", ""),
-            meta.get("namespace") or "", meta.get("name", ""))
+    return (
+        validate_schema.split_api_version(obj.get("apiVersion", ""))[0],
+        obj.get("kind", ""),
+        meta.get("namespace") or "",
+        meta.get("name", ""),
+    )
 
 
 def label(key):
     group, kind, namespace, name = key
-    return "%s/%s%s" % (kind, "%s/" % namespace if namespace else "", name)
+    return "{}/{}{}".format(kind, f"{namespace}/" if namespace else "", name)
 
 
 def _collect_env(env, out):
@@ -183,16 +197,27 @@ def _collect_env(env, out):
     """
     settings = env.settings or {}
     mgmt_cluster = settings.get("mgmt-cluster") or "(management cluster)"
-    owners = {validate._norm_path(settings.get("sync-path") or "mgmt/%s" % env.name): ("flux-system/flux-system", mgmt_cluster)}
+    owners = {
+        validate._norm_path(settings.get("sync-path") or f"mgmt/{env.name}"): (
+            "flux-system/flux-system",
+            mgmt_cluster,
+        )
+    }
     for ks in env.items:
         if ks.kind == "Kustomization" and ks.group == validate.FLUX_KS and ks.spec.get("path"):
             secret = ((ks.spec.get("kubeConfig") or {}).get("secretRef") or {}).get("name") or ""
-            target = secret[:-len("-kubeconfig")] if secret.endswith("-kubeconfig") else (secret or mgmt_cluster)
-            owners.setdefault(validate._norm_path(ks.spec.get("path")), ("%s/%s" % (ks.namespace, ks.name), target))
+            target = secret[: -len("-kubeconfig")] if secret.endswith("-kubeconfig") else (secret or mgmt_cluster)
+            owners.setdefault(validate._norm_path(ks.spec.get("path")), (f"{ks.namespace}/{ks.name}", target))
     for fi in env.items:
-        path = (fi.spec.get("sync") or {}).get("path") if fi.kind == "FluxInstance" and fi.group == "fluxcd.controlplane.io" else None
+        path = (
+            (fi.spec.get("sync") or {}).get("path")
+            if fi.kind == "FluxInstance" and fi.group == "fluxcd.controlplane.io"
+            else None
+        )
         if path and fi.directory in owners:
-            owners.setdefault(validate._norm_path(path), ("FluxInstance %s/%s" % (fi.namespace, fi.name), owners[fi.directory][1]))
+            owners.setdefault(
+                validate._norm_path(path), (f"FluxInstance {fi.namespace}/{fi.name}", owners[fi.directory][1])
+            )
     objects, unapplied = {}, set()
     for item in env.items:
         if item.fallback:
@@ -205,16 +230,28 @@ def _collect_env(env, out):
         objects.setdefault(key, _Obj(key, item.obj, owner[0], item.file, item.virtual, owner[1], item.directory))
     plaintext = set()
     for rel, doc in env.raw_docs:
-        if doc.get("kind") == "Secret" and not rel.endswith((".sops.yaml", ".sops.yml")) and not isinstance(doc.get("sops"), dict):
+        if (
+            doc.get("kind") == "Secret"
+            and not rel.endswith((".sops.yaml", ".sops.yml"))
+            and not isinstance(doc.get("sops"), dict)
+        ):
             plaintext.add((rel, label(_key(doc))))
     for item in env.items:
-        if item.kind == "Secret" and not item.virtual and not isinstance(item.obj.get("sops"), dict) \
-                and (item.obj.get("data") or item.obj.get("stringData")):
+        if (
+            item.kind == "Secret"
+            and not item.virtual
+            and not isinstance(item.obj.get("sops"), dict)
+            and (item.obj.get("data") or item.obj.get("stringData"))
+        ):
             plaintext.add((item.file, label(_key(item.obj))))
     renders = [f for f in env.findings if f.rule == "render"]
-    out[env.name] = {"objects": objects, "plaintext": plaintext,
-                     "failed": {os.path.dirname(f.file) for f in renders}, "unapplied": unapplied,
-                     "render_failures": [{"file": f.file, "message": f.message} for f in renders]}
+    out[env.name] = {
+        "objects": objects,
+        "plaintext": plaintext,
+        "failed": {os.path.dirname(f.file) for f in renders},
+        "unapplied": unapplied,
+        "render_failures": [{"file": f.file, "message": f.message} for f in renders],
+    }
 
 
 def render_revision(root, environments=None, schema_location=None, renderer=None):
@@ -225,8 +262,14 @@ def render_revision(root, environments=None, schema_location=None, renderer=None
     if not wanted:
         return states
     try:
-        validate.run(root, environments=wanted, schema_location=schema_location, renderer=renderer, cel=False,
-                     collect=lambda env: _collect_env(env, states))
+        validate.run(
+            root,
+            environments=wanted,
+            schema_location=schema_location,
+            renderer=renderer,
+            cel=False,
+            collect=lambda env: _collect_env(env, states),
+        )
     except validate.ValidateError as exc:
         raise RenderDiffError(str(exc))
     return states
@@ -234,10 +277,11 @@ def render_revision(root, environments=None, schema_location=None, renderer=None
 
 # --- comparing ---------------------------------------------------------------------------
 
+
 def _get(obj, dotted):
     """Value at a path of _ANNOTATION-aware dotted keys (annotation keys contain dots and slashes)."""
     if dotted.startswith("metadata.annotations."):
-        return ((obj.get("metadata") or {}).get("annotations") or {}).get(dotted[len("metadata.annotations."):])
+        return ((obj.get("metadata") or {}).get("annotations") or {}).get(dotted[len("metadata.annotations.") :])
     value = obj
     for part in dotted.split("."):
         if not isinstance(value, dict):
@@ -251,18 +295,26 @@ def field_diff(old, new, path=""):
     if isinstance(old, dict) and isinstance(new, dict):
         changes = []
         for key in sorted(set(old) | set(new), key=str):
-            sub = "%s.%s" % (path, key) if path else str(key)
+            sub = f"{path}.{key}" if path else str(key)
             changes.extend(field_diff(old.get(key, _ABSENT), new.get(key, _ABSENT), sub))
         return changes
     if isinstance(old, list) and isinstance(new, list):
         if _named(old) and _named(new):  # containers, env, ...: matched by name, not position
             olds, news = {i["name"]: i for i in old}, {i["name"]: i for i in new}
-            return [c for name in _names(old, new)
-                    for c in field_diff(olds.get(name, _ABSENT), news.get(name, _ABSENT), "%s[%s]" % (path, name))]
+            return [
+                c
+                for name in _names(old, new)
+                for c in field_diff(olds.get(name, _ABSENT), news.get(name, _ABSENT), f"{path}[{name}]")
+            ]
         changes = []
         for index in range(max(len(old), len(new))):
-            changes.extend(field_diff(old[index] if index < len(old) else _ABSENT,
-                                      new[index] if index < len(new) else _ABSENT, "%s[%d]" % (path, index)))
+            changes.extend(
+                field_diff(
+                    old[index] if index < len(old) else _ABSENT,
+                    new[index] if index < len(new) else _ABSENT,
+                    "%s[%d]" % (path, index),
+                )
+            )
         return changes
     if old == new:
         return []
@@ -294,8 +346,13 @@ def _masked(key, changes):
     """Secret values never reach a pull-request comment."""
     if key[1] != "Secret":
         return changes
-    return [(p, "(hidden)" if o is not None else None, "(hidden)" if n is not None else None)
-            if p.startswith(("data", "stringData")) else (p, o, n) for p, o, n in changes if not p.startswith("sops")]
+    return [
+        (p, "(hidden)" if o is not None else None, "(hidden)" if n is not None else None)
+        if p.startswith(("data", "stringData"))
+        else (p, o, n)
+        for p, o, n in changes
+        if not p.startswith("sops")
+    ]
 
 
 def _versions(obj):
@@ -310,17 +367,17 @@ def _versions(obj):
     def walk(node, path):
         if isinstance(node, dict):
             for key, value in node.items():
-                sub = "%s.%s" % (path, key) if path else key
+                sub = f"{path}.{key}" if path else key
                 if key == "image" and isinstance(value, str):
                     found[sub] = value
                 elif key == "image" and isinstance(value, dict) and value.get("repository"):
-                    found[sub] = "%s:%s" % (value.get("repository"), value.get("tag", ""))
+                    found[sub] = "{}:{}".format(value.get("repository"), value.get("tag", ""))
                 else:
                     walk(value, sub)
         elif isinstance(node, list):
             named = _named(node)  # same item names as field_diff: containers[app], not containers[0]
             for index, value in enumerate(node):
-                walk(value, "%s[%s]" % (path, value["name"] if named else index))
+                walk(value, "{}[{}]".format(path, value["name"] if named else index))
 
     walk(obj.get("spec"), "spec")
     return found
@@ -366,17 +423,24 @@ def _clusters(entry):
 
 
 class Finding:
-    __slots__ = ("id", "kind", "environment", "kustomization", "object", "message", "acknowledged")
+    __slots__ = ("acknowledged", "environment", "id", "kind", "kustomization", "message", "object")
 
     def __init__(self, kind, environment, kustomization, obj, message, ident=None):
         self.kind, self.environment, self.kustomization, self.object = kind, environment, kustomization, obj
         self.message = message
-        self.id = ident or "%s/%s/%s" % (environment, kind, obj)
+        self.id = ident or f"{environment}/{kind}/{obj}"
         self.acknowledged = False
 
     def as_dict(self):
-        return {"id": self.id, "kind": self.kind, "environment": self.environment, "kustomization": self.kustomization,
-                "object": self.object, "message": self.message, "acknowledged": self.acknowledged}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "environment": self.environment,
+            "kustomization": self.kustomization,
+            "object": self.object,
+            "message": self.message,
+            "acknowledged": self.acknowledged,
+        }
 
 
 def compare(base, head, store=None, cel=True):
@@ -386,14 +450,21 @@ def compare(base, head, store=None, cel=True):
         empty = {"objects": {}, "plaintext": set(), "render_failures": [], "failed": set(), "unapplied": set()}
         old_state, new_state = base.get(env) or empty, head.get(env) or empty
         old, new = old_state["objects"], new_state["objects"]
-        section = {"present": {"base": env in base, "head": env in head}, "kustomizations": {},
-                   "clusters": set(), "cloud_resources": [], "versions": [],
-                   "render_failures": {"base": old_state["render_failures"], "head": new_state["render_failures"]}}
+        section = {
+            "present": {"base": env in base, "head": env in head},
+            "kustomizations": {},
+            "clusters": set(),
+            "cloud_resources": [],
+            "versions": [],
+            "render_failures": {"base": old_state["render_failures"], "head": new_state["render_failures"]},
+        }
         for failure in new_state["render_failures"]:
             findings.append(Finding("render-failure", env, "-", failure["file"], failure["message"]))
 
-        def bucket(entry):
-            return section["kustomizations"].setdefault(entry.kustomization, {"added": [], "changed": [], "removed": []})
+        def bucket(entry, section=section):
+            return section["kustomizations"].setdefault(
+                entry.kustomization, {"added": [], "changed": [], "removed": []}
+            )
 
         # What a directory that fails to render at either revision holds is unknown, not removed.
         unknown = old_state["failed"] | new_state["failed"]
@@ -413,32 +484,68 @@ def compare(base, head, store=None, cel=True):
                 change = "removed"
                 what = _precious(key)
                 if what:
-                    findings.append(Finding("removed", env, before.kustomization, label(key),
-                                            "removes %s %s: its controller deletes what it manages" % (what, label(key))))
+                    findings.append(
+                        Finding(
+                            "removed",
+                            env,
+                            before.kustomization,
+                            label(key),
+                            f"removes {what} {label(key)}: its controller deletes what it manages",
+                        )
+                    )
             else:
                 changes = field_diff(before.obj, after.obj)
                 if changes:
                     change = "changed"
-                    bucket(after)["changed"].append({"object": label(key), "file": after.file,
-                                                     "fields": [{"path": p, "base": o, "head": n} for p, o, n in _masked(key, changes)]})
+                    bucket(after)["changed"].append(
+                        {
+                            "object": label(key),
+                            "file": after.file,
+                            "fields": [{"path": p, "base": o, "head": n} for p, o, n in _masked(key, changes)],
+                        }
+                    )
                     _check_change(env, key, before, after, findings)
                     if cel and store is not None and before.obj.get("apiVersion") != after.obj.get("apiVersion"):
                         # The server converts the old object to the new version first; krops cannot.
-                        unevaluable.append({"environment": env, "object": label(key), "message": (
-                            "transition rules not evaluated: apiVersion changes from %s to %s"
-                            % (before.obj.get("apiVersion"), after.obj.get("apiVersion")))})
+                        unevaluable.append(
+                            {
+                                "environment": env,
+                                "object": label(key),
+                                "message": (
+                                    "transition rules not evaluated: apiVersion changes from {} to {}".format(
+                                        before.obj.get("apiVersion"), after.obj.get("apiVersion")
+                                    )
+                                ),
+                            }
+                        )
                     elif cel and store is not None:
                         for result in krops_cel.check(after.obj, store, old=before.obj, transition_only=True):
                             if result.outcome == krops_cel.UNEVALUABLE:
                                 unevaluable.append({"environment": env, "object": label(key), "message": result.text()})
                             else:
-                                findings.append(Finding("transition-rule", env, after.kustomization, label(key),
-                                                        "the API server rejects this update: %s" % result.text(),
-                                                        ident="%s/transition-rule/%s/%s" % (env, label(key), result.path or "(root)")))
+                                findings.append(
+                                    Finding(
+                                        "transition-rule",
+                                        env,
+                                        after.kustomization,
+                                        label(key),
+                                        f"the API server rejects this update: {result.text()}",
+                                        ident="{}/transition-rule/{}/{}".format(
+                                            env, label(key), result.path or "(root)"
+                                        ),
+                                    )
+                                )
                 if before.kustomization != after.kustomization and _precious(key):
-                    findings.append(Finding("replaced", env, after.kustomization, label(key),
-                                            "moves %s from Kustomization %s to %s: the old one prunes it before the new one "
-                                            "creates it" % (label(key), before.kustomization, after.kustomization)))
+                    findings.append(
+                        Finding(
+                            "replaced",
+                            env,
+                            after.kustomization,
+                            label(key),
+                            f"moves {label(key)} from Kustomization {before.kustomization} to {after.kustomization}: the old one prunes it before the new one "
+                            "creates it",
+                        )
+                    )
             if change is None:
                 continue
             section["clusters"].update(_clusters(entry))
@@ -449,12 +556,25 @@ def compare(base, head, store=None, cel=True):
             new_versions = _versions(after.obj) if after else {}
             for path in sorted(set(old_versions) | set(new_versions)):
                 if old_versions.get(path) != new_versions.get(path):
-                    section["versions"].append({"object": label(key), "path": path,
-                                                "base": old_versions.get(path), "head": new_versions.get(path)})
+                    section["versions"].append(
+                        {
+                            "object": label(key),
+                            "path": path,
+                            "base": old_versions.get(path),
+                            "head": new_versions.get(path),
+                        }
+                    )
         for rel, obj_label in sorted(new_state["plaintext"] - old_state["plaintext"]):
-            findings.append(Finding("plaintext-secret", env, "-", obj_label, "%s commits Secret %s unencrypted: encrypt it "
-                                    "with sops into a *.sops.yaml file (and rotate the value, it is in Git history)"
-                                    % (rel, obj_label)))
+            findings.append(
+                Finding(
+                    "plaintext-secret",
+                    env,
+                    "-",
+                    obj_label,
+                    f"{rel} commits Secret {obj_label} unencrypted: encrypt it "
+                    "with sops into a *.sops.yaml file (and rotate the value, it is in Git history)",
+                )
+            )
         section["clusters"] = sorted(section["clusters"])
         report_envs[env] = section
     return report_envs, findings, unevaluable
@@ -469,28 +589,72 @@ def _check_change(env, key, before, after, findings):
     for path in IDENTITY_FIELDS.get(group_kind, ()):
         old_value, new_value = _get(before.obj, path), _get(after.obj, path)
         if old_value != new_value and old_value is not None:
-            findings.append(Finding("replaced", env, after.kustomization, label(key), "changes %s of %s %s: the operator "
-                                    "creates a new resource and leaves or deletes the old one" % (path, PRECIOUS.get(group_kind, key[1]), label(key))))
+            findings.append(
+                Finding(
+                    "replaced",
+                    env,
+                    after.kustomization,
+                    label(key),
+                    f"changes {path} of {PRECIOUS.get(group_kind, key[1])} {label(key)}: the operator "
+                    "creates a new resource and leaves or deletes the old one",
+                )
+            )
     for kind, path in POLICIES:
         path, _at, only = path.partition("@")
-        if only and "%s/%s" % group_kind != only:
+        if only and "{}/{}".format(*group_kind) != only:
             continue
         old_value, new_value = _get(before.obj, path), _get(after.obj, path)
         if old_value != new_value:
-            findings.append(Finding(kind, env, after.kustomization, label(key), "%s %s: %s -> %s" % (
-                label(key), path.replace("metadata.annotations.", "annotation "), _shown(old_value), _shown(new_value)),
-                ident="%s/%s/%s/%s" % (env, kind, label(key), path.rsplit(".", 1)[-1] if "annotations" not in path else path[len("metadata.annotations."):])))
-    if group_kind == (validate.FLUX_KS, "Kustomization") and (after.obj.get("spec") or {}).get("prune") is True \
-            and (before.obj.get("spec") or {}).get("prune") is not True:
-        findings.append(Finding("prune-enabled", env, after.kustomization, label(key), "turns prune on for %s: objects "
-                                "that leave its path are deleted from the cluster" % label(key)))
+            findings.append(
+                Finding(
+                    kind,
+                    env,
+                    after.kustomization,
+                    label(key),
+                    "{} {}: {} -> {}".format(
+                        label(key),
+                        path.replace("metadata.annotations.", "annotation "),
+                        _shown(old_value),
+                        _shown(new_value),
+                    ),
+                    ident="{}/{}/{}/{}".format(
+                        env,
+                        kind,
+                        label(key),
+                        path.rsplit(".", 1)[-1] if "annotations" not in path else path[len("metadata.annotations.") :],
+                    ),
+                )
+            )
+    if (
+        group_kind == (validate.FLUX_KS, "Kustomization")
+        and (after.obj.get("spec") or {}).get("prune") is True
+        and (before.obj.get("spec") or {}).get("prune") is not True
+    ):
+        findings.append(
+            Finding(
+                "prune-enabled",
+                env,
+                after.kustomization,
+                label(key),
+                f"turns prune on for {label(key)}: objects that leave its path are deleted from the cluster",
+            )
+        )
     if _cloud(key):
         old_marks, new_marks = _ownership(before.obj), _ownership(after.obj)
         lost = sorted(k for k in old_marks if new_marks.get(k) != old_marks[k])
         if lost:
-            findings.append(Finding("ownership-dropped", env, after.kustomization, label(key), "drops the krops ownership mark "
-                                    "%s from cloud resource %s: teardown and the orphan sweep can no longer prove krops owns it"
-                                    % (", ".join("%s %s" % (where, mark) for where, mark in lost), label(key))))
+            findings.append(
+                Finding(
+                    "ownership-dropped",
+                    env,
+                    after.kustomization,
+                    label(key),
+                    "drops the krops ownership mark "
+                    "{} from cloud resource {}: teardown and the orphan sweep can no longer prove krops owns it".format(
+                        ", ".join(f"{where} {mark}" for where, mark in lost), label(key)
+                    ),
+                )
+            )
 
 
 def _shown(value):
@@ -498,6 +662,7 @@ def _shown(value):
 
 
 # --- acknowledgement ---------------------------------------------------------------------
+
 
 def read_accept_file(path):
     """Finding ids, one per line ('#' starts a comment). Exact ids only: no patterns."""
@@ -507,15 +672,17 @@ def read_accept_file(path):
         with open(path, encoding="utf-8") as handle:
             lines = handle.read().splitlines()
     except OSError as exc:
-        raise RenderDiffError("accept file %s cannot be read: %s" % (path, exc.strerror))
+        raise RenderDiffError(f"accept file {path} cannot be read: {exc.strerror}")
     ids = []
     for number, line in enumerate(lines, 1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
         if any(c in text for c in "*?[") or " " in text:
-            raise RenderDiffError("accept file %s line %d: %r is not a finding id (exact ids such as "
-                                  "local-host/removed/Bucket/default/data; no patterns)" % (path, number, text))
+            raise RenderDiffError(
+                "accept file %s line %d: %r is not a finding id (exact ids such as "
+                "local-host/removed/Bucket/default/data; no patterns)" % (path, number, text)
+            )
         ids.append(text)
     return ids
 
@@ -530,13 +697,25 @@ def acknowledge(findings, accepted_ids, labels, accept_label):
 
 # --- entry point -------------------------------------------------------------------------
 
-def run(repo, base, head="HEAD", use_merge_base=True, environments=None, schema_location=None, accept_file=None,
-        labels=None, accept_label=DEFAULT_ACCEPT_LABEL, cel=True, renderer=None):
+
+def run(
+    repo,
+    base,
+    head="HEAD",
+    use_merge_base=True,
+    environments=None,
+    schema_location=None,
+    accept_file=None,
+    labels=None,
+    accept_label=DEFAULT_ACCEPT_LABEL,
+    cel=True,
+    renderer=None,
+):
     """The report (dict) of what changes from ``base`` to ``head`` in the Git repository ``repo``."""
     started = time.monotonic()
     repo = os.path.abspath(os.path.expanduser(repo or os.getcwd()))
     if not os.path.isdir(repo):
-        raise RenderDiffError("repository %s does not exist" % repo)
+        raise RenderDiffError(f"repository {repo} does not exist")
     accepted = read_accept_file(accept_file)
     head_sha = resolve(repo, head)
     base_sha = resolve(repo, base)
@@ -558,15 +737,17 @@ def run(repo, base, head="HEAD", use_merge_base=True, environments=None, schema_
                 states[name] = render_revision(root, environments, no_schemas, renderer)
             except RenderDiffError as exc:
                 states[name], errors[name] = {}, str(exc)
-            timings["render_%s" % name] = round(time.monotonic() - t0, 3)
+            timings[f"render_{name}"] = round(time.monotonic() - t0, 3)
         t0 = time.monotonic()
         store, no_store = None, None
         if cel:
-            location = schema_location or os.environ.get("KROPS_SCHEMA_LOCATION") or validate_schema.DEFAULT_SCHEMA_LOCATION
+            location = (
+                schema_location or os.environ.get("KROPS_SCHEMA_LOCATION") or validate_schema.DEFAULT_SCHEMA_LOCATION
+            )
             try:
                 store = validate_schema.SchemaStore(location, base_dir=os.path.join(work, "head"))
             except validate_schema.SchemaError as exc:  # listed: the transition rules were not checked
-                no_store = {"environment": "-", "object": "-", "message": "transition rules not evaluated: %s" % exc}
+                no_store = {"environment": "-", "object": "-", "message": f"transition rules not evaluated: {exc}"}
         envs, findings, unevaluable = compare(states["base"], states["head"], store, cel)
         if no_store:
             unevaluable.insert(0, no_store)
@@ -577,18 +758,36 @@ def run(repo, base, head="HEAD", use_merge_base=True, environments=None, schema_
         unique.setdefault(finding.id, finding)
     findings = sorted(unique.values(), key=lambda f: f.id)
     for name, message in sorted(errors.items(), reverse=True):
-        findings.insert(0, Finding("render-failure", "-", "-", name, "the tree at the %s revision cannot be rendered: %s"
-                                   % (name, message), ident="%s/render-failure" % name))
+        findings.insert(
+            0,
+            Finding(
+                "render-failure",
+                "-",
+                "-",
+                name,
+                f"the tree at the {name} revision cannot be rendered: {message}",
+                ident=f"{name}/render-failure",
+            ),
+        )
     stale, by_label = acknowledge(findings, accepted, labels, accept_label)
     timings["diff"] = round(time.monotonic() - t0, 3)
     timings["total"] = round(time.monotonic() - started, 3)
     blocking = [f for f in findings if not f.acknowledged]
-    return {"base": base_sha, "head": head_sha, "environments": envs, "findings": [f.as_dict() for f in findings],
-            "blocking": len(blocking), "acknowledged_by_label": by_label, "stale_acknowledgements": stale,
-            "cel_unevaluable": unevaluable, "seconds": timings}
+    return {
+        "base": base_sha,
+        "head": head_sha,
+        "environments": envs,
+        "findings": [f.as_dict() for f in findings],
+        "blocking": len(blocking),
+        "acknowledged_by_label": by_label,
+        "stale_acknowledgements": stale,
+        "cel_unevaluable": unevaluable,
+        "seconds": timings,
+    }
 
 
 # --- output ------------------------------------------------------------------------------
+
 
 def _value(value):
     text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
@@ -596,27 +795,32 @@ def _value(value):
 
 
 def markdown(report):
-    lines = [MARKER, "## krops render diff `%s` → `%s`" % (report["base"][:12], report["head"][:12]), ""]
+    lines = [MARKER, "## krops render diff `{}` → `{}`".format(report["base"][:12], report["head"][:12]), ""]
     findings = report["findings"]
     if report["blocking"]:
-        lines.append("**%d blocking finding(s).** Fix them, or acknowledge each id in the accept file, or add the "
-                     "accept label." % report["blocking"])
+        lines.append(
+            "**%d blocking finding(s).** Fix them, or acknowledge each id in the accept file, or add the "
+            "accept label." % report["blocking"]
+        )
     elif findings:
-        lines.append("All %d finding(s) acknowledged%s." % (len(findings), " by label" if report["acknowledged_by_label"] else ""))
+        lines.append(
+            "All %d finding(s) acknowledged%s."
+            % (len(findings), " by label" if report["acknowledged_by_label"] else "")
+        )
     else:
         lines.append("No danger findings.")
     if findings:
         lines += ["", "| | finding id | what |", "|---|---|---|"]
         for f in findings:
             mark = "✅ acknowledged" if f["acknowledged"] else "❌"
-            lines.append("| %s | `%s` | %s |" % (mark, f["id"], f["message"].replace("|", "\\|")))
+            lines.append("| {} | `{}` | {} |".format(mark, f["id"], f["message"].replace("|", "\\|")))
     for stale in report["stale_acknowledgements"]:
-        lines.append("- accept file lists `%s`, which matches no finding" % stale)
+        lines.append(f"- accept file lists `{stale}`, which matches no finding")
     if report["cel_unevaluable"]:
         lines += ["", "CEL rules not evaluated (check them by hand):"]
-        lines += ["- %s %s: %s" % (u["environment"], u["object"], u["message"]) for u in report["cel_unevaluable"]]
+        lines += ["- {} {}: {}".format(u["environment"], u["object"], u["message"]) for u in report["cel_unevaluable"]]
     for env, section in report["environments"].items():
-        lines += ["", "### %s" % env]
+        lines += ["", f"### {env}"]
         if not section["present"]["head"]:
             lines.append("Environment removed by this change.")
         elif not section["present"]["base"]:
@@ -626,33 +830,45 @@ def markdown(report):
             lines.append("No object changes.")
         lines.append("Clusters touched: %s" % (", ".join(section["clusters"]) or "none"))
         if section["cloud_resources"]:
-            lines.append("Cloud resources touched: %s" % ", ".join(
-                "%s %s (%s)" % (c["cloud"], c["object"], c["change"]) for c in section["cloud_resources"]))
+            lines.append(
+                "Cloud resources touched: {}".format(
+                    ", ".join(
+                        "{} {} ({})".format(c["cloud"], c["object"], c["change"]) for c in section["cloud_resources"]
+                    )
+                )
+            )
         for when in ("base", "head"):
             for failure in section["render_failures"][when]:
-                lines.append("- render failure at %s: `%s`: %s" % (when, failure["file"], failure["message"]))
+                lines.append("- render failure at {}: `{}`: {}".format(when, failure["file"], failure["message"]))
         if section["not_applied"]:
-            lines.append("Not applied by any Flux Kustomization or FluxInstance: %s" % ", ".join(
-                "`%s`" % d for d in section["not_applied"]))
+            lines.append(
+                "Not applied by any Flux Kustomization or FluxInstance: {}".format(
+                    ", ".join(f"`{d}`" for d in section["not_applied"])
+                )
+            )
         if section["not_compared"]:
-            lines.append("Not compared (a render failed): %s" % ", ".join("`%s`" % d for d in section["not_compared"]))
+            lines.append(
+                "Not compared (a render failed): {}".format(", ".join(f"`{d}`" for d in section["not_compared"]))
+            )
         if section["versions"]:
             lines += ["", "| object | field | base | head |", "|---|---|---|---|"]
-            lines += ["| %s | `%s` | %s | %s |" % (v["object"], v["path"], v["base"] or "—", v["head"] or "—")
-                      for v in section["versions"]]
+            lines += [
+                "| {} | `{}` | {} | {} |".format(v["object"], v["path"], v["base"] or "—", v["head"] or "—")
+                for v in section["versions"]
+            ]
         for ks, bucket in sorted(section["kustomizations"].items()):
-            lines += ["", "#### Kustomization %s" % ks]
+            lines += ["", f"#### Kustomization {ks}"]
             for what in ("added", "removed"):
-                lines += ["- %s `%s`" % (what, o["object"]) for o in bucket[what]]
+                lines += ["- {} `{}`".format(what, o["object"]) for o in bucket[what]]
             for obj in bucket["changed"]:
-                lines.append("- changed `%s`" % obj["object"])
+                lines.append("- changed `{}`".format(obj["object"]))
                 lines.append("  <details><summary>%d field(s)</summary>\n" % len(obj["fields"]))
                 lines.append("  ```diff")
                 for field in obj["fields"]:
                     if field["base"] is not None:
-                        lines.append("  - %s: %s" % (field["path"], _value(field["base"])))
+                        lines.append("  - {}: {}".format(field["path"], _value(field["base"])))
                     if field["head"] is not None:
-                        lines.append("  + %s: %s" % (field["path"], _value(field["head"])))
+                        lines.append("  + {}: {}".format(field["path"], _value(field["head"])))
                 lines += ["  ```", "  </details>"]
     text = "\n".join(lines) + "\n"
     if len(text) > COMMENT_LIMIT:
@@ -661,11 +877,17 @@ def markdown(report):
 
 
 def text_lines(report):
-    lines = ["%s %s: %s" % ("ACK " if f["acknowledged"] else "FAIL", f["id"], f["message"]) for f in report["findings"]]
+    lines = [
+        "{} {}: {}".format("ACK " if f["acknowledged"] else "FAIL", f["id"], f["message"]) for f in report["findings"]
+    ]
     for env, section in report["environments"].items():
-        counts = {k: sum(len(b[k]) for b in section["kustomizations"].values()) for k in ("added", "changed", "removed")}
-        lines.append("%s: %d added, %d changed, %d removed; clusters: %s" % (
-            env, counts["added"], counts["changed"], counts["removed"], ", ".join(section["clusters"]) or "none"))
+        counts = {
+            k: sum(len(b[k]) for b in section["kustomizations"].values()) for k in ("added", "changed", "removed")
+        }
+        lines.append(
+            "%s: %d added, %d changed, %d removed; clusters: %s"
+            % (env, counts["added"], counts["changed"], counts["removed"], ", ".join(section["clusters"]) or "none")
+        )
     lines.append("%d blocking finding(s)" % report["blocking"])
     return lines
 
@@ -675,13 +897,24 @@ def main(argv=None):
     parser.add_argument("--repo", default=os.getcwd(), help="Git repository (default: current directory)")
     parser.add_argument("--base", required=True, help="base revision (the pull request's target)")
     parser.add_argument("--head", default="HEAD", help="head revision (default: HEAD)")
-    parser.add_argument("--no-merge-base", dest="merge_base", action="store_false",
-                        help="compare with --base itself, not with the merge base of --base and --head")
-    parser.add_argument("--environment", "-e", action="append", dest="environments", help="environment (repeatable; default: all)")
-    parser.add_argument("--schema-location", help="schemas for the transition rules, folder or https template "
-                                                  "(default: $KROPS_SCHEMA_LOCATION, else schemas/crds of the head revision)")
+    parser.add_argument(
+        "--no-merge-base",
+        dest="merge_base",
+        action="store_false",
+        help="compare with --base itself, not with the merge base of --base and --head",
+    )
+    parser.add_argument(
+        "--environment", "-e", action="append", dest="environments", help="environment (repeatable; default: all)"
+    )
+    parser.add_argument(
+        "--schema-location",
+        help="schemas for the transition rules, folder or https template "
+        "(default: $KROPS_SCHEMA_LOCATION, else schemas/crds of the head revision)",
+    )
     parser.add_argument("--accept-file", help="file of acknowledged finding ids, one per line")
-    parser.add_argument("--label", action="append", dest="labels", default=[], help="a label of the pull request (repeatable)")
+    parser.add_argument(
+        "--label", action="append", dest="labels", default=[], help="a label of the pull request (repeatable)"
+    )
     parser.add_argument("--labels", dest="label_list", default="", help="labels of the pull request, comma separated")
     parser.add_argument("--accept-label", default=DEFAULT_ACCEPT_LABEL, help="label acknowledging every finding")
     parser.add_argument("--no-cel", dest="cel", action="store_false", help="skip the transition (oldSelf) CEL rules")
@@ -691,13 +924,26 @@ def main(argv=None):
     args = parser.parse_args(argv)
     labels = list(args.labels) + [x.strip() for x in args.label_list.split(",") if x.strip()]
     try:
-        report = run(args.repo, args.base, args.head, args.merge_base, args.environments, args.schema_location,
-                     args.accept_file, labels, args.accept_label, args.cel)
+        report = run(
+            args.repo,
+            args.base,
+            args.head,
+            args.merge_base,
+            args.environments,
+            args.schema_location,
+            args.accept_file,
+            labels,
+            args.accept_label,
+            args.cel,
+        )
     except RenderDiffError as exc:
-        sys.stderr.write("ERROR: %s\n" % exc)
+        sys.stderr.write(f"ERROR: {exc}\n")
         return 2
-    rendered = {"json": json.dumps(report, indent=2, default=list) + "\n", "markdown": markdown(report),
-                "text": "\n".join(text_lines(report)) + "\n"}
+    rendered = {
+        "json": json.dumps(report, indent=2, default=list) + "\n",
+        "markdown": markdown(report),
+        "text": "\n".join(text_lines(report)) + "\n",
+    }
     for path, fmt in ((args.markdown_out, "markdown"), (args.json_out, "json")):
         if path:
             with open(path, "w", encoding="utf-8") as handle:

@@ -40,8 +40,10 @@ def failure_details(exc):
 
 
 def unexpected_message(name, step, exc):
-    return ("%s failed unexpectedly while %s: %s: %s. This is a krops defect, not a problem with your input; "
-            "run with -vvv for the traceback and report it" % (name, step.name, type(exc).__name__, exc))
+    return (
+        f"{name} failed unexpectedly while {step.name}: {type(exc).__name__}: {exc}. This is a krops defect, not a problem with your input; "
+        "run with -vvv for the traceback and report it"
+    )
 
 
 def run(name, argument_spec, body, supports_check_mode=True, requires=None, **module_kwargs):
@@ -56,6 +58,7 @@ def run(name, argument_spec, body, supports_check_mode=True, requires=None, **mo
     except errors.KropsError as exc:
         module.fail_json(msg=str(exc), **failure_details(exc))
     except Exception as exc:  # pylint: disable=broad-except  # the shell is the one place that catches everything
-        module.fail_json(msg=unexpected_message(name, step, exc), exception=traceback.format_exc(),
-                         failed_step=step.name)
+        module.fail_json(
+            msg=unexpected_message(name, step, exc), exception=traceback.format_exc(), failed_step=step.name
+        )
     module.exit_json(**result)

@@ -53,7 +53,13 @@ HARDWARE_FINALIZERS = (
 TINKERBELL_MACHINE_KINDS = ("TinkerbellMachine", "TinkerbellCluster")
 
 # CAPI operator provider kinds, deleted in this order (add-ons first, core last).
-PROVIDER_KINDS = ("AddonProvider", "ControlPlaneProvider", "BootstrapProvider", "InfrastructureProvider", "CoreProvider")
+PROVIDER_KINDS = (
+    "AddonProvider",
+    "ControlPlaneProvider",
+    "BootstrapProvider",
+    "InfrastructureProvider",
+    "CoreProvider",
+)
 PROVIDER_API = "operator.cluster.x-k8s.io/v1alpha2"
 
 HOST_KIND, HOST_MGMT, HOST_UNREACHABLE = "kind", "mgmt", "unreachable"
@@ -73,23 +79,24 @@ class UnknownState(TeardownError):
 
 # --- controller host ------------------------------------------------------------------
 
+
 def answers(kubeconfig, context, timeout=10.0):
     """(True, None) when the API server of kubeconfig/context answers /version within timeout."""
     if kube_config is None:
         return False, "the Python library 'kubernetes' is required"
     path = os.path.expanduser(kubeconfig) if kubeconfig else None
     if path and not os.path.exists(path):
-        return False, "kubeconfig %s does not exist" % path
+        return False, f"kubeconfig {path} does not exist"
     try:
         api_client = kube_config.new_client_from_config(config_file=path, context=context)
     except (kube_config.ConfigException, OSError, ValueError, TypeError) as exc:
-        return False, "cannot load context %s from %s: %s" % (context or "(current)", path or "~/.kube/config", exc)
+        return False, "cannot load context {} from {}: {}".format(context or "(current)", path or "~/.kube/config", exc)
     try:
         # Raw response: strict models reject the minimal /version some servers (and emulators) send.
         VersionApi(api_client).get_code_with_http_info(_preload_content=False, _request_timeout=timeout)
         return True, None
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-        return False, "%s does not answer: %s" % (api_client.configuration.host, kube.error_text(exc))
+        return False, f"{api_client.configuration.host} does not answer: {kube.error_text(exc)}"
     finally:
         api_client.close()
 
@@ -99,7 +106,7 @@ def cluster_resource(client):
     try:
         found = client.resources.search(group=CLUSTER_GROUP, kind="Cluster")
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-        raise UnknownState("cannot discover Cluster API resources: %s" % kube.error_text(exc))
+        raise UnknownState(f"cannot discover Cluster API resources: {kube.error_text(exc)}")
     found = [r for r in found if not getattr(r, "subresource", None) and "/" not in r.name]
     if not found:
         return None
@@ -110,7 +117,7 @@ def cluster_resource(client):
 
 def cluster_api_version(client):
     res = cluster_resource(client)
-    return res.group_version if res is not None else "%s/v1beta2" % CLUSTER_GROUP
+    return res.group_version if res is not None else f"{CLUSTER_GROUP}/v1beta2"
 
 
 def read_kind_marker(client, environment, kind_cluster, target):
@@ -118,25 +125,44 @@ def read_kind_marker(client, environment, kind_cluster, target):
 
     An unknown answer aborts: whether krops created the cluster must be known before it is deleted.
     """
-    state, objects, error = kube.probe(client, "v1", "ConfigMap", ownership.MARKER_NAMESPACE, name=ownership.MARKER_NAME)
+    state, objects, error = kube.probe(
+        client, "v1", "ConfigMap", ownership.MARKER_NAMESPACE, name=ownership.MARKER_NAME
+    )
     if state == kube.UNKNOWN:
-        raise UnknownState("cannot read ConfigMap %s/%s on %s: %s; nothing was changed, fix access and run again"
-                           % (ownership.MARKER_NAMESPACE, ownership.MARKER_NAME, target, error))
+        raise UnknownState(
+            f"cannot read ConfigMap {ownership.MARKER_NAMESPACE}/{ownership.MARKER_NAME} on {target}: {error}; nothing was changed, fix access and run again"
+        )
     owned, reason = ownership.kind_marker_verdict(objects[0] if objects else None, environment, kind_cluster)
     return {"owned": owned, "reason": reason}
 
 
-def find_host(kind_kubeconfig, kind_context, mgmt_kubeconfig, mgmt_context, mgmt_cluster, mgmt_namespace,
-              timeout=10.0, environment=None, kind_cluster=None):
+def find_host(
+    kind_kubeconfig,
+    kind_context,
+    mgmt_kubeconfig,
+    mgmt_context,
+    mgmt_cluster,
+    mgmt_namespace,
+    timeout=10.0,
+    environment=None,
+    kind_cluster=None,
+):
     """Find the cluster that holds the Cluster objects (the controller host).
 
     The kind context when it answers and still holds the management Cluster (or the exported
     management kubeconfig does not answer); else the self-managed management cluster; else
     unreachable. ``pivoted`` is true when the host is the management cluster.
     """
-    result = {"host": HOST_UNREACHABLE, "kubeconfig": None, "context": None, "pivoted": False,
-              "kind_reachable": False, "mgmt_reachable": False, "errors": {},
-              "kind_marker": {"owned": False, "reason": "the kind cluster did not answer"}}
+    result = {
+        "host": HOST_UNREACHABLE,
+        "kubeconfig": None,
+        "context": None,
+        "pivoted": False,
+        "kind_reachable": False,
+        "mgmt_reachable": False,
+        "errors": {},
+        "kind_marker": {"owned": False, "reason": "the kind cluster did not answer"},
+    }
     kind_ok, kind_error = answers(kind_kubeconfig, kind_context, timeout)
     result["kind_reachable"] = kind_ok
     if kind_error:
@@ -147,12 +173,14 @@ def find_host(kind_kubeconfig, kind_context, mgmt_kubeconfig, mgmt_context, mgmt
         api = cluster_api_version(client)
         state, dummy, error = kube.probe(client, api, "Cluster", mgmt_namespace, name=mgmt_cluster)
         if state == kube.UNKNOWN:
-            raise UnknownState("cannot tell whether Cluster %s/%s exists on the kind cluster (context %s): %s; "
-                               "nothing was changed, fix access to the kind cluster and run again"
-                               % (mgmt_namespace, mgmt_cluster, kind_context, error), result)
+            raise UnknownState(
+                f"cannot tell whether Cluster {mgmt_namespace}/{mgmt_cluster} exists on the kind cluster (context {kind_context}): {error}; "
+                "nothing was changed, fix access to the kind cluster and run again",
+                result,
+            )
         mgmt_on_kind = state == kube.PRESENT
         if kind_cluster:
-            result["kind_marker"] = read_kind_marker(client, environment, kind_cluster, "context %s" % kind_context)
+            result["kind_marker"] = read_kind_marker(client, environment, kind_cluster, f"context {kind_context}")
     mgmt_ok = False
     if not (kind_ok and mgmt_on_kind):
         mgmt_ok, mgmt_error = answers(mgmt_kubeconfig, mgmt_context, timeout)
@@ -168,22 +196,30 @@ def find_host(kind_kubeconfig, kind_context, mgmt_kubeconfig, mgmt_context, mgmt
 
 # --- probes ---------------------------------------------------------------------------
 
+
 def probe_or_abort(client, api_version, kind, namespace=None, what=None, target=None):
     """Objects of a kind (empty when absent); UnknownState when the API cannot tell."""
     state, objects, error = kube.probe(client, api_version, kind, namespace)
     if state == kube.UNKNOWN:
-        raise UnknownState("cannot list %s %s%s on %s: %s; nothing was deleted, fix access and run the teardown again"
-                           % (what or kind, api_version, " in namespace %s" % namespace if namespace else "",
-                              target or "the controller host", error))
+        raise UnknownState(
+            "cannot list {} {}{} on {}: {}; nothing was deleted, fix access and run the teardown again".format(
+                what or kind,
+                api_version,
+                f" in namespace {namespace}" if namespace else "",
+                target or "the controller host",
+                error,
+            )
+        )
     return objects
 
 
 def _name(obj):
     meta = obj.get("metadata") or {}
-    return "%s/%s" % (meta.get("namespace"), meta.get("name")) if meta.get("namespace") else meta.get("name")
+    return "{}/{}".format(meta.get("namespace"), meta.get("name")) if meta.get("namespace") else meta.get("name")
 
 
 # --- Flux -----------------------------------------------------------------------------
+
 
 def _matches(obj, patterns):
     meta = obj.get("metadata") or {}
@@ -213,8 +249,14 @@ def apply_suspend(client, planned):
         for item in planned["flux_operator"]:
             if item["kind"] == kind:
                 namespace, name = item["name"].split("/", 1)
-                _patch(client, api_version, kind, name, namespace,
-                       {"metadata": {"annotations": {FLUX_OPERATOR_RECONCILE: "disabled"}}})
+                _patch(
+                    client,
+                    api_version,
+                    kind,
+                    name,
+                    namespace,
+                    {"metadata": {"annotations": {FLUX_OPERATOR_RECONCILE: "disabled"}}},
+                )
     for ident in planned["kustomizations"]:
         namespace, name = ident.split("/", 1)
         _patch(client, KUSTOMIZATION[0], KUSTOMIZATION[1], name, namespace, {"spec": {"suspend": True}})
@@ -222,15 +264,17 @@ def apply_suspend(client, planned):
 
 def _patch(client, api_version, kind, name, namespace, body):
     try:
-        kube.resource(client, api_version, kind).patch(name=name, namespace=namespace, body=body,
-                                                       content_type="application/merge-patch+json")
+        kube.resource(client, api_version, kind).patch(
+            name=name, namespace=namespace, body=body, content_type="application/merge-patch+json"
+        )
     except NotFoundError:
         return
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-        raise TeardownError("cannot patch %s %s/%s: %s" % (kind, namespace, name, kube.error_text(exc)))
+        raise TeardownError(f"cannot patch {kind} {namespace}/{name}: {kube.error_text(exc)}")
 
 
 # --- Clusters -------------------------------------------------------------------------
+
 
 def select_clusters(clusters, names, keep):
     """(to delete, missing names): exactly the named Clusters (ownership.py), never those in keep."""
@@ -248,16 +292,26 @@ def _cluster_state(obj):
     deleting = kube.condition(obj, "Deleting") or kube.condition(obj, "Ready")
     detail = ""
     if deleting and deleting.get("message"):
-        detail = ": %s" % deleting["message"]
+        detail = ": {}".format(deleting["message"])
     finalizers = (obj.get("metadata") or {}).get("finalizers") or []
     if finalizers:
-        detail += " (finalizers %s)" % ", ".join(finalizers)
-    return "%s%s" % (phase, detail)
+        detail += " (finalizers {})".format(", ".join(finalizers))
+    return f"{phase}{detail}"
 
 
-def delete_clusters(kubeconfig, context, namespace="default", names=(), keep=(),
-                    suspend=True, kustomizations=("*",), wait=True, wait_timeout=1200, check_mode=False,
-                    on_progress=None):
+def delete_clusters(
+    kubeconfig,
+    context,
+    namespace="default",
+    names=(),
+    keep=(),
+    suspend=True,
+    kustomizations=("*",),
+    wait=True,
+    wait_timeout=1200,
+    check_mode=False,
+    on_progress=None,
+):
     """Suspend Flux, delete Cluster objects through their provider and wait until they are gone.
 
     Probes run first; an unknown state aborts before anything changes. Returns a result dict
@@ -267,23 +321,37 @@ def delete_clusters(kubeconfig, context, namespace="default", names=(), keep=(),
     target = kube.describe_target(kubeconfig, context)
     client = kube.connect(kubeconfig, context)
     res = cluster_resource(client)
-    api = res.group_version if res is not None else "%s/v1beta2" % CLUSTER_GROUP
+    api = res.group_version if res is not None else f"{CLUSTER_GROUP}/v1beta2"
     clusters = probe_or_abort(client, api, "Cluster", namespace, "Clusters", target) if res is not None else []
-    planned = plan_suspend(client, list(kustomizations), target) if suspend else \
-        {"kustomizations": [], "already_suspended": [], "flux_operator": []}
+    planned = (
+        plan_suspend(client, list(kustomizations), target)
+        if suspend
+        else {"kustomizations": [], "already_suspended": [], "flux_operator": []}
+    )
     chosen, missing = select_clusters(clusters, list(names), set(keep))
     refused = [n for n in names if n in set(keep)]
     if refused:
-        raise TeardownError("refusing to delete Cluster %s in %s on %s: it is the management cluster that runs "
-                            "the providers (remove it from the cloud side instead)" % (", ".join(refused), namespace, target))
-    plan = ["suspend Kustomization %s" % k for k in planned["kustomizations"]]
-    plan += ["disable reconciliation of %s %s" % (i["kind"], i["name"]) for i in planned["flux_operator"]]
-    plan += ["delete Cluster %s/%s and wait until it is gone" % (namespace, n) for n in chosen]
-    result = {"plan": plan, "target": target, "namespace": namespace, "api_version": api,
-              "suspended": planned["kustomizations"], "already_suspended": planned["already_suspended"],
-              "flux_operator_disabled": [i["name"] for i in planned["flux_operator"]],
-              "deleted": chosen, "already_absent": missing, "remaining": [], "progress": [],
-              "changed": bool(plan)}
+        raise TeardownError(
+            "refusing to delete Cluster {} in {} on {}: it is the management cluster that runs "
+            "the providers (remove it from the cloud side instead)".format(", ".join(refused), namespace, target)
+        )
+    plan = [f"suspend Kustomization {k}" for k in planned["kustomizations"]]
+    plan += ["disable reconciliation of {} {}".format(i["kind"], i["name"]) for i in planned["flux_operator"]]
+    plan += [f"delete Cluster {namespace}/{n} and wait until it is gone" for n in chosen]
+    result = {
+        "plan": plan,
+        "target": target,
+        "namespace": namespace,
+        "api_version": api,
+        "suspended": planned["kustomizations"],
+        "already_suspended": planned["already_suspended"],
+        "flux_operator_disabled": [i["name"] for i in planned["flux_operator"]],
+        "deleted": chosen,
+        "already_absent": missing,
+        "remaining": [],
+        "progress": [],
+        "changed": bool(plan),
+    }
     if check_mode or not plan:
         return result
     apply_suspend(client, planned)
@@ -293,7 +361,7 @@ def delete_clusters(kubeconfig, context, namespace="default", names=(), keep=(),
         except NotFoundError:
             continue
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TeardownError("cannot delete Cluster %s/%s on %s: %s" % (namespace, name, target, kube.error_text(exc)), result)
+            raise TeardownError(f"cannot delete Cluster {namespace}/{name} on {target}: {kube.error_text(exc)}", result)
     if not wait or not chosen:
         return result
     wanted = set(chosen)
@@ -311,17 +379,24 @@ def delete_clusters(kubeconfig, context, namespace="default", names=(), keep=(),
         kube.watch_until(client, api, "Cluster", namespace, evaluate, wait_timeout, on_progress=progress)
     except kube.WaitTimeout as exc:
         result["remaining"] = sorted(exc.state or {})
-        raise TeardownError("timed out after %ss waiting for Cluster deletion in %s on %s; still present: %s. "
-                            "Nothing after this step ran (the controller host is left running); check the "
-                            "provider's logs and run the teardown again"
-                            % (int(wait_timeout), namespace, target,
-                               "; ".join("%s (%s)" % (k, v) for k, v in sorted((exc.state or {}).items()))), result)
+        raise TeardownError(
+            "timed out after {}s waiting for Cluster deletion in {} on {}; still present: {}. "
+            "Nothing after this step ran (the controller host is left running); check the "
+            "provider's logs and run the teardown again".format(
+                int(wait_timeout),
+                namespace,
+                target,
+                "; ".join(f"{k} ({v})" for k, v in sorted((exc.state or {}).items())),
+            ),
+            result,
+        )
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-        raise TeardownError("lost the watch on Clusters in %s on %s: %s" % (namespace, target, kube.error_text(exc)), result)
+        raise TeardownError(f"lost the watch on Clusters in {namespace} on {target}: {kube.error_text(exc)}", result)
     return result
 
 
 # --- Tinkerbell Hardware --------------------------------------------------------------
+
 
 def ownership_marks(hardware):
     """The CAPT ownership labels, annotations and finalizers a Hardware still carries."""
@@ -341,12 +416,21 @@ def _owner_exists(client, hardware, marks, owners):
     labels = marks["labels"]
     candidates = []
     if labels.get("v1alpha1.tinkerbell.org/ownerName"):
-        candidates.append((labels["v1alpha1.tinkerbell.org/ownerNamespace"] if
-                           labels.get("v1alpha1.tinkerbell.org/ownerNamespace") else
-                           hardware["metadata"].get("namespace"), labels["v1alpha1.tinkerbell.org/ownerName"]))
+        candidates.append(
+            (
+                labels["v1alpha1.tinkerbell.org/ownerNamespace"]
+                if labels.get("v1alpha1.tinkerbell.org/ownerNamespace")
+                else hardware["metadata"].get("namespace"),
+                labels["v1alpha1.tinkerbell.org/ownerName"],
+            )
+        )
     if labels.get("v1alpha1.tinkerbell.org/clusterName"):
-        candidates.append((labels.get("v1alpha1.tinkerbell.org/clusterNamespace") or hardware["metadata"].get("namespace"),
-                           labels["v1alpha1.tinkerbell.org/clusterName"]))
+        candidates.append(
+            (
+                labels.get("v1alpha1.tinkerbell.org/clusterNamespace") or hardware["metadata"].get("namespace"),
+                labels["v1alpha1.tinkerbell.org/clusterName"],
+            )
+        )
     return any(candidate in owners for candidate in candidates)
 
 
@@ -357,7 +441,7 @@ def _owner_index(client, target):
         try:
             found = client.resources.search(group="infrastructure.cluster.x-k8s.io", kind=kind)
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise UnknownState("cannot discover %s on %s: %s" % (kind, target, kube.error_text(exc)))
+            raise UnknownState(f"cannot discover {kind} on {target}: {kube.error_text(exc)}")
         for res in found[:1]:
             for obj in probe_or_abort(client, res.group_version, kind, target=target):
                 owners.add((obj["metadata"].get("namespace"), obj["metadata"]["name"]))
@@ -368,8 +452,19 @@ def _owner_index(client, target):
     return owners
 
 
-def release_hardware(kubeconfig, context, namespace="default", hardware_namespace=None, clusters=(), keep=(),
-                     suspend=True, wait_timeout=1200, remove_stale=True, check_mode=False, on_progress=None):
+def release_hardware(
+    kubeconfig,
+    context,
+    namespace="default",
+    hardware_namespace=None,
+    clusters=(),
+    keep=(),
+    suspend=True,
+    wait_timeout=1200,
+    remove_stale=True,
+    check_mode=False,
+    on_progress=None,
+):
     """Give the Hardware back to the Tinkerbell pool by deleting the Clusters that use it.
 
     Suspends Flux, deletes the named Clusters (bootstrap.toml's, never every Cluster in the
@@ -395,11 +490,26 @@ def release_hardware(kubeconfig, context, namespace="default", hardware_namespac
         elif _has_marks(marks) and any(owner.startswith(k + "-") for k in keep):
             # protective only: a machine name starting with a kept Cluster's name keeps its Hardware
             kept_marks[_name(hw)] = owner
-    deletion = delete_clusters(kubeconfig, context, namespace, names=names, keep=keep,
-                               suspend=suspend, wait=True, wait_timeout=wait_timeout, check_mode=check_mode,
-                               on_progress=on_progress)
-    result = {"plan": list(deletion["plan"]), "clusters_deleted": deletion["deleted"],
-              "suspended": deletion["suspended"], "hardware": [], "changed": deletion["changed"], "target": target}
+    deletion = delete_clusters(
+        kubeconfig,
+        context,
+        namespace,
+        names=names,
+        keep=keep,
+        suspend=suspend,
+        wait=True,
+        wait_timeout=wait_timeout,
+        check_mode=check_mode,
+        on_progress=on_progress,
+    )
+    result = {
+        "plan": list(deletion["plan"]),
+        "clusters_deleted": deletion["deleted"],
+        "suspended": deletion["suspended"],
+        "hardware": [],
+        "changed": deletion["changed"],
+        "target": target,
+    }
     owners = set() if check_mode else _owner_index(client, target)
     stale = []
     for hw in hardware:
@@ -412,7 +522,7 @@ def release_hardware(kubeconfig, context, namespace="default", hardware_namespac
             result["hardware"].append({"name": ident, "outcome": "free", "marks": marks})
             continue
         if check_mode:
-            result["plan"].append("wait until Hardware %s carries no ownership marks (%s)" % (ident, _marks_text(marks)))
+            result["plan"].append(f"wait until Hardware {ident} carries no ownership marks ({_marks_text(marks)})")
             result["hardware"].append({"name": ident, "outcome": "would-release", "marks": marks})
             continue
         stale.append(ident)
@@ -425,9 +535,9 @@ def release_hardware(kubeconfig, context, namespace="default", hardware_namespac
 
 
 def _marks_text(marks):
-    parts = ["label %s=%s" % kv for kv in sorted(marks["labels"].items())]
-    parts += ["annotation %s" % k for k in sorted(marks["annotations"])]
-    parts += ["finalizer %s" % f for f in marks["finalizers"]]
+    parts = ["label {}={}".format(*kv) for kv in sorted(marks["labels"].items())]
+    parts += [f"annotation {k}" for k in sorted(marks["annotations"])]
+    parts += [f"finalizer {f}" for f in marks["finalizers"]]
     return ", ".join(parts) or "none"
 
 
@@ -457,16 +567,31 @@ def _wait_released(client, hardware_namespace, names, owners, wait_timeout, remo
         return not pending, pending
 
     try:
-        kube.watch_until(client, HARDWARE[0], HARDWARE[1], hardware_namespace, evaluate, wait_timeout,
-                         on_progress=result.setdefault("progress", []).append)
+        kube.watch_until(
+            client,
+            HARDWARE[0],
+            HARDWARE[1],
+            hardware_namespace,
+            evaluate,
+            wait_timeout,
+            on_progress=result.setdefault("progress", []).append,
+        )
     except kube.WaitTimeout as exc:
-        result["hardware"].extend({"name": n, "outcome": outcomes.get(n, "released")} for n in names if n not in (exc.state or {}))
-        result["hardware"].extend({"name": n, "outcome": "not-released", "marks_left": text}
-                                  for n, text in sorted((exc.state or {}).items()))
-        raise TeardownError("timed out after %ss waiting for CAPT to release Hardware on %s: %s. The machines were "
-                            "not touched; check the CAPT controller logs, then run the teardown again"
-                            % (int(wait_timeout), target, "; ".join("%s still has %s" % kv for kv in sorted((exc.state or {}).items()))),
-                            result)
+        result["hardware"].extend(
+            {"name": n, "outcome": outcomes.get(n, "released")} for n in names if n not in (exc.state or {})
+        )
+        result["hardware"].extend(
+            {"name": n, "outcome": "not-released", "marks_left": text} for n, text in sorted((exc.state or {}).items())
+        )
+        raise TeardownError(
+            "timed out after {}s waiting for CAPT to release Hardware on {}: {}. The machines were "
+            "not touched; check the CAPT controller logs, then run the teardown again".format(
+                int(wait_timeout),
+                target,
+                "; ".join("{} still has {}".format(*kv) for kv in sorted((exc.state or {}).items())),
+            ),
+            result,
+        )
     return [{"name": n, "outcome": outcomes.get(n, "released")} for n in names]
 
 
@@ -481,24 +606,36 @@ def _clear_marks(client, hw, marks, target):
     res = kube.resource(client, *HARDWARE)
     try:
         if body["metadata"]:
-            res.patch(name=meta["name"], namespace=meta.get("namespace"), body=body,
-                      content_type="application/merge-patch+json")
+            res.patch(
+                name=meta["name"],
+                namespace=meta.get("namespace"),
+                body=body,
+                content_type="application/merge-patch+json",
+            )
         if marks["finalizers"]:
             current = res.get(name=meta["name"], namespace=meta.get("namespace")).to_dict()
             finalizers = current["metadata"].get("finalizers") or []
-            ops = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
-                   {"op": "replace", "path": "/metadata/finalizers",
-                    "value": [f for f in finalizers if f not in HARDWARE_FINALIZERS]}]
-            res.patch(name=meta["name"], namespace=meta.get("namespace"), body=ops,
-                      content_type="application/json-patch+json")
+            ops = [
+                {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+                {
+                    "op": "replace",
+                    "path": "/metadata/finalizers",
+                    "value": [f for f in finalizers if f not in HARDWARE_FINALIZERS],
+                },
+            ]
+            res.patch(
+                name=meta["name"], namespace=meta.get("namespace"), body=ops, content_type="application/json-patch+json"
+            )
     except NotFoundError:
         return
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-        raise TeardownError("cannot remove stale ownership marks from Hardware %s on %s: %s"
-                            % (_name(hw), target, kube.error_text(exc)))
+        raise TeardownError(
+            f"cannot remove stale ownership marks from Hardware {_name(hw)} on {target}: {kube.error_text(exc)}"
+        )
 
 
 # --- ordered plans --------------------------------------------------------------------
+
 
 def _step(action, description, **params):
     return dict(action=action, description=description, **params)
@@ -508,9 +645,14 @@ def _kind_step(boot, host, kept, description):
     """delete-kind only when the kind cluster answered and its marker proves krops created it for this environment."""
     if host["kind_reachable"] and host["kind_marker"]["owned"]:
         return [_step("delete-kind", description, name=boot["kind-cluster"], proof=host["kind_marker"]["reason"])]
-    kept.append({"what": "kind cluster %s" % boot["kind-cluster"],
-                 "reason": host["kind_marker"]["reason"] if host["kind_reachable"] else
-                 "the kind cluster did not answer, so nothing proves krops created it"})
+    kept.append(
+        {
+            "what": "kind cluster {}".format(boot["kind-cluster"]),
+            "reason": host["kind_marker"]["reason"]
+            if host["kind_reachable"]
+            else "the kind cluster did not answer, so nothing proves krops created it",
+        }
+    )
     return []
 
 
@@ -532,67 +674,161 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
     reachable = host["host"] != HOST_UNREACHABLE
     steps = []
     if reachable:
-        steps.append(_step("suspend-flux", "suspend every Flux Kustomization and Flux Operator object on the %s cluster"
-                           % ("management" if pivoted else "kind")))
+        steps.append(
+            _step(
+                "suspend-flux",
+                "suspend every Flux Kustomization and Flux Operator object on the %s cluster"
+                % ("management" if pivoted else "kind"),
+            )
+        )
     if not reachable and kind_ in ("aws", "azure", "gcp"):
         # forced: nothing answers, so only the cloud side can be removed
         cloud = {"aws": "aws-orphan-sweep", "azure": "azure-teardown", "gcp": "gcp-teardown"}[kind_]
-        return _number([_step(cloud, "remove the %s resources this environment created, the management cluster "
-                                     "included (ownership-filtered; forced: no controller host answers)" % kind_)])
+        return _number(
+            [
+                _step(
+                    cloud,
+                    f"remove the {kind_} resources this environment created, the management cluster "
+                    "included (ownership-filtered; forced: no controller host answers)",
+                )
+            ]
+        )
     if not reachable and kind_ == "local-talos":
         return []
     if reachable and kind_ == "local-talos":
         names = ownership.owned_cluster_names(env, pivoted)
-        steps.append(_step("tinkerbell-release", "delete the Clusters %s named by bootstrap.toml so CAPT returns their "
-                           "Hardware to the Tinkerbell pool; wait until no Hardware carries ownership marks"
-                           % (", ".join(names) or "(none)"),
-                           namespace=namespace, clusters=names, keep=[mgmt] if pivoted else [],
-                           timeout=boot["cluster-delete-timeout"]))
+        steps.append(
+            _step(
+                "tinkerbell-release",
+                "delete the Clusters %s named by bootstrap.toml so CAPT returns their "
+                "Hardware to the Tinkerbell pool; wait until no Hardware carries ownership marks"
+                % (", ".join(names) or "(none)"),
+                namespace=namespace,
+                clusters=names,
+                keep=[mgmt] if pivoted else [],
+                timeout=boot["cluster-delete-timeout"],
+            )
+        )
     elif reachable and workloads:
         timeout = local_cluster_timeout if kind_ == "local-host" else boot["cluster-delete-timeout"]
-        steps.append(_step("delete-clusters", "delete the workload Clusters %s through the provider and wait (%ss)"
-                           % (", ".join(workloads), timeout), namespace=namespace, clusters=workloads, keep=[mgmt],
-                           timeout=timeout))
+        steps.append(
+            _step(
+                "delete-clusters",
+                "delete the workload Clusters {} through the provider and wait ({}s)".format(
+                    ", ".join(workloads), timeout
+                ),
+                namespace=namespace,
+                clusters=workloads,
+                keep=[mgmt],
+                timeout=timeout,
+            )
+        )
     if kind_ == "local-host":
         if not pivoted:
-            steps += _kind_step(boot, host, kept, "delete the kind cluster %s (the controller host; %s)"
-                                % (boot["kind-cluster"], host["kind_marker"]["reason"]))
+            steps += _kind_step(
+                boot,
+                host,
+                kept,
+                "delete the kind cluster {} (the controller host; {})".format(
+                    boot["kind-cluster"], host["kind_marker"]["reason"]
+                ),
+            )
         clusters = [mgmt] + workloads
-        steps.append(_step("remove-containers", "remove the Docker containers labelled %s=%s and their anonymous "
-                           "volumes" % (ownership.KIND_CLUSTER_LABEL, "|".join(clusters)),
-                           label_key=ownership.KIND_CLUSTER_LABEL, clusters=clusters,
-                           filters=[ownership.docker_label_filter(c) for c in clusters]))
+        steps.append(
+            _step(
+                "remove-containers",
+                "remove the Docker containers labelled {}={} and their anonymous volumes".format(
+                    ownership.KIND_CLUSTER_LABEL, "|".join(clusters)
+                ),
+                label_key=ownership.KIND_CLUSTER_LABEL,
+                clusters=clusters,
+                filters=[ownership.docker_label_filter(c) for c in clusters],
+            )
+        )
         if pivoted:
-            steps += _kind_step(boot, host, kept, "delete the leftover kind cluster %s (%s)"
-                                % (boot["kind-cluster"], host["kind_marker"]["reason"]))
-        kept.append({"what": "Docker network %s" % boot["kind-network"],
-                     "reason": "kind creates it without a label for every kind cluster on the host and never "
-                               "deletes it; nothing proves krops owns it"})
-        steps.append(_step("remove-registry", "remove the registry container %s (exact name from bootstrap.toml)"
-                           % boot["registry-name"], name=boot["registry-name"]))
+            steps += _kind_step(
+                boot,
+                host,
+                kept,
+                "delete the leftover kind cluster {} ({})".format(boot["kind-cluster"], host["kind_marker"]["reason"]),
+            )
+        kept.append(
+            {
+                "what": "Docker network {}".format(boot["kind-network"]),
+                "reason": "kind creates it without a label for every kind cluster on the host and never "
+                "deletes it; nothing proves krops owns it",
+            }
+        )
+        steps.append(
+            _step(
+                "remove-registry",
+                "remove the registry container {} (exact name from bootstrap.toml)".format(boot["registry-name"]),
+                name=boot["registry-name"],
+            )
+        )
     elif kind_ in ("aws", "azure", "gcp"):
-        steps.append(_step("capi-providers", "delete the CAPI providers (add-on, control plane, bootstrap, "
-                           "infrastructure, core) so nothing recreates cloud resources",
-                           kinds=list(PROVIDER_KINDS), timeout=boot["provider-delete-timeout"]))
-        steps.append(_step("flux-uninstall", "helm uninstall flux and flux-operator in %s" % boot["flux-namespace"],
-                           namespace=boot["flux-namespace"], releases=["flux", "flux-operator"]))
-        steps.append(_step("bootstrap-secrets", "delete the bootstrap secrets and run tags in %s" % boot["flux-namespace"],
-                           namespace=boot["flux-namespace"],
-                           secrets=[boot["github-pat-secret"], boot["sops-age-secret"]],
-                           configmaps=[boot["run-configmap"]]))
+        steps.append(
+            _step(
+                "capi-providers",
+                "delete the CAPI providers (add-on, control plane, bootstrap, "
+                "infrastructure, core) so nothing recreates cloud resources",
+                kinds=list(PROVIDER_KINDS),
+                timeout=boot["provider-delete-timeout"],
+            )
+        )
+        steps.append(
+            _step(
+                "flux-uninstall",
+                "helm uninstall flux and flux-operator in {}".format(boot["flux-namespace"]),
+                namespace=boot["flux-namespace"],
+                releases=["flux", "flux-operator"],
+            )
+        )
+        steps.append(
+            _step(
+                "bootstrap-secrets",
+                "delete the bootstrap secrets and run tags in {}".format(boot["flux-namespace"]),
+                namespace=boot["flux-namespace"],
+                secrets=[boot["github-pat-secret"], boot["sops-age-secret"]],
+                configmaps=[boot["run-configmap"]],
+            )
+        )
         cloud = {"aws": "aws-orphan-sweep", "azure": "azure-teardown", "gcp": "gcp-teardown"}[kind_]
-        steps.append(_step(cloud, "remove the %s resources this environment created, the management cluster "
-                           "included (ownership-filtered)" % kind_, timeout=boot["cluster-delete-timeout"]))
-        steps += _kind_step(boot, host, kept, "delete the kind cluster %s (%s)" % (boot["kind-cluster"],
-                                                                                   host["kind_marker"]["reason"]))
+        steps.append(
+            _step(
+                cloud,
+                f"remove the {kind_} resources this environment created, the management cluster "
+                "included (ownership-filtered)",
+                timeout=boot["cluster-delete-timeout"],
+            )
+        )
+        steps += _kind_step(
+            boot,
+            host,
+            kept,
+            "delete the kind cluster {} ({})".format(boot["kind-cluster"], host["kind_marker"]["reason"]),
+        )
     elif kind_ == "local-talos" and not pivoted:
-        steps += _kind_step(boot, host, kept, "delete the kind cluster %s (the controller host; %s)"
-                            % (boot["kind-cluster"], host["kind_marker"]["reason"]))
+        steps += _kind_step(
+            boot,
+            host,
+            kept,
+            "delete the kind cluster {} (the controller host; {})".format(
+                boot["kind-cluster"], host["kind_marker"]["reason"]
+            ),
+        )
     if pivoted and kind_ != "local-talos":
-        steps.append(_step("remove-kubeconfig", "remove krops' context %s (and the cluster and user only it uses) "
-                           "from %s; the file goes only when nothing else is left"
-                           % (boot["mgmt-context"], boot["mgmt-kubeconfig"]),
-                           path=boot["mgmt-kubeconfig"], context=boot["mgmt-context"]))
+        steps.append(
+            _step(
+                "remove-kubeconfig",
+                "remove krops' context {} (and the cluster and user only it uses) "
+                "from {}; the file goes only when nothing else is left".format(
+                    boot["mgmt-context"], boot["mgmt-kubeconfig"]
+                ),
+                path=boot["mgmt-kubeconfig"],
+                context=boot["mgmt-context"],
+            )
+        )
     return _number(steps)
 
 
@@ -617,6 +853,7 @@ def _number(steps):
 
 # --- kubeconfig -----------------------------------------------------------------------
 
+
 def remove_kubeconfig_entries(path, context, check_mode=False):
     """Remove krops' context (and the cluster and user only it uses) from a kubeconfig file.
 
@@ -626,17 +863,21 @@ def remove_kubeconfig_entries(path, context, check_mode=False):
     import yaml  # PyYAML ships with ansible-core
 
     path = os.path.expanduser(path)
-    result = {"path": path, "removed": {"contexts": [], "clusters": [], "users": []}, "file_removed": False,
-              "changed": False}
+    result = {
+        "path": path,
+        "removed": {"contexts": [], "clusters": [], "users": []},
+        "file_removed": False,
+        "changed": False,
+    }
     if not os.path.exists(path):
         return result
     try:
         with open(path, encoding="utf-8") as handle:
             doc = yaml.safe_load(handle) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise TeardownError("cannot read kubeconfig %s: %s; nothing was changed" % (path, exc), result)
+        raise TeardownError(f"cannot read kubeconfig {path}: {exc}; nothing was changed", result)
     if not isinstance(doc, dict):
-        raise TeardownError("%s is not a kubeconfig (a YAML mapping); nothing was changed" % path, result)
+        raise TeardownError(f"{path} is not a kubeconfig (a YAML mapping); nothing was changed", result)
     remaining, removed = ownership.kubeconfig_without(doc, context)
     result["removed"] = removed
     result["changed"] = bool(removed["contexts"] or removed["clusters"] or removed["users"]) or remaining is None
@@ -647,11 +888,11 @@ def remove_kubeconfig_entries(path, context, check_mode=False):
         if remaining is None:
             os.remove(path)
         else:
-            tmp = "%s.krops-tmp" % path
+            tmp = f"{path}.krops-tmp"
             with open(tmp, "w", encoding="utf-8") as handle:
                 yaml.safe_dump(remaining, handle, default_flow_style=False, sort_keys=False)
             os.chmod(tmp, os.stat(path).st_mode & 0o777)
             os.replace(tmp, path)
     except OSError as exc:
-        raise TeardownError("cannot update kubeconfig %s: %s" % (path, exc.strerror or exc), result)
+        raise TeardownError(f"cannot update kubeconfig {path}: {exc.strerror or exc}", result)
     return result

@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 try:
     import yaml
+
     _YAML_ERRORS = (yaml.YAMLError,)
 except ImportError:  # PyYAML comes with ansible-core; only bare sanity environments lack it
     yaml = None
@@ -56,17 +57,29 @@ from ansible_collections.krops.platform.plugins.module_utils import validate_sch
 try:
     from yamllint import config as yamllint_config
     from yamllint import linter as yamllint_linter
+
     HAS_YAMLLINT = True
 except ImportError:  # reported as a finding-free note in the summary
     HAS_YAMLLINT = False
 
 RULES = ("render", "schema", "flux-graph", "bootstrap", "secrets", "tags", "yamllint", "cel", "airgap")
 FLUX_KS = "kustomize.toolkit.fluxcd.io"
-PROVIDER_KINDS = ("CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider",
-                  "AddonProvider", "IPAMProvider", "RuntimeExtensionProvider")
+PROVIDER_KINDS = (
+    "CoreProvider",
+    "BootstrapProvider",
+    "ControlPlaneProvider",
+    "InfrastructureProvider",
+    "AddonProvider",
+    "IPAMProvider",
+    "RuntimeExtensionProvider",
+)
 # Chart name in Git -> key of bootstrap.toml [charts].
-CHART_PINS = {"cert-manager": "cert-manager", "cluster-api-operator": "capi-operator",
-              "flux-operator": "flux-operator", "flux-instance": "flux-operator"}
+CHART_PINS = {
+    "cert-manager": "cert-manager",
+    "cluster-api-operator": "capi-operator",
+    "flux-operator": "flux-operator",
+    "flux-instance": "flux-operator",
+}
 _ENC = re.compile(r"^ENC\[[A-Za-z0-9_]+,data:.*\]$", re.S)
 _SOPS_KEY_GROUPS = ("age", "pgp", "kms", "gcp_kms", "azure_kv", "hc_vault", "key_groups")
 # Cloud resources that take AWS tags: (group, kind) -> where the tags are and their shape. ACK kinds
@@ -84,8 +97,17 @@ _ACK_UNTAGGED = {"AdoptedResource", "FieldExport", "IAMRoleSelector"}
 # A Google external_account credential configuration (Workload Identity Federation) names a token
 # file and Google endpoints, never key material: a Secret holding only such files (or empty values)
 # may be committed in plain text. Any other key, or a credential source other than a file, is not.
-_EXTERNAL_ACCOUNT_KEYS = {"type", "audience", "subject_token_type", "token_url", "service_account_impersonation_url",
-                          "service_account_impersonation", "credential_source", "universe_domain", "quota_project_id"}
+_EXTERNAL_ACCOUNT_KEYS = {
+    "type",
+    "audience",
+    "subject_token_type",
+    "token_url",
+    "service_account_impersonation_url",
+    "service_account_impersonation",
+    "credential_source",
+    "universe_domain",
+    "quota_project_id",
+}
 _RS_INPUT = re.compile(r"<<-?\s*inputs\.([A-Za-z_][A-Za-z0-9_]*)\s*-?>>")
 
 
@@ -94,7 +116,7 @@ class ValidateError(Exception):
 
 
 class Finding:
-    __slots__ = ("file", "object", "rule", "message", "environment")
+    __slots__ = ("environment", "file", "message", "object", "rule")
 
     def __init__(self, file, obj, rule, message, environment):
         self.file = file
@@ -104,11 +126,16 @@ class Finding:
         self.environment = environment
 
     def as_dict(self):
-        return {"file": self.file, "object": self.object, "rule": self.rule,
-                "message": self.message, "environment": self.environment}
+        return {
+            "file": self.file,
+            "object": self.object,
+            "rule": self.rule,
+            "message": self.message,
+            "environment": self.environment,
+        }
 
     def line(self):
-        return "%s: %s: [%s] %s" % (self.file, self.object, self.rule, self.message)
+        return f"{self.file}: {self.object}: [{self.rule}] {self.message}"
 
     def key(self):
         return (self.environment, self.file, self.object, self.rule, self.message)
@@ -117,7 +144,7 @@ class Finding:
 def object_id(obj):
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
-    return "%s/%s%s" % (obj.get("kind", "?"), "%s/" % ns if ns else "", meta.get("name", "?"))
+    return "{}/{}{}".format(obj.get("kind", "?"), f"{ns}/" if ns else "", meta.get("name", "?"))
 
 
 def _group(api_version):
@@ -140,15 +167,15 @@ def _norm_path(path):
 class _Item:
     """A rendered (or ResourceSet-expanded) object and where it comes from."""
 
-    __slots__ = ("obj", "directory", "file", "virtual", "fallback", "origin")
+    __slots__ = ("directory", "fallback", "file", "obj", "origin", "virtual")
 
     def __init__(self, obj, directory, file, virtual=False, fallback=False, origin="rendered by ResourceSet"):
         self.obj = obj
         self.directory = directory
         self.file = file
-        self.virtual = virtual      # not rendered by kustomize (ResourceSet expansion or fallback)
-        self.fallback = fallback    # raw manifest of a directory that failed to render
-        self.origin = origin        # how a virtual object came about (for finding labels)
+        self.virtual = virtual  # not rendered by kustomize (ResourceSet expansion or fallback)
+        self.fallback = fallback  # raw manifest of a directory that failed to render
+        self.origin = origin  # how a virtual object came about (for finding labels)
 
     @property
     def kind(self):
@@ -178,16 +205,16 @@ class _Env:
     def __init__(self, name, root):
         self.name = name
         self.root = root
-        self.tops = []          # mgmt/<env>, workload/<overlay> (relative)
-        self.directories = []   # relative dirs with a kustomization
+        self.tops = []  # mgmt/<env>, workload/<overlay> (relative)
+        self.directories = []  # relative dirs with a kustomization
         self.items = []
         self.findings = []
-        self.file_index = {}    # (kind, name, ns) and (kind, name) -> relative file
-        self.raw_docs = []      # (relative file, doc)
+        self.file_index = {}  # (kind, name, ns) and (kind, name) -> relative file
+        self.raw_docs = []  # (relative file, doc)
         self.lifecycle = set()  # (kind, namespace, name)
-        self.settings = None    # bootstrap.toml table of the environment, or None
+        self.settings = None  # bootstrap.toml table of the environment, or None
         self.files = 0
-        self.cel = None         # CEL rules not evaluated (a list when the cel rule runs)
+        self.cel = None  # CEL rules not evaluated (a list when the cel rule runs)
 
     def add(self, file, obj, rule, message):
         self.findings.append(Finding(file, obj, rule, message, self.name))
@@ -196,8 +223,11 @@ class _Env:
         return os.path.relpath(path, self.root)
 
     def locate(self, kind, name, namespace, directory):
-        return (self.file_index.get((kind, name, namespace)) or self.file_index.get((kind, name))
-                or self.rel(render.kustomization_file(os.path.join(self.root, directory))))
+        return (
+            self.file_index.get((kind, name, namespace))
+            or self.file_index.get((kind, name))
+            or self.rel(render.kustomization_file(os.path.join(self.root, directory)))
+        )
 
     def defined(self, kind, namespace, name, group=None):
         for item in self.items:
@@ -209,6 +239,7 @@ class _Env:
 
 # --- entry point -------------------------------------------------------------------------
 
+
 def environments_present(root):
     mgmt = os.path.join(root, "mgmt")
     if not os.path.isdir(mgmt):
@@ -216,8 +247,18 @@ def environments_present(root):
     return sorted(d for d in os.listdir(mgmt) if os.path.isdir(os.path.join(mgmt, d)) and not d.startswith("."))
 
 
-def run(path=None, environments=None, schema_location=None, allow_kinds=None, config_file=None,
-        renderer=None, jobs=None, environ=None, cel=True, collect=None):
+def run(
+    path=None,
+    environments=None,
+    schema_location=None,
+    allow_kinds=None,
+    config_file=None,
+    renderer=None,
+    jobs=None,
+    environ=None,
+    cel=True,
+    collect=None,
+):
     """Validate the tree at ``path``. Returns a dict: findings, summary, objects, directories, seconds.
 
     ``cel``: evaluate the CEL rules of the schemas. ``collect``: called with each environment's
@@ -229,7 +270,7 @@ def run(path=None, environments=None, schema_location=None, allow_kinds=None, co
     started = time.monotonic()
     root = os.path.abspath(os.path.expanduser(path or os.getcwd()))
     if not os.path.isdir(os.path.join(root, "mgmt")):
-        raise ValidateError("%s has no mgmt/ folder: point path at the root of the krops repository" % root)
+        raise ValidateError(f"{root} has no mgmt/ folder: point path at the root of the krops repository")
     try:
         cfg = krops_config.load(path=config_file or os.path.join(root, krops_config.DEFAULT_FILE), environ={})
     except krops_config.ConfigError as exc:
@@ -238,8 +279,11 @@ def run(path=None, environments=None, schema_location=None, allow_kinds=None, co
     if environments:
         missing = [e for e in environments if e not in present]
         if missing:
-            raise ValidateError("environment %s has no folder mgmt/%s (environments in the tree: %s)"
-                                % (missing[0], missing[0], ", ".join(present) or "none"))
+            raise ValidateError(
+                "environment {} has no folder mgmt/{} (environments in the tree: {})".format(
+                    missing[0], missing[0], ", ".join(present) or "none"
+                )
+            )
         selected = list(environments)
     else:
         selected = present
@@ -271,44 +315,75 @@ def run(path=None, environments=None, schema_location=None, allow_kinds=None, co
         findings.extend(env_findings)
         rendered = sum(1 for item in env.items if not item.virtual)
         per_rule = {rule: sum(1 for f in env_findings if f.rule == rule) for rule in RULES}
-        summary[name] = {"directories": len(env.directories), "objects": rendered, "files": env.files,
-                         "findings": len(env_findings), "by_rule": per_rule,
-                         "cel_unevaluable": len(env.cel or []), "seconds": round(time.monotonic() - env_started, 3)}
+        summary[name] = {
+            "directories": len(env.directories),
+            "objects": rendered,
+            "files": env.files,
+            "findings": len(env_findings),
+            "by_rule": per_rule,
+            "cel_unevaluable": len(env.cel or []),
+            "seconds": round(time.monotonic() - env_started, 3),
+        }
         total_objects += rendered
         total_dirs += len(env.directories)
         covered.update(env.tops)
     if not environments:
         findings.extend(_check_other_files(root, covered, lint_conf))
-    return {"findings": [f.as_dict() for f in findings], "summary": summary, "objects": total_objects,
-            "directories": total_dirs, "environments": selected, "schema_location": location,
-            "cel_unevaluable": unevaluable, "seconds": round(time.monotonic() - started, 3)}
+    return {
+        "findings": [f.as_dict() for f in findings],
+        "summary": summary,
+        "objects": total_objects,
+        "directories": total_dirs,
+        "environments": selected,
+        "schema_location": location,
+        "cel_unevaluable": unevaluable,
+        "seconds": round(time.monotonic() - started, 3),
+    }
 
 
 def format_text(result):
-    lines = ["%s: %s: [%s] %s" % (f["file"], f["object"], f["rule"], f["message"]) for f in result["findings"]]
+    lines = ["{}: {}: [{}] {}".format(f["file"], f["object"], f["rule"], f["message"]) for f in result["findings"]]
     for name, summary in result["summary"].items():
-        lines.append("%s: %d directories, %d objects, %d findings%s" % (
-            name, summary["directories"], summary["objects"], summary["findings"],
-            "" if not summary["findings"] else " (%s)" % ", ".join(
-                "%s %d" % (rule, count) for rule, count in summary["by_rule"].items() if count)))
-    lines.extend("%s: %s: [cel] NOT EVALUATED %s" % (u["file"], u["object"], u["message"])
-                 for u in result.get("cel_unevaluable") or [])
+        lines.append(
+            "%s: %d directories, %d objects, %d findings%s"
+            % (
+                name,
+                summary["directories"],
+                summary["objects"],
+                summary["findings"],
+                ""
+                if not summary["findings"]
+                else " ({})".format(
+                    ", ".join("%s %d" % (rule, count) for rule, count in summary["by_rule"].items() if count)
+                ),
+            )
+        )
+    lines.extend(
+        "{}: {}: [cel] NOT EVALUATED {}".format(u["file"], u["object"], u["message"])
+        for u in result.get("cel_unevaluable") or []
+    )
     return lines
 
 
 # --- one environment ---------------------------------------------------------------------
 
+
 def _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf):
     root = env.root
     env.settings = cfg.data["environments"].get(env.name)
-    env.tops = ["mgmt/%s" % env.name]
-    workload = (env.settings or {}).get("workload-path") or "workload/%s" % env.name
+    env.tops = [f"mgmt/{env.name}"]
+    workload = (env.settings or {}).get("workload-path") or f"workload/{env.name}"
     if os.path.isdir(os.path.join(root, workload)):
         env.tops.append(_norm_path(workload))
     if env.settings is None:
-        env.add("bootstrap.toml", "environments.%s" % env.name, "bootstrap",
-                "mgmt/%s has no [environments.%s] table in bootstrap.toml (defined: %s)"
-                % (env.name, env.name, ", ".join(cfg.environment_names)))
+        env.add(
+            "bootstrap.toml",
+            f"environments.{env.name}",
+            "bootstrap",
+            "mgmt/{} has no [environments.{}] table in bootstrap.toml (defined: {})".format(
+                env.name, env.name, ", ".join(cfg.environment_names)
+            ),
+        )
 
     yaml_files = []
     for top in env.tops:
@@ -319,21 +394,32 @@ def _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf):
 
     # kustomize runs in subprocesses: lint the files while they render.
     with ThreadPoolExecutor(max_workers=1) as pool:
-        rendering = pool.submit(render.render_directories, [os.path.join(root, d) for d in env.directories], renderer, jobs)
+        rendering = pool.submit(
+            render.render_directories, [os.path.join(root, d) for d in env.directories], renderer, jobs
+        )
         _check_yamllint(env, yaml_files, lint_conf)
         built = rendering.result()
     seen = set()
     for directory in env.directories:
         result = built[os.path.join(root, directory)]
         if isinstance(result, render.RenderError):
-            env.add(env.rel(render.kustomization_file(os.path.join(root, directory))), "-", "render",
-                    "kustomize build %s failed: %s" % (directory, result.reason))
+            env.add(
+                env.rel(render.kustomization_file(os.path.join(root, directory))),
+                "-",
+                "render",
+                f"kustomize build {directory} failed: {result.reason}",
+            )
             # Keep the directory's own manifests for the cross-checks (not schema-checked), so one
             # broken kustomization does not turn into a cascade of "not defined" findings.
             prefix = directory.rstrip("/") + "/"
             for rel, doc in env.raw_docs:
-                if rel.startswith(prefix) and "/" not in rel[len(prefix):] and doc.get("kind") and doc.get("apiVersion") \
-                        and not doc.get("apiVersion", "").startswith("kustomize.config.k8s.io/"):
+                if (
+                    rel.startswith(prefix)
+                    and "/" not in rel[len(prefix) :]
+                    and doc.get("kind")
+                    and doc.get("apiVersion")
+                    and not doc.get("apiVersion", "").startswith("kustomize.config.k8s.io/")
+                ):
                     env.items.append(_Item(doc, directory, rel, virtual=True, fallback=True))
             continue
         for obj in result:
@@ -430,8 +516,10 @@ def _expand_resourcesets(env):
 
 # Kinds whose spec.resources are literal objects the provider creates (CAPZ's ASO-managed
 # AKS API embeds ASO resources: the resource group, ManagedCluster, agent pools).
-EMBEDDING_KINDS = {("infrastructure.cluster.x-k8s.io", k) for k in (
-    "AzureASOManagedCluster", "AzureASOManagedControlPlane", "AzureASOManagedMachinePool")}
+EMBEDDING_KINDS = {
+    ("infrastructure.cluster.x-k8s.io", k)
+    for k in ("AzureASOManagedCluster", "AzureASOManagedControlPlane", "AzureASOManagedMachinePool")
+}
 
 
 def _expand_embedded(env):
@@ -446,8 +534,9 @@ def _expand_embedded(env):
                 meta = obj.setdefault("metadata", {})
                 if isinstance(meta, dict) and not meta.get("namespace"):
                     meta["namespace"] = item.namespace  # CAPZ creates them in the owner's namespace
-                env.items.append(_Item(obj, item.directory, item.file, virtual=True,
-                                       origin="embedded in %s" % object_id(item.obj)))
+                env.items.append(
+                    _Item(obj, item.directory, item.file, virtual=True, origin=f"embedded in {object_id(item.obj)}")
+                )
 
 
 def _lifecycle(env, cfg):
@@ -456,20 +545,22 @@ def _lifecycle(env, cfg):
     flux_ns = boot["flux-namespace"]
     sync = (env.settings or {}).get("sync", "oci")
     source_kind = "OCIRepository" if sync == "oci" else "GitRepository"
-    env.lifecycle.update({
-        (source_kind, flux_ns, "flux-system"),
-        ("Kustomization", flux_ns, "flux-system"),
-        ("FluxInstance", flux_ns, "flux"),
-        ("Secret", flux_ns, boot["sops-age-secret"]),
-        # flux_handoff writes sops-age into the Flux and the mgmt namespace (remote-apply Kustomizations).
-        ("Secret", boot["mgmt-namespace"], boot["sops-age-secret"]),
-        ("ConfigMap", flux_ns, boot["run-configmap"]),
-    })
+    env.lifecycle.update(
+        {
+            (source_kind, flux_ns, "flux-system"),
+            ("Kustomization", flux_ns, "flux-system"),
+            ("FluxInstance", flux_ns, "flux"),
+            ("Secret", flux_ns, boot["sops-age-secret"]),
+            # flux_handoff writes sops-age into the Flux and the mgmt namespace (remote-apply Kustomizations).
+            ("Secret", boot["mgmt-namespace"], boot["sops-age-secret"]),
+            ("ConfigMap", flux_ns, boot["run-configmap"]),
+        }
+    )
     if sync == "git":
         env.lifecycle.add(("Secret", flux_ns, boot["github-pat-secret"]))
     for item in env.items:
         if item.kind == "Cluster" and item.group == "cluster.x-k8s.io":
-            env.lifecycle.add(("Secret", item.namespace, "%s-kubeconfig" % item.name))
+            env.lifecycle.add(("Secret", item.namespace, f"{item.name}-kubeconfig"))
 
 
 def _flux_kustomizations(env):
@@ -495,10 +586,11 @@ def _substitute(env):
         try:
             item.obj = render.substitute(item.obj, variables.get(item.directory, {}))
         except _YAML_ERRORS as exc:
-            env.add(item.file, object_id(item.obj), "schema", "postBuild substitution produced invalid YAML: %s" % exc)
+            env.add(item.file, object_id(item.obj), "schema", f"postBuild substitution produced invalid YAML: {exc}")
 
 
 # --- rules -------------------------------------------------------------------------------
+
 
 def _check_schemas(env, store, allow):
     def check(item):
@@ -511,20 +603,25 @@ def _check_schemas(env, store, allow):
         try:
             errors = store.errors(obj)
         except validate_schema.SchemaMissing as exc:
-            if kind in allow or "%s/%s" % (group, kind) in allow or "%s/%s" % (api_version, kind) in allow:
+            if kind in allow or f"{group}/{kind}" in allow or f"{api_version}/{kind}" in allow:
                 return []
-            return [("no schema for %s %s (looked in %s); add %s to allow_kinds if it has none"
-                     % (kind, api_version, exc, kind),)]
+            return [
+                (f"no schema for {kind} {api_version} (looked in {exc}); add {kind} to allow_kinds if it has none",)
+            ]
         except validate_schema.SchemaUnreachable as exc:
-            return [("schema location unreachable: %s; pass a local schema folder as schema_location "
-                     "(or KROPS_SCHEMA_LOCATION) to validate offline" % exc,)]
-        return [("%s: %s" % (path, message),) for path, message in errors]
+            return [
+                (
+                    f"schema location unreachable: {exc}; pass a local schema folder as schema_location "
+                    "(or KROPS_SCHEMA_LOCATION) to validate offline",
+                )
+            ]
+        return [(f"{path}: {message}",) for path, message in errors]
 
     items = [item for item in env.items if not item.fallback]
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(check, items))
     for item, problems in zip(items, results):
-        label = object_id(item.obj) if not item.virtual else "%s (%s)" % (object_id(item.obj), item.origin)
+        label = object_id(item.obj) if not item.virtual else f"{object_id(item.obj)} ({item.origin})"
         for (message,) in problems:
             env.add(item.file, label, "schema", message)
 
@@ -534,7 +631,7 @@ def _check_cel(env, store):
     for item in env.items:
         if item.fallback:
             continue
-        label = object_id(item.obj) if not item.virtual else "%s (rendered by ResourceSet)" % object_id(item.obj)
+        label = object_id(item.obj) if not item.virtual else f"{object_id(item.obj)} (rendered by ResourceSet)"
         for result in krops_cel.check(item.obj, store):
             if result.outcome == krops_cel.UNEVALUABLE:
                 env.cel.append({"file": item.file, "object": label, "environment": env.name, "message": result.text()})
@@ -545,7 +642,8 @@ def _check_cel(env, store):
 def _check_flux_graph(env):
     kss = _flux_kustomizations(env)
     known = {(k.namespace, k.name) for k in kss} | {
-        (ns, name) for kind, ns, name in env.lifecycle if kind == "Kustomization"}
+        (ns, name) for kind, ns, name in env.lifecycle if kind == "Kustomization"
+    }
     graph = {}
     for ks in kss:
         label = object_id(ks.obj)
@@ -555,38 +653,56 @@ def _check_flux_graph(env):
                 continue
             target = (dep.get("namespace") or ks.namespace, dep.get("name"))
             if target not in known:
-                env.add(ks.file, label, "flux-graph", "dependsOn %s/%s: no Kustomization of that name in environment %s"
-                        % (target[0], target[1], env.name))
+                env.add(
+                    ks.file,
+                    label,
+                    "flux-graph",
+                    f"dependsOn {target[0]}/{target[1]}: no Kustomization of that name in environment {env.name}",
+                )
             else:
                 edges.append(target)
         graph[(ks.namespace, ks.name)] = edges
         _check_source_ref(env, ks, ks.spec.get("sourceRef"), "sourceRef")
         path = ks.spec.get("path")
         if path and not os.path.isdir(os.path.join(env.root, _norm_path(path))):
-            env.add(ks.file, label, "flux-graph", "path %s does not exist in the repository" % path)
+            env.add(ks.file, label, "flux-graph", f"path {path} does not exist in the repository")
         for check in ks.spec.get("healthChecks") or []:
             if isinstance(check, dict):
                 _check_health(env, ks, check)
         decryption = ks.spec.get("decryption") or {}
         _check_ref(env, ks, "Secret", (decryption.get("secretRef") or {}).get("name"), "decryption.secretRef")
-        _check_ref(env, ks, "Secret", ((ks.spec.get("kubeConfig") or {}).get("secretRef") or {}).get("name"),
-                   "kubeConfig.secretRef")
+        _check_ref(
+            env,
+            ks,
+            "Secret",
+            ((ks.spec.get("kubeConfig") or {}).get("secretRef") or {}).get("name"),
+            "kubeConfig.secretRef",
+        )
         for ref in (ks.spec.get("postBuild") or {}).get("substituteFrom") or []:
             if isinstance(ref, dict) and not ref.get("optional"):
                 _check_ref(env, ks, ref.get("kind") or "ConfigMap", ref.get("name"), "postBuild.substituteFrom")
     for item in env.items:
         if item.kind == "HelmRelease" and item.group == "helm.toolkit.fluxcd.io":
-            chart = ((item.spec.get("chart") or {}).get("spec") or {})
+            chart = (item.spec.get("chart") or {}).get("spec") or {}
             if chart:
                 _check_source_ref(env, item, chart.get("sourceRef"), "chart.spec.sourceRef")
             if item.spec.get("chartRef"):
                 _check_source_ref(env, item, item.spec.get("chartRef"), "chartRef")
-            _check_ref(env, item, "Secret", ((item.spec.get("kubeConfig") or {}).get("secretRef") or {}).get("name"),
-                       "kubeConfig.secretRef")
+            _check_ref(
+                env,
+                item,
+                "Secret",
+                ((item.spec.get("kubeConfig") or {}).get("secretRef") or {}).get("name"),
+                "kubeConfig.secretRef",
+            )
     for cycle in _cycles(graph):
         first = next(k for k in kss if (k.namespace, k.name) == cycle[0])
-        env.add(first.file, object_id(first.obj), "flux-graph", "dependsOn cycle: %s"
-                % " -> ".join("%s/%s" % node for node in cycle + [cycle[0]]))
+        env.add(
+            first.file,
+            object_id(first.obj),
+            "flux-graph",
+            "dependsOn cycle: {}".format(" -> ".join("{}/{}".format(*node) for node in cycle + [cycle[0]])),
+        )
 
 
 def _check_source_ref(env, owner, ref, field):
@@ -595,16 +711,24 @@ def _check_source_ref(env, owner, ref, field):
         return  # the schema rule reports a missing required field
     kind, name, ns = ref.get("kind"), ref.get("name"), ref.get("namespace") or owner.namespace
     if not env.defined(kind, ns, name):
-        env.add(owner.file, label, "flux-graph", "%s %s %s/%s: not defined in the tree nor created by the lifecycle"
-                % (field, kind, ns, name))
+        env.add(
+            owner.file,
+            label,
+            "flux-graph",
+            f"{field} {kind} {ns}/{name}: not defined in the tree nor created by the lifecycle",
+        )
 
 
 def _check_ref(env, owner, kind, name, field):
     if not name:
         return
     if not env.defined(kind, owner.namespace, name):
-        env.add(owner.file, object_id(owner.obj), "flux-graph",
-                "%s %s %s/%s: not defined in the tree nor created by the lifecycle" % (field, kind, owner.namespace, name))
+        env.add(
+            owner.file,
+            object_id(owner.obj),
+            "flux-graph",
+            f"{field} {kind} {owner.namespace}/{name}: not defined in the tree nor created by the lifecycle",
+        )
 
 
 def _check_health(env, ks, check):
@@ -614,13 +738,24 @@ def _check_health(env, ks, check):
         plural, _dot, crd_group = (name or "").partition(".")
         if env.defined(kind, None, name) or any(i.group == crd_group and _plural(i.kind) == plural for i in env.items):
             return
-        env.add(ks.file, object_id(ks.obj), "flux-graph", "healthCheck CustomResourceDefinition %s: no object of that "
-                "type in the tree (a health check on a CRD nothing uses is likely a typo)" % name)
+        env.add(
+            ks.file,
+            object_id(ks.obj),
+            "flux-graph",
+            f"healthCheck CustomResourceDefinition {name}: no object of that "
+            "type in the tree (a health check on a CRD nothing uses is likely a typo)",
+        )
         return
     if env.defined(kind, ns, name, group) or (group is None and env.defined(kind, ns, name)):
         return
-    env.add(ks.file, object_id(ks.obj), "flux-graph", "healthCheck %s %s%s: not defined in the tree nor created by the "
-            "lifecycle" % (kind, "%s/" % ns if ns else "", name))
+    env.add(
+        ks.file,
+        object_id(ks.obj),
+        "flux-graph",
+        "healthCheck {} {}{}: not defined in the tree nor created by the lifecycle".format(
+            kind, f"{ns}/" if ns else "", name
+        ),
+    )
 
 
 def _cycles(graph):
@@ -632,7 +767,7 @@ def _cycles(graph):
         stack.append(node)
         for nxt in graph.get(node, []):
             if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):]
+                cycle = stack[stack.index(nxt) :]
                 low = cycle.index(min(cycle))
                 cycle = cycle[low:] + cycle[:low]
                 if cycle not in found:
@@ -651,11 +786,11 @@ def _cycles(graph):
 def _check_bootstrap(env, cfg):
     settings, charts = env.settings, cfg.data["charts"]
     boot = cfg.data["bootstrap"]
-    key = "environments.%s" % env.name
+    key = f"environments.{env.name}"
     for field in ("sync-path", "workload-path"):
         value = settings.get(field)
         if value and not os.path.isdir(os.path.join(env.root, value)):
-            env.add("bootstrap.toml", "%s.%s" % (key, field), "bootstrap", "%s does not exist in the repository" % value)
+            env.add("bootstrap.toml", f"{key}.{field}", "bootstrap", f"{value} does not exist in the repository")
 
     # Chart pins.
     sources = {(i.kind, i.namespace, i.name): i for i in env.items if i.group == "source.toolkit.fluxcd.io"}
@@ -677,8 +812,14 @@ def _check_bootstrap(env, cfg):
             continue
         pin = charts[pin_key]
         if str(version or "").lstrip("v") != str(pin).lstrip("v"):
-            env.add(item.file, object_id(item.obj), "bootstrap", "chart %s version %s differs from bootstrap.toml "
-                    "[charts] %s = %s" % (chart, version or "(unset)", pin_key, pin))
+            env.add(
+                item.file,
+                object_id(item.obj),
+                "bootstrap",
+                "chart {} version {} differs from bootstrap.toml [charts] {} = {}".format(
+                    chart, version or "(unset)", pin_key, pin
+                ),
+            )
 
     # Flux version and local registry address: bootstrap.toml is their source (flux_handoff uses the same).
     for item in env.items:
@@ -686,16 +827,30 @@ def _check_bootstrap(env, cfg):
             continue
         version = (item.spec.get("distribution") or {}).get("version")
         if version != boot["flux-version"]:
-            env.add(item.file, object_id(item.obj), "bootstrap", "FluxInstance distribution.version %s differs from "
-                    "bootstrap.toml bootstrap.flux-version = %s (management and workload run the same Flux)"
-                    % (version or "(unset)", boot["flux-version"]))
+            env.add(
+                item.file,
+                object_id(item.obj),
+                "bootstrap",
+                "FluxInstance distribution.version {} differs from "
+                "bootstrap.toml bootstrap.flux-version = {} (management and workload run the same Flux)".format(
+                    version or "(unset)", boot["flux-version"]
+                ),
+            )
         sync = item.spec.get("sync") or {}
         if settings.get("sync") == "oci" and sync.get("kind") == "OCIRepository":
-            wanted = "oci://%s:%s/%s" % (boot["registry-name"], boot["registry-container-port"], boot["oci-repository"])
+            wanted = "oci://{}:{}/{}".format(
+                boot["registry-name"], boot["registry-container-port"], boot["oci-repository"]
+            )
             if sync.get("url") != wanted:
-                env.add(item.file, object_id(item.obj), "bootstrap", "FluxInstance sync.url %s differs from %s "
-                        "(bootstrap.toml registry-name, registry-container-port, oci-repository)"
-                        % (sync.get("url") or "(unset)", wanted))
+                env.add(
+                    item.file,
+                    object_id(item.obj),
+                    "bootstrap",
+                    "FluxInstance sync.url {} differs from {} "
+                    "(bootstrap.toml registry-name, registry-container-port, oci-repository)".format(
+                        sync.get("url") or "(unset)", wanted
+                    ),
+                )
     # CAPD clusters run the Kubernetes version of the pinned kind node image.
     image = boot.get("kind-node-image") or ""
     tag = image.split("@", 1)[0].rpartition(":")[2] if ":" in image.split("@", 1)[0] else ""
@@ -708,8 +863,13 @@ def _check_bootstrap(env, cfg):
             else:
                 continue
             if version != tag:
-                env.add(item.file, object_id(item.obj), "bootstrap", "Kubernetes version %s differs from the kind "
-                        "node image %s (bootstrap.toml bootstrap.kind-node-image)" % (version or "(unset)", tag))
+                env.add(
+                    item.file,
+                    object_id(item.obj),
+                    "bootstrap",
+                    "Kubernetes version {} differs from the kind "
+                    "node image {} (bootstrap.toml bootstrap.kind-node-image)".format(version or "(unset)", tag),
+                )
 
     # Manifests named by bootstrap.toml.
     infra = (settings["infra-provider-namespace"], settings["infra-provider-name"])
@@ -718,20 +878,38 @@ def _check_bootstrap(env, cfg):
         docs = _manifest(env, manifest, "%s.provider-manifests[%d]" % (key, index))
         if docs is None:
             continue
-        providers = [d for d in docs if d.get("kind") in PROVIDER_KINDS and _group(d.get("apiVersion", "")) == "operator.cluster.x-k8s.io"]
+        providers = [
+            d
+            for d in docs
+            if d.get("kind") in PROVIDER_KINDS and _group(d.get("apiVersion", "")) == "operator.cluster.x-k8s.io"
+        ]
         if not providers:
-            env.add(manifest, "-", "bootstrap", "%s.provider-manifests[%d]: holds no operator.cluster.x-k8s.io provider "
-                    "object (%s)" % (key, index, ", ".join(PROVIDER_KINDS[:5])))
+            env.add(
+                manifest,
+                "-",
+                "bootstrap",
+                "%s.provider-manifests[%d]: holds no operator.cluster.x-k8s.io provider "
+                "object (%s)" % (key, index, ", ".join(PROVIDER_KINDS[:5])),
+            )
         for doc in providers:
             meta = doc.get("metadata") or {}
             if doc.get("kind") == "InfrastructureProvider" and (meta.get("namespace"), meta.get("name")) == infra:
                 infra_found = True
             if not env.defined(doc.get("kind"), meta.get("namespace") or "", meta.get("name")):
-                env.add(manifest, object_id(doc), "bootstrap", "provider manifest is not part of the tree rendered "
-                        "for %s (no kustomization lists it)" % env.name)
+                env.add(
+                    manifest,
+                    object_id(doc),
+                    "bootstrap",
+                    f"provider manifest is not part of the tree rendered for {env.name} (no kustomization lists it)",
+                )
     if settings.get("provider-manifests") and not infra_found:
-        env.add("bootstrap.toml", "%s.infra-provider-name" % key, "bootstrap", "no provider manifest holds "
-                "InfrastructureProvider %s/%s (infra-provider-namespace/infra-provider-name)" % infra)
+        env.add(
+            "bootstrap.toml",
+            f"{key}.infra-provider-name",
+            "bootstrap",
+            "no provider manifest holds "
+            "InfrastructureProvider {}/{} (infra-provider-namespace/infra-provider-name)".format(*infra),
+        )
     for index, manifest in enumerate(settings.get("pivot-manifests") or []):
         docs = _manifest(env, manifest, "%s.pivot-manifests[%d]" % (key, index))
         if docs is not None and not docs:
@@ -744,74 +922,154 @@ def _check_bootstrap(env, cfg):
         except (OSError, UnicodeDecodeError):
             pass  # reported above
     for name in sorted(settings.get("pivot-manifest-vars") or {}):
-        if not any(re.search(r"\$\{%s(:?[=-][^}]*)?\}" % re.escape(name), text) for text in texts):
-            env.add("bootstrap.toml", "%s.pivot-manifest-vars.%s" % (key, name), "bootstrap", "%s is used by no "
-                    "pivot manifest (${%s}); remove it or use it" % (name, name))
+        if not any(re.search(rf"\$\{{{re.escape(name)}(:?[=-][^}}]*)?\}}", text) for text in texts):
+            env.add(
+                "bootstrap.toml",
+                f"{key}.pivot-manifest-vars.{name}",
+                "bootstrap",
+                f"{name} is used by no pivot manifest (${{{name}}}); remove it or use it",
+            )
     for index, manifest in enumerate(settings.get("pivot-sops-secrets") or []):
         docs = _manifest(env, manifest, "%s.pivot-sops-secrets[%d]" % (key, index))
         if docs is not None and not any(d.get("kind") == "Secret" and isinstance(d.get("sops"), dict) for d in docs):
-            env.add(manifest, "-", "bootstrap", "%s.pivot-sops-secrets[%d]: holds no SOPS-encrypted Secret" % (key, index))
+            env.add(
+                manifest, "-", "bootstrap", "%s.pivot-sops-secrets[%d]: holds no SOPS-encrypted Secret" % (key, index)
+            )
     for index, fallback in enumerate(settings.get("move-fallbacks") or []):
         field = "%s.move-fallbacks[%d]" % (key, index)
         docs = _manifest(env, fallback["manifest"], field)
         if docs is None:
             continue
         plural, _dot, group = fallback["resource"].partition(".")
-        if not any(_group(d.get("apiVersion", "")) == group and _plural(str(d.get("kind", ""))) == plural
-                   and (d.get("metadata") or {}).get("name") == fallback["name"] for d in docs):
-            env.add(fallback["manifest"], "-", "bootstrap", "%s: holds no %s named %s" % (field, fallback["resource"], fallback["name"]))
+        if not any(
+            _group(d.get("apiVersion", "")) == group
+            and _plural(str(d.get("kind", ""))) == plural
+            and (d.get("metadata") or {}).get("name") == fallback["name"]
+            for d in docs
+        ):
+            env.add(
+                fallback["manifest"],
+                "-",
+                "bootstrap",
+                "{}: holds no {} named {}".format(field, fallback["resource"], fallback["name"]),
+            )
 
     # Cluster names.
     mgmt_ns = boot["mgmt-namespace"]
-    clusters = {i.name for i in env.items if i.kind == "Cluster" and i.group == "cluster.x-k8s.io" and i.namespace == mgmt_ns}
+    clusters = {
+        i.name for i in env.items if i.kind == "Cluster" and i.group == "cluster.x-k8s.io" and i.namespace == mgmt_ns
+    }
     where = ", ".join(sorted(clusters)) or "none"
     if settings["mgmt-cluster"] not in clusters:
-        env.add("bootstrap.toml", "%s.mgmt-cluster" % key, "bootstrap", "mgmt-cluster %s is not a Cluster in namespace %s "
-                "of the tree (Clusters there: %s)" % (settings["mgmt-cluster"], mgmt_ns, where))
+        env.add(
+            "bootstrap.toml",
+            f"{key}.mgmt-cluster",
+            "bootstrap",
+            "mgmt-cluster {} is not a Cluster in namespace {} of the tree (Clusters there: {})".format(
+                settings["mgmt-cluster"], mgmt_ns, where
+            ),
+        )
     teardown = settings.get("teardown") or {}
     for name in teardown.get("capi-workloads") or []:
         if name not in clusters:
-            env.add("bootstrap.toml", "%s.teardown.capi-workloads" % key, "bootstrap", "capi-workload %s is not a Cluster "
-                    "in namespace %s of the tree (Clusters there: %s)" % (name, mgmt_ns, where))
+            env.add(
+                "bootstrap.toml",
+                f"{key}.teardown.capi-workloads",
+                "bootstrap",
+                f"capi-workload {name} is not a Cluster in namespace {mgmt_ns} of the tree (Clusters there: {where})",
+            )
         elif name == settings["mgmt-cluster"]:
-            env.add("bootstrap.toml", "%s.teardown.capi-workloads" % key, "bootstrap", "capi-workload %s is the "
-                    "management cluster; teardown must never delete it through its Cluster object" % name)
+            env.add(
+                "bootstrap.toml",
+                f"{key}.teardown.capi-workloads",
+                "bootstrap",
+                f"capi-workload {name} is the "
+                "management cluster; teardown must never delete it through its Cluster object",
+            )
     prefix = teardown.get("mgmt-container-prefix")
     if prefix and not settings["mgmt-cluster"].startswith(prefix):
-        env.add("bootstrap.toml", "%s.teardown.mgmt-container-prefix" % key, "bootstrap", "mgmt-container-prefix %s "
-                "does not match mgmt-cluster %s (CAPD names containers after the Cluster)" % (prefix, settings["mgmt-cluster"]))
-    eks_names = {str(i.spec.get("eksClusterName")) for i in env.items if i.kind == "AWSManagedControlPlane" and i.spec.get("eksClusterName")}
-    rds_names = {str(i.spec.get("dbInstanceIdentifier")) for i in env.items if i.kind == "DBInstance" and i.spec.get("dbInstanceIdentifier")}
+        env.add(
+            "bootstrap.toml",
+            f"{key}.teardown.mgmt-container-prefix",
+            "bootstrap",
+            "mgmt-container-prefix {} does not match mgmt-cluster {} (CAPD names containers after the Cluster)".format(
+                prefix, settings["mgmt-cluster"]
+            ),
+        )
+    eks_names = {
+        str(i.spec.get("eksClusterName"))
+        for i in env.items
+        if i.kind == "AWSManagedControlPlane" and i.spec.get("eksClusterName")
+    }
+    rds_names = {
+        str(i.spec.get("dbInstanceIdentifier"))
+        for i in env.items
+        if i.kind == "DBInstance" and i.spec.get("dbInstanceIdentifier")
+    }
     for index, workload in enumerate(teardown.get("aws-workloads") or []):
         field = "%s.teardown.aws-workloads[%d]" % (key, index)
         if workload["cluster-name"] not in clusters:
-            env.add("bootstrap.toml", field, "bootstrap", "cluster-name %s is not a Cluster in namespace %s of the tree "
-                    "(Clusters there: %s)" % (workload["cluster-name"], mgmt_ns, where))
+            env.add(
+                "bootstrap.toml",
+                field,
+                "bootstrap",
+                "cluster-name {} is not a Cluster in namespace {} of the tree (Clusters there: {})".format(
+                    workload["cluster-name"], mgmt_ns, where
+                ),
+            )
         if eks_names and workload["eks-cluster-name"] not in eks_names:
-            env.add("bootstrap.toml", field, "bootstrap", "eks-cluster-name %s matches no AWSManagedControlPlane "
-                    "eksClusterName (%s)" % (workload["eks-cluster-name"], ", ".join(sorted(eks_names))))
+            env.add(
+                "bootstrap.toml",
+                field,
+                "bootstrap",
+                "eks-cluster-name {} matches no AWSManagedControlPlane eksClusterName ({})".format(
+                    workload["eks-cluster-name"], ", ".join(sorted(eks_names))
+                ),
+            )
         if rds_names and workload.get("rds-instance") and workload["rds-instance"] not in rds_names:
-            env.add("bootstrap.toml", field, "bootstrap", "rds-instance %s matches no DBInstance dbInstanceIdentifier (%s)"
-                    % (workload["rds-instance"], ", ".join(sorted(rds_names))))
+            env.add(
+                "bootstrap.toml",
+                field,
+                "bootstrap",
+                "rds-instance {} matches no DBInstance dbInstanceIdentifier ({})".format(
+                    workload["rds-instance"], ", ".join(sorted(rds_names))
+                ),
+            )
     _check_regions(env, settings, teardown, key, mgmt_ns)
     _check_networks(env, teardown, key)
     groups = {i.name for i in env.items if i.kind == "ResourceGroup"} | {
-        str(i.spec.get("azureName")) for i in env.items if i.kind == "ResourceGroup" and i.spec.get("azureName")}
+        str(i.spec.get("azureName")) for i in env.items if i.kind == "ResourceGroup" and i.spec.get("azureName")
+    }
     for name in teardown.get("resource-groups") or []:
         if name not in groups:
-            env.add("bootstrap.toml", "%s.teardown.resource-groups" % key, "bootstrap", "resource group %s is not a "
-                    "ResourceGroup of the tree (%s)" % (name, ", ".join(sorted(groups)) or "none"))
+            env.add(
+                "bootstrap.toml",
+                f"{key}.teardown.resource-groups",
+                "bootstrap",
+                "resource group {} is not a ResourceGroup of the tree ({})".format(
+                    name, ", ".join(sorted(groups)) or "none"
+                ),
+            )
 
 
 def _cluster_regions(env, name, namespace):
     """The regions (spec.region or spec.location) of the objects Cluster <name> refers to."""
     found = set()
     for item in env.items:
-        if item.kind == "Cluster" and item.group == "cluster.x-k8s.io" and item.name == name and item.namespace == namespace:
+        if (
+            item.kind == "Cluster"
+            and item.group == "cluster.x-k8s.io"
+            and item.name == name
+            and item.namespace == namespace
+        ):
             for ref in (item.spec.get("controlPlaneRef"), item.spec.get("infrastructureRef")):
                 for obj in env.items:
-                    if isinstance(ref, dict) and obj.kind == ref.get("kind") and obj.name == ref.get("name") \
-                            and obj.namespace == namespace:
+                    if (
+                        isinstance(ref, dict)
+                        and obj.kind == ref.get("kind")
+                        and obj.name == ref.get("name")
+                        and obj.namespace == namespace
+                    ):
                         found.update(str(obj.spec[f]) for f in ("region", "location") if obj.spec.get(f))
     return found
 
@@ -820,29 +1078,53 @@ def _check_regions(env, settings, teardown, key, mgmt_ns):
     region = settings.get("mgmt-region")
     found = _cluster_regions(env, settings["mgmt-cluster"], mgmt_ns)
     if region and found and region not in found:
-        env.add("bootstrap.toml", "%s.mgmt-region" % key, "bootstrap", "mgmt-region %s differs from the region of "
-                "mgmt-cluster %s in the tree (%s)" % (region, settings["mgmt-cluster"], ", ".join(sorted(found))))
+        env.add(
+            "bootstrap.toml",
+            f"{key}.mgmt-region",
+            "bootstrap",
+            "mgmt-region {} differs from the region of mgmt-cluster {} in the tree ({})".format(
+                region, settings["mgmt-cluster"], ", ".join(sorted(found))
+            ),
+        )
     for index, workload in enumerate(teardown.get("aws-workloads") or []):
         found = _cluster_regions(env, workload["cluster-name"], mgmt_ns)
         if found and workload["region"] not in found:
-            env.add("bootstrap.toml", "%s.teardown.aws-workloads[%d]" % (key, index), "bootstrap", "region %s differs "
-                    "from the region of cluster %s in the tree (%s)" % (workload["region"], workload["cluster-name"],
-                                                                        ", ".join(sorted(found))))
+            env.add(
+                "bootstrap.toml",
+                "%s.teardown.aws-workloads[%d]" % (key, index),
+                "bootstrap",
+                "region {} differs from the region of cluster {} in the tree ({})".format(
+                    workload["region"], workload["cluster-name"], ", ".join(sorted(found))
+                ),
+            )
 
 
 def _check_networks(env, teardown, key):
     """teardown.networks (gcp) lists exactly the VPCs of the tree."""
-    vpcs = {str(i.spec["network"]["name"]) for i in env.items if i.kind == "GCPManagedCluster"
-            and isinstance(i.spec.get("network"), dict) and i.spec["network"].get("name")} | {
-        str(i.spec.get("resourceID") or i.name) for i in env.items if i.kind == "ComputeNetwork"}
+    vpcs = {
+        str(i.spec["network"]["name"])
+        for i in env.items
+        if i.kind == "GCPManagedCluster" and isinstance(i.spec.get("network"), dict) and i.spec["network"].get("name")
+    } | {str(i.spec.get("resourceID") or i.name) for i in env.items if i.kind == "ComputeNetwork"}
     listed = teardown.get("networks") or []
     for name in listed:
         if name not in vpcs:
-            env.add("bootstrap.toml", "%s.teardown.networks" % key, "bootstrap", "network %s is not a VPC of the tree "
-                    "(GCPManagedCluster spec.network.name or ComputeNetwork: %s)" % (name, ", ".join(sorted(vpcs)) or "none"))
+            env.add(
+                "bootstrap.toml",
+                f"{key}.teardown.networks",
+                "bootstrap",
+                "network {} is not a VPC of the tree "
+                "(GCPManagedCluster spec.network.name or ComputeNetwork: {})".format(
+                    name, ", ".join(sorted(vpcs)) or "none"
+                ),
+            )
     for name in sorted(vpcs - set(listed)):
-        env.add("bootstrap.toml", "%s.teardown.networks" % key, "bootstrap", "VPC %s of the tree is not in teardown "
-                "networks: teardown would leave it and everything in it behind" % name)
+        env.add(
+            "bootstrap.toml",
+            f"{key}.teardown.networks",
+            "bootstrap",
+            f"VPC {name} of the tree is not in teardown networks: teardown would leave it and everything in it behind",
+        )
 
 
 def _tags_of(item):
@@ -857,7 +1139,11 @@ def _tags_of(item):
         value = value.get(part) if isinstance(value, dict) else None
     if where[1] == "map":
         return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
-    return {str(t.get("key")): t.get("value") for t in value or [] if isinstance(t, dict)} if isinstance(value, list) else {}
+    return (
+        {str(t.get("key")): t.get("value") for t in value or [] if isinstance(t, dict)}
+        if isinstance(value, list)
+        else {}
+    )
 
 
 def _check_tags(env):
@@ -869,24 +1155,34 @@ def _check_tags(env):
             continue
         field = "spec." + ".".join(TAGGED_KINDS.get((item.group, item.kind), (("tags",),))[0])
         if tags.get(OWNERSHIP_TAG) != env.name:
-            env.add(item.file, object_id(item.obj), "tags", "%s lacks the ownership tag %s=%s (teardown finds what it owns "
-                    "by this tag)" % (field, OWNERSHIP_TAG, env.name) if OWNERSHIP_TAG not in tags else
-                    "%s: %s is %r, expected %r" % (field, OWNERSHIP_TAG, tags.get(OWNERSHIP_TAG), env.name))
+            env.add(
+                item.file,
+                object_id(item.obj),
+                "tags",
+                f"{field} lacks the ownership tag {OWNERSHIP_TAG}={env.name} (teardown finds what it owns by this tag)"
+                if OWNERSHIP_TAG not in tags
+                else f"{field}: {OWNERSHIP_TAG} is {tags.get(OWNERSHIP_TAG)!r}, expected {env.name!r}",
+            )
         missing = [t for t in RUN_TAGS if not tags.get(t)]
         if missing:
-            env.add(item.file, object_id(item.obj), "tags", "%s lacks the run tags %s: add them from the krops-run ConfigMap "
-                    "(postBuild substituteFrom, e.g. \"${KROPS_RUN_ID:=unset}\")" % (field, ", ".join(missing)))
+            env.add(
+                item.file,
+                object_id(item.obj),
+                "tags",
+                "{} lacks the run tags {}: add them from the krops-run ConfigMap "
+                '(postBuild substituteFrom, e.g. "${{KROPS_RUN_ID:=unset}}")'.format(field, ", ".join(missing)),
+            )
 
 
 def _manifest(env, manifest, field):
     path = os.path.join(env.root, manifest)
     if not os.path.isfile(path):
-        env.add("bootstrap.toml", field, "bootstrap", "%s does not exist" % manifest)
+        env.add("bootstrap.toml", field, "bootstrap", f"{manifest} does not exist")
         return None
     try:
         return render.load_yaml_documents(path)
     except _YAML_ERRORS + (OSError, UnicodeDecodeError) as exc:
-        env.add(manifest, "-", "bootstrap", "%s: cannot be read as YAML: %s" % (field, " ".join(str(exc).split())))
+        env.add(manifest, "-", "bootstrap", "{}: cannot be read as YAML: {}".format(field, " ".join(str(exc).split())))
         return None
 
 
@@ -901,16 +1197,26 @@ def _check_secrets(env):
             continue
         if doc.get("kind") == "Secret" and not _federated_credentials_only(doc):
             flagged.add(((doc.get("metadata") or {}).get("name"), (doc.get("metadata") or {}).get("namespace") or ""))
-            env.add(rel, object_id(doc), "secrets", "Secret committed unencrypted: encrypt it with sops "
-                    "(age, --encrypted-regex '^(data|stringData)$') into a *.sops.yaml file")
+            env.add(
+                rel,
+                object_id(doc),
+                "secrets",
+                "Secret committed unencrypted: encrypt it with sops "
+                "(age, --encrypted-regex '^(data|stringData)$') into a *.sops.yaml file",
+            )
     for item in env.items:
         if item.kind != "Secret" or item.virtual or isinstance(item.obj.get("sops"), dict):
             continue
         if (item.name, item.namespace) in flagged:
             continue
         if (item.obj.get("data") or item.obj.get("stringData")) and not _federated_credentials_only(item.obj):
-            env.add(item.file, object_id(item.obj), "secrets", "Secret rendered in plaintext by %s (secretGenerator?): "
-                    "commit it as a *.sops.yaml file instead" % env.rel(render.kustomization_file(os.path.join(env.root, item.directory))))
+            env.add(
+                item.file,
+                object_id(item.obj),
+                "secrets",
+                f"Secret rendered in plaintext by {env.rel(render.kustomization_file(os.path.join(env.root, item.directory)))} (secretGenerator?): "
+                "commit it as a *.sops.yaml file instead",
+            )
 
 
 def _federated_credentials_only(doc):
@@ -930,8 +1236,13 @@ def _federated_credentials_only(doc):
         except ValueError:
             return False
         source = conf.get("credential_source") if isinstance(conf, dict) else None
-        if not isinstance(source, dict) or conf.get("type") != "external_account" or set(conf) - _EXTERNAL_ACCOUNT_KEYS \
-                or not source.get("file") or set(source) - {"file", "format"}:
+        if (
+            not isinstance(source, dict)
+            or conf.get("type") != "external_account"
+            or set(conf) - _EXTERNAL_ACCOUNT_KEYS
+            or not source.get("file")
+            or set(source) - {"file", "format"}
+        ):
             return False
         found = True
     return found
@@ -947,7 +1258,7 @@ def _sops_problem(doc):
             continue
         for name, value in values.items():
             if not isinstance(value, str) or not _ENC.match(value):
-                return "%s.%s is not encrypted (expected ENC[...]): re-encrypt with --encrypted-regex '^(data|stringData)$'" % (field, name)
+                return f"{field}.{name} is not encrypted (expected ENC[...]): re-encrypt with --encrypted-regex '^(data|stringData)$'"
     return None
 
 
@@ -964,7 +1275,7 @@ def _yamllint_config(root):
                 conf.krops_key = digest
                 return conf
             except yamllint_config.YamlLintConfigError as exc:
-                raise ValidateError("%s: invalid yamllint configuration: %s" % (path, exc))
+                raise ValidateError(f"{path}: invalid yamllint configuration: {exc}")
     return yamllint_config.YamlLintConfig("extends: default")
 
 
@@ -984,7 +1295,7 @@ def _check_yamllint(env, yaml_files, conf):
             with open(path, encoding="utf-8") as handle:
                 text = handle.read()
         except (OSError, UnicodeDecodeError) as exc:
-            env.add(rel, "-", "yamllint", "cannot read: %s" % exc)
+            env.add(rel, "-", "yamllint", f"cannot read: {exc}")
             continue
         key = (getattr(conf, "krops_key", id(conf)), rel, hashlib.sha256(text.encode("utf-8")).hexdigest())
         problems = _LINT_CACHE.get(key)
@@ -994,25 +1305,40 @@ def _check_yamllint(env, yaml_files, conf):
                 _LINT_CACHE.clear()
             _LINT_CACHE[key] = problems
         for line, column, level, desc, rule in problems:
-            env.add(rel, "line %d" % line, "yamllint", "%d:%d %s %s%s" % (line, column, level, desc, " (%s)" % rule if rule else ""))
+            env.add(
+                rel,
+                "line %d" % line,
+                "yamllint",
+                "%d:%d %s %s%s" % (line, column, level, desc, f" ({rule})" if rule else ""),
+            )
 
 
 # --- command line ------------------------------------------------------------------------
 
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="krops-validate", description=__doc__.split("\n", 1)[0])
     parser.add_argument("--path", default=os.getcwd(), help="repository root (default: current directory)")
-    parser.add_argument("--environment", "-e", action="append", dest="environments", help="environment (repeatable; default: all)")
-    parser.add_argument("--schema-location", help="folder or https URL template (default: $KROPS_SCHEMA_LOCATION, else the CRDs catalog)")
-    parser.add_argument("--allow-kind", action="append", dest="allow_kinds", default=[], help="kind allowed without schema")
+    parser.add_argument(
+        "--environment", "-e", action="append", dest="environments", help="environment (repeatable; default: all)"
+    )
+    parser.add_argument(
+        "--schema-location",
+        help="folder or https URL template (default: $KROPS_SCHEMA_LOCATION, else the CRDs catalog)",
+    )
+    parser.add_argument(
+        "--allow-kind", action="append", dest="allow_kinds", default=[], help="kind allowed without schema"
+    )
     parser.add_argument("--config-file", help="bootstrap.toml (default: <path>/bootstrap.toml)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--no-cel", dest="cel", action="store_false", help="skip the CRDs' CEL validation rules")
     args = parser.parse_args(argv)
     try:
-        result = run(args.path, args.environments, args.schema_location, args.allow_kinds, args.config_file, cel=args.cel)
+        result = run(
+            args.path, args.environments, args.schema_location, args.allow_kinds, args.config_file, cel=args.cel
+        )
     except ValidateError as exc:
-        sys.stderr.write("ERROR: %s\n" % exc)
+        sys.stderr.write(f"ERROR: {exc}\n")
         return 2
     if args.format == "json":
         sys.stdout.write(json.dumps(result, indent=2) + "\n")

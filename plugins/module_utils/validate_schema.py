@@ -28,10 +28,12 @@ except ImportError:  # pragma: no cover - ansible-core is always there where kro
     class UrlConnectionError(Exception):
         pass
 
+
 try:
     import jsonschema
     import referencing
     import referencing.jsonschema
+
     HAS_JSONSCHEMA = True
     JSONSCHEMA_IMPORT_ERROR = None
 except ImportError as exc:  # reported by the caller
@@ -45,9 +47,14 @@ DEFAULT_SCHEMA_LOCATION = "schemas/crds"
 PUBLIC_CATALOG = "https://raw.githubusercontent.com/datreeio/CRDs-catalog/main/{group}/{kind}_{version}.json"
 CORE_SCHEMA_VERSION = "v1.37.0-local-strict"
 _DEFINITIONS_URI = "https://kubernetes.io/api/_definitions.json"
-_KUBECONFORM = {"{{.Group}}": "{group}", "{{ .Group }}": "{group}", "{{.ResourceKind}}": "{kind}",
-                "{{ .ResourceKind }}": "{kind}", "{{.ResourceAPIVersion}}": "{version}",
-                "{{ .ResourceAPIVersion }}": "{version}"}
+_KUBECONFORM = {
+    "{{.Group}}": "{group}",
+    "{{ .Group }}": "{group}",
+    "{{.ResourceKind}}": "{kind}",
+    "{{ .ResourceKind }}": "{kind}",
+    "{{.ResourceAPIVersion}}": "{version}",
+    "{{ .ResourceAPIVersion }}": "{version}",
+}
 
 
 # Compiled validators of schema files, shared by every run of the process (keyed by file and mtime).
@@ -90,23 +97,28 @@ class SchemaStore:
 
     def __init__(self, location=None, base_dir=None, timeout=10.0):
         if not HAS_JSONSCHEMA:
-            raise SchemaError("the jsonschema and referencing Python libraries are required: %s" % JSONSCHEMA_IMPORT_ERROR)
+            raise SchemaError(
+                f"the jsonschema and referencing Python libraries are required: {JSONSCHEMA_IMPORT_ERROR}"
+            )
         self.location = location or DEFAULT_SCHEMA_LOCATION
         self.timeout = timeout
         self._lock = threading.Lock()
         self._validators = {}
         self._core = _core_dir()
         if self._core is None or not os.path.isdir(self._core):
-            raise SchemaError("the kubernetes-validate Python package (schemas %s) is required for built-in kinds"
-                              % CORE_SCHEMA_VERSION)
+            raise SchemaError(
+                f"the kubernetes-validate Python package (schemas {CORE_SCHEMA_VERSION}) is required for built-in kinds"
+            )
         self._registry = None
         template = self.location
         for old, new in _KUBECONFORM.items():
             template = template.replace(old, new)
         if template.startswith("https://") or template.startswith("http://"):
             if "{kind}" not in template:
-                raise SchemaError("schema location %s: an URL template needs {group}, {kind} and {version} "
-                                  "(or kubeconform's {{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}})" % self.location)
+                raise SchemaError(
+                    f"schema location {self.location}: an URL template needs {{group}}, {{kind}} and {{version}} "
+                    "(or kubeconform's {{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}})"
+                )
             self.template = template
             self.folder = None
         else:
@@ -114,7 +126,7 @@ class SchemaStore:
             if not os.path.isabs(folder) and base_dir and not os.path.isdir(folder):
                 folder = os.path.join(base_dir, folder)
             if not os.path.isdir(folder):
-                raise SchemaError("schema location %s is neither a folder nor an https:// URL template" % self.location)
+                raise SchemaError(f"schema location {self.location} is neither a folder nor an https:// URL template")
             self.folder = os.path.abspath(folder)
             self.template = None
 
@@ -123,28 +135,30 @@ class SchemaStore:
         if self._registry is None:
             with open(os.path.join(self._core, "_definitions.json"), encoding="utf-8") as handle:
                 definitions = json.load(handle)
-            resource = referencing.Resource.from_contents(definitions, default_specification=referencing.jsonschema.DRAFT202012)
+            resource = referencing.Resource.from_contents(
+                definitions, default_specification=referencing.jsonschema.DRAFT202012
+            )
             self._registry = referencing.Registry().with_resource(_DEFINITIONS_URI, resource)
         return self._registry
 
     def where(self, group, kind, version):
         """Human-readable place where the schema of group/kind/version is looked for."""
         if is_builtin_group(group):
-            return "kubernetes-validate %s" % CORE_SCHEMA_VERSION
+            return f"kubernetes-validate {CORE_SCHEMA_VERSION}"
         name = {"group": group, "kind": kind.lower(), "version": version}
         if self.folder:
-            return os.path.join(self.folder, group, "%s_%s.json" % (kind.lower(), version))
+            return os.path.join(self.folder, group, f"{kind.lower()}_{version}.json")
         return self.template.format(**name)
 
     def _load_core(self, group, kind, version):
         prefix = group.split(".")[0]
-        stem = "%s-%s-%s" % (kind.lower(), prefix, version) if group else "%s-%s" % (kind.lower(), version)
+        stem = f"{kind.lower()}-{prefix}-{version}" if group else f"{kind.lower()}-{version}"
         path = os.path.join(self._core, stem + ".json")
         if not os.path.isfile(path):
             raise SchemaMissing(self.where(group, kind, version))
         with open(path, encoding="utf-8") as handle:
             schema = json.load(handle)
-        schema.setdefault("$id", "https://kubernetes.io/api/%s.json" % stem)
+        schema.setdefault("$id", f"https://kubernetes.io/api/{stem}.json")
         return schema
 
     def _load_custom(self, group, kind, version):
@@ -156,7 +170,7 @@ class SchemaStore:
                 return json.load(handle)
         try:
             if open_url is None:
-                raise SchemaUnreachable("GET %s: ansible-core (ansible.module_utils.urls) is not importable" % where)
+                raise SchemaUnreachable(f"GET {where}: ansible-core (ansible.module_utils.urls) is not importable")
             response = open_url(where, timeout=self.timeout, validate_certs=True, http_agent="krops-validate")
             try:
                 return json.loads(response.read().decode("utf-8"))
@@ -168,9 +182,9 @@ class SchemaStore:
             raise SchemaUnreachable("GET %s answered HTTP %d" % (where, exc.code))
         except (urllib.error.URLError, UrlConnectionError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise SchemaUnreachable("GET %s failed within %gs: %s" % (where, self.timeout, reason))
+            raise SchemaUnreachable(f"GET {where} failed within {self.timeout:g}s: {reason}")
         except ValueError as exc:
-            raise SchemaUnreachable("GET %s did not return JSON: %s" % (where, exc))
+            raise SchemaUnreachable(f"GET {where} did not return JSON: {exc}")
 
     def _shared_key(self, api_version, kind):
         """Key of the process-wide cache: only for files (built-in or folder), with their mtime."""
@@ -222,8 +236,10 @@ class SchemaStore:
         with self._lock:
             compiled = _SHARED.get("object-meta")
         if compiled is None:
-            schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
-                      "$ref": _DEFINITIONS_URI + "#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}
+            schema = {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "$ref": _DEFINITIONS_URI + "#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+            }
             compiled = jsonschema.Draft202012Validator(schema, registry=self._core_registry())
             with self._lock:
                 _SHARED["object-meta"] = compiled
@@ -255,7 +271,7 @@ def _message(error):
         allowed = set((error.schema.get("properties") or {}).keys())
         unknown = sorted(k for k in error.instance if k not in allowed)
         if unknown:
-            return "unknown field%s %s" % ("s" if len(unknown) > 1 else "", ", ".join(repr(u) for u in unknown))
+            return "unknown field{} {}".format("s" if len(unknown) > 1 else "", ", ".join(repr(u) for u in unknown))
     if error.validator == "enum":
-        return "%r is not one of %s" % (error.instance, ", ".join(repr(v) for v in error.validator_value))
+        return "{!r} is not one of {}".format(error.instance, ", ".join(repr(v) for v in error.validator_value))
     return re.sub(r"\s+", " ", error.message)

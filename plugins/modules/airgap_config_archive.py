@@ -110,10 +110,12 @@ def main():
     )
     p = module.params
     if not _REFERENCE.match(p["reference"]):
-        module.fail_json(msg="reference %r is not <registry>/<repository>:<tag> (for example "
-                             "krops-registry:5000/krops:latest)" % p["reference"])
+        module.fail_json(
+            msg="reference {!r} is not <registry>/<repository>:<tag> (for example "
+            "krops-registry:5000/krops:latest)".format(p["reference"])
+        )
     if not os.path.isdir(p["root"]):
-        module.fail_json(msg="root %s is not a directory: point it at the krops checkout" % p["root"])
+        module.fail_json(msg="root {} is not a directory: point it at the krops checkout".format(p["root"]))
     revision = p["revision"] or oci.git_revision(p["root"])
     try:
         data, digest = airgap.config_archive(p["root"], p["paths"], p["reference"], p["source"], revision)

@@ -262,15 +262,18 @@ def main():
         account_id=dict(type="str"),
     )
     argument_spec.update(aws.AWS_ARGS)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
-                           mutually_exclusive=[("profile", "access_key"), ("profile", "secret_key")],
-                           required_together=[("access_key", "secret_key")])
+    module = AnsibleModule(
+        argument_spec=argument_spec,
+        supports_check_mode=True,
+        mutually_exclusive=[("profile", "access_key"), ("profile", "secret_key")],
+        required_together=[("access_key", "secret_key")],
+    )
     if not aws.HAS_BOTO3:
         module.fail_json(msg=missing_required_lib("boto3"), exception=str(aws.BOTO3_IMPORT_ERROR))
     try:
         result = aws_sweep.run(module.params, check_mode=module.check_mode)
     except (config.ConfigError, aws_sweep.SweepError, aws.AwsError) as exc:
-        module.fail_json(msg="aws_orphan_sweep: %s" % exc)
+        module.fail_json(msg=f"aws_orphan_sweep: {exc}")
     if result.pop("failed"):
         module.fail_json(**result)
     module.exit_json(**result)

@@ -161,16 +161,32 @@ def run(p, check_mode, environ=None, run_command=None):
         raise cloud_teardown.CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")
     down = env.get("teardown") or {}
     token = cloud_teardown.azure_token(
-        p["access_token"] or environ.get("AZURE_ACCESS_TOKEN"), p["client_id"] or environ.get("AZURE_CLIENT_ID"),
-        p["secret"] or environ.get("AZURE_SECRET"), p["tenant"] or environ.get("AZURE_TENANT"),
-        p["login_endpoint"], p["endpoint"], run_command)
+        p["access_token"] or environ.get("AZURE_ACCESS_TOKEN"),
+        p["client_id"] or environ.get("AZURE_CLIENT_ID"),
+        p["secret"] or environ.get("AZURE_SECRET"),
+        p["tenant"] or environ.get("AZURE_TENANT"),
+        p["login_endpoint"],
+        p["endpoint"],
+        run_command,
+    )
     http = cloud_teardown.Http(token, what="ARM")
     groups = p["resource_groups"] if p["resource_groups"] is not None else down.get("resource-groups") or []
     clusters = list(down.get("capi-workloads") or []) + [env["mgmt-cluster"]]
     result = cloud_teardown.azure_teardown(
-        http, p["endpoint"], subscription, cfg.selected, groups, clusters, p["federated_credential_prefix"],
-        p["federated_credential_issuers"], env["mgmt-cluster"], check_mode=check_mode, wait=p["wait"],
-        wait_timeout=p["wait_timeout"], poll_interval=p["poll_interval"])
+        http,
+        p["endpoint"],
+        subscription,
+        cfg.selected,
+        groups,
+        clusters,
+        p["federated_credential_prefix"],
+        p["federated_credential_issuers"],
+        env["mgmt-cluster"],
+        check_mode=check_mode,
+        wait=p["wait"],
+        wait_timeout=p["wait_timeout"],
+        poll_interval=p["poll_interval"],
+    )
     result["subscription_id"] = subscription
     result["environment"] = cfg.selected
     return result
@@ -185,8 +201,11 @@ def main():
     except cloud_teardown.CloudError as exc:
         module.fail_json(msg=str(exc), **exc.result)
     if result["leftovers"]:
-        module.fail_json(msg="Azure resources of %s left behind: %s; see results for the reason of each, then run the "
-                             "teardown again" % (result["environment"], ", ".join(result["leftovers"])), **result)
+        module.fail_json(
+            msg="Azure resources of {} left behind: {}; see results for the reason of each, then run the "
+            "teardown again".format(result["environment"], ", ".join(result["leftovers"])),
+            **result,
+        )
     module.exit_json(**result)
 
 

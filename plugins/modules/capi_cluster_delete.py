@@ -155,9 +155,17 @@ def main():
     p = module.params
     try:
         result = teardown.delete_clusters(
-            p["kubeconfig"], p["context"], namespace=p["namespace"], names=p["clusters"],
-            keep=p["keep"], suspend=p["suspend"], kustomizations=p["kustomizations"], wait=p["wait"],
-            wait_timeout=p["wait_timeout"], check_mode=module.check_mode)
+            p["kubeconfig"],
+            p["context"],
+            namespace=p["namespace"],
+            names=p["clusters"],
+            keep=p["keep"],
+            suspend=p["suspend"],
+            kustomizations=p["kustomizations"],
+            wait=p["wait"],
+            wait_timeout=p["wait_timeout"],
+            check_mode=module.check_mode,
+        )
     except teardown.TeardownError as exc:
         module.fail_json(msg=str(exc), **exc.result)
     except kube.KubeError as exc:

@@ -287,7 +287,9 @@ def argument_spec():
         docker_binary=dict(type="path"),
         sops_binary=dict(type="path"),
         age_key_file=dict(type="path"),
-        aws_b64encoded_credentials=dict(type="str", no_log=True, fallback=(env_fallback, ["AWS_B64ENCODED_CREDENTIALS"])),
+        aws_b64encoded_credentials=dict(
+            type="str", no_log=True, fallback=(env_fallback, ["AWS_B64ENCODED_CREDENTIALS"])
+        ),
         manifest_vars=dict(type="dict"),
         # The defaults are config.TIMEOUTS (one place); None here means "that default".
         wait_timeout=dict(type="int"),
@@ -303,8 +305,15 @@ def argument_spec():
 
 
 # Options that must be positive when given (0 or less would end a wait at once or never).
-_POSITIVE = ("wait_timeout", "node_timeout", "mgmt_ready_timeout", "move_timeout", "progress_interval", "lb_port",
-             "request_timeout")
+_POSITIVE = (
+    "wait_timeout",
+    "node_timeout",
+    "mgmt_ready_timeout",
+    "move_timeout",
+    "progress_interval",
+    "lb_port",
+    "request_timeout",
+)
 
 
 def check_params(params):
@@ -312,11 +321,15 @@ def check_params(params):
     for name in _POSITIVE:
         value = params.get(name)
         if value is not None and value < 1:
-            raise errors.ConfigError("%s must be at least 1, got %s" % (name, value),
-                                     {"failed_phase": "preconditions", "phase_reached": None})
+            raise errors.ConfigError(
+                f"{name} must be at least 1, got {value}",
+                {"failed_phase": "preconditions", "phase_reached": None},
+            )
     if params.get("lb_port") is not None and params["lb_port"] > 65535:
-        raise errors.ConfigError("lb_port must be a port number (1 to 65535), got %s" % params["lb_port"],
-                                 {"failed_phase": "preconditions", "phase_reached": None})
+        raise errors.ConfigError(
+            "lb_port must be a port number (1 to 65535), got {}".format(params["lb_port"]),
+            {"failed_phase": "preconditions", "phase_reached": None},
+        )
 
 
 def body(module, step):
@@ -335,7 +348,7 @@ def body(module, step):
         return pivot.run(cfg, params, check_mode=module.check_mode)
     except pivot.PivotError as exc:
         details = dict(exc.result or {}, failed_phase=exc.phase)
-        raise errors.PivotError("pivot phase %s failed: %s" % (exc.phase, exc), details)
+        raise errors.PivotError(f"pivot phase {exc.phase} failed: {exc}", details)
     except krops_config.ConfigError as exc:
         raise errors.ConfigError(str(exc), {"failed_phase": "preconditions", "phase_reached": None})
 

@@ -259,22 +259,27 @@ def main():
     params = module.params
     for name in ("wait_timeout", "progress_interval"):
         if params[name] is not None and params[name] < 1:
-            module.fail_json(msg="%s must be at least 1 second, got %s" % (name, params[name]))
+            module.fail_json(msg=f"{name} must be at least 1 second, got {params[name]}")
     try:
         result = flux.handoff(params, check_mode=module.check_mode)
     except config.ConfigError as exc:
-        module.fail_json(msg="flux_handoff: %s" % exc)
+        module.fail_json(msg=f"flux_handoff: {exc}")
     except cli.ToolMissing as exc:
-        module.fail_json(msg="flux_handoff: %s (set helm_binary, or install_operator=false when the operator is installed)" % exc)
+        module.fail_json(
+            msg=f"flux_handoff: {exc} (set helm_binary, or install_operator=false when the operator is installed)"
+        )
     except cli.CliError as exc:
-        module.fail_json(msg="flux_handoff: installing the Flux Operator failed: %s" % exc, **exc.as_dict())
+        module.fail_json(msg=f"flux_handoff: installing the Flux Operator failed: {exc}", **exc.as_dict())
     except flux.FluxError as exc:
-        module.fail_json(msg="flux_handoff: %s" % exc, **exc.result)
+        module.fail_json(msg=f"flux_handoff: {exc}", **exc.result)
     except kube.KubeError as exc:
-        module.fail_json(msg="flux_handoff: %s" % exc)
+        module.fail_json(msg=f"flux_handoff: {exc}")
     except kube.ApiException as exc:
-        module.fail_json(msg="flux_handoff: the Kubernetes API of %s answered an error: %s"
-                         % (kube.describe_target(params["kubeconfig"], params["context"]), kube.error_text(exc)))
+        module.fail_json(
+            msg="flux_handoff: the Kubernetes API of {} answered an error: {}".format(
+                kube.describe_target(params["kubeconfig"], params["context"]), kube.error_text(exc)
+            )
+        )
     module.exit_json(**result)
 
 

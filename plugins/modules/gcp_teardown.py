@@ -138,9 +138,17 @@ def run(p, check_mode, environ=None, run_command=None):
     token = cloud_teardown.gcp_token(p["access_token"] or environ.get("GCP_ACCESS_TOKEN"), run_command)
     http = cloud_teardown.Http(token, what="Google API")
     result = cloud_teardown.gcp_teardown(
-        http, cloud_teardown.gcp_roots(p["base_url"]), project, cfg.selected, networks, check_mode=check_mode,
-        wait=p["wait"], wait_timeout=p["wait_timeout"], poll_interval=p["poll_interval"],
-        unprotect=down.get("disable-deletion-protection") or [])
+        http,
+        cloud_teardown.gcp_roots(p["base_url"]),
+        project,
+        cfg.selected,
+        networks,
+        check_mode=check_mode,
+        wait=p["wait"],
+        wait_timeout=p["wait_timeout"],
+        poll_interval=p["poll_interval"],
+        unprotect=down.get("disable-deletion-protection") or [],
+    )
     result["project"] = project
     result["environment"] = cfg.selected
     return result
@@ -155,8 +163,10 @@ def main():
     except cloud_teardown.CloudError as exc:
         module.fail_json(msg=str(exc), **exc.result)
     if result["leftovers"]:
-        msg = ("GCP resources of project %s left behind at stage %s: %s; see results for the reason of each, then run "
-               "the teardown again" % (result["project"], result.get("stopped_at"), ", ".join(result["leftovers"])))
+        msg = (
+            "GCP resources of project {} left behind at stage {}: {}; see results for the reason of each, then run "
+            "the teardown again".format(result["project"], result.get("stopped_at"), ", ".join(result["leftovers"]))
+        )
         module.fail_json(msg=msg, **result)
     module.exit_json(**result)
 

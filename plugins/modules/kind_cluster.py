@@ -202,10 +202,13 @@ def main():
             recreate=dict(type="bool", default=False),
             config=dict(type="dict"),
             engine_socket=dict(type="path", default="/var/run/docker.sock"),
-            registry_mirror=dict(type="dict", options=dict(
-                host=dict(type="str", required=True),
-                endpoint=dict(type="str", required=True),
-            )),
+            registry_mirror=dict(
+                type="dict",
+                options=dict(
+                    host=dict(type="str", required=True),
+                    endpoint=dict(type="str", required=True),
+                ),
+            ),
             environment=dict(type="str"),
             engine_binary=dict(type="str"),
             kubeconfig_path=dict(type="path"),
@@ -219,15 +222,24 @@ def main():
     params = module.params
     try:
         result = kind.ensure(
-            params["name"], state=params["state"], recreate=params["recreate"], config=params["config"],
-            engine_socket=params["engine_socket"], registry_mirror=params["registry_mirror"],
-            kubeconfig_path=params["kubeconfig_path"], wait_timeout=params["wait_timeout"],
-            node_image=params["node_image"], kind_binary=params["kind_binary"],
-            engine_binary=params["engine_binary"], environment=params["environment"], check_mode=module.check_mode)
+            params["name"],
+            state=params["state"],
+            recreate=params["recreate"],
+            config=params["config"],
+            engine_socket=params["engine_socket"],
+            registry_mirror=params["registry_mirror"],
+            kubeconfig_path=params["kubeconfig_path"],
+            wait_timeout=params["wait_timeout"],
+            node_image=params["node_image"],
+            kind_binary=params["kind_binary"],
+            engine_binary=params["engine_binary"],
+            environment=params["environment"],
+            check_mode=module.check_mode,
+        )
     except cli.ToolMissing as exc:
-        module.fail_json(msg="kind cluster %s: %s (kind_binary=)" % (params["name"], exc))
+        module.fail_json(msg="kind cluster {}: {} (kind_binary=)".format(params["name"], exc))
     except cli.CliError as exc:
-        module.fail_json(msg="kind cluster %s: %s" % (params["name"], exc), **exc.as_dict())
+        module.fail_json(msg="kind cluster {}: {}".format(params["name"], exc), **exc.as_dict())
     except kind.KindError as exc:
         module.fail_json(msg=str(exc), **exc.result)
     module.exit_json(**result)

@@ -157,16 +157,25 @@ def main():
     params = module.params
     try:
         result = oci.push_artifact(
-            params["registry"], params["paths"], repository=params["repository"], tag=params["tag"],
-            root=params["root"], source=params["source"], revision=params["revision"], insecure=params["insecure"],
-            username=params["username"], password=params["password"], check_mode=module.check_mode)
+            params["registry"],
+            params["paths"],
+            repository=params["repository"],
+            tag=params["tag"],
+            root=params["root"],
+            source=params["source"],
+            revision=params["revision"],
+            insecure=params["insecure"],
+            username=params["username"],
+            password=params["password"],
+            check_mode=module.check_mode,
+        )
     except oci.OciError as exc:
-        module.fail_json(msg="oci://%s/%s:%s: %s" % (params["registry"], params["repository"], params["tag"], exc))
+        module.fail_json(msg="oci://{}/{}:{}: {}".format(params["registry"], params["repository"], params["tag"], exc))
     warning = result.pop("warning", None)
     if warning:
         module.warn(warning)
     if result["skipped"]:
-        module.warn("not packed (symbolic links or special files): %s" % ", ".join(result["skipped"]))
+        module.warn("not packed (symbolic links or special files): {}".format(", ".join(result["skipped"])))
     module.exit_json(**result)
 
 

@@ -186,10 +186,15 @@ def main():
         git_branch=dict(type="str", default="main"),
         github_token=dict(type="str", no_log=True, fallback=(env_fallback, ["GITHUB_TOKEN"])),
         github_api_url=dict(type="str", default="https://api.github.com"),
-        aws_eip_checks=dict(type="list", elements="dict", default=[], options=dict(
-            region=dict(type="str", required=True),
-            clusters=dict(type="list", elements="str", required=True),
-        )),
+        aws_eip_checks=dict(
+            type="list",
+            elements="dict",
+            default=[],
+            options=dict(
+                region=dict(type="str", required=True),
+                clusters=dict(type="list", elements="str", required=True),
+            ),
+        ),
         eips_per_cluster=dict(type="int", default=3),
         provider_manifests=dict(type="list", elements="path", default=[]),
         kind_node_image=dict(type="str"),
@@ -198,33 +203,53 @@ def main():
         fail_on_problems=dict(type="bool", default=True),
     )
     argument_spec.update(aws.AWS_ARGS)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
-                           mutually_exclusive=[["profile", "access_key"], ["profile", "secret_key"]])
+    module = AnsibleModule(
+        argument_spec=argument_spec,
+        supports_check_mode=True,
+        mutually_exclusive=[["profile", "access_key"], ["profile", "secret_key"]],
+    )
     params = module.params
     connection = None
     if params["aws_eip_checks"]:
         try:
-            connection = aws.Connection(profile=params["profile"], endpoint_url=params["endpoint_url"],
-                                        access_key=params["access_key"], secret_key=params["secret_key"],
-                                        session_token=params["session_token"])
+            connection = aws.Connection(
+                profile=params["profile"],
+                endpoint_url=params["endpoint_url"],
+                access_key=params["access_key"],
+                secret_key=params["secret_key"],
+                session_token=params["session_token"],
+            )
         except aws.AwsError as exc:
-            module.fail_json(msg="preflight: %s" % exc)
+            module.fail_json(msg=f"preflight: {exc}")
     capi_version, version_problems = None, []
     if params["provider_manifests"]:
         capi_version, version_problems = preflight.core_provider_version(params["provider_manifests"])
     result = preflight.run(
-        tools=params["tools"], age_key_file=params["age_key_file"], age_public_key=params["age_public_key"],
-        check_age_key_file=bool(params["age_key_file"]), git_url=params["git_url"], git_branch=params["git_branch"],
-        github_token=params["github_token"], github_api_url=params["github_api_url"],
-        check_git_sync=bool(params["git_url"]), eip_checks=params["aws_eip_checks"],
-        eips_per_cluster=params["eips_per_cluster"], aws_connection=connection, capi_version=capi_version,
-        kind_node_image=params["kind_node_image"], helm_oci=params["helm_oci"],
-        container_engine=params["container_engine"])
+        tools=params["tools"],
+        age_key_file=params["age_key_file"],
+        age_public_key=params["age_public_key"],
+        check_age_key_file=bool(params["age_key_file"]),
+        git_url=params["git_url"],
+        git_branch=params["git_branch"],
+        github_token=params["github_token"],
+        github_api_url=params["github_api_url"],
+        check_git_sync=bool(params["git_url"]),
+        eip_checks=params["aws_eip_checks"],
+        eips_per_cluster=params["eips_per_cluster"],
+        aws_connection=connection,
+        capi_version=capi_version,
+        kind_node_image=params["kind_node_image"],
+        helm_oci=params["helm_oci"],
+        container_engine=params["container_engine"],
+    )
     result["problems"] = version_problems + result["problems"]
     problems = result["problems"]
     if problems and params["fail_on_problems"]:
-        module.fail_json(msg="preflight found %d problem%s:\n- %s" % (len(problems), "" if len(problems) == 1 else "s",
-                                                                      "\n- ".join(problems)), **result)
+        module.fail_json(
+            msg="preflight found %d problem%s:\n- %s"
+            % (len(problems), "" if len(problems) == 1 else "s", "\n- ".join(problems)),
+            **result,
+        )
     module.exit_json(changed=False, **result)
 
 

@@ -189,15 +189,28 @@ def main():
     )
     p = module.params
     try:
-        report = krops_render_diff.run(p["repo"], p["base"], p["head"], p["merge_base"], p["environments"],
-                                       p["schema_location"], p["accept_file"], p["labels"], p["accept_label"], p["cel"])
+        report = krops_render_diff.run(
+            p["repo"],
+            p["base"],
+            p["head"],
+            p["merge_base"],
+            p["environments"],
+            p["schema_location"],
+            p["accept_file"],
+            p["labels"],
+            p["accept_label"],
+            p["cel"],
+        )
     except krops_render_diff.RenderDiffError as exc:
-        module.fail_json(msg="render_diff could not run: %s" % exc)
+        module.fail_json(msg=f"render_diff could not run: {exc}")
     returned = dict(changed=False, markdown=krops_render_diff.markdown(report), **report)
     if report["blocking"]:
         blocking = [f for f in report["findings"] if not f["acknowledged"]]
-        module.fail_json(msg="render_diff found %d finding(s) not acknowledged:\n%s" % (
-            len(blocking), "\n".join("%s: %s" % (f["id"], f["message"]) for f in blocking)), **returned)
+        module.fail_json(
+            msg="render_diff found %d finding(s) not acknowledged:\n%s"
+            % (len(blocking), "\n".join("{}: {}".format(f["id"], f["message"]) for f in blocking)),
+            **returned,
+        )
     module.exit_json(**returned)
 
 

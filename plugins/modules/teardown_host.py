@@ -215,22 +215,34 @@ def run(params, get_bin_path, check_mode=False):
     env = cfg.environment()
     boot = cfg.data["bootstrap"]
     if params.get("cleanup_kubeconfig"):
-        return teardown.remove_kubeconfig_entries(params["cleanup_kubeconfig"], params["mgmt_context"] or
-                                                  boot["mgmt-context"], check_mode)
+        return teardown.remove_kubeconfig_entries(
+            params["cleanup_kubeconfig"], params["mgmt_context"] or boot["mgmt-context"], check_mode
+        )
     missing = [tool for tool in params["required_tools"] if not get_bin_path(tool)]
     if missing:
-        raise teardown.TeardownError("missing tools needed by the teardown of %s: %s; install them and run again "
-                                     "(nothing was changed)" % (cfg.selected, ", ".join(missing)))
+        raise teardown.TeardownError(
+            "missing tools needed by the teardown of {}: {}; install them and run again (nothing was changed)".format(
+                cfg.selected, ", ".join(missing)
+            )
+        )
     kind_kubeconfig, kind_context = kube.resolve_auth(params["kubeconfig"], params["context"])
     kind_context = kind_context or boot["kind-context"]
     mgmt_kubeconfig = params["mgmt_kubeconfig"] or boot["mgmt-kubeconfig"]
     mgmt_context = params["mgmt_context"] or boot["mgmt-context"]
-    host = teardown.find_host(kind_kubeconfig, kind_context, mgmt_kubeconfig, mgmt_context, env["mgmt-cluster"],
-                              boot["mgmt-namespace"], params["timeout"], environment=cfg.selected,
-                              kind_cluster=boot["kind-cluster"])
+    host = teardown.find_host(
+        kind_kubeconfig,
+        kind_context,
+        mgmt_kubeconfig,
+        mgmt_context,
+        env["mgmt-cluster"],
+        boot["mgmt-namespace"],
+        params["timeout"],
+        environment=cfg.selected,
+        kind_cluster=boot["kind-cluster"],
+    )
     if host["host"] != teardown.HOST_UNREACHABLE:
         client = kube.connect(host["kubeconfig"], host["context"])
-        where = "the %s cluster (context %s)" % (host["host"], host["context"])
+        where = "the {} cluster (context {})".format(host["host"], host["context"])
         res = teardown.cluster_resource(client)
         if res is not None:
             teardown.probe_or_abort(client, res.group_version, "Cluster", boot["mgmt-namespace"], "Clusters", where)
@@ -239,20 +251,35 @@ def run(params, get_bin_path, check_mode=False):
             teardown.probe_or_abort(client, *teardown.HARDWARE, what="Hardware", target=where)
     elif env["kind"] in ("aws", "azure", "gcp", "local-talos") and not params["force"]:
         raise teardown.TeardownError(
-            "no controller host answers for %s: kind context %s (%s) and management kubeconfig %s (%s); the workload "
+            "no controller host answers for {}: kind context {} ({}) and management kubeconfig {} ({}); the workload "
             "Clusters cannot be deleted through their provider nor confirmed gone. Restore access to one of them, or "
-            "set force to remove the cloud side anyway" % (
-                cfg.selected, kind_context, host["errors"].get("kind", "not tried"), mgmt_kubeconfig,
-                host["errors"].get("mgmt", "not tried")), host)
+            "set force to remove the cloud side anyway".format(
+                cfg.selected,
+                kind_context,
+                host["errors"].get("kind", "not tried"),
+                mgmt_kubeconfig,
+                host["errors"].get("mgmt", "not tried"),
+            ),
+            host,
+        )
     host["kept"] = []
     host["plan"] = teardown.build_plan(cfg.data, cfg.selected, host, params["local_cluster_timeout"], host["kept"])
     missing = [tool for tool in teardown.plan_tools(host["plan"]) if not get_bin_path(tool)]
     if missing:
-        raise teardown.TeardownError("missing tools needed by the teardown of %s: %s; install them and run again "
-                                     "(nothing was changed)" % (cfg.selected, ", ".join(missing)), host)
-    host["environment"] = {"name": cfg.selected, "kind": env["kind"], "mgmt_cluster": env["mgmt-cluster"],
-                           "mgmt_namespace": boot["mgmt-namespace"], "bootstrap": boot,
-                           "teardown": env.get("teardown") or {}}
+        raise teardown.TeardownError(
+            "missing tools needed by the teardown of {}: {}; install them and run again (nothing was changed)".format(
+                cfg.selected, ", ".join(missing)
+            ),
+            host,
+        )
+    host["environment"] = {
+        "name": cfg.selected,
+        "kind": env["kind"],
+        "mgmt_cluster": env["mgmt-cluster"],
+        "mgmt_namespace": boot["mgmt-namespace"],
+        "bootstrap": boot,
+        "teardown": env.get("teardown") or {},
+    }
     host["changed"] = False
     return host
 

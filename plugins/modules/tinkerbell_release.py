@@ -134,9 +134,17 @@ def main():
     p = module.params
     try:
         result = teardown.release_hardware(
-            p["kubeconfig"], p["context"], namespace=p["namespace"], hardware_namespace=p["hardware_namespace"],
-            clusters=p["clusters"], keep=p["keep"], suspend=p["suspend"], wait_timeout=p["wait_timeout"], remove_stale=p["remove_stale"],
-            check_mode=module.check_mode)
+            p["kubeconfig"],
+            p["context"],
+            namespace=p["namespace"],
+            hardware_namespace=p["hardware_namespace"],
+            clusters=p["clusters"],
+            keep=p["keep"],
+            suspend=p["suspend"],
+            wait_timeout=p["wait_timeout"],
+            remove_stale=p["remove_stale"],
+            check_mode=module.check_mode,
+        )
     except teardown.TeardownError as exc:
         module.fail_json(msg=str(exc), **exc.result)
     except kube.KubeError as exc:

@@ -186,21 +186,34 @@ def main():
     )
     params = module.params
     try:
-        result = krops_validate.run(path=params["path"], environments=params["environments"],
-                                    schema_location=params["schema_location"], allow_kinds=params["allow_kinds"],
-                                    config_file=params["config_file"], cel=params["cel"])
+        result = krops_validate.run(
+            path=params["path"],
+            environments=params["environments"],
+            schema_location=params["schema_location"],
+            allow_kinds=params["allow_kinds"],
+            config_file=params["config_file"],
+            cel=params["cel"],
+        )
     except krops_validate.ValidateError as exc:
-        module.fail_json(msg="validate could not run: %s" % exc)
+        module.fail_json(msg=f"validate could not run: {exc}")
     if params["format"] == "json":
         output = json.dumps({"findings": result["findings"], "summary": result["summary"]}, indent=2)
     else:
         output = "\n".join(krops_validate.format_text(result))
-    returned = dict(changed=False, findings=result["findings"], summary=result["summary"], output=output,
-                    objects=result["objects"], environments=result["environments"],
-                    cel_unevaluable=result["cel_unevaluable"])
+    returned = dict(
+        changed=False,
+        findings=result["findings"],
+        summary=result["summary"],
+        output=output,
+        objects=result["objects"],
+        environments=result["environments"],
+        cel_unevaluable=result["cel_unevaluable"],
+    )
     if result["findings"]:
         lines = krops_validate.format_text(result)
-        module.fail_json(msg="validate found %d finding(s):\n%s" % (len(result["findings"]), "\n".join(lines)), **returned)
+        module.fail_json(
+            msg="validate found %d finding(s):\n%s" % (len(result["findings"]), "\n".join(lines)), **returned
+        )
     module.exit_json(**returned)
 
 

@@ -25,33 +25,50 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
 MINUTE = 60.0
-HOLDS = {"eks-nodegroup": 10 * MINUTE, "eks-cluster": 12 * MINUTE, "rds-instance": 10 * MINUTE,
-         "nat-gateway": 4 * MINUTE}
+HOLDS = {
+    "eks-nodegroup": 10 * MINUTE,
+    "eks-cluster": 12 * MINUTE,
+    "rds-instance": 10 * MINUTE,
+    "nat-gateway": 4 * MINUTE,
+}
 
 
 def classify(method, path, body):
     """(slow type, fake response body, content type) for a delete the proxy holds, else None."""
     match = re.match(r"^/clusters/([^/]+)/node-groups/([^/?]+)$", path)
     if method == "DELETE" and match:
-        return ("eks-nodegroup", '{"nodegroup": {"nodegroupName": "%s", "clusterName": "%s", "status": "DELETING"}}'
-                % (match.group(2), match.group(1)), "application/json")
+        return (
+            "eks-nodegroup",
+            f'{{"nodegroup": {{"nodegroupName": "{match.group(2)}", "clusterName": "{match.group(1)}", "status": "DELETING"}}}}',
+            "application/json",
+        )
     match = re.match(r"^/clusters/([^/?]+)$", path)
     if method == "DELETE" and match:
-        return ("eks-cluster", '{"cluster": {"name": "%s", "status": "DELETING"}}' % match.group(1),
-                "application/json")
+        return (
+            "eks-cluster",
+            f'{{"cluster": {{"name": "{match.group(1)}", "status": "DELETING"}}}}',
+            "application/json",
+        )
     if method == "POST" and body:
         form = parse_qs(body.decode("utf-8", "replace"))
         action = (form.get("Action") or [""])[0]
         if action == "DeleteDBInstance":
             ident = form.get("DBInstanceIdentifier", [""])[0]
-            return ("rds-instance", "<DeleteDBInstanceResponse><DeleteDBInstanceResult><DBInstance>"
-                    "<DBInstanceIdentifier>%s</DBInstanceIdentifier><DBInstanceStatus>deleting</DBInstanceStatus>"
-                    "</DBInstance></DeleteDBInstanceResult></DeleteDBInstanceResponse>" % ident, "text/xml")
+            return (
+                "rds-instance",
+                "<DeleteDBInstanceResponse><DeleteDBInstanceResult><DBInstance>"
+                f"<DBInstanceIdentifier>{ident}</DBInstanceIdentifier><DBInstanceStatus>deleting</DBInstanceStatus>"
+                "</DBInstance></DeleteDBInstanceResult></DeleteDBInstanceResponse>",
+                "text/xml",
+            )
         if action == "DeleteNatGateway":
             ident = form.get("NatGatewayId", [""])[0]
-            return ("nat-gateway", '<DeleteNatGatewayResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
-                    "<requestId>held</requestId><natGatewayId>%s</natGatewayId></DeleteNatGatewayResponse>" % ident,
-                    "text/xml")
+            return (
+                "nat-gateway",
+                '<DeleteNatGatewayResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+                f"<requestId>held</requestId><natGatewayId>{ident}</natGatewayId></DeleteNatGatewayResponse>",
+                "text/xml",
+            )
     return None
 
 
@@ -84,8 +101,11 @@ class LatencyProxy:
                 else:
                     length = int(self.headers.get("Content-Length") or 0)
                     body = self.rfile.read(length) if length else b""
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("host", "content-length", "connection", "transfer-encoding", "expect")}
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() not in ("host", "content-length", "connection", "transfer-encoding", "expect")
+                }
                 with proxy._lock:
                     proxy.calls += 1
                 if proxy.latency:
@@ -105,7 +125,7 @@ class LatencyProxy:
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_GET = do_POST = do_DELETE = do_PUT = do_HEAD = _do  # noqa: N815
+            do_GET = do_POST = do_DELETE = do_PUT = do_HEAD = _do
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

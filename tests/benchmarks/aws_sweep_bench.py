@@ -38,8 +38,12 @@ def free_port():
 def start_moto():
     port = free_port()
     log = open(os.path.join(tempfile.gettempdir(), "aws-sweep-bench-moto.log"), "wb")
-    proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "moto_server"), "-H", "127.0.0.1",
-                             "-p", str(port)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = "http://127.0.0.1:%d" % port
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -65,15 +69,22 @@ def one_run(url, toml, concurrency, latency):
     if latency:
         hooks.append(("before-call", lambda **_kwargs: time.sleep(latency)))
     aws.CLIENT_HOOKS[:] = hooks
-    params = {"config_file": toml, "environment": "aws", "endpoint_url": url, "access_key": "bench",
-              "secret_key": "bench", "concurrency": concurrency, "wait_timeout": 60}
+    params = {
+        "config_file": toml,
+        "environment": "aws",
+        "endpoint_url": url,
+        "access_key": "bench",
+        "secret_key": "bench",
+        "concurrency": concurrency,
+        "wait_timeout": 60,
+    }
     started = time.monotonic()
     result = aws_sweep.run(params)
     wall = time.monotonic() - started
     aws.CLIENT_HOOKS[:] = []
     deleted = [r for r in result["results"] if r["outcome"] == "deleted"]
     if result["failed"] or len(deleted) != len(owned):
-        raise SystemExit("sweep did not delete the world: %s" % result["msg"])
+        raise SystemExit("sweep did not delete the world: {}".format(result["msg"]))
     return wall, result["api_calls"], len(deleted)
 
 
@@ -89,7 +100,9 @@ def main():
             handle.write(BOOTSTRAP_TOML)
         one_run(url, handle.name, 2, 0.0)  # warm-up: service models load once per process
         print("aws_orphan_sweep on moto: 3 clusters, 2 regions, full resource sets and decoys")
-        print("%-28s %-12s %9s %9s %10s %14s" % ("latency", "regions", "wall s", "calls", "resources", "calls/resource"))
+        print(
+            "%-28s %-12s %9s %9s %10s %14s" % ("latency", "regions", "wall s", "calls", "resources", "calls/resource")
+        )
         for latency in (0.0, args.latency_ms / 1000.0):
             walls = {}
             for concurrency, label in ((1, "sequential"), (2, "concurrent")):
@@ -99,11 +112,21 @@ def main():
                     best = run if best is None or run[0] < best[0] else best
                 wall, calls, resources = best
                 walls[label] = wall
-                print("%-28s %-12s %9.2f %9d %10d %14.2f" % (
-                    "moto" if not latency else "moto + %.0f ms per call" % (latency * 1000), label, wall, calls,
-                    resources, calls / float(resources)))
-            print("%-28s %-12s %9.2fx  (baseline: sequential, same run)" % (
-                "", "speed-up", walls["sequential"] / walls["concurrent"]))
+                print(
+                    "%-28s %-12s %9.2f %9d %10d %14.2f"
+                    % (
+                        "moto" if not latency else "moto + %.0f ms per call" % (latency * 1000),
+                        label,
+                        wall,
+                        calls,
+                        resources,
+                        calls / float(resources),
+                    )
+                )
+            print(
+                "%-28s %-12s %9.2fx  (baseline: sequential, same run)"
+                % ("", "speed-up", walls["sequential"] / walls["concurrent"])
+            )
         print("note: moto is one Python process that answers in about a millisecond, so without latency regions")
         print("      mostly queue behind each other there; the latency pair shows what concurrency buys against AWS.")
         os.unlink(handle.name)

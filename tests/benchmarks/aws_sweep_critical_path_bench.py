@@ -35,8 +35,14 @@ from test_aws_sweep_world import BOOTSTRAP_TOML, CLUSTERS, seed_world  # noqa: E
 
 
 def sweep(url, toml, proxy):
-    params = {"config_file": toml, "environment": "aws", "endpoint_url": proxy.url, "access_key": "bench",
-              "secret_key": "bench", "wait_timeout": 600}
+    params = {
+        "config_file": toml,
+        "environment": "aws",
+        "endpoint_url": proxy.url,
+        "access_key": "bench",
+        "secret_key": "bench",
+        "wait_timeout": 600,
+    }
     reset(url)
     owned = seed_world(url)[0]
     calls_before = proxy.calls
@@ -45,7 +51,7 @@ def sweep(url, toml, proxy):
     wall = time.monotonic() - started
     deleted = [r for r in result["results"] if r["outcome"] == "deleted"]
     if result["failed"] or len(deleted) != len(owned):
-        raise SystemExit("the sweep did not delete the world: %s" % result["msg"])
+        raise SystemExit("the sweep did not delete the world: {}".format(result["msg"]))
     top = sorted(result["api_calls_by_operation"].items(), key=lambda kv: -kv[1])[:12]
     sweep.last_top = top
     return wall, proxy.calls - calls_before, len(deleted)
@@ -76,8 +82,10 @@ def main():
         proxy.stop()
 
         # the reference: per cluster node groups, EKS, RDS, NAT gateway one after another
-        reference = base + sum(holds["eks-nodegroup"] + holds["eks-cluster"] + holds["nat-gateway"]
-                               + (holds["rds-instance"] if rds else 0) for dummy3, dummy4, dummy5, rds, dummy6 in CLUSTERS)
+        reference = base + sum(
+            holds["eks-nodegroup"] + holds["eks-cluster"] + holds["nat-gateway"] + (holds["rds-instance"] if rds else 0)
+            for dummy3, dummy4, dummy5, rds, dummy6 in CLUSTERS
+        )
         # critical path: regions in parallel; per region the longest chain of holds
         per_region = {}
         for dummy3, region, dummy4, rds, dummy5 in CLUSTERS:
@@ -86,17 +94,22 @@ def main():
                 chains.append(holds["rds-instance"])
             per_region[region] = max([per_region.get(region, 0)] + chains)
         critical = base + max(per_region.values())
-        print("aws_orphan_sweep on moto behind a proxy: %.0f ms per call, deletions held 1/%g of real time"
-              % (args.latency_ms, args.scale))
-        print("  holds (s): %s" % ", ".join("%s %.1f" % kv for kv in sorted(holds.items())))
+        print(
+            f"aws_orphan_sweep on moto behind a proxy: {args.latency_ms:.0f} ms per call, deletions held 1/{args.scale:g} of real time"
+        )
+        print("  holds (s): {}".format(", ".join("{} {:.1f}".format(*kv) for kv in sorted(holds.items()))))
         print("  %-34s %8.2f s" % ("sweep wall time", wall))
         print("  %-34s %8.2f s" % ("reference sequential order", reference))
-        print("  %-34s %8.2f s  (calls alone %.2f s + longest chain %.2f s)" % (
-            "critical path", critical, base, max(per_region.values())))
+        print(
+            "  %-34s %8.2f s  (calls alone %.2f s + longest chain %.2f s)"
+            % ("critical path", critical, base, max(per_region.values()))
+        )
         print("  %-34s %8.1f %%  (target <= 15 %%)" % ("over the critical path", (wall / critical - 1) * 100))
-        print("  %-34s %8.2f      (%d calls, %d resources; target <= 3)" % (
-            "calls per resource", calls / float(resources), calls, resources))
-        print("  busiest operations: %s" % ", ".join("%s %d" % kv for kv in sweep.last_top))
+        print(
+            "  %-34s %8.2f      (%d calls, %d resources; target <= 3)"
+            % ("calls per resource", calls / float(resources), calls, resources)
+        )
+        print("  busiest operations: {}".format(", ".join("%s %d" % kv for kv in sweep.last_top)))
         os.unlink(handle.name)
     finally:
         os.killpg(proc.pid, 15)

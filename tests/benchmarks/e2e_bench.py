@@ -35,14 +35,31 @@ def playbook(tmp, play):
     path = tmp / "play.yml"
     path.write_text(yaml.safe_dump(play, sort_keys=False))
     inventory = tmp / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
-    proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), str(path), "-i", str(inventory)], cwd=REPO,
-                          env=playbook_env(tmp), capture_output=True, text=True, timeout=600, check=False)
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+                    }
+                }
+            }
+        )
+    )
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), str(path), "-i", str(inventory)],
+        cwd=REPO,
+        env=playbook_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     output = json.loads(proc.stdout) if proc.stdout.startswith("{") else {}
     if proc.returncode:
-        raise SystemExit("ansible-playbook failed (rc %d):\n%s\n%s" % (proc.returncode, proc.stdout[-3000:],
-                                                                      proc.stderr[-2000:]))
+        raise SystemExit(
+            "ansible-playbook failed (rc %d):\n%s\n%s" % (proc.returncode, proc.stdout[-3000:], proc.stderr[-2000:])
+        )
     tasks = {}
     for play_out in output.get("plays", []):
         for task in play_out["tasks"]:
@@ -53,6 +70,7 @@ def playbook(tmp, play):
 
 def seconds(duration):
     from datetime import datetime
+
     start = datetime.fromisoformat(duration["start"].replace("Z", "+00:00"))
     end = datetime.fromisoformat(duration["end"].replace("Z", "+00:00"))
     return (end - start).total_seconds()
@@ -72,30 +90,57 @@ def main():
     world.start()
     phases.append(("world up (API emulator, registry, emulated Flux/CAPI)", time.monotonic() - clock))
     helm = tmp / "helm"
-    helm.write_text("#!%s\nimport runpy, sys\nsys.argv[0] = 'helm'\nrunpy.run_path(%r, run_name='__main__')\n"
-                    % (sys.executable, str(REPO / "tests/substrate/standins/helm.py")))
+    helm.write_text(
+        "#!{}\nimport runpy, sys\nsys.argv[0] = 'helm'\nrunpy.run_path({!r}, run_name='__main__')\n".format(
+            sys.executable, str(REPO / "tests/substrate/standins/helm.py")
+        )
+    )
     helm.chmod(0o755)
-    play = [{"name": "handoff", "hosts": "localhost", "gather_facts": False, "tasks": [
-        {"name": "oci push", "krops.platform.oci_artifact_push": {
-            "registry": registry, "repository": "krops", "tag": "latest", "root": str(REPO),
-            "paths": ["mgmt/local-host", "workload/local-host"], "insecure": True}},
-        {"name": "flux handoff", "krops.platform.flux_handoff": {
-            "config_file": str(REPO / "bootstrap.toml"), "environment": "local-host",
-            "kubeconfig": kind.write_kubeconfig(tmp / "kind.kubeconfig"), "helm_binary": str(helm),
-            "wait_timeout": 120}}]}]
+    play = [
+        {
+            "name": "handoff",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "oci push",
+                    "krops.platform.oci_artifact_push": {
+                        "registry": registry,
+                        "repository": "krops",
+                        "tag": "latest",
+                        "root": str(REPO),
+                        "paths": ["mgmt/local-host", "workload/local-host"],
+                        "insecure": True,
+                    },
+                },
+                {
+                    "name": "flux handoff",
+                    "krops.platform.flux_handoff": {
+                        "config_file": str(REPO / "bootstrap.toml"),
+                        "environment": "local-host",
+                        "kubeconfig": kind.write_kubeconfig(tmp / "kind.kubeconfig"),
+                        "helm_binary": str(helm),
+                        "wait_timeout": 120,
+                    },
+                },
+            ],
+        }
+    ]
     try:
         for label in ("converge", "idempotent re-run"):
             clock = time.monotonic()
             tasks = playbook(tmp, play)
             total = time.monotonic() - clock
             for name, (changed, duration) in tasks.items():
-                phases.append(("%s: %s (changed=%s)" % (label, name, changed), seconds(duration)))
-            phases.append(("%s: ansible-playbook wall time" % label, total))
+                phases.append((f"{label}: {name} (changed={changed})", seconds(duration)))
+            phases.append((f"{label}: ansible-playbook wall time", total))
             if label != "converge" and any(changed for changed, _d in tasks.values()):
-                raise SystemExit("the re-run changed something: %s" % tasks)
-        ready = [k["metadata"]["name"] for k in kind.list("kustomize.toolkit.fluxcd.io/v1", "Kustomization",
-                                                         "flux-system")
-                 if (condition(k) or {}).get("status") == "True"]
+                raise SystemExit(f"the re-run changed something: {tasks}")
+        ready = [
+            k["metadata"]["name"]
+            for k in kind.list("kustomize.toolkit.fluxcd.io/v1", "Kustomization", "flux-system")
+            if (condition(k) or {}).get("status") == "True"
+        ]
     finally:
         errors = world.stop()
         for api in [kind] + spawned:
@@ -107,7 +152,7 @@ def main():
         print("%-70s %9s" % (phase, "not emulated yet"))
     print("Kustomizations Ready: %d (%s)" % (len(ready), ", ".join(sorted(ready))))
     if errors:
-        print("world errors: %s" % errors)
+        print(f"world errors: {errors}")
         return 1
     return 0
 

@@ -43,24 +43,53 @@ def prepare(api):
     api.create({"apiVersion": FI[0], "kind": FI[1], "metadata": {"name": "flux", "namespace": NS}, "spec": {}})
     api.set_condition(*FI, "flux", NS)
     for name, deps in (("flux-system", []), ("infra", []), ("apps", ["infra"])):
-        api.create({"apiVersion": KS[0], "kind": KS[1], "metadata": {"name": name, "namespace": NS},
-                    "spec": {"dependsOn": [{"name": d} for d in deps]}})
-        api.set_condition(*KS, name, NS, status="True" if name != "apps" else "False",
-                          reason="ReconciliationSucceeded" if name != "apps" else "Progressing")
+        api.create(
+            {
+                "apiVersion": KS[0],
+                "kind": KS[1],
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"dependsOn": [{"name": d} for d in deps]},
+            }
+        )
+        api.set_condition(
+            *KS,
+            name,
+            NS,
+            status="True" if name != "apps" else "False",
+            reason="ReconciliationSucceeded" if name != "apps" else "Progressing",
+        )
 
 
 def handoff_task(kubeconfig):
-    return {"name": "wait", "krops.platform.flux_handoff": {
-        "kubeconfig": kubeconfig, "environment": "local-host", "config_file": str(REPO / "bootstrap.toml"),
-        "scope": "wait", "wait_timeout": 120, "progress_interval": 30}}
+    return {
+        "name": "wait",
+        "krops.platform.flux_handoff": {
+            "kubeconfig": kubeconfig,
+            "environment": "local-host",
+            "config_file": str(REPO / "bootstrap.toml"),
+            "scope": "wait",
+            "wait_timeout": 120,
+            "progress_interval": 30,
+        },
+    }
 
 
 def k8s_info_task(kubeconfig):
-    return {"name": "wait", "register": "ks", "kubernetes.core.k8s_info": {
-        "kubeconfig": kubeconfig, "api_version": KS[0], "kind": KS[1], "name": "apps", "namespace": NS},
+    return {
+        "name": "wait",
+        "register": "ks",
+        "kubernetes.core.k8s_info": {
+            "kubeconfig": kubeconfig,
+            "api_version": KS[0],
+            "kind": KS[1],
+            "name": "apps",
+            "namespace": NS,
+        },
         "until": "ks.resources | length > 0 and (ks.resources[0].status.conditions | selectattr('type', 'equalto', 'Ready')"
-                 " | map(attribute='status') | first) == 'True'",
-        "retries": 30, "delay": 10}
+        " | map(attribute='status') | first) == 'True'",
+        "retries": 30,
+        "delay": 10,
+    }
 
 
 def sample(api, tmp, task, spread):
@@ -69,8 +98,20 @@ def sample(api, tmp, task, spread):
     play = tmp / "play.yml"
     play.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}], sort_keys=False))
     inventory = tmp / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "localhost": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                        }
+                    }
+                }
+            }
+        )
+    )
     seen = len(api.requests)
     flipped = {}
 
@@ -83,12 +124,19 @@ def sample(api, tmp, task, spread):
 
     thread = threading.Thread(target=flipper, daemon=True)
     thread.start()
-    proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), str(play), "-i", str(inventory)], cwd=REPO,
-                          env=playbook_env(tmp), capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), str(play), "-i", str(inventory)],
+        cwd=REPO,
+        env=playbook_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     output = json.loads(proc.stdout)
     task_result = output["plays"][0]["tasks"][0]
     if proc.returncode != 0:
-        raise SystemExit("benchmark run failed: %s" % json.dumps(task_result["hosts"])[:2000])
+        raise SystemExit("benchmark run failed: {}".format(json.dumps(task_result["hosts"])[:2000]))
     end = datetime.datetime.fromisoformat(task_result["task"]["duration"]["end"].replace("Z", "+00:00")).timestamp()
     return end - flipped["at"]
 
@@ -101,8 +149,10 @@ def main():
         kubeconfig = api.write_kubeconfig(tmp / "kubeconfig", context="bench")
         prepare(api)
         results = {}
-        for label, task, spread in (("flux_handoff (watch)", handoff_task(kubeconfig), 3.0),
-                                    ("k8s_info until/delay 10", k8s_info_task(kubeconfig), 10.0)):
+        for label, task, spread in (
+            ("flux_handoff (watch)", handoff_task(kubeconfig), 3.0),
+            ("k8s_info until/delay 10", k8s_info_task(kubeconfig), 10.0),
+        ):
             delays = []
             for index in range(samples):
                 delay = sample(api, tmp, task, spread)
@@ -114,8 +164,11 @@ def main():
         for label, delays in results.items():
             print("%-26s %7.3fs %7.3fs %7.3fs" % (label, statistics.median(delays), min(delays), max(delays)))
         ours, base = (statistics.median(d) for d in results.values())
-        print("baseline / flux_handoff median ratio: %.1fx (target: flux_handoff median < 1 s: %s)"
-              % (base / ours if ours > 0 else float("inf"), "met" if ours < 1 else "NOT met"))
+        print(
+            "baseline / flux_handoff median ratio: {:.1f}x (target: flux_handoff median < 1 s: {})".format(
+                base / ours if ours > 0 else float("inf"), "met" if ours < 1 else "NOT met"
+            )
+        )
     finally:
         api.stop()
 

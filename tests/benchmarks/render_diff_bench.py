@@ -34,22 +34,42 @@ def main():
     parser.add_argument("--base", default="HEAD~1")
     parser.add_argument("--head", default="HEAD")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--schema-location", default=os.environ.get("KROPS_SCHEMA_LOCATION")
-                        or os.path.join(REPO, "schemas", "crds"))
+    parser.add_argument(
+        "--schema-location", default=os.environ.get("KROPS_SCHEMA_LOCATION") or os.path.join(REPO, "schemas", "crds")
+    )
     args = parser.parse_args()
-    print("render_diff benchmark: %s, %d CPU(s), CEL library %s (available: %s)"
-          % (REPO, os.cpu_count() or 1, cel.LIBRARY, cel.HAS_CEL))
+    print(
+        "render_diff benchmark: %s, %d CPU(s), CEL library %s (available: %s)"
+        % (REPO, os.cpu_count() or 1, cel.LIBRARY, cel.HAS_CEL)
+    )
 
     started = time.monotonic()
     report = render_diff.run(REPO, args.base, args.head, use_merge_base=False, schema_location=args.schema_location)
     wall = time.monotonic() - started
     seconds = report["seconds"]
-    changed = sum(len(b[k]) for env in report["environments"].values()
-                  for b in env["kustomizations"].values() for k in ("added", "changed", "removed"))
-    print("render+diff %s (%s) -> %s (%s): render base %.2f s, render head %.2f s, diff %.2f s, total %.2f s; "
-          "%d environment(s), %d object change(s), %d finding(s)"
-          % (args.base, report["base"][:12], args.head, report["head"][:12], seconds["render_base"],
-             seconds["render_head"], seconds["diff"], wall, len(report["environments"]), changed, len(report["findings"])))
+    changed = sum(
+        len(b[k])
+        for env in report["environments"].values()
+        for b in env["kustomizations"].values()
+        for k in ("added", "changed", "removed")
+    )
+    print(
+        "render+diff %s (%s) -> %s (%s): render base %.2f s, render head %.2f s, diff %.2f s, total %.2f s; "
+        "%d environment(s), %d object change(s), %d finding(s)"
+        % (
+            args.base,
+            report["base"][:12],
+            args.head,
+            report["head"][:12],
+            seconds["render_base"],
+            seconds["render_head"],
+            seconds["diff"],
+            wall,
+            len(report["environments"]),
+            changed,
+            len(report["findings"]),
+        )
+    )
 
     environments = validate.environments_present(REPO)
     validate.run(REPO, environments, args.schema_location)  # warm-up: renders and schemas cached for both
@@ -63,9 +83,20 @@ def main():
             if flag:
                 not_evaluated = len(result["cel_unevaluable"])
     on, off = statistics.median(with_cel), statistics.median(without_cel)
-    print("validate %s (%d objects), median of %d: with CEL %.3f s, without CEL %.3f s, CEL costs %.3f s (%+.0f%%); "
-          "%d rule(s) not evaluable" % (", ".join(environments), objects, args.repeat, on, off, on - off,
-                                        100.0 * (on - off) / off if off else 0.0, not_evaluated))
+    print(
+        "validate %s (%d objects), median of %d: with CEL %.3f s, without CEL %.3f s, CEL costs %.3f s (%+.0f%%); "
+        "%d rule(s) not evaluable"
+        % (
+            ", ".join(environments),
+            objects,
+            args.repeat,
+            on,
+            off,
+            on - off,
+            100.0 * (on - off) / off if off else 0.0,
+            not_evaluated,
+        )
+    )
     return 0
 
 

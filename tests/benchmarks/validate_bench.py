@@ -40,19 +40,22 @@ def plain_loop(directories, renderer):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--schema-location", default=os.environ.get("KROPS_SCHEMA_LOCATION")
-                        or os.path.join(REPO, "schemas", "crds"))
+    parser.add_argument(
+        "--schema-location", default=os.environ.get("KROPS_SCHEMA_LOCATION") or os.path.join(REPO, "schemas", "crds")
+    )
     args = parser.parse_args()
     renderer = render.find_kustomize()
     environments = validate.environments_present(REPO)
-    print("validate benchmark: %s, renderer %s, %d CPU(s), schemas %s"
-          % (REPO, " ".join(renderer), os.cpu_count() or 1, args.schema_location))
+    print(
+        "validate benchmark: %s, renderer %s, %d CPU(s), schemas %s"
+        % (REPO, " ".join(renderer), os.cpu_count() or 1, args.schema_location)
+    )
     header = ("environment", "dirs", "objects", "cold s", "cached s", "loop s", "objects/s", "ratio", "15s")
     print("%-12s %5s %7s %9s %9s %9s %11s %7s %7s" % header)
     worst = 0.0
     for name in environments:
         directories = []
-        for top in ("mgmt/%s" % name, "workload/%s" % name):
+        for top in (f"mgmt/{name}", f"workload/{name}"):
             if os.path.isdir(os.path.join(REPO, top)):
                 directories.extend(render.find_kustomization_dirs(os.path.join(REPO, top)))
         loops = [plain_loop(directories, renderer) for _round in range(args.repeat)]
@@ -65,12 +68,23 @@ def main():
         objects = result["summary"][name]["objects"]
         ratio = cold / loop if loop else float("inf")
         worst = max(worst, ratio)
-        print("%-12s %5d %7d %9.2f %9.2f %9.2f %11.0f %6.2fx %7s" % (
-            name, len(directories), objects, cold, warm, loop, objects / cold if cold else 0, ratio,
-            "ok" if cold < 15 else "SLOW"))
+        print(
+            "%-12s %5d %7d %9.2f %9.2f %9.2f %11.0f %6.2fx %7s"
+            % (
+                name,
+                len(directories),
+                objects,
+                cold,
+                warm,
+                loop,
+                objects / cold if cold else 0,
+                ratio,
+                "ok" if cold < 15 else "SLOW",
+            )
+        )
         if result["findings"]:
             print("  (%d findings in %s)" % (len(result["findings"]), name))
-    print("worst ratio to the plain kustomize loop (cold): %.2fx (target <= 2x)" % worst)
+    print(f"worst ratio to the plain kustomize loop (cold): {worst:.2f}x (target <= 2x)")
     return 0
 
 

@@ -30,8 +30,12 @@ KINDNET = "docker.io/kindest/kindnetd:v20260528-9350166c"  # mgmt/local-host/cni
 @pytest.fixture
 def tree(tmp_path):
     """A copy of what the generator reads: the local-host trees, bootstrap.toml, airgap/, the registry default."""
-    return copy_repo(tmp_path, ("mgmt/local-host", "workload/local-host", "airgap"),
-                     files=(*REPO_FILES, "roles/bootstrap/defaults/main.yml"), ignore=shutil.ignore_patterns("build"))
+    return copy_repo(
+        tmp_path,
+        ("mgmt/local-host", "workload/local-host", "airgap"),
+        files=(*REPO_FILES, "roles/bootstrap/defaults/main.yml"),
+        ignore=shutil.ignore_patterns("build"),
+    )
 
 
 def schema_errors(doc):
@@ -39,6 +43,7 @@ def schema_errors(doc):
 
 
 # --- the generated files ------------------------------------------------------------------------
+
 
 def test_committed_inventory_and_package_are_what_the_generator_writes():
     inv = airgap.derive(str(REPO))
@@ -51,8 +56,19 @@ def test_zarf_yaml_validates_against_the_published_schema():
     doc = yaml.safe_load((REPO / airgap.ZARF_FILE).read_text())
     assert schema_errors(doc) == []
     names = [c["name"] for c in doc["components"]]
-    assert names == ["host", "kind-amd64", "kind-arm64", "cert-manager", "capi-operator", "krops-config", "flux", "capi", "capd",
-                     "caaph", "workload"]
+    assert names == [
+        "host",
+        "kind-amd64",
+        "kind-arm64",
+        "cert-manager",
+        "capi-operator",
+        "krops-config",
+        "flux",
+        "capi",
+        "capd",
+        "caaph",
+        "workload",
+    ]
     for name in ("cert-manager", "flux", "capi-operator", "capi", "capd", "caaph"):
         assert next(c for c in doc["components"] if c["name"] == name)["healthChecks"], name
 
@@ -81,14 +97,27 @@ def test_inventory_pins_what_could_be_confirmed_and_marks_the_rest():
 
 # --- the generator follows the tree ------------------------------------------------------------------
 
+
 def test_generator_follows_the_tree_and_bootstrap_toml(tree, monkeypatch):
-    for rel in ("capi-system/core-provider.yaml", "capi-system/kubeadm-bootstrap-provider.yaml",
-                "capi-system/kubeadm-control-plane-provider.yaml", "capd-system/infrastructure-provider.yaml"):
+    for rel in (
+        "capi-system/core-provider.yaml",
+        "capi-system/kubeadm-bootstrap-provider.yaml",
+        "capi-system/kubeadm-control-plane-provider.yaml",
+        "capd-system/infrastructure-provider.yaml",
+    ):
         edit(tree, "mgmt/local-host/" + rel, "version: v1.13.5", "version: v1.13.4", count=-1)
     for rel in ("clusters/local-workload/control-plane.yaml", "clusters/local-workload/workers.yaml"):
         edit(tree, "mgmt/local-host/" + rel, "version: v1.35.5", "version: v1.34.8", count=-1)
-    edit(tree, "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml", 'version: "2.9.x"', 'version: "2.7.x"', count=-1)
-    node_1348 = yaml.safe_load((REPO / airgap.LOCK_FILE).read_text())["images"]["docker.io/kindest/node:v1.34.8"]["digest"]
+    edit(
+        tree,
+        "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml",
+        'version: "2.9.x"',
+        'version: "2.7.x"',
+        count=-1,
+    )
+    node_1348 = yaml.safe_load((REPO / airgap.LOCK_FILE).read_text())["images"]["docker.io/kindest/node:v1.34.8"][
+        "digest"
+    ]
     # a bootstrap.toml kind-node-image digest is taken as written
     load = krops_config.load
 
@@ -108,22 +137,37 @@ def test_generator_follows_the_tree_and_bootstrap_toml(tree, monkeypatch):
     # the bootstrap.toml digest is taken as written, not replaced by the lock's
     assert inv.images["docker.io/kindest/node:v1.36.1"].digest == "sha256:" + "ab" * 32
     assert inv.images["ghcr.io/fluxcd/source-controller:v1.7.4"].digest.startswith("sha256:16f21ac1")
-    assert inv.images["ghcr.io/fluxcd/source-controller:v1.9.4"].digest.startswith("sha256:8a8ed0a5")  # airgap/manifests
+    assert inv.images["ghcr.io/fluxcd/source-controller:v1.9.4"].digest.startswith(
+        "sha256:8a8ed0a5"
+    )  # airgap/manifests
     assert "registry.k8s.io/cluster-api/cluster-api-controller:v1.13.4" in inv.unconfirmed
     # the committed inventory no longer covers the tree: the pin check and validate say so
     findings, _unconfirmed = airgap.check(str(tree), inv, pin=False)
     messages = [m for _f, _o, m in findings]
-    assert ("registry.k8s.io/cluster-api/cluster-api-controller:v1.13.4 (mgmt/local-host/capi-system "
-            "CoreProvider/capi-system/cluster-api) is not in airgap/images.txt: regenerate it with "
-            "scripts/airgap-inventory --write") in messages
+    assert (
+        "registry.k8s.io/cluster-api/cluster-api-controller:v1.13.4 (mgmt/local-host/capi-system "
+        "CoreProvider/capi-system/cluster-api) is not in airgap/images.txt: regenerate it with "
+        "scripts/airgap-inventory --write"
+    ) in messages
     airgap.write(str(tree), inv)
     assert airgap.check(str(tree), pin=False)[0] == []
 
 
 def test_devmachinetemplate_custom_image_and_configmap_manifests_are_found(tree):
-    edit(tree, "mgmt/local-host/clusters/local-workload/workers.yaml", "      backend:\n        docker: {}",
-         "      backend:\n        docker:\n          customImage: example.org/nodes/custom:v1", count=-1)
-    edit(tree, "mgmt/local-host/cni/manifests/kindnet.yaml", KINDNET, "docker.io/kindest/kindnetd:v20990101-decafbad", count=-1)
+    edit(
+        tree,
+        "mgmt/local-host/clusters/local-workload/workers.yaml",
+        "      backend:\n        docker: {}",
+        "      backend:\n        docker:\n          customImage: example.org/nodes/custom:v1",
+        count=-1,
+    )
+    edit(
+        tree,
+        "mgmt/local-host/cni/manifests/kindnet.yaml",
+        KINDNET,
+        "docker.io/kindest/kindnetd:v20990101-decafbad",
+        count=-1,
+    )
     inv = airgap.derive(str(tree))
     assert inv.images["example.org/nodes/custom:v1"].component == "host"
     assert inv.images["docker.io/kindest/kindnetd:v20990101-decafbad"].component == "workload"
@@ -134,59 +178,114 @@ def test_unpinnable_and_unreachable_sources_are_problems_of_the_pin_check_only(t
     inv = airgap.derive(str(tree))
     problems = {(f, o): m for f, o, m in inv.problems}
     assert problems[("workload/local-host", "HelmRelease/podinfo/podinfo")] == (
-        "chart podinfo version '6.x' is not an exact version: its images cannot be pinned; pin the chart to one release")
-    assert "Zarf agent rewrites only type: oci" in problems[("mgmt/local-host/cert-manager", "HelmRepository/cert-manager/jetstack")]
+        "chart podinfo version '6.x' is not an exact version: its images cannot be pinned; pin the chart to one release"
+    )
+    assert (
+        "Zarf agent rewrites only type: oci"
+        in problems[("mgmt/local-host/cert-manager", "HelmRepository/cert-manager/jetstack")]
+    )
     assert ("mgmt/local-host/flux-apps", "HelmChartProxy/default/flux-operator") in problems
     assert airgap.check(str(tree), inv, pin=False)[0] == []
     assert len(airgap.check(str(tree), inv)[0]) == len(inv.problems) == 5
 
 
 def test_flux_version_outside_the_known_distributions_is_reported(tree):
-    edit(tree, "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml", 'version: "2.9.x"', 'version: "3.1.x"', count=-1)
+    edit(
+        tree,
+        "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml",
+        'version: "2.9.x"',
+        'version: "3.1.x"',
+        count=-1,
+    )
     inv = airgap.derive(str(tree))
-    assert ("mgmt/local-host/flux-apps/workload-flux", "FluxInstance/flux-system/flux",
-            "Flux version 3.1.x matches no distribution in airgap/digests.yaml (known: v2.7.5, v2.9.4): add the "
-            "Flux Operator's images for it") in inv.problems
+    assert (
+        "mgmt/local-host/flux-apps/workload-flux",
+        "FluxInstance/flux-system/flux",
+        "Flux version 3.1.x matches no distribution in airgap/digests.yaml (known: v2.7.5, v2.9.4): add the "
+        "Flux Operator's images for it",
+    ) in inv.problems
 
 
 # --- the pin check --------------------------------------------------------------------------------
 
+
 def test_pin_check_reports_drift_between_zarf_yaml_and_images_txt(tree):
-    edit(tree, airgap.ZARF_FILE, "quay.io/jetstack/cert-manager-webhook:v1.21.1", "quay.io/jetstack/cert-manager-webhook:v1.21.3", count=-1)
+    edit(
+        tree,
+        airgap.ZARF_FILE,
+        "quay.io/jetstack/cert-manager-webhook:v1.21.1",
+        "quay.io/jetstack/cert-manager-webhook:v1.21.3",
+        count=-1,
+    )
     edit(tree, airgap.ZARF_FILE, NODE_1355, NODE_1355.replace("ce977ae6", "00000000"), count=-1)
-    edit(tree, airgap.INVENTORY, KINDNET + "  # UNCONFIRMED workload: mgmt/local-host/cni ConfigMap/default/kindnet\n", "", count=-1)
+    edit(
+        tree,
+        airgap.INVENTORY,
+        KINDNET + "  # UNCONFIRMED workload: mgmt/local-host/cni ConfigMap/default/kindnet\n",
+        "",
+        count=-1,
+    )
     findings, unconfirmed = airgap.check(str(tree), pin=False)
-    assert sorted(findings) == sorted([
-        ("airgap/images.txt", KINDNET,
-         KINDNET + " (mgmt/local-host/cni ConfigMap/default/kindnet) is not in "
-         "airgap/images.txt: regenerate it with scripts/airgap-inventory --write"),
-        ("airgap/zarf.yaml", "component cert-manager", "image quay.io/jetstack/cert-manager-webhook:v1.21.3 is not in "
-         "airgap/images.txt (tags there: v1.21.1)"),
-        ("airgap/zarf.yaml", "component host", "image docker.io/kindest/node:v1.35.5: digest "
-         "sha256:00000000" + NODE_1355.split("ce977ae6", 1)[1] + " differs from airgap/images.txt line 6 "
-         "(sha256:" + NODE_1355.split("@sha256:", 1)[1] + ")"),
-        ("airgap/zarf.yaml", "component workload", "image " + KINDNET + " is not in airgap/images.txt"),
-    ])
+    assert sorted(findings) == sorted(
+        [
+            (
+                "airgap/images.txt",
+                KINDNET,
+                KINDNET + " (mgmt/local-host/cni ConfigMap/default/kindnet) is not in "
+                "airgap/images.txt: regenerate it with scripts/airgap-inventory --write",
+            ),
+            (
+                "airgap/zarf.yaml",
+                "component cert-manager",
+                "image quay.io/jetstack/cert-manager-webhook:v1.21.3 is not in airgap/images.txt (tags there: v1.21.1)",
+            ),
+            (
+                "airgap/zarf.yaml",
+                "component host",
+                "image docker.io/kindest/node:v1.35.5: digest "
+                "sha256:00000000" + NODE_1355.split("ce977ae6", 1)[1] + " differs from airgap/images.txt line 6 "
+                "(sha256:" + NODE_1355.split("@sha256:", 1)[1] + ")",
+            ),
+            ("airgap/zarf.yaml", "component workload", "image " + KINDNET + " is not in airgap/images.txt"),
+        ]
+    )
     assert "docker.io/library/registry:2" in unconfirmed
 
 
 def test_pin_check_rejects_a_digest_that_differs_from_the_lock(tree):
-    edit(tree, airgap.INVENTORY, "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:8a8ed0a5",
-         "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:9a8ed0a5", count=-1)
+    edit(
+        tree,
+        airgap.INVENTORY,
+        "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:8a8ed0a5",
+        "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:9a8ed0a5",
+        count=-1,
+    )
     findings, _images = airgap.check(str(tree), pin=False)
     # the lock disagrees, and so does zarf.yaml in both components that carry the image
-    assert [f[0:2] for f in findings] == [("airgap/images.txt", "ghcr.io/fluxcd/source-controller:v1.9.4"),
-                                          ("airgap/zarf.yaml", "component flux"), ("airgap/zarf.yaml", "component workload")]
-    assert "differs from sha256:8a8ed0a5" in findings[0][2] and "flux-operator config/data/flux-images" in findings[0][2]
+    assert [f[0:2] for f in findings] == [
+        ("airgap/images.txt", "ghcr.io/fluxcd/source-controller:v1.9.4"),
+        ("airgap/zarf.yaml", "component flux"),
+        ("airgap/zarf.yaml", "component workload"),
+    ]
+    assert (
+        "differs from sha256:8a8ed0a5" in findings[0][2] and "flux-operator config/data/flux-images" in findings[0][2]
+    )
 
 
-@pytest.mark.parametrize("lock, message", [
-    ("images:\n  docker.io/library/registry:2: {digest: sha256:1234}\n",
-     "airgap/digests.yaml: images.docker.io/library/registry:2 needs digest (sha256:<64 hex>) and source (where it was read)"),
-    ("images:\n  docker.io/library/registry:2: {digest: 'sha256:%s'}\n" % ("a" * 64),
-     "airgap/digests.yaml: images.docker.io/library/registry:2 needs digest (sha256:<64 hex>) and source (where it was read)"),
-    ("images: [\n", None),
-])
+@pytest.mark.parametrize(
+    "lock, message",
+    [
+        (
+            "images:\n  docker.io/library/registry:2: {digest: sha256:1234}\n",
+            "airgap/digests.yaml: images.docker.io/library/registry:2 needs digest (sha256:<64 hex>) and source (where it was read)",
+        ),
+        (
+            "images:\n  docker.io/library/registry:2: {digest: 'sha256:%s'}\n" % ("a" * 64),
+            "airgap/digests.yaml: images.docker.io/library/registry:2 needs digest (sha256:<64 hex>) and source (where it was read)",
+        ),
+        ("images: [\n", None),
+    ],
+)
 def test_a_lock_entry_without_a_real_digest_or_a_source_is_refused(tree, lock, message):
     (tree / airgap.LOCK_FILE).write_text(lock)
     with pytest.raises(airgap.AirgapError) as caught:
@@ -201,16 +300,26 @@ def test_a_malformed_inventory_line_is_named(tree):
     (tree / airgap.INVENTORY).write_text("# header\nquay.io/a:b@sha256:xyz\n")
     with pytest.raises(airgap.AirgapError) as caught:
         airgap.check(str(tree))
-    assert str(caught.value) == "%s:2: digest sha256:xyz of quay.io/a:b is not sha256:<64 hex>" % (tree / airgap.INVENTORY)
+    assert str(caught.value) == "%s:2: digest sha256:xyz of quay.io/a:b is not sha256:<64 hex>" % (
+        tree / airgap.INVENTORY
+    )
 
 
 def test_cli_check_fails_on_unconfirmed_digests_and_write_is_idempotent(tree):
-    script = [sys.executable, "-m", "ansible_collections.krops.platform.plugins.module_utils.airgap", "--path", str(tree)]
-    env = {"PYTHONPATH": "%s:%s" % (REPO, REPO / ".collections"), "PATH": "/usr/bin:/bin"}
+    script = [
+        sys.executable,
+        "-m",
+        "ansible_collections.krops.platform.plugins.module_utils.airgap",
+        "--path",
+        str(tree),
+    ]
+    env = {"PYTHONPATH": "{}:{}".format(REPO, REPO / ".collections"), "PATH": "/usr/bin:/bin"}
     before = (tree / airgap.INVENTORY).read_text()
     proc = subprocess.run(script + ["--write"], capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 1 and (tree / airgap.INVENTORY).read_text() == before  # 5 problems of the tree
-    proc = subprocess.run(script + ["--check", "--format", "json"], capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(
+        script + ["--check", "--format", "json"], capture_output=True, text=True, env=env, check=False
+    )
     report = json.loads(proc.stdout)
     assert proc.returncode == 1
     assert len(report["findings"]) == 5 and "docker.io/library/registry:2" in report["unconfirmed"]
@@ -221,15 +330,23 @@ def test_cli_check_fails_on_unconfirmed_digests_and_write_is_idempotent(tree):
 
 # --- validate's rule airgap -------------------------------------------------------------------------
 
+
 def test_validate_rule_airgap_on_a_copy_of_the_repository(tree):
     result = validate.run(str(tree), environments=["local-host"], schema_location=str(REPO / "schemas" / "crds"))
     assert result["findings"] == []
-    edit(tree, airgap.INVENTORY, "docker.io/library/registry:2  # UNCONFIRMED host: roles/bootstrap/defaults/main.yml "
-         "bootstrap_registry_image\n", "", count=-1)
+    edit(
+        tree,
+        airgap.INVENTORY,
+        "docker.io/library/registry:2  # UNCONFIRMED host: roles/bootstrap/defaults/main.yml "
+        "bootstrap_registry_image\n",
+        "",
+        count=-1,
+    )
     result = validate.run(str(tree), environments=["local-host"], schema_location=str(REPO / "schemas" / "crds"))
     assert [(f["file"], f["object"], f["rule"]) for f in result["findings"]] == [
         ("airgap/images.txt", "docker.io/library/registry:2", "airgap"),
-        ("airgap/zarf.yaml", "component host", "airgap")]
+        ("airgap/zarf.yaml", "component host", "airgap"),
+    ]
     assert result["summary"]["local-host"]["by_rule"]["airgap"] == 2
 
 
@@ -241,10 +358,16 @@ def test_validate_rule_airgap_is_inactive_without_a_package(tree):
 
 # --- the configuration archive -----------------------------------------------------------------------
 
+
 def test_config_archive_module_writes_an_oci_layout_once(run_module, tree):
     dest = tree / "airgap" / "build" / "krops-config.tar"
-    args = {"root": str(tree), "paths": ["mgmt/local-host", "workload/local-host"], "dest": str(dest),
-            "reference": "krops-registry:5000/krops:latest", "revision": "main@sha1:" + "0" * 40}
+    args = {
+        "root": str(tree),
+        "paths": ["mgmt/local-host", "workload/local-host"],
+        "dest": str(dest),
+        "reference": "krops-registry:5000/krops:latest",
+        "revision": "main@sha1:" + "0" * 40,
+    }
     planned = run_module(airgap_config_archive, args, check_mode=True)
     assert planned["changed"] is True and not dest.exists()
     first = run_module(airgap_config_archive, args)
@@ -253,8 +376,14 @@ def test_config_archive_module_writes_an_oci_layout_once(run_module, tree):
     assert again["changed"] is False and again["digest"] == first["digest"]
     with tarfile.open(dest) as tar:
         index = json.load(tar.extractfile("index.json"))
-        blobs = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name.startswith("blobs/sha256/") and m.isfile()}
-    assert index["manifests"][0]["annotations"] == {"org.opencontainers.image.ref.name": "krops-registry:5000/krops:latest"}
+        blobs = {
+            m.name: tar.extractfile(m).read()
+            for m in tar.getmembers()
+            if m.name.startswith("blobs/sha256/") and m.isfile()
+        }
+    assert index["manifests"][0]["annotations"] == {
+        "org.opencontainers.image.ref.name": "krops-registry:5000/krops:latest"
+    }
     assert index["manifests"][0]["digest"] == first["digest"]
     for name, data in blobs.items():
         assert name == "blobs/sha256/" + hashlib.sha256(data).hexdigest()
@@ -265,39 +394,59 @@ def test_config_archive_module_writes_an_oci_layout_once(run_module, tree):
 
 
 def test_config_archive_module_refuses_a_bad_reference(run_module, tree):
-    result = run_module(airgap_config_archive, {"root": str(tree), "paths": ["mgmt/local-host"],
-                                                "dest": str(tree / "x.tar"), "reference": "krops:latest"})
-    assert result.failed and result["msg"] == ("reference 'krops:latest' is not <registry>/<repository>:<tag> "
-                                               "(for example krops-registry:5000/krops:latest)")
+    result = run_module(
+        airgap_config_archive,
+        {"root": str(tree), "paths": ["mgmt/local-host"], "dest": str(tree / "x.tar"), "reference": "krops:latest"},
+    )
+    assert result.failed and result["msg"] == (
+        "reference 'krops:latest' is not <registry>/<repository>:<tag> (for example krops-registry:5000/krops:latest)"
+    )
     assert not (tree / "x.tar").exists()
 
 
 # --- the zarf stand-in ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv, message", [
-    (["package", "create", ".", "--sbom-output", "x"], "unknown flag: --sbom-output"),
-    (["package", "create", ".", "--skip-signature-validation"], "unknown flag: --skip-signature-validation"),
-    (["package", "deploy", "p", "-z"], "unknown shorthand flag: 'z' in -z"),
-    (["package", "publish", "p", "oci://x"], 'unknown command "publish" for "zarf package"'),
-    (["package", "verify"], "accepts 1 arg(s), received 0"),
-    (["package", "deploy", "p", "--verify", "sometimes"], "accepts at most 1 arg(s), received 2"),
-    (["package", "deploy", "p", "--verify=sometimes"],
-     'invalid argument "sometimes" for "--verify" flag: invalid --verify value "sometimes" (must be never, if-possible, or always)'),
-    (["init", "--confirm=yes"], 'invalid argument "yes" for "--confirm" flag: strconv.ParseBool: parsing "yes": invalid syntax'),
-    (["package", "create", "-o"], "flag needs an argument: 'o' in -o"),
-    (["tools", "download-init", "--architecture"], "flag needs an argument: --architecture"),
-])
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["package", "create", ".", "--sbom-output", "x"], "unknown flag: --sbom-output"),
+        (["package", "create", ".", "--skip-signature-validation"], "unknown flag: --skip-signature-validation"),
+        (["package", "deploy", "p", "-z"], "unknown shorthand flag: 'z' in -z"),
+        (["package", "publish", "p", "oci://x"], 'unknown command "publish" for "zarf package"'),
+        (["package", "verify"], "accepts 1 arg(s), received 0"),
+        (["package", "deploy", "p", "--verify", "sometimes"], "accepts at most 1 arg(s), received 2"),
+        (
+            ["package", "deploy", "p", "--verify=sometimes"],
+            'invalid argument "sometimes" for "--verify" flag: invalid --verify value "sometimes" (must be never, if-possible, or always)',
+        ),
+        (
+            ["init", "--confirm=yes"],
+            'invalid argument "yes" for "--confirm" flag: strconv.ParseBool: parsing "yes": invalid syntax',
+        ),
+        (["package", "create", "-o"], "flag needs an argument: 'o' in -o"),
+        (["tools", "download-init", "--architecture"], "flag needs an argument: --architecture"),
+    ],
+)
 def test_zarf_stand_in_refuses_what_zarf_v0_84_0_lacks(capsys, argv, message):
     assert zarf_standin.main(argv) == 1
-    assert capsys.readouterr().err == "Error: %s\n" % message
+    assert capsys.readouterr().err == f"Error: {message}\n"
 
 
 def test_zarf_stand_in_signs_verifies_and_extracts_sboms(tmp_path, capsys):
     (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "zarf.yaml").write_text(yaml.safe_dump({
-        "kind": "ZarfPackageConfig", "metadata": {"name": "demo", "version": "###ZARF_PKG_TMPL_VERSION###"},
-        "components": [{"name": "a", "images": ["quay.io/a:1"]},
-                       {"name": "b", "only": {"cluster": {"architecture": "amd64"}}, "images": ["quay.io/b:1"]}]}))
+    (tmp_path / "pkg" / "zarf.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "kind": "ZarfPackageConfig",
+                "metadata": {"name": "demo", "version": "###ZARF_PKG_TMPL_VERSION###"},
+                "components": [
+                    {"name": "a", "images": ["quay.io/a:1"]},
+                    {"name": "b", "only": {"cluster": {"architecture": "amd64"}}, "images": ["quay.io/b:1"]},
+                ],
+            }
+        )
+    )
     (tmp_path / "k").write_text("PRIVATE one")
     (tmp_path / "pub").write_text("PUBLIC one")
     (tmp_path / "other").write_text("PUBLIC two")
@@ -313,8 +462,21 @@ def test_zarf_stand_in_signs_verifies_and_extracts_sboms(tmp_path, capsys):
     assert zarf_standin.main(base + ["--set", "VERSION=1.0.0", "--signing-key", str(tmp_path / "k")]) == 0
     assert zarf_standin.main(["package", "verify", str(unsigned), "--key", str(tmp_path / "pub")]) == 0
     assert zarf_standin.main(["package", "verify", str(unsigned), "--key", str(tmp_path / "other")]) == 1
-    assert zarf_standin.main(["package", "inspect", "sbom", str(unsigned), "--output", str(tmp_path / "sb"),
-                              "--key", str(tmp_path / "pub")]) == 0
+    assert (
+        zarf_standin.main(
+            [
+                "package",
+                "inspect",
+                "sbom",
+                str(unsigned),
+                "--output",
+                str(tmp_path / "sb"),
+                "--key",
+                str(tmp_path / "pub"),
+            ]
+        )
+        == 0
+    )
     assert [p.name for p in (tmp_path / "sb" / "demo").iterdir()] == ["quay.io_a_1-linux-arm64.json"]
 
 
@@ -326,8 +488,27 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
     for name in ("host-images.tar", "krops-config.tar"):
         (pkg / "build" / name).write_text("x")
     (tmp_path / "k").write_text("PRIVATE one")
-    assert zarf_standin.main(["package", "create", str(pkg), "--confirm", "-a", "arm64", "-o", str(tmp_path),
-                              "--set", "VERSION=0.1.0", "--set", "KIND_VERSION=v0.32.0", "--signing-key", str(tmp_path / "k")]) == 0
+    assert (
+        zarf_standin.main(
+            [
+                "package",
+                "create",
+                str(pkg),
+                "--confirm",
+                "-a",
+                "arm64",
+                "-o",
+                str(tmp_path),
+                "--set",
+                "VERSION=0.1.0",
+                "--set",
+                "KIND_VERSION=v0.32.0",
+                "--signing-key",
+                str(tmp_path / "k"),
+            ]
+        )
+        == 0
+    )
     package = str(tmp_path / "zarf-package-krops-local-host-arm64-0.1.0.tar.zst")
     capsys.readouterr()
     assert zarf_standin.main(["package", "deploy", package, "--confirm", "--components", "host,kind-arm64"]) == 0
@@ -346,9 +527,14 @@ def test_images_the_workload_clusters_pull_are_imported_into_their_nodes(tree):
     doc = yaml.safe_load((REPO / airgap.ZARF_FILE).read_text())
     workload = next(c for c in doc["components"] if c["name"] == "workload")
     repos = sorted(airgap.normalize(ref)[0] for ref in workload["x-workload-import"])
-    assert repos == ["docker.io/kindest/kindnetd", "ghcr.io/controlplaneio-fluxcd/flux-operator",
-                     "ghcr.io/fluxcd/helm-controller", "ghcr.io/fluxcd/kustomize-controller",
-                     "ghcr.io/fluxcd/notification-controller", "ghcr.io/fluxcd/source-controller"]
+    assert repos == [
+        "docker.io/kindest/kindnetd",
+        "ghcr.io/controlplaneio-fluxcd/flux-operator",
+        "ghcr.io/fluxcd/helm-controller",
+        "ghcr.io/fluxcd/kustomize-controller",
+        "ghcr.io/fluxcd/notification-controller",
+        "ghcr.io/fluxcd/source-controller",
+    ]
     # the management FluxInstance (airgap/manifests) is not applied there: with another Flux on the
     # workload clusters, the management controllers are not imported into their nodes
     edit(tree, "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml", 'version: "2.9.x"', 'version: "2.7.x"')

@@ -6,7 +6,17 @@ import json
 
 import pytest
 from test_aws_sweep_world import (
-    ACCOUNT, BOOTSTRAP_TOML, CAPA, CCM, KINDS, clients, inventory, normalise, seed_cluster, seed_global, seed_world,
+    ACCOUNT,
+    BOOTSTRAP_TOML,
+    CAPA,
+    CCM,
+    KINDS,
+    clients,
+    inventory,
+    normalise,
+    seed_cluster,
+    seed_global,
+    seed_world,
     vpc_defaults,
 )
 
@@ -14,8 +24,13 @@ from ansible_collections.krops.platform.plugins.module_utils import aws, aws_swe
 from ansible_collections.krops.platform.plugins.modules import aws_orphan_sweep
 from tests.substrate.fixtures import task_results
 
-WORKLOAD = ("eu-north-1-workload", "eu-north-1", "default_eu-north-1-workload-control-plane",
-            "krops-eu-north-1-workload-db", "eu-north-1-workload")
+WORKLOAD = (
+    "eu-north-1-workload",
+    "eu-north-1",
+    "default_eu-north-1-workload-control-plane",
+    "krops-eu-north-1-workload-db",
+    "eu-north-1-workload",
+)
 
 
 @pytest.fixture
@@ -78,8 +93,11 @@ def test_sweep_deletes_everything_owned_keeps_every_decoy_and_a_rerun_finds_noth
     assert result["api_calls"] > 0 and result["duration"] > 0
 
     # order inside a region: node groups before their cluster, NAT before subnets, subnets before the VPC
-    north = [(r["type"], r["id"]) for r in result["results"]
-             if r["region"] == "eu-north-1" and r["type"] not in aws_sweep.GLOBAL_ORDER]
+    north = [
+        (r["type"], r["id"])
+        for r in result["results"]
+        if r["region"] == "eu-north-1" and r["type"] not in aws_sweep.GLOBAL_ORDER
+    ]
     types = [item[0] for item in north]
     assert types.index("eks-nodegroup") < types.index("eks-cluster") < types.index("rds-instance")
     assert types.index("nat-gateway") < types.index("elastic-ip") < types.index("subnet") < types.index("vpc")
@@ -103,13 +121,16 @@ def test_iam_roles_are_owned_by_their_tags_never_by_a_name_prefix(run_module, mo
         "ack-role-x": [{"Key": "krops.io/environment", "Value": "aws"}],
         "krops-eu-north-1-workload-reader": [],
         # decoys: names sharing prefixes, hyphens and substrings; tags of other clusters and environments
-        "eu-north-1-workload": [], "eu-north-1-workload-nodes": [],
+        "eu-north-1-workload": [],
+        "eu-north-1-workload-nodes": [],
         "eu-north-1-workload-2-nodes": [{"Key": CCM % "eu-north-1-workload-2", "Value": "owned"}],
         "eu-west-1-workload-blue-nodes": [{"Key": CAPA % "eu-west-1-workload-blue", "Value": "owned"}],
         "eu-north-1-management-staging-controllers": [],
         "shared-role": [{"Key": CCM % "eu-north-1-workload", "Value": "shared"}],
-        "staging-role": [{"Key": CCM % "eu-north-1-workload", "Value": "owned"},
-                         {"Key": "krops.io/environment", "Value": "aws-staging"}],
+        "staging-role": [
+            {"Key": CCM % "eu-north-1-workload", "Value": "owned"},
+            {"Key": "krops.io/environment", "Value": "aws-staging"},
+        ],
         "krops-eu-north-1-workload-reader-2": [],
     }
     for name, tags in roles.items():
@@ -117,7 +138,10 @@ def test_iam_roles_are_owned_by_their_tags_never_by_a_name_prefix(run_module, mo
     result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
     assert not result.failed, result["msg"]
     assert sorted(r["id"] for r in result["results"] if r["type"] == "iam-role") == [
-        "cp-role-x", "krops-eu-north-1-workload-reader", "nodes-role-x"]
+        "cp-role-x",
+        "krops-eu-north-1-workload-reader",
+        "nodes-role-x",
+    ]
     left = sorted(r["RoleName"] for r in iam.list_roles()["Roles"])
     assert left == sorted(set(roles) - {"cp-role-x", "nodes-role-x", "krops-eu-north-1-workload-reader"})
     # a partial sweep (one region, no management) does not let the environment tag decide
@@ -130,7 +154,8 @@ def test_report_lists_name_lookalikes_as_candidates_and_deletes_none(run_module,
     result = sweep(run_module, moto, toml, mode="report", min_age_hours=0)
     assert not result.failed, result["msg"]
     assert [(c["type"], c["id"], c["outcome"]) for c in result["candidates"]] == [
-        ("iam-role", "eu-north-1-workload-2-nodes", "candidate")]
+        ("iam-role", "eu-north-1-workload-2-nodes", "candidate")
+    ]
     assert not [r for r in result["report"]["json"]["resources"] if r["id"] == "eu-north-1-workload-2-nodes"]
     assert "- iam-role `eu-north-1-workload-2-nodes` (like eu-north-1-workload)" in result["report"]["markdown"]
     assert [r["RoleName"] for r in iam.list_roles()["Roles"]] == ["eu-north-1-workload-2-nodes"]
@@ -138,8 +163,14 @@ def test_report_lists_name_lookalikes_as_candidates_and_deletes_none(run_module,
 
 def test_regions_filter_and_management_flag_narrow_the_targets(run_module, moto, toml, fast):
     seed_cluster(moto, *WORKLOAD)
-    seed_cluster(moto, "eu-north-1-management", "eu-north-1", "default_eu-north-1-management-control-plane", "",
-                 "eu-north-1-management")
+    seed_cluster(
+        moto,
+        "eu-north-1-management",
+        "eu-north-1",
+        "default_eu-north-1-management-control-plane",
+        "",
+        "eu-north-1-management",
+    )
     seed_global(moto)
     result = sweep(run_module, moto, toml, check_mode=True, include_management=False, regions=["eu-north-1"])
     assert not result.failed, result["msg"]
@@ -149,37 +180,61 @@ def test_regions_filter_and_management_flag_narrow_the_targets(run_module, moto,
     assert not [p for p in result["plan"] if p["type"] == "iam-user"]
     assert [p["region"] for p in result["plan"] if p["type"] == "cloudformation-stack"] == ["eu-north-1"]
     assert [(k["type"], k["id"], k["reason"]) for k in result["kept"]] == [
-        ("iam-user", "krops-reader", "the regions filter leaves out regions of environment aws")]
+        ("iam-user", "krops-reader", "the regions filter leaves out regions of environment aws")
+    ]
     # the management cluster's VPC is tagged for it alone: not swept with include_management false
     assert not [p for p in result["plan"] if p["cluster"] == "eu-north-1-management"]
 
 
 def test_the_management_region_comes_from_mgmt_region_whatever_the_order_of_the_workloads(
-        run_module, moto, tmp_path, fast):
+    run_module, moto, tmp_path, fast
+):
     """Swapping the two aws-workloads entries once moved the management cluster's sweep to eu-west-1."""
     text = BOOTSTRAP_TOML
-    first, second = text.index("[[environments.aws.teardown.aws-workloads]]"), text.rindex(
-        "[[environments.aws.teardown.aws-workloads]]")
+    first, second = (
+        text.index("[[environments.aws.teardown.aws-workloads]]"),
+        text.rindex("[[environments.aws.teardown.aws-workloads]]"),
+    )
     end = text.index("[environments.local-host]")
     swapped = text[:first] + text[second:end] + text[first:second] + text[end:]
     path = tmp_path / "swapped.toml"
     path.write_text(swapped)
-    seed_cluster(moto, "eu-north-1-management", "eu-north-1", "default_eu-north-1-management-control-plane", "",
-                 "eu-north-1-management")
+    seed_cluster(
+        moto,
+        "eu-north-1-management",
+        "eu-north-1",
+        "default_eu-north-1-management-control-plane",
+        "",
+        "eu-north-1-management",
+    )
     result = sweep(run_module, moto, str(path), check_mode=True)
     assert not result.failed, result["msg"]
     assert [(t["cluster"], t["region"]) for t in result["targets"]] == [
-        ("eu-west-1-workload", "eu-west-1"), ("eu-north-1-workload", "eu-north-1"),
-        ("eu-north-1-management", "eu-north-1")]
+        ("eu-west-1-workload", "eu-west-1"),
+        ("eu-north-1-workload", "eu-north-1"),
+        ("eu-north-1-management", "eu-north-1"),
+    ]
     assert {p["type"] for p in result["plan"] if p["cluster"] == "eu-north-1-management"} >= {
-        "eks-cluster", "nat-gateway", "elastic-ip", "elbv2-load-balancer", "vpc"}
+        "eks-cluster",
+        "nat-gateway",
+        "elastic-ip",
+        "elbv2-load-balancer",
+        "vpc",
+    }
 
 
 def test_mgmt_region_is_required_and_checked_by_the_loader(run_module, moto, tmp_path):
-    for line, message in (("", "environments.aws.mgmt-region: expected the aws region of the management cluster such "
-                                "as eu-north-1 (the key is required for aws)"),
-                          ('mgmt-region = "north"\n', "environments.aws.mgmt-region: expected a region name of the aws "
-                                                      "platform such as eu-north-1, got 'north'")):
+    for line, message in (
+        (
+            "",
+            "environments.aws.mgmt-region: expected the aws region of the management cluster such "
+            "as eu-north-1 (the key is required for aws)",
+        ),
+        (
+            'mgmt-region = "north"\n',
+            "environments.aws.mgmt-region: expected a region name of the aws platform such as eu-north-1, got 'north'",
+        ),
+    ):
         path = tmp_path / "bad.toml"
         path.write_text(BOOTSTRAP_TOML.replace('mgmt-region = "eu-north-1"\n', line))
         result = sweep(run_module, moto, str(path), check_mode=True)
@@ -194,9 +249,16 @@ def test_throttling_is_retried_and_counted(run_module, moto, toml, fast, monkeyp
     def throttle(model, **_kwargs):
         if model.name in throttled and throttled[model.name] < 12:
             throttled[model.name] += 1
-            return (_Http(400), {"Error": {"Code": "RequestLimitExceeded" if model.name != "DeleteNodegroup"
-                                           else "ThrottlingException", "Message": "Rate exceeded"},
-                                 "ResponseMetadata": {"HTTPStatusCode": 400}})
+            return (
+                _Http(400),
+                {
+                    "Error": {
+                        "Code": "RequestLimitExceeded" if model.name != "DeleteNodegroup" else "ThrottlingException",
+                        "Message": "Rate exceeded",
+                    },
+                    "ResponseMetadata": {"HTTPStatusCode": 400},
+                },
+            )
         return None
 
     fast.append(("before-call", throttle))
@@ -216,20 +278,32 @@ def test_throttling_that_never_ends_fails_the_resource_with_the_reason(run_modul
 
     def throttle(model, **_kwargs):
         if model.name == "DeleteBucket":
-            return (_Http(503), {"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."},
-                                 "ResponseMetadata": {"HTTPStatusCode": 503}})
+            return (
+                _Http(503),
+                {
+                    "Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."},
+                    "ResponseMetadata": {"HTTPStatusCode": 503},
+                },
+            )
         return None
 
     fast.append(("before-call", throttle))
     result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
     assert result.failed
-    bucket = "krops-%s-eu-north-1-workload-data" % ACCOUNT
+    bucket = f"krops-{ACCOUNT}-eu-north-1-workload-data"
     failed = [r for r in result["results"] if r["outcome"] == "failed"]
-    assert failed == [{"region": "eu-north-1", "type": "s3-bucket", "id": bucket, "cluster": "eu-north-1-workload",
-                       "outcome": "failed",
-                       "reason": "delete failed: SlowDown: Please reduce your request rate."}]
+    assert failed == [
+        {
+            "region": "eu-north-1",
+            "type": "s3-bucket",
+            "id": bucket,
+            "cluster": "eu-north-1-workload",
+            "outcome": "failed",
+            "reason": "delete failed: SlowDown: Please reduce your request rate.",
+        }
+    ]
     assert [(r["type"], r["id"]) for r in result["leftovers"]] == [("s3-bucket", bucket)]
-    assert "still owned after the sweep: s3-bucket %s in eu-north-1" % bucket in result["msg"]
+    assert f"still owned after the sweep: s3-bucket {bucket} in eu-north-1" in result["msg"]
 
 
 def test_a_resource_stuck_in_deleting_times_out_fails_and_is_a_leftover(run_module, moto, toml, fast):
@@ -250,18 +324,32 @@ def test_a_resource_stuck_in_deleting_times_out_fails_and_is_a_leftover(run_modu
     result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"], wait_timeout=1)
     assert result.failed
     stuck_result = [r for r in result["results"] if r["type"] == "eks-cluster"]
-    assert stuck_result == [{"region": "eu-north-1", "type": "eks-cluster", "id": eks_name,
-                             "cluster": "eu-north-1-workload", "outcome": "failed",
-                             "reason": "still DELETING after 1s (wait_timeout)"}]
+    assert stuck_result == [
+        {
+            "region": "eu-north-1",
+            "type": "eks-cluster",
+            "id": eks_name,
+            "cluster": "eu-north-1-workload",
+            "outcome": "failed",
+            "reason": "still DELETING after 1s (wait_timeout)",
+        }
+    ]
     # the cluster's IAM roles stay while EKS may still need them
     roles = sorted((r["id"], r["outcome"], r["reason"]) for r in result["results"] if r["type"] == "iam-role")
-    kept = "kept: eks-cluster %s in eu-north-1 is not deleted yet and may need this role; run the sweep again" % eks_name
-    assert roles == [(name, "failed", kept) for name in (
-        "eu-north-1-workload-control-plane", "eu-north-1-workload-nodes", "krops-eu-north-1-workload-reader")]
+    kept = f"kept: eks-cluster {eks_name} in eu-north-1 is not deleted yet and may need this role; run the sweep again"
+    assert roles == [
+        (name, "failed", kept)
+        for name in (
+            "eu-north-1-workload-control-plane",
+            "eu-north-1-workload-nodes",
+            "krops-eu-north-1-workload-reader",
+        )
+    ]
     assert sorted((r["type"], r["id"]) for r in result["leftovers"]) == [("eks-cluster", eks_name)] + [
-        ("iam-role", role[0]) for role in roles]
+        ("iam-role", role[0]) for role in roles
+    ]
     assert result["msg"].startswith("sweep of eu-north-1: ")
-    assert "failed: eks-cluster %s in eu-north-1 (still DELETING after 1s (wait_timeout))" % eks_name in result["msg"]
+    assert f"failed: eks-cluster {eks_name} in eu-north-1 (still DELETING after 1s (wait_timeout))" in result["msg"]
     # everything else went on: the sweep is best effort per resource
     assert ("eu-north-1", "rds-instance", WORKLOAD[3]) in by_outcome(result, "deleted")
 
@@ -284,26 +372,31 @@ def test_pod_identity_associations_are_deleted_before_their_cluster(run_module, 
     fast.append(("before-call", pod_identity))
     result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
     assert not result.failed, result["msg"]
-    assert deleted == ["/clusters/%s/pod-identity-associations/a-1" % eks_name]
+    assert deleted == [f"/clusters/{eks_name}/pod-identity-associations/a-1"]
     types = [r["type"] for r in result["results"]]
     assert types.index("eks-nodegroup") < types.index("eks-pod-identity-association") < types.index("eks-cluster")
     assert [r for r in result["results"] if r["type"] == "eks-pod-identity-association"][0]["reason"] == (
-        "pod identity association of EKS cluster %s (kube-system/aws-node)" % eks_name)
+        f"pod identity association of EKS cluster {eks_name} (kube-system/aws-node)"
+    )
 
 
 def test_moto_without_pod_identity_api_warns_and_goes_on(run_module, moto, toml, fast):
     seed_cluster(moto, *WORKLOAD)
     result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
     assert not result.failed, result["msg"]
-    assert result["warnings"] == ["eu-north-1: eks-pod-identity-association skipped: eks "
-                                      "list_pod_identity_associations is not supported by this endpoint (HTTP 404, 404)"]
+    assert result["warnings"] == [
+        "eu-north-1: eks-pod-identity-association skipped: eks "
+        "list_pod_identity_associations is not supported by this endpoint (HTTP 404, 404)"
+    ]
 
 
 def test_report_lists_owned_resources_older_than_the_threshold(run_module, moto, toml, fast, tmp_path):
     seed_cluster(moto, *WORKLOAD)
     north = clients(moto, "eu-north-1")
-    north("ec2").create_vpc(CidrBlock="10.9.0.0/16", TagSpecifications=[
-        {"ResourceType": "vpc", "Tags": [{"Key": CCM % "eu-north-1-workload2", "Value": "owned"}]}])
+    north("ec2").create_vpc(
+        CidrBlock="10.9.0.0/16",
+        TagSpecifications=[{"ResourceType": "vpc", "Tags": [{"Key": CCM % "eu-north-1-workload2", "Value": "owned"}]}],
+    )
     north("iam").create_role(RoleName="eu-north-1-workload2-nodes", AssumeRolePolicyDocument="{}")
     before = inventory(moto)
     path = tmp_path / "out" / "orphans.md"
@@ -327,7 +420,7 @@ def test_report_lists_owned_resources_older_than_the_threshold(run_module, moto,
     assert json.loads((tmp_path / "out" / "orphans.json").read_text()) == json.loads(json.dumps(data, default=str))
     markdown = path.read_text()
     assert markdown == now["report"]["markdown"]
-    assert "| eu-north-1 | eu-north-1-workload | eks-cluster | `%s` |" % WORKLOAD[2] in markdown
+    assert f"| eu-north-1 | eu-north-1-workload | eks-cluster | `{WORKLOAD[2]}` |" in markdown
     assert inventory(moto) == before, "report mode changed the account"
 
 
@@ -338,18 +431,27 @@ def test_report_in_check_mode_writes_no_file(run_module, moto, toml, fast, tmp_p
     assert not path.exists() and "report_files" not in result
 
 
-@pytest.mark.parametrize("args, message", [
-    ({"environment": "local-host"},
-     "aws_orphan_sweep: environment 'local-host' in {toml} is of kind local-host; aws_orphan_sweep sweeps only "
-     "environments of kind aws (valid: aws)"),
-    ({"environment": "nope"},
-     "aws_orphan_sweep: {toml}: environments.nope: expected a defined environment (the requested environment); "
-     "unknown environment 'nope' (valid environments: aws, local-host)"),
-    ({"regions": ["us-east-1"]},
-     "aws_orphan_sweep: regions us-east-1 are not regions of environment 'aws' (its regions: eu-north-1, eu-west-1); "
-     "fix the regions option"),
-    ({"access_key": "AKIA"}, "parameters are required together: access_key, secret_key"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            {"environment": "local-host"},
+            "aws_orphan_sweep: environment 'local-host' in {toml} is of kind local-host; aws_orphan_sweep sweeps only "
+            "environments of kind aws (valid: aws)",
+        ),
+        (
+            {"environment": "nope"},
+            "aws_orphan_sweep: {toml}: environments.nope: expected a defined environment (the requested environment); "
+            "unknown environment 'nope' (valid environments: aws, local-host)",
+        ),
+        (
+            {"regions": ["us-east-1"]},
+            "aws_orphan_sweep: regions us-east-1 are not regions of environment 'aws' (its regions: eu-north-1, eu-west-1); "
+            "fix the regions option",
+        ),
+        ({"access_key": "AKIA"}, "parameters are required together: access_key, secret_key"),
+    ],
+)
 def test_bad_input_fails_with_a_clear_message(run_module, moto, toml, args, message):
     result = sweep(run_module, moto, toml, **args)
     assert result.failed
@@ -360,18 +462,30 @@ def test_bad_input_fails_with_a_clear_message(run_module, moto, toml, args, mess
 def test_discovery_errors_fail_the_report_naming_the_listing(run_module, moto, toml, fast):
     def denied(model, **_kwargs):
         if model.name == "DescribeDBInstances":
-            return (_Http(403), {"Error": {"Code": "AccessDenied", "Message": "not authorized"},
-                                 "ResponseMetadata": {"HTTPStatusCode": 403}})
+            return (
+                _Http(403),
+                {
+                    "Error": {"Code": "AccessDenied", "Message": "not authorized"},
+                    "ResponseMetadata": {"HTTPStatusCode": 403},
+                },
+            )
         return None
 
     fast.append(("before-call", denied))
     result = sweep(run_module, moto, toml, mode="report")
     assert result.failed
     assert result["errors"] == [
-        {"region": "eu-north-1", "type": "rds-instance",
-         "error": "listing rds-instance in eu-north-1 failed: AccessDenied: not authorized"},
-        {"region": "eu-west-1", "type": "rds-instance",
-         "error": "listing rds-instance in eu-west-1 failed: AccessDenied: not authorized"}]
+        {
+            "region": "eu-north-1",
+            "type": "rds-instance",
+            "error": "listing rds-instance in eu-north-1 failed: AccessDenied: not authorized",
+        },
+        {
+            "region": "eu-west-1",
+            "type": "rds-instance",
+            "error": "listing rds-instance in eu-west-1 failed: AccessDenied: not authorized",
+        },
+    ]
     assert "listing rds-instance in eu-north-1 failed: AccessDenied: not authorized" in result["report"]["markdown"]
 
 
@@ -387,8 +501,11 @@ def test_orphan_report_playbook_writes_markdown_and_json(ansible_playbook, moto,
     seed_cluster(moto, *WORKLOAD)
     out = tmp_path / "reports"
     rc, output, stderr = ansible_playbook(
-        "playbooks/orphan-report.yml", "-e", "orphan_report_endpoint_url=%s" % moto,
-        env={"BOOTSTRAP_CONFIG": toml, "ORPHAN_MIN_AGE_HOURS": "0", "ORPHAN_REPORT_DIR": str(out), "KROPS_PROFILE": ""})
+        "playbooks/orphan-report.yml",
+        "-e",
+        f"orphan_report_endpoint_url={moto}",
+        env={"BOOTSTRAP_CONFIG": toml, "ORPHAN_MIN_AGE_HOURS": "0", "ORPHAN_REPORT_DIR": str(out), "KROPS_PROFILE": ""},
+    )
     assert rc == 0, (output, stderr)
     results = task_results(output)
     report = results["List owned resources older than the threshold (read-only)"]
@@ -397,9 +514,10 @@ def test_orphan_report_playbook_writes_markdown_and_json(ansible_playbook, moto,
     data = json.loads((out / "orphans-aws.json").read_text())
     assert data["environment"] == "aws" and data["min_age_hours"] == 0.0
     assert ("eu-north-1", "eks-cluster", WORKLOAD[2]) in normalise(data["resources"])
-    assert "| eu-north-1 | eu-north-1-workload | eks-cluster | `%s` |" % WORKLOAD[2] in markdown
+    assert f"| eu-north-1 | eu-north-1-workload | eks-cluster | `{WORKLOAD[2]}` |" in markdown
     assert results["Summarise the report"]["msg"].startswith(
-        "orphan report: %d owned resources older than the threshold in eu-north-1, eu-west-1." % data["count"])
+        "orphan report: %d owned resources older than the threshold in eu-north-1, eu-west-1." % data["count"]
+    )
 
 
 def test_an_untagged_subnet_in_an_owned_vpc_survives_and_the_vpc_is_reported(run_module, moto, toml, fast):
@@ -412,11 +530,13 @@ def test_an_untagged_subnet_in_an_owned_vpc_survives_and_the_vpc_is_reported(run
     (vpc_result,) = [r for r in result["results"] if r["type"] == "vpc"]
     assert vpc_result["outcome"] == "failed"
     assert vpc_result["reason"] == (
-        "delete failed: DependencyViolation: The vpc '%s' has dependencies and cannot be deleted. (still after 1s: "
-        "something outside the sweep may depend on vpc %s)" % (vpc, vpc))
+        f"delete failed: DependencyViolation: The vpc '{vpc}' has dependencies and cannot be deleted. (still after 1s: "
+        f"something outside the sweep may depend on vpc {vpc})"
+    )
     assert [r["id"] for r in result["leftovers"]] == [vpc]
     assert [s["SubnetId"] for s in ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]] == [
-        foreign]
+        foreign
+    ]
 
 
 def test_paginators_follow_every_token(moto):
@@ -455,7 +575,8 @@ eks-cluster-name = "default_eu-west-1-workload-2-control-plane"
 
 
 def test_account_global_resources_stay_while_another_environment_names_them_or_has_live_clusters(
-        run_module, moto, tmp_path, fast):
+    run_module, moto, tmp_path, fast
+):
     """Sweeping one environment once deleted the reader user and the clusterawsadm stack under another's clusters."""
     seed_global(moto)
     path = tmp_path / "two.toml"
@@ -464,32 +585,42 @@ def test_account_global_resources_stay_while_another_environment_names_them_or_h
     result = sweep(run_module, moto, str(path))
     assert not result.failed, result["msg"]
     assert sorted((k["type"], k["region"], k["reason"]) for k in result["kept"]) == [
-        ("cloudformation-stack", "eu-north-1", "environment aws-staging in %s also names it" % path),
-        ("cloudformation-stack", "eu-west-1", "environment aws-staging in %s also names it" % path),
-        ("iam-user", "global", "environment aws-staging in %s also names it" % path)]
+        ("cloudformation-stack", "eu-north-1", f"environment aws-staging in {path} also names it"),
+        ("cloudformation-stack", "eu-west-1", f"environment aws-staging in {path} also names it"),
+        ("iam-user", "global", f"environment aws-staging in {path} also names it"),
+    ]
     assert "kept: iam-user krops-reader (environment aws-staging" in result["msg"]
 
     # staging names its own; its workload cluster still runs in eu-west-1
-    path.write_text(BOOTSTRAP_TOML + STAGING.format(
-        names='global-iam-users = ["krops-staging-reader"]\ncfn-stack-name = "staging-stack"\n'))
+    path.write_text(
+        BOOTSTRAP_TOML
+        + STAGING.format(names='global-iam-users = ["krops-staging-reader"]\ncfn-stack-name = "staging-stack"\n')
+    )
     west = clients(moto, "eu-west-1")
-    subnet = west("ec2").create_subnet(VpcId=west("ec2").create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"],
-                                       CidrBlock="10.9.1.0/24")["Subnet"]["SubnetId"]
-    west("eks").create_cluster(name="default_eu-west-1-workload-2-control-plane", roleArn="arn:aws:iam::%s:role/x"
-                               % ACCOUNT, resourcesVpcConfig={"subnetIds": [subnet]})
+    subnet = west("ec2").create_subnet(
+        VpcId=west("ec2").create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"], CidrBlock="10.9.1.0/24"
+    )["Subnet"]["SubnetId"]
+    west("eks").create_cluster(
+        name="default_eu-west-1-workload-2-control-plane",
+        roleArn=f"arn:aws:iam::{ACCOUNT}:role/x",
+        resourcesVpcConfig={"subnetIds": [subnet]},
+    )
     result = sweep(run_module, moto, str(path))
     assert not result.failed, result["msg"]
     assert {k["reason"] for k in result["kept"]} == {
         "clusters of other environments still exist: EKS cluster default_eu-west-1-workload-2-control-plane of "
-        "environment aws-staging in eu-west-1"}
+        "environment aws-staging in eu-west-1"
+    }
     assert clients(moto, "eu-north-1")("iam").get_user(UserName="krops-reader")
 
     west("eks").delete_cluster(name="default_eu-west-1-workload-2-control-plane")
     result = sweep(run_module, moto, str(path))
     assert not result.failed, result["msg"]
     assert result["kept"] == []
-    assert {(r["type"], r["outcome"]) for r in result["results"]} == {("iam-user", "deleted"),
-                                                                       ("cloudformation-stack", "deleted")}
+    assert {(r["type"], r["outcome"]) for r in result["results"]} == {
+        ("iam-user", "deleted"),
+        ("cloudformation-stack", "deleted"),
+    }
 
 
 # --- property: names that merely resemble an owned cluster are never selected ---------------------------
@@ -507,13 +638,22 @@ def _lookalike(draw_base, prefix, suffix):
 
 
 @settings(max_examples=400, deadline=None)
-@given(base=st.sampled_from(OWNED_NAMES), prefix=_PART, suffix=_PART, value=st.sampled_from(["owned", "shared", ""]),
-       key=st.sampled_from([ownership.CAPA_TAG_PREFIX, ownership.CLOUD_PROVIDER_TAG_PREFIX]),
-       env=st.sampled_from(["aws-staging", "aws2", "aw", "AWS", ""]))
+@given(
+    base=st.sampled_from(OWNED_NAMES),
+    prefix=_PART,
+    suffix=_PART,
+    value=st.sampled_from(["owned", "shared", ""]),
+    key=st.sampled_from([ownership.CAPA_TAG_PREFIX, ownership.CLOUD_PROVIDER_TAG_PREFIX]),
+    env=st.sampled_from(["aws-staging", "aws2", "aw", "AWS", ""]),
+)
 def test_ownership_never_selects_names_sharing_prefixes_hyphens_or_substrings(base, prefix, suffix, value, key, env):
-    owner = ownership.AwsOwnership("aws", {"eu-north-1-workload": ["eu-north-1-workload",
-                                                                   "default_eu-north-1-workload-control-plane"],
-                                           "eu-north-1-management": ["eu-north-1-management"]})
+    owner = ownership.AwsOwnership(
+        "aws",
+        {
+            "eu-north-1-workload": ["eu-north-1-workload", "default_eu-north-1-workload-control-plane"],
+            "eu-north-1-management": ["eu-north-1-management"],
+        },
+    )
     name = _lookalike(base, prefix, suffix)
     tags = {key + name: value, "Name": name}
     if env:
@@ -522,38 +662,62 @@ def test_ownership_never_selects_names_sharing_prefixes_hyphens_or_substrings(ba
     exact = name in OWNED_NAMES and value == "owned" and not env
     assert (claim is not None) == exact, (tags, claim)
     if claim is not None:
-        assert claim[1] == "tag %s%s=owned" % (key, name)
+        assert claim[1] == f"tag {key}{name}=owned"
     # a name alone never proves anything
     assert owner.owner({"Name": name}) is None
 
 
 def test_volumes_snapshots_and_launch_templates_go_and_an_undeletable_owned_type_fails_the_run_by_arn(
-        run_module, moto, toml, fast):
+    run_module, moto, toml, fast
+):
     """Only what the sweep could delete used to be listed again: an owned EBS volume stayed with rc=0 (issue 9)."""
     ec2 = clients(moto, "eu-north-1")("ec2")
     tag = [{"Key": CCM % "eu-north-1-workload", "Value": "owned"}]
-    volume = ec2.create_volume(AvailabilityZone="eu-north-1a", Size=1, TagSpecifications=[
-        {"ResourceType": "volume", "Tags": tag + [{"Key": "ebs.csi.aws.com/cluster", "Value": "true"}]}])["VolumeId"]
-    snapshot = ec2.create_snapshot(VolumeId=volume, TagSpecifications=[
-        {"ResourceType": "snapshot", "Tags": tag}])["SnapshotId"]
-    template = ec2.create_launch_template(LaunchTemplateName="eu-north-1-workload-pool-0", LaunchTemplateData={},
-                                          TagSpecifications=[{"ResourceType": "launch-template", "Tags": tag}])[
-        "LaunchTemplate"]["LaunchTemplateId"]
-    decoy_volume = ec2.create_volume(AvailabilityZone="eu-north-1a", Size=1, TagSpecifications=[
-        {"ResourceType": "volume", "Tags": [{"Key": CCM % "eu-north-1-workload-2", "Value": "owned"}]}])["VolumeId"]
-    gateway = ec2.create_customer_gateway(Type="ipsec.1", PublicIp="203.0.113.7", BgpAsn=65000, TagSpecifications=[
-        {"ResourceType": "customer-gateway", "Tags": tag}])["CustomerGateway"]["CustomerGatewayId"]
-    arn = "arn:aws:ec2:eu-north-1:%s:customer-gateway/%s" % (ACCOUNT, gateway)
+    volume = ec2.create_volume(
+        AvailabilityZone="eu-north-1a",
+        Size=1,
+        TagSpecifications=[
+            {"ResourceType": "volume", "Tags": tag + [{"Key": "ebs.csi.aws.com/cluster", "Value": "true"}]}
+        ],
+    )["VolumeId"]
+    snapshot = ec2.create_snapshot(VolumeId=volume, TagSpecifications=[{"ResourceType": "snapshot", "Tags": tag}])[
+        "SnapshotId"
+    ]
+    template = ec2.create_launch_template(
+        LaunchTemplateName="eu-north-1-workload-pool-0",
+        LaunchTemplateData={},
+        TagSpecifications=[{"ResourceType": "launch-template", "Tags": tag}],
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    decoy_volume = ec2.create_volume(
+        AvailabilityZone="eu-north-1a",
+        Size=1,
+        TagSpecifications=[
+            {"ResourceType": "volume", "Tags": [{"Key": CCM % "eu-north-1-workload-2", "Value": "owned"}]}
+        ],
+    )["VolumeId"]
+    gateway = ec2.create_customer_gateway(
+        Type="ipsec.1",
+        PublicIp="203.0.113.7",
+        BgpAsn=65000,
+        TagSpecifications=[{"ResourceType": "customer-gateway", "Tags": tag}],
+    )["CustomerGateway"]["CustomerGatewayId"]
+    arn = f"arn:aws:ec2:eu-north-1:{ACCOUNT}:customer-gateway/{gateway}"
 
     plan = sweep(run_module, moto, toml, check_mode=True, include_management=False, regions=["eu-north-1"])
     assert {(p["type"], p["id"], p["outcome"]) for p in plan["plan"]} >= {
-        ("ebs-volume", volume, "planned"), ("ebs-snapshot", snapshot, "planned"),
-        ("launch-template", template, "planned"), ("unsupported", arn, "undeletable")}
+        ("ebs-volume", volume, "planned"),
+        ("ebs-snapshot", snapshot, "planned"),
+        ("launch-template", template, "planned"),
+        ("unsupported", arn, "undeletable"),
+    }
     result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
     assert result.failed
     assert [(r["type"], r["id"]) for r in result["leftovers"]] == [("unsupported", arn)]
-    assert "still owned after the sweep: unsupported %s in eu-north-1" % arn in result["msg"]
+    assert f"still owned after the sweep: unsupported {arn} in eu-north-1" in result["msg"]
     assert {(r["type"], r["id"]) for r in result["results"] if r["outcome"] == "deleted"} == {
-        ("ebs-volume", volume), ("ebs-snapshot", snapshot), ("launch-template", template)}
+        ("ebs-volume", volume),
+        ("ebs-snapshot", snapshot),
+        ("launch-template", template),
+    }
     assert [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]] == [decoy_volume]
     assert snapshot not in [s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]]

@@ -17,8 +17,12 @@ OP = "operator.cluster.x-k8s.io/v1alpha2"
 
 
 def provider(kind, name, namespace):
-    return {"apiVersion": OP, "kind": kind, "metadata": {"name": name, "namespace": namespace},
-            "spec": {"version": "v1.11.3"}}
+    return {
+        "apiVersion": OP,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"version": "v1.11.3"},
+    }
 
 
 @pytest.fixture
@@ -48,14 +52,20 @@ def test_providers_become_ready_once_their_objects_exist_and_install_their_crds(
     mgmt.create(provider("ControlPlaneProvider", "kubeadm", "capi-kubeadm-control-plane-system"))
     mgmt.create(provider("InfrastructureProvider", "nonesuch", "capd-system"))
     world.settle()
-    for kind, name, ns in (("CoreProvider", "cluster-api", "capi-system"),
-                           ("BootstrapProvider", "kubeadm", "capi-kubeadm-bootstrap-system"),
-                           ("InfrastructureProvider", "docker", "capd-system")):
+    for kind, name, ns in (
+        ("CoreProvider", "cluster-api", "capi-system"),
+        ("BootstrapProvider", "kubeadm", "capi-kubeadm-bootstrap-system"),
+        ("InfrastructureProvider", "docker", "capd-system"),
+    ):
         obj = mgmt.get(OP, kind, name, ns)
         assert condition(obj)["status"] == "True" and obj["status"]["installedVersion"] == "v1.11.3"
     assert condition(mgmt.get(OP, "InfrastructureProvider", "nonesuch", "capd-system"))["reason"] == "UnknownProvider"
-    for crd in ("clusters.cluster.x-k8s.io", "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
-                "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io", "devclusters.infrastructure.cluster.x-k8s.io"):
+    for crd in (
+        "clusters.cluster.x-k8s.io",
+        "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
+        "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
+        "devclusters.infrastructure.cluster.x-k8s.io",
+    ):
         assert mgmt.exists("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd)
 
 
@@ -71,10 +81,12 @@ def test_cluster_provisioned_with_a_kubeconfig_to_another_api_server_and_deleted
     from kubernetes.dynamic import DynamicClient
 
     world, capi = world_for(mgmt, strict_cluster)
-    for kind, name, ns in (("CoreProvider", "cluster-api", "capi-system"),
-                           ("BootstrapProvider", "kubeadm", "capi-kubeadm-bootstrap-system"),
-                           ("ControlPlaneProvider", "kubeadm", "capi-kubeadm-control-plane-system"),
-                           ("InfrastructureProvider", "docker", "capd-system")):
+    for kind, name, ns in (
+        ("CoreProvider", "cluster-api", "capi-system"),
+        ("BootstrapProvider", "kubeadm", "capi-kubeadm-bootstrap-system"),
+        ("ControlPlaneProvider", "kubeadm", "capi-kubeadm-control-plane-system"),
+        ("InfrastructureProvider", "docker", "capd-system"),
+    ):
         mgmt.create(provider(kind, name, ns))
     world.settle()
     _load_cluster(mgmt, "local-workload")  # the real tree's Cluster, DevCluster, KubeadmControlPlane, workers
@@ -92,24 +104,28 @@ def test_cluster_provisioned_with_a_kubeconfig_to_another_api_server_and_deleted
     assert {"default", "kube-system"} <= {n.metadata.name for n in namespaces.items}
     workload = world.cluster_for_kubeconfig(kubeconfig)
     assert workload is not mgmt and workload.name == "local-workload"
-    assert mgmt.get("infrastructure.cluster.x-k8s.io/v1beta2", "DevCluster", "local-workload", "default")[
-        "status"]["initialization"] == {"provisioned": True}
+    assert mgmt.get("infrastructure.cluster.x-k8s.io/v1beta2", "DevCluster", "local-workload", "default")["status"][
+        "initialization"
+    ] == {"provisioned": True}
     # a decoy cluster's objects survive the deletion of this one
     _load_cluster(mgmt, "local-management")
     world.settle()
     mgmt.remove("cluster.x-k8s.io/v1beta2", "Cluster", "local-workload", "default")
     world.settle()
     assert not mgmt.exists("cluster.x-k8s.io/v1beta2", "Cluster", "local-workload", "default")
-    for api_version, kind, name in (("infrastructure.cluster.x-k8s.io/v1beta2", "DevCluster", "local-workload"),
-                                    ("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane",
-                                     "local-workload-control-plane"),
-                                    ("cluster.x-k8s.io/v1beta2", "MachineDeployment", "local-workload-md-0"),
-                                    ("v1", "Secret", "local-workload-kubeconfig")):
+    for api_version, kind, name in (
+        ("infrastructure.cluster.x-k8s.io/v1beta2", "DevCluster", "local-workload"),
+        ("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", "local-workload-control-plane"),
+        ("cluster.x-k8s.io/v1beta2", "MachineDeployment", "local-workload-md-0"),
+        ("v1", "Secret", "local-workload-kubeconfig"),
+    ):
         assert not mgmt.exists(api_version, kind, name, "default"), (kind, name)
     assert workload.url not in world.clusters
-    for api_version, kind, name in (("cluster.x-k8s.io/v1beta2", "Cluster", "local-management"),
-                                    ("infrastructure.cluster.x-k8s.io/v1beta2", "DevCluster", "local-management"),
-                                    ("v1", "Secret", "local-management-kubeconfig")):
+    for api_version, kind, name in (
+        ("cluster.x-k8s.io/v1beta2", "Cluster", "local-management"),
+        ("infrastructure.cluster.x-k8s.io/v1beta2", "DevCluster", "local-management"),
+        ("v1", "Secret", "local-management-kubeconfig"),
+    ):
         assert mgmt.exists(api_version, kind, name, "default"), (kind, name)
     assert capi.workloads
 
@@ -122,5 +138,8 @@ def test_cluster_waits_for_its_infrastructure(mgmt, strict_cluster):
     world.settle()
     cluster = mgmt.get("cluster.x-k8s.io/v1beta2", "Cluster", "local-workload", "default")
     assert cluster["status"]["phase"] == "Provisioning"
-    assert condition(cluster, "InfrastructureReady")["message"] == "infrastructureRef default/local-workload does not exist yet"
+    assert (
+        condition(cluster, "InfrastructureReady")["message"]
+        == "infrastructureRef default/local-workload does not exist yet"
+    )
     assert not mgmt.exists("v1", "Secret", "local-workload-kubeconfig", "default")

@@ -26,13 +26,17 @@ from tests.substrate.fixtures import REPO
 BUILD = REPO / "scripts" / "build_collection.py"
 # A well-formed age identity (age-keygen's format); not a key anyone uses.
 SECRET = "AGE-SECRET-KEY-1" + "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L" + "QPZRY9X8GF2TVDW0S3JN54KHCE6M"
-KEY_FILE = "# created: 2026-01-01T00:00:00Z\n# public key: age1example\n%s\n" % SECRET
+KEY_FILE = f"# created: 2026-01-01T00:00:00Z\n# public key: age1example\n{SECRET}\n"
 
 
 def working_files():
     """The checkout's files as git sees them (tracked and new, ignored ones left out)."""
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
-                         capture_output=True, check=True).stdout.decode()
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
     return [name for name in out.split("\0") if name and (REPO / name).is_file() and not (REPO / name).is_symlink()]
 
 
@@ -47,8 +51,12 @@ def copy_checkout(target, skip=("mgmt/", "workload/", "schemas/")):
 
 
 def build(source, output):
-    return subprocess.run([sys.executable, str(BUILD), "--source", str(source), "--output", str(output)],
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, str(BUILD), "--source", str(source), "--output", str(output)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def members(tarball):
@@ -82,19 +90,40 @@ def test_tarball_leaves_out_keys_caches_and_development_files(tmp_path):
     names = members(tarball)
     for name in DEBRIS:
         top = name.split("/")[0]
-        assert not any(n == name or n.startswith(top + "/") and top.startswith(".") for n in names), name
+        assert not any(n == name or (n.startswith(top + "/") and top.startswith(".")) for n in names), name
         assert name not in names
-    leaked = [n for n in names if n.endswith(".agekey") or "/.hypothesis" in "/" + n or ".pytest_cache" in n
-              or n.startswith(("tests/output", ".venv", ".collections", "build/"))]
+    leaked = [
+        n
+        for n in names
+        if n.endswith(".agekey")
+        or "/.hypothesis" in "/" + n
+        or ".pytest_cache" in n
+        or n.startswith(("tests/output", ".venv", ".collections", "build/"))
+    ]
     assert leaked == []
     # Development-only and GitOps-repository files stay in the checkout.
-    for name in ("Makefile", "pytest.ini", "bootstrap.toml", "scripts/setup.sh", "tests/conftest.py",
-                 "tests/integration/test_distribution.py", "tests/substrate/kube_emulator.py", ".ci/run"):
+    for name in (
+        "Makefile",
+        "pytest.ini",
+        "bootstrap.toml",
+        "scripts/setup.sh",
+        "tests/conftest.py",
+        "tests/integration/test_distribution.py",
+        "tests/substrate/kube_emulator.py",
+        ".ci/run",
+    ):
         assert name not in names, name
     assert not any(n.startswith(("mgmt/", "workload/", "molecule/", "inventories/", ".github/")) for n in names)
     # What a user installs is there.
-    for name in ("meta/runtime.yml", "plugins/modules/validate.py", "roles/validate/tasks/main.yml",
-                 "roles/validate/README.md", "tests/sanity/ignore-2.21.txt", "LICENSE", "README.md"):
+    for name in (
+        "meta/runtime.yml",
+        "plugins/modules/validate.py",
+        "roles/validate/tasks/main.yml",
+        "roles/validate/README.md",
+        "tests/sanity/ignore-2.21.txt",
+        "LICENSE",
+        "README.md",
+    ):
         assert name in names, name
     # Nothing in it holds a key, by content.
     with tarfile.open(tarball) as archive:
@@ -105,9 +134,9 @@ def test_tarball_leaves_out_keys_caches_and_development_files(tmp_path):
 
 def test_key_pasted_into_any_file_fails_the_build(tmp_path):
     source = copy_checkout(tmp_path / "src")
-    (source / "docs" / "notes.md").write_text("scratch\n%s\n" % SECRET)
+    (source / "docs" / "notes.md").write_text(f"scratch\n{SECRET}\n")
     (source / "roles" / "validate" / "vars").mkdir(parents=True)
-    (source / "roles" / "validate" / "vars" / "main.yml").write_text("key: %s\n" % SECRET)
+    (source / "roles" / "validate" / "vars" / "main.yml").write_text(f"key: {SECRET}\n")
     proc = build(source, tmp_path / "out")
     assert proc.returncode == 1
     tarball = tmp_path / "out" / "krops-platform-0.1.0.tar.gz"
@@ -116,7 +145,7 @@ def test_key_pasted_into_any_file_fails_the_build(tmp_path):
         "file (keep keys outside the repository, e.g. ~/.config/krops/age.agekey)",
         "build_collection: roles/validate/vars/main.yml: holds an age secret key (AGE-SECRET-KEY-1...); remove the "
         "key from the file (keep keys outside the repository, e.g. ~/.config/krops/age.agekey)",
-        "build_collection: refused %s (2 finding(s)); the tarball was deleted" % tarball,
+        f"build_collection: refused {tarball} (2 finding(s)); the tarball was deleted",
     ]
     assert not tarball.exists()
     assert SECRET not in proc.stdout + proc.stderr
@@ -132,8 +161,9 @@ def test_tarball_check_refuses_forbidden_names(tmp_path):
     with tarfile.open(tarball, "w:gz") as archive:
         archive.add(staged / ".pytest_cache" / "x", arcname=".pytest_cache/x")
         archive.add(staged / "ops.agekey", arcname="ops.agekey")
-    proc = subprocess.run([sys.executable, str(BUILD), "--check", str(tarball)], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, str(BUILD), "--check", str(tarball)], capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 1
     assert proc.stderr.splitlines()[:2] == [
         "build_collection: .pytest_cache/x: must not be packed (key file, test cache or local environment); "
@@ -147,18 +177,31 @@ def test_tarball_check_refuses_forbidden_names(tmp_path):
 def test_default_age_key_lives_outside_the_repository():
     """bootstrap.toml points the age key out of the checkout; git ignores key files anyway."""
     import tomllib
+
     config = tomllib.loads((REPO / "bootstrap.toml").read_text())
     key = config["bootstrap"]["age-key-file"]
     assert key.startswith("~/"), key
-    proc = subprocess.run(["git", "check-ignore", "age.agekey", "roles/x/files/k.agekey", "README.md"], cwd=REPO,
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["git", "check-ignore", "age.agekey", "roles/x/files/k.agekey", "README.md"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.stdout.splitlines() == ["age.agekey", "roles/x/files/k.agekey"]
 
 
 def test_galaxy_yml_is_what_the_importer_reads():
     meta = yaml.safe_load((REPO / "galaxy.yml").read_text())
-    assert {"*.agekey", ".hypothesis", "*/.hypothesis", ".pytest_cache", "tests/output", ".venv",
-            ".collections"} <= set(meta["build_ignore"])
+    assert {
+        "*.agekey",
+        ".hypothesis",
+        "*/.hypothesis",
+        ".pytest_cache",
+        "tests/output",
+        ".venv",
+        ".collections",
+    } <= set(meta["build_ignore"])
 
 
 @pytest.mark.slow
@@ -171,18 +214,43 @@ def test_schema_tests_pass_in_a_copy_with_nothing_beside_it(tmp_path):
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["repo"]
     env = {k: v for k, v in os.environ.items() if k not in ("KROPS_SCHEMA_LOCATION", "BOOTSTRAP_CONFIG")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:randomly",
-                           "tests/integration/test_validate.py", "-k", "not slow and not playbook"],
-                          cwd=root, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:randomly",
+            "tests/integration/test_validate.py",
+            "-k",
+            "not slow and not playbook",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     tail = proc.stdout.strip().splitlines()[-1]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in tail and "failed" not in tail and "error" not in tail, tail
     # validate itself, with no schema location given, uses the copy's schemas/crds.
-    proc = subprocess.run([sys.executable, "-c",
-                           "import sys; from ansible_collections.krops.platform.plugins.module_utils import validate;"
-                           " sys.exit(validate.main(['--path', '.']))"],
-                          cwd=root, env=dict(env, PYTHONPATH=str(root / ".collections")), capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from ansible_collections.krops.platform.plugins.module_utils import validate;"
+            " sys.exit(validate.main(['--path', '.']))",
+        ],
+        cwd=root,
+        env=dict(env, PYTHONPATH=str(root / ".collections")),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert any(line.startswith("local-host: ") for line in lines), proc.stdout
@@ -196,8 +264,14 @@ def test_every_plugin_and_role_documents_itself():
     lookups = sorted("krops.platform." + p.stem for p in (REPO / "plugins" / "lookup").glob("*.py"))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_NOCOLOR="1")
     for kind, names in (("module", modules), ("role", roles), ("lookup", lookups)):
-        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-doc"), "-t", kind, "--json"] + names,
-                              cwd=REPO, env=env, capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-doc"), "-t", kind, "--json"] + names,
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr
         assert "[ERROR]" not in proc.stderr and "krops.platform" not in proc.stderr, proc.stderr
 
@@ -205,9 +279,13 @@ def test_every_plugin_and_role_documents_itself():
 def test_declared_collections_are_exactly_the_used_ones():
     """galaxy.yml and requirements.yml declare the collections whose content the collection calls, no more."""
     import re
+
     used = set()
-    for path in list((REPO / "roles").rglob("*.yml")) + list((REPO / "playbooks").glob("*.yml")) + list(
-            (REPO / "plugins").rglob("*.py")):
+    for path in (
+        list((REPO / "roles").rglob("*.yml"))
+        + list((REPO / "playbooks").glob("*.yml"))
+        + list((REPO / "plugins").rglob("*.py"))
+    ):
         text = path.read_text()
         used |= set(re.findall(r"^\s*(?:- )?([a-z_]+\.[a-z_]+)\.[a-z_0-9]+:\s*$", text, re.M))
         used |= set(re.findall(r"ansible_collections\.([a-z_]+)\.([a-z_]+)\.", text))
@@ -222,6 +300,7 @@ def test_sanity_ignores_and_workflow_cover_every_admitted_ansible_core():
     """requires_ansible admits 2.18 and later: each release up to the one tested has its ignore file and a job."""
     import re
     from ansible.release import __version__ as core
+
     runtime = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())
     low = re.fullmatch(r">=(\d+)\.(\d+)\.\d+", runtime["requires_ansible"])
     assert low, runtime["requires_ansible"]
@@ -229,7 +308,7 @@ def test_sanity_ignores_and_workflow_cover_every_admitted_ansible_core():
     last = int(core.split(".")[1])
     releases = ["%d.%d" % (major, minor) for minor in range(first, last + 1)]
     files = sorted(p.name for p in (REPO / "tests" / "sanity").glob("ignore-*.txt"))
-    assert files == sorted("ignore-%s.txt" % r for r in releases)
+    assert files == sorted(f"ignore-{r}.txt" for r in releases)
     texts = {(REPO / "tests" / "sanity" / name).read_text() for name in files}
     assert len(texts) == 1, "the ignore files differ; keep them in step"
     workflow = yaml.safe_load((REPO / ".github" / "workflows" / "sanity.yml").read_text())

@@ -34,8 +34,10 @@ REVISION = "main@sha1:" + "c" * 40
 
 
 def _helm_wrapper(fake_bins):
-    return fake_bins.install("helm", "#!%s\nimport runpy, sys\nsys.argv[0] = %r\nrunpy.run_path(%r, run_name='__main__')\n"
-                             % (sys.executable, str(HELM), str(HELM)))
+    return fake_bins.install(
+        "helm",
+        f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = {str(HELM)!r}\nrunpy.run_path({str(HELM)!r}, run_name='__main__')\n",
+    )
 
 
 def _ready(api, api_version, kind, name, namespace):
@@ -46,26 +48,53 @@ def _ready(api, api_version, kind, name, namespace):
 
 
 def _play(registry, kubeconfig, helm):
-    return [{"name": "Bootstrap handoff on the emulated kind cluster", "hosts": "localhost", "gather_facts": False,
-             "tasks": [
-                 {"name": "Push the GitOps tree", "krops.platform.oci_artifact_push": {
-                     "registry": registry, "repository": "krops", "tag": "latest", "root": str(REPO),
-                     "paths": ["mgmt/local-host", "workload/local-host"], "insecure": True, "revision": REVISION}},
-                 {"name": "Hand over to Flux", "krops.platform.flux_handoff": {
-                     "config_file": str(REPO / "bootstrap.toml"), "environment": "local-host",
-                     "kubeconfig": kubeconfig, "helm_binary": str(helm), "wait_timeout": 90,
-                     "progress_interval": 5}}]}]
+    return [
+        {
+            "name": "Bootstrap handoff on the emulated kind cluster",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "Push the GitOps tree",
+                    "krops.platform.oci_artifact_push": {
+                        "registry": registry,
+                        "repository": "krops",
+                        "tag": "latest",
+                        "root": str(REPO),
+                        "paths": ["mgmt/local-host", "workload/local-host"],
+                        "insecure": True,
+                        "revision": REVISION,
+                    },
+                },
+                {
+                    "name": "Hand over to Flux",
+                    "krops.platform.flux_handoff": {
+                        "config_file": str(REPO / "bootstrap.toml"),
+                        "environment": "local-host",
+                        "kubeconfig": kubeconfig,
+                        "helm_binary": str(helm),
+                        "wait_timeout": 90,
+                        "progress_interval": 5,
+                    },
+                },
+            ],
+        }
+    ]
 
 
-def test_handoff_through_ansible_playbook_reconciles_the_whole_chain(strict_cluster, oci_registry, fake_bins,
-                                                                      ansible_playbook, tmp_path):
+def test_handoff_through_ansible_playbook_reconciles_the_whole_chain(
+    strict_cluster, oci_registry, fake_bins, ansible_playbook, tmp_path
+):
     kind = strict_cluster("kind-krops-local-host")
     world = World()
     world.add_cluster(kind)
     # the real kubectl renders (fake_bins puts a recording kubectl first on PATH)
-    FluxController(world, tmp_path / "world", registry_aliases={"krops-registry:5000": oci_registry},
-                   renderer=render.find_kustomize(shutil.which("kubectl", path=os.environ["PATH"].split(
-                       os.pathsep, 1)[1])))
+    FluxController(
+        world,
+        tmp_path / "world",
+        registry_aliases={"krops-registry:5000": oci_registry},
+        renderer=render.find_kustomize(shutil.which("kubectl", path=os.environ["PATH"].split(os.pathsep, 1)[1])),
+    )
     CapiController(world, spawn=lambda name: strict_cluster(name))
     helm = _helm_wrapper(fake_bins)
     play = tmp_path / "handoff.yml"
@@ -87,8 +116,9 @@ def test_handoff_through_ansible_playbook_reconciles_the_whole_chain(strict_clus
         secret = kind.get("v1", "Secret", "local-workload-kubeconfig", "default")
         workload = world.cluster_for_kubeconfig(base64.b64decode(secret["data"]["value"]).decode())
         deadline = time.monotonic() + 30  # the handoff does not wait for the workload chain; Flux goes on
-        while time.monotonic() < deadline and not _ready(workload, "helm.toolkit.fluxcd.io/v2", "HelmRelease",
-                                                          "podinfo", "podinfo"):
+        while time.monotonic() < deadline and not _ready(
+            workload, "helm.toolkit.fluxcd.io/v2", "HelmRelease", "podinfo", "podinfo"
+        ):
             time.sleep(0.1)
         assert _ready(workload, "helm.toolkit.fluxcd.io/v2", "HelmRelease", "podinfo", "podinfo")
         release = kind.get("v1", "Secret", "sh.helm.release.v1.flux-operator.v1", "flux-system")
@@ -102,12 +132,14 @@ def test_handoff_through_ansible_playbook_reconciles_the_whole_chain(strict_clus
     finally:
         errors = world.stop()
     assert errors == []
-    print("handoff: first run %.1fs, idempotent re-run %.1fs" % (first, second))
+    print(f"handoff: first run {first:.1f}s, idempotent re-run {second:.1f}s")
 
 
-@pytest.mark.skip(reason="not built yet: stand-ins acting on the emulated world for the Docker Engine API "
-                         "(community.docker.docker_container for the registry), kind (kind_cluster) and clusterctl "
-                         "move (pivot), whose input contracts issues 10 and 12 are rewriting; the handoff part "
-                         "runs above")
+@pytest.mark.skip(
+    reason="not built yet: stand-ins acting on the emulated world for the Docker Engine API "
+    "(community.docker.docker_container for the registry), kind (kind_cluster) and clusterctl "
+    "move (pivot), whose input contracts issues 10 and 12 are rewriting; the handoff part "
+    "runs above"
+)
 def test_local_host_playbook_converge_idempotence_and_teardown():
     """ansible-playbook -i inventories/local-host playbooks/local-host.yml, again (changed=0), then --tags teardown."""

@@ -46,21 +46,38 @@ def test_every_tool_is_pinned_once_with_its_checksum():
     release = (REPO / "docs" / "release.md").read_text()
     assert "meta/tools.yml" in release
     for name, pin in tools.items():
-        assert "| %s | %s |" % (name, pin["version"]) in release, name
+        assert "| {} | {} |".format(name, pin["version"]) in release, name
 
 
 @pytest.fixture(scope="module")
 def context(tmp_path_factory):
     """ansible-builder create, in a copy of the checkout with its freshly built tarball."""
     root = copy_checkout(tmp_path_factory.mktemp("ee") / "repo")
-    proc = subprocess.run([sys.executable, str(root / "scripts" / "build_collection.py"), "--output",
-                           str(root / "build" / "dist")], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(root / "scripts" / "build_collection.py"), "--output", str(root / "build" / "dist")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     (root / "build" / "ee").mkdir(parents=True)
     os.replace(proc.stdout.strip(), root / "build" / "ee" / "krops-platform.tar.gz")
-    proc = subprocess.run([str(VENV_BIN / "ansible-builder"), "create", "-f", "execution-environment.yml", "-c",
-                           "build/ee/context", "--output-filename", "Containerfile"], cwd=root, capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "ansible-builder"),
+            "create",
+            "-f",
+            "execution-environment.yml",
+            "-c",
+            "build/ee/context",
+            "--output-filename",
+            "Containerfile",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root / "build" / "ee" / "context"
 
@@ -71,24 +88,29 @@ def test_build_context_holds_the_collection_the_tools_and_their_pins(context):
     assert (build / "tools" / "install_tools.py").read_text() == INSTALL.read_text()
     assert (build / "bindep.txt").read_text() == (REPO / "bindep.txt").read_text()
     assert yaml.safe_load((build / "requirements.yml").read_text()) == yaml.safe_load(
-        (REPO / "meta" / "ee-requirements.yml").read_text())
+        (REPO / "meta" / "ee-requirements.yml").read_text()
+    )
     with tarfile.open(build / "collections" / "krops-platform.tar.gz") as archive:
         manifest = json.load(archive.extractfile("MANIFEST.json"))
         names = set(archive.getnames())
     assert manifest["collection_info"]["namespace"] == "krops" and manifest["collection_info"]["name"] == "platform"
     assert {"meta/execution-environment.yml", "requirements.txt", "bindep.txt", "meta/tools.yml"} <= names
     galaxy_deps = yaml.safe_load((REPO / "galaxy.yml").read_text())["dependencies"]
-    ee_collections = {c["name"]: c.get("version") for c in yaml.safe_load((build / "requirements.yml").read_text())[
-        "collections"]}
+    ee_collections = {
+        c["name"]: c.get("version") for c in yaml.safe_load((build / "requirements.yml").read_text())["collections"]
+    }
     assert ee_collections.pop("collections/krops-platform.tar.gz") is None
     assert ee_collections == galaxy_deps
 
     containerfile = (context / "Containerfile").read_text()
-    for line in ('ARG EE_BASE_IMAGE="docker.io/redhat/ubi9:latest"', 'ARG PYCMD="/usr/bin/python3.12"',
-                 'ARG ANSIBLE_INSTALL_REFS="ansible-core==2.21.5 ansible-runner==2.4.3"',
-                 "COPY _build/tools /opt/krops-tools",
-                 "RUN /usr/bin/python3.12 /opt/krops-tools/install_tools.py --pins /opt/krops-tools/tools.yml "
-                 "--dest /usr/local/bin"):
+    for line in (
+        'ARG EE_BASE_IMAGE="docker.io/redhat/ubi9:latest"',
+        'ARG PYCMD="/usr/bin/python3.12"',
+        'ARG ANSIBLE_INSTALL_REFS="ansible-core==2.21.5 ansible-runner==2.4.3"',
+        "COPY _build/tools /opt/krops-tools",
+        "RUN /usr/bin/python3.12 /opt/krops-tools/install_tools.py --pins /opt/krops-tools/tools.yml "
+        "--dest /usr/local/bin",
+    ):
         assert line in containerfile.splitlines(), line
     # The tools are installed in the final stage, after the collections, and checked by running them.
     final = containerfile.split("FROM base AS final", 1)[1]
@@ -99,24 +121,50 @@ def test_introspection_takes_the_collections_python_needs_without_ansible(contex
     """What the builder stage computes: krops.platform's requirements.txt, less what ansible-builder always
     leaves out (`ansible`, and PyYAML, which ansible-core brings), plus bindep.txt."""
     collections = tmp_path / "collections"
-    proc = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "install", "--no-deps", "-p",
-                           str(collections), str(context / "_build" / "collections" / "krops-platform.tar.gz")],
-                          cwd=tmp_path, env=dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / "none.cfg")),
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "ansible-galaxy"),
+            "collection",
+            "install",
+            "--no-deps",
+            "-p",
+            str(collections),
+            str(context / "_build" / "collections" / "krops-platform.tar.gz"),
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / "none.cfg")),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = subprocess.run([sys.executable, str(context / "_build" / "scripts" / "introspect.py"), "introspect",
-                           "--user-bindep", str(context / "_build" / "bindep.txt"), str(collections)],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(context / "_build" / "scripts" / "introspect.py"),
+            "introspect",
+            "--user-bindep",
+            str(context / "_build" / "bindep.txt"),
+            str(collections),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     data = yaml.safe_load(proc.stdout)
     python = [line.split("#")[0].strip() for line in data["python"]]
-    wanted = [line for line in (REPO / "requirements.txt").read_text().splitlines()
-              if line and not line.startswith(("#", "ansible>", "PyYAML>"))]
+    wanted = [
+        line
+        for line in (REPO / "requirements.txt").read_text().splitlines()
+        if line and not line.startswith(("#", "ansible>", "PyYAML>"))
+    ]
     assert python == wanted
     assert any(line.startswith("git ") for line in data["system"])
 
 
 # --- scripts/install_tools.py over HTTP -----------------------------------------------------
+
 
 @pytest.fixture
 def mirror(tmp_path):
@@ -157,9 +205,14 @@ def run_install(pins_file, dest, mirror_url, *only):
 
 def test_tools_install_only_when_the_checksum_matches(mirror, tmp_path):
     www, url = mirror
-    kind_sum = publish(www, "/kubernetes-sigs/kind/releases/download/v0.32.0/kind-linux-amd64", b"#!/bin/sh\necho kind\n")
-    age_sum = publish(www, "/FiloSottile/age/releases/download/v1.3.2/age-v1.3.2-linux-amd64.tar.gz",
-                      tarball({"age/age": b"age-binary", "age/age-keygen": b"keygen-binary", "age/LICENSE": b"x"}))
+    kind_sum = publish(
+        www, "/kubernetes-sigs/kind/releases/download/v0.32.0/kind-linux-amd64", b"#!/bin/sh\necho kind\n"
+    )
+    age_sum = publish(
+        www,
+        "/FiloSottile/age/releases/download/v1.3.2/age-v1.3.2-linux-amd64.tar.gz",
+        tarball({"age/age": b"age-binary", "age/age-keygen": b"keygen-binary", "age/LICENSE": b"x"}),
+    )
     tools = pins()
     tools["kind"]["sha256"], tools["age"]["sha256"] = kind_sum, age_sum
     pins_file = tmp_path / "tools.yml"
@@ -167,8 +220,11 @@ def test_tools_install_only_when_the_checksum_matches(mirror, tmp_path):
     dest = tmp_path / "bin"
     proc = run_install(pins_file, dest, url, "kind", "age")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["installed kind v0.32.0: %s/kind" % dest, "installed age v1.3.2: %s/age" % dest,
-                                        "installed age v1.3.2: %s/age-keygen" % dest]
+    assert proc.stdout.splitlines() == [
+        f"installed kind v0.32.0: {dest}/kind",
+        f"installed age v1.3.2: {dest}/age",
+        f"installed age v1.3.2: {dest}/age-keygen",
+    ]
     assert sorted(p.name for p in dest.iterdir()) == ["age", "age-keygen", "kind"]
     assert (dest / "age-keygen").read_bytes() == b"keygen-binary" and os.access(dest / "kind", os.X_OK)
 
@@ -177,9 +233,12 @@ def test_tools_install_only_when_the_checksum_matches(mirror, tmp_path):
     dest2 = tmp_path / "bin2"
     proc = run_install(pins_file, dest2, url, "kind")
     assert proc.returncode == 1
-    assert proc.stderr == ("install_tools: kind v0.32.0: SHA-256 mismatch for %s/kubernetes-sigs/kind/releases/download/"
-                           "v0.32.0/kind-linux-amd64: expected %s, got %s; nothing was installed\n"
-                           % (url, kind_sum, hashlib.sha256(b"evil").hexdigest()))
+    assert proc.stderr == (
+        "install_tools: kind v0.32.0: SHA-256 mismatch for {}/kubernetes-sigs/kind/releases/download/"
+        "v0.32.0/kind-linux-amd64: expected {}, got {}; nothing was installed\n".format(
+            url, kind_sum, hashlib.sha256(b"evil").hexdigest()
+        )
+    )
     assert not dest2.exists()
 
 
@@ -190,8 +249,10 @@ def test_a_tool_without_a_confirmed_checksum_is_refused_before_download(tmp_path
         "install_tools: clusterctl v1.13.5: no SHA-256 is pinned in meta/tools.yml (checksum_source: not confirmed (no "
         "checksum file is published with the release; read the asset digest on the release page)); confirm the digest "
         "of https://github.com/kubernetes-sigs/cluster-api/releases/download/v1.13.5/clusterctl-linux-amd64 and write "
-        "it there\n")
+        "it there\n"
+    )
     proc = run_install(REPO / "meta" / "tools.yml", tmp_path / "bin", "http://127.0.0.1:9", "kubeadm")
     assert proc.returncode == 1
-    assert proc.stderr == ("install_tools: unknown tool(s) kubeadm; meta/tools.yml pins kind, kubectl, helm, clusterctl, "
-                           "sops, age\n")
+    assert proc.stderr == (
+        "install_tools: unknown tool(s) kubeadm; meta/tools.yml pins kind, kubectl, helm, clusterctl, sops, age\n"
+    )

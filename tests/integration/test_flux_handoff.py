@@ -24,8 +24,10 @@ KS = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
 FI = ("fluxcd.controlplane.io/v1", "FluxInstance")
 CONFIG = str(REPO / "bootstrap.toml")
 PINNED = config.load(CONFIG).data["charts"]["flux-operator"]
-AGE_KEY = ("# created: 2026-11-30T05:00:00Z\n# public key: age1qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq\n"
-           "AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ\n")
+AGE_KEY = (
+    "# created: 2026-11-30T05:00:00Z\n# public key: age1qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq\n"
+    "AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ\n"
+)
 TOKEN = "ghp_s3cr3tT0kenValue0123456789"
 
 
@@ -64,43 +66,81 @@ def fi_ready(api, status="True", reason="ReconciliationSucceeded", message="Reco
 def ks(name, depends=(), status=None, reason="", message=""):
     def action(api):
         if not api.exists(*KS, name, NS):
-            api.create({"apiVersion": KS[0], "kind": KS[1], "metadata": {"name": name, "namespace": NS},
-                        "spec": {"interval": "5m", "path": "./x", "prune": True,
-                                 "sourceRef": {"kind": "OCIRepository", "name": NS},
-                                 "dependsOn": [{"name": d} for d in depends]}})
+            api.create(
+                {
+                    "apiVersion": KS[0],
+                    "kind": KS[1],
+                    "metadata": {"name": name, "namespace": NS},
+                    "spec": {
+                        "interval": "5m",
+                        "path": "./x",
+                        "prune": True,
+                        "sourceRef": {"kind": "OCIRepository", "name": NS},
+                        "dependsOn": [{"name": d} for d in depends],
+                    },
+                }
+            )
         if status is not None:
             api.set_condition(*KS, name, NS, status=status, reason=reason, message=message)
+
     return action
 
 
 def stalled(name, reason, message):
     def action(api):
         api.set_condition(*KS, name, NS, type_="Stalled", status="True", reason=reason, message=message)
+
     return action
 
 
 HEALTHY = [
     (0.2, fi_ready),
     # Like Flux: the root applies its children before it reports Ready.
-    (0.3, ks("apps", depends=["infra"], status="False", reason="DependencyNotReady",
-             message="dependency 'flux-system/infra' is not ready")),
+    (
+        0.3,
+        ks(
+            "apps",
+            depends=["infra"],
+            status="False",
+            reason="DependencyNotReady",
+            message="dependency 'flux-system/infra' is not ready",
+        ),
+    ),
     (0.3, ks("infra", status="Unknown", reason="Progressing", message="Reconciliation in progress")),
-    (0.3, ks("flux-system", status="True", reason="ReconciliationSucceeded", message="Applied revision: latest@sha256:1")),
+    (
+        0.3,
+        ks("flux-system", status="True", reason="ReconciliationSucceeded", message="Applied revision: latest@sha256:1"),
+    ),
     (0.8, ks("infra", status="True", reason="ReconciliationSucceeded", message="Applied revision")),
     (1.2, ks("apps", depends=["infra"], status="True", reason="ReconciliationSucceeded", message="Applied revision")),
 ]
 
 
 def args(api, **extra):
-    base = {"kubeconfig": api.kubeconfig_path, "context": "kind-mgmt", "environment": "local-host",
-            "config_file": CONFIG, "wait_timeout": 20}
+    base = {
+        "kubeconfig": api.kubeconfig_path,
+        "context": "kind-mgmt",
+        "environment": "local-host",
+        "config_file": CONFIG,
+        "wait_timeout": 20,
+    }
     base.update(extra)
     return base
 
 
 def deployed(version=PINNED):
-    return json.dumps([{"name": "flux-operator", "namespace": NS, "revision": "1", "status": "deployed",
-                        "chart": "flux-operator-%s" % version, "app_version": "v%s" % version}])
+    return json.dumps(
+        [
+            {
+                "name": "flux-operator",
+                "namespace": NS,
+                "revision": "1",
+                "status": "deployed",
+                "chart": f"flux-operator-{version}",
+                "app_version": f"v{version}",
+            }
+        ]
+    )
 
 
 def secret_text(api, name, namespace, key):
@@ -119,17 +159,44 @@ def test_local_host_handoff_installs_creates_and_waits_in_dependency_order(kind_
     assert result["fluxinstance"]["ready"] is True
 
     upgrade = [c["argv"] for c in fake_bins.calls("helm") if c["argv"][0] == "upgrade"]
-    assert upgrade == [["upgrade", "--install", "flux-operator", "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
-                        "--version", PINNED, "--namespace", NS, "--create-namespace", "--wait", "--timeout", "10m",
-                        "--kubeconfig", kind_api.kubeconfig_path, "--kube-context", "kind-mgmt"]]
+    assert upgrade == [
+        [
+            "upgrade",
+            "--install",
+            "flux-operator",
+            "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
+            "--version",
+            PINNED,
+            "--namespace",
+            NS,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "10m",
+            "--kubeconfig",
+            kind_api.kubeconfig_path,
+            "--kube-context",
+            "kind-mgmt",
+        ]
+    ]
 
     instance = kind_api.get(*FI, "flux", NS)
-    assert instance["spec"]["sync"] == {"kind": "OCIRepository", "url": "oci://krops-registry:5000/krops",
-                                        "ref": "latest", "path": "mgmt/local-host"}
+    assert instance["spec"]["sync"] == {
+        "kind": "OCIRepository",
+        "url": "oci://krops-registry:5000/krops",
+        "ref": "latest",
+        "path": "mgmt/local-host",
+    }
     assert instance["spec"]["kustomize"]["patches"] == [
-        {"target": {"kind": "OCIRepository"}, "patch": "- op: add\n  path: /spec/insecure\n  value: true\n"}]
-    assert instance["spec"]["cluster"] == {"type": "kubernetes", "size": "small", "multitenant": False,
-                                           "networkPolicy": True, "domain": "cluster.local"}
+        {"target": {"kind": "OCIRepository"}, "patch": "- op: add\n  path: /spec/insecure\n  value: true\n"}
+    ]
+    assert instance["spec"]["cluster"] == {
+        "type": "kubernetes",
+        "size": "small",
+        "multitenant": False,
+        "networkPolicy": True,
+        "domain": "cluster.local",
+    }
     assert instance["spec"]["distribution"] == {"version": "2.9.x", "registry": "ghcr.io/fluxcd"}
     tags = kind_api.get("v1", "ConfigMap", "krops-run", NS)["data"]
     assert tags == result["run_tags"]
@@ -149,10 +216,20 @@ def test_local_host_handoff_installs_creates_and_waits_in_dependency_order(kind_
 def test_git_sync_writes_secrets_without_leaking_the_token(kind_api, fake_bins, run_module, tmp_path):
     key = tmp_path / "age.agekey"
     key.write_text(AGE_KEY)
-    fake = FakeFlux(kind_api, [(0.1, fi_ready), (0.2, ks("flux-system", status="True", reason="ReconciliationSucceeded"))])
+    fake = FakeFlux(
+        kind_api, [(0.1, fi_ready), (0.2, ks("flux-system", status="True", reason="ReconciliationSucceeded"))]
+    )
     fake.start()
-    result = run_module(flux_handoff, args(kind_api, environment="aws", github_token=TOKEN, age_key_file=str(key),
-                                           run_tags={"KROPS_REVISION": "0123abc"}))
+    result = run_module(
+        flux_handoff,
+        args(
+            kind_api,
+            environment="aws",
+            github_token=TOKEN,
+            age_key_file=str(key),
+            run_tags={"KROPS_REVISION": "0123abc"},
+        ),
+    )
     assert not result.failed, result.get("msg")
     assert secret_text(kind_api, "flux-github-pat", NS, "username") == "git"
     assert secret_text(kind_api, "flux-github-pat", NS, "password") == TOKEN
@@ -160,8 +237,13 @@ def test_git_sync_writes_secrets_without_leaking_the_token(kind_api, fake_bins, 
         assert secret_text(kind_api, "sops-age", namespace, "age.agekey") == AGE_KEY
     assert result["sops_namespaces"] == [NS, "default"]
     sync = kind_api.get(*FI, "flux", NS)["spec"]["sync"]
-    assert sync == {"kind": "GitRepository", "url": "https://github.com/krops/krops", "ref": "refs/heads/main",
-                    "path": "mgmt/aws", "pullSecret": "flux-github-pat"}
+    assert sync == {
+        "kind": "GitRepository",
+        "url": "https://github.com/krops/krops",
+        "ref": "refs/heads/main",
+        "path": "mgmt/aws",
+        "pullSecret": "flux-github-pat",
+    }
     assert "kustomize" not in kind_api.get(*FI, "flux", NS)["spec"]
     assert result["run_tags"]["KROPS_REVISION"] == "0123abc"
     assert result["run_tags"]["KROPS_RUN_ID"].startswith("aws-")
@@ -171,8 +253,10 @@ def test_git_sync_writes_secrets_without_leaking_the_token(kind_api, fake_bins, 
         assert TOKEN not in " ".join(call["argv"]) and TOKEN not in json.dumps(call["env"])
 
     # A rotated token updates the Secret only; the run tags are reused.
-    again = run_module(flux_handoff, args(kind_api, environment="aws", github_token=TOKEN + "2", age_key_file=str(key),
-                                          scope="secrets"))
+    again = run_module(
+        flux_handoff,
+        args(kind_api, environment="aws", github_token=TOKEN + "2", age_key_file=str(key), scope="secrets"),
+    )
     assert again["changed"] is True and again["actions"] == ["update Secret flux-system/flux-github-pat"]
     assert again["run_tags"] == result["run_tags"]
     assert secret_text(kind_api, "flux-github-pat", NS, "password") == TOKEN + "2"
@@ -182,21 +266,24 @@ def test_git_sync_without_a_token_fails_with_what_to_do(kind_api, fake_bins, run
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     result = run_module(flux_handoff, args(kind_api, environment="aws", install_operator=False))
     assert result.failed
-    assert result["msg"] == ("flux_handoff: environment aws syncs from Git (https://github.com/krops/krops) and needs a "
-                             "GitHub token for Secret flux-system/flux-github-pat: set github_token (or the GITHUB_TOKEN "
-                             "environment variable)")
+    assert result["msg"] == (
+        "flux_handoff: environment aws syncs from Git (https://github.com/krops/krops) and needs a "
+        "GitHub token for Secret flux-system/flux-github-pat: set github_token (or the GITHUB_TOKEN "
+        "environment variable)"
+    )
     assert not kind_api.exists(*FI, "flux", NS)
 
 
 def test_check_mode_plans_and_writes_nothing(kind_api, fake_bins, run_module, tmp_path):
     key = tmp_path / "age.agekey"
     key.write_text(AGE_KEY)
-    result = run_module(flux_handoff, args(kind_api, environment="aws", github_token=TOKEN, age_key_file=str(key)),
-                        check_mode=True)
+    result = run_module(
+        flux_handoff, args(kind_api, environment="aws", github_token=TOKEN, age_key_file=str(key)), check_mode=True
+    )
     assert not result.failed, result.get("msg")
     assert result["changed"] is True and result["ready"] is False
     assert result["actions"] == [
-        "would install Flux Operator chart %s (release flux-operator in flux-system)" % PINNED,
+        f"would install Flux Operator chart {PINNED} (release flux-operator in flux-system)",
         "would create Namespace flux-system",
         "would create ConfigMap flux-system/krops-run",
         "would create Secret flux-system/flux-github-pat",
@@ -211,55 +298,94 @@ def test_check_mode_plans_and_writes_nothing(kind_api, fake_bins, run_module, tm
 
 def test_a_failing_kustomization_surfaces_its_message_on_timeout(kind_api, fake_bins, run_module):
     message = "kustomize build failed: accumulating resources: 'mgmt/local-host/capi-system/missing.yaml' not found"
-    FakeFlux(kind_api, [
-        (0.1, fi_ready),
-        (0.2, ks("capi-system", status="False", reason="BuildFailed", message=message)),
-        (0.2, ks("capd-system", depends=["capi-system"], status="False", reason="DependencyNotReady",
-                 message="dependency 'flux-system/capi-system' is not ready")),
-        (0.2, ks("flux-system", status="True", reason="ReconciliationSucceeded", message="Applied revision")),
-    ]).start()
+    FakeFlux(
+        kind_api,
+        [
+            (0.1, fi_ready),
+            (0.2, ks("capi-system", status="False", reason="BuildFailed", message=message)),
+            (
+                0.2,
+                ks(
+                    "capd-system",
+                    depends=["capi-system"],
+                    status="False",
+                    reason="DependencyNotReady",
+                    message="dependency 'flux-system/capi-system' is not ready",
+                ),
+            ),
+            (0.2, ks("flux-system", status="True", reason="ReconciliationSucceeded", message="Applied revision")),
+        ],
+    ).start()
     started = time.monotonic()
     result = run_module(flux_handoff, args(kind_api, wait_timeout=2))
     assert time.monotonic() - started < 6
     assert result.failed
     msg = result["msg"]
-    assert msg.startswith("flux_handoff: timed out after 2s waiting for the Flux Kustomizations on context kind-mgmt in "
-                          "%s: 1 of 3 Ready" % kind_api.kubeconfig_path)
-    assert "Failing:\n  capi-system: BuildFailed: %s" % message in msg
+    assert msg.startswith(
+        "flux_handoff: timed out after 2s waiting for the Flux Kustomizations on context kind-mgmt in "
+        f"{kind_api.kubeconfig_path}: 1 of 3 Ready"
+    )
+    assert f"Failing:\n  capi-system: BuildFailed: {message}" in msg
     assert "capd-system" in msg and "DependencyNotReady" in msg
     # partial result: the table in dependsOn order, the run tags, what was done
     assert [(k["name"], k["ready"], k["reason"]) for k in result["kustomizations"]] == [
-        ("flux-system", True, "ReconciliationSucceeded"), ("capi-system", False, "BuildFailed"),
-        ("capd-system", False, "DependencyNotReady")]
+        ("flux-system", True, "ReconciliationSucceeded"),
+        ("capi-system", False, "BuildFailed"),
+        ("capd-system", False, "DependencyNotReady"),
+    ]
     assert result["kustomizations"][1]["message"] == message
     assert result["run_tags"]["KROPS_RUN_ID"].startswith("local-host-")
     assert result["changed"] is True and result["ready"] is False
 
 
 def test_a_stalled_kustomization_fails_at_once(kind_api, fake_bins, run_module):
-    FakeFlux(kind_api, [
-        (0.1, fi_ready),
-        (0.2, ks("infra", status="False", reason="InvalidPath", message="path './nope' not found")),
-        (0.3, ks("flux-system", status="True", reason="ReconciliationSucceeded")),
-        (0.4, stalled("infra", "InvalidPath", "path './nope' not found")),
-    ]).start()
+    FakeFlux(
+        kind_api,
+        [
+            (0.1, fi_ready),
+            (0.2, ks("infra", status="False", reason="InvalidPath", message="path './nope' not found")),
+            (0.3, ks("flux-system", status="True", reason="ReconciliationSucceeded")),
+            (0.4, stalled("infra", "InvalidPath", "path './nope' not found")),
+        ],
+    ).start()
     started = time.monotonic()
     result = run_module(flux_handoff, args(kind_api, wait_timeout=30))
     assert time.monotonic() - started < 5
     assert result.failed
-    assert result["msg"].startswith("flux_handoff: Kustomization flux-system/infra is stalled (Flux will not retry it): "
-                                    "InvalidPath: path './nope' not found\n")
-    assert result["kustomizations"][1] == {"name": "infra", "ready": False, "reason": "InvalidPath",
-                                           "message": "path './nope' not found", "depends_on": []}
+    assert result["msg"].startswith(
+        "flux_handoff: Kustomization flux-system/infra is stalled (Flux will not retry it): "
+        "InvalidPath: path './nope' not found\n"
+    )
+    assert result["kustomizations"][1] == {
+        "name": "infra",
+        "ready": False,
+        "reason": "InvalidPath",
+        "message": "path './nope' not found",
+        "depends_on": [],
+    }
 
 
 def test_fluxinstance_that_never_becomes_ready_times_out_naming_it(kind_api, fake_bins, run_module):
-    FakeFlux(kind_api, [(0.1, lambda api: fi_ready(api, status="False", reason="ReconciliationFailed",
-                                                   message="failed to pull ghcr.io/fluxcd/source-controller"))]).start()
+    FakeFlux(
+        kind_api,
+        [
+            (
+                0.1,
+                lambda api: fi_ready(
+                    api,
+                    status="False",
+                    reason="ReconciliationFailed",
+                    message="failed to pull ghcr.io/fluxcd/source-controller",
+                ),
+            )
+        ],
+    ).start()
     result = run_module(flux_handoff, args(kind_api, wait_timeout=1))
     assert result.failed
-    assert ("timed out after 1s waiting for FluxInstance flux-system/flux to be Ready on context kind-mgmt in %s: "
-            "ReconciliationFailed: failed to pull ghcr.io/fluxcd/source-controller" % kind_api.kubeconfig_path) in result["msg"]
+    assert (
+        f"timed out after 1s waiting for FluxInstance flux-system/flux to be Ready on context kind-mgmt in {kind_api.kubeconfig_path}: "
+        "ReconciliationFailed: failed to pull ghcr.io/fluxcd/source-controller"
+    ) in result["msg"]
     assert result["kustomizations"] == []
 
 
@@ -279,25 +405,40 @@ def test_bad_input_fails_cleanly(kind_api, fake_bins, run_module, tmp_path):
     bad_key = tmp_path / "age.agekey"
     bad_key.write_text("not a key\n")
     result = run_module(flux_handoff, args(kind_api, age_key_file=str(bad_key), install_operator=False))
-    assert result["msg"] == ("flux_handoff: the age key file %s holds no AGE-SECRET-KEY- line; it must be an age "
-                             "identity file (age-keygen output)" % bad_key)
+    assert result["msg"] == (
+        f"flux_handoff: the age key file {bad_key} holds no AGE-SECRET-KEY- line; it must be an age "
+        "identity file (age-keygen output)"
+    )
     result = run_module(flux_handoff, args(kind_api, environment="nope"))
-    assert result["msg"].startswith("flux_handoff: %s: environments.nope: expected a defined environment" % CONFIG)
+    assert result["msg"].startswith(f"flux_handoff: {CONFIG}: environments.nope: expected a defined environment")
     result = run_module(flux_handoff, args(kind_api, run_tags={"OWNER": "me"}, install_operator=False))
-    assert result["msg"] == ("flux_handoff: run_tags: unknown key OWNER; expected only KROPS_RUN_ID, KROPS_REVISION, "
-                             "KROPS_EXPIRES_AT, KROPS_RUN_KIND")
+    assert result["msg"] == (
+        "flux_handoff: run_tags: unknown key OWNER; expected only KROPS_RUN_ID, KROPS_REVISION, "
+        "KROPS_EXPIRES_AT, KROPS_RUN_KIND"
+    )
     fake_bins.answer("helm", "upgrade", stderr="Error: failed to authorize: 403 Forbidden", rc=1)
     result = run_module(flux_handoff, args(kind_api))
-    assert result["msg"].startswith("flux_handoff: installing the Flux Operator failed: `helm upgrade --install "
-                                    "flux-operator oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator")
+    assert result["msg"].startswith(
+        "flux_handoff: installing the Flux Operator failed: `helm upgrade --install "
+        "flux-operator oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator"
+    )
     assert result["msg"].endswith("failed with exit code 1: Error: failed to authorize: 403 Forbidden")
     assert result["rc"] == 1
 
 
 def test_dependency_order_is_topological():
-    objects = {name: {"spec": {"dependsOn": [{"name": d} for d in deps]}} for name, deps in {
-        "flux-system": [], "apps": ["infra", "capi"], "infra": [], "capi": ["infra"],
-        "remote": [], "cycle-a": ["cycle-b"], "cycle-b": ["cycle-a"]}.items()}
+    objects = {
+        name: {"spec": {"dependsOn": [{"name": d} for d in deps]}}
+        for name, deps in {
+            "flux-system": [],
+            "apps": ["infra", "capi"],
+            "infra": [],
+            "capi": ["infra"],
+            "remote": [],
+            "cycle-a": ["cycle-b"],
+            "cycle-b": ["cycle-a"],
+        }.items()
+    }
     objects["remote"]["spec"]["dependsOn"] = [{"name": "other", "namespace": "default"}]
     order = flux.order_kustomizations(objects, NS, "flux-system")
     assert order[0] == "flux-system"
@@ -308,22 +449,43 @@ def test_dependency_order_is_topological():
 
 @pytest.mark.slow
 def test_playbook_shows_progress_on_the_controller_while_waiting(kind_api, fake_bins, ansible_playbook):
-    FakeFlux(kind_api, [
-        (0.2, fi_ready),
-        (0.3, ks("infra", status="False", reason="HealthCheckFailed", message="timeout waiting for: [Deployment/x]")),
-        (0.3, ks("flux-system", status="True", reason="ReconciliationSucceeded")),
-        (7.0, ks("infra", status="True", reason="ReconciliationSucceeded", message="Applied revision")),
-    ]).start()
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [{
-        "name": "handoff", "register": "handoff",
-        "krops.platform.flux_handoff": {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt",
-                                        "environment": "local-host", "config_file": CONFIG,
-                                        "progress_interval": 3, "wait_timeout": 30}}]}]
+    FakeFlux(
+        kind_api,
+        [
+            (0.2, fi_ready),
+            (
+                0.3,
+                ks("infra", status="False", reason="HealthCheckFailed", message="timeout waiting for: [Deployment/x]"),
+            ),
+            (0.3, ks("flux-system", status="True", reason="ReconciliationSucceeded")),
+            (7.0, ks("infra", status="True", reason="ReconciliationSucceeded", message="Applied revision")),
+        ],
+    ).start()
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "handoff",
+                    "register": "handoff",
+                    "krops.platform.flux_handoff": {
+                        "kubeconfig": kind_api.kubeconfig_path,
+                        "context": "kind-mgmt",
+                        "environment": "local-host",
+                        "config_file": CONFIG,
+                        "progress_interval": 3,
+                        "wait_timeout": 30,
+                    },
+                }
+            ],
+        }
+    ]
     rc, output, stderr = ansible_playbook(play, env={"PATH": fake_bins.path_env})
     result = task_results(output)["handoff"]
     assert rc == 0, (result, stderr)
     assert result["ready"] is True and result["changed"] is True
-    assert result["actions"][0].startswith("install Flux Operator chart %s" % PINNED)
+    assert result["actions"][0].startswith(f"install Flux Operator chart {PINNED}")
     assert [k["name"] for k in result["kustomizations"]] == ["flux-system", "infra"]
     assert "_krops_pending" not in result and "_krops_waited" not in result
     progress = [line for line in stderr.splitlines() if line.startswith("flux_handoff [localhost] waited")]
@@ -334,16 +496,33 @@ def test_playbook_shows_progress_on_the_controller_while_waiting(kind_api, fake_
 
 @pytest.mark.slow
 def test_playbook_timeout_through_the_action_plugin_keeps_single_call_semantics(kind_api, fake_bins, ansible_playbook):
-    FakeFlux(kind_api, [
-        (0.1, fi_ready),
-        (0.2, ks("infra", status="False", reason="BuildFailed", message="kustomize build failed: bad patch")),
-        (0.2, ks("flux-system", status="True", reason="ReconciliationSucceeded")),
-    ]).start()
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [{
-        "name": "handoff",
-        "krops.platform.flux_handoff": {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt",
-                                        "environment": "local-host", "config_file": CONFIG,
-                                        "progress_interval": 3, "wait_timeout": 3}}]}]
+    FakeFlux(
+        kind_api,
+        [
+            (0.1, fi_ready),
+            (0.2, ks("infra", status="False", reason="BuildFailed", message="kustomize build failed: bad patch")),
+            (0.2, ks("flux-system", status="True", reason="ReconciliationSucceeded")),
+        ],
+    ).start()
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "handoff",
+                    "krops.platform.flux_handoff": {
+                        "kubeconfig": kind_api.kubeconfig_path,
+                        "context": "kind-mgmt",
+                        "environment": "local-host",
+                        "config_file": CONFIG,
+                        "progress_interval": 3,
+                        "wait_timeout": 3,
+                    },
+                }
+            ],
+        }
+    ]
     rc, output, stderr = ansible_playbook(play, env={"PATH": fake_bins.path_env})
     result = task_results(output)["handoff"]
     assert rc == 2
@@ -366,10 +545,16 @@ def test_wait_false_reports_the_current_state_without_waiting(kind_api, fake_bin
     assert not result.failed, result.get("msg")
     # the spec was just updated: the Ready condition is from the previous generation, so not Ready yet
     assert result["ready"] is False
-    assert result["fluxinstance"] == {"name": "flux", "ready": False, "reason": "Progressing",
-                                      "message": "generation 2 not observed yet (observed 1)"}
+    assert result["fluxinstance"] == {
+        "name": "flux",
+        "ready": False,
+        "reason": "Progressing",
+        "message": "generation 2 not observed yet (observed 1)",
+    }
     assert [(k["name"], k["reason"]) for k in result["kustomizations"]] == [
-        ("flux-system", "NotFound"), ("infra", "Progressing")]
+        ("flux-system", "NotFound"),
+        ("infra", "Progressing"),
+    ]
     assert result["actions"] == ["create ConfigMap flux-system/krops-run", "update FluxInstance flux-system/flux"]
 
 
@@ -413,9 +598,18 @@ def test_validate_holds_the_tree_to_the_flux_version_registry_and_node_image_of_
     messages = sorted(f["message"] for f in result["findings"] if f["rule"] == "bootstrap")
     fi = "mgmt/local-host/flux-apps/workload-flux/fluxinstance.yaml"
     assert [f["file"] for f in result["findings"] if "FluxInstance" in f["message"]] == [fi, fi]
-    assert "FluxInstance distribution.version 2.9.x differs from bootstrap.toml bootstrap.flux-version = 2.8.x " \
-           "(management and workload run the same Flux)" in messages
-    assert "FluxInstance sync.url oci://krops-registry:5000/krops differs from oci://my-registry:5000/krops " \
-           "(bootstrap.toml registry-name, registry-container-port, oci-repository)" in messages
-    assert messages.count("Kubernetes version v1.35.5 differs from the kind node image v1.34.8 "
-                          "(bootstrap.toml bootstrap.kind-node-image)") == 4
+    assert (
+        "FluxInstance distribution.version 2.9.x differs from bootstrap.toml bootstrap.flux-version = 2.8.x "
+        "(management and workload run the same Flux)" in messages
+    )
+    assert (
+        "FluxInstance sync.url oci://krops-registry:5000/krops differs from oci://my-registry:5000/krops "
+        "(bootstrap.toml registry-name, registry-container-port, oci-repository)" in messages
+    )
+    assert (
+        messages.count(
+            "Kubernetes version v1.35.5 differs from the kind node image v1.34.8 "
+            "(bootstrap.toml bootstrap.kind-node-image)"
+        )
+        == 4
+    )

@@ -21,9 +21,15 @@ from tests.substrate.flux_world import FluxController, World, condition
 
 KS = "kustomize.toolkit.fluxcd.io/v1"
 REVISION = "main@sha1:" + "b" * 40
-SYNC = {"kind": "OCIRepository", "url": "oci://krops-registry:5000/krops", "ref": "latest",
-        "path": "mgmt/local-host", "pull_secret": None, "insecure": True,
-        "flux_version": "2.9.x"}
+SYNC = {
+    "kind": "OCIRepository",
+    "url": "oci://krops-registry:5000/krops",
+    "ref": "latest",
+    "path": "mgmt/local-host",
+    "pull_secret": None,
+    "insecure": True,
+    "flux_version": "2.9.x",
+}
 
 
 def build_world(strict_cluster, registry, workdir):
@@ -52,19 +58,36 @@ def states(api, namespace="flux-system"):
 
 
 def test_local_host_tree_becomes_ready_in_depends_on_order(strict_cluster, oci_registry, tmp_path):
-    oci.push_artifact(oci_registry, ["mgmt/local-host", "workload/local-host"], repository="krops", root=str(REPO),
-                      revision=REVISION, insecure=True)
+    oci.push_artifact(
+        oci_registry,
+        ["mgmt/local-host", "workload/local-host"],
+        repository="krops",
+        root=str(REPO),
+        revision=REVISION,
+        insecure=True,
+    )
     world, mgmt = build_world(strict_cluster, oci_registry, tmp_path)
     world.settle()
     found = states(mgmt)
-    assert set(found) == {"flux-system", "cert-manager", "capi-operator", "capi-system", "capd-system", "caaph-system",
-                          "cni", "flux-apps", "cluster-local-management", "cluster-local-workload"}
+    assert set(found) == {
+        "flux-system",
+        "cert-manager",
+        "capi-operator",
+        "capi-system",
+        "capd-system",
+        "caaph-system",
+        "cni",
+        "flux-apps",
+        "cluster-local-management",
+        "cluster-local-workload",
+    }
     not_ready = {n: c.get("message") for n, c in found.items() if c.get("status") != "True"}
     assert not not_ready
-    revision = mgmt.get("source.toolkit.fluxcd.io/v1", "OCIRepository", "flux-system", "flux-system")[
-        "status"]["artifact"]["revision"]
+    revision = mgmt.get("source.toolkit.fluxcd.io/v1", "OCIRepository", "flux-system", "flux-system")["status"][
+        "artifact"
+    ]["revision"]
     assert revision.startswith("latest@sha256:")
-    assert found["capi-system"]["message"] == "Applied revision: %s" % revision
+    assert found["capi-system"]["message"] == f"Applied revision: {revision}"
     order = ready_order(mgmt)
     for ks in mgmt.list(KS, "Kustomization", "flux-system"):
         for dep in ks["spec"].get("dependsOn") or []:
@@ -95,13 +118,20 @@ def test_planted_defects_show_as_not_ready_with_the_reason(strict_cluster, oci_r
     root = tmp_path / "repo"
     shutil.copytree(REPO / "mgmt" / "local-host", root / "mgmt" / "local-host")
     shutil.copytree(REPO / "workload" / "local-host", root / "workload" / "local-host")
-    plant(root, "mgmt/local-host/clusters/local-workload/flux-ks.yaml",
-          lambda d: d[0]["spec"].update(path="./mgmt/local-host/clusters/local-workloads"))
-    plant(root, "mgmt/local-host/clusters/local-management/flux-ks.yaml",
-          lambda d: d[0]["spec"]["dependsOn"].append({"name": "nope"}))
+    plant(
+        root,
+        "mgmt/local-host/clusters/local-workload/flux-ks.yaml",
+        lambda d: d[0]["spec"].update(path="./mgmt/local-host/clusters/local-workloads"),
+    )
+    plant(
+        root,
+        "mgmt/local-host/clusters/local-management/flux-ks.yaml",
+        lambda d: d[0]["spec"]["dependsOn"].append({"name": "nope"}),
+    )
     plant(root, "mgmt/local-host/caaph-system/addon-provider.yaml", lambda d: d[0]["spec"].update(version=0.4))
-    oci.push_artifact(oci_registry, ["mgmt/local-host", "workload/local-host"], root=str(root), revision=REVISION,
-                      insecure=True)
+    oci.push_artifact(
+        oci_registry, ["mgmt/local-host", "workload/local-host"], root=str(root), revision=REVISION, insecure=True
+    )
     world, mgmt = build_world(strict_cluster, oci_registry, tmp_path / "work")
     world.settle()
     found = states(mgmt)
@@ -112,58 +142,111 @@ def test_planted_defects_show_as_not_ready_with_the_reason(strict_cluster, oci_r
     assert not mgmt.exists("cluster.x-k8s.io/v1beta2", "Cluster", "local-workload", "default")
     assert (found["cluster-local-management"]["reason"], found["cluster-local-management"]["message"]) == (
         "DependencyNotReady",
-        'dependency \'flux-system/nope\' not found: kustomizations.kustomize.toolkit.fluxcd.io "nope" not found')
+        "dependency 'flux-system/nope' not found: kustomizations.kustomize.toolkit.fluxcd.io \"nope\" not found",
+    )
     assert not mgmt.exists("cluster.x-k8s.io/v1beta2", "Cluster", "local-management", "default")
     assert found["caaph-system"]["reason"] == "ReconciliationFailed"
     assert found["caaph-system"]["message"] == (
         'AddonProvider/caaph-system/helm dry-run failed (Invalid): AddonProvider.operator.cluster.x-k8s.io "helm" is '
-        'invalid: spec.version: Invalid value: "number": spec.version in body must be of type string: "number"')
+        'invalid: spec.version: Invalid value: "number": spec.version in body must be of type string: "number"'
+    )
     assert not mgmt.exists("operator.cluster.x-k8s.io/v1alpha2", "AddonProvider", "helm", "caaph-system")
     assert mgmt.exists("v1", "Namespace", "caaph-system")  # stage 1 (Namespaces, CRDs) went in before stage 2 failed
     assert (found["cni"]["reason"], found["cni"]["message"]) == (
-        "DependencyNotReady", "dependency 'flux-system/caaph-system' is not ready")
+        "DependencyNotReady",
+        "dependency 'flux-system/caaph-system' is not ready",
+    )
     assert found["capd-system"]["status"] == "True"  # independent branches still converge
 
 
 def git(cwd, *args):
-    subprocess.run(["git", "-C", str(cwd), "-c", "user.name=t", "-c", "user.email=t@example.com"] + list(args),
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(cwd), "-c", "user.name=t", "-c", "user.email=t@example.com"] + list(args),
+        check=True,
+        capture_output=True,
+    )
 
 
 def test_git_source_postbuild_prune_and_suspend(strict_cluster, tmp_path):
     repo = tmp_path / "git"
     (repo / "apps").mkdir(parents=True)
-    (repo / "apps" / "a.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": "a", "namespace": "default"}, "data": {"run": "${KROPS_RUN_ID}", "kept": "$${LITERAL}"}}))
-    (repo / "apps" / "b.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": "b", "namespace": "default"}}))
+    (repo / "apps" / "a.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "a", "namespace": "default"},
+                "data": {"run": "${KROPS_RUN_ID}", "kept": "$${LITERAL}"},
+            }
+        )
+    )
+    (repo / "apps" / "b.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "default"}})
+    )
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "one")
     api = strict_cluster("git-world", bundles=("flux",))
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
-    api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "krops-run", "namespace": "flux-system"},
-                "data": {"KROPS_RUN_ID": "run-42"}})
-    api.create({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-                "metadata": {"name": "flux-system", "namespace": "flux-system"},
-                "spec": {"interval": "1m", "url": "https://github.com/example/krops.git", "ref": {"branch": "main"}}})
-    api.create({"apiVersion": KS, "kind": "Kustomization", "metadata": {"name": "apps", "namespace": "flux-system"},
-                "spec": {"interval": "5m", "prune": True, "path": "./apps", "wait": True,
-                         "sourceRef": {"kind": "GitRepository", "name": "flux-system"},
-                         "postBuild": {"substituteFrom": [{"kind": "ConfigMap", "name": "krops-run"}]}}})
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "krops-run", "namespace": "flux-system"},
+            "data": {"KROPS_RUN_ID": "run-42"},
+        }
+    )
+    api.create(
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "GitRepository",
+            "metadata": {"name": "flux-system", "namespace": "flux-system"},
+            "spec": {"interval": "1m", "url": "https://github.com/example/krops.git", "ref": {"branch": "main"}},
+        }
+    )
+    api.create(
+        {
+            "apiVersion": KS,
+            "kind": "Kustomization",
+            "metadata": {"name": "apps", "namespace": "flux-system"},
+            "spec": {
+                "interval": "5m",
+                "prune": True,
+                "path": "./apps",
+                "wait": True,
+                "sourceRef": {"kind": "GitRepository", "name": "flux-system"},
+                "postBuild": {"substituteFrom": [{"kind": "ConfigMap", "name": "krops-run"}]},
+            },
+        }
+    )
     world = World()
     world.add_cluster(api)
     FluxController(world, tmp_path / "work", git_checkouts={"https://github.com/example/krops.git": str(repo)})
     world.settle()
-    assert condition(api.get(KS, "Kustomization", "apps", "flux-system"))["status"] == "True", \
-        api.get(KS, "Kustomization", "apps", "flux-system")["status"]
+    assert condition(api.get(KS, "Kustomization", "apps", "flux-system"))["status"] == "True", api.get(
+        KS, "Kustomization", "apps", "flux-system"
+    )["status"]
     a = api.get("v1", "ConfigMap", "a", "default")
     assert a["data"] == {"run": "run-42", "kept": "${LITERAL}"}
     assert a["metadata"]["labels"]["kustomize.toolkit.fluxcd.io/name"] == "apps"
-    assert condition(api.get(KS, "Kustomization", "apps", "flux-system"))["message"].startswith("Applied revision: main@sha1:")
+    assert condition(api.get(KS, "Kustomization", "apps", "flux-system"))["message"].startswith(
+        "Applied revision: main@sha1:"
+    )
     # b leaves the tree: pruned; a decoy with the same labels but not in the inventory survives
-    api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "decoy", "namespace": "default", "labels": {
-        "kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}}})
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "decoy",
+                "namespace": "default",
+                "labels": {
+                    "kustomize.toolkit.fluxcd.io/name": "apps",
+                    "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+                },
+            },
+        }
+    )
     (repo / "apps" / "b.yaml").unlink()
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "two")
@@ -173,8 +256,9 @@ def test_git_source_postbuild_prune_and_suspend(strict_cluster, tmp_path):
     # suspended: a new commit is not applied
     res = api.resource_for(KS, "Kustomization")
     api.patch(res, "flux-system", "apps", "merge", {"spec": {"suspend": True}})
-    (repo / "apps" / "c.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": "c", "namespace": "default"}}))
+    (repo / "apps" / "c.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}})
+    )
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "three")
     world.settle()
@@ -194,12 +278,27 @@ def test_git_source_postbuild_prune_and_suspend(strict_cluster, tmp_path):
 def test_missing_substitute_source_and_unreachable_git(strict_cluster, tmp_path):
     api = strict_cluster("bad-world", bundles=("flux",))
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
-    api.create({"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-                "metadata": {"name": "flux-system", "namespace": "flux-system"},
-                "spec": {"interval": "1m", "url": "https://github.com/example/elsewhere.git"}})
-    api.create({"apiVersion": KS, "kind": "Kustomization", "metadata": {"name": "apps", "namespace": "flux-system"},
-                "spec": {"interval": "5m", "prune": True, "path": "./apps",
-                         "sourceRef": {"kind": "GitRepository", "name": "flux-system"}}})
+    api.create(
+        {
+            "apiVersion": "source.toolkit.fluxcd.io/v1",
+            "kind": "GitRepository",
+            "metadata": {"name": "flux-system", "namespace": "flux-system"},
+            "spec": {"interval": "1m", "url": "https://github.com/example/elsewhere.git"},
+        }
+    )
+    api.create(
+        {
+            "apiVersion": KS,
+            "kind": "Kustomization",
+            "metadata": {"name": "apps", "namespace": "flux-system"},
+            "spec": {
+                "interval": "5m",
+                "prune": True,
+                "path": "./apps",
+                "sourceRef": {"kind": "GitRepository", "name": "flux-system"},
+            },
+        }
+    )
     world = World()
     world.add_cluster(api)
     FluxController(world, tmp_path)
@@ -207,7 +306,10 @@ def test_missing_substitute_source_and_unreachable_git(strict_cluster, tmp_path)
     source = condition(api.get("source.toolkit.fluxcd.io/v1", "GitRepository", "flux-system", "flux-system"))
     assert source["reason"] == "GitOperationFailed"
     ks = condition(api.get(KS, "Kustomization", "apps", "flux-system"))
-    assert (ks["reason"], ks["message"]) == ("ArtifactFailed", "Source is not ready, artifact not found, retrying in 30s")
+    assert (ks["reason"], ks["message"]) == (
+        "ArtifactFailed",
+        "Source is not ready, artifact not found, retrying in 30s",
+    )
 
 
 @pytest.mark.parametrize("missing", ["registry-tag"])

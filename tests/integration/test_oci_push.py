@@ -39,14 +39,20 @@ def make_tree(root, extra=None):
 
 
 def get(registry, path, accept=None):
-    request = urllib.request.Request("http://%s%s" % (registry, path), headers={"Accept": accept} if accept else {})
+    request = urllib.request.Request(f"http://{registry}{path}", headers={"Accept": accept} if accept else {})
     with urllib.request.urlopen(request, timeout=10) as response:
         return response.headers, response.read()
 
 
 def args(registry, root, **extra):
-    base = {"registry": registry, "insecure": True, "root": str(root), "paths": ["mgmt/local-host", "workload/local-host"],
-            "source": "https://github.com/krops/krops", "revision": REVISION}
+    base = {
+        "registry": registry,
+        "insecure": True,
+        "root": str(root),
+        "paths": ["mgmt/local-host", "workload/local-host"],
+        "source": "https://github.com/krops/krops",
+        "revision": REVISION,
+    }
     base.update(extra)
     return base
 
@@ -56,7 +62,7 @@ def test_push_then_pull_back_the_flux_artifact(oci_registry, run_module, tmp_pat
     result = run_module(oci_artifact_push, args(oci_registry, root))
     assert not result.failed, result
     assert result["changed"] is True and result["previous_digest"] is None
-    assert result["url"] == "oci://%s/krops:latest" % oci_registry
+    assert result["url"] == f"oci://{oci_registry}/krops:latest"
     assert result["revision"] == REVISION
 
     headers, body = get(oci_registry, "/v2/krops/manifests/latest", oci.MANIFEST_TYPE)
@@ -68,15 +74,22 @@ def test_push_then_pull_back_the_flux_artifact(oci_registry, run_module, tmp_pat
     assert manifest["annotations"]["org.opencontainers.image.source"] == "https://github.com/krops/krops"
     assert manifest["annotations"]["org.opencontainers.image.revision"] == REVISION
 
-    dummy, layer = get(oci_registry, "/v2/krops/blobs/%s" % manifest["layers"][0]["digest"])
+    dummy, layer = get(oci_registry, "/v2/krops/blobs/{}".format(manifest["layers"][0]["digest"]))
     assert "sha256:" + hashlib.sha256(layer).hexdigest() == manifest["layers"][0]["digest"] == result["layer_digest"]
     with tarfile.open(fileobj=io.BytesIO(layer), mode="r:gz") as tar:
         members = tar.getmembers()
         names = [m.name for m in members]
-        assert names == ["mgmt", "mgmt/local-host", "mgmt/local-host/capd-system",
-                         "mgmt/local-host/capd-system/provider.yaml", "mgmt/local-host/flux-ks.yaml",
-                         "mgmt/local-host/kustomization.yaml", "workload", "workload/local-host",
-                         "workload/local-host/kustomization.yaml"]
+        assert names == [
+            "mgmt",
+            "mgmt/local-host",
+            "mgmt/local-host/capd-system",
+            "mgmt/local-host/capd-system/provider.yaml",
+            "mgmt/local-host/flux-ks.yaml",
+            "mgmt/local-host/kustomization.yaml",
+            "workload",
+            "workload/local-host",
+            "workload/local-host/kustomization.yaml",
+        ]
         assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 for m in members)
         assert {m.mode for m in members if m.isdir()} == {0o755} and {m.mode for m in members if m.isfile()} == {0o644}
         assert tar.extractfile("mgmt/local-host/flux-ks.yaml").read() == b"kind: Kustomization\n"
@@ -84,8 +97,8 @@ def test_push_then_pull_back_the_flux_artifact(oci_registry, run_module, tmp_pat
 
     # oras (an independent client) sees the same tag and manifest
     client = oras.provider.Registry(hostname=oci_registry, insecure=True)
-    assert client.get_tags("%s/krops" % oci_registry) == ["latest"]
-    assert client.get_manifest("%s/krops:latest" % oci_registry)["layers"] == manifest["layers"]
+    assert client.get_tags(f"{oci_registry}/krops") == ["latest"]
+    assert client.get_manifest(f"{oci_registry}/krops:latest")["layers"] == manifest["layers"]
 
 
 def test_same_content_is_unchanged_and_check_mode_agrees(oci_registry, run_module, tmp_path):
@@ -104,23 +117,37 @@ def test_changed_content_moves_the_tag_and_check_mode_does_not(oci_registry, run
     (root / "mgmt/local-host/flux-ks.yaml").write_text("kind: Kustomization\nmetadata: {}\n")
     planned = run_module(oci_artifact_push, args(oci_registry, root), check_mode=True)
     assert planned["changed"] is True and planned["digest"] != first["digest"]
-    assert get(oci_registry, "/v2/krops/manifests/latest", oci.MANIFEST_TYPE)[0]["Docker-Content-Digest"] == first["digest"]
+    assert (
+        get(oci_registry, "/v2/krops/manifests/latest", oci.MANIFEST_TYPE)[0]["Docker-Content-Digest"]
+        == first["digest"]
+    )
     moved = run_module(oci_artifact_push, args(oci_registry, root))
     assert moved["changed"] is True and moved["previous_digest"] == first["digest"]
     assert moved["digest"] == planned["digest"]
-    assert get(oci_registry, "/v2/krops/manifests/latest", oci.MANIFEST_TYPE)[0]["Docker-Content-Digest"] == moved["digest"]
+    assert (
+        get(oci_registry, "/v2/krops/manifests/latest", oci.MANIFEST_TYPE)[0]["Docker-Content-Digest"]
+        == moved["digest"]
+    )
     # the old artifact is still there by digest; a new revision alone also moves the tag
-    assert get(oci_registry, "/v2/krops/manifests/%s" % first["digest"], oci.MANIFEST_TYPE)[0]
+    assert get(oci_registry, "/v2/krops/manifests/{}".format(first["digest"]), oci.MANIFEST_TYPE)[0]
     revised = run_module(oci_artifact_push, args(oci_registry, root, revision="main@sha1:" + "b" * 40, tag="v2"))
-    assert revised["changed"] and revised["layer_digest"] == moved["layer_digest"] and revised["digest"] != moved["digest"]
+    assert (
+        revised["changed"] and revised["layer_digest"] == moved["layer_digest"] and revised["digest"] != moved["digest"]
+    )
 
 
 def test_digest_is_reproducible_across_checkouts_times_and_modes(tmp_path):
     one = make_tree(tmp_path / "one")
     two = tmp_path / "two"
     # created in another order, other mtimes, other permissions
-    for rel in reversed(["mgmt/local-host/kustomization.yaml", "mgmt/local-host/flux-ks.yaml",
-                         "mgmt/local-host/capd-system/provider.yaml", "workload/local-host/kustomization.yaml"]):
+    for rel in reversed(
+        [
+            "mgmt/local-host/kustomization.yaml",
+            "mgmt/local-host/flux-ks.yaml",
+            "mgmt/local-host/capd-system/provider.yaml",
+            "workload/local-host/kustomization.yaml",
+        ]
+    ):
         path = two / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text((one / rel).read_text())
@@ -139,7 +166,7 @@ def test_symlinks_and_vcs_folders_are_left_out(oci_registry, run_module, tmp_pat
     os.symlink("/etc/passwd", root / "mgmt/local-host/passwd")
     result = run_module(oci_artifact_push, args(oci_registry, root))
     assert not result.failed and result["skipped"] == ["mgmt/local-host/passwd"]
-    dummy, layer = get(oci_registry, "/v2/krops/blobs/%s" % result["layer_digest"])
+    dummy, layer = get(oci_registry, "/v2/krops/blobs/{}".format(result["layer_digest"]))
     with tarfile.open(fileobj=io.BytesIO(layer), mode="r:gz") as tar:
         assert "mgmt/local-host/passwd" not in tar.getnames()
         assert not [name for name in tar.getnames() if ".git" in name]
@@ -147,14 +174,18 @@ def test_symlinks_and_vcs_folders_are_left_out(oci_registry, run_module, tmp_pat
 
 def test_revision_defaults_to_the_git_branch_and_commit(oci_registry, run_module, tmp_path):
     root = make_tree(tmp_path / "repo")
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e")
+    env = dict(
+        os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e"
+    )
     for command in (["init", "-q", "-b", "feature"], ["add", "."], ["commit", "-q", "-m", "x"]):
         subprocess.run(["git"] + command, cwd=root, env=env, check=True)
-    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.strip()
     result = run_module(oci_artifact_push, args(oci_registry, root, revision=None))
-    assert result["revision"] == "feature@sha1:%s" % sha
+    assert result["revision"] == f"feature@sha1:{sha}"
     manifest = json.loads(get(oci_registry, "/v2/krops/manifests/latest", oci.MANIFEST_TYPE)[1])
-    assert manifest["annotations"]["org.opencontainers.image.revision"] == "feature@sha1:%s" % sha
+    assert manifest["annotations"]["org.opencontainers.image.revision"] == f"feature@sha1:{sha}"
     outside = make_tree(tmp_path / "plain")
     planned = run_module(oci_artifact_push, args(oci_registry, outside, revision=None), check_mode=True)
     assert planned["revision"] == "unknown"
@@ -165,8 +196,9 @@ def test_unreachable_registry_fails_but_check_mode_only_warns(run_module, tmp_pa
     registry = "127.0.0.1:%d" % free_port()
     result = run_module(oci_artifact_push, args(registry, root))
     assert result.failed
-    assert result["msg"].startswith("oci://%s/krops:latest: registry %s does not answer at http://%s: " % (
-        registry, registry, registry))
+    assert result["msg"].startswith(
+        f"oci://{registry}/krops:latest: registry {registry} does not answer at http://{registry}: "
+    )
     assert result["msg"].endswith("; is it running and reachable?")
     planned = run_module(oci_artifact_push, args(registry, root), check_mode=True)
     assert not planned.failed and planned["changed"] is True and planned["previous_digest"] is None
@@ -179,29 +211,41 @@ def test_tls_hint_when_insecure_is_not_set(run_module, tmp_path):
     assert result.failed and result["msg"].endswith("(for a plain-HTTP registry set insecure: true)")
 
 
-@pytest.mark.parametrize("paths, message", [
-    (["mgmt/missing"], "path mgmt/missing ({root}/mgmt/missing) is not a directory"),
-    (["../elsewhere"], "path ../elsewhere is outside root {root}; give paths relative to the repository root"),
-    ([], "paths is empty: give at least one directory to publish"),
-])
+@pytest.mark.parametrize(
+    "paths, message",
+    [
+        (["mgmt/missing"], "path mgmt/missing ({root}/mgmt/missing) is not a directory"),
+        (["../elsewhere"], "path ../elsewhere is outside root {root}; give paths relative to the repository root"),
+        ([], "paths is empty: give at least one directory to publish"),
+    ],
+)
 def test_bad_paths_are_reported(oci_registry, run_module, tmp_path, paths, message):
     root = make_tree(tmp_path / "repo")
     result = run_module(oci_artifact_push, args(oci_registry, root, paths=paths))
     assert result.failed
-    assert result["msg"] == "oci://%s/krops:latest: %s" % (oci_registry, message.format(root=root))
+    assert result["msg"] == f"oci://{oci_registry}/krops:latest: {message.format(root=root)}"
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"repository": "Bad_Name"}, "repository 'Bad_Name' is not a valid OCI repository name "
-                                 "(lower-case letters, digits, '.', '_', '-', '/')"),
-    ({"tag": "-x"}, "tag '-x' is not a valid OCI tag (letters, digits, '.', '_', '-'; at most 128)"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            {"repository": "Bad_Name"},
+            "repository 'Bad_Name' is not a valid OCI repository name (lower-case letters, digits, '.', '_', '-', '/')",
+        ),
+        ({"tag": "-x"}, "tag '-x' is not a valid OCI tag (letters, digits, '.', '_', '-'; at most 128)"),
+    ],
+)
 def test_bad_reference_is_refused_before_any_request(oci_registry, run_module, tmp_path, extra, message):
     root = make_tree(tmp_path / "repo")
     result = run_module(oci_artifact_push, args(oci_registry, root, **extra))
     assert result.failed
-    assert result["msg"] == "oci://%s/%s:%s: %s" % (oci_registry, extra.get("repository", "krops"),
-                                                    extra.get("tag", "latest"), message)
+    assert result["msg"] == "oci://{}/{}:{}: {}".format(
+        oci_registry,
+        extra.get("repository", "krops"),
+        extra.get("tag", "latest"),
+        message,
+    )
 
 
 class _TokenRegistry(BaseHTTPRequestHandler):
@@ -220,7 +264,7 @@ class _TokenRegistry(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         auth = self.headers.get("Authorization", "")
         self.seen.append((self.path, auth))
         port = self.server.server_address[1]
@@ -230,9 +274,14 @@ class _TokenRegistry(BaseHTTPRequestHandler):
                 return self._reply(401, b'{"errors":[{"code":"UNAUTHORIZED","message":"bad credentials"}]}')
             return self._reply(200, b'{"token":"tok123"}')
         if auth != "Bearer tok123":
-            return self._reply(401, b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}', {
-                "WWW-Authenticate": 'Bearer realm="http://127.0.0.1:%d/token",service="reg",scope="repository:krops:pull,push"'
-                % port})
+            return self._reply(
+                401,
+                b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}',
+                {
+                    "WWW-Authenticate": 'Bearer realm="http://127.0.0.1:%d/token",service="reg",scope="repository:krops:pull,push"'
+                    % port
+                },
+            )
         return self._reply(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}')
 
 
@@ -250,8 +299,9 @@ def token_registry():
 def test_bearer_token_flow_and_refused_credentials(token_registry, run_module, tmp_path):
     root = make_tree(tmp_path / "repo")
     # good credentials: the token is fetched with basic auth and used; the check-mode plan says "would push"
-    planned = run_module(oci_artifact_push, args(token_registry, root, username="robot", password="s3cret"),
-                         check_mode=True)
+    planned = run_module(
+        oci_artifact_push, args(token_registry, root, username="robot", password="s3cret"), check_mode=True
+    )
     assert not planned.failed, planned
     assert planned["changed"] is True and planned["previous_digest"] is None
     assert [auth for path, auth in _TokenRegistry.seen if path.startswith("/v2/")][-1] == "Bearer tok123"
@@ -259,11 +309,14 @@ def test_bearer_token_flow_and_refused_credentials(token_registry, run_module, t
     # bad credentials: the token endpoint refuses them
     result = run_module(oci_artifact_push, args(token_registry, root, username="robot", password="wrong"))
     assert result.failed
-    assert result["msg"] == ("oci://{0}/krops:latest: registry {0}: the token service http://{0}/token refused the "
-                             "credentials of robot (HTTP 401); check username/password".format(token_registry))
+    assert result["msg"] == (
+        f"oci://{token_registry}/krops:latest: registry {token_registry}: the token service http://{token_registry}/token refused the "
+        "credentials of robot (HTTP 401); check username/password"
+    )
     # no credentials at all
     result = run_module(oci_artifact_push, args(token_registry, root))
     assert result.failed
-    assert result["msg"] == ("oci://{0}/krops:latest: registry {0}: the token service http://{0}/token refused an "
-                             "anonymous request (HTTP 401); the registry needs credentials: set username and password"
-                             .format(token_registry))
+    assert result["msg"] == (
+        f"oci://{token_registry}/krops:latest: registry {token_registry}: the token service http://{token_registry}/token refused an "
+        "anonymous request (HTTP 401); the registry needs credentials: set username and password"
+    )

@@ -246,8 +246,14 @@ class Operator:
                     version = self.version_override.get(meta["name"], (obj.get("spec") or {}).get("version"))
                     status = obj.get("status") or {}
                     if status.get("installedVersion") != version or not status.get("conditions"):
-                        self.api.apply_object({"apiVersion": OPERATOR_V, "kind": kind, "metadata": {
-                            "name": meta["name"], "namespace": meta["namespace"]}, "status": {"installedVersion": version}})
+                        self.api.apply_object(
+                            {
+                                "apiVersion": OPERATOR_V,
+                                "kind": kind,
+                                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                                "status": {"installedVersion": version},
+                            }
+                        )
                         self.api.set_condition(OPERATOR_V, kind, meta["name"], meta["namespace"])
 
 
@@ -262,9 +268,13 @@ class World:
         (self.repo / "mgmt").mkdir(parents=True)
         self.target_kubeconfig = tmp_path / "out" / "krops-mgmt.yaml"
         (self.repo / "bootstrap.toml").write_text(BOOTSTRAP.format(kubeconfig=self.target_kubeconfig))
-        for name, text in (("core-provider.yaml", CORE_PROVIDER), ("infrastructure-provider.yaml", INFRA_PROVIDER),
-                           ("pivot-settings.yaml", PIVOT_SETTINGS), ("identity.yaml", IDENTITY),
-                           ("ack-credentials.sops.yaml", "sops: encrypted\n")):
+        for name, text in (
+            ("core-provider.yaml", CORE_PROVIDER),
+            ("infrastructure-provider.yaml", INFRA_PROVIDER),
+            ("pivot-settings.yaml", PIVOT_SETTINGS),
+            ("identity.yaml", IDENTITY),
+            ("ack-credentials.sops.yaml", "sops: encrypted\n"),
+        ):
             (self.repo / "mgmt" / name).write_text(text)
         self.populate_source()
         self.populate_target()
@@ -273,75 +283,195 @@ class World:
         api = self.kind
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
         for name in ("flux-system", "capi-providers", "clusters"):
-            api.create({"apiVersion": KS[0], "kind": KS[1], "metadata": {"name": name, "namespace": "flux-system"},
-                        "spec": {"interval": "5m", "path": "./mgmt/local-host", "prune": True}})
-        api.create({"apiVersion": KS[0], "kind": KS[1], "metadata": {"name": "already-off", "namespace": "flux-system"},
-                    "spec": {"interval": "5m", "path": "./x", "prune": True, "suspend": True}})
-        api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "krops-run", "namespace": "flux-system"},
-                    "data": {"KROPS_RUN_ID": "local-host-20261130", "KROPS_RUN_KIND": "manual"}})
-        api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cluster-vars", "namespace": "flux-system"},
-                    "data": {"CLUSTER_REGION": "overridden-by-bootstrap-toml", "CAPI_VERSION": "v1.10.2"}})
+            api.create(
+                {
+                    "apiVersion": KS[0],
+                    "kind": KS[1],
+                    "metadata": {"name": name, "namespace": "flux-system"},
+                    "spec": {"interval": "5m", "path": "./mgmt/local-host", "prune": True},
+                }
+            )
+        api.create(
+            {
+                "apiVersion": KS[0],
+                "kind": KS[1],
+                "metadata": {"name": "already-off", "namespace": "flux-system"},
+                "spec": {"interval": "5m", "path": "./x", "prune": True, "suspend": True},
+            }
+        )
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "krops-run", "namespace": "flux-system"},
+                "data": {"KROPS_RUN_ID": "local-host-20261130", "KROPS_RUN_KIND": "manual"},
+            }
+        )
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "cluster-vars", "namespace": "flux-system"},
+                "data": {"CLUSTER_REGION": "overridden-by-bootstrap-toml", "CAPI_VERSION": "v1.10.2"},
+            }
+        )
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capi-system"}})
-        api.create({"apiVersion": OPERATOR_V, "kind": "CoreProvider", "metadata": {"name": "cluster-api", "namespace": "capi-system"},
-                    "spec": {"version": "v1.10.0"}})
-        api.apply_object({"apiVersion": OPERATOR_V, "kind": "CoreProvider", "metadata": {"name": "cluster-api", "namespace": "capi-system"},
-                          "status": {"installedVersion": "v1.10.0"}})
+        api.create(
+            {
+                "apiVersion": OPERATOR_V,
+                "kind": "CoreProvider",
+                "metadata": {"name": "cluster-api", "namespace": "capi-system"},
+                "spec": {"version": "v1.10.0"},
+            }
+        )
+        api.apply_object(
+            {
+                "apiVersion": OPERATOR_V,
+                "kind": "CoreProvider",
+                "metadata": {"name": "cluster-api", "namespace": "capi-system"},
+                "status": {"installedVersion": "v1.10.0"},
+            }
+        )
         self.add_cluster(MGMT, ready=cluster_ready)
         self.add_cluster("local-workload", ready=True)
         kubeconfig = yaml.safe_dump(self.mgmt.kubeconfig(context="local-management-admin@local-management"))
-        api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "%s-kubeconfig" % MGMT, "namespace": NS},
-                    "data": {"value": base64.b64encode(kubeconfig.encode()).decode()}})
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": f"{MGMT}-kubeconfig", "namespace": NS},
+                "data": {"value": base64.b64encode(kubeconfig.encode()).decode()},
+            }
+        )
 
     def add_cluster(self, name, ready=True, node_ref=True):
         api = self.kind
-        api.create({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": name, "namespace": NS},
-                    "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": name}}})
+        api.create(
+            {
+                "apiVersion": CLUSTER_V,
+                "kind": "Cluster",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "DockerCluster",
+                        "name": name,
+                    }
+                },
+            }
+        )
         if ready:
-            api.apply_object({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": name, "namespace": NS},
-                              "status": {"initialization": {"infrastructureProvisioned": True, "controlPlaneInitialized": True}}})
-        api.create({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerCluster",
-                    "metadata": {"name": name, "namespace": NS}, "spec": {}})
-        api.create({"apiVersion": CLUSTER_V, "kind": "Machine", "metadata": {"name": name + "-cp-0", "namespace": NS},
-                    "spec": {"clusterName": name}})
+            api.apply_object(
+                {
+                    "apiVersion": CLUSTER_V,
+                    "kind": "Cluster",
+                    "metadata": {"name": name, "namespace": NS},
+                    "status": {"initialization": {"infrastructureProvisioned": True, "controlPlaneInitialized": True}},
+                }
+            )
+        api.create(
+            {
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                "kind": "DockerCluster",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {},
+            }
+        )
+        api.create(
+            {
+                "apiVersion": CLUSTER_V,
+                "kind": "Machine",
+                "metadata": {"name": name + "-cp-0", "namespace": NS},
+                "spec": {"clusterName": name},
+            }
+        )
         if node_ref:
-            api.apply_object({"apiVersion": CLUSTER_V, "kind": "Machine", "metadata": {"name": name + "-cp-0", "namespace": NS},
-                              "status": {"nodeRef": {"name": name + "-cp-0"}}})
+            api.apply_object(
+                {
+                    "apiVersion": CLUSTER_V,
+                    "kind": "Machine",
+                    "metadata": {"name": name + "-cp-0", "namespace": NS},
+                    "status": {"nodeRef": {"name": name + "-cp-0"}},
+                }
+            )
 
     def populate_target(self):
         self.mgmt.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "local-management-cp-0"}})
         self.mgmt.set_condition("v1", "Node", "local-management-cp-0")
 
     def args(self, **extra):
-        args = {"source_kubeconfig": self.kind.kubeconfig_path, "source_context": "kind-mgmt",
-                "config_file": str(self.repo / "bootstrap.toml"), "environment": "local-host",
-                "target_server": self.mgmt.url, "registry_url": "http://%s" % self.registry,
-                "wait_timeout": 10, "node_timeout": 5, "mgmt_ready_timeout": 5}
+        args = {
+            "source_kubeconfig": self.kind.kubeconfig_path,
+            "source_context": "kind-mgmt",
+            "config_file": str(self.repo / "bootstrap.toml"),
+            "environment": "local-host",
+            "target_server": self.mgmt.url,
+            "registry_url": f"http://{self.registry}",
+            "wait_timeout": 10,
+            "node_timeout": 5,
+            "mgmt_ready_timeout": 5,
+        }
         args.update(extra)
         return args
 
     def helm_deployed(self):
-        self.bins.answer("helm", "list -n cert-manager", stdout=json.dumps(
-            [{"name": "cert-manager", "namespace": "cert-manager", "chart": "cert-manager-v1.21.1", "status": "deployed"}]))
-        self.bins.answer("helm", "list -n capi-operator-system", stdout=json.dumps(
-            [{"name": "capi-operator", "namespace": "capi-operator-system", "chart": "cluster-api-operator-0.28.0", "status": "deployed"}]))
+        self.bins.answer(
+            "helm",
+            "list -n cert-manager",
+            stdout=json.dumps(
+                [
+                    {
+                        "name": "cert-manager",
+                        "namespace": "cert-manager",
+                        "chart": "cert-manager-v1.21.1",
+                        "status": "deployed",
+                    }
+                ]
+            ),
+        )
+        self.bins.answer(
+            "helm",
+            "list -n capi-operator-system",
+            stdout=json.dumps(
+                [
+                    {
+                        "name": "capi-operator",
+                        "namespace": "capi-operator-system",
+                        "chart": "cluster-api-operator-0.28.0",
+                        "status": "deployed",
+                    }
+                ]
+            ),
+        )
 
     # observations
     def capi(self, api):
         found = set()
-        for api_version, kind in ((CLUSTER_V, "Cluster"), (CLUSTER_V, "Machine"),
-                                  ("infrastructure.cluster.x-k8s.io/v1beta1", "DockerCluster")):
+        for api_version, kind in (
+            (CLUSTER_V, "Cluster"),
+            (CLUSTER_V, "Machine"),
+            ("infrastructure.cluster.x-k8s.io/v1beta1", "DockerCluster"),
+        ):
             found |= {(kind, o["metadata"]["name"]) for o in api.list(api_version, kind, NS)}
         return found
 
     def paused(self, api):
-        return {o["metadata"]["name"]: bool((o.get("spec") or {}).get("paused")) for o in api.list(CLUSTER_V, "Cluster", NS)}
+        return {
+            o["metadata"]["name"]: bool((o.get("spec") or {}).get("paused")) for o in api.list(CLUSTER_V, "Cluster", NS)
+        }
 
     def suspended(self):
         return {o["metadata"]["name"]: bool(o["spec"].get("suspend")) for o in self.kind.list(*KS, "flux-system")}
 
 
-ALL_OBJECTS = {("Cluster", MGMT), ("Cluster", "local-workload"), ("Machine", MGMT + "-cp-0"),
-               ("Machine", "local-workload-cp-0"), ("DockerCluster", MGMT), ("DockerCluster", "local-workload")}
+ALL_OBJECTS = {
+    ("Cluster", MGMT),
+    ("Cluster", "local-workload"),
+    ("Machine", MGMT + "-cp-0"),
+    ("Machine", "local-workload-cp-0"),
+    ("DockerCluster", MGMT),
+    ("DockerCluster", "local-workload"),
+}
 ACTIVE_KS = {"flux-system": False, "capi-providers": False, "clusters": False, "already-off": True}
 
 
@@ -362,6 +492,7 @@ def helm_calls(bins, verb="upgrade"):
 
 # --- substitution (pure) -------------------------------------------------------------
 
+
 def test_substitute_defaults_escapes_and_lists_every_unresolved_name():
     text = "a: ${A}\nb: ${B:=dflt}\nc: $${LITERAL}\nd: ${D:=x}\ne: ${MISSING_1} ${MISSING_2} ${MISSING_1}\n"
     with pytest.raises(pivot.SubstitutionError) as err:
@@ -380,6 +511,7 @@ def test_parse_version_orders_releases():
 
 # --- success and idempotence ---------------------------------------------------------
 
+
 def test_pivot_moves_everything_then_a_rerun_changes_nothing(world, run_module):
     result = run_module(capi_pivot, world.args())
     assert not result.failed, result.get("msg")
@@ -397,8 +529,11 @@ def test_pivot_moves_everything_then_a_rerun_changes_nothing(world, run_module):
     upgrades = helm_calls(world.bins)
     assert [a[2] for a in upgrades] == ["cert-manager", "capi-operator"]
     cert, capi = upgrades
-    assert cert[cert.index("--version") + 1] == "v1.21.1" and cert[cert.index("--repo") + 1] == "https://charts.jetstack.io"
-    assert ["-n", "cert-manager"] == cert[cert.index("-n"):cert.index("-n") + 2] and "crds.enabled=true" in cert
+    assert (
+        cert[cert.index("--version") + 1] == "v1.21.1"
+        and cert[cert.index("--repo") + 1] == "https://charts.jetstack.io"
+    )
+    assert cert[cert.index("-n") : cert.index("-n") + 2] == ["-n", "cert-manager"] and "crds.enabled=true" in cert
     assert capi[3] == "cluster-api-operator" and capi[capi.index("--version") + 1] == "0.28.0"
     assert "cert-manager.enabled=false" in capi and "capi-operator-system" in capi
     assert world.mgmt.get(OPERATOR_V, "CoreProvider", "cluster-api", "capi-system")["spec"]["version"] == "v1.10.2"
@@ -406,7 +541,9 @@ def test_pivot_moves_everything_then_a_rerun_changes_nothing(world, run_module):
     settings = world.mgmt.get("v1", "ConfigMap", "pivot-settings", "flux-system")["data"]
     assert settings == {"region": "local", "run": "local-host-20261130", "tier": "standard"}
     assert {(p["kind"], p["version"], p["source_version"]) for p in result["providers"]} == {
-        ("CoreProvider", "v1.10.2", "v1.10.0"), ("InfrastructureProvider", "v1.10.2", None)}
+        ("CoreProvider", "v1.10.2", "v1.10.0"),
+        ("InfrastructureProvider", "v1.10.2", None),
+    }
 
     # phase 4: moved, verified, unpaused on the target; Flux on kind stays suspended
     assert world.capi(world.kind) == set()
@@ -459,7 +596,11 @@ def test_check_mode_on_a_bare_target_plans_the_crds_it_does_not_serve_yet(world,
     result = run_module(capi_pivot, world.args(target_server=bare.url), check_mode=True)
     assert not result.failed, result.get("msg")
     assert {(a["kind"], a["state"]) for a in result["applied"]} == {
-        ("Namespace", "created"), ("CoreProvider", "created"), ("InfrastructureProvider", "created"), ("ConfigMap", "created")}
+        ("Namespace", "created"),
+        ("CoreProvider", "created"),
+        ("InfrastructureProvider", "created"),
+        ("ConfigMap", "created"),
+    }
     assert bare.list("v1", "ConfigMap", "flux-system") == [] and not bare.exists("v1", "Namespace", "capi-system")
 
 
@@ -480,6 +621,7 @@ def test_stop_after_preflight_changes_nothing_on_the_source(world, run_module):
 
 # --- failures before the move: the source is untouched -------------------------------
 
+
 def assert_source_untouched(world):
     assert world.capi(world.kind) == ALL_OBJECTS
     assert world.paused(world.kind) == {MGMT: False, "local-workload": False}
@@ -489,13 +631,17 @@ def assert_source_untouched(world):
 
 def test_preconditions_refuse_a_non_kind_context_a_dead_registry_and_a_missing_cluster(world, run_module, tmp_path):
     result = run_module(capi_pivot, world.args(source_context="krops-mgmt"))
-    assert result["msg"] == ("pivot phase preconditions failed: the pivot source must be the kind cluster's context kind-mgmt, "
-                             "not krops-mgmt; pass source_context=kind-mgmt")
+    assert result["msg"] == (
+        "pivot phase preconditions failed: the pivot source must be the kind cluster's context kind-mgmt, "
+        "not krops-mgmt; pass source_context=kind-mgmt"
+    )
     assert result["failed_phase"] == "preconditions"
 
     result = run_module(capi_pivot, world.args(registry_url="http://127.0.0.1:9"))
-    assert result["msg"] == ("pivot phase preconditions failed: the local registry krops-registry does not serve "
-                             "http://127.0.0.1:9/v2/; start it (bootstrap role) before pivoting")
+    assert result["msg"] == (
+        "pivot phase preconditions failed: the local registry krops-registry does not serve "
+        "http://127.0.0.1:9/v2/; start it (bootstrap role) before pivoting"
+    )
 
     world.kind.remove(CLUSTER_V, "Cluster", MGMT, NS)
     result = run_module(capi_pivot, world.args(mgmt_ready_timeout=1))
@@ -509,23 +655,29 @@ def test_export_fails_without_the_kubeconfig_secret(world, run_module):
     world.kind.remove("v1", "Secret", MGMT + "-kubeconfig", NS)
     result = run_module(capi_pivot, world.args(mgmt_ready_timeout=1))
     assert result["failed_phase"] == "export"
-    assert ("Secret default/local-management-kubeconfig (the management cluster's kubeconfig) did not appear on the kind "
-            "cluster within mgmt-ready-timeout") in result["msg"]
+    assert (
+        "Secret default/local-management-kubeconfig (the management cluster's kubeconfig) did not appear on the kind "
+        "cluster within mgmt-ready-timeout"
+    ) in result["msg"]
     assert_source_untouched(world)
 
 
 def test_export_fails_when_no_node_becomes_ready(world, run_module):
     world.mgmt.set_condition("v1", "Node", "local-management-cp-0", status="False", reason="KubeletNotReady")
     result = run_module(capi_pivot, world.args(node_timeout=1))
-    assert result["msg"] == ("pivot phase export failed: no node of the management cluster local-management became Ready "
-                             "within 1s (Pending: local-management-cp-0 not Ready); check its machines")
+    assert result["msg"] == (
+        "pivot phase export failed: no node of the management cluster local-management became Ready "
+        "within 1s (Pending: local-management-cp-0 not Ready); check its machines"
+    )
     assert_source_untouched(world)
 
 
 def test_export_refuses_a_kubeconfig_that_points_at_the_kind_cluster(world, run_module):
     result = run_module(capi_pivot, world.args(target_server=world.kind.url))
-    assert result["msg"] == ("pivot phase export failed: the exported management kubeconfig points at the kind cluster itself "
-                             "(%s); refusing to move onto the source" % world.kind.url)
+    assert result["msg"] == (
+        "pivot phase export failed: the exported management kubeconfig points at the kind cluster itself "
+        f"({world.kind.url}); refusing to move onto the source"
+    )
     assert_source_untouched(world)
 
 
@@ -533,7 +685,10 @@ def test_export_tolerates_node_pools_that_register_late(world, run_module):
     world.mgmt.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "pool-a-0"}})
     result = run_module(capi_pivot, world.args(node_timeout=1, stop_after="export"))
     assert not result.failed, result.get("msg")
-    assert "! Pending: pool-a-0 not Ready after 1s; continuing (node pools that register late are tolerated)" in result["progress"]
+    assert (
+        "! Pending: pool-a-0 not Ready after 1s; continuing (node pools that register late are tolerated)"
+        in result["progress"]
+    )
 
 
 def test_substitution_errors_fail_before_anything_is_written(world, run_module):
@@ -541,16 +696,23 @@ def test_substitution_errors_fail_before_anything_is_written(world, run_module):
     result = run_module(capi_pivot, world.args())
     path = world.repo / "mgmt" / "pivot-settings.yaml"
     assert result["msg"] == (
-        "pivot phase prepare failed: %s: unresolved variables: ZONE, API_KEY; define them in a ConfigMap of the source's "
-        "flux namespace or in pivot-manifest-vars of the environment in bootstrap.toml, or give a default with ${NAME:=value}" % path)
+        f"pivot phase prepare failed: {path}: unresolved variables: ZONE, API_KEY; define them in a ConfigMap of the source's "
+        "flux namespace or in pivot-manifest-vars of the environment in bootstrap.toml, or give a default with ${NAME:=value}"
+    )
     assert result["unresolved"] == ["ZONE", "API_KEY"]
     assert helm_calls(world.bins) == [] and world.mgmt.list(OPERATOR_V, "CoreProvider") == []
     assert_source_untouched(world)
 
 
 def test_older_target_provider_is_refused(world, run_module):
-    world.kind.apply_object({"apiVersion": OPERATOR_V, "kind": "CoreProvider", "metadata": {"name": "cluster-api", "namespace": "capi-system"},
-                             "status": {"installedVersion": "v1.11.0"}})
+    world.kind.apply_object(
+        {
+            "apiVersion": OPERATOR_V,
+            "kind": "CoreProvider",
+            "metadata": {"name": "cluster-api", "namespace": "capi-system"},
+            "status": {"installedVersion": "v1.11.0"},
+        }
+    )
     result = run_module(capi_pivot, world.args())
     assert result["failed_phase"] == "prepare"
     assert "CoreProvider cluster-api is v1.10.2 on the target but v1.11.0 on the kind cluster" in result["msg"]
@@ -560,8 +722,10 @@ def test_older_target_provider_is_refused(world, run_module):
 def test_provider_that_never_becomes_ready_times_out(world, run_module):
     world.operator.ignore.add("docker")
     result = run_module(capi_pivot, world.args(wait_timeout=1))
-    assert result["msg"] == ("pivot phase prepare failed: InfrastructureProvider capd-system/docker did not become Ready on the "
-                             "management cluster within 1s (Pending no Ready condition yet); check the cluster-api-operator logs there")
+    assert result["msg"] == (
+        "pivot phase prepare failed: InfrastructureProvider capd-system/docker did not become Ready on the "
+        "management cluster within 1s (Pending no Ready condition yet); check the cluster-api-operator logs there"
+    )
     assert_source_untouched(world)
 
 
@@ -576,11 +740,25 @@ def test_helm_failure_names_the_chart(world, run_module):
 
 def test_preflight_reports_every_refusal_and_pauses_nothing(world, run_module):
     world.add_cluster("provisioning", ready=False, node_ref=False)
-    world.kind.apply_object({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": "local-workload", "namespace": NS},
-                             "spec": {"paused": True}})
-    world.kind.apply_object({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "DockerCluster",
-                             "metadata": {"name": MGMT, "namespace": NS,
-                                          "annotations": {"clusterctl.cluster.x-k8s.io/block-move": "true"}}})
+    world.kind.apply_object(
+        {
+            "apiVersion": CLUSTER_V,
+            "kind": "Cluster",
+            "metadata": {"name": "local-workload", "namespace": NS},
+            "spec": {"paused": True},
+        }
+    )
+    world.kind.apply_object(
+        {
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+            "kind": "DockerCluster",
+            "metadata": {
+                "name": MGMT,
+                "namespace": NS,
+                "annotations": {"clusterctl.cluster.x-k8s.io/block-move": "true"},
+            },
+        }
+    )
     result = run_module(capi_pivot, world.args())
     assert result["failed_phase"] == "preflight"
     assert result["refusals"] == [
@@ -591,18 +769,24 @@ def test_preflight_reports_every_refusal_and_pauses_nothing(world, run_module):
         "DockerCluster.infrastructure.cluster.x-k8s.io default/local-management: carries the "
         "clusterctl.cluster.x-k8s.io/block-move annotation (a provider is still working on it)",
     ]
-    assert result["msg"].startswith("pivot phase preflight failed: the move cannot start; nothing was paused or suspended: ")
+    assert result["msg"].startswith(
+        "pivot phase preflight failed: the move cannot start; nothing was paused or suspended: "
+    )
     assert world.suspended() == ACTIVE_KS and world.bins.calls("clusterctl") == []
     assert world.paused(world.kind) == {MGMT: False, "local-workload": True, "provisioning": False}
 
 
 # --- failures during the move: the source is authoritative again ----------------------
 
+
 def test_clusterctl_failing_midway_rolls_back_then_a_rerun_completes(world, run_module):
     install_mover(world.bins, mode="fail-half")
     result = run_module(capi_pivot, world.args())
     assert result["failed_phase"] == "move"
-    assert "clusterctl move failed" in result["msg"] and "exited 1: Error: action failed after 10 attempts" in result["msg"]
+    assert (
+        "clusterctl move failed" in result["msg"]
+        and "exited 1: Error: action failed after 10 attempts" in result["msg"]
+    )
     assert "unpaused Cluster local-management on the kind cluster" in result["msg"]
     assert "resumed 3 Kustomizations on the kind cluster" in result["msg"]
     assert "Nothing was deleted on the management cluster" in result["msg"]
@@ -657,19 +841,32 @@ def test_missing_clusterctl_fails_before_suspending(world, run_module, monkeypat
     monkeypatch.setattr(pivot.cli, "_EXTRA_DIRS", ())
     result = run_module(capi_pivot, world.args(clusterctl_binary=str(world.tmp / "nope" / "clusterctl")))
     assert result["failed_phase"] == "move"
-    assert "clusterctl binary %s does not exist or is not executable" % (world.tmp / "nope" / "clusterctl") in result["msg"]
+    assert (
+        "clusterctl binary %s does not exist or is not executable" % (world.tmp / "nope" / "clusterctl")
+        in result["msg"]
+    )
     assert_source_untouched(world)
 
 
 # --- aws: credentials, SOPS secrets and move fallbacks -----------------------------
 
+
 def test_aws_applies_credentials_sops_secrets_and_fallbacks(world, run_module, monkeypatch):
     monkeypatch.setenv("AWS_B64ENCODED_CREDENTIALS", "W2RlZmF1bHRdCg==")
     key = world.repo / "age.agekey"
     key.write_text("# created: now\n# public key: age1x\nAGE-SECRET-KEY-1X\n")
-    world.bins.answer("sops", "--decrypt", stdout=yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ack-credentials", "namespace": "ack-system"},
-        "stringData": {"credentials": "[default]\naws_access_key_id = AKIA\n"}}))
+    world.bins.answer(
+        "sops",
+        "--decrypt",
+        stdout=yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "ack-credentials", "namespace": "ack-system"},
+                "stringData": {"credentials": "[default]\naws_access_key_id = AKIA\n"},
+            }
+        ),
+    )
     result = run_module(capi_pivot, world.args(environment="aws", target_server=world.mgmt.url, age_key_file=str(key)))
     assert not result.failed, result.get("msg")
     secret = world.mgmt.get("v1", "Secret", "aws-credentials", "capa-system")
@@ -680,21 +877,38 @@ def test_aws_applies_credentials_sops_secrets_and_fallbacks(world, run_module, m
     assert sops["env"]["SOPS_AGE_KEY_FILE"] == str(key) and sops["argv"][-1].endswith("mgmt/ack-credentials.sops.yaml")
     assert "W2RlZmF1bHRdCg==" not in json.dumps([c["argv"] for c in world.bins.calls()])
     assert world.mgmt.exists("infrastructure.cluster.x-k8s.io/v1beta2", "AWSClusterControllerIdentity", "default")
-    assert result["fallbacks"] == [{"resource": "awsclustercontrolleridentities.infrastructure.cluster.x-k8s.io",
-                                    "name": "default", "manifest": "mgmt/identity.yaml", "state": "applied"}]
+    assert result["fallbacks"] == [
+        {
+            "resource": "awsclustercontrolleridentities.infrastructure.cluster.x-k8s.io",
+            "name": "default",
+            "manifest": "mgmt/identity.yaml",
+            "state": "applied",
+        }
+    ]
 
 
 def test_aws_credentials_are_copied_from_the_kind_cluster_when_not_given(world, run_module, monkeypatch):
     monkeypatch.delenv("AWS_B64ENCODED_CREDENTIALS", raising=False)
-    (world.repo / "bootstrap.toml").write_text((world.repo / "bootstrap.toml").read_text().replace(
-        'pivot-sops-secrets = ["mgmt/ack-credentials.sops.yaml"]\n', ""))
+    (world.repo / "bootstrap.toml").write_text(
+        (world.repo / "bootstrap.toml")
+        .read_text()
+        .replace('pivot-sops-secrets = ["mgmt/ack-credentials.sops.yaml"]\n', "")
+    )
     result = run_module(capi_pivot, world.args(environment="aws", stop_after="prepare"))
-    assert result["msg"] == ("pivot phase prepare failed: aws: no credentials for Secret capa-system/aws-credentials: set "
-                             "AWS_B64ENCODED_CREDENTIALS (clusterawsadm bootstrap credentials encode-as-profile) or create "
-                             "that Secret on the kind cluster")
+    assert result["msg"] == (
+        "pivot phase prepare failed: aws: no credentials for Secret capa-system/aws-credentials: set "
+        "AWS_B64ENCODED_CREDENTIALS (clusterawsadm bootstrap credentials encode-as-profile) or create "
+        "that Secret on the kind cluster"
+    )
     world.kind.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capa-system"}})
-    world.kind.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "aws-credentials", "namespace": "capa-system"},
-                       "data": {"AWS_B64ENCODED_CREDENTIALS": base64.b64encode(b"c2VjcmV0").decode()}})
+    world.kind.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "aws-credentials", "namespace": "capa-system"},
+            "data": {"AWS_B64ENCODED_CREDENTIALS": base64.b64encode(b"c2VjcmV0").decode()},
+        }
+    )
     result = run_module(capi_pivot, world.args(environment="aws", stop_after="prepare"))
     assert not result.failed, result.get("msg")
     secret = world.mgmt.get("v1", "Secret", "aws-credentials", "capa-system")
@@ -708,22 +922,40 @@ def test_lb_port_comes_from_docker_inspect(world, tmp_path):
     pv = pivot.Pivot(cfg, {"environment": "local-host"})
     assert pivot.lb_port_from_docker(pv) == 43121
     assert world.bins.calls("docker")[0]["argv"][-1] == "local-management-lb"
-    rendered = yaml.safe_load(pivot.render_kubeconfig(yaml.safe_dump(world.mgmt.kubeconfig(context="admin@x")),
-                                                      "krops-mgmt", "https://127.0.0.1:43121"))
+    rendered = yaml.safe_load(
+        pivot.render_kubeconfig(
+            yaml.safe_dump(world.mgmt.kubeconfig(context="admin@x")), "krops-mgmt", "https://127.0.0.1:43121"
+        )
+    )
     assert rendered["current-context"] == "krops-mgmt"
     assert rendered["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:43121"
 
 
 # --- the role, end to end (real ansible-playbook) --------------------------------------
 
+
 def role_play(world, **extra):
-    variables = {"krops_environment": "local-host", "pivot_config_file": str(world.repo / "bootstrap.toml"),
-                 "pivot_source_kubeconfig": world.kind.kubeconfig_path, "pivot_target_server": world.mgmt.url,
-                 "pivot_registry_url": "http://%s" % world.registry, "pivot_wait_timeout": 10, "pivot_node_timeout": 5,
-                 "pivot_handoff_wait": False, "pivot_push_artifact": False}
+    variables = {
+        "krops_environment": "local-host",
+        "pivot_config_file": str(world.repo / "bootstrap.toml"),
+        "pivot_source_kubeconfig": world.kind.kubeconfig_path,
+        "pivot_target_server": world.mgmt.url,
+        "pivot_registry_url": f"http://{world.registry}",
+        "pivot_wait_timeout": 10,
+        "pivot_node_timeout": 5,
+        "pivot_handoff_wait": False,
+        "pivot_push_artifact": False,
+    }
     variables.update(extra)
-    return [{"name": "pivot", "hosts": "localhost", "gather_facts": False, "vars": variables,
-             "roles": ["krops.platform.pivot"]}]
+    return [
+        {
+            "name": "pivot",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": variables,
+            "roles": ["krops.platform.pivot"],
+        }
+    ]
 
 
 @pytest.mark.slow
@@ -738,26 +970,48 @@ def test_role_moves_seeds_flux_and_deletes_kind(world, ansible_playbook):
     assert run["data"]["KROPS_RUN_ID"] == "local-host-20261130"
     assert world.mgmt.list("fluxcd.controlplane.io/v1", "FluxInstance", "flux-system")
     assert ["delete", "cluster", "--name", "mgmt", "--kubeconfig", world.kind.kubeconfig_path] in [
-        c["argv"] for c in world.bins.calls("kind")], json.dumps([v for k, v in results.items() if v.get("action") == "krops.platform.kind_cluster"])[:3000]
+        c["argv"] for c in world.bins.calls("kind")
+    ], json.dumps([v for k, v in results.items() if v.get("action") == "krops.platform.kind_cluster"])[:3000]
 
 
 @pytest.mark.slow
 def test_role_refuses_to_delete_kind_when_the_target_lacks_the_clusters(world, ansible_playbook, tmp_path):
     """The deletion gate alone (tasks_from), after a pivot whose Clusters are not on the target."""
     kubeconfig = world.mgmt.write_kubeconfig(tmp_path / "target.yaml", context="krops-mgmt")
-    play = [{"name": "gate", "hosts": "localhost", "gather_facts": False,
-             "vars": dict(role_play(world)[0]["vars"], pivot_result={
-                 "target_kubeconfig": kubeconfig, "moved": [{"kind": "Cluster", "namespace": NS, "name": "local-workload"}]}),
-             "tasks": [{"name": "gate", "ansible.builtin.include_role": {"name": "krops.platform.pivot", "tasks_from": "delete_kind.yml"}}]}]
+    play = [
+        {
+            "name": "gate",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": dict(
+                role_play(world)[0]["vars"],
+                pivot_result={
+                    "target_kubeconfig": kubeconfig,
+                    "moved": [{"kind": "Cluster", "namespace": NS, "name": "local-workload"}],
+                },
+            ),
+            "tasks": [
+                {
+                    "name": "gate",
+                    "ansible.builtin.include_role": {"name": "krops.platform.pivot", "tasks_from": "delete_kind.yml"},
+                }
+            ],
+        }
+    ]
     rc, output, stderr = ansible_playbook(play)
-    refusal = task_results(output)["krops.platform.pivot : Refuse to delete kind unless the management cluster lists the Clusters"]
+    refusal = task_results(output)[
+        "krops.platform.pivot : Refuse to delete kind unless the management cluster lists the Clusters"
+    ]
     assert rc != 0 and refusal.get("failed")
-    assert refusal["msg"] == ("Not deleting kind cluster mgmt: the management cluster (krops-mgmt) lists Clusters none but should "
-                              "list local-workload, local-management; kind is still authoritative for the missing ones, re-run the pivot.")
+    assert refusal["msg"] == (
+        "Not deleting kind cluster mgmt: the management cluster (krops-mgmt) lists Clusters none but should "
+        "list local-workload, local-management; kind is still authoritative for the missing ones, re-run the pivot."
+    )
     assert world.bins.calls("kind") == []
 
 
 # --- progress on the controller: the action plugin runs the waits in bounded steps --------
+
 
 def remove_mgmt_cluster_and_secret(world):
     world.kind.remove(CLUSTER_V, "Cluster", MGMT, NS)
@@ -767,11 +1021,28 @@ def remove_mgmt_cluster_and_secret(world):
 
 
 def restore_cluster(world):
-    world.kind.create({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": MGMT, "namespace": NS},
-                       "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster",
-                                                      "name": MGMT}}})
-    world.kind.apply_object({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": MGMT, "namespace": NS},
-                             "status": {"initialization": {"infrastructureProvisioned": True, "controlPlaneInitialized": True}}})
+    world.kind.create(
+        {
+            "apiVersion": CLUSTER_V,
+            "kind": "Cluster",
+            "metadata": {"name": MGMT, "namespace": NS},
+            "spec": {
+                "infrastructureRef": {
+                    "apiGroup": "infrastructure.cluster.x-k8s.io",
+                    "kind": "DockerCluster",
+                    "name": MGMT,
+                }
+            },
+        }
+    )
+    world.kind.apply_object(
+        {
+            "apiVersion": CLUSTER_V,
+            "kind": "Cluster",
+            "metadata": {"name": MGMT, "namespace": NS},
+            "status": {"initialization": {"infrastructureProvisioned": True, "controlPlaneInitialized": True}},
+        }
+    )
 
 
 def recreate_later(world, secret, lists=4):
@@ -779,18 +1050,29 @@ def recreate_later(world, secret, lists=4):
 
     Each only after the pivot listed or watched it ``lists`` times (two steps of the action plugin).
     """
+
     def requested(plural, count):
-        path = "/namespaces/%s/%s" % (NS, plural)
+        path = f"/namespaces/{NS}/{plural}"
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and sum(1 for m, p in list(world.kind.requests) if m == "GET" and p.endswith(path)) < count:
+        while (
+            time.monotonic() < deadline
+            and sum(1 for m, p in list(world.kind.requests) if m == "GET" and p.endswith(path)) < count
+        ):
             time.sleep(0.05)
 
     def work():
         requested("clusters", lists)
         restore_cluster(world)
         requested("secrets", lists)
-        world.kind.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret["metadata"]["name"], "namespace": NS},
-                           "data": secret["data"]})
+        world.kind.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": secret["metadata"]["name"], "namespace": NS},
+                "data": secret["data"],
+            }
+        )
+
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
     return thread
@@ -805,8 +1087,13 @@ def test_a_wait_cut_by_the_step_budget_returns_pending_then_a_step_resumes(world
     assert result["_krops_pending"] is True and result["phase_reached"] is None
     wait = result["_krops_wait"]
     assert {k: wait[k] for k in ("key", "phase", "phase_number", "title", "total", "state")} == {
-        "key": "mgmt", "phase": "preconditions", "phase_number": 0, "title": "management Cluster", "total": 600,
-        "state": "Cluster default/local-management not on the kind cluster yet (Clusters there: local-workload)"}
+        "key": "mgmt",
+        "phase": "preconditions",
+        "phase_number": 0,
+        "title": "management Cluster",
+        "total": 600,
+        "state": "Cluster default/local-management not on the kind cluster yet (Clusters there: local-workload)",
+    }
     assert 0 < wait["waited"] < 3
     assert not world.target_kubeconfig.exists()
 
@@ -814,57 +1101,97 @@ def test_a_wait_cut_by_the_step_budget_returns_pending_then_a_step_resumes(world
     restore_cluster(world)
     result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600, _wait_budget=1, _wait_spent={"mgmt": 100}))
     wait = result["_krops_wait"]
-    assert result["phase_reached"] == "preconditions" and wait["phase_number"] == 1 and wait["title"] == "management cluster"
+    assert (
+        result["phase_reached"] == "preconditions"
+        and wait["phase_number"] == 1
+        and wait["title"] == "management cluster"
+    )
     assert wait["state"] == "Secret default/local-management-kubeconfig not found yet"
     assert 100 < wait["waited"] < 103 and wait["total"] == 600
     # the spent time is counted against mgmt-ready-timeout: a step whose budget covers the rest is final
     result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600, _wait_budget=5, _wait_spent={"mgmt": 599}))
-    assert result["msg"] == ("pivot phase export failed: Secret default/local-management-kubeconfig (the management cluster's "
-                             "kubeconfig) did not appear on the kind cluster within mgmt-ready-timeout; check "
-                             "`clusterctl describe cluster local-management -n default`")
+    assert result["msg"] == (
+        "pivot phase export failed: Secret default/local-management-kubeconfig (the management cluster's "
+        "kubeconfig) did not appear on the kind cluster within mgmt-ready-timeout; check "
+        "`clusterctl describe cluster local-management -n default`"
+    )
     assert_source_untouched(world)
 
 
 def test_merge_steps_gives_the_result_of_a_single_run():
-    earlier = {"changed": True, "charts": [{"namespace": "cert-manager", "release": "cert-manager", "state": "installed"}],
-               "applied": [{"kind": "Namespace", "namespace": "", "name": "capi-system", "file": "a.yaml", "state": "created"}],
-               "progress": [">>> wait Cluster", ">>> wait Secret", "wrote k", ">>> wait nodes"], "_krops_pending": True}
-    later = {"changed": False, "phase_reached": "move",
-             "charts": [{"namespace": "cert-manager", "release": "cert-manager", "state": "unchanged"},
-                        {"namespace": "capi-operator-system", "release": "capi-operator", "state": "unchanged"}],
-             "applied": [{"kind": "Namespace", "namespace": "", "name": "capi-system", "file": "a.yaml", "state": "unchanged"},
-                         {"kind": "ConfigMap", "namespace": "x", "name": "y", "file": "b.yaml", "state": "updated"}],
-             "progress": [">>> wait Cluster", ">>> wait Secret", ">>> wait nodes", ">>> wait providers", "moved"]}
+    earlier = {
+        "changed": True,
+        "charts": [{"namespace": "cert-manager", "release": "cert-manager", "state": "installed"}],
+        "applied": [
+            {"kind": "Namespace", "namespace": "", "name": "capi-system", "file": "a.yaml", "state": "created"}
+        ],
+        "progress": [">>> wait Cluster", ">>> wait Secret", "wrote k", ">>> wait nodes"],
+        "_krops_pending": True,
+    }
+    later = {
+        "changed": False,
+        "phase_reached": "move",
+        "charts": [
+            {"namespace": "cert-manager", "release": "cert-manager", "state": "unchanged"},
+            {"namespace": "capi-operator-system", "release": "capi-operator", "state": "unchanged"},
+        ],
+        "applied": [
+            {"kind": "Namespace", "namespace": "", "name": "capi-system", "file": "a.yaml", "state": "unchanged"},
+            {"kind": "ConfigMap", "namespace": "x", "name": "y", "file": "b.yaml", "state": "updated"},
+        ],
+        "progress": [">>> wait Cluster", ">>> wait Secret", ">>> wait nodes", ">>> wait providers", "moved"],
+    }
     merged = pivot.merge_steps(earlier, later)
-    assert merged == {"changed": True, "phase_reached": "move",
-                      "charts": [{"namespace": "cert-manager", "release": "cert-manager", "state": "installed"},
-                                 {"namespace": "capi-operator-system", "release": "capi-operator", "state": "unchanged"}],
-                      "applied": [{"kind": "Namespace", "namespace": "", "name": "capi-system", "file": "a.yaml", "state": "created"},
-                                  {"kind": "ConfigMap", "namespace": "x", "name": "y", "file": "b.yaml", "state": "updated"}],
-                      "progress": [">>> wait Cluster", ">>> wait Secret", "wrote k", ">>> wait nodes", ">>> wait providers", "moved"]}
+    assert merged == {
+        "changed": True,
+        "phase_reached": "move",
+        "charts": [
+            {"namespace": "cert-manager", "release": "cert-manager", "state": "installed"},
+            {"namespace": "capi-operator-system", "release": "capi-operator", "state": "unchanged"},
+        ],
+        "applied": [
+            {"kind": "Namespace", "namespace": "", "name": "capi-system", "file": "a.yaml", "state": "created"},
+            {"kind": "ConfigMap", "namespace": "x", "name": "y", "file": "b.yaml", "state": "updated"},
+        ],
+        "progress": [">>> wait Cluster", ">>> wait Secret", "wrote k", ">>> wait nodes", ">>> wait providers", "moved"],
+    }
     assert pivot.merge_steps(None, later) == later
 
 
 def pivot_play(world, **extra):
     args = world.args(target_kubeconfig=str(world.target_kubeconfig))
     args.update(extra)
-    return [{"hosts": "localhost", "gather_facts": False,
-             "tasks": [{"name": "pivot", "register": "pivot", "krops.platform.capi_pivot": args}]}]
+    return [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [{"name": "pivot", "register": "pivot", "krops.platform.capi_pivot": args}],
+        }
+    ]
 
 
 @pytest.mark.slow
 def test_playbook_shows_progress_while_the_management_cluster_comes_up(world, ansible_playbook):
     secret = remove_mgmt_cluster_and_secret(world)
     recreate_later(world, secret)
-    rc, output, stderr = ansible_playbook(pivot_play(world, mgmt_ready_timeout=60, progress_interval=2),
-                                          env={"PATH": world.bins.path_env})
+    rc, output, stderr = ansible_playbook(
+        pivot_play(world, mgmt_ready_timeout=60, progress_interval=2), env={"PATH": world.bins.path_env}
+    )
     result = task_results(output)["pivot"]
     assert rc == 0, (stderr, json.dumps(result, indent=1)[-3000:])
     lines = [line for line in stderr.splitlines() if line.startswith("capi_pivot [localhost] ")]
-    assert any(line.startswith("capi_pivot [localhost] phase 0 (management Cluster): waited ") and line.endswith(
-        "s of 60s: Cluster default/local-management not on the kind cluster yet (Clusters there: local-workload)") for line in lines), stderr
-    assert any(line.startswith("capi_pivot [localhost] phase 1 (management cluster): waited ") and line.endswith(
-        "s of 60s: Secret default/local-management-kubeconfig not found yet") for line in lines), stderr
+    assert any(
+        line.startswith("capi_pivot [localhost] phase 0 (management Cluster): waited ")
+        and line.endswith(
+            "s of 60s: Cluster default/local-management not on the kind cluster yet (Clusters there: local-workload)"
+        )
+        for line in lines
+    ), stderr
+    assert any(
+        line.startswith("capi_pivot [localhost] phase 1 (management cluster): waited ")
+        and line.endswith("s of 60s: Secret default/local-management-kubeconfig not found yet")
+        for line in lines
+    ), stderr
     waited = [int(line.split("waited ")[1].split("s")[0]) for line in lines]
     assert waited == sorted(waited) and len(lines) >= 2, lines
 
@@ -874,16 +1201,22 @@ def test_playbook_shows_progress_while_the_management_cluster_comes_up(world, an
     assert world.capi(world.kind) == set() and world.capi(world.mgmt) == ALL_OBJECTS
     assert {(m["kind"], m["name"]) for m in result["moved"]} >= ALL_OBJECTS
     assert {s["name"] for s in result["suspended"]} == {"flux-system", "capi-providers", "clusters"}
-    assert [(c["release"], c["state"]) for c in result["charts"]] == [("cert-manager", "installed"), ("capi-operator", "installed")]
+    assert [(c["release"], c["state"]) for c in result["charts"]] == [
+        ("cert-manager", "installed"),
+        ("capi-operator", "installed"),
+    ]
     assert [(a["kind"], a["name"], a["state"]) for a in result["applied"]] == [
-        ("Namespace", "capi-system", "created"), ("CoreProvider", "cluster-api", "created"),
-        ("InfrastructureProvider", "docker", "created"), ("ConfigMap", "pivot-settings", "created")]
+        ("Namespace", "capi-system", "created"),
+        ("CoreProvider", "cluster-api", "created"),
+        ("InfrastructureProvider", "docker", "created"),
+        ("ConfigMap", "pivot-settings", "created"),
+    ]
     assert result["run_tags"] == {"KROPS_RUN_ID": "local-host-20261130", "KROPS_RUN_KIND": "manual"}
     assert result["target_kubeconfig"] == str(world.target_kubeconfig)
     assert result["progress"] == [
         ">>> waiting up to 60s for Cluster default/local-management on the kind cluster",
         ">>> waiting for Secret default/local-management-kubeconfig",
-        "wrote %s (context krops-mgmt)" % world.target_kubeconfig,
+        f"wrote {world.target_kubeconfig} (context krops-mgmt)",
         ">>> waiting up to 5s for the management cluster's nodes",
         ">>> helm upgrade --install cert-manager cert-manager v1.21.1",
         ">>> helm upgrade --install capi-operator cluster-api-operator 0.28.0",
@@ -898,13 +1231,16 @@ def test_playbook_shows_progress_while_the_management_cluster_comes_up(world, an
 @pytest.mark.slow
 def test_playbook_timeout_keeps_the_single_run_message(world, ansible_playbook):
     world.kind.remove(CLUSTER_V, "Cluster", MGMT, NS)
-    rc, output, stderr = ansible_playbook(pivot_play(world, mgmt_ready_timeout=4, progress_interval=2),
-                                          env={"PATH": world.bins.path_env})
+    rc, output, stderr = ansible_playbook(
+        pivot_play(world, mgmt_ready_timeout=4, progress_interval=2), env={"PATH": world.bins.path_env}
+    )
     result = task_results(output)["pivot"]
     assert rc == 2 and result["failed"] is True
-    assert result["msg"] == ("pivot phase preconditions failed: Cluster default/local-management did not appear on the kind "
-                             "cluster within 4s (mgmt-ready-timeout; Clusters there: local-workload); check the Flux "
-                             "Kustomizations on kind")
+    assert result["msg"] == (
+        "pivot phase preconditions failed: Cluster default/local-management did not appear on the kind "
+        "cluster within 4s (mgmt-ready-timeout; Clusters there: local-workload); check the Flux "
+        "Kustomizations on kind"
+    )
     assert result["failed_phase"] == "preconditions" and "_krops_pending" not in result
     assert "capi_pivot [localhost] phase 0 (management Cluster): waited " in stderr
     assert world.suspended() == ACTIVE_KS and not world.target_kubeconfig.exists()
@@ -915,12 +1251,21 @@ def test_export_merges_into_an_existing_kubeconfig_keeping_its_other_contexts(wo
     # issue 9: pointing target_kubeconfig at ~/.kube/config must not lose the user's other clusters.
     path = world.target_kubeconfig
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "work",
-        "clusters": [{"name": "work", "cluster": {"server": "https://work.example:6443"}}],
-        "users": [{"name": "work", "user": {"token": "w"}}],
-        "contexts": [{"name": "work", "context": {"cluster": "work", "user": "work"}},
-                     {"name": "krops-mgmt", "context": {"cluster": "work", "user": "work"}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "work",
+                "clusters": [{"name": "work", "cluster": {"server": "https://work.example:6443"}}],
+                "users": [{"name": "work", "user": {"token": "w"}}],
+                "contexts": [
+                    {"name": "work", "context": {"cluster": "work", "user": "work"}},
+                    {"name": "krops-mgmt", "context": {"cluster": "work", "user": "work"}},
+                ],
+            }
+        )
+    )
     path.chmod(0o644)
     result = run_module(capi_pivot, world.args(stop_after="export"))
     assert not result.failed, result.get("msg")
@@ -929,7 +1274,9 @@ def test_export_merges_into_an_existing_kubeconfig_keeping_its_other_contexts(wo
     assert data["current-context"] == "work"
     assert [c["name"] for c in data["contexts"]] == ["work", "krops-mgmt"]
     assert {c["name"]: c["cluster"]["server"] for c in data["clusters"]} == {
-        "work": "https://work.example:6443", "krops-mgmt": world.mgmt.url}
+        "work": "https://work.example:6443",
+        "krops-mgmt": world.mgmt.url,
+    }
     assert [u["name"] for u in data["users"]] == ["work", "krops-mgmt"]
     assert data["contexts"][1]["context"] == {"cluster": "krops-mgmt", "user": "krops-mgmt"}
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

@@ -33,9 +33,9 @@ class _GitHub(BaseHTTPRequestHandler):
     def log_message(self, *args):
         return
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self.seen.append((self.path, self.headers.get("Authorization")))
-        if self.headers.get("Authorization") != "Bearer %s" % TOKEN:
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             code, body = 401, {"message": "Bad credentials", "status": "401"}
         elif self.path == "/repos/krops/krops":
             code, body = 200, {"full_name": "krops/krops", "private": True}
@@ -70,21 +70,28 @@ def age_key(tmp_path):
 
 
 def git_args(github, **extra):
-    base = {"git_url": "https://github.com/krops/krops.git", "git_branch": "main", "github_token": TOKEN,
-            "github_api_url": github}
+    base = {
+        "git_url": "https://github.com/krops/krops.git",
+        "git_branch": "main",
+        "github_token": TOKEN,
+        "github_api_url": github,
+    }
     base.update(extra)
     return base
 
 
 # --- tools -----------------------------------------------------------------------------
 
+
 def test_every_missing_tool_is_named_at_once(fake_bins, run_module):
     result = run_module(preflight_check, {"tools": ["kind", "helm", "no-such-tool-a", "kubectl", "no-such-tool-b"]})
     assert result.failed
     assert result["tools"]["missing"] == ["no-such-tool-a", "no-such-tool-b"]
     assert result["tools"]["found"]["kind"] == str(fake_bins.dir / "kind")
-    assert result["msg"].startswith("preflight found 1 problem:\n- missing tools: no-such-tool-a, no-such-tool-b "
-                                    "(install them or put them on PATH; PATH is %s" % fake_bins.dir)
+    assert result["msg"].startswith(
+        "preflight found 1 problem:\n- missing tools: no-such-tool-a, no-such-tool-b "
+        f"(install them or put them on PATH; PATH is {fake_bins.dir}"
+    )
 
 
 def test_all_good_passes_in_check_mode_too(fake_bins, run_module, github, age_key):
@@ -94,13 +101,18 @@ def test_all_good_passes_in_check_mode_too(fake_bins, run_module, github, age_ke
         result = run_module(preflight_check, args, check_mode=check_mode)
         assert not result.failed, result
         assert result["problems"] == [] and result["changed"] is False
-        assert result["git"] == {"url": "https://github.com/krops/krops.git", "repository": "krops/krops",
-                                 "branch": "main", "commit": SHA}
+        assert result["git"] == {
+            "url": "https://github.com/krops/krops.git",
+            "repository": "krops/krops",
+            "branch": "main",
+            "commit": SHA,
+        }
         assert result["age_key"]["public_key"] == public and result["age_key"]["derived"] is True
     assert TOKEN not in json.dumps(result)
 
 
 # --- age key ----------------------------------------------------------------------------
+
 
 def test_age_key_mismatch_with_age_public_key(run_module, age_key, tmp_path):
     path, public = age_key
@@ -110,8 +122,9 @@ def test_age_key_mismatch_with_age_public_key(run_module, age_key, tmp_path):
     result = run_module(preflight_check, {"age_key_file": str(path), "age_public_key": other_public})
     assert result.failed
     assert result["problems"] == [
-        "AGE_PUBLIC_KEY is %s but the key in %s is %s: SOPS files encrypted for AGE_PUBLIC_KEY could not be "
-        "decrypted; use the matching key file or fix AGE_PUBLIC_KEY" % (other_public, path, public)]
+        f"AGE_PUBLIC_KEY is {other_public} but the key in {path} is {public}: SOPS files encrypted for AGE_PUBLIC_KEY could not be "
+        "decrypted; use the matching key file or fix AGE_PUBLIC_KEY"
+    ]
     secret = [line for line in path.read_text().splitlines() if line.startswith("AGE-SECRET-KEY-")][0]
     assert secret not in json.dumps(result)
 
@@ -123,8 +136,10 @@ def test_age_key_comment_that_lies_about_the_secret_key(run_module, age_key, tmp
     other_public = [line.split(": ", 1)[1] for line in other.read_text().splitlines() if "public key" in line][0]
     path.write_text(path.read_text().replace(public, other_public))
     result = run_module(preflight_check, {"age_key_file": str(path)})
-    assert result["problems"] == ["age key file %s: the public key comment %s does not belong to its secret key "
-                                  "(which gives %s)" % (path, other_public, public)]
+    assert result["problems"] == [
+        f"age key file {path}: the public key comment {other_public} does not belong to its secret key "
+        f"(which gives {public})"
+    ]
 
 
 def test_malformed_and_missing_age_key_files(run_module, tmp_path):
@@ -132,30 +147,46 @@ def test_malformed_and_missing_age_key_files(run_module, tmp_path):
     bad.write_text("# public key: age1nope\nAGE-SECRET-KEY-1SHORT\n")
     result = run_module(preflight_check, {"age_key_file": str(bad)})
     assert result["problems"] == [
-        "age key file %s is not an age-keygen key file: it lacks a '# created:' line" % bad,
-        "age key file %s: the AGE-SECRET-KEY line is malformed (expected AGE-SECRET-KEY-1 and 58 bech32 characters)" % bad,
-        "age key file %s: the public key comment 'age1nope' is not an age recipient (age1...)" % bad,
+        f"age key file {bad} is not an age-keygen key file: it lacks a '# created:' line",
+        f"age key file {bad}: the AGE-SECRET-KEY line is malformed (expected AGE-SECRET-KEY-1 and 58 bech32 characters)",
+        f"age key file {bad}: the public key comment 'age1nope' is not an age recipient (age1...)",
     ]
     missing = tmp_path / "missing.agekey"
     result = run_module(preflight_check, {"age_key_file": str(missing)})
-    assert result["problems"] == ["age key file %s does not exist: create it with `age-keygen -o %s` (and keep it out "
-                                  "of Git)" % (missing, missing)]
+    assert result["problems"] == [
+        f"age key file {missing} does not exist: create it with `age-keygen -o {missing}` (and keep it out of Git)"
+    ]
 
 
 # --- GitHub -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("extra, problem", [
-    ({"github_token": "wrong"}, "GitHub refused GITHUB_TOKEN (401 Bad credentials): it is invalid or expired; create a "
-                                "new token that can read krops/krops"),
-    ({"git_url": "https://github.com/krops/secret"}, "repository krops/secret was not found with GITHUB_TOKEN: it does "
-                                                     "not exist or the token cannot read it (a fine-grained token needs "
-                                                     "Contents: read on it)"),
-    ({"git_branch": "release/1"}, "branch release/1 does not exist in krops/krops: push it, or set git-branch in "
-                                  "bootstrap.toml"),
-    ({"git_url": "git@github.com:krops/krops.git"}, "git URL 'git@github.com:krops/krops.git' is not "
-                                                    "https://github.com/<owner>/<repo>: set GIT_REPO_URL or "
-                                                    "bootstrap.git-url"),
-])
+
+@pytest.mark.parametrize(
+    "extra, problem",
+    [
+        (
+            {"github_token": "wrong"},
+            "GitHub refused GITHUB_TOKEN (401 Bad credentials): it is invalid or expired; create a "
+            "new token that can read krops/krops",
+        ),
+        (
+            {"git_url": "https://github.com/krops/secret"},
+            "repository krops/secret was not found with GITHUB_TOKEN: it does "
+            "not exist or the token cannot read it (a fine-grained token needs "
+            "Contents: read on it)",
+        ),
+        (
+            {"git_branch": "release/1"},
+            "branch release/1 does not exist in krops/krops: push it, or set git-branch in bootstrap.toml",
+        ),
+        (
+            {"git_url": "git@github.com:krops/krops.git"},
+            "git URL 'git@github.com:krops/krops.git' is not "
+            "https://github.com/<owner>/<repo>: set GIT_REPO_URL or "
+            "bootstrap.git-url",
+        ),
+    ],
+)
 def test_git_sync_problems(run_module, github, extra, problem):
     result = run_module(preflight_check, git_args(github, **extra))
     assert result.failed and result["problems"] == [problem]
@@ -174,41 +205,58 @@ def test_token_from_environment_and_missing_token(run_module, github, monkeypatc
     assert run_module(preflight_check, args)["problems"] == []
     monkeypatch.delenv("GITHUB_TOKEN")
     result = run_module(preflight_check, args)
-    assert result["problems"] == ["GITHUB_TOKEN is not set: Flux needs a personal access token that can read krops/krops"]
+    assert result["problems"] == [
+        "GITHUB_TOKEN is not set: Flux needs a personal access token that can read krops/krops"
+    ]
 
 
 def test_unreachable_github_api(run_module):
-    result = run_module(preflight_check, {"git_url": "https://github.com/krops/krops", "github_token": TOKEN,
-                                          "github_api_url": "http://127.0.0.1:9"})
+    result = run_module(
+        preflight_check,
+        {"git_url": "https://github.com/krops/krops", "github_token": TOKEN, "github_api_url": "http://127.0.0.1:9"},
+    )
     assert result["problems"][0].startswith("cannot reach the GitHub API at http://127.0.0.1:9: ")
 
 
 # --- AWS Elastic IPs ----------------------------------------------------------------------
+
 
 def allocate(moto, region, count, owner=None):
     ec2 = boto3.client("ec2", region_name=region, endpoint_url=moto)
     for dummy in range(count):
         spec = {"Domain": "vpc"}
         if owner:
-            spec["TagSpecifications"] = [{"ResourceType": "elastic-ip", "Tags": [{"Key": OWNED % owner, "Value": "owned"}]}]
+            spec["TagSpecifications"] = [
+                {"ResourceType": "elastic-ip", "Tags": [{"Key": OWNED % owner, "Value": "owned"}]}
+            ]
         ec2.allocate_address(**spec)
 
 
 def test_eip_quota_lists_every_short_region_with_the_request(moto, run_module):
-    allocate(moto, "eu-north-1", 3)                                  # someone else's
-    allocate(moto, "eu-north-1", 1, owner="eu-north-1-management")   # ours: counts as available
+    allocate(moto, "eu-north-1", 3)  # someone else's
+    allocate(moto, "eu-north-1", 1, owner="eu-north-1-management")  # ours: counts as available
     allocate(moto, "eu-central-1", 4)
-    checks = [{"region": "eu-north-1", "clusters": ["eu-north-1-management", "eu-north-1-workload"]},
-              {"region": "eu-west-1", "clusters": ["eu-west-1-workload"]},
-              {"region": "eu-central-1", "clusters": ["eu-central-1-workload"]}]
+    checks = [
+        {"region": "eu-north-1", "clusters": ["eu-north-1-management", "eu-north-1-workload"]},
+        {"region": "eu-west-1", "clusters": ["eu-west-1-workload"]},
+        {"region": "eu-central-1", "clusters": ["eu-central-1-workload"]},
+    ]
     result = run_module(preflight_check, {"aws_eip_checks": checks, "endpoint_url": moto})
     assert result.failed
     north, west, central = result["aws_eip"]
-    assert north == {"region": "eu-north-1", "clusters": ["eu-north-1-management", "eu-north-1-workload"], "limit": 5,
-                     "limit_source": "ec2 account attribute vpc-max-elastic-ips", "allocated": 4, "owned": 1,
-                     "needed": 6, "available": 2, "short": True,
-                     "request": "aws service-quotas request-service-quota-increase --service-code ec2 --quota-code "
-                                "L-0263D0A3 --desired-value 9 --region eu-north-1"}
+    assert north == {
+        "region": "eu-north-1",
+        "clusters": ["eu-north-1-management", "eu-north-1-workload"],
+        "limit": 5,
+        "limit_source": "ec2 account attribute vpc-max-elastic-ips",
+        "allocated": 4,
+        "owned": 1,
+        "needed": 6,
+        "available": 2,
+        "short": True,
+        "request": "aws service-quotas request-service-quota-increase --service-code ec2 --quota-code "
+        "L-0263D0A3 --desired-value 9 --region eu-north-1",
+    }
     assert west["short"] is False and west["available"] == 5 and west["request"] is None
     assert central["short"] is True and central["available"] == 1
     assert result["problems"] == [
@@ -232,13 +280,16 @@ class _QuotasInFrontOfMoto(BaseHTTPRequestHandler):
     def log_message(self, *args):
         return
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.headers.get("X-Amz-Target") == "ServiceQuotasV20190624.GetServiceQuota":
             asked = json.loads(body)
             assert asked == {"ServiceCode": "ec2", "QuotaCode": "L-0263D0A3"}
-            code, data, ctype = 200, json.dumps({"Quota": {"ServiceCode": "ec2", "QuotaCode": "L-0263D0A3",
-                                                           "Value": self.quota}}).encode(), "application/x-amz-json-1.1"
+            code, data, ctype = (
+                200,
+                json.dumps({"Quota": {"ServiceCode": "ec2", "QuotaCode": "L-0263D0A3", "Value": self.quota}}).encode(),
+                "application/x-amz-json-1.1",
+            )
         else:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
             request = urllib.request.Request(self.moto + self.path, data=body, headers=headers, method="POST")
@@ -260,9 +311,15 @@ def test_eip_limit_comes_from_service_quotas_when_it_answers(moto, run_module):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         allocate(moto, "eu-north-1", 4)
-        result = run_module(preflight_check, {
-            "aws_eip_checks": [{"region": "eu-north-1", "clusters": ["eu-north-1-management", "eu-north-1-workload"]}],
-            "endpoint_url": "http://127.0.0.1:%d" % server.server_address[1]})
+        result = run_module(
+            preflight_check,
+            {
+                "aws_eip_checks": [
+                    {"region": "eu-north-1", "clusters": ["eu-north-1-management", "eu-north-1-workload"]}
+                ],
+                "endpoint_url": "http://127.0.0.1:%d" % server.server_address[1],
+            },
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -278,18 +335,28 @@ def test_eip_quota_unreadable_is_a_problem_not_a_traceback(moto, run_module, mon
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    result = run_module(preflight_check, {"aws_eip_checks": [{"region": "eu-north-1", "clusters": ["a"]}],
-                                          "endpoint_url": moto})
+    result = run_module(
+        preflight_check, {"aws_eip_checks": [{"region": "eu-north-1", "clusters": ["a"]}], "endpoint_url": moto}
+    )
     assert result.failed
-    assert result["problems"] == ["aws eu-north-1: cannot read the Elastic IPs (Unable to locate credentials); check "
-                                  "the AWS credentials and region"]
+    assert result["problems"] == [
+        "aws eu-north-1: cannot read the Elastic IPs (Unable to locate credentials); check "
+        "the AWS credentials and region"
+    ]
 
 
 def test_every_kind_of_problem_in_one_failure(fake_bins, moto, run_module, github, tmp_path):
     allocate(moto, "eu-west-1", 5)
-    result = run_module(preflight_check, dict(
-        git_args(github, git_branch="gone"), tools=["kind", "no-such-tool"], age_key_file=str(tmp_path / "none"),
-        aws_eip_checks=[{"region": "eu-west-1", "clusters": ["eu-west-1-workload"]}], endpoint_url=moto))
+    result = run_module(
+        preflight_check,
+        dict(
+            git_args(github, git_branch="gone"),
+            tools=["kind", "no-such-tool"],
+            age_key_file=str(tmp_path / "none"),
+            aws_eip_checks=[{"region": "eu-west-1", "clusters": ["eu-west-1-workload"]}],
+            endpoint_url=moto,
+        ),
+    )
     assert result.failed and len(result["problems"]) == 4
     assert result["msg"].startswith("preflight found 4 problems:\n- missing tools: no-such-tool ")
     assert [line.split(" ")[0] for line in result["msg"].splitlines()[1:]] == ["-"] * 4
@@ -299,30 +366,60 @@ def test_every_kind_of_problem_in_one_failure(fake_bins, moto, run_module, githu
 
 # --- the role, end to end -------------------------------------------------------------------
 
+
 def test_role_passes_for_local_host_and_fails_once_for_aws(ansible_playbook, fake_bins, github, age_key, moto):
     path, public = age_key
     config = str(REPO / "bootstrap.toml")
-    local = {"name": "local-host", "hosts": "localhost", "gather_facts": False, "roles": ["krops.platform.preflight"],
-             "vars": {"krops_environment": "local-host", "preflight_config_file": config,
-                      "preflight_github_api_url": "http://127.0.0.1:9"}}   # oci sync: GitHub is never asked
-    aws = {"name": "aws", "hosts": "localhost", "gather_facts": False, "roles": ["krops.platform.preflight"],
-           "pre_tasks": [{"name": "Lose clusterctl", "ansible.builtin.file": {"path": str(fake_bins.dir / "clusterctl"),
-                                                                              "state": "absent"}}],
-           "vars": {"krops_environment": "aws", "preflight_config_file": config, "preflight_github_api_url": github,
-                    "preflight_github_token": TOKEN, "preflight_git_url": "https://github.com/krops/krops",
-                    "preflight_git_branch": "nope", "preflight_age_key_file": str(path),
-                    "preflight_age_public_key": public, "preflight_aws_endpoint_url": moto}}
+    local = {
+        "name": "local-host",
+        "hosts": "localhost",
+        "gather_facts": False,
+        "roles": ["krops.platform.preflight"],
+        "vars": {
+            "krops_environment": "local-host",
+            "preflight_config_file": config,
+            "preflight_github_api_url": "http://127.0.0.1:9",
+        },
+    }  # oci sync: GitHub is never asked
+    aws = {
+        "name": "aws",
+        "hosts": "localhost",
+        "gather_facts": False,
+        "roles": ["krops.platform.preflight"],
+        "pre_tasks": [
+            {
+                "name": "Lose clusterctl",
+                "ansible.builtin.file": {"path": str(fake_bins.dir / "clusterctl"), "state": "absent"},
+            }
+        ],
+        "vars": {
+            "krops_environment": "aws",
+            "preflight_config_file": config,
+            "preflight_github_api_url": github,
+            "preflight_github_token": TOKEN,
+            "preflight_git_url": "https://github.com/krops/krops",
+            "preflight_git_branch": "nope",
+            "preflight_age_key_file": str(path),
+            "preflight_age_public_key": public,
+            "preflight_aws_endpoint_url": moto,
+        },
+    }
     aws["vars"]["preflight_provider_manifests"] = []  # the aws tree is not in this checkout's test copy
     fake_bins.install("kind", kind_engine.SCRIPT.format(python=sys.executable, root=str(REPO)))
     rc, output, stderr = ansible_playbook([local, aws])
     assert rc == 2, (output, stderr)
     plays = output["plays"]
     passed = {t["task"]["name"].split(" : ", 1)[-1]: t["hosts"]["localhost"] for t in plays[0]["tasks"]}
-    check = passed["Check tools and their versions, the engine, Git access, the age key and AWS quotas (fails once, "
-                   "listing every problem)"]
+    check = passed[
+        "Check tools and their versions, the engine, Git access, the age key and AWS quotas (fails once, "
+        "listing every problem)"
+    ]
     assert not check.get("failed") and check["problems"] == [], json.dumps(check)[:2000]
-    assert check["versions"]["clusterctl"] == {"capi_version": "v1.13.5", "clusterctl_version": "1.13.5",
-                                               "contract": "v1beta2"}
+    assert check["versions"]["clusterctl"] == {
+        "capi_version": "v1.13.5",
+        "clusterctl_version": "1.13.5",
+        "contract": "v1beta2",
+    }
     assert check["versions"]["kind"]["kind_version"] == "0.32.0"
     assert check["versions"]["helm"] == {"helm_version": "4.2.4"} and check["versions"]["docker"]["daemon"] is True
     assert sorted(check["tools"]["found"]) == ["clusterctl", "docker", "helm", "kind", "kubectl"]
@@ -340,7 +437,8 @@ def test_role_passes_for_local_host_and_fails_once_for_aws(ansible_playbook, fak
     # the plan comes from bootstrap.toml: the management cluster plus each aws-workloads entry, merged per region
     assert [(e["region"], e["clusters"], e["needed"], e["short"]) for e in failed[0]["aws_eip"]] == [
         ("eu-north-1", ["eu-north-1-management", "eu-north-1-workload"], 6, True),
-        ("eu-west-1", ["eu-west-1-workload"], 3, False)]
+        ("eu-west-1", ["eu-west-1-workload"], 3, False),
+    ]
     assert sorted(failed[0]["tools"]["found"]) == ["docker", "helm", "kind", "kubectl", "sops"]  # aws: SOPS at pivot
     assert failed[0]["age_key"]["public_key"] == public
     assert TOKEN not in json.dumps(output)
@@ -353,8 +451,13 @@ CORE = str(REPO / "mgmt/local-host/capi-system/core-provider.yaml")
 
 
 def version_args(**extra):
-    base = {"tools": ["kind", "helm", "clusterctl", "docker"], "provider_manifests": [CORE],
-            "kind_node_image": IMAGE, "helm_oci": True, "container_engine": "docker"}
+    base = {
+        "tools": ["kind", "helm", "clusterctl", "docker"],
+        "provider_manifests": [CORE],
+        "kind_node_image": IMAGE,
+        "helm_oci": True,
+        "container_engine": "docker",
+    }
     base.update(extra)
     return base
 
@@ -368,7 +471,8 @@ def test_pinned_versions_pass_and_are_reported(fake_bins, run_module):
         "clusterctl": {"capi_version": "v1.13.5", "clusterctl_version": "1.13.5", "contract": "v1beta2"},
         "kind": {"kind_version": "0.32.0", "node_image": IMAGE},
         "helm": {"helm_version": "4.2.4"},
-        "docker": {"engine": "docker", "daemon": True, "server_version": "28.3.0"}}
+        "docker": {"engine": "docker", "daemon": True, "server_version": "28.3.0"},
+    }
     info = [c["argv"] for c in fake_bins.calls("docker")]
     assert info == [["info", "--format", "{{json .ServerVersion}}"]]
 
@@ -378,41 +482,66 @@ def test_wrong_versions_and_a_dead_daemon_are_all_reported_together(fake_bins, r
     monkeypatch.setenv("FAKE_KIND_VERSION", "0.31.0")
     fake_bins.answer("clusterctl", "version", stdout="v1.10.4\n")
     fake_bins.answer("helm", "version", stdout="v3.7.2+g663a896\n")
-    fake_bins.answer("docker", "info", stderr="Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
-                                              "Is the docker daemon running?\n", rc=1)
+    fake_bins.answer(
+        "docker",
+        "info",
+        stderr="Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?\n",
+        rc=1,
+    )
     result = run_module(preflight_check, version_args(tools=["kind", "helm", "clusterctl", "docker", "nope"]))
     assert result.failed
     problems = result["problems"]
     assert problems[0].startswith("missing tools: nope ")
     assert problems[1:] == [
         "clusterctl v1.10.4 implements contract v1beta1 but Cluster API v1.13.5 needs v1beta2: install clusterctl v1.13.5",
-        "kind 0.31.0 was not published with node image %s; use one of its images (%s) in bootstrap.kind-node-image, "
-        "with the digest" % (IMAGE, ", ".join("%s@%s" % i for i in sorted(
-            __import__("ansible_collections.krops.platform.plugins.module_utils.preflight",
-                       fromlist=["x"]).KIND_NODE_IMAGES["0.31.0"].items()))),
+        "kind 0.31.0 was not published with node image {}; use one of its images ({}) in bootstrap.kind-node-image, "
+        "with the digest".format(
+            IMAGE,
+            ", ".join(
+                "{}@{}".format(*i)
+                for i in sorted(
+                    __import__("ansible_collections.krops.platform.plugins.module_utils.preflight", fromlist=["x"])
+                    .KIND_NODE_IMAGES["0.31.0"]
+                    .items()
+                )
+            ),
+        ),
         "helm v3.7.2+g663a896 is too old for oci:// charts (needs v3.8.0 or later, where OCI support is generally "
         "available): upgrade helm",
         "docker is installed but its daemon does not answer (Cannot connect to the Docker daemon at "
         "unix:///var/run/docker.sock. Is the docker daemon running?): start it, or set ENGINE_SOCK/DOCKER_HOST to its "
-        "socket"]
+        "socket",
+    ]
     assert result["msg"].startswith("preflight found 5 problems:")
 
 
 def test_image_without_digest_unknown_kind_and_a_manifest_without_core_provider(
-        fake_bins, run_module, monkeypatch, tmp_path):
+    fake_bins, run_module, monkeypatch, tmp_path
+):
     fake_bins.install("kind", kind_engine.SCRIPT.format(python=sys.executable, root=str(REPO)))
-    result = run_module(preflight_check, version_args(kind_node_image="kindest/node:v1.35.5", helm_oci=False,
-                                                      container_engine=None, tools=["kind", "clusterctl"]))
+    result = run_module(
+        preflight_check,
+        version_args(
+            kind_node_image="kindest/node:v1.35.5", helm_oci=False, container_engine=None, tools=["kind", "clusterctl"]
+        ),
+    )
     assert result["problems"] == [
-        "node image kindest/node:v1.35.5 has no digest: kind's release notes require the exact image, " + IMAGE]
+        "node image kindest/node:v1.35.5 has no digest: kind's release notes require the exact image, " + IMAGE
+    ]
     monkeypatch.setenv("FAKE_KIND_VERSION", "0.20.0")
     from ansible_collections.krops.platform.plugins.module_utils import cli
+
     cli._version_cache.clear()  # the version is probed once per process and binary
     other = tmp_path / "providers.yaml"
     other.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: capi-system\n")
-    result = run_module(preflight_check, version_args(provider_manifests=[str(other)], helm_oci=False,
-                                                      container_engine=None, tools=["kind", "clusterctl"]))
+    result = run_module(
+        preflight_check,
+        version_args(
+            provider_manifests=[str(other)], helm_oci=False, container_engine=None, tools=["kind", "clusterctl"]
+        ),
+    )
     assert result["problems"] == [
-        "no CoreProvider in the provider manifests (%s): bootstrap.toml provider-manifests must list it" % other,
+        f"no CoreProvider in the provider manifests ({other}): bootstrap.toml provider-manifests must list it",
         "kind 0.20.0: krops does not know which node images it supports (known: kind 0.31.0, 0.32.0); install kind "
-        "v0.32.0"]
+        "v0.32.0",
+    ]

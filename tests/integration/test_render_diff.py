@@ -85,8 +85,23 @@ stringData:
 
 
 def git(root, *args):
-    return subprocess.run(["git", "-C", str(root), "-c", "user.name=krops test", "-c", "user.email=test@krops.invalid",
-                           "-c", "commit.gpgsign=false"] + list(args), check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        [
+            "git",
+            "-C",
+            str(root),
+            "-c",
+            "user.name=krops test",
+            "-c",
+            "user.email=test@krops.invalid",
+            "-c",
+            "commit.gpgsign=false",
+        ]
+        + list(args),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def commit(root, message):
@@ -109,10 +124,14 @@ def repo(tmp_path):
     (data / "bucket.yaml").write_text(BUCKET)
     (data / "decoy.yaml").write_text(DECOY)
     (data / "app.yaml").write_text(APP)
-    (data / "kustomization.yaml").write_text("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-                                             "resources:\n  - bucket.yaml\n  - decoy.yaml\n  - app.yaml\n")
+    (data / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        "resources:\n  - bucket.yaml\n  - decoy.yaml\n  - app.yaml\n"
+    )
     top = root / "mgmt/local-host/kustomization.yaml"
-    top.write_text(top.read_text().replace("  - flux-apps/flux-ks.yaml\n", "  - flux-apps/flux-ks.yaml\n  - data/flux-ks.yaml\n"))
+    top.write_text(
+        top.read_text().replace("  - flux-apps/flux-ks.yaml\n", "  - flux-apps/flux-ks.yaml\n  - data/flux-ks.yaml\n")
+    )
     git(root, "init", "-q", "-b", "main")
     return root, commit(root, "base")
 
@@ -145,13 +164,32 @@ def test_image_change_is_a_field_diff_and_a_version_change_without_findings(repo
     report = diff(root, base)
     assert report["head"] == head and report["base"] == base
     assert ids(report) == []
-    assert data_changes(report) == {"added": [], "removed": [], "changed": [{
-        "object": "Deployment/default/uploader", "file": DATA + "/app.yaml",
-        "fields": [{"path": "spec.template.spec.containers[uploader].image",
-                    "base": "ghcr.io/example/uploader:1.0.0", "head": "ghcr.io/example/uploader:1.1.0"}]}]}
+    assert data_changes(report) == {
+        "added": [],
+        "removed": [],
+        "changed": [
+            {
+                "object": "Deployment/default/uploader",
+                "file": DATA + "/app.yaml",
+                "fields": [
+                    {
+                        "path": "spec.template.spec.containers[uploader].image",
+                        "base": "ghcr.io/example/uploader:1.0.0",
+                        "head": "ghcr.io/example/uploader:1.1.0",
+                    }
+                ],
+            }
+        ],
+    }
     section = report["environments"]["local-host"]
-    assert section["versions"] == [{"object": "Deployment/default/uploader", "path": "spec.template.spec.containers[uploader].image",
-                                    "base": "ghcr.io/example/uploader:1.0.0", "head": "ghcr.io/example/uploader:1.1.0"}]
+    assert section["versions"] == [
+        {
+            "object": "Deployment/default/uploader",
+            "path": "spec.template.spec.containers[uploader].image",
+            "base": "ghcr.io/example/uploader:1.0.0",
+            "head": "ghcr.io/example/uploader:1.1.0",
+        }
+    ]
     assert section["clusters"] == ["local-management"]
     assert section["cloud_resources"] == []
 
@@ -164,13 +202,17 @@ def test_deleting_the_bucket_is_a_danger_finding_the_decoy_is_not(repo):
     commit(root, "drop the bucket")
     report = diff(root, base)
     assert ids(report) == [("local-host/removed/Bucket/default/krops-data", False)]
-    assert report["findings"][0]["message"] == ("removes S3 bucket Bucket/default/krops-data: its controller deletes "
-                                                "what it manages")
+    assert report["findings"][0]["message"] == (
+        "removes S3 bucket Bucket/default/krops-data: its controller deletes what it manages"
+    )
     assert report["blocking"] == 1
-    assert data_changes(report)["removed"] == [{"object": "Bucket/default/krops-data", "file": DATA + "/bucket.yaml"},
-                                               {"object": "Bucket/flux-system/krops-data", "file": DATA + "/decoy.yaml"}]
+    assert data_changes(report)["removed"] == [
+        {"object": "Bucket/default/krops-data", "file": DATA + "/bucket.yaml"},
+        {"object": "Bucket/flux-system/krops-data", "file": DATA + "/decoy.yaml"},
+    ]
     assert report["environments"]["local-host"]["cloud_resources"] == [
-        {"cloud": "AWS (ACK)", "object": "Bucket/default/krops-data", "change": "removed"}]
+        {"cloud": "AWS (ACK)", "object": "Bucket/default/krops-data", "change": "removed"}
+    ]
 
 
 def test_removing_the_kustomization_removes_what_it_applies(repo):
@@ -182,10 +224,16 @@ def test_removing_the_kustomization_removes_what_it_applies(repo):
     assert ids(report) == [("local-host/removed/Bucket/default/krops-data", False)]
     section = report["environments"]["local-host"]
     assert section["not_applied"] == [DATA]
-    assert section["kustomizations"]["flux-system/flux-system"] == {"added": [], "changed": [], "removed": [
-        {"object": "Kustomization/flux-system/data", "file": DATA + "/flux-ks.yaml"}]}
+    assert section["kustomizations"]["flux-system/flux-system"] == {
+        "added": [],
+        "changed": [],
+        "removed": [{"object": "Kustomization/flux-system/data", "file": DATA + "/flux-ks.yaml"}],
+    }
     assert [o["object"] for o in data_changes(report)["removed"]] == [
-        "Deployment/default/uploader", "Bucket/default/krops-data", "Bucket/flux-system/krops-data"]
+        "Deployment/default/uploader",
+        "Bucket/default/krops-data",
+        "Bucket/flux-system/krops-data",
+    ]
 
 
 def test_workload_overlay_is_applied_by_the_workload_flux_instance(repo):
@@ -194,9 +242,19 @@ def test_workload_overlay_is_applied_by_the_workload_flux_instance(repo):
     commit(root, "two podinfo replicas")
     report = diff(root, base)
     section = report["environments"]["local-host"]
-    assert section["kustomizations"] == {"FluxInstance flux-system/flux": {"added": [], "removed": [], "changed": [
-        {"object": "HelmRelease/podinfo/podinfo", "file": "workload/local-host/podinfo.yaml",
-         "fields": [{"path": "spec.values.replicaCount", "base": 1, "head": 2}]}]}}
+    assert section["kustomizations"] == {
+        "FluxInstance flux-system/flux": {
+            "added": [],
+            "removed": [],
+            "changed": [
+                {
+                    "object": "HelmRelease/podinfo/podinfo",
+                    "file": "workload/local-host/podinfo.yaml",
+                    "fields": [{"path": "spec.values.replicaCount", "base": 1, "head": 2}],
+                }
+            ],
+        }
+    }
     assert section["clusters"] == ["local-workload"] and section["not_applied"] == []
 
 
@@ -206,8 +264,12 @@ def test_broken_render_is_a_finding_and_the_objects_are_not_reported_removed(rep
     commit(root, "break the data render")
     report = diff(root, base)
     assert [(f["id"], f["kind"], f["object"]) for f in report["findings"]] == [
-        ("local-host/render-failure/mgmt/local-host/data/kustomization.yaml", "render-failure",
-         "mgmt/local-host/data/kustomization.yaml")]
+        (
+            "local-host/render-failure/mgmt/local-host/data/kustomization.yaml",
+            "render-failure",
+            "mgmt/local-host/data/kustomization.yaml",
+        )
+    ]
     failure = report["environments"]["local-host"]["render_failures"]["head"]
     assert len(failure) == 1 and "missing.yaml" in failure[0]["message"]
     assert report["environments"]["local-host"]["render_failures"]["base"] == []
@@ -216,14 +278,19 @@ def test_broken_render_is_a_finding_and_the_objects_are_not_reported_removed(rep
 
 def test_dropping_the_ownership_tag_is_a_danger_finding(repo):
     root, base = repo
-    edit(root, DATA + "/bucket.yaml", "      - key: krops.io/environment\n        value: local-host\n",
-         "      - key: team\n        value: data\n")
+    edit(
+        root,
+        DATA + "/bucket.yaml",
+        "      - key: krops.io/environment\n        value: local-host\n",
+        "      - key: team\n        value: data\n",
+    )
     commit(root, "retag")
     report = diff(root, base)
     assert ids(report) == [("local-host/ownership-dropped/Bucket/default/krops-data", False)]
     assert "spec.tagging.tagSet krops.io/environment" in report["findings"][0]["message"]
     assert report["environments"]["local-host"]["cloud_resources"] == [
-        {"cloud": "AWS (ACK)", "object": "Bucket/default/krops-data", "change": "changed"}]
+        {"cloud": "AWS (ACK)", "object": "Bucket/default/krops-data", "change": "changed"}
+    ]
 
 
 def test_renaming_the_bucket_breaks_its_immutable_name_rule_and_replaces_it(repo):
@@ -232,10 +299,13 @@ def test_renaming_the_bucket_breaks_its_immutable_name_rule_and_replaces_it(repo
     edit(root, DATA + "/bucket.yaml", "name: krops-local-data", "name: krops-local-data-2")
     commit(root, "rename bucket")
     report = diff(root, base)
-    assert ids(report) == [("local-host/replaced/Bucket/default/krops-data", False),
-                           ("local-host/transition-rule/Bucket/default/krops-data/spec.name", False)]
-    assert report["findings"][1]["message"] == ("the API server rejects this update: spec.name: Value is immutable once set "
-                                                "(rule: self == oldSelf)")
+    assert ids(report) == [
+        ("local-host/replaced/Bucket/default/krops-data", False),
+        ("local-host/transition-rule/Bucket/default/krops-data/spec.name", False),
+    ]
+    assert report["findings"][1]["message"] == (
+        "the API server rejects this update: spec.name: Value is immutable once set (rule: self == oldSelf)"
+    )
     without_cel = diff(root, base, cel=False)
     assert ids(without_cel) == [("local-host/replaced/Bucket/default/krops-data", False)]
 
@@ -243,8 +313,12 @@ def test_renaming_the_bucket_breaks_its_immutable_name_rule_and_replaces_it(repo
 def test_prune_on_deletion_policy_and_plaintext_secret(repo):
     root, base = repo
     edit(root, DATA + "/flux-ks.yaml", "prune: false", "prune: true")
-    edit(root, DATA + "/bucket.yaml", "  namespace: default\n",
-         "  namespace: default\n  annotations:\n    services.k8s.aws/deletion-policy: delete\n")
+    edit(
+        root,
+        DATA + "/bucket.yaml",
+        "  namespace: default\n",
+        "  namespace: default\n  annotations:\n    services.k8s.aws/deletion-policy: delete\n",
+    )
     (root / DATA / "secret.yaml").write_text(SECRET)
     edit(root, DATA + "/kustomization.yaml", "  - app.yaml\n", "  - app.yaml\n  - secret.yaml\n")
     commit(root, "prune, policy, secret")
@@ -252,9 +326,11 @@ def test_prune_on_deletion_policy_and_plaintext_secret(repo):
     assert ids(report) == [
         ("local-host/deletion-policy/Bucket/default/krops-data/services.k8s.aws/deletion-policy", False),
         ("local-host/plaintext-secret/Secret/default/uploader-token", False),
-        ("local-host/prune-enabled/Kustomization/flux-system/data", False)]
-    assert report["findings"][0]["message"] == ("Bucket/default/krops-data annotation services.k8s.aws/deletion-policy: "
-                                                "(unset) -> delete")
+        ("local-host/prune-enabled/Kustomization/flux-system/data", False),
+    ]
+    assert report["findings"][0]["message"] == (
+        "Bucket/default/krops-data annotation services.k8s.aws/deletion-policy: (unset) -> delete"
+    )
     added = data_changes(report)["added"]
     assert added == [{"object": "Secret/default/uploader-token", "file": DATA + "/secret.yaml"}]
     text = render_diff.markdown(report) + json.dumps(report, default=list)
@@ -268,7 +344,7 @@ def test_accept_file_and_label_acknowledge_and_main_exits_accordingly(repo, tmp_
     commit(root, "drop the bucket")
     finding = "local-host/removed/Bucket/default/krops-data"
     accept = tmp_path / "accepted.txt"
-    accept.write_text("# reviewed by the data team\n%s  # retired\nlocal-host/removed/Bucket/default/other\n" % finding)
+    accept.write_text(f"# reviewed by the data team\n{finding}  # retired\nlocal-host/removed/Bucket/default/other\n")
     report = diff(root, base, accept_file=str(accept))
     assert ids(report) == [(finding, True)] and report["blocking"] == 0
     assert report["stale_acknowledgements"] == ["local-host/removed/Bucket/default/other"]
@@ -277,10 +353,13 @@ def test_accept_file_and_label_acknowledge_and_main_exits_accordingly(repo, tmp_
     md, js = tmp_path / "comment.md", tmp_path / "report.json"
     out = io.StringIO()
     with redirect_stdout(out):
-        assert render_diff.main(base_args + ["--format", "markdown", "--markdown-out", str(md), "--json-out", str(js)]) == 1
+        assert (
+            render_diff.main(base_args + ["--format", "markdown", "--markdown-out", str(md), "--json-out", str(js)])
+            == 1
+        )
     assert out.getvalue() == md.read_text()
     assert md.read_text().startswith(render_diff.MARKER + "\n")
-    assert "| ❌ | `%s` |" % finding in md.read_text()
+    assert f"| ❌ | `{finding}` |" in md.read_text()
     assert json.loads(js.read_text())["blocking"] == 1
     with redirect_stdout(io.StringIO()):
         assert render_diff.main(base_args + ["--accept-file", str(accept)]) == 0
@@ -294,8 +373,10 @@ def test_accept_file_rejects_patterns(repo, tmp_path):
     accept.write_text("local-host/removed/*\n")
     with pytest.raises(render_diff.RenderDiffError) as caught:
         diff(root, base, accept_file=str(accept))
-    assert str(caught.value) == ("accept file %s line 1: 'local-host/removed/*' is not a finding id (exact ids such as "
-                                 "local-host/removed/Bucket/default/data; no patterns)" % accept)
+    assert str(caught.value) == (
+        f"accept file {accept} line 1: 'local-host/removed/*' is not a finding id (exact ids such as "
+        "local-host/removed/Bucket/default/data; no patterns)"
+    )
 
 
 def test_unknown_revision_is_a_clear_error_and_exit_2(repo):
@@ -303,8 +384,10 @@ def test_unknown_revision_is_a_clear_error_and_exit_2(repo):
     err = io.StringIO()
     with redirect_stderr(err), redirect_stdout(io.StringIO()):
         assert render_diff.main(["--repo", str(root), "--base", "no-such-branch"]) == 2
-    assert err.getvalue() == ("ERROR: revision no-such-branch is not a commit of the Git repository %s (fetch it, e.g. "
-                              "actions/checkout with fetch-depth: 0)\n" % root)
+    assert err.getvalue() == (
+        f"ERROR: revision no-such-branch is not a commit of the Git repository {root} (fetch it, e.g. "
+        "actions/checkout with fetch-depth: 0)\n"
+    )
 
 
 def test_environment_added_at_head_lists_every_object_added(repo):
@@ -354,11 +437,19 @@ def test_missing_schemas_are_listed_not_silently_skipped(repo, tmp_path, monkeyp
     report = render_diff.run(str(root), base, "HEAD")  # the test repository has no schemas/crds
     assert ids(report) == []  # rendering does not need schemas
     assert [o["object"] for o in data_changes(report)["changed"]] == ["Deployment/default/uploader"]
-    assert report["cel_unevaluable"] == [{"environment": "-", "object": "-", "message": (
-        "transition rules not evaluated: schema location schemas/crds is neither a folder nor an https:// URL template")}]
+    assert report["cel_unevaluable"] == [
+        {
+            "environment": "-",
+            "object": "-",
+            "message": (
+                "transition rules not evaluated: schema location schemas/crds is neither a folder nor an https:// URL template"
+            ),
+        }
+    ]
 
 
 # --- module and playbook -------------------------------------------------------------------------
+
 
 def test_module_fails_on_blocking_findings_passes_when_acknowledged(repo, run_module, tmp_path):
     from ansible_collections.krops.platform.plugins.modules import render_diff as module
@@ -371,15 +462,19 @@ def test_module_fails_on_blocking_findings_passes_when_acknowledged(repo, run_mo
     for check_mode in (False, True):
         result = run_module(module, args, check_mode=check_mode)
         assert result.failed and result["changed"] is False
-        assert result["msg"] == ("render_diff found 1 finding(s) not acknowledged:\nlocal-host/removed/Bucket/default/"
-                                 "krops-data: removes S3 bucket Bucket/default/krops-data: its controller deletes what it manages")
+        assert result["msg"] == (
+            "render_diff found 1 finding(s) not acknowledged:\nlocal-host/removed/Bucket/default/"
+            "krops-data: removes S3 bucket Bucket/default/krops-data: its controller deletes what it manages"
+        )
         assert result["blocking"] == 1 and result["markdown"].startswith(render_diff.MARKER)
     result = run_module(module, dict(args, labels=["render-diff/accept"]))
     assert not result.failed and result["blocking"] == 0
     assert [f["acknowledged"] for f in result["findings"]] == [True]
     result = run_module(module, dict(args, base="nope"))
-    assert result.failed and result["msg"] == ("render_diff could not run: revision nope is not a commit of the Git "
-                                               "repository %s (fetch it, e.g. actions/checkout with fetch-depth: 0)" % root)
+    assert result.failed and result["msg"] == (
+        "render_diff could not run: revision nope is not a commit of the Git "
+        f"repository {root} (fetch it, e.g. actions/checkout with fetch-depth: 0)"
+    )
 
 
 @pytest.mark.slow
@@ -387,22 +482,39 @@ def test_render_diff_playbook(repo, ansible_playbook, tmp_path):
     root, base = repo
     (root / "playbooks").mkdir()
     shutil.copy(REPO / "playbooks" / "render_diff.yml", root / "playbooks" / "render_diff.yml")
-    edit(root, DATA + "/bucket.yaml", "      - key: krops.io/environment\n        value: local-host\n",
-         "      - key: team\n        value: data\n")
+    edit(
+        root,
+        DATA + "/bucket.yaml",
+        "      - key: krops.io/environment\n        value: local-host\n",
+        "      - key: team\n        value: data\n",
+    )
     commit(root, "retag")
     comment = tmp_path / "comment.md"
     env = {"KROPS_SCHEMA_LOCATION": str(SCHEMAS)}
-    rc, output, stderr = ansible_playbook(root / "playbooks" / "render_diff.yml", "-e", "render_diff_base=%s" % base,
-                                          "-e", "render_diff_markdown_file=%s" % comment, env=env)
+    rc, output, stderr = ansible_playbook(
+        root / "playbooks" / "render_diff.yml",
+        "-e",
+        f"render_diff_base={base}",
+        "-e",
+        f"render_diff_markdown_file={comment}",
+        env=env,
+    )
     assert rc == 2, (output, stderr)
     from tests.substrate.fixtures import task_results
+
     results = task_results(output)
     assert results["Render and compare both revisions"]["blocking"] == 1
     assert results["Fail on findings not acknowledged"]["failed"] is True
     assert comment.read_text().startswith(render_diff.MARKER + "\n")
     assert "`local-host/ownership-dropped/Bucket/default/krops-data`" in comment.read_text()
-    rc, output, stderr = ansible_playbook(root / "playbooks" / "render_diff.yml", "-e", "render_diff_base=%s" % base,
-                                          "-e", '{"render_diff_labels": ["render-diff/accept"]}', env=env)
+    rc, output, stderr = ansible_playbook(
+        root / "playbooks" / "render_diff.yml",
+        "-e",
+        f"render_diff_base={base}",
+        "-e",
+        '{"render_diff_labels": ["render-diff/accept"]}',
+        env=env,
+    )
     assert rc == 0, (output, stderr)
 
 
@@ -412,16 +524,22 @@ def test_api_version_change_lists_transition_rules_as_not_evaluated(repo):
     commit(root, "older Bucket version")
     report = diff(root, base)
     assert ids(report) == []
-    assert report["cel_unevaluable"] == [{"environment": "local-host", "object": "Bucket/flux-system/krops-data", "message":
-                                          "transition rules not evaluated: apiVersion changes from source.toolkit.fluxcd.io/v1 "
-                                          "to source.toolkit.fluxcd.io/v1beta2"}]
+    assert report["cel_unevaluable"] == [
+        {
+            "environment": "local-host",
+            "object": "Bucket/flux-system/krops-data",
+            "message": "transition rules not evaluated: apiVersion changes from source.toolkit.fluxcd.io/v1 "
+            "to source.toolkit.fluxcd.io/v1beta2",
+        }
+    ]
 
 
 def test_not_a_repository_and_option_like_revisions_are_refused(tmp_path, repo):
     with pytest.raises(render_diff.RenderDiffError) as caught:
         render_diff.run(str(tmp_path), "main")
-    assert str(caught.value) == ("%s is not a Git repository (render_diff compares commits: give the repository's "
-                                 "folder)" % tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path} is not a Git repository (render_diff compares commits: give the repository's folder)"
+    )
     with pytest.raises(render_diff.RenderDiffError) as caught:
         render_diff.run(str(repo[0]), "--output=/tmp/x")
     assert str(caught.value) == "revision '--output=/tmp/x' is not a branch, tag or commit name"

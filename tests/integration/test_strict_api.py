@@ -17,10 +17,19 @@ KS = "kustomize.toolkit.fluxcd.io/v1"
 
 
 def kustomization(name="apps", **spec):
-    body = {"interval": "5m", "prune": True, "path": "./apps", "sourceRef": {"kind": "OCIRepository", "name": "flux-system"}}
+    body = {
+        "interval": "5m",
+        "prune": True,
+        "path": "./apps",
+        "sourceRef": {"kind": "OCIRepository", "name": "flux-system"},
+    }
     body.update(spec)
-    return {"apiVersion": KS, "kind": "Kustomization", "metadata": {"name": name, "namespace": "flux-system"},
-            "spec": body}
+    return {
+        "apiVersion": KS,
+        "kind": "Kustomization",
+        "metadata": {"name": name, "namespace": "flux-system"},
+        "spec": body,
+    }
 
 
 def http(api, method, path, body=None, ctype="application/json"):
@@ -58,10 +67,13 @@ def test_every_bundle_builds_from_the_vendored_schemas():
 
 def test_custom_resource_needs_its_crd(strict_cluster):
     bare = strict_cluster("bare")
-    code, body, _ = http(bare, "POST", "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/default/kustomizations",
-                         kustomization())
+    code, body, _ = http(
+        bare, "POST", "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/default/kustomizations", kustomization()
+    )
     assert (code, body["reason"]) == (404, "NotFound")
-    with pytest.raises(ApiError, match='no matches for kind "Kustomization" in version "kustomize.toolkit.fluxcd.io/v1"'):
+    with pytest.raises(
+        ApiError, match='no matches for kind "Kustomization" in version "kustomize.toolkit.fluxcd.io/v1"'
+    ):
         bare.create(kustomization())
     bare.install_bundle("flux")
     bare.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
@@ -87,13 +99,19 @@ def test_wrong_type_and_missing_required_field_are_invalid(api):
     del bad["spec"]["interval"]
     code, body, _ = http(api, "POST", KS_PATH, bad)
     assert (code, body["reason"]) == (422, "Invalid")
-    assert body["message"] == ('Kustomization.kustomize.toolkit.fluxcd.io "apps" is invalid: [spec.interval: Required '
-                               'value, spec.prune: Invalid value: "string": spec.prune in body must be of type '
-                               'boolean: "string"]')
+    assert body["message"] == (
+        'Kustomization.kustomize.toolkit.fluxcd.io "apps" is invalid: [spec.interval: Required '
+        'value, spec.prune: Invalid value: "string": spec.prune in body must be of type '
+        'boolean: "string"]'
+    )
     assert body["details"]["causes"] == [
         {"reason": "FieldValueRequired", "message": "Required value", "field": "spec.interval"},
-        {"reason": "FieldValueTypeInvalid", "field": "spec.prune",
-         "message": 'Invalid value: "string": spec.prune in body must be of type boolean: "string"'}]
+        {
+            "reason": "FieldValueTypeInvalid",
+            "field": "spec.prune",
+            "message": 'Invalid value: "string": spec.prune in body must be of type boolean: "string"',
+        },
+    ]
     assert not api.exists(KS, "Kustomization", "apps", "flux-system")
 
 
@@ -112,8 +130,10 @@ def test_unknown_fields_follow_field_validation(api):
     bad["spec"]["sourceRef"]["bogus"] = 1
     code, body, _ = http(api, "POST", KS_PATH + "?fieldValidation=Strict", bad)
     assert (code, body["reason"]) == (400, "BadRequest")
-    assert body["message"] == ('Kustomization in version "v1" cannot be handled as a Kustomization: strict decoding '
-                               'error: unknown field "spec.sourceRef.bogus"')
+    assert body["message"] == (
+        'Kustomization in version "v1" cannot be handled as a Kustomization: strict decoding '
+        'error: unknown field "spec.sourceRef.bogus"'
+    )
     # Warn (the server default) stores the object without the field and says so in a Warning header
     code, body, headers = http(api, "POST", KS_PATH, bad)
     assert code == 201 and "bogus" not in body["spec"]["sourceRef"]
@@ -123,8 +143,9 @@ def test_unknown_fields_follow_field_validation(api):
 def test_server_side_apply_refuses_unknown_fields_whatever_the_directive(api):
     bad = kustomization()
     bad["spec"]["wat"] = True
-    code, body, _ = http(api, "PATCH", KS_PATH + "/apps?fieldManager=krops&fieldValidation=Ignore", bad,
-                         "application/apply-patch+yaml")
+    code, body, _ = http(
+        api, "PATCH", KS_PATH + "/apps?fieldManager=krops&fieldValidation=Ignore", bad, "application/apply-patch+yaml"
+    )
     assert code == 500
     assert body["message"].endswith("Kind=Kustomization): .spec.wat: field not declared in schema")
 
@@ -132,21 +153,27 @@ def test_server_side_apply_refuses_unknown_fields_whatever_the_directive(api):
 def test_apply_needs_a_field_manager(api):
     code, body, _ = http(api, "PATCH", KS_PATH + "/apps", kustomization(), "application/apply-patch+yaml")
     assert (code, body["reason"]) == (422, "Invalid")
-    assert body["message"] == 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch'
+    assert (
+        body["message"]
+        == 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch'
+    )
 
 
 def test_field_managers_conflict_force_and_release_fields(api):
     path = KS_PATH + "/apps?fieldManager=%s"
-    code, body, _ = http(api, "PATCH", path % "kustomize-controller", kustomization(suspend=False),
-                         "application/apply-patch+yaml")
+    code, body, _ = http(
+        api, "PATCH", path % "kustomize-controller", kustomization(suspend=False), "application/apply-patch+yaml"
+    )
     assert code == 200 and body["metadata"]["managedFields"][0]["manager"] == "kustomize-controller"
     code, body, _ = http(api, "PATCH", path % "someone", kustomization(suspend=True), "application/apply-patch+yaml")
     assert (code, body["reason"]) == (409, "Conflict")
     assert body["message"] == 'Apply failed with 1 conflict: conflict with "kustomize-controller": .spec.suspend'
-    assert body["details"]["causes"] == [{"reason": "FieldManagerConflict", "field": ".spec.suspend",
-                                          "message": 'conflict with "kustomize-controller"'}]
-    code, body, _ = http(api, "PATCH", path % "someone" + "&force=true", kustomization(suspend=True),
-                         "application/apply-patch+yaml")
+    assert body["details"]["causes"] == [
+        {"reason": "FieldManagerConflict", "field": ".spec.suspend", "message": 'conflict with "kustomize-controller"'}
+    ]
+    code, body, _ = http(
+        api, "PATCH", path % "someone" + "&force=true", kustomization(suspend=True), "application/apply-patch+yaml"
+    )
     assert code == 200 and body["spec"]["suspend"] is True
     owners = {e["manager"]: e["fieldsV1"]["f:spec"] for e in body["metadata"]["managedFields"]}
     assert "f:suspend" in owners["someone"] and "f:suspend" not in owners["kustomize-controller"]
@@ -162,8 +189,10 @@ def test_stale_resource_version_is_a_conflict(api):
     stale = dict(created, spec=dict(created["spec"], suspend=False))
     code, body, _ = http(api, "PUT", KS_PATH + "/apps", stale)
     assert (code, body["reason"]) == (409, "Conflict")
-    assert body["message"] == ('Operation cannot be fulfilled on kustomizations.kustomize.toolkit.fluxcd.io "apps": the '
-                               "object has been modified; please apply your changes to the latest version and try again")
+    assert body["message"] == (
+        'Operation cannot be fulfilled on kustomizations.kustomize.toolkit.fluxcd.io "apps": the '
+        "object has been modified; please apply your changes to the latest version and try again"
+    )
     stale["metadata"].pop("resourceVersion")
     code, body, _ = http(api, "PUT", KS_PATH + "/apps", stale)
     assert code == 422
@@ -171,8 +200,9 @@ def test_stale_resource_version_is_a_conflict(api):
 
 
 def test_namespace_must_exist_and_not_be_terminating(api):
-    code, body, _ = http(api, "POST", "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/nope/kustomizations",
-                         kustomization())
+    code, body, _ = http(
+        api, "POST", "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/nope/kustomizations", kustomization()
+    )
     assert (code, body["message"]) == (404, 'namespaces "nope" not found')
     held = kustomization("held")
     held["metadata"]["finalizers"] = ["finalizers.fluxcd.io"]
@@ -192,45 +222,87 @@ def test_finalizers_hold_deletion_and_cannot_be_added_while_deleting(api):
     api.create(held)
     code, body, _ = http(api, "DELETE", KS_PATH + "/apps")
     assert code == 200 and body["metadata"]["deletionTimestamp"]
-    code, body, _ = http(api, "PATCH", KS_PATH + "/apps",
-                         {"metadata": {"finalizers": ["finalizers.fluxcd.io", "other.example/x"]}},
-                         "application/merge-patch+json")
+    code, body, _ = http(
+        api,
+        "PATCH",
+        KS_PATH + "/apps",
+        {"metadata": {"finalizers": ["finalizers.fluxcd.io", "other.example/x"]}},
+        "application/merge-patch+json",
+    )
     assert code == 422
-    assert 'metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new ' \
-           'finalizers []string{"other.example/x"}' in body["message"]
+    assert (
+        "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new "
+        'finalizers []string{"other.example/x"}' in body["message"]
+    )
     api.clear_finalizers(KS, "Kustomization", "apps", "flux-system")
     assert not api.exists(KS, "Kustomization", "apps", "flux-system")
 
 
 def test_owner_references_garbage_collection(api):
-    owner = api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner", "namespace": "flux-system"}})
-    other = api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": "flux-system"}})
+    owner = api.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner", "namespace": "flux-system"}}
+    )
+    other = api.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": "flux-system"}}
+    )
 
     def ref(obj):
         return {"apiVersion": "v1", "kind": "ConfigMap", "name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"]}
 
     for name, refs in (("child", [ref(owner)]), ("shared", [ref(owner), ref(other)]), ("orphan-me", [ref(other)])):
-        api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "flux-system",
-                                                                       "ownerReferences": refs}})
-    decoy = api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "decoy", "namespace": "flux-system",
-                                                                           "ownerReferences": [dict(ref(owner), uid="x")]}})
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": "flux-system", "ownerReferences": refs},
+            }
+        )
+    decoy = api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "decoy", "namespace": "flux-system", "ownerReferences": [dict(ref(owner), uid="x")]},
+        }
+    )
     code, _, _ = http(api, "DELETE", "/api/v1/namespaces/flux-system/configmaps/owner")
     assert code == 200
     assert not api.exists("v1", "Secret", "child", "flux-system")
     assert api.get("v1", "Secret", "shared", "flux-system")["metadata"]["ownerReferences"] == [ref(other)]
     assert api.exists("v1", "Secret", "decoy", "flux-system") and decoy
-    code, _, _ = http(api, "DELETE", "/api/v1/namespaces/flux-system/configmaps/other",
-                      {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Orphan"})
+    code, _, _ = http(
+        api,
+        "DELETE",
+        "/api/v1/namespaces/flux-system/configmaps/other",
+        {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Orphan"},
+    )
     assert code == 200
     assert "ownerReferences" not in api.get("v1", "Secret", "orphan-me", "flux-system")["metadata"]
 
 
 def test_foreground_deletion_waits_for_dependents(api):
-    owner = api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner", "namespace": "flux-system"}})
-    api.create({"apiVersion": "v1", "kind": "Secret", "metadata": {
-        "name": "held", "namespace": "flux-system", "finalizers": ["example.com/hold"],
-        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"],
-                             "blockOwnerDeletion": True}]}})
+    owner = api.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner", "namespace": "flux-system"}}
+    )
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": "held",
+                "namespace": "flux-system",
+                "finalizers": ["example.com/hold"],
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "name": "owner",
+                        "uid": owner["metadata"]["uid"],
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+        }
+    )
     code, body, _ = http(api, "DELETE", "/api/v1/namespaces/flux-system/configmaps/owner?propagationPolicy=Foreground")
     assert code == 200 and "foregroundDeletion" in body["metadata"]["finalizers"]
     assert api.exists("v1", "ConfigMap", "owner", "flux-system")
@@ -240,17 +312,26 @@ def test_foreground_deletion_waits_for_dependents(api):
 
 
 def test_built_in_kinds_are_validated_too(api):
-    code, body, _ = http(api, "POST", "/api/v1/namespaces/flux-system/configmaps?fieldValidation=Strict",
-                         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": 1}, "dat": {}})
+    code, body, _ = http(
+        api,
+        "POST",
+        "/api/v1/namespaces/flux-system/configmaps?fieldValidation=Strict",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": 1}, "dat": {}},
+    )
     assert code == 400 and 'unknown field "dat"' in body["message"]
-    code, body, _ = http(api, "POST", "/api/v1/namespaces/flux-system/configmaps",
-                         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": 1}})
+    code, body, _ = http(
+        api,
+        "POST",
+        "/api/v1/namespaces/flux-system/configmaps",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": 1}},
+    )
     assert code == 422 and body["details"]["causes"][0]["field"] == "data.a"
 
 
 def test_kubernetes_client_works_against_it(api):
     from kubernetes import client, config
     from kubernetes.dynamic import DynamicClient
+
     dyn = DynamicClient(config.new_client_from_config(api.kubeconfig_path))
     resource = dyn.resources.get(api_version=KS, kind="Kustomization")
     resource.create(body=kustomization(), namespace="flux-system")
@@ -265,20 +346,41 @@ def test_kubernetes_client_works_against_it(api):
 def test_cel_rules_of_the_crds_are_enforced(strict_cluster):
     api = strict_cluster("cel", bundles=("flux-operator", "flux"))
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
-    code, body, _ = http(api, "POST", "/apis/fluxcd.controlplane.io/v1/namespaces/flux-system/fluxinstances", {
-        "apiVersion": "fluxcd.controlplane.io/v1", "kind": "FluxInstance", "metadata": {"name": "other"},
-        "spec": {"distribution": {"version": "2.x", "registry": "ghcr.io/fluxcd"}}})
+    code, body, _ = http(
+        api,
+        "POST",
+        "/apis/fluxcd.controlplane.io/v1/namespaces/flux-system/fluxinstances",
+        {
+            "apiVersion": "fluxcd.controlplane.io/v1",
+            "kind": "FluxInstance",
+            "metadata": {"name": "other"},
+            "spec": {"distribution": {"version": "2.x", "registry": "ghcr.io/fluxcd"}},
+        },
+    )
     assert (code, body["reason"]) == (422, "Invalid")
-    assert body["message"] == ('FluxInstance.fluxcd.controlplane.io "other" is invalid: <nil>: Invalid value: "object": '
-                               "the only accepted name for a FluxInstance is 'flux'")
-    both = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease", "metadata": {"name": "x"},
-            "spec": {"interval": "1m", "chartRef": {"kind": "OCIRepository", "name": "x"},
-                     "chart": {"spec": {"chart": "x", "sourceRef": {"kind": "HelmRepository", "name": "x"}}}}}
+    assert body["message"] == (
+        'FluxInstance.fluxcd.controlplane.io "other" is invalid: <nil>: Invalid value: "object": '
+        "the only accepted name for a FluxInstance is 'flux'"
+    )
+    both = {
+        "apiVersion": "helm.toolkit.fluxcd.io/v2",
+        "kind": "HelmRelease",
+        "metadata": {"name": "x"},
+        "spec": {
+            "interval": "1m",
+            "chartRef": {"kind": "OCIRepository", "name": "x"},
+            "chart": {"spec": {"chart": "x", "sourceRef": {"kind": "HelmRepository", "name": "x"}}},
+        },
+    }
     code, body, _ = http(api, "POST", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux-system/helmreleases", both)
     assert code == 422
-    assert body["details"]["causes"] == [{
-        "reason": "FieldValueInvalid", "field": "spec",
-        "message": 'Invalid value: "object": either chart or chartRef must be set'}]
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "field": "spec",
+            "message": 'Invalid value: "object": either chart or chartRef must be set',
+        }
+    ]
     del both["spec"]["chart"]
     code, _body, _ = http(api, "POST", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux-system/helmreleases", both)
     assert code == 201
@@ -287,8 +389,12 @@ def test_cel_rules_of_the_crds_are_enforced(strict_cluster):
 def test_a_crd_version_serves_the_same_objects_in_its_own_apiversion(strict_cluster):
     api = strict_cluster("versions", bundles=("flux",))
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
-    repo = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-            "metadata": {"name": "r", "namespace": "flux-system"}, "spec": {"interval": "1m", "url": "https://x"}}
+    repo = {
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "GitRepository",
+        "metadata": {"name": "r", "namespace": "flux-system"},
+        "spec": {"interval": "1m", "url": "https://x"},
+    }
     code, _body, _ = http(api, "POST", "/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories", repo)
     assert code == 201
     code, body, _ = http(api, "GET", "/apis/source.toolkit.fluxcd.io/v1beta2/namespaces/flux-system/gitrepositories/r")

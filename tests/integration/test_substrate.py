@@ -20,12 +20,20 @@ def dyn(emulator):
 
 
 def kustomization(name, labels=None, depends=None):
-    spec = {"interval": "5m", "path": "./mgmt/x", "prune": True,
-            "sourceRef": {"kind": "OCIRepository", "name": "flux-system"}}
+    spec = {
+        "interval": "5m",
+        "path": "./mgmt/x",
+        "prune": True,
+        "sourceRef": {"kind": "OCIRepository", "name": "flux-system"},
+    }
     if depends:
         spec["dependsOn"] = [{"name": d} for d in depends]
-    return {"apiVersion": KS[0], "kind": KS[1],
-            "metadata": {"name": name, "namespace": "flux-system", "labels": labels or {}}, "spec": spec}
+    return {
+        "apiVersion": KS[0],
+        "kind": KS[1],
+        "metadata": {"name": name, "namespace": "flux-system", "labels": labels or {}},
+        "spec": spec,
+    }
 
 
 def test_dynamic_client_crud_selectors_status_and_delete(kind_api):
@@ -45,8 +53,10 @@ def test_dynamic_client_crud_selectors_status_and_delete(kind_api):
     obj = api.get(name="cert-manager", namespace="flux-system").to_dict()
     obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
     api.replace(body=obj, namespace="flux-system")
-    assert "status" not in kind_api.get(*KS, "cert-manager", "flux-system") or \
-        not kind_api.get(*KS, "cert-manager", "flux-system")["status"]
+    assert (
+        "status" not in kind_api.get(*KS, "cert-manager", "flux-system")
+        or not kind_api.get(*KS, "cert-manager", "flux-system")["status"]
+    )
     obj = api.get(name="cert-manager", namespace="flux-system").to_dict()
     obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
     api.status.replace(body=obj, namespace="flux-system")
@@ -59,13 +69,21 @@ def test_dynamic_client_crud_selectors_status_and_delete(kind_api):
     assert conflict.value.status == 409
 
     # merge patch bumps generation on spec changes
-    patched = api.patch(name="podinfo", namespace="flux-system", body={"spec": {"suspend": True}},
-                        content_type="application/merge-patch+json")
+    patched = api.patch(
+        name="podinfo",
+        namespace="flux-system",
+        body={"spec": {"suspend": True}},
+        content_type="application/merge-patch+json",
+    )
     assert patched.spec.suspend is True and patched.metadata.generation == 2
 
     # finalizers hold deletion until removed
-    api.patch(name="podinfo", namespace="flux-system", body={"metadata": {"finalizers": ["x/y"]}},
-              content_type="application/merge-patch+json")
+    api.patch(
+        name="podinfo",
+        namespace="flux-system",
+        body={"metadata": {"finalizers": ["x/y"]}},
+        content_type="application/merge-patch+json",
+    )
     api.delete(name="podinfo", namespace="flux-system")
     assert kind_api.get(*KS, "podinfo", "flux-system")["metadata"]["deletionTimestamp"]
     kind_api.clear_finalizers(*KS, "podinfo", "flux-system")
@@ -74,8 +92,12 @@ def test_dynamic_client_crud_selectors_status_and_delete(kind_api):
 
 def test_server_side_apply_creates_then_updates(kind_api):
     api = dyn(kind_api).resources.get(api_version=CLUSTER[0], kind=CLUSTER[1])
-    body = {"apiVersion": CLUSTER[0], "kind": CLUSTER[1], "metadata": {"name": "local-workload", "namespace": "default"},
-            "spec": {"paused": False}}
+    body = {
+        "apiVersion": CLUSTER[0],
+        "kind": CLUSTER[1],
+        "metadata": {"name": "local-workload", "namespace": "default"},
+        "spec": {"paused": False},
+    }
     api.server_side_apply(body=body, name="local-workload", namespace="default", field_manager="krops")
     body["spec"]["paused"] = True
     applied = api.server_side_apply(body=body, name="local-workload", namespace="default", field_manager="krops")
@@ -105,8 +127,12 @@ def test_watch_streams_events_and_honours_timeout(kind_api):
         kind_api.remove("v1", "ConfigMap", "a", "default")
 
     threading.Timer(0.2, later).start()
-    seen = [(e["type"], e["object"].metadata.name) for e in watch.Watch().stream(
-        core.list_namespaced_config_map, "default", resource_version=rv, timeout_seconds=1)]
+    seen = [
+        (e["type"], e["object"].metadata.name)
+        for e in watch.Watch().stream(
+            core.list_namespaced_config_map, "default", resource_version=rv, timeout_seconds=1
+        )
+    ]
     assert seen == [("ADDED", "a"), ("DELETED", "a")]
 
 
@@ -119,13 +145,22 @@ def test_two_emulators_are_independent(kube_cluster):
 
 def test_crd_creation_registers_the_kind(kube_cluster):
     api_server = kube_cluster("bare", crds=False)
-    api_server.create({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                       "metadata": {"name": "widgets.example.com"},
-                       "spec": {"group": "example.com", "scope": "Namespaced",
-                                "names": {"kind": "Widget", "plural": "widgets"},
-                                "versions": [{"name": "v1", "served": True, "storage": True}]}})
+    api_server.create(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "scope": "Namespaced",
+                "names": {"kind": "Widget", "plural": "widgets"},
+                "versions": [{"name": "v1", "served": True, "storage": True}],
+            },
+        }
+    )
     dyn(api_server).resources.get(api_version="example.com/v1", kind="Widget").create(
-        body={"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}, namespace="default")
+        body={"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}, namespace="default"
+    )
     assert api_server.exists("example.com/v1", "Widget", "w", "default")
 
 
@@ -140,38 +175,109 @@ def test_kubernetes_core_modules_drive_the_emulator(kind_api, ansible_playbook):
         # no status-subresource patch; controllers use the /status endpoint like this).
         if kind_api.wait_for_event(lambda kind, obj: obj["kind"] == "Cluster", timeout=60):
             dyn(kind_api).resources.get(api_version=CLUSTER[0], kind=CLUSTER[1]).status.patch(
-                name="local-workload", namespace="default", content_type="application/merge-patch+json",
-                body={"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned"}]}})
+                name="local-workload",
+                namespace="default",
+                content_type="application/merge-patch+json",
+                body={"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned"}]}},
+            )
 
     threading.Thread(target=controller, daemon=True).start()
-    play = [{"hosts": "localhost", "gather_facts": False,
-             "module_defaults": {"group/kubernetes.core.k8s": {"kubeconfig": kc}},
-             "tasks": [
-                 {"name": "create ks", "kubernetes.core.k8s": {"definition": kustomization("cni", {"krops.io/env": "local-host"})}},
-                 {"name": "create cluster", "kubernetes.core.k8s": {"definition": {
-                     "apiVersion": CLUSTER[0], "kind": CLUSTER[1],
-                     "metadata": {"name": "local-workload", "namespace": "default", "labels": {"fluxcd": "enabled"}},
-                     "spec": {"paused": False}}}},
-                 {"name": "list by label", "kubernetes.core.k8s_info": {
-                     "api_version": KS[0], "kind": KS[1], "namespace": "flux-system",
-                     "label_selectors": ["krops.io/env=local-host"]}},
-                 {"name": "merge patch", "kubernetes.core.k8s": {
-                     "state": "patched", "merge_type": "merge", "definition": {
-                         "apiVersion": CLUSTER[0], "kind": CLUSTER[1],
-                         "metadata": {"name": "local-workload", "namespace": "default"},
-                         "spec": {"paused": True}}}},
-                 {"name": "json patch", "kubernetes.core.k8s_json_patch": {
-                     "api_version": KS[0], "kind": KS[1], "namespace": "flux-system", "name": "cni",
-                     "patch": [{"op": "add", "path": "/spec/suspend", "value": True}]}},
-                 {"name": "wait ready", "kubernetes.core.k8s_info": {
-                     "api_version": CLUSTER[0], "kind": CLUSTER[1], "namespace": "default", "name": "local-workload",
-                     "wait": True, "wait_timeout": 20, "wait_sleep": 1, "wait_condition": {"type": "Ready", "status": "True"}}},
-                 {"name": "delete ks", "kubernetes.core.k8s": {
-                     "state": "absent", "api_version": KS[0], "kind": KS[1], "namespace": "flux-system", "name": "cni"}},
-                 {"name": "delete cluster", "kubernetes.core.k8s": {
-                     "state": "absent", "api_version": CLUSTER[0], "kind": CLUSTER[1], "namespace": "default",
-                     "name": "local-workload", "wait": True, "wait_timeout": 20, "wait_sleep": 1}},
-             ]}]
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "module_defaults": {"group/kubernetes.core.k8s": {"kubeconfig": kc}},
+            "tasks": [
+                {
+                    "name": "create ks",
+                    "kubernetes.core.k8s": {"definition": kustomization("cni", {"krops.io/env": "local-host"})},
+                },
+                {
+                    "name": "create cluster",
+                    "kubernetes.core.k8s": {
+                        "definition": {
+                            "apiVersion": CLUSTER[0],
+                            "kind": CLUSTER[1],
+                            "metadata": {
+                                "name": "local-workload",
+                                "namespace": "default",
+                                "labels": {"fluxcd": "enabled"},
+                            },
+                            "spec": {"paused": False},
+                        }
+                    },
+                },
+                {
+                    "name": "list by label",
+                    "kubernetes.core.k8s_info": {
+                        "api_version": KS[0],
+                        "kind": KS[1],
+                        "namespace": "flux-system",
+                        "label_selectors": ["krops.io/env=local-host"],
+                    },
+                },
+                {
+                    "name": "merge patch",
+                    "kubernetes.core.k8s": {
+                        "state": "patched",
+                        "merge_type": "merge",
+                        "definition": {
+                            "apiVersion": CLUSTER[0],
+                            "kind": CLUSTER[1],
+                            "metadata": {"name": "local-workload", "namespace": "default"},
+                            "spec": {"paused": True},
+                        },
+                    },
+                },
+                {
+                    "name": "json patch",
+                    "kubernetes.core.k8s_json_patch": {
+                        "api_version": KS[0],
+                        "kind": KS[1],
+                        "namespace": "flux-system",
+                        "name": "cni",
+                        "patch": [{"op": "add", "path": "/spec/suspend", "value": True}],
+                    },
+                },
+                {
+                    "name": "wait ready",
+                    "kubernetes.core.k8s_info": {
+                        "api_version": CLUSTER[0],
+                        "kind": CLUSTER[1],
+                        "namespace": "default",
+                        "name": "local-workload",
+                        "wait": True,
+                        "wait_timeout": 20,
+                        "wait_sleep": 1,
+                        "wait_condition": {"type": "Ready", "status": "True"},
+                    },
+                },
+                {
+                    "name": "delete ks",
+                    "kubernetes.core.k8s": {
+                        "state": "absent",
+                        "api_version": KS[0],
+                        "kind": KS[1],
+                        "namespace": "flux-system",
+                        "name": "cni",
+                    },
+                },
+                {
+                    "name": "delete cluster",
+                    "kubernetes.core.k8s": {
+                        "state": "absent",
+                        "api_version": CLUSTER[0],
+                        "kind": CLUSTER[1],
+                        "namespace": "default",
+                        "name": "local-workload",
+                        "wait": True,
+                        "wait_timeout": 20,
+                        "wait_sleep": 1,
+                    },
+                },
+            ],
+        }
+    ]
     rc, output, stderr = ansible_playbook(play)
     results = task_results(output)
     assert rc == 0, (stderr, json.dumps(output)[-4000:])
@@ -185,20 +291,27 @@ def test_kubernetes_core_modules_drive_the_emulator(kind_api, ansible_playbook):
 
 def test_moto_server_answers_boto3(moto):
     import boto3
+
     ec2 = boto3.client("ec2", endpoint_url=moto, region_name="eu-north-1")
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     assert [v["VpcId"] for v in ec2.describe_vpcs(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Vpcs"]] == [vpc]
 
 
 def test_registry_serves_v2(oci_registry):
-    with urllib.request.urlopen("http://%s/v2/_catalog" % oci_registry) as answer:
+    with urllib.request.urlopen(f"http://{oci_registry}/v2/_catalog") as answer:
         assert json.load(answer) == {"repositories": []}
 
 
 def test_fake_bins_record_argv_env_and_stdin(fake_bins):
     fake_bins.answer("kind", match="get clusters", stdout="mgmt\n")
-    out = subprocess.run(["kind", "get", "clusters"], capture_output=True, text=True, input="secret", check=True,
-                         env={"PATH": fake_bins.path_env, "KROPS_X": "1"})
+    out = subprocess.run(
+        ["kind", "get", "clusters"],
+        capture_output=True,
+        text=True,
+        input="secret",
+        check=True,
+        env={"PATH": fake_bins.path_env, "KROPS_X": "1"},
+    )
     assert out.stdout == "mgmt\n"
     [call] = fake_bins.calls("kind")
     assert call["argv"] == ["get", "clusters"] and call["env"]["KROPS_X"] == "1" and call["stdin"] == "secret"
@@ -213,5 +326,7 @@ def test_server_side_dry_run_answers_without_changing_anything(kind_api):
     version = kind_api.get(*CLUSTER, "c", "default")["metadata"]["resourceVersion"]
     api.delete(name="c", namespace="default", query_params=[("dryRun", "All")])
     assert kind_api.get(*CLUSTER, "c", "default")["metadata"]["resourceVersion"] == version
-    assert kind_api.dry_runs == [("POST", "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters"),
-                                 ("DELETE", "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters/c")]
+    assert kind_api.dry_runs == [
+        ("POST", "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters"),
+        ("DELETE", "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters/c"),
+    ]

@@ -19,9 +19,14 @@ CAPI_FINALIZER = "cluster.cluster.x-k8s.io"
 
 
 def make_cluster(api, name, namespace="default"):
-    api.create({"apiVersion": CLUSTER[0], "kind": CLUSTER[1],
-                "metadata": {"name": name, "namespace": namespace, "finalizers": [CAPI_FINALIZER]},
-                "spec": {}})
+    api.create(
+        {
+            "apiVersion": CLUSTER[0],
+            "kind": CLUSTER[1],
+            "metadata": {"name": name, "namespace": namespace, "finalizers": [CAPI_FINALIZER]},
+            "spec": {},
+        }
+    )
 
 
 def make_ks(api, name, namespace="flux-system", suspend=None):
@@ -53,10 +58,14 @@ class FakeCapi:
                 if meta.get("deletionTimestamp") and meta["name"] not in seen:
                     seen.add(meta["name"])
                     self.suspended_before_delete[meta["name"]] = [
-                        k["metadata"]["name"] for k in self.api.list(*KS) if (k.get("spec") or {}).get("suspend")]
+                        k["metadata"]["name"] for k in self.api.list(*KS) if (k.get("spec") or {}).get("suspend")
+                    ]
                     if meta["name"] not in self.refuse:
-                        threading.Timer(self.delay, self.api.clear_finalizers,
-                                        args=(CLUSTER[0], CLUSTER[1], meta["name"], meta["namespace"])).start()
+                        threading.Timer(
+                            self.delay,
+                            self.api.clear_finalizers,
+                            args=(CLUSTER[0], CLUSTER[1], meta["name"], meta["namespace"]),
+                        ).start()
             self._stop.wait(0.05)
 
     def stop(self):
@@ -77,9 +86,16 @@ def test_delete_clusters_suspends_first_deletes_named_and_waits(kind_api, capi, 
     make_ks(kind_api, "done", suspend=True)
     for name in ("local-management", "local-workload", "other"):
         make_cluster(kind_api, name)
-    result = run_module(capi_cluster_delete, {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt",
-                                              "clusters": ["local-workload", "gone-already"],
-                                              "keep": ["local-management"], "wait_timeout": 10})
+    result = run_module(
+        capi_cluster_delete,
+        {
+            "kubeconfig": kind_api.kubeconfig_path,
+            "context": "kind-mgmt",
+            "clusters": ["local-workload", "gone-already"],
+            "keep": ["local-management"],
+            "wait_timeout": 10,
+        },
+    )
     assert not result.failed, result
     assert result["changed"] is True
     assert result["deleted"] == ["local-workload"]
@@ -91,8 +107,15 @@ def test_delete_clusters_suspends_first_deletes_named_and_waits(kind_api, capi, 
     left = sorted(c["metadata"]["name"] for c in kind_api.list(*CLUSTER))
     assert left == ["local-management", "other"]
     assert all(k["spec"]["suspend"] is True for k in kind_api.list(*KS))
-    again = run_module(capi_cluster_delete, {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt",
-                                             "clusters": ["local-workload"], "keep": ["local-management"]})
+    again = run_module(
+        capi_cluster_delete,
+        {
+            "kubeconfig": kind_api.kubeconfig_path,
+            "context": "kind-mgmt",
+            "clusters": ["local-workload"],
+            "keep": ["local-management"],
+        },
+    )
     assert again["changed"] is False and again["already_absent"] == ["local-workload"]
 
 
@@ -102,9 +125,11 @@ def test_only_named_clusters_go_lookalikes_stay_and_check_mode_only_plans(kind_a
         make_cluster(kind_api, name)
     args = {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt", "clusters": ["a", "b"], "keep": ["mgmt"]}
     planned = run_module(capi_cluster_delete, args, check_mode=True)
-    assert planned["plan"] == ["suspend Kustomization flux-system/flux-system",
-                               "delete Cluster default/a and wait until it is gone",
-                               "delete Cluster default/b and wait until it is gone"]
+    assert planned["plan"] == [
+        "suspend Kustomization flux-system/flux-system",
+        "delete Cluster default/a and wait until it is gone",
+        "delete Cluster default/b and wait until it is gone",
+    ]
     assert planned["changed"] is True
     assert len(kind_api.list(*CLUSTER)) == 5
     assert "suspend" not in kind_api.get(*KS, "flux-system", "flux-system")["spec"]
@@ -118,8 +143,15 @@ def test_only_named_clusters_go_lookalikes_stay_and_check_mode_only_plans(kind_a
 
 def test_refuses_to_delete_a_kept_cluster(kind_api, run_module):
     make_cluster(kind_api, "eu-north-1-management")
-    result = run_module(capi_cluster_delete, {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt",
-                                              "clusters": ["eu-north-1-management"], "keep": ["eu-north-1-management"]})
+    result = run_module(
+        capi_cluster_delete,
+        {
+            "kubeconfig": kind_api.kubeconfig_path,
+            "context": "kind-mgmt",
+            "clusters": ["eu-north-1-management"],
+            "keep": ["eu-north-1-management"],
+        },
+    )
     assert result.failed
     assert result["msg"].startswith("refusing to delete Cluster eu-north-1-management in default on context kind-mgmt")
     assert kind_api.exists(*CLUSTER, "eu-north-1-management", "default")
@@ -129,12 +161,15 @@ def test_unknown_probe_aborts_before_anything_changes(kind_api, run_module):
     make_ks(kind_api, "flux-system")
     make_cluster(kind_api, "local-workload")
     kind_api.inject_failure("GET", r"/kustomizations$", 500, "etcdserver: request timed out")
-    result = run_module(capi_cluster_delete, {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt",
-                                              "clusters": ["local-workload"]})
+    result = run_module(
+        capi_cluster_delete,
+        {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt", "clusters": ["local-workload"]},
+    )
     assert result.failed
-    assert result["msg"] == ("cannot list Kustomization kustomize.toolkit.fluxcd.io/v1 on context kind-mgmt in %s: "
-                             "etcdserver: request timed out; nothing was deleted, fix access and run the teardown again"
-                             % kind_api.kubeconfig_path)
+    assert result["msg"] == (
+        f"cannot list Kustomization kustomize.toolkit.fluxcd.io/v1 on context kind-mgmt in {kind_api.kubeconfig_path}: "
+        "etcdserver: request timed out; nothing was deleted, fix access and run the teardown again"
+    )
     cluster = kind_api.get(*CLUSTER, "local-workload", "default")
     assert "deletionTimestamp" not in cluster["metadata"]
     assert "suspend" not in kind_api.get(*KS, "flux-system", "flux-system")["spec"]
@@ -145,11 +180,18 @@ def test_timeout_names_the_clusters_left_and_their_state(kind_api, run_module):
     fake = FakeCapi(kind_api, refuse={"stuck"})
     try:
         make_cluster(kind_api, "stuck")
-        kind_api.apply_object({"apiVersion": CLUSTER[0], "kind": CLUSTER[1],
-                               "metadata": {"name": "stuck", "namespace": "default"},
-                               "status": {"phase": "Deleting"}})
-        result = run_module(capi_cluster_delete, {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt",
-                                                  "clusters": ["stuck"], "wait_timeout": 2})
+        kind_api.apply_object(
+            {
+                "apiVersion": CLUSTER[0],
+                "kind": CLUSTER[1],
+                "metadata": {"name": "stuck", "namespace": "default"},
+                "status": {"phase": "Deleting"},
+            }
+        )
+        result = run_module(
+            capi_cluster_delete,
+            {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt", "clusters": ["stuck"], "wait_timeout": 2},
+        )
     finally:
         fake.stop()
     assert result.failed
@@ -161,21 +203,30 @@ def test_timeout_names_the_clusters_left_and_their_state(kind_api, run_module):
 
 # --- controller host ------------------------------------------------------------------
 
+
 def _config(tmp_path, environment, mgmt_kubeconfig):
     text = (REPO / "bootstrap.toml").read_text()
     path = tmp_path / "bootstrap.toml"
-    path.write_text(text.replace('mgmt-kubeconfig = "~/.kube/krops-mgmt.yaml"',
-                                 'mgmt-kubeconfig = "%s"' % mgmt_kubeconfig))
+    path.write_text(
+        text.replace('mgmt-kubeconfig = "~/.kube/krops-mgmt.yaml"', f'mgmt-kubeconfig = "{mgmt_kubeconfig}"')
+    )
     return str(path)
 
 
 def _dead_kubeconfig(tmp_path, context):
-    path = tmp_path / ("dead-%s.yaml" % context)
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": context,
-        "clusters": [{"name": context, "cluster": {"server": "http://127.0.0.1:9"}}],
-        "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
-        "users": [{"name": context, "user": {"token": "t"}}]}))
+    path = tmp_path / (f"dead-{context}.yaml")
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": context,
+                "clusters": [{"name": context, "cluster": {"server": "http://127.0.0.1:9"}}],
+                "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+                "users": [{"name": context, "user": {"token": "t"}}],
+            }
+        )
+    )
     return str(path)
 
 
@@ -184,8 +235,14 @@ def test_host_is_kind_while_it_holds_the_management_cluster(kube_cluster, tmp_pa
     mgmt = kube_cluster("krops-mgmt")
     make_cluster(kind, "local-management")
     make_cluster(kind, "local-workload")
-    result = run_module(teardown_host, {"kubeconfig": kind.kubeconfig_path, "environment": "local-host",
-                                        "config_file": _config(tmp_path, "local-host", mgmt.kubeconfig_path)})
+    result = run_module(
+        teardown_host,
+        {
+            "kubeconfig": kind.kubeconfig_path,
+            "environment": "local-host",
+            "config_file": _config(tmp_path, "local-host", mgmt.kubeconfig_path),
+        },
+    )
     assert not result.failed, result
     assert (result["host"], result["context"], result["pivoted"]) == ("kind", "kind-mgmt", False)
     assert result["kubeconfig"] == kind.kubeconfig_path
@@ -193,20 +250,39 @@ def test_host_is_kind_while_it_holds_the_management_cluster(kube_cluster, tmp_pa
     assert not mgmt.requests
     # no marker ConfigMap: nothing proves krops created the kind cluster, so it is kept
     assert [s["action"] for s in result["plan"]] == [
-        "suspend-flux", "delete-clusters", "remove-containers", "remove-registry"]
+        "suspend-flux",
+        "delete-clusters",
+        "remove-containers",
+        "remove-registry",
+    ]
     assert result["kept"][0]["what"] == "kind cluster mgmt"
     delete = result["plan"][1]
     assert (delete["clusters"], delete["keep"], delete["timeout"]) == (["local-workload"], ["local-management"], 300)
-    assert result["plan"][2]["filters"] == ["io.x-k8s.kind.cluster=local-management",
-                                            "io.x-k8s.kind.cluster=local-workload"]
+    assert result["plan"][2]["filters"] == [
+        "io.x-k8s.kind.cluster=local-management",
+        "io.x-k8s.kind.cluster=local-workload",
+    ]
     assert result["plan"][3]["name"] == "krops-registry"
     make_kind_marker(kind, "local-host")
-    marked = run_module(teardown_host, {"kubeconfig": kind.kubeconfig_path, "environment": "local-host",
-                                        "config_file": _config(tmp_path, "local-host", mgmt.kubeconfig_path)})
+    marked = run_module(
+        teardown_host,
+        {
+            "kubeconfig": kind.kubeconfig_path,
+            "environment": "local-host",
+            "config_file": _config(tmp_path, "local-host", mgmt.kubeconfig_path),
+        },
+    )
     assert [s["action"] for s in marked["plan"]] == [
-        "suspend-flux", "delete-clusters", "delete-kind", "remove-containers", "remove-registry"]
-    assert marked["kind_marker"] == {"owned": True, "reason": "marker kube-system/krops-bootstrap: environment "
-                                                              "local-host, kind cluster mgmt"}
+        "suspend-flux",
+        "delete-clusters",
+        "delete-kind",
+        "remove-containers",
+        "remove-registry",
+    ]
+    assert marked["kind_marker"] == {
+        "owned": True,
+        "reason": "marker kube-system/krops-bootstrap: environment local-host, kind cluster mgmt",
+    }
 
 
 def test_host_is_mgmt_after_the_pivot(kube_cluster, tmp_path, run_module, fake_bins):
@@ -214,38 +290,87 @@ def test_host_is_mgmt_after_the_pivot(kube_cluster, tmp_path, run_module, fake_b
     mgmt = kube_cluster("krops-mgmt")
     make_cluster(mgmt, "local-management")
     make_kind_marker(kind, "local-host")
-    result = run_module(teardown_host, {"kubeconfig": kind.kubeconfig_path, "environment": "local-host",
-                                        "config_file": _config(tmp_path, "local-host", mgmt.kubeconfig_path)})
+    result = run_module(
+        teardown_host,
+        {
+            "kubeconfig": kind.kubeconfig_path,
+            "environment": "local-host",
+            "config_file": _config(tmp_path, "local-host", mgmt.kubeconfig_path),
+        },
+    )
     assert (result["host"], result["context"], result["pivoted"]) == ("mgmt", "krops-mgmt", True)
     assert [s["action"] for s in result["plan"]] == [
-        "suspend-flux", "delete-clusters", "remove-containers", "delete-kind", "remove-registry",
-        "remove-kubeconfig"]
+        "suspend-flux",
+        "delete-clusters",
+        "remove-containers",
+        "delete-kind",
+        "remove-registry",
+        "remove-kubeconfig",
+    ]
     assert result["plan"][-1]["context"] == "krops-mgmt"
 
 
-def test_host_mgmt_when_kind_is_gone_and_unreachable_when_nothing_answers(kube_cluster, tmp_path, run_module, fake_bins):
+def test_host_mgmt_when_kind_is_gone_and_unreachable_when_nothing_answers(
+    kube_cluster, tmp_path, run_module, fake_bins
+):
     mgmt = kube_cluster("krops-mgmt")
     dead_kind = _dead_kubeconfig(tmp_path, "kind-mgmt")
-    result = run_module(teardown_host, {"kubeconfig": dead_kind, "environment": "aws", "timeout": 2,
-                                        "config_file": _config(tmp_path, "aws", mgmt.kubeconfig_path)})
+    result = run_module(
+        teardown_host,
+        {
+            "kubeconfig": dead_kind,
+            "environment": "aws",
+            "timeout": 2,
+            "config_file": _config(tmp_path, "aws", mgmt.kubeconfig_path),
+        },
+    )
     assert (result["host"], result["pivoted"], result["kind_reachable"]) == ("mgmt", True, False)
     assert [s["action"] for s in result["plan"]] == [
-        "suspend-flux", "delete-clusters", "capi-providers", "flux-uninstall", "bootstrap-secrets",
-        "aws-orphan-sweep", "remove-kubeconfig"]
+        "suspend-flux",
+        "delete-clusters",
+        "capi-providers",
+        "flux-uninstall",
+        "bootstrap-secrets",
+        "aws-orphan-sweep",
+        "remove-kubeconfig",
+    ]
     assert result["plan"][1]["timeout"] == 1200 and result["plan"][1]["keep"] == ["eu-north-1-management"]
     dead_mgmt = _dead_kubeconfig(tmp_path, "krops-mgmt")
-    failed = run_module(teardown_host, {"kubeconfig": dead_kind, "environment": "aws", "timeout": 2,
-                                        "config_file": _config(tmp_path, "aws", dead_mgmt)})
+    failed = run_module(
+        teardown_host,
+        {
+            "kubeconfig": dead_kind,
+            "environment": "aws",
+            "timeout": 2,
+            "config_file": _config(tmp_path, "aws", dead_mgmt),
+        },
+    )
     assert failed.failed and failed["host"] == "unreachable"
-    assert failed["msg"].startswith("no controller host answers for aws: kind context kind-mgmt (http://127.0.0.1:9 "
-                                    "does not answer")
+    assert failed["msg"].startswith(
+        "no controller host answers for aws: kind context kind-mgmt (http://127.0.0.1:9 does not answer"
+    )
     assert "set force to remove the cloud side anyway" in failed["msg"]
-    forced = run_module(teardown_host, {"kubeconfig": dead_kind, "environment": "aws", "timeout": 2, "force": True,
-                                        "config_file": _config(tmp_path, "aws", dead_mgmt)})
+    forced = run_module(
+        teardown_host,
+        {
+            "kubeconfig": dead_kind,
+            "environment": "aws",
+            "timeout": 2,
+            "force": True,
+            "config_file": _config(tmp_path, "aws", dead_mgmt),
+        },
+    )
     assert not forced.failed and forced["host"] == "unreachable"
     assert [s["action"] for s in forced["plan"]] == ["aws-orphan-sweep"]
-    local = run_module(teardown_host, {"kubeconfig": dead_kind, "environment": "local-host", "timeout": 2,
-                                       "config_file": _config(tmp_path, "local-host", dead_mgmt)})
+    local = run_module(
+        teardown_host,
+        {
+            "kubeconfig": dead_kind,
+            "environment": "local-host",
+            "timeout": 2,
+            "config_file": _config(tmp_path, "local-host", dead_mgmt),
+        },
+    )
     # nothing answers: kind is never deleted (no marker can be read); labelled containers still go
     assert [s["action"] for s in local["plan"]] == ["remove-containers", "remove-registry"]
 
@@ -253,35 +378,75 @@ def test_host_mgmt_when_kind_is_gone_and_unreachable_when_nothing_answers(kube_c
 def test_host_probe_unknown_aborts(kube_cluster, tmp_path, run_module):
     kind = kube_cluster("kind-mgmt")
     kind.inject_failure("GET", r"/clusters/local-management$", 503, "apiserver overloaded")
-    result = run_module(teardown_host, {"kubeconfig": kind.kubeconfig_path, "environment": "local-host",
-                                        "config_file": _config(tmp_path, "local-host", "/nonexistent")})
+    result = run_module(
+        teardown_host,
+        {
+            "kubeconfig": kind.kubeconfig_path,
+            "environment": "local-host",
+            "config_file": _config(tmp_path, "local-host", "/nonexistent"),
+        },
+    )
     assert result.failed
-    assert result["msg"] == ("cannot tell whether Cluster default/local-management exists on the kind cluster "
-                             "(context kind-mgmt): apiserver overloaded; nothing was changed, fix access to the kind "
-                             "cluster and run again")
+    assert result["msg"] == (
+        "cannot tell whether Cluster default/local-management exists on the kind cluster "
+        "(context kind-mgmt): apiserver overloaded; nothing was changed, fix access to the kind "
+        "cluster and run again"
+    )
 
 
 def test_missing_tools_reported_at_once(kube_cluster, tmp_path, run_module, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    result = run_module(teardown_host, {"environment": "aws", "required_tools": ["helm", "kind"],
-                                        "config_file": str(REPO / "bootstrap.toml")})
+    result = run_module(
+        teardown_host,
+        {"environment": "aws", "required_tools": ["helm", "kind"], "config_file": str(REPO / "bootstrap.toml")},
+    )
     assert result.failed
-    assert result["msg"] == ("missing tools needed by the teardown of aws: helm, kind; install them and run again "
-                             "(nothing was changed)")
+    assert result["msg"] == (
+        "missing tools needed by the teardown of aws: helm, kind; install them and run again (nothing was changed)"
+    )
 
 
-@pytest.mark.parametrize("environment,pivoted,actions", [
-    ("azure", False, ["suspend-flux", "delete-clusters", "capi-providers", "flux-uninstall", "bootstrap-secrets",
-                      "azure-teardown", "delete-kind"]),
-    ("gcp", True, ["suspend-flux", "delete-clusters", "capi-providers", "flux-uninstall", "bootstrap-secrets",
-                   "gcp-teardown", "remove-kubeconfig"]),
-    ("local-talos", False, ["suspend-flux", "tinkerbell-release", "delete-kind"]),
-    ("local-talos", True, ["suspend-flux", "tinkerbell-release"]),
-])
+@pytest.mark.parametrize(
+    "environment,pivoted,actions",
+    [
+        (
+            "azure",
+            False,
+            [
+                "suspend-flux",
+                "delete-clusters",
+                "capi-providers",
+                "flux-uninstall",
+                "bootstrap-secrets",
+                "azure-teardown",
+                "delete-kind",
+            ],
+        ),
+        (
+            "gcp",
+            True,
+            [
+                "suspend-flux",
+                "delete-clusters",
+                "capi-providers",
+                "flux-uninstall",
+                "bootstrap-secrets",
+                "gcp-teardown",
+                "remove-kubeconfig",
+            ],
+        ),
+        ("local-talos", False, ["suspend-flux", "tinkerbell-release", "delete-kind"]),
+        ("local-talos", True, ["suspend-flux", "tinkerbell-release"]),
+    ],
+)
 def test_plans_per_environment(environment, pivoted, actions):
     cfg = krops_config.load(str(REPO / "bootstrap.toml"), environ={})
-    host = {"host": "mgmt" if pivoted else "kind", "pivoted": pivoted, "kind_reachable": not pivoted,
-            "kind_marker": {"owned": True, "reason": "marker"}}
+    host = {
+        "host": "mgmt" if pivoted else "kind",
+        "pivoted": pivoted,
+        "kind_reachable": not pivoted,
+        "kind_marker": {"owned": True, "reason": "marker"},
+    }
     plan = teardown.build_plan(cfg.data, environment, host)
     assert [s["action"] for s in plan] == actions
     assert [s["step"] for s in plan] == list(range(1, len(actions) + 1))
@@ -295,9 +460,16 @@ def test_tools_the_plan_needs_are_checked_after_discovery(kube_cluster, tmp_path
     kind = kube_cluster("kind-mgmt")
     make_cluster(kind, "eu-north-1-management")
     fake_bins.remove("helm")
-    result = run_module(teardown_host, {"kubeconfig": kind.kubeconfig_path, "environment": "aws",
-                                        "config_file": _config(tmp_path, "aws", "/nonexistent")})
+    result = run_module(
+        teardown_host,
+        {
+            "kubeconfig": kind.kubeconfig_path,
+            "environment": "aws",
+            "config_file": _config(tmp_path, "aws", "/nonexistent"),
+        },
+    )
     assert result.failed
-    assert result["msg"] == ("missing tools needed by the teardown of aws: helm; install them and run again "
-                             "(nothing was changed)")
+    assert result["msg"] == (
+        "missing tools needed by the teardown of aws: helm; install them and run again (nothing was changed)"
+    )
     assert not [r for r in kind.requests if r[0] != "GET"]

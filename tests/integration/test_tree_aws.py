@@ -38,7 +38,7 @@ WORKLOADS = {"eu-north-1-workload": "eu-north-1", "eu-west-1-workload": "eu-west
 def _set_chart_pins(path):
     text = path.read_text()
     for key, value in CHART_PINS.items():
-        text = re.sub(r'(?m)^%s = "[^"]*"$' % re.escape(key), '%s = "%s"' % (key, value), text)
+        text = re.sub(rf'(?m)^{re.escape(key)} = "[^"]*"$', f'{key} = "{value}"', text)
     path.write_text(text)
 
 
@@ -64,13 +64,14 @@ def _objects(directory, variables=None):
 
 # --- validate -----------------------------------------------------------------------------------
 
+
 def test_validate_aws_finds_only_the_stale_schema():
     result = check(REPO)
     # Chart-pin drift is the pending [charts] update only: the pins are the VERSIONS.md ones.
     assert [f for f in found(result) if not _is_chart_drift(f)] == []
     for finding in found(result):
         if _is_chart_drift(finding):
-            assert any("version %s differs" % pin in finding[3] for pin in CHART_PINS.values()), finding
+            assert any(f"version {pin} differs" in finding[3] for pin in CHART_PINS.values()), finding
     summary = result["summary"]["aws"]
     assert summary["directories"] == 19 and summary["objects"] >= 85
 
@@ -82,12 +83,19 @@ def test_validate_aws_copy_with_aligned_pins(tree):
 # --- reconciliation order -----------------------------------------------------------------------
 
 CHAIN = {
-    "cert-manager": [], "capi-operator": ["cert-manager"],
-    "capa-identity": ["capi-operator"], "aws-managed-clusters": ["capa-identity"],
-    "capi-system": ["capi-operator"], "capa-system": ["capi-system"],
-    "clusters-eu-north-1": ["capa-system"], "clusters-eu-west-1": ["capa-system"],
-    "caaph-system": ["capi-system"], "flux-apps": ["caaph-system"],
-    "ack-controllers": [], "workload-resources": ["ack-controllers"], "aws-global-iam": ["ack-controllers"],
+    "cert-manager": [],
+    "capi-operator": ["cert-manager"],
+    "capa-identity": ["capi-operator"],
+    "aws-managed-clusters": ["capa-identity"],
+    "capi-system": ["capi-operator"],
+    "capa-system": ["capi-system"],
+    "clusters-eu-north-1": ["capa-system"],
+    "clusters-eu-west-1": ["capa-system"],
+    "caaph-system": ["capi-system"],
+    "flux-apps": ["caaph-system"],
+    "ack-controllers": [],
+    "workload-resources": ["ack-controllers"],
+    "aws-global-iam": ["ack-controllers"],
     "konflate": [],
 }
 
@@ -109,12 +117,20 @@ def test_dependson_graph_is_the_issue_chain():
 
 def test_broken_dependson_is_found(tree):
     edit(tree, AWS + "/workload-resources/flux-ks.yaml", "    - name: ack-controllers", "    - name: ack-controller")
-    assert sorted(found(check(tree))) == sorted([(
-        AWS + "/workload-resources/flux-ks.yaml", "Kustomization/flux-system/workload-resources", "flux-graph",
-        "dependsOn flux-system/ack-controller: no Kustomization of that name in environment aws")])
+    assert sorted(found(check(tree))) == sorted(
+        [
+            (
+                AWS + "/workload-resources/flux-ks.yaml",
+                "Kustomization/flux-system/workload-resources",
+                "flux-graph",
+                "dependsOn flux-system/ack-controller: no Kustomization of that name in environment aws",
+            )
+        ]
+    )
 
 
 # --- ownership and run tags -----------------------------------------------------------------------
+
 
 def _tags(obj):
     spec = obj["spec"]
@@ -131,19 +147,44 @@ def _text(value):
 
 def _cloud_resources(variables=None):
     objects = []
-    for directory in (CLUSTERS + "/eu-north-1", CLUSTERS + "/eu-west-1", AWS + "/workload-resources", AWS + "/aws-global-iam"):
+    for directory in (
+        CLUSTERS + "/eu-north-1",
+        CLUSTERS + "/eu-west-1",
+        AWS + "/workload-resources",
+        AWS + "/aws-global-iam",
+    ):
         objects += _objects(directory, variables)
-    return [o for o in objects if o["apiVersion"].split("/")[0].endswith(".services.k8s.aws")
-            or o["kind"] in ("AWSManagedControlPlane", "AWSManagedMachinePool")]
+    return [
+        o
+        for o in objects
+        if o["apiVersion"].split("/")[0].endswith(".services.k8s.aws")
+        or o["kind"] in ("AWSManagedControlPlane", "AWSManagedMachinePool")
+    ]
 
 
 def test_every_cloud_resource_carries_ownership_and_run_tags():
-    run = {"KROPS_RUN_ID": "aws-20261201-090000", "KROPS_REVISION": "0123abc", "KROPS_EXPIRES_AT": "2026-12-02T09:00:00Z",
-           "KROPS_RUN_KIND": "ci", "AWS_ACCOUNT_ID": "111122223333"}
+    run = {
+        "KROPS_RUN_ID": "aws-20261201-090000",
+        "KROPS_REVISION": "0123abc",
+        "KROPS_EXPIRES_AT": "2026-12-02T09:00:00Z",
+        "KROPS_RUN_KIND": "ci",
+        "AWS_ACCOUNT_ID": "111122223333",
+    }
     resources = _cloud_resources(run)
     kinds = sorted({o["kind"] for o in resources})
-    assert kinds == ["AWSManagedControlPlane", "AWSManagedMachinePool", "Bucket", "DBInstance", "DBSubnetGroup",
-                     "Policy", "Role", "SecurityGroup", "Subnet", "User", "VPC"]
+    assert kinds == [
+        "AWSManagedControlPlane",
+        "AWSManagedMachinePool",
+        "Bucket",
+        "DBInstance",
+        "DBSubnetGroup",
+        "Policy",
+        "Role",
+        "SecurityGroup",
+        "Subnet",
+        "User",
+        "VPC",
+    ]
     for obj in resources:
         tags = _tags(obj)
         assert tags["krops.io/environment"] == "aws", obj["metadata"]["name"]
@@ -158,7 +199,9 @@ def test_every_cloud_resource_carries_ownership_and_run_tags():
 def test_kustomizations_of_tagged_resources_substitute_from_krops_run():
     for name in ("clusters-eu-north-1", "clusters-eu-west-1", "workload-resources", "aws-global-iam"):
         obj = next(o for o in _objects(AWS) + _objects(CLUSTERS) if o["metadata"]["name"] == name)
-        assert {"kind": "ConfigMap", "name": "krops-run", "optional": True} in obj["spec"]["postBuild"]["substituteFrom"]
+        assert {"kind": "ConfigMap", "name": "krops-run", "optional": True} in obj["spec"]["postBuild"][
+            "substituteFrom"
+        ]
 
 
 def test_ack_resources_adopt_across_the_pivot():
@@ -173,17 +216,34 @@ def test_dropped_ownership_and_run_tags_are_found(tree):
     cp = CLUSTERS + "/eu-west-1/eu-west-1-workload.yaml"
     edit(tree, cp, '    krops.io/run-id: "${KROPS_RUN_ID:=unset}"\n', "")  # the control plane's
     edit(tree, AWS + "/aws-global-iam/krops-reader.yaml", "      value: aws\n", "      value: azure\n")  # the Policy's
-    assert sorted(found(check(tree))) == sorted([
-        (AWS + "/aws-global-iam/krops-reader.yaml", "Policy/default/krops-reader-assume", "tags",
-         "spec.tags: krops.io/environment is 'azure', expected 'aws'"),
-        (cp, "AWSManagedControlPlane/default/eu-west-1-workload-control-plane", "tags",
-         'spec.additionalTags lacks the run tags krops.io/run-id: add them from the krops-run ConfigMap '
-         '(postBuild substituteFrom, e.g. "${KROPS_RUN_ID:=unset}")'),
-        (rel, "Bucket/default/krops-eu-west-1-workload-data", "tags", "spec.tagging.tagSet lacks the ownership tag "
-         "krops.io/environment=aws (teardown finds what it owns by this tag)")])
+    assert sorted(found(check(tree))) == sorted(
+        [
+            (
+                AWS + "/aws-global-iam/krops-reader.yaml",
+                "Policy/default/krops-reader-assume",
+                "tags",
+                "spec.tags: krops.io/environment is 'azure', expected 'aws'",
+            ),
+            (
+                cp,
+                "AWSManagedControlPlane/default/eu-west-1-workload-control-plane",
+                "tags",
+                "spec.additionalTags lacks the run tags krops.io/run-id: add them from the krops-run ConfigMap "
+                '(postBuild substituteFrom, e.g. "${KROPS_RUN_ID:=unset}")',
+            ),
+            (
+                rel,
+                "Bucket/default/krops-eu-west-1-workload-data",
+                "tags",
+                "spec.tagging.tagSet lacks the ownership tag "
+                "krops.io/environment=aws (teardown finds what it owns by this tag)",
+            ),
+        ]
+    )
 
 
 # --- clusters -----------------------------------------------------------------------------------
+
 
 def test_cluster_labels_pools_and_regions():
     objects = _objects(CLUSTERS + "/eu-north-1") + _objects(CLUSTERS + "/eu-west-1")
@@ -195,7 +255,10 @@ def test_cluster_labels_pools_and_regions():
     cps = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "AWSManagedControlPlane"}
     for name, cluster in clusters.items():
         ref = cluster["spec"]["controlPlaneRef"]
-        assert ref["kind"] == "AWSManagedControlPlane" and cluster["spec"]["infrastructureRef"]["kind"] == "AWSManagedCluster"
+        assert (
+            ref["kind"] == "AWSManagedControlPlane"
+            and cluster["spec"]["infrastructureRef"]["kind"] == "AWSManagedCluster"
+        )
         assert cps[ref["name"]]["identityRef"] == {"kind": "AWSClusterControllerIdentity", "name": "default"}
         assert cps[ref["name"]]["region"] == name.rsplit("-", 1)[0]
     pools = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "AWSManagedMachinePool"}
@@ -203,7 +266,9 @@ def test_cluster_labels_pools_and_regions():
         assert pools[name + "-x86"]["amiType"] == "AL2023_x86_64_STANDARD"
         assert pools[name + "-arm"]["amiType"] == "AL2023_ARM_64_STANDARD"
     assert [n for n, p in pools.items() if "NVIDIA" in p["amiType"]] == ["eu-north-1-workload-gpu"]
-    machinepools = {o["spec"]["template"]["spec"]["infrastructureRef"]["name"] for o in objects if o["kind"] == "MachinePool"}
+    machinepools = {
+        o["spec"]["template"]["spec"]["infrastructureRef"]["name"] for o in objects if o["kind"] == "MachinePool"
+    }
     assert machinepools == set(pools)
 
 
@@ -211,23 +276,33 @@ def test_workload_clusters_run_no_controllers_and_hold_no_credentials():
     for directory in ("workload/aws/base", "workload/aws/eu-north-01", "workload/aws/eu-west-01"):
         assert render.build(str(REPO / directory)) == []
     bag = {(o["kind"], o["metadata"]["name"]) for o in render.build(str(REPO / AWS / "flux-apps" / "workload-flux"))}
-    assert bag == {("Namespace", "flux-system"), ("ConfigMap", "cluster-vars"), ("Secret", "flux-github-pat"),
-                   ("FluxInstance", "flux")}
+    assert bag == {
+        ("Namespace", "flux-system"),
+        ("ConfigMap", "cluster-vars"),
+        ("Secret", "flux-github-pat"),
+        ("FluxInstance", "flux"),
+    }
 
 
 # --- bootstrap.toml -------------------------------------------------------------------------------
 
+
 def test_bootstrap_toml_names_match_the_tree():
     cfg = krops_config.load(path=str(REPO / "bootstrap.toml"), environ={})
     env, teardown = cfg.data["environments"]["aws"], cfg.data["teardown"]
-    objects = _cloud_resources({"AWS_ACCOUNT_ID": "111122223333"}) + _objects(CLUSTERS + "/eu-north-1") + _objects(CLUSTERS + "/eu-west-1")
+    objects = (
+        _cloud_resources({"AWS_ACCOUNT_ID": "111122223333"})
+        + _objects(CLUSTERS + "/eu-north-1")
+        + _objects(CLUSTERS + "/eu-west-1")
+    )
     by_kind = {}
     for obj in objects:
         by_kind.setdefault(obj["kind"], {})[obj["metadata"]["name"]] = obj["spec"]
     assert env["mgmt-cluster"] in by_kind["Cluster"] and env["mgmt-region"] == "eu-north-1"
     assert by_kind["AWSManagedControlPlane"][env["mgmt-cluster"] + "-control-plane"]["region"] == env["mgmt-region"]
     assert {cp["eksClusterName"] for cp in by_kind["AWSManagedControlPlane"].values()} == {
-        env["teardown"]["mgmt-eks-cluster-name"]} | {w["eks-cluster-name"] for w in env["teardown"]["aws-workloads"]}
+        env["teardown"]["mgmt-eks-cluster-name"]
+    } | {w["eks-cluster-name"] for w in env["teardown"]["aws-workloads"]}
     for workload in env["teardown"]["aws-workloads"]:
         name = workload["cluster-name"]
         assert WORKLOADS[name] == workload["region"]
@@ -246,20 +321,43 @@ def test_bootstrap_toml_names_match_the_tree():
 
 def test_wrong_mgmt_region_and_workload_region_are_found(tree):
     edit(tree, "bootstrap.toml", 'mgmt-region = "eu-north-1"', 'mgmt-region = "eu-west-1"')
-    edit(tree, "bootstrap.toml", 'region = "eu-west-1"\ncluster-name = "eu-west-1-workload"',
-         'region = "eu-central-1"\ncluster-name = "eu-west-1-workload"')
-    edit(tree, "bootstrap.toml", 'rds-instance = "krops-eu-north-1-workload-db"', 'rds-instance = "krops-eu-north-1-db"')
+    edit(
+        tree,
+        "bootstrap.toml",
+        'region = "eu-west-1"\ncluster-name = "eu-west-1-workload"',
+        'region = "eu-central-1"\ncluster-name = "eu-west-1-workload"',
+    )
+    edit(
+        tree, "bootstrap.toml", 'rds-instance = "krops-eu-north-1-workload-db"', 'rds-instance = "krops-eu-north-1-db"'
+    )
     key = "environments.aws"
-    assert sorted(found(check(tree))) == sorted([
-        ("bootstrap.toml", key + ".mgmt-region", "bootstrap",
-         "mgmt-region eu-west-1 differs from the region of mgmt-cluster eu-north-1-management in the tree (eu-north-1)"),
-        ("bootstrap.toml", key + ".teardown.aws-workloads[0]", "bootstrap", "rds-instance krops-eu-north-1-db matches no "
-         "DBInstance dbInstanceIdentifier (krops-eu-north-1-workload-db, krops-eu-west-1-workload-db)"),
-        ("bootstrap.toml", key + ".teardown.aws-workloads[1]", "bootstrap",
-         "region eu-central-1 differs from the region of cluster eu-west-1-workload in the tree (eu-west-1)")])
+    assert sorted(found(check(tree))) == sorted(
+        [
+            (
+                "bootstrap.toml",
+                key + ".mgmt-region",
+                "bootstrap",
+                "mgmt-region eu-west-1 differs from the region of mgmt-cluster eu-north-1-management in the tree (eu-north-1)",
+            ),
+            (
+                "bootstrap.toml",
+                key + ".teardown.aws-workloads[0]",
+                "bootstrap",
+                "rds-instance krops-eu-north-1-db matches no "
+                "DBInstance dbInstanceIdentifier (krops-eu-north-1-workload-db, krops-eu-west-1-workload-db)",
+            ),
+            (
+                "bootstrap.toml",
+                key + ".teardown.aws-workloads[1]",
+                "bootstrap",
+                "region eu-central-1 differs from the region of cluster eu-west-1-workload in the tree (eu-west-1)",
+            ),
+        ]
+    )
 
 
 # --- secrets ------------------------------------------------------------------------------------
+
 
 def _sops_files():
     return sorted(p for p in (REPO / AWS).rglob("*.sops.yaml"))
@@ -268,13 +366,21 @@ def _sops_files():
 def test_every_secret_is_sops_encrypted_with_placeholders():
     files = _sops_files()
     assert [str(p.relative_to(REPO)) for p in files] == [
-        AWS + "/ack-controllers/aws-credentials.sops.yaml", AWS + "/capa-system/aws-credentials.sops.yaml",
-        AWS + "/flux-apps/workload-flux/flux-github-pat.sops.yaml", AWS + "/konflate/konflate-token.sops.yaml"]
+        AWS + "/ack-controllers/aws-credentials.sops.yaml",
+        AWS + "/capa-system/aws-credentials.sops.yaml",
+        AWS + "/flux-apps/workload-flux/flux-github-pat.sops.yaml",
+        AWS + "/konflate/konflate-token.sops.yaml",
+    ]
     for path in files:
         doc = yaml.safe_load(path.read_text())
         assert all(v.startswith("ENC[AES256_GCM,") for v in doc["stringData"].values()), path
-        plain = subprocess.run([str(VENV_BIN / "sops"), "--decrypt", str(path)], capture_output=True, text=True, check=True,
-                               env=dict(os.environ, SOPS_AGE_KEY_FILE=str(AGE_KEY))).stdout
+        plain = subprocess.run(
+            [str(VENV_BIN / "sops"), "--decrypt", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=dict(os.environ, SOPS_AGE_KEY_FILE=str(AGE_KEY)),
+        ).stdout
         values = yaml.safe_load(plain)["stringData"]
         assert all("REPLACE" in v or v == "git" for v in values.values()), path  # placeholders only
     # Every Kustomization that applies one of them decrypts with sops-age.
@@ -286,10 +392,22 @@ def test_every_secret_is_sops_encrypted_with_placeholders():
 def test_plaintext_secret_is_found(tree):
     (tree / AWS / "konflate" / "konflate-token.sops.yaml").write_text(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: konflate-token\n  namespace: konflate\n"
-        "stringData:\n  KONFLATE_TOKEN: ghp_plain\n")
-    assert sorted(found(check(tree))) == sorted([
-        (AWS + "/konflate/konflate-token.sops.yaml", "Secret/konflate/konflate-token", "secrets",
-         "SOPS file without sops metadata (mac and a key group): encrypt it with sops"),
-        (AWS + "/konflate/konflate-token.sops.yaml", "Secret/konflate/konflate-token", "secrets",
-         "Secret rendered in plaintext by mgmt/aws/konflate/kustomization.yaml (secretGenerator?): commit it as a "
-         "*.sops.yaml file instead")])
+        "stringData:\n  KONFLATE_TOKEN: ghp_plain\n"
+    )
+    assert sorted(found(check(tree))) == sorted(
+        [
+            (
+                AWS + "/konflate/konflate-token.sops.yaml",
+                "Secret/konflate/konflate-token",
+                "secrets",
+                "SOPS file without sops metadata (mac and a key group): encrypt it with sops",
+            ),
+            (
+                AWS + "/konflate/konflate-token.sops.yaml",
+                "Secret/konflate/konflate-token",
+                "secrets",
+                "Secret rendered in plaintext by mgmt/aws/konflate/kustomization.yaml (secretGenerator?): commit it as a "
+                "*.sops.yaml file instead",
+            ),
+        ]
+    )

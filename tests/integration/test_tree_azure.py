@@ -62,9 +62,10 @@ EMBEDDING = ("AzureASOManagedCluster", "AzureASOManagedControlPlane", "AzureASOM
 
 # --- helpers ------------------------------------------------------------------------------
 
+
 def _pinned_config(text):
     """bootstrap.toml text with [charts] set to CHART_PINS (nothing else changes)."""
-    block = "[charts]\n" + "".join('%s = "%s"\n' % kv for kv in CHART_PINS.items())
+    block = "[charts]\n" + "".join('{} = "{}"\n'.format(*kv) for kv in CHART_PINS.items())
     new, count = re.subn(r"(?ms)^\[charts\]\n.*?(?=^\n|^\[)", block, text, count=1)
     assert count == 1
     return new
@@ -110,14 +111,14 @@ def _with_embedded(pairs):
         out.append((directory, obj, None))
         if obj["kind"] in EMBEDDING:
             for inner in obj["spec"]["resources"]:
-                out.append((directory, inner, "%s/%s" % (obj["kind"], obj["metadata"]["name"])))
+                out.append((directory, inner, "{}/{}".format(obj["kind"], obj["metadata"]["name"])))
     return out
 
 
 def _schema_spec(api_version, kind):
     group, version = api_version.split("/")
-    path = SCHEMAS / group / ("%s_%s.json" % (kind.lower(), version))
-    assert path.is_file(), "no vendored schema for %s %s" % (kind, api_version)
+    path = SCHEMAS / group / (f"{kind.lower()}_{version}.json")
+    assert path.is_file(), f"no vendored schema for {kind} {api_version}"
     return json.loads(path.read_text())["properties"]["spec"]
 
 
@@ -131,6 +132,7 @@ def _settings():
 
 # --- validate -----------------------------------------------------------------------------
 
+
 def test_azure_tree_has_zero_findings(tree):
     result = check(tree)
     assert found(result) == []
@@ -143,20 +145,34 @@ def test_tree_chart_versions_are_the_shared_pins(rendered):
     versions = {}
     for directory, obj in _component_objects(rendered):
         if obj["kind"] == "HelmRelease":
-            versions.setdefault(obj["spec"]["chart"]["spec"]["chart"], set()).add(obj["spec"]["chart"]["spec"]["version"])
+            versions.setdefault(obj["spec"]["chart"]["spec"]["chart"], set()).add(
+                obj["spec"]["chart"]["spec"]["version"]
+            )
         if obj["kind"] == "HelmChartProxy":
             versions.setdefault(obj["spec"]["chartName"], set()).add(obj["spec"]["version"])
-    assert versions == {"cert-manager": {CHART_PINS["cert-manager"]}, "cluster-api-operator": {CHART_PINS["capi-operator"]},
-                        "flux-operator": {CHART_PINS["flux-operator"]}}
+    assert versions == {
+        "cert-manager": {CHART_PINS["cert-manager"]},
+        "cluster-api-operator": {CHART_PINS["capi-operator"]},
+        "flux-operator": {CHART_PINS["flux-operator"]},
+    }
 
 
 def test_planted_resource_group_rename_is_caught(tree):
-    edit(tree, AZ + "/clusters/swedencentral-workload/cluster.yaml", "        name: swedencentral-workload\n      spec:",
-         "        name: swedencentral-workloads\n      spec:")
+    edit(
+        tree,
+        AZ + "/clusters/swedencentral-workload/cluster.yaml",
+        "        name: swedencentral-workload\n      spec:",
+        "        name: swedencentral-workloads\n      spec:",
+    )
     assert found(check(tree)) == [
-        ("bootstrap.toml", "environments.azure.teardown.resource-groups", "bootstrap",
-         "resource group swedencentral-workload is not a ResourceGroup of the tree "
-         "(swedencentral-data, swedencentral-management, swedencentral-workloads)")]
+        (
+            "bootstrap.toml",
+            "environments.azure.teardown.resource-groups",
+            "bootstrap",
+            "resource group swedencentral-workload is not a ResourceGroup of the tree "
+            "(swedencentral-data, swedencentral-management, swedencentral-workloads)",
+        )
+    ]
 
 
 def test_planted_typo_in_an_embedded_resource_is_caught(tree):
@@ -164,23 +180,40 @@ def test_planted_typo_in_an_embedded_resource_is_caught(tree):
     result = found(check(tree))
     assert len(result) == 1
     file, obj, rule, message = result[0]
-    assert (file, obj, rule) == (AZ + "/clusters/swedencentral-workload/control-plane.yaml",
-                                 "ManagedCluster/default/swedencentral-workload "
-                                 "(embedded in AzureASOManagedControlPlane/default/swedencentral-workload)", "schema")
+    assert (file, obj, rule) == (
+        AZ + "/clusters/swedencentral-workload/control-plane.yaml",
+        "ManagedCluster/default/swedencentral-workload "
+        "(embedded in AzureASOManagedControlPlane/default/swedencentral-workload)",
+        "schema",
+    )
     assert "dnsPrefx" in message
 
 
 def test_planted_dependency_typo_is_caught(tree):
-    edit(tree, AZ + "/workload-resources/flux-ks.yaml", "    - name: aso-workload-identity", "    - name: aso-workload-identiy")
+    edit(
+        tree,
+        AZ + "/workload-resources/flux-ks.yaml",
+        "    - name: aso-workload-identity",
+        "    - name: aso-workload-identiy",
+    )
     assert found(check(tree)) == [
-        (AZ + "/workload-resources/flux-ks.yaml", "Kustomization/flux-system/workload-resources", "flux-graph",
-         "dependsOn flux-system/aso-workload-identiy: no Kustomization of that name in environment azure")]
+        (
+            AZ + "/workload-resources/flux-ks.yaml",
+            "Kustomization/flux-system/workload-resources",
+            "flux-graph",
+            "dependsOn flux-system/aso-workload-identiy: no Kustomization of that name in environment azure",
+        )
+    ]
 
 
 # --- what validate does not check ---------------------------------------------------------
 
+
 def test_depends_on_graph_is_the_issue_chain(rendered):
-    graph = {name: sorted(d["name"] for d in ks["spec"].get("dependsOn", [])) for name, ks in _kustomizations(rendered).items()}
+    graph = {
+        name: sorted(d["name"] for d in ks["spec"].get("dependsOn", []))
+        for name, ks in _kustomizations(rendered).items()
+    }
     assert graph == CHAIN
     for name, ks in _kustomizations(rendered).items():
         assert ks["spec"]["sourceRef"] == {"kind": "GitRepository", "name": "flux-system"}, name
@@ -194,7 +227,7 @@ def test_every_azure_resource_carries_the_ownership_and_run_tags(rendered):
     for directory, obj, parent in _with_embedded(_component_objects(rendered)):
         if not obj["apiVersion"].split("/")[0].endswith(".azure.com"):
             continue
-        label = "%s %s%s" % (obj["kind"], obj["metadata"]["name"], " in %s" % parent if parent else "")
+        label = "{} {}{}".format(obj["kind"], obj["metadata"]["name"], f" in {parent}" if parent else "")
         seen.add((obj["kind"], obj["metadata"]["name"]))
         if "tags" in _schema_spec(obj["apiVersion"], obj["kind"])["properties"]:
             assert obj["spec"].get("tags") == OWNER_TAGS, label
@@ -203,17 +236,31 @@ def test_every_azure_resource_carries_the_ownership_and_run_tags(rendered):
             assert {"kind": "ConfigMap", "name": "krops-run"} in refs, label
         else:
             untagged.add(obj["kind"])
-    assert untagged == {"FederatedIdentityCredential", "VirtualNetworksSubnet", "StorageAccountsBlobService",
-                        "StorageAccountsBlobServicesContainer"}
+    assert untagged == {
+        "FederatedIdentityCredential",
+        "VirtualNetworksSubnet",
+        "StorageAccountsBlobService",
+        "StorageAccountsBlobServicesContainer",
+    }
     for cluster in ("swedencentral-management", "swedencentral-workload"):
-        assert {("ResourceGroup", cluster), ("ManagedCluster", cluster), ("ManagedClustersAgentPool", cluster + "-pool0")} <= seen
-    assert {("ResourceGroup", "swedencentral-data"), ("UserAssignedIdentity", "krops-capz"), ("FlexibleServer", "swedencentral-data"),
-            ("StorageAccount", "swedencentral-data"), ("StorageAccountsBlobServicesContainer", "swedencentral-data-data")} <= seen
+        assert {
+            ("ResourceGroup", cluster),
+            ("ManagedCluster", cluster),
+            ("ManagedClustersAgentPool", cluster + "-pool0"),
+        } <= seen
+    assert {
+        ("ResourceGroup", "swedencentral-data"),
+        ("UserAssignedIdentity", "krops-capz"),
+        ("FlexibleServer", "swedencentral-data"),
+        ("StorageAccount", "swedencentral-data"),
+        ("StorageAccountsBlobServicesContainer", "swedencentral-data-data"),
+    } <= seen
 
 
 def test_embedded_resources_match_their_vendored_schemas(rendered):
     """validate checks them too; this reads the schemas directly so a validate regression shows."""
     from ansible_collections.krops.platform.plugins.module_utils import validate_schema
+
     store = validate_schema.SchemaStore(str(SCHEMAS))
     count = 0
     for directory, obj, parent in _with_embedded(_component_objects(rendered)):
@@ -229,11 +276,17 @@ def test_cluster_labels(rendered):
     clusters = {o["metadata"]["name"]: o for d, o in _component_objects(rendered) if o["kind"] == "Cluster"}
     assert sorted(clusters) == ["swedencentral-management", "swedencentral-workload"]
     assert clusters["swedencentral-workload"]["metadata"]["labels"] == {
-        "fluxcd": "enabled", "region": "swedencentral", "krops.io/environment": "azure"}
+        "fluxcd": "enabled",
+        "region": "swedencentral",
+        "krops.io/environment": "azure",
+    }
     assert clusters["swedencentral-management"]["metadata"]["labels"] == {"krops.io/environment": "azure"}
     for directory, objs in rendered.items():
         for obj in objs:
-            assert (obj["metadata"].get("labels") or {}).get("krops.io/environment") == "azure", (directory, obj["kind"])
+            assert (obj["metadata"].get("labels") or {}).get("krops.io/environment") == "azure", (
+                directory,
+                obj["kind"],
+            )
     # the flux-apps HelmChartProxy reaches exactly the clusters labelled fluxcd: enabled
     proxy = next(o for o in rendered[AZ + "/flux-apps"] if o["kind"] == "HelmChartProxy")
     assert proxy["spec"]["clusterSelector"] == {"matchLabels": {"fluxcd": "enabled"}}
@@ -245,7 +298,11 @@ def test_bootstrap_toml_agrees_with_the_tree(rendered):
     settings = _settings()
     objects = _with_embedded(_component_objects(rendered))
     clusters = {o["metadata"]["name"] for d, o, p in objects if o["kind"] == "Cluster"}
-    groups = {o.get("spec", {}).get("azureName") or o["metadata"]["name"] for d, o, p in objects if o["kind"] == "ResourceGroup"}
+    groups = {
+        o.get("spec", {}).get("azureName") or o["metadata"]["name"]
+        for d, o, p in objects
+        if o["kind"] == "ResourceGroup"
+    }
     assert settings["mgmt-cluster"] == "swedencentral-management" and settings["mgmt-cluster"] in clusters
     assert sorted(settings["teardown"]["capi-workloads"]) == sorted(clusters - {settings["mgmt-cluster"]})
     # exactly the groups the tree creates: none left behind, none deleted that the tree does not create
@@ -257,13 +314,19 @@ def test_bootstrap_toml_agrees_with_the_tree(rendered):
     assert settings["workload-path"] == "workload/swedencentral-01"
     fluxinstance = render.load_yaml_documents(str(REPO / AZ / "flux-apps/workload-flux/fluxinstance.yaml"))[0]
     assert fluxinstance["spec"]["sync"]["path"] == "workload/${REGION}-01"
-    assert fluxinstance["spec"]["sync"]["url"] == krops_config.load(path=str(REPO / "bootstrap.toml"), environ={}).data["bootstrap"]["git-url"]
+    assert (
+        fluxinstance["spec"]["sync"]["url"]
+        == krops_config.load(path=str(REPO / "bootstrap.toml"), environ={}).data["bootstrap"]["git-url"]
+    )
     assert settings["pivot-manifests"] == []
     for rel in settings["pivot-sops-secrets"]:
         docs = render.load_yaml_documents(str(REPO / rel))
         assert [d["kind"] for d in docs] == ["Secret"] and "sops" in docs[0]
         component = rel.rsplit("/", 2)[-2]
-        assert rel.rsplit("/", 1)[-1] in yaml.safe_load((REPO / AZ / component / "kustomization.yaml").read_text())["resources"]
+        assert (
+            rel.rsplit("/", 1)[-1]
+            in yaml.safe_load((REPO / AZ / component / "kustomization.yaml").read_text())["resources"]
+        )
 
 
 def test_identity_agrees_with_the_bootstrap_hook(rendered):
@@ -273,8 +336,14 @@ def test_identity_agrees_with_the_bootstrap_hook(rendered):
     inventory = yaml.safe_load((REPO / "inventories/azure/group_vars/all.yml").read_text())
     objects = [o for d, o, p in _with_embedded(_component_objects(rendered))]
     identity = next(o for o in objects if o["kind"] == "UserAssignedIdentity")
-    assert identity["metadata"]["name"] == defaults["bootstrap_azure_identity_name"] == inventory["bootstrap_azure_identity_name"]
-    assert identity["spec"]["owner"] == {"armId": "/subscriptions/${AZURE_SUBSCRIPTION_ID}/resourceGroups/" + _settings()["mgmt-cluster"]}
+    assert (
+        identity["metadata"]["name"]
+        == defaults["bootstrap_azure_identity_name"]
+        == inventory["bootstrap_azure_identity_name"]
+    )
+    assert identity["spec"]["owner"] == {
+        "armId": "/subscriptions/${AZURE_SUBSCRIPTION_ID}/resourceGroups/" + _settings()["mgmt-cluster"]
+    }
     assert identity["metadata"]["annotations"]["serviceoperator.azure.com/reconcile-policy"] == "detach-on-delete"
     assert "mgmt-cluster" in defaults["bootstrap_azure_resource_group"]
     creds = [o for o in objects if o["kind"] == "FederatedIdentityCredential"]
@@ -283,7 +352,9 @@ def test_identity_agrees_with_the_bootstrap_hook(rendered):
     # the tree's credentials never share a name with the hook's (the teardown removes those by prefix)
     assert not {c["metadata"]["name"] for c in creds} & {s["name"] for s in hook}
     assert not any(c["metadata"]["name"].startswith("krops-kind-") for c in creds)
-    mgmt = next(o for o in objects if o["kind"] == "ManagedCluster" and o["metadata"]["name"] == "swedencentral-management")
+    mgmt = next(
+        o for o in objects if o["kind"] == "ManagedCluster" and o["metadata"]["name"] == "swedencentral-management"
+    )
     for cred in creds:
         assert cred["spec"]["owner"] == {"name": "krops-capz"}
         assert cred["spec"]["audiences"] == ["api://AzureADTokenExchange"]
@@ -291,7 +362,9 @@ def test_identity_agrees_with_the_bootstrap_hook(rendered):
     assert mgmt["spec"]["oidcIssuerProfile"] == {"enabled": True}
     assert mgmt["spec"]["securityProfile"]["workloadIdentity"] == {"enabled": True}
     # the credentials gate the pivot: aso-workload-identity is Ready only once they are
-    checks = {(c["kind"], c["name"]) for c in _kustomizations(rendered)["aso-workload-identity"]["spec"]["healthChecks"]}
+    checks = {
+        (c["kind"], c["name"]) for c in _kustomizations(rendered)["aso-workload-identity"]["spec"]["healthChecks"]
+    }
     assert {("FederatedIdentityCredential", c["metadata"]["name"]) for c in creds} <= checks
     cid = next(o for o in objects if o["kind"] == "AzureClusterIdentity")
     assert cid["spec"]["type"] == "WorkloadIdentity" and "clientSecret" not in cid["spec"]
@@ -302,32 +375,52 @@ def test_no_azure_secret_at_rest(rendered, tmp_path):
     assert sorted(o["metadata"]["name"] for d, o in secrets) == ["aso-credential", "azure-variables"]
     decrypted = {}
     for rel in _settings()["pivot-sops-secrets"]:
-        proc = subprocess.run([str(VENV_BIN / "sops"), "--decrypt", str(REPO / rel)], capture_output=True, text=True,
-                              env={"SOPS_AGE_KEY_FILE": str(TEST_AGE_KEY), "PATH": "/usr/bin:/bin"}, check=False)
+        proc = subprocess.run(
+            [str(VENV_BIN / "sops"), "--decrypt", str(REPO / rel)],
+            capture_output=True,
+            text=True,
+            env={"SOPS_AGE_KEY_FILE": str(TEST_AGE_KEY), "PATH": "/usr/bin:/bin"},
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr
         doc = yaml.safe_load(proc.stdout)
         decrypted[doc["metadata"]["name"]] = doc["stringData"]
     # kustomize must not change them: SOPS's MAC covers every value, metadata included (a labels or
     # namespace transformer in their kustomization would make decryption fail with "MAC mismatch")
     for directory, secret in secrets:
-        raw = next(r for r in _settings()["pivot-sops-secrets"] if r.endswith("/%s.sops.yaml" % secret["metadata"]["name"]))
+        raw = next(
+            r
+            for r in _settings()["pivot-sops-secrets"]
+            if r.endswith("/{}.sops.yaml".format(secret["metadata"]["name"]))
+        )
         assert secret == render.load_yaml_documents(str(REPO / raw))[0], directory
     assert sorted(decrypted["aso-credential"]) == ["AZURE_CLIENT_ID", "AZURE_SUBSCRIPTION_ID", "AZURE_TENANT_ID"]
     assert sorted(decrypted["azure-variables"]) == ["ADDITIONAL_ASO_CRDS", "EXP_MACHINE_POOL"]
     objects = [o for d, o, p in _with_embedded(_component_objects(rendered))]
     postgres = next(o for o in objects if o["kind"] == "FlexibleServer")
-    assert postgres["spec"]["authConfig"] == {"activeDirectoryAuth": "Enabled", "passwordAuth": "Disabled",
-                                              "tenantId": "${AZURE_TENANT_ID}"}
+    assert postgres["spec"]["authConfig"] == {
+        "activeDirectoryAuth": "Enabled",
+        "passwordAuth": "Disabled",
+        "tenantId": "${AZURE_TENANT_ID}",
+    }
     assert "administratorLoginPassword" not in postgres["spec"]
     assert postgres["spec"]["network"]["publicNetworkAccess"] == "Disabled"
     storage = next(o for o in objects if o["kind"] == "StorageAccount")
     assert storage["spec"]["allowSharedKeyAccess"] is False and storage["spec"]["allowBlobPublicAccess"] is False
     # every ASO kind the tree uses is installed by CAPZ's ASO (its own set or ADDITIONAL_ASO_CRDS)
-    capz_own = {"resources.azure.com/ResourceGroup", "containerservice.azure.com/ManagedCluster",
-                "containerservice.azure.com/ManagedClustersAgentPool", "network.azure.com/VirtualNetwork",
-                "network.azure.com/VirtualNetworksSubnet"}
+    capz_own = {
+        "resources.azure.com/ResourceGroup",
+        "containerservice.azure.com/ManagedCluster",
+        "containerservice.azure.com/ManagedClustersAgentPool",
+        "network.azure.com/VirtualNetwork",
+        "network.azure.com/VirtualNetworksSubnet",
+    }
     extra = set(decrypted["azure-variables"]["ADDITIONAL_ASO_CRDS"].split(";"))
-    used = {"%s/%s" % (o["apiVersion"].split("/")[0], o["kind"]) for o in objects if o["apiVersion"].split("/")[0].endswith(".azure.com")}
+    used = {
+        "{}/{}".format(o["apiVersion"].split("/")[0], o["kind"])
+        for o in objects
+        if o["apiVersion"].split("/")[0].endswith(".azure.com")
+    }
     assert used <= capz_own | extra and not extra - used
 
 

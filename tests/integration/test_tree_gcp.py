@@ -63,8 +63,11 @@ def check(root):
 
 
 def flux_kustomizations():
-    return [o for o in render.build(str(GCP)) if o["kind"] == "Kustomization"
-            and o["apiVersion"].startswith("kustomize.toolkit.fluxcd.io/")]
+    return [
+        o
+        for o in render.build(str(GCP))
+        if o["kind"] == "Kustomization" and o["apiVersion"].startswith("kustomize.toolkit.fluxcd.io/")
+    ]
 
 
 def component_objects():
@@ -89,6 +92,7 @@ def tree(tmp_path):
 
 # --- the real tree -------------------------------------------------------------------------
 
+
 def test_gcp_tree_has_zero_findings():
     result = check(REPO)
     assert found(result) == []
@@ -97,51 +101,87 @@ def test_gcp_tree_has_zero_findings():
 
 
 def test_dependson_graph_is_the_issue_chain():
-    graph = {ks["metadata"]["name"]: {d["name"] for d in ks["spec"].get("dependsOn", [])} for ks in flux_kustomizations()}
+    graph = {
+        ks["metadata"]["name"]: {d["name"] for d in ks["spec"].get("dependsOn", [])} for ks in flux_kustomizations()
+    }
     assert graph == CHAIN
 
 
 def test_every_google_resource_carries_the_ownership_and_run_labels():
     run = flux.run_tags({}, {}, "gcp", "24h")  # the values the lifecycle writes into krops-run
     variables = dict(run, GCP_PROJECT_ID="krops-example", GCP_PROJECT_NUMBER="123456789012")
-    kcc = [(name, obj) for name, obj in component_objects() if obj["apiVersion"].split("/")[0].endswith(KCC_GROUP)
-           and not obj["apiVersion"].startswith("core.cnrm.cloud.google.com/")]
-    capg = [(name, obj) for name, obj in component_objects() if obj["kind"] in ("GCPManagedCluster", "GCPManagedMachinePool")]
+    kcc = [
+        (name, obj)
+        for name, obj in component_objects()
+        if obj["apiVersion"].split("/")[0].endswith(KCC_GROUP)
+        and not obj["apiVersion"].startswith("core.cnrm.cloud.google.com/")
+    ]
+    capg = [
+        (name, obj)
+        for name, obj in component_objects()
+        if obj["kind"] in ("GCPManagedCluster", "GCPManagedMachinePool")
+    ]
     kinds = {obj["kind"] for _name, obj in kcc}
-    assert {"ComputeAddress", "ServiceNetworkingConnection", "StorageBucket", "SQLInstance", "SQLDatabase", "SQLUser",
-            "IAMServiceAccount", "IAMPolicyMember", "IAMWorkloadIdentityPool", "IAMWorkloadIdentityPoolProvider"} <= kinds
+    assert {
+        "ComputeAddress",
+        "ServiceNetworkingConnection",
+        "StorageBucket",
+        "SQLInstance",
+        "SQLDatabase",
+        "SQLUser",
+        "IAMServiceAccount",
+        "IAMPolicyMember",
+        "IAMWorkloadIdentityPool",
+        "IAMWorkloadIdentityPoolProvider",
+    } <= kinds
     assert len(capg) == 4
     for name, obj in kcc + capg:
-        labels = obj["metadata"].get("labels") if obj["kind"] not in ("GCPManagedCluster", "GCPManagedMachinePool") \
+        labels = (
+            obj["metadata"].get("labels")
+            if obj["kind"] not in ("GCPManagedCluster", "GCPManagedMachinePool")
             else obj["spec"]["additionalLabels"]
-        where = "%s %s/%s" % (name, obj["kind"], obj["metadata"]["name"])
+        )
+        where = "{} {}/{}".format(name, obj["kind"], obj["metadata"]["name"])
         assert labels.get("krops-environment") == "gcp", where
         for label, variable in RUN_LABELS.items():
-            assert labels.get(label) == "${%s:=none}" % variable, where
+            assert labels.get(label) == f"${{{variable}:=none}}", where
         # After Flux substitution every label Google receives is valid (Config Connector drops
         # keys with a '/' prefix, such as krops.io/environment, before it sends them).
         final = substituted(obj, variables)
-        final_labels = final["metadata"]["labels"] if labels is obj["metadata"].get("labels") else final["spec"]["additionalLabels"]
+        final_labels = (
+            final["metadata"]["labels"]
+            if labels is obj["metadata"].get("labels")
+            else final["spec"]["additionalLabels"]
+        )
         for key, value in final_labels.items():
             if "/" in key:
                 continue
-            assert LABEL_KEY.match(key) and LABEL_VALUE.match(str(value)), "%s: %s=%s" % (where, key, value)
+            assert LABEL_KEY.match(key) and LABEL_VALUE.match(str(value)), f"{where}: {key}={value}"
         assert {final_labels[k] for k in RUN_LABELS} == {run[v] for v in RUN_LABELS.values()}
 
 
 def test_every_kubernetes_object_carries_the_environment_label():
-    objects = [("mgmt/gcp", o) for o in render.build(str(GCP))] + component_objects() + [
-        ("workload-flux", o) for o in render.build(str(GCP / "flux-apps" / "workload-flux"))]
+    objects = (
+        [("mgmt/gcp", o) for o in render.build(str(GCP))]
+        + component_objects()
+        + [("workload-flux", o) for o in render.build(str(GCP / "flux-apps" / "workload-flux"))]
+    )
     resourceset = next(o for _n, o in component_objects() if o["kind"] == "ResourceSet")
     objects += [("flux-apps ResourceSet", o) for o in resourceset["spec"]["resources"]]
-    missing = ["%s: %s/%s" % (name, o["kind"], o["metadata"]["name"]) for name, o in objects
-               if (o["metadata"].get("labels") or {}).get("krops.io/environment") != "gcp"]
+    missing = [
+        "{}: {}/{}".format(name, o["kind"], o["metadata"]["name"])
+        for name, o in objects
+        if (o["metadata"].get("labels") or {}).get("krops.io/environment") != "gcp"
+    ]
     assert missing == []
 
 
 def test_cluster_labels_select_the_workload_only():
-    clusters = {obj["metadata"]["name"]: obj for _n, obj in component_objects()
-                if obj["kind"] == "Cluster" and obj["apiVersion"].startswith("cluster.x-k8s.io/")}
+    clusters = {
+        obj["metadata"]["name"]: obj
+        for _n, obj in component_objects()
+        if obj["kind"] == "Cluster" and obj["apiVersion"].startswith("cluster.x-k8s.io/")
+    }
     assert set(clusters) == {"europe-north1-management", "europe-north1-workload"}
     workload = clusters["europe-north1-workload"]["metadata"]["labels"]
     assert workload["fluxcd"] == "enabled" and workload["region"] == "europe-north1"
@@ -172,15 +212,19 @@ def test_bootstrap_toml_is_in_step_with_the_tree():
     # The workload Flux syncs the same repository and branch as the management Flux.
     instance = render.build(str(GCP / "flux-apps" / "workload-flux"))[0]
     assert instance["spec"]["sync"]["url"] == boot["git-url"]
-    assert instance["spec"]["sync"]["ref"] == "refs/heads/%s" % boot["git-branch"]
+    assert instance["spec"]["sync"]["ref"] == "refs/heads/{}".format(boot["git-branch"])
     # The mgmt provider of the pool trusts the management GKE cluster's issuer.
-    plane = by_kind["GCPManagedControlPlane"]["%s-control-plane" % env["mgmt-cluster"]]["spec"]
+    plane = by_kind["GCPManagedControlPlane"]["{}-control-plane".format(env["mgmt-cluster"])]["spec"]
     issuer = by_kind["IAMWorkloadIdentityPoolProvider"]["mgmt"]["spec"]["oidc"]["issuerUri"]
-    assert issuer == "https://container.googleapis.com/v1/projects/${GCP_PROJECT_ID}/locations/%s/clusters/%s" % (
-        plane["location"], plane["clusterName"])
+    assert issuer == "https://container.googleapis.com/v1/projects/${{GCP_PROJECT_ID}}/locations/{}/clusters/{}".format(
+        plane["location"],
+        plane["clusterName"],
+    )
     # Pivot manifests: the credential Secrets use GCP_WIF_PROVIDER, the namespace comes first.
     pivot = env["pivot-manifests"]
-    assert pivot.index("mgmt/gcp/config-connector/namespace.yaml") < pivot.index("mgmt/gcp/config-connector/wif-credentials.yaml")
+    assert pivot.index("mgmt/gcp/config-connector/namespace.yaml") < pivot.index(
+        "mgmt/gcp/config-connector/wif-credentials.yaml"
+    )
     for manifest in pivot:
         if manifest.endswith("wif-credentials.yaml"):
             text = (REPO / manifest).read_text()
@@ -193,8 +237,10 @@ def test_bootstrap_toml_is_in_step_with_the_tree():
     provider = by_kind["InfrastructureProvider"]["gcp"]["spec"]
     assert provider["configSecret"]["name"] == "capg-wif-credentials"
     assert "secretName: capg-wif-credentials" in provider["patches"][0]["patch"]
-    assert by_kind["ConfigConnector"]["configconnector.core.cnrm.cloud.google.com"]["spec"]["credentialSecretName"] == \
-        "kcc-wif-credentials"
+    assert (
+        by_kind["ConfigConnector"]["configconnector.core.cnrm.cloud.google.com"]["spec"]["credentialSecretName"]
+        == "kcc-wif-credentials"
+    )
 
 
 def test_pivot_renders_the_credentials_for_the_mgmt_provider():
@@ -209,8 +255,15 @@ def test_pivot_renders_the_credentials_for_the_mgmt_provider():
             for value in (doc.get("stringData") or {}).values():
                 if value:
                     audiences.append(json.loads(value)["audience"])
-    assert audiences == ["//iam.googleapis.com/projects/%s/locations/global/workloadIdentityPools/krops/providers/mgmt"
-                         % gcp_vars["GCP_PROJECT_NUMBER"]] * 2
+    assert (
+        audiences
+        == [
+            "//iam.googleapis.com/projects/{}/locations/global/workloadIdentityPools/krops/providers/mgmt".format(
+                gcp_vars["GCP_PROJECT_NUMBER"]
+            )
+        ]
+        * 2
+    )
     with pytest.raises(pivot.PivotError, match="GCP_PROJECT_NUMBER"):
         pivot.load_documents(str(REPO / env["pivot-manifests"][0]), {"GCP_WIF_PROVIDER": "mgmt"})
 
@@ -228,44 +281,113 @@ def test_cloud_sql_is_private_with_iam_auth_and_explicit_deletion_protection():
 KEY = "environments.gcp"
 DEFECTS = {
     "guessed VPC name": (
-        "bootstrap.toml", 'networks = ["europe-north1-management", "europe-north1-workload"]',
+        "bootstrap.toml",
+        'networks = ["europe-north1-management", "europe-north1-workload"]',
         'networks = ["europe-north1-mgmt", "europe-north1-workload"]',
-        [("bootstrap.toml", KEY + ".teardown.networks", "bootstrap", "VPC europe-north1-management of the tree is not in "
-          "teardown networks: teardown would leave it and everything in it behind"),
-         ("bootstrap.toml", KEY + ".teardown.networks", "bootstrap", "network europe-north1-mgmt is not a VPC of the tree "
-          "(GCPManagedCluster spec.network.name or ComputeNetwork: europe-north1-management, europe-north1-workload)")]),
+        [
+            (
+                "bootstrap.toml",
+                KEY + ".teardown.networks",
+                "bootstrap",
+                "VPC europe-north1-management of the tree is not in "
+                "teardown networks: teardown would leave it and everything in it behind",
+            ),
+            (
+                "bootstrap.toml",
+                KEY + ".teardown.networks",
+                "bootstrap",
+                "network europe-north1-mgmt is not a VPC of the tree "
+                "(GCPManagedCluster spec.network.name or ComputeNetwork: europe-north1-management, europe-north1-workload)",
+            ),
+        ],
+    ),
     "wrong mgmt-region": (
-        "bootstrap.toml", 'mgmt-region = "europe-north1"', 'mgmt-region = "europe-west1"',
-        [("bootstrap.toml", KEY + ".mgmt-region", "bootstrap", "mgmt-region europe-west1 differs from the region of "
-          "mgmt-cluster europe-north1-management in the tree (europe-north1)")]),
+        "bootstrap.toml",
+        'mgmt-region = "europe-north1"',
+        'mgmt-region = "europe-west1"',
+        [
+            (
+                "bootstrap.toml",
+                KEY + ".mgmt-region",
+                "bootstrap",
+                "mgmt-region europe-west1 differs from the region of "
+                "mgmt-cluster europe-north1-management in the tree (europe-north1)",
+            )
+        ],
+    ),
     "unused pivot variable": (
-        "bootstrap.toml", 'GCP_WIF_PROVIDER = "mgmt"', 'GCP_WIF_PROVIDER = "mgmt"\nGCP_WIF_PROVIDR = "mgmt"',
-        [("bootstrap.toml", KEY + ".pivot-manifest-vars.GCP_WIF_PROVIDR", "bootstrap",
-          "GCP_WIF_PROVIDR is used by no pivot manifest (${GCP_WIF_PROVIDR}); remove it or use it")]),
+        "bootstrap.toml",
+        'GCP_WIF_PROVIDER = "mgmt"',
+        'GCP_WIF_PROVIDER = "mgmt"\nGCP_WIF_PROVIDR = "mgmt"',
+        [
+            (
+                "bootstrap.toml",
+                KEY + ".pivot-manifest-vars.GCP_WIF_PROVIDR",
+                "bootstrap",
+                "GCP_WIF_PROVIDR is used by no pivot manifest (${GCP_WIF_PROVIDR}); remove it or use it",
+            )
+        ],
+    ),
     "missing pivot manifest": (
-        "bootstrap.toml", '"mgmt/gcp/config-connector/namespace.yaml"', '"mgmt/gcp/kcc/namespace.yaml"',
-        [("bootstrap.toml", KEY + ".pivot-manifests[1]", "bootstrap", "mgmt/gcp/kcc/namespace.yaml does not exist")]),
+        "bootstrap.toml",
+        '"mgmt/gcp/config-connector/namespace.yaml"',
+        '"mgmt/gcp/kcc/namespace.yaml"',
+        [("bootstrap.toml", KEY + ".pivot-manifests[1]", "bootstrap", "mgmt/gcp/kcc/namespace.yaml does not exist")],
+    ),
     "dependsOn typo": (
-        "mgmt/gcp/workload-resources/iam/flux-ks.yaml", "- name: workload-resources-postgres", "- name: workload-resources-postgre",
-        [("mgmt/gcp/workload-resources/iam/flux-ks.yaml", "Kustomization/flux-system/workload-resources-iam", "flux-graph",
-          "dependsOn flux-system/workload-resources-postgre: no Kustomization of that name in environment gcp")]),
+        "mgmt/gcp/workload-resources/iam/flux-ks.yaml",
+        "- name: workload-resources-postgres",
+        "- name: workload-resources-postgre",
+        [
+            (
+                "mgmt/gcp/workload-resources/iam/flux-ks.yaml",
+                "Kustomization/flux-system/workload-resources-iam",
+                "flux-graph",
+                "dependsOn flux-system/workload-resources-postgre: no Kustomization of that name in environment gcp",
+            )
+        ],
+    ),
     "key material in a credential Secret": (
-        "mgmt/gcp/capg-system/wif-credentials.yaml", '"type": "external_account",',
+        "mgmt/gcp/capg-system/wif-credentials.yaml",
+        '"type": "external_account",',
         '"type": "external_account",\n      "private_key": "-----BEGIN PRIVATE KEY-----",',
-        [("mgmt/gcp/capg-system/wif-credentials.yaml", "Secret/capg-system/capg-wif-credentials", "secrets",
-          "Secret committed unencrypted: encrypt it with sops (age, --encrypted-regex '^(data|stringData)$') "
-          "into a *.sops.yaml file")]),
+        [
+            (
+                "mgmt/gcp/capg-system/wif-credentials.yaml",
+                "Secret/capg-system/capg-wif-credentials",
+                "secrets",
+                "Secret committed unencrypted: encrypt it with sops (age, --encrypted-regex '^(data|stringData)$') "
+                "into a *.sops.yaml file",
+            )
+        ],
+    ),
     "credential source that sends headers": (
-        "mgmt/gcp/config-connector/wif-credentials.yaml", '"file": "/var/run/secrets/kubernetes.io/serviceaccount/token",',
+        "mgmt/gcp/config-connector/wif-credentials.yaml",
+        '"file": "/var/run/secrets/kubernetes.io/serviceaccount/token",',
         '"url": "http://127.0.0.1/token", "headers": {"Authorization": "Bearer x"},',
-        [("mgmt/gcp/config-connector/wif-credentials.yaml", "Secret/cnrm-system/kcc-wif-credentials", "secrets",
-          "Secret committed unencrypted: encrypt it with sops (age, --encrypted-regex '^(data|stringData)$') "
-          "into a *.sops.yaml file")]),
+        [
+            (
+                "mgmt/gcp/config-connector/wif-credentials.yaml",
+                "Secret/cnrm-system/kcc-wif-credentials",
+                "secrets",
+                "Secret committed unencrypted: encrypt it with sops (age, --encrypted-regex '^(data|stringData)$') "
+                "into a *.sops.yaml file",
+            )
+        ],
+    ),
     "Cloud SQL field misspelt": (
-        "mgmt/gcp/workload-resources/postgres/sql-instance.yaml", "deletionProtectionEnabled: true",
+        "mgmt/gcp/workload-resources/postgres/sql-instance.yaml",
+        "deletionProtectionEnabled: true",
         "deletionProtectionEnable: true",
-        [("mgmt/gcp/workload-resources/postgres/sql-instance.yaml", "SQLInstance/krops-gcp/krops-europe-north1-workload-db",
-          "schema", "spec.settings: unknown field 'deletionProtectionEnable'")]),
+        [
+            (
+                "mgmt/gcp/workload-resources/postgres/sql-instance.yaml",
+                "SQLInstance/krops-gcp/krops-europe-north1-workload-db",
+                "schema",
+                "spec.settings: unknown field 'deletionProtectionEnable'",
+            )
+        ],
+    ),
 }
 
 
@@ -277,30 +399,60 @@ def test_planted_defect_is_caught(tree, name):
 
 
 def test_service_account_key_secret_is_not_a_federated_credential(tree):
-    key = {"type": "service_account", "project_id": "p", "private_key_id": "1", "private_key": "k",
-           "client_email": "a@p.iam.gserviceaccount.com"}
+    key = {
+        "type": "service_account",
+        "project_id": "p",
+        "private_key_id": "1",
+        "private_key": "k",
+        "client_email": "a@p.iam.gserviceaccount.com",
+    }
     path = tree / "mgmt" / "gcp" / "capg-system" / "key.yaml"
-    path.write_text("apiVersion: v1\nkind: Secret\nmetadata:\n  name: capg-key\n  namespace: capg-system\n"
-                    "stringData:\n  credentials.json: '%s'\n" % json.dumps(key))
-    edit(tree, "mgmt/gcp/capg-system/kustomization.yaml", "  - wif-credentials.yaml", "  - wif-credentials.yaml\n  - key.yaml")
+    path.write_text(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: capg-key\n  namespace: capg-system\n"
+        f"stringData:\n  credentials.json: '{json.dumps(key)}'\n"
+    )
+    edit(
+        tree,
+        "mgmt/gcp/capg-system/kustomization.yaml",
+        "  - wif-credentials.yaml",
+        "  - wif-credentials.yaml\n  - key.yaml",
+    )
     assert found(check(tree)) == [
-        ("mgmt/gcp/capg-system/key.yaml", "Secret/capg-system/capg-key", "secrets",
-         "Secret committed unencrypted: encrypt it with sops (age, --encrypted-regex '^(data|stringData)$') "
-         "into a *.sops.yaml file")]
+        (
+            "mgmt/gcp/capg-system/key.yaml",
+            "Secret/capg-system/capg-key",
+            "secrets",
+            "Secret committed unencrypted: encrypt it with sops (age, --encrypted-regex '^(data|stringData)$') "
+            "into a *.sops.yaml file",
+        )
+    ]
 
 
 def test_federated_credential_in_data_is_accepted_and_checked(tree):
     """A base64 data value is judged by its decoded content, like stringData."""
     import base64
-    conf = {"type": "external_account", "audience": "//iam.googleapis.com/x", "subject_token_type": "urn:x",
-            "token_url": "https://sts.googleapis.com/v1/token", "credential_source": {"file": "/t"}}
+
+    conf = {
+        "type": "external_account",
+        "audience": "//iam.googleapis.com/x",
+        "subject_token_type": "urn:x",
+        "token_url": "https://sts.googleapis.com/v1/token",
+        "credential_source": {"file": "/t"},
+    }
     for extra, expected in (({}, 0), ({"client_secret": "s"}, 1)):
         encoded = base64.b64encode(json.dumps(dict(conf, **extra)).encode()).decode()
         path = tree / "mgmt" / "gcp" / "capg-system" / "extra.yaml"
-        path.write_text("apiVersion: v1\nkind: Secret\nmetadata:\n  name: extra\n  namespace: capg-system\n"
-                        "data:\n  credentials.json: %s\n" % encoded)
+        path.write_text(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: extra\n  namespace: capg-system\n"
+            f"data:\n  credentials.json: {encoded}\n"
+        )
         kust = tree / "mgmt" / "gcp" / "capg-system" / "kustomization.yaml"
         if "extra.yaml" not in kust.read_text():
-            edit(tree, "mgmt/gcp/capg-system/kustomization.yaml", "  - wif-credentials.yaml", "  - wif-credentials.yaml\n  - extra.yaml")
+            edit(
+                tree,
+                "mgmt/gcp/capg-system/kustomization.yaml",
+                "  - wif-credentials.yaml",
+                "  - wif-credentials.yaml\n  - extra.yaml",
+            )
         secrets = [f for f in found(check(tree)) if f[2] == "secrets"]
         assert len(secrets) == expected, secrets

@@ -41,8 +41,18 @@ CHAIN = {
     "cacppt-system": ["capi-system"],
     "cluster-local-talos-management": ["capt-system", "cabpt-system", "cacppt-system"],
 }
-SITE_VARIABLES = {"CONTROL_PLANE_ENDPOINT", "MACHINE_MAC", "MACHINE_IP", "MACHINE_NETMASK", "MACHINE_GATEWAY",
-                  "MACHINE_NAMESERVER", "INSTALL_DISK", "BMC_HOST", "TALOS_DISK_IMAGE_URL", "TALOS_INSTALLER_IMAGE"}
+SITE_VARIABLES = {
+    "CONTROL_PLANE_ENDPOINT",
+    "MACHINE_MAC",
+    "MACHINE_IP",
+    "MACHINE_NETMASK",
+    "MACHINE_GATEWAY",
+    "MACHINE_NAMESERVER",
+    "INSTALL_DISK",
+    "BMC_HOST",
+    "TALOS_DISK_IMAGE_URL",
+    "TALOS_INSTALLER_IMAGE",
+}
 
 
 @pytest.fixture
@@ -66,6 +76,7 @@ def rendered():
 
 # --- the real tree ------------------------------------------------------------------------
 
+
 def test_local_talos_tree_has_zero_findings():
     result = check(REPO)
     assert found(result) == []
@@ -76,8 +87,9 @@ def test_local_talos_tree_has_zero_findings():
 def test_dependson_graph_is_the_chain():
     objects = render.build(str(REPO / LT))
     kss = [o for o in objects if o["kind"] == "Kustomization"]
-    assert {o["metadata"]["name"]: sorted(d["name"] for d in o["spec"].get("dependsOn", [])) for o in kss} == \
-        {name: sorted(deps) for name, deps in CHAIN.items()}
+    assert {o["metadata"]["name"]: sorted(d["name"] for d in o["spec"].get("dependsOn", [])) for o in kss} == {
+        name: sorted(deps) for name, deps in CHAIN.items()
+    }
     for obj in kss:
         spec = obj["spec"]
         assert obj["apiVersion"] == "kustomize.toolkit.fluxcd.io/v1" and obj["metadata"]["namespace"] == "flux-system"
@@ -87,8 +99,9 @@ def test_dependson_graph_is_the_chain():
         assert spec["prune"] is True and {"interval", "retryInterval", "timeout"} <= set(spec)
     # Management only: no add-on provider, no kubeadm, no workload cluster.
     kinds = {(o["kind"], o["metadata"]["name"]) for objs in rendered().values() for o in objs}
-    assert ("AddonProvider", "helm") not in kinds and not any(k in kinds for k in (
-        ("BootstrapProvider", "kubeadm"), ("ControlPlaneProvider", "kubeadm")))
+    assert ("AddonProvider", "helm") not in kinds and not any(
+        k in kinds for k in (("BootstrapProvider", "kubeadm"), ("ControlPlaneProvider", "kubeadm"))
+    )
     assert [n for k, n in kinds if k == "Cluster"] == ["local-talos-management"]
 
 
@@ -105,31 +118,49 @@ def test_bootstrap_toml_cross_checks_hold():
         for doc in render.load_yaml_documents(str(REPO / manifest)):
             providers.append((doc["kind"], doc["metadata"]["namespace"], doc["metadata"]["name"]))
     # Exactly the providers this environment installs, each also part of the rendered tree.
-    assert providers == [("CoreProvider", "capi-system", "cluster-api"),
-                         ("InfrastructureProvider", "capt-system", "tinkerbell-tinkerbell"),
-                         ("BootstrapProvider", "cabpt-system", "talos"),
-                         ("ControlPlaneProvider", "cacppt-system", "talos")]
-    tree_providers = {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
-                      for objs in rendered().values() for o in objs if o["apiVersion"].startswith("operator.")}
+    assert providers == [
+        ("CoreProvider", "capi-system", "cluster-api"),
+        ("InfrastructureProvider", "capt-system", "tinkerbell-tinkerbell"),
+        ("BootstrapProvider", "cabpt-system", "talos"),
+        ("ControlPlaneProvider", "cacppt-system", "talos"),
+    ]
+    tree_providers = {
+        (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
+        for objs in rendered().values()
+        for o in objs
+        if o["apiVersion"].startswith("operator.")
+    }
     assert tree_providers == set(providers)
     # The chart pins equal bootstrap.toml [charts] (what the bootstrap installs before Flux).
-    charts = {o["spec"]["chart"]["spec"]["chart"]: o["spec"]["chart"]["spec"]["version"]
-              for objs in rendered().values() for o in objs if o["kind"] == "HelmRelease"}
-    assert charts == {"cert-manager": cfg.data["charts"]["cert-manager"],
-                      "cluster-api-operator": cfg.data["charts"]["capi-operator"]}
+    charts = {
+        o["spec"]["chart"]["spec"]["chart"]: o["spec"]["chart"]["spec"]["version"]
+        for objs in rendered().values()
+        for o in objs
+        if o["kind"] == "HelmRelease"
+    }
+    assert charts == {
+        "cert-manager": cfg.data["charts"]["cert-manager"],
+        "cluster-api-operator": cfg.data["charts"]["capi-operator"],
+    }
 
 
 def test_every_object_carries_the_ownership_label():
     objects = [(d, o) for d, objs in rendered().items() for o in objs]
     assert len(objects) >= 29
-    unmarked = [(d, validate.object_id(o)) for d, o in objects
-                if (o.get("metadata", {}).get("labels") or {}).get("krops.io/environment") != "local-talos"]
+    unmarked = [
+        (d, validate.object_id(o))
+        for d, o in objects
+        if (o.get("metadata", {}).get("labels") or {}).get("krops.io/environment") != "local-talos"
+    ]
     assert unmarked == []
 
 
 def test_hardware_comes_from_site_values_only():
     site = yaml.safe_load((REPO / LT / "site-values.yaml").read_text())
-    assert site["metadata"] == {"name": "local-talos-site", "namespace": "flux-system"} and set(site["data"]) == SITE_VARIABLES
+    assert (
+        site["metadata"] == {"name": "local-talos-site", "namespace": "flux-system"}
+        and set(site["data"]) == SITE_VARIABLES
+    )
     text = "".join((REPO / MGMT / name).read_text() for name in ("cluster.yaml", "control-plane.yaml", "hardware.yaml"))
     # Not one site value is written into the cluster folder; every variable used is defined.
     for value in site["data"].values():
@@ -141,10 +172,14 @@ def test_hardware_comes_from_site_values_only():
     hardware = next(d for d in hw if d["kind"] == "Hardware")
     # In the management namespace (clusterctl move carries it) and claimed by exact label.
     assert (hardware["metadata"]["name"], hardware["metadata"]["namespace"]) == ("talos-mgmt-01", "default")
-    tmt = [d for d in yaml.safe_load_all((REPO / MGMT / "control-plane.yaml").read_text())
-           if d["kind"] == "TinkerbellMachineTemplate"][0]
+    tmt = [
+        d
+        for d in yaml.safe_load_all((REPO / MGMT / "control-plane.yaml").read_text())
+        if d["kind"] == "TinkerbellMachineTemplate"
+    ][0]
     assert tmt["spec"]["template"]["spec"]["hardwareAffinity"]["required"] == [
-        {"labelSelector": {"matchLabels": {"krops.io/hardware": "talos-mgmt-01"}}}]
+        {"labelSelector": {"matchLabels": {"krops.io/hardware": "talos-mgmt-01"}}}
+    ]
 
 
 def test_bmc_credentials_are_sops_encrypted_with_the_test_key(tmp_path):
@@ -153,8 +188,13 @@ def test_bmc_credentials_are_sops_encrypted_with_the_test_key(tmp_path):
     assert doc["kind"] == "Secret" and doc["metadata"]["name"] == "local-talos-management-bmc"
     assert all(v.startswith("ENC[AES256_GCM,") for v in doc["stringData"].values())
     assert "krops-test-bmc-password" not in path.read_text()
-    proc = subprocess.run([str(VENV_BIN / "sops"), "--decrypt", str(path)], capture_output=True, text=True,
-                          env=dict(os.environ, SOPS_AGE_KEY_FILE=str(AGE_KEY)), check=False)
+    proc = subprocess.run(
+        [str(VENV_BIN / "sops"), "--decrypt", str(path)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, SOPS_AGE_KEY_FILE=str(AGE_KEY)),
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     plain = yaml.safe_load(proc.stdout)["stringData"]
     assert plain == {"username": "krops-test-bmc-user", "password": "krops-test-bmc-password"}
@@ -165,11 +205,17 @@ def test_bmc_credentials_are_sops_encrypted_with_the_test_key(tmp_path):
 
 # --- planted defects ------------------------------------------------------------------------
 
+
 def test_uppercase_mac_in_site_values_is_a_schema_finding(tree):
     edit(tree, LT + "/site-values.yaml", 'MACHINE_MAC: "aa:bb:cc:dd:ee:01"', 'MACHINE_MAC: "AA-BB-CC-DD-EE-01"')
-    assert found(check(tree)) == [(MGMT + "/hardware.yaml", "Hardware/default/talos-mgmt-01", "schema",
-                                   "spec.interfaces[0].dhcp.mac: 'AA-BB-CC-DD-EE-01' does not match "
-                                   "'([0-9a-f]{2}[:]){5}([0-9a-f]{2})'")]
+    assert found(check(tree)) == [
+        (
+            MGMT + "/hardware.yaml",
+            "Hardware/default/talos-mgmt-01",
+            "schema",
+            "spec.interfaces[0].dhcp.mac: 'AA-BB-CC-DD-EE-01' does not match '([0-9a-f]{2}[:]){5}([0-9a-f]{2})'",
+        )
+    ]
 
 
 def test_dangling_dependson_and_dropped_provider(tree):
@@ -178,12 +224,25 @@ def test_dangling_dependson_and_dropped_provider(tree):
     edit(tree, LT + "/cacppt-system/kustomization.yaml", "  - control-plane-provider.yaml\n", "")
     key = "environments.local-talos"
     assert found(check(tree)) == [
-        ("bootstrap.toml", key + ".provider-manifests[3]", "bootstrap",
-         "mgmt/local-talos/cacppt-system/control-plane-provider.yaml does not exist"),
-        (LT + "/cacppt-system/flux-ks.yaml", "Kustomization/flux-system/cacppt-system", "flux-graph",
-         "healthCheck ControlPlaneProvider cacppt-system/talos: not defined in the tree nor created by the lifecycle"),
-        (MGMT + "/flux-ks.yaml", "Kustomization/flux-system/cluster-local-talos-management", "flux-graph",
-         "dependsOn flux-system/cabpt-systen: no Kustomization of that name in environment local-talos")]
+        (
+            "bootstrap.toml",
+            key + ".provider-manifests[3]",
+            "bootstrap",
+            "mgmt/local-talos/cacppt-system/control-plane-provider.yaml does not exist",
+        ),
+        (
+            LT + "/cacppt-system/flux-ks.yaml",
+            "Kustomization/flux-system/cacppt-system",
+            "flux-graph",
+            "healthCheck ControlPlaneProvider cacppt-system/talos: not defined in the tree nor created by the lifecycle",
+        ),
+        (
+            MGMT + "/flux-ks.yaml",
+            "Kustomization/flux-system/cluster-local-talos-management",
+            "flux-graph",
+            "dependsOn flux-system/cabpt-systen: no Kustomization of that name in environment local-talos",
+        ),
+    ]
 
 
 def test_wrong_infra_provider_name_and_mgmt_cluster_are_bootstrap_findings(tree):
@@ -192,24 +251,47 @@ def test_wrong_infra_provider_name_and_mgmt_cluster_are_bootstrap_findings(tree)
     edit(tree, "bootstrap.toml", 'mgmt-cluster = "local-talos-management"', 'mgmt-cluster = "talos-management"')
     key = "environments.local-talos"
     assert found(check(tree)) == [
-        ("bootstrap.toml", key + ".infra-provider-name", "bootstrap", "no provider manifest holds "
-         "InfrastructureProvider capt-system/tinkerbell-tinkerbell (infra-provider-namespace/infra-provider-name)"),
-        ("bootstrap.toml", key + ".mgmt-cluster", "bootstrap", "mgmt-cluster talos-management is not a Cluster in "
-         "namespace default of the tree (Clusters there: local-talos-management)")]
+        (
+            "bootstrap.toml",
+            key + ".infra-provider-name",
+            "bootstrap",
+            "no provider manifest holds "
+            "InfrastructureProvider capt-system/tinkerbell-tinkerbell (infra-provider-namespace/infra-provider-name)",
+        ),
+        (
+            "bootstrap.toml",
+            key + ".mgmt-cluster",
+            "bootstrap",
+            "mgmt-cluster talos-management is not a Cluster in "
+            "namespace default of the tree (Clusters there: local-talos-management)",
+        ),
+    ]
 
 
 def test_plaintext_bmc_password_is_a_secrets_finding(tree):
     path = tree / MGMT / "bmc-credentials.sops.yaml"
     text = path.read_text()
     start = text.index("password: ENC[")
-    path.write_text(text[:start] + "password: hunter2" + text[text.index("\n", start):])
-    assert found(check(tree)) == [(MGMT + "/bmc-credentials.sops.yaml", "Secret/default/local-talos-management-bmc",
-                                   "secrets", "stringData.password is not encrypted (expected ENC[...]): re-encrypt "
-                                   "with --encrypted-regex '^(data|stringData)$'")]
+    path.write_text(text[:start] + "password: hunter2" + text[text.index("\n", start) :])
+    assert found(check(tree)) == [
+        (
+            MGMT + "/bmc-credentials.sops.yaml",
+            "Secret/default/local-talos-management-bmc",
+            "secrets",
+            "stringData.password is not encrypted (expected ENC[...]): re-encrypt "
+            "with --encrypted-regex '^(data|stringData)$'",
+        )
+    ]
 
 
 def test_missing_site_value_is_caught(tree):
     # Flux substitutes an unset variable with nothing: the Hardware is then invalid.
     edit(tree, LT + "/site-values.yaml", '  INSTALL_DISK: "/dev/sda"\n', "")
-    assert found(check(tree)) == [(MGMT + "/hardware.yaml", "Hardware/default/talos-mgmt-01", "schema",
-                                   "spec.disks[0].device: None is not of type 'string'")]
+    assert found(check(tree)) == [
+        (
+            MGMT + "/hardware.yaml",
+            "Hardware/default/talos-mgmt-01",
+            "schema",
+            "spec.disks[0].device: None is not of type 'string'",
+        )
+    ]

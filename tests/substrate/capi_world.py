@@ -48,8 +48,13 @@ PROVIDER_CRDS = {
     ("InfrastructureProvider", "docker"): ("docker",),
     ("AddonProvider", "helm"): ("helm-addon",),
 }
-PROVIDER_KINDS = ("CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider",
-                  "AddonProvider")
+PROVIDER_KINDS = (
+    "CoreProvider",
+    "BootstrapProvider",
+    "ControlPlaneProvider",
+    "InfrastructureProvider",
+    "AddonProvider",
+)
 
 
 def _matches(selector, labels):
@@ -58,8 +63,12 @@ def _matches(selector, labels):
         return False
     for expr in selector.get("matchExpressions") or []:
         value, op, values = labels.get(expr["key"]), expr["operator"], expr.get("values") or []
-        if (op == "In" and value not in values) or (op == "NotIn" and value in values) or \
-                (op == "Exists" and expr["key"] not in labels) or (op == "DoesNotExist" and expr["key"] in labels):
+        if (
+            (op == "In" and value not in values)
+            or (op == "NotIn" and value in values)
+            or (op == "Exists" and expr["key"] not in labels)
+            or (op == "DoesNotExist" and expr["key"] in labels)
+        ):
             return False
     return True
 
@@ -97,8 +106,15 @@ class CapiController:
         kind, name = obj["kind"], obj["metadata"]["name"]
         bundles = PROVIDER_CRDS.get((kind, name))
         if bundles is None:
-            set_status(api, obj, False, "UnknownProvider", "provider %s %r is not one the emulated world knows (%s)"
-                       % (kind, name, ", ".join("%s/%s" % k for k in sorted(PROVIDER_CRDS))))
+            set_status(
+                api,
+                obj,
+                False,
+                "UnknownProvider",
+                "provider {} {!r} is not one the emulated world knows ({})".format(
+                    kind, name, ", ".join("{}/{}".format(*k) for k in sorted(PROVIDER_CRDS))
+                ),
+            )
             return
         if kind != "CoreProvider":
             cores = api.list(OPERATOR, "CoreProvider")
@@ -106,8 +122,15 @@ class CapiController:
                 set_status(api, obj, False, "WaitingForCoreProviderReady", "waiting for the core provider to install")
                 return
         api.install_bundle(*bundles)
-        set_status(api, obj, True, "Ready", "installed %s" % (obj.get("spec") or {}).get("version", ""), installedVersion=(obj.get("spec") or {}).get("version", ""),
-                   contract="v1beta2")
+        set_status(
+            api,
+            obj,
+            True,
+            "Ready",
+            "installed {}".format((obj.get("spec") or {}).get("version", "")),
+            installedVersion=(obj.get("spec") or {}).get("version", ""),
+            contract="v1beta2",
+        )
 
     # ---- clusters -------------------------------------------------------------------------
     def _ref(self, api, namespace, ref):
@@ -132,28 +155,52 @@ class CapiController:
         control_plane = self._ref(api, ns, spec.get("controlPlaneRef"))
         if infra is None or control_plane is None:
             missing = "infrastructureRef" if infra is None else "controlPlaneRef"
-            self._cluster_status(api, obj, "Provisioning", False, "%s %s/%s does not exist yet" % (
-                missing, ns, (spec.get(missing) or {}).get("name")))
+            self._cluster_status(
+                api,
+                obj,
+                "Provisioning",
+                False,
+                "{} {}/{} does not exist yet".format(missing, ns, (spec.get(missing) or {}).get("name")),
+            )
             return
         if FINALIZER not in (obj["metadata"].get("finalizers") or []):
             res = api.resource_for(obj["apiVersion"], obj["kind"])
-            api.patch(res, ns, name, "merge", {"metadata": {"finalizers": (obj["metadata"].get("finalizers") or [])
-                                                                          + [FINALIZER]}}, None, MANAGER)
+            api.patch(
+                res,
+                ns,
+                name,
+                "merge",
+                {"metadata": {"finalizers": (obj["metadata"].get("finalizers") or []) + [FINALIZER]}},
+                None,
+                MANAGER,
+            )
         workload = self.workloads.get(key)
         if workload is None:
             workload = self.workloads[key] = self.spawn(name)
             self.world.add_cluster(workload)
-        secret_name = "%s-kubeconfig" % name
-        config = yaml.safe_dump(workload.kubeconfig(context="%s-admin@%s" % (name, name), cluster=name,
-                                                    user="%s-admin" % name))
-        secret = {"apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
-                  "metadata": {"name": secret_name, "namespace": ns, "labels": {CLUSTER_NAME_LABEL: name},
-                               "ownerReferences": [{"apiVersion": control_plane["apiVersion"],
-                                                    "kind": control_plane["kind"],
-                                                    "name": control_plane["metadata"]["name"],
-                                                    "uid": control_plane["metadata"]["uid"],
-                                                    "controller": True, "blockOwnerDeletion": True}]},
-                  "data": {"value": base64.b64encode(config.encode()).decode()}}
+        secret_name = f"{name}-kubeconfig"
+        config = yaml.safe_dump(workload.kubeconfig(context=f"{name}-admin@{name}", cluster=name, user=f"{name}-admin"))
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "cluster.x-k8s.io/secret",
+            "metadata": {
+                "name": secret_name,
+                "namespace": ns,
+                "labels": {CLUSTER_NAME_LABEL: name},
+                "ownerReferences": [
+                    {
+                        "apiVersion": control_plane["apiVersion"],
+                        "kind": control_plane["kind"],
+                        "name": control_plane["metadata"]["name"],
+                        "uid": control_plane["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "data": {"value": base64.b64encode(config.encode()).decode()},
+        }
         res = api.resource_for("v1", "Secret")
         api.patch(res, ns, secret_name, "apply", secret, None, MANAGER, "Strict", True)
         # The v1beta2 contract: status.initialization.provisioned (infrastructure) and
@@ -168,8 +215,15 @@ class CapiController:
         status = copy.deepcopy(obj.get("status") or {})
         status.update(fields)
         if status != (obj.get("status") or {}):
-            api.patch(res, obj["metadata"]["namespace"], obj["metadata"]["name"], "merge", {"status": status},
-                      "status", MANAGER)
+            api.patch(
+                res,
+                obj["metadata"]["namespace"],
+                obj["metadata"]["name"],
+                "merge",
+                {"status": status},
+                "status",
+                MANAGER,
+            )
 
     def _cluster_status(self, api, obj, phase, ok, message):
         live = api.get(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], obj["metadata"]["namespace"])
@@ -178,10 +232,18 @@ class CapiController:
         for type_ in ("Available", "InfrastructureReady", "ControlPlaneInitialized"):
             value = "True" if ok else "False"
             previous = old.get(type_) or {}
-            conditions.append({"type": type_, "status": value, "reason": type_ if ok else "Not" + type_,
-                               "message": message, "observedGeneration": live["metadata"].get("generation", 1),
-                               "lastTransitionTime": previous.get("lastTransitionTime")
-                               if previous.get("status") == value else _now()})
+            conditions.append(
+                {
+                    "type": type_,
+                    "status": value,
+                    "reason": type_ if ok else "Not" + type_,
+                    "message": message,
+                    "observedGeneration": live["metadata"].get("generation", 1),
+                    "lastTransitionTime": previous.get("lastTransitionTime")
+                    if previous.get("status") == value
+                    else _now(),
+                }
+            )
         status = {"phase": phase, "conditions": conditions, "observedGeneration": live["metadata"].get("generation", 1)}
         if ok:
             status["initialization"] = {"infrastructureProvisioned": True, "controlPlaneInitialized": True}
@@ -198,24 +260,38 @@ class CapiController:
             for md in api.list(CLUSTER_API, "MachineDeployment", ns):
                 if (md.get("spec") or {}).get("clusterName") == name:
                     api.remove(CLUSTER_API, "MachineDeployment", md["metadata"]["name"], ns)
-        if api.exists("v1", "Secret", "%s-kubeconfig" % name, ns):
-            api.remove("v1", "Secret", "%s-kubeconfig" % name, ns)
+        if api.exists("v1", "Secret", f"{name}-kubeconfig", ns):
+            api.remove("v1", "Secret", f"{name}-kubeconfig", ns)
         workload = self.workloads.pop(key, None)
         if workload is not None:
             self.world.clusters.pop(workload.url, None)
             workload.stop()
         res = api.resource_for(obj["apiVersion"], obj["kind"])
-        api.patch(res, ns, name, "merge", {"metadata": {"finalizers": [
-            f for f in obj["metadata"].get("finalizers") or [] if f != FINALIZER] or None}}, None, MANAGER)
+        api.patch(
+            res,
+            ns,
+            name,
+            "merge",
+            {
+                "metadata": {
+                    "finalizers": [f for f in obj["metadata"].get("finalizers") or [] if f != FINALIZER] or None
+                }
+            },
+            None,
+            MANAGER,
+        )
 
     def provisioned(self, api, namespace, selector):
         """(Cluster, workload emulator) of the provisioned clusters of namespace matching selector."""
         found = []
         for cluster in api.list(CLUSTER_API, "Cluster", namespace):
             workload = self.workloads.get((api.url, namespace, cluster["metadata"]["name"]))
-            if workload is not None and (cluster.get("status") or {}).get("phase") == "Provisioned" and \
-                    _matches(selector or {}, cluster["metadata"].get("labels")) and \
-                    not cluster["metadata"].get("deletionTimestamp"):
+            if (
+                workload is not None
+                and (cluster.get("status") or {}).get("phase") == "Provisioned"
+                and _matches(selector or {}, cluster["metadata"].get("labels"))
+                and not cluster["metadata"].get("deletionTimestamp")
+            ):
                 found.append((cluster, workload))
         return found
 
@@ -229,8 +305,13 @@ class CapiController:
                 try:
                     source = api.get("v1", ref["kind"], ref["name"], ns)
                 except ApiError as exc:
-                    set_status(api, obj, False, "WrongSecretType" if ref["kind"] == "Secret" else "RetrievingResourceFailed",
-                               exc.message)
+                    set_status(
+                        api,
+                        obj,
+                        False,
+                        "WrongSecretType" if ref["kind"] == "Secret" else "RetrievingResourceFailed",
+                        exc.message,
+                    )
                     return
                 data = source.get("data") or {}
                 if ref["kind"] == "Secret":
@@ -251,27 +332,55 @@ class CapiController:
             release_ns = spec.get("namespace") or "default"
             if not workload.exists("v1", "Namespace", release_ns):
                 if not ((spec.get("options") or {}).get("install") or {}).get("createNamespace"):
-                    set_status(api, obj, False, "HelmInstallOrUpgradeFailed",
-                               'create: failed to create: namespaces "%s" not found' % release_ns)
+                    set_status(
+                        api,
+                        obj,
+                        False,
+                        "HelmInstallOrUpgradeFailed",
+                        f'create: failed to create: namespaces "{release_ns}" not found',
+                    )
                     return
                 workload.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": release_ns}})
             workload.install_bundle(*CHART_CRDS.get(spec.get("chartName"), ()))
-            proxy = {"apiVersion": "addons.cluster.x-k8s.io/v1alpha1", "kind": "HelmReleaseProxy",
-                     "metadata": {"name": "%s-%s" % (obj["metadata"]["name"], cname), "namespace": ns,
-                                  "labels": {CLUSTER_NAME_LABEL: cname,
-                                             "helmchartproxy.addons.cluster.x-k8s.io/name": obj["metadata"]["name"]},
-                                  "ownerReferences": [{"apiVersion": obj["apiVersion"], "kind": obj["kind"],
-                                                       "name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"],
-                                                       "controller": True}]},
-                     "spec": {"clusterRef": {"apiVersion": CLUSTER_API, "kind": "Cluster", "name": cname,
-                                             "namespace": ns},
-                              "repoURL": spec.get("repoURL"), "chartName": spec.get("chartName"),
-                              "version": spec.get("version"), "releaseName": spec.get("releaseName"),
-                              "namespace": release_ns}}
+            proxy = {
+                "apiVersion": "addons.cluster.x-k8s.io/v1alpha1",
+                "kind": "HelmReleaseProxy",
+                "metadata": {
+                    "name": "{}-{}".format(obj["metadata"]["name"], cname),
+                    "namespace": ns,
+                    "labels": {
+                        CLUSTER_NAME_LABEL: cname,
+                        "helmchartproxy.addons.cluster.x-k8s.io/name": obj["metadata"]["name"],
+                    },
+                    "ownerReferences": [
+                        {
+                            "apiVersion": obj["apiVersion"],
+                            "kind": obj["kind"],
+                            "name": obj["metadata"]["name"],
+                            "uid": obj["metadata"]["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {
+                    "clusterRef": {"apiVersion": CLUSTER_API, "kind": "Cluster", "name": cname, "namespace": ns},
+                    "repoURL": spec.get("repoURL"),
+                    "chartName": spec.get("chartName"),
+                    "version": spec.get("version"),
+                    "releaseName": spec.get("releaseName"),
+                    "namespace": release_ns,
+                },
+            }
             res = api.resource_for(proxy["apiVersion"], proxy["kind"])
             api.patch(res, ns, proxy["metadata"]["name"], "apply", proxy, None, "caaph", "Strict", True)
-            set_status(api, api.get(proxy["apiVersion"], proxy["kind"], proxy["metadata"]["name"], ns), True,
-                       "Deployed", "release %s deployed" % (spec.get("releaseName") or spec.get("chartName")),
-                       status="deployed", revision=1)
+            set_status(
+                api,
+                api.get(proxy["apiVersion"], proxy["kind"], proxy["metadata"]["name"], ns),
+                True,
+                "Deployed",
+                "release %s deployed" % (spec.get("releaseName") or spec.get("chartName")),
+                status="deployed",
+                revision=1,
+            )
             matching.append({"apiVersion": CLUSTER_API, "kind": "Cluster", "name": cname, "namespace": ns})
         set_status(api, obj, True, "Ready", "installed in %d cluster(s)" % len(matching), matchingClusters=matching)

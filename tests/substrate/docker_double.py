@@ -43,17 +43,17 @@ def parse_filters(query, kind):
     try:
         data = json.loads(raw)
     except ValueError:
-        raise ApiError(400, "invalid filter: %s is not JSON" % raw)
+        raise ApiError(400, f"invalid filter: {raw} is not JSON")
     if not isinstance(data, dict):
         raise ApiError(400, "invalid filter: expected a JSON object")
     filters = {}
     for key, values in data.items():
         if key not in FILTER_KEYS[kind]:
-            raise ApiError(400, "invalid filter '%s'" % key)
+            raise ApiError(400, f"invalid filter '{key}'")
         if isinstance(values, dict):  # legacy {"value": true}
             values = [v for v, on in values.items() if on]
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise ApiError(400, "invalid filter '%s': values must be strings" % key)
+            raise ApiError(400, f"invalid filter '{key}': values must be strings")
         filters[key] = values
     return filters
 
@@ -94,8 +94,9 @@ class DockerDouble:
                     status, body = double.handle(method, path, query, raw)
                 except ApiError as exc:
                     status, body = exc.status, {"message": exc.message}
-                data = body.encode() if isinstance(body, str) else (
-                    json.dumps(body).encode() if body is not None else b"")
+                data = (
+                    body.encode() if isinstance(body, str) else (json.dumps(body).encode() if body is not None else b"")
+                )
                 self.send_response(status)
                 self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -103,16 +104,16 @@ class DockerDouble:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 self._do("GET")
 
-            def do_HEAD(self):  # noqa: N802
+            def do_HEAD(self):
                 self._do("HEAD")
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 self._do("POST")
 
-            def do_DELETE(self):  # noqa: N802
+            def do_DELETE(self):
                 self._do("DELETE")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -134,8 +135,13 @@ class DockerDouble:
             mounted.append(anon)
         for vol in volumes:
             self.volumes.setdefault(vol, {"labels": {}, "anonymous": False})
-        self.containers[name] = {"Id": cid, "labels": dict(labels or {}), "networks": list(networks),
-                                 "volumes": mounted, "running": True}
+        self.containers[name] = {
+            "Id": cid,
+            "labels": dict(labels or {}),
+            "networks": list(networks),
+            "volumes": mounted,
+            "running": True,
+        }
         return cid
 
     def _container(self, ref):
@@ -145,20 +151,38 @@ class DockerDouble:
         return None, None
 
     def _summary(self, name, c):
-        return {"Id": c["Id"], "Names": ["/" + name], "Image": "kindest/node", "ImageID": "sha256:" + "0" * 64,
-                "Command": "", "Created": 0, "Status": "Up" if c["running"] else "Exited",
-                "State": "running" if c["running"] else "exited", "Ports": [], "Labels": dict(c["labels"]),
-                "Mounts": [{"Type": "volume", "Name": v, "Destination": "/var"} for v in c["volumes"]],
-                "NetworkSettings": {"Networks": {n: {} for n in c["networks"]}}}
+        return {
+            "Id": c["Id"],
+            "Names": ["/" + name],
+            "Image": "kindest/node",
+            "ImageID": "sha256:" + "0" * 64,
+            "Command": "",
+            "Created": 0,
+            "Status": "Up" if c["running"] else "Exited",
+            "State": "running" if c["running"] else "exited",
+            "Ports": [],
+            "Labels": dict(c["labels"]),
+            "Mounts": [{"Type": "volume", "Name": v, "Destination": "/var"} for v in c["volumes"]],
+            "NetworkSettings": {"Networks": {n: {} for n in c["networks"]}},
+        }
 
     def _inspect(self, name, c):
-        return {"Id": c["Id"], "Name": "/" + name, "Image": "sha256:" + "0" * 64,
-                "State": {"Status": "running" if c["running"] else "exited", "Running": c["running"],
-                          "Paused": False, "Restarting": False, "Pid": 42 if c["running"] else 0},
-                "Config": {"Image": "kindest/node", "Labels": dict(c["labels"])},
-                "HostConfig": {"AutoRemove": False},
-                "NetworkSettings": {"Networks": {n: {} for n in c["networks"]}},
-                "Mounts": [{"Type": "volume", "Name": v, "Destination": "/var"} for v in c["volumes"]]}
+        return {
+            "Id": c["Id"],
+            "Name": "/" + name,
+            "Image": "sha256:" + "0" * 64,
+            "State": {
+                "Status": "running" if c["running"] else "exited",
+                "Running": c["running"],
+                "Paused": False,
+                "Restarting": False,
+                "Pid": 42 if c["running"] else 0,
+            },
+            "Config": {"Image": "kindest/node", "Labels": dict(c["labels"])},
+            "HostConfig": {"AutoRemove": False},
+            "NetworkSettings": {"Networks": {n: {} for n in c["networks"]}},
+            "Mounts": [{"Type": "volume", "Name": v, "Destination": "/var"} for v in c["volumes"]],
+        }
 
     def _in_use(self, volume):
         return [n for n, c in self.containers.items() if volume in c["volumes"]]
@@ -168,8 +192,13 @@ class DockerDouble:
         if path == "/_ping":
             return 200, "OK"
         if path == "/version":
-            return 200, {"ApiVersion": "1.45", "MinAPIVersion": "1.24", "Version": "27.0.0", "Os": "linux",
-                         "Arch": "amd64"}
+            return 200, {
+                "ApiVersion": "1.45",
+                "MinAPIVersion": "1.24",
+                "Version": "27.0.0",
+                "Os": "linux",
+                "Arch": "amd64",
+            }
         if path == "/info":
             return 200, {"ServerVersion": "27.0.0"}
         if path == "/containers/json" and method == "GET":
@@ -189,7 +218,7 @@ class DockerDouble:
         if match:
             name, c = self._container(unquote(match.group(1)))
             if c is None:
-                return 404, {"message": "No such container: %s" % match.group(1)}
+                return 404, {"message": f"No such container: {match.group(1)}"}
             action = match.group(2)
             if method == "GET" and action == "json":
                 return 200, self._inspect(name, c)
@@ -201,8 +230,10 @@ class DockerDouble:
             if method == "DELETE" and action is None:
                 force = query.get("force", ["0"])[0] in ("1", "true", "True")
                 if c["running"] and not force:
-                    return 409, {"message": "You cannot remove a running container %s. Stop the container before "
-                                            "attempting removal or force remove" % c["Id"]}
+                    return 409, {
+                        "message": "You cannot remove a running container {}. Stop the container before "
+                        "attempting removal or force remove".format(c["Id"])
+                    }
                 remove_volumes = query.get("v", ["0"])[0] in ("1", "true", "True")
                 del self.containers[name]
                 if remove_volumes:
@@ -212,41 +243,63 @@ class DockerDouble:
                 return 204, None
         if path == "/volumes" and method == "GET":
             filters = parse_filters(query, "volumes")
-            found = [{"Name": n, "Driver": "local", "Labels": dict(v["labels"]), "Mountpoint": "/var/lib/docker/"
-                      "volumes/%s/_data" % n, "Scope": "local"} for n, v in sorted(self.volumes.items())
-                     if labels_match(v["labels"], filters.get("label", []))]
+            found = [
+                {
+                    "Name": n,
+                    "Driver": "local",
+                    "Labels": dict(v["labels"]),
+                    "Mountpoint": f"/var/lib/docker/volumes/{n}/_data",
+                    "Scope": "local",
+                }
+                for n, v in sorted(self.volumes.items())
+                if labels_match(v["labels"], filters.get("label", []))
+            ]
             return 200, {"Volumes": found, "Warnings": []}
         match = re.match(r"^/volumes/([^/]+)$", path)
         if match:
             name = unquote(match.group(1))
             if name not in self.volumes:
-                return 404, {"message": "get %s: no such volume" % name}
+                return 404, {"message": f"get {name}: no such volume"}
             if method == "GET":
                 vol = self.volumes[name]
                 return 200, {"Name": name, "Driver": "local", "Labels": dict(vol["labels"]), "Scope": "local"}
             if method == "DELETE":
                 users = self._in_use(name)
                 if users:
-                    return 409, {"message": "remove %s: volume is in use - [%s]" % (
-                        name, ", ".join(self.containers[u]["Id"] for u in users))}
+                    return 409, {
+                        "message": "remove {}: volume is in use - [{}]".format(
+                            name, ", ".join(self.containers[u]["Id"] for u in users)
+                        )
+                    }
                 del self.volumes[name]
                 return 204, None
         if path == "/networks" and method == "GET":
             filters = parse_filters(query, "networks")
-            return 200, [{"Name": n, "Id": v["Id"], "Driver": "bridge", "Scope": "local", "Labels": dict(v["labels"])}
-                         for n, v in sorted(self.networks.items()) if labels_match(v["labels"], filters.get("label", []))]
+            return 200, [
+                {"Name": n, "Id": v["Id"], "Driver": "bridge", "Scope": "local", "Labels": dict(v["labels"])}
+                for n, v in sorted(self.networks.items())
+                if labels_match(v["labels"], filters.get("label", []))
+            ]
         match = re.match(r"^/networks/([^/]+)(?:/(disconnect))?$", path)
         if match:
             ref = unquote(match.group(1))
             name = next((n for n, v in self.networks.items() if ref in (n, v["Id"])), None)
             if name is None:
-                return 404, {"message": "network %s not found" % ref}
+                return 404, {"message": f"network {ref} not found"}
             net = self.networks[name]
             attached = {c["Id"]: {"Name": n} for n, c in self.containers.items() if name in c["networks"]}
             if method == "GET":
-                return 200, {"Name": name, "Id": net["Id"], "Driver": "bridge", "Scope": "local",
-                             "Containers": attached, "Options": {}, "Labels": dict(net["labels"]),
-                             "IPAM": {"Driver": "default", "Config": []}, "Internal": False}
+                return 200, {
+                    "Name": name,
+                    "Id": net["Id"],
+                    "Driver": "bridge",
+                    "Scope": "local",
+                    "Containers": attached,
+                    "Options": {},
+                    "Labels": dict(net["labels"]),
+                    "IPAM": {"Driver": "default", "Config": []},
+                    "Internal": False,
+                }
             if method == "POST":
                 body = json.loads(raw or b"{}")
                 dummy, c = self._container(body.get("Container"))
@@ -255,7 +308,7 @@ class DockerDouble:
                 return 200, None
             if method == "DELETE":
                 if attached:
-                    return 403, {"message": "error while removing network: network %s has active endpoints" % name}
+                    return 403, {"message": f"error while removing network: network {name} has active endpoints"}
                 del self.networks[name]
                 return 204, None
-        return 404, {"message": "page not found: %s %s" % (method, path)}
+        return 404, {"message": f"page not found: {method} {path}"}

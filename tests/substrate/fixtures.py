@@ -50,7 +50,7 @@ def wait_until_answers(url, timeout=30.0, process=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError("server for %s exited with %s" % (url, process.returncode))
+            raise RuntimeError(f"server for {url} exited with {process.returncode}")
         try:
             urllib.request.urlopen(url, timeout=2).close()
             return
@@ -58,7 +58,7 @@ def wait_until_answers(url, timeout=30.0, process=None):
             return
         except OSError:
             time.sleep(0.1)
-    raise RuntimeError("server at %s did not answer within %.0fs" % (url, timeout))
+    raise RuntimeError(f"server at {url} did not answer within {timeout:.0f}s")
 
 
 class ManagedProcess:
@@ -66,8 +66,9 @@ class ManagedProcess:
 
     def __init__(self, argv, log_path, env=None):
         self.log = open(log_path, "wb")
-        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            argv, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         self.pid = self.process.pid
 
     def stop(self):
@@ -82,6 +83,7 @@ class ManagedProcess:
 
 
 # --- Kubernetes API emulators --------------------------------------------------------
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_tempdir(tmp_path_factory):
@@ -110,7 +112,7 @@ def kube_cluster(tmp_path):
         if crds:
             emulator.load_krops_crds()
         emulator.start()
-        emulator.kubeconfig_path = emulator.write_kubeconfig(tmp_path / ("%s.kubeconfig" % name), context=name)
+        emulator.kubeconfig_path = emulator.write_kubeconfig(tmp_path / (f"{name}.kubeconfig"), context=name)
         started[name] = emulator
         return emulator
 
@@ -131,6 +133,7 @@ def mgmt_api(kube_cluster):
 
 # --- moto ---------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def _moto_server(tmp_path_factory):
     port = free_port()
@@ -149,14 +152,19 @@ def moto(_moto_server, monkeypatch):
     """A clean moto account: endpoint URL, with dummy AWS credentials in the environment."""
     request = urllib.request.Request(_moto_server + "/moto-api/reset", method="POST")
     urllib.request.urlopen(request, timeout=10).close()
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "eu-north-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "eu-north-1",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return _moto_server
 
 
 # --- OCI registry -------------------------------------------------------------------
+
 
 def _registry_binary():
     found = shutil.which("docker-registry") or "/usr/bin/docker-registry"
@@ -172,11 +180,16 @@ def oci_registry(tmp_path):
     root = tmp_path / "registry"
     root.mkdir()
     config = tmp_path / "registry.yml"
-    config.write_text(yaml.safe_dump({
-        "version": 0.1, "log": {"level": "warn"},
-        "storage": {"filesystem": {"rootdirectory": str(root)}, "delete": {"enabled": True}},
-        "http": {"addr": "127.0.0.1:%d" % port},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": 0.1,
+                "log": {"level": "warn"},
+                "storage": {"filesystem": {"rootdirectory": str(root)}, "delete": {"enabled": True}},
+                "http": {"addr": "127.0.0.1:%d" % port},
+            }
+        )
+    )
     server = ManagedProcess([_registry_binary(), "serve", str(config)], tmp_path / "registry.log")
     try:
         wait_until_answers("http://127.0.0.1:%d/v2/" % port, process=server.process)
@@ -266,7 +279,7 @@ class FakeBins:
 
     @property
     def path_env(self):
-        return "%s%s%s" % (self.dir, os.pathsep, os.environ.get("PATH", ""))
+        return "{}{}{}".format(self.dir, os.pathsep, os.environ.get("PATH", ""))
 
 
 @pytest.fixture
@@ -277,6 +290,7 @@ def fake_bins(tmp_path, monkeypatch):
 
 
 # --- running modules ----------------------------------------------------------------
+
 
 class ModuleResult(dict):
     @property
@@ -322,16 +336,18 @@ def run_module(monkeypatch):
 
 def playbook_env(tmp_path, extra=None):
     env = dict(os.environ)
-    env.update({
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
-        "ANSIBLE_NOCOLOR": "1",
-        "TMPDIR": str(tmp_path),
-        "PATH": "%s%s%s" % (VENV_BIN, os.pathsep, env.get("PATH", "")),
-    })
+    env.update(
+        {
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+            "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+            "ANSIBLE_NOCOLOR": "1",
+            "TMPDIR": str(tmp_path),
+            "PATH": "{}{}{}".format(VENV_BIN, os.pathsep, env.get("PATH", "")),
+        }
+    )
     env.update(extra or {})
     return env
 
@@ -348,13 +364,25 @@ def ansible_playbook(tmp_path):
         argv = [str(VENV_BIN / "ansible-playbook"), str(playbook)]
         if inventory is None:
             inventory = tmp_path / "hosts.yml"
-            inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-                "ansible_connection": "local",
-                "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
+            inventory.write_text(
+                yaml.safe_dump(
+                    {
+                        "all": {
+                            "hosts": {
+                                "localhost": {
+                                    "ansible_connection": "local",
+                                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                                }
+                            }
+                        }
+                    }
+                )
+            )
         argv += ["-i", str(inventory)]
         argv += list(args)
-        proc = subprocess.run(argv, cwd=REPO, env=playbook_env(tmp_path, env), capture_output=True, text=True,
-                              timeout=600, check=False)
+        proc = subprocess.run(
+            argv, cwd=REPO, env=playbook_env(tmp_path, env), capture_output=True, text=True, timeout=600, check=False
+        )
         try:
             output = json.loads(proc.stdout)
         except json.JSONDecodeError:
@@ -379,6 +407,7 @@ def dedent(text):
 
 # --- the strict world (issue 15) -----------------------------------------------------------
 
+
 @pytest.fixture
 def strict_cluster(tmp_path):
     """Factory: strict_cluster('kind-mgmt', bundles=(...)) -> a started StrictKubeEmulator with .kubeconfig_path."""
@@ -392,7 +421,7 @@ def strict_cluster(tmp_path):
         emulator = StrictKubeEmulator(name, default_field_validation=default_field_validation)
         emulator.install_bundle(*bundles)
         emulator.start()
-        emulator.kubeconfig_path = emulator.write_kubeconfig(tmp_path / ("%s.kubeconfig" % name), context=name)
+        emulator.kubeconfig_path = emulator.write_kubeconfig(tmp_path / (f"{name}.kubeconfig"), context=name)
         started[name] = emulator
         return emulator
 

@@ -56,8 +56,11 @@ FINALIZER = "finalizers.fluxcd.io"  # kustomize-controller v1.9.4 api/v1/kustomi
 REQUEUE = "30s"  # kustomize-controller's default --requeue-dependency interval
 
 # Which CRD bundles (strict_api.CRD_BUNDLES) a chart installs when its HelmRelease is installed.
-CHART_CRDS = {"cert-manager": ("cert-manager",), "cluster-api-operator": ("capi-operator",),
-              "flux-operator": ("flux-operator",)}
+CHART_CRDS = {
+    "cert-manager": ("cert-manager",),
+    "cluster-api-operator": ("capi-operator",),
+    "flux-operator": ("flux-operator",),
+}
 
 
 class Failure(Exception):
@@ -71,6 +74,7 @@ class Failure(Exception):
 
 # --- conditions --------------------------------------------------------------------------
 
+
 def condition(obj, type_="Ready"):
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") == type_:
@@ -80,9 +84,12 @@ def condition(obj, type_="Ready"):
 
 def is_ready(obj):
     cond = condition(obj)
-    return bool(cond and cond.get("status") == "True" and
-                (obj.get("status") or {}).get("observedGeneration", obj["metadata"].get("generation"))
-                == obj["metadata"].get("generation"))
+    return bool(
+        cond
+        and cond.get("status") == "True"
+        and (obj.get("status") or {}).get("observedGeneration", obj["metadata"].get("generation"))
+        == obj["metadata"].get("generation")
+    )
 
 
 def set_status(api, obj, ready, reason, message, **fields):
@@ -95,17 +102,20 @@ def set_status(api, obj, ready, reason, message, **fields):
     old = condition(live) or {}
     value = "True" if ready is True else ("Unknown" if ready is None else "False")
     generation = live["metadata"].get("generation", 1)
-    wanted = {"type": "Ready", "status": value, "reason": reason, "message": message,
-              "observedGeneration": generation}
-    if all(old.get(k) == v for k, v in wanted.items()) and all(status.get(k) == v for k, v in fields.items()) \
-            and status.get("observedGeneration") == generation:
+    wanted = {"type": "Ready", "status": value, "reason": reason, "message": message, "observedGeneration": generation}
+    if (
+        all(old.get(k) == v for k, v in wanted.items())
+        and all(status.get(k) == v for k, v in fields.items())
+        and status.get("observedGeneration") == generation
+    ):
         return False
     wanted["lastTransitionTime"] = old.get("lastTransitionTime") if old.get("status") == value else _now()
     status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"] + [wanted]
     status["observedGeneration"] = generation
     status.update(fields)
-    api.patch(res, obj["metadata"].get("namespace"), obj["metadata"]["name"], "merge", {"status": status}, "status",
-              MANAGER)
+    api.patch(
+        res, obj["metadata"].get("namespace"), obj["metadata"]["name"], "merge", {"status": status}, "status", MANAGER
+    )
     return True
 
 
@@ -124,7 +134,9 @@ def health(api, api_version, kind, name, namespace):
         return "Current" if est and est["status"] == "True" else "InProgress"
     if kind == "Namespace":
         return "InProgress" if obj["metadata"].get("deletionTimestamp") else "Current"
-    if status.get("observedGeneration") is not None and status["observedGeneration"] < obj["metadata"].get("generation", 1):
+    if status.get("observedGeneration") is not None and status["observedGeneration"] < obj["metadata"].get(
+        "generation", 1
+    ):
         return "InProgress"
     ready = condition(obj)
     if ready is None and not status and "status" in res.subresources and (res.group, res.plural) in api._served:
@@ -139,16 +151,19 @@ def health(api, api_version, kind, name, namespace):
 
 def object_id(obj):
     group = obj["apiVersion"].rpartition("/")[0]
-    return "%s_%s_%s_%s" % (obj["metadata"].get("namespace", ""), obj["metadata"]["name"], group, obj["kind"])
+    return "{}_{}_{}_{}".format(obj["metadata"].get("namespace", ""), obj["metadata"]["name"], group, obj["kind"])
 
 
 def fmt(obj):
     """fluxcd/pkg ssa utils.FmtUnstructured: Kind/namespace/name."""
     meta = obj.get("metadata") or {}
-    return "/".join([obj.get("kind", "")] + ([meta["namespace"]] if meta.get("namespace") else []) + [meta.get("name", "")])
+    return "/".join(
+        [obj.get("kind", "")] + ([meta["namespace"]] if meta.get("namespace") else []) + [meta.get("name", "")]
+    )
 
 
 # --- the world ---------------------------------------------------------------------------
+
 
 class World:
     """Emulated clusters (by URL) and the controllers reconciling them."""
@@ -169,10 +184,10 @@ class World:
             clusters = {c["name"]: c["cluster"] for c in config.get("clusters") or []}
             server = clusters[context["cluster"]]["server"]
         except (yaml.YAMLError, KeyError, StopIteration, TypeError, AttributeError) as exc:
-            raise Failure("ReconciliationFailed", "failed to build kube client: invalid kubeconfig: %s" % exc)
+            raise Failure("ReconciliationFailed", f"failed to build kube client: invalid kubeconfig: {exc}")
         api = self.clusters.get(server.rstrip("/"))
         if api is None:
-            raise Failure("ReconciliationFailed", "failed to build kube client: dial %s: connection refused" % server)
+            raise Failure("ReconciliationFailed", f"failed to build kube client: dial {server}: connection refused")
         return api
 
     def start(self, interval=0.05):
@@ -187,7 +202,7 @@ class World:
                     for controller in self.controllers:
                         for api in list(self.clusters.values()):
                             controller.reconcile(api)
-                except Exception as exc:  # noqa: BLE001 - reported by stop(), the loop goes on
+                except Exception as exc:
                     self.errors.append(repr(exc))
                 if before == {url: api._last_rv for url, api in list(self.clusters.items())}:
                     self._stop.wait(interval)
@@ -208,8 +223,9 @@ class World:
             for controller in self.controllers:
                 for api in list(self.clusters.values()):
                     controller.reconcile(api)
-            if before == {url: api._last_rv for url, api in self.clusters.items()} and \
-                    set(before) == set(self.clusters):
+            if before == {url: api._last_rv for url, api in self.clusters.items()} and set(before) == set(
+                self.clusters
+            ):
                 return round_
         raise RuntimeError("the emulated world did not settle within %d passes" % max_rounds)
 
@@ -237,9 +253,11 @@ class FluxController:
                 self._guard(api, obj, self.fluxinstance)
         if not _served(api, *KS):
             return
-        for kind, plural, func in (("OCIRepository", "ocirepositories", self.oci_repository),
-                                   ("GitRepository", "gitrepositories", self.git_repository),
-                                   ("HelmRepository", "helmrepositories", self.helm_repository)):
+        for kind, plural, func in (
+            ("OCIRepository", "ocirepositories", self.oci_repository),
+            ("GitRepository", "gitrepositories", self.git_repository),
+            ("HelmRepository", "helmrepositories", self.helm_repository),
+        ):
             if _served(api, "source.toolkit.fluxcd.io", plural):
                 for obj in api.list("source.toolkit.fluxcd.io/v1", kind):
                     self._guard(api, obj, func)
@@ -268,8 +286,11 @@ class FluxController:
         spec = obj.get("spec") or {}
         entries = ((obj.get("status") or {}).get("inventory") or {}).get("entries") or []
         policy = spec.get("deletionPolicy") or "MirrorPrune"
-        if not spec.get("suspend") and entries and (policy in ("Delete", "WaitForTermination") or
-                                                     (policy == "MirrorPrune" and spec.get("prune"))):
+        if (
+            not spec.get("suspend")
+            and entries
+            and (policy in ("Delete", "WaitForTermination") or (policy == "MirrorPrune" and spec.get("prune")))
+        ):
             target = api
             try:
                 if (spec.get("kubeConfig") or {}).get("secretRef"):
@@ -278,8 +299,15 @@ class FluxController:
                 target = None  # the remote cluster is gone: nothing left to delete there
             if target is not None:
                 self._prune(target, entries, [])
-        api.patch(res, ns, name, "merge", {"metadata": {"finalizers": [f for f in finalizers if f != FINALIZER]
-                                                        or None}}, None, MANAGER)
+        api.patch(
+            res,
+            ns,
+            name,
+            "merge",
+            {"metadata": {"finalizers": [f for f in finalizers if f != FINALIZER] or None}},
+            None,
+            MANAGER,
+        )
         return False
 
     def _guard(self, api, obj, func):
@@ -299,9 +327,12 @@ class FluxController:
             name = sync.get("name") or ns
             kind = sync.get("kind", "OCIRepository")
             ref = sync.get("ref", "")
-            source = {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": kind,
-                      "metadata": {"name": name, "namespace": ns},
-                      "spec": {"interval": sync.get("interval", "1m"), "url": sync["url"]}}
+            source = {
+                "apiVersion": "source.toolkit.fluxcd.io/v1",
+                "kind": kind,
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"interval": sync.get("interval", "1m"), "url": sync["url"]},
+            }
             # flux-operator v0.58.1 internal/builder/templates.go (syncTmpl): Git ref.name, OCI ref.tag
             if kind == "OCIRepository":
                 source["spec"]["ref"] = {"tag": ref}
@@ -309,21 +340,36 @@ class FluxController:
                 source["spec"]["ref"] = {"name": ref}
             if sync.get("pullSecret"):
                 source["spec"]["secretRef"] = {"name": sync["pullSecret"]}
-            root = {"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-                    "metadata": {"name": name, "namespace": ns},
-                    "spec": {"interval": "10m0s", "path": sync.get("path", "."), "prune": True,
-                             "sourceRef": {"kind": kind, "name": name}}}
+            root = {
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+                "kind": "Kustomization",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "interval": "10m0s",
+                    "path": sync.get("path", "."),
+                    "prune": True,
+                    "sourceRef": {"kind": kind, "name": name},
+                },
+            }
             for generated in (source, root):
                 for patch in ((obj.get("spec") or {}).get("kustomize") or {}).get("patches") or []:
                     target = patch.get("target") or {}
-                    if target.get("kind", generated["kind"]) == generated["kind"] and \
-                            target.get("name", name) == generated["metadata"]["name"]:
+                    if (
+                        target.get("kind", generated["kind"]) == generated["kind"]
+                        and target.get("name", name) == generated["metadata"]["name"]
+                    ):
                         patched = json_patch(generated, yaml.safe_load(patch["patch"]))
                         generated.clear()
                         generated.update(patched)
                 self._apply(api, generated, "flux-operator")
-        set_status(api, obj, True, "ReconciliationSucceeded", "Reconciliation finished",
-                   lastAppliedRevision=(obj["spec"].get("distribution") or {}).get("version", ""))
+        set_status(
+            api,
+            obj,
+            True,
+            "ReconciliationSucceeded",
+            "Reconciliation finished",
+            lastAppliedRevision=(obj["spec"].get("distribution") or {}).get("version", ""),
+        )
 
     def resourceset(self, api, obj):
         spec = obj.get("spec") or {}
@@ -341,21 +387,28 @@ class FluxController:
             except ApiError as exc:
                 raise Failure("BuildFailed", _dry_run_message(item, exc))
             entries.append({"id": object_id(item), "v": item["apiVersion"].rpartition("/")[2]})
-        set_status(api, obj, True, "ReconciliationSucceeded", "Reconciliation finished",
-                   inventory={"entries": entries})
+        set_status(api, obj, True, "ReconciliationSucceeded", "Reconciliation finished", inventory={"entries": entries})
 
     # ---- sources ----------------------------------------------------------------------
     def _store_artifact(self, api, obj, revision, tar_bytes):
         key = (api.url, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
-        folder = os.path.join(self.workdir, "artifacts", re.sub(r"[^A-Za-z0-9_.-]", "_", "_".join(key[1:]) + "_" +
-                                                                  revision.rpartition(":")[2][:16]))
+        folder = os.path.join(
+            self.workdir,
+            "artifacts",
+            re.sub(r"[^A-Za-z0-9_.-]", "_", "_".join(key[1:]) + "_" + revision.rpartition(":")[2][:16]),
+        )
         if not os.path.isdir(folder):
             os.makedirs(folder)
             with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:*") as tar:
                 tar.extractall(folder, filter="data")
         self.artifacts[key] = (revision, folder)
-        return {"revision": revision, "digest": revision.rpartition("@")[2], "path": folder,
-                "url": "http://source-controller.emulated/%s" % "/".join(key[1:]), "lastUpdateTime": _now()}
+        return {
+            "revision": revision,
+            "digest": revision.rpartition("@")[2],
+            "path": folder,
+            "url": "http://source-controller.emulated/{}".format("/".join(key[1:])),
+            "lastUpdateTime": _now(),
+        }
 
     def oci_repository(self, api, obj):
         spec = obj["spec"]
@@ -363,9 +416,20 @@ class FluxController:
         host = self.registry_aliases.get(parsed.netloc)
         ref = spec.get("ref") or {}
         if host is None:
-            set_status(api, obj, True, "Succeeded", "stand-in: %s is outside the emulated world" % spec["url"],
-                       artifact={"revision": "%s@sha256:stand-in" % ref.get("tag", "latest"), "digest": "sha256:stand-in",
-                                 "path": "", "url": spec["url"], "lastUpdateTime": "1970-01-01T00:00:00Z"})
+            set_status(
+                api,
+                obj,
+                True,
+                "Succeeded",
+                "stand-in: {} is outside the emulated world".format(spec["url"]),
+                artifact={
+                    "revision": "{}@sha256:stand-in".format(ref.get("tag", "latest")),
+                    "digest": "sha256:stand-in",
+                    "path": "",
+                    "url": spec["url"],
+                    "lastUpdateTime": "1970-01-01T00:00:00Z",
+                },
+            )
             return
         repository = parsed.path.lstrip("/")
         registry = oci.Registry(host, insecure=bool(spec.get("insecure")))
@@ -374,49 +438,71 @@ class FluxController:
             manifest = registry.get_manifest(repository, reference)
             digest = registry.manifest_digest(repository, reference)
         except oci.OciError as exc:
-            raise Failure("OCIArtifactPullFailed", "failed to determine artifact digest: %s" % exc)
+            raise Failure("OCIArtifactPullFailed", f"failed to determine artifact digest: {exc}")
         if manifest is None:
-            raise Failure("OCIArtifactPullFailed", "failed to determine artifact digest: %s:%s: MANIFEST_UNKNOWN"
-                          % (spec["url"], reference))
-        layers = [l for l in manifest.get("layers") or [] if l.get("mediaType") == oci.CONTENT_TYPE]
+            raise Failure(
+                "OCIArtifactPullFailed",
+                "failed to determine artifact digest: {}:{}: MANIFEST_UNKNOWN".format(spec["url"], reference),
+            )
+        layers = [layer for layer in manifest.get("layers") or [] if layer.get("mediaType") == oci.CONTENT_TYPE]
         if not layers:
-            raise Failure("OCIArtifactPullFailed", "failed to pull artifact from '%s': no layer of type %s"
-                          % (spec["url"], oci.CONTENT_TYPE))
-        revision = "%s@%s" % (ref.get("tag", "latest"), digest) if not ref.get("digest") else digest
+            raise Failure(
+                "OCIArtifactPullFailed",
+                "failed to pull artifact from '{}': no layer of type {}".format(spec["url"], oci.CONTENT_TYPE),
+            )
+        revision = "{}@{}".format(ref.get("tag", "latest"), digest) if not ref.get("digest") else digest
         key = (api.url, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         if self.artifacts.get(key, (None,))[0] == revision and is_ready(obj):
             return
         artifact = self._store_artifact(api, obj, revision, registry.get_blob(repository, layers[0]["digest"]))
-        set_status(api, obj, True, "Succeeded", "stored artifact for digest '%s'" % revision, artifact=artifact)
+        set_status(api, obj, True, "Succeeded", f"stored artifact for digest '{revision}'", artifact=artifact)
 
     def git_repository(self, api, obj):
         spec = obj["spec"]
         checkout = self.git_checkouts.get(spec["url"])
         if checkout is None:
-            raise Failure("GitOperationFailed", "failed to checkout and determine revision: unable to clone '%s': "
-                                                "not reachable from the emulated world" % spec["url"])
+            raise Failure(
+                "GitOperationFailed",
+                "failed to checkout and determine revision: unable to clone '{}': "
+                "not reachable from the emulated world".format(spec["url"]),
+            )
         ref = spec.get("ref") or {}
-        rev = ref.get("commit") or ref.get("name") or (("refs/tags/" + ref["tag"]) if ref.get("tag") else None) or \
-            "refs/heads/%s" % ref.get("branch", "master")
-        proc = subprocess.run(["git", "-C", checkout, "rev-parse", "--verify", rev + "^{commit}"], capture_output=True,
-                              text=True, check=False)
+        rev = (
+            ref.get("commit")
+            or ref.get("name")
+            or (("refs/tags/" + ref["tag"]) if ref.get("tag") else None)
+            or "refs/heads/{}".format(ref.get("branch", "master"))
+        )
+        proc = subprocess.run(
+            ["git", "-C", checkout, "rev-parse", "--verify", rev + "^{commit}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if proc.returncode != 0:
-            raise Failure("GitOperationFailed", "failed to checkout and determine revision: %s: %s"
-                          % (rev, proc.stderr.strip() or "unknown revision"))
+            raise Failure(
+                "GitOperationFailed",
+                "failed to checkout and determine revision: {}: {}".format(
+                    rev, proc.stderr.strip() or "unknown revision"
+                ),
+            )
         commit = proc.stdout.strip()
         label = ref.get("branch") or ref.get("tag") or ref.get("name") or "HEAD"
-        revision = "%s@sha1:%s" % (label, commit)
+        revision = f"{label}@sha1:{commit}"
         key = (api.url, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         if self.artifacts.get(key, (None,))[0] != revision:
-            tar_bytes = subprocess.run(["git", "-C", checkout, "archive", "--format=tar", commit], capture_output=True,
-                                       check=True).stdout
+            tar_bytes = subprocess.run(
+                ["git", "-C", checkout, "archive", "--format=tar", commit], capture_output=True, check=True
+            ).stdout
             artifact = self._store_artifact(api, obj, revision, tar_bytes)
         else:
             artifact = (obj.get("status") or {}).get("artifact")
-        set_status(api, obj, True, "Succeeded", "stored artifact for revision '%s'" % revision, artifact=artifact)
+        set_status(api, obj, True, "Succeeded", f"stored artifact for revision '{revision}'", artifact=artifact)
 
     def helm_repository(self, api, obj):
-        set_status(api, obj, True, "Succeeded", "stand-in: %s is outside the emulated world" % obj["spec"].get("url"))
+        set_status(
+            api, obj, True, "Succeeded", "stand-in: {} is outside the emulated world".format(obj["spec"].get("url"))
+        )
 
     # ---- helm-controller --------------------------------------------------------------
     def helmrelease(self, api, obj):
@@ -424,8 +510,11 @@ class FluxController:
         ns = obj["metadata"]["namespace"]
         chart_ref = spec.get("chartRef") or ((spec.get("chart") or {}).get("spec") or {}).get("sourceRef") or {}
         kind, name = chart_ref.get("kind"), chart_ref.get("name")
-        plural = {"HelmRepository": "helmrepositories", "OCIRepository": "ocirepositories",
-                  "GitRepository": "gitrepositories"}.get(kind)
+        plural = {
+            "HelmRepository": "helmrepositories",
+            "OCIRepository": "ocirepositories",
+            "GitRepository": "gitrepositories",
+        }.get(kind)
         source = None
         if plural and _served(api, "source.toolkit.fluxcd.io", plural):
             try:
@@ -433,14 +522,24 @@ class FluxController:
             except ApiError:
                 source = None
         if source is None or not is_ready(source):
-            raise Failure("ArtifactFailed" if source is None else "SourceNotReady",
-                          "could not get Source object: %s '%s/%s' %s" % (kind, chart_ref.get("namespace") or ns, name,
-                                                                          "not found" if source is None else "is not ready"))
+            raise Failure(
+                "ArtifactFailed" if source is None else "SourceNotReady",
+                "could not get Source object: {} '{}/{}' {}".format(
+                    kind, chart_ref.get("namespace") or ns, name, "not found" if source is None else "is not ready"
+                ),
+            )
         chart = ((spec.get("chart") or {}).get("spec") or {}).get("chart") or name
         api.install_bundle(*CHART_CRDS.get(chart, ()))
         version = ((spec.get("chart") or {}).get("spec") or {}).get("version", "")
-        set_status(api, obj, True, "InstallSucceeded", "Helm install succeeded for release %s/%s.v1 with chart %s@%s"
-                   % (ns, spec.get("releaseName") or obj["metadata"]["name"], chart, version))
+        set_status(
+            api,
+            obj,
+            True,
+            "InstallSucceeded",
+            "Helm install succeeded for release {}/{}.v1 with chart {}@{}".format(
+                ns, spec.get("releaseName") or obj["metadata"]["name"], chart, version
+            ),
+        )
 
     # ---- kustomize-controller ---------------------------------------------------------
     @staticmethod
@@ -455,26 +554,31 @@ class FluxController:
             try:
                 found = api.get("kustomize.toolkit.fluxcd.io/v1", "Kustomization", dep["name"], dep_ns)
             except ApiError as exc:
-                raise Failure("DependencyNotReady", "dependency '%s/%s' not found: %s" % (dep_ns, dep["name"], exc.message))
+                raise Failure(
+                    "DependencyNotReady", "dependency '{}/{}' not found: {}".format(dep_ns, dep["name"], exc.message)
+                )
             if not is_ready(found):
-                raise Failure("DependencyNotReady", "dependency '%s/%s' is not ready" % (dep_ns, dep["name"]))
+                raise Failure("DependencyNotReady", "dependency '{}/{}' is not ready".format(dep_ns, dep["name"]))
         ref = spec["sourceRef"]
         ref_text = "/".join([ref["kind"]] + ([ref["namespace"]] if ref.get("namespace") else []) + [ref["name"]])
-        plural = {"OCIRepository": "ocirepositories", "GitRepository": "gitrepositories",
-                  "Bucket": "buckets"}.get(ref["kind"])
+        plural = {"OCIRepository": "ocirepositories", "GitRepository": "gitrepositories", "Bucket": "buckets"}.get(
+            ref["kind"]
+        )
         try:
             source = api.get("source.toolkit.fluxcd.io/v1", ref["kind"], ref["name"], ref.get("namespace") or ns)
         except ApiError:
-            raise Failure("ArtifactFailed", "Source '%s' not found" % ref_text)
+            raise Failure("ArtifactFailed", f"Source '{ref_text}' not found")
         key = (api.url, ref["kind"], ref.get("namespace") or ns, ref["name"])
         if not is_ready(source) or key not in self.artifacts or plural is None:
-            raise Failure("ArtifactFailed", "Source is not ready, artifact not found, retrying in %s" % REQUEUE)
+            raise Failure("ArtifactFailed", f"Source is not ready, artifact not found, retrying in {REQUEUE}")
         revision, folder = self.artifacts[key]
         target_dir = os.path.normpath(os.path.join(folder, spec.get("path") or "."))
         if not (target_dir + os.sep).startswith(folder + os.sep) and target_dir != folder:
-            raise Failure("ArtifactFailed", "path %s is outside the artifact" % spec.get("path"))
+            raise Failure("ArtifactFailed", "path {} is outside the artifact".format(spec.get("path")))
         if not os.path.isdir(target_dir):
-            raise Failure("ArtifactFailed", "kustomization path not found: stat %s: no such file or directory" % target_dir)
+            raise Failure(
+                "ArtifactFailed", f"kustomization path not found: stat {target_dir}: no such file or directory"
+            )
         objects = self._build(target_dir)
         variables = self._variables(api, obj)
         target = api
@@ -485,8 +589,8 @@ class FluxController:
             if variables is not None:
                 try:
                     item = render.substitute(item, variables)
-                except Exception as exc:  # noqa: BLE001 - any YAML problem after substitution
-                    raise Failure("BuildFailed", "post build failed for '%s': %s" % (fmt(item), exc))
+                except Exception as exc:
+                    raise Failure("BuildFailed", f"post build failed for '{fmt(item)}': {exc}")
             if spec.get("targetNamespace") and item.get("kind") != "Namespace":
                 item.setdefault("metadata", {})["namespace"] = spec["targetNamespace"]
             labels = item.setdefault("metadata", {}).setdefault("labels", {})
@@ -497,8 +601,16 @@ class FluxController:
         if spec.get("prune"):
             self._prune(target, old, entries)
         self._health(target, obj, final)
-        set_status(api, obj, True, "ReconciliationSucceeded", "Applied revision: %s" % revision,
-                   lastAppliedRevision=revision, lastAttemptedRevision=revision, inventory={"entries": entries})
+        set_status(
+            api,
+            obj,
+            True,
+            "ReconciliationSucceeded",
+            f"Applied revision: {revision}",
+            lastAppliedRevision=revision,
+            lastAttemptedRevision=revision,
+            inventory={"entries": entries},
+        )
 
     def _build(self, folder):
         if render.has_kustomization(folder):
@@ -507,18 +619,24 @@ class FluxController:
             directory = os.path.join(self.workdir, "generated", re.sub(r"[^A-Za-z0-9]", "_", folder))
             shutil.rmtree(directory, ignore_errors=True)
             shutil.copytree(folder, directory)
-            files = sorted(os.path.relpath(os.path.join(d, f), directory) for d, _s, fs in os.walk(directory)
-                           for f in fs if f.endswith((".yaml", ".yml")))
+            files = sorted(
+                os.path.relpath(os.path.join(d, f), directory)
+                for d, _s, fs in os.walk(directory)
+                for f in fs
+                if f.endswith((".yaml", ".yml"))
+            )
             with open(os.path.join(directory, "kustomization.yaml"), "w", encoding="utf-8") as handle:
-                yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                                "resources": files}, handle)
+                yaml.safe_dump(
+                    {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": files},
+                    handle,
+                )
         try:
             return render.build(directory, self.renderer)
         except render.RenderError as exc:
-            raise Failure("BuildFailed", "kustomize build failed: %s" % exc.reason)
+            raise Failure("BuildFailed", f"kustomize build failed: {exc.reason}")
 
     def _variables(self, api, obj):
-        post = (obj["spec"].get("postBuild") or {})
+        post = obj["spec"].get("postBuild") or {}
         if not post:
             return None
         variables = {}
@@ -529,7 +647,9 @@ class FluxController:
             except ApiError as exc:
                 if ref.get("optional"):
                     continue
-                raise Failure("BuildFailed", "substitute from '%s/%s' error: %s" % (ref["kind"], ref["name"], exc.message))
+                raise Failure(
+                    "BuildFailed", "substitute from '{}/{}' error: {}".format(ref["kind"], ref["name"], exc.message)
+                )
             data = found.get("data") or {}
             if ref["kind"] == "Secret":
                 data = {k: base64.b64decode(v).decode("utf-8") for k, v in data.items()}
@@ -541,12 +661,14 @@ class FluxController:
         try:
             secret = api.get("v1", "Secret", secret_ref["name"], ns)
         except ApiError as exc:
-            raise Failure("ReconciliationFailed", "failed to build kube client: %s" % exc.message)
+            raise Failure("ReconciliationFailed", f"failed to build kube client: {exc.message}")
         data = secret.get("data") or {}
         key = secret_ref.get("key") or ("value" if "value" in data else "value.yaml")
         if key not in data:
-            raise Failure("ReconciliationFailed", "failed to build kube client: secret '%s/%s' has no key '%s'"
-                          % (ns, secret_ref["name"], key))
+            raise Failure(
+                "ReconciliationFailed",
+                "failed to build kube client: secret '{}/{}' has no key '{}'".format(ns, secret_ref["name"], key),
+            )
         return self.world.cluster_for_kubeconfig(base64.b64decode(data[key]).decode("utf-8"))
 
     def _apply_staged(self, target, objects):
@@ -575,28 +697,35 @@ class FluxController:
             if entry["id"] in keep:
                 continue
             ns, name, group, kind = entry["id"].split("_", 3)
-            api_version = "%s/%s" % (group, entry["v"]) if group else entry["v"]
+            api_version = "{}/{}".format(group, entry["v"]) if group else entry["v"]
             try:
                 live = target.get(api_version, kind, name, ns or None)
             except ApiError:
                 continue
-            if ((live["metadata"].get("annotations") or {}).get(PRUNE_ANNOTATION) == "disabled"):
+            if (live["metadata"].get("annotations") or {}).get(PRUNE_ANNOTATION) == "disabled":
                 continue
             target.remove(api_version, kind, name, ns or None)
 
     def _health(self, target, obj, applied):
         spec = obj["spec"]
         if spec.get("wait"):
-            checks = [(o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in applied]
+            checks = [
+                (o["apiVersion"], o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in applied
+            ]
         else:
-            checks = [(c.get("apiVersion", ""), c["kind"], c["name"], c.get("namespace")) for c in spec.get("healthChecks") or []]
+            checks = [
+                (c.get("apiVersion", ""), c["kind"], c["name"], c.get("namespace"))
+                for c in spec.get("healthChecks") or []
+            ]
         failing = []
         for api_version, kind, name, namespace in checks:
             state = health(target, api_version, kind, name, namespace)
             if state != "Current":
-                failing.append("%s status: '%s'" % ("/".join([kind] + ([namespace] if namespace else []) + [name]), state))
+                failing.append(
+                    "{} status: '{}'".format("/".join([kind] + ([namespace] if namespace else []) + [name]), state)
+                )
         if failing:
-            raise Failure("HealthCheckFailed", "timeout waiting for: [%s]" % ", ".join(failing))
+            raise Failure("HealthCheckFailed", "timeout waiting for: [{}]".format(", ".join(failing)))
 
 
 def ssa_apply(api, obj, manager=MANAGER):
@@ -610,8 +739,8 @@ def ssa_apply(api, obj, manager=MANAGER):
 
 def _dry_run_message(obj, exc):
     """fluxcd/pkg ssa errors: '<Kind>/<ns>/<name> dry-run failed (<Reason>): <message>'."""
-    reason = "" if exc.message.startswith("no matches for kind") else " (%s)" % exc.reason
-    return "%s dry-run failed%s: %s" % (fmt(obj), reason, exc.message)
+    reason = "" if exc.message.startswith("no matches for kind") else f" ({exc.reason})"
+    return f"{fmt(obj)} dry-run failed{reason}: {exc.message}"
 
 
 _TEMPLATE = re.compile(r"<<-?\s*inputs\.([A-Za-z0-9_]+)\s*-?>>")
@@ -624,12 +753,14 @@ def _template(value, inputs):
     if isinstance(value, list):
         return [_template(v, inputs) for v in value]
     if isinstance(value, str) and "<<" in value:
+
         def one(match):
             if match.group(1) not in inputs:
-                raise Failure("BuildFailed", "failed to render template: map has no entry for key \"%s\"" % match.group(1))
+                raise Failure("BuildFailed", f'failed to render template: map has no entry for key "{match.group(1)}"')
             return str(inputs[match.group(1)])
+
         rendered = _TEMPLATE.sub(one, value)
         if "<<" in rendered:
-            raise Failure("BuildFailed", "failed to render template %r: only << inputs.KEY >> is emulated" % value)
+            raise Failure("BuildFailed", f"failed to render template {value!r}: only << inputs.KEY >> is emulated")
         return rendered
     return value

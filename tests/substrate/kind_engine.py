@@ -8,7 +8,7 @@ refuse is refused here too. `docker exec <node> ...` reads and writes the node c
 (mkdir -p, cp /dev/stdin, cat), which is how krops writes containerd's hosts.toml.
 """
 
-SCRIPT = r'''#!{python}
+SCRIPT = r"""#!{python}
 import json, os, sys
 sys.path.insert(0, {root!r})
 from tests.substrate import tool_contracts as contracts
@@ -151,4 +151,4 @@ def kind():
 
 
 docker() if tool == "docker" else kind()
-'''
+"""

@@ -36,7 +36,7 @@ import yaml
 
 
 def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ApiError(Exception):
@@ -47,13 +47,19 @@ class ApiError(Exception):
         self.message = message
 
     def status(self):
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": self.message, "reason": self.reason, "code": self.code}
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
 
 
 class Resource:
-    def __init__(self, group, version, kind, plural, namespaced=True, subresources=("status",),
-                 short_names=()):
+    def __init__(self, group, version, kind, plural, namespaced=True, subresources=("status",), short_names=()):
         self.group = group
         self.version = version
         self.kind = kind
@@ -64,12 +70,17 @@ class Resource:
 
     @property
     def api_version(self):
-        return "%s/%s" % (self.group, self.version) if self.group else self.version
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     def describe(self):
-        return {"name": self.plural, "singularName": self.kind.lower(), "namespaced": self.namespaced,
-                "kind": self.kind, "shortNames": self.short_names,
-                "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]}
+        return {
+            "name": self.plural,
+            "singularName": self.kind.lower(),
+            "namespaced": self.namespaced,
+            "kind": self.kind,
+            "shortNames": self.short_names,
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+        }
 
 
 # Core kinds krops touches, as (group, version, kind, plural, namespaced).
@@ -116,8 +127,13 @@ KROPS_RESOURCES = [
     ("infrastructure.cluster.x-k8s.io", "v1beta1", "DockerCluster", "dockerclusters", True),
     ("infrastructure.cluster.x-k8s.io", "v1beta1", "DockerMachine", "dockermachines", True),
     ("infrastructure.cluster.x-k8s.io", "v1beta2", "AWSManagedControlPlane", "awsmanagedcontrolplanes", True),
-    ("infrastructure.cluster.x-k8s.io", "v1beta2", "AWSClusterControllerIdentity",
-     "awsclustercontrolleridentities", False),
+    (
+        "infrastructure.cluster.x-k8s.io",
+        "v1beta2",
+        "AWSClusterControllerIdentity",
+        "awsclustercontrolleridentities",
+        False,
+    ),
     ("tinkerbell.org", "v1alpha1", "Hardware", "hardware", True),
 ]
 
@@ -191,6 +207,7 @@ def field_matcher(selector):
 
 # --- patches -----------------------------------------------------------------------
 
+
 def merge_patch(target, patch):
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
@@ -221,7 +238,7 @@ def json_patch(target, operations):
         if kind == "test":
             current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
             if current != op.get("value"):
-                raise ApiError(422, "Invalid", "JSON patch test failed at %s" % op.get("path"))
+                raise ApiError(422, "Invalid", "JSON patch test failed at {}".format(op.get("path")))
         elif kind in ("add", "replace"):
             if isinstance(parent, list):
                 if last == "-":
@@ -232,7 +249,7 @@ def json_patch(target, operations):
                     parent[int(last)] = op["value"]
             else:
                 if kind == "replace" and last not in parent:
-                    raise ApiError(422, "Invalid", "JSON patch replace: missing path %s" % op.get("path"))
+                    raise ApiError(422, "Invalid", "JSON patch replace: missing path {}".format(op.get("path")))
                 parent[last] = op["value"]
         elif kind == "remove":
             if isinstance(parent, list):
@@ -240,13 +257,14 @@ def json_patch(target, operations):
             elif last in parent:
                 del parent[last]
             else:
-                raise ApiError(422, "Invalid", "JSON patch remove: missing path %s" % op.get("path"))
+                raise ApiError(422, "Invalid", "JSON patch remove: missing path {}".format(op.get("path")))
         else:
-            raise ApiError(422, "Invalid", "unsupported JSON patch op %r" % kind)
+            raise ApiError(422, "Invalid", f"unsupported JSON patch op {kind!r}")
     return doc
 
 
 # --- the emulator ------------------------------------------------------------------
+
 
 class KubeEmulator:
     """In-memory API server state plus an HTTP front end (``start``/``stop``)."""
@@ -287,7 +305,7 @@ class KubeEmulator:
         for res in self.resources.values():
             if res.group == group and res.kind == kind:
                 return res
-        raise ApiError(404, "NotFound", "no matches for kind %r in version %r" % (kind, api_version))
+        raise ApiError(404, "NotFound", f"no matches for kind {kind!r} in version {api_version!r}")
 
     def _resource(self, group, version, plural):
         res = self.resources.get((group, plural))
@@ -356,7 +374,7 @@ class KubeEmulator:
             if not namespace:
                 raise ApiError(400, "BadRequest", "the namespace of the object must be set")
             if ("", "namespaces", "", namespace) not in self.objects:
-                raise ApiError(404, "NotFound", 'namespaces "%s" not found' % namespace)
+                raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found')
 
     # ---- verbs (Python API, also used by the HTTP front end) ---------------------
     def create(self, obj, namespace=None, res=None):
@@ -371,11 +389,13 @@ class KubeEmulator:
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
             if not meta.get("name"):
-                raise ApiError(422, "Invalid", "%s: metadata.name: Required value" % res.kind)
+                raise ApiError(422, "Invalid", f"{res.kind}: metadata.name: Required value")
             self._check_namespace(res, meta.get("namespace"))
             key = self._key(res, meta.get("namespace"), meta["name"])
             if key in self.objects:
-                raise ApiError(409, "AlreadyExists", '%s.%s "%s" already exists' % (res.plural, res.group, meta["name"]))
+                raise ApiError(
+                    409, "AlreadyExists", '{}.{} "{}" already exists'.format(res.plural, res.group, meta["name"])
+                )
             obj["apiVersion"], obj["kind"] = res.api_version, res.kind
             meta.update({"uid": str(uuid.uuid4()), "creationTimestamp": _now(), "generation": 1})
             meta.pop("deletionTimestamp", None)
@@ -393,10 +413,16 @@ class KubeEmulator:
             if version.get("served", True):
                 subresources = tuple((version.get("subresources") or {}).keys())
                 self.resources[(spec.get("group"), names.get("plural"))] = Resource(
-                    spec.get("group"), version["name"], names.get("kind"), names.get("plural"),
-                    spec.get("scope", "Namespaced") == "Namespaced", subresources)
-        crd["status"] = {"conditions": [{"type": "Established", "status": "True"},
-                                        {"type": "NamesAccepted", "status": "True"}]}
+                    spec.get("group"),
+                    version["name"],
+                    names.get("kind"),
+                    names.get("plural"),
+                    spec.get("scope", "Namespaced") == "Namespaced",
+                    subresources,
+                )
+        crd["status"] = {
+            "conditions": [{"type": "Established", "status": "True"}, {"type": "NamesAccepted", "status": "True"}]
+        }
 
     def get(self, api_version, kind, name, namespace=None):
         with self._cond:
@@ -406,7 +432,9 @@ class KubeEmulator:
     def _get(self, res, namespace, name):
         obj = self.objects.get(self._key(res, namespace, name))
         if obj is None:
-            raise ApiError(404, "NotFound", '%s%s "%s" not found' % (res.plural, "." + res.group if res.group else "", name))
+            raise ApiError(
+                404, "NotFound", '{}{} "{}" not found'.format(res.plural, "." + res.group if res.group else "", name)
+            )
         return obj
 
     def exists(self, api_version, kind, name, namespace=None):
@@ -438,9 +466,12 @@ class KubeEmulator:
             current = self._get(res, namespace, name)
             sent_rv = (body.get("metadata") or {}).get("resourceVersion")
             if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
-                raise ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the object has been '
-                               "modified; please apply your changes to the latest version and try again"
-                               % (res.plural, name))
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {res.plural} "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                )
             return self._store(res, current, body, subresource)
 
     def patch(self, res, namespace, name, patch_type, patch, subresource=None, field_manager=None):
@@ -464,8 +495,10 @@ class KubeEmulator:
         if subresource == "status":
             new["status"] = copy.deepcopy(body.get("status"))
         else:
-            keep_meta = {k: current["metadata"].get(k) for k in
-                         ("uid", "creationTimestamp", "generation", "deletionTimestamp", "namespace", "name")}
+            keep_meta = {
+                k: current["metadata"].get(k)
+                for k in ("uid", "creationTimestamp", "generation", "deletionTimestamp", "namespace", "name")
+            }
             for key, value in body.items():
                 if key == "status" and "status" in res.subresources:
                     continue
@@ -475,8 +508,9 @@ class KubeEmulator:
             new["metadata"] = dict(body.get("metadata") or {})
             new["metadata"].update({k: v for k, v in keep_meta.items() if v is not None})
             new["apiVersion"], new["kind"] = res.api_version, res.kind
-            if {k: v for k, v in new.items() if k not in ("metadata", "status")} != \
-                    {k: v for k, v in current.items() if k not in ("metadata", "status")}:
+            if {k: v for k, v in new.items() if k not in ("metadata", "status")} != {
+                k: v for k, v in current.items() if k not in ("metadata", "status")
+            }:
                 new["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
         if new == current:
             return copy.deepcopy(current)
@@ -527,16 +561,24 @@ class KubeEmulator:
                 return self.patch(res, ns, obj["metadata"]["name"], "merge", {"status": obj["status"]}, "status")
             return self.get(obj["apiVersion"], obj["kind"], obj["metadata"]["name"], ns)
 
-    def set_condition(self, api_version, kind, name, namespace=None, type_="Ready", status="True",
-                      reason="Succeeded", message=""):
+    def set_condition(
+        self, api_version, kind, name, namespace=None, type_="Ready", status="True", reason="Succeeded", message=""
+    ):
         """Set one status condition, as the object's controller would."""
         with self._cond:
             res = self.resource_for(api_version, kind)
             obj = self._get(res, namespace, name)
             conditions = [c for c in (obj.get("status") or {}).get("conditions", []) if c.get("type") != type_]
-            conditions.append({"type": type_, "status": status, "reason": reason, "message": message,
-                               "lastTransitionTime": _now(),
-                               "observedGeneration": obj["metadata"].get("generation", 1)})
+            conditions.append(
+                {
+                    "type": type_,
+                    "status": status,
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": _now(),
+                    "observedGeneration": obj["metadata"].get("generation", 1),
+                }
+            )
             status_body = dict(obj.get("status") or {})
             status_body["conditions"] = conditions
             status_body.setdefault("observedGeneration", obj["metadata"].get("generation", 1))
@@ -581,7 +623,9 @@ class KubeEmulator:
         end = time.monotonic() + timeout
         with self._cond:
             if since_rv in (None, "", "0"):
-                initial = [("ADDED", copy.deepcopy(o)) for o in self._list(res, namespace, label_selector, field_selector)]
+                initial = [
+                    ("ADDED", copy.deepcopy(o)) for o in self._list(res, namespace, label_selector, field_selector)
+                ]
                 cursor = self._last_rv
             else:
                 initial, cursor = [], int(since_rv)
@@ -605,7 +649,7 @@ class KubeEmulator:
         handler = type("Handler", (_Handler,), {"emulator": self})
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="kube-%s" % self.name, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, name=f"kube-{self.name}", daemon=True)
         self._thread.start()
         return self
 
@@ -633,7 +677,10 @@ class KubeEmulator:
         if namespace:
             entry["namespace"] = namespace
         return {
-            "apiVersion": "v1", "kind": "Config", "current-context": context, "preferences": {},
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": context,
+            "preferences": {},
             "clusters": [{"name": cluster or context, "cluster": {"server": self.url}}],
             "contexts": [{"name": context, "context": entry}],
             "users": [{"name": user or context, "user": {"token": "emulator-token"}}],
@@ -647,20 +694,35 @@ class KubeEmulator:
     # ---- discovery ---------------------------------------------------------------
     def discovery(self, path):
         if path == "/version":
-            return {"major": "1", "minor": self.kubernetes_version.split(".")[1],
-                    "gitVersion": self.kubernetes_version, "platform": "linux/amd64"}
+            return {
+                "major": "1",
+                "minor": self.kubernetes_version.split(".")[1],
+                "gitVersion": self.kubernetes_version,
+                "platform": "linux/amd64",
+            }
         if path == "/api":
-            return {"kind": "APIVersions", "versions": ["v1"],
-                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
+            return {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
+            }
         if path == "/apis":
             groups = {}
             for res in self.resources.values():
                 if res.group:
                     groups.setdefault(res.group, set()).add(res.version)
-            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-                {"name": g, "versions": [{"groupVersion": "%s/%s" % (g, v), "version": v} for v in sorted(vs)],
-                 "preferredVersion": {"groupVersion": "%s/%s" % (g, sorted(vs)[-1]), "version": sorted(vs)[-1]}}
-                for g, vs in sorted(groups.items())]}
+            return {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [
+                    {
+                        "name": g,
+                        "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in sorted(vs)],
+                        "preferredVersion": {"groupVersion": f"{g}/{sorted(vs)[-1]}", "version": sorted(vs)[-1]},
+                    }
+                    for g, vs in sorted(groups.items())
+                ],
+            }
         parts = path.strip("/").split("/")
         if parts[0] == "api" and len(parts) == 2:
             group, version = "", parts[1]
@@ -670,9 +732,13 @@ class KubeEmulator:
             versions = sorted({r.version for r in self.resources.values() if r.group == parts[1]})
             if not versions:
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
-            return {"kind": "APIGroup", "apiVersion": "v1", "name": parts[1],
-                    "versions": [{"groupVersion": "%s/%s" % (parts[1], v), "version": v} for v in versions],
-                    "preferredVersion": {"groupVersion": "%s/%s" % (parts[1], versions[-1]), "version": versions[-1]}}
+            return {
+                "kind": "APIGroup",
+                "apiVersion": "v1",
+                "name": parts[1],
+                "versions": [{"groupVersion": f"{parts[1]}/{v}", "version": v} for v in versions],
+                "preferredVersion": {"groupVersion": f"{parts[1]}/{versions[-1]}", "version": versions[-1]},
+            }
         else:
             return None
         entries = []
@@ -680,12 +746,23 @@ class KubeEmulator:
             if res.group == group and res.version == version:
                 entries.append(res.describe())
                 for sub in res.subresources:
-                    entries.append({"name": "%s/%s" % (res.plural, sub), "singularName": "", "namespaced": res.namespaced,
-                                    "kind": res.kind, "verbs": ["get", "patch", "update"]})
+                    entries.append(
+                        {
+                            "name": f"{res.plural}/{sub}",
+                            "singularName": "",
+                            "namespaced": res.namespaced,
+                            "kind": res.kind,
+                            "verbs": ["get", "patch", "update"],
+                        }
+                    )
         if not entries:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        return {"kind": "APIResourceList", "apiVersion": "v1",
-                "groupVersion": "%s/%s" % (group, version) if group else version, "resources": entries}
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": entries,
+        }
 
     def route(self, path):
         """Split an object path into (resource, namespace, name, subresource)."""
@@ -795,12 +872,13 @@ class _Handler(BaseHTTPRequestHandler):
                 ctype = (self.headers.get("Content-Type") or "").strip()
                 patch_type = _PATCH_TYPES.get(ctype) or _PATCH_TYPES.get(ctype.split(";")[0])
                 if patch_type is None:
-                    raise ApiError(415, "UnsupportedMediaType", "unsupported patch type %r" % ctype)
+                    raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {ctype!r}")
                 body = self._body()
                 if patch_type == "apply" and not (body.get("metadata") or {}).get("name"):
                     body.setdefault("metadata", {})["name"] = name
-                return self._send(200, emulator.patch(res, namespace, name, patch_type, body, sub,
-                                                      query.get("fieldManager")))
+                return self._send(
+                    200, emulator.patch(res, namespace, name, patch_type, body, sub, query.get("fieldManager"))
+                )
             if method == "DELETE" and name:
                 self._body()
                 gone = emulator.delete(res, namespace, name)
@@ -808,24 +886,31 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "DELETE":
                 self._body()
                 with emulator._cond:
-                    victims = list(emulator._list(res, namespace, query.get("labelSelector"),
-                                                  query.get("fieldSelector")))
+                    victims = list(
+                        emulator._list(res, namespace, query.get("labelSelector"), query.get("fieldSelector"))
+                    )
                     for obj in victims:
                         emulator.delete(res, obj["metadata"].get("namespace"), obj["metadata"]["name"])
                 return self._send(200, self._list_body(res, namespace, {"labelSelector": "krops.invalid/none"}))
-            raise ApiError(405, "MethodNotAllowed", "method %s not allowed on %s" % (method, path))
+            raise ApiError(405, "MethodNotAllowed", f"method {method} not allowed on {path}")
         except ApiError as exc:
             return self._send(exc.code, exc.status())
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            return self._send(400, ApiError(400, "BadRequest", "bad request: %s" % exc).status())
+            return self._send(400, ApiError(400, "BadRequest", f"bad request: {exc}").status())
 
     def _list_body(self, res, namespace, query):
         with self.emulator._cond:
-            items = [copy.deepcopy(o) for o in self.emulator._list(
-                res, namespace, query.get("labelSelector"), query.get("fieldSelector"))]
+            items = [
+                copy.deepcopy(o)
+                for o in self.emulator._list(res, namespace, query.get("labelSelector"), query.get("fieldSelector"))
+            ]
             rv = str(self.emulator._last_rv)
-        return {"kind": res.kind + "List", "apiVersion": res.api_version,
-                "metadata": {"resourceVersion": rv}, "items": items}
+        return {
+            "kind": res.kind + "List",
+            "apiVersion": res.api_version,
+            "metadata": {"resourceVersion": rv},
+            "items": items,
+        }
 
     def _watch(self, res, namespace, query):
         timeout = float(query.get("timeoutSeconds") or 1800)
@@ -835,8 +920,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         try:
             for event_type, obj in self.emulator.watch_events(
-                    res, namespace, query.get("labelSelector"), query.get("fieldSelector"),
-                    query.get("resourceVersion"), timeout):
+                res,
+                namespace,
+                query.get("labelSelector"),
+                query.get("fieldSelector"),
+                query.get("resourceVersion"),
+                timeout,
+            ):
                 line = json.dumps({"type": event_type, "object": obj}).encode() + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                 self.wfile.flush()
@@ -846,17 +936,17 @@ class _Handler(BaseHTTPRequestHandler):
             pass
         self.close_connection = True
 
-    def do_GET(self):  # noqa: N802 - http.server naming
+    def do_GET(self):
         self._handle("GET")
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         self._handle("POST")
 
-    def do_PUT(self):  # noqa: N802
+    def do_PUT(self):
         self._handle("PUT")
 
-    def do_PATCH(self):  # noqa: N802
+    def do_PATCH(self):
         self._handle("PATCH")
 
-    def do_DELETE(self):  # noqa: N802
+    def do_DELETE(self):
         self._handle("DELETE")

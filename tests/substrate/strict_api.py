@@ -60,20 +60,44 @@ SCHEMA_DIR = REPO / "schemas" / "crds"
 # What installs which CRDs in the lifecycle: (group, kinds or None for the whole group).
 CRD_BUNDLES = {
     "flux-operator": [("fluxcd.controlplane.io", None)],
-    "flux": [("source.toolkit.fluxcd.io", None), ("kustomize.toolkit.fluxcd.io", None),
-             ("helm.toolkit.fluxcd.io", None), ("notification.toolkit.fluxcd.io", None)],
+    "flux": [
+        ("source.toolkit.fluxcd.io", None),
+        ("kustomize.toolkit.fluxcd.io", None),
+        ("helm.toolkit.fluxcd.io", None),
+        ("notification.toolkit.fluxcd.io", None),
+    ],
     "cert-manager": [("cert-manager.io", None), ("acme.cert-manager.io", None)],
     "capi-operator": [("operator.cluster.x-k8s.io", None)],
-    "cluster-api": [("cluster.x-k8s.io", None), ("ipam.cluster.x-k8s.io", None), ("runtime.cluster.x-k8s.io", None),
-                    ("addons.cluster.x-k8s.io", ["ClusterResourceSet", "ClusterResourceSetBinding"]),
-                    ("clusterctl.cluster.x-k8s.io", None)],
+    "cluster-api": [
+        ("cluster.x-k8s.io", None),
+        ("ipam.cluster.x-k8s.io", None),
+        ("runtime.cluster.x-k8s.io", None),
+        ("addons.cluster.x-k8s.io", ["ClusterResourceSet", "ClusterResourceSetBinding"]),
+        ("clusterctl.cluster.x-k8s.io", None),
+    ],
     "kubeadm-bootstrap": [("bootstrap.cluster.x-k8s.io", ["KubeadmConfig", "KubeadmConfigTemplate"])],
-    "kubeadm-control-plane": [("controlplane.cluster.x-k8s.io", ["KubeadmControlPlane", "KubeadmControlPlaneTemplate"])],
-    "docker": [("infrastructure.cluster.x-k8s.io", ["DevCluster", "DevClusterTemplate", "DevMachine",
-                                                    "DevMachineTemplate", "DevMachinePool", "DevMachinePoolTemplate",
-                                                    "DockerCluster", "DockerClusterTemplate", "DockerMachine",
-                                                    "DockerMachineTemplate", "DockerMachinePool",
-                                                    "DockerMachinePoolTemplate"])],
+    "kubeadm-control-plane": [
+        ("controlplane.cluster.x-k8s.io", ["KubeadmControlPlane", "KubeadmControlPlaneTemplate"])
+    ],
+    "docker": [
+        (
+            "infrastructure.cluster.x-k8s.io",
+            [
+                "DevCluster",
+                "DevClusterTemplate",
+                "DevMachine",
+                "DevMachineTemplate",
+                "DevMachinePool",
+                "DevMachinePoolTemplate",
+                "DockerCluster",
+                "DockerClusterTemplate",
+                "DockerMachine",
+                "DockerMachineTemplate",
+                "DockerMachinePool",
+                "DockerMachinePoolTemplate",
+            ],
+        )
+    ],
     "helm-addon": [("addons.cluster.x-k8s.io", ["HelmChartProxy", "HelmReleaseProxy"])],
 }
 
@@ -90,15 +114,42 @@ CLUSTER_SCOPED = {
 _PLURALS = {(g, k): p for g, _v, k, p, _n in KROPS_RESOURCES}
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-                      "'.', and must start and end with an alphanumeric character")
+_DNS_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character"
+)
 # metadata fields a client may send (ObjectMeta); anything else is an unknown field.
-_OBJECT_META = {"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
-                "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
-                "ownerReferences", "finalizers", "managedFields"}
+_OBJECT_META = {
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+}
 # Metadata owned by the server, never by a field manager.
-_SERVER_META = ("uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
-                "deletionGracePeriodSeconds", "managedFields", "selfLink", "name", "namespace", "generateName")
+_SERVER_META = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+    "name",
+    "namespace",
+    "generateName",
+)
 
 
 def plural_of(group, kind):
@@ -156,7 +207,7 @@ class SchemaCatalog:
         if only is not None:
             missing = sorted(set(only) - set(kinds))
             if missing:
-                raise KeyError("no vendored schema for %s in %s (schemas/crds)" % (", ".join(missing), group))
+                raise KeyError("no vendored schema for {} in {} (schemas/crds)".format(", ".join(missing), group))
             kinds = [k for k in kinds if k in only]
         return kinds
 
@@ -164,24 +215,33 @@ class SchemaCatalog:
         """A CustomResourceDefinition (apiextensions.k8s.io/v1) for group/kind from the vendored schemas."""
         available = self.index.get((group, kind.lower()))
         if not available:
-            raise KeyError("no vendored schema for %s/%s under %s" % (group, kind, self.folder))
+            raise KeyError(f"no vendored schema for {group}/{kind} under {self.folder}")
         chosen = sorted(versions or available, key=_version_key)
         storage = chosen[-1]
         plural = plural_of(group, kind)
         entries = []
         for version in chosen:
             schema = json.loads(available[version].read_text(encoding="utf-8"))
-            entry = {"name": version, "served": True, "storage": version == storage,
-                     "schema": {"openAPIV3Schema": schema}}
+            entry = {
+                "name": version,
+                "served": True,
+                "storage": version == storage,
+                "schema": {"openAPIV3Schema": schema},
+            }
             if "status" in (schema.get("properties") or {}):
                 entry["subresources"] = {"status": {}}
             entries.append(entry)
-        return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                "metadata": {"name": "%s.%s" % (plural, group)},
-                "spec": {"group": group, "scope": "Cluster" if (group, kind) in CLUSTER_SCOPED else "Namespaced",
-                         "names": {"kind": kind, "listKind": kind + "List", "plural": plural,
-                                   "singular": kind.lower()},
-                         "versions": entries}}
+        return {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {
+                "group": group,
+                "scope": "Cluster" if (group, kind) in CLUSTER_SCOPED else "Namespaced",
+                "names": {"kind": kind, "listKind": kind + "List", "plural": plural, "singular": kind.lower()},
+                "versions": entries,
+            },
+        }
 
     def bundle(self, name):
         """CRD objects of a bundle in CRD_BUNDLES."""
@@ -205,6 +265,7 @@ def catalog():
 
 # --- field errors in apimachinery's format ------------------------------------------
 
+
 def field_path(parts):
     text = ""
     for part in parts:
@@ -223,8 +284,15 @@ def _go_value(value):
 
 
 def _type_name(value):
-    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
-                       (list, "array"), (dict, "object"), (type(None), "null")):
+    for kind, name in (
+        (bool, "boolean"),
+        (int, "integer"),
+        (float, "number"),
+        (str, "string"),
+        (list, "array"),
+        (dict, "object"),
+        (type(None), "null"),
+    ):
         if isinstance(value, kind):
             return name
     return type(value).__name__
@@ -233,9 +301,14 @@ def _type_name(value):
 class FieldError:
     """One field.Error: Type (cause reason), Field, BadValue, Detail."""
 
-    TEXT = {"FieldValueRequired": "Required value", "FieldValueInvalid": "Invalid value",
-            "FieldValueTypeInvalid": "Invalid value", "FieldValueNotSupported": "Unsupported value",
-            "FieldValueForbidden": "Forbidden", "FieldValueDuplicate": "Duplicate value"}
+    TEXT = {
+        "FieldValueRequired": "Required value",
+        "FieldValueInvalid": "Invalid value",
+        "FieldValueTypeInvalid": "Invalid value",
+        "FieldValueNotSupported": "Unsupported value",
+        "FieldValueForbidden": "Forbidden",
+        "FieldValueDuplicate": "Duplicate value",
+    }
 
     def __init__(self, type_, field, bad_value=None, detail=""):
         self.type, self.field, self.bad_value, self.detail = type_, field, bad_value, detail
@@ -249,7 +322,7 @@ class FieldError:
         return text
 
     def __str__(self):
-        return "%s: %s" % (self.field, self.body())
+        return f"{self.field}: {self.body()}"
 
 
 def invalid(qualified_kind, group, kind, name, errors):
@@ -258,10 +331,14 @@ def invalid(qualified_kind, group, kind, name, errors):
     for error in errors:
         if str(error) not in messages:
             messages.append(str(error))
-    aggregate = messages[0] if len(messages) == 1 else "[%s]" % ", ".join(messages)
-    exc = ApiError(422, "Invalid", "%s %s is invalid: %s" % (qualified_kind, json.dumps(name), aggregate))
-    exc.details = {"name": name, "group": group, "kind": kind,
-                   "causes": [{"reason": e.type, "message": e.body(), "field": e.field} for e in errors]}
+    aggregate = messages[0] if len(messages) == 1 else "[{}]".format(", ".join(messages))
+    exc = ApiError(422, "Invalid", f"{qualified_kind} {json.dumps(name)} is invalid: {aggregate}")
+    exc.details = {
+        "name": name,
+        "group": group,
+        "kind": kind,
+        "causes": [{"reason": e.type, "message": e.body(), "field": e.field} for e in errors],
+    }
     return exc
 
 
@@ -274,6 +351,7 @@ def _status_with_details(exc):
 
 
 # --- the strict emulator -------------------------------------------------------------
+
 
 class StrictKubeEmulator(KubeEmulator):
     """KubeEmulator with schema validation, CRD-gated resources, field managers and garbage collection."""
@@ -293,15 +371,17 @@ class StrictKubeEmulator(KubeEmulator):
         for name in names:
             for group, kinds in CRD_BUNDLES[name]:
                 for kind in catalog().kinds(group, kinds):
-                    crd_name = "%s.%s" % (plural_of(group, kind), group)
+                    crd_name = f"{plural_of(group, kind)}.{group}"
                     if ("apiextensions.k8s.io", "customresourcedefinitions", "", crd_name) not in self.objects:
                         self.create(catalog().crd(group, kind))
                     created.append(crd_name)
         return created
 
     def load_krops_crds(self):
-        raise RuntimeError("StrictKubeEmulator serves a custom resource only after its CRD exists: "
-                           "use install_bundle(...) or create the CustomResourceDefinition")
+        raise RuntimeError(
+            "StrictKubeEmulator serves a custom resource only after its CRD exists: "
+            "use install_bundle(...) or create the CustomResourceDefinition"
+        )
 
     def _register_crd(self, crd):
         spec = crd.get("spec", {})
@@ -346,20 +426,29 @@ class StrictKubeEmulator(KubeEmulator):
         group, _, version = api_version.rpartition("/")
         for res in self.resources.values():
             if res.group == group and res.kind == kind:
-                return self._resource(group, version, res.plural) if version in self._served.get(
-                    (group, res.plural), (res.version,)) else self._no_match(api_version, kind)
+                return (
+                    self._resource(group, version, res.plural)
+                    if version in self._served.get((group, res.plural), (res.version,))
+                    else self._no_match(api_version, kind)
+                )
         return self._no_match(api_version, kind)
 
     @staticmethod
     def _no_match(api_version, kind):
         group, _, version = api_version.rpartition("/")
-        raise ApiError(404, "NotFound", 'no matches for kind "%s" in version "%s"'
-                       % (kind, "%s/%s" % (group, version) if group else version))
+        raise ApiError(
+            404,
+            "NotFound",
+            'no matches for kind "{}" in version "{}"'.format(kind, f"{group}/{version}" if group else version),
+        )
 
     def discovery(self, path):
         parts = path.strip("/").split("/")
-        served_here = parts[0] == "apis" and len(parts) == 3 and any(
-            g == parts[1] and parts[2] in vs for (g, _p), vs in self._served.items())
+        served_here = (
+            parts[0] == "apis"
+            and len(parts) == 3
+            and any(g == parts[1] and parts[2] in vs for (g, _p), vs in self._served.items())
+        )
         found = None if served_here else super().discovery(path)
         if served_here:
             group, version = parts[1], parts[2]
@@ -368,18 +457,32 @@ class StrictKubeEmulator(KubeEmulator):
                 if g == group and version in versions:
                     view = self._resource(g, version, plural)
                     entries.append(view.describe())
-                    entries += [{"name": "%s/%s" % (plural, s), "singularName": "", "namespaced": view.namespaced,
-                                 "kind": view.kind, "verbs": ["get", "patch", "update"]} for s in view.subresources]
+                    entries += [
+                        {
+                            "name": f"{plural}/{s}",
+                            "singularName": "",
+                            "namespaced": view.namespaced,
+                            "kind": view.kind,
+                            "verbs": ["get", "patch", "update"],
+                        }
+                        for s in view.subresources
+                    ]
             if entries:
-                return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "%s/%s" % (group, version),
-                        "resources": entries}
+                return {
+                    "kind": "APIResourceList",
+                    "apiVersion": "v1",
+                    "groupVersion": f"{group}/{version}",
+                    "resources": entries,
+                }
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if path == "/apis" and found:
             for entry in found["groups"]:
                 extra = {v for (g, _p), vs in self._served.items() if g == entry["name"] for v in vs}
                 known = {v["version"] for v in entry["versions"]}
                 for version in sorted(extra - known, key=_version_key):
-                    entry["versions"].append({"groupVersion": "%s/%s" % (entry["name"], version), "version": version})
+                    entry["versions"].append(
+                        {"groupVersion": "{}/{}".format(entry["name"], version), "version": version}
+                    )
                 entry["versions"].sort(key=lambda v: _version_key(v["version"]), reverse=True)
         return found
 
@@ -387,6 +490,7 @@ class StrictKubeEmulator(KubeEmulator):
     def _core_validator(self, api_version, kind):
         if self._core_store is None:
             from ansible_collections.krops.platform.plugins.module_utils import validate_schema
+
             self._core_store = validate_schema.SchemaStore(location=str(SCHEMA_DIR))
         try:
             return self._core_store.validator(api_version, kind)
@@ -394,7 +498,7 @@ class StrictKubeEmulator(KubeEmulator):
             return None
 
     def _qualified(self, res):
-        return "%s.%s" % (res.kind, res.group) if res.group else res.kind
+        return f"{res.kind}.{res.group}" if res.group else res.kind
 
     def validate(self, res, obj, directive="Strict", apply=False):
         """The object as stored (unknown fields dropped unless refused); raises ApiError like the server."""
@@ -418,7 +522,9 @@ class StrictKubeEmulator(KubeEmulator):
                 errors = cel_errors(schema, pruned)
         else:
             # CRDs themselves are trusted (they come from the vendored schemas); other built-in kinds are checked.
-            validator = None if res.kind == "CustomResourceDefinition" else self._core_validator(res.api_version, res.kind)
+            validator = (
+                None if res.kind == "CustomResourceDefinition" else self._core_validator(res.api_version, res.kind)
+            )
             pruned = obj
             if validator is not None:
                 for error in validator.iter_errors(obj):
@@ -429,20 +535,37 @@ class StrictKubeEmulator(KubeEmulator):
                     else:
                         errors += self._convert(error)
                 pruned = self._prune(obj, unknown)
-        if schema is not None and isinstance(meta, dict) and meta.get("name") and not _DNS_SUBDOMAIN.match(meta["name"]):
+        if (
+            schema is not None
+            and isinstance(meta, dict)
+            and meta.get("name")
+            and not _DNS_SUBDOMAIN.match(meta["name"])
+        ):
             errors.append(FieldError("FieldValueInvalid", "metadata.name", meta["name"], _DNS_SUBDOMAIN_MSG))
         unknown = sorted(set(unknown))
         if unknown and apply:
-            exc = ApiError(500, "InternalError", "failed to create typed patch object (%s/%s; %s, Kind=%s): %s"
-                           % (meta.get("namespace", "") if isinstance(meta, dict) else "", name,
-                              res.api_version, res.kind,
-                              "; ".join(".%s: field not declared in schema" % u for u in unknown)))
+            exc = ApiError(
+                500,
+                "InternalError",
+                "failed to create typed patch object ({}/{}; {}, Kind={}): {}".format(
+                    meta.get("namespace", "") if isinstance(meta, dict) else "",
+                    name,
+                    res.api_version,
+                    res.kind,
+                    "; ".join(f".{u}: field not declared in schema" for u in unknown),
+                ),
+            )
             raise exc
         if unknown and directive == "Strict":
-            raise ApiError(400, "BadRequest", '%s in version "%s" cannot be handled as a %s: strict decoding error: %s'
-                           % (res.kind, res.version, res.kind, ", ".join('unknown field "%s"' % u for u in unknown)))
+            raise ApiError(
+                400,
+                "BadRequest",
+                '{} in version "{}" cannot be handled as a {}: strict decoding error: {}'.format(
+                    res.kind, res.version, res.kind, ", ".join(f'unknown field "{u}"' for u in unknown)
+                ),
+            )
         if unknown and directive == "Warn":
-            self.warnings += ['unknown field "%s"' % u for u in unknown]
+            self.warnings += [f'unknown field "{u}"' for u in unknown]
         if errors:
             raise invalid(self._qualified(res), res.group, res.kind, name, errors)
         return pruned
@@ -482,6 +605,7 @@ class StrictKubeEmulator(KubeEmulator):
 
     def _schema_errors(self, schema, obj):
         import jsonschema
+
         body = {k: v for k, v in obj.items() if k != "metadata"}
         validator = _VALIDATORS.get(id(schema))
         if validator is None or validator.schema is not schema:
@@ -498,18 +622,35 @@ class StrictKubeEmulator(KubeEmulator):
         path = list(error.absolute_path)
         where = field_path(path)
         if error.validator == "required" and isinstance(error.instance, dict):
-            return [FieldError("FieldValueRequired", field_path(path + [k]))
-                    for k in error.validator_value if k not in error.instance]
+            return [
+                FieldError("FieldValueRequired", field_path(path + [k]))
+                for k in error.validator_value
+                if k not in error.instance
+            ]
         if error.validator == "type":
-            wanted = error.validator_value if isinstance(error.validator_value, str) else ",".join(error.validator_value)
+            wanted = (
+                error.validator_value if isinstance(error.validator_value, str) else ",".join(error.validator_value)
+            )
             actual = _type_name(error.instance)
-            return [FieldError("FieldValueTypeInvalid", where, actual,
-                               '%s in body must be of type %s: "%s"' % (where, wanted, actual))]
+            return [
+                FieldError(
+                    "FieldValueTypeInvalid",
+                    where,
+                    actual,
+                    f'{where} in body must be of type {wanted}: "{actual}"',
+                )
+            ]
         if error.validator == "enum":
             values = ", ".join(json.dumps(v if isinstance(v, str) else json.dumps(v)) for v in error.validator_value)
             return [FieldError("FieldValueNotSupported", where, error.instance, "supported values: " + values)]
-        return [FieldError("FieldValueInvalid", where, error.instance,
-                           "%s in body %s" % (where, re.sub(r"^.*? (is|does|should) ", r"\1 ", error.message)))]
+        return [
+            FieldError(
+                "FieldValueInvalid",
+                where,
+                error.instance,
+                "{} in body {}".format(where, re.sub(r"^.*? (is|does|should) ", r"\1 ", error.message)),
+            )
+        ]
 
     # ---- writes ----------------------------------------------------------------------
     def _check_namespace(self, res, namespace):
@@ -517,8 +658,11 @@ class StrictKubeEmulator(KubeEmulator):
         if res.namespaced:
             ns = self.objects.get(("", "namespaces", "", namespace))
             if ns and ns["metadata"].get("deletionTimestamp"):
-                raise ApiError(403, "Forbidden", 'unable to create new content in namespace %s because it is being '
-                               "terminated" % namespace)
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f"unable to create new content in namespace {namespace} because it is being terminated",
+                )
 
     def create(self, obj, namespace=None, res=None, directive=None, manager=None, operation="Update"):
         with self._cond:
@@ -533,30 +677,45 @@ class StrictKubeEmulator(KubeEmulator):
     def replace(self, res, namespace, name, body, subresource=None, directive=None, manager=None):
         with self._cond:
             current = self._get(res, namespace, name)
-            if not (body.get("metadata") or {}).get("resourceVersion") and res.group and \
-                    (res.group, res.plural) in self._served:
-                raise invalid("%s.%s" % (res.plural, res.group), res.group, res.plural, name, [
-                    FieldError("FieldValueInvalid", "metadata.resourceVersion", 0, "must be specified for an update")])
+            if (
+                not (body.get("metadata") or {}).get("resourceVersion")
+                and res.group
+                and (res.group, res.plural) in self._served
+            ):
+                raise invalid(
+                    f"{res.plural}.{res.group}",
+                    res.group,
+                    res.plural,
+                    name,
+                    [FieldError("FieldValueInvalid", "metadata.resourceVersion", 0, "must be specified for an update")],
+                )
             sent_rv = (body.get("metadata") or {}).get("resourceVersion")
             if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
                 raise self._conflict(res, name)
             body = self._checked(res, current, body, subresource, directive or "Ignore")
-            return self._owned_update(res, current, super().replace(res, namespace, name, body, subresource),
-                                      manager, subresource)
+            return self._owned_update(
+                res, current, super().replace(res, namespace, name, body, subresource), manager, subresource
+            )
 
-    def patch(self, res, namespace, name, patch_type, patch, subresource=None, field_manager=None,
-              directive=None, force=False):
+    def patch(
+        self, res, namespace, name, patch_type, patch, subresource=None, field_manager=None, directive=None, force=False
+    ):
         with self._cond:
             key = self._key(res, namespace if res.namespaced else "", name)
             if patch_type == "apply":
                 if not field_manager:
-                    raise invalid("PatchOptions.meta.k8s.io", "meta.k8s.io", "PatchOptions", "", [
-                        FieldError("FieldValueRequired", "fieldManager", detail="is required for apply patch")])
+                    raise invalid(
+                        "PatchOptions.meta.k8s.io",
+                        "meta.k8s.io",
+                        "PatchOptions",
+                        "",
+                        [FieldError("FieldValueRequired", "fieldManager", detail="is required for apply patch")],
+                    )
                 if key not in self.objects:
                     body = copy.deepcopy(patch)
                     body.setdefault("metadata", {})["name"] = name
                     if subresource:
-                        raise ApiError(404, "NotFound", '%s.%s "%s" not found' % (res.plural, res.group, name))
+                        raise ApiError(404, "NotFound", f'{res.plural}.{res.group} "{name}" not found')
                     return self.create(body, namespace, res, directive, field_manager, "Apply")
                 return self._apply(res, self.objects[key], patch, field_manager, force, subresource)
             current = self._get(res, namespace, name)
@@ -569,9 +728,13 @@ class StrictKubeEmulator(KubeEmulator):
             return self._owned_update(res, current, stored, field_manager, subresource)
 
     def _conflict(self, res, name):
-        qualified = "%s.%s" % (res.plural, res.group) if res.group else res.plural
-        exc = ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the object has been modified; '
-                       "please apply your changes to the latest version and try again" % (qualified, name))
+        qualified = f"{res.plural}.{res.group}" if res.group else res.plural
+        exc = ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '
+            "please apply your changes to the latest version and try again",
+        )
         exc.details = {"name": name, "group": res.group, "kind": res.plural}
         return exc
 
@@ -584,12 +747,22 @@ class StrictKubeEmulator(KubeEmulator):
             candidate.update({k: v for k, v in body.items() if k != "status"})
         checked = self.validate(res, candidate, directive)
         new_finalizers = set((body.get("metadata") or {}).get("finalizers") or []) - set(
-            current["metadata"].get("finalizers") or [])
+            current["metadata"].get("finalizers") or []
+        )
         if current["metadata"].get("deletionTimestamp") and new_finalizers and subresource != "status":
-            raise invalid(self._qualified(res), res.group, res.kind, current["metadata"]["name"], [FieldError(
-                "FieldValueForbidden", "metadata.finalizers",
-                detail="no new finalizers can be added if the object is being deleted, found new finalizers %s"
-                       % _go_string_slice(sorted(new_finalizers)))])
+            raise invalid(
+                self._qualified(res),
+                res.group,
+                res.kind,
+                current["metadata"]["name"],
+                [
+                    FieldError(
+                        "FieldValueForbidden",
+                        "metadata.finalizers",
+                        detail=f"no new finalizers can be added if the object is being deleted, found new finalizers {_go_string_slice(sorted(new_finalizers))}",
+                    )
+                ],
+            )
         result = copy.deepcopy(body)
         if subresource == "status":
             result["status"] = checked.get("status")
@@ -603,8 +776,14 @@ class StrictKubeEmulator(KubeEmulator):
 
     # ---- field managers --------------------------------------------------------------
     def _entry(self, manager, operation, res, leaves, subresource=None):
-        entry = {"manager": manager, "operation": operation, "apiVersion": res.api_version, "time": _now(),
-                 "fieldsType": "FieldsV1", "fieldsV1": _fields_v1(leaves)}
+        entry = {
+            "manager": manager,
+            "operation": operation,
+            "apiVersion": res.api_version,
+            "time": _now(),
+            "fieldsType": "FieldsV1",
+            "fieldsV1": _fields_v1(leaves),
+        }
         if subresource:
             entry["subresource"] = subresource
         return entry
@@ -616,12 +795,17 @@ class StrictKubeEmulator(KubeEmulator):
         if live is None or live["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]:
             return stored
         manager = manager or "unknown"
-        changed = {p for p in _leaves(live) ^ _leaves(before) if p in _leaves(live)} | \
-            {p for p in _leaves(live) if _get_path(live, p) != _get_path(before, p)}
+        changed = {p for p in _leaves(live) ^ _leaves(before) if p in _leaves(live)} | {
+            p for p in _leaves(live) if _get_path(live, p) != _get_path(before, p)
+        }
         entries = []
         for entry in live["metadata"].get("managedFields") or []:
             owned = _from_fields_v1(entry.get("fieldsV1") or {}) - changed
-            if entry["manager"] == manager and entry["operation"] == "Update" and entry.get("subresource") == subresource:
+            if (
+                entry["manager"] == manager
+                and entry["operation"] == "Update"
+                and entry.get("subresource") == subresource
+            ):
                 changed |= owned
                 continue
             if owned:
@@ -643,8 +827,14 @@ class StrictKubeEmulator(KubeEmulator):
             patch.pop("status", None) if "status" in res.subresources else None
         applied = _leaves(patch)
         entries = copy.deepcopy(current["metadata"].get("managedFields") or [])
-        mine = next((e for e in entries if e["manager"] == manager and e["operation"] == "Apply"
-                     and e.get("subresource") == subresource), None)
+        mine = next(
+            (
+                e
+                for e in entries
+                if e["manager"] == manager and e["operation"] == "Apply" and e.get("subresource") == subresource
+            ),
+            None,
+        )
         previously = _from_fields_v1(mine["fieldsV1"]) if mine else set()
         conflicts = []
         for entry in entries:
@@ -655,16 +845,21 @@ class StrictKubeEmulator(KubeEmulator):
                 if _get_path(current, path) != _get_path(patch, path):
                     conflicts.append((entry, path))
         if conflicts and not force:
-            causes = [{"reason": "FieldManagerConflict", "message": "conflict with %s" % _print_manager(e),
-                       "field": _smd_path(p)} for e, p in conflicts]
+            causes = [
+                {
+                    "reason": "FieldManagerConflict",
+                    "message": f"conflict with {_print_manager(e)}",
+                    "field": _smd_path(p),
+                }
+                for e, p in conflicts
+            ]
             if len(conflicts) == 1:
-                message = "Apply failed with 1 conflict: conflict with %s: %s" % (
-                    _print_manager(conflicts[0][0]), _smd_path(conflicts[0][1]))
+                message = f"Apply failed with 1 conflict: conflict with {_print_manager(conflicts[0][0])}: {_smd_path(conflicts[0][1])}"
             else:
                 lines = []
                 for entry in sorted({id(e): e for e, _ in conflicts}.values(), key=lambda e: e["manager"]):
-                    lines.append("conflicts with %s:" % _print_manager(entry))
-                    lines += ["- %s" % _smd_path(p) for e, p in conflicts if e is entry]
+                    lines.append(f"conflicts with {_print_manager(entry)}:")
+                    lines += [f"- {_smd_path(p)}" for e, p in conflicts if e is entry]
                 message = "Apply failed with %d conflicts: %s" % (len(conflicts), "\n".join(lines))
             exc = ApiError(409, "Conflict", message)
             exc.details = {"causes": causes}
@@ -701,11 +896,16 @@ class StrictKubeEmulator(KubeEmulator):
             if preconditions:
                 for field in ("uid", "resourceVersion"):
                     if preconditions.get(field) and preconditions[field] != current["metadata"].get(field):
-                        raise ApiError(409, "Conflict", "Precondition failed: %s in precondition: %s, %s in object "
-                                       "meta: %s" % ("UID" if field == "uid" else "ResourceVersion",
-                                                     preconditions[field],
-                                                     "UID" if field == "uid" else "ResourceVersion",
-                                                     current["metadata"].get(field)))
+                        raise ApiError(
+                            409,
+                            "Conflict",
+                            "Precondition failed: {} in precondition: {}, {} in object meta: {}".format(
+                                "UID" if field == "uid" else "ResourceVersion",
+                                preconditions[field],
+                                "UID" if field == "uid" else "ResourceVersion",
+                                current["metadata"].get(field),
+                            ),
+                        )
             uid = current["metadata"]["uid"]
             if res.plural == "namespaces" and not res.group:
                 return self._delete_namespace(res, current)
@@ -720,8 +920,11 @@ class StrictKubeEmulator(KubeEmulator):
                 self._record("MODIFIED", res, self.objects[key])
                 self._collect(uid, "Foreground")  # finishes the owner once its dependents are gone
                 obj = self.objects.get(key)
-                return copy.deepcopy(obj) if obj else dict(current, metadata=dict(current["metadata"],
-                                                                                  deletionTimestamp=_now()))
+                return (
+                    copy.deepcopy(obj)
+                    if obj
+                    else dict(current, metadata=dict(current["metadata"], deletionTimestamp=_now()))
+                )
             if propagation == "Orphan":
                 self._orphan(uid)
             gone = super().delete(res, namespace, name)
@@ -736,8 +939,11 @@ class StrictKubeEmulator(KubeEmulator):
         self._collect(gone["metadata"]["uid"], propagation or "Background")
         namespace = gone["metadata"].get("namespace")
         ns = self.objects.get(("", "namespaces", "", namespace)) if namespace else None
-        if ns and ns["metadata"].get("deletionTimestamp") and not any(
-                k[2] == namespace and self.resources[k[:2]].namespaced for k in self.objects):
+        if (
+            ns
+            and ns["metadata"].get("deletionTimestamp")
+            and not any(k[2] == namespace and self.resources[k[:2]].namespaced for k in self.objects)
+        ):
             self._finish(self.resources[("", "namespaces")], ("", "namespaces", "", namespace))
 
     def _finish(self, res, key):
@@ -771,8 +977,11 @@ class StrictKubeEmulator(KubeEmulator):
         return self._finish(res, key)
 
     def _dependents(self, uid):
-        return [k for k, o in self.objects.items()
-                if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])]
+        return [
+            k
+            for k, o in self.objects.items()
+            if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])
+        ]
 
     def _orphan(self, uid):
         for key in self._dependents(uid):
@@ -823,15 +1032,22 @@ class StrictKubeEmulator(KubeEmulator):
     # ---- all-or-nothing writes (Flux's dry-run of a stage) ------------------------------
     def savepoint(self):
         """A cheap restore point: objects are copied lazily by ``touch`` before they change."""
-        return {"objects": {}, "events": len(self.events), "rv": self._last_rv, "resources": dict(self.resources),
-                "served": dict(self._served), "schemas": dict(self._crd_schemas), "keys": set(self.objects)}
+        return {
+            "objects": {},
+            "events": len(self.events),
+            "rv": self._last_rv,
+            "resources": dict(self.resources),
+            "served": dict(self._served),
+            "schemas": dict(self._crd_schemas),
+            "keys": set(self.objects),
+        }
 
     def rollback(self, point):
         for key in set(self.objects) - point["keys"]:
             del self.objects[key]
         self.objects.update(point["objects"])
         self.resources, self._served, self._crd_schemas = point["resources"], point["served"], point["schemas"]
-        del self.events[point["events"]:]
+        del self.events[point["events"] :]
         self._last_rv = point["rv"]
         self._rv = itertools.count(point["rv"] + 1)
 
@@ -840,13 +1056,13 @@ class StrictKubeEmulator(KubeEmulator):
         handler = type("StrictHandler", (_StrictHandler,), {"emulator": self})
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="kube-%s" % self.name, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, name=f"kube-{self.name}", daemon=True)
         self._thread.start()
         return self
 
 
 def _go_string_slice(values):
-    return "[]string{%s}" % ", ".join(json.dumps(v) for v in values)
+    return "[]string{{{}}}".format(", ".join(json.dumps(v) for v in values))
 
 
 # --- CEL rules (x-kubernetes-validations) ------------------------------------------------
@@ -869,14 +1085,18 @@ def cel_errors(schema, obj):
         if result.outcome != krops_cel.VIOLATED:
             UNEVALUATED.add(result.rule)
             continue
-        message = result.message.strip() or "failed rule: %s" % result.rule.strip()
+        message = result.message.strip() or f"failed rule: {result.rule.strip()}"
         reason = result.reason or "FieldValueInvalid"
-        errors.append(FieldError(reason, result.path or "<nil>", result.schema_type or "object", message)
-                      if reason == "FieldValueInvalid" else FieldError(reason, result.path or "<nil>", None, message))
+        errors.append(
+            FieldError(reason, result.path or "<nil>", result.schema_type or "object", message)
+            if reason == "FieldValueInvalid"
+            else FieldError(reason, result.path or "<nil>", None, message)
+        )
     return errors
 
 
 # --- field sets ------------------------------------------------------------------------
+
 
 def _leaves(obj, prefix=()):
     """Paths (tuples) of the fields an object sets; lists are atomic, server metadata excluded."""
@@ -901,7 +1121,7 @@ def _fields_v1(leaves):
     for path in sorted(leaves):
         node = tree
         for part in path:
-            node = node.setdefault("f:%s" % part, {})
+            node = node.setdefault(f"f:{part}", {})
     return tree
 
 
@@ -948,16 +1168,16 @@ def _strip_nulls(value):
 
 
 def _smd_path(path):
-    return "".join(".%s" % p for p in path)
+    return "".join(f".{p}" for p in path)
 
 
 def _print_manager(entry):
     text = json.dumps(entry["manager"])
     if entry.get("subresource"):
-        text += " with subresource %s" % json.dumps(entry["subresource"])
+        text += " with subresource {}".format(json.dumps(entry["subresource"]))
     if entry.get("operation") == "Update":
         stamp = entry.get("time")
-        text += " using %s" % entry.get("apiVersion") + (" at %s" % stamp if stamp else "")
+        text += " using {}".format(entry.get("apiVersion")) + (f" at {stamp}" if stamp else "")
     return text
 
 
@@ -971,8 +1191,13 @@ class _StrictHandler(_Handler):
         emulator = self.emulator
         directive = query.get("fieldValidation") or emulator.default_field_validation
         if directive not in ("Strict", "Warn", "Ignore"):
-            return self._send_error(ApiError(400, "BadRequest", 'fieldValidation: Unsupported value: "%s": supported '
-                                             'values: "Ignore", "Strict", "Warn"' % directive))
+            return self._send_error(
+                ApiError(
+                    400,
+                    "BadRequest",
+                    f'fieldValidation: Unsupported value: "{directive}": supported values: "Ignore", "Strict", "Warn"',
+                )
+            )
         manager = query.get("fieldManager") or (self.headers.get("User-Agent") or "unknown").split("/")[0]
         if method == "GET":
             try:
@@ -1006,21 +1231,43 @@ class _StrictHandler(_Handler):
                 return self._send(200, emulator.replace(res, namespace, name, self._body(), sub, directive, manager))
             if method == "PATCH" and name:
                 ctype = (self.headers.get("Content-Type") or "").strip()
-                patch_type = {"application/merge-patch+json": "merge", "application/json-patch+json": "json",
-                              "application/strategic-merge-patch+json": "strategic",
-                              "application/apply-patch+yaml": "apply"}.get(ctype.split(";")[0].strip())
+                patch_type = {
+                    "application/merge-patch+json": "merge",
+                    "application/json-patch+json": "json",
+                    "application/strategic-merge-patch+json": "strategic",
+                    "application/apply-patch+yaml": "apply",
+                }.get(ctype.split(";")[0].strip())
                 if patch_type is None:
-                    raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
-                                   "accepted media types include: application/json-patch+json, "
-                                   "application/merge-patch+json, application/apply-patch+yaml")
+                    raise ApiError(
+                        415,
+                        "UnsupportedMediaType",
+                        "the body of the request was in an unknown format - "
+                        "accepted media types include: application/json-patch+json, "
+                        "application/merge-patch+json, application/apply-patch+yaml",
+                    )
                 if patch_type != "apply" and query.get("force"):
-                    raise invalid("PatchOptions.meta.k8s.io", "meta.k8s.io", "PatchOptions", "", [
-                        FieldError("FieldValueForbidden", "force", detail="may not be specified for non-apply patch")])
+                    raise invalid(
+                        "PatchOptions.meta.k8s.io",
+                        "meta.k8s.io",
+                        "PatchOptions",
+                        "",
+                        [FieldError("FieldValueForbidden", "force", detail="may not be specified for non-apply patch")],
+                    )
                 body = self._body()
-                return self._send(200, emulator.patch(
-                    res, namespace, name, patch_type, body, sub,
-                    query.get("fieldManager") if patch_type == "apply" else manager, directive,
-                    query.get("force") in ("true", "1")))
+                return self._send(
+                    200,
+                    emulator.patch(
+                        res,
+                        namespace,
+                        name,
+                        patch_type,
+                        body,
+                        sub,
+                        query.get("fieldManager") if patch_type == "apply" else manager,
+                        directive,
+                        query.get("force") in ("true", "1"),
+                    ),
+                )
             if method == "DELETE" and name:
                 options = self._body() or {}
                 propagation = query.get("propagationPolicy") or options.get("propagationPolicy")
@@ -1031,7 +1278,7 @@ class _StrictHandler(_Handler):
         except ApiError as exc:
             return self._send_error(exc)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            return self._send_error(ApiError(400, "BadRequest", "bad request: %s" % exc))
+            return self._send_error(ApiError(400, "BadRequest", f"bad request: {exc}"))
 
     def _list_body(self, res, namespace, query):
         body = super()._list_body(res, namespace, query)
@@ -1046,10 +1293,18 @@ class _StrictHandler(_Handler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         for warning in warnings:  # RFC 7234 warning headers, as the API server sends them
-            self.send_header("Warning", '299 - %s' % json.dumps(warning))
+            self.send_header("Warning", f"299 - {json.dumps(warning)}")
         self.end_headers()
         self.wfile.write(data)
 
 
-__all__ = ["StrictKubeEmulator", "SchemaCatalog", "CRD_BUNDLES", "catalog", "plural_of", "field_path",
-           "FieldError", "invalid"]
+__all__ = [
+    "CRD_BUNDLES",
+    "FieldError",
+    "SchemaCatalog",
+    "StrictKubeEmulator",
+    "catalog",
+    "field_path",
+    "invalid",
+    "plural_of",
+]

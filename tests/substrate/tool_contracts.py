@@ -48,18 +48,18 @@ def docker_volume(raw):
     """(source, target, mode) of a `--volume` spec, or Refused as the Docker daemon answers it."""
     parts = raw.split(":", 3)
     if parts[0] == "":
-        raise Refused("docker: Error response from daemon: invalid volume specification: '%s'" % raw, rc=125)
+        raise Refused(f"docker: Error response from daemon: invalid volume specification: '{raw}'", rc=125)
     if len(parts) == 1:
         return None, parts[0], ""
     if len(parts) == 2:
         if docker_valid_mode(parts[1]):
-            raise Refused("docker: Error response from daemon: invalid volume specification: '%s'" % raw, rc=125)
+            raise Refused(f"docker: Error response from daemon: invalid volume specification: '{raw}'", rc=125)
         return parts[0], parts[1], ""
     if len(parts) == 3:
         if not docker_valid_mode(parts[2]):
-            raise Refused("docker: Error response from daemon: invalid mode: %s" % parts[2], rc=125)
+            raise Refused(f"docker: Error response from daemon: invalid mode: {parts[2]}", rc=125)
         return parts[0], parts[1], parts[2]
-    raise Refused("docker: Error response from daemon: invalid volume specification: '%s'" % raw, rc=125)
+    raise Refused(f"docker: Error response from daemon: invalid volume specification: '{raw}'", rc=125)
 
 
 def docker_exec_args(argv):
@@ -79,11 +79,11 @@ def docker_exec_args(argv):
             options += [word, argv[index + 1]]
             index += 1
         else:
-            raise Refused("unknown shorthand flag: %r in %s\nSee 'docker exec --help'." % (word, word), rc=125)
+            raise Refused(f"unknown shorthand flag: {word!r} in {word}\nSee 'docker exec --help'.", rc=125)
         index += 1
     if len(argv) - index < 2:
         raise Refused('"docker exec" requires at least 2 arguments.', rc=1)
-    return options, argv[index], argv[index + 1:]
+    return options, argv[index], argv[index + 1 :]
 
 
 # --- kind -----------------------------------------------------------------------------
@@ -93,18 +93,40 @@ KIND_VERSION = "0.32.0"
 # with yaml.v3 KnownFields(true), so an unknown field is an error.
 # pkg/apis/config/v1alpha4/types.go: the fields of each type.
 _KIND_TYPES = {
-    "Cluster": {"kind": None, "apiVersion": None, "name": None, "nodes": ["Node"], "networking": "Networking",
-                "featureGates": None, "runtimeConfig": None, "kubeadmConfigPatches": None,
-                "kubeadmConfigPatchesJSON6902": ["PatchJSON6902"], "containerdConfigPatches": None,
-                "containerdConfigPatchesJSON6902": None},
-    "Node": {"role": None, "image": None, "labels": None, "extraMounts": ["Mount"],
-             "extraPortMappings": ["PortMapping"], "kubeadmConfigPatches": None,
-             "kubeadmConfigPatchesJSON6902": ["PatchJSON6902"]},
-    "Networking": {"ipFamily": None, "apiServerPort": None, "apiServerAddress": None, "podSubnet": None,
-                   "serviceSubnet": None, "disableDefaultCNI": None, "kubeProxyMode": None, "dnsSearch": None},
+    "Cluster": {
+        "kind": None,
+        "apiVersion": None,
+        "name": None,
+        "nodes": ["Node"],
+        "networking": "Networking",
+        "featureGates": None,
+        "runtimeConfig": None,
+        "kubeadmConfigPatches": None,
+        "kubeadmConfigPatchesJSON6902": ["PatchJSON6902"],
+        "containerdConfigPatches": None,
+        "containerdConfigPatchesJSON6902": None,
+    },
+    "Node": {
+        "role": None,
+        "image": None,
+        "labels": None,
+        "extraMounts": ["Mount"],
+        "extraPortMappings": ["PortMapping"],
+        "kubeadmConfigPatches": None,
+        "kubeadmConfigPatchesJSON6902": ["PatchJSON6902"],
+    },
+    "Networking": {
+        "ipFamily": None,
+        "apiServerPort": None,
+        "apiServerAddress": None,
+        "podSubnet": None,
+        "serviceSubnet": None,
+        "disableDefaultCNI": None,
+        "kubeProxyMode": None,
+        "dnsSearch": None,
+    },
     "PatchJSON6902": {"group": None, "version": None, "kind": None, "patch": None},
-    "Mount": {"containerPath": None, "hostPath": None, "readOnly": None, "selinuxRelabel": None,
-              "propagation": None},
+    "Mount": {"containerPath": None, "hostPath": None, "readOnly": None, "selinuxRelabel": None, "propagation": None},
     "PortMapping": {"containerPort": None, "hostPort": None, "listenAddress": None, "protocol": None},
 }
 # pkg/cmd/kind/*: the flags of each command krops runs (plus the global --verbosity/-v, --quiet/-q).
@@ -124,7 +146,7 @@ def _strict(type_name, value, errors):
     fields = _KIND_TYPES[type_name]
     for key, item in value.items():
         if key not in fields:
-            errors.append("field %s not found in type v1alpha4.%s" % (key, type_name))
+            errors.append(f"field {key} not found in type v1alpha4.{type_name}")
             continue
         nested = fields[key]
         if isinstance(nested, list):
@@ -139,18 +161,23 @@ def kind_parse_config(text):
     try:
         raw = yaml.safe_load(text) if text and text.strip() else None
     except yaml.YAMLError as exc:
-        raise Refused("ERROR: failed to create cluster: could not determine kind / apiVersion for config: %s" % exc)
+        raise Refused(f"ERROR: failed to create cluster: could not determine kind / apiVersion for config: {exc}")
     raw = raw or {}
     if raw.get("apiVersion") != "kind.x-k8s.io/v1alpha4":
         raise Refused("ERROR: failed to create cluster: unknown apiVersion: %s" % (raw.get("apiVersion") or ""))
     if raw.get("kind") != "Cluster":
-        raise Refused("ERROR: failed to create cluster: unknown kind %s for apiVersion: %s"
-                      % (raw.get("kind") or "", raw["apiVersion"]))
+        raise Refused(
+            "ERROR: failed to create cluster: unknown kind {} for apiVersion: {}".format(
+                raw.get("kind") or "", raw["apiVersion"]
+            )
+        )
     errors = []
     _strict("Cluster", raw, errors)
     if errors:
-        raise Refused("ERROR: failed to create cluster: unable to decode config: yaml: unmarshal errors:\n  "
-                      + "\n  ".join(errors))
+        raise Refused(
+            "ERROR: failed to create cluster: unable to decode config: yaml: unmarshal errors:\n  "
+            + "\n  ".join(errors)
+        )
     return raw
 
 
@@ -158,7 +185,7 @@ def kind_mount_bindings(mounts):
     """The `--volume` values kind passes to docker run (providers/docker/provision.go generateMountBindings)."""
     binds = []
     for mount in mounts or []:
-        bind = "%s:%s" % (mount.get("hostPath", ""), mount.get("containerPath", ""))
+        bind = "{}:{}".format(mount.get("hostPath", ""), mount.get("containerPath", ""))
         attrs = []
         if mount.get("readOnly"):
             attrs.append("ro")
@@ -170,7 +197,7 @@ def kind_mount_bindings(mounts):
         elif propagation == "HostToContainer":
             attrs.append("rslave")
         if attrs:
-            bind = "%s:%s" % (bind, ",".join(attrs))
+            bind = "{}:{}".format(bind, ",".join(attrs))
         binds.append(bind)
     return binds
 
@@ -181,7 +208,7 @@ def kind_node_names(cluster, config):
     for node in config.get("nodes") or [{"role": "control-plane"}]:
         role = node.get("role") or "control-plane"
         counts[role] = counts.get(role, 0) + 1
-        names.append("%s-%s%s" % (cluster, role, counts[role] if counts[role] > 1 else ""))
+        names.append("{}-{}{}".format(cluster, role, counts[role] if counts[role] > 1 else ""))
     return names
 
 
@@ -195,7 +222,7 @@ def kind_args(argv):
     if command == ("version",):
         return command, {}
     if command not in KIND_FLAGS:
-        raise Refused('ERROR: unknown command "%s" for "kind"' % " ".join(words))
+        raise Refused('ERROR: unknown command "{}" for "kind"'.format(" ".join(words)))
     allowed = KIND_FLAGS[command] | {"--verbosity", "-v", "--quiet", "-q"}
     flags = {}
     rest = argv[index:]
@@ -204,14 +231,14 @@ def kind_args(argv):
         word = rest[position]
         name, _eq, inline = word.partition("=")
         if name not in allowed:
-            raise Refused("ERROR: unknown flag: %s" % name)
+            raise Refused(f"ERROR: unknown flag: {name}")
         if name in _KIND_BOOL_FLAGS:
             flags[name] = inline or "true"
         elif inline:
             flags[name] = inline
         else:
             if position + 1 >= len(rest):
-                raise Refused("ERROR: flag needs an argument: %s" % name)
+                raise Refused(f"ERROR: flag needs an argument: {name}")
             flags[name] = rest[position + 1]
             position += 1
         position += 1
@@ -226,40 +253,143 @@ HELM_VERSION = "4.2.4"
 # helm/helm @ v4.2.4: pkg/cli/environment.go (global), pkg/cmd/{upgrade,list,uninstall,status,
 # version,flags,helpers}.go. `--wait` and `--dry-run` have NoOptDefVal (flags.go AddWaitFlag,
 # helpers.go). v4 has no `--recreate-pods` or upgrade `--dry-run=client` spelled `--dry-run` alone.
-_HELM_GLOBAL = {"--namespace": True, "-n": True, "--kubeconfig": True, "--kube-context": True, "--kube-token": True,
-                "--kube-as-user": True, "--kube-as-group": True, "--kube-apiserver": True, "--kube-ca-file": True,
-                "--kube-tls-server-name": True, "--kube-insecure-skip-tls-verify": False, "--debug": False,
-                "--registry-config": True, "--repository-config": True, "--repository-cache": True,
-                "--content-cache": True, "--burst-limit": True, "--qps": True, "--color": True, "--colour": True}
-_HELM_CHART = {"--version": True, "--verify": False, "--keyring": True, "--repo": True, "--username": True,
-               "--password": True, "--cert-file": True, "--key-file": True, "--insecure-skip-tls-verify": False,
-               "--plain-http": False, "--ca-file": True, "--pass-credentials": False}
-_HELM_VALUES = {"--values": True, "-f": True, "--set": True, "--set-string": True, "--set-file": True,
-                "--set-json": True, "--set-literal": True}
+_HELM_GLOBAL = {
+    "--namespace": True,
+    "-n": True,
+    "--kubeconfig": True,
+    "--kube-context": True,
+    "--kube-token": True,
+    "--kube-as-user": True,
+    "--kube-as-group": True,
+    "--kube-apiserver": True,
+    "--kube-ca-file": True,
+    "--kube-tls-server-name": True,
+    "--kube-insecure-skip-tls-verify": False,
+    "--debug": False,
+    "--registry-config": True,
+    "--repository-config": True,
+    "--repository-cache": True,
+    "--content-cache": True,
+    "--burst-limit": True,
+    "--qps": True,
+    "--color": True,
+    "--colour": True,
+}
+_HELM_CHART = {
+    "--version": True,
+    "--verify": False,
+    "--keyring": True,
+    "--repo": True,
+    "--username": True,
+    "--password": True,
+    "--cert-file": True,
+    "--key-file": True,
+    "--insecure-skip-tls-verify": False,
+    "--plain-http": False,
+    "--ca-file": True,
+    "--pass-credentials": False,
+}
+_HELM_VALUES = {
+    "--values": True,
+    "-f": True,
+    "--set": True,
+    "--set-string": True,
+    "--set-file": True,
+    "--set-json": True,
+    "--set-literal": True,
+}
 HELM_FLAGS = {
-    ("upgrade",): dict(_HELM_CHART, **_HELM_VALUES, **{
-        "--install": False, "-i": False, "--create-namespace": False, "--devel": False, "--hide-secret": False,
-        "--force-replace": False, "--force-conflicts": False, "--server-side": True, "--no-hooks": False,
-        "--disable-openapi-validation": False, "--skip-crds": False, "--timeout": True, "--reset-values": False,
-        "--reuse-values": False, "--reset-then-reuse-values": False, "--wait-for-jobs": False,
-        "--rollback-on-failure": False, "--atomic": False, "--history-max": True, "--cleanup-on-fail": False,
-        "--render-subchart-notes": False, "--hide-notes": False, "--skip-schema-validation": False,
-        "--labels": True, "-l": True, "--description": True, "--dependency-update": False, "--enable-dns": False,
-        "--take-ownership": False, "--wait": OPTIONAL, "--dry-run": OPTIONAL, "--output": True, "-o": True,
-        "--post-renderer": True, "--post-renderer-args": True, "--force": False}),
-    ("list",): {"--short": False, "-q": False, "--no-headers": False, "--time-format": True, "--date": False,
-                "-d": False, "--reverse": False, "-r": False, "--uninstalled": False, "--superseded": False,
-                "--uninstalling": False, "--deployed": False, "--failed": False, "--pending": False,
-                "--all-namespaces": False, "-A": False, "--max": True, "-m": True, "--offset": True,
-                "--filter": True, "-f": True, "--selector": True, "-l": True, "--output": True, "-o": True},
-    ("uninstall",): {"--dry-run": False, "--no-hooks": False, "--ignore-not-found": False, "--keep-history": False,
-                     "--cascade": True, "--timeout": True, "--description": True, "--wait": OPTIONAL},
+    ("upgrade",): dict(
+        _HELM_CHART,
+        **_HELM_VALUES,
+        **{
+            "--install": False,
+            "-i": False,
+            "--create-namespace": False,
+            "--devel": False,
+            "--hide-secret": False,
+            "--force-replace": False,
+            "--force-conflicts": False,
+            "--server-side": True,
+            "--no-hooks": False,
+            "--disable-openapi-validation": False,
+            "--skip-crds": False,
+            "--timeout": True,
+            "--reset-values": False,
+            "--reuse-values": False,
+            "--reset-then-reuse-values": False,
+            "--wait-for-jobs": False,
+            "--rollback-on-failure": False,
+            "--atomic": False,
+            "--history-max": True,
+            "--cleanup-on-fail": False,
+            "--render-subchart-notes": False,
+            "--hide-notes": False,
+            "--skip-schema-validation": False,
+            "--labels": True,
+            "-l": True,
+            "--description": True,
+            "--dependency-update": False,
+            "--enable-dns": False,
+            "--take-ownership": False,
+            "--wait": OPTIONAL,
+            "--dry-run": OPTIONAL,
+            "--output": True,
+            "-o": True,
+            "--post-renderer": True,
+            "--post-renderer-args": True,
+            "--force": False,
+        },
+    ),
+    ("list",): {
+        "--short": False,
+        "-q": False,
+        "--no-headers": False,
+        "--time-format": True,
+        "--date": False,
+        "-d": False,
+        "--reverse": False,
+        "-r": False,
+        "--uninstalled": False,
+        "--superseded": False,
+        "--uninstalling": False,
+        "--deployed": False,
+        "--failed": False,
+        "--pending": False,
+        "--all-namespaces": False,
+        "-A": False,
+        "--max": True,
+        "-m": True,
+        "--offset": True,
+        "--filter": True,
+        "-f": True,
+        "--selector": True,
+        "-l": True,
+        "--output": True,
+        "-o": True,
+    },
+    ("uninstall",): {
+        "--dry-run": False,
+        "--no-hooks": False,
+        "--ignore-not-found": False,
+        "--keep-history": False,
+        "--cascade": True,
+        "--timeout": True,
+        "--description": True,
+        "--wait": OPTIONAL,
+    },
     ("status",): {"--revision": True, "--output": True, "-o": True},
     ("version",): {"--short": False, "--template": True},
 }
 HELM_FLAGS[("get", "values")] = {"--all": False, "-a": False, "--revision": True, "--output": True, "-o": True}
-HELM_POSITIONAL = {("upgrade",): 2, ("list",): 0, ("uninstall",): None, ("status",): 1, ("version",): 0,
-                   ("get", "values"): 1}
+HELM_POSITIONAL = {
+    ("upgrade",): 2,
+    ("list",): 0,
+    ("uninstall",): None,
+    ("status",): 1,
+    ("version",): 0,
+    ("get", "values"): 1,
+}
 # helm/helm @ v3.21.4 (cmd/helm/*.go) differs: upgrade has --wait (bool), --dry-run, --recreate-pods and
 # no --server-side/--force-replace/--force-conflicts/--rollback-on-failure; list has --all/-a;
 # uninstall has --wait (bool); status has --show-desc/--show-resources; no --content-cache/--color.
@@ -277,20 +407,38 @@ CLUSTERCTL_VERSION = "1.13.5"
 # kubernetes-sigs/cluster-api @ v1.13.5: cmd/clusterctl/cmd/{root,move,version,describe_cluster}.go.
 CLUSTERCTL_GLOBAL = {"--config": True, "-v": True, "--v": True}
 CLUSTERCTL_FLAGS = {
-    ("move",): {"--dry-run": False, "--from-directory": True, "--hide-api-warnings": False, "--kubeconfig": True,
-                "--kubeconfig-context": True, "--namespace": True, "-n": True, "--to-directory": True,
-                "--to-kubeconfig": True, "--to-kubeconfig-context": True},
+    ("move",): {
+        "--dry-run": False,
+        "--from-directory": True,
+        "--hide-api-warnings": False,
+        "--kubeconfig": True,
+        "--kubeconfig-context": True,
+        "--namespace": True,
+        "-n": True,
+        "--to-directory": True,
+        "--to-kubeconfig": True,
+        "--to-kubeconfig-context": True,
+    },
     ("version",): {"--output": True, "-o": True},
-    ("describe", "cluster"): {"--color": False, "-c": False, "--echo": False, "--grouping": False,
-                              "--kubeconfig": True, "--kubeconfig-context": True, "--namespace": True, "-n": True,
-                              "--show-conditions": True, "--show-machinesets": False, "--show-resourcesets": False,
-                              "--show-templates": False},
+    ("describe", "cluster"): {
+        "--color": False,
+        "-c": False,
+        "--echo": False,
+        "--grouping": False,
+        "--kubeconfig": True,
+        "--kubeconfig-context": True,
+        "--namespace": True,
+        "-n": True,
+        "--show-conditions": True,
+        "--show-machinesets": False,
+        "--show-resourcesets": False,
+        "--show-templates": False,
+    },
 }
 
 # kubectl (kubernetes/kubernetes staging/src/k8s.io/kubectl, v1.35): the global flags krops passes
 # and the commands it runs.
-KUBECTL_GLOBAL = {"--kubeconfig": True, "--context": True, "--namespace": True, "-n": True,
-                  "--request-timeout": True}
+KUBECTL_GLOBAL = {"--kubeconfig": True, "--context": True, "--namespace": True, "-n": True, "--request-timeout": True}
 KUBECTL_FLAGS = {
     ("kustomize",): {"--enable-helm": False, "--load-restrictor": True},
     ("get",): {"--raw": True, "-o": True, "--output": True},
@@ -304,36 +452,38 @@ def _strict_flags(tool, argv, tables, global_flags, hint):
     while position < len(argv):
         word = argv[position]
         if word == "--":
-            words.extend(argv[position + 1:])
+            words.extend(argv[position + 1 :])
             break
         if not word.startswith("-") or word == "-":
             words.append(word)
             position += 1
             continue
         name, eq, inline = word.partition("=")
-        command = next((c for c in sorted(tables, key=len, reverse=True) if tuple(words[:len(c)]) == c), None)
+        command = next((c for c in sorted(tables, key=len, reverse=True) if tuple(words[: len(c)]) == c), None)
         allowed = dict(global_flags)
         if command:
             allowed.update(tables[command])
         if name not in allowed:
-            raise Refused("Error: unknown flag: %s%s" % (name, hint(command)))
+            raise Refused(f"Error: unknown flag: {name}{hint(command)}")
         takes = allowed[name]
         if takes is True and not eq:
             if position + 1 >= len(argv):
-                raise Refused("Error: flag needs an argument: %s" % name)
+                raise Refused(f"Error: flag needs an argument: {name}")
             flags[name] = argv[position + 1]
             position += 2
             continue
         if takes is False and eq:
             if inline not in ("true", "false"):
-                raise Refused('Error: invalid argument "%s" for "%s" flag: strconv.ParseBool: parsing "%s": '
-                              "invalid syntax" % (inline, name, inline))
+                raise Refused(
+                    f'Error: invalid argument "{inline}" for "{name}" flag: strconv.ParseBool: parsing "{inline}": '
+                    "invalid syntax"
+                )
         flags[name] = inline if eq else "true"
         position += 1
-    command = next((c for c in sorted(tables, key=len, reverse=True) if tuple(words[:len(c)]) == c), None)
+    command = next((c for c in sorted(tables, key=len, reverse=True) if tuple(words[: len(c)]) == c), None)
     if command is None:
-        raise Refused('Error: unknown command "%s" for "%s"' % (" ".join(words[:1]), tool))
-    return command, words[len(command):], flags
+        raise Refused('Error: unknown command "{}" for "{}"'.format(" ".join(words[:1]), tool))
+    return command, words[len(command) :], flags
 
 
 # Chart versions that exist upstream (docs/upstream-facts.md), for the charts krops installs: a
@@ -342,14 +492,68 @@ def _strict_flags(tool, argv, tables, global_flags, hint):
 #   cluster-api-operator: kubernetes-sigs/cluster-api-operator index.yaml (main)
 #   flux-operator: controlplaneio-fluxcd/flux-operator release tags without the v (chart version = operator version)
 CHART_VERSIONS = {
-    ("https://charts.jetstack.io", "cert-manager"): (
-        "v1.18.0 v1.18.1 v1.18.2 v1.18.3 v1.18.4 v1.18.5 v1.18.6 v1.19.0 v1.19.1 v1.19.2 v1.19.3 v1.19.4 v1.19.5 "
-        "v1.19.6 v1.20.0 v1.20.1 v1.20.2 v1.20.3 v1.21.0 v1.21.1").split(),
-    ("https://kubernetes-sigs.github.io/cluster-api-operator", "cluster-api-operator"): (
-        "0.18.1 0.19.0 0.20.0 0.21.0 0.22.0 0.23.0 0.24.0 0.24.1 0.25.0 0.26.0 0.27.0 0.28.0").split(),
-    ("oci", "ghcr.io/controlplaneio-fluxcd/charts/flux-operator"): (
-        "0.40.0 0.41.0 0.41.1 0.42.0 0.42.1 0.43.0 0.44.0 0.45.0 0.45.1 0.46.0 0.47.0 0.48.0 0.49.0 0.50.0 0.51.0 "
-        "0.52.0 0.53.0 0.54.0 0.54.1 0.55.0 0.56.0 0.57.0 0.58.0 0.58.1").split(),
+    ("https://charts.jetstack.io", "cert-manager"): [
+        "v1.18.0",
+        "v1.18.1",
+        "v1.18.2",
+        "v1.18.3",
+        "v1.18.4",
+        "v1.18.5",
+        "v1.18.6",
+        "v1.19.0",
+        "v1.19.1",
+        "v1.19.2",
+        "v1.19.3",
+        "v1.19.4",
+        "v1.19.5",
+        "v1.19.6",
+        "v1.20.0",
+        "v1.20.1",
+        "v1.20.2",
+        "v1.20.3",
+        "v1.21.0",
+        "v1.21.1",
+    ],
+    ("https://kubernetes-sigs.github.io/cluster-api-operator", "cluster-api-operator"): [
+        "0.18.1",
+        "0.19.0",
+        "0.20.0",
+        "0.21.0",
+        "0.22.0",
+        "0.23.0",
+        "0.24.0",
+        "0.24.1",
+        "0.25.0",
+        "0.26.0",
+        "0.27.0",
+        "0.28.0",
+    ],
+    ("oci", "ghcr.io/controlplaneio-fluxcd/charts/flux-operator"): [
+        "0.40.0",
+        "0.41.0",
+        "0.41.1",
+        "0.42.0",
+        "0.42.1",
+        "0.43.0",
+        "0.44.0",
+        "0.45.0",
+        "0.45.1",
+        "0.46.0",
+        "0.47.0",
+        "0.48.0",
+        "0.49.0",
+        "0.50.0",
+        "0.51.0",
+        "0.52.0",
+        "0.53.0",
+        "0.54.0",
+        "0.54.1",
+        "0.55.0",
+        "0.56.0",
+        "0.57.0",
+        "0.58.0",
+        "0.58.1",
+    ],
 }
 
 
@@ -359,17 +563,20 @@ def _chart_version_exists(chart, flags):
     if not version or not version.lstrip("v")[:1].isdigit() or any(c in version for c in "^~<>=*x, "):
         return  # no version, or a range: helm picks from what exists
     if chart.startswith("oci://"):
-        known = CHART_VERSIONS.get(("oci", chart[len("oci://"):]))
+        known = CHART_VERSIONS.get(("oci", chart[len("oci://") :]))
         # pkg/registry/client.go: an exact version is used as the tag as it is.
         if known is not None and version not in known:
-            raise Refused('Error: failed to perform "FetchReference" on source: %s:%s: not found'
-                          % (chart[len("oci://"):], version))
+            raise Refused(
+                'Error: failed to perform "FetchReference" on source: {}:{}: not found'.format(
+                    chart[len("oci://") :], version
+                )
+            )
         return
     repo = (flags.get("--repo") or "").rstrip("/")
     known = CHART_VERSIONS.get((repo, chart))
     # pkg/repo/v1/chartrepo.go: the index is searched with a semver constraint (a leading v does not matter).
     if known is not None and version.lstrip("v") not in [k.lstrip("v") for k in known]:
-        raise Refused('Error: chart "%s" version "%s" not found in %s repository' % (chart, version, repo))
+        raise Refused(f'Error: chart "{chart}" version "{version}" not found in {repo} repository')
 
 
 def check_helm(argv, major=4):
@@ -384,22 +591,32 @@ def check_helm(argv, major=4):
         # An oci:// reference names the chart with no tag (the version comes from --version), and a
         # plain name needs --repo or a repo/ prefix (pkg/action ... LocateChart).
         if chart.startswith("oci://"):
-            if ":" in chart[len("oci://"):].rsplit("/", 1)[-1] and "--version" in flags:
+            if ":" in chart[len("oci://") :].rsplit("/", 1)[-1] and "--version" in flags:
                 raise Refused("Error: chart reference and version mismatch")
         elif "/" not in chart and "--repo" not in flags and not chart.startswith((".", "/")):
-            raise Refused('Error: non-absolute URLs should be in form of repo_name/path_to_chart, got: %s' % chart)
+            raise Refused(f"Error: non-absolute URLs should be in form of repo_name/path_to_chart, got: {chart}")
         _chart_version_exists(chart, flags)
     return command, positional, flags
 
 
 def check_clusterctl(argv):
-    return _strict_flags("clusterctl", argv, CLUSTERCTL_FLAGS, CLUSTERCTL_GLOBAL,
-                         lambda c: "\nRun 'clusterctl %s --help' for usage." % " ".join(c or ()))
+    return _strict_flags(
+        "clusterctl",
+        argv,
+        CLUSTERCTL_FLAGS,
+        CLUSTERCTL_GLOBAL,
+        lambda c: "\nRun 'clusterctl {} --help' for usage.".format(" ".join(c or ())),
+    )
 
 
 def check_kubectl(argv):
-    return _strict_flags("kubectl", argv, KUBECTL_FLAGS, KUBECTL_GLOBAL,
-                         lambda c: "\nSee 'kubectl %s --help' for usage." % " ".join(c or ()))
+    return _strict_flags(
+        "kubectl",
+        argv,
+        KUBECTL_FLAGS,
+        KUBECTL_GLOBAL,
+        lambda c: "\nSee 'kubectl {} --help' for usage.".format(" ".join(c or ())),
+    )
 
 
 def check_docker(argv):

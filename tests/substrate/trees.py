@@ -34,7 +34,7 @@ def edit(root, rel, old, new, count=1):
     """Replace `old` by `new` in root/rel (`count` times, -1 for all); fail when `old` is not there."""
     path = root / rel
     text = path.read_text()
-    assert text.count(old) >= max(count, 1), "%s does not contain %r" % (rel, old)
+    assert text.count(old) >= max(count, 1), f"{rel} does not contain {old!r}"
     path.write_text(text.replace(old, new, count))
 
 

@@ -36,10 +36,16 @@ def start_registry(state):
     root = state / "registry"
     root.mkdir(exist_ok=True)
     config = state / "registry.yml"
-    config.write_text(yaml.safe_dump({
-        "version": 0.1, "log": {"level": "warn"},
-        "storage": {"filesystem": {"rootdirectory": str(root)}, "delete": {"enabled": True}},
-        "http": {"addr": "127.0.0.1:%d" % port}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": 0.1,
+                "log": {"level": "warn"},
+                "storage": {"filesystem": {"rootdirectory": str(root)}, "delete": {"enabled": True}},
+                "http": {"addr": "127.0.0.1:%d" % port},
+            }
+        )
+    )
     binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
     server = ManagedProcess([binary, "serve", str(config)], state / "registry.log")
     wait_until_answers("http://127.0.0.1:%d/v2/" % port, process=server.process)
@@ -58,7 +64,7 @@ def main(argv):
     def spawn(name):
         api = StrictKubeEmulator(name).start()
         spawned.append(api)
-        api.write_kubeconfig(state / ("%s.kubeconfig" % name), context=name)
+        api.write_kubeconfig(state / (f"{name}.kubeconfig"), context=name)
         return api
 
     kind = StrictKubeEmulator(KIND_NAME).start()
@@ -68,8 +74,9 @@ def main(argv):
     FluxController(world, state / "work", registry_aliases={"krops-registry:5000": registry})
     CapiController(world, spawn=spawn)
     world.start()
-    (state / "world.json").write_text(json.dumps({"kubeconfig": kubeconfig, "context": KIND_NAME,
-                                                  "registry": registry, "pid": os.getpid()}))
+    (state / "world.json").write_text(
+        json.dumps({"kubeconfig": kubeconfig, "context": KIND_NAME, "registry": registry, "pid": os.getpid()})
+    )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -80,7 +87,7 @@ def main(argv):
     registry_process.stop()
     (state / "world.json").unlink(missing_ok=True)
     if errors:
-        sys.stderr.write("world errors:\n%s\n" % "\n".join(errors))
+        sys.stderr.write("world errors:\n{}\n".format("\n".join(errors)))
         return 1
     return 0
 

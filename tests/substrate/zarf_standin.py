@@ -28,16 +28,32 @@ VERSION = "v0.84.0"
 
 # flag -> (shorthand or None, kind): "value" takes an argument, "bool" does not, "noopt" takes one
 # only as --flag=value (pflag NoOptDefVal).
-ROOT = {"features": (None, "value"), "log-level": ("l", "value"), "log-format": (None, "value"),
-        "no-color": (None, "bool"), "no-progress": (None, "bool"), "architecture": ("a", "value"),
-        "zarf-cache": (None, "value"), "cache": (None, "value"), "tmpdir": (None, "value"),
-        "plain-http": (None, "bool"), "insecure-skip-tls-verify": (None, "bool"), "help": ("h", "bool")}
-KEYLESS = {"certificate-identity": (None, "value"), "certificate-identity-regexp": (None, "value"),
-           "certificate-oidc-issuer": (None, "value"), "certificate-oidc-issuer-regexp": (None, "value"),
-           "trusted-root": (None, "value"), "insecure-ignore-tlog": (None, "bool"),
-           "use-signed-timestamps": (None, "bool")}
-VERIFY = dict(KEYLESS, **{"key": ("k", "value"), "verify": (None, "noopt"),
-                          "skip-signature-validation": (None, "bool")})
+ROOT = {
+    "features": (None, "value"),
+    "log-level": ("l", "value"),
+    "log-format": (None, "value"),
+    "no-color": (None, "bool"),
+    "no-progress": (None, "bool"),
+    "architecture": ("a", "value"),
+    "zarf-cache": (None, "value"),
+    "cache": (None, "value"),
+    "tmpdir": (None, "value"),
+    "plain-http": (None, "bool"),
+    "insecure-skip-tls-verify": (None, "bool"),
+    "help": ("h", "bool"),
+}
+KEYLESS = {
+    "certificate-identity": (None, "value"),
+    "certificate-identity-regexp": (None, "value"),
+    "certificate-oidc-issuer": (None, "value"),
+    "certificate-oidc-issuer-regexp": (None, "value"),
+    "trusted-root": (None, "value"),
+    "insecure-ignore-tlog": (None, "bool"),
+    "use-signed-timestamps": (None, "bool"),
+}
+VERIFY = dict(
+    KEYLESS, **{"key": ("k", "value"), "verify": (None, "noopt"), "skip-signature-validation": (None, "bool")}
+)
 CONCURRENCY = {"oci-concurrency": (None, "value")}
 
 
@@ -51,40 +67,126 @@ def _b(*names):
 
 COMMANDS = {
     ("version",): ({"output-format": ("o", "value"), "output": (None, "value")}, 0, 0),
-    ("init",): (dict(VERIFY, **CONCURRENCY, **_v(
-        "set", "set-variables", "set-values", "components", "storage-class", "registry-mode", "injector-port",
-        "injector-image", "git-url", "git-push-username", "git-push-password", "git-pull-username",
-        "git-pull-password", "registry-url", "registry-port", "nodeport", "registry-push-username",
-        "registry-push-password", "registry-pull-username", "registry-pull-password", "registry-secret",
-        "artifact-url", "artifact-push-username", "artifact-push-token", "agent-tls-ca", "agent-tls-cert",
-        "agent-tls-key", "agent-mutation-policy", "timeout", "retries"),
-        **{"values": ("v", "value"), "confirm": ("c", "bool")},
-        **_b("take-ownership", "adopt-existing-resources", "force-conflicts", "skip-values-schema-validation")), 0, 1),
-    ("package", "create"): (dict(CONCURRENCY, **_v(
-        "output-directory", "differential", "set", "sbom-out", "registry-override", "signing-key",
-        "signing-key-pass", "key-pass"),
-        **{"confirm": ("c", "bool"), "output": ("o", "value"), "sbom": ("s", "bool"),
-           "max-package-size": ("m", "value"), "flavor": ("f", "value"), "key": ("k", "value")},
-        **_b("skip-sbom", "skip-version-check", "with-build-machine-info")), 0, 1),
-    ("package", "deploy"): (dict(VERIFY, **CONCURRENCY, **_v(
-        "timeout", "retries", "set", "set-variables", "set-values", "components", "shasum"),
-        **{"confirm": ("c", "bool"), "values": ("v", "value"), "namespace": ("n", "value")},
-        **_b("take-ownership", "adopt-existing-resources", "connected", "force-conflicts",
-             "skip-values-schema-validation", "skip-version-check")), 0, 1),
+    ("init",): (
+        dict(
+            VERIFY,
+            **CONCURRENCY,
+            **_v(
+                "set",
+                "set-variables",
+                "set-values",
+                "components",
+                "storage-class",
+                "registry-mode",
+                "injector-port",
+                "injector-image",
+                "git-url",
+                "git-push-username",
+                "git-push-password",
+                "git-pull-username",
+                "git-pull-password",
+                "registry-url",
+                "registry-port",
+                "nodeport",
+                "registry-push-username",
+                "registry-push-password",
+                "registry-pull-username",
+                "registry-pull-password",
+                "registry-secret",
+                "artifact-url",
+                "artifact-push-username",
+                "artifact-push-token",
+                "agent-tls-ca",
+                "agent-tls-cert",
+                "agent-tls-key",
+                "agent-mutation-policy",
+                "timeout",
+                "retries",
+            ),
+            **{"values": ("v", "value"), "confirm": ("c", "bool")},
+            **_b("take-ownership", "adopt-existing-resources", "force-conflicts", "skip-values-schema-validation"),
+        ),
+        0,
+        1,
+    ),
+    ("package", "create"): (
+        dict(
+            CONCURRENCY,
+            **_v(
+                "output-directory",
+                "differential",
+                "set",
+                "sbom-out",
+                "registry-override",
+                "signing-key",
+                "signing-key-pass",
+                "key-pass",
+            ),
+            **{
+                "confirm": ("c", "bool"),
+                "output": ("o", "value"),
+                "sbom": ("s", "bool"),
+                "max-package-size": ("m", "value"),
+                "flavor": ("f", "value"),
+                "key": ("k", "value"),
+            },
+            **_b("skip-sbom", "skip-version-check", "with-build-machine-info"),
+        ),
+        0,
+        1,
+    ),
+    ("package", "deploy"): (
+        dict(
+            VERIFY,
+            **CONCURRENCY,
+            **_v("timeout", "retries", "set", "set-variables", "set-values", "components", "shasum"),
+            **{"confirm": ("c", "bool"), "values": ("v", "value"), "namespace": ("n", "value")},
+            **_b(
+                "take-ownership",
+                "adopt-existing-resources",
+                "connected",
+                "force-conflicts",
+                "skip-values-schema-validation",
+                "skip-version-check",
+            ),
+        ),
+        0,
+        1,
+    ),
     ("package", "verify"): (dict(KEYLESS, **CONCURRENCY, key=("k", "value")), 1, 1),
-    ("package", "sign"): (dict(CONCURRENCY, **_v(
-        "signing-key", "signing-key-pass", "retries", "identity-token", "fulcio-url", "fulcio-auth-flow",
-        "oidc-issuer", "oidc-client-id", "rekor-url", "tsa-server-url"),
-        **{"output": ("o", "value"), "key": ("k", "value"), "verify": (None, "noopt")},
-        **_b("overwrite", "keyless", "tlog-upload", "confirm")), 1, 1),
+    ("package", "sign"): (
+        dict(
+            CONCURRENCY,
+            **_v(
+                "signing-key",
+                "signing-key-pass",
+                "retries",
+                "identity-token",
+                "fulcio-url",
+                "fulcio-auth-flow",
+                "oidc-issuer",
+                "oidc-client-id",
+                "rekor-url",
+                "tsa-server-url",
+            ),
+            **{"output": ("o", "value"), "key": ("k", "value"), "verify": (None, "noopt")},
+            **_b("overwrite", "keyless", "tlog-upload", "confirm"),
+        ),
+        1,
+        1,
+    ),
     ("package", "inspect", "sbom"): (dict(VERIFY, **CONCURRENCY, output=(None, "value")), 0, 1),
     ("package", "inspect", "images"): (dict(VERIFY, **CONCURRENCY, namespace=("n", "value")), 0, 1),
     ("package", "inspect", "definition"): (dict(VERIFY, **CONCURRENCY, namespace=("n", "value")), 0, 1),
     ("tools", "download-init"): ({"output-directory": ("o", "value"), "version": ("v", "value")}, 0, 0),
 }
 ALIASES = {"p": "package", "d": "deploy", "v": "verify", "s": "sign", "i": None}  # "i": init or inspect
-GROUPS = {(): ("init", "package", "tools", "version"), ("package",): ("create", "deploy", "verify", "sign", "inspect"),
-          ("package", "inspect"): ("sbom", "images", "definition"), ("tools",): ("download-init",)}
+GROUPS = {
+    (): ("init", "package", "tools", "version"),
+    ("package",): ("create", "deploy", "verify", "sign", "inspect"),
+    ("package", "inspect"): ("sbom", "images", "definition"),
+    ("tools",): ("download-init",),
+}
 VERIFY_MODES = ("never", "if-possible", "always", "true", "false")
 
 
@@ -104,11 +206,13 @@ def _resolve(words):
         if word == "i":
             name = "init" if path == () else "inspect" if path == ("package",) else None
         if name not in choices:
-            raise Refused('unknown command "%s" for "%s"' % (word, " ".join(("zarf",) + path)))
+            raise Refused('unknown command "{}" for "{}"'.format(word, " ".join(("zarf",) + path)))
         path += (name,)
         rest.pop(0)
     if path not in COMMANDS:
-        raise Refused('"%s" needs a subcommand (one of: %s)' % (" ".join(("zarf",) + path), ", ".join(GROUPS.get(path, ()))))
+        raise Refused(
+            '"{}" needs a subcommand (one of: {})'.format(" ".join(("zarf",) + path), ", ".join(GROUPS.get(path, ())))
+        )
     return path, rest
 
 
@@ -129,11 +233,11 @@ def parse(argv):
         if arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")
             if name not in spec:
-                raise Refused("unknown flag: --%s" % name)
+                raise Refused(f"unknown flag: --{name}")
             kind = spec[name][1]
             if kind == "value" and not eq:
                 if index >= len(items):
-                    raise Refused("flag needs an argument: --%s" % name)
+                    raise Refused(f"flag needs an argument: --{name}")
                 value = items[index]
                 index += 1
             elif kind == "bool" and not eq:
@@ -146,7 +250,7 @@ def parse(argv):
             while letters:
                 letter, letters = letters[0], letters[1:]
                 if letter not in shorts:
-                    raise Refused("unknown shorthand flag: '%s' in -%s" % (letter, arg[1:]))
+                    raise Refused(f"unknown shorthand flag: '{letter}' in -{arg[1:]}")
                 name = shorts[letter]
                 if spec[name][1] == "bool":
                     flags.setdefault(name, []).append("true")
@@ -154,7 +258,7 @@ def parse(argv):
                 value = letters[1:] if letters.startswith("=") else letters
                 if not value:
                     if index >= len(items):
-                        raise Refused("flag needs an argument: '%s' in -%s" % (letter, arg[1:]))
+                        raise Refused(f"flag needs an argument: '{letter}' in -{arg[1:]}")
                     value = items[index]
                     index += 1
                 flags.setdefault(name, []).append(value)
@@ -166,15 +270,19 @@ def parse(argv):
             args.append(arg)
     for name, values in flags.items():
         if spec[name][1] == "bool" and any(v not in ("true", "false") for v in values):
-            raise Refused('invalid argument "%s" for "--%s" flag: strconv.ParseBool: parsing "%s": invalid syntax'
-                          % (values[-1], name, values[-1]))
+            raise Refused(
+                f'invalid argument "{values[-1]}" for "--{name}" flag: strconv.ParseBool: parsing "{values[-1]}": invalid syntax'
+            )
     for value in flags.get("verify", []):
         if value not in VERIFY_MODES:
-            raise Refused('invalid argument "%s" for "--verify" flag: invalid --verify value "%s" (must be never, '
-                          'if-possible, or always)' % (value, value))
+            raise Refused(
+                f'invalid argument "{value}" for "--verify" flag: invalid --verify value "{value}" (must be never, '
+                "if-possible, or always)"
+            )
     if "help" not in flags and not low <= len(args) <= high:
-        raise Refused("accepts %s, received %d" % ("%d arg(s)" % low if low == high else "at most %d arg(s)" % high,
-                                                   len(args)))
+        raise Refused(
+            "accepts %s, received %d" % ("%d arg(s)" % low if low == high else "at most %d arg(s)" % high, len(args))
+        )
     return path, flags, args
 
 
@@ -200,6 +308,7 @@ def _leading_words(argv):
 
 # --- behaviour -----------------------------------------------------------------------------------
 
+
 def _last(flags, name, default=None):
     return (flags.get(name) or [default])[-1]
 
@@ -209,9 +318,9 @@ def _key_id(path, kind):
         with open(path, encoding="utf-8") as handle:
             text = handle.read().split()
     except OSError as exc:
-        raise Refused("unable to read key %s: %s" % (path, exc.strerror))
+        raise Refused(f"unable to read key {path}: {exc.strerror}")
     if len(text) != 2 or text[0] != kind:
-        raise Refused("%s is not a %s key" % (path, kind.lower()))
+        raise Refused(f"{path} is not a {kind.lower()} key")
     return text[1]
 
 
@@ -220,7 +329,7 @@ def _load(path):
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
     except (OSError, ValueError):
-        raise Refused("unable to load package %s: not a Zarf package" % path)
+        raise Refused(f"unable to load package {path}: not a Zarf package")
 
 
 def _normalized(identifier):
@@ -229,16 +338,17 @@ def _normalized(identifier):
 
 def create(flags, args):
     import yaml  # the stand-in runs with the test venv's Python
+
     directory = args[0] if args else "."
     try:
         with open(os.path.join(directory, "zarf.yaml"), encoding="utf-8") as handle:
             text = handle.read()
     except OSError:
-        raise Refused("unable to find zarf.yaml in %s" % directory)
+        raise Refused(f"unable to find zarf.yaml in {directory}")
     sets = dict(v.split("=", 1) for v in flags.get("set", []) if "=" in v)
     missing = sorted(set(re.findall(r"###ZARF_PKG_TMPL_([A-Z0-9_]+)###", text)) - set(sets))
     if missing:
-        raise Refused("package template variables not set: %s (use --set)" % ", ".join(missing))
+        raise Refused("package template variables not set: {} (use --set)".format(", ".join(missing)))
     text = re.sub(r"###ZARF_PKG_TMPL_([A-Z0-9_]+)###", lambda m: sets[m.group(1)], text)
     doc = yaml.safe_load(text)
     arch = _last(flags, "architecture") or "amd64"
@@ -250,23 +360,39 @@ def create(flags, args):
         for entry in component.get("files") or []:
             source = str(entry.get("source", ""))
             if "://" not in source and not os.path.exists(os.path.join(directory, source)):
-                raise Refused("unable to create package: component %s: file %s does not exist" % (component["name"], source))
+                raise Refused(
+                    "unable to create package: component {}: file {} does not exist".format(component["name"], source)
+                )
         for archive in component.get("imageArchives") or []:
             if not os.path.exists(os.path.join(directory, archive["path"])):
-                raise Refused("unable to create package: component %s: image archive %s does not exist"
-                              % (component["name"], archive["path"]))
+                raise Refused(
+                    "unable to create package: component {}: image archive {} does not exist".format(
+                        component["name"], archive["path"]
+                    )
+                )
             images.extend(archive["images"])
         images.extend(component.get("images") or [])
         kept.append(component["name"])
         definition.append(component)
-    signed = _key_id(_last(flags, "signing-key") or _last(flags, "key"), "PRIVATE") if (
-        _last(flags, "signing-key") or _last(flags, "key")) else None
-    sboms = [] if _last(flags, "skip-sbom") == "true" else ["%s-linux-%s" % (i, arch) for i in images]
-    package = {"name": doc["metadata"]["name"], "version": doc["metadata"].get("version"), "architecture": arch,
-               "components": kept, "definition": definition, "images": images, "sboms": sboms, "signed_with": signed}
+    signed = (
+        _key_id(_last(flags, "signing-key") or _last(flags, "key"), "PRIVATE")
+        if (_last(flags, "signing-key") or _last(flags, "key"))
+        else None
+    )
+    sboms = [] if _last(flags, "skip-sbom") == "true" else [f"{i}-linux-{arch}" for i in images]
+    package = {
+        "name": doc["metadata"]["name"],
+        "version": doc["metadata"].get("version"),
+        "architecture": arch,
+        "components": kept,
+        "definition": definition,
+        "images": images,
+        "sboms": sboms,
+        "signed_with": signed,
+    }
     out = _last(flags, "output") or _last(flags, "output-directory") or "."
     os.makedirs(out, exist_ok=True)
-    name = "zarf-package-%s-%s-%s.tar.zst" % (package["name"], arch, package["version"])
+    name = "zarf-package-{}-{}-{}.tar.zst".format(package["name"], arch, package["version"])
     with open(os.path.join(out, name), "w", encoding="utf-8") as handle:
         json.dump(package, handle)
     if _last(flags, "sbom-out") and sboms:
@@ -275,7 +401,7 @@ def create(flags, args):
         for identifier in sboms:
             with open(os.path.join(folder, _normalized(identifier) + ".json"), "w", encoding="utf-8") as handle:
                 json.dump({"source": identifier}, handle)
-    print("Package created: %s" % os.path.join(out, name))
+    print(f"Package created: {os.path.join(out, name)}")
 
 
 def _check_signature(package, flags, always):
@@ -290,7 +416,7 @@ def _check_signature(package, flags, always):
     if package["signed_with"] is None:
         raise Refused("package verification failed: the package is not signed")
     if _key_id(key, "PUBLIC") != package["signed_with"]:
-        raise Refused("package verification failed: signature does not match the public key %s" % key)
+        raise Refused(f"package verification failed: signature does not match the public key {key}")
 
 
 def verify(flags, args):
@@ -316,10 +442,12 @@ def download_init(flags, _args):
     out = _last(flags, "output-directory") or "."
     os.makedirs(out, exist_ok=True)
     arch = _last(flags, "architecture") or "amd64"
-    path = os.path.join(out, "zarf-init-%s-%s.tar.zst" % (arch, _last(flags, "version", VERSION)))
+    path = os.path.join(out, "zarf-init-{}-{}.tar.zst".format(arch, _last(flags, "version", VERSION)))
     with open(path, "w", encoding="utf-8") as handle:
-        json.dump({"name": "init", "architecture": arch, "components": [], "images": [], "sboms": [],
-                   "signed_with": None}, handle)
+        json.dump(
+            {"name": "init", "architecture": arch, "components": [], "images": [], "sboms": [], "signed_with": None},
+            handle,
+        )
     print(path)
 
 
@@ -331,9 +459,12 @@ def select(components, requested):
     known = [c["name"] for c in components]
     for name in names + excluded:
         if name not in known:
-            raise Refused("no compatible components found that match %s" % name)
-    return [c["name"] for c in components
-            if c.get("required") or c["name"] in names or (c.get("default") and c["name"] not in excluded)]
+            raise Refused(f"no compatible components found that match {name}")
+    return [
+        c["name"]
+        for c in components
+        if c.get("required") or c["name"] in names or (c.get("default") and c["name"] not in excluded)
+    ]
 
 
 def deploy(flags, args):
@@ -345,21 +476,31 @@ def deploy(flags, args):
     _check_signature(package, flags, always=False)
     requested = [r.strip() for r in (_last(flags, "components") or "").split(",") if r.strip()]
     chosen = select(package.get("definition") or [], requested)
-    needs_cluster = [c["name"] for c in package.get("definition") or []
-                     if c["name"] in chosen and any(c.get(k) for k in CLUSTER_FIELDS)]
+    needs_cluster = [
+        c["name"]
+        for c in package.get("definition") or []
+        if c["name"] in chosen and any(c.get(k) for k in CLUSTER_FIELDS)
+    ]
     kubeconfig = os.environ.get("KUBECONFIG", "")
     if needs_cluster and not os.path.isfile(kubeconfig):
-        raise Refused("unable to connect to the Kubernetes cluster: components %s need one" % ", ".join(needs_cluster))
-    print("Deployed %s: %s" % (package["name"], ", ".join(chosen)))
+        raise Refused(
+            "unable to connect to the Kubernetes cluster: components {} need one".format(", ".join(needs_cluster))
+        )
+    print("Deployed {}: {}".format(package["name"], ", ".join(chosen)))
 
 
 # ZarfComponent.RequiresCluster (src/api/v1alpha1/component.go @ v0.84.0)
 CLUSTER_FIELDS = ("images", "imageArchives", "charts", "manifests", "repos", "dataInjections", "healthChecks")
 
-ACTIONS = {("version",): lambda f, a: print(VERSION), ("package", "create"): create,
-           ("package", "verify"): verify, ("package", "inspect", "sbom"): inspect_sbom,
-           ("tools", "download-init"): download_init, ("package", "deploy"): deploy,
-           ("init",): lambda f, a: print("Initialised")}
+ACTIONS = {
+    ("version",): lambda f, a: print(VERSION),
+    ("package", "create"): create,
+    ("package", "verify"): verify,
+    ("package", "inspect", "sbom"): inspect_sbom,
+    ("tools", "download-init"): download_init,
+    ("package", "deploy"): deploy,
+    ("init",): lambda f, a: print("Initialised"),
+}
 
 
 def main(argv):
@@ -370,14 +511,14 @@ def main(argv):
     try:
         path, flags, args = parse(argv)
         if "help" in flags:
-            print("Usage:\n  zarf %s [flags]" % " ".join(path))
+            print("Usage:\n  zarf {} [flags]".format(" ".join(path)))
             return 0
         action = ACTIONS.get(path)
         if action is None:
-            raise Refused("the stand-in does not emulate zarf %s" % " ".join(path))
+            raise Refused("the stand-in does not emulate zarf {}".format(" ".join(path)))
         action(flags, args)
     except Refused as exc:
-        sys.stderr.write("Error: %s\n" % exc)
+        sys.stderr.write(f"Error: {exc}\n")
         return 1
     return 0
 

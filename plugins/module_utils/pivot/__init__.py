@@ -80,7 +80,7 @@ def run(config, options, check_mode=False):
     pv = PivotState(config, options, check_mode)
     stop_after = options.get("stop_after") or "move"
     if stop_after not in PHASES:
-        raise PivotError(None, "stop_after must be one of %s, got %r" % (", ".join(PHASES), stop_after))
+        raise PivotError(None, "stop_after must be one of {}, got {!r}".format(", ".join(PHASES), stop_after))
     try:
         for phase in PHASE_TABLE:
             try:
@@ -95,7 +95,7 @@ def run(config, options, check_mode=False):
             except kube.KubeError as exc:
                 raise PivotError(phase.name, str(exc), pv.result)
             except API_ERRORS as exc:
-                raise PivotError(phase.name, "Kubernetes API error: %s" % kube.error_text(exc), pv.result)
+                raise PivotError(phase.name, f"Kubernetes API error: {kube.error_text(exc)}", pv.result)
             pv.result["phase_reached"] = phase.name
             if phase.name == stop_after:
                 break

@@ -83,9 +83,10 @@ class SubstitutionError(PivotError):
         self.names = list(names)
         super().__init__(
             "prepare",
-            "%s: unresolved variables: %s; define them in a ConfigMap of the source's flux namespace "
-            "or in pivot-manifest-vars of the environment in bootstrap.toml, or give a default with ${NAME:=value}"
-            % (path, ", ".join(self.names)),
+            "{}: unresolved variables: {}; define them in a ConfigMap of the source's flux namespace "
+            "or in pivot-manifest-vars of the environment in bootstrap.toml, or give a default with ${{NAME:=value}}".format(
+                path, ", ".join(self.names)
+            ),
         )
 
 
@@ -97,7 +98,7 @@ def find_binary(name, explicit=None):
     try:
         return cli.find_binary(name, explicit)
     except cli.ToolMissing as exc:
-        raise PivotError(None, "%s; pass %s_binary to name it" % (exc.message, name))
+        raise PivotError(None, f"{exc.message}; pass {name}_binary to name it")
 
 
 def run_command(argv, env=None, stdin=None, timeout=3600):
@@ -113,7 +114,7 @@ def run_command(argv, env=None, stdin=None, timeout=3600):
 def command_failed(phase, argv, rc, out, err, what):
     tail = (err or out or "").strip().splitlines()[-5:]
     return PivotError(
-        phase, "%s failed: `%s` exited %s: %s" % (what, " ".join(argv), rc, " | ".join(tail) or "(no output)")
+        phase, "{} failed: `{}` exited {}: {}".format(what, " ".join(argv), rc, " | ".join(tail) or "(no output)")
     )
 
 
@@ -137,15 +138,13 @@ def load_documents(path, variables=None, phase="prepare"):
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        raise PivotError(
-            phase, "manifest %s cannot be read: %s; check repo_root and bootstrap.toml" % (path, exc.strerror)
-        )
+        raise PivotError(phase, f"manifest {path} cannot be read: {exc.strerror}; check repo_root and bootstrap.toml")
     if variables is not None:
         text = substitute(text, variables, path)
     try:
         docs = [d for d in yaml.safe_load_all(text) if d]
     except yaml.YAMLError as exc:
-        raise PivotError(phase, "manifest %s is not valid YAML: %s" % (path, str(exc).splitlines()[0]))
+        raise PivotError(phase, f"manifest {path} is not valid YAML: {str(exc).splitlines()[0]}")
     for doc in docs:
         if (
             not isinstance(doc, dict)
@@ -153,7 +152,7 @@ def load_documents(path, variables=None, phase="prepare"):
             or not doc.get("kind")
             or not (doc.get("metadata") or {}).get("name")
         ):
-            raise PivotError(phase, "manifest %s holds a document without apiVersion, kind and metadata.name" % path)
+            raise PivotError(phase, f"manifest {path} holds a document without apiVersion, kind and metadata.name")
     return docs
 
 
@@ -165,7 +164,7 @@ ident = kube.identity
 def apply_object(client, obj, check_mode, where="target"):
     """kube.apply on the ``where`` cluster; PivotError (prepare) naming the object when it fails."""
     try:
-        return kube.apply(client, obj, check_mode, where="the %s cluster" % where)
+        return kube.apply(client, obj, check_mode, where=f"the {where} cluster")
     except kube.KubeError as exc:
         raise PivotError("prepare", str(exc))
 
@@ -188,8 +187,7 @@ def capi_objects(client, namespace, where="source", phase="move"):
     except (kube.KubeError,) + API_ERRORS as exc:
         raise PivotError(
             phase,
-            "cannot list the CAPI objects in namespace %s on the %s cluster: %s"
-            % (namespace, where, kube.error_text(exc)),
+            f"cannot list the CAPI objects in namespace {namespace} on the {where} cluster: {kube.error_text(exc)}",
         )
     return found
 
@@ -263,7 +261,7 @@ class PivotState:
 
     def timeout(self, name):
         """Seconds of the module option <name>_timeout, else its one default (config.TIMEOUTS)."""
-        return self.options.get("%s_timeout" % name) or krops_config.TIMEOUTS[name]
+        return self.options.get(f"{name}_timeout") or krops_config.TIMEOUTS[name]
 
     # progress lines are returned (the module has no live output)
     def say(self, line):

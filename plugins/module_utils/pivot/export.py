@@ -28,12 +28,12 @@ def lb_port_from_docker(pv):
         "inspect",
         "-f",
         '{{(index (index .NetworkSettings.Ports "6443/tcp") 0).HostPort}}',
-        "%s-lb" % pv.mgmt,
+        f"{pv.mgmt}-lb",
     ]
     rc, out, err = run_command(argv, timeout=60)
     if rc != 0 or not out.strip().isdigit():
         raise command_failed(
-            "export", argv, rc, out, err, "finding the published port of the load balancer %s-lb" % pv.mgmt
+            "export", argv, rc, out, err, f"finding the published port of the load balancer {pv.mgmt}-lb"
         )
     return int(out.strip())
 
@@ -43,22 +43,22 @@ def render_kubeconfig(raw, context, server=None):
     try:
         return kube.render_kubeconfig(raw, context, server)
     except kube.KubeError as exc:
-        raise PivotError("export", "the management kubeconfig Secret is not usable: %s" % exc)
+        raise PivotError("export", f"the management kubeconfig Secret is not usable: {exc}")
 
 
 def run(pv):
     phase = "export"
     if pv.already_moved:
         return
-    secret_name = "%s-kubeconfig" % pv.mgmt
+    secret_name = f"{pv.mgmt}-kubeconfig"
     secret = kube.get(pv.source, "v1", "Secret", secret_name, pv.namespace)
     if secret is None and not pv.check_mode and (pv.target is not None or existing_target(pv) is not None):
-        pv.say("Secret %s/%s already moved; using %s" % (pv.namespace, secret_name, pv.target_kubeconfig))
+        pv.say(f"Secret {pv.namespace}/{secret_name} already moved; using {pv.target_kubeconfig}")
     else:
         if secret is None and not pv.check_mode:
             total = pv.options.get("mgmt_ready_timeout") or pv.env["mgmt-ready-timeout"]
             deadline = pv.mgmt_deadline or pv.clock() + pv.wait_left("mgmt", total)
-            pv.say(">>> waiting for Secret %s/%s" % (pv.namespace, secret_name))
+            pv.say(f">>> waiting for Secret {pv.namespace}/{secret_name}")
             try:
                 pv.budgeted_wait(
                     "mgmt",
@@ -74,30 +74,26 @@ def run(pv):
                         lambda objs: ((pv.namespace, secret_name) in objs, None),
                         limit,
                     ),
-                    lambda state: "Secret %s/%s not found yet" % (pv.namespace, secret_name),
+                    lambda state: f"Secret {pv.namespace}/{secret_name} not found yet",
                 )
             except kube.WaitTimeout:
                 raise PivotError(
                     phase,
-                    "Secret %s/%s (the management cluster's kubeconfig) did not appear on the kind cluster "
-                    "within mgmt-ready-timeout; check `clusterctl describe cluster %s -n %s`"
-                    % (pv.namespace, secret_name, pv.mgmt, pv.namespace),
+                    f"Secret {pv.namespace}/{secret_name} (the management cluster's kubeconfig) did not appear on the kind cluster "
+                    f"within mgmt-ready-timeout; check `clusterctl describe cluster {pv.mgmt} -n {pv.namespace}`",
                 )
             secret = kube.get(pv.source, "v1", "Secret", secret_name, pv.namespace)
         if secret is None:
             raise PivotError(
                 phase,
-                "Secret %s/%s (the management cluster's kubeconfig) does not exist on the kind cluster"
-                % (pv.namespace, secret_name),
+                f"Secret {pv.namespace}/{secret_name} (the management cluster's kubeconfig) does not exist on the kind cluster",
             )
         try:
             raw = base64.b64decode((secret.get("data") or {}).get("value") or "").decode("utf-8")
         except (ValueError, UnicodeDecodeError):
             raw = ""
         if not raw:
-            raise PivotError(
-                phase, "Secret %s/%s has no base64 kubeconfig under data.value" % (pv.namespace, secret_name)
-            )
+            raise PivotError(phase, f"Secret {pv.namespace}/{secret_name} has no base64 kubeconfig under data.value")
         server = pv.options.get("target_server")
         if not server and pv.profile.lb_rewrite:  # the Secret names the container address; the host reaches the LB port
             port = pv.options.get("lb_port") or lb_port_from_docker(pv)
@@ -111,25 +107,24 @@ def run(pv):
                 if kube.write_kubeconfig(pv.target_kubeconfig, text, pv.target_context, check_mode=True):
                     pv.changed()
             except kube.KubeError as exc:
-                raise PivotError(phase, "the management kubeconfig %s: %s" % (pv.target_kubeconfig, exc))
+                raise PivotError(phase, f"the management kubeconfig {pv.target_kubeconfig}: {exc}")
         else:
             # Merged: other contexts of an existing file (~/.kube/config) survive; the file is 0600.
             try:
                 if kube.write_kubeconfig(pv.target_kubeconfig, text, pv.target_context):
                     pv.changed()
-                    pv.say("wrote %s (context %s)" % (pv.target_kubeconfig, pv.target_context))
+                    pv.say(f"wrote {pv.target_kubeconfig} (context {pv.target_context})")
             except kube.KubeError as exc:
-                raise PivotError(phase, "cannot export the management kubeconfig: %s" % exc)
+                raise PivotError(phase, f"cannot export the management kubeconfig: {exc}")
             pv.connect_kubeconfig = pv.target_kubeconfig
         try:
             pv.target = pv.connect(pv.connect_kubeconfig, pv.target_context)
         except kube.KubeError as exc:
-            raise PivotError(phase, "the management cluster %s does not answer: %s" % (pv.mgmt, exc))
+            raise PivotError(phase, f"the management cluster {pv.mgmt} does not answer: {exc}")
     if _same_cluster(pv):
         raise PivotError(
             phase,
-            "the exported management kubeconfig points at the kind cluster itself (%s); refusing to move onto the source"
-            % pv.target.configuration.host,
+            f"the exported management kubeconfig points at the kind cluster itself ({pv.target.configuration.host}); refusing to move onto the source",
         )
     wait_nodes(pv)
 
@@ -147,14 +142,14 @@ def _node_states(objects):
         return False, "Nodeless"
     if all(nodes.values()):
         return True, "Ready"
-    return False, "Pending: %s not Ready" % ", ".join(sorted(n for n, ready in nodes.items() if not ready))
+    return False, "Pending: {} not Ready".format(", ".join(sorted(n for n, ready in nodes.items() if not ready)))
 
 
 def wait_nodes(pv):
     if pv.check_mode:
         return
     timeout = pv.timeout("node")
-    pv.say(">>> waiting up to %ss for the management cluster's nodes" % timeout)
+    pv.say(f">>> waiting up to {timeout}s for the management cluster's nodes")
     try:
         pv.budgeted_wait(
             "nodes",
@@ -163,19 +158,16 @@ def wait_nodes(pv):
             timeout,
             pv.wait_left("nodes", timeout),
             lambda limit: kube.watch_until(pv.target, "v1", "Node", None, _node_states, limit, on_progress=pv.say),
-            lambda state: "nodes of %s: %s" % (pv.mgmt, state),
+            lambda state: f"nodes of {pv.mgmt}: {state}",
         )
     except kube.WaitTimeout as exc:
         nodes = kube.list_objects(pv.target, "v1", "Node")
         if any(kube.readiness(n)[0] for n in nodes):
-            pv.say("! %s after %ss; continuing (node pools that register late are tolerated)" % (exc.state, timeout))
+            pv.say(f"! {exc.state} after {timeout}s; continuing (node pools that register late are tolerated)")
             return
         raise PivotError(
             "export",
-            "no node of the management cluster %s became Ready within %ss (%s); check its machines"
-            % (pv.mgmt, timeout, exc.state),
+            f"no node of the management cluster {pv.mgmt} became Ready within {timeout}s ({exc.state}); check its machines",
         )
     except (kube.KubeError,) + API_ERRORS as exc:
-        raise PivotError(
-            "export", "cannot read the nodes of the management cluster %s: %s" % (pv.mgmt, kube.error_text(exc))
-        )
+        raise PivotError("export", f"cannot read the nodes of the management cluster {pv.mgmt}: {kube.error_text(exc)}")

@@ -23,7 +23,7 @@ def suspend_kustomizations(pv):
     state, objects, error = kube.probe(pv.source, *kube.KUSTOMIZATION)
     if state == kube.UNKNOWN:
         raise PivotError(
-            "move", "cannot list the Flux Kustomizations on the kind cluster: %s; nothing was suspended" % error
+            "move", f"cannot list the Flux Kustomizations on the kind cluster: {error}; nothing was suspended"
         )
     active = [o for o in objects if not (o.get("spec") or {}).get("suspend")]
     suspended = []
@@ -36,8 +36,9 @@ def suspend_kustomizations(pv):
                 pv.suspended = suspended
                 raise PivotError(
                     "move",
-                    "cannot suspend Kustomization %s/%s on the kind cluster: %s"
-                    % (item["namespace"], item["name"], kube.error_text(exc)),
+                    "cannot suspend Kustomization {}/{} on the kind cluster: {}".format(
+                        item["namespace"], item["name"], kube.error_text(exc)
+                    ),
                 )
         suspended.append(item)
     pv.suspended = suspended
@@ -59,16 +60,16 @@ def rollback(pv, before, error):
         after = capi_objects(pv.source, pv.namespace, phase="move")
         res = kube.cluster_resource(pv.source)
     except PivotError as exc:
-        notes.append("could not re-list the kind cluster (%s)" % exc)
+        notes.append(f"could not re-list the kind cluster ({exc})")
     left = [k for k in before if k not in after] if after is not None else list(before)
     after = after or {}
     for key, obj in after.items():
         if key[0] == "cluster.x-k8s.io" and key[1] == "Cluster" and (obj.get("spec") or {}).get("paused"):
             try:
                 _set_paused(pv.source, res, key[3], key[2], False)
-                notes.append("unpaused Cluster %s on the kind cluster" % key[3])
+                notes.append(f"unpaused Cluster {key[3]} on the kind cluster")
             except API_ERRORS as exc:
-                notes.append("could NOT unpause Cluster %s on the kind cluster: %s" % (key[3], kube.error_text(exc)))
+                notes.append(f"could NOT unpause Cluster {key[3]} on the kind cluster: {kube.error_text(exc)}")
     suspended = pv.suspended
     if left and suspended:
         notes.append(
@@ -81,7 +82,9 @@ def rollback(pv, before, error):
                 kube.set_suspend(pv.source, item["namespace"], item["name"], False)
             except API_ERRORS as exc:
                 notes.append(
-                    "could NOT resume Kustomization %s/%s: %s" % (item["namespace"], item["name"], kube.error_text(exc))
+                    "could NOT resume Kustomization {}/{}: {}".format(
+                        item["namespace"], item["name"], kube.error_text(exc)
+                    )
                 )
         if suspended:
             notes.append("resumed %d Kustomizations on the kind cluster" % len(suspended))
@@ -131,8 +134,9 @@ def apply_fallbacks(pv):
         if not any(d["metadata"]["name"] == fb["name"] and d["apiVersion"].startswith(group + "/") for d in docs):
             raise PivotError(
                 "move",
-                "move fallback %s: manifest %s does not declare %s %s"
-                % (fb["resource"], fb["manifest"], plural, fb["name"]),
+                "move fallback {}: manifest {} does not declare {} {}".format(
+                    fb["resource"], fb["manifest"], plural, fb["name"]
+                ),
             )
         missing = [
             d
@@ -160,7 +164,7 @@ def unpause_target(pv):
             pv.changed()
             if not pv.check_mode:
                 _set_paused(pv.target, res, obj["metadata"]["name"], pv.namespace, False)
-            pv.say("unpaused Cluster %s on the management cluster" % obj["metadata"]["name"])
+            pv.say("unpaused Cluster {} on the management cluster".format(obj["metadata"]["name"]))
 
 
 def _excluded(pv):
@@ -192,14 +196,13 @@ def run(pv):
         )
         if on_target or mgmt_on_target(pv):
             pv.already_moved = True
-            pv.say("the kind cluster holds no CAPI object in %s: already moved" % pv.namespace)
+            pv.say(f"the kind cluster holds no CAPI object in {pv.namespace}: already moved")
             unpause_target(pv)
             apply_fallbacks(pv)
             return
         raise PivotError(
             "move",
-            "namespace %s on the kind cluster holds no CAPI object and the management cluster lists no Cluster %s"
-            % (pv.namespace, pv.mgmt),
+            f"namespace {pv.namespace} on the kind cluster holds no CAPI object and the management cluster lists no Cluster {pv.mgmt}",
         )
     if pv.check_mode:
         argv = _clusterctl_argv(pv, dry_run=True)
@@ -226,7 +229,7 @@ def run(pv):
         after = capi_objects(pv.source, pv.namespace)
         target_now = capi_objects(pv.target, pv.namespace, where="target")
     except PivotError as exc:
-        raise rollback(pv, before, "clusterctl move exited 0 but the result cannot be verified: %s" % exc)
+        raise rollback(pv, before, f"clusterctl move exited 0 but the result cannot be verified: {exc}")
     missing = [k for k in before if k not in after and k not in target_now]
     if after or missing:
         parts = []
@@ -248,7 +251,6 @@ def run(pv):
     except API_ERRORS as exc:
         raise PivotError(
             "move",
-            "the move completed but finishing on the management cluster failed: %s; re-run the pivot"
-            % kube.error_text(exc),
+            f"the move completed but finishing on the management cluster failed: {kube.error_text(exc)}; re-run the pivot",
             pv.result,
         )

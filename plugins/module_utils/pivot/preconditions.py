@@ -21,8 +21,9 @@ def run(pv):
     if context != pv.boot["kind-context"]:
         raise PivotError(
             phase,
-            "the pivot source must be the kind cluster's context %s, not %s; pass source_context=%s"
-            % (pv.boot["kind-context"], context, pv.boot["kind-context"]),
+            "the pivot source must be the kind cluster's context {}, not {}; pass source_context={}".format(
+                pv.boot["kind-context"], context, pv.boot["kind-context"]
+            ),
         )
     try:
         pv.source = pv.connect(pv.source_kubeconfig(), context, source=True)
@@ -32,39 +33,38 @@ def run(pv):
         if mgmt_on_target(pv):
             pv.already_moved = True
             pv.say(
-                "kind context %s does not answer and %s already manages Cluster %s: nothing to move"
-                % (context, pv.target_context, pv.mgmt)
+                f"kind context {context} does not answer and {pv.target_context} already manages Cluster {pv.mgmt}: nothing to move"
             )
             return
         raise PivotError(
             phase,
-            "the kind cluster (context %s) cannot be reached and %s does not list Cluster %s yet: %s"
-            % (context, pv.target_kubeconfig, pv.mgmt, kube.error_text(exc)),
+            f"the kind cluster (context {context}) cannot be reached and {pv.target_kubeconfig} does not list Cluster {pv.mgmt} yet: {kube.error_text(exc)}",
         )
     if pv.profile.local_registry:  # Flux on the management cluster will pull from it
         url = registry_url(pv)
         if not registry_serves(url):
             raise PivotError(
                 phase,
-                "the local registry %s does not serve %s/v2/; start it (bootstrap role) before pivoting"
-                % (pv.boot["registry-name"], url),
+                "the local registry {} does not serve {}/v2/; start it (bootstrap role) before pivoting".format(
+                    pv.boot["registry-name"], url
+                ),
             )
     res = kube.cluster_resource(pv.source)
     if res is None:
         raise PivotError(
             phase,
-            "the kind cluster (context %s) does not serve cluster.x-k8s.io Cluster: "
-            "Cluster API is not installed there; run the bootstrap first" % context,
+            f"the kind cluster (context {context}) does not serve cluster.x-k8s.io Cluster: "
+            "Cluster API is not installed there; run the bootstrap first",
         )
     if kube.get(pv.source, kube.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None and mgmt_on_target(pv):
-        pv.say("Cluster %s/%s is already on the target" % (pv.namespace, pv.mgmt))
+        pv.say(f"Cluster {pv.namespace}/{pv.mgmt} is already on the target")
         return
     timeout = pv.options.get("mgmt_ready_timeout") or pv.env["mgmt-ready-timeout"]
-    pv.say(">>> waiting up to %ss for Cluster %s/%s on the kind cluster" % (timeout, pv.namespace, pv.mgmt))
+    pv.say(f">>> waiting up to {timeout}s for Cluster {pv.namespace}/{pv.mgmt} on the kind cluster")
     if pv.check_mode and kube.get(pv.source, kube.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None:
         raise PivotError(
             phase,
-            "Cluster %s/%s does not exist on the kind cluster (check mode does not wait)" % (pv.namespace, pv.mgmt),
+            f"Cluster {pv.namespace}/{pv.mgmt} does not exist on the kind cluster (check mode does not wait)",
         )
     seconds = pv.wait_left("mgmt", timeout)
     pv.mgmt_deadline = pv.clock() + seconds
@@ -87,15 +87,15 @@ def run(pv):
             timeout,
             seconds,
             watch,
-            lambda state: (
-                "Cluster %s/%s not on the kind cluster yet (Clusters there: %s)"
-                % (pv.namespace, pv.mgmt, ", ".join(state or []) or "none")
+            lambda state: "Cluster {}/{} not on the kind cluster yet (Clusters there: {})".format(
+                pv.namespace, pv.mgmt, ", ".join(state or []) or "none"
             ),
         )
     except kube.WaitTimeout as exc:
         raise PivotError(
             phase,
-            "Cluster %s/%s did not appear on the kind cluster within %ss (mgmt-ready-timeout; Clusters there: %s); "
-            "check the Flux Kustomizations on kind"
-            % (pv.namespace, pv.mgmt, timeout, ", ".join(exc.state or []) or "none"),
+            "Cluster {}/{} did not appear on the kind cluster within {}s (mgmt-ready-timeout; Clusters there: {}); "
+            "check the Flux Kustomizations on kind".format(
+                pv.namespace, pv.mgmt, timeout, ", ".join(exc.state or []) or "none"
+            ),
         )

@@ -24,16 +24,16 @@ def _cluster_problems(obj):
         or (kube.condition(obj, "InfrastructureReady") or {}).get("status") == "True"
     )
     if not infra:
-        problems.append("Cluster %s: infrastructure is still provisioning" % name)
+        problems.append(f"Cluster {name}: infrastructure is still provisioning")
     control = (
         init.get("controlPlaneInitialized")
         or status.get("controlPlaneReady")
         or (kube.condition(obj, "ControlPlaneInitialized") or {}).get("status") == "True"
     )
     if not control:
-        problems.append("Cluster %s: control plane is not initialised" % name)
+        problems.append(f"Cluster {name}: control plane is not initialised")
     if (obj.get("spec") or {}).get("paused") or PAUSED_ANNOTATION in ((obj["metadata"].get("annotations")) or {}):
-        problems.append("Cluster %s: already paused (unpause it or finish the earlier move first)" % name)
+        problems.append(f"Cluster {name}: already paused (unpause it or finish the earlier move first)")
     return problems
 
 
@@ -51,10 +51,10 @@ def run(pv):
             and kind == "Machine"
             and not ((obj.get("status") or {}).get("nodeRef") or {}).get("name")
         ):
-            problems.append("Machine %s: no nodeRef yet (the node is still provisioning)" % name)
+            problems.append(f"Machine {name}: no nodeRef yet (the node is still provisioning)")
         if BLOCK_MOVE in ((obj["metadata"].get("annotations")) or {}):
             problems.append(
-                "%s: carries the %s annotation (a provider is still working on it)" % (kube.key_label(key), BLOCK_MOVE)
+                f"{kube.key_label(key)}: carries the {BLOCK_MOVE} annotation (a provider is still working on it)"
             )
     if problems:
         raise PivotError(

@@ -38,8 +38,9 @@ def source_variables(pv):
         except (kube.KubeError,) + API_ERRORS as exc:
             raise PivotError(
                 "prepare",
-                "cannot read the ConfigMaps of %s on the kind cluster: %s"
-                % (pv.boot["flux-namespace"], kube.error_text(exc)),
+                "cannot read the ConfigMaps of {} on the kind cluster: {}".format(
+                    pv.boot["flux-namespace"], kube.error_text(exc)
+                ),
             )
         for cm in sorted(maps, key=lambda o: o["metadata"]["name"]):
             variables.update({k: str(v) for k, v in (cm.get("data") or {}).items()})
@@ -63,7 +64,7 @@ def _helm_installed(pv, helm, release, namespace):
         "-n",
         namespace,
         "--filter",
-        "^%s$" % release,
+        f"^{release}$",
         "-o",
         "json",
         "--kubeconfig",
@@ -74,7 +75,7 @@ def _helm_installed(pv, helm, release, namespace):
     rc, out, err = run_command(argv, timeout=120)
     if rc != 0:
         raise command_failed(
-            "prepare", argv, rc, out, err, "listing helm release %s/%s on the management cluster" % (namespace, release)
+            "prepare", argv, rc, out, err, f"listing helm release {namespace}/{release} on the management cluster"
         )
     try:
         releases = json.loads(out or "[]") or []
@@ -96,10 +97,10 @@ def install_charts(pv):
             version = "v" + version
         current = _helm_installed(pv, helm, release, namespace)
         entry = {"release": release, "namespace": namespace, "chart": chart, "version": version}
-        wanted = "%s-%s" % (chart, version)
+        wanted = f"{chart}-{version}"
         if (
             current
-            and current.get("chart") in (wanted, "%s-%s" % (chart, version.lstrip("v")))
+            and current.get("chart") in (wanted, "{}-{}".format(chart, version.lstrip("v")))
             and current.get("status") == "deployed"
         ):
             entry["state"] = "unchanged"
@@ -133,11 +134,11 @@ def install_charts(pv):
         ]
         for value in values:
             argv += ["--set", value]
-        pv.say(">>> helm upgrade --install %s %s %s" % (release, chart, version))
+        pv.say(f">>> helm upgrade --install {release} {chart} {version}")
         rc, out, err = run_command(argv, timeout=timeout + 120)
         if rc != 0:
             raise command_failed(
-                "prepare", argv, rc, out, err, "installing chart %s %s on the management cluster" % (chart, version)
+                "prepare", argv, rc, out, err, f"installing chart {chart} {version} on the management cluster"
             )
 
 
@@ -193,18 +194,18 @@ def sops_secrets(pv):
     if not os.path.exists(key_file):
         raise PivotError(
             "prepare",
-            "age key file %s does not exist; SOPS secrets %s cannot be decrypted" % (key_file, ", ".join(files)),
+            "age key file {} does not exist; SOPS secrets {} cannot be decrypted".format(key_file, ", ".join(files)),
         )
     for relative in files:
         path = pv.path(relative)
         argv = [sops, "--decrypt", "--input-type", "yaml", "--output-type", "yaml", path]
         rc, out, err = run_command(argv, env={"SOPS_AGE_KEY_FILE": key_file}, timeout=120)
         if rc != 0:
-            raise command_failed("prepare", argv, rc, "", err, "decrypting %s" % relative)
+            raise command_failed("prepare", argv, rc, "", err, f"decrypting {relative}")
         try:
             docs = [d for d in yaml.safe_load_all(out) if d]
         except yaml.YAMLError:
-            raise PivotError("prepare", "sops decrypted %s into something that is not YAML" % relative)
+            raise PivotError("prepare", f"sops decrypted {relative} into something that is not YAML")
         _apply_docs(pv, docs, relative)
 
 
@@ -221,28 +222,28 @@ def wait_providers(pv, providers):
     for doc in providers:
         meta = doc["metadata"]
         name, namespace = meta["name"], meta.get("namespace") or "default"
-        label = "%s %s/%s" % (doc["kind"], namespace, name)
+        label = "{} {}/{}".format(doc["kind"], namespace, name)
         if not pv.check_mode:
-            pv.say(">>> waiting up to %ss for %s Ready" % (timeout, label))
+            pv.say(f">>> waiting up to {timeout}s for {label} Ready")
 
             def evaluate(objs, key=(namespace, name)):
                 ready, reason, message = kube.readiness(objs.get(key))
-                return ready, "%s %s" % (reason, message)
+                return ready, f"{reason} {message}"
 
             def watch(limit, api=(doc["apiVersion"], doc["kind"], namespace), evaluate=evaluate):
                 return kube.watch_until(pv.target, api[0], api[1], api[2], evaluate, limit, on_progress=pv.say)
 
             def describe(state, label=label):
-                return "%s not Ready: %s" % (label, (state or "").strip())
+                return "{} not Ready: {}".format(label, (state or "").strip())
 
-            key = "provider %s" % label
+            key = f"provider {label}"
             try:
                 pv.budgeted_wait(key, "prepare", "providers", timeout, pv.wait_left(key, timeout), watch, describe)
             except kube.WaitTimeout as exc:
                 raise PivotError(
                     "prepare",
-                    "%s did not become Ready on the management cluster within %ss (%s); "
-                    "check the cluster-api-operator logs there" % (label, timeout, (exc.state or "").strip()),
+                    "{} did not become Ready on the management cluster within {}s ({}); "
+                    "check the cluster-api-operator logs there".format(label, timeout, (exc.state or "").strip()),
                 )
             current = kube.get(pv.target, doc["apiVersion"], doc["kind"], name, namespace) or doc
         else:
@@ -280,12 +281,15 @@ def check_provider_versions(pv):
         have, want = parse_version(entry["version"]), parse_version(src)
         if have is None or want is None:
             problems.append(
-                "%s %s: cannot compare versions %r and %r" % (entry["kind"], entry["name"], entry["version"], src)
+                "{} {}: cannot compare versions {!r} and {!r}".format(
+                    entry["kind"], entry["name"], entry["version"], src
+                )
             )
         elif have < want:
             problems.append(
-                "%s %s is %s on the target but %s on the kind cluster"
-                % (entry["kind"], entry["name"], entry["version"], src)
+                "{} {} is {} on the target but {} on the kind cluster".format(
+                    entry["kind"], entry["name"], entry["version"], src
+                )
             )
     if problems:
         raise PivotError(

@@ -30,13 +30,22 @@ sys.path[:0] = [REPO, os.path.join(REPO, ".collections")]
 from tests.substrate.flux_world import CHART_CRDS  # noqa: E402
 from tests.substrate.strict_api import catalog  # noqa: E402
 
-VALUE_FLAGS = {"--namespace", "-n", "--filter", "--output", "-o", "--version", "--timeout", "--kubeconfig",
-               "--kube-context"}
+VALUE_FLAGS = {
+    "--namespace",
+    "-n",
+    "--filter",
+    "--output",
+    "-o",
+    "--version",
+    "--timeout",
+    "--kubeconfig",
+    "--kube-context",
+}
 BOOL_FLAGS = {"--install", "-i", "--create-namespace", "--wait"}
 
 
 def fail(message):
-    sys.stderr.write("Error: %s\n" % message)
+    sys.stderr.write(f"Error: {message}\n")
     sys.exit(1)
 
 
@@ -51,13 +60,13 @@ def parse(argv):
                 if not value:
                     index += 1
                     if index >= len(argv):
-                        fail("flag needs an argument: %s" % name)
+                        fail(f"flag needs an argument: {name}")
                     value = argv[index]
                 flags[name.lstrip("-")] = value
             elif name in BOOL_FLAGS:
                 flags[name.lstrip("-")] = True
             else:
-                fail("unknown flag: %s" % name)
+                fail(f"unknown flag: {name}")
         else:
             positional.append(arg)
         index += 1
@@ -71,19 +80,25 @@ class Cluster:
             with open(path, encoding="utf-8") as handle:
                 config = yaml.safe_load(handle)
         except OSError as exc:
-            fail("Kubernetes cluster unreachable: %s" % exc)
+            fail(f"Kubernetes cluster unreachable: {exc}")
         contexts = {c["name"]: c["context"] for c in config.get("contexts") or []}
         name = context or config.get("current-context")
         if name not in contexts:
-            fail('Kubernetes cluster unreachable: context "%s" does not exist' % name)
+            fail(f'Kubernetes cluster unreachable: context "{name}" does not exist')
         clusters = {c["name"]: c["cluster"] for c in config.get("clusters") or []}
         self.server = clusters[contexts[name]["cluster"]]["server"].rstrip("/")
 
     def call(self, method, path, body=None, ok=(200, 201)):
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.server + path, data=data, method=method,
-                                         headers={"Content-Type": "application/merge-patch+json" if method == "PATCH"
-                                                  else "application/json", "User-Agent": "Helm/3.18.0"})
+        request = urllib.request.Request(
+            self.server + path,
+            data=data,
+            method=method,
+            headers={
+                "Content-Type": "application/merge-patch+json" if method == "PATCH" else "application/json",
+                "User-Agent": "Helm/3.18.0",
+            },
+        )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.status, json.loads(response.read())
@@ -91,12 +106,12 @@ class Cluster:
             payload = json.loads(exc.read() or b"{}")
             if exc.code in ok:
                 return exc.code, payload
-            fail("%s %s: %s" % (method, path, payload.get("message", exc.code)))
+            fail("{} {}: {}".format(method, path, payload.get("message", exc.code)))
         except OSError as exc:
-            fail("Kubernetes cluster unreachable: %s" % exc)
+            fail(f"Kubernetes cluster unreachable: {exc}")
 
     def releases(self, namespace):
-        _code, listed = self.call("GET", "/api/v1/namespaces/%s/secrets?labelSelector=owner%%3Dhelm" % namespace)
+        _code, listed = self.call("GET", f"/api/v1/namespaces/{namespace}/secrets?labelSelector=owner%3Dhelm")
         found = {}
         for secret in listed.get("items") or []:
             labels = secret["metadata"].get("labels") or {}
@@ -116,8 +131,19 @@ def cmd_list(positional, flags):
     else:
         print("NAME\tNAMESPACE\tREVISION\tUPDATED\tSTATUS\tCHART\tAPP VERSION")
         for row in rows:
-            print("\t".join([row["name"], row["namespace"], str(row["revision"]), row["updated"], row["status"],
-                             row["chart"], row["app_version"]]))
+            print(
+                "\t".join(
+                    [
+                        row["name"],
+                        row["namespace"],
+                        str(row["revision"]),
+                        row["updated"],
+                        row["status"],
+                        row["chart"],
+                        row["app_version"],
+                    ]
+                )
+            )
 
 
 def cmd_upgrade(positional, flags):
@@ -131,30 +157,48 @@ def cmd_upgrade(positional, flags):
         fail("a chart version is required here (--version); krops pins every chart")
     namespace = flags.get("namespace") or flags.get("n") or "default"
     cluster = Cluster(flags.get("kubeconfig"), flags.get("kube-context"))
-    code, _ns = cluster.call("GET", "/api/v1/namespaces/%s" % namespace, ok=(200, 404))
+    code, _ns = cluster.call("GET", f"/api/v1/namespaces/{namespace}", ok=(200, 404))
     if code == 404:
         if not flags.get("create-namespace"):
-            fail('create: failed to create: namespaces "%s" not found' % namespace)
-        cluster.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                    "metadata": {"name": namespace}})
+            fail(f'create: failed to create: namespaces "{namespace}" not found')
+        cluster.call(
+            "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        )
     chart_name = chart.rstrip("/").rpartition("/")[2]
     for bundle in CHART_CRDS.get(chart_name, ()):
         for crd in catalog().bundle(bundle):
             cluster.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd, ok=(201, 409))
     previous = cluster.releases(namespace).get(release)
     revision = (previous or {}).get("revision", 0) + 1
-    record = {"name": release, "namespace": namespace, "revision": revision, "updated": "1970-01-01 00:00:00 +0000 UTC",
-              "status": "deployed", "chart": "%s-%s" % (chart_name, version), "app_version": version.lstrip("v")}
-    secret = {"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
-              "metadata": {"name": "sh.helm.release.v1.%s.v%d" % (release, revision), "namespace": namespace,
-                           "labels": {"owner": "helm", "name": release, "status": "deployed", "version": str(revision)}},
-              "data": {"release": base64.b64encode(json.dumps(record).encode()).decode()}}
-    cluster.call("POST", "/api/v1/namespaces/%s/secrets" % namespace, secret)
+    record = {
+        "name": release,
+        "namespace": namespace,
+        "revision": revision,
+        "updated": "1970-01-01 00:00:00 +0000 UTC",
+        "status": "deployed",
+        "chart": f"{chart_name}-{version}",
+        "app_version": version.lstrip("v"),
+    }
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "helm.sh/release.v1",
+        "metadata": {
+            "name": "sh.helm.release.v1.%s.v%d" % (release, revision),
+            "namespace": namespace,
+            "labels": {"owner": "helm", "name": release, "status": "deployed", "version": str(revision)},
+        },
+        "data": {"release": base64.b64encode(json.dumps(record).encode()).decode()},
+    }
+    cluster.call("POST", f"/api/v1/namespaces/{namespace}/secrets", secret)
     if previous:
         old = "sh.helm.release.v1.%s.v%d" % (release, previous["revision"])
-        cluster.call("PATCH", "/api/v1/namespaces/%s/secrets/%s" % (namespace, old),
-                     {"metadata": {"labels": {"status": "superseded"}}})
-    print('Release "%s" has been %s. Happy Helming!' % (release, "upgraded" if previous else "installed"))
+        cluster.call(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/secrets/{old}",
+            {"metadata": {"labels": {"status": "superseded"}}},
+        )
+    print('Release "{}" has been {}. Happy Helming!'.format(release, "upgraded" if previous else "installed"))
 
 
 def main(argv):
@@ -163,7 +207,7 @@ def main(argv):
         fail("no command given (the stand-in knows: list, upgrade)")
     command = {"list": cmd_list, "ls": cmd_list, "upgrade": cmd_upgrade}.get(positional[0])
     if command is None:
-        fail('unknown command "%s" for "helm"' % positional[0])
+        fail(f'unknown command "{positional[0]}" for "helm"')
     command(positional[1:], flags)
 
 

@@ -44,10 +44,25 @@ def test_repository_file_is_valid_and_normalised():
     assert loaded.lookup("current.mgmt-cluster") == "local-management"
 
 
-@pytest.mark.parametrize("text,seconds", [
-    ("40m", 2400), ("2h", 7200), ("90s", 90), ("1h30m", 5400), ("90", 90), (90, 90),
-    ("", None), ("0s", None), ("forty", None), ("40 m", None), ("-5", None), (True, None), (1.5, None), (0, None),
-])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [
+        ("40m", 2400),
+        ("2h", 7200),
+        ("90s", 90),
+        ("1h30m", 5400),
+        ("90", 90),
+        (90, 90),
+        ("", None),
+        ("0s", None),
+        ("forty", None),
+        ("40 m", None),
+        ("-5", None),
+        (True, None),
+        (1.5, None),
+        (0, None),
+    ],
+)
 def test_parse_duration(text, seconds):
     assert config.parse_duration(text) == seconds
 
@@ -58,7 +73,8 @@ def test_unknown_key_names_file_path_and_known_keys():
     with pytest.raises(config.ConfigError) as err:
         load(data)
     assert str(err.value).startswith(
-        "bootstrap.toml: environments.aws.mgmt-clustr: expected one of the known keys: infra-provider-name,")
+        "bootstrap.toml: environments.aws.mgmt-clustr: expected one of the known keys: infra-provider-name,"
+    )
     assert str(err.value).endswith("; unknown key 'mgmt-clustr' " + ENVS)
 
 
@@ -67,8 +83,9 @@ def test_wrong_type():
     data["bootstrap"]["registry-port"] = "5001"
     with pytest.raises(config.ConfigError) as err:
         load(data)
-    assert str(err.value) == ("bootstrap.toml: bootstrap.registry-port: expected an integer from 1 to 65535, got '5001' "
-                              + ENVS)
+    assert str(err.value) == (
+        "bootstrap.toml: bootstrap.registry-port: expected an integer from 1 to 65535, got '5001' " + ENVS
+    )
 
 
 def test_bad_duration():
@@ -76,8 +93,10 @@ def test_bad_duration():
     data["environments"]["gcp"]["mgmt-ready-timeout"] = "40 minutes"
     with pytest.raises(config.ConfigError) as err:
         load(data)
-    assert str(err.value) == ('bootstrap.toml: environments.gcp.mgmt-ready-timeout: expected a positive duration such as '
-                              '"40m", "2h", "90s" or bare seconds, got \'40 minutes\' ' + ENVS)
+    assert str(err.value) == (
+        "bootstrap.toml: environments.gcp.mgmt-ready-timeout: expected a positive duration such as "
+        '"40m", "2h", "90s" or bare seconds, got \'40 minutes\' ' + ENVS
+    )
 
 
 def test_nested_array_of_tables_error_has_index():
@@ -85,8 +104,10 @@ def test_nested_array_of_tables_error_has_index():
     data["environments"]["aws"]["teardown"]["aws-workloads"][1]["region"] = "mars"
     with pytest.raises(config.ConfigError) as err:
         load(data)
-    assert str(err.value) == ("bootstrap.toml: environments.aws.teardown.aws-workloads[1].region: expected an AWS region "
-                              "name such as eu-north-1, got 'mars' " + ENVS)
+    assert str(err.value) == (
+        "bootstrap.toml: environments.aws.teardown.aws-workloads[1].region: expected an AWS region "
+        "name such as eu-north-1, got 'mars' " + ENVS
+    )
 
 
 def test_missing_required_key():
@@ -94,8 +115,9 @@ def test_missing_required_key():
     del data["environments"]["azure"]["mgmt-cluster"]
     with pytest.raises(config.ConfigError) as err:
         load(data)
-    assert str(err.value) == ("bootstrap.toml: environments.azure.mgmt-cluster: expected a value (the key is required) "
-                              + ENVS)
+    assert str(err.value) == (
+        "bootstrap.toml: environments.azure.mgmt-cluster: expected a value (the key is required) " + ENVS
+    )
 
 
 def test_no_environment_at_all():
@@ -111,30 +133,37 @@ def test_default_environment_must_exist():
     data["bootstrap"]["default-environment"] = "staging"
     with pytest.raises(config.ConfigError) as err:
         load(data)
-    assert str(err.value) == ("bootstrap.toml: bootstrap.default-environment: expected the name of a defined environment, "
-                              "got 'staging' " + ENVS)
+    assert str(err.value) == (
+        "bootstrap.toml: bootstrap.default-environment: expected the name of a defined environment, "
+        "got 'staging' " + ENVS
+    )
 
 
 def test_unknown_profile_lists_valid_environments():
     with pytest.raises(config.ConfigError) as err:
         load(real_data(), environ={"KROPS_PROFILE": "prod"})
-    assert str(err.value) == ("bootstrap.toml: environments.prod: expected a defined environment (KROPS_PROFILE); "
-                              "unknown environment 'prod' " + ENVS)
+    assert str(err.value) == (
+        "bootstrap.toml: environments.prod: expected a defined environment (KROPS_PROFILE); "
+        "unknown environment 'prod' " + ENVS
+    )
     assert load(real_data(), environ={"KROPS_PROFILE": "gcp"}).selected == "gcp"
 
 
 def test_unknown_environment_in_lookup():
     with pytest.raises(config.ConfigError) as err:
         load(real_data()).lookup("environments.prod.mgmt-cluster")
-    assert str(err.value) == ("bootstrap.toml: environments.prod: expected a defined environment; "
-                              "unknown environment 'prod' " + ENVS)
+    assert str(err.value) == (
+        "bootstrap.toml: environments.prod: expected a defined environment; unknown environment 'prod' " + ENVS
+    )
 
 
 def test_missing_key_in_lookup_lists_available_keys():
     with pytest.raises(config.ConfigError) as err:
         load(real_data()).lookup("charts.flux")
-    assert str(err.value) == ("bootstrap.toml: charts.flux: expected an existing key; available here: capi-operator, "
-                              "cert-manager, flux-operator " + ENVS)
+    assert str(err.value) == (
+        "bootstrap.toml: charts.flux: expected an existing key; available here: capi-operator, "
+        "cert-manager, flux-operator " + ENVS
+    )
 
 
 def test_invalid_toml():
@@ -146,18 +175,29 @@ def test_invalid_toml():
 def test_missing_file_names_it(tmp_path):
     with pytest.raises(config.ConfigError) as err:
         config.load(str(tmp_path / "nope.toml"), environ={})
-    assert str(err.value) == ("%s: (top level): expected a readable bootstrap.toml; No such file or directory; "
-                              "set BOOTSTRAP_CONFIG or run from the repository root" % (tmp_path / "nope.toml"))
+    assert str(err.value) == (
+        "%s: (top level): expected a readable bootstrap.toml; No such file or directory; "
+        "set BOOTSTRAP_CONFIG or run from the repository root" % (tmp_path / "nope.toml")
+    )
 
 
 def test_environment_variables_override_values():
-    loaded = load(real_data(), environ={
-        "REGISTRY_PORT": "5055", "GIT_REPO_URL": "https://github.com/me/fork", "AGE_KEY_FILE": "/keys/a.agekey",
-        "MGMT_READY_TIMEOUT": "1h", "CLUSTER_DELETE_TIMEOUT": "30m", "OCI_TAG": "", "LOCAL_RECONCILE_TIMEOUT": "600"})
+    loaded = load(
+        real_data(),
+        environ={
+            "REGISTRY_PORT": "5055",
+            "GIT_REPO_URL": "https://github.com/me/fork",
+            "AGE_KEY_FILE": "/keys/a.agekey",
+            "MGMT_READY_TIMEOUT": "1h",
+            "CLUSTER_DELETE_TIMEOUT": "30m",
+            "OCI_TAG": "",
+            "LOCAL_RECONCILE_TIMEOUT": "600",
+        },
+    )
     assert loaded.lookup("bootstrap.registry-port") == 5055
     assert loaded.lookup("bootstrap.git-url") == "https://github.com/me/fork"
     assert loaded.lookup("bootstrap.age-key-file") == "/keys/a.agekey"
-    assert {loaded.lookup("environments.%s.mgmt-ready-timeout" % e) for e in loaded.environment_names} == {3600}
+    assert {loaded.lookup(f"environments.{e}.mgmt-ready-timeout") for e in loaded.environment_names} == {3600}
     assert loaded.lookup("bootstrap.cluster-delete-timeout") == 1800
     assert loaded.lookup("bootstrap.local-reconcile-timeout") == 600
     assert loaded.lookup("bootstrap.oci-tag") == "latest"  # empty means unset
@@ -166,8 +206,10 @@ def test_environment_variables_override_values():
 def test_bad_override_names_the_variable():
     with pytest.raises(config.ConfigError) as err:
         load(real_data(), environ={"REGISTRY_PORT": "70000"})
-    assert str(err.value) == ("environment variable REGISTRY_PORT (overrides bootstrap.registry-port in bootstrap.toml): "
-                              "bootstrap.registry-port: expected an integer from 1 to 65535, got 70000 " + ENVS)
+    assert str(err.value) == (
+        "environment variable REGISTRY_PORT (overrides bootstrap.registry-port in bootstrap.toml): "
+        "bootstrap.registry-port: expected an integer from 1 to 65535, got 70000 " + ENVS
+    )
 
 
 def test_bootstrap_config_env_selects_the_file(tmp_path):
@@ -182,13 +224,38 @@ def test_bootstrap_config_env_selects_the_file(tmp_path):
 # --- property-based: any mutation yields a valid config or a clear ConfigError ------------
 
 _scalars = st.one_of(
-    st.text(max_size=12), st.integers(min_value=-10, max_value=100000), st.booleans(),
+    st.text(max_size=12),
+    st.integers(min_value=-10, max_value=100000),
+    st.booleans(),
     st.floats(allow_nan=False, allow_infinity=False, width=32),
-    st.sampled_from(["40m", "2h", "90s", "0s", "x", "", "oci", "git", "aws", "local-host", "arc-federate",
-                     "eu-north-1", "https://example.com/r", "UPPER", "a.b.c", "none"]),
+    st.sampled_from(
+        [
+            "40m",
+            "2h",
+            "90s",
+            "0s",
+            "x",
+            "",
+            "oci",
+            "git",
+            "aws",
+            "local-host",
+            "arc-federate",
+            "eu-north-1",
+            "https://example.com/r",
+            "UPPER",
+            "a.b.c",
+            "none",
+        ]
+    ),
 )
-_values = st.recursive(_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3)), max_leaves=6)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 
 
 def _paths(node, prefix=()):
@@ -201,9 +268,16 @@ def _paths(node, prefix=()):
             yield from _paths(value, prefix + (index,))
 
 
-_MUTATIONS = st.lists(st.tuples(st.sampled_from(["delete", "replace", "add", "rename"]),
-                                st.integers(min_value=0, max_value=10 ** 6), _values,
-                                st.text(min_size=1, max_size=10)), min_size=1, max_size=3)
+_MUTATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["delete", "replace", "add", "rename"]),
+        st.integers(min_value=0, max_value=10**6),
+        _values,
+        st.text(min_size=1, max_size=10),
+    ),
+    min_size=1,
+    max_size=3,
+)
 
 
 def _mutate(data, mutations):
@@ -242,8 +316,10 @@ def _check(text, environ=None):
 
 
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_MUTATIONS, st.dictionaries(st.sampled_from(sorted(config.OVERRIDES) + ["KROPS_PROFILE"]),
-                                   st.text(max_size=8), max_size=2))
+@given(
+    _MUTATIONS,
+    st.dictionaries(st.sampled_from(sorted(config.OVERRIDES) + ["KROPS_PROFILE"]), st.text(max_size=8), max_size=2),
+)
 def test_fuzz_structural_mutations(mutations, environ):
     data = _mutate(real_data(), mutations)
     try:
@@ -254,7 +330,7 @@ def test_fuzz_structural_mutations(mutations, environ):
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.integers(min_value=0, max_value=10 ** 6), st.text(max_size=20))
+@given(st.integers(min_value=0, max_value=10**6), st.text(max_size=20))
 def test_fuzz_text_splices(position, insert):
     text = real_text()
     position %= len(text)

@@ -51,6 +51,7 @@ def _set(path, value):
         else:
             node[last] = value
         return data
+
     return mutate
 
 
@@ -66,11 +67,17 @@ CASES = [
     ("syntax-duplicate-key", real_text().replace('oci-tag = "latest"', 'oci-tag = "a"\noci-tag = "b"'), "(top level)"),
     ("nul-in-string", real_text().replace('oci-tag = "latest"', 'oci-tag = "lat\x00est"'), "(top level)"),
     ("nul-escaped", real_text().replace('oci-tag = "latest"', 'oci-tag = "lat\\u0000est"'), "bootstrap.oci-tag"),
-    ("newline-escaped-in-name", real_text().replace('kind-cluster = "mgmt"', 'kind-cluster = "mg\\nmt"'),
-     "bootstrap.kind-cluster"),
+    (
+        "newline-escaped-in-name",
+        real_text().replace('kind-cluster = "mgmt"', 'kind-cluster = "mg\\nmt"'),
+        "bootstrap.kind-cluster",
+    ),
     ("deep-array", real_text().replace('oci-tag = "latest"', "oci-tag = " + DEEP), "(top level)"),
-    ("deep-inline-table", real_text().replace('oci-tag = "latest"', "oci-tag = " + "{a=" * 600 + "1" + "}" * 600),
-     "(top level)"),
+    (
+        "deep-inline-table",
+        real_text().replace('oci-tag = "latest"', "oci-tag = " + "{a=" * 600 + "1" + "}" * 600),
+        "(top level)",
+    ),
     ("empty-file", "", "bootstrap"),
     ("only-comment", "# nothing\n", "bootstrap"),
     ("unknown-top-level", real_text() + "\n[extra]\na = 1\n", "extra"),
@@ -83,33 +90,57 @@ CASES = [
     ("string-for-port", _set("bootstrap/registry-port", "5001"), "bootstrap.registry-port"),
     ("float-for-port", _set("bootstrap/registry-port", 5001.0), "bootstrap.registry-port"),
     ("bool-for-port", _set("bootstrap/registry-port", True), "bootstrap.registry-port"),
-    ("string-for-list", _set("environments/aws/provider-manifests", "mgmt/aws/x.yaml"),
-     "environments.aws.provider-manifests"),
+    (
+        "string-for-list",
+        _set("environments/aws/provider-manifests", "mgmt/aws/x.yaml"),
+        "environments.aws.provider-manifests",
+    ),
     ("int-in-list", _set("environments/aws/provider-manifests/0", 7), "environments.aws.provider-manifests[0]"),
-    ("list-for-hardware-release", _set("environments/local-talos/teardown/hardware-release", [True]),
-     "environments.local-talos.teardown.hardware-release"),
-    ("string-for-bool", _set("environments/local-talos/teardown/hardware-release", "true"),
-     "environments.local-talos.teardown.hardware-release"),
+    (
+        "list-for-hardware-release",
+        _set("environments/local-talos/teardown/hardware-release", [True]),
+        "environments.local-talos.teardown.hardware-release",
+    ),
+    (
+        "string-for-bool",
+        _set("environments/local-talos/teardown/hardware-release", "true"),
+        "environments.local-talos.teardown.hardware-release",
+    ),
     ("list-for-run-ttl", _set("bootstrap/run-ttl", ["24h"]), "bootstrap.run-ttl"),
     ("table-for-environment", _set("environments/aws", "aws"), "environments.aws"),
-    ("list-for-var", _set("environments/gcp/pivot-manifest-vars/GCP_WIF_PROVIDER", ["a"]),
-     "environments.gcp.pivot-manifest-vars.GCP_WIF_PROVIDER"),
+    (
+        "list-for-var",
+        _set("environments/gcp/pivot-manifest-vars/GCP_WIF_PROVIDER", ["a"]),
+        "environments.gcp.pivot-manifest-vars.GCP_WIF_PROVIDER",
+    ),
     # --- missing and unknown keys, environments
     ("missing-git-url", _set("bootstrap/git-url", _DELETE), "bootstrap.git-url"),
     ("missing-sync-path", _set("environments/aws/sync-path", _DELETE), "environments.aws.sync-path"),
     ("missing-platform", _set("environments/aws/kind", _DELETE), "environments.aws.platform"),
     ("unknown-platform", _set("environments/aws/kind", "openstack"), "environments.aws.kind"),
-    ("platform-and-kind-disagree", lambda d: (d["environments"]["aws"].update(platform="gcp"), d)[1],
-     "environments.aws.platform"),
+    (
+        "platform-and-kind-disagree",
+        lambda d: (d["environments"]["aws"].update(platform="gcp"), d)[1],
+        "environments.aws.platform",
+    ),
     ("unknown-env-key", _set("environments/aws/mgmt-clustr", "x"), "environments.aws.mgmt-clustr"),
     ("unknown-bootstrap-key", _set("bootstrap/registry-prot", 1), "bootstrap.registry-prot"),
     ("default-env-undefined", _set("bootstrap/default-environment", "prod"), "bootstrap.default-environment"),
-    ("env-name-uppercase", lambda d: (d["environments"].update(AWS=d["environments"].pop("aws")), d)[1],
-     "environments.AWS"),
-    ("env-name-long", lambda d: (d["environments"].update({LONG: d["environments"].pop("aws")}), d)[1],
-     "environments.aaaa"),
-    ("env-name-unicode", lambda d: (d["environments"].update({"prød": d["environments"].pop("aws")}), d)[1],
-     "environments.prød"),
+    (
+        "env-name-uppercase",
+        lambda d: (d["environments"].update(AWS=d["environments"].pop("aws")), d)[1],
+        "environments.AWS",
+    ),
+    (
+        "env-name-long",
+        lambda d: (d["environments"].update({LONG: d["environments"].pop("aws")}), d)[1],
+        "environments.aaaa",
+    ),
+    (
+        "env-name-unicode",
+        lambda d: (d["environments"].update({"prød": d["environments"].pop("aws")}), d)[1],
+        "environments.prød",
+    ),
     # --- Kubernetes names (DNS-1123)
     ("mgmt-cluster-uppercase", _set("environments/aws/mgmt-cluster", "EU-North"), "environments.aws.mgmt-cluster"),
     ("mgmt-cluster-underscore", _set("environments/aws/mgmt-cluster", "eu_north"), "environments.aws.mgmt-cluster"),
@@ -126,12 +157,21 @@ CASES = [
     ("flux-namespace-dot", _set("bootstrap/flux-namespace", "flux.system"), "bootstrap.flux-namespace"),
     ("secret-name-bad", _set("bootstrap/github-pat-secret", "PAT_secret"), "bootstrap.github-pat-secret"),
     ("configmap-name-long", _set("bootstrap/run-configmap", "a" * 254), "bootstrap.run-configmap"),
-    ("infra-namespace-bad", _set("environments/aws/infra-provider-namespace", "capa system"),
-     "environments.aws.infra-provider-namespace"),
-    ("capi-workload-bad", _set("environments/aws/teardown/capi-workloads/0", "Eu_West"),
-     "environments.aws.teardown.capi-workloads[0]"),
-    ("fallback-name-bad", _set("environments/aws/move-fallbacks/0/name", "De fault"),
-     "environments.aws.move-fallbacks[0].name"),
+    (
+        "infra-namespace-bad",
+        _set("environments/aws/infra-provider-namespace", "capa system"),
+        "environments.aws.infra-provider-namespace",
+    ),
+    (
+        "capi-workload-bad",
+        _set("environments/aws/teardown/capi-workloads/0", "Eu_West"),
+        "environments.aws.teardown.capi-workloads[0]",
+    ),
+    (
+        "fallback-name-bad",
+        _set("environments/aws/move-fallbacks/0/name", "De fault"),
+        "environments.aws.move-fallbacks[0].name",
+    ),
     # --- kind's cluster-name rule and context
     ("kind-cluster-uppercase", _set("bootstrap/kind-cluster", "Mgmt"), "bootstrap.kind-cluster"),
     ("kind-cluster-51", _set("bootstrap/kind-cluster", "a" * 51), "bootstrap.kind-cluster"),
@@ -151,59 +191,118 @@ CASES = [
     ("git-url-space", _set("bootstrap/git-url", "https://example.com/a b"), "bootstrap.git-url"),
     ("chart-version-bad", _set("charts/cert-manager", "latest"), "charts.cert-manager"),
     # --- AWS names
-    ("eks-name-101", _set("environments/aws/teardown/aws-workloads/0/eks-cluster-name", "a" * 101),
-     "environments.aws.teardown.aws-workloads[0].eks-cluster-name"),
-    ("eks-name-dot", _set("environments/aws/teardown/aws-workloads/0/eks-cluster-name", "a.b"),
-     "environments.aws.teardown.aws-workloads[0].eks-cluster-name"),
-    ("mgmt-eks-name-leading-dash", _set("environments/aws/teardown/mgmt-eks-cluster-name", "-a"),
-     "environments.aws.teardown.mgmt-eks-cluster-name"),
-    ("rds-digit-first", _set("environments/aws/teardown/aws-workloads/0/rds-instance", "1db"),
-     "environments.aws.teardown.aws-workloads[0].rds-instance"),
-    ("rds-double-hyphen", _set("environments/aws/teardown/aws-workloads/0/rds-instance", "db--x"),
-     "environments.aws.teardown.aws-workloads[0].rds-instance"),
-    ("rds-trailing-hyphen", _set("environments/aws/teardown/aws-workloads/0/rds-instance", "db-"),
-     "environments.aws.teardown.aws-workloads[0].rds-instance"),
-    ("rds-64", _set("environments/aws/teardown/aws-workloads/0/rds-instance", "d" * 64),
-     "environments.aws.teardown.aws-workloads[0].rds-instance"),
+    (
+        "eks-name-101",
+        _set("environments/aws/teardown/aws-workloads/0/eks-cluster-name", "a" * 101),
+        "environments.aws.teardown.aws-workloads[0].eks-cluster-name",
+    ),
+    (
+        "eks-name-dot",
+        _set("environments/aws/teardown/aws-workloads/0/eks-cluster-name", "a.b"),
+        "environments.aws.teardown.aws-workloads[0].eks-cluster-name",
+    ),
+    (
+        "mgmt-eks-name-leading-dash",
+        _set("environments/aws/teardown/mgmt-eks-cluster-name", "-a"),
+        "environments.aws.teardown.mgmt-eks-cluster-name",
+    ),
+    (
+        "rds-digit-first",
+        _set("environments/aws/teardown/aws-workloads/0/rds-instance", "1db"),
+        "environments.aws.teardown.aws-workloads[0].rds-instance",
+    ),
+    (
+        "rds-double-hyphen",
+        _set("environments/aws/teardown/aws-workloads/0/rds-instance", "db--x"),
+        "environments.aws.teardown.aws-workloads[0].rds-instance",
+    ),
+    (
+        "rds-trailing-hyphen",
+        _set("environments/aws/teardown/aws-workloads/0/rds-instance", "db-"),
+        "environments.aws.teardown.aws-workloads[0].rds-instance",
+    ),
+    (
+        "rds-64",
+        _set("environments/aws/teardown/aws-workloads/0/rds-instance", "d" * 64),
+        "environments.aws.teardown.aws-workloads[0].rds-instance",
+    ),
     ("iam-user-space", _set("teardown/global-iam-users/0", "krops reader"), "teardown.global-iam-users[0]"),
     ("iam-user-65", _set("teardown/global-iam-users/0", "u" * 65), "teardown.global-iam-users[0]"),
-    ("iam-role-prefix-bad", _set("environments/aws/teardown/mgmt-iam-role-prefix", "a/b"),
-     "environments.aws.teardown.mgmt-iam-role-prefix"),
+    (
+        "iam-role-prefix-bad",
+        _set("environments/aws/teardown/mgmt-iam-role-prefix", "a/b"),
+        "environments.aws.teardown.mgmt-iam-role-prefix",
+    ),
     ("cfn-stack-bad", _set("teardown/cfn-stack-name", "1stack"), "teardown.cfn-stack-name"),
-    ("region-bad", _set("environments/aws/teardown/aws-workloads/0/region", "europe"),
-     "environments.aws.teardown.aws-workloads[0].region"),
-    ("azure-rg-trailing-dot", _set("environments/azure/teardown/resource-groups/0", "rg."),
-     "environments.azure.teardown.resource-groups[0]"),
-    ("gcp-network-upper", _set("environments/gcp/teardown/networks/0", "Net"),
-     "environments.gcp.teardown.networks[0]"),
+    (
+        "region-bad",
+        _set("environments/aws/teardown/aws-workloads/0/region", "europe"),
+        "environments.aws.teardown.aws-workloads[0].region",
+    ),
+    (
+        "azure-rg-trailing-dot",
+        _set("environments/azure/teardown/resource-groups/0", "rg."),
+        "environments.azure.teardown.resource-groups[0]",
+    ),
+    ("gcp-network-upper", _set("environments/gcp/teardown/networks/0", "Net"), "environments.gcp.teardown.networks[0]"),
     # --- placeholders
-    ("s3-unknown-placeholder", _set("teardown/s3-bucket-pattern", "krops-{account}-{cluster_name}"),
-     "teardown.s3-bucket-pattern"),
-    ("s3-attribute-access", _set("teardown/s3-bucket-pattern", "krops-{cluster_name.__class__}"),
-     "teardown.s3-bucket-pattern"),
+    (
+        "s3-unknown-placeholder",
+        _set("teardown/s3-bucket-pattern", "krops-{account}-{cluster_name}"),
+        "teardown.s3-bucket-pattern",
+    ),
+    (
+        "s3-attribute-access",
+        _set("teardown/s3-bucket-pattern", "krops-{cluster_name.__class__}"),
+        "teardown.s3-bucket-pattern",
+    ),
     ("s3-positional", _set("teardown/s3-bucket-pattern", "krops-{}-{0}"), "teardown.s3-bucket-pattern"),
     ("s3-unbalanced", _set("teardown/s3-bucket-pattern", "krops-{account_id"), "teardown.s3-bucket-pattern"),
     ("s3-format-spec", _set("teardown/s3-bucket-pattern", "krops-{account_id:>99}"), "teardown.s3-bucket-pattern"),
     ("s3-uppercase", _set("teardown/s3-bucket-pattern", "Krops-{account_id}"), "teardown.s3-bucket-pattern"),
-    ("s3-too-long-rendered", _set("teardown/s3-bucket-pattern", "krops-{account_id}-{cluster_name}-" + "d" * 40),
-     "teardown.s3-bucket-pattern"),
-    ("iam-role-unknown-placeholder", _set("teardown/global-iam-roles/0", "krops-{account_id}-reader"),
-     "teardown.global-iam-roles[0]"),
+    (
+        "s3-too-long-rendered",
+        _set("teardown/s3-bucket-pattern", "krops-{account_id}-{cluster_name}-" + "d" * 40),
+        "teardown.s3-bucket-pattern",
+    ),
+    (
+        "iam-role-unknown-placeholder",
+        _set("teardown/global-iam-roles/0", "krops-{account_id}-reader"),
+        "teardown.global-iam-roles[0]",
+    ),
     # --- paths
-    ("provider-manifest-traversal", _set("environments/aws/provider-manifests/0", "../../etc/passwd"),
-     "environments.aws.provider-manifests[0]"),
-    ("provider-manifest-absolute", _set("environments/aws/provider-manifests/0", "/etc/passwd"),
-     "environments.aws.provider-manifests[0]"),
+    (
+        "provider-manifest-traversal",
+        _set("environments/aws/provider-manifests/0", "../../etc/passwd"),
+        "environments.aws.provider-manifests[0]",
+    ),
+    (
+        "provider-manifest-absolute",
+        _set("environments/aws/provider-manifests/0", "/etc/passwd"),
+        "environments.aws.provider-manifests[0]",
+    ),
     ("sync-path-traversal", _set("environments/aws/sync-path", "../../etc"), "environments.aws.sync-path"),
     ("sync-path-inner-traversal", _set("environments/aws/sync-path", "mgmt/../../etc"), "environments.aws.sync-path"),
-    ("workload-path-home", _set("environments/local-host/workload-path", "~/x"),
-     "environments.local-host.workload-path"),
-    ("pivot-manifest-backslash", _set("environments/gcp/pivot-manifests/0", "..\\..\\x"),
-     "environments.gcp.pivot-manifests[0]"),
-    ("sops-secret-traversal", _set("environments/aws/pivot-sops-secrets/0", "../secret.yaml"),
-     "environments.aws.pivot-sops-secrets[0]"),
-    ("fallback-manifest-absolute", _set("environments/aws/move-fallbacks/0/manifest", "/tmp/x.yaml"),
-     "environments.aws.move-fallbacks[0].manifest"),
+    (
+        "workload-path-home",
+        _set("environments/local-host/workload-path", "~/x"),
+        "environments.local-host.workload-path",
+    ),
+    (
+        "pivot-manifest-backslash",
+        _set("environments/gcp/pivot-manifests/0", "..\\..\\x"),
+        "environments.gcp.pivot-manifests[0]",
+    ),
+    (
+        "sops-secret-traversal",
+        _set("environments/aws/pivot-sops-secrets/0", "../secret.yaml"),
+        "environments.aws.pivot-sops-secrets[0]",
+    ),
+    (
+        "fallback-manifest-absolute",
+        _set("environments/aws/move-fallbacks/0/manifest", "/tmp/x.yaml"),
+        "environments.aws.move-fallbacks[0].manifest",
+    ),
     ("age-key-traversal", _set("bootstrap/age-key-file", "../age.agekey"), "bootstrap.age-key-file"),
     # --- durations and numbers: range and sign
     ("duration-superscript", _set("environments/aws/mgmt-ready-timeout", "²"), "environments.aws.mgmt-ready-timeout"),
@@ -213,11 +312,17 @@ CASES = [
     ("duration-zero", _set("bootstrap/provider-delete-timeout", 0), "bootstrap.provider-delete-timeout"),
     ("duration-zero-text", _set("bootstrap/local-reconcile-timeout", "0s"), "bootstrap.local-reconcile-timeout"),
     ("duration-float", _set("bootstrap/mgmt-poll-interval", 1.5), "bootstrap.mgmt-poll-interval"),
-    ("duration-huge", _set("environments/aws/mgmt-ready-timeout", 10 ** 30), "environments.aws.mgmt-ready-timeout"),
-    ("duration-over-a-week", _set("environments/aws/mgmt-ready-timeout", "169h"),
-     "environments.aws.mgmt-ready-timeout"),
-    ("duration-words", _set("environments/aws/mgmt-ready-timeout", "40 minutes"),
-     "environments.aws.mgmt-ready-timeout"),
+    ("duration-huge", _set("environments/aws/mgmt-ready-timeout", 10**30), "environments.aws.mgmt-ready-timeout"),
+    (
+        "duration-over-a-week",
+        _set("environments/aws/mgmt-ready-timeout", "169h"),
+        "environments.aws.mgmt-ready-timeout",
+    ),
+    (
+        "duration-words",
+        _set("environments/aws/mgmt-ready-timeout", "40 minutes"),
+        "environments.aws.mgmt-ready-timeout",
+    ),
     ("run-ttl-empty", _set("bootstrap/run-ttl", ""), "bootstrap.run-ttl"),
     ("run-ttl-zero", _set("bootstrap/run-ttl", "0s"), "bootstrap.run-ttl"),
     ("run-ttl-bare-number", _set("bootstrap/run-ttl", "24"), "bootstrap.run-ttl"),
@@ -226,8 +331,11 @@ CASES = [
     ("port-too-big", _set("bootstrap/registry-port", 65536), "bootstrap.registry-port"),
     ("retries-negative", _set("bootstrap/registry-ready-retries", -3), "bootstrap.registry-ready-retries"),
     # --- sizes
-    ("list-too-long", _set("environments/aws/provider-manifests", ["mgmt/a.yaml"] * 300),
-     "environments.aws.provider-manifests"),
+    (
+        "list-too-long",
+        _set("environments/aws/provider-manifests", ["mgmt/a.yaml"] * 300),
+        "environments.aws.provider-manifests",
+    ),
     ("string-10000", _set("bootstrap/github-user", LONG), "bootstrap.github-user"),
     # --- mgmt-region (CONTRACTS.md)
     ("aws-region-missing", _set("environments/aws/mgmt-region", _DELETE), "environments.aws.mgmt-region"),
@@ -235,11 +343,17 @@ CASES = [
     ("gcp-region-missing", _set("environments/gcp/mgmt-region", _DELETE), "environments.gcp.mgmt-region"),
     ("aws-region-azure-style", _set("environments/aws/mgmt-region", "swedencentral"), "environments.aws.mgmt-region"),
     ("gcp-region-aws-style", _set("environments/gcp/mgmt-region", "eu-north-1"), "environments.gcp.mgmt-region"),
-    ("local-region-given", _set("environments/local-host/mgmt-region", "eu-north-1"),
-     "environments.local-host.mgmt-region"),
+    (
+        "local-region-given",
+        _set("environments/local-host/mgmt-region", "eu-north-1"),
+        "environments.local-host.mgmt-region",
+    ),
     # --- capability mismatches
-    ("hook-of-other-platform", _set("environments/aws/post-kind-create-hook", "wif-federate"),
-     "environments.aws.post-kind-create-hook"),
+    (
+        "hook-of-other-platform",
+        _set("environments/aws/post-kind-create-hook", "wif-federate"),
+        "environments.aws.post-kind-create-hook",
+    ),
     ("oci-sync-without-registry", _set("environments/aws/sync", "oci"), "environments.aws.sync"),
 ]
 
@@ -252,8 +366,8 @@ def _run(case):
         config.loads(text, path=PATH)
     except config.ConfigError as exc:
         return "clear", str(exc)
-    except Exception as exc:  # noqa: BLE001 - counting tracebacks is the point
-        return "traceback", "%s: %s" % (type(exc).__name__, exc)
+    except Exception as exc:
+        return "traceback", f"{type(exc).__name__}: {exc}"
     return "accepted", None
 
 
@@ -269,8 +383,10 @@ def test_bad_input_is_a_clear_error(case):
 def test_bad_input_table_counts():
     outcomes = [_run(case)[0] for case in CASES]
     counts = {name: outcomes.count(name) for name in ("clear", "traceback", "accepted")}
-    print("bad-input table: %d cases, %d clear errors, %d tracebacks, %d silently accepted"
-          % (len(CASES), counts["clear"], counts["traceback"], counts["accepted"]))
+    print(
+        "bad-input table: %d cases, %d clear errors, %d tracebacks, %d silently accepted"
+        % (len(CASES), counts["clear"], counts["traceback"], counts["accepted"])
+    )
     assert len(CASES) >= 109
     assert counts == {"clear": len(CASES), "traceback": 0, "accepted": 0}
 
@@ -280,8 +396,10 @@ def test_a_list_where_a_string_is_expected_is_named():
     data["bootstrap"]["kind-cluster"] = ["a", "b"]
     with pytest.raises(config.ConfigError) as err:
         config.loads(tomli_w.dumps(data), path=PATH)
-    assert str(err.value).startswith(PATH + ": bootstrap.kind-cluster: expected a kind cluster name: at most 50 "
-                                     "characters of a-z, 0-9, '.' and '-', got an array (valid environments: ")
+    assert str(err.value).startswith(
+        PATH + ": bootstrap.kind-cluster: expected a kind cluster name: at most 50 "
+        "characters of a-z, 0-9, '.' and '-', got an array (valid environments: "
+    )
 
 
 def test_config_error_is_a_krops_error_with_a_result():
@@ -308,7 +426,9 @@ def test_invalid_utf8_is_a_clear_error(tmp_path):
     with pytest.raises(config.ConfigError) as err:
         config.load(str(path), environ={})
     assert str(err.value) == "%s: (top level): expected UTF-8 text; invalid byte at offset %d" % (
-        path, len(real_text().encode()) + 3)
+        path,
+        len(real_text().encode()) + 3,
+    )
 
 
 def test_symlink_escape_is_refused(tmp_path):
@@ -321,8 +441,11 @@ def test_symlink_escape_is_refused(tmp_path):
     (repo / "bootstrap.toml").write_text(tomli_w.dumps(data))
     with pytest.raises(config.ConfigError) as err:
         config.load(str(repo / "bootstrap.toml"), environ={})
-    assert "environments.aws.sync-path: expected a repository path inside the repository, got 'mgmt/escape'; " \
-           "it resolves to %s through a symbolic link" % os.path.realpath(tmp_path / "outside") in str(err.value)
+    assert (
+        "environments.aws.sync-path: expected a repository path inside the repository, got 'mgmt/escape'; "
+        "it resolves to {} through a symbolic link".format(os.path.realpath(tmp_path / "outside"))
+        in str(err.value)
+    )
 
 
 def test_load_reads_once_per_process(tmp_path, monkeypatch):
@@ -350,23 +473,65 @@ def test_one_resolver(tmp_path):
     assert config.resolve_path(environ={}, playbook_dir=str(playbooks)) == str(tmp_path / "bootstrap.toml")
     assert config.resolve_path(environ={"BOOTSTRAP_CONFIG": "/x.toml"}, playbook_dir=str(playbooks)) == "/x.toml"
     assert config.resolve_path("/y.toml", environ={"BOOTSTRAP_CONFIG": "/x.toml"}) == "/y.toml"
-    assert config.resolve_path(environ={}, base_dir=str(tmp_path / "elsewhere")) == str(tmp_path / "elsewhere" / "bootstrap.toml")
+    assert config.resolve_path(environ={}, base_dir=str(tmp_path / "elsewhere")) == str(
+        tmp_path / "elsewhere" / "bootstrap.toml"
+    )
 
 
 # --- fuzz: an accepted configuration satisfies the rules ------------------------------------
 
 _K8S = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_SEEDS = [LONG, "²", "-5", "0", "", "../../etc/passwd", "/etc/passwd", "~/x", "a\x00b", "\ufeffx", "Ünïcödé", "a b",
-          "{account}", "{cluster_name.__class__}", "{", "}", "x" * 64, "none", "24h", "eu-north-1", "mgmt",
-          ["a", "b"], {"a": 1}, True, -1, 0, 10 ** 12, 1.5]
-_KEYS = ["bootstrap/kind-cluster", "bootstrap/kind-context", "bootstrap/mgmt-namespace", "bootstrap/run-ttl",
-         "bootstrap/registry-port", "bootstrap/age-key-file", "bootstrap/oci-tag", "bootstrap/git-branch",
-         "environments/aws/mgmt-cluster", "environments/aws/sync-path", "environments/aws/mgmt-ready-timeout",
-         "environments/aws/provider-manifests/0", "environments/aws/mgmt-region",
-         "environments/aws/teardown/aws-workloads/0/rds-instance",
-         "environments/aws/teardown/aws-workloads/0/eks-cluster-name",
-         "environments/aws/teardown/aws-workloads/0/cluster-name", "teardown/s3-bucket-pattern",
-         "teardown/global-iam-roles/0", "environments/local-host/workload-path"]
+_SEEDS = [
+    LONG,
+    "²",
+    "-5",
+    "0",
+    "",
+    "../../etc/passwd",
+    "/etc/passwd",
+    "~/x",
+    "a\x00b",
+    "\ufeffx",
+    "Ünïcödé",
+    "a b",
+    "{account}",
+    "{cluster_name.__class__}",
+    "{",
+    "}",
+    "x" * 64,
+    "none",
+    "24h",
+    "eu-north-1",
+    "mgmt",
+    ["a", "b"],
+    {"a": 1},
+    True,
+    -1,
+    0,
+    10**12,
+    1.5,
+]
+_KEYS = [
+    "bootstrap/kind-cluster",
+    "bootstrap/kind-context",
+    "bootstrap/mgmt-namespace",
+    "bootstrap/run-ttl",
+    "bootstrap/registry-port",
+    "bootstrap/age-key-file",
+    "bootstrap/oci-tag",
+    "bootstrap/git-branch",
+    "environments/aws/mgmt-cluster",
+    "environments/aws/sync-path",
+    "environments/aws/mgmt-ready-timeout",
+    "environments/aws/provider-manifests/0",
+    "environments/aws/mgmt-region",
+    "environments/aws/teardown/aws-workloads/0/rds-instance",
+    "environments/aws/teardown/aws-workloads/0/eks-cluster-name",
+    "environments/aws/teardown/aws-workloads/0/cluster-name",
+    "teardown/s3-bucket-pattern",
+    "teardown/global-iam-roles/0",
+    "environments/local-host/workload-path",
+]
 
 
 def _rules_hold(loaded):
@@ -392,15 +557,23 @@ def _rules_hold(loaded):
             bucket = down["s3-bucket-pattern"].format(account_id="123456789012", cluster_name=workload["cluster-name"])
             assert 3 <= len(bucket) <= 63 and re.match(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$", bucket)
             rds = workload["rds-instance"]
-            assert rds == "" or (re.match(r"^[A-Za-z][A-Za-z0-9-]{0,62}$", rds) and "--" not in rds
-                                 and not rds.endswith("-"))
+            assert rds == "" or (
+                re.match(r"^[A-Za-z][A-Za-z0-9-]{0,62}$", rds) and "--" not in rds and not rds.endswith("-")
+            )
             assert re.match(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$", workload["eks-cluster-name"])
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.sampled_from(_KEYS),
-                          st.one_of(st.sampled_from(_SEEDS), st.text(max_size=70),
-                                    st.integers(min_value=-10, max_value=10 ** 7))), min_size=1, max_size=3))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(_KEYS),
+            st.one_of(st.sampled_from(_SEEDS), st.text(max_size=70), st.integers(min_value=-10, max_value=10**7)),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
 @example([("bootstrap/kind-cluster", "²")])
 @example([("teardown/s3-bucket-pattern", "{cluster_name}")])
 def test_fuzz_accepted_values_satisfy_the_rules(changes):

@@ -26,12 +26,15 @@ def test_every_area_error_is_a_krops_error():
 def test_an_unexpected_error_names_the_module_and_the_step(run_module, monkeypatch):
     def boom(*_args, **_kwargs):
         raise ZeroDivisionError("division by zero")
+
     monkeypatch.setattr(pivot, "run", boom)
     result = run_module(capi_pivot, {"config_file": REPO_FILE})
     assert result.failed
-    assert result["msg"] == ("krops.platform.capi_pivot failed unexpectedly while running the pivot phases: "
-                             "ZeroDivisionError: division by zero. This is a krops defect, not a problem with your "
-                             "input; run with -vvv for the traceback and report it")
+    assert result["msg"] == (
+        "krops.platform.capi_pivot failed unexpectedly while running the pivot phases: "
+        "ZeroDivisionError: division by zero. This is a krops defect, not a problem with your "
+        "input; run with -vvv for the traceback and report it"
+    )
     assert result["failed_step"] == "running the pivot phases"
     assert "Traceback (most recent call last)" in result["exception"]  # ansible-playbook shows it at -vvv only
     assert "Traceback" not in result["msg"]
@@ -39,7 +42,10 @@ def test_an_unexpected_error_names_the_module_and_the_step(run_module, monkeypat
 
 def test_an_expected_error_keeps_its_partial_result(run_module, monkeypatch):
     def refuse(*_args, **_kwargs):
-        raise pivot.PivotError("preflight", "the move cannot start", {"refusals": ["Cluster x: paused"], "changed": False})
+        raise pivot.PivotError(
+            "preflight", "the move cannot start", {"refusals": ["Cluster x: paused"], "changed": False}
+        )
+
     monkeypatch.setattr(pivot, "run", refuse)
     result = run_module(capi_pivot, {"config_file": REPO_FILE})
     assert result["msg"] == "pivot phase preflight failed: the move cannot start"
@@ -51,25 +57,43 @@ def test_a_bad_config_is_a_preconditions_failure(run_module, tmp_path):
     path = tmp_path / "bootstrap.toml"
     path.write_text("[bootstrap\n")
     result = run_module(capi_pivot, {"config_file": str(path)})
-    assert result["msg"].startswith("%s: (top level): expected valid TOML" % path)
+    assert result["msg"].startswith(f"{path}: (top level): expected valid TOML")
     assert result["failed_phase"] == "preconditions"
 
 
 # --- fuzz of the argument spec: every outcome is a clear failure, never a traceback ------------
 
-_INTS = st.one_of(st.integers(min_value=-5, max_value=5), st.integers(min_value=-2 ** 63, max_value=2 ** 63),
-                  st.sampled_from(["0", "-1", "²", "", "1e3", "ten"]), st.lists(st.integers(), max_size=2))
-_STRS = st.one_of(st.text(max_size=20), st.sampled_from(["kind-other", "\x00", "../../etc", "a" * 10000]),
-                  st.lists(st.text(max_size=3), max_size=2), st.integers())
+_INTS = st.one_of(
+    st.integers(min_value=-5, max_value=5),
+    st.integers(min_value=-(2**63), max_value=2**63),
+    st.sampled_from(["0", "-1", "²", "", "1e3", "ten"]),
+    st.lists(st.integers(), max_size=2),
+)
+_STRS = st.one_of(
+    st.text(max_size=20),
+    st.sampled_from(["kind-other", "\x00", "../../etc", "a" * 10000]),
+    st.lists(st.text(max_size=3), max_size=2),
+    st.integers(),
+)
 _OPTIONS = {
-    "wait_timeout": _INTS, "node_timeout": _INTS, "move_timeout": _INTS, "mgmt_ready_timeout": _INTS,
-    "progress_interval": _INTS, "lb_port": _INTS, "request_timeout": _INTS,
-    "source_context": _STRS, "stop_after": _STRS, "environment": _STRS, "target_server": _STRS,
+    "wait_timeout": _INTS,
+    "node_timeout": _INTS,
+    "move_timeout": _INTS,
+    "mgmt_ready_timeout": _INTS,
+    "progress_interval": _INTS,
+    "lb_port": _INTS,
+    "request_timeout": _INTS,
+    "source_context": _STRS,
+    "stop_after": _STRS,
+    "environment": _STRS,
+    "target_server": _STRS,
     "manifest_vars": st.one_of(st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2), _STRS),
 }
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(st.fixed_dictionaries({}, optional=_OPTIONS))
 def test_fuzz_capi_pivot_arguments(run_module, params):
     # A source context other than kind's is refused before any cluster is contacted.
@@ -81,5 +105,5 @@ def test_fuzz_capi_pivot_arguments(run_module, params):
     assert "unexpectedly" not in message and "Traceback" not in message, message
     for name in capi_pivot._POSITIVE:
         value = params.get(name)
-        if message.startswith("%s must be at least 1" % name):
+        if message.startswith(f"{name} must be at least 1"):
             assert int(value) < 1
