@@ -789,11 +789,11 @@ def resolve(inv, tool=None):
         raise AirgapError("--resolve needs crane (github.com/google/go-containerregistry) on PATH")
     resolved = []
     for k in inv.unconfirmed:
-        proc = subprocess.run(
+        proc = subprocess.run(  # pylint: disable=ansible-bad-function
             [crane, "digest", k],
             capture_output=True,
             text=True,
-            check=False,  # pylint: disable=ansible-bad-function
+            check=False,
             timeout=120,
         )
         digest = proc.stdout.strip()

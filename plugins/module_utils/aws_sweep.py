@@ -990,8 +990,8 @@ class _Deleter:
         """Interfaces detach while load balancers and NAT gateways go: list them again at this step."""
         discovery = _Discovery(self.sweep, self.region)
         vpcs = [r for r in resources if r["type"] == "vpc"]
-        fresh = discovery._guard(
-            "network-interface",  # pylint: disable=protected-access
+        fresh = discovery._guard(  # pylint: disable=protected-access
+            "network-interface",
             lambda: discovery.network_interfaces(vpcs),
         )
         known = {r["id"] for r in planned}

@@ -149,7 +149,8 @@ def check_clusterctl(capi_version, clusterctl=None):
         ]
     if CAPI_CONTRACTS[have[:2]] != contract:
         return facts, [
-            f"clusterctl v{_dotted(have)} implements contract {CAPI_CONTRACTS[have[:2]]} but Cluster API {capi_version} needs {contract}: install clusterctl v{_dotted(wanted)}"
+            f"clusterctl v{_dotted(have)} implements contract {CAPI_CONTRACTS[have[:2]]} but Cluster API "
+            f"{capi_version} needs {contract}: install clusterctl v{_dotted(wanted)}"
         ]
     return facts, []
 

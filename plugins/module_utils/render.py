@@ -103,10 +103,10 @@ def build(directory, renderer=None, timeout=120):
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)  # rendering never needs a cluster
     try:
-        proc = subprocess.run(
+        proc = subprocess.run(  # pylint: disable=ansible-bad-function
             argv,
             capture_output=True,
-            text=True,  # pylint: disable=ansible-bad-function
+            text=True,
             timeout=timeout,
             check=False,
             env=env,

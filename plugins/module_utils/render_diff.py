@@ -461,7 +461,7 @@ def compare(base, head, store=None, cel=True):
         for failure in new_state["render_failures"]:
             findings.append(Finding("render-failure", env, "-", failure["file"], failure["message"]))
 
-        def bucket(entry, section=section):
+        def bucket(entry):  # noqa: B023 - called in this iteration only
             return section["kustomizations"].setdefault(
                 entry.kustomization, {"added": [], "changed": [], "removed": []}
             )

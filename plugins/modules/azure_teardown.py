@@ -109,7 +109,8 @@ plan:
   type: list
   elements: str
 results:
-  description: One entry per resource, with type, id, name, reason and outcome (V(planned) in check mode, V(deleted), V(absent), V(failed) with C(error), the outcome vocabulary every krops teardown uses).
+  description: One entry per resource, with type, id, name, reason and outcome (V(planned) in check mode, V(deleted),
+    V(absent), V(failed) with C(error), the outcome vocabulary every krops teardown uses).
   returned: always
   type: list
   elements: dict

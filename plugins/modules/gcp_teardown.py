@@ -85,7 +85,8 @@ plan:
   type: list
   elements: str
 results:
-  description: One entry per resource with type, name, reason and outcome (V(planned) in check mode, V(deleted), V(absent), V(failed) with C(error)); each entry also has C(id), the resource's API path.
+  description: One entry per resource with type, name, reason and outcome (V(planned) in check mode, V(deleted),
+    V(absent), V(failed) with C(error)); each entry also has C(id), the resource's API path.
   returned: always
   type: list
   elements: dict

@@ -36,12 +36,12 @@ def mgmt(strict_cluster):
 def world_for(api, strict_cluster):
     world = World()
     world.add_cluster(api)
-    capi = CapiController(world, spawn=lambda name: strict_cluster(name))
+    capi = CapiController(world, spawn=strict_cluster)
     return world, capi
 
 
 def test_providers_become_ready_once_their_objects_exist_and_install_their_crds(mgmt, strict_cluster):
-    world, _ = world_for(mgmt, strict_cluster)
+    world, _workload = world_for(mgmt, strict_cluster)
     mgmt.create(provider("InfrastructureProvider", "docker", "capd-system"))
     world.settle()
     docker = condition(mgmt.get(OP, "InfrastructureProvider", "docker", "capd-system"))
@@ -131,7 +131,7 @@ def test_cluster_provisioned_with_a_kubeconfig_to_another_api_server_and_deleted
 
 
 def test_cluster_waits_for_its_infrastructure(mgmt, strict_cluster):
-    world, _ = world_for(mgmt, strict_cluster)
+    world, _workload = world_for(mgmt, strict_cluster)
     mgmt.install_bundle("cluster-api", "docker", "kubeadm-control-plane")
     docs = list(yaml.safe_load_all((REPO / "mgmt/local-host/clusters/local-workload/cluster.yaml").read_text()))
     ssa_apply(mgmt, docs[0], "kustomize-controller")  # the Cluster only, no DevCluster

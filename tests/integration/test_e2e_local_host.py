@@ -95,7 +95,7 @@ def test_handoff_through_ansible_playbook_reconciles_the_whole_chain(
         registry_aliases={"krops-registry:5000": oci_registry},
         renderer=render.find_kustomize(shutil.which("kubectl", path=os.environ["PATH"].split(os.pathsep, 1)[1])),
     )
-    CapiController(world, spawn=lambda name: strict_cluster(name))
+    CapiController(world, spawn=strict_cluster)
     helm = _helm_wrapper(fake_bins)
     play = tmp_path / "handoff.yml"
     play.write_text(yaml.safe_dump(_play(oci_registry, kind.kubeconfig_path, helm), sort_keys=False))

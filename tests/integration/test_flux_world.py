@@ -39,7 +39,7 @@ def build_world(strict_cluster, registry, workdir):
     world = World()
     world.add_cluster(mgmt)
     FluxController(world, workdir, registry_aliases={"krops-registry:5000": registry})
-    CapiController(world, spawn=lambda name: strict_cluster(name))
+    CapiController(world, spawn=strict_cluster)
     return world, mgmt
 
 

@@ -67,7 +67,7 @@ def test_every_bundle_builds_from_the_vendored_schemas():
 
 def test_custom_resource_needs_its_crd(strict_cluster):
     bare = strict_cluster("bare")
-    code, body, _ = http(
+    code, body, _headers = http(
         bare, "POST", "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/default/kustomizations", kustomization()
     )
     assert (code, body["reason"]) == (404, "NotFound")
@@ -77,19 +77,19 @@ def test_custom_resource_needs_its_crd(strict_cluster):
         bare.create(kustomization())
     bare.install_bundle("flux")
     bare.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
-    code, body, _ = http(bare, "POST", KS_PATH, kustomization())
+    code, body, _headers = http(bare, "POST", KS_PATH, kustomization())
     assert code == 201 and body["metadata"]["uid"]
     # discovery now serves the group, all its versions
-    code, groups, _ = http(bare, "GET", "/apis")
+    code, groups, _headers = http(bare, "GET", "/apis")
     versions = {g["name"]: [v["version"] for v in g["versions"]] for g in groups["groups"]}
     assert versions["source.toolkit.fluxcd.io"][0] == "v1" and "v1beta2" in versions["source.toolkit.fluxcd.io"]
     for group in groups["groups"]:  # every advertised version answers (clients walk them all)
         for version in group["versions"]:
-            code, listed, _ = http(bare, "GET", "/apis/" + version["groupVersion"])
+            code, listed, _headers = http(bare, "GET", "/apis/" + version["groupVersion"])
             assert code == 200 and listed["resources"], version["groupVersion"]
     # deleting the CRD deletes its objects and stops serving the resource
     bare.remove("apiextensions.k8s.io/v1", "CustomResourceDefinition", "kustomizations.kustomize.toolkit.fluxcd.io")
-    code, body, _ = http(bare, "GET", KS_PATH + "/apps")
+    code, body, _headers = http(bare, "GET", KS_PATH + "/apps")
     assert code == 404
     assert not [k for k in bare.objects if k[0] == "kustomize.toolkit.fluxcd.io"]
 
@@ -97,7 +97,7 @@ def test_custom_resource_needs_its_crd(strict_cluster):
 def test_wrong_type_and_missing_required_field_are_invalid(api):
     bad = kustomization(prune="yes")
     del bad["spec"]["interval"]
-    code, body, _ = http(api, "POST", KS_PATH, bad)
+    code, body, _headers = http(api, "POST", KS_PATH, bad)
     assert (code, body["reason"]) == (422, "Invalid")
     assert body["message"] == (
         'Kustomization.kustomize.toolkit.fluxcd.io "apps" is invalid: [spec.interval: Required '
@@ -118,7 +118,7 @@ def test_wrong_type_and_missing_required_field_are_invalid(api):
 def test_enum_violation_lists_the_supported_values(api):
     bad = kustomization()
     bad["spec"]["sourceRef"]["kind"] = "HelmRepository"
-    code, body, _ = http(api, "POST", KS_PATH, bad)
+    code, body, _headers = http(api, "POST", KS_PATH, bad)
     assert code == 422
     cause = body["details"]["causes"][0]
     assert cause["field"] == "spec.sourceRef.kind" and cause["reason"] == "FieldValueNotSupported"
@@ -128,7 +128,7 @@ def test_enum_violation_lists_the_supported_values(api):
 def test_unknown_fields_follow_field_validation(api):
     bad = kustomization()
     bad["spec"]["sourceRef"]["bogus"] = 1
-    code, body, _ = http(api, "POST", KS_PATH + "?fieldValidation=Strict", bad)
+    code, body, _headers = http(api, "POST", KS_PATH + "?fieldValidation=Strict", bad)
     assert (code, body["reason"]) == (400, "BadRequest")
     assert body["message"] == (
         'Kustomization in version "v1" cannot be handled as a Kustomization: strict decoding '
@@ -143,7 +143,7 @@ def test_unknown_fields_follow_field_validation(api):
 def test_server_side_apply_refuses_unknown_fields_whatever_the_directive(api):
     bad = kustomization()
     bad["spec"]["wat"] = True
-    code, body, _ = http(
+    code, body, _headers = http(
         api, "PATCH", KS_PATH + "/apps?fieldManager=krops&fieldValidation=Ignore", bad, "application/apply-patch+yaml"
     )
     assert code == 500
@@ -151,7 +151,7 @@ def test_server_side_apply_refuses_unknown_fields_whatever_the_directive(api):
 
 
 def test_apply_needs_a_field_manager(api):
-    code, body, _ = http(api, "PATCH", KS_PATH + "/apps", kustomization(), "application/apply-patch+yaml")
+    code, body, _headers = http(api, "PATCH", KS_PATH + "/apps", kustomization(), "application/apply-patch+yaml")
     assert (code, body["reason"]) == (422, "Invalid")
     assert (
         body["message"]
@@ -161,17 +161,19 @@ def test_apply_needs_a_field_manager(api):
 
 def test_field_managers_conflict_force_and_release_fields(api):
     path = KS_PATH + "/apps?fieldManager=%s"
-    code, body, _ = http(
+    code, body, _headers = http(
         api, "PATCH", path % "kustomize-controller", kustomization(suspend=False), "application/apply-patch+yaml"
     )
     assert code == 200 and body["metadata"]["managedFields"][0]["manager"] == "kustomize-controller"
-    code, body, _ = http(api, "PATCH", path % "someone", kustomization(suspend=True), "application/apply-patch+yaml")
+    code, body, _headers = http(
+        api, "PATCH", path % "someone", kustomization(suspend=True), "application/apply-patch+yaml"
+    )
     assert (code, body["reason"]) == (409, "Conflict")
     assert body["message"] == 'Apply failed with 1 conflict: conflict with "kustomize-controller": .spec.suspend'
     assert body["details"]["causes"] == [
         {"reason": "FieldManagerConflict", "field": ".spec.suspend", "message": 'conflict with "kustomize-controller"'}
     ]
-    code, body, _ = http(
+    code, body, _headers = http(
         api, "PATCH", path % "someone" + "&force=true", kustomization(suspend=True), "application/apply-patch+yaml"
     )
     assert code == 200 and body["spec"]["suspend"] is True
@@ -179,7 +181,7 @@ def test_field_managers_conflict_force_and_release_fields(api):
     assert "f:suspend" in owners["someone"] and "f:suspend" not in owners["kustomize-controller"]
     assert "f:interval" in owners["kustomize-controller"]  # equal values stay shared
     # a manager that stops applying a field it alone owns removes it
-    code, body, _ = http(api, "PATCH", path % "someone", kustomization(), "application/apply-patch+yaml")
+    code, body, _headers = http(api, "PATCH", path % "someone", kustomization(), "application/apply-patch+yaml")
     assert code == 200 and "suspend" not in body["spec"]
 
 
@@ -187,20 +189,20 @@ def test_stale_resource_version_is_a_conflict(api):
     created = api.create(kustomization())
     api.patch(api.resource_for(KS, "Kustomization"), "flux-system", "apps", "merge", {"spec": {"suspend": True}})
     stale = dict(created, spec=dict(created["spec"], suspend=False))
-    code, body, _ = http(api, "PUT", KS_PATH + "/apps", stale)
+    code, body, _headers = http(api, "PUT", KS_PATH + "/apps", stale)
     assert (code, body["reason"]) == (409, "Conflict")
     assert body["message"] == (
         'Operation cannot be fulfilled on kustomizations.kustomize.toolkit.fluxcd.io "apps": the '
         "object has been modified; please apply your changes to the latest version and try again"
     )
     stale["metadata"].pop("resourceVersion")
-    code, body, _ = http(api, "PUT", KS_PATH + "/apps", stale)
+    code, body, _headers = http(api, "PUT", KS_PATH + "/apps", stale)
     assert code == 422
     assert body["message"].endswith("metadata.resourceVersion: Invalid value: 0: must be specified for an update")
 
 
 def test_namespace_must_exist_and_not_be_terminating(api):
-    code, body, _ = http(
+    code, body, _headers = http(
         api, "POST", "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/nope/kustomizations", kustomization()
     )
     assert (code, body["message"]) == (404, 'namespaces "nope" not found')
@@ -209,7 +211,7 @@ def test_namespace_must_exist_and_not_be_terminating(api):
     api.create(held)
     api.remove("v1", "Namespace", "flux-system")
     assert api.get("v1", "Namespace", "flux-system")["status"]["phase"] == "Terminating"
-    code, body, _ = http(api, "POST", KS_PATH, kustomization("late"))
+    code, body, _headers = http(api, "POST", KS_PATH, kustomization("late"))
     assert (code, body["reason"]) == (403, "Forbidden")
     assert body["message"] == "unable to create new content in namespace flux-system because it is being terminated"
     api.clear_finalizers(KS, "Kustomization", "held", "flux-system")
@@ -220,9 +222,9 @@ def test_finalizers_hold_deletion_and_cannot_be_added_while_deleting(api):
     held = kustomization()
     held["metadata"]["finalizers"] = ["finalizers.fluxcd.io"]
     api.create(held)
-    code, body, _ = http(api, "DELETE", KS_PATH + "/apps")
+    code, body, _headers = http(api, "DELETE", KS_PATH + "/apps")
     assert code == 200 and body["metadata"]["deletionTimestamp"]
-    code, body, _ = http(
+    code, body, _headers = http(
         api,
         "PATCH",
         KS_PATH + "/apps",
@@ -264,12 +266,12 @@ def test_owner_references_garbage_collection(api):
             "metadata": {"name": "decoy", "namespace": "flux-system", "ownerReferences": [dict(ref(owner), uid="x")]},
         }
     )
-    code, _, _ = http(api, "DELETE", "/api/v1/namespaces/flux-system/configmaps/owner")
+    code, _body, _headers = http(api, "DELETE", "/api/v1/namespaces/flux-system/configmaps/owner")
     assert code == 200
     assert not api.exists("v1", "Secret", "child", "flux-system")
     assert api.get("v1", "Secret", "shared", "flux-system")["metadata"]["ownerReferences"] == [ref(other)]
     assert api.exists("v1", "Secret", "decoy", "flux-system") and decoy
-    code, _, _ = http(
+    code, _body, _headers = http(
         api,
         "DELETE",
         "/api/v1/namespaces/flux-system/configmaps/other",
@@ -303,7 +305,9 @@ def test_foreground_deletion_waits_for_dependents(api):
             },
         }
     )
-    code, body, _ = http(api, "DELETE", "/api/v1/namespaces/flux-system/configmaps/owner?propagationPolicy=Foreground")
+    code, body, _headers = http(
+        api, "DELETE", "/api/v1/namespaces/flux-system/configmaps/owner?propagationPolicy=Foreground"
+    )
     assert code == 200 and "foregroundDeletion" in body["metadata"]["finalizers"]
     assert api.exists("v1", "ConfigMap", "owner", "flux-system")
     api.clear_finalizers("v1", "Secret", "held", "flux-system")
@@ -312,14 +316,14 @@ def test_foreground_deletion_waits_for_dependents(api):
 
 
 def test_built_in_kinds_are_validated_too(api):
-    code, body, _ = http(
+    code, body, _headers = http(
         api,
         "POST",
         "/api/v1/namespaces/flux-system/configmaps?fieldValidation=Strict",
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": 1}, "dat": {}},
     )
     assert code == 400 and 'unknown field "dat"' in body["message"]
-    code, body, _ = http(
+    code, body, _headers = http(
         api,
         "POST",
         "/api/v1/namespaces/flux-system/configmaps",
@@ -346,7 +350,7 @@ def test_kubernetes_client_works_against_it(api):
 def test_cel_rules_of_the_crds_are_enforced(strict_cluster):
     api = strict_cluster("cel", bundles=("flux-operator", "flux"))
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
-    code, body, _ = http(
+    code, body, _headers = http(
         api,
         "POST",
         "/apis/fluxcd.controlplane.io/v1/namespaces/flux-system/fluxinstances",
@@ -372,7 +376,9 @@ def test_cel_rules_of_the_crds_are_enforced(strict_cluster):
             "chart": {"spec": {"chart": "x", "sourceRef": {"kind": "HelmRepository", "name": "x"}}},
         },
     }
-    code, body, _ = http(api, "POST", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux-system/helmreleases", both)
+    code, body, _headers = http(
+        api, "POST", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux-system/helmreleases", both
+    )
     assert code == 422
     assert body["details"]["causes"] == [
         {
@@ -382,7 +388,9 @@ def test_cel_rules_of_the_crds_are_enforced(strict_cluster):
         }
     ]
     del both["spec"]["chart"]
-    code, _body, _ = http(api, "POST", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux-system/helmreleases", both)
+    code, _body, _headers = http(
+        api, "POST", "/apis/helm.toolkit.fluxcd.io/v2/namespaces/flux-system/helmreleases", both
+    )
     assert code == 201
 
 
@@ -395,11 +403,19 @@ def test_a_crd_version_serves_the_same_objects_in_its_own_apiversion(strict_clus
         "metadata": {"name": "r", "namespace": "flux-system"},
         "spec": {"interval": "1m", "url": "https://x"},
     }
-    code, _body, _ = http(api, "POST", "/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories", repo)
+    code, _body, _headers = http(
+        api, "POST", "/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories", repo
+    )
     assert code == 201
-    code, body, _ = http(api, "GET", "/apis/source.toolkit.fluxcd.io/v1beta2/namespaces/flux-system/gitrepositories/r")
+    code, body, _headers = http(
+        api, "GET", "/apis/source.toolkit.fluxcd.io/v1beta2/namespaces/flux-system/gitrepositories/r"
+    )
     assert code == 200 and body["apiVersion"] == "source.toolkit.fluxcd.io/v1beta2"
-    code, body, _ = http(api, "GET", "/apis/source.toolkit.fluxcd.io/v1beta2/namespaces/flux-system/gitrepositories")
+    code, body, _headers = http(
+        api, "GET", "/apis/source.toolkit.fluxcd.io/v1beta2/namespaces/flux-system/gitrepositories"
+    )
     assert [i["apiVersion"] for i in body["items"]] == ["source.toolkit.fluxcd.io/v1beta2"]
-    code, body, _ = http(api, "GET", "/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories/nope")
+    code, body, _headers = http(
+        api, "GET", "/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories/nope"
+    )
     assert (code, body["reason"]) == (404, "NotFound")

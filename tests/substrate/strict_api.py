@@ -180,7 +180,7 @@ class SchemaCatalog:
         self.index = {}
         for group_dir in sorted(p for p in self.folder.iterdir() if p.is_dir()):
             for path in sorted(group_dir.glob("*.json")):
-                stem, _, version = path.stem.rpartition("_")
+                stem, _sep, version = path.stem.rpartition("_")
                 self.index.setdefault((group_dir.name, stem), {})[version] = path
         self._kinds = {}
 
@@ -423,7 +423,7 @@ class StrictKubeEmulator(KubeEmulator):
         return super()._resource(group, version, plural)
 
     def resource_for(self, api_version, kind):
-        group, _, version = api_version.rpartition("/")
+        group, _sep, version = api_version.rpartition("/")
         for res in self.resources.values():
             if res.group == group and res.kind == kind:
                 return (
@@ -435,7 +435,7 @@ class StrictKubeEmulator(KubeEmulator):
 
     @staticmethod
     def _no_match(api_version, kind):
-        group, _, version = api_version.rpartition("/")
+        group, _sep, version = api_version.rpartition("/")
         raise ApiError(
             404,
             "NotFound",
@@ -759,7 +759,8 @@ class StrictKubeEmulator(KubeEmulator):
                     FieldError(
                         "FieldValueForbidden",
                         "metadata.finalizers",
-                        detail=f"no new finalizers can be added if the object is being deleted, found new finalizers {_go_string_slice(sorted(new_finalizers))}",
+                        detail="no new finalizers can be added if the object is being deleted, found new finalizers "
+                        + _go_string_slice(sorted(new_finalizers)),
                     )
                 ],
             )
@@ -857,7 +858,7 @@ class StrictKubeEmulator(KubeEmulator):
                 message = f"Apply failed with 1 conflict: conflict with {_print_manager(conflicts[0][0])}: {_smd_path(conflicts[0][1])}"
             else:
                 lines = []
-                for entry in sorted({id(e): e for e, _ in conflicts}.values(), key=lambda e: e["manager"]):
+                for entry in sorted({id(e): e for e, _field in conflicts}.values(), key=lambda e: e["manager"]):
                     lines.append(f"conflicts with {_print_manager(entry)}:")
                     lines += [f"- {_smd_path(p)}" for e, p in conflicts if e is entry]
                 message = "Apply failed with %d conflicts: %s" % (len(conflicts), "\n".join(lines))

@@ -55,7 +55,7 @@ def parse(argv):
     while index < len(argv):
         arg = argv[index]
         if arg.startswith("-"):
-            name, _, value = arg.partition("=")
+            name, _eq, value = arg.partition("=")
             if name in VALUE_FLAGS:
                 if not value:
                     index += 1
