@@ -461,8 +461,8 @@ def compare(base, head, store=None, cel=True):
         for failure in new_state["render_failures"]:
             findings.append(Finding("render-failure", env, "-", failure["file"], failure["message"]))
 
-        def bucket(entry):  # noqa: B023 - called in this iteration only
-            return section["kustomizations"].setdefault(
+        def bucket(entry):  # called within this iteration only
+            return section["kustomizations"].setdefault(  # noqa: B023
                 entry.kustomization, {"added": [], "changed": [], "removed": []}
             )
 
