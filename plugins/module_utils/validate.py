@@ -51,6 +51,7 @@ except ImportError:  # PyYAML comes with ansible-core; only bare sanity environm
 from ansible_collections.krops.platform.plugins.module_utils import airgap
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate_schema
 
@@ -64,15 +65,7 @@ except ImportError:  # reported as a finding-free note in the summary
 
 RULES = ("render", "schema", "flux-graph", "bootstrap", "secrets", "tags", "yamllint", "cel", "airgap")
 FLUX_KS = "kustomize.toolkit.fluxcd.io"
-PROVIDER_KINDS = (
-    "CoreProvider",
-    "BootstrapProvider",
-    "ControlPlaneProvider",
-    "InfrastructureProvider",
-    "AddonProvider",
-    "IPAMProvider",
-    "RuntimeExtensionProvider",
-)
+PROVIDER_KINDS = kube.PROVIDER_KINDS
 # Chart name in Git -> key of bootstrap.toml [charts].
 CHART_PINS = {
     "cert-manager": "cert-manager",
