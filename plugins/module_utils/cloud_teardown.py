@@ -9,29 +9,42 @@ groups, VPCs) and it carries proof of ownership, or when it carries the krops ow
 inside a VPC the environment owns. Everything else in the subscription or project is left
 alone and never even modified.
 
-Plain urllib with a bearer token, so tests point the base URLs at local HTTP doubles.
+Plain urllib with a bearer token, so tests point the base URLs at local HTTP doubles. The token
+comes from the clouds' own credential chains (azure-identity, google-auth; docs/teardown.md), so
+managed identity and workload identity work as in every other Azure or Google tool.
 Discovery is read-only and comes first: check mode returns the plan it produced.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import ssl
 import time
 import urllib.error
 import urllib.parse
 
-from ansible.module_utils.urls import Request, open_url
+from ansible.module_utils.urls import Request
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import ownership
+from ansible_collections.krops.platform.plugins.module_utils import profiles
 
 OWNER_TAG = ownership.CLOUD_ENV_LABEL
 CAPZ_OWNED_TAG = "sigs.k8s.io_cluster-api-provider-azure_cluster_%s"
 
 AZURE_ARM = "https://management.azure.com"
-AZURE_LOGIN = "https://login.microsoftonline.com"
+GCP_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+# Environment variables that hold secrets, read by krops or by the SDK chains: their values are
+# masked in every result, message and warning, like no_log parameters (env_secrets, mask).
+AZURE_SECRET_VARS = (
+    "AZURE_ACCESS_TOKEN",
+    "AZURE_SECRET",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_CLIENT_CERTIFICATE_PASSWORD",
+    "AZURE_PASSWORD",
+)
+GCP_SECRET_VARS = ("GCP_ACCESS_TOKEN",)
 AZURE_API = {
     "resourcegroups": "2021-04-01",
     "connectedClusters": "2024-01-01",
@@ -118,13 +131,24 @@ class Http:
         return items
 
 
-def load_environment(config_file, environment, kind):
-    """(config, environment table) from bootstrap.toml; CloudError when the environment is of another kind."""
+def load_environment(config_file, environment, cloud):
+    """(config, environment table) from bootstrap.toml; CloudError when the environment's profile sweeps another cloud."""
     cfg = krops_config.load(config_file, environment=environment)
     env = cfg.environment()
-    if env["kind"] != kind:
-        raise CloudError("environment {} is of kind {}, not {}".format(cfg.selected, env["kind"], kind))
+    profile = profiles.of(env)
+    if profile.cloud != cloud:
+        raise CloudError(f"environment {cfg.selected} is of kind {profile.platform}, not {cloud}")
     return cfg, env
+
+
+def env_secrets(environ, names):
+    """The non-empty values of the secret-holding environment variables among names."""
+    return {environ[name] for name in names if environ.get(name)}
+
+
+def mask(module, environ, names):
+    """Mask secrets taken from the environment like no_log parameters (AnsibleModule.no_log_values)."""
+    module.no_log_values.update(env_secrets(environ, names))
 
 
 def _message(raw):
@@ -157,67 +181,59 @@ def wait_gone(http, urls, timeout, poll_interval, clock=time.monotonic, sleep=ti
     return pending
 
 
-def _cli_token(argv, parse, run_command):
-    """Token from a cloud CLI's login; run_command(argv) -> (rc, stdout, stderr), e.g. AnsibleModule.run_command."""
-    binary = shutil.which(argv[0])
-    if not binary or run_command is None:
-        return None
-    rc, out, err = run_command([binary] + argv[1:])
-    if rc != 0:
-        raise CloudError("{} failed (rc {}): {}".format(" ".join(argv), rc, (err or "").strip()[-300:]))
-    try:
-        return parse(out)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CloudError("{} printed no token: {}".format(" ".join(argv), exc))
+def _first_line(exc):
+    # google-auth errors carry (message, response body) as args; the message says it all
+    first = exc.args[0] if getattr(exc, "args", None) and isinstance(exc.args[0], str) else None
+    text = str(first or getattr(exc, "message", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # --- Azure ------------------------------------------------------------------------------
 
 
-def azure_token(
-    access_token=None,
-    client_id=None,
-    secret=None,
-    tenant=None,
-    login_endpoint=AZURE_LOGIN,
-    resource=AZURE_ARM,
-    run_command=None,
-):
-    """A bearer token for ARM: given, else client credentials, else the az CLI's login."""
+def azure_credential(client_id=None, secret=None, tenant=None, login_endpoint=None):
+    """An azure-identity credential: the service principal given, else DefaultAzureCredential's chain.
+
+    The chain (environment service principal, workload identity, managed identity, az CLI, ...)
+    reads its own environment variables. A login_endpoint given is the authority, trusted as given:
+    no instance discovery, which would ask the public cloud about it.
+    """
+    try:
+        from azure import identity  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise CloudError("azure_teardown needs the Python package azure-identity (requirements.txt)") from None
+    kwargs = {"authority": login_endpoint, "disable_instance_discovery": True} if login_endpoint else {}
+    try:
+        if client_id and secret and tenant:
+            return identity.ClientSecretCredential(tenant, client_id, secret, **kwargs)
+        if client_id:  # selects the user-assigned managed identity / workload identity of the chain
+            kwargs["managed_identity_client_id"] = client_id
+        return identity.DefaultAzureCredential(**kwargs)
+    except ValueError as exc:  # a malformed authority or AZURE_TOKEN_CREDENTIALS
+        raise CloudError(f"Azure credentials: {_first_line(exc)}") from None
+
+
+def _azure_reason(exc):
+    """One line from an azure-identity error: the chain's summary and what each credential answered."""
+    text = str(getattr(exc, "message", None) or exc)
+    keep = [line.strip() for line in text.splitlines() if line.strip()]
+    keep = [line for line in keep if not line.startswith(("Content:", "To mitigate", "Attempted credentials"))]
+    return "; ".join(line.rstrip(".") for line in keep) or type(exc).__name__
+
+
+def azure_token(access_token=None, credential=None, resource=AZURE_ARM):
+    """A bearer token for ARM: given, else from an azure-identity credential (azure_credential)."""
     if access_token:
         return access_token
-    if client_id and secret and tenant:
-        url = "{}/{}/oauth2/v2.0/token".format(login_endpoint.rstrip("/"), urllib.parse.quote(tenant))
-        form = urllib.parse.urlencode(
-            {
-                "grant_type": "client_credentials",
-                "client_id": client_id,
-                "client_secret": secret,
-                "scope": "{}/.default".format(resource.rstrip("/")),
-            }
-        ).encode()
-        try:
-            resp = open_url(
-                url, data=form, method="POST", timeout=60, headers={"Content-Type": "application/x-www-form-urlencoded"}
-            )
-            return json.loads(resp.read())["access_token"]
-        except urllib.error.HTTPError as exc:
-            raise CloudError(
-                f"Azure login for client {client_id} in tenant {tenant} failed ({exc.code}): {_message(exc.read())}"
-            )
-        except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
-            raise CloudError(f"Azure login at {login_endpoint} failed: {exc}")
-    token = _cli_token(
-        ["az", "account", "get-access-token", "--resource", resource.rstrip("/") + "/", "-o", "json"],
-        lambda out: json.loads(out)["accessToken"],
-        run_command,
-    )
-    if token:
-        return token
-    raise CloudError(
-        "no Azure credentials: set access_token (or AZURE_ACCESS_TOKEN), client_id/secret/tenant "
-        "(or AZURE_CLIENT_ID, AZURE_SECRET, AZURE_TENANT), or log in with `az login`"
-    )
+    scope = "{}/.default".format(resource.rstrip("/"))
+    try:
+        return credential.get_token(scope).token
+    except Exception as exc:  # pylint: disable=broad-except  # azure-core's errors, without a traceback
+        raise CloudError(
+            f"Azure login failed ({_azure_reason(exc)}). Set access_token, or client_id/secret/tenant, or the "
+            "variables DefaultAzureCredential reads (AZURE_CLIENT_ID, AZURE_TENANT_ID with AZURE_CLIENT_SECRET "
+            "or AZURE_FEDERATED_TOKEN_FILE; a managed identity; `az login`); see docs/teardown.md"
+        ) from None
 
 
 def _tags(resource):
@@ -400,16 +416,28 @@ def azure_teardown(
 # --- GCP --------------------------------------------------------------------------------
 
 
-def gcp_token(access_token=None, run_command=None):
+def gcp_token(access_token=None):
+    """A bearer token: given, else from google.auth.default (Application Default Credentials)."""
     if access_token:
         return access_token
-    token = _cli_token(["gcloud", "auth", "print-access-token"], lambda out: out.strip(), run_command)
-    if token:
-        return token
-    raise CloudError(
-        "no GCP credentials: set access_token (or GCP_ACCESS_TOKEN), or log in with "
-        "`gcloud auth login` / `gcloud auth activate-service-account`"
-    )
+    try:
+        import google.auth  # pylint: disable=import-outside-toplevel
+        import google.auth.transport.requests  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise CloudError("gcp_teardown needs the Python package google-auth (requirements.txt)") from None
+    try:
+        credentials, dummy = google.auth.default(scopes=[GCP_SCOPE])
+    except google.auth.exceptions.DefaultCredentialsError as exc:
+        raise CloudError(
+            f"no GCP credentials: {_first_line(exc)} Set access_token (or GCP_ACCESS_TOKEN), "
+            "GOOGLE_APPLICATION_CREDENTIALS, run `gcloud auth application-default login`, or run where a "
+            "metadata server serves a service account; see docs/teardown.md"
+        ) from None
+    try:
+        credentials.refresh(google.auth.transport.requests.Request())
+    except google.auth.exceptions.GoogleAuthError as exc:
+        raise CloudError(f"GCP login ({type(credentials).__module__}) failed: {_first_line(exc)}") from None
+    return credentials.token
 
 
 def gcp_roots(base_url=None):

@@ -38,16 +38,22 @@ options:
     description: Azure subscription. Defaults to E(AZURE_SUBSCRIPTION_ID).
     type: str
   access_token:
-    description: ARM bearer token. Defaults to E(AZURE_ACCESS_TOKEN).
+    description:
+      - ARM bearer token. Defaults to E(AZURE_ACCESS_TOKEN).
+      - Without a token and without a complete service principal (O(client_id), O(secret), O(tenant)),
+        the token comes from azure-identity's C(DefaultAzureCredential) chain (environment service principal,
+        workload identity, managed identity, the C(az) CLI login; see docs/teardown.md).
     type: str
   client_id:
-    description: Service principal for the client-credentials login. Defaults to E(AZURE_CLIENT_ID).
+    description:
+      - Service principal for the client-credentials login. Defaults to E(AZURE_CLIENT_ID).
+      - Used with O(secret) and O(tenant); alone it only selects the identity of the chain.
     type: str
   secret:
-    description: Service principal secret. Defaults to E(AZURE_SECRET).
+    description: Service principal secret. Defaults to E(AZURE_SECRET) (the name azure.azcollection and AWX use).
     type: str
   tenant:
-    description: Tenant of the service principal. Defaults to E(AZURE_TENANT).
+    description: Tenant of the service principal. Defaults to E(AZURE_TENANT) (the name azure.azcollection and AWX use).
     type: str
   resource_groups:
     description: Resource groups to delete; defaults to C(teardown.resource-groups) of the environment.
@@ -67,9 +73,11 @@ options:
     type: str
     default: https://management.azure.com
   login_endpoint:
-    description: Microsoft Entra login base URL, for the client-credentials login.
+    description:
+      - Microsoft Entra authority (an https URL) for the service principal and the chain, trusted as given
+        (no instance discovery).
+      - When not set, azure-identity uses E(AZURE_AUTHORITY_HOST), then V(login.microsoftonline.com).
     type: str
-    default: https://login.microsoftonline.com
   wait:
     description: Wait until the resource groups and the Arc resource are gone.
     type: bool
@@ -89,9 +97,12 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+requirements:
+  - azure-identity (Python), unless O(access_token) is given
 notes:
-  - Credentials never reach a command line; without a token or service principal the token of the
-    C(az) CLI login is used.
+  - Credentials never reach a command line. Secrets read from environment variables (E(AZURE_ACCESS_TOKEN),
+    E(AZURE_SECRET), E(AZURE_CLIENT_SECRET), E(AZURE_CLIENT_CERTIFICATE_PASSWORD), E(AZURE_PASSWORD)) are masked
+    in results, messages and warnings like no_log options.
 """
 
 EXAMPLES = r"""
@@ -147,29 +158,31 @@ def argument_spec():
         federated_credential_prefix=dict(type="str", default="krops-kind-"),
         federated_credential_issuers=dict(type="list", elements="str", default=[]),
         endpoint=dict(type="str", default=cloud_teardown.AZURE_ARM),
-        login_endpoint=dict(type="str", default=cloud_teardown.AZURE_LOGIN),
+        login_endpoint=dict(type="str"),
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=1800),
         poll_interval=dict(type="int", default=10),
     )
 
 
-def run(p, check_mode, environ=None, run_command=None):
+def run(p, check_mode, environ=None):
     environ = os.environ if environ is None else environ
     cfg, env = cloud_teardown.load_environment(p["config_file"], p["environment"], "azure")
     subscription = p["subscription_id"] or environ.get("AZURE_SUBSCRIPTION_ID")
     if not subscription:
         raise cloud_teardown.CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")
     down = env.get("teardown") or {}
-    token = cloud_teardown.azure_token(
-        p["access_token"] or environ.get("AZURE_ACCESS_TOKEN"),
-        p["client_id"] or environ.get("AZURE_CLIENT_ID"),
-        p["secret"] or environ.get("AZURE_SECRET"),
-        p["tenant"] or environ.get("AZURE_TENANT"),
-        p["login_endpoint"],
-        p["endpoint"],
-        run_command,
-    )
+    token = p["access_token"] or environ.get("AZURE_ACCESS_TOKEN")
+    credential = None
+    if not token:
+        # the service principal given (or as azure.azcollection and AWX spell it), else the SDK's chain
+        credential = cloud_teardown.azure_credential(
+            p["client_id"] or environ.get("AZURE_CLIENT_ID"),
+            p["secret"] or environ.get("AZURE_SECRET"),
+            p["tenant"] or environ.get("AZURE_TENANT"),
+            p["login_endpoint"],
+        )
+    token = cloud_teardown.azure_token(token, credential, p["endpoint"])
     http = cloud_teardown.Http(token, what="ARM")
     groups = p["resource_groups"] if p["resource_groups"] is not None else down.get("resource-groups") or []
     clusters = list(down.get("capi-workloads") or []) + [env["mgmt-cluster"]]
@@ -195,8 +208,9 @@ def run(p, check_mode, environ=None, run_command=None):
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    cloud_teardown.mask(module, os.environ, cloud_teardown.AZURE_SECRET_VARS)
     try:
-        result = run(module.params, module.check_mode, run_command=module.run_command)
+        result = run(module.params, module.check_mode)
     except krops_config.ConfigError as exc:
         module.fail_json(msg=str(exc))
     except cloud_teardown.CloudError as exc:

@@ -38,7 +38,10 @@ options:
     type: str
   access_token:
     description:
-      - OAuth2 access token. Defaults to E(GCP_ACCESS_TOKEN); without it, C(gcloud auth print-access-token).
+      - OAuth2 access token. Defaults to E(GCP_ACCESS_TOKEN).
+      - Without it, Application Default Credentials (C(google.auth.default)) give the token, from
+        E(GOOGLE_APPLICATION_CREDENTIALS) (a service account key or a workload identity federation file),
+        C(gcloud auth application-default login), or the metadata server (see docs/teardown.md).
     type: str
   networks:
     description: VPC names the environment owns; defaults to C(teardown.networks) of the environment.
@@ -68,6 +71,10 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+requirements:
+  - google-auth (Python), unless O(access_token) is given
+notes:
+  - A token read from E(GCP_ACCESS_TOKEN) is masked in results, messages and warnings like no_log options.
 """
 
 EXAMPLES = r"""
@@ -128,7 +135,7 @@ def argument_spec():
     )
 
 
-def run(p, check_mode, environ=None, run_command=None):
+def run(p, check_mode, environ=None):
     environ = os.environ if environ is None else environ
     cfg, env = cloud_teardown.load_environment(p["config_file"], p["environment"], "gcp")
     project = p["project"] or environ.get("GCP_PROJECT") or environ.get("GOOGLE_CLOUD_PROJECT")
@@ -136,7 +143,7 @@ def run(p, check_mode, environ=None, run_command=None):
         raise cloud_teardown.CloudError("no GCP project: set project, GCP_PROJECT or GOOGLE_CLOUD_PROJECT")
     down = env.get("teardown") or {}
     networks = p["networks"] if p["networks"] is not None else down.get("networks") or []
-    token = cloud_teardown.gcp_token(p["access_token"] or environ.get("GCP_ACCESS_TOKEN"), run_command)
+    token = cloud_teardown.gcp_token(p["access_token"] or environ.get("GCP_ACCESS_TOKEN"))
     http = cloud_teardown.Http(token, what="Google API")
     result = cloud_teardown.gcp_teardown(
         http,
@@ -157,8 +164,9 @@ def run(p, check_mode, environ=None, run_command=None):
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    cloud_teardown.mask(module, os.environ, cloud_teardown.GCP_SECRET_VARS)
     try:
-        result = run(module.params, module.check_mode, run_command=module.run_command)
+        result = run(module.params, module.check_mode)
     except krops_config.ConfigError as exc:
         module.fail_json(msg=str(exc))
     except cloud_teardown.CloudError as exc:

@@ -8,8 +8,10 @@ order and that nothing outside the ownership filter was touched.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -25,7 +27,7 @@ SUB = "00000000-0000-0000-0000-000000000001"
 class Double:
     """A threaded HTTP server dispatching to handle(method, path, query, body) -> (status, body)."""
 
-    def __init__(self):
+    def __init__(self, tls=None):
         self.calls = []
         self.lock = threading.Lock()
         double = self
@@ -63,9 +65,13 @@ class Double:
                 self._do("PATCH")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls:  # (cert, key) files: azure-identity accepts only an https authority
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.server.server_address[1])
 
     def stop(self):
         self.server.shutdown()
@@ -83,6 +89,7 @@ class Arm(Double):
         super().__init__()
         self.objects = {}  # id -> resource
         self.deleting = {}  # id -> GETs left before it is gone
+        self.echo_auth = False  # refuse writes, quoting the Authorization header back
 
     def add(self, rid, **fields):
         obj = {"id": rid, "name": rid.rsplit("/", 1)[-1]}
@@ -92,16 +99,6 @@ class Arm(Double):
     def handle(self, method, path, query, body):
         low = path.lower()
         sub = f"/subscriptions/{SUB}"
-        if method == "POST" and low == "/tenant-1/oauth2/v2.0/token":
-            form = parse_qs(body)
-            if form == {
-                "grant_type": ["client_credentials"],
-                "client_id": ["app-1"],
-                "client_secret": ["s3cret"],
-                "scope": [f"{self.url}/.default"],
-            }:
-                return 200, {"access_token": "from-login", "token_type": "Bearer"}
-            return 401, {"error": "invalid_client", "error_description": "bad secret"}
         listings = {
             sub + "/resourcegroups": lambda i: i.count("/") == 4 and "/resourcegroups/" in i.lower(),
             sub + "/providers/microsoft.kubernetes/connectedclusters": lambda i: "/connectedclusters/" in i.lower(),
@@ -129,6 +126,8 @@ class Arm(Double):
                     self._drop(rid)
                     return 404, {"error": {"code": "NotFound", "message": "gone"}}
             return 200, self.objects[rid]
+        if method == "DELETE" and self.echo_auth:
+            return 403, {"error": {"code": "AuthorizationFailed", "message": f"denied for {self.calls[-1][2]}"}}
         if method == "DELETE":
             if "/federatedidentitycredentials/" in low:
                 self._drop(rid)
@@ -141,6 +140,91 @@ class Arm(Double):
         for other in [i for i in self.objects if i == rid or i.lower().startswith(rid.lower() + "/")]:
             del self.objects[other]
         self.deleting.pop(rid, None)
+
+
+class Login(Double):
+    """Microsoft Entra for one tenant over TLS: OpenID discovery and the client-credentials grant.
+
+    Like the real token endpoint it rejects a wrong secret (401 invalid_client) and a scope other than
+    the resource's /.default.
+    """
+
+    def __init__(self, tls, resource, secret="s3cret", client_id="app-1", tenant="tenant-1"):
+        super().__init__(tls=tls)
+        self.resource, self.secret, self.client_id, self.tenant = resource, secret, client_id, tenant
+        self.assertion = None  # the federated token a workload identity presents
+
+    def handle(self, method, path, query, body):
+        base = f"{self.url}/{self.tenant}"
+        if method == "GET" and path == f"/{self.tenant}/v2.0/.well-known/openid-configuration":
+            return 200, {
+                "issuer": f"{base}/v2.0",
+                "token_endpoint": f"{base}/oauth2/v2.0/token",
+                "authorization_endpoint": f"{base}/oauth2/v2.0/authorize",
+            }
+        if method == "POST" and path == f"/{self.tenant}/oauth2/v2.0/token":
+            form = {k: v[0] for k, v in parse_qs(body or "").items()}
+            if form.get("grant_type") != "client_credentials":
+                return 400, {"error": "unsupported_grant_type", "error_description": "AADSTS70003: grant"}
+            if form.get("client_id") != self.client_id:
+                return 400, {"error": "unauthorized_client", "error_description": "AADSTS700016: unknown client"}
+            if "client_assertion" in form:
+                jwt_bearer = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+                if form.get("client_assertion_type") != jwt_bearer or form["client_assertion"] != self.assertion:
+                    return 400, {
+                        "error": "invalid_client",
+                        "error_description": "AADSTS70021: No matching federated identity record found.",
+                    }
+            elif form.get("client_secret") != self.secret:
+                return 401, {"error": "invalid_client", "error_description": "AADSTS7000215: Invalid client secret."}
+            if form.get("scope") != f"{self.resource}/.default":
+                return 400, {"error": "invalid_scope", "error_description": "AADSTS70011: scope"}
+            return 200, {"access_token": "from-login", "token_type": "Bearer", "expires_in": 3599}
+        return 404, {"error": "not_found", "error_description": path}
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory):
+    """A self-signed certificate for 127.0.0.1 (cert, key) that the SDKs trust through REQUESTS_CA_BUNDLE."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    import ipaddress
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    folder = tmp_path_factory.mktemp("tls")
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return str(folder / "cert.pem"), str(folder / "key.pem")
+
+
+@pytest.fixture
+def login(arm, tls_files, monkeypatch):
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", tls_files[0])
+    # the chain must never reach past the credentials under test (IMDS, the az CLI, the public cloud)
+    monkeypatch.setenv("AZURE_TOKEN_CREDENTIALS", "EnvironmentCredential")
+    for name in ("AZURE_AUTHORITY_HOST", "AZURE_FEDERATED_TOKEN_FILE", "AZURE_CLIENT_CERTIFICATE_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    double = Login(tls_files, arm.url)
+    yield double
+    double.stop()
 
 
 def rg(name):
@@ -273,6 +357,8 @@ class Google(Double):
         self.project = project
         self.res = {}  # path (without the service root) -> resource
         self.bucket_objects = {}
+        self.echo_auth = False  # refuse deletions, quoting the Authorization header back
+        self.token_key = None  # public key of the service account whose JWT grants /token accepts
 
     def net_url(self, name):
         return f"{self.url}/compute/projects/{self.project}/global/networks/{name}"
@@ -283,8 +369,33 @@ class Google(Double):
     def _items(self, prefix):
         return [o for p, o in sorted(self.res.items()) if p.startswith(prefix) and "/" not in p[len(prefix) :]]
 
+    def _token(self, body):
+        """The OAuth2 JWT-bearer grant of Google's token endpoint (RFC 7523), for one service account."""
+        import jwt
+
+        form = {k: v[0] for k, v in parse_qs(body or "").items()}
+        if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer":
+            return 400, {"error": "unsupported_grant_type", "error_description": "Invalid grant_type"}
+        try:
+            # google-auth signs for Google's token endpoint whatever token_uri says; so does the real one check
+            claims = jwt.decode(
+                form.get("assertion", ""),
+                self.token_key,
+                algorithms=["RS256"],
+                audience="https://oauth2.googleapis.com/token",
+            )
+        except jwt.PyJWTError:
+            return 400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}
+        if "https://www.googleapis.com/auth/cloud-platform" not in claims.get("scope", "").split():
+            return 400, {"error": "invalid_scope", "error_description": "Invalid OAuth scope"}
+        return 200, {"access_token": "from-jwt-grant", "token_type": "Bearer", "expires_in": 3599}
+
     def handle(self, method, path, query, body):
         p = f"/projects/{self.project}"
+        if method == "POST" and path == "/token":
+            return self._token(body)
+        if method == "DELETE" and self.echo_auth:
+            return 403, {"error": {"code": 403, "message": f"denied for {self.calls[-1][2]}"}}
         listings = {
             f"/container{p}/locations/-/clusters": (
                 "clusters",
@@ -621,22 +732,164 @@ def test_gcp_stage_failure_stops_before_the_vpc(google, run_module, tmp_path):
     )
 
 
-def test_azure_service_principal_login_keeps_the_secret_out_of_urls(arm, run_module, monkeypatch):
+AZURE_LOGIN_FAILED = (
+    "Azure login failed (%s). Set access_token, or client_id/secret/tenant, or the variables DefaultAzureCredential "
+    "reads (AZURE_CLIENT_ID, AZURE_TENANT_ID with AZURE_CLIENT_SECRET or AZURE_FEDERATED_TOKEN_FILE; a managed "
+    "identity; `az login`); see docs/teardown.md"
+)
+
+
+def sp_args(arm, login):
+    args = azure_args(arm, login_endpoint=login.url)
+    del args["access_token"]
+    return args
+
+
+def test_azure_service_principal_login_keeps_the_secret_out_of_urls(arm, login, run_module, monkeypatch):
     arm.add(rg("swedencentral-workload"), tags={"krops-environment": "azure"})
+    # the names azure.azcollection and AWX's Azure credential use: an explicit service principal
     for key, value in {"AZURE_CLIENT_ID": "app-1", "AZURE_SECRET": "s3cret", "AZURE_TENANT": "tenant-1"}.items():
         monkeypatch.setenv(key, value)
-    args = azure_args(arm, login_endpoint=arm.url, endpoint=arm.url)
-    del args["access_token"]
-    result = run_module(azure_teardown, args)
+    result = run_module(azure_teardown, sp_args(arm, login))
     assert not result.failed, result
     assert [r["name"] for r in result["results"]] == ["swedencentral-workload"]
-    assert arm.calls[0][:2] == ("POST", "/tenant-1/oauth2/v2.0/token")
-    assert {auth for dummy, dummy2, auth in arm.calls[1:]} == {"Bearer from-login"}
-    assert not [c for c in arm.calls if "s3cret" in c[1]]
+    assert ("POST", "/tenant-1/oauth2/v2.0/token") in [c[:2] for c in login.calls]
+    assert {auth for dummy, dummy2, auth in arm.calls} == {"Bearer from-login"}
+    assert not [c for c in login.calls + arm.calls if "s3cret" in c[1]]
     monkeypatch.setenv("AZURE_SECRET", "wrong")
-    failed = run_module(azure_teardown, args)
+    failed = run_module(azure_teardown, sp_args(arm, login))
     assert failed.failed
-    assert failed["msg"] == "Azure login for client app-1 in tenant tenant-1 failed (401): invalid_client: bad secret"
+    assert failed["msg"] == AZURE_LOGIN_FAILED % "Authentication failed: AADSTS7000215: Invalid client secret"
+
+
+def test_azure_default_chain_reads_the_sdk_variables(arm, login, run_module, monkeypatch):
+    """No option names a credential: DefaultAzureCredential's EnvironmentCredential logs in."""
+    arm.add(rg("swedencentral-workload"), tags={"krops-environment": "azure"})
+    for name in ("AZURE_SECRET", "AZURE_TENANT", "AZURE_ACCESS_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for key, value in {
+        "AZURE_CLIENT_ID": "app-1",
+        "AZURE_CLIENT_SECRET": "s3cret",
+        "AZURE_TENANT_ID": "tenant-1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    result = run_module(azure_teardown, sp_args(arm, login))
+    assert not result.failed, result
+    assert ("POST", "/tenant-1/oauth2/v2.0/token") in [c[:2] for c in login.calls]
+    assert {auth for dummy, dummy2, auth in arm.calls} == {"Bearer from-login"}
+
+
+def test_azure_default_chain_workload_identity(arm, login, run_module, monkeypatch, tmp_path):
+    """The Azure workload identity webhook's variables: a federated token file, exchanged at the token endpoint."""
+    arm.add(rg("swedencentral-workload"), tags={"krops-environment": "azure"})
+    token_file = tmp_path / "azure-identity-token"
+    token_file.write_text("projected-sa-token")
+    login.assertion = "projected-sa-token"
+    for name in ("AZURE_SECRET", "AZURE_TENANT", "AZURE_ACCESS_TOKEN", "AZURE_CLIENT_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AZURE_TOKEN_CREDENTIALS", "WorkloadIdentityCredential")
+    for key, value in {
+        "AZURE_CLIENT_ID": "app-1",
+        "AZURE_TENANT_ID": "tenant-1",
+        "AZURE_FEDERATED_TOKEN_FILE": str(token_file),
+        "AZURE_AUTHORITY_HOST": login.url,
+    }.items():
+        monkeypatch.setenv(key, value)
+    result = run_module(azure_teardown, sp_args(arm, login))
+    assert not result.failed, result
+    assert {auth for dummy, dummy2, auth in arm.calls} == {"Bearer from-login"}
+    token_file.write_text("someone-elses-token")
+    failed = run_module(azure_teardown, sp_args(arm, login))
+    assert failed["msg"] == AZURE_LOGIN_FAILED % (
+        "DefaultAzureCredential failed to retrieve a token from the included credentials; WorkloadIdentityCredential: "
+        "Microsoft Entra ID error '(invalid_client) AADSTS70021: No matching federated identity record found.'"
+    )
+
+
+def run_real(module, args, capsys):
+    """main() with AnsibleModule's own exit_json/fail_json: the JSON it prints, masking applied."""
+    from ansible.module_utils.testing import patch_module_args
+
+    with patch_module_args(dict(args)):
+        with pytest.raises(SystemExit):
+            module.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_secrets_from_the_environment_never_appear_in_a_result(arm, google, run_module, monkeypatch, capsys):
+    """A secret taken from an environment variable is masked like a no_log parameter, everywhere."""
+    planted = "planted-Secret-4711"
+    arm.add(rg("swedencentral-workload"), tags={"krops-environment": "azure"})
+    arm.echo_auth = True  # an API that quotes the credential back in its errors
+    monkeypatch.setenv("AZURE_ACCESS_TOKEN", planted)
+    args = azure_args(arm)
+    del args["access_token"]
+    result = run_real(azure_teardown, args, capsys)
+    assert result["failed"] is True
+    assert result["leftovers"] == [rg("swedencentral-workload")]
+    assert "********" in json.dumps(result)
+    assert planted not in json.dumps(result)
+    assert ("DELETE", rg("swedencentral-workload"), f"Bearer {planted}") in arm.calls  # it was used
+    gcp_world(google)
+    google.echo_auth = True
+    monkeypatch.setenv("GCP_ACCESS_TOKEN", planted)
+    gargs = gcp_args(google)
+    del gargs["access_token"]
+    gresult = run_real(gcp_teardown, gargs, capsys)
+    assert gresult["failed"] is True and gresult["stopped_at"] == "clusters-and-databases"
+    assert planted not in json.dumps(gresult)
+    assert any(auth == f"Bearer {planted}" for dummy, dummy2, auth in google.calls)
+
+
+def service_account_file(tmp_path, token_uri):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    info = {
+        "type": "service_account",
+        "project_id": "p1",
+        "private_key_id": "k1",
+        "private_key": pem.decode(),
+        "client_email": "krops-teardown@p1.iam.gserviceaccount.com",
+        "client_id": "1",
+        "token_uri": token_uri,
+    }
+    path = tmp_path / "sa.json"
+    path.write_text(json.dumps(info))
+    return str(path), key.public_key()
+
+
+def test_gcp_application_default_credentials_from_a_service_account_file(google, run_module, monkeypatch, tmp_path):
+    """No token given: google.auth.default loads GOOGLE_APPLICATION_CREDENTIALS and signs a JWT grant."""
+    path, public = service_account_file(tmp_path, google.url + "/token")
+    google.token_key = public
+    monkeypatch.delenv("GCP_ACCESS_TOKEN", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", path)
+    args = gcp_args(google, networks=[])
+    del args["access_token"]
+    result = run_module(gcp_teardown, args)
+    assert not result.failed, result
+    assert google.calls[0][:2] == ("POST", "/token")
+    assert {auth for dummy, dummy2, auth in google.calls[1:]} == {"Bearer from-jwt-grant"}
+    google.token_key = service_account_file(tmp_path / "..", google.url + "/token")[1]  # another key
+    failed = run_module(gcp_teardown, args)
+    assert failed.failed
+    assert failed["msg"] == "GCP login (google.oauth2.service_account) failed: invalid_grant: Invalid JWT Signature."
+
+
+def test_gcp_without_credentials_says_how_to_give_them(run_module, monkeypatch, tmp_path):
+    monkeypatch.delenv("GCP_ACCESS_TOKEN", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    args = {"environment": "gcp", "config_file": str(REPO / "bootstrap.toml"), "project": "p1"}
+    result = run_module(gcp_teardown, args)
+    assert result.failed
+    assert result["msg"].startswith("no GCP credentials: File ")
+    assert result["msg"].endswith(
+        "Set access_token (or GCP_ACCESS_TOKEN), GOOGLE_APPLICATION_CREDENTIALS, run `gcloud auth "
+        "application-default login`, or run where a metadata server serves a service account; see docs/teardown.md"
+    )
 
 
 def test_azure_ownership_another_environments_tag_vetoes_a_capz_tag():
