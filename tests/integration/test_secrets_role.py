@@ -102,6 +102,7 @@ def failure(output):
 def test_secrets_tag_generates_the_key_then_round_trips_every_value_unprinted(tmp_path, tree):
     key = tmp_path / "home" / ".config" / "krops" / "age.agekey"
     values = {name: f"{name.lower()}-{secrets.token_hex(12)}" for name in AWS_VARIABLES}
+    values["GITHUB_TOKEN"] += "-{{ 7 * 7 }}-${KONFLATE_TOKEN}"  # written as is: never templated nor substituted
 
     # First run: no key yet. It is generated (0600), its public key printed, and since .sops.yaml does not
     # list it, nothing is written.
