@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils import config as config_mod
 from ansible_collections.krops.platform.plugins.module_utils import ownership
+from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
 
 # What the Resource Groups Tagging API reports, as "<service>:<resource type>" of the ARN, mapped to the sweep's
@@ -136,14 +137,14 @@ def targets_from_config(cfg, environment=None, include_management=True, regions=
     """(targets, all_regions_of_the_environment) from a loaded Config; SweepError on bad input."""
     name = environment or cfg.selected
     env = cfg.environment(name)
-    if env["kind"] != "aws":
+    if profiles.of(env).cloud != "aws":
         raise SweepError(
             "environment {!r} in {} is of kind {}; aws_orphan_sweep sweeps only environments of kind aws "
             "(valid: {})".format(
                 name,
                 cfg.path,
                 env["kind"],
-                ", ".join(n for n in cfg.environment_names if cfg.environment(n)["kind"] == "aws") or "none",
+                ", ".join(n for n in cfg.environment_names if profiles.of(cfg.environment(n)).cloud == "aws") or "none",
             )
         )
     every = environment_targets(cfg, name, True)
@@ -783,7 +784,7 @@ class Sweep:
                 return self._others_alive
             alive = []
             for other in self.cfg.environment_names:
-                if other == self.environment or self.cfg.environment(other).get("kind") != "aws":
+                if other == self.environment or profiles.of(self.cfg.environment(other)).cloud != "aws":
                     continue
                 targets = environment_targets(self.cfg, other, True)
                 owner = ownership.AwsOwnership(other, {t.cluster: t.names for t in targets})

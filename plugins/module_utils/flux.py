@@ -29,6 +29,7 @@ import time
 from ansible_collections.krops.platform.plugins.module_utils import cli as krops_cli
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import profiles
 
 FLUX_API = "fluxcd.controlplane.io/v1"
 FLUX_KIND = "FluxInstance"
@@ -616,10 +617,7 @@ def _public_rows(rows):
 
 
 def default_timeout(cfg, environment):
-    env = cfg.environment(environment)
-    if env["kind"] == "local-host":
-        return cfg.data["bootstrap"]["local-reconcile-timeout"]
-    return env["mgmt-ready-timeout"]
+    return profiles.reconcile_timeout(cfg.data, cfg.environment(environment))
 
 
 def read_age_key(path):

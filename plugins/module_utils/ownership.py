@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import copy
 
+from ansible_collections.krops.platform.plugins.module_utils import profiles
+
 # --- one outcome vocabulary for every teardown's items ({type, id, name/cluster, reason, outcome}) ---------
 PLANNED = "planned"  # check mode: would be deleted
 UNDELETABLE = "undeletable"  # owned, but krops cannot delete its type (fails the real run)
@@ -127,7 +129,7 @@ def aws_account_global(cfg, environment, kind, name):
         if env_name == environment:
             continue
         env = cfg.environment(env_name)
-        if env.get("kind") != "aws":
+        if profiles.of(env).cloud != "aws":
             continue
         if name in effective_globals(cfg.data, env_name)[kind]:
             others.append(env_name)

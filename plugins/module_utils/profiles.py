@@ -32,18 +32,22 @@ FIELDS = (
     # Credentials the pivot copies to the management cluster by a dedicated step
     # (None: the environment's pivot-manifests carry them).
     "pivot_credentials",
-    # The cloud whose API the teardown sweeps (None: no cloud side), and its teardown step.
+    # The cloud whose API the teardown sweeps (None: no cloud side), and its teardown step
+    # (also: the AWS sweep, ownership checks and preflight's quota check act on cloud "aws").
     "cloud",
     "cloud_teardown_step",
-    # Teardown releases bare-metal Hardware back to the Tinkerbell pool.
+    # Teardown releases bare-metal Hardware back to the Tinkerbell pool; the management cluster
+    # on that Hardware stays after the teardown (and so does its kubeconfig context).
     "hardware_release",
-    # Teardown removes the management cluster's Docker containers by prefix.
+    # The clusters are local Docker containers: teardown removes them by their kind/CAPD label
+    # (even with no controller host answering) and waits the local timeout for workload Clusters.
     "local_containers",
     # post-kind-create-hook values this platform may use ("" always allowed).
     "post_kind_hooks",
     # Where the reconcile timeout of Flux waits comes from: ("bootstrap", key) or ("environment", key).
     "reconcile_timeout",
-    # The bootstrap deploys and checks the local workload chain (Podinfo on CAPD).
+    # The bootstrap deploys and checks the local workload chain (Podinfo on CAPD); validate checks
+    # that the CAPD clusters run the kind node image's Kubernetes version.
     "local_workload",
     # The management cluster's region (mgmt-region) is required, and must match this pattern.
     "region_pattern",

@@ -16,6 +16,7 @@ import os
 
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import ownership
+from ansible_collections.krops.platform.plugins.module_utils import profiles
 
 try:
     import urllib3
@@ -665,7 +666,7 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
     kept = [] if kept is None else kept
     boot = config_data["bootstrap"]
     env = config_data["environments"][environment]
-    kind_ = env["kind"]
+    profile = profiles.of(env)
     down = env.get("teardown") or {}
     mgmt = env["mgmt-cluster"]
     namespace = boot["mgmt-namespace"]
@@ -681,21 +682,20 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                 % ("management" if pivoted else "kind"),
             )
         )
-    if not reachable and kind_ in ("aws", "azure", "gcp"):
+    if not reachable and profile.cloud_teardown_step:
         # forced: nothing answers, so only the cloud side can be removed
-        cloud = {"aws": "aws-orphan-sweep", "azure": "azure-teardown", "gcp": "gcp-teardown"}[kind_]
         return _number(
             [
                 _step(
-                    cloud,
-                    f"remove the {kind_} resources this environment created, the management cluster "
+                    profile.cloud_teardown_step,
+                    f"remove the {profile.cloud} resources this environment created, the management cluster "
                     "included (ownership-filtered; forced: no controller host answers)",
                 )
             ]
         )
-    if not reachable and kind_ == "local-talos":
+    if not reachable and profile.hardware_release:
         return []
-    if reachable and kind_ == "local-talos":
+    if reachable and profile.hardware_release:
         names = ownership.owned_cluster_names(env, pivoted)
         steps.append(
             _step(
@@ -710,7 +710,8 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
             )
         )
     elif reachable and workloads:
-        timeout = local_cluster_timeout if kind_ == "local-host" else boot["cluster-delete-timeout"]
+        # workload Clusters made of local containers get the local timeout
+        timeout = local_cluster_timeout if profile.local_containers else boot["cluster-delete-timeout"]
         steps.append(
             _step(
                 "delete-clusters",
@@ -723,7 +724,7 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                 timeout=timeout,
             )
         )
-    if kind_ == "local-host":
+    if profile.local_containers:
         if not pivoted:
             steps += _kind_step(
                 boot,
@@ -759,14 +760,15 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                 "deletes it; nothing proves krops owns it",
             }
         )
-        steps.append(
-            _step(
-                "remove-registry",
-                "remove the registry container {} (exact name from bootstrap.toml)".format(boot["registry-name"]),
-                name=boot["registry-name"],
+        if profile.local_registry:
+            steps.append(
+                _step(
+                    "remove-registry",
+                    "remove the registry container {} (exact name from bootstrap.toml)".format(boot["registry-name"]),
+                    name=boot["registry-name"],
+                )
             )
-        )
-    elif kind_ in ("aws", "azure", "gcp"):
+    elif profile.cloud_teardown_step:
         steps.append(
             _step(
                 "capi-providers",
@@ -793,11 +795,10 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                 configmaps=[boot["run-configmap"]],
             )
         )
-        cloud = {"aws": "aws-orphan-sweep", "azure": "azure-teardown", "gcp": "gcp-teardown"}[kind_]
         steps.append(
             _step(
-                cloud,
-                f"remove the {kind_} resources this environment created, the management cluster "
+                profile.cloud_teardown_step,
+                f"remove the {profile.cloud} resources this environment created, the management cluster "
                 "included (ownership-filtered)",
                 timeout=boot["cluster-delete-timeout"],
             )
@@ -808,7 +809,7 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
             kept,
             "delete the kind cluster {} ({})".format(boot["kind-cluster"], host["kind_marker"]["reason"]),
         )
-    elif kind_ == "local-talos" and not pivoted:
+    elif profile.hardware_release and not pivoted:
         steps += _kind_step(
             boot,
             host,
@@ -817,7 +818,8 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                 boot["kind-cluster"], host["kind_marker"]["reason"]
             ),
         )
-    if pivoted and kind_ != "local-talos":
+    # a management cluster on bare-metal Hardware stays after the teardown, and so does its context
+    if pivoted and not profile.hardware_release:
         steps.append(
             _step(
                 "remove-kubeconfig",

@@ -52,6 +52,7 @@ from ansible_collections.krops.platform.plugins.module_utils import airgap
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate_schema
 
@@ -844,10 +845,10 @@ def _check_bootstrap(env, cfg):
                         sync.get("url") or "(unset)", wanted
                     ),
                 )
-    # CAPD clusters run the Kubernetes version of the pinned kind node image.
+    # CAPD clusters (the local workload) run the Kubernetes version of the pinned kind node image.
     image = boot.get("kind-node-image") or ""
     tag = image.split("@", 1)[0].rpartition(":")[2] if ":" in image.split("@", 1)[0] else ""
-    if settings.get("kind") == "local-host" and tag:
+    if profiles.of(settings).local_workload and tag:
         for item in env.items:
             if item.kind == "KubeadmControlPlane":
                 version = item.spec.get("version")

@@ -191,6 +191,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import teardown
 
 
@@ -247,9 +248,10 @@ def run(params, get_bin_path, check_mode=False):
         if res is not None:
             teardown.probe_or_abort(client, res.group_version, "Cluster", boot["mgmt-namespace"], "Clusters", where)
         teardown.probe_or_abort(client, *teardown.KUSTOMIZATION, what="Kustomizations", target=where)
-        if env["kind"] == "local-talos":
+        if profiles.of(env).hardware_release:
             teardown.probe_or_abort(client, *teardown.HARDWARE, what="Hardware", target=where)
-    elif env["kind"] in ("aws", "azure", "gcp", "local-talos") and not params["force"]:
+    # a cloud side or bare-metal Hardware needs a controller host (or force); local containers do not
+    elif (profiles.of(env).cloud or profiles.of(env).hardware_release) and not params["force"]:
         raise teardown.TeardownError(
             "no controller host answers for {}: kind context {} ({}) and management kubeconfig {} ({}); the workload "
             "Clusters cannot be deleted through their provider nor confirmed gone. Restore access to one of them, or "

@@ -1,0 +1,88 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The profile's capabilities decide, never the platform's or the environment's name.
+
+Each test gives an environment a platform under another name whose profile is a copy of a real one
+(or of a real one with one capability changed), and checks that the code follows the capabilities.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+
+from ansible_collections.krops.platform.plugins.module_utils import aws_sweep, flux, ownership, profiles, teardown
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+
+REPO_FILE = os.path.join(os.path.dirname(__file__), *([os.pardir] * 4), "bootstrap.toml")
+HOSTS = {
+    "kind": {"host": "kind", "pivoted": False, "kind_reachable": True},
+    "mgmt": {"host": "mgmt", "pivoted": True, "kind_reachable": True},
+    "unreachable": {"host": "unreachable", "pivoted": False, "kind_reachable": False},
+}
+
+
+def _host(name):
+    return dict(HOSTS[name], kind_marker={"owned": True, "reason": "marker"})
+
+
+@pytest.fixture
+def cfg():
+    return krops_config.load(REPO_FILE, environ={})
+
+
+def _clone(monkeypatch, cfg, environment, new_name, **changes):
+    """Environment `new_name`: a copy of `environment` on platform '<new_name>-platform' (same profile + changes)."""
+    original = profiles.of(cfg.environment(environment))
+    platform = new_name + "-platform"
+    monkeypatch.setitem(profiles.PROFILES, platform, original._replace(platform=platform, **changes))
+    env = copy.deepcopy(cfg.data["environments"][environment])
+    env["platform"] = env["kind"] = platform
+    monkeypatch.setitem(cfg.data["environments"], new_name, env)
+    return env
+
+
+@pytest.mark.parametrize("environment", list(profiles.PLATFORMS))
+@pytest.mark.parametrize("host", list(HOSTS))
+def test_teardown_plan_follows_the_profile_not_the_name(monkeypatch, cfg, environment, host):
+    expected_kept, kept = [], []
+    expected = teardown.build_plan(cfg.data, environment, _host(host), kept=expected_kept)
+    _clone(monkeypatch, cfg, environment, "lab")
+    assert teardown.build_plan(cfg.data, "lab", _host(host), kept=kept) == expected
+    assert kept == expected_kept
+
+
+def test_teardown_plan_reads_each_capability(monkeypatch, cfg):
+    # local containers without a local registry: the containers go, no registry step
+    _clone(monkeypatch, cfg, "local-host", "lab", local_registry=False)
+    actions = [s["action"] for s in teardown.build_plan(cfg.data, "lab", _host("kind"))]
+    assert "remove-containers" in actions and "remove-registry" not in actions
+    # a cloud profile with another teardown step: that step, named by the profile
+    _clone(monkeypatch, cfg, "gcp", "lab2", cloud="othercloud", cloud_teardown_step="aws-orphan-sweep")
+    plan = teardown.build_plan(cfg.data, "lab2", _host("unreachable"))
+    assert [(s["action"], s["description"].split(" resources")[0]) for s in plan] == [
+        ("aws-orphan-sweep", "remove the othercloud")
+    ]
+
+
+def test_reconcile_timeout_follows_the_profile(monkeypatch, cfg):
+    cfg.data["environments"]["local-host"]["mgmt-ready-timeout"] = 4321
+    _clone(monkeypatch, cfg, "local-host", "lab")
+    assert flux.default_timeout(cfg, "lab") == cfg.data["bootstrap"]["local-reconcile-timeout"] != 4321
+    _clone(monkeypatch, cfg, "local-host", "lab2", reconcile_timeout=("environment", "mgmt-ready-timeout"))
+    assert flux.default_timeout(cfg, "lab2") == 4321
+
+
+def test_aws_sweep_and_ownership_follow_the_cloud(monkeypatch, cfg):
+    _clone(monkeypatch, cfg, "aws", "lab")
+    targets, regions = aws_sweep.targets_from_config(cfg, "lab")
+    assert regions == aws_sweep.targets_from_config(cfg, "aws")[1] and targets
+    # the clone names the same account-global IAM user as aws: another aws-cloud environment that needs it
+    (user,) = ownership.effective_globals(cfg.data, "aws")["iam-user"]
+    assert ownership.aws_account_global(cfg, "aws", "iam-user", user) == ["lab"]
+    _clone(monkeypatch, cfg, "aws", "lab2", cloud=None)
+    with pytest.raises(aws_sweep.SweepError) as err:
+        aws_sweep.targets_from_config(cfg, "lab2")
+    assert "sweeps only environments of kind aws (valid: aws, lab)" in str(err.value)
