@@ -32,7 +32,7 @@ CERTS_DIR = "/etc/containerd/certs.d"
 # and Docker splits that spec on ':', so a path such as certs.d/localhost:5001 cannot be mounted.
 CONFIG_PATH_PATCH = f'[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "{CERTS_DIR}"\n'
 
-# The ownership marker teardown looks for (CONTRACTS.md): created once, when krops creates the cluster.
+# The ownership marker teardown looks for (docs/ownership.md): created once, when krops creates the cluster.
 MARKER_NAMESPACE = "kube-system"
 MARKER_NAME = "krops-bootstrap"
 MARKER_LABELS = {"app.kubernetes.io/managed-by": "krops"}

@@ -43,7 +43,7 @@ OUTCOMES = (PLANNED, UNDELETABLE, DELETED, ABSENT, FAILED, KEPT, LEFT, CANDIDATE
 OWNED = "owned"
 CAPA_TAG_PREFIX = "sigs.k8s.io/cluster-api-provider-aws/cluster/"  # CAPA api/v1beta1/tags.go ClusterTagKey
 CLOUD_PROVIDER_TAG_PREFIX = "kubernetes.io/cluster/"  # CAPA api/v1beta1/tags.go ClusterAWSCloudProviderTagKey
-KROPS_ENV_TAG = "krops.io/environment"  # CONTRACTS.md: on every resource a tree declares
+KROPS_ENV_TAG = "krops.io/environment"  # docs/ownership.md: on every resource a tree declares
 CLOUD_ENV_LABEL = "krops-environment"  # Azure tags and GCP labels allow no "/"
 
 # kind (pkg/cluster/internal/providers/docker/constants.go) and CAPD

@@ -83,7 +83,7 @@ CLOUD_GROUPS = (
     ("tinkerbell.org", "bare metal (Tinkerbell)"),
     ("infrastructure.cluster.x-k8s.io", "CAPI infrastructure"),
 )
-# Ownership marks (CONTRACTS.md): where each cloud keeps tags/labels, and the key.
+# Ownership marks (docs/ownership.md): where each cloud keeps tags/labels, and the key.
 OWNERSHIP_KEYS = ("krops.io/environment", "krops-environment")
 # Where the cloud tags are in the spec: ACK spec.tags [{key, value}] (S3: spec.tagging.tagSet),
 # CAPA additionalTags {k: v}, ASO spec.tags {k: v}; Config Connector takes metadata.labels.

@@ -27,7 +27,7 @@ AWS = "mgmt/aws"
 CLUSTERS = AWS + "/aws-managed-clusters"
 AGE_KEY = REPO / "tests" / "integration" / "fixtures" / "aws-sops-test.agekey"
 
-# Pins of /work/wt/notes/VERSIONS.md that validate compares with bootstrap.toml [charts]. Until the
+# Pins of docs/upstream-facts.md that validate compares with bootstrap.toml [charts]. Until the
 # [charts] update of that work lands, bootstrap.toml still names the older pins, so the tree copy
 # used for exact assertions carries these (see tree()).
 CHART_PINS = {"flux-operator": "0.58.1", "cert-manager": "v1.21.1", "capi-operator": "0.28.0"}
@@ -67,7 +67,7 @@ def _objects(directory, variables=None):
 
 def test_validate_aws_finds_only_the_stale_schema():
     result = check(REPO)
-    # Chart-pin drift is the pending [charts] update only: the pins are the VERSIONS.md ones.
+    # Chart-pin drift is the pending [charts] update only: the pins are the docs/upstream-facts.md ones.
     assert [f for f in found(result) if not _is_chart_drift(f)] == []
     for finding in found(result):
         if _is_chart_drift(finding):

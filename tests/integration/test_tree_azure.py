@@ -30,7 +30,7 @@ AZ = "mgmt/azure"
 PARTS = ("mgmt/azure", "workload/azure-base", "workload/swedencentral-01")
 TEST_AGE_KEY = Path(__file__).parent / "fixtures" / "azure-test-age.agekey"
 
-# Shared chart pins of /work/wt/notes/VERSIONS.md that the azure tree uses. Until bootstrap.toml
+# Shared chart pins of docs/upstream-facts.md that the azure tree uses. Until bootstrap.toml
 # [charts] carries them (the issue-10 change), the tree copy gets them; afterwards that is a no-op.
 CHART_PINS = {"flux-operator": "0.58.1", "cert-manager": "v1.21.1", "capi-operator": "0.28.0"}
 

@@ -1,4 +1,4 @@
-"""Ownership marks other parts of krops set, for teardown tests (the kind marker of CONTRACTS.md)."""
+"""Ownership marks other parts of krops set, for teardown tests (the kind marker of docs/ownership.md)."""
 
 from __future__ import annotations
 

@@ -337,7 +337,7 @@ CASES = [
         "environments.aws.provider-manifests",
     ),
     ("string-10000", _set("bootstrap/github-user", LONG), "bootstrap.github-user"),
-    # --- mgmt-region (CONTRACTS.md)
+    # --- mgmt-region (docs/ownership.md)
     ("aws-region-missing", _set("environments/aws/mgmt-region", _DELETE), "environments.aws.mgmt-region"),
     ("azure-region-missing", _set("environments/azure/mgmt-region", _DELETE), "environments.azure.mgmt-region"),
     ("gcp-region-missing", _set("environments/gcp/mgmt-region", _DELETE), "environments.gcp.mgmt-region"),
