@@ -14,8 +14,7 @@ Rules (one finding per problem, each naming file, object, rule and message):
 - ``bootstrap``: bootstrap.toml agrees with the tree (chart pins, provider and pivot
   manifests, pivot-manifest-vars in use, move fallbacks, mgmt-cluster and mgmt-region,
   teardown names, regions and VPCs).
-- ``secrets``: every Secret manifest is a SOPS file with encrypted data, unless it holds only
-  external_account credential configurations (Workload Identity Federation: no key material).
+- ``secrets``: every Secret manifest is a SOPS file with encrypted data.
 - ``tags``: every cloud resource the tree declares (CAPA control planes and machine pools, ACK
   resources) carries ``krops.io/environment=<env>`` and the run tags (docs/ownership.md).
 - ``cel``: every custom resource passes the ``x-kubernetes-validations`` CEL rules of its schema
@@ -30,8 +29,6 @@ Importable without Ansible; ``python -m ...validate --help`` runs it standalone.
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
 import hashlib
 import json
 import os
@@ -88,20 +85,6 @@ TAGGED_KINDS = {
     ("s3.services.k8s.aws", "Bucket"): (("tagging", "tagSet"), "list"),
 }
 _ACK_UNTAGGED = {"AdoptedResource", "FieldExport", "IAMRoleSelector"}
-# A Google external_account credential configuration (Workload Identity Federation) names a token
-# file and Google endpoints, never key material: a Secret holding only such files (or empty values)
-# may be committed in plain text. Any other key, or a credential source other than a file, is not.
-_EXTERNAL_ACCOUNT_KEYS = {
-    "type",
-    "audience",
-    "subject_token_type",
-    "token_url",
-    "service_account_impersonation_url",
-    "service_account_impersonation",
-    "credential_source",
-    "universe_domain",
-    "quota_project_id",
-}
 _RS_INPUT = re.compile(r"<<-?\s*inputs\.([A-Za-z_][A-Za-z0-9_]*)\s*-?>>")
 
 
@@ -915,8 +898,11 @@ def _check_bootstrap(env, cfg):
                 texts.append(handle.read())
         except (OSError, UnicodeDecodeError):
             pass  # reported above
+    # pivot-sops-secrets are substituted too, but their values are encrypted: a variable found in no
+    # readable pivot manifest is reported only when there is no encrypted one that could use it.
+    opaque = bool(settings.get("pivot-sops-secrets"))
     for name in sorted(settings.get("pivot-manifest-vars") or {}):
-        if not any(re.search(rf"\$\{{{re.escape(name)}(:?[=-][^}}]*)?\}}", text) for text in texts):
+        if not opaque and not any(re.search(rf"\$\{{{re.escape(name)}(:?[=-][^}}]*)?\}}", text) for text in texts):
             env.add(
                 "bootstrap.toml",
                 f"{key}.pivot-manifest-vars.{name}",
@@ -1189,7 +1175,7 @@ def _check_secrets(env):
             if problem:
                 env.add(rel, object_id(doc), "secrets", problem)
             continue
-        if doc.get("kind") == "Secret" and not _federated_credentials_only(doc):
+        if doc.get("kind") == "Secret":
             flagged.add(((doc.get("metadata") or {}).get("name"), (doc.get("metadata") or {}).get("namespace") or ""))
             env.add(
                 rel,
@@ -1203,7 +1189,7 @@ def _check_secrets(env):
             continue
         if (item.name, item.namespace) in flagged:
             continue
-        if (item.obj.get("data") or item.obj.get("stringData")) and not _federated_credentials_only(item.obj):
+        if item.obj.get("data") or item.obj.get("stringData"):
             env.add(
                 item.file,
                 object_id(item.obj),
@@ -1211,35 +1197,6 @@ def _check_secrets(env):
                 f"Secret rendered in plaintext by {env.rel(render.kustomization_file(os.path.join(env.root, item.directory)))} (secretGenerator?): "
                 "commit it as a *.sops.yaml file instead",
             )
-
-
-def _federated_credentials_only(doc):
-    """True for a Secret whose values are external_account credential configurations or empty."""
-    values = list((doc.get("stringData") or {}).values())
-    for value in (doc.get("data") or {}).values():
-        try:
-            values.append(base64.b64decode(str(value), validate=True).decode("utf-8"))
-        except (binascii.Error, ValueError):
-            return False
-    found = False
-    for value in values:
-        if value == "":
-            continue
-        try:
-            conf = json.loads(value) if isinstance(value, str) else None
-        except ValueError:
-            return False
-        source = conf.get("credential_source") if isinstance(conf, dict) else None
-        if (
-            not isinstance(source, dict)
-            or conf.get("type") != "external_account"
-            or set(conf) - _EXTERNAL_ACCOUNT_KEYS
-            or not source.get("file")
-            or set(source) - {"file", "format"}
-        ):
-            return False
-        found = True
-    return found
 
 
 def _sops_problem(doc):
@@ -1251,6 +1208,8 @@ def _sops_problem(doc):
         if not isinstance(values, dict):
             continue
         for name, value in values.items():
+            if value == "":
+                continue  # sops leaves an empty value as it is (sops 3.11: nothing to encrypt)
             if not isinstance(value, str) or not _ENC.match(value):
                 return f"{field}.{name} is not encrypted (expected ENC[...]): re-encrypt with --encrypted-regex '^(data|stringData)$'"
     return None

@@ -887,6 +887,40 @@ def test_aws_applies_credentials_sops_secrets_and_fallbacks(world, run_module, m
     ]
 
 
+def test_sops_secrets_are_substituted_after_decrypting_and_unresolved_names_fail_first(world, run_module, monkeypatch):
+    """As Flux does: decrypt, then substitute; a missing variable fails before anything is written."""
+    monkeypatch.setenv("AWS_B64ENCODED_CREDENTIALS", "W2RlZmF1bHRdCg==")
+    key = world.repo / "age.agekey"
+    key.write_text("# created: now\n# public key: age1x\nAGE-SECRET-KEY-1X\n")
+
+    def answer(credentials):
+        world.bins.rules.pop("sops", None)  # first rule wins: replace the previous answer
+        world.bins.answer(
+            "sops",
+            "--decrypt",
+            stdout=yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": "ack-credentials", "namespace": "ack-system"},
+                    "stringData": {"credentials": credentials},
+                }
+            ),
+        )
+
+    answer("[default]\nregion = ${KROPS_NO_SUCH_VARIABLE}\n")
+    result = run_module(capi_pivot, world.args(environment="aws", target_server=world.mgmt.url, age_key_file=str(key)))
+    assert result.failed and result["failed_phase"] == "prepare"
+    assert "KROPS_NO_SUCH_VARIABLE" in result["msg"]
+    assert not world.mgmt.exists("v1", "Secret", "ack-credentials", "ack-system")
+    assert not world.mgmt.exists("v1", "Secret", "aws-credentials", "capa-system")  # nothing written
+    answer("[default]\nregion = ${KROPS_TEST_REGION:=eu-north-1}\n")
+    result = run_module(capi_pivot, world.args(environment="aws", target_server=world.mgmt.url, age_key_file=str(key)))
+    assert not result.failed, result.get("msg")
+    ack = world.mgmt.get("v1", "Secret", "ack-credentials", "ack-system")
+    assert base64.b64decode(ack["data"]["credentials"]).decode() == "[default]\nregion = eu-north-1\n"
+
+
 def test_aws_credentials_are_copied_from_the_kind_cluster_when_not_given(world, run_module, monkeypatch):
     monkeypatch.delenv("AWS_B64ENCODED_CREDENTIALS", raising=False)
     (world.repo / "bootstrap.toml").write_text(

@@ -11,9 +11,13 @@ bootstrap.toml cross-checks hold. Planted defects in a copy of the tree are each
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import tomllib
 from pathlib import Path
+
+import yaml
 
 from tests.substrate.trees import SCHEMAS, copy_repo, edit, findings as found
 
@@ -28,6 +32,9 @@ REPO = Path(__file__).resolve().parents[2]
 GCP = REPO / "mgmt" / "gcp"
 PARTS = ("mgmt/gcp", "workload/gcp-base", "workload/europe-north1-01")
 KCC_GROUP = ".cnrm.cloud.google.com"
+# The test recipient of .sops.yaml's gcp rule: the committed credential Secrets are encrypted to it.
+AGE_KEY = REPO / "tests" / "integration" / "fixtures" / "gcp-sops-test.agekey"
+SOPS = REPO / ".venv" / "bin" / "sops"
 # GCP label rules: keys start with a lowercase letter; keys and values are at most 63 of [a-z0-9_-].
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
@@ -52,6 +59,18 @@ CHAIN = {
     "cluster-europe-north1-management": {"capg-system", "gcp-vars"},
     "cluster-europe-north1-workload": {"capg-system", "gcp-vars"},
 }
+
+
+def decrypt(manifest):
+    """The decrypted text of a committed SOPS file, with the test key of .sops.yaml's gcp rule."""
+    proc = subprocess.run(
+        [str(SOPS), "--decrypt", str(REPO / manifest)],
+        env=dict(os.environ, SOPS_AGE_KEY_FILE=str(AGE_KEY)),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout
 
 
 def bootstrap_toml(root=REPO):
@@ -220,18 +239,20 @@ def test_bootstrap_toml_is_in_step_with_the_tree():
         plane["location"],
         plane["clusterName"],
     )
-    # Pivot manifests: the credential Secrets use GCP_WIF_PROVIDER, the namespace comes first.
-    pivot = env["pivot-manifests"]
-    assert pivot.index("mgmt/gcp/config-connector/namespace.yaml") < pivot.index(
-        "mgmt/gcp/config-connector/wif-credentials.yaml"
-    )
-    for manifest in pivot:
-        if manifest.endswith("wif-credentials.yaml"):
-            text = (REPO / manifest).read_text()
-            assert "${GCP_WIF_PROVIDER:=mgmt}" in text
-            secret = render.load_yaml_documents(str(REPO / manifest))[0]
-            conf = json.loads(next(v for v in secret["stringData"].values() if v))
-            assert conf["type"] == "external_account" and "private_key" not in conf
+    # Pivot: the namespace is a pivot manifest (applied first), the credential Secrets are SOPS files
+    # whose decrypted text uses GCP_WIF_PROVIDER.
+    assert env["pivot-manifests"] == ["mgmt/gcp/config-connector/namespace.yaml"]
+    assert env["pivot-sops-secrets"] == [
+        "mgmt/gcp/capg-system/wif-credentials.sops.yaml",
+        "mgmt/gcp/config-connector/wif-credentials.sops.yaml",
+    ]
+    for manifest in env["pivot-sops-secrets"]:
+        assert "sops" in render.load_yaml_documents(str(REPO / manifest))[0]
+        text = decrypt(manifest)
+        assert "${GCP_WIF_PROVIDER:=mgmt}" in text
+        secret = next(d for d in yaml.safe_load_all(text) if d)
+        conf = json.loads(next(v for v in secret["stringData"].values() if v))
+        assert conf["type"] == "external_account" and "private_key" not in conf
     assert env["pivot-manifest-vars"] == {"GCP_WIF_PROVIDER": "mgmt"}
     # CAPG reads the Secret through its operator configSecret and the patched credentials volume.
     provider = by_kind["InfrastructureProvider"]["gcp"]["spec"]
@@ -250,8 +271,8 @@ def test_pivot_renders_the_credentials_for_the_mgmt_provider():
     variables = dict(gcp_vars, GCP_WIF_PROVIDER="kind")  # flux-system/gcp-wif on kind
     variables.update(env["pivot-manifest-vars"])
     audiences = []
-    for manifest in env["pivot-manifests"]:
-        for doc in pivot.load_documents(str(REPO / manifest), variables):
+    for manifest in env["pivot-sops-secrets"]:
+        for doc in pivot.parse_documents(decrypt(manifest), manifest, variables):
             for value in (doc.get("stringData") or {}).values():
                 if value:
                     audiences.append(json.loads(value)["audience"])
@@ -265,7 +286,7 @@ def test_pivot_renders_the_credentials_for_the_mgmt_provider():
         * 2
     )
     with pytest.raises(pivot.PivotError, match="GCP_PROJECT_NUMBER"):
-        pivot.load_documents(str(REPO / env["pivot-manifests"][0]), {"GCP_WIF_PROVIDER": "mgmt"})
+        pivot.parse_documents(decrypt(env["pivot-sops-secrets"][0]), "x", {"GCP_WIF_PROVIDER": "mgmt"})
 
 
 def test_cloud_sql_is_private_with_iam_auth_and_explicit_deletion_protection():
@@ -315,24 +336,11 @@ DEFECTS = {
             )
         ],
     ),
-    "unused pivot variable": (
-        "bootstrap.toml",
-        'GCP_WIF_PROVIDER = "mgmt"',
-        'GCP_WIF_PROVIDER = "mgmt"\nGCP_WIF_PROVIDR = "mgmt"',
-        [
-            (
-                "bootstrap.toml",
-                KEY + ".pivot-manifest-vars.GCP_WIF_PROVIDR",
-                "bootstrap",
-                "GCP_WIF_PROVIDR is used by no pivot manifest (${GCP_WIF_PROVIDR}); remove it or use it",
-            )
-        ],
-    ),
     "missing pivot manifest": (
         "bootstrap.toml",
         '"mgmt/gcp/config-connector/namespace.yaml"',
         '"mgmt/gcp/kcc/namespace.yaml"',
-        [("bootstrap.toml", KEY + ".pivot-manifests[1]", "bootstrap", "mgmt/gcp/kcc/namespace.yaml does not exist")],
+        [("bootstrap.toml", KEY + ".pivot-manifests[0]", "bootstrap", "mgmt/gcp/kcc/namespace.yaml does not exist")],
     ),
     "dependsOn typo": (
         "mgmt/gcp/workload-resources/iam/flux-ks.yaml",
@@ -344,34 +352,6 @@ DEFECTS = {
                 "Kustomization/flux-system/workload-resources-iam",
                 "flux-graph",
                 "dependsOn flux-system/workload-resources-postgre: no Kustomization of that name in environment gcp",
-            )
-        ],
-    ),
-    "key material in a credential Secret": (
-        "mgmt/gcp/capg-system/wif-credentials.yaml",
-        '"type": "external_account",',
-        '"type": "external_account",\n      "private_key": "-----BEGIN PRIVATE KEY-----",',
-        [
-            (
-                "mgmt/gcp/capg-system/wif-credentials.yaml",
-                "Secret/capg-system/capg-wif-credentials",
-                "secrets",
-                "Secret committed unencrypted: encrypt it with sops (age, --encrypted-regex '^(data|stringData)$') "
-                "into a *.sops.yaml file",
-            )
-        ],
-    ),
-    "credential source that sends headers": (
-        "mgmt/gcp/config-connector/wif-credentials.yaml",
-        '"file": "/var/run/secrets/kubernetes.io/serviceaccount/token",',
-        '"url": "http://127.0.0.1/token", "headers": {"Authorization": "Bearer x"},',
-        [
-            (
-                "mgmt/gcp/config-connector/wif-credentials.yaml",
-                "Secret/cnrm-system/kcc-wif-credentials",
-                "secrets",
-                "Secret committed unencrypted: encrypt it with sops (age, --encrypted-regex '^(data|stringData)$') "
-                "into a *.sops.yaml file",
             )
         ],
     ),
@@ -398,7 +378,30 @@ def test_planted_defect_is_caught(tree, name):
     assert found(check(tree)) == expected
 
 
-def test_service_account_key_secret_is_not_a_federated_credential(tree):
+def test_unused_pivot_variable_is_found_where_every_pivot_file_is_readable(tree):
+    """The encrypted pivot secrets could use any variable; with only readable pivot files, an unused one is found."""
+    edit(tree, "bootstrap.toml", 'GCP_WIF_PROVIDER = "mgmt"', 'GCP_WIF_PROVIDER = "mgmt"\nGCP_WIF_PROVIDR = "mgmt"')
+    assert found(check(tree)) == []
+    text = (tree / "bootstrap.toml").read_text()
+    start = text.index("pivot-sops-secrets = [", text.index("[environments.gcp]"))
+    (tree / "bootstrap.toml").write_text(text[:start] + text[text.index("]\n", start) + 2 :])
+    assert found(check(tree)) == [
+        (
+            "bootstrap.toml",
+            KEY + ".pivot-manifest-vars.GCP_WIF_PROVIDER",
+            "bootstrap",
+            "GCP_WIF_PROVIDER is used by no pivot manifest (${GCP_WIF_PROVIDER}); remove it or use it",
+        ),
+        (
+            "bootstrap.toml",
+            KEY + ".pivot-manifest-vars.GCP_WIF_PROVIDR",
+            "bootstrap",
+            "GCP_WIF_PROVIDR is used by no pivot manifest (${GCP_WIF_PROVIDR}); remove it or use it",
+        ),
+    ]
+
+
+def test_service_account_key_secret_is_refused(tree):
     key = {
         "type": "service_account",
         "project_id": "p",
@@ -414,8 +417,8 @@ def test_service_account_key_secret_is_not_a_federated_credential(tree):
     edit(
         tree,
         "mgmt/gcp/capg-system/kustomization.yaml",
-        "  - wif-credentials.yaml",
-        "  - wif-credentials.yaml\n  - key.yaml",
+        "  - wif-credentials.sops.yaml",
+        "  - wif-credentials.sops.yaml\n  - key.yaml",
     )
     assert found(check(tree)) == [
         (
@@ -428,8 +431,8 @@ def test_service_account_key_secret_is_not_a_federated_credential(tree):
     ]
 
 
-def test_federated_credential_in_data_is_accepted_and_checked(tree):
-    """A base64 data value is judged by its decoded content, like stringData."""
+def test_a_plain_credential_secret_is_refused_whatever_it_holds(tree):
+    """Every Secret in Git is a SOPS file: an external_account configuration in data is no exception."""
     import base64
 
     conf = {
@@ -439,7 +442,7 @@ def test_federated_credential_in_data_is_accepted_and_checked(tree):
         "token_url": "https://sts.googleapis.com/v1/token",
         "credential_source": {"file": "/t"},
     }
-    for extra, expected in (({}, 0), ({"client_secret": "s"}, 1)):
+    for extra, expected in (({}, 1), ({"client_secret": "s"}, 1)):
         encoded = base64.b64encode(json.dumps(dict(conf, **extra)).encode()).decode()
         path = tree / "mgmt" / "gcp" / "capg-system" / "extra.yaml"
         path.write_text(
@@ -451,8 +454,8 @@ def test_federated_credential_in_data_is_accepted_and_checked(tree):
             edit(
                 tree,
                 "mgmt/gcp/capg-system/kustomization.yaml",
-                "  - wif-credentials.yaml",
-                "  - wif-credentials.yaml\n  - extra.yaml",
+                "  - wif-credentials.sops.yaml",
+                "  - wif-credentials.sops.yaml\n  - extra.yaml",
             )
         secrets = [f for f in found(check(tree)) if f[2] == "secrets"]
         assert len(secrets) == expected, secrets

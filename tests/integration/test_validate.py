@@ -350,6 +350,24 @@ def test_sops_secret_is_accepted_and_tampering_is_found(tree, tmp_path):
     ]
 
 
+def test_sops_leaves_an_empty_value_plain_and_validate_accepts_only_that(tree, tmp_path):
+    secret = tree / LH / "cni" / "token.sops.yaml"
+    _sops_encrypt(
+        tmp_path,
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: token\n  namespace: default\n"
+        "stringData:\n  token: hunter2\n  unused: ''\n",
+        secret,
+    )
+    edit(
+        tree,
+        LH + "/cni/kustomization.yaml",
+        "  - clusterresourceset.yaml",
+        "  - clusterresourceset.yaml\n  - token.sops.yaml",
+    )
+    assert 'unused: ""' in secret.read_text() or "unused: ''" in secret.read_text()  # sops wrote it plain
+    assert found(check(tree)) == []
+
+
 def test_sops_file_without_metadata(tree):
     (tree / "workload/local-host/token.sops.yaml").write_text(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: token\n  namespace: podinfo\ndata:\n  token: aHVudGVyMg==\n"

@@ -52,6 +52,7 @@ from ansible_collections.krops.platform.plugins.module_utils.pivot.common import
     SubstitutionError,
     cli,
     load_documents,
+    parse_documents,
     parse_version,
     registry_serves,
     substitute,

@@ -139,6 +139,12 @@ def load_documents(path, variables=None, phase="prepare"):
             text = handle.read()
     except OSError as exc:
         raise PivotError(phase, f"manifest {path} cannot be read: {exc.strerror}; check repo_root and bootstrap.toml")
+    return parse_documents(text, path, variables, phase)
+
+
+def parse_documents(text, path, variables=None, phase="prepare"):
+    """YAML documents of a manifest's text (a file, or what sops decrypted from it), substituted when
+    variables is not None, as Flux substitutes after decrypting."""
     if variables is not None:
         text = substitute(text, variables, path)
     try:

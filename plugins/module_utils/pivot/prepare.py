@@ -24,6 +24,7 @@ from ansible_collections.krops.platform.plugins.module_utils.pivot.common import
     command_failed,
     find_binary,
     load_documents,
+    parse_documents,
     parse_version,
     run_command,
 )
@@ -183,10 +184,11 @@ def aws_credentials(pv):
 CREDENTIALS = {"aws": aws_credentials}
 
 
-def sops_secrets(pv):
+def decrypt_sops_secrets(pv):
+    """(relative, documents) of every pivot-sops-secrets file: decrypted, then substituted."""
     files = pv.env.get("pivot-sops-secrets") or []
     if not files:
-        return
+        return []
     sops = find_binary("sops", pv.options.get("sops_binary"))
     key_file = os.path.expanduser(pv.options.get("age_key_file") or pv.boot["age-key-file"])
     if not os.path.isabs(key_file):
@@ -196,17 +198,16 @@ def sops_secrets(pv):
             "prepare",
             "age key file {} does not exist; SOPS secrets {} cannot be decrypted".format(key_file, ", ".join(files)),
         )
+    decrypted = []
     for relative in files:
         path = pv.path(relative)
         argv = [sops, "--decrypt", "--input-type", "yaml", "--output-type", "yaml", path]
         rc, out, err = run_command(argv, env={"SOPS_AGE_KEY_FILE": key_file}, timeout=120)
         if rc != 0:
             raise command_failed("prepare", argv, rc, "", err, f"decrypting {relative}")
-        try:
-            docs = [d for d in yaml.safe_load_all(out) if d]
-        except yaml.YAMLError:
-            raise PivotError("prepare", f"sops decrypted {relative} into something that is not YAML")
-        _apply_docs(pv, docs, relative)
+        # Decrypted, then substituted like the pivot manifests (Flux decrypts before postBuild too).
+        decrypted.append((relative, parse_documents(out, relative, pv.variables)))
+    return decrypted
 
 
 def _provider_docs(docs):
@@ -315,6 +316,11 @@ def run(pv):
         except SubstitutionError as exc:
             first = first or exc
             unresolved.append(str(exc))
+    try:
+        secret_docs = decrypt_sops_secrets(pv)
+    except SubstitutionError as exc:
+        first = first or exc
+        unresolved.append(str(exc))
     if unresolved:
         raise PivotError("prepare", "; ".join(unresolved), {"unresolved": first.names})
     install_charts(pv)
@@ -325,5 +331,6 @@ def run(pv):
         providers += _provider_docs(_apply_docs(pv, docs, relative))
     if pv.profile.pivot_credentials:
         CREDENTIALS[pv.profile.pivot_credentials](pv)
-    sops_secrets(pv)
+    for relative, docs in secret_docs:
+        _apply_docs(pv, docs, relative)
     wait_providers(pv, providers)
