@@ -9,11 +9,6 @@ import base64
 import json
 import os
 
-try:
-    import yaml
-except ImportError:  # pragma: no cover
-    yaml = None
-
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (
     API_ERRORS,
