@@ -35,6 +35,7 @@ except ImportError:  # PyYAML comes with ansible-core
     yaml = None
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import render
 
 ENVIRONMENT = "local-host"
@@ -93,7 +94,7 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
 
 
-class AirgapError(Exception):
+class AirgapError(errors.ConfigError):
     """The inventory cannot be derived or read (bad tree, bad lock file, bad inventory line)."""
 
 

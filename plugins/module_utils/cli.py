@@ -19,6 +19,8 @@ import shlex
 import shutil
 import subprocess
 
+from ansible_collections.krops.platform.plugins.module_utils import errors
+
 # Folders searched after PATH, as ansible's get_bin_path does.
 _EXTRA_DIRS = (
     "/usr/local/bin",
@@ -36,16 +38,16 @@ _VERSION = re.compile(r"v?(\d+\.\d+(?:\.\d+)?(?:[-+][0-9A-Za-z.-]+)?)")
 _version_cache = {}
 
 
-class CliError(Exception):
-    """An external command failed; carries command, rc, stdout and stderr."""
+class CliError(errors.ToolError):
+    """An external command failed; carries command, rc, stdout and stderr (also as ``result``, for fail_json)."""
 
     def __init__(self, message, command=None, rc=None, stdout="", stderr=""):
         super().__init__(message)
-        self.message = message
         self.command = command
         self.rc = rc
         self.stdout = stdout
         self.stderr = stderr
+        self.result = self.as_dict()
 
     def as_dict(self):
         """The fields a module passes to fail_json."""
@@ -58,6 +60,7 @@ class ToolMissing(CliError):
     def __init__(self, name, message):
         super().__init__(message)
         self.name = name
+        self.result = {}  # nothing ran
 
 
 def find_binary(name, explicit=None, extra_dirs=_EXTRA_DIRS, environ=None):

@@ -28,6 +28,7 @@ import time
 
 from ansible_collections.krops.platform.plugins.module_utils import cli as krops_cli
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 
@@ -78,12 +79,8 @@ FAILURE_REASONS = frozenset(
 SCOPES = ("all", "secrets", "wait")
 
 
-class FluxError(Exception):
+class FluxError(errors.FluxError):
     """The handoff cannot go on; ``result`` holds what was done and observed so far."""
-
-    def __init__(self, message, result=None):
-        super().__init__(message)
-        self.result = result or {}
 
 
 # --- plan ---------------------------------------------------------------------------

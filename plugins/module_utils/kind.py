@@ -21,7 +21,8 @@ try:
 except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
     HAS_YAML = False
 
-from ansible_collections.krops.platform.plugins.module_utils import cli, kube
+from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kube
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 
 KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
 CERTS_DIR = "/etc/containerd/certs.d"
@@ -68,13 +69,24 @@ NODE_FIELDS = frozenset(
 MOUNT_FIELDS = frozenset(("containerPath", "hostPath", "readOnly", "selinuxRelabel", "propagation"))
 
 
-class KindError(Exception):
+class KindError(errors.ToolError):
     """The kind cluster cannot be brought to the requested state; the message says what to do."""
 
     def __init__(self, message, result=None, details=None):
-        super().__init__(message)
-        self.result = result or {}
+        super().__init__(message, result)
         self.details = details or {}
+
+
+def check_name(name):
+    """KindError unless ``name`` satisfies kind's cluster-name rule (the one the loader checks kind-cluster
+    against): checked before any kind command runs, so that a bad name never reaches kind."""
+    if isinstance(name, str) and len(name) <= krops_config.KIND_NAME_MAX and krops_config._KIND_NAME.match(name):
+        return name
+    shown = repr(name) if len(str(name)) <= 60 else f"{str(name)[:60]!r}... ({len(str(name))} characters)"
+    raise KindError(
+        f"kind cluster name {shown} is not a kind cluster name: at most {krops_config.KIND_NAME_MAX} characters of "
+        "a-z, 0-9, '.' and '-' (kind's cluster-name rule); give name= such a name"
+    )
 
 
 def context_name(name):
@@ -322,6 +334,7 @@ def ensure(
     """
     if not HAS_YAML:
         raise KindError("the Python library PyYAML is required (it ships with ansible-core): pip install pyyaml")
+    check_name(name)
     cluster = KindCluster(name, kind_binary=kind_binary, environ=environ, engine_binary=engine_binary)
     result = {
         "changed": False,

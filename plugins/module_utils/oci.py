@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import http.client
 import io
 import json
 import os
@@ -29,6 +30,7 @@ import urllib.parse
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.krops.platform.plugins.module_utils import cli
+from ansible_collections.krops.platform.plugins.module_utils import errors
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.cncf.flux.config.v1+json"
@@ -49,7 +51,7 @@ _TAG = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$")
 _ACCEPT = ", ".join([MANIFEST_TYPE, "application/vnd.docker.distribution.manifest.v2+json"])
 
 
-class OciError(Exception):
+class OciError(errors.RegistryError):
     """Building or pushing the artifact failed; the message names the registry and what to do."""
 
 
@@ -309,6 +311,28 @@ class Registry:
 
 
 # --- the operation ---------------------------------------------------------------------
+
+
+def registry_probe(url, timeout=5.0):
+    """(serves, detail) of GET <url>/v2/: serves when it answers 200 or 401 (a registry that wants auth
+    still serves); detail is the status, or why nothing answered. The one registry check (pivot, kind deletion)."""
+    try:
+        parsed = urllib.parse.urlsplit(url.rstrip("/") + "/v2/")
+        connection = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
+        conn = connection(parsed.hostname, parsed.port, timeout=timeout)
+        try:
+            conn.request("GET", parsed.path)
+            status = conn.getresponse().status
+        finally:
+            conn.close()
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return False, f"no answer: {exc}"
+    return status in (200, 401), f"status {status}"
+
+
+def registry_serves(url, timeout=5.0):
+    """True when GET <url>/v2/ answers 200 or 401."""
+    return registry_probe(url, timeout)[0]
 
 
 def git_revision(root, git=None):

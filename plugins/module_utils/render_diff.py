@@ -29,6 +29,7 @@ import time
 
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from ansible_collections.krops.platform.plugins.module_utils import cli
+from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.module_utils import validate_schema
 
@@ -102,7 +103,7 @@ for _kind in validate.PROVIDER_KINDS:
     VERSION_FIELDS[("operator.cluster.x-k8s.io", _kind)] = ("spec.version",)
 
 
-class RenderDiffError(Exception):
+class RenderDiffError(errors.ValidationError):
     """render_diff cannot run (not a Git repository, unknown revision, bad accept file)."""
 
 

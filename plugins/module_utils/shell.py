@@ -8,6 +8,12 @@ the result dict. Expected failures (errors.KropsError and its subclasses) become
 and the step it was in (``step("exporting the kubeconfig")``), with the traceback in
 ``exception`` so that ansible-playbook shows it only at -vvv. No module repeats an except
 ladder.
+
+A module that words its failures (a prefix naming what it acted on, a hint for one area)
+passes ``wording``: a table {KropsError subclass: template}. The template of the most
+specific class of the error is used: a ``str.format`` template with ``error`` and ``params``
+(the module parameters), or a callable ``(error, params) -> str``. Errors of other classes
+keep their own message.
 """
 
 from __future__ import annotations
@@ -46,8 +52,35 @@ def unexpected_message(name, step, exc):
     )
 
 
-def run(name, argument_spec, body, supports_check_mode=True, requires=None, **module_kwargs):
-    """Run a krops module. ``requires``: [(library name, has_it, import error)] checked before the body."""
+def positive(params, names, unit=""):
+    """errors.ConfigError naming the first of the space-separated ``names`` given below 1: a timeout, interval
+    or count of 0 or less would end a wait at once, never, or check nothing."""
+    for name in names.split():
+        value = params.get(name)
+        if value is not None and value < 1:
+            raise errors.ConfigError(f"{name} must be at least 1{unit}, got {value}")
+
+
+def options(params, names, /, **renamed):
+    """Keyword arguments of a verb from module parameters: each of the space-separated ``names`` as is, and
+    ``renamed`` {verb argument: option} (so that a body does not spell ``x=params["x"]`` once per option)."""
+    out = {name: params[name] for name in names.split()}
+    out.update((argument, params[option]) for argument, option in renamed.items())
+    return out
+
+
+def worded(wording, exc, params):
+    """The message of expected error ``exc``: the ``wording`` entry of its most specific class, else str(exc)."""
+    for cls in type(exc).__mro__:
+        template = (wording or {}).get(cls)
+        if template is not None:
+            return template(exc, params) if callable(template) else template.format(error=exc, params=params)
+    return str(exc)
+
+
+def run(name, argument_spec, body, supports_check_mode=True, requires=None, wording=None, **module_kwargs):
+    """Run a krops module. ``requires``: [(library name, has_it, import error)] checked before the body;
+    ``wording``: see the module docstring."""
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=supports_check_mode, **module_kwargs)
     for library, present, error in requires or ():
         if not present:
@@ -56,7 +89,7 @@ def run(name, argument_spec, body, supports_check_mode=True, requires=None, **mo
     try:
         result = body(module, step)
     except errors.KropsError as exc:
-        module.fail_json(msg=str(exc), **failure_details(exc))
+        module.fail_json(msg=worded(wording, exc, module.params), **failure_details(exc))
     except Exception as exc:  # pylint: disable=broad-except  # the shell is the one place that catches everything
         module.fail_json(
             msg=unexpected_message(name, step, exc), exception=traceback.format_exc(), failed_step=step.name

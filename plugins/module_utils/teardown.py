@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import os
 
+from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
@@ -66,12 +67,8 @@ PROVIDER_API = "operator.cluster.x-k8s.io/v1alpha2"
 HOST_KIND, HOST_MGMT, HOST_UNREACHABLE = "kind", "mgmt", "unreachable"
 
 
-class TeardownError(Exception):
+class TeardownError(errors.TeardownError):
     """A teardown step cannot go on; ``result`` holds what was done and observed so far."""
-
-    def __init__(self, message, result=None):
-        super().__init__(message)
-        self.result = result or {}
 
 
 class UnknownState(TeardownError):

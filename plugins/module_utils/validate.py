@@ -48,6 +48,7 @@ except ImportError:  # PyYAML comes with ansible-core; only bare sanity environm
 from ansible_collections.krops.platform.plugins.module_utils import airgap
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
@@ -88,7 +89,7 @@ _ACK_UNTAGGED = {"AdoptedResource", "FieldExport", "IAMRoleSelector"}
 _RS_INPUT = re.compile(r"<<-?\s*inputs\.([A-Za-z_][A-Za-z0-9_]*)\s*-?>>")
 
 
-class ValidateError(Exception):
+class ValidateError(errors.ValidationError):
     """validate could not run (bad path, bad bootstrap.toml, unusable schema location)."""
 
 

@@ -88,39 +88,41 @@ revision:
 import os
 import re
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.krops.platform.plugins.module_utils import airgap
+from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import oci
+from ansible_collections.krops.platform.plugins.module_utils import shell
 
+NAME = "krops.platform.airgap_config_archive"
 _REFERENCE = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?/[a-z0-9._/-]+:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            root=dict(type="path", required=True),
-            paths=dict(type="list", elements="path", required=True),
-            dest=dict(type="path", required=True),
-            reference=dict(type="str", required=True),
-            source=dict(type="str"),
-            revision=dict(type="str"),
-        ),
-        supports_check_mode=True,
+def argument_spec():
+    return dict(
+        root=dict(type="path", required=True),
+        paths=dict(type="list", elements="path", required=True),
+        dest=dict(type="path", required=True),
+        reference=dict(type="str", required=True),
+        source=dict(type="str"),
+        revision=dict(type="str"),
     )
+
+
+def body(module, step):
     p = module.params
+    step("checking the options")
     if not _REFERENCE.match(p["reference"]):
-        module.fail_json(
-            msg="reference {!r} is not <registry>/<repository>:<tag> (for example "
-            "krops-registry:5000/krops:latest)".format(p["reference"])
+        raise errors.ConfigError(
+            "reference {!r} is not <registry>/<repository>:<tag> (for example krops-registry:5000/krops:latest)".format(
+                p["reference"]
+            )
         )
     if not os.path.isdir(p["root"]):
-        module.fail_json(msg="root {} is not a directory: point it at the krops checkout".format(p["root"]))
+        raise errors.ConfigError("root {} is not a directory: point it at the krops checkout".format(p["root"]))
+    step("packing the configuration archive")
     revision = p["revision"] or oci.git_revision(p["root"])
-    try:
-        data, digest = airgap.config_archive(p["root"], p["paths"], p["reference"], p["source"], revision)
-    except oci.OciError as exc:
-        module.fail_json(msg=str(exc))
+    data, digest = airgap.config_archive(p["root"], p["paths"], p["reference"], p["source"], revision)
+    step("writing the archive")
     current = None
     if os.path.isfile(p["dest"]):
         with open(p["dest"], "rb") as handle:
@@ -132,7 +134,11 @@ def main():
         with open(temporary, "wb") as handle:
             handle.write(data)
         os.replace(temporary, p["dest"])
-    module.exit_json(changed=changed, digest=digest, reference=p["reference"], dest=p["dest"], revision=revision)
+    return dict(changed=changed, digest=digest, reference=p["reference"], dest=p["dest"], revision=revision)
+
+
+def main():
+    shell.run(NAME, argument_spec(), body)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ options:
   wait_timeout:
     description:
       - Seconds to wait. A timeout fails, names the Clusters still present with their phase, condition
-        message and finalizers, and returns the partial result.
+        message and finalizers, and returns the partial result. At least 1.
     type: int
     default: 1200
 extends_documentation_fragment:
@@ -130,10 +130,11 @@ target:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import shell
 from ansible_collections.krops.platform.plugins.module_utils import teardown
+
+NAME = "krops.platform.capi_cluster_delete"
 
 
 def argument_spec():
@@ -150,27 +151,17 @@ def argument_spec():
     return spec
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+def body(module, step):
     p = module.params
-    try:
-        result = teardown.delete_clusters(
-            p["kubeconfig"],
-            p["context"],
-            namespace=p["namespace"],
-            names=p["clusters"],
-            keep=p["keep"],
-            suspend=p["suspend"],
-            kustomizations=p["kustomizations"],
-            wait=p["wait"],
-            wait_timeout=p["wait_timeout"],
-            check_mode=module.check_mode,
-        )
-    except teardown.TeardownError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    except kube.KubeError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(**result)
+    step("checking the options")
+    shell.positive(p, "wait_timeout request_timeout", unit=" second")
+    step("deleting the Clusters")
+    verb = shell.options(p, "namespace keep suspend kustomizations wait wait_timeout", names="clusters")
+    return teardown.delete_clusters(p["kubeconfig"], p["context"], check_mode=module.check_mode, **verb)
+
+
+def main():
+    shell.run(NAME, argument_spec(), body)
 
 
 if __name__ == "__main__":

@@ -225,17 +225,27 @@ wait_timeout:
   sample: 900
 """
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.krops.platform.plugins.module_utils import cli
-from ansible_collections.krops.platform.plugins.module_utils import config
+from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import flux
 from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import shell
+
+NAME = "krops.platform.flux_handoff"
+
+# Every failure names the module; a missing helm and a failed helm run say which step it was.
+WORDING = {
+    errors.KropsError: "flux_handoff: {error}",
+    cli.CliError: "flux_handoff: installing the Flux Operator failed: {error}",
+    cli.ToolMissing: "flux_handoff: {error} (set helm_binary, or install_operator=false when the operator is installed)",
+}
 
 
-def main():
-    argument_spec = dict(kube.KUBE_ARGS)
-    argument_spec.update(
+def argument_spec():
+    spec = dict(kube.KUBE_ARGS)
+    spec.update(
         environment=dict(type="str"),
         config_file=dict(type="path"),
         scope=dict(type="str", default="all", choices=list(flux.SCOPES)),
@@ -255,32 +265,26 @@ def main():
         _wait_budget=dict(type="int"),
         _wait_total=dict(type="int"),
     )
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    return spec
+
+
+def body(module, step):
     params = module.params
-    for name in ("wait_timeout", "progress_interval"):
-        if params[name] is not None and params[name] < 1:
-            module.fail_json(msg=f"{name} must be at least 1 second, got {params[name]}")
+    step("checking the options")
+    shell.positive(params, "wait_timeout progress_interval request_timeout", unit=" second")
+    step("handing the cluster to Flux")
     try:
-        result = flux.handoff(params, check_mode=module.check_mode)
-    except config.ConfigError as exc:
-        module.fail_json(msg=f"flux_handoff: {exc}")
-    except cli.ToolMissing as exc:
-        module.fail_json(
-            msg=f"flux_handoff: {exc} (set helm_binary, or install_operator=false when the operator is installed)"
-        )
-    except cli.CliError as exc:
-        module.fail_json(msg=f"flux_handoff: installing the Flux Operator failed: {exc}", **exc.as_dict())
-    except flux.FluxError as exc:
-        module.fail_json(msg=f"flux_handoff: {exc}", **exc.result)
-    except kube.KubeError as exc:
-        module.fail_json(msg=f"flux_handoff: {exc}")
-    except kube.ApiException as exc:
-        module.fail_json(
-            msg="flux_handoff: the Kubernetes API of {} answered an error: {}".format(
+        return flux.handoff(params, check_mode=module.check_mode)
+    except kube.ApiException as exc:  # an API answer no step expected: name the cluster that gave it
+        raise errors.KubeError(
+            "the Kubernetes API of {} answered an error: {}".format(
                 kube.describe_target(params["kubeconfig"], params["context"]), kube.error_text(exc)
             )
         )
-    module.exit_json(**result)
+
+
+def main():
+    shell.run(NAME, argument_spec(), body, wording=WORDING)
 
 
 if __name__ == "__main__":

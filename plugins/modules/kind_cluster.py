@@ -29,7 +29,9 @@ author:
   - krops developers (@krops)
 options:
   name:
-    description: Name of the kind cluster (the kubeconfig context is C(kind-<name>)).
+    description:
+      - Name of the kind cluster (the kubeconfig context is C(kind-<name>)).
+      - kind's cluster-name rule applies (at most 50 characters of a-z, 0-9, '.' and '-'); it is checked before kind runs.
     type: str
     required: true
   state:
@@ -83,7 +85,7 @@ options:
       - When not set, C(kind create) writes its default kubeconfig and readiness uses a private temporary copy.
     type: path
   wait_timeout:
-    description: Seconds to wait until every node is Ready.
+    description: Seconds to wait until every node is Ready (at least 1).
     type: int
     default: 120
   node_image:
@@ -91,6 +93,14 @@ options:
     type: str
   kind_binary:
     description: Path or name of the C(kind) binary. Default is C(kind) from E(PATH).
+    type: str
+  require_registry:
+    description:
+      - With O(state=absent), the base URL of an OCI registry (for example V(http://127.0.0.1:5001)) that must
+        answer C(GET /v2/) with 200 or 401 before the cluster is deleted; otherwise the deletion is refused and
+        nothing is changed (in check mode too).
+      - The pivot role sets it on platforms with a local registry, which Flux on the management cluster pulls
+        from once kind is gone.
     type: str
 attributes:
   check_mode:
@@ -132,6 +142,12 @@ EXAMPLES = r"""
   krops.platform.kind_cluster:
     name: mgmt
     state: absent
+
+- name: Delete it only while the local registry serves
+  krops.platform.kind_cluster:
+    name: mgmt
+    state: absent
+    require_registry: http://127.0.0.1:5001
 """
 
 RETURN = r"""
@@ -189,60 +205,66 @@ mirror_nodes:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kind, oci, shell
 
-from ansible_collections.krops.platform.plugins.module_utils import cli, kind
+NAME = "krops.platform.kind_cluster"
+
+# Failures of the kind binary name the cluster (kind's own errors already do).
+WORDING = {
+    cli.CliError: "kind cluster {params[name]}: {error}",
+    cli.ToolMissing: "kind cluster {params[name]}: {error} (kind_binary=)",
+}
+
+
+def argument_spec():
+    return dict(
+        name=dict(type="str", required=True),
+        state=dict(type="str", default="present", choices=["present", "absent"]),
+        recreate=dict(type="bool", default=False),
+        config=dict(type="dict"),
+        engine_socket=dict(type="path", default="/var/run/docker.sock"),
+        registry_mirror=dict(
+            type="dict",
+            options=dict(
+                host=dict(type="str", required=True),
+                endpoint=dict(type="str", required=True),
+            ),
+        ),
+        environment=dict(type="str"),
+        engine_binary=dict(type="str"),
+        kubeconfig_path=dict(type="path"),
+        wait_timeout=dict(type="int", default=120),
+        node_image=dict(type="str"),
+        kind_binary=dict(type="str"),
+        require_registry=dict(type="str"),
+    )
+
+
+def body(module, step):
+    params = module.params
+    step("checking the options")
+    shell.positive(params, "wait_timeout", unit=" second")
+    if params["state"] == "absent" and params["require_registry"]:
+        step("checking that the registry serves")
+        serves, detail = oci.registry_probe(params["require_registry"])
+        if not serves:
+            raise errors.RegistryError(
+                "Not deleting kind cluster {}: the registry {} does not serve /v2/ ({}); Flux on the management "
+                "cluster pulls from it. Start it, then run again.".format(
+                    params["name"], params["require_registry"], detail
+                )
+            )
+    step("bringing the kind cluster to its state")
+    verb = shell.options(
+        params,
+        "state recreate config engine_socket registry_mirror kubeconfig_path wait_timeout node_image kind_binary "
+        "engine_binary environment",
+    )
+    return kind.ensure(params["name"], check_mode=module.check_mode, **verb)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            name=dict(type="str", required=True),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
-            recreate=dict(type="bool", default=False),
-            config=dict(type="dict"),
-            engine_socket=dict(type="path", default="/var/run/docker.sock"),
-            registry_mirror=dict(
-                type="dict",
-                options=dict(
-                    host=dict(type="str", required=True),
-                    endpoint=dict(type="str", required=True),
-                ),
-            ),
-            environment=dict(type="str"),
-            engine_binary=dict(type="str"),
-            kubeconfig_path=dict(type="path"),
-            wait_timeout=dict(type="int", default=120),
-            node_image=dict(type="str"),
-            kind_binary=dict(type="str"),
-        ),
-        supports_check_mode=True,
-        required_if=[("state", "present", ["environment"])],
-    )
-    params = module.params
-    try:
-        result = kind.ensure(
-            params["name"],
-            state=params["state"],
-            recreate=params["recreate"],
-            config=params["config"],
-            engine_socket=params["engine_socket"],
-            registry_mirror=params["registry_mirror"],
-            kubeconfig_path=params["kubeconfig_path"],
-            wait_timeout=params["wait_timeout"],
-            node_image=params["node_image"],
-            kind_binary=params["kind_binary"],
-            engine_binary=params["engine_binary"],
-            environment=params["environment"],
-            check_mode=module.check_mode,
-        )
-    except cli.ToolMissing as exc:
-        module.fail_json(msg="kind cluster {}: {} (kind_binary=)".format(params["name"], exc))
-    except cli.CliError as exc:
-        module.fail_json(msg="kind cluster {}: {}".format(params["name"], exc), **exc.as_dict())
-    except kind.KindError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    module.exit_json(**result)
+    shell.run(NAME, argument_spec(), body, wording=WORDING, required_if=[("state", "present", ["environment"])])
 
 
 if __name__ == "__main__":

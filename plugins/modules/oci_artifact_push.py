@@ -132,51 +132,45 @@ skipped:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.krops.platform.plugins.module_utils import oci
+from ansible_collections.krops.platform.plugins.module_utils import shell
+
+NAME = "krops.platform.oci_artifact_push"
+
+# A registry failure names the artifact it was pushing.
+WORDING = {oci.OciError: "oci://{params[registry]}/{params[repository]}:{params[tag]}: {error}"}
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            registry=dict(type="str", required=True),
-            repository=dict(type="str", default="krops"),
-            tag=dict(type="str", default="latest"),
-            paths=dict(type="list", elements="path", required=True),
-            root=dict(type="path"),
-            source=dict(type="str"),
-            revision=dict(type="str"),
-            insecure=dict(type="bool", default=False),
-            username=dict(type="str"),
-            password=dict(type="str", no_log=True),
-        ),
-        required_together=[["username", "password"]],
-        supports_check_mode=True,
+def argument_spec():
+    return dict(
+        registry=dict(type="str", required=True),
+        repository=dict(type="str", default="krops"),
+        tag=dict(type="str", default="latest"),
+        paths=dict(type="list", elements="path", required=True),
+        root=dict(type="path"),
+        source=dict(type="str"),
+        revision=dict(type="str"),
+        insecure=dict(type="bool", default=False),
+        username=dict(type="str"),
+        password=dict(type="str", no_log=True),
     )
+
+
+def body(module, step):
     params = module.params
-    try:
-        result = oci.push_artifact(
-            params["registry"],
-            params["paths"],
-            repository=params["repository"],
-            tag=params["tag"],
-            root=params["root"],
-            source=params["source"],
-            revision=params["revision"],
-            insecure=params["insecure"],
-            username=params["username"],
-            password=params["password"],
-            check_mode=module.check_mode,
-        )
-    except oci.OciError as exc:
-        module.fail_json(msg="oci://{}/{}:{}: {}".format(params["registry"], params["repository"], params["tag"], exc))
+    step("pushing the artifact")
+    verb = shell.options(params, "repository tag root source revision insecure username password")
+    result = oci.push_artifact(params["registry"], params["paths"], check_mode=module.check_mode, **verb)
     warning = result.pop("warning", None)
     if warning:
         module.warn(warning)
     if result["skipped"]:
         module.warn("not packed (symbolic links or special files): {}".format(", ".join(result["skipped"])))
-    module.exit_json(**result)
+    return result
+
+
+def main():
+    shell.run(NAME, argument_spec(), body, wording=WORDING, required_together=[["username", "password"]])
 
 
 if __name__ == "__main__":

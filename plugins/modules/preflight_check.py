@@ -35,7 +35,7 @@ extends_documentation_fragment:
   - krops.platform.aws
 options:
   tools:
-    description: Binaries that must be found on E(PATH).
+    description: Binaries that must be found on E(PATH), as bare command names (no path).
     type: list
     elements: str
     default: []
@@ -75,7 +75,7 @@ options:
         elements: str
         required: true
   eips_per_cluster:
-    description: Elastic IPs each cluster needs (one NAT gateway per availability zone).
+    description: Elastic IPs each cluster needs (one NAT gateway per availability zone); at least 1.
     type: int
     default: 3
   provider_manifests:
@@ -172,13 +172,18 @@ aws_eip:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback
+import re
 
-from ansible_collections.krops.platform.plugins.module_utils import aws, preflight
+from ansible.module_utils.basic import env_fallback
+
+from ansible_collections.krops.platform.plugins.module_utils import aws, errors, preflight, shell
+
+NAME = "krops.platform.preflight_check"
+_TOOL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
-def main():
-    argument_spec = dict(
+def argument_spec():
+    spec = dict(
         tools=dict(type="list", elements="str", default=[]),
         age_key_file=dict(type="path"),
         age_public_key=dict(type="str"),
@@ -202,15 +207,22 @@ def main():
         container_engine=dict(type="str"),
         fail_on_problems=dict(type="bool", default=True),
     )
-    argument_spec.update(aws.AWS_ARGS)
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        supports_check_mode=True,
-        mutually_exclusive=[["profile", "access_key"], ["profile", "secret_key"]],
-    )
+    spec.update(aws.AWS_ARGS)
+    return spec
+
+
+def body(module, step):
     params = module.params
+    step("checking the options")
+    shell.positive(params, "eips_per_cluster")
+    bad_tools = [tool for tool in params["tools"] if not _TOOL.match(tool)]
+    if bad_tools:
+        raise errors.ConfigError(
+            "tools must be bare command names (looked up on PATH), got {}".format(", ".join(map(repr, bad_tools)))
+        )
     connection = None
     if params["aws_eip_checks"]:
+        step("connecting to AWS")
         try:
             connection = aws.Connection(
                 profile=params["profile"],
@@ -219,11 +231,13 @@ def main():
                 secret_key=params["secret_key"],
                 session_token=params["session_token"],
             )
-        except aws.AwsError as exc:
-            module.fail_json(msg=f"preflight: {exc}")
+        except aws.AwsError as exc:  # aws.py's own error type: one translation into the krops root
+            raise errors.CloudError(f"preflight: {exc}")
     capi_version, version_problems = None, []
     if params["provider_manifests"]:
+        step("reading the provider manifests")
         capi_version, version_problems = preflight.core_provider_version(params["provider_manifests"])
+    step("running the checks")
     result = preflight.run(
         tools=params["tools"],
         age_key_file=params["age_key_file"],
@@ -245,12 +259,16 @@ def main():
     result["problems"] = version_problems + result["problems"]
     problems = result["problems"]
     if problems and params["fail_on_problems"]:
-        module.fail_json(
-            msg="preflight found %d problem%s:\n- %s"
+        raise errors.ConfigError(
+            "preflight found %d problem%s:\n- %s"
             % (len(problems), "" if len(problems) == 1 else "s", "\n- ".join(problems)),
-            **result,
+            result,
         )
-    module.exit_json(changed=False, **result)
+    return dict(result, changed=False)
+
+
+def main():
+    shell.run(NAME, argument_spec(), body, mutually_exclusive=[["profile", "access_key"], ["profile", "secret_key"]])
 
 
 if __name__ == "__main__":

@@ -166,52 +166,53 @@ seconds:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
+from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import render_diff as krops_render_diff
+from ansible_collections.krops.platform.plugins.module_utils import shell
+
+NAME = "krops.platform.render_diff"
+
+# render_diff could not compare (as opposed to: it compared and found something).
+WORDING = {krops_render_diff.RenderDiffError: "render_diff could not run: {error}"}
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            repo=dict(type="path"),
-            base=dict(type="str", required=True),
-            head=dict(type="str", default="HEAD"),
-            merge_base=dict(type="bool", default=True),
-            environments=dict(type="list", elements="str"),
-            schema_location=dict(type="str"),
-            accept_file=dict(type="path"),
-            labels=dict(type="list", elements="str", default=[]),
-            accept_label=dict(type="str", default=krops_render_diff.DEFAULT_ACCEPT_LABEL),
-            cel=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
+def argument_spec():
+    return dict(
+        repo=dict(type="path"),
+        base=dict(type="str", required=True),
+        head=dict(type="str", default="HEAD"),
+        merge_base=dict(type="bool", default=True),
+        environments=dict(type="list", elements="str"),
+        schema_location=dict(type="str"),
+        accept_file=dict(type="path"),
+        labels=dict(type="list", elements="str", default=[]),
+        accept_label=dict(type="str", default=krops_render_diff.DEFAULT_ACCEPT_LABEL),
+        cel=dict(type="bool", default=True),
     )
+
+
+def body(module, step):
     p = module.params
-    try:
-        report = krops_render_diff.run(
-            p["repo"],
-            p["base"],
-            p["head"],
-            p["merge_base"],
-            p["environments"],
-            p["schema_location"],
-            p["accept_file"],
-            p["labels"],
-            p["accept_label"],
-            p["cel"],
-        )
-    except krops_render_diff.RenderDiffError as exc:
-        module.fail_json(msg=f"render_diff could not run: {exc}")
+    step("rendering and comparing the revisions")
+    verb = shell.options(
+        p,
+        "repo base head environments schema_location accept_file labels accept_label cel",
+        use_merge_base="merge_base",
+    )
+    report = krops_render_diff.run(**verb)
     returned = dict(changed=False, markdown=krops_render_diff.markdown(report), **report)
     if report["blocking"]:
         blocking = [f for f in report["findings"] if not f["acknowledged"]]
-        module.fail_json(
-            msg="render_diff found %d finding(s) not acknowledged:\n%s"
+        raise errors.ValidationError(
+            "render_diff found %d finding(s) not acknowledged:\n%s"
             % (len(blocking), "\n".join("{}: {}".format(f["id"], f["message"]) for f in blocking)),
-            **returned,
+            returned,
         )
-    module.exit_json(**returned)
+    return returned
+
+
+def main():
+    shell.run(NAME, argument_spec(), body, wording=WORDING)
 
 
 if __name__ == "__main__":

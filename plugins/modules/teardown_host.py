@@ -47,11 +47,11 @@ options:
     description: Path to bootstrap.toml. Defaults to E(BOOTSTRAP_CONFIG), then C(bootstrap.toml) in the current folder.
     type: path
   timeout:
-    description: Seconds each cluster gets to answer.
+    description: Seconds each cluster gets to answer (at least 1).
     type: int
     default: 10
   local_cluster_timeout:
-    description: Seconds the local-host plan waits for its workload Clusters to be deleted.
+    description: Seconds the local-host plan waits for its workload Clusters to be deleted (at least 1).
     type: int
     default: 300
   required_tools:
@@ -187,12 +187,13 @@ plan:
     - {step: 2, action: delete-clusters, clusters: [local-workload], keep: [local-management], timeout: 300}
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import profiles
+from ansible_collections.krops.platform.plugins.module_utils import shell
 from ansible_collections.krops.platform.plugins.module_utils import teardown
+
+NAME = "krops.platform.teardown_host"
 
 
 def argument_spec():
@@ -286,17 +287,15 @@ def run(params, get_bin_path, check_mode=False):
     return host
 
 
+def body(module, step):
+    step("checking the options")
+    shell.positive(module.params, "timeout local_cluster_timeout request_timeout", unit=" second")
+    step("finding the controller host and planning the teardown")
+    return run(module.params, module.get_bin_path, module.check_mode)
+
+
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    try:
-        result = run(module.params, module.get_bin_path, module.check_mode)
-    except krops_config.ConfigError as exc:
-        module.fail_json(msg=str(exc))
-    except teardown.TeardownError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    except kube.KubeError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(**result)
+    shell.run(NAME, argument_spec(), body)
 
 
 if __name__ == "__main__":

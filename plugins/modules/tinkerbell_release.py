@@ -52,7 +52,7 @@ options:
     type: bool
     default: true
   wait_timeout:
-    description: Seconds to wait for the Clusters to go and the Hardware to be released (each).
+    description: Seconds to wait for the Clusters to go and the Hardware to be released (each; at least 1).
     type: int
     default: 1200
 extends_documentation_fragment:
@@ -109,10 +109,11 @@ target:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import shell
 from ansible_collections.krops.platform.plugins.module_utils import teardown
+
+NAME = "krops.platform.tinkerbell_release"
 
 
 def argument_spec():
@@ -129,27 +130,17 @@ def argument_spec():
     return spec
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+def body(module, step):
     p = module.params
-    try:
-        result = teardown.release_hardware(
-            p["kubeconfig"],
-            p["context"],
-            namespace=p["namespace"],
-            hardware_namespace=p["hardware_namespace"],
-            clusters=p["clusters"],
-            keep=p["keep"],
-            suspend=p["suspend"],
-            wait_timeout=p["wait_timeout"],
-            remove_stale=p["remove_stale"],
-            check_mode=module.check_mode,
-        )
-    except teardown.TeardownError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    except kube.KubeError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(**result)
+    step("checking the options")
+    shell.positive(p, "wait_timeout request_timeout", unit=" second")
+    step("releasing the Hardware")
+    verb = shell.options(p, "namespace hardware_namespace clusters keep suspend wait_timeout remove_stale")
+    return teardown.release_hardware(p["kubeconfig"], p["context"], check_mode=module.check_mode, **verb)
+
+
+def main():
+    shell.run(NAME, argument_spec(), body)
 
 
 if __name__ == "__main__":

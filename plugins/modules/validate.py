@@ -166,36 +166,34 @@ environments:
 
 import json
 
-from ansible.module_utils.basic import AnsibleModule
-
+from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils import shell
 from ansible_collections.krops.platform.plugins.module_utils import validate as krops_validate
 
+NAME = "krops.platform.validate"
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path"),
-            environments=dict(type="list", elements="str"),
-            schema_location=dict(type="str"),
-            allow_kinds=dict(type="list", elements="str", default=[]),
-            config_file=dict(type="path"),
-            format=dict(type="str", choices=["text", "json"], default="text"),
-            cel=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
+# validate could not read its input (as opposed to: it read it and found something).
+WORDING = {krops_validate.ValidateError: "validate could not run: {error}"}
+
+
+def argument_spec():
+    return dict(
+        path=dict(type="path"),
+        environments=dict(type="list", elements="str"),
+        schema_location=dict(type="str"),
+        allow_kinds=dict(type="list", elements="str", default=[]),
+        config_file=dict(type="path"),
+        format=dict(type="str", choices=["text", "json"], default="text"),
+        cel=dict(type="bool", default=True),
     )
+
+
+def body(module, step):
     params = module.params
-    try:
-        result = krops_validate.run(
-            path=params["path"],
-            environments=params["environments"],
-            schema_location=params["schema_location"],
-            allow_kinds=params["allow_kinds"],
-            config_file=params["config_file"],
-            cel=params["cel"],
-        )
-    except krops_validate.ValidateError as exc:
-        module.fail_json(msg=f"validate could not run: {exc}")
+    step("validating the trees")
+    result = krops_validate.run(
+        **shell.options(params, "path environments schema_location allow_kinds config_file cel")
+    )
     if params["format"] == "json":
         output = json.dumps({"findings": result["findings"], "summary": result["summary"]}, indent=2)
     else:
@@ -211,10 +209,14 @@ def main():
     )
     if result["findings"]:
         lines = krops_validate.format_text(result)
-        module.fail_json(
-            msg="validate found %d finding(s):\n%s" % (len(result["findings"]), "\n".join(lines)), **returned
+        raise errors.ValidationError(
+            "validate found %d finding(s):\n%s" % (len(result["findings"]), "\n".join(lines)), returned
         )
-    module.exit_json(**returned)
+    return returned
+
+
+def main():
+    shell.run(NAME, argument_spec(), body, wording=WORDING)
 
 
 if __name__ == "__main__":

@@ -358,3 +358,84 @@ def test_molecule_scenario_inventory_gives_localhost_its_connection_and_the_repo
         for play in cleanup
         for task in play["tasks"]
     )
+
+
+# The Secret CAPI writes for a workload Cluster: its server is the load balancer's container address.
+_CAPI_KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [
+        {
+            "name": "local-workload",
+            "cluster": {"server": "https://172.18.0.4:6443", "certificate-authority-data": "Q0E="},
+        }
+    ],
+    "users": [
+        {"name": "local-workload-admin", "user": {"client-certificate-data": "Q0VSVA==", "client-key-data": "S0VZ"}}
+    ],
+    "contexts": [
+        {
+            "name": "local-workload-admin@local-workload",
+            "context": {"cluster": "local-workload", "user": "local-workload-admin"},
+        }
+    ],
+    "current-context": "local-workload-admin@local-workload",
+}
+
+
+def write_workload_kubeconfig(ansible_playbook, tmp_path, value):
+    """Only the task that writes the workload kubeconfig, given the Secret and the load balancer's inspect."""
+    kubeconfig = tmp_path / "krops-local-workload.yaml"
+    play = {
+        "hosts": "localhost",
+        "gather_facts": False,
+        "vars": {
+            "krops_environment": "local-host",
+            "bootstrap_config_file": CONFIG,
+            "bootstrap_pivoted": False,
+            "bootstrap_workload_kubeconfig": str(kubeconfig),
+            "bootstrap_workload_secret": {
+                "resources": [{"data": {"value": base64.b64encode(value.encode()).decode()}}]
+            },
+            "bootstrap_workload_lb": {
+                "exists": True,
+                "container": {"NetworkSettings": {"Ports": {"6443/tcp": [{"HostIp": "0.0.0.0", "HostPort": "43121"}]}}},
+            },
+        },
+        "tasks": [{"ansible.builtin.import_role": {"name": "krops.platform.bootstrap", "tasks_from": "workload"}}],
+    }
+    rc, output, stderr = ansible_playbook(
+        [play], "--tags", "kubeconfigs", "--start-at-task", "Check that the kubeconfig Secret holds a kubeconfig"
+    )
+    return rc, output, stderr, kubeconfig
+
+
+def test_workload_kubeconfig_is_rendered_by_the_one_kubeconfig_verb(ansible_playbook, tmp_path):
+    """The server points at the published load-balancer port, and context, cluster and user are named
+    krops-<cluster>, as capi_pivot names the management entries (kube.render_kubeconfig, one verb)."""
+    rc, output, stderr, kubeconfig = write_workload_kubeconfig(
+        ansible_playbook, tmp_path, yaml.safe_dump(_CAPI_KUBECONFIG)
+    )
+    assert rc == 0, (failures(output), stderr[-2000:])
+    written = yaml.safe_load(kubeconfig.read_text())
+    assert written["current-context"] == "krops-local-workload"
+    assert written["clusters"] == [
+        {
+            "name": "krops-local-workload",
+            "cluster": {"server": "https://127.0.0.1:43121", "certificate-authority-data": "Q0E="},
+        }
+    ]
+    assert written["users"][0] == dict(_CAPI_KUBECONFIG["users"][0], name="krops-local-workload")
+    assert written["contexts"] == [
+        {"name": "krops-local-workload", "context": {"cluster": "krops-local-workload", "user": "krops-local-workload"}}
+    ]
+    assert kubeconfig.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_secret_that_is_not_a_kubeconfig_fails_clearly_and_writes_nothing(ansible_playbook, tmp_path):
+    rc, output, stderr, kubeconfig = write_workload_kubeconfig(ansible_playbook, tmp_path, "server: https://x:6443\n")
+    assert rc != 0
+    [(task, msg)] = failures(output)
+    assert task == "krops.platform.bootstrap : Check that the kubeconfig Secret holds a kubeconfig"
+    assert "render_kubeconfig: the kubeconfig does not hold clusters and contexts" in msg, msg
+    assert not kubeconfig.exists()

@@ -459,6 +459,33 @@ def test_absent_deletes_and_is_idempotent(kind, run_module):
     assert len(kind.calls("delete", "cluster")) == 1
 
 
+def test_absent_with_a_registry_that_does_not_serve_is_refused_and_changes_nothing(kind, run_module):
+    """The pivot deletes kind only while the local registry serves (Flux on the management cluster pulls from it)."""
+    from tests.substrate.fixtures import free_port
+
+    kind.cluster("mgmt")
+    kind.preexisting("mgmt")
+    url = f"http://127.0.0.1:{free_port()}"
+    for check_mode in (True, False):
+        result = run_module(
+            kind_cluster, {"name": "mgmt", "state": "absent", "require_registry": url}, check_mode=check_mode
+        )
+        assert result.failed and result["changed"] is False
+        assert result["msg"].startswith(
+            f"Not deleting kind cluster mgmt: the registry {url} does not serve /v2/ (no answer: "
+        )
+        assert result["msg"].endswith("); Flux on the management cluster pulls from it. Start it, then run again.")
+    assert kind.existing() == ["mgmt"] and kind.calls("delete", "cluster") == []
+
+
+def test_absent_with_a_serving_registry_deletes(kind, run_module, oci_registry):
+    kind.cluster("mgmt")
+    kind.preexisting("mgmt")
+    result = run_module(kind_cluster, {"name": "mgmt", "state": "absent", "require_registry": f"http://{oci_registry}"})
+    assert not result.failed, result.get("msg")
+    assert result["deleted"] and kind.existing() == []
+
+
 def test_kind_failure_reports_command_rc_and_stderr(kind, run_module, monkeypatch, tmp_path):
     kind.cluster("mgmt")
     monkeypatch.setenv("FAKE_KIND_CREATE_FAIL", "1")

@@ -1044,6 +1044,45 @@ def test_role_refuses_to_delete_kind_when_the_target_lacks_the_clusters(world, a
     assert world.bins.calls("kind") == []
 
 
+@pytest.mark.slow
+def test_role_refuses_to_delete_kind_while_the_local_registry_does_not_serve(world, ansible_playbook, tmp_path):
+    """The deletion gate alone: the target lists every Cluster, but the local registry (local-host) is down."""
+    from tests.substrate.fixtures import free_port
+
+    kubeconfig = world.mgmt.write_kubeconfig(tmp_path / "target.yaml", context="krops-mgmt")
+    for name in (MGMT, "local-workload"):
+        world.mgmt.create({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": name, "namespace": NS}})
+    down = f"http://127.0.0.1:{free_port()}"
+    play = [
+        {
+            "name": "gate",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": dict(
+                role_play(world)[0]["vars"],
+                pivot_registry_url=down,
+                pivot_result={
+                    "target_kubeconfig": kubeconfig,
+                    "moved": [{"kind": "Cluster", "namespace": NS, "name": "local-workload"}],
+                },
+            ),
+            "tasks": [
+                {
+                    "name": "gate",
+                    "ansible.builtin.include_role": {"name": "krops.platform.pivot", "tasks_from": "delete_kind.yml"},
+                }
+            ],
+        }
+    ]
+    rc, output, stderr = ansible_playbook(play)
+    refusal = task_results(output)["krops.platform.pivot : Delete the kind cluster mgmt"]
+    assert rc != 0 and refusal.get("failed"), stderr[-2000:]
+    assert refusal["msg"].startswith(
+        f"Not deleting kind cluster mgmt: the registry {down} does not serve /v2/ (no answer: "
+    )
+    assert world.bins.calls("kind") == []
+
+
 # --- progress on the controller: the action plugin runs the waits in bounded steps --------
 
 

@@ -4,12 +4,10 @@
 
 from __future__ import annotations
 
-import http.client
 import os
 import re
 import shutil
 import time
-import urllib.parse
 
 try:
     import yaml
@@ -20,6 +18,7 @@ from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils.oci import registry_serves  # noqa: F401  (pivot's name for it)
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
 
@@ -351,21 +350,6 @@ def mgmt_on_target(pv):
     pv.target = client
     pv.connect_kubeconfig = pv.target_kubeconfig
     return True
-
-
-def registry_serves(url, timeout=5.0):
-    """True when GET <url>/v2/ answers 200 or 401 (a registry that wants auth still serves)."""
-    try:
-        parsed = urllib.parse.urlsplit(url.rstrip("/") + "/v2/")
-        kind = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
-        conn = kind(parsed.hostname, parsed.port, timeout=timeout)
-        try:
-            conn.request("GET", parsed.path)
-            return conn.getresponse().status in (200, 401)
-        finally:
-            conn.close()
-    except (OSError, ValueError, http.client.HTTPException):
-        return False
 
 
 def registry_url(pv):

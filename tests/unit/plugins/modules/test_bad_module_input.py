@@ -1,0 +1,227 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""Bad module arguments, table-driven: each must fail with a message naming the bad option (before any
+cluster, registry or tool is contacted), never a traceback, never silently accepted.
+
+The loader's table is in tests/unit/plugins/module_utils/test_config_hardening.py; the two together are
+the bad-input table that tests/benchmarks/bad_input_table.py prints.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *([os.pardir] * 4)))
+CONFIG = os.path.join(REPO, "bootstrap.toml")
+NO_KUBECONFIG = "/nonexistent/kubeconfig"
+NO_KIND = {"environment": "local-host", "kind_binary": "/nonexistent/kind"}
+KIND_RULE = "is not a kind cluster name: at most 50 characters of a-z, 0-9, '.' and '-' (kind's cluster-name rule)"
+LONG = "a" * 10000
+
+# (id, module, arguments, what the message must contain)
+MODULE_CASES = [
+    (
+        "teardown-timeout-zero",
+        "teardown_host",
+        {"timeout": 0, "config_file": CONFIG},
+        "timeout must be at least 1 second, got 0",
+    ),
+    (
+        "teardown-timeout-negative",
+        "teardown_host",
+        {"timeout": -1, "config_file": CONFIG},
+        "timeout must be at least 1 second, got -1",
+    ),
+    (
+        "teardown-local-timeout-negative",
+        "teardown_host",
+        {"local_cluster_timeout": -5, "config_file": CONFIG},
+        "local_cluster_timeout must be at least 1 second, got -5",
+    ),
+    (
+        "teardown-request-timeout-zero",
+        "teardown_host",
+        {"request_timeout": 0, "config_file": CONFIG},
+        "request_timeout must be at least 1 second, got 0",
+    ),
+    (
+        "cluster-delete-wait-negative",
+        "capi_cluster_delete",
+        {"wait_timeout": -1, "kubeconfig": NO_KUBECONFIG},
+        "wait_timeout must be at least 1 second, got -1",
+    ),
+    (
+        "cluster-delete-request-timeout-zero",
+        "capi_cluster_delete",
+        {"request_timeout": 0, "kubeconfig": NO_KUBECONFIG},
+        "request_timeout must be at least 1 second, got 0",
+    ),
+    (
+        "tinkerbell-wait-negative",
+        "tinkerbell_release",
+        {"wait_timeout": -1, "clusters": ["x"], "kubeconfig": NO_KUBECONFIG},
+        "wait_timeout must be at least 1 second, got -1",
+    ),
+    ("kind-name-10000", "kind_cluster", dict(NO_KIND, name=LONG), "... (10000 characters) " + KIND_RULE),
+    ("kind-name-list", "kind_cluster", dict(NO_KIND, name=["a", "b"]), "kind cluster name \"['a', 'b']\" " + KIND_RULE),
+    ("kind-name-uppercase", "kind_cluster", dict(NO_KIND, name="Mgmt"), "kind cluster name 'Mgmt' " + KIND_RULE),
+    (
+        "kind-name-traversal",
+        "kind_cluster",
+        dict(NO_KIND, name="../../etc"),
+        "kind cluster name '../../etc' " + KIND_RULE,
+    ),
+    ("kind-name-unicode", "kind_cluster", dict(NO_KIND, name="mgmt²"), "kind cluster name 'mgmt²' " + KIND_RULE),
+    ("kind-name-empty", "kind_cluster", dict(NO_KIND, name=""), "kind cluster name '' " + KIND_RULE),
+    (
+        "kind-name-absent-too",
+        "kind_cluster",
+        {"name": "Bad_Name", "state": "absent", "kind_binary": "/nonexistent/kind"},
+        "kind cluster name 'Bad_Name' " + KIND_RULE,
+    ),
+    (
+        "kind-wait-negative",
+        "kind_cluster",
+        dict(NO_KIND, name="mgmt", wait_timeout=-1),
+        "wait_timeout must be at least 1 second, got -1",
+    ),
+    (
+        "kind-wait-zero",
+        "kind_cluster",
+        dict(NO_KIND, name="mgmt", wait_timeout=0),
+        "wait_timeout must be at least 1 second, got 0",
+    ),
+    (
+        "flux-wait-negative",
+        "flux_handoff",
+        {"wait_timeout": -1},
+        "flux_handoff: wait_timeout must be at least 1 second, got -1",
+    ),
+    (
+        "flux-progress-zero",
+        "flux_handoff",
+        {"progress_interval": 0},
+        "flux_handoff: progress_interval must be at least 1 second, got 0",
+    ),
+    (
+        "flux-request-timeout-negative",
+        "flux_handoff",
+        {"request_timeout": -1},
+        "flux_handoff: request_timeout must be at least 1 second, got -1",
+    ),
+    (
+        "flux-unknown-environment",
+        "flux_handoff",
+        {"config_file": CONFIG, "environment": "nope", "kubeconfig": NO_KUBECONFIG},
+        "nope",
+    ),
+    (
+        "oci-bad-tag",
+        "oci_artifact_push",
+        {"registry": "127.0.0.1:1", "paths": ["."], "tag": "bad tag"},
+        "tag 'bad tag' is not a valid OCI tag",
+    ),
+    (
+        "oci-path-traversal",
+        "oci_artifact_push",
+        {"registry": "127.0.0.1:1", "paths": ["../../etc"], "root": REPO},
+        "path ../../etc is outside root",
+    ),
+    (
+        "oci-bad-repository",
+        "oci_artifact_push",
+        {"registry": "127.0.0.1:1", "paths": ["."], "repository": "Krops"},
+        "'Krops'",
+    ),
+    (
+        "archive-bad-reference",
+        "airgap_config_archive",
+        {"root": REPO, "paths": ["mgmt"], "dest": "/nonexistent/x.tar", "reference": "no-tag"},
+        "reference 'no-tag' is not <registry>/<repository>:<tag>",
+    ),
+    (
+        "archive-path-traversal",
+        "airgap_config_archive",
+        {
+            "root": REPO,
+            "paths": ["../../etc"],
+            "dest": "/nonexistent/x.tar",
+            "reference": "r:5000/krops:latest",
+            "revision": "x",
+        },
+        "path ../../etc is outside root",
+    ),
+    (
+        "validate-no-tree",
+        "validate",
+        {"path": "/nonexistent"},
+        "validate could not run: /nonexistent has no mgmt/ folder",
+    ),
+    (
+        "validate-unknown-environment",
+        "validate",
+        {"path": REPO, "environments": ["nope"]},
+        "validate could not run: environment nope has no folder mgmt/nope",
+    ),
+    (
+        "render-diff-no-git",
+        "render_diff",
+        {"base": "HEAD", "repo": "/"},
+        "render_diff could not run: / is not a Git repository",
+    ),
+    (
+        "preflight-eips-negative",
+        "preflight_check",
+        {"eips_per_cluster": -1},
+        "eips_per_cluster must be at least 1, got -1",
+    ),
+    (
+        "preflight-tool-path",
+        "preflight_check",
+        {"tools": ["../../bin/sh"]},
+        "tools must be bare command names (looked up on PATH), got '../../bin/sh'",
+    ),
+    (
+        "pivot-wait-zero",
+        "capi_pivot",
+        {"config_file": CONFIG, "wait_timeout": 0},
+        "wait_timeout must be at least 1, got 0",
+    ),
+    (
+        "pivot-lb-port-too-big",
+        "capi_pivot",
+        {"config_file": CONFIG, "lb_port": 70000},
+        "lb_port must be a port number (1 to 65535), got 70000",
+    ),
+    (
+        "pivot-stop-after-unknown",
+        "capi_pivot",
+        {"config_file": CONFIG, "stop_after": "everything"},
+        "value of stop_after must be one of",
+    ),
+]
+
+
+def module_of(name):
+    return importlib.import_module(f"ansible_collections.krops.platform.plugins.modules.{name}")
+
+
+def classify(result, expected):
+    """'clear' (it failed naming the bad input), 'traceback' (an unexpected failure) or 'accepted'."""
+    message = result.get("msg") or ""
+    if "failed unexpectedly" in message or "Traceback" in message:
+        return "traceback"
+    if result.get("failed") and expected in message:
+        return "clear"
+    return "accepted"
+
+
+@pytest.mark.parametrize("case", MODULE_CASES, ids=[c[0] for c in MODULE_CASES])
+def test_bad_module_arguments_are_clear_errors(run_module, case):
+    _id, name, args, expected = case
+    result = run_module(module_of(name), args)
+    assert classify(result, expected) == "clear", result.get("msg")
+    assert "exception" not in result
