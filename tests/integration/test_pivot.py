@@ -1008,31 +1008,26 @@ def test_role_moves_seeds_flux_and_deletes_kind(world, ansible_playbook):
     ], json.dumps([v for k, v in results.items() if v.get("action") == "krops.platform.kind_cluster"])[:3000]
 
 
-@pytest.mark.slow
-def test_role_refuses_to_delete_kind_when_the_target_lacks_the_clusters(world, ansible_playbook, tmp_path):
-    """The deletion gate alone (tasks_from), after a pivot whose Clusters are not on the target."""
+def gate_play(world, tmp_path, **extra):
+    """The kind deletion gate alone (tasks_from delete_kind.yml), after a pivot that moved local-workload."""
     kubeconfig = world.mgmt.write_kubeconfig(tmp_path / "target.yaml", context="krops-mgmt")
-    play = [
+    moved = {"target_kubeconfig": kubeconfig, "moved": [{"kind": "Cluster", "namespace": NS, "name": "local-workload"}]}
+    gate = {"name": "krops.platform.pivot", "tasks_from": "delete_kind.yml"}
+    return [
         {
             "name": "gate",
             "hosts": "localhost",
             "gather_facts": False,
-            "vars": dict(
-                role_play(world)[0]["vars"],
-                pivot_result={
-                    "target_kubeconfig": kubeconfig,
-                    "moved": [{"kind": "Cluster", "namespace": NS, "name": "local-workload"}],
-                },
-            ),
-            "tasks": [
-                {
-                    "name": "gate",
-                    "ansible.builtin.include_role": {"name": "krops.platform.pivot", "tasks_from": "delete_kind.yml"},
-                }
-            ],
+            "vars": dict(role_play(world)[0]["vars"], pivot_result=moved, **extra),
+            "tasks": [{"name": "gate", "ansible.builtin.include_role": gate}],
         }
     ]
-    rc, output, stderr = ansible_playbook(play)
+
+
+@pytest.mark.slow
+def test_role_refuses_to_delete_kind_when_the_target_lacks_the_clusters(world, ansible_playbook, tmp_path):
+    """The deletion gate, after a pivot whose Clusters are not on the target."""
+    rc, output, stderr = ansible_playbook(gate_play(world, tmp_path))
     refusal = task_results(output)[
         "krops.platform.pivot : Refuse to delete kind unless the management cluster lists the Clusters"
     ]
@@ -1046,35 +1041,13 @@ def test_role_refuses_to_delete_kind_when_the_target_lacks_the_clusters(world, a
 
 @pytest.mark.slow
 def test_role_refuses_to_delete_kind_while_the_local_registry_does_not_serve(world, ansible_playbook, tmp_path):
-    """The deletion gate alone: the target lists every Cluster, but the local registry (local-host) is down."""
+    """The deletion gate: the target lists every Cluster, but the local registry (local-host) is down."""
     from tests.substrate.fixtures import free_port
 
-    kubeconfig = world.mgmt.write_kubeconfig(tmp_path / "target.yaml", context="krops-mgmt")
     for name in (MGMT, "local-workload"):
         world.mgmt.create({"apiVersion": CLUSTER_V, "kind": "Cluster", "metadata": {"name": name, "namespace": NS}})
     down = f"http://127.0.0.1:{free_port()}"
-    play = [
-        {
-            "name": "gate",
-            "hosts": "localhost",
-            "gather_facts": False,
-            "vars": dict(
-                role_play(world)[0]["vars"],
-                pivot_registry_url=down,
-                pivot_result={
-                    "target_kubeconfig": kubeconfig,
-                    "moved": [{"kind": "Cluster", "namespace": NS, "name": "local-workload"}],
-                },
-            ),
-            "tasks": [
-                {
-                    "name": "gate",
-                    "ansible.builtin.include_role": {"name": "krops.platform.pivot", "tasks_from": "delete_kind.yml"},
-                }
-            ],
-        }
-    ]
-    rc, output, stderr = ansible_playbook(play)
+    rc, output, stderr = ansible_playbook(gate_play(world, tmp_path, pivot_registry_url=down))
     refusal = task_results(output)["krops.platform.pivot : Delete the kind cluster mgmt"]
     assert rc != 0 and refusal.get("failed"), stderr[-2000:]
     assert refusal["msg"].startswith(

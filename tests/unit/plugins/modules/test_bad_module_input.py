@@ -21,50 +21,27 @@ NO_KIND = {"environment": "local-host", "kind_binary": "/nonexistent/kind"}
 KIND_RULE = "is not a kind cluster name: at most 50 characters of a-z, 0-9, '.' and '-' (kind's cluster-name rule)"
 LONG = "a" * 10000
 
+
+def below_one(module, option, value, prefix="", **args):
+    """A case giving ``option`` a value below 1: refused before anything runs, naming the option."""
+    case_id = "{}-{}-{}".format(module, option.replace("_", "-"), value)
+    return case_id, module, dict(args, **{option: value}), f"{prefix}{option} must be at least 1 second, got {value}"
+
+
 # (id, module, arguments, what the message must contain)
 MODULE_CASES = [
-    (
-        "teardown-timeout-zero",
-        "teardown_host",
-        {"timeout": 0, "config_file": CONFIG},
-        "timeout must be at least 1 second, got 0",
-    ),
-    (
-        "teardown-timeout-negative",
-        "teardown_host",
-        {"timeout": -1, "config_file": CONFIG},
-        "timeout must be at least 1 second, got -1",
-    ),
-    (
-        "teardown-local-timeout-negative",
-        "teardown_host",
-        {"local_cluster_timeout": -5, "config_file": CONFIG},
-        "local_cluster_timeout must be at least 1 second, got -5",
-    ),
-    (
-        "teardown-request-timeout-zero",
-        "teardown_host",
-        {"request_timeout": 0, "config_file": CONFIG},
-        "request_timeout must be at least 1 second, got 0",
-    ),
-    (
-        "cluster-delete-wait-negative",
-        "capi_cluster_delete",
-        {"wait_timeout": -1, "kubeconfig": NO_KUBECONFIG},
-        "wait_timeout must be at least 1 second, got -1",
-    ),
-    (
-        "cluster-delete-request-timeout-zero",
-        "capi_cluster_delete",
-        {"request_timeout": 0, "kubeconfig": NO_KUBECONFIG},
-        "request_timeout must be at least 1 second, got 0",
-    ),
-    (
-        "tinkerbell-wait-negative",
-        "tinkerbell_release",
-        {"wait_timeout": -1, "clusters": ["x"], "kubeconfig": NO_KUBECONFIG},
-        "wait_timeout must be at least 1 second, got -1",
-    ),
+    below_one("teardown_host", "timeout", 0, config_file=CONFIG),
+    below_one("teardown_host", "timeout", -1, config_file=CONFIG),
+    below_one("teardown_host", "local_cluster_timeout", -5, config_file=CONFIG),
+    below_one("teardown_host", "request_timeout", 0, config_file=CONFIG),
+    below_one("capi_cluster_delete", "wait_timeout", -1, kubeconfig=NO_KUBECONFIG),
+    below_one("capi_cluster_delete", "request_timeout", 0, kubeconfig=NO_KUBECONFIG),
+    below_one("tinkerbell_release", "wait_timeout", -1, clusters=["x"], kubeconfig=NO_KUBECONFIG),
+    below_one("kind_cluster", "wait_timeout", -1, name="mgmt", **NO_KIND),
+    below_one("kind_cluster", "wait_timeout", 0, name="mgmt", **NO_KIND),
+    below_one("flux_handoff", "wait_timeout", -1, prefix="flux_handoff: "),
+    below_one("flux_handoff", "progress_interval", 0, prefix="flux_handoff: "),
+    below_one("flux_handoff", "request_timeout", -1, prefix="flux_handoff: "),
     ("kind-name-10000", "kind_cluster", dict(NO_KIND, name=LONG), "... (10000 characters) " + KIND_RULE),
     ("kind-name-list", "kind_cluster", dict(NO_KIND, name=["a", "b"]), "kind cluster name \"['a', 'b']\" " + KIND_RULE),
     ("kind-name-uppercase", "kind_cluster", dict(NO_KIND, name="Mgmt"), "kind cluster name 'Mgmt' " + KIND_RULE),
@@ -81,36 +58,6 @@ MODULE_CASES = [
         "kind_cluster",
         {"name": "Bad_Name", "state": "absent", "kind_binary": "/nonexistent/kind"},
         "kind cluster name 'Bad_Name' " + KIND_RULE,
-    ),
-    (
-        "kind-wait-negative",
-        "kind_cluster",
-        dict(NO_KIND, name="mgmt", wait_timeout=-1),
-        "wait_timeout must be at least 1 second, got -1",
-    ),
-    (
-        "kind-wait-zero",
-        "kind_cluster",
-        dict(NO_KIND, name="mgmt", wait_timeout=0),
-        "wait_timeout must be at least 1 second, got 0",
-    ),
-    (
-        "flux-wait-negative",
-        "flux_handoff",
-        {"wait_timeout": -1},
-        "flux_handoff: wait_timeout must be at least 1 second, got -1",
-    ),
-    (
-        "flux-progress-zero",
-        "flux_handoff",
-        {"progress_interval": 0},
-        "flux_handoff: progress_interval must be at least 1 second, got 0",
-    ),
-    (
-        "flux-request-timeout-negative",
-        "flux_handoff",
-        {"request_timeout": -1},
-        "flux_handoff: request_timeout must be at least 1 second, got -1",
     ),
     (
         "flux-unknown-environment",
