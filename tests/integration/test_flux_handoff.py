@@ -447,6 +447,21 @@ def test_dependency_order_is_topological():
     assert flux.order_kustomizations({"b": {"spec": {"dependsOn": [{"name": "a"}]}}}, NS, "flux-system") == ["a", "b"]
 
 
+def handoff_play(ansible_playbook, kind_api, fake_bins, wait_timeout):
+    """flux_handoff through ansible-playbook (its action plugin), progress every 3 s, on local-host."""
+    args = {
+        "kubeconfig": kind_api.kubeconfig_path,
+        "context": "kind-mgmt",
+        "environment": "local-host",
+        "config_file": CONFIG,
+        "progress_interval": 3,
+        "wait_timeout": wait_timeout,
+    }
+    task = {"name": "handoff", "krops.platform.flux_handoff": args}
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [task]}]
+    return ansible_playbook(play, env={"PATH": fake_bins.path_env})
+
+
 @pytest.mark.slow
 def test_playbook_shows_progress_on_the_controller_while_waiting(kind_api, fake_bins, ansible_playbook):
     FakeFlux(
@@ -461,27 +476,7 @@ def test_playbook_shows_progress_on_the_controller_while_waiting(kind_api, fake_
             (7.0, ks("infra", status="True", reason="ReconciliationSucceeded", message="Applied revision")),
         ],
     ).start()
-    play = [
-        {
-            "hosts": "localhost",
-            "gather_facts": False,
-            "tasks": [
-                {
-                    "name": "handoff",
-                    "register": "handoff",
-                    "krops.platform.flux_handoff": {
-                        "kubeconfig": kind_api.kubeconfig_path,
-                        "context": "kind-mgmt",
-                        "environment": "local-host",
-                        "config_file": CONFIG,
-                        "progress_interval": 3,
-                        "wait_timeout": 30,
-                    },
-                }
-            ],
-        }
-    ]
-    rc, output, stderr = ansible_playbook(play, env={"PATH": fake_bins.path_env})
+    rc, output, stderr = handoff_play(ansible_playbook, kind_api, fake_bins, wait_timeout=30)
     result = task_results(output)["handoff"]
     assert rc == 0, (result, stderr)
     assert result["ready"] is True and result["changed"] is True
@@ -504,26 +499,7 @@ def test_playbook_timeout_through_the_action_plugin_keeps_single_call_semantics(
             (0.2, ks("flux-system", status="True", reason="ReconciliationSucceeded")),
         ],
     ).start()
-    play = [
-        {
-            "hosts": "localhost",
-            "gather_facts": False,
-            "tasks": [
-                {
-                    "name": "handoff",
-                    "krops.platform.flux_handoff": {
-                        "kubeconfig": kind_api.kubeconfig_path,
-                        "context": "kind-mgmt",
-                        "environment": "local-host",
-                        "config_file": CONFIG,
-                        "progress_interval": 3,
-                        "wait_timeout": 3,
-                    },
-                }
-            ],
-        }
-    ]
-    rc, output, stderr = ansible_playbook(play, env={"PATH": fake_bins.path_env})
+    rc, output, stderr = handoff_play(ansible_playbook, kind_api, fake_bins, wait_timeout=3)
     result = task_results(output)["handoff"]
     assert rc == 2
     assert result["failed"] is True

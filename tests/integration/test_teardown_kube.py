@@ -230,19 +230,18 @@ def _dead_kubeconfig(tmp_path, context):
     return str(path)
 
 
+def plan_host(run_module, tmp_path, kubeconfig, environment, mgmt_kubeconfig, **extra):
+    """teardown_host for ``environment``, its bootstrap.toml naming ``mgmt_kubeconfig``."""
+    args = dict(extra, kubeconfig=kubeconfig, environment=environment)
+    return run_module(teardown_host, dict(args, config_file=_config(tmp_path, environment, mgmt_kubeconfig)))
+
+
 def test_host_is_kind_while_it_holds_the_management_cluster(kube_cluster, tmp_path, run_module, fake_bins):
     kind = kube_cluster("kind-mgmt")
     mgmt = kube_cluster("krops-mgmt")
     make_cluster(kind, "local-management")
     make_cluster(kind, "local-workload")
-    result = run_module(
-        teardown_host,
-        {
-            "kubeconfig": kind.kubeconfig_path,
-            "environment": "local-host",
-            "config_file": _config(tmp_path, "local-host", mgmt.kubeconfig_path),
-        },
-    )
+    result = plan_host(run_module, tmp_path, kind.kubeconfig_path, "local-host", mgmt.kubeconfig_path)
     assert not result.failed, result
     assert (result["host"], result["context"], result["pivoted"]) == ("kind", "kind-mgmt", False)
     assert result["kubeconfig"] == kind.kubeconfig_path
@@ -264,14 +263,7 @@ def test_host_is_kind_while_it_holds_the_management_cluster(kube_cluster, tmp_pa
     ]
     assert result["plan"][3]["name"] == "krops-registry"
     make_kind_marker(kind, "local-host")
-    marked = run_module(
-        teardown_host,
-        {
-            "kubeconfig": kind.kubeconfig_path,
-            "environment": "local-host",
-            "config_file": _config(tmp_path, "local-host", mgmt.kubeconfig_path),
-        },
-    )
+    marked = plan_host(run_module, tmp_path, kind.kubeconfig_path, "local-host", mgmt.kubeconfig_path)
     assert [s["action"] for s in marked["plan"]] == [
         "suspend-flux",
         "delete-clusters",
@@ -290,14 +282,7 @@ def test_host_is_mgmt_after_the_pivot(kube_cluster, tmp_path, run_module, fake_b
     mgmt = kube_cluster("krops-mgmt")
     make_cluster(mgmt, "local-management")
     make_kind_marker(kind, "local-host")
-    result = run_module(
-        teardown_host,
-        {
-            "kubeconfig": kind.kubeconfig_path,
-            "environment": "local-host",
-            "config_file": _config(tmp_path, "local-host", mgmt.kubeconfig_path),
-        },
-    )
+    result = plan_host(run_module, tmp_path, kind.kubeconfig_path, "local-host", mgmt.kubeconfig_path)
     assert (result["host"], result["context"], result["pivoted"]) == ("mgmt", "krops-mgmt", True)
     assert [s["action"] for s in result["plan"]] == [
         "suspend-flux",
@@ -315,15 +300,7 @@ def test_host_mgmt_when_kind_is_gone_and_unreachable_when_nothing_answers(
 ):
     mgmt = kube_cluster("krops-mgmt")
     dead_kind = _dead_kubeconfig(tmp_path, "kind-mgmt")
-    result = run_module(
-        teardown_host,
-        {
-            "kubeconfig": dead_kind,
-            "environment": "aws",
-            "timeout": 2,
-            "config_file": _config(tmp_path, "aws", mgmt.kubeconfig_path),
-        },
-    )
+    result = plan_host(run_module, tmp_path, dead_kind, "aws", mgmt.kubeconfig_path, timeout=2)
     assert (result["host"], result["pivoted"], result["kind_reachable"]) == ("mgmt", True, False)
     assert [s["action"] for s in result["plan"]] == [
         "suspend-flux",
@@ -336,41 +313,16 @@ def test_host_mgmt_when_kind_is_gone_and_unreachable_when_nothing_answers(
     ]
     assert result["plan"][1]["timeout"] == 1200 and result["plan"][1]["keep"] == ["eu-north-1-management"]
     dead_mgmt = _dead_kubeconfig(tmp_path, "krops-mgmt")
-    failed = run_module(
-        teardown_host,
-        {
-            "kubeconfig": dead_kind,
-            "environment": "aws",
-            "timeout": 2,
-            "config_file": _config(tmp_path, "aws", dead_mgmt),
-        },
-    )
+    failed = plan_host(run_module, tmp_path, dead_kind, "aws", dead_mgmt, timeout=2)
     assert failed.failed and failed["host"] == "unreachable"
     assert failed["msg"].startswith(
         "no controller host answers for aws: kind context kind-mgmt (http://127.0.0.1:9 does not answer"
     )
     assert "set force to remove the cloud side anyway" in failed["msg"]
-    forced = run_module(
-        teardown_host,
-        {
-            "kubeconfig": dead_kind,
-            "environment": "aws",
-            "timeout": 2,
-            "force": True,
-            "config_file": _config(tmp_path, "aws", dead_mgmt),
-        },
-    )
+    forced = plan_host(run_module, tmp_path, dead_kind, "aws", dead_mgmt, timeout=2, force=True)
     assert not forced.failed and forced["host"] == "unreachable"
     assert [s["action"] for s in forced["plan"]] == ["aws-orphan-sweep"]
-    local = run_module(
-        teardown_host,
-        {
-            "kubeconfig": dead_kind,
-            "environment": "local-host",
-            "timeout": 2,
-            "config_file": _config(tmp_path, "local-host", dead_mgmt),
-        },
-    )
+    local = plan_host(run_module, tmp_path, dead_kind, "local-host", dead_mgmt, timeout=2)
     # nothing answers: kind is never deleted (no marker can be read); labelled containers still go
     assert [s["action"] for s in local["plan"]] == ["remove-containers", "remove-registry"]
 
@@ -378,14 +330,7 @@ def test_host_mgmt_when_kind_is_gone_and_unreachable_when_nothing_answers(
 def test_host_probe_unknown_aborts(kube_cluster, tmp_path, run_module):
     kind = kube_cluster("kind-mgmt")
     kind.inject_failure("GET", r"/clusters/local-management$", 503, "apiserver overloaded")
-    result = run_module(
-        teardown_host,
-        {
-            "kubeconfig": kind.kubeconfig_path,
-            "environment": "local-host",
-            "config_file": _config(tmp_path, "local-host", "/nonexistent"),
-        },
-    )
+    result = plan_host(run_module, tmp_path, kind.kubeconfig_path, "local-host", "/nonexistent")
     assert result.failed
     assert result["msg"] == (
         "cannot tell whether Cluster default/local-management exists on the kind cluster "
@@ -460,14 +405,7 @@ def test_tools_the_plan_needs_are_checked_after_discovery(kube_cluster, tmp_path
     kind = kube_cluster("kind-mgmt")
     make_cluster(kind, "eu-north-1-management")
     fake_bins.remove("helm")
-    result = run_module(
-        teardown_host,
-        {
-            "kubeconfig": kind.kubeconfig_path,
-            "environment": "aws",
-            "config_file": _config(tmp_path, "aws", "/nonexistent"),
-        },
-    )
+    result = plan_host(run_module, tmp_path, kind.kubeconfig_path, "aws", "/nonexistent")
     assert result.failed
     assert result["msg"] == (
         "missing tools needed by the teardown of aws: helm; install them and run again (nothing was changed)"
