@@ -103,59 +103,114 @@ def test_local_host_reconciliation_order():
 # --- planted defects, one per rule ---------------------------------------------------------
 
 
-def test_misspelled_field_is_a_schema_finding(tree):
-    edit(tree, LH + "/cert-manager/flux-ks.yaml", "  retryInterval: 2m", "  retryIntervall: 2m")
-    assert found(check(tree)) == [
+# Planted defects: (id, file, text, replacement, the one finding validate reports).
+PLANTED = [
+    (
+        "misspelled_field_is_a_schema_finding",
+        LH + "/cert-manager/flux-ks.yaml",
+        "  retryInterval: 2m",
+        "  retryIntervall: 2m",
         (
             LH + "/cert-manager/flux-ks.yaml",
             "Kustomization/flux-system/cert-manager",
             "schema",
             "spec: unknown field 'retryIntervall'",
-        )
-    ]
-
-
-def test_unknown_field_in_builtin_kind(tree):
-    edit(tree, LH + "/cert-manager/namespace.yaml", "  name: cert-manager", "  name: cert-manager\n  lables: {a: b}")
-    assert found(check(tree)) == [
-        (LH + "/cert-manager/namespace.yaml", "Namespace/cert-manager", "schema", "metadata: unknown field 'lables'")
-    ]
-
-
-def test_wrong_type_in_custom_resource(tree):
-    edit(tree, LH + "/clusters/local-workload/control-plane.yaml", "  replicas: 1", "  replicas: one")
-    assert found(check(tree)) == [
+        ),
+    ),
+    (
+        "unknown_field_in_builtin_kind",
+        LH + "/cert-manager/namespace.yaml",
+        "  name: cert-manager",
+        "  name: cert-manager\n  lables: {a: b}",
+        (LH + "/cert-manager/namespace.yaml", "Namespace/cert-manager", "schema", "metadata: unknown field 'lables'"),
+    ),
+    (
+        "wrong_type_in_custom_resource",
+        LH + "/clusters/local-workload/control-plane.yaml",
+        "  replicas: 1",
+        "  replicas: one",
         (
             LH + "/clusters/local-workload/control-plane.yaml",
             "KubeadmControlPlane/default/local-workload-control-plane",
             "schema",
             "spec.replicas: 'one' is not of type 'integer'",
-        )
-    ]
-
-
-def test_dependson_cycle_is_printed(tree):
-    edit(tree, LH + "/capi-operator/flux-ks.yaml", "    - name: cert-manager", "    - name: capi-system")
-    assert found(check(tree)) == [
+        ),
+    ),
+    (
+        "dependson_cycle_is_printed",
+        LH + "/capi-operator/flux-ks.yaml",
+        "    - name: cert-manager",
+        "    - name: capi-system",
         (
             LH + "/capi-operator/flux-ks.yaml",
             "Kustomization/flux-system/capi-operator",
             "flux-graph",
             "dependsOn cycle: flux-system/capi-operator -> flux-system/capi-system -> flux-system/capi-operator",
-        )
-    ]
-
-
-def test_dangling_dependson(tree):
-    edit(tree, LH + "/capi-operator/flux-ks.yaml", "    - name: cert-manager", "    - name: cert-managr")
-    assert found(check(tree)) == [
+        ),
+    ),
+    (
+        "dangling_dependson",
+        LH + "/capi-operator/flux-ks.yaml",
+        "    - name: cert-manager",
+        "    - name: cert-managr",
         (
             LH + "/capi-operator/flux-ks.yaml",
             "Kustomization/flux-system/capi-operator",
             "flux-graph",
             "dependsOn flux-system/cert-managr: no Kustomization of that name in environment local-host",
-        )
-    ]
+        ),
+    ),
+    (
+        "resourceset_kubeconfig_secret_must_belong_to_a_cluster",
+        LH + "/flux-apps/resourceset.yaml",
+        "    - cluster: local-workload",
+        "    - cluster: local-wrkload",
+        (
+            LH + "/flux-apps/resourceset.yaml",
+            "Kustomization/default/flux-apps-local-wrkload",
+            "flux-graph",
+            "kubeConfig.secretRef Secret default/local-wrkload-kubeconfig: not defined in the tree nor created by the lifecycle",
+        ),
+    ),
+    (
+        "secret_generator_is_plaintext",
+        LH + "/cni/kustomization.yaml",
+        "configMapGenerator:",
+        "secretGenerator:\n  - name: token\n    namespace: default\n    literals: [token=hunter2]\n    options:\n      disableNameSuffixHash: true\nconfigMapGenerator:",
+        (
+            LH + "/cni/kustomization.yaml",
+            "Secret/default/token",
+            "secrets",
+            "Secret rendered in plaintext by mgmt/local-host/cni/kustomization.yaml (secretGenerator?): commit it as a *.sops.yaml file instead",
+        ),
+    ),
+    (
+        "yamllint_finding",
+        "workload/local-host/namespace.yaml",
+        "  name: podinfo",
+        "  name: podinfo   ",
+        ("workload/local-host/namespace.yaml", "line 4", "yamllint", "4:16 error trailing spaces (trailing-spaces)"),
+    ),
+    (
+        "custom_resource_metadata_is_checked",
+        LH + "/capd-system/infrastructure-provider.yaml",
+        "  namespace: capd-system",
+        "  namespace: capd-system\n  annotation:\n    a: b",
+        (
+            LH + "/capd-system/infrastructure-provider.yaml",
+            "InfrastructureProvider/capd-system/docker",
+            "schema",
+            "metadata: unknown field 'annotation'",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PLANTED, ids=[c[0] for c in PLANTED])
+def test_a_planted_defect_is_the_one_finding(tree, case):
+    _id, path, text, replacement, finding = case
+    edit(tree, path, text, replacement)
+    assert found(check(tree)) == [finding]
 
 
 def test_dangling_sourceref(tree):
@@ -201,18 +256,6 @@ def test_dangling_healthcheck_and_path(tree):
             "flux-graph",
             "path ./mgmt/local-host/cnii does not exist in the repository",
         ),
-    ]
-
-
-def test_resourceset_kubeconfig_secret_must_belong_to_a_cluster(tree):
-    edit(tree, LH + "/flux-apps/resourceset.yaml", "    - cluster: local-workload", "    - cluster: local-wrkload")
-    assert found(check(tree)) == [
-        (
-            LH + "/flux-apps/resourceset.yaml",
-            "Kustomization/default/flux-apps-local-wrkload",
-            "flux-graph",
-            "kubeConfig.secretRef Secret default/local-wrkload-kubeconfig: not defined in the tree nor created by the lifecycle",
-        )
     ]
 
 
@@ -271,25 +314,6 @@ def test_plaintext_secret(tree):
             "secrets",
             "Secret committed unencrypted: encrypt it with sops (age, --encrypted-regex "
             "'^(data|stringData)$') into a *.sops.yaml file",
-        )
-    ]
-
-
-def test_secret_generator_is_plaintext(tree):
-    edit(
-        tree,
-        LH + "/cni/kustomization.yaml",
-        "configMapGenerator:",
-        "secretGenerator:\n  - name: token\n    namespace: default\n    literals: [token=hunter2]\n"
-        "    options:\n      disableNameSuffixHash: true\nconfigMapGenerator:",
-    )
-    assert found(check(tree)) == [
-        (
-            LH + "/cni/kustomization.yaml",
-            "Secret/default/token",
-            "secrets",
-            "Secret rendered in plaintext by mgmt/local-host/cni/kustomization.yaml "
-            "(secretGenerator?): commit it as a *.sops.yaml file instead",
         )
     ]
 
@@ -396,13 +420,6 @@ def test_render_failure_names_directory_and_reason(tree):
             "directory: evalsymlink failure on 'namespaces.yaml' : lstat namespaces.yaml: no such file or "
             "directory",
         )
-    ]
-
-
-def test_yamllint_finding(tree):
-    edit(tree, "workload/local-host/namespace.yaml", "  name: podinfo", "  name: podinfo   ")
-    assert found(check(tree)) == [
-        ("workload/local-host/namespace.yaml", "line 4", "yamllint", "4:16 error trailing spaces (trailing-spaces)")
     ]
 
 
@@ -687,23 +704,6 @@ def test_validate_playbook(ansible_playbook, tree):
         "validate found 1 finding(s):\nmgmt/local-host/capi-operator/flux-ks.yaml: "
         "Kustomization/flux-system/capi-operator: [flux-graph] dependsOn cycle: "
     )
-
-
-def test_custom_resource_metadata_is_checked(tree):
-    edit(
-        tree,
-        LH + "/capd-system/infrastructure-provider.yaml",
-        "  namespace: capd-system",
-        "  namespace: capd-system\n  annotation:\n    a: b",
-    )
-    assert found(check(tree)) == [
-        (
-            LH + "/capd-system/infrastructure-provider.yaml",
-            "InfrastructureProvider/capd-system/docker",
-            "schema",
-            "metadata: unknown field 'annotation'",
-        )
-    ]
 
 
 def test_files_outside_environments_are_still_checked(tree):
