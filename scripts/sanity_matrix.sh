@@ -45,10 +45,7 @@ done
 runs() { "$1" -c 'import sys' >/dev/null 2>&1; }
 find_python() {
   local candidate
-  if [ -n "${SANITY_PYTHON:-}" ]; then
-    runs "$SANITY_PYTHON" && { command -v "$SANITY_PYTHON"; return 0; }
-    die "SANITY_PYTHON=$SANITY_PYTHON does not run"
-  fi
+  if [ -n "${SANITY_PYTHON:-}" ]; then command -v "$SANITY_PYTHON"; return 0; fi
   if command -v python3.12 >/dev/null 2>&1 && runs python3.12; then command -v python3.12; return 0; fi
   if command -v pyenv >/dev/null 2>&1; then
     for candidate in "$(pyenv root)"/versions/3.12*; do
@@ -57,6 +54,7 @@ find_python() {
   fi
   return 1
 }
+if [ -n "${SANITY_PYTHON:-}" ] && ! runs "$SANITY_PYTHON"; then die "SANITY_PYTHON=$SANITY_PYTHON does not run"; fi
 python=$(find_python) || die "no Python 3.12 found: install one, or set SANITY_PYTHON=/path/to/python3.X (a controller Python of every release tested)"
 pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 command -v shellcheck >/dev/null 2>&1 || say "warning: shellcheck is not on PATH, ansible-test will skip its shellcheck test (scripts/setup.sh installs it)"

@@ -315,3 +315,37 @@ def test_sanity_ignores_and_workflow_cover_every_admitted_ansible_core():
     assert len(texts) == 1, "the ignore files differ; keep them in step"
     workflow = yaml.safe_load((REPO / ".github" / "workflows" / "sanity.yml").read_text())
     assert workflow["jobs"]["sanity"]["strategy"]["matrix"]["ansible-core"] == releases
+
+
+@pytest.mark.parametrize(
+    "argv, env, message",
+    [
+        (
+            ["2.17"],
+            {},
+            "ERROR: no tests/sanity/ignore-2.17.txt: add one (copy ignore-2.21.txt) for each release requires_ansible admits",
+        ),
+        (
+            ["--test", "pylint"],
+            {},
+            "ERROR: unknown argument '--test': give releases (e.g. 2.18) and then -- and ansible-test arguments",
+        ),
+        (
+            ["2.18"],
+            {"SANITY_PYTHON": "/nonexistent/python3.12"},
+            "ERROR: SANITY_PYTHON=/nonexistent/python3.12 does not run",
+        ),
+    ],
+)
+def test_sanity_matrix_script_refuses_bad_input_before_installing_anything(tmp_path, argv, env, message):
+    """scripts/sanity_matrix.sh names what is wrong and creates no virtual environment."""
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "sanity_matrix.sh"), *argv],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, SANITY_BUILD=str(tmp_path / "build"), **env),
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == message
+    assert not (tmp_path / "build").exists()
