@@ -349,3 +349,42 @@ def test_sanity_matrix_script_refuses_bad_input_before_installing_anything(tmp_p
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == message
     assert not (tmp_path / "build").exists()
+
+
+def changelog_entries():
+    """Every change entry of changelogs/changelog.yaml and of the pending fragments, as (source, text)."""
+    entries = []
+    releases = yaml.safe_load((REPO / "changelogs" / "changelog.yaml").read_text())["releases"]
+    for version, release in releases.items():
+        for section, items in (release.get("changes") or {}).items():
+            for item in [items] if isinstance(items, str) else items:
+                entries.append((f"changelog.yaml {version} {section}", item))
+    for fragment in sorted((REPO / "changelogs" / "fragments").glob("*.yml")):
+        for section, items in (yaml.safe_load(fragment.read_text()) or {}).items():
+            for item in [items] if isinstance(items, str) else items:
+                entries.append((f"fragments/{fragment.name} {section}", item))
+    return entries
+
+
+def test_changelog_names_every_role_and_playbook_and_announces_no_module():
+    """antsibull-changelog lists new modules itself (from version_added) but not roles or playbooks."""
+    import re
+
+    entries = changelog_entries()
+    text = "\n".join(item for dummy, item in entries)
+    missing = []
+    for role in sorted(p.name for p in (REPO / "roles").iterdir() if p.is_dir()):
+        if not re.search(rf"(\b{role} role\b|^{role} - new role|krops\.platform\.{role}\b)", text, re.M | re.I):
+            missing.append(f"role {role}")
+    for playbook in sorted(p.stem for p in (REPO / "playbooks").glob("*.yml")):
+        pattern = rf"(playbooks/{re.escape(playbook)}\.yml|``{re.escape(playbook)}(\.yml)?``|krops\.platform\.{re.escape(playbook)}\b)"
+        if not re.search(pattern, text):
+            missing.append(f"playbook {playbook}")
+    assert missing == [], "add a changelog fragment (changelogs/fragments/) for: " + ", ".join(missing)
+    modules = {p.stem for p in (REPO / "plugins" / "modules").glob("*.py")}
+    announced = [
+        f"{source}: {item.split(' - ', 1)[0]}"
+        for source, item in entries
+        if item.split(" - ", 1)[0] in modules and re.match(r"new module\b", item.split(" - ", 1)[-1])
+    ]
+    assert announced == [], "antsibull-changelog adds new modules itself; drop these entries"
