@@ -195,7 +195,9 @@ kept:
   returned: when planning
   type: list
   elements: dict
-  sample: [{what: Docker network kind, reason: "kind creates it without a label for every kind cluster on the host and never deletes it; nothing proves krops owns it"}]
+  sample:
+    - what: Docker network kind
+      reason: kind creates it without a label for every kind cluster on the host and never deletes it; nothing proves krops owns it
 removed:
   description: With O(cleanup_kubeconfig), the contexts, clusters and users removed.
   returned: with O(cleanup_kubeconfig)
