@@ -4,6 +4,7 @@
 #   make build     the collection tarball (build/), refused when it would pack a secret
 #   make importer  galaxy-importer's checks on that tarball, offline (what Galaxy runs on upload)
 #   make ee-context the execution environment's build context (build/ee/context; ansible-builder create)
+#   make sanity-matrix  ansible-test sanity on every ansible-core release requires_ansible admits (scripts/sanity_matrix.sh)
 # Everything it needs is in the checkout (the CRD schemas are vendored in schemas/crds).
 
 SHELL := /bin/bash
@@ -18,7 +19,7 @@ PYTEST_ARGS ?=
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test setup sanity units integration lint ruff yamllint ansible-lint shellcheck collection build importer ee-context bench clean
+.PHONY: test setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck collection build importer ee-context bench clean
 
 test: setup sanity units integration lint importer
 	@echo "make test: all checks passed"
@@ -30,12 +31,16 @@ setup:
 # galaxy.yml builds: the GitOps trees are left out (validate and yamllint check them).
 collection:
 	@mkdir -p $(COLLECTION)
-	@rsync -a --delete --delete-excluded --exclude .git --exclude .venv --exclude .collections --exclude 'build*' \
+	@rsync -a --delete --delete-excluded --exclude .git --exclude .venv --exclude .sanity-venvs --exclude .collections --exclude 'build*' \
 	  --exclude /mgmt --exclude /workload --exclude /schemas --exclude /extensions --exclude /airgap --exclude /.github \
 	  --exclude tests/output --exclude .ruff_cache --exclude .hypothesis --exclude '__pycache__' ./ $(COLLECTION)/
 
 sanity: collection
 	cd $(COLLECTION) && PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --venv --python $(PYVER) --color no
+
+# One release at a time, each in its own .sanity-venvs/X.Y (SANITY_ARGS passes ansible-test options).
+sanity-matrix:
+	./scripts/sanity_matrix.sh $(SANITY_RELEASES) -- $(SANITY_ARGS)
 
 units: collection
 	cd $(COLLECTION) && PATH=$(BIN):$$PATH $(BIN)/ansible-test units --local --python $(PYVER) --color no

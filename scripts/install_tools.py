@@ -6,8 +6,12 @@
     scripts/install_tools.py [--pins meta/tools.yml] [--dest /usr/local/bin] [--mirror URL] [--only NAME ...]
 
 Used by the execution environment build (execution-environment.yml) and usable on any controller.
-Every download is verified before anything is installed; a tool with no pinned checksum, a
-checksum mismatch or a missing archive member stops the run with a message naming the tool.
+Every tool is downloaded and verified before anything is installed: a tool with no checksum, a
+checksum mismatch or a missing archive member is reported with a message naming the tool, the
+other tools are still verified, and nothing is installed while any problem remains.
+A tool whose digest meta/tools.yml leaves empty (not confirmed upstream) takes it from the
+environment variable KROPS_TOOL_SHA256_<NAME> (the execution environment passes it as a build
+argument); it never replaces a pinned digest.
 --mirror replaces scheme and host of every URL (an internal mirror with the same paths).
 Exit status: 0 when every tool is installed, 1 otherwise.
 """
@@ -16,6 +20,7 @@ import argparse
 import hashlib
 import io
 import os
+import re
 import sys
 import tarfile
 import urllib.parse
@@ -49,14 +54,39 @@ def fetch(url, timeout=120):
         return response.read()
 
 
-def install(name, pin, dest, mirror=None):
-    """Download, verify and install one tool; returns the installed paths."""
-    want = (pin.get("sha256") or "").strip().lower()
-    if len(want) != 64:
+def env_name(name):
+    return "KROPS_TOOL_SHA256_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
+
+
+def wanted_digest(name, pin, environ):
+    """The SHA-256 to check: the pin, else the tool's environment variable; ToolError when neither."""
+    pinned = (pin.get("sha256") or "").strip().lower()
+    variable = env_name(name)
+    given = (environ.get(variable) or "").strip().lower()
+    if given and not re.fullmatch(r"[0-9a-f]{64}", given):
         raise ToolError(
-            "{} {}: no SHA-256 is pinned in meta/tools.yml (checksum_source: {}); confirm the digest of {} "
-            "and write it there".format(name, pin.get("version"), pin.get("checksum_source", "unknown"), pin.get("url"))
+            f"{name} {pin.get('version')}: {variable} is {environ.get(variable)!r}, not a SHA-256 (64 hex digits)"
         )
+    if pinned:
+        if given and given != pinned:
+            raise ToolError(
+                f"{name} {pin.get('version')}: {variable} is set but meta/tools.yml pins {pinned}; unset it "
+                "(the environment only supplies digests meta/tools.yml leaves empty)"
+            )
+        return pinned
+    if given:
+        return given
+    raise ToolError(
+        "{} {}: no SHA-256 is pinned in meta/tools.yml (checksum_source: {}); read the digest of {} on its release "
+        "page and write it there, or pass it as {} (a build argument of the execution environment)".format(
+            name, pin.get("version"), pin.get("checksum_source", "unknown"), pin.get("url"), variable
+        )
+    )
+
+
+def verified(name, pin, mirror=None, environ=None):
+    """Download and check one tool; {filename: content} of what it installs."""
+    want = wanted_digest(name, pin, os.environ if environ is None else environ)
     url = mirrored(pin["url"], mirror)
     try:
         data = fetch(url)
@@ -80,6 +110,10 @@ def install(name, pin, dest, mirror=None):
                     raise ToolError("{} {}: {} has no file {}".format(name, pin.get("version"), url, member)) from None
     else:
         files[name] = data
+    return files
+
+
+def write(files, dest):
     installed = []
     os.makedirs(dest, exist_ok=True)
     for filename, content in files.items():
@@ -90,6 +124,11 @@ def install(name, pin, dest, mirror=None):
         os.replace(target + ".tmp", target)
         installed.append(target)
     return installed
+
+
+def install(name, pin, dest, mirror=None):
+    """Download, verify and install one tool; returns the installed paths."""
+    return write(verified(name, pin, mirror), dest)
 
 
 def main(argv=None):
@@ -106,12 +145,29 @@ def main(argv=None):
         unknown = [n for n in names if n not in pins]
         if unknown:
             raise ToolError("unknown tool(s) {}; meta/tools.yml pins {}".format(", ".join(unknown), ", ".join(pins)))
-        for name in names:
-            for path in install(name, pins[name], args.dest, args.mirror):
-                print("installed {} {}: {}".format(name, pins[name]["version"], path))
     except ToolError as exc:
         sys.stderr.write(f"install_tools: {exc}\n")
         return 1
+    # Verify every tool first, so one run names every problem; install only when all passed.
+    ready, problems = {}, []
+    for name in names:
+        try:
+            ready[name] = verified(name, pins[name], args.mirror)
+        except ToolError as exc:
+            problems.append(str(exc))
+    if problems:
+        for problem in problems:
+            sys.stderr.write(f"install_tools: {problem}\n")
+        if len(names) > 1:
+            sys.stderr.write(
+                "install_tools: verified {}; installed nothing ({} problem{} above)\n".format(
+                    ", ".join(ready) or "nothing", len(problems), "" if len(problems) == 1 else "s"
+                )
+            )
+        return 1
+    for name in names:
+        for path in write(ready[name], args.dest):
+            print("installed {} {}: {}".format(name, pins[name]["version"], path))
     return 0
 
 

@@ -525,19 +525,26 @@ _GIT_URL_FORM = _matching(
 )
 
 
+# Why a Git URL with credentials is refused, for every place that takes one (never echo the URL).
+GIT_URL_CREDENTIALS = (
+    "carries a user name or token before '@' (not shown here); remove it and give the token as GITHUB_TOKEN "
+    "(the Flux sync secret and the preflight check read it from there)"
+)
+
+
+def git_url_has_credentials(url):
+    """True when a Git URL carries a secret: any password, or any https user (ssh://git@host names the SSH user)."""
+    if not isinstance(url, str):
+        return False
+    scheme, _sep, rest = url.partition("://")
+    userinfo = rest.split("/", 1)[0].rpartition("@")[0]
+    return ":" in userinfo or bool(userinfo and scheme != "ssh")
+
+
 def _git_url(value, ctx, key):
     """An https:// or ssh:// URL that carries no credentials (they would be printed and stored in Flux objects)."""
-    if isinstance(value, str):
-        scheme, _sep, rest = value.partition("://")
-        userinfo = rest.split("/", 1)[0].rpartition("@")[0]
-        # ssh://git@host/... names the SSH user, not a secret; any password, or any https user, is one.
-        if ":" in userinfo or (userinfo and scheme != "ssh"):
-            ctx.fail(
-                key,
-                "a Git URL without credentials",
-                detail="the URL carries a user name or token before '@' (not shown here); remove it and give the "
-                "token as GITHUB_TOKEN (the Flux sync secret and the preflight check read it from there)",
-            )
+    if git_url_has_credentials(value):
+        ctx.fail(key, "a Git URL without credentials", detail="the URL " + GIT_URL_CREDENTIALS)
     return _GIT_URL_FORM(value, ctx, key)
 
 

@@ -100,6 +100,8 @@ def sync_settings(cfg, environment, sync_url=None, sync_ref=None):
     """{kind, url, ref, path, pull_secret, insecure, flux_version} of the FluxInstance sync for an environment."""
     boot = cfg.data["bootstrap"]
     env = cfg.environment(environment)
+    if krops_config.git_url_has_credentials(sync_url):
+        raise FluxError("sync_url " + krops_config.GIT_URL_CREDENTIALS)
     if env["sync"] == "oci":
         url = sync_url or "oci://{}/{}".format(in_cluster_registry(boot), boot["oci-repository"])
         return {

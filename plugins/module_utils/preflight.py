@@ -26,6 +26,7 @@ import urllib.parse
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.krops.platform.plugins.module_utils import aws, cli
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 
 EIP_QUOTA_CODE = "L-0263D0A3"  # EC2-VPC Elastic IPs
 EIP_DEFAULT_LIMIT = 5
@@ -330,6 +331,11 @@ def _github_get(api_url, path, token, timeout=20):
 
 def check_git(git_url, branch, token, api_url=DEFAULT_GITHUB_API):
     """Facts {repository, branch, commit} and problems for Git sync through GitHub."""
+    if krops_config.git_url_has_credentials(git_url):
+        # refused before any request, and the URL is not repeated anywhere
+        return {"url": None, "repository": None, "branch": branch, "commit": None}, [
+            "git_url " + krops_config.GIT_URL_CREDENTIALS
+        ]
     facts = {"url": git_url, "repository": None, "branch": branch, "commit": None}
     parsed = parse_git_url(git_url)
     if not parsed:

@@ -49,6 +49,11 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Runs where the GitOps checkout is, in practice the controller.
 seealso:
   - module: krops.platform.oci_artifact_push
 """

@@ -109,6 +109,11 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Calls the AWS APIs with boto3 from the host it runs on (the orphan-report and teardown plays use localhost).
 seealso:
   - module: krops.platform.capi_cluster_delete
 """
@@ -149,35 +154,62 @@ results:
     region:
       description: Region, or C(global) for IAM.
       type: str
+      sample: eu-north-1
     type:
       description: >-
         Resource type, for example C(eks-cluster), C(nat-gateway), C(vpc), C(ebs-volume), C(s3-bucket), C(iam-role),
         or C(unsupported) for an owned resource of a type the sweep cannot delete (its ID is the ARN).
       type: str
+      sample: nat-gateway
     id:
       description: Resource ID (name, ARN or ID; node groups and pod identity associations as C(<eks>/<name>)).
       type: str
+      sample: nat-0a1b2c3d4e5f60789
     cluster:
       description: The cluster that owns it (empty for global IAM users and the CloudFormation stack).
       type: str
+      sample: eu-north-1-workload
     outcome:
       description: >-
         V(deleted), V(absent) (already gone), V(failed), V(planned) or V(undeletable) in RV(plan), V(kept) in RV(kept),
         V(left) in RV(leftovers), V(candidate) in RV(candidates), V(orphan) in the report.
       type: str
+      sample: deleted
     reason:
       description: Why it failed, or why it counts as owned when that is not its own tag.
       type: str
+      sample: ""
+  sample:
+    - region: eu-north-1
+      type: nat-gateway
+      id: nat-0a1b2c3d4e5f60789
+      cluster: eu-north-1-workload
+      outcome: deleted
+      reason: ""
 plan:
   description: In check mode with O(mode=delete), every resource that would be deleted (outcome V(planned)), in order.
   returned: always
   type: list
   elements: dict
+  sample:
+    - region: eu-north-1
+      type: eks-cluster
+      id: default_eu-north-1-workload-control-plane
+      cluster: eu-north-1-workload
+      outcome: planned
+      reason: ""
 leftovers:
   description: Owned resources still present after the sweep (the task fails when this is not empty).
   returned: always
   type: list
   elements: dict
+  sample:
+    - region: eu-west-1
+      type: vpc
+      id: vpc-0123456789abcdef0
+      cluster: eu-west-1-workload
+      outcome: left
+      reason: ""
 report:
   description: With O(mode=report), the report.
   returned: when O(mode=report)
@@ -186,61 +218,112 @@ report:
     markdown:
       description: The report as Markdown.
       type: str
+      sample: "# krops AWS orphan report ..."
     json:
       description: >-
         The report data: environment, account_id, regions, generated_at, min_age_hours, count, errors and
         resources (region, type, id, cluster, created, age_hours, age_from_cluster, reason).
       type: dict
+      sample:
+        environment: aws
+        account_id: "123456789012"
+        regions: [eu-north-1, eu-west-1]
+        generated_at: "2026-12-01T09:00:00+00:00"
+        min_age_hours: 6
+        count: 0
+        resources: []
+        errors: []
+        candidates: []
+        kept: []
+  sample:
+    markdown: "# krops AWS orphan report ..."
+    json: {environment: aws, account_id: "123456789012", regions: [eu-north-1], count: 0, resources: []}
 report_files:
   description: Paths written (markdown, json) when O(report_path) is set.
   returned: when O(report_path) is set and not in check mode
   type: dict
+  sample:
+    markdown: reports/aws-orphans.md
+    json: reports/aws-orphans.json
 targets:
-  description: The clusters swept (cluster, region, eks_cluster_name, rds_instance, iam_role_prefix, role).
+  description: The clusters swept (cluster, region, eks_cluster_name, rds_instance, role).
   returned: always
   type: list
   elements: dict
+  sample:
+    - cluster: eu-north-1-workload
+      region: eu-north-1
+      eks_cluster_name: default_eu-north-1-workload-control-plane
+      rds_instance: krops-eu-north-1-workload-db
+      role: workload
 regions:
   description: Regions swept.
   returned: always
   type: list
   elements: str
+  sample: [eu-north-1, eu-west-1]
 account_id:
   description: Account swept.
   returned: always
   type: str
+  sample: "123456789012"
 kept:
   description: Owned account-global resources left on purpose, with the reason (outcome V(kept)).
   returned: always
   type: list
   elements: dict
+  sample:
+    - region: global
+      type: iam-user
+      id: krops-reader
+      cluster: ""
+      outcome: kept
+      reason: the regions filter leaves out regions of environment aws
 candidates:
   description: Resources whose name resembles a cluster of the environment but that nothing proves owned (never deleted).
   returned: always
   type: list
   elements: dict
+  sample:
+    - region: global
+      type: iam-role
+      id: eu-north-1-workload-copy
+      cluster: eu-north-1-workload
+      outcome: candidate
+      reason: "name resembles a cluster of the environment but no ownership tag proves it: not deleted"
 progress:
   description: Progress lines of the waits (seconds since the start, region, what is still being deleted).
   returned: always
   type: list
   elements: str
+  sample:
+    - "12.4s eu-north-1: waiting for 1 nat-gateway deletion(s): nat-0a1b2c3d4e5f60789"
 errors:
   description: Listings that failed (region, type, error); the task fails when this is not empty.
   returned: always
   type: list
   elements: dict
+  sample:
+    - region: eu-west-1
+      type: ebs-volume
+      error: "listing ebs-volume in eu-west-1 failed: UnauthorizedOperation"
 api_calls:
   description: Number of AWS API calls made.
   returned: always
   type: int
+  sample: 372
 api_calls_by_operation:
   description: API calls per C(service.Operation).
   returned: always
   type: dict
+  sample:
+    ec2.DescribeVpcs: 4
+    eks.ListClusters: 2
 duration:
   description: Seconds the sweep took.
   returned: always
   type: float
+  sample: 24.74
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib

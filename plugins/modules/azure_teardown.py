@@ -97,6 +97,11 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Calls Azure Resource Manager from the host it runs on (the teardown role delegates to localhost).
 requirements:
   - azure-identity (Python), unless O(access_token) is given
 notes:
@@ -119,22 +124,37 @@ plan:
   returned: always
   type: list
   elements: str
+  sample:
+    - "delete resource-group /subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/swedencentral-workload
+      (tag krops-environment=azure)"
 results:
   description: One entry per resource, with type, id, name, reason and outcome (V(planned) in check mode, V(deleted),
     V(absent), V(failed) with C(error), the outcome vocabulary every krops teardown uses).
   returned: always
   type: list
   elements: dict
+  sample:
+    - type: resource-group
+      id: /subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/swedencentral-workload
+      name: swedencentral-workload
+      reason: tag krops-environment=azure
+      outcome: deleted
 not_owned:
   description: Resources named in bootstrap.toml that krops does not own, left alone.
   returned: always
   type: list
   elements: dict
+  sample:
+    - type: resource-group
+      id: /subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/swedencentral-data
+      name: swedencentral-data
+      reason: named in bootstrap.toml but carries neither krops-environment=azure nor a CAPZ owned tag for swedencentral-workload
 leftovers:
   description: Ids of resources still present or that failed; the module fails when not empty.
   returned: always
   type: list
   elements: str
+  sample: []
 """
 
 import os

@@ -65,7 +65,12 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
-"""
+
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost)."""
 
 EXAMPLES = r"""
 - name: Delete the local-host workload cluster on the kind cluster
@@ -94,40 +99,49 @@ suspended:
   returned: always
   type: list
   elements: str
+  sample: [flux-system/clusters]
 already_suspended:
   description: Matching Kustomizations that were suspended already.
   returned: always
   type: list
   elements: str
+  sample: []
 flux_operator_disabled:
   description: FluxInstance and ResourceSet objects whose reconciliation was disabled.
   returned: always
   type: list
   elements: str
+  sample: [flux-system/flux]
 deleted:
   description: Clusters deleted (and gone, when waiting).
   returned: always
   type: list
   elements: str
+  sample: [local-workload]
 already_absent:
   description: Named Clusters that did not exist.
   returned: always
   type: list
   elements: str
+  sample: []
 remaining:
   description: Clusters still present when the wait timed out.
   returned: on timeout
   type: list
   elements: str
+  sample: [local-workload]
 progress:
   description: Periodic snapshots of the Clusters still being deleted, with their state.
   returned: always
   type: list
   elements: dict
+  sample:
+    - local-workload: "Deleting (finalizers cluster.cluster.x-k8s.io)"
 target:
   description: The cluster the module acted on.
   returned: always
   type: str
+  sample: context kind-mgmt in ~/.kube/config
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import kube

@@ -50,6 +50,11 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Runs clusterctl and helm and talks to both Kubernetes APIs from the host it runs on (the pivot role delegates to localhost).
 options:
   source_kubeconfig:
     description:
@@ -187,20 +192,28 @@ partial:
   returned: failure in the move phase
   type: list
   elements: dict
+  sample: [{kind: Cluster, namespace: default, name: local-management}]
 excluded:
   description: Cluster-scoped Cluster API objects on the kind cluster that a namespaced move does not carry (see fallbacks).
   returned: always
   type: list
   elements: dict
+  sample: [{kind: ClusterClass, namespace: '', name: quick-start}]
 fallbacks:
   description: Move fallbacks of bootstrap.toml with their state (present or applied).
   returned: always
   type: list
   elements: dict
+  sample:
+    - resource: awsclustercontrolleridentities.infrastructure.cluster.x-k8s.io
+      name: default
+      manifest: mgmt/aws/capa-identity/awsclustercontrolleridentity.yaml
+      state: present
 target_kubeconfig:
   description: Path of the exported management kubeconfig.
   returned: always
   type: str
+  sample: ~/.kube/krops-mgmt.yaml
 target_context:
   description: Context of the management cluster in O(target_kubeconfig).
   returned: always
@@ -211,49 +224,81 @@ providers:
   returned: always
   type: list
   elements: dict
+  sample:
+    - kind: CoreProvider
+      namespace: capi-system
+      name: cluster-api
+      version: v1.13.5
+      source_version: v1.13.5
 charts:
   description: Helm releases and their state (unchanged, installed, upgraded).
   returned: always
   type: list
   elements: dict
+  sample:
+    - release: cert-manager
+      namespace: cert-manager
+      chart: cert-manager
+      version: v1.21.1
+      state: installed
 applied:
   description: Objects applied to the management cluster and their state (created, updated, unchanged).
   returned: always
   type: list
   elements: dict
+  sample:
+    - kind: CoreProvider
+      namespace: capi-system
+      name: cluster-api
+      state: created
+      file: mgmt/local-host/capi-system/core-provider.yaml
 suspended:
   description: Kustomizations suspended on the kind cluster.
   returned: always
   type: list
   elements: dict
+  sample: [{namespace: flux-system, name: clusters}]
 run_tags:
   description: Data of the run tags ConfigMap on the kind cluster, to copy to the target.
   returned: when the prepare phase ran
   type: dict
+  sample:
+    KROPS_RUN_ID: local-host-20261201-090000
+    KROPS_REVISION: 44944ca
+    KROPS_EXPIRES_AT: "2026-12-02T09:00:00Z"
+    KROPS_RUN_KIND: manual
 already_moved:
   description: True when the kind cluster held nothing left to move and the management cluster lists the Cluster.
   returned: always
   type: bool
+  sample: false
 progress:
   description: Progress lines of the run.
   returned: always
   type: list
   elements: str
+  sample:
+    - wrote ~/.kube/krops-mgmt.yaml (context krops-mgmt)
+    - ">>> helm upgrade --install cert-manager cert-manager v1.21.1"
+    - suspended 3 Kustomizations on the kind cluster
 rollback:
   description: What the failed move undid on the kind cluster.
   returned: failure in the move phase
   type: list
   elements: str
+  sample: [unpaused Cluster local-management on the kind cluster, resumed 3 Kustomizations on the kind cluster]
 refusals:
   description: Every reason the preflight refused the move.
   returned: failure in the preflight phase
   type: list
   elements: str
+  sample: ['Cluster local-management: control plane is not initialised']
 unresolved:
   description: Unresolved variable names of the first pivot manifest that failed substitution.
   returned: substitution failure
   type: list
   elements: str
+  sample: [AWS_REGION]
 """
 
 from ansible.module_utils.basic import env_fallback

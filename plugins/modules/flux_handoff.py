@@ -130,6 +130,11 @@ attributes:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
     details: The action plugin runs the module in bounded steps and shows progress between them.
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Talks to the Kubernetes API (and runs helm) from the host it runs on (the roles delegate to localhost).
 notes:
   - Kustomizations are reported in C(spec.dependsOn) order; a dependency that does not exist yet is listed as V(NotFound).
   - C(helm upgrade --install ... --wait --timeout 10m) is used for the operator, so the first step may take
@@ -169,6 +174,7 @@ changed:
   description: Whether anything was installed, created or updated.
   returned: always
   type: bool
+  sample: true
 environment:
   description: The bootstrap.toml environment used.
   returned: always
@@ -196,6 +202,7 @@ sops_namespaces:
   returned: when O(scope) is not V(wait)
   type: list
   elements: str
+  sample: [flux-system, capi-system]
 run_tags:
   description: The run tags in the ConfigMap.
   returned: always (empty with O(scope=wait))
@@ -218,6 +225,7 @@ ready:
   description: Whether the FluxInstance and every Kustomization are Ready.
   returned: always
   type: bool
+  sample: true
 wait_timeout:
   description: The wait budget in seconds that applied.
   returned: always

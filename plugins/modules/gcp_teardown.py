@@ -71,6 +71,11 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Calls the Google Cloud APIs from the host it runs on (the teardown role delegates to localhost).
 requirements:
   - google-auth (Python), unless O(access_token) is given
 notes:
@@ -91,26 +96,40 @@ plan:
   returned: always
   type: list
   elements: str
+  sample:
+    - delete gke-cluster europe-north1-workload (label krops-environment=gcp)
 results:
   description: One entry per resource with type, name, reason and outcome (V(planned) in check mode, V(deleted),
     V(absent), V(failed) with C(error)); each entry also has C(id), the resource's API path.
   returned: always
   type: list
   elements: dict
+  sample:
+    - type: gke-cluster
+      name: europe-north1-workload
+      id: /v1/projects/krops-example/locations/europe-north1/clusters/europe-north1-workload
+      reason: label krops-environment=gcp
+      outcome: deleted
 not_owned:
   description: Named resources left alone (the default VPC).
   returned: always
   type: list
   elements: dict
+  sample:
+    - type: network
+      name: default
+      reason: the default VPC is never deleted
 leftovers:
   description: Resources still present or that failed (C(type/name)); the module fails when not empty.
   returned: always
   type: list
   elements: str
+  sample: [subnetwork/europe-north1-workload]
 stopped_at:
   description: The stage that left something behind; later stages did not run.
   returned: when leftovers is not empty
   type: str
+  sample: subnetworks
 """
 
 import os

@@ -110,6 +110,11 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Runs kind against the container engine of the host it runs on (the bootstrap role uses localhost).
 requirements:
   - kind (binary)
   - kubernetes >= 30.0.0 (Python library)
@@ -155,14 +160,17 @@ created:
   description: The cluster was created (or would be, in check mode).
   returned: always
   type: bool
+  sample: true
 recreated:
   description: The cluster was deleted and created again.
   returned: always
   type: bool
+  sample: false
 deleted:
   description: The cluster was deleted.
   returned: always
   type: bool
+  sample: false
 context:
   description: The kubeconfig context of the cluster.
   returned: always
@@ -172,6 +180,7 @@ kubeconfig_path:
   description: Where the kubeconfig was exported (null when O(kubeconfig_path) is not set).
   returned: always
   type: str
+  sample: ~/.kube/config
 nodes:
   description: The nodes after the wait (empty in check mode and for O(state=absent)).
   returned: always
@@ -181,9 +190,12 @@ nodes:
     name:
       description: Node name.
       type: str
+      sample: mgmt-control-plane
     ready:
       description: Whether its Ready condition is True.
       type: bool
+      sample: true
+  sample: [{name: mgmt-control-plane, ready: true}]
 kind_version:
   description: Version of the kind binary (probed once).
   returned: always
@@ -193,6 +205,17 @@ config:
   description: The kind config used for a new cluster (with the socket mount and the mirror patch added).
   returned: when O(state=present)
   type: dict
+  sample:
+    kind: Cluster
+    apiVersion: kind.x-k8s.io/v1alpha4
+    containerdConfigPatches:
+      - |
+        [plugins."io.containerd.grpc.v1.cri".registry]
+          config_path = "/etc/containerd/certs.d"
+    nodes:
+      - role: control-plane
+        extraMounts:
+          - {hostPath: /var/run/docker.sock, containerPath: /var/run/docker.sock}
 marker:
   description: Data of the ownership marker ConfigMap C(kube-system/krops-bootstrap) this run created (null otherwise).
   returned: always
@@ -203,6 +226,7 @@ mirror_nodes:
   returned: always
   type: list
   elements: str
+  sample: [mgmt-control-plane]
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kind, oci, shell

@@ -69,6 +69,11 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Reads the tree and pushes to the registry from the host it runs on, in practice the controller.
 seealso:
   - module: krops.platform.kind_cluster
   - name: Flux OCI artifacts
@@ -113,23 +118,28 @@ previous_digest:
   description: Digest the tag pointed at before (null when the tag did not exist or could not be read in check mode).
   returned: always
   type: str
+  sample: sha256:0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0
 files:
   description: Number of entries (directories and files) in the tarball.
   returned: always
   type: int
+  sample: 214
 layer_digest:
   description: Digest of the tar.gz layer.
   returned: always
   type: str
+  sample: sha256:9a8b7c6d5e4f30211203f4e5d6c7b8a99a8b7c6d5e4f30211203f4e5d6c7b8a9
 layer_size:
   description: Size of the tar.gz layer in bytes.
   returned: always
   type: int
+  sample: 48213
 skipped:
   description: Symbolic links and special files left out of the tarball.
   returned: always
   type: list
   elements: str
+  sample: [mgmt/local-host/README.link]
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import oci

@@ -106,6 +106,11 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Checks the tools, files and credentials of the host it runs on (the preflight role uses localhost).
 requirements:
   - boto3 (Python library), only for O(aws_eip_checks)
 notes:
@@ -137,6 +142,7 @@ problems:
   returned: always
   type: list
   elements: str
+  sample: ["missing tools: clusterctl (install them or put them on PATH; PATH is /usr/local/bin:/usr/bin)"]
 tools:
   description: Binaries found (name to path) and missing.
   returned: always
@@ -145,14 +151,18 @@ tools:
     found:
       description: Name to absolute path.
       type: dict
+      sample: {kind: /usr/local/bin/kind, helm: /usr/local/bin/helm}
     missing:
       description: Names not found.
       type: list
       elements: str
+      sample: [clusterctl]
+  sample: {found: {kind: /usr/local/bin/kind, helm: /usr/local/bin/helm}, missing: [clusterctl]}
 age_key:
   description: The age key file checked, its public key (derived when age-keygen is available) and its mode.
   returned: when O(age_key_file) is set
   type: dict
+  sample: {path: /home/user/.config/krops/age.agekey, public_key: age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p, derived: true, mode: "0600"}
 git:
   description: The repository (owner/repo), branch and the branch's commit SHA.
   returned: when O(git_url) is set
@@ -170,6 +180,17 @@ aws_eip:
   returned: when O(aws_eip_checks) is set
   type: list
   elements: dict
+  sample:
+    - region: eu-north-1
+      clusters: [eu-north-1-management, eu-north-1-workload]
+      limit: 5
+      limit_source: service-quotas get-service-quota
+      allocated: 1
+      owned: 0
+      needed: 6
+      available: 4
+      short: true
+      request: aws service-quotas request-service-quota-increase --service-code ec2 --quota-code L-0263D0A3 --desired-value 7 --region eu-north-1
 """
 
 import re

@@ -80,6 +80,11 @@ attributes:
   diff_mode:
     support: none
     description: The report is the diff; nothing changes.
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Runs git and kustomize on the controller, where the checkout is.
 requirements:
   - git and kubectl (with kustomize) or kustomize on the controller
   - the Python libraries of M(krops.platform.validate), and common-expression-language for the CEL rules
@@ -105,10 +110,12 @@ base:
   description: Commit compared from (the merge base when O(merge_base)).
   returned: always
   type: str
+  sample: 9f16282c0a1b2c3d4e5f60718293a4b5c6d7e8f9
 head:
   description: Commit compared to.
   returned: always
   type: str
+  sample: 44944ca0a1b2c3d4e5f60718293a4b5c6d7e8f90
 findings:
   description: Danger findings and render failures, sorted by id.
   returned: always
@@ -118,52 +125,92 @@ findings:
     id:
       description: Stable id, C(<environment>/<kind>/<object>) - what an accept file lists.
       type: str
+      sample: aws/removed/Bucket/default/eu-north-1-workload-data
     kind:
       description: One of C(removed), C(replaced), C(deletion-policy), C(reconcile-policy), C(adoption-policy),
         C(prune-enabled), C(plaintext-secret), C(ownership-dropped), C(transition-rule), C(render-failure).
       type: str
+      sample: removed
     environment:
       description: Environment of the finding (C(-) when a whole revision cannot be rendered).
       type: str
+      sample: aws
     kustomization:
       description: C(namespace/name) of the Flux Kustomization that applies the object, or C(-).
       type: str
+      sample: flux-system/workload-resources
     object:
       description: C(Kind/namespace/name), or the file of a render failure.
       type: str
+      sample: Bucket/default/eu-north-1-workload-data
     message:
       description: What would happen and why it is dangerous.
       type: str
+      sample: "removes S3 bucket Bucket/default/eu-north-1-workload-data: its controller deletes what it manages"
     acknowledged:
       description: Whether the accept file or the accept label acknowledges it.
       type: bool
+      sample: false
+  sample:
+    - id: aws/removed/Bucket/default/eu-north-1-workload-data
+      kind: removed
+      environment: aws
+      kustomization: flux-system/workload-resources
+      object: Bucket/default/eu-north-1-workload-data
+      message: "removes S3 bucket Bucket/default/eu-north-1-workload-data: its controller deletes what it manages"
+      acknowledged: false
 blocking:
   description: Number of findings not acknowledged.
   returned: always
   type: int
+  sample: 1
 environments:
   description: Per environment - kustomizations (added, changed with fields, removed), clusters, cloud_resources,
     versions, render_failures (base and head), not_compared (directories whose render failed) and present.
   returned: always
   type: dict
+  sample:
+    local-host:
+      present: {base: true, head: true}
+      kustomizations:
+        flux-system/podinfo:
+          added: []
+          changed:
+            - object: Deployment/podinfo/podinfo
+              file: workload/local-host/podinfo/deployment.yaml
+              fields: [{path: spec.replicas, base: 1, head: 2}]
+          removed: []
+      clusters: []
+      cloud_resources: []
+      versions: []
+      render_failures: {base: [], head: []}
+      not_compared: []
 cel_unevaluable:
   description: Transition rules the CEL library could not evaluate (listed, never counted as passed).
   returned: always
   type: list
   elements: dict
+  sample:
+    - environment: aws
+      object: AWSManagedControlPlane/default/eu-north-1-workload-control-plane
+      message: "transition rules not evaluated: apiVersion changes from infrastructure.cluster.x-k8s.io/v1beta1 to
+        infrastructure.cluster.x-k8s.io/v1beta2"
 stale_acknowledgements:
   description: Ids of the accept file that match no finding.
   returned: always
   type: list
   elements: str
+  sample: [aws/removed/Bucket/default/old-bucket]
 markdown:
   description: The pull-request comment (starts with the marker C(<!-- krops-render-diff -->)).
   returned: always
   type: str
+  sample: "<!-- krops-render-diff -->\n## krops render diff `9f16282c0a1b` → `44944ca0a1b2` ..."
 seconds:
   description: Time taken to render each revision, to diff, and in total.
   returned: always
   type: dict
+  sample: {render_base: 3.68, render_head: 0.51, diff: 0.07, total: 4.26}
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import errors

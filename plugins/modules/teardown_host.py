@@ -82,6 +82,11 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Reads bootstrap.toml and kubeconfig files of the host it runs on (the teardown role uses localhost).
 notes:
   - Planning is read-only; only O(cleanup_kubeconfig) changes anything.
 """
@@ -109,6 +114,7 @@ kubeconfig:
   description: Kubeconfig of the controller host (null when unreachable).
   returned: always
   type: str
+  sample: ~/.kube/config
 context:
   description: Context of the controller host (null when unreachable).
   returned: always
@@ -118,18 +124,22 @@ pivoted:
   description: True when the management cluster manages itself (the host is the management cluster).
   returned: always
   type: bool
+  sample: false
 kind_reachable:
   description: Whether the kind context answered.
   returned: always
   type: bool
+  sample: true
 mgmt_reachable:
   description: Whether the exported management kubeconfig answered (not tried when kind holds the management Cluster).
   returned: always
   type: bool
+  sample: false
 errors:
   description: Why a cluster did not answer, by V(kind) or V(mgmt).
   returned: always
   type: dict
+  sample: {mgmt: kubeconfig /home/user/.kube/krops-mgmt.yaml does not exist}
 environment:
   description: The selected environment and its settings used by the teardown.
   returned: always
@@ -138,21 +148,34 @@ environment:
     name:
       description: Environment name.
       type: str
+      sample: local-host
     kind:
       description: Environment kind (local-host, aws, azure, gcp, local-talos).
       type: str
+      sample: local-host
     mgmt_cluster:
       description: Name of the management Cluster.
       type: str
+      sample: local-management
     mgmt_namespace:
       description: Namespace of the Cluster objects.
       type: str
+      sample: default
     bootstrap:
       description: The C([bootstrap]) table of bootstrap.toml (durations in seconds).
       type: dict
+      sample: {kind-cluster: mgmt, kind-context: kind-mgmt, mgmt-namespace: default, mgmt-kubeconfig: ~/.kube/krops-mgmt.yaml}
     teardown:
       description: The environment's teardown table.
       type: dict
+      sample: {capi-workloads: [local-workload]}
+  sample:
+    name: local-host
+    kind: local-host
+    mgmt_cluster: local-management
+    mgmt_namespace: default
+    bootstrap: {kind-cluster: mgmt, kind-context: kind-mgmt, mgmt-namespace: default, mgmt-kubeconfig: ~/.kube/krops-mgmt.yaml}
+    teardown: {capi-workloads: [local-workload]}
 kind_marker:
   description: Whether the marker ConfigMap C(kube-system/krops-bootstrap) proves krops created the kind cluster.
   returned: when planning
@@ -161,22 +184,30 @@ kind_marker:
     owned:
       description: True when the marker matches the environment and the kind cluster name.
       type: bool
+      sample: true
     reason:
       description: What the marker says, or why it does not prove ownership.
       type: str
+      sample: "marker kube-system/krops-bootstrap: environment local-host, kind cluster mgmt"
+  sample: {owned: true, reason: "marker kube-system/krops-bootstrap: environment local-host, kind cluster mgmt"}
 kept:
   description: What the teardown leaves because krops cannot prove it owns it (what, reason).
   returned: when planning
   type: list
   elements: dict
+  sample:
+    - what: Docker network kind
+      reason: kind creates it without a label for every kind cluster on the host and never deletes it; nothing proves krops owns it
 removed:
   description: With O(cleanup_kubeconfig), the contexts, clusters and users removed.
   returned: with O(cleanup_kubeconfig)
   type: dict
+  sample: {contexts: [krops-mgmt], clusters: [local-management], users: [local-management-admin]}
 file_removed:
   description: With O(cleanup_kubeconfig), whether the file was deleted (nothing else was left in it).
   returned: with O(cleanup_kubeconfig)
   type: bool
+  sample: false
 plan:
   description: Ordered teardown steps; each has step, action, description and action-specific parameters.
   returned: always

@@ -64,7 +64,12 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
-"""
+
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost)."""
 
 EXAMPLES = r"""
 - name: Release the Hardware of every workload cluster
@@ -85,16 +90,19 @@ plan:
   returned: always
   type: list
   elements: str
+  sample: ["suspend Kustomization flux-system/clusters", "delete Cluster default/workload and wait until it is gone"]
 clusters_deleted:
   description: Clusters deleted.
   returned: always
   type: list
   elements: str
+  sample: [workload]
 suspended:
   description: Kustomizations suspended.
   returned: always
   type: list
   elements: str
+  sample: [flux-system/clusters]
 hardware:
   description:
     - One entry per Hardware with its outcome, V(free) (carried no marks), V(released) (CAPT removed the
@@ -107,6 +115,7 @@ target:
   description: The cluster the module acted on.
   returned: always
   type: str
+  sample: context kind-mgmt in ~/.kube/config
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import kube

@@ -73,6 +73,8 @@ DEBRIS = {
     "tests/unit/.pytest_cache/README.md": "x",
     "tests/output/pytest.log": "x",
     ".venv/bin/activate": "x",
+    # scripts/sanity_matrix.sh: one virtual environment per ansible-core release
+    ".sanity-venvs/2.18/lib/python3.12/site-packages/ansible/config/base.yml": "x",
     ".collections/ansible_collections/krops/README": "x",
     "build/krops-platform-0.0.1.tar.gz": "x",
 }
@@ -313,3 +315,76 @@ def test_sanity_ignores_and_workflow_cover_every_admitted_ansible_core():
     assert len(texts) == 1, "the ignore files differ; keep them in step"
     workflow = yaml.safe_load((REPO / ".github" / "workflows" / "sanity.yml").read_text())
     assert workflow["jobs"]["sanity"]["strategy"]["matrix"]["ansible-core"] == releases
+
+
+@pytest.mark.parametrize(
+    "argv, env, message",
+    [
+        (
+            ["2.17"],
+            {},
+            "ERROR: no tests/sanity/ignore-2.17.txt: add one (copy ignore-2.21.txt) for each release requires_ansible admits",
+        ),
+        (
+            ["--test", "pylint"],
+            {},
+            "ERROR: unknown argument '--test': give releases (e.g. 2.18) and then -- and ansible-test arguments",
+        ),
+        (
+            ["2.18"],
+            {"SANITY_PYTHON": "/nonexistent/python3.12"},
+            "ERROR: SANITY_PYTHON=/nonexistent/python3.12 does not run",
+        ),
+    ],
+)
+def test_sanity_matrix_script_refuses_bad_input_before_installing_anything(tmp_path, argv, env, message):
+    """scripts/sanity_matrix.sh names what is wrong and creates no virtual environment."""
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "sanity_matrix.sh"), *argv],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, SANITY_BUILD=str(tmp_path / "build"), **env),
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == message
+    assert not (tmp_path / "build").exists()
+
+
+def changelog_entries():
+    """Every change entry of changelogs/changelog.yaml and of the pending fragments, as (source, text)."""
+    entries = []
+    releases = yaml.safe_load((REPO / "changelogs" / "changelog.yaml").read_text())["releases"]
+    for version, release in releases.items():
+        for section, items in (release.get("changes") or {}).items():
+            for item in [items] if isinstance(items, str) else items:
+                entries.append((f"changelog.yaml {version} {section}", item))
+    for fragment in sorted((REPO / "changelogs" / "fragments").glob("*.yml")):
+        for section, items in (yaml.safe_load(fragment.read_text()) or {}).items():
+            for item in [items] if isinstance(items, str) else items:
+                entries.append((f"fragments/{fragment.name} {section}", item))
+    return entries
+
+
+def test_changelog_names_every_role_and_playbook_and_announces_no_module():
+    """antsibull-changelog lists new modules itself (from version_added) but not roles or playbooks."""
+    import re
+
+    entries = changelog_entries()
+    text = "\n".join(item for dummy, item in entries)
+    missing = []
+    for role in sorted(p.name for p in (REPO / "roles").iterdir() if p.is_dir()):
+        if not re.search(rf"(\b{role} role\b|^{role} - new role|krops\.platform\.{role}\b)", text, re.M | re.I):
+            missing.append(f"role {role}")
+    for playbook in sorted(p.stem for p in (REPO / "playbooks").glob("*.yml")):
+        pattern = rf"(playbooks/{re.escape(playbook)}\.yml|``{re.escape(playbook)}(\.yml)?``|krops\.platform\.{re.escape(playbook)}\b)"
+        if not re.search(pattern, text):
+            missing.append(f"playbook {playbook}")
+    assert missing == [], "add a changelog fragment (changelogs/fragments/) for: " + ", ".join(missing)
+    modules = {p.stem for p in (REPO / "plugins" / "modules").glob("*.py")}
+    announced = [
+        f"{source}: {item.split(' - ', 1)[0]}"
+        for source, item in entries
+        if item.split(" - ", 1)[0] in modules and re.match(r"new module\b", item.split(" - ", 1)[-1])
+    ]
+    assert announced == [], "antsibull-changelog adds new modules itself; drop these entries"

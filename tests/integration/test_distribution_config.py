@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ansible_collections.krops.platform.plugins.module_utils import config
@@ -61,3 +63,50 @@ def test_credentials_in_git_repo_url_variable_are_refused():
 def test_urls_without_credentials_are_accepted(url):
     loaded = config.loads(toml_with(url), path="bootstrap.toml")
     assert loaded.lookup("bootstrap.git-url") == url
+
+
+# --- the same rule for the URL options of the modules (they bypass bootstrap.toml) -----------------
+
+MODULE_EXPECTED = (
+    "carries a user name or token before '@' (not shown here); remove it and give the token as GITHUB_TOKEN "
+    "(the Flux sync secret and the preflight check read it from there)"
+)
+
+
+@pytest.mark.parametrize(
+    "url", [f"https://user:{TOKEN}@github.com/krops/krops", f"https://{TOKEN}@github.com/krops/krops.git"]
+)
+def test_preflight_refuses_a_git_url_option_with_credentials(run_module, url):
+    from ansible_collections.krops.platform.plugins.modules import preflight_check
+
+    # Port 9 answers nothing: the check must refuse before it calls the GitHub API.
+    result = run_module(
+        preflight_check,
+        {"git_url": url, "git_branch": "main", "github_token": "t0ken", "github_api_url": "http://127.0.0.1:9"},
+    )
+    assert result.failed
+    assert result["problems"] == ["git_url " + MODULE_EXPECTED]
+    assert TOKEN not in json.dumps(result)
+
+
+def test_flux_handoff_refuses_a_sync_url_option_with_credentials(kind_api, run_module):
+    from ansible_collections.krops.platform.plugins.modules import flux_handoff
+
+    result = run_module(
+        flux_handoff,
+        {
+            "kubeconfig": kind_api.kubeconfig_path,
+            "context": "kind-mgmt",
+            "environment": "aws",
+            "config_file": str(REPO / "bootstrap.toml"),
+            "sync_url": f"https://x-access-token:{TOKEN}@github.com/krops/krops",
+            "install_operator": False,
+            "wait_timeout": 5,
+        },
+    )
+    assert result.failed
+    assert "sync_url " + MODULE_EXPECTED in result["msg"]
+    assert TOKEN not in json.dumps(result)
+    # Refused before anything was written to the cluster.
+    assert kind_api.list("v1", "Secret", "flux-system") == []
+    assert kind_api.list("v1", "ConfigMap", "flux-system") == []

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import urllib.parse
 
 import pytest
 import yaml
@@ -108,6 +109,7 @@ def test_build_context_holds_the_collection_the_tools_and_their_pins(context):
         'ARG PYCMD="/usr/bin/python3.12"',
         'ARG ANSIBLE_INSTALL_REFS="ansible-core==2.21.5 ansible-runner==2.4.3"',
         "COPY _build/tools /opt/krops-tools",
+        "ARG KROPS_TOOL_SHA256_CLUSTERCTL",
         "RUN /usr/bin/python3.12 /opt/krops-tools/install_tools.py --pins /opt/krops-tools/tools.yml "
         "--dest /usr/local/bin",
     ):
@@ -115,6 +117,8 @@ def test_build_context_holds_the_collection_the_tools_and_their_pins(context):
     # The tools are installed in the final stage, after the collections, and checked by running them.
     final = containerfile.split("FROM base AS final", 1)[1]
     assert final.index("COPY --from=galaxy") < final.index("install_tools.py") < final.index("kind version")
+    # The build argument that supplies the unconfirmed digest is declared before the installer runs.
+    assert final.index("ARG KROPS_TOOL_SHA256_CLUSTERCTL") < final.index("install_tools.py")
 
 
 def test_introspection_takes_the_collections_python_needs_without_ansible(context, tmp_path):
@@ -242,17 +246,101 @@ def test_tools_install_only_when_the_checksum_matches(mirror, tmp_path):
     assert not dest2.exists()
 
 
+def run_install_env(pins_file, dest, mirror_url, env=None, *only):
+    argv = [sys.executable, str(INSTALL), "--pins", str(pins_file), "--dest", str(dest), "--mirror", mirror_url]
+    if only:
+        argv += ["--only"] + list(only)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("KROPS_TOOL_SHA256_")}
+    return subprocess.run(argv, capture_output=True, text=True, check=False, env=dict(environ, **(env or {})))
+
+
+def publish_all(www):
+    """Every pinned asset on the mirror; the pins rewritten to the published digests (clusterctl left unpinned)."""
+    tools = pins()
+    digests = {}
+    for name, pin in tools.items():
+        path = urllib.parse.urlsplit(pin["url"]).path
+        if pin.get("member"):
+            members = {m: f"{m} binary".encode() for m in [pin["member"]] + list(pin.get("also") or [])}
+            data = tarball(members)
+        else:
+            data = f"#!/bin/sh\necho {name}\n".encode()
+        digests[name] = publish(www, path, data)
+        pin["sha256"] = "" if name in UNCONFIRMED else digests[name]
+    return tools, digests
+
+
 def test_a_tool_without_a_confirmed_checksum_is_refused_before_download(tmp_path):
-    proc = run_install(REPO / "meta" / "tools.yml", tmp_path / "bin", "http://127.0.0.1:9", "clusterctl")
+    proc = run_install_env(REPO / "meta" / "tools.yml", tmp_path / "bin", "http://127.0.0.1:9", None, "clusterctl")
     assert proc.returncode == 1
     assert proc.stderr == (
-        "install_tools: clusterctl v1.13.5: no SHA-256 is pinned in meta/tools.yml (checksum_source: not confirmed (no "
-        "checksum file is published with the release; read the asset digest on the release page)); confirm the digest "
-        "of https://github.com/kubernetes-sigs/cluster-api/releases/download/v1.13.5/clusterctl-linux-amd64 and write "
-        "it there\n"
+        "install_tools: clusterctl v1.13.5: no SHA-256 is pinned in meta/tools.yml (checksum_source: not confirmed "
+        "upstream; see docs/upstream-facts.md); read the digest of "
+        "https://github.com/kubernetes-sigs/cluster-api/releases/download/v1.13.5/clusterctl-linux-amd64 on its "
+        "release page and write it there, or pass it as KROPS_TOOL_SHA256_CLUSTERCTL (a build argument of the "
+        "execution environment)\n"
     )
     proc = run_install(REPO / "meta" / "tools.yml", tmp_path / "bin", "http://127.0.0.1:9", "kubeadm")
     assert proc.returncode == 1
     assert proc.stderr == (
         "install_tools: unknown tool(s) kubeadm; meta/tools.yml pins kind, kubectl, helm, clusterctl, sops, age\n"
+    )
+
+
+def test_every_tool_is_verified_and_nothing_installs_while_one_fails(mirror, tmp_path):
+    """One run reports every problem (the unpinned clusterctl and a tampered sops) and installs nothing."""
+    www, url = mirror
+    tools, digests = publish_all(www)
+    sops_path = urllib.parse.urlsplit(tools["sops"]["url"]).path
+    publish(www, sops_path, b"tampered")
+    pins_file = tmp_path / "tools.yml"
+    pins_file.write_text(yaml.safe_dump({"tools": tools}, sort_keys=False))
+    dest = tmp_path / "bin"
+    proc = run_install_env(pins_file, dest, url)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("install_tools: clusterctl v1.13.5: no SHA-256 is pinned in meta/tools.yml")
+    assert lines[1] == (
+        "install_tools: sops v3.13.3: SHA-256 mismatch for {}{}: expected {}, got {}; nothing was installed".format(
+            url, sops_path, digests["sops"], hashlib.sha256(b"tampered").hexdigest()
+        )
+    )
+    assert lines[2:] == ["install_tools: verified kind, kubectl, helm, age; installed nothing (2 problems above)"]
+    assert not dest.exists()
+
+
+def test_an_unconfirmed_digest_comes_from_the_build_argument_and_is_still_checked(mirror, tmp_path):
+    www, url = mirror
+    tools, digests = publish_all(www)
+    pins_file = tmp_path / "tools.yml"
+    pins_file.write_text(yaml.safe_dump({"tools": tools}, sort_keys=False))
+    dest = tmp_path / "bin"
+    proc = run_install_env(pins_file, dest, url, {"KROPS_TOOL_SHA256_CLUSTERCTL": digests["clusterctl"].upper()})
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "age",
+        "age-keygen",
+        "clusterctl",
+        "helm",
+        "kind",
+        "kubectl",
+        "sops",
+    ]
+
+    # A wrong digest in the build argument is a mismatch like any other.
+    proc = run_install_env(pins_file, tmp_path / "bin2", url, {"KROPS_TOOL_SHA256_CLUSTERCTL": "0" * 64}, "clusterctl")
+    assert proc.returncode == 1
+    assert "clusterctl v1.13.5: SHA-256 mismatch" in proc.stderr and not (tmp_path / "bin2").exists()
+    # It cannot replace a pinned digest, and it must be a SHA-256.
+    proc = run_install_env(pins_file, tmp_path / "bin3", url, {"KROPS_TOOL_SHA256_KIND": "0" * 64}, "kind")
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        "install_tools: kind v0.32.0: KROPS_TOOL_SHA256_KIND is set but meta/tools.yml pins {}; unset it "
+        "(the environment only supplies digests meta/tools.yml leaves empty)\n".format(digests["kind"])
+    )
+    proc = run_install_env(pins_file, tmp_path / "bin4", url, {"KROPS_TOOL_SHA256_CLUSTERCTL": "abc"}, "clusterctl")
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        "install_tools: clusterctl v1.13.5: KROPS_TOOL_SHA256_CLUSTERCTL is 'abc', not a SHA-256 (64 hex digits)\n"
     )
