@@ -80,7 +80,8 @@ class Http:
         # One verifying TLS context for every call (building one per call costs ~0.2 s).
         self._request = Request(timeout=timeout, follow_redirects="safe", context=ssl.create_default_context())
 
-    def request(self, method, url, body=None, absent_ok=True):
+    def request(self, method, url, body=None, absent_ok=True, headers_out=None):
+        """(status, JSON body); headers_out (a dict), when given, receives the answer's headers in lower case."""
         data = None if body is None else json.dumps(body).encode()
         for attempt in range(self.retries + 1):
             headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
@@ -90,6 +91,8 @@ class Http:
             try:
                 resp = self._request.open(method, url, data=data, headers=headers)
                 raw = resp.read()
+                if headers_out is not None:
+                    headers_out.update((k.lower(), v) for k, v in resp.headers.items())
                 return resp.status, (json.loads(raw) if raw.strip() else {})
             except urllib.error.HTTPError as exc:
                 raw = exc.read()
@@ -260,13 +263,20 @@ def azure_discover(
     environment,
     resource_groups,
     clusters,
-    credential_prefix,
+    credential_names,
     credential_issuers,
     mgmt_cluster=None,
 ):
-    """Read-only: the ordered deletion plan and what was left alone because krops does not own it."""
+    """Read-only: the ordered deletion plan and what was left alone because krops does not own it.
+
+    Federated identity credentials have no tags: one is krops' when it sits on a user-assigned
+    identity tagged for this environment and its name is exactly one the bootstrap hook creates
+    (credential_names) or its issuer is exactly one of credential_issuers. A name that merely
+    shares a prefix proves nothing.
+    """
     arm = arm.rstrip("/")
     sub = f"{arm}/subscriptions/{urllib.parse.quote(subscription)}"
+    names, issuers = set(credential_names or ()), set(credential_issuers or ())
     plan, not_owned = [], []
     identities = http.pages(
         "{}/providers/Microsoft.ManagedIdentity/userAssignedIdentities?api-version={}".format(
@@ -287,14 +297,17 @@ def azure_discover(
         )
         for cred in creds:
             issuer = (cred.get("properties") or {}).get("issuer")
-            if (credential_prefix and cred["name"].startswith(credential_prefix)) or issuer in credential_issuers:
+            if cred["name"] in names or issuer in issuers:
                 plan.append(
                     {
                         "type": "federated-credential",
                         "id": cred["id"],
                         "name": cred["name"],
-                        "reason": "kind-issuer credential on identity {} (tag {}={})".format(
-                            identity["name"], OWNER_TAG, environment
+                        "reason": "{} on identity {} (tag {}={})".format(
+                            "bootstrap credential" if cred["name"] in names else f"credential for issuer {issuer}",
+                            identity["name"],
+                            OWNER_TAG,
+                            environment,
                         ),
                     }
                 )
@@ -339,6 +352,76 @@ def azure_discover(
     return plan + rg_plan, not_owned
 
 
+AZURE_ITEM_API = {
+    "resource-group": AZURE_API["resourcegroups"],
+    "arc-connected-cluster": AZURE_API["connectedClusters"],
+    "federated-credential": AZURE_API["userAssignedIdentities"],
+}
+# Terminal states of an Azure-AsyncOperation status resource (Learn: Track asynchronous Azure operations).
+AZURE_DONE, AZURE_FAILED = ("Succeeded",), ("Failed", "Canceled")
+
+
+def _azure_monitor(status, headers):
+    """How to follow an accepted ARM operation: Azure-AsyncOperation first, else Location, else the resource."""
+    if status not in (201, 202):
+        return None
+    if headers.get("azure-asyncoperation"):
+        return ("async", headers["azure-asyncoperation"])
+    if headers.get("location"):
+        return ("location", headers["location"])
+    return None
+
+
+def _azure_poll(http, url, monitor):
+    """One look at a pending deletion: ('done' | 'pending' | 'failed', error)."""
+    if monitor and monitor[0] == "async":
+        dummy, body = http.request("GET", monitor[1], absent_ok=False)
+        state = body.get("status")
+        if state in AZURE_DONE:
+            return "done", None
+        if state in AZURE_FAILED:
+            err = body.get("error") or {}
+            return "failed", "the delete operation ended {}: {}".format(
+                state, err.get("message") or err.get("code") or "(no error given)"
+            )
+        return "pending", None
+    if monitor and monitor[0] == "location":
+        try:
+            status, dummy = http.request("GET", monitor[1], absent_ok=False)
+        except CloudError as exc:  # the operation's own failure answer
+            return "failed", f"the delete operation failed: {exc}"
+        return ("pending", None) if status == 202 else ("done", None)
+    status, body = http.get(url)
+    if status == 404:
+        return "done", None
+    return "pending", None
+
+
+def azure_wait(http, pending, timeout, poll_interval, clock=time.monotonic, sleep=time.sleep):
+    """Follow accepted deletions [(item, url, monitor)] to their end; {id: error} of those that did not succeed."""
+    errors = {}
+    left = list(pending)
+    deadline = clock() + timeout
+    while left:
+        still = []
+        for item, url, monitor in left:
+            try:
+                state, error = _azure_poll(http, url, monitor)
+            except CloudError as exc:
+                state, error = "failed", str(exc)
+            if state == "failed":
+                errors[item["id"]] = error
+            elif state == "pending":
+                still.append((item, url, monitor))
+        left = still
+        if not left or clock() >= deadline:
+            break
+        sleep(poll_interval)
+    for item, dummy, dummy2 in left:
+        errors[item["id"]] = f"still deleting after {timeout}s (wait_timeout)"
+    return errors
+
+
 def azure_teardown(
     http,
     arm,
@@ -346,7 +429,7 @@ def azure_teardown(
     environment,
     resource_groups,
     clusters,
-    credential_prefix,
+    credential_names,
     credential_issuers=(),
     mgmt_cluster=None,
     check_mode=False,
@@ -354,18 +437,11 @@ def azure_teardown(
     wait_timeout=1800,
     poll_interval=10,
     sleep=time.sleep,
+    clock=time.monotonic,
 ):
-    plan, not_owned = azure_discover(
-        http,
-        arm,
-        subscription,
-        environment,
-        resource_groups,
-        clusters,
-        credential_prefix,
-        list(credential_issuers),
-        mgmt_cluster,
-    )
+    """Delete the plan azure_discover makes, follow each operation, then discover again: what is left fails."""
+    args = (http, arm, subscription, environment, resource_groups, clusters, list(credential_names or ()))
+    plan, not_owned = azure_discover(*args, list(credential_issuers), mgmt_cluster)
     result = {
         "plan": ["delete {} {} ({})".format(p["type"], p["id"], p["reason"]) for p in plan],
         "not_owned": not_owned,
@@ -376,40 +452,36 @@ def azure_teardown(
     if check_mode:
         result["results"] = [dict(p, outcome=ownership.PLANNED) for p in plan]
         return result
-    arm = arm.rstrip("/")
+    base = arm.rstrip("/")
     pending = []
     for item in plan:
-        api = (
-            AZURE_API["resourcegroups"]
-            if item["type"] == "resource-group"
-            else (
-                AZURE_API["connectedClusters"]
-                if item["type"] == "arc-connected-cluster"
-                else AZURE_API["userAssignedIdentities"]
-            )
-        )
-        url = "{}{}?api-version={}".format(arm, item["id"], api)
+        url = "{}{}?api-version={}".format(base, item["id"], AZURE_ITEM_API[item["type"]])
+        headers = {}
         try:
-            status, dummy = http.request("DELETE", url)
-        except CloudError as exc:
-            result["results"].append(dict(item, outcome="failed", error=str(exc)))
+            status, dummy = http.request("DELETE", url, headers_out=headers)
+        except CloudError as exc:  # 409 ScopeLocked (a management lock), 403, ...: krops never removes a lock
+            result["results"].append(dict(item, outcome=ownership.FAILED, error=str(exc)))
             result["leftovers"].append(item["id"])
             continue
-        if status == 404:
+        if status in (204, 404):  # ARM answers 204 to a delete of an absent resource
             result["results"].append(dict(item, outcome="absent"))
             continue
         result["results"].append(dict(item, outcome="deleted"))
-        if item["type"] != "federated-credential":
-            pending.append((item, url))
-    if wait and pending:
-        left = set(wait_gone(http, [u for dummy, u in pending], wait_timeout, poll_interval, sleep=sleep))
-        for item, url in pending:
-            if url in left:
-                result["leftovers"].append(item["id"])
-                for entry in result["results"]:
-                    if entry["id"] == item["id"]:
-                        entry["outcome"] = ownership.FAILED
-                        entry["error"] = f"still deleting after {wait_timeout}s (wait_timeout)"
+        if status in (201, 202):
+            pending.append((item, url, _azure_monitor(status, headers)))
+    if not wait:
+        return result
+    errors = azure_wait(http, pending, wait_timeout, poll_interval, clock=clock, sleep=sleep)
+    # rc=0 means nothing owned is left: discover again, every owned resource still there is a leftover
+    again, dummy = azure_discover(*args, list(credential_issuers), mgmt_cluster)
+    for item in again:
+        errors.setdefault(item["id"], "still present after the teardown")
+    for entry in result["results"]:
+        if entry["id"] in errors and entry["outcome"] != ownership.FAILED:
+            entry["outcome"], entry["error"] = ownership.FAILED, errors[entry["id"]]
+    for rid in errors:
+        if rid not in result["leftovers"]:
+            result["leftovers"].append(rid)
     return result
 
 

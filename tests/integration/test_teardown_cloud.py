@@ -19,9 +19,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 
 from ansible_collections.krops.platform.plugins.modules import azure_teardown, gcp_teardown
+from tests.substrate.arm_double import ArmDouble
 from tests.substrate.fixtures import REPO
 
 SUB = "00000000-0000-0000-0000-000000000001"
+PLANTED = "planted-Secret-4711"
 
 
 class Double:
@@ -84,62 +86,17 @@ class Double:
 # --- Azure Resource Manager double ---------------------------------------------------------
 
 
-class Arm(Double):
+class Arm(ArmDouble):
+    """The ARM double (tests/substrate/arm_double.py), optionally quoting the credential back in its errors."""
+
     def __init__(self):
-        super().__init__()
-        self.objects = {}  # id -> resource
-        self.deleting = {}  # id -> GETs left before it is gone
+        super().__init__(token={"arm-token", "from-login", PLANTED}, subscription=SUB)
         self.echo_auth = False  # refuse writes, quoting the Authorization header back
 
-    def add(self, rid, **fields):
-        obj = {"id": rid, "name": rid.rsplit("/", 1)[-1]}
-        obj.update(fields)
-        self.objects[rid] = obj
-
-    def handle(self, method, path, query, body):
-        low = path.lower()
-        sub = f"/subscriptions/{SUB}"
-        listings = {
-            sub + "/resourcegroups": lambda i: i.count("/") == 4 and "/resourcegroups/" in i.lower(),
-            sub + "/providers/microsoft.kubernetes/connectedclusters": lambda i: "/connectedclusters/" in i.lower(),
-            sub + "/providers/microsoft.managedidentity/userassignedidentities": lambda i: (
-                i.lower().count("/userassignedidentities/") == 1 and "/federatedidentitycredentials/" not in i.lower()
-            ),
-        }
-        if method == "GET" and low in listings:
-            items = [o for i, o in sorted(self.objects.items()) if listings[low](i)]
-            page = int((query.get("page") or ["0"])[0])
-            reply = {"value": items[page * 2 : page * 2 + 2]}
-            if len(items) > page * 2 + 2:
-                reply["nextLink"] = "%s%s?api-version=x&page=%d" % (self.url, path, page + 1)
-            return 200, reply
-        if method == "GET" and low.endswith("/federatedidentitycredentials"):
-            prefix = path + "/"
-            return 200, {"value": [o for i, o in sorted(self.objects.items()) if i.startswith(prefix)]}
-        rid = next((i for i in self.objects if i.lower() == low), None)
-        if rid is None:
-            return 404, {"error": {"code": "NotFound", "message": f"{path} not found"}}
-        if method == "GET":
-            if rid in self.deleting:
-                self.deleting[rid] -= 1
-                if self.deleting[rid] < 0:
-                    self._drop(rid)
-                    return 404, {"error": {"code": "NotFound", "message": "gone"}}
-            return 200, self.objects[rid]
+    def handle(self, method, path, query, body, auth):
         if method == "DELETE" and self.echo_auth:
-            return 403, {"error": {"code": "AuthorizationFailed", "message": f"denied for {self.calls[-1][2]}"}}
-        if method == "DELETE":
-            if "/federatedidentitycredentials/" in low:
-                self._drop(rid)
-                return 200, None
-            self.deleting.setdefault(rid, 1)
-            return 202, None
-        return 405, {"error": {"message": "unsupported"}}
-
-    def _drop(self, rid):
-        for other in [i for i in self.objects if i == rid or i.lower().startswith(rid.lower() + "/")]:
-            del self.objects[other]
-        self.deleting.pop(rid, None)
+            return 403, {"error": {"code": "AuthorizationFailed", "message": f"denied for {auth}"}}, {}
+        return super().handle(method, path, query, body, auth)
 
 
 class Login(Double):
@@ -251,8 +208,13 @@ def azure_world(arm):
     ident = rg("krops-identities") + "/providers/Microsoft.ManagedIdentity/userAssignedIdentities/capz"
     arm.add(ident, tags={"krops-environment": "azure"})
     arm.add(
-        ident + "/federatedIdentityCredentials/krops-kind-capz",
+        ident + "/federatedIdentityCredentials/krops-kind-capz-manager",
         properties={"issuer": "https://kind.example/issuer", "subject": "system:serviceaccount:capz-system:capz"},
+    )
+    # a credential whose name only shares the hook's prefix: exact names decide, it stays
+    arm.add(
+        ident + "/federatedIdentityCredentials/krops-kind-capz-manager-old",
+        properties={"issuer": "https://old.example/issuer", "subject": "system:serviceaccount:capz-system:capz"},
     )
     arm.add(
         ident + "/federatedIdentityCredentials/mgmt-oidc",
@@ -289,7 +251,7 @@ def test_azure_deletes_only_owned_resources_in_order(arm, run_module):
     assert not planned.failed, planned
     assert not arm.writes()
     assert [(r["type"], r["name"]) for r in planned["results"]] == [
-        ("federated-credential", "krops-kind-capz"),
+        ("federated-credential", "krops-kind-capz-manager"),
         ("arc-connected-cluster", "krops-kind-mgmt"),
         ("resource-group", "swedencentral-workload"),
         ("resource-group", "krops-identities"),
@@ -299,17 +261,19 @@ def test_azure_deletes_only_owned_resources_in_order(arm, run_module):
     result = run_module(azure_teardown, args)
     assert not result.failed, result
     assert arm.writes() == [
-        ("DELETE", ident + "/federatedIdentityCredentials/krops-kind-capz"),
+        ("DELETE", ident + "/federatedIdentityCredentials/krops-kind-capz-manager"),
         ("DELETE", arc),
         ("DELETE", rg("swedencentral-workload")),
         ("DELETE", rg("krops-identities")),
         ("DELETE", rg("swedencentral-management")),
     ]
     assert all(auth == "Bearer arm-token" for dummy, dummy2, auth in arm.calls)
-    left = sorted(o["name"] for i, o in arm.objects.items() if i.count("/") == 4)
-    assert left == ["other-env", "team-billing"]
-    assert any(i.endswith("/their-arc") for i in arm.objects)
-    assert any(i.endswith("/billing/federatedIdentityCredentials/krops-kind-x") for i in arm.objects)
+    assert arm.groups() == ["other-env", "team-billing"]
+    assert arm.exists(rg("team-billing") + "/providers/Microsoft.Kubernetes/connectedClusters/their-arc")
+    assert arm.exists(
+        rg("team-billing")
+        + "/providers/Microsoft.ManagedIdentity/userAssignedIdentities/billing/federatedIdentityCredentials/krops-kind-x"
+    )
     again = run_module(azure_teardown, args)
     assert again["changed"] is False and again["results"] == []
 
@@ -317,7 +281,7 @@ def test_azure_deletes_only_owned_resources_in_order(arm, run_module):
 def test_azure_default_groups_come_from_bootstrap_toml_and_leftovers_fail(arm, run_module):
     arm.add(rg("swedencentral-management"), tags={"krops-environment": "azure"})
     arm.add(rg("swedencentral-workload"), tags={})  # named, but not provably ours
-    arm.deleting[rg("swedencentral-management")] = 10**6  # never finishes deleting
+    arm.slow[rg("swedencentral-management").lower()] = 10**6  # never finishes deleting
     result = run_module(azure_teardown, azure_args(arm, wait_timeout=0))
     assert result.failed
     assert result["msg"] == (
@@ -818,7 +782,7 @@ def run_real(module, args, capsys):
 
 def test_secrets_from_the_environment_never_appear_in_a_result(arm, google, run_module, monkeypatch, capsys):
     """A secret taken from an environment variable is masked like a no_log parameter, everywhere."""
-    planted = "planted-Secret-4711"
+    planted = PLANTED
     arm.add(rg("swedencentral-workload"), tags={"krops-environment": "azure"})
     arm.echo_auth = True  # an API that quotes the credential back in its errors
     monkeypatch.setenv("AZURE_ACCESS_TOKEN", planted)
