@@ -472,6 +472,9 @@ def azure_teardown(
     if not wait:
         return result
     errors = azure_wait(http, pending, wait_timeout, poll_interval, clock=clock, sleep=sleep)
+    for item, url, dummy in pending:  # an operation that failed on a resource gone since (its group went) left nothing
+        if item["id"] in errors and http.get(url)[0] == 404:
+            del errors[item["id"]]
     # rc=0 means nothing owned is left: discover again, every owned resource still there is a leftover
     again, dummy = azure_discover(*args, list(credential_issuers), mgmt_cluster)
     for item in again:

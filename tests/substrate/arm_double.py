@@ -170,7 +170,7 @@ class ArmDouble:
     def add_group(self, name, tags=None, location="swedencentral"):
         return self.add(self.rg_id(name), tags=tags, location=location)
 
-    def lock(self, scope, name="do-not-delete", level="CanNotDelete"):
+    def add_lock(self, scope, name="do-not-delete", level="CanNotDelete"):
         rid = f"{scope}/providers/Microsoft.Authorization/locks/{name}"
         self.objects[rid.lower()] = {
             "id": rid,

@@ -1,0 +1,256 @@
+"""azure end to end through ansible-playbook: `-i inventories/azure playbooks/azure.yml --tags teardown`.
+
+The kind cluster is the Kubernetes emulator as a bootstrapped azure environment leaves it (the management
+and workload Clusters, Kustomizations, CAPI operator provider objects, bootstrap secrets, the kind
+marker); a thread plays CAPZ by letting the workload Cluster go once its deletion is requested; helm and
+kind are recording stand-ins; Azure is the ARM double (tests/substrate/arm_double.py), seeded with what
+the tree, CAPZ and the arc-federate hook create, and with decoys that must survive.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.integration.test_teardown_aws_role import KIND, PROVIDER_API, capa, failed, ran, release, writes
+from tests.integration.test_teardown_kube import CLUSTER, KS, make_cluster, make_ks
+from tests.substrate.arm_double import ArmDouble
+from tests.substrate.fixtures import REPO
+from tests.substrate.krops_marks import make_kind_marker
+
+pytestmark = pytest.mark.slow
+MGMT = "swedencentral-management"
+WORKLOAD = "swedencentral-workload"
+PROVIDERS = (
+    ("CoreProvider", "capi-system", "cluster-api"),
+    ("InfrastructureProvider", "capz-system", "azure"),
+    ("AddonProvider", "caaph-system", "helm"),
+)
+SECRETS = ("flux-github-pat", "sops-age")
+TOKEN = "arm-token-e2e"
+CAPZ = "sigs.k8s.io_cluster-api-provider-azure_cluster_%s"
+OWNED_TAG = {"krops-environment": "azure"}
+MI = "/providers/Microsoft.ManagedIdentity/userAssignedIdentities/"
+ARC = "/providers/Microsoft.Kubernetes/connectedClusters/"
+
+
+@pytest.fixture
+def arm():
+    double = ArmDouble(token=TOKEN, page_size=2, delete_polls=2)
+    yield double
+    double.stop()
+
+
+def seed_azure(arm):
+    """(owned ids, decoy ids): what krops, CAPZ and the hook created, and what only looks like it."""
+    g = arm.rg_id
+    owned = [
+        arm.add_group(MGMT, tags=OWNED_TAG),
+        arm.add_group(WORKLOAD, tags={CAPZ % WORKLOAD: "owned"}),
+        arm.add_group("swedencentral-data", tags=OWNED_TAG),
+        arm.add(g(MGMT) + ARC + "krops-mgmt", tags=OWNED_TAG, location="swedencentral"),
+    ]
+    ident = arm.add(g(MGMT) + MI + "krops-capz", tags=OWNED_TAG, location="swedencentral")
+    for name, issuer in (
+        ("krops-kind-capz-manager", "https://kind.example/issuer"),
+        ("krops-kind-azureserviceoperator-default", "https://kind.example/issuer"),
+        ("krops-mgmt-capz-manager", "https://aks.example/mgmt"),
+    ):
+        arm.add(ident + "/federatedIdentityCredentials/" + name, properties={"issuer": issuer})
+    arm.add(g("swedencentral-data") + "/providers/Microsoft.Storage/storageAccounts/kropsdata", tags=OWNED_TAG)
+    # decoys: another environment's group and Arc cluster, an unlabelled lookalike, a prefix-sharing CAPZ
+    # cluster's group, a credential that only shares the hook's prefix on someone else's identity
+    decoys = [
+        arm.add_group("swedencentral-staging", tags={"krops-environment": "azure-staging"}),
+        arm.add(g("swedencentral-staging") + ARC + "krops-mgmt", tags={"krops-environment": "azure-staging"}),
+        arm.add_group("swedencentral-management-old"),
+        arm.add_group(WORKLOAD + "-2", tags={CAPZ % (WORKLOAD + "-2"): "owned"}),
+        arm.add_group("team-identities"),
+    ]
+    theirs = arm.add(g("team-identities") + MI + "shared", tags={})
+    decoys += [theirs, arm.add(theirs + "/federatedIdentityCredentials/krops-kind-capz-manager-2")]
+    return owned, decoys
+
+
+@pytest.fixture
+def world(kind_api, fake_bins, arm):
+    for name in ("flux-system", "capi-system", "capz-system", "caaph-system"):
+        if not kind_api.exists("v1", "Namespace", name):
+            kind_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    make_ks(kind_api, "flux-system")
+    make_ks(kind_api, "aso-workload-identity")
+    make_kind_marker(kind_api, "azure")
+    for name in (MGMT, WORKLOAD):
+        make_cluster(kind_api, name)
+    for kind, namespace, name in PROVIDERS:
+        kind_api.create(
+            {
+                "apiVersion": PROVIDER_API,
+                "kind": kind,
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"version": "v1.25.1"},
+            }
+        )
+    for name in SECRETS:
+        kind_api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": "flux-system"},
+                "type": "Opaque",
+                "data": {"x": "eA=="},
+            }
+        )
+    fake_bins.install("kind", KIND.format(python=sys.executable, url=kind_api.url))
+    fake_bins.answer("helm", "get values", stdout="null\n")
+    fake_bins.answer("helm", "--filter flux-operator", stdout=release("flux-operator"))
+    fake_bins.answer("helm", "--filter flux", stdout=release("flux"))
+    fake_bins.answer(
+        "helm",
+        "version",
+        stdout='version.BuildInfo{Version:"v3.17.0", GitCommit:"x", GitTreeState:"clean", GoVersion:"go1.23.0"}\n',
+    )
+    return seed_azure(arm)
+
+
+def run_teardown(ansible_playbook, kind_api, fake_bins, arm, tmp_path, *args, env=None):
+    extra = {
+        "teardown_kind_kubeconfig": str(kind_api.kubeconfig_path),
+        "teardown_mgmt_kubeconfig": str(tmp_path / "no-mgmt.yaml"),
+        "teardown_azure_endpoint": arm.url,
+    }
+    full_env = {
+        "PATH": fake_bins.path_env,
+        "HOME": str(tmp_path),
+        "BOOTSTRAP_CONFIG": str(REPO / "bootstrap.toml"),
+        "AZURE_SUBSCRIPTION_ID": arm.subscription,
+        "AZURE_ACCESS_TOKEN": TOKEN,
+    }
+    full_env.update(env or {})
+    return ansible_playbook(
+        REPO / "playbooks" / "azure.yml",
+        "--tags",
+        "teardown",
+        "-e",
+        json.dumps(extra),
+        *args,
+        inventory=REPO / "inventories" / "azure",
+        env=full_env,
+    )
+
+
+def snapshot(arm):
+    return {i: json.dumps(o, sort_keys=True) for i, o in arm.objects.items()}
+
+
+def test_azure_teardown_check_mode_prints_the_whole_plan_and_changes_nothing(
+    world, kind_api, fake_bins, arm, ansible_playbook, tmp_path
+):
+    owned, decoys = world
+    before = snapshot(arm)
+    rc, out, err = run_teardown(ansible_playbook, kind_api, fake_bins, arm, tmp_path, "--check")
+    assert rc == 0, (failed(out), err[-3000:])
+    steps = ran(out, "Show the teardown plan")["msg"]
+    assert steps[0] == "Teardown of azure on the kind cluster (context kind-mgmt) [check mode: nothing is deleted]"
+    assert [s.split(". ", 1)[0] for s in steps[1:]] == [str(n) for n in range(1, len(steps))]
+    assert any("delete the workload Clusters swedencentral-workload" in s for s in steps)
+    assert any("remove the azure resources" in s for s in steps), steps
+    assert steps[-1].endswith(
+        "delete the kind cluster mgmt (marker kube-system/krops-bootstrap: environment azure, kind cluster mgmt)"
+    )
+    shown = ran(out, "Show the Azure teardown")["msg"]
+    ident = arm.rg_id(MGMT) + MI + "krops-capz/federatedIdentityCredentials/"
+    assert shown == [
+        f"delete federated-credential {ident}krops-kind-azureserviceoperator-default (bootstrap credential on identity "
+        "krops-capz (tag krops-environment=azure))",
+        f"delete federated-credential {ident}krops-kind-capz-manager (bootstrap credential on identity krops-capz "
+        "(tag krops-environment=azure))",
+        f"delete arc-connected-cluster {arm.rg_id(MGMT)}{ARC}krops-mgmt (tag krops-environment=azure)",
+        f"delete resource-group {arm.rg_id(WORKLOAD)} (tag {CAPZ % WORKLOAD}=owned)",
+        f"delete resource-group {arm.rg_id('swedencentral-data')} (tag krops-environment=azure)",
+        f"delete resource-group {arm.rg_id(MGMT)} (tag krops-environment=azure)",
+        "left alone: ",
+    ]
+    assert not arm.writes(), arm.writes()
+    assert snapshot(arm) == before
+    assert not writes(kind_api), writes(kind_api)
+    assert {k: len(kind_api.list(*k)) for k in (CLUSTER, KS)} == {CLUSTER: 2, KS: 2}
+    assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
+
+
+def test_azure_teardown_removes_what_krops_owns_and_every_decoy_survives(
+    world, kind_api, fake_bins, arm, ansible_playbook, tmp_path
+):
+    owned, decoys = world
+    threads = capa(kind_api, [WORKLOAD])
+    rc, out, err = run_teardown(ansible_playbook, kind_api, fake_bins, arm, tmp_path)
+    for t in threads:
+        t.join(5)
+    assert rc == 0, (failed(out), err[-3000:])
+    assert [c["metadata"]["name"] for c in kind_api.list(*CLUSTER)] == [MGMT]
+    assert not [o for o in owned if arm.exists(o)]
+    assert [d for d in decoys if not arm.exists(d)] == []
+    assert arm.groups() == sorted(
+        ["swedencentral-management-old", "swedencentral-staging", "swedencentral-workload-2", "team-identities"]
+    )
+    # nothing outside the plan was written: only DELETEs, each of an owned id
+    deletes = [p for m, p in arm.writes()]
+    assert {m for m, p in arm.writes()} == {"DELETE"}
+    assert deletes[-1] == arm.rg_id(MGMT), deletes  # the management cluster's group last
+    assert all(d.startswith(arm.rg_id(MGMT)) or d in owned for d in deletes)
+    # every accepted delete was followed through its operation, not by guessing
+    assert any("/operationStatuses/" in p for m, p, a in arm.calls) and any(
+        "/operationresults/" in p for m, p, a in arm.calls
+    )
+    sweep = ran(out, "Delete the federated credentials, the Arc resource and the resource groups")
+    assert {r["outcome"] for r in sweep["results"]} == {"deleted"} and sweep["leftovers"] == []
+    kind_deletes = [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
+    assert len(kind_deletes) == 1
+
+
+def test_an_owned_resource_group_under_a_lock_fails_the_run_and_is_named(
+    world, kind_api, fake_bins, arm, ansible_playbook, tmp_path
+):
+    owned, decoys = world
+    data = arm.rg_id("swedencentral-data")
+    lock = arm.add_lock(data + "/providers/Microsoft.Storage/storageAccounts/kropsdata", "keep-data")
+    threads = capa(kind_api, [WORKLOAD])
+    rc, out, err = run_teardown(ansible_playbook, kind_api, fake_bins, arm, tmp_path)
+    for t in threads:
+        t.join(5)
+    assert rc != 0
+    [(task, msg)] = failed(out)
+    assert task.endswith("Delete the federated credentials, the Arc resource and the resource groups")
+    assert msg == (
+        f"Azure resources of azure left behind: {data}; see results for the reason of each, then run the teardown again"
+    )
+    sweep = ran(out, "Delete the federated credentials, the Arc resource and the resource groups")
+    [refused] = [r for r in sweep["results"] if r["outcome"] == "failed"]
+    assert refused["id"] == data
+    assert "answered 409: The scope" in refused["error"] and "locked" in refused["error"]
+    # krops never removes a lock: the group, its contents and the lock are all still there
+    assert arm.exists(data) and arm.exists(lock)
+    assert not [w for w in arm.writes() if "Microsoft.Authorization" in w[1]]
+    # the rest of what krops owns is gone, the decoys are not; kind stays (the run stopped)
+    assert not [o for o in owned if o != data and arm.exists(o)]
+    assert all(arm.exists(d) for d in decoys)
+    assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
+
+
+def test_a_delete_operation_that_ends_failed_is_a_leftover(world, kind_api, fake_bins, arm, ansible_playbook, tmp_path):
+    owned, decoys = world
+    data = arm.rg_id("swedencentral-data")
+    arm.fail[data.lower()] = ("StorageAccountOperationInProgress", "a storage operation is still running")
+    threads = capa(kind_api, [WORKLOAD])
+    rc, out, err = run_teardown(ansible_playbook, kind_api, fake_bins, arm, tmp_path)
+    for t in threads:
+        t.join(5)
+    assert rc != 0
+    sweep = ran(out, "Delete the federated credentials, the Arc resource and the resource groups")
+    [bad] = [r for r in sweep["results"] if r["outcome"] == "failed"]
+    assert bad["id"] == data
+    assert bad["error"].startswith("the delete operation failed: GET ")
+    assert bad["error"].endswith("answered 409: a storage operation is still running")
+    assert sweep["leftovers"] == [data] and arm.exists(data)
