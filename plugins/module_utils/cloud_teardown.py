@@ -43,6 +43,9 @@ AZURE_SECRET_VARS = (
     "AZURE_CLIENT_SECRET",
     "AZURE_CLIENT_CERTIFICATE_PASSWORD",
     "AZURE_PASSWORD",
+    # the managed identity endpoint's shared secret (App Service, Service Fabric, Azure ML), read by azure-identity
+    "IDENTITY_HEADER",
+    "MSI_SECRET",
 )
 GCP_SECRET_VARS = ("GCP_ACCESS_TOKEN",)
 AZURE_API = {

@@ -45,6 +45,7 @@ class Double:
                 is_json = (self.headers.get("Content-Type") or "").startswith("application/json")
                 body = (json.loads(raw) if is_json else raw.decode()) if raw else None
                 with double.lock:
+                    double.last_headers = dict(self.headers.items())
                     double.calls.append((method, parts.path, self.headers.get("Authorization")))
                     status, reply = double.handle(method, parts.path, parse_qs(parts.query), body)
                 data = json.dumps(reply).encode() if reply is not None else b""
@@ -90,7 +91,7 @@ class Arm(ArmDouble):
     """The ARM double (tests/substrate/arm_double.py), optionally quoting the credential back in its errors."""
 
     def __init__(self):
-        super().__init__(token={"arm-token", "from-login", PLANTED}, subscription=SUB)
+        super().__init__(token={"arm-token", "from-login", "from-managed-identity", PLANTED}, subscription=SUB)
         self.echo_auth = False  # refuse writes, quoting the Authorization header back
 
     def handle(self, method, path, query, body, auth):
@@ -768,6 +769,137 @@ def test_azure_default_chain_workload_identity(arm, login, run_module, monkeypat
         "DefaultAzureCredential failed to retrieve a token from the included credentials; WorkloadIdentityCredential: "
         "Microsoft Entra ID error '(invalid_client) AADSTS70021: No matching federated identity record found.'"
     )
+
+
+class ManagedIdentity(Double):
+    """A managed identity token endpoint: App Service's (IDENTITY_ENDPOINT, secret header X-IDENTITY-HEADER,
+    api-version 2019-08-01) or IMDS's (/metadata/identity/oauth2/token, header Metadata: true, api-version
+    2018-02-01), as azure-identity 1.27.0 calls them (_credentials/app_service.py, imds.py). Like the real ones
+    it refuses a request without its header, and a client_id that is not one of its identities."""
+
+    def __init__(self, resource, secret=None, client_ids=("mi-client",)):
+        super().__init__()
+        self.resource, self.secret, self.client_ids = resource, secret, set(client_ids)
+        self.seen = []
+        self.echo = False
+
+    def handle(self, method, path, query, body):
+        return self._do_token(path, query, self.last_headers)
+
+    def _do_token(self, path, query, headers):
+        self.seen.append((path, {k: v[0] for k, v in query.items()}, headers))
+        if path == "/metadata/identity/oauth2/token":
+            if headers.get("Metadata") != "true" or query.get("api-version") != ["2018-02-01"]:
+                return 400, {"error": "invalid_request", "error_description": "Required metadata header not specified"}
+        elif path == "/msi/token":
+            if headers.get("X-IDENTITY-HEADER") != self.secret or query.get("api-version") != ["2019-08-01"]:
+                if self.echo:  # a broken endpoint that answers 200 and quotes the header back
+                    return 200, {"message": "X-IDENTITY-HEADER {} is wrong".format(headers.get("X-IDENTITY-HEADER"))}
+                return 401, {"error": "unauthorized", "error_description": "X-IDENTITY-HEADER is wrong"}
+        else:
+            return 404, {"error": "not_found", "error_description": path}
+        if query.get("resource") != [self.resource] or (query.get("client_id") or [None])[0] not in self.client_ids:
+            return 400, {"error": "invalid_request", "error_description": "Identity not found"}
+        expires = int(datetime.datetime.now(datetime.UTC).timestamp()) + 3600
+        # IMDS answers expires_in (msal reads it there), App Service expires_on; both as strings
+        return 200, {
+            "access_token": "from-managed-identity",
+            "expires_on": str(expires),
+            "expires_in": "3600",
+            "resource": self.resource,
+            "token_type": "Bearer",
+        }
+
+
+@pytest.fixture
+def identity_endpoint(arm, monkeypatch):
+    double = ManagedIdentity(arm.url, secret="mi-header-Secret-1")
+    yield double
+    double.stop()
+
+
+def mi_env(monkeypatch, **values):
+    for name in (
+        "AZURE_SECRET",
+        "AZURE_TENANT",
+        "AZURE_ACCESS_TOKEN",
+        "AZURE_CLIENT_SECRET",
+        "AZURE_TENANT_ID",
+        "AZURE_FEDERATED_TOKEN_FILE",
+        "AZURE_AUTHORITY_HOST",
+        "IDENTITY_ENDPOINT",
+        "IDENTITY_HEADER",
+        "IDENTITY_SERVER_THUMBPRINT",
+        "IMDS_ENDPOINT",
+        "MSI_ENDPOINT",
+        "MSI_SECRET",
+        "AZURE_POD_IDENTITY_AUTHORITY_HOST",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    # the chain stops at managed identity (never the az CLI, never the real IMDS address)
+    monkeypatch.setenv("AZURE_TOKEN_CREDENTIALS", "ManagedIdentityCredential")
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+
+
+def mi_args(arm):
+    args = azure_args(arm)
+    del args["access_token"]
+    return args
+
+
+def test_azure_default_chain_app_service_managed_identity(arm, identity_endpoint, run_module, monkeypatch):
+    """IDENTITY_ENDPOINT + IDENTITY_HEADER: azure-identity's App Service managed identity; AZURE_CLIENT_ID picks
+    the user-assigned identity, and the endpoint's secret never shows in a result."""
+    arm.add(rg("swedencentral-workload"), tags={"krops-environment": "azure"})
+    mi_env(
+        monkeypatch,
+        IDENTITY_ENDPOINT=identity_endpoint.url + "/msi/token",
+        IDENTITY_HEADER="mi-header-Secret-1",
+        AZURE_CLIENT_ID="mi-client",
+    )
+    result = run_module(azure_teardown, mi_args(arm))
+    assert not result.failed, result
+    [(path, query, headers)] = identity_endpoint.seen
+    assert path == "/msi/token" and query["client_id"] == "mi-client" and query["resource"] == arm.url
+    assert {auth for dummy, dummy2, auth in arm.calls} == {"Bearer from-managed-identity"}
+    monkeypatch.setenv("AZURE_CLIENT_ID", "someone-else")
+    refused = run_module(azure_teardown, mi_args(arm))
+    assert refused.failed and refused["msg"].startswith("Azure login failed (")
+    # azure-identity reports the endpoint's 400 as a token request error of the managed identity
+    assert (
+        "ManagedIdentityCredential: App Service managed identity configuration not found in environment. "
+        in refused["msg"]
+    )
+    assert "Token request error: (invalid_scope)" in refused["msg"]
+
+
+def test_azure_default_chain_imds_managed_identity(arm, identity_endpoint, run_module, monkeypatch):
+    """No App Service variables: IMDS, at AZURE_POD_IDENTITY_AUTHORITY_HOST instead of 169.254.169.254."""
+    arm.add(rg("swedencentral-workload"), tags={"krops-environment": "azure"})
+    mi_env(monkeypatch, AZURE_POD_IDENTITY_AUTHORITY_HOST=identity_endpoint.url, AZURE_CLIENT_ID="mi-client")
+    result = run_module(azure_teardown, mi_args(arm))
+    assert not result.failed, result
+    [(path, query, headers)] = identity_endpoint.seen
+    assert path == "/metadata/identity/oauth2/token" and headers["Metadata"] == "true"
+    assert {auth for dummy, dummy2, auth in arm.calls} == {"Bearer from-managed-identity"}
+
+
+def test_the_managed_identity_secret_is_masked(arm, identity_endpoint, capsys, monkeypatch):
+    """IDENTITY_HEADER is a secret read from the environment: masked like a no_log parameter, even when the
+    endpoint quotes it back in its refusal."""
+    identity_endpoint.secret, identity_endpoint.echo = "the-right-one", True
+    mi_env(
+        monkeypatch,
+        IDENTITY_ENDPOINT=identity_endpoint.url + "/msi/token",
+        IDENTITY_HEADER="mi-header-Secret-1",
+        AZURE_CLIENT_ID="mi-client",
+    )
+    result = run_real(azure_teardown, mi_args(arm), capsys)
+    assert result["failed"] is True and result["msg"].startswith("Azure login failed (")
+    assert "X-IDENTITY-HEADER ******** is wrong" in result["msg"]
+    assert "mi-header-Secret-1" not in json.dumps(result)
+    assert identity_endpoint.seen[0][2]["X-IDENTITY-HEADER"] == "mi-header-Secret-1"  # it was sent
 
 
 def run_real(module, args, capsys):
