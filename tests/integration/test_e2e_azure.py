@@ -254,3 +254,100 @@ def test_a_delete_operation_that_ends_failed_is_a_leftover(world, kind_api, fake
     assert bad["error"].startswith("the delete operation failed: GET ")
     assert bad["error"].endswith("answered 409: a storage operation is still running")
     assert sweep["leftovers"] == [data] and arm.exists(data)
+
+
+# --- the pivot waits for aso-workload-identity ----------------------------------------------------------
+
+AZURE_PIVOT_ENV = """
+[environments.azure]
+kind = "azure"
+mgmt-region = "swedencentral"
+sync = "git"
+sync-path = "mgmt/azure"
+mgmt-cluster = "local-management"
+mgmt-ready-timeout = "40m"
+infra-provider-namespace = "capz-system"
+infra-provider-name = "azure"
+provider-manifests = ["mgmt/core-provider.yaml"]
+pivot-wait-kustomizations = ["aso-workload-identity"]
+"""
+
+
+@pytest.fixture
+def pivot_world(tmp_path, kind_api, mgmt_api, fake_bins, oci_registry):
+    """test_pivot's source and target emulators, with an azure environment whose move waits for a Kustomization."""
+    from tests.integration import test_pivot
+
+    test_pivot.install_mover(fake_bins)
+    operator = test_pivot.Operator(mgmt_api)  # plays the CAPI operator on the target
+    world = test_pivot.World(tmp_path, kind_api, mgmt_api, fake_bins, oci_registry)
+    toml = world.repo / "bootstrap.toml"
+    toml.write_text(toml.read_text() + AZURE_PIVOT_ENV)
+    kind_api.create(
+        {
+            "apiVersion": KS[0],
+            "kind": KS[1],
+            "metadata": {"name": "aso-workload-identity", "namespace": "flux-system"},
+            "spec": {"interval": "5m", "path": "./mgmt/azure/aso-workload-identity", "prune": True},
+        }
+    )
+    yield world
+    operator.stop.set()
+    operator.thread.join(2)
+
+
+def pivot_args(world, **extra):
+    return world.args(environment="azure", target_server=world.mgmt.url, **extra)
+
+
+def test_the_azure_move_does_not_start_before_aso_workload_identity_is_ready(pivot_world, run_module):
+    from ansible_collections.krops.platform.plugins.modules import capi_pivot
+
+    world = pivot_world
+    before = world.suspended()
+    world.kind.set_condition(
+        *KS,
+        "aso-workload-identity",
+        "flux-system",
+        status="False",
+        reason="HealthCheckFailed",
+        message="FederatedIdentityCredential krops-mgmt-capz-manager not Ready",
+    )
+    result = run_module(capi_pivot, pivot_args(world, mgmt_ready_timeout=2))
+    assert result.failed
+    assert result["msg"] == (
+        "pivot phase preflight failed: the move cannot start: Kustomizations not Ready on the kind cluster within 2s "
+        "(mgmt-ready-timeout; "
+        "bootstrap.toml pivot-wait-kustomizations): aso-workload-identity: HealthCheckFailed "
+        "(FederatedIdentityCredential krops-mgmt-capz-manager not Ready); nothing was paused or suspended. Check them "
+        "with `flux get kustomizations` on kind"
+    ), result["msg"]
+    assert not world.bins.calls("clusterctl")
+    assert world.suspended() == before
+    checked = run_module(capi_pivot, pivot_args(world), check_mode=True)
+    assert checked.failed and "(check mode does not wait)" in checked["msg"]
+
+
+def test_the_azure_move_waits_for_aso_workload_identity_then_moves(pivot_world, run_module):
+    import threading
+    import time
+
+    from ansible_collections.krops.platform.plugins.modules import capi_pivot
+
+    world = pivot_world
+    became_ready = []
+
+    def reconcile():  # Flux on kind: the health checks pass a moment after the pivot started waiting
+        time.sleep(1.5)
+        world.kind.set_condition(*KS, "aso-workload-identity", "flux-system")
+        became_ready.append(time.monotonic())
+
+    thread = threading.Thread(target=reconcile, daemon=True)
+    thread.start()
+    result = run_module(capi_pivot, pivot_args(world, mgmt_ready_timeout=30))
+    thread.join(5)
+    assert not result.failed, result.get("msg")
+    assert became_ready
+    assert ">>> waiting up to 30s for Kustomizations aso-workload-identity on the kind cluster" in result["progress"]
+    assert [c for c in world.bins.calls("clusterctl") if "move" in c["argv"]]
+    assert world.mgmt.exists(*CLUSTER, "local-management", "default")
