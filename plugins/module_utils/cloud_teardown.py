@@ -491,6 +491,99 @@ def azure_teardown(
     return result
 
 
+def azure_client(access_token, client_id, secret, tenant, login_endpoint, endpoint, environ):
+    """An ARM client with a token: given (or AZURE_ACCESS_TOKEN), else the service principal, else the SDK chain."""
+    token = access_token or environ.get("AZURE_ACCESS_TOKEN")
+    credential = None
+    if not token:
+        # the service principal given (or as azure.azcollection and AWX spell it), else DefaultAzureCredential
+        credential = azure_credential(
+            client_id or environ.get("AZURE_CLIENT_ID"),
+            secret or environ.get("AZURE_SECRET"),
+            tenant or environ.get("AZURE_TENANT"),
+            login_endpoint,
+        )
+    return Http(azure_token(token, credential, endpoint), what="ARM")
+
+
+FIC_AUDIENCE = "api://AzureADTokenExchange"
+
+
+def azure_arc_issuer(
+    http,
+    arm,
+    subscription,
+    group,
+    cluster,
+    api_version,
+    timeout=0,
+    poll_interval=10,
+    clock=time.monotonic,
+    sleep=time.sleep,
+):
+    """(exists, issuer URL) of an Arc connected cluster; waits up to timeout for Arc to publish the issuer."""
+    url = "{}/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Kubernetes/connectedClusters/{}?api-version={}".format(
+        arm.rstrip("/"), *(urllib.parse.quote(v) for v in (subscription, group, cluster, api_version))
+    )
+    deadline = clock() + timeout
+    while True:
+        status, body = http.get(url)
+        if status == 404:
+            return False, None
+        props = body.get("properties") or {}
+        issuer = (props.get("oidcIssuerProfile") or {}).get("issuerUrl")
+        if issuer:
+            return True, issuer
+        if props.get("provisioningState") in AZURE_FAILED:
+            raise CloudError(
+                "Arc connected cluster {}/{} is {}; connect it again (az connectedk8s connect)".format(
+                    group, cluster, props["provisioningState"]
+                )
+            )
+        if clock() >= deadline:
+            if timeout:
+                raise CloudError(
+                    f"Arc connected cluster {group}/{cluster} published no OIDC issuer within {timeout}s; it must be connected with "
+                    "--enable-oidc-issuer"
+                )
+            return True, None
+        sleep(poll_interval)
+
+
+def azure_federate(http, arm, subscription, group, identity, issuer, subjects, check_mode=False):
+    """Federated identity credentials on a user-assigned identity, one per {name, subject}; idempotent.
+
+    Returns [{name, subject, state}] with state created, updated, unchanged (planned-* in check mode).
+    Writes are sequential: ARM refuses concurrent credential writes on one identity.
+    """
+    base = "{}/subscriptions/{}/resourceGroups/{}/providers/Microsoft.ManagedIdentity/userAssignedIdentities/{}".format(
+        arm.rstrip("/"), *(urllib.parse.quote(v) for v in (subscription, group, identity))
+    )
+    api = AZURE_API["userAssignedIdentities"]
+    status, dummy = http.get(f"{base}?api-version={api}")
+    if status == 404:
+        raise CloudError(
+            f"user-assigned identity {identity} not found in resource group {group}: create it once as docs/environments/azure.md "
+            "describes (prerequisites)"
+        )
+    states = []
+    for item in subjects:
+        url = "{}/federatedIdentityCredentials/{}?api-version={}".format(base, urllib.parse.quote(item["name"]), api)
+        want = {"issuer": issuer, "subject": item["subject"], "audiences": [FIC_AUDIENCE]}
+        status, current = http.get(url)
+        have = (current or {}).get("properties") or {}
+        if status != 404 and all(have.get(k) == v for k, v in want.items()):
+            state = "unchanged"
+        else:
+            state = "created" if status == 404 else "updated"
+            if check_mode:
+                state = "planned-" + state
+            else:
+                http.request("PUT", url, {"properties": want})
+        states.append({"name": item["name"], "subject": item["subject"], "state": state})
+    return states
+
+
 # --- GCP --------------------------------------------------------------------------------
 
 

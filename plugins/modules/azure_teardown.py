@@ -174,19 +174,9 @@ def argument_spec():
 
 
 def http_for(p, environ):
-    """An ARM client with a token: given, else from the service principal given, else the SDK's chain."""
-    token = p["access_token"] or environ.get("AZURE_ACCESS_TOKEN")
-    credential = None
-    if not token:
-        # the service principal given (or as azure.azcollection and AWX spell it), else DefaultAzureCredential
-        credential = cloud_teardown.azure_credential(
-            p["client_id"] or environ.get("AZURE_CLIENT_ID"),
-            p["secret"] or environ.get("AZURE_SECRET"),
-            p["tenant"] or environ.get("AZURE_TENANT"),
-            p["login_endpoint"],
-        )
-    token = cloud_teardown.azure_token(token, credential, p["endpoint"])
-    return cloud_teardown.Http(token, what="ARM")
+    return cloud_teardown.azure_client(
+        p["access_token"], p["client_id"], p["secret"], p["tenant"], p["login_endpoint"], p["endpoint"], environ
+    )
 
 
 def run(p, check_mode, environ=None, step=None):

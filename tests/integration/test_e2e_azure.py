@@ -351,3 +351,220 @@ def test_the_azure_move_waits_for_aso_workload_identity_then_moves(pivot_world, 
     assert ">>> waiting up to 30s for Kustomizations aso-workload-identity on the kind cluster" in result["progress"]
     assert [c for c in world.bins.calls("clusterctl") if "move" in c["argv"]]
     assert world.mgmt.exists(*CLUSTER, "local-management", "default")
+
+
+# --- the arc-federate post-kind hook ------------------------------------------------------------------
+
+# az stand-in for `az connectedk8s connect|delete`: checks the arguments the real command requires (name,
+# resource group; for connect a kubeconfig file holding the context) and does what the real one does at ARM:
+# PUT (or DELETE) the Microsoft.Kubernetes/connectedClusters resource. Arc publishing the issuer is the
+# test's part (a moment later, as the real service does).
+AZ = r"""#!{python}
+import json, os, sys, urllib.request
+import yaml
+argv = sys.argv[1:]
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "calls.jsonl"), "a") as log:
+    log.write(json.dumps({{"tool": "az", "argv": argv, "env": {{}}, "cwd": os.getcwd(), "stdin": ""}}) + "\n")
+def opt(name):
+    return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else None
+if argv[:1] != ["connectedk8s"] or argv[1:2] not in (["connect"], ["delete"]):
+    sys.stderr.write("ERROR: 'x' is misspelled or not recognized by the system.\n"); sys.exit(2)
+for required in ("--name", "--resource-group"):
+    if not opt(required):
+        sys.stderr.write("ERROR: the following arguments are required: %s\n" % required); sys.exit(2)
+rid = "/subscriptions/%s/resourceGroups/%s/providers/Microsoft.Kubernetes/connectedClusters/%s" % (
+    os.environ["AZURE_SUBSCRIPTION_ID"], opt("--resource-group"), opt("--name"))
+url = os.environ["AZ_STANDIN_ARM"] + rid + "?api-version=2024-07-15-preview"
+headers = {{"Authorization": "Bearer " + os.environ["AZ_STANDIN_TOKEN"], "Content-Type": "application/json"}}
+def follow(answer):  # az waits for the long-running operation, as the real CLI does (--no-wait not given)
+    status_url = answer.headers.get("Azure-AsyncOperation")
+    while status_url:
+        with urllib.request.urlopen(urllib.request.Request(status_url, headers=headers), timeout=10) as poll:
+            state = json.load(poll)["status"]
+        if state in ("Succeeded", "Failed", "Canceled"):
+            if state != "Succeeded":
+                sys.stderr.write("ERROR: operation %s\n" % state); sys.exit(1)
+            return
+if argv[1] == "delete":
+    follow(urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=headers), timeout=10))
+    sys.exit(0)
+config = yaml.safe_load(open(opt("--kube-config")))
+if opt("--kube-context") not in [c["name"] for c in config.get("contexts") or []]:
+    sys.stderr.write("ERROR: context %s not found in %s\n" % (opt("--kube-context"), opt("--kube-config"))); sys.exit(1)
+tags = dict(t.split("=", 1) for t in argv[argv.index("--tags") + 1 :] if "=" in t) if "--tags" in argv else {{}}
+body = {{"location": opt("--location"), "identity": {{"type": "SystemAssigned"}}, "tags": tags,
+        "properties": {{"oidcIssuerProfile": {{"enabled": "--enable-oidc-issuer" in argv}},
+                        "securityProfile": {{"workloadIdentity": {{"enabled": "--enable-workload-identity" in argv}}}}}}}}
+follow(urllib.request.urlopen(
+    urllib.request.Request(url, data=json.dumps(body).encode(), method="PUT", headers=headers), timeout=10))
+"""
+
+ISSUER = "https://oidc.arc.example/tenant/krops-mgmt/"
+
+
+def publish_issuer(arm, rid, issuer=ISSUER, delay=0.5):
+    """Azure Arc: once the connected cluster is PUT (from now on), its OIDC issuer appears a moment later."""
+    import threading
+    import time
+
+    start = len(arm.calls)
+
+    def run():
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            if any(m == "PUT" and p.lower() == rid.lower() for m, p, dummy in arm.calls[start:]):
+                time.sleep(delay)
+                with arm.lock:
+                    obj = arm.get(rid)
+                    profile = obj["properties"].setdefault("oidcIssuerProfile", {})
+                    if profile.get("enabled"):
+                        profile["issuerUrl"] = issuer
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def hook_play(kind_api, arm, created):
+    return [
+        {
+            "name": "arc-federate hook",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": {
+                "krops_environment": "azure",
+                "bootstrap_config_file": str(REPO / "bootstrap.toml"),
+                "bootstrap_kind": {"created": created},
+                "bootstrap_kind_kubeconfig": str(kind_api.kubeconfig_path),
+                "bootstrap_azure_endpoint": arm.url,
+                "bootstrap_azure_poll_interval": 1,
+                "bootstrap_azure_issuer_timeout": 20,
+            },
+            "tasks": [
+                {
+                    "name": "Run the hook",
+                    "ansible.builtin.include_role": {
+                        "name": "krops.platform.bootstrap",
+                        "tasks_from": "hook_arc_federate",
+                    },
+                }
+            ],
+        }
+    ]
+
+
+def hook_tasks(out):
+    return {
+        t["task"]["name"].split(" : ", 1)[-1]: h
+        for p in out.get("plays", [])
+        for t in p["tasks"]
+        for h in t["hosts"].values()
+    }
+
+
+def test_arc_federate_hook_creates_the_credentials_the_tree_and_teardown_expect(
+    kind_api, fake_bins, arm, ansible_playbook, tmp_path
+):
+    import yaml
+
+    arm.add_group(MGMT, tags=OWNED_TAG)
+    ident = arm.add(arm.rg_id(MGMT) + MI + "krops-capz", tags=OWNED_TAG, location="swedencentral")
+    arc = arm.rg_id(MGMT) + ARC + "krops-mgmt"
+    fake_bins.install("az", AZ.format(python=sys.executable))
+    env = {
+        "PATH": fake_bins.path_env,
+        "HOME": str(tmp_path),
+        "AZURE_SUBSCRIPTION_ID": arm.subscription,
+        "AZURE_ACCESS_TOKEN": TOKEN,
+        "AZ_STANDIN_ARM": arm.url,
+        "AZ_STANDIN_TOKEN": TOKEN,
+    }
+    thread = publish_issuer(arm, arc)
+    rc, out, err = ansible_playbook(hook_play(kind_api, arm, created=True), env=env)
+    thread.join(5)
+    assert rc == 0, (failed(out), err[-3000:])
+    connect = [c["argv"] for c in fake_bins.calls("az")]
+    assert connect == [
+        [
+            "connectedk8s",
+            "connect",
+            "--name",
+            "krops-mgmt",
+            "--resource-group",
+            MGMT,
+            "--location",
+            "swedencentral",
+            "--kube-config",
+            str(kind_api.kubeconfig_path),
+            "--kube-context",
+            "kind-mgmt",
+            "--enable-oidc-issuer",
+            "--enable-workload-identity",
+            "--tags",
+            "krops-environment=azure",
+        ]
+    ]  # no delete: nothing was connected before
+    assert arm.get(arc)["tags"] == OWNED_TAG  # the teardown's ownership tag
+    defaults = yaml.safe_load((REPO / "roles/bootstrap/defaults/main.yml").read_text())
+    for item in defaults["bootstrap_azure_federated_subjects"]:
+        cred = arm.get(ident + "/federatedIdentityCredentials/" + item["name"])
+        assert cred["properties"] == {
+            "issuer": ISSUER,
+            "subject": item["subject"],
+            "audiences": ["api://AzureADTokenExchange"],
+            "provisioningState": "Succeeded",
+        }
+    federated = hook_tasks(out)["Federate the CAPZ and ASO service accounts with the krops identity"]
+    assert federated["changed"] is True and {c["state"] for c in federated["credentials"]} == {"created"}
+    # the same credentials are the ones the teardown deletes, by exact name
+    teardown = yaml.safe_load((REPO / "roles/teardown/defaults/main.yml").read_text())
+    assert sorted(teardown["teardown_azure_federated_credential_names"]) == sorted(
+        c["name"] for c in federated["credentials"]
+    )
+
+    # kind reused: nothing is connected again and the credentials are unchanged
+    rc, out, err = ansible_playbook(hook_play(kind_api, arm, created=False), env=env)
+    assert rc == 0, (failed(out), err[-3000:])
+    assert len(fake_bins.calls("az")) == 1
+    again = hook_tasks(out)["Federate the CAPZ and ASO service accounts with the krops identity"]
+    assert again["changed"] is False and {c["state"] for c in again["credentials"]} == {"unchanged"}
+    puts = [w for w in arm.writes() if w[0] == "PUT"]
+    assert len(puts) == 3  # the connect and two credentials, once
+
+    # kind recreated: the old connection goes, a new one comes with a new issuer, the credentials follow it
+    thread = publish_issuer(arm, arc, delay=1.5)
+    rc, out, err = ansible_playbook(hook_play(kind_api, arm, created=True), env=env)
+    thread.join(5)
+    assert rc == 0, (failed(out), err[-3000:])
+    assert [c["argv"][:2] for c in fake_bins.calls("az")][1:] == [
+        ["connectedk8s", "delete"],
+        ["connectedk8s", "connect"],
+    ]
+
+
+def test_arc_federate_hook_without_the_identity_says_what_to_create(
+    kind_api, fake_bins, arm, ansible_playbook, tmp_path
+):
+    arm.add_group(MGMT, tags=OWNED_TAG)
+    arc = arm.rg_id(MGMT) + ARC + "krops-mgmt"
+    fake_bins.install("az", AZ.format(python=sys.executable))
+    env = {
+        "PATH": fake_bins.path_env,
+        "HOME": str(tmp_path),
+        "AZURE_SUBSCRIPTION_ID": arm.subscription,
+        "AZURE_ACCESS_TOKEN": TOKEN,
+        "AZ_STANDIN_ARM": arm.url,
+        "AZ_STANDIN_TOKEN": TOKEN,
+    }
+    thread = publish_issuer(arm, arc)
+    rc, out, err = ansible_playbook(hook_play(kind_api, arm, created=True), env=env)
+    thread.join(5)
+    assert rc != 0
+    [(task, msg)] = failed(out)
+    assert msg == (
+        f"user-assigned identity krops-capz not found in resource group {MGMT}: create it once as "
+        "docs/environments/azure.md describes (prerequisites)"
+    )
