@@ -568,3 +568,79 @@ def test_arc_federate_hook_without_the_identity_says_what_to_create(
         f"user-assigned identity krops-capz not found in resource group {MGMT}: create it once as "
         "docs/environments/azure.md describes (prerequisites)"
     )
+
+
+# --- the ARM double refuses what ARM refuses ------------------------------------------------------------
+
+
+def test_the_arm_double_answers_like_arm(arm):
+    import urllib.error
+    import urllib.request
+
+    def call(method, path, body=None, token=TOKEN, version="2021-04-01"):
+        url = arm.url + path + (f"?api-version={version}" if version else "")
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = json.dumps(body).encode() if body is not None else None
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, data, headers, method=method), timeout=10) as r:
+                raw = r.read()
+                return r.status, (json.loads(raw) if raw else None), dict(r.headers)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read()), dict(exc.headers)
+
+    group = arm.rg_id("g1")
+    assert call("GET", group, version=None)[:2] == (
+        400,
+        {
+            "error": {
+                "code": "MissingApiVersionParameter",
+                "message": "The api-version query parameter (?api-version=) is required for all requests.",
+            }
+        },
+    )
+    assert call("GET", group, version="2019-01-01")[1]["error"]["code"] == "InvalidApiVersionParameter"
+    assert call("GET", group, token=None)[:2][0] == 401
+    assert call("GET", group, token="stolen")[1]["error"]["code"] == "InvalidAuthenticationToken"
+    assert call("GET", group)[1]["error"]["code"] == "ResourceGroupNotFound"
+    assert call("PUT", group, {"tags": {}})[1]["error"]["code"] == "LocationRequired"
+    assert (
+        call("PUT", group, {"location": "swedencentral", "tags": {"krops.io/environment": "azure"}})[1]["error"]["code"]
+        == "InvalidTagNameCharacters"
+    )  # why Azure tags spell it krops-environment
+    assert call("PUT", group, {"location": "swedencentral", "tags": OWNED_TAG})[0] == 201
+    arc = group + ARC + "c1"
+    assert call("GET", arc, version="2024-01-01")[1]["error"]["code"] == "ResourceNotFound"
+    assert call("GET", arc, version="2021-04-01")[1]["error"]["code"] == "NoRegisteredProviderFound"
+    assert call("DELETE", arc, version="2024-01-01")[0] == 204  # deleting an absent resource is not an error
+    status, body, headers = call("PUT", arc, {"location": "swedencentral"}, version="2024-01-01")
+    assert status == 201 and body["properties"]["provisioningState"] == "Accepted" and "Azure-AsyncOperation" in headers
+    assert call("PUT", arc, {"location": "swedencentral"}, version="2024-01-01")[1]["error"]["code"] == (
+        "AnotherOperationInProgress"
+    )
+    states = [
+        call("GET", urlsplit_path(headers["Azure-AsyncOperation"]), version="2024-01-01")[1]["status"] for i in "12"
+    ]
+    assert states == ["InProgress", "Succeeded"] and arm.get(arc)["properties"]["provisioningState"] == "Succeeded"
+    lock = arm.add_lock(arc)
+    assert call("DELETE", group)[1]["error"]["code"] == "ScopeLocked"  # a lock inside blocks the group
+    del arm.objects[lock.lower()]
+    status, body, headers = call("DELETE", group)
+    assert status == 202 and "Location" in headers and "Azure-AsyncOperation" not in headers
+    assert call("GET", group)[1]["properties"]["provisioningState"] == "Deleting"
+    assert call("PUT", arc, {"location": "swedencentral"}, version="2024-01-01")[1]["error"]["code"] == (
+        "ResourceGroupBeingDeleted"
+    )
+    polls = [call("GET", urlsplit_path(headers["Location"]))[0] for dummy in range(2)]
+    assert polls == [202, 204] and not arm.exists(group) and not arm.exists(arc)
+    for name in ("a", "b", "c"):
+        arm.add_group(name)
+    first = call("GET", f"/subscriptions/{arm.subscription}/resourcegroups")[1]
+    assert len(first["value"]) == 2 and "$skiptoken=2" in first["nextLink"] and "api-version=" in first["nextLink"]
+
+
+def urlsplit_path(url):
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).path
