@@ -49,6 +49,7 @@ AZURE_SECRET_VARS = (
 )
 GCP_SECRET_VARS = ("GCP_ACCESS_TOKEN",)
 AZURE_API = {
+    "locks": "2020-05-01",
     "resourcegroups": "2021-04-01",
     "connectedClusters": "2024-01-01",
     "userAssignedIdentities": "2023-01-31",
@@ -350,9 +351,33 @@ def azure_discover(
                     ),
                 }
             )
+    for item in rg_plan:  # a management lock at or below the group makes ARM refuse its deletion
+        locks = _azure_locks(http, arm, item["id"])
+        if locks:
+            item["locks"] = locks
     # workload groups first, the management cluster's group last
     rg_plan.sort(key=lambda item: bool(mgmt_cluster) and mgmt_cluster.lower() == item["name"].lower())
     return plan + rg_plan, not_owned
+
+
+def _azure_locks(http, arm, scope):
+    """Ids of the management locks on scope and everything inside it; [] when they cannot be read (ARM decides)."""
+    try:
+        found = http.pages(
+            "{}{}/providers/Microsoft.Authorization/locks?api-version={}".format(arm, scope, AZURE_API["locks"]),
+            "value",
+            "nextLink",
+        )
+    except CloudError:
+        return []
+    return [lock["id"] for lock in found]
+
+
+def _locked_message(item):
+    return (
+        "{} {} is under management lock(s) {}; krops never removes a lock: remove it if the group should go, then "
+        "run the teardown again".format(item["type"], item["name"], ", ".join(item["locks"]))
+    )
 
 
 AZURE_ITEM_API = {
@@ -446,7 +471,15 @@ def azure_teardown(
     args = (http, arm, subscription, environment, resource_groups, clusters, list(credential_names or ()))
     plan, not_owned = azure_discover(*args, list(credential_issuers), mgmt_cluster)
     result = {
-        "plan": ["delete {} {} ({})".format(p["type"], p["id"], p["reason"]) for p in plan],
+        "plan": [
+            "delete {} {} ({}){}".format(
+                p["type"],
+                p["id"],
+                p["reason"],
+                " - locked by {}: this delete will fail".format(", ".join(p["locks"])) if p.get("locks") else "",
+            )
+            for p in plan
+        ],
         "not_owned": not_owned,
         "results": [],
         "leftovers": [],
@@ -459,6 +492,10 @@ def azure_teardown(
     pending = []
     for item in plan:
         url = "{}{}?api-version={}".format(base, item["id"], AZURE_ITEM_API[item["type"]])
+        if item.get("locks"):  # ARM would answer 409 ScopeLocked: say why without asking
+            result["results"].append(dict(item, outcome=ownership.FAILED, error=_locked_message(item)))
+            result["leftovers"].append(item["id"])
+            continue
         headers = {}
         try:
             status, dummy = http.request("DELETE", url, headers_out=headers)

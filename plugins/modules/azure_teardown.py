@@ -29,8 +29,9 @@ description:
     (azure.azcollection has no module for Arc connected clusters or federated credentials).
   - Each accepted deletion (202) is followed through its C(Azure-AsyncOperation) status, else its C(Location),
     else the resource itself, until it ends; then discovery runs again and every owned resource still there is a
-    leftover, so success means nothing owned is left. A management lock makes ARM refuse the delete
-    (409 C(ScopeLocked)); krops never removes a lock, the resource is a leftover and the module fails naming it.
+    leftover, so success means nothing owned is left. A management lock on a resource group or anything in it
+    (found in discovery, shown in RV(plan)) or one ARM reports (409 C(ScopeLocked)) is never removed; the resource
+    is a leftover and the module fails naming it and the lock.
   - Call it after the workload Clusters were deleted through CAPZ and the CAPI providers removed, so
     nothing recreates what it deletes.
 options:
@@ -128,7 +129,8 @@ plan:
   elements: str
 results:
   description: One entry per resource, with type, id, name, reason and outcome (V(planned) in check mode, V(deleted),
-    V(absent), V(failed) with C(error), the outcome vocabulary every krops teardown uses).
+    V(absent), V(failed) with C(error), the outcome vocabulary every krops teardown uses), and C(locks) (lock ids)
+    for a resource group under a management lock.
   returned: always
   type: list
   elements: dict
