@@ -660,3 +660,125 @@ def urlsplit_path(url):
     from urllib.parse import urlsplit
 
     return urlsplit(url).path
+
+
+# --- the whole lifecycle on the emulated host (tests/substrate/lifecycle.py) ------------------------------
+
+
+class GitHubDouble:
+    """The two GitHub REST calls preflight makes for Git sync: the repository and the branch (with its commit)."""
+
+    def __init__(self, repository, branch, commit, token):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        import threading
+
+        answers = {
+            f"/repos/{repository}": {"full_name": repository},
+            f"/repos/{repository}/branches/{branch}": {"name": branch, "commit": {"sha": commit}},
+        }
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                return
+
+            def do_GET(self):
+                if self.headers.get("Authorization") not in (f"Bearer {token}", f"token {token}"):
+                    status, body = 401, {"message": "Bad credentials"}
+                else:
+                    body = answers.get(self.path)
+                    status, body = (200, body) if body else (404, {"message": "Not Found"})
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_path):
+    """ansible-playbook -i inventories/azure playbooks/azure.yml --tags bootstrap on the emulated host (kind, Flux,
+    CAPI) with the ARM double; then pivot and teardown.
+
+    Today the emulated Flux cannot decrypt SOPS (flux_world.py has no spec.decryption, and no sops binary is
+    installed here), so capz-system stops on the SOPS Secret azure-variables and nothing emulates ASO (Ready
+    conditions, the issuer ConfigMap) or an AKS API server for an AzureASOManagedCluster: the test proves the
+    bootstrap up to that point and is an expected failure there; pivot and teardown of the whole cycle are not
+    reached (the teardown and the pivot gate are proven above on their own).
+    """
+    import subprocess
+
+    from tests.substrate.lifecycle import emulated_world
+
+    repo = tmp_path / "gitops"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-B", "main", head], check=True)
+    github = GitHubDouble("krops/krops", "main", head, "ghp_test")
+    arm.add_group(MGMT, tags=OWNED_TAG)
+    ident = arm.add(arm.rg_id(MGMT) + MI + "krops-capz", tags=OWNED_TAG, location="swedencentral")
+    try:
+        with emulated_world(
+            tmp_path / "host", environment="azure", git_checkouts={"https://github.com/krops/krops": str(repo)}
+        ) as world:
+            key = world.home / ".config" / "krops" / "age.agekey"
+            key.parent.mkdir(parents=True, exist_ok=True)
+            key.write_text((REPO / "tests/integration/fixtures/azure-test-age.agekey").read_text())
+            key.chmod(0o600)
+            (world.bin / "az").write_text(AZ.format(python=sys.executable))
+            (world.bin / "az").chmod(0o755)
+            env = {
+                "AZURE_SUBSCRIPTION_ID": arm.subscription,
+                "AZURE_ACCESS_TOKEN": TOKEN,
+                "AZ_STANDIN_ARM": arm.url,
+                "AZ_STANDIN_TOKEN": TOKEN,
+                "GITHUB_TOKEN": "ghp_test",
+                "BOOTSTRAP_CONFIG": str(REPO / "bootstrap.toml"),
+            }
+            extra = {
+                "bootstrap_azure_endpoint": arm.url,
+                "bootstrap_azure_poll_interval": 1,
+                "bootstrap_azure_issuer_timeout": 20,
+                "preflight_github_api_url": github.url,
+            }
+            publish_issuer(arm, arm.rg_id(MGMT) + ARC + "krops-mgmt")
+            rc, out, err = world.playbook(
+                "playbooks/azure.yml",
+                "--tags",
+                "bootstrap",
+                "-e",
+                json.dumps(extra),
+                inventory="inventories/azure",
+                env=env,
+            )
+            # what the bootstrap did before the gap: kind in the world, Arc-connected and federated at ARM
+            assert world.kind_clusters == {"mgmt": world.cluster("mgmt")}
+            assert arm.get(arm.rg_id(MGMT) + ARC + "krops-mgmt")["tags"] == OWNED_TAG
+            for name in ("krops-kind-capz-manager", "krops-kind-azureserviceoperator-default"):
+                assert arm.get(ident + "/federatedIdentityCredentials/" + name)["properties"]["issuer"] == ISSUER
+            kind = world.cluster("mgmt")
+            ready = sorted(
+                k["metadata"]["name"]
+                for k in kind.list(*KS, "flux-system")
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True" for c in k.get("status", {}).get("conditions", [])
+                )
+            )
+            assert {"cert-manager", "capi-operator", "capi-system", "caaph-system"} <= set(ready), ready
+            if rc != 0:
+                [(task, msg)] = failed(out)
+                if "Secret/capz-system/azure-variables dry-run failed" in msg:
+                    pytest.xfail(
+                        "the emulated Flux does not decrypt SOPS (capz-system's Secret azure-variables) and does not "
+                        "emulate ASO or AKS: pivot and teardown of the whole cycle are not reached"
+                    )
+            assert rc == 0, (failed(out), err[-3000:])
+    finally:
+        github.stop()
