@@ -43,9 +43,13 @@ AZURE_SECRET_VARS = (
     "AZURE_CLIENT_SECRET",
     "AZURE_CLIENT_CERTIFICATE_PASSWORD",
     "AZURE_PASSWORD",
+    # the managed identity endpoint's shared secret (App Service, Service Fabric, Azure ML), read by azure-identity
+    "IDENTITY_HEADER",
+    "MSI_SECRET",
 )
 GCP_SECRET_VARS = ("GCP_ACCESS_TOKEN",)
 AZURE_API = {
+    "locks": "2020-05-01",
     "resourcegroups": "2021-04-01",
     "connectedClusters": "2024-01-01",
     "userAssignedIdentities": "2023-01-31",
@@ -80,7 +84,8 @@ class Http:
         # One verifying TLS context for every call (building one per call costs ~0.2 s).
         self._request = Request(timeout=timeout, follow_redirects="safe", context=ssl.create_default_context())
 
-    def request(self, method, url, body=None, absent_ok=True):
+    def request(self, method, url, body=None, absent_ok=True, headers_out=None):
+        """(status, JSON body); headers_out (a dict), when given, receives the answer's headers in lower case."""
         data = None if body is None else json.dumps(body).encode()
         for attempt in range(self.retries + 1):
             headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
@@ -90,6 +95,8 @@ class Http:
             try:
                 resp = self._request.open(method, url, data=data, headers=headers)
                 raw = resp.read()
+                if headers_out is not None:
+                    headers_out.update((k.lower(), v) for k, v in resp.headers.items())
                 return resp.status, (json.loads(raw) if raw.strip() else {})
             except urllib.error.HTTPError as exc:
                 raw = exc.read()
@@ -260,13 +267,20 @@ def azure_discover(
     environment,
     resource_groups,
     clusters,
-    credential_prefix,
+    credential_names,
     credential_issuers,
     mgmt_cluster=None,
 ):
-    """Read-only: the ordered deletion plan and what was left alone because krops does not own it."""
+    """Read-only: the ordered deletion plan and what was left alone because krops does not own it.
+
+    Federated identity credentials have no tags: one is krops' when it sits on a user-assigned
+    identity tagged for this environment and its name is exactly one the bootstrap hook creates
+    (credential_names) or its issuer is exactly one of credential_issuers. A name that merely
+    shares a prefix proves nothing.
+    """
     arm = arm.rstrip("/")
     sub = f"{arm}/subscriptions/{urllib.parse.quote(subscription)}"
+    names, issuers = set(credential_names or ()), set(credential_issuers or ())
     plan, not_owned = [], []
     identities = http.pages(
         "{}/providers/Microsoft.ManagedIdentity/userAssignedIdentities?api-version={}".format(
@@ -287,14 +301,17 @@ def azure_discover(
         )
         for cred in creds:
             issuer = (cred.get("properties") or {}).get("issuer")
-            if (credential_prefix and cred["name"].startswith(credential_prefix)) or issuer in credential_issuers:
+            if cred["name"] in names or issuer in issuers:
                 plan.append(
                     {
                         "type": "federated-credential",
                         "id": cred["id"],
                         "name": cred["name"],
-                        "reason": "kind-issuer credential on identity {} (tag {}={})".format(
-                            identity["name"], OWNER_TAG, environment
+                        "reason": "{} on identity {} (tag {}={})".format(
+                            "bootstrap credential" if cred["name"] in names else f"credential for issuer {issuer}",
+                            identity["name"],
+                            OWNER_TAG,
+                            environment,
                         ),
                     }
                 )
@@ -334,9 +351,103 @@ def azure_discover(
                     ),
                 }
             )
+    for item in rg_plan:  # a management lock at or below the group makes ARM refuse its deletion
+        locks = _azure_locks(http, arm, item["id"])
+        if locks:
+            item["locks"] = locks
     # workload groups first, the management cluster's group last
     rg_plan.sort(key=lambda item: bool(mgmt_cluster) and mgmt_cluster.lower() == item["name"].lower())
     return plan + rg_plan, not_owned
+
+
+def _azure_locks(http, arm, scope):
+    """Ids of the management locks on scope and everything inside it; [] when they cannot be read (ARM decides)."""
+    try:
+        found = http.pages(
+            "{}{}/providers/Microsoft.Authorization/locks?api-version={}".format(arm, scope, AZURE_API["locks"]),
+            "value",
+            "nextLink",
+        )
+    except CloudError:
+        return []
+    return [lock["id"] for lock in found]
+
+
+def _locked_message(item):
+    return (
+        "{} {} is under management lock(s) {}; krops never removes a lock: remove it if the group should go, then "
+        "run the teardown again".format(item["type"], item["name"], ", ".join(item["locks"]))
+    )
+
+
+AZURE_ITEM_API = {
+    "resource-group": AZURE_API["resourcegroups"],
+    "arc-connected-cluster": AZURE_API["connectedClusters"],
+    "federated-credential": AZURE_API["userAssignedIdentities"],
+}
+# Terminal states of an Azure-AsyncOperation status resource (Learn: Track asynchronous Azure operations).
+AZURE_DONE, AZURE_FAILED = ("Succeeded",), ("Failed", "Canceled")
+
+
+def _azure_monitor(status, headers):
+    """How to follow an accepted ARM operation: Azure-AsyncOperation first, else Location, else the resource."""
+    if status not in (201, 202):
+        return None
+    if headers.get("azure-asyncoperation"):
+        return ("async", headers["azure-asyncoperation"])
+    if headers.get("location"):
+        return ("location", headers["location"])
+    return None
+
+
+def _azure_poll(http, url, monitor):
+    """One look at a pending deletion: ('done' | 'pending' | 'failed', error)."""
+    if monitor and monitor[0] == "async":
+        dummy, body = http.request("GET", monitor[1], absent_ok=False)
+        state = body.get("status")
+        if state in AZURE_DONE:
+            return "done", None
+        if state in AZURE_FAILED:
+            err = body.get("error") or {}
+            return "failed", "the delete operation ended {}: {}".format(
+                state, err.get("message") or err.get("code") or "(no error given)"
+            )
+        return "pending", None
+    if monitor and monitor[0] == "location":
+        try:
+            status, dummy = http.request("GET", monitor[1], absent_ok=False)
+        except CloudError as exc:  # the operation's own failure answer
+            return "failed", f"the delete operation failed: {exc}"
+        return ("pending", None) if status == 202 else ("done", None)
+    status, body = http.get(url)
+    if status == 404:
+        return "done", None
+    return "pending", None
+
+
+def azure_wait(http, pending, timeout, poll_interval, clock=time.monotonic, sleep=time.sleep):
+    """Follow accepted deletions [(item, url, monitor)] to their end; {id: error} of those that did not succeed."""
+    errors = {}
+    left = list(pending)
+    deadline = clock() + timeout
+    while left:
+        still = []
+        for item, url, monitor in left:
+            try:
+                state, error = _azure_poll(http, url, monitor)
+            except CloudError as exc:
+                state, error = "failed", str(exc)
+            if state == "failed":
+                errors[item["id"]] = error
+            elif state == "pending":
+                still.append((item, url, monitor))
+        left = still
+        if not left or clock() >= deadline:
+            break
+        sleep(poll_interval)
+    for item, dummy, dummy2 in left:
+        errors[item["id"]] = f"still deleting after {timeout}s (wait_timeout)"
+    return errors
 
 
 def azure_teardown(
@@ -346,7 +457,7 @@ def azure_teardown(
     environment,
     resource_groups,
     clusters,
-    credential_prefix,
+    credential_names,
     credential_issuers=(),
     mgmt_cluster=None,
     check_mode=False,
@@ -354,20 +465,21 @@ def azure_teardown(
     wait_timeout=1800,
     poll_interval=10,
     sleep=time.sleep,
+    clock=time.monotonic,
 ):
-    plan, not_owned = azure_discover(
-        http,
-        arm,
-        subscription,
-        environment,
-        resource_groups,
-        clusters,
-        credential_prefix,
-        list(credential_issuers),
-        mgmt_cluster,
-    )
+    """Delete the plan azure_discover makes, follow each operation, then discover again: what is left fails."""
+    args = (http, arm, subscription, environment, resource_groups, clusters, list(credential_names or ()))
+    plan, not_owned = azure_discover(*args, list(credential_issuers), mgmt_cluster)
     result = {
-        "plan": ["delete {} {} ({})".format(p["type"], p["id"], p["reason"]) for p in plan],
+        "plan": [
+            "delete {} {} ({}){}".format(
+                p["type"],
+                p["id"],
+                p["reason"],
+                " - locked by {}: this delete will fail".format(", ".join(p["locks"])) if p.get("locks") else "",
+            )
+            for p in plan
+        ],
         "not_owned": not_owned,
         "results": [],
         "leftovers": [],
@@ -376,41 +488,137 @@ def azure_teardown(
     if check_mode:
         result["results"] = [dict(p, outcome=ownership.PLANNED) for p in plan]
         return result
-    arm = arm.rstrip("/")
+    base = arm.rstrip("/")
     pending = []
     for item in plan:
-        api = (
-            AZURE_API["resourcegroups"]
-            if item["type"] == "resource-group"
-            else (
-                AZURE_API["connectedClusters"]
-                if item["type"] == "arc-connected-cluster"
-                else AZURE_API["userAssignedIdentities"]
-            )
-        )
-        url = "{}{}?api-version={}".format(arm, item["id"], api)
-        try:
-            status, dummy = http.request("DELETE", url)
-        except CloudError as exc:
-            result["results"].append(dict(item, outcome="failed", error=str(exc)))
+        url = "{}{}?api-version={}".format(base, item["id"], AZURE_ITEM_API[item["type"]])
+        if item.get("locks"):  # ARM would answer 409 ScopeLocked: say why without asking
+            result["results"].append(dict(item, outcome=ownership.FAILED, error=_locked_message(item)))
             result["leftovers"].append(item["id"])
             continue
-        if status == 404:
+        headers = {}
+        try:
+            status, dummy = http.request("DELETE", url, headers_out=headers)
+        except CloudError as exc:  # 409 ScopeLocked (a management lock), 403, ...: krops never removes a lock
+            result["results"].append(dict(item, outcome=ownership.FAILED, error=str(exc)))
+            result["leftovers"].append(item["id"])
+            continue
+        if status in (204, 404):  # ARM answers 204 to a delete of an absent resource
             result["results"].append(dict(item, outcome="absent"))
             continue
         result["results"].append(dict(item, outcome="deleted"))
-        if item["type"] != "federated-credential":
-            pending.append((item, url))
-    if wait and pending:
-        left = set(wait_gone(http, [u for dummy, u in pending], wait_timeout, poll_interval, sleep=sleep))
-        for item, url in pending:
-            if url in left:
-                result["leftovers"].append(item["id"])
-                for entry in result["results"]:
-                    if entry["id"] == item["id"]:
-                        entry["outcome"] = ownership.FAILED
-                        entry["error"] = f"still deleting after {wait_timeout}s (wait_timeout)"
+        if status in (201, 202):
+            pending.append((item, url, _azure_monitor(status, headers)))
+    if not wait:
+        return result
+    errors = azure_wait(http, pending, wait_timeout, poll_interval, clock=clock, sleep=sleep)
+    for item, url, dummy in pending:  # an operation that failed on a resource gone since (its group went) left nothing
+        if item["id"] in errors and http.get(url)[0] == 404:
+            del errors[item["id"]]
+    # rc=0 means nothing owned is left: discover again, every owned resource still there is a leftover
+    again, dummy = azure_discover(*args, list(credential_issuers), mgmt_cluster)
+    for item in again:
+        errors.setdefault(item["id"], "still present after the teardown")
+    for entry in result["results"]:
+        if entry["id"] in errors and entry["outcome"] != ownership.FAILED:
+            entry["outcome"], entry["error"] = ownership.FAILED, errors[entry["id"]]
+    for rid in errors:
+        if rid not in result["leftovers"]:
+            result["leftovers"].append(rid)
     return result
+
+
+def azure_client(access_token, client_id, secret, tenant, login_endpoint, endpoint, environ):
+    """An ARM client with a token: given (or AZURE_ACCESS_TOKEN), else the service principal, else the SDK chain."""
+    token = access_token or environ.get("AZURE_ACCESS_TOKEN")
+    credential = None
+    if not token:
+        # the service principal given (or as azure.azcollection and AWX spell it), else DefaultAzureCredential
+        credential = azure_credential(
+            client_id or environ.get("AZURE_CLIENT_ID"),
+            secret or environ.get("AZURE_SECRET"),
+            tenant or environ.get("AZURE_TENANT"),
+            login_endpoint,
+        )
+    return Http(azure_token(token, credential, endpoint), what="ARM")
+
+
+FIC_AUDIENCE = "api://AzureADTokenExchange"
+
+
+def azure_arc_issuer(
+    http,
+    arm,
+    subscription,
+    group,
+    cluster,
+    api_version,
+    timeout=0,
+    poll_interval=10,
+    clock=time.monotonic,
+    sleep=time.sleep,
+):
+    """(exists, issuer URL) of an Arc connected cluster; waits up to timeout for Arc to publish the issuer."""
+    url = "{}/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Kubernetes/connectedClusters/{}?api-version={}".format(
+        arm.rstrip("/"), *(urllib.parse.quote(v) for v in (subscription, group, cluster, api_version))
+    )
+    deadline = clock() + timeout
+    while True:
+        status, body = http.get(url)
+        if status == 404:
+            return False, None
+        props = body.get("properties") or {}
+        issuer = (props.get("oidcIssuerProfile") or {}).get("issuerUrl")
+        if issuer:
+            return True, issuer
+        if props.get("provisioningState") in AZURE_FAILED:
+            raise CloudError(
+                "Arc connected cluster {}/{} is {}; connect it again (az connectedk8s connect)".format(
+                    group, cluster, props["provisioningState"]
+                )
+            )
+        if clock() >= deadline:
+            if timeout:
+                raise CloudError(
+                    f"Arc connected cluster {group}/{cluster} published no OIDC issuer within {timeout}s; it must be connected with "
+                    "--enable-oidc-issuer"
+                )
+            return True, None
+        sleep(poll_interval)
+
+
+def azure_federate(http, arm, subscription, group, identity, issuer, subjects, check_mode=False):
+    """Federated identity credentials on a user-assigned identity, one per {name, subject}; idempotent.
+
+    Returns [{name, subject, state}] with state created, updated, unchanged (planned-* in check mode).
+    Writes are sequential: ARM refuses concurrent credential writes on one identity.
+    """
+    base = "{}/subscriptions/{}/resourceGroups/{}/providers/Microsoft.ManagedIdentity/userAssignedIdentities/{}".format(
+        arm.rstrip("/"), *(urllib.parse.quote(v) for v in (subscription, group, identity))
+    )
+    api = AZURE_API["userAssignedIdentities"]
+    status, dummy = http.get(f"{base}?api-version={api}")
+    if status == 404:
+        raise CloudError(
+            f"user-assigned identity {identity} not found in resource group {group}: create it once as docs/environments/azure.md "
+            "describes (prerequisites)"
+        )
+    states = []
+    for item in subjects:
+        url = "{}/federatedIdentityCredentials/{}?api-version={}".format(base, urllib.parse.quote(item["name"]), api)
+        want = {"issuer": issuer, "subject": item["subject"], "audiences": [FIC_AUDIENCE]}
+        status, current = http.get(url)
+        have = (current or {}).get("properties") or {}
+        if status != 404 and all(have.get(k) == v for k, v in want.items()):
+            state = "unchanged"
+        else:
+            state = "created" if status == 404 else "updated"
+            if check_mode:
+                state = "planned-" + state
+            else:
+                http.request("PUT", url, {"properties": want})
+        states.append({"name": item["name"], "subject": item["subject"], "state": state})
+    return states
 
 
 # --- GCP --------------------------------------------------------------------------------

@@ -675,6 +675,8 @@ _ENVIRONMENT = _table(
         "provider-manifests": (_list_of(_repo_path), []),
         "move-fallbacks": (_table_list(_MOVE_FALLBACK), []),
         "pivot-sops-secrets": (_list_of(_repo_path), []),
+        # Flux Kustomizations (flux-system, exact names) that must be Ready on kind before the move starts.
+        "pivot-wait-kustomizations": (_list_of(_DNS_LABEL_NAME), []),
         "post-kind-create-hook": (_choice("", *POST_KIND_CREATE_HOOKS), ""),
         "pivot-manifests": (_list_of(_repo_path), []),
         "pivot-manifest-vars": (_var_map, {}),

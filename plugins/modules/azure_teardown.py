@@ -21,10 +21,17 @@ description:
     A named group without either tag is left alone and reported in RV(not_owned)."
   - Arc connected clusters are deleted only when tagged C(krops-environment=<env>). Federated credentials
     are deleted only on user-assigned identities tagged C(krops-environment=<env>), and only those whose
-    name starts with O(federated_credential_prefix) or whose issuer is in O(federated_credential_issuers).
+    name is in O(federated_credential_names) or whose issuer is in O(federated_credential_issuers).
     The identities themselves stay (the next bootstrap re-adopts them).
+  - Federated credentials have no tags, so only exact names (O(federated_credential_names)) or exact issuer
+    URLs count; a name that merely shares a prefix with one is left alone.
   - Discovery is read-only and comes first; check mode returns the plan. Uses the ARM REST API directly
     (azure.azcollection has no module for Arc connected clusters or federated credentials).
+  - Each accepted deletion (202) is followed through its C(Azure-AsyncOperation) status, else its C(Location),
+    else the resource itself, until it ends; then discovery runs again and every owned resource still there is a
+    leftover, so success means nothing owned is left. A management lock on a resource group or anything in it
+    (found in discovery, shown in RV(plan)) or one ARM reports (409 C(ScopeLocked)) is never removed; the resource
+    is a leftover and the module fails naming it and the lock.
   - Call it after the workload Clusters were deleted through CAPZ and the CAPI providers removed, so
     nothing recreates what it deletes.
 options:
@@ -59,10 +66,11 @@ options:
     description: Resource groups to delete; defaults to C(teardown.resource-groups) of the environment.
     type: list
     elements: str
-  federated_credential_prefix:
-    description: Name prefix of the kind-issuer federated credentials the bootstrap hook creates.
-    type: str
-    default: krops-kind-
+  federated_credential_names:
+    description: Exact names of the kind-issuer federated credentials the bootstrap hook creates.
+    type: list
+    elements: str
+    default: [krops-kind-capz-manager, krops-kind-azureserviceoperator-default]
   federated_credential_issuers:
     description: Issuer URLs whose federated credentials are deleted (the kind cluster's OIDC issuer).
     type: list
@@ -129,7 +137,8 @@ plan:
       (tag krops-environment=azure)"
 results:
   description: One entry per resource, with type, id, name, reason and outcome (V(planned) in check mode, V(deleted),
-    V(absent), V(failed) with C(error), the outcome vocabulary every krops teardown uses).
+    V(absent), V(failed) with C(error), the outcome vocabulary every krops teardown uses), and C(locks) (lock ids)
+    for a resource group under a management lock.
   returned: always
   type: list
   elements: dict
@@ -159,10 +168,9 @@ leftovers:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown, errors, shell
 
-from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown
-from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+NAME = "azure_teardown"
 
 
 def argument_spec():
@@ -175,7 +183,9 @@ def argument_spec():
         secret=dict(type="str", no_log=True),
         tenant=dict(type="str"),
         resource_groups=dict(type="list", elements="str"),
-        federated_credential_prefix=dict(type="str", default="krops-kind-"),
+        federated_credential_names=dict(
+            type="list", elements="str", default=["krops-kind-capz-manager", "krops-kind-azureserviceoperator-default"]
+        ),
         federated_credential_issuers=dict(type="list", elements="str", default=[]),
         endpoint=dict(type="str", default=cloud_teardown.AZURE_ARM),
         login_endpoint=dict(type="str"),
@@ -185,27 +195,26 @@ def argument_spec():
     )
 
 
-def run(p, check_mode, environ=None):
+def http_for(p, environ):
+    return cloud_teardown.azure_client(
+        p["access_token"], p["client_id"], p["secret"], p["tenant"], p["login_endpoint"], p["endpoint"], environ
+    )
+
+
+def run(p, check_mode, environ=None, step=None):
     environ = os.environ if environ is None else environ
+    step = step or shell.Step()
+    step("reading bootstrap.toml")
     cfg, env = cloud_teardown.load_environment(p["config_file"], p["environment"], "azure")
     subscription = p["subscription_id"] or environ.get("AZURE_SUBSCRIPTION_ID")
     if not subscription:
         raise cloud_teardown.CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")
     down = env.get("teardown") or {}
-    token = p["access_token"] or environ.get("AZURE_ACCESS_TOKEN")
-    credential = None
-    if not token:
-        # the service principal given (or as azure.azcollection and AWX spell it), else the SDK's chain
-        credential = cloud_teardown.azure_credential(
-            p["client_id"] or environ.get("AZURE_CLIENT_ID"),
-            p["secret"] or environ.get("AZURE_SECRET"),
-            p["tenant"] or environ.get("AZURE_TENANT"),
-            p["login_endpoint"],
-        )
-    token = cloud_teardown.azure_token(token, credential, p["endpoint"])
-    http = cloud_teardown.Http(token, what="ARM")
+    step("logging in to Azure")
+    http = http_for(p, environ)
     groups = p["resource_groups"] if p["resource_groups"] is not None else down.get("resource-groups") or []
     clusters = list(down.get("capi-workloads") or []) + [env["mgmt-cluster"]]
+    step("deleting what the environment owns")
     result = cloud_teardown.azure_teardown(
         http,
         p["endpoint"],
@@ -213,7 +222,7 @@ def run(p, check_mode, environ=None):
         cfg.selected,
         groups,
         clusters,
-        p["federated_credential_prefix"],
+        p["federated_credential_names"],
         p["federated_credential_issuers"],
         env["mgmt-cluster"],
         check_mode=check_mode,
@@ -223,25 +232,25 @@ def run(p, check_mode, environ=None):
     )
     result["subscription_id"] = subscription
     result["environment"] = cfg.selected
+    if result["leftovers"]:
+        raise errors.CloudError(
+            "Azure resources of {} left behind: {}; see results for the reason of each, then run the "
+            "teardown again".format(result["environment"], ", ".join(result["leftovers"])),
+            result,
+        )
     return result
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+def body(module, step):
     cloud_teardown.mask(module, os.environ, cloud_teardown.AZURE_SECRET_VARS)
     try:
-        result = run(module.params, module.check_mode)
-    except krops_config.ConfigError as exc:
-        module.fail_json(msg=str(exc))
-    except cloud_teardown.CloudError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
-    if result["leftovers"]:
-        module.fail_json(
-            msg="Azure resources of {} left behind: {}; see results for the reason of each, then run the "
-            "teardown again".format(result["environment"], ", ".join(result["leftovers"])),
-            **result,
-        )
-    module.exit_json(**result)
+        return run(module.params, module.check_mode, step=step)
+    except cloud_teardown.CloudError as exc:  # the cloud helpers' error, in the module shell's error family
+        raise errors.CloudError(str(exc), exc.result) from None
+
+
+def main():
+    shell.run(NAME, argument_spec(), body)
 
 
 if __name__ == "__main__":

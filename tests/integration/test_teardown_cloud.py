@@ -19,9 +19,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 
 from ansible_collections.krops.platform.plugins.modules import azure_teardown, gcp_teardown
+from tests.substrate.arm_double import ArmDouble
 from tests.substrate.fixtures import REPO
 
 SUB = "00000000-0000-0000-0000-000000000001"
+PLANTED = "planted-Secret-4711"
 
 
 class Double:
@@ -43,6 +45,7 @@ class Double:
                 is_json = (self.headers.get("Content-Type") or "").startswith("application/json")
                 body = (json.loads(raw) if is_json else raw.decode()) if raw else None
                 with double.lock:
+                    double.last_headers = dict(self.headers.items())
                     double.calls.append((method, parts.path, self.headers.get("Authorization")))
                     status, reply = double.handle(method, parts.path, parse_qs(parts.query), body)
                 data = json.dumps(reply).encode() if reply is not None else b""
@@ -84,62 +87,17 @@ class Double:
 # --- Azure Resource Manager double ---------------------------------------------------------
 
 
-class Arm(Double):
+class Arm(ArmDouble):
+    """The ARM double (tests/substrate/arm_double.py), optionally quoting the credential back in its errors."""
+
     def __init__(self):
-        super().__init__()
-        self.objects = {}  # id -> resource
-        self.deleting = {}  # id -> GETs left before it is gone
+        super().__init__(token={"arm-token", "from-login", "from-managed-identity", PLANTED}, subscription=SUB)
         self.echo_auth = False  # refuse writes, quoting the Authorization header back
 
-    def add(self, rid, **fields):
-        obj = {"id": rid, "name": rid.rsplit("/", 1)[-1]}
-        obj.update(fields)
-        self.objects[rid] = obj
-
-    def handle(self, method, path, query, body):
-        low = path.lower()
-        sub = f"/subscriptions/{SUB}"
-        listings = {
-            sub + "/resourcegroups": lambda i: i.count("/") == 4 and "/resourcegroups/" in i.lower(),
-            sub + "/providers/microsoft.kubernetes/connectedclusters": lambda i: "/connectedclusters/" in i.lower(),
-            sub + "/providers/microsoft.managedidentity/userassignedidentities": lambda i: (
-                i.lower().count("/userassignedidentities/") == 1 and "/federatedidentitycredentials/" not in i.lower()
-            ),
-        }
-        if method == "GET" and low in listings:
-            items = [o for i, o in sorted(self.objects.items()) if listings[low](i)]
-            page = int((query.get("page") or ["0"])[0])
-            reply = {"value": items[page * 2 : page * 2 + 2]}
-            if len(items) > page * 2 + 2:
-                reply["nextLink"] = "%s%s?api-version=x&page=%d" % (self.url, path, page + 1)
-            return 200, reply
-        if method == "GET" and low.endswith("/federatedidentitycredentials"):
-            prefix = path + "/"
-            return 200, {"value": [o for i, o in sorted(self.objects.items()) if i.startswith(prefix)]}
-        rid = next((i for i in self.objects if i.lower() == low), None)
-        if rid is None:
-            return 404, {"error": {"code": "NotFound", "message": f"{path} not found"}}
-        if method == "GET":
-            if rid in self.deleting:
-                self.deleting[rid] -= 1
-                if self.deleting[rid] < 0:
-                    self._drop(rid)
-                    return 404, {"error": {"code": "NotFound", "message": "gone"}}
-            return 200, self.objects[rid]
+    def handle(self, method, path, query, body, auth):
         if method == "DELETE" and self.echo_auth:
-            return 403, {"error": {"code": "AuthorizationFailed", "message": f"denied for {self.calls[-1][2]}"}}
-        if method == "DELETE":
-            if "/federatedidentitycredentials/" in low:
-                self._drop(rid)
-                return 200, None
-            self.deleting.setdefault(rid, 1)
-            return 202, None
-        return 405, {"error": {"message": "unsupported"}}
-
-    def _drop(self, rid):
-        for other in [i for i in self.objects if i == rid or i.lower().startswith(rid.lower() + "/")]:
-            del self.objects[other]
-        self.deleting.pop(rid, None)
+            return 403, {"error": {"code": "AuthorizationFailed", "message": f"denied for {auth}"}}, {}
+        return super().handle(method, path, query, body, auth)
 
 
 class Login(Double):
@@ -251,8 +209,13 @@ def azure_world(arm):
     ident = rg("krops-identities") + "/providers/Microsoft.ManagedIdentity/userAssignedIdentities/capz"
     arm.add(ident, tags={"krops-environment": "azure"})
     arm.add(
-        ident + "/federatedIdentityCredentials/krops-kind-capz",
+        ident + "/federatedIdentityCredentials/krops-kind-capz-manager",
         properties={"issuer": "https://kind.example/issuer", "subject": "system:serviceaccount:capz-system:capz"},
+    )
+    # a credential whose name only shares the hook's prefix: exact names decide, it stays
+    arm.add(
+        ident + "/federatedIdentityCredentials/krops-kind-capz-manager-old",
+        properties={"issuer": "https://old.example/issuer", "subject": "system:serviceaccount:capz-system:capz"},
     )
     arm.add(
         ident + "/federatedIdentityCredentials/mgmt-oidc",
@@ -289,7 +252,7 @@ def test_azure_deletes_only_owned_resources_in_order(arm, run_module):
     assert not planned.failed, planned
     assert not arm.writes()
     assert [(r["type"], r["name"]) for r in planned["results"]] == [
-        ("federated-credential", "krops-kind-capz"),
+        ("federated-credential", "krops-kind-capz-manager"),
         ("arc-connected-cluster", "krops-kind-mgmt"),
         ("resource-group", "swedencentral-workload"),
         ("resource-group", "krops-identities"),
@@ -299,17 +262,19 @@ def test_azure_deletes_only_owned_resources_in_order(arm, run_module):
     result = run_module(azure_teardown, args)
     assert not result.failed, result
     assert arm.writes() == [
-        ("DELETE", ident + "/federatedIdentityCredentials/krops-kind-capz"),
+        ("DELETE", ident + "/federatedIdentityCredentials/krops-kind-capz-manager"),
         ("DELETE", arc),
         ("DELETE", rg("swedencentral-workload")),
         ("DELETE", rg("krops-identities")),
         ("DELETE", rg("swedencentral-management")),
     ]
     assert all(auth == "Bearer arm-token" for dummy, dummy2, auth in arm.calls)
-    left = sorted(o["name"] for i, o in arm.objects.items() if i.count("/") == 4)
-    assert left == ["other-env", "team-billing"]
-    assert any(i.endswith("/their-arc") for i in arm.objects)
-    assert any(i.endswith("/billing/federatedIdentityCredentials/krops-kind-x") for i in arm.objects)
+    assert arm.groups() == ["other-env", "team-billing"]
+    assert arm.exists(rg("team-billing") + "/providers/Microsoft.Kubernetes/connectedClusters/their-arc")
+    assert arm.exists(
+        rg("team-billing")
+        + "/providers/Microsoft.ManagedIdentity/userAssignedIdentities/billing/federatedIdentityCredentials/krops-kind-x"
+    )
     again = run_module(azure_teardown, args)
     assert again["changed"] is False and again["results"] == []
 
@@ -317,7 +282,7 @@ def test_azure_deletes_only_owned_resources_in_order(arm, run_module):
 def test_azure_default_groups_come_from_bootstrap_toml_and_leftovers_fail(arm, run_module):
     arm.add(rg("swedencentral-management"), tags={"krops-environment": "azure"})
     arm.add(rg("swedencentral-workload"), tags={})  # named, but not provably ours
-    arm.deleting[rg("swedencentral-management")] = 10**6  # never finishes deleting
+    arm.slow[rg("swedencentral-management").lower()] = 10**6  # never finishes deleting
     result = run_module(azure_teardown, azure_args(arm, wait_timeout=0))
     assert result.failed
     assert result["msg"] == (
@@ -806,6 +771,137 @@ def test_azure_default_chain_workload_identity(arm, login, run_module, monkeypat
     )
 
 
+class ManagedIdentity(Double):
+    """A managed identity token endpoint: App Service's (IDENTITY_ENDPOINT, secret header X-IDENTITY-HEADER,
+    api-version 2019-08-01) or IMDS's (/metadata/identity/oauth2/token, header Metadata: true, api-version
+    2018-02-01), as azure-identity 1.27.0 calls them (_credentials/app_service.py, imds.py). Like the real ones
+    it refuses a request without its header, and a client_id that is not one of its identities."""
+
+    def __init__(self, resource, secret=None, client_ids=("mi-client",)):
+        super().__init__()
+        self.resource, self.secret, self.client_ids = resource, secret, set(client_ids)
+        self.seen = []
+        self.echo = False
+
+    def handle(self, method, path, query, body):
+        return self._do_token(path, query, self.last_headers)
+
+    def _do_token(self, path, query, headers):
+        self.seen.append((path, {k: v[0] for k, v in query.items()}, headers))
+        if path == "/metadata/identity/oauth2/token":
+            if headers.get("Metadata") != "true" or query.get("api-version") != ["2018-02-01"]:
+                return 400, {"error": "invalid_request", "error_description": "Required metadata header not specified"}
+        elif path == "/msi/token":
+            if headers.get("X-IDENTITY-HEADER") != self.secret or query.get("api-version") != ["2019-08-01"]:
+                if self.echo:  # a broken endpoint that answers 200 and quotes the header back
+                    return 200, {"message": "X-IDENTITY-HEADER {} is wrong".format(headers.get("X-IDENTITY-HEADER"))}
+                return 401, {"error": "unauthorized", "error_description": "X-IDENTITY-HEADER is wrong"}
+        else:
+            return 404, {"error": "not_found", "error_description": path}
+        if query.get("resource") != [self.resource] or (query.get("client_id") or [None])[0] not in self.client_ids:
+            return 400, {"error": "invalid_request", "error_description": "Identity not found"}
+        expires = int(datetime.datetime.now(datetime.UTC).timestamp()) + 3600
+        # IMDS answers expires_in (msal reads it there), App Service expires_on; both as strings
+        return 200, {
+            "access_token": "from-managed-identity",
+            "expires_on": str(expires),
+            "expires_in": "3600",
+            "resource": self.resource,
+            "token_type": "Bearer",
+        }
+
+
+@pytest.fixture
+def identity_endpoint(arm, monkeypatch):
+    double = ManagedIdentity(arm.url, secret="mi-header-Secret-1")
+    yield double
+    double.stop()
+
+
+def mi_env(monkeypatch, **values):
+    for name in (
+        "AZURE_SECRET",
+        "AZURE_TENANT",
+        "AZURE_ACCESS_TOKEN",
+        "AZURE_CLIENT_SECRET",
+        "AZURE_TENANT_ID",
+        "AZURE_FEDERATED_TOKEN_FILE",
+        "AZURE_AUTHORITY_HOST",
+        "IDENTITY_ENDPOINT",
+        "IDENTITY_HEADER",
+        "IDENTITY_SERVER_THUMBPRINT",
+        "IMDS_ENDPOINT",
+        "MSI_ENDPOINT",
+        "MSI_SECRET",
+        "AZURE_POD_IDENTITY_AUTHORITY_HOST",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    # the chain stops at managed identity (never the az CLI, never the real IMDS address)
+    monkeypatch.setenv("AZURE_TOKEN_CREDENTIALS", "ManagedIdentityCredential")
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+
+
+def mi_args(arm):
+    args = azure_args(arm)
+    del args["access_token"]
+    return args
+
+
+def test_azure_default_chain_app_service_managed_identity(arm, identity_endpoint, run_module, monkeypatch):
+    """IDENTITY_ENDPOINT + IDENTITY_HEADER: azure-identity's App Service managed identity; AZURE_CLIENT_ID picks
+    the user-assigned identity, and the endpoint's secret never shows in a result."""
+    arm.add(rg("swedencentral-workload"), tags={"krops-environment": "azure"})
+    mi_env(
+        monkeypatch,
+        IDENTITY_ENDPOINT=identity_endpoint.url + "/msi/token",
+        IDENTITY_HEADER="mi-header-Secret-1",
+        AZURE_CLIENT_ID="mi-client",
+    )
+    result = run_module(azure_teardown, mi_args(arm))
+    assert not result.failed, result
+    [(path, query, headers)] = identity_endpoint.seen
+    assert path == "/msi/token" and query["client_id"] == "mi-client" and query["resource"] == arm.url
+    assert {auth for dummy, dummy2, auth in arm.calls} == {"Bearer from-managed-identity"}
+    monkeypatch.setenv("AZURE_CLIENT_ID", "someone-else")
+    refused = run_module(azure_teardown, mi_args(arm))
+    assert refused.failed and refused["msg"].startswith("Azure login failed (")
+    # azure-identity reports the endpoint's 400 as a token request error of the managed identity
+    assert (
+        "ManagedIdentityCredential: App Service managed identity configuration not found in environment. "
+        in refused["msg"]
+    )
+    assert "Token request error: (invalid_scope)" in refused["msg"]
+
+
+def test_azure_default_chain_imds_managed_identity(arm, identity_endpoint, run_module, monkeypatch):
+    """No App Service variables: IMDS, at AZURE_POD_IDENTITY_AUTHORITY_HOST instead of 169.254.169.254."""
+    arm.add(rg("swedencentral-workload"), tags={"krops-environment": "azure"})
+    mi_env(monkeypatch, AZURE_POD_IDENTITY_AUTHORITY_HOST=identity_endpoint.url, AZURE_CLIENT_ID="mi-client")
+    result = run_module(azure_teardown, mi_args(arm))
+    assert not result.failed, result
+    [(path, query, headers)] = identity_endpoint.seen
+    assert path == "/metadata/identity/oauth2/token" and headers["Metadata"] == "true"
+    assert {auth for dummy, dummy2, auth in arm.calls} == {"Bearer from-managed-identity"}
+
+
+def test_the_managed_identity_secret_is_masked(arm, identity_endpoint, capsys, monkeypatch):
+    """IDENTITY_HEADER is a secret read from the environment: masked like a no_log parameter, even when the
+    endpoint quotes it back in its refusal."""
+    identity_endpoint.secret, identity_endpoint.echo = "the-right-one", True
+    mi_env(
+        monkeypatch,
+        IDENTITY_ENDPOINT=identity_endpoint.url + "/msi/token",
+        IDENTITY_HEADER="mi-header-Secret-1",
+        AZURE_CLIENT_ID="mi-client",
+    )
+    result = run_real(azure_teardown, mi_args(arm), capsys)
+    assert result["failed"] is True and result["msg"].startswith("Azure login failed (")
+    assert "X-IDENTITY-HEADER ******** is wrong" in result["msg"]
+    assert "mi-header-Secret-1" not in json.dumps(result)
+    assert identity_endpoint.seen[0][2]["X-IDENTITY-HEADER"] == "mi-header-Secret-1"  # it was sent
+
+
 def run_real(module, args, capsys):
     """main() with AnsibleModule's own exit_json/fail_json: the JSON it prints, masking applied."""
     from ansible.module_utils.testing import patch_module_args
@@ -818,7 +914,7 @@ def run_real(module, args, capsys):
 
 def test_secrets_from_the_environment_never_appear_in_a_result(arm, google, run_module, monkeypatch, capsys):
     """A secret taken from an environment variable is masked like a no_log parameter, everywhere."""
-    planted = "planted-Secret-4711"
+    planted = PLANTED
     arm.add(rg("swedencentral-workload"), tags={"krops-environment": "azure"})
     arm.echo_auth = True  # an API that quotes the credential back in its errors
     monkeypatch.setenv("AZURE_ACCESS_TOKEN", planted)

@@ -349,7 +349,9 @@ def test_identity_agrees_with_the_bootstrap_hook(rendered):
     creds = [o for o in objects if o["kind"] == "FederatedIdentityCredential"]
     hook = defaults["bootstrap_azure_federated_subjects"]
     assert sorted(c["spec"]["subject"] for c in creds) == sorted(s["subject"] for s in hook)
-    # the tree's credentials never share a name with the hook's (the teardown removes those by prefix)
+    # the teardown removes exactly the hook's credentials (by name) and never the tree's
+    teardown = yaml.safe_load((REPO / "roles/teardown/defaults/main.yml").read_text())
+    assert teardown["teardown_azure_federated_credential_names"] == [s["name"] for s in hook]
     assert not {c["metadata"]["name"] for c in creds} & {s["name"] for s in hook}
     assert not any(c["metadata"]["name"].startswith("krops-kind-") for c in creds)
     mgmt = next(
@@ -366,6 +368,9 @@ def test_identity_agrees_with_the_bootstrap_hook(rendered):
         (c["kind"], c["name"]) for c in _kustomizations(rendered)["aso-workload-identity"]["spec"]["healthChecks"]
     }
     assert {("FederatedIdentityCredential", c["metadata"]["name"]) for c in creds} <= checks
+    # and the pivot waits for exactly that Kustomization (bootstrap.toml pivot-wait-kustomizations)
+    assert _settings()["pivot-wait-kustomizations"] == ["aso-workload-identity"]
+    assert set(_settings()["pivot-wait-kustomizations"]) <= set(_kustomizations(rendered))
     cid = next(o for o in objects if o["kind"] == "AzureClusterIdentity")
     assert cid["spec"]["type"] == "WorkloadIdentity" and "clientSecret" not in cid["spec"]
 

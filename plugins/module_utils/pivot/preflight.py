@@ -1,6 +1,9 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
-"""Phase 3, preflight: every Cluster/Machine on the source movable; all reasons reported together."""
+"""Phase 3, preflight: the Kustomizations bootstrap.toml lists in pivot-wait-kustomizations are Ready on the
+source (waited for: azure's aso-workload-identity federates the management cluster's issuer, without which
+CAPZ and ASO there cannot authenticate after the move); every Cluster/Machine on the source movable; all
+reasons reported together."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from ansible_collections.krops.platform.plugins.module_utils.pivot.common import
     PivotError,
     capi_objects,
 )
+
+KS_API = kube.KUSTOMIZATION[0]
 
 
 def _cluster_problems(obj):
@@ -37,9 +42,64 @@ def _cluster_problems(obj):
     return problems
 
 
+def _gate_state(names, objects):
+    """(all Ready, [name: reason] of those not Ready yet) over {(namespace, name): Kustomization}."""
+    waiting = []
+    for name in names:
+        ready, reason, message = kube.readiness(objects.get(("flux-system", name)))
+        if not ready:
+            waiting.append(f"{name}: {reason or 'not Ready'}" + (f" ({message})" if message else ""))
+    return not waiting, waiting
+
+
+def wait_kustomizations(pv):
+    """Wait until every Kustomization of pivot-wait-kustomizations is Ready on the source (check mode: look once)."""
+    names = pv.env.get("pivot-wait-kustomizations") or []
+    if not names:
+        return
+    if pv.check_mode:
+        objects = {("flux-system", n): kube.get(pv.source, KS_API, "Kustomization", n, "flux-system") for n in names}
+        done, waiting = _gate_state(names, objects)
+        if not done:
+            raise PivotError(
+                "preflight",
+                "the move cannot start: Kustomizations not Ready on the kind cluster: {} (check mode does not wait)".format(
+                    "; ".join(waiting)
+                ),
+            )
+        return
+    timeout = pv.options.get("mgmt_ready_timeout") or pv.env["mgmt-ready-timeout"]
+    pv.say(">>> waiting up to {}s for Kustomizations {} on the kind cluster".format(timeout, ", ".join(names)))
+    seconds = pv.wait_left("gates", timeout)
+
+    def watch(limit):
+        return kube.watch_until(
+            pv.source, KS_API, "Kustomization", "flux-system", lambda objs: _gate_state(names, objs), limit
+        )
+
+    try:
+        pv.budgeted_wait(
+            "gates",
+            "preflight",
+            "Kustomizations the move waits for",
+            timeout,
+            seconds,
+            watch,
+            lambda state: "not Ready yet: " + "; ".join(state or names),
+        )
+    except kube.WaitTimeout as exc:
+        raise PivotError(
+            "preflight",
+            "the move cannot start: Kustomizations not Ready on the kind cluster within {}s (mgmt-ready-timeout; "
+            "bootstrap.toml pivot-wait-kustomizations): {}; nothing was paused or suspended. Check them with "
+            "`flux get kustomizations` on kind".format(timeout, "; ".join(exc.state or names)),
+        )
+
+
 def run(pv):
     if pv.source is None:
         return
+    wait_kustomizations(pv)
     objects = capi_objects(pv.source, pv.namespace, phase="preflight")
     problems = []
     for key, obj in sorted(objects.items(), key=lambda kv: kv[0]):
