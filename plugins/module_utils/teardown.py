@@ -712,6 +712,17 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
     elif reachable and workloads:
         # workload Clusters made of local containers get the local timeout
         timeout = local_cluster_timeout if profile.local_containers else boot["cluster-delete-timeout"]
+        if profile.cloud_teardown_before_clusters:
+            steps.append(
+                _step(
+                    profile.cloud_teardown_step,
+                    "remove the {} resources the workload Clusters' deletion waits for ({}; ownership-filtered)".format(
+                        profile.cloud, profile.cloud_teardown_before_clusters
+                    ),
+                    phase="before-clusters",
+                    timeout=boot["cluster-delete-timeout"],
+                )
+            )
         steps.append(
             _step(
                 "delete-clusters",
