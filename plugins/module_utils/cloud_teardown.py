@@ -435,6 +435,8 @@ def gcp_token(access_token=None):
             "GOOGLE_APPLICATION_CREDENTIALS, run `gcloud auth application-default login`, or run where a "
             "metadata server serves a service account; see docs/teardown.md"
         ) from None
+    except google.auth.exceptions.GoogleAuthError as exc:  # e.g. an external_account's project lookup failed
+        raise CloudError(f"GCP credentials could not be loaded: {_first_line(exc)}") from None
     try:
         credentials.refresh(google.auth.transport.requests.Request())
     except google.auth.exceptions.GoogleAuthError as exc:

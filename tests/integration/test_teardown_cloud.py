@@ -466,7 +466,11 @@ def test_gcp_deletes_only_owned_resources_in_dependency_order(google, run_module
     }
     assert planned["not_owned"] == [
         {"type": "network", "name": "default", "reason": "the default VPC is never deleted"},
-        {"type": "cloudsql-instance", "name": "aws-db", "reason": "labelled krops-environment=aws (another environment)"},
+        {
+            "type": "cloudsql-instance",
+            "name": "aws-db",
+            "reason": "labelled krops-environment=aws (another environment)",
+        },
         {
             "type": "gke-cluster",
             "name": WORKLOAD_VPC,
@@ -808,3 +812,148 @@ def test_azure_ownership_another_environments_tag_vetoes_a_capz_tag():
         )
         is None
     )
+
+
+# --- GCP credentials through google.auth.default: the metadata server and workload identity federation -----
+
+
+def gcp_module_play(google, **extra):
+    """One gcp_teardown task in its own ansible-playbook process (google-auth reads GCE_METADATA_* at import)."""
+    args = {
+        "environment": "gcp",
+        "config_file": str(REPO / "bootstrap.toml"),
+        "project": "p1",
+        "base_url": google.url,
+        "networks": [],
+        "poll_interval": 0,
+    }
+    args.update(extra)
+    return [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [{"name": "gcp", "krops.platform.gcp_teardown": args, "register": "gcp"}],
+        }
+    ]
+
+
+def adc_env(tmp_path, **extra):
+    """An environment in which google.auth.default finds only what the test gives it."""
+    env = {
+        "HOME": str(tmp_path / "home"),
+        "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),  # no `gcloud auth application-default login` file
+        "GOOGLE_APPLICATION_CREDENTIALS": "",
+        "GCP_ACCESS_TOKEN": "",
+        "GCE_METADATA_HOST": "127.0.0.1:9",  # nothing answers: the metadata server is not found
+        "GCE_METADATA_IP": "127.0.0.1:9",
+        "GCE_METADATA_TIMEOUT": "1",
+        "GCE_METADATA_DETECT_RETRIES": "1",
+    }
+    env.update(extra)
+    return env
+
+
+def gcp_task_result(out):
+    return [t["hosts"]["localhost"] for p in out.get("plays", []) for t in p["tasks"] if t["task"]["name"] == "gcp"][0]
+
+
+def test_gcp_credentials_from_the_gce_metadata_server(google, ansible_playbook, tmp_path):
+    """GCE_METADATA_HOST / GCE_METADATA_IP point google-auth at a local metadata server double."""
+    from tests.substrate.google_double import MetadataDouble
+
+    metadata = MetadataDouble("from-metadata")
+    google.tokens.add("from-metadata")
+    try:
+        env = adc_env(tmp_path, GCE_METADATA_HOST=metadata.host, GCE_METADATA_IP=metadata.host)
+        rc, out, err = ansible_playbook(gcp_module_play(google), env=env)
+        result = gcp_task_result(out)
+        assert rc == 0, (result.get("msg"), err[-2000:])
+        assert {auth for dummy, dummy2, auth in google.calls} == {"Bearer from-metadata"}
+        paths = [p for p, dummy in metadata.calls]
+        assert "/" in paths and "/computeMetadata/v1/instance/service-accounts/default/token" in paths
+        assert all(flavor == "Google" for p, flavor in metadata.calls if p != "/")
+        # without a metadata server (and nothing else) the message says how to give credentials
+        rc, out, err = ansible_playbook(gcp_module_play(google), env=adc_env(tmp_path))
+        assert rc != 0
+        assert gcp_task_result(out)["msg"].startswith("no GCP credentials: Your default credentials were not found.")
+    finally:
+        metadata.stop()
+
+
+def test_gcp_credentials_through_workload_identity_federation(google, run_module, monkeypatch, tmp_path):
+    """An external_account file: the pod token goes to STS, the federated token impersonates krops-capg.
+
+    google-auth 2.63.0 does not check token_url or service_account_impersonation_url against Google's host
+    names (external_account.py has no such validation), so both can point at the local doubles. google.auth.default
+    also looks the project up in Cloud Resource Manager by number, at a URL fixed in google-auth
+    (external_account._CLOUD_RESOURCE_MANAGER): the test points that one constant at the double too,
+    which is why this test runs in-process.
+    """
+    from google.auth import external_account
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from jwt.algorithms import RSAAlgorithm
+
+    issuer = "https://kubernetes.default.svc.cluster.local"
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = dict(json.loads(RSAAlgorithm.to_jwk(key.public_key())), kid="k1")
+    google.pools["krops"] = {"name": google._pool_name("krops"), "state": "ACTIVE"}
+    google.providers[("krops", "kind")] = {
+        "state": "ACTIVE",
+        "attributeMapping": {"google.subject": "assertion.sub"},
+        "oidc": {"issuerUri": issuer, "allowedAudiences": [issuer], "jwksJson": json.dumps({"keys": [jwk]})},
+    }
+    subject = "system:serviceaccount:capg-system:capg-manager"
+    email = "krops-capg@p1.iam.gserviceaccount.com"
+    principal = (
+        f"principal://iam.googleapis.com/projects/{google.number}/locations/global/workloadIdentityPools/krops/"
+        f"subject/{subject}"
+    )
+    google.sa_policies[email] = {
+        "etag": "x",
+        "bindings": [{"role": "roles/iam.workloadIdentityUser", "members": [principal]}],
+    }
+    now = int(datetime.datetime.now(datetime.UTC).timestamp())
+    token_file = tmp_path / "token"
+    token_file.write_text(
+        jwt.encode(
+            {"iss": issuer, "aud": [issuer], "sub": subject, "iat": now, "exp": now + 600},
+            key,
+            algorithm="RS256",
+            headers={"kid": "k1"},
+        )
+    )
+    credentials = tmp_path / "credentials.json"
+    credentials.write_text(
+        json.dumps(
+            {
+                "type": "external_account",
+                "audience": f"//iam.googleapis.com/projects/{google.number}/locations/global/workloadIdentityPools/krops/providers/kind",
+                "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+                "token_url": f"{google.url}/sts/v1/token",
+                "service_account_impersonation_url": f"{google.url}/iamcredentials/v1/projects/-/serviceAccounts/{email}:generateAccessToken",
+                "credential_source": {"file": str(token_file)},
+            }
+        )
+    )
+    for name, value in adc_env(tmp_path, GOOGLE_APPLICATION_CREDENTIALS=str(credentials)).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(external_account, "_CLOUD_RESOURCE_MANAGER", f"{google.url}/cloudresourcemanager/v1/projects/")
+    args = gcp_args(google, networks=[])
+    del args["access_token"]
+    result = run_module(gcp_teardown, args)
+    assert not result.failed, result.get("msg")
+    # google-auth exchanges the pod token once, then impersonates (for its project lookup and the teardown's token)
+    login = [(m, p, auth) for m, p, auth in google.calls if p.startswith(("/sts/", "/iamcredentials/"))]
+    assert login[0][:2] == ("POST", "/sts/v1/token")
+    impersonation = ("POST", f"/iamcredentials/v1/projects/-/serviceAccounts/{email}:generateAccessToken")
+    assert login[1:] and all(c[:2] == impersonation for c in login[1:])
+    assert all(c[2].startswith("Bearer sts-") for c in login[1:])  # the federated token, only for impersonation
+    apis = {auth for m, p, auth in google.calls if p.startswith("/compute/")}
+    assert len(apis) == 1 and apis.pop().startswith("Bearer impersonated-")
+    # a subject the service account's policy does not admit is refused, and the message says so
+    google.sa_policies[email]["bindings"][0]["members"] = [principal.replace("capg-manager", "someone-else")]
+    result = run_module(gcp_teardown, args)
+    assert result.failed
+    assert result["msg"] == "GCP credentials could not be loaded: Unable to acquire impersonated credentials"
+    assert google.calls[-1][1].endswith(":generateAccessToken")  # refused there (403)

@@ -853,7 +853,11 @@ class GoogleDouble:
         return self.compute.get(f"global/networks/{m.group(2)}")
 
     def _crm(self, method, path, query, body):
-        if method == "GET" and path == f"/cloudresourcemanager/projects/{self.project}":
+        # by id (krops) or by number under v1 (google-auth's project lookup of external_account credentials)
+        if method == "GET" and path in (
+            f"/cloudresourcemanager/projects/{self.project}",
+            f"/cloudresourcemanager/v1/projects/{self.number}",
+        ):
             return 200, {"projectId": self.project, "projectNumber": self.number, "lifecycleState": "ACTIVE"}
         return _error(403, "The caller does not have permission", "PERMISSION_DENIED")
 
