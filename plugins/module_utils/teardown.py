@@ -716,9 +716,8 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
             steps.append(
                 _step(
                     profile.cloud_teardown_step,
-                    "remove the {} resources the workload Clusters' deletion waits for ({}; ownership-filtered)".format(
-                        profile.cloud, profile.cloud_teardown_before_clusters
-                    ),
+                    f"remove the {profile.cloud} resources the workload Clusters' deletion waits for "
+                    f"({profile.cloud_teardown_before_clusters}; ownership-filtered)",
                     phase="before-clusters",
                     timeout=boot["cluster-delete-timeout"],
                 )

@@ -517,3 +517,20 @@ def test_gcp_teardown_fails_and_names_an_owned_resource_it_cannot_delete(
     # the run stopped before the VPCs and before kind
     assert f"global/networks/{MGMT_VPC}" in google.compute
     assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
+
+
+# --- the whole lifecycle --------------------------------------------------------------------------------
+
+
+@pytest.mark.skip(
+    reason=(
+        "bootstrap -> pivot -> teardown for gcp on tests/substrate/lifecycle.py needs what the shared harness does "
+        "not model yet: the API servers serve no /.well-known/openid-configuration or /openid/v1/jwks (the "
+        "wif-federate hook reads them with the real kubectl); the emulated Flux has no source for the mirrored "
+        "Config Connector operator artifact (oci://ghcr.io/krops/config-connector-operator) and no readiness for "
+        "Config Connector objects; and no GKE stand-in turns a GCPManagedCluster into a cluster. The hook, the "
+        "teardown and the auth paths are tested above and in test_teardown_cloud.py"
+    )
+)
+def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world():
+    raise AssertionError("not reached")
