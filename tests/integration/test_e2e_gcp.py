@@ -146,8 +146,6 @@ def test_wif_federate_creates_pool_provider_kind_and_the_configmap(
     key, jwks = signing_key()
     serve_oidc(fake_bins, jwks)
     rc, out, err = ansible_playbook(hook_play(kind_api, google), env={"PATH": fake_bins.path_env})
-    if rc:
-        (tmp_path / "dbg.json").write_text(json.dumps(out))
     assert rc == 0, (err[-2000:], json.dumps(out)[-3000:])
     assert google.pools["krops"]["state"] == "ACTIVE"
     assert set(google.providers) == {("krops", "kind")}  # never mgmt: the tree declares that one
