@@ -30,6 +30,7 @@ from ansible_collections.krops.platform.plugins.module_utils import cli as krops
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 
 FLUX_API = "fluxcd.controlplane.io/v1"
@@ -775,6 +776,7 @@ def _setup(params, cfg, env, environment, namespace, scope, client, writer, resu
 
     existing = kube.get(client, "v1", "ConfigMap", boot["run-configmap"], namespace)
     tags = run_tags((existing or {}).get("data"), params.get("run_tags"), environment, boot["run-ttl"])
+    tags.update(ownership.gcp_run_labels(tags))  # GCP label values allow no upper case, ":" or "@"
     result["run_tags"] = tags
     writer.config_map(namespace, boot["run-configmap"], tags)
 

@@ -24,6 +24,7 @@ Every teardown path and the orphan report decide through this module. Plain Pyth
 from __future__ import annotations
 
 import copy
+import re
 
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 
@@ -215,6 +216,33 @@ def cloud_label_verdict(labels, environment):
     if value is None:
         return "unlabelled"
     return "owned" if value == environment else "other"
+
+
+# GCP label keys and values (Resource Manager "Requirements for labels"; the API references give the
+# patterns [a-z][a-z0-9_-]{0,62} and [a-z0-9_-]{0,63}; international characters, which krops never
+# writes, are allowed too). An RFC 3339 time or a Git revision is no valid value.
+GCP_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+GCP_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+# The krops-run ConfigMap carries each run tag a second time in a GCP-safe form, under these keys.
+GCP_RUN_LABEL_VARS = {
+    "KROPS_RUN_ID": "KROPS_RUN_ID_LABEL",
+    "KROPS_REVISION": "KROPS_REVISION_LABEL",
+    "KROPS_EXPIRES_AT": "KROPS_EXPIRES_AT_LABEL",
+    "KROPS_RUN_KIND": "KROPS_RUN_KIND_LABEL",
+}
+
+
+def gcp_label_value(value):
+    """A GCP-safe form of a run tag: lower-case, every character outside [a-z0-9_-] as "-", at most 63.
+
+    2026-12-02T08:24:41Z -> 2026-12-02t08-24-41z; main@sha1:0a1b... -> main-sha1-0a1b...
+    """
+    return re.sub(r"[^a-z0-9_-]", "-", str(value).lower())[:63]
+
+
+def gcp_run_labels(tags):
+    """{KROPS_*_LABEL: GCP-safe value} for the run tags present in tags (added to the krops-run ConfigMap)."""
+    return {GCP_RUN_LABEL_VARS[k]: gcp_label_value(v) for k, v in (tags or {}).items() if k in GCP_RUN_LABEL_VARS}
 
 
 # --- kubeconfig files ---------------------------------------------------------------------

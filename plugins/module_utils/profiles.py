@@ -36,6 +36,10 @@ FIELDS = (
     # (also: the AWS sweep, ownership checks and preflight's quota check act on cloud "aws").
     "cloud",
     "cloud_teardown_step",
+    # What of the cloud side must go before the workload Clusters are deleted (None: nothing); the
+    # cloud teardown step then runs first with phase before-clusters (gcp: Cloud SQL and private
+    # services access hold the workload VPC, which CAPG deletes with its Cluster).
+    "cloud_teardown_before_clusters",
     # Teardown releases bare-metal Hardware back to the Tinkerbell pool; the management cluster
     # on that Hardware stays after the teardown (and so does its kubeconfig context).
     "hardware_release",
@@ -66,6 +70,7 @@ _LOCAL = dict(
     pivot_credentials=None,
     cloud=None,
     cloud_teardown_step=None,
+    cloud_teardown_before_clusters=None,
     hardware_release=False,
     local_containers=False,
     post_kind_hooks=(),
@@ -115,6 +120,7 @@ PROFILES = {
             platform="gcp",
             cloud="gcp",
             cloud_teardown_step="gcp-teardown",
+            cloud_teardown_before_clusters="Cloud SQL instances, private services access connections and their ranges",
             post_kind_hooks=("wif-federate",),
             region_pattern=_GCP_REGION,
             region_example="europe-north1",

@@ -709,6 +709,16 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
     elif reachable and workloads:
         # workload Clusters made of local containers get the local timeout
         timeout = local_cluster_timeout if profile.local_containers else boot["cluster-delete-timeout"]
+        if profile.cloud_teardown_before_clusters:
+            steps.append(
+                _step(
+                    profile.cloud_teardown_step,
+                    f"remove the {profile.cloud} resources the workload Clusters' deletion waits for "
+                    f"({profile.cloud_teardown_before_clusters}; ownership-filtered)",
+                    phase="before-clusters",
+                    timeout=boot["cluster-delete-timeout"],
+                )
+            )
         steps.append(
             _step(
                 "delete-clusters",

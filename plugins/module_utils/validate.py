@@ -50,6 +50,7 @@ from ansible_collections.krops.platform.plugins.module_utils import cel as krops
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate_schema
@@ -145,7 +146,7 @@ def _norm_path(path):
 class _Item:
     """A rendered (or ResourceSet-expanded) object and where it comes from."""
 
-    __slots__ = ("directory", "fallback", "file", "obj", "origin", "virtual")
+    __slots__ = ("directory", "fallback", "file", "obj", "origin", "unsubstituted", "virtual")
 
     def __init__(self, obj, directory, file, virtual=False, fallback=False, origin="rendered by ResourceSet"):
         self.obj = obj
@@ -154,6 +155,7 @@ class _Item:
         self.virtual = virtual  # not rendered by kustomize (ResourceSet expansion or fallback)
         self.fallback = fallback  # raw manifest of a directory that failed to render
         self.origin = origin  # how a virtual object came about (for finding labels)
+        self.unsubstituted = None  # (object before postBuild substitution, its variables)
 
     @property
     def kind(self):
@@ -421,6 +423,7 @@ def _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf):
         _check_bootstrap(env, cfg)
     _check_secrets(env)
     _check_tags(env)
+    _check_gcp_labels(env)
     if env.name == airgap.ENVIRONMENT and not any(f.rule == "render" for f in env.findings):
         for file, obj, message in airgap.validate_hook(root, renderer):
             env.add(file, obj, "airgap", message)
@@ -561,6 +564,7 @@ def _substitute(env):
     for item in env.items:
         if item.virtual:
             continue
+        item.unsubstituted = (item.obj, variables.get(item.directory, {}))
         try:
             item.obj = render.substitute(item.obj, variables.get(item.directory, {}))
         except _YAML_ERRORS as exc:
@@ -1153,6 +1157,83 @@ def _check_tags(env):
                 "{} lacks the run tags {}: add them from the krops-run ConfigMap "
                 '(postBuild substituteFrom, e.g. "${{KROPS_RUN_ID:=unset}}")'.format(field, ", ".join(missing)),
             )
+
+
+# Objects whose labels become GCP labels: Config Connector copies metadata.labels without the "/"-prefixed
+# keys (pkg/label/label.go at v1.155.1); CAPG's additionalLabels reach node pools and load balancers.
+GCP_LABELLED = {
+    ("infrastructure.cluster.x-k8s.io", "GCPManagedCluster"): ("spec", "additionalLabels"),
+    ("infrastructure.cluster.x-k8s.io", "GCPManagedMachinePool"): ("spec", "additionalLabels"),
+    ("infrastructure.cluster.x-k8s.io", "GCPCluster"): ("spec", "additionalLabels"),
+    ("infrastructure.cluster.x-k8s.io", "GCPMachineTemplate"): ("spec", "template", "spec", "additionalLabels"),
+}
+# What the krops-run ConfigMap holds during a run (flux_handoff writes it; the defaults in the tree are
+# only used without it): the GCP label check substitutes these too, so a value valid only by its
+# default is caught.
+SAMPLE_RUN_TAGS = {
+    "KROPS_RUN_ID": "gcp-20261201-120000",
+    "KROPS_REVISION": "main@sha1:0123456789abcdef0123456789abcdef01234567",
+    "KROPS_EXPIRES_AT": "2026-12-02T12:00:00Z",
+    "KROPS_RUN_KIND": "manual",
+}
+SAMPLE_RUN_TAGS.update(ownership.gcp_run_labels(SAMPLE_RUN_TAGS))
+
+
+def _gcp_labels(group, kind, obj):
+    """(field, {key: value}) of the labels an object gives its GCP resource, or None."""
+    if group.endswith(".cnrm.cloud.google.com"):
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return "metadata.labels", {str(k): v for k, v in labels.items() if "/" not in str(k)}
+    path = GCP_LABELLED.get((group, kind))
+    if path is None:
+        return None
+    value = obj
+    for part in path:
+        value = value.get(part) if isinstance(value, dict) else None
+    return ".".join(path), {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _check_gcp_labels(env):
+    """Every GCP label key and value is valid for GCP, with the tree's defaults and with a run's values."""
+    for item in env.items:
+        if item.fallback:
+            continue
+        found = _gcp_labels(item.group, item.kind, item.obj)
+        if found is None:
+            continue
+        field, labels = found
+        at_run = {}
+        if item.unsubstituted:
+            raw, variables = item.unsubstituted
+            try:
+                during = render.substitute(raw, dict(variables, **SAMPLE_RUN_TAGS))
+                at_run = _gcp_labels(item.group, item.kind, during)[1]
+            except _YAML_ERRORS:
+                at_run = {}
+        for key in sorted(set(labels) | set(at_run)):
+            if not ownership.GCP_LABEL_KEY.match(key):
+                env.add(
+                    item.file,
+                    object_id(item.obj),
+                    "tags",
+                    f"{field}: {key!r} is not a valid GCP label key (a lower-case letter, then at most 62 of "
+                    "lower-case letters, digits, _ and -)",
+                )
+                continue
+            for value, when in ((labels.get(key), ""), (at_run.get(key), " during a run (krops-run ConfigMap)")):
+                if value is None or ownership.GCP_LABEL_VALUE.match(str(value)):
+                    continue
+                if hasattr(value, "strftime"):  # YAML read an unquoted RFC 3339 time as a timestamp
+                    value = value.strftime("%Y-%m-%dT%H:%M:%SZ")
+                env.add(
+                    item.file,
+                    object_id(item.obj),
+                    "tags",
+                    f"{field}.{key}: {str(value)!r}{when} is not a valid GCP label value (at most 63 lower-case "
+                    "letters, digits, _ and -); take the run tags' label forms (${KROPS_EXPIRES_AT_LABEL} and the "
+                    "other KROPS_*_LABEL variables of the krops-run ConfigMap)",
+                )
+                break
 
 
 def _manifest(env, manifest, field):

@@ -11,18 +11,24 @@ author:
 version_added: 0.1.0
 short_description: Remove the GCP resources a krops environment created, and nothing else
 description:
-  - Removes, stage by stage and waiting for each stage, the GKE clusters and Cloud SQL instances,
-    the Cloud Storage buckets (every object version first), the VPC peerings, the private services
-    ranges, the firewall rules and Cloud Routers, the subnetworks and finally the VPCs.
+  - Removes, stage by stage and waiting for each stage's long-running operations, the Cloud SQL
+    instances, the private services access connections (Service Networking) and their reserved ranges,
+    then the GKE clusters, the Cloud Storage buckets (every object version first), other VPC peerings,
+    the firewall rules and Cloud Routers, the subnetworks and finally the VPCs. The APIs require this
+    order; O(phase=before-clusters) runs only the first three stages, which the teardown role does
+    before deleting the workload Clusters (CAPG cannot delete a VPC that a peering still holds).
   - "Ownership filter: the VPCs are those bootstrap.toml names (C(environments.<env>.teardown.networks));
-    the default VPC is never deleted. GKE clusters, Cloud SQL instances and buckets are deleted only when
-    they carry the label C(krops-environment=<env>); living in an owned VPC proves nothing, and one labelled
-    for another environment is never touched (both are listed in RV(not_owned)).
-    Peerings, private services ranges (global addresses with purpose VPC_PEERING), firewall rules,
-    routers and subnetworks (which carry no labels) are deleted only when they belong to an owned VPC."
+    the default VPC is never deleted. Cloud SQL instances and buckets are deleted only when they carry the
+    label C(krops-environment=<env>); living in an owned VPC proves nothing. A GKE cluster is deleted when it
+    carries that label, or when bootstrap.toml names it exactly (O(clusters)) and it sits in an owned VPC
+    (CAPG puts no labels on GKE clusters). Anything labelled for another environment is never touched; what
+    is left alone inside an owned VPC is listed in RV(not_owned).
+    Peerings, private services access connections and ranges (global addresses with purpose VPC_PEERING),
+    firewall rules, routers and subnetworks are deleted only when they belong to an owned VPC."
   - A Cloud SQL instance with deletion protection is deleted only when bootstrap.toml names it in
     C(environments.<env>.teardown.disable-deletion-protection); otherwise it fails and stays."
   - A stage that leaves something behind stops the module (later stages depend on it); run it again.
+    After the last stage discovery runs once more, and whatever it still finds fails the module.
   - Discovery is read-only and comes first; check mode returns the plan. Uses the Google REST APIs
     directly so one call covers every service.
   - Service accounts and Workload Identity pools stay (the next bootstrap re-adopts them).
@@ -47,17 +53,31 @@ options:
     description: VPC names the environment owns; defaults to C(teardown.networks) of the environment.
     type: list
     elements: str
+  clusters:
+    description:
+      - GKE cluster names the environment owns by name (inside an owned VPC).
+      - Defaults to C(mgmt-cluster) and C(teardown.capi-workloads) of the environment.
+    type: list
+    elements: str
+  phase:
+    description:
+      - V(all) runs every stage; V(before-clusters) only Cloud SQL, the private services access
+        connections and their ranges.
+    type: str
+    choices: [all, before-clusters]
+    default: all
   base_url:
     description:
       - Serve every Google API from this base URL (C(<base_url>/container), C(/sqladmin), C(/storage),
-        C(/compute)), for tests and private endpoints. The public endpoints when not set.
+        C(/compute), C(/servicenetworking), C(/cloudresourcemanager)), for tests and private endpoints. The
+        public endpoints when not set.
     type: str
   wait:
     description: Wait for each stage's deletions before the next stage.
     type: bool
     default: true
   wait_timeout:
-    description: Seconds to wait per stage.
+    description: Seconds to wait for the operations of each stage.
     type: int
     default: 1800
   poll_interval:
@@ -80,6 +100,7 @@ requirements:
   - google-auth (Python), unless O(access_token) is given
 notes:
   - A token read from E(GCP_ACCESS_TOKEN) is masked in results, messages and warnings like no_log options.
+  - The project number (for Service Networking) comes from Cloud Resource Manager.
 """
 
 EXAMPLES = r"""
@@ -91,6 +112,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+phase:
+  description: The phase that ran.
+  returned: always
+  type: str
+  sample: all
 plan:
   description: Deletions in order, each with the ownership reason.
   returned: always
@@ -100,7 +126,8 @@ plan:
     - delete gke-cluster europe-north1-workload (label krops-environment=gcp)
 results:
   description: One entry per resource with type, name, reason and outcome (V(planned) in check mode, V(deleted),
-    V(absent), V(failed) with C(error)); each entry also has C(id), the resource's API path.
+    V(absent), V(failed) with C(error), V(left) when the final discovery still found it); each entry also has
+    C(id), the resource's API path.
   returned: always
   type: list
   elements: dict
@@ -111,7 +138,8 @@ results:
       reason: label krops-environment=gcp
       outcome: deleted
 not_owned:
-  description: Named resources left alone (the default VPC).
+  description: Resources left alone with the reason (the default VPC, unlabelled or other environments' resources
+    inside an owned VPC, anything labelled for another environment).
   returned: always
   type: list
   elements: dict
@@ -127,6 +155,7 @@ leftovers:
   sample: [subnetwork/europe-north1-workload]
 stopped_at:
   description: The stage that left something behind; later stages did not run.
+  sample: firewalls-routers-peerings
   returned: when leftovers is not empty
   type: str
   sample: subnetworks
@@ -134,10 +163,9 @@ stopped_at:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown, errors, shell
 
-from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown
-from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+NAME = "gcp_teardown"
 
 
 def argument_spec():
@@ -147,6 +175,8 @@ def argument_spec():
         project=dict(type="str"),
         access_token=dict(type="str", no_log=True),
         networks=dict(type="list", elements="str"),
+        clusters=dict(type="list", elements="str"),
+        phase=dict(type="str", choices=list(cloud_teardown.GCP_PHASES), default="all"),
         base_url=dict(type="str"),
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=1800),
@@ -162,6 +192,9 @@ def run(p, check_mode, environ=None):
         raise cloud_teardown.CloudError("no GCP project: set project, GCP_PROJECT or GOOGLE_CLOUD_PROJECT")
     down = env.get("teardown") or {}
     networks = p["networks"] if p["networks"] is not None else down.get("networks") or []
+    clusters = (
+        p["clusters"] if p["clusters"] is not None else [env["mgmt-cluster"]] + list(down.get("capi-workloads") or [])
+    )
     token = cloud_teardown.gcp_token(p["access_token"] or environ.get("GCP_ACCESS_TOKEN"))
     http = cloud_teardown.Http(token, what="Google API")
     result = cloud_teardown.gcp_teardown(
@@ -175,28 +208,33 @@ def run(p, check_mode, environ=None):
         wait_timeout=p["wait_timeout"],
         poll_interval=p["poll_interval"],
         unprotect=down.get("disable-deletion-protection") or [],
+        clusters=clusters,
+        phase=p["phase"],
     )
     result["project"] = project
     result["environment"] = cfg.selected
     return result
 
 
-def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+def body(module, step):
+    step("masking the secrets of the environment")
     cloud_teardown.mask(module, os.environ, cloud_teardown.GCP_SECRET_VARS)
+    step("removing the GCP resources")
     try:
         result = run(module.params, module.check_mode)
-    except krops_config.ConfigError as exc:
-        module.fail_json(msg=str(exc))
     except cloud_teardown.CloudError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
+        raise errors.CloudError(str(exc), exc.result) from None
     if result["leftovers"]:
         msg = (
             "GCP resources of project {} left behind at stage {}: {}; see results for the reason of each, then run "
             "the teardown again".format(result["project"], result.get("stopped_at"), ", ".join(result["leftovers"]))
         )
-        module.fail_json(msg=msg, **result)
-    module.exit_json(**result)
+        raise errors.CloudError(msg, result)
+    return result
+
+
+def main():
+    shell.run(NAME, argument_spec(), body)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,14 @@ import re
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from ansible_collections.krops.platform.plugins.modules import azure_teardown, gcp_teardown
 from tests.substrate.arm_double import ArmDouble
 from tests.substrate.fixtures import REPO
+from tests.substrate.google_double import GoogleDouble
 
 SUB = "00000000-0000-0000-0000-000000000001"
 PLANTED = "planted-Secret-4711"
@@ -314,246 +315,69 @@ def test_azure_needs_a_subscription_and_the_right_environment(run_module, monkey
 # --- Google APIs double ----------------------------------------------------------------------
 
 
-class Google(Double):
-    """Container, Cloud SQL, Storage and Compute for one project, with their delete preconditions."""
+# --- Google APIs (tests/substrate/google_double.py) -------------------------------------------
 
-    def __init__(self, project="p1"):
-        super().__init__()
-        self.project = project
-        self.res = {}  # path (without the service root) -> resource
-        self.bucket_objects = {}
-        self.echo_auth = False  # refuse deletions, quoting the Authorization header back
-        self.token_key = None  # public key of the service account whose JWT grants /token accepts
-
-    def net_url(self, name):
-        return f"{self.url}/compute/projects/{self.project}/global/networks/{name}"
-
-    def put(self, path, obj):
-        self.res[path] = obj
-
-    def _items(self, prefix):
-        return [o for p, o in sorted(self.res.items()) if p.startswith(prefix) and "/" not in p[len(prefix) :]]
-
-    def _token(self, body):
-        """The OAuth2 JWT-bearer grant of Google's token endpoint (RFC 7523), for one service account."""
-        import jwt
-
-        form = {k: v[0] for k, v in parse_qs(body or "").items()}
-        if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer":
-            return 400, {"error": "unsupported_grant_type", "error_description": "Invalid grant_type"}
-        try:
-            # google-auth signs for Google's token endpoint whatever token_uri says; so does the real one check
-            claims = jwt.decode(
-                form.get("assertion", ""),
-                self.token_key,
-                algorithms=["RS256"],
-                audience="https://oauth2.googleapis.com/token",
-            )
-        except jwt.PyJWTError:
-            return 400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}
-        if "https://www.googleapis.com/auth/cloud-platform" not in claims.get("scope", "").split():
-            return 400, {"error": "invalid_scope", "error_description": "Invalid OAuth scope"}
-        return 200, {"access_token": "from-jwt-grant", "token_type": "Bearer", "expires_in": 3599}
-
-    def handle(self, method, path, query, body):
-        p = f"/projects/{self.project}"
-        if method == "POST" and path == "/token":
-            return self._token(body)
-        if method == "DELETE" and self.echo_auth:
-            return 403, {"error": {"code": 403, "message": f"denied for {self.calls[-1][2]}"}}
-        listings = {
-            f"/container{p}/locations/-/clusters": (
-                "clusters",
-                lambda: [o for k, o in sorted(self.res.items()) if k.startswith(f"/container{p}/locations/")],
-            ),
-            f"/sqladmin{p}/instances": ("items", lambda: self._items(f"/sqladmin{p}/instances/")),
-            "/storage/b": ("items", lambda: self._items("/storage/b/")),
-            f"/compute{p}/global/addresses": ("items", lambda: self._items(f"/compute{p}/global/addresses/")),
-            f"/compute{p}/global/firewalls": ("items", lambda: self._items(f"/compute{p}/global/firewalls/")),
-        }
-        if method == "GET" and path in listings:
-            key, items = listings[path]
-            found = items()
-            start = int((query.get("pageToken") or ["0"])[0])
-            reply = {key: found[start : start + 1]}  # one item per page: every listing is paged
-            if start + 1 < len(found):
-                reply["nextPageToken"] = str(start + 1)
-            return 200, reply
-        aggregated = re.match(rf"^/compute{p}/aggregated/(routers|subnetworks)$", path)
-        if method == "GET" and aggregated:
-            kind = aggregated.group(1)
-            scoped = {}
-            for k, o in sorted(self.res.items()):
-                m = re.match(rf"^/compute{p}/regions/([^/]+)/{kind}/[^/]+$", k)
-                if m:
-                    scoped.setdefault("regions/" + m.group(1), {kind: []})[kind].append(o)
-            return 200, {"items": scoped}
-        objects = re.match(r"^/storage/b/([^/]+)/o(?:/(.+))?$", path)
-        if objects:
-            bucket = objects.group(1)
-            if method == "GET":
-                return 200, {"items": [{"name": n, "generation": g} for n, g in self.bucket_objects.get(bucket, [])]}
-            if method == "DELETE":
-                gen = int(query["generation"][0])
-                self.bucket_objects[bucket].remove((unquote(objects.group(2)), gen))
-                return 204, None
-        peering = re.match(rf"^(/compute{p}/global/networks/[^/]+)/removePeering$", path)
-        if peering and method == "POST":
-            net = self.res[peering.group(1)]
-            net["peerings"] = [x for x in net.get("peerings", []) if x["name"] != body["name"]]
-            return 200, {"kind": "compute#operation", "status": "RUNNING"}
-        obj = self.res.get(path)
-        if obj is None:
-            return 404, {"error": {"code": 404, "message": f"The resource '{path}' was not found"}}
-        if method == "GET":
-            return 200, obj
-        if method == "PATCH":
-            obj.setdefault("settings", {}).update(body.get("settings") or {})
-            return 200, {"kind": "sql#operation"}
-        if method == "DELETE":
-            blocker = self._blocker(path, obj)
-            if blocker:
-                return 400, {"error": {"code": 400, "message": blocker}}
-            del self.res[path]
-            return 200, {"kind": "operation", "status": "DONE"}
-        return 405, {"error": {"message": "unsupported"}}
-
-    def _blocker(self, path, obj):
-        if (obj.get("settings") or {}).get("deletionProtectionEnabled"):
-            return "The instance is protected from deletion"
-        if path.startswith("/storage/b/") and self.bucket_objects.get(obj["name"]):
-            return "The bucket you tried to delete is not empty"
-        if "/global/networks/" in path:
-            url = self.net_url(obj["name"])
-            users = [
-                k
-                for k, o in self.res.items()
-                if o.get("network") == url
-                or (o.get("settings") or {}).get("ipConfiguration", {}).get("privateNetwork") == url
-            ]
-            if users or obj.get("peerings"):
-                return "The network resource '{}' is already being used by '{}'".format(
-                    obj["name"],
-                    (users or ["peering"])[0],
-                )
-        return None
+P = "/projects/p1"
+MGMT_VPC, WORKLOAD_VPC, TEAM_VPC = "europe-north1-management", "europe-north1-workload", "team-vpc"
 
 
 @pytest.fixture
 def google():
-    double = Google()
+    double = GoogleDouble(polls=2, page_size=2)
     yield double
     double.stop()
 
 
 def gcp_world(g):
-    p = "/projects/p1"
-    owned, foreign = "europe-north1-management", "team-vpc"
-    for name in (owned, "europe-north1-workload", foreign, "default"):
-        g.put(f"/compute{p}/global/networks/{name}", {"name": name, "selfLink": g.net_url(name), "peerings": []})
-    g.res[f"/compute{p}/global/networks/{owned}"]["peerings"] = [{"name": "servicenetworking-googleapis-com"}]
-    g.put(
-        f"/container{p}/locations/europe-north1/clusters/europe-north1-management",
-        {
-            "name": "europe-north1-management",
-            "location": "europe-north1",
-            "network": owned,
-            "resourceLabels": {"krops-environment": "gcp"},
-        },
+    """What the gcp tree leaves in a project, plus decoys: ours by label or exact name only."""
+    for name in (MGMT_VPC, WORKLOAD_VPC, TEAM_VPC, "europe-north1-workload-2", "default"):
+        g.add_network(name)
+    g.add_connection(WORKLOAD_VPC, ranges=["krops-psa"])
+    g.add_compute("addresses", "krops-psa", WORKLOAD_VPC, purpose="VPC_PEERING", labels={"krops-environment": "gcp"})
+    g.add_connection(TEAM_VPC, ranges=["team-psa"])
+    g.add_compute("addresses", "team-psa", TEAM_VPC, purpose="VPC_PEERING")
+    g.add_gke(MGMT_VPC, "europe-north1", MGMT_VPC)  # CAPG labels no GKE cluster: owned by its exact name
+    g.add_gke(WORKLOAD_VPC, "europe-north1", WORKLOAD_VPC)
+    g.add_gke("europe-north1-management-2", "europe-north1", TEAM_VPC)  # a lookalike name, not ours
+    g.add_gke(WORKLOAD_VPC, "us-central1", TEAM_VPC, labels={"krops-environment": "gcp-staging"})
+    g.add_sql("krops-db", WORKLOAD_VPC, labels={"krops-environment": "gcp"}, protected=True)
+    g.add_sql("team-db", TEAM_VPC, protected=True)  # deletion protection, not named by bootstrap.toml
+    g.add_sql("aws-db", None, labels={"krops-environment": "aws"})
+    g.add_bucket(
+        "krops-p1-data", labels={"krops-environment": "gcp"}, objects=[("state/a.json", 1), ("state/a.json", 2)]
     )
-    g.put(
-        f"/container{p}/locations/europe-north1/clusters/team-gke",
-        {"name": "team-gke", "location": "europe-north1", "network": foreign, "resourceLabels": {}},
-    )
-    g.put(
-        f"/sqladmin{p}/instances/krops-db",
-        {
-            "name": "krops-db",
-            "settings": {
-                "deletionProtectionEnabled": True,
-                "userLabels": {"krops-environment": "gcp"},
-                "ipConfiguration": {"privateNetwork": f"projects/p1/global/networks/{owned}"},
-            },
-        },
-    )
-    # decoys inside the owned VPC: unlabelled, or labelled for another environment (issue 9)
-    g.put(
-        f"/sqladmin{p}/instances/team-db-in-vpc",
-        {
-            "name": "team-db-in-vpc",
-            "settings": {
-                "deletionProtectionEnabled": True,
-                "userLabels": {},
-                "ipConfiguration": {"privateNetwork": f"projects/p1/global/networks/{owned}"},
-            },
-        },
-    )
-    g.put(
-        f"/container{p}/locations/europe-north1/clusters/other-env-gke",
-        {
-            "name": "other-env-gke",
-            "location": "europe-north1",
-            "network": owned,
-            "resourceLabels": {"krops-environment": "gcp-staging"},
-        },
-    )
-    g.put(
-        f"/container{p}/locations/europe-north1/clusters/team-gke-in-vpc",
-        {"name": "team-gke-in-vpc", "location": "europe-north1", "network": owned, "resourceLabels": {}},
-    )
-    g.put(
-        f"/sqladmin{p}/instances/team-db",
-        {"name": "team-db", "settings": {"userLabels": {"krops-environment": "aws"}}},
-    )
-    g.put("/storage/b/krops-p1-data", {"name": "krops-p1-data", "labels": {"krops-environment": "gcp"}})
-    g.bucket_objects["krops-p1-data"] = [("state/a.json", 1), ("state/a.json", 2)]
-    g.put("/storage/b/team-bucket", {"name": "team-bucket", "labels": {}})
-    g.put(
-        f"/compute{p}/global/addresses/krops-psa",
-        {"name": "krops-psa", "purpose": "VPC_PEERING", "network": g.net_url(owned)},
-    )
-    g.put(
-        f"/compute{p}/global/addresses/team-psa",
-        {"name": "team-psa", "purpose": "VPC_PEERING", "network": g.net_url(foreign)},
-    )
-    g.put(f"/compute{p}/global/firewalls/allow-internal", {"name": "allow-internal", "network": g.net_url(owned)})
-    g.put(f"/compute{p}/global/firewalls/team-ssh", {"name": "team-ssh", "network": g.net_url(foreign)})
-    g.put(
-        f"/compute{p}/regions/europe-north1/routers/krops-nat",
-        {
-            "name": "krops-nat",
-            "region": "europe-north1",
-            "network": g.net_url(owned),
-            "selfLink": f"{g.url}/compute{p}/regions/europe-north1/routers/krops-nat",
-        },
-    )
-    g.put(
-        f"/compute{p}/regions/europe-north1/subnetworks/krops-nodes",
-        {
-            "name": "krops-nodes",
-            "region": "europe-north1",
-            "network": g.net_url(owned),
-            "selfLink": f"{g.url}/compute{p}/regions/europe-north1/subnetworks/krops-nodes",
-        },
-    )
-    g.put(
-        f"/compute{p}/regions/europe-north1/subnetworks/team-subnet",
-        {
-            "name": "team-subnet",
-            "region": "europe-north1",
-            "network": g.net_url(foreign),
-            "selfLink": f"{g.url}/compute{p}/regions/europe-north1/subnetworks/team-subnet",
-        },
-    )
+    g.add_bucket("team-bucket")
+    g.add_compute("firewalls", "allow-internal", MGMT_VPC)
+    g.add_compute("firewalls", "team-ssh", TEAM_VPC)
+    for vpc in (MGMT_VPC, WORKLOAD_VPC):
+        g.add_compute("routers", f"{vpc}-nat", vpc, region="europe-north1")
+        g.add_compute("subnetworks", f"{vpc}-nodes", vpc, region="europe-north1")
+    g.add_compute("subnetworks", "team-subnet", TEAM_VPC, region="us-central1")
+    g.add_compute("subnetworks", "lookalike-nodes", "europe-north1-workload-2", region="europe-north1")
+
+
+def gcp_decoys(g):
+    return {("compute", f"global/networks/{n}") for n in (TEAM_VPC, "europe-north1-workload-2", "default")} | {
+        ("compute", "global/addresses/team-psa"),
+        ("compute", "global/firewalls/team-ssh"),
+        ("compute", "regions/us-central1/subnetworks/team-subnet"),
+        ("compute", "regions/europe-north1/subnetworks/lookalike-nodes"),
+        ("container", "locations/europe-north1/clusters/europe-north1-management-2"),
+        ("container", f"locations/us-central1/clusters/{WORKLOAD_VPC}"),
+        ("sqladmin", "team-db"),
+        ("sqladmin", "aws-db"),
+        ("storage", "team-bucket"),
+        ("servicenetworking", f"global/networks/{TEAM_VPC}"),
+    }
 
 
 def gcp_toml(tmp_path, unprotect=("krops-db",)):
-    """The repository's bootstrap.toml, with teardown.disable-deletion-protection for the gcp environment."""
+    """The repository's bootstrap.toml with teardown.disable-deletion-protection replaced for the gcp environment."""
     text = (REPO / "bootstrap.toml").read_text()
-    line = 'networks = ["europe-north1-management", "europe-north1-workload"]\n'
-    assert line in text
+    line = re.search(r"(?m)^disable-deletion-protection = \[.*\]\n", text)
+    assert line, "bootstrap.toml gcp teardown names no disable-deletion-protection"
     path = tmp_path / "bootstrap.toml"
-    path.write_text(text.replace(line, line + f"disable-deletion-protection = {json.dumps(list(unprotect))}\n"))
+    path.write_text(text.replace(line.group(0), f"disable-deletion-protection = {json.dumps(list(unprotect))}\n"))
     return str(path)
 
 
@@ -571,130 +395,196 @@ def gcp_args(g, **extra):
     return args
 
 
+GCP_PLAN = [
+    ("cloudsql-instance", "krops-db"),
+    ("private-services-connection", "servicenetworking-googleapis-com"),
+    ("private-services-range", "krops-psa"),
+    ("gke-cluster", MGMT_VPC),
+    ("gke-cluster", WORKLOAD_VPC),
+    ("bucket", "krops-p1-data"),
+    ("firewall-rule", "allow-internal"),
+    ("router", f"{MGMT_VPC}-nat"),
+    ("router", f"{WORKLOAD_VPC}-nat"),
+    ("subnetwork", f"{MGMT_VPC}-nodes"),
+    ("subnetwork", f"{WORKLOAD_VPC}-nodes"),
+    ("network", MGMT_VPC),
+    ("network", WORKLOAD_VPC),
+]
+
+
 def test_gcp_deletes_only_owned_resources_in_dependency_order(google, run_module, tmp_path):
     gcp_world(google)
+    before = google.inventory()
     toml = gcp_toml(tmp_path)
     planned = run_module(
-        gcp_teardown,
-        gcp_args(google, networks=["europe-north1-management", "default"], config_file=toml),
-        check_mode=True,
+        gcp_teardown, gcp_args(google, config_file=toml, networks=[MGMT_VPC, WORKLOAD_VPC, "default"]), check_mode=True
     )
     assert not planned.failed, planned
     assert not google.writes()
-    assert [(r["type"], r["name"]) for r in planned["results"]] == [
-        ("gke-cluster", "europe-north1-management"),
-        ("cloudsql-instance", "krops-db"),
-        ("bucket", "krops-p1-data"),
-        ("vpc-peering", "servicenetworking-googleapis-com"),
-        ("private-services-range", "krops-psa"),
-        ("firewall-rule", "allow-internal"),
-        ("router", "krops-nat"),
-        ("subnetwork", "krops-nodes"),
-        ("network", "europe-north1-management"),
-    ]
+    assert google.inventory() == before
+    assert [(r["type"], r["name"]) for r in planned["results"]] == GCP_PLAN
+    assert {r["outcome"] for r in planned["results"]} == {"planned"}
+    gke = {r["name"]: r["reason"] for r in planned["results"] if r["type"] == "gke-cluster"}
+    assert gke == {
+        MGMT_VPC: f"named in bootstrap.toml, in owned VPC {MGMT_VPC}",
+        WORKLOAD_VPC: f"named in bootstrap.toml, in owned VPC {WORKLOAD_VPC}",
+    }
     assert planned["not_owned"] == [
         {"type": "network", "name": "default", "reason": "the default VPC is never deleted"},
         {
-            "type": "gke-cluster",
-            "name": "other-env-gke",
-            "reason": "labelled krops-environment=gcp-staging (another environment)",
-        },
-        {
-            "type": "gke-cluster",
-            "name": "team-gke-in-vpc",
-            "reason": "in owned VPC europe-north1-management but without "
-            "the label krops-environment=gcp: not proven krops'",
-        },
-        {
             "type": "cloudsql-instance",
-            "name": "team-db",
+            "name": "aws-db",
             "reason": "labelled krops-environment=aws (another environment)",
         },
         {
-            "type": "cloudsql-instance",
-            "name": "team-db-in-vpc",
-            "reason": "in owned VPC europe-north1-management but "
-            "without the label krops-environment=gcp: "
-            "not proven krops'",
+            "type": "gke-cluster",
+            "name": WORKLOAD_VPC,
+            "reason": "labelled krops-environment=gcp-staging (another environment)",
         },
     ]
     result = run_module(gcp_teardown, gcp_args(google, config_file=toml))
     assert not result.failed, result
+    assert {r["outcome"] for r in result["results"]} == {"deleted"}
     p = "/projects/p1"
+    sn = "/servicenetworking/services/servicenetworking.googleapis.com/connections"
     assert google.writes() == [
-        ("DELETE", f"/container{p}/locations/europe-north1/clusters/europe-north1-management"),
         ("PATCH", f"/sqladmin{p}/instances/krops-db"),
         ("DELETE", f"/sqladmin{p}/instances/krops-db"),
+        ("POST", f"{sn}/servicenetworking-googleapis-com:deleteConnection"),
+        ("DELETE", f"/compute{p}/global/addresses/krops-psa"),
+        ("DELETE", f"/container{p}/locations/europe-north1/clusters/{MGMT_VPC}"),
+        ("DELETE", f"/container{p}/locations/europe-north1/clusters/{WORKLOAD_VPC}"),
         ("DELETE", "/storage/b/krops-p1-data/o/state%2Fa.json"),
         ("DELETE", "/storage/b/krops-p1-data/o/state%2Fa.json"),
         ("DELETE", "/storage/b/krops-p1-data"),
-        ("POST", f"/compute{p}/global/networks/europe-north1-management/removePeering"),
-        ("DELETE", f"/compute{p}/global/addresses/krops-psa"),
         ("DELETE", f"/compute{p}/global/firewalls/allow-internal"),
-        ("DELETE", f"/compute{p}/regions/europe-north1/routers/krops-nat"),
-        ("DELETE", f"/compute{p}/regions/europe-north1/subnetworks/krops-nodes"),
-        ("DELETE", f"/compute{p}/global/networks/europe-north1-management"),
-        ("DELETE", f"/compute{p}/global/networks/europe-north1-workload"),
+        ("DELETE", f"/compute{p}/regions/europe-north1/routers/{MGMT_VPC}-nat"),
+        ("DELETE", f"/compute{p}/regions/europe-north1/routers/{WORKLOAD_VPC}-nat"),
+        ("DELETE", f"/compute{p}/regions/europe-north1/subnetworks/{MGMT_VPC}-nodes"),
+        ("DELETE", f"/compute{p}/regions/europe-north1/subnetworks/{WORKLOAD_VPC}-nodes"),
+        ("DELETE", f"/compute{p}/global/networks/{MGMT_VPC}"),
+        ("DELETE", f"/compute{p}/global/networks/{WORKLOAD_VPC}"),
     ]
+    # the connection was named by project number; every operation was polled until DONE
+    [conn] = [r for r in google.requests if r[1].endswith(":deleteConnection")]
+    assert conn[3] == {"consumerNetwork": f"projects/{google.number}/global/networks/{WORKLOAD_VPC}"}
+    assert all(op["left"] == 0 for op in google.operations.values())
     assert all(auth == "Bearer gcp-token" for dummy, dummy2, auth in google.calls)
-    left = sorted(google.res)
-    assert left == sorted(
-        [
-            f"/compute{p}/global/networks/team-vpc",
-            f"/compute{p}/global/networks/default",
-            f"/container{p}/locations/europe-north1/clusters/team-gke",
-            f"/sqladmin{p}/instances/team-db",
-            f"/sqladmin{p}/instances/team-db-in-vpc",
-            f"/container{p}/locations/europe-north1/clusters/other-env-gke",
-            f"/container{p}/locations/europe-north1/clusters/team-gke-in-vpc",
-            "/storage/b/team-bucket",
-            f"/compute{p}/global/addresses/team-psa",
-            f"/compute{p}/global/firewalls/team-ssh",
-            f"/compute{p}/regions/europe-north1/subnetworks/team-subnet",
-        ]
-    )
+    assert google.inventory() == gcp_decoys(google)
+    assert google.sql["team-db"]["settings"]["deletionProtectionEnabled"] is True
     again = run_module(gcp_teardown, gcp_args(google, config_file=toml))
     assert again["changed"] is False and again["results"] == []
-    assert google.res[f"/sqladmin{p}/instances/team-db-in-vpc"]["settings"]["deletionProtectionEnabled"] is True
+
+
+def test_gcp_decoys_inside_our_vpc_survive_and_the_vpc_they_hold_fails_the_run(google, run_module, tmp_path):
+    """Unlabelled or other environments' resources in an owned VPC are never touched; the VPC then cannot go."""
+    gcp_world(google)
+    google.add_gke("other-env-gke", "europe-north1", MGMT_VPC, labels={"krops-environment": "gcp-staging"})
+    google.add_gke("team-gke-in-vpc", "europe-north1", MGMT_VPC)
+    google.add_compute("firewalls", "labelled-other", MGMT_VPC, labels={"krops-environment": "gcp-staging"})
+    result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path)))
+    assert result.failed
+    assert result["stopped_at"] == "networks"
+    assert result["leftovers"] == [f"network/{MGMT_VPC}"]
+    [failed] = [r for r in result["results"] if r["outcome"] == "failed"]
+    assert failed["error"] == (
+        f"DELETE {google.url}/compute/projects/p1/global/networks/{MGMT_VPC} answered 400: The network resource "
+        f"'projects/p1/global/networks/{MGMT_VPC}' is already being used by 'projects/p1/global/firewalls/labelled-other'"
+    )
+    assert [(n["type"], n["name"], n["reason"]) for n in result["not_owned"] if n["type"] != "cloudsql-instance"] == [
+        ("gke-cluster", "other-env-gke", "labelled krops-environment=gcp-staging (another environment)"),
+        (
+            "gke-cluster",
+            "team-gke-in-vpc",
+            f"in owned VPC {MGMT_VPC} but without the label krops-environment=gcp: not proven krops'",
+        ),
+        ("gke-cluster", WORKLOAD_VPC, "labelled krops-environment=gcp-staging (another environment)"),
+        ("firewall-rule", "labelled-other", "labelled krops-environment=gcp-staging (another environment)"),
+    ]
+    assert google.inventory() == gcp_decoys(google) | {
+        ("compute", f"global/networks/{MGMT_VPC}"),
+        ("compute", "global/firewalls/labelled-other"),
+        ("container", "locations/europe-north1/clusters/other-env-gke"),
+        ("container", "locations/europe-north1/clusters/team-gke-in-vpc"),
+    }
 
 
 def test_gcp_never_switches_off_a_deletion_protection_bootstrap_toml_does_not_name(google, run_module, tmp_path):
     gcp_world(google)
     result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path, unprotect=())))
     assert result.failed
-    assert not [w for w in google.writes() if w[0] == "PATCH"]
+    assert result["stopped_at"] == "databases"
+    assert not [w for w in google.writes() if w[0] in ("PATCH", "DELETE", "POST")]
     [failed] = [r for r in result["results"] if r["outcome"] == "failed"]
     assert failed["name"] == "krops-db"
     assert failed["error"] == (
         "Cloud SQL instance krops-db has deletion protection on; krops switches it off only when "
         "bootstrap.toml lists it in teardown.disable-deletion-protection"
     )
-    assert "/sqladmin/projects/p1/instances/krops-db" in google.res
+    assert "krops-db" in google.sql
 
 
-def test_gcp_stage_failure_stops_before_the_vpc(google, run_module, tmp_path):
+def test_gcp_a_foreign_database_in_our_vpc_stops_the_teardown_before_the_vpc(google, run_module, tmp_path):
+    """Service Networking refuses to delete a connection a Cloud SQL instance still uses: the run fails, names it."""
     gcp_world(google)
-    # a foreign rule in our VPC we cannot delete: the stage fails and the VPC is not attempted
-    google.put(
-        "/compute/projects/p1/global/firewalls/locked",
-        {
-            "name": "locked",
-            "network": google.net_url("europe-north1-management"),
-            "settings": {"deletionProtectionEnabled": True},
-        },
-    )
+    google.add_sql("team-db-in-our-vpc", WORKLOAD_VPC, protected=True)
     result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path)))
     assert result.failed
-    assert result["stopped_at"] == "firewalls-and-routers"
+    assert result["stopped_at"] == "private-services-access"
     assert result["msg"] == (
-        "GCP resources of project p1 left behind at stage firewalls-and-routers: firewall-rule/locked; "
-        "see results for the reason of each, then run the teardown again"
+        "GCP resources of project p1 left behind at stage private-services-access: "
+        "private-services-connection/servicenetworking-googleapis-com; see results for the reason of each, then run "
+        "the teardown again"
     )
-    assert not [w for w in google.writes() if "/global/networks/europe-north1-management" in w[1] and w[0] == "DELETE"]
-    failed = [r for r in result["results"] if r["outcome"] == "failed"]
+    [failed] = [r for r in result["results"] if r["outcome"] == "failed"]
+    assert failed["error"].endswith(
+        "answered 400: Failed to delete connection; Producer services (e.g. CloudSQL, Cloud Memstore, etc.) are "
+        "still using this connection."
+    )
+    assert {
+        "type": "cloudsql-instance",
+        "name": "team-db-in-our-vpc",
+        "reason": (f"in owned VPC {WORKLOAD_VPC} but without the label krops-environment=gcp: not proven krops'"),
+    } in result["not_owned"]
     assert (
-        failed[0]["name"] == "locked" and "answered 400: The instance is protected from deletion" in failed[0]["error"]
+        "team-db-in-our-vpc" in google.sql and google.sql["team-db-in-our-vpc"]["settings"]["deletionProtectionEnabled"]
     )
+    assert not [w for w in google.writes() if "/networks/" in w[1] or "/clusters/" in w[1]]
+
+
+def test_gcp_phase_before_clusters_removes_the_database_and_private_services_access_only(google, run_module, tmp_path):
+    gcp_world(google)
+    result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path), phase="before-clusters"))
+    assert not result.failed, result
+    assert [(r["type"], r["name"], r["outcome"]) for r in result["results"]] == [
+        (t, n, "deleted") for t, n in GCP_PLAN[:3]
+    ]
+    assert "krops-db" not in google.sql and not google.compute[f"global/networks/{WORKLOAD_VPC}"]["peerings"]
+    # now CAPG can delete the workload VPC: nothing holds it but its own subnet and router
+    assert f"global/networks/{WORKLOAD_VPC}" in google.compute
+    assert f"locations/europe-north1/clusters/{WORKLOAD_VPC}" in google.gke
+
+
+def test_gcp_an_operation_that_never_finishes_fails_the_stage(google, run_module, tmp_path):
+    gcp_world(google)
+    google.polls = 10_000
+    result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path, unprotect=()), wait_timeout=0))
+    assert result.failed and result["stopped_at"] == "databases"
+    google.sql["krops-db"]["settings"]["deletionProtectionEnabled"] = False
+    result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path), wait_timeout=0))
+    assert result.failed and result["stopped_at"] == "databases"
+    [entry] = result["results"]
+    assert entry["outcome"] == "failed" and entry["error"] == "still deleting after 0s (wait_timeout)"
+
+
+def test_gcp_unauthenticated_calls_are_refused_by_the_double(google, run_module, tmp_path):
+    gcp_world(google)
+    result = run_module(gcp_teardown, gcp_args(google, access_token="wrong"))
+    assert result.failed
+    assert result["msg"].endswith(
+        "answered 401: Request had invalid authentication credentials. Expected OAuth 2 access token"
+    )
+    assert not google.writes()
 
 
 AZURE_LOGIN_FAILED = (
@@ -927,12 +817,15 @@ def test_secrets_from_the_environment_never_appear_in_a_result(arm, google, run_
     assert planted not in json.dumps(result)
     assert ("DELETE", rg("swedencentral-workload"), f"Bearer {planted}") in arm.calls  # it was used
     gcp_world(google)
+    google.sql["krops-db"]["settings"]["deletionProtectionEnabled"] = False
     google.echo_auth = True
+    google.tokens.add(planted)
     monkeypatch.setenv("GCP_ACCESS_TOKEN", planted)
     gargs = gcp_args(google)
     del gargs["access_token"]
     gresult = run_real(gcp_teardown, gargs, capsys)
-    assert gresult["failed"] is True and gresult["stopped_at"] == "clusters-and-databases"
+    assert gresult["failed"] is True and gresult["stopped_at"] == "databases"
+    assert "denied for Bearer ********" in json.dumps(gresult)
     assert planted not in json.dumps(gresult)
     assert any(auth == f"Bearer {planted}" for dummy, dummy2, auth in google.calls)
 
@@ -1015,3 +908,148 @@ def test_azure_ownership_another_environments_tag_vetoes_a_capz_tag():
         )
         is None
     )
+
+
+# --- GCP credentials through google.auth.default: the metadata server and workload identity federation -----
+
+
+def gcp_module_play(google, **extra):
+    """One gcp_teardown task in its own ansible-playbook process (google-auth reads GCE_METADATA_* at import)."""
+    args = {
+        "environment": "gcp",
+        "config_file": str(REPO / "bootstrap.toml"),
+        "project": "p1",
+        "base_url": google.url,
+        "networks": [],
+        "poll_interval": 0,
+    }
+    args.update(extra)
+    return [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [{"name": "gcp", "krops.platform.gcp_teardown": args, "register": "gcp"}],
+        }
+    ]
+
+
+def adc_env(tmp_path, **extra):
+    """An environment in which google.auth.default finds only what the test gives it."""
+    env = {
+        "HOME": str(tmp_path / "home"),
+        "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),  # no `gcloud auth application-default login` file
+        "GOOGLE_APPLICATION_CREDENTIALS": "",
+        "GCP_ACCESS_TOKEN": "",
+        "GCE_METADATA_HOST": "127.0.0.1:9",  # nothing answers: the metadata server is not found
+        "GCE_METADATA_IP": "127.0.0.1:9",
+        "GCE_METADATA_TIMEOUT": "1",
+        "GCE_METADATA_DETECT_RETRIES": "1",
+    }
+    env.update(extra)
+    return env
+
+
+def gcp_task_result(out):
+    return [t["hosts"]["localhost"] for p in out.get("plays", []) for t in p["tasks"] if t["task"]["name"] == "gcp"][0]
+
+
+def test_gcp_credentials_from_the_gce_metadata_server(google, ansible_playbook, tmp_path):
+    """GCE_METADATA_HOST / GCE_METADATA_IP point google-auth at a local metadata server double."""
+    from tests.substrate.google_double import MetadataDouble
+
+    metadata = MetadataDouble("from-metadata")
+    google.tokens.add("from-metadata")
+    try:
+        env = adc_env(tmp_path, GCE_METADATA_HOST=metadata.host, GCE_METADATA_IP=metadata.host)
+        rc, out, err = ansible_playbook(gcp_module_play(google), env=env)
+        result = gcp_task_result(out)
+        assert rc == 0, (result.get("msg"), err[-2000:])
+        assert {auth for dummy, dummy2, auth in google.calls} == {"Bearer from-metadata"}
+        paths = [p for p, dummy in metadata.calls]
+        assert "/" in paths and "/computeMetadata/v1/instance/service-accounts/default/token" in paths
+        assert all(flavor == "Google" for p, flavor in metadata.calls if p != "/")
+        # without a metadata server (and nothing else) the message says how to give credentials
+        rc, out, err = ansible_playbook(gcp_module_play(google), env=adc_env(tmp_path))
+        assert rc != 0
+        assert gcp_task_result(out)["msg"].startswith("no GCP credentials: Your default credentials were not found.")
+    finally:
+        metadata.stop()
+
+
+def test_gcp_credentials_through_workload_identity_federation(google, run_module, monkeypatch, tmp_path):
+    """An external_account file: the pod token goes to STS, the federated token impersonates krops-capg.
+
+    google-auth 2.63.0 does not check token_url or service_account_impersonation_url against Google's host
+    names (external_account.py has no such validation), so both can point at the local doubles. google.auth.default
+    also looks the project up in Cloud Resource Manager by number, at a URL fixed in google-auth
+    (external_account._CLOUD_RESOURCE_MANAGER): the test points that one constant at the double too,
+    which is why this test runs in-process.
+    """
+    from google.auth import external_account
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from jwt.algorithms import RSAAlgorithm
+
+    issuer = "https://kubernetes.default.svc.cluster.local"
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = dict(json.loads(RSAAlgorithm.to_jwk(key.public_key())), kid="k1")
+    google.pools["krops"] = {"name": google._pool_name("krops"), "state": "ACTIVE"}
+    google.providers[("krops", "kind")] = {
+        "state": "ACTIVE",
+        "attributeMapping": {"google.subject": "assertion.sub"},
+        "oidc": {"issuerUri": issuer, "allowedAudiences": [issuer], "jwksJson": json.dumps({"keys": [jwk]})},
+    }
+    subject = "system:serviceaccount:capg-system:capg-manager"
+    email = "krops-capg@p1.iam.gserviceaccount.com"
+    principal = (
+        f"principal://iam.googleapis.com/projects/{google.number}/locations/global/workloadIdentityPools/krops/"
+        f"subject/{subject}"
+    )
+    google.sa_policies[email] = {
+        "etag": "x",
+        "bindings": [{"role": "roles/iam.workloadIdentityUser", "members": [principal]}],
+    }
+    now = int(datetime.datetime.now(datetime.UTC).timestamp())
+    token_file = tmp_path / "token"
+    token_file.write_text(
+        jwt.encode(
+            {"iss": issuer, "aud": [issuer], "sub": subject, "iat": now, "exp": now + 600},
+            key,
+            algorithm="RS256",
+            headers={"kid": "k1"},
+        )
+    )
+    credentials = tmp_path / "credentials.json"
+    credentials.write_text(
+        json.dumps(
+            {
+                "type": "external_account",
+                "audience": f"//iam.googleapis.com/projects/{google.number}/locations/global/workloadIdentityPools/krops/providers/kind",
+                "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+                "token_url": f"{google.url}/sts/v1/token",
+                "service_account_impersonation_url": f"{google.url}/iamcredentials/v1/projects/-/serviceAccounts/{email}:generateAccessToken",
+                "credential_source": {"file": str(token_file)},
+            }
+        )
+    )
+    for name, value in adc_env(tmp_path, GOOGLE_APPLICATION_CREDENTIALS=str(credentials)).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(external_account, "_CLOUD_RESOURCE_MANAGER", f"{google.url}/cloudresourcemanager/v1/projects/")
+    args = gcp_args(google, networks=[])
+    del args["access_token"]
+    result = run_module(gcp_teardown, args)
+    assert not result.failed, result.get("msg")
+    # google-auth exchanges the pod token once, then impersonates (for its project lookup and the teardown's token)
+    login = [(m, p, auth) for m, p, auth in google.calls if p.startswith(("/sts/", "/iamcredentials/"))]
+    assert login[0][:2] == ("POST", "/sts/v1/token")
+    impersonation = ("POST", f"/iamcredentials/v1/projects/-/serviceAccounts/{email}:generateAccessToken")
+    assert login[1:] and all(c[:2] == impersonation for c in login[1:])
+    assert all(c[2].startswith("Bearer sts-") for c in login[1:])  # the federated token, only for impersonation
+    apis = {auth for m, p, auth in google.calls if p.startswith("/compute/")}
+    assert len(apis) == 1 and apis.pop().startswith("Bearer impersonated-")
+    # a subject the service account's policy does not admit is refused, and the message says so
+    google.sa_policies[email]["bindings"][0]["members"] = [principal.replace("capg-manager", "someone-else")]
+    result = run_module(gcp_teardown, args)
+    assert result.failed
+    assert result["msg"] == "GCP credentials could not be loaded: Unable to acquire impersonated credentials"
+    assert google.calls[-1][1].endswith(":generateAccessToken")  # refused there (403)

@@ -372,6 +372,7 @@ def test_missing_tools_reported_at_once(kube_cluster, tmp_path, run_module, monk
             True,
             [
                 "suspend-flux",
+                "gcp-teardown",  # phase before-clusters: Cloud SQL and private services access hold the workload VPC
                 "delete-clusters",
                 "capi-providers",
                 "flux-uninstall",

@@ -24,6 +24,7 @@ from tests.substrate.trees import SCHEMAS, copy_repo, edit, findings as found
 import pytest
 
 from ansible_collections.krops.platform.plugins.module_utils import flux
+from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import pivot
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
@@ -38,7 +39,13 @@ SOPS = REPO / ".venv" / "bin" / "sops"
 # GCP label rules: keys start with a lowercase letter; keys and values are at most 63 of [a-z0-9_-].
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-RUN_LABELS = {"krops-run-id": "KROPS_RUN_ID", "krops-revision": "KROPS_REVISION", "krops-run-kind": "KROPS_RUN_KIND"}
+# The run labels take the GCP-safe forms of the run tags that flux_handoff adds to krops-run.
+RUN_LABELS = {
+    "krops-run-id": "KROPS_RUN_ID_LABEL",
+    "krops-revision": "KROPS_REVISION_LABEL",
+    "krops-expires-at": "KROPS_EXPIRES_AT_LABEL",
+    "krops-run-kind": "KROPS_RUN_KIND_LABEL",
+}
 
 # The reconciliation order of the issue: Kustomization -> what it depends on.
 CHAIN = {
@@ -127,7 +134,10 @@ def test_dependson_graph_is_the_issue_chain():
 
 
 def test_every_google_resource_carries_the_ownership_and_run_labels():
-    run = flux.run_tags({}, {}, "gcp", "24h")  # the values the lifecycle writes into krops-run
+    # the values the lifecycle writes into krops-run, with a revision as CI sets it
+    run = flux.run_tags({}, {"KROPS_REVISION": "main@sha1:0A1b2c3d4e5f60718293a4b5c6d7e8f901234567"}, "gcp", "24h")
+    run.update(ownership.gcp_run_labels(run))
+    assert not LABEL_VALUE.match(run["KROPS_EXPIRES_AT"]) and LABEL_VALUE.match(run["KROPS_EXPIRES_AT_LABEL"])
     variables = dict(run, GCP_PROJECT_ID="krops-example", GCP_PROJECT_NUMBER="123456789012")
     kcc = [
         (name, obj)
@@ -376,6 +386,40 @@ def test_planted_defect_is_caught(tree, name):
     rel, old, new, expected = DEFECTS[name]
     edit(tree, rel, old, new)
     assert found(check(tree)) == expected
+
+
+def test_gcp_label_values_are_checked_with_a_runs_values_and_the_defaults(tree):
+    """A label valid only through its default (the raw run tag) and a literal invalid value are both findings."""
+    kustomization = "mgmt/gcp/workload-resources/storage/kustomization.yaml"
+    edit(tree, kustomization, "${KROPS_EXPIRES_AT_LABEL:=none}", "${KROPS_EXPIRES_AT:=none}")
+    edit(tree, kustomization, "krops-environment: gcp", "krops-environment: gcp\n      krops-owner: Team_A")
+    assert found(check(tree)) == [
+        (
+            "mgmt/gcp/workload-resources/storage/bucket.yaml",
+            "StorageBucket/krops-gcp/krops-europe-north1-workload-data",
+            "tags",
+            "metadata.labels.krops-expires-at: '2026-12-02T12:00:00Z' during a run (krops-run ConfigMap) is not a "
+            "valid GCP label value (at most 63 lower-case letters, digits, _ and -); take the run tags' label forms "
+            "(${KROPS_EXPIRES_AT_LABEL} and the other KROPS_*_LABEL variables of the krops-run ConfigMap)",
+        ),
+        (
+            "mgmt/gcp/workload-resources/storage/bucket.yaml",
+            "StorageBucket/krops-gcp/krops-europe-north1-workload-data",
+            "tags",
+            "metadata.labels.krops-owner: 'Team_A' is not a valid GCP label value (at most 63 lower-case letters, "
+            "digits, _ and -); take the run tags' label forms (${KROPS_EXPIRES_AT_LABEL} and the other "
+            "KROPS_*_LABEL variables of the krops-run ConfigMap)",
+        ),
+    ]
+
+
+def test_gcp_label_forms_of_the_run_tags():
+    assert ownership.gcp_label_value("2026-12-02T08:24:41Z") == "2026-12-02t08-24-41z"
+    assert ownership.gcp_label_value("main@sha1:" + "A" * 60) == ("main-sha1-" + "a" * 60)[:63]
+    tags = flux.run_tags({}, {}, "gcp", "none")
+    labels = ownership.gcp_run_labels(tags)
+    assert set(labels) == set(RUN_LABELS.values())
+    assert all(ownership.GCP_LABEL_VALUE.match(v) for v in labels.values())
 
 
 def test_unused_pivot_variable_is_found_where_every_pivot_file_is_readable(tree):

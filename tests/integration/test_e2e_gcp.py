@@ -1,0 +1,534 @@
+"""gcp end to end through ansible-playbook: the wif-federate hook and the teardown, against the
+Kubernetes emulator and the Google double (tests/substrate/google_double.py).
+
+- The hook (roles/bootstrap/tasks/hook_wif_federate.yml) creates pool `krops` when it is absent and
+  provider `kind` for the kind cluster's issuer and keys, writes ConfigMap flux-system/gcp-wif, and
+  changes nothing on a re-run; new keys update the provider; a soft-deleted pool is undeleted. What it
+  registers works: STS accepts a token signed by kind's key for that provider.
+- `ansible-playbook -i inventories/gcp playbooks/gcp.yml --tags teardown`, first --check (the complete
+  plan, nothing changed) then real: the gcp resources the workload Cluster waits for go first, CAPG
+  (played by a thread) can then delete the workload VPC, and the final sweep leaves only the decoys.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.integration.test_teardown_cloud import MGMT_VPC, TEAM_VPC, WORKLOAD_VPC, gcp_decoys, gcp_world
+from tests.integration.test_teardown_kube import CAPI_FINALIZER, CLUSTER, KS, make_cluster, make_ks
+from tests.substrate.fixtures import REPO
+from tests.substrate.google_double import GoogleDouble
+from tests.substrate.krops_marks import make_kind_marker
+
+pytestmark = pytest.mark.slow
+R = "krops.platform.teardown : "
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+PROVIDER_API = "operator.cluster.x-k8s.io/v1alpha2"
+PROVIDERS = (
+    ("CoreProvider", "capi-system", "cluster-api"),
+    ("InfrastructureProvider", "capg-system", "gcp"),
+    ("AddonProvider", "caaph-system", "helm"),
+)
+POOL = "/iam/projects/p1/locations/global/workloadIdentityPools"
+
+
+@pytest.fixture
+def google():
+    double = GoogleDouble(polls=2, page_size=2)
+    yield double
+    double.stop()
+
+
+def signing_key(kid="kind-1"):
+    """A kind service-account signing key: (private key, JWKS text as /openid/v1/jwks serves it)."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from jwt.algorithms import RSAAlgorithm
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
+    jwk.update(kid=kid, use="sig", alg="RS256")
+    return key, json.dumps({"keys": [jwk]})
+
+
+def serve_oidc(fake_bins, jwks):
+    """kubectl get --raw answers kind's discovery document and keys (the API server's endpoints)."""
+    rules = fake_bins.rules.setdefault("kubectl", [])
+    rules[:] = [r for r in rules if r["match"] not in ("/.well-known/openid-configuration", "/openid/v1/jwks")]
+    fake_bins.answer(
+        "kubectl",
+        "/.well-known/openid-configuration",
+        stdout=json.dumps({"issuer": ISSUER, "jwks_uri": "https://172.18.0.2:6443/openid/v1/jwks"}),
+    )
+    fake_bins.answer("kubectl", "/openid/v1/jwks", stdout=jwks)
+
+
+def hook_play(kind_api, google):
+    return [
+        {
+            "name": "wif-federate",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": {
+                "krops_environment": "gcp",
+                "krops_config_file": str(REPO / "bootstrap.toml"),
+                "bootstrap_kind_kubeconfig": str(kind_api.kubeconfig_path),
+                "bootstrap_kind_context": "kind-mgmt",
+                "bootstrap_gcp_iam_url": f"{google.url}/iam",
+                "bootstrap_gcp_project": "p1",
+                "bootstrap_gcp_access_token": "gcp-token",
+                "bootstrap_gcp_operation_delay": 0,
+            },
+            "tasks": [
+                {
+                    "name": "The post-kind hook",
+                    "ansible.builtin.include_role": {
+                        "name": "krops.platform.bootstrap",
+                        "tasks_from": "hook_wif_federate",
+                    },
+                }
+            ],
+        }
+    ]
+
+
+def changed_tasks(out):
+    return [
+        t["task"]["name"]
+        for p in out.get("plays", [])
+        for t in p["tasks"]
+        for h in t["hosts"].values()
+        if h.get("changed")
+    ]
+
+
+def sts_exchange(google, key, subject, kid="kind-1"):
+    """What google-auth's external_account credential sends STS for a pod's service-account token."""
+    import jwt
+
+    now = int(time.time())
+    token = jwt.encode(
+        {"iss": ISSUER, "aud": [ISSUER], "sub": subject, "iat": now, "exp": now + 600},
+        key,
+        algorithm="RS256",
+        headers={"kid": kid},
+    )
+    form = {
+        "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+        "audience": f"//iam.googleapis.com/projects/{google.number}/locations/global/workloadIdentityPools/krops/providers/kind",
+        "scope": "https://www.googleapis.com/auth/cloud-platform",
+        "requested_token_type": "urn:ietf:params:oauth:token-type:access_token",
+        "subject_token": token,
+        "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+    }
+    request = urllib.request.Request(
+        f"{google.url}/sts/v1/token",
+        data=urllib.parse.urlencode(form).encode(),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def test_wif_federate_creates_pool_provider_kind_and_the_configmap(
+    kind_api, fake_bins, google, ansible_playbook, tmp_path
+):
+    key, jwks = signing_key()
+    serve_oidc(fake_bins, jwks)
+    rc, out, err = ansible_playbook(hook_play(kind_api, google), env={"PATH": fake_bins.path_env})
+    assert rc == 0, (err[-2000:], json.dumps(out)[-3000:])
+    assert google.pools["krops"]["state"] == "ACTIVE"
+    assert set(google.providers) == {("krops", "kind")}  # never mgmt: the tree declares that one
+    provider = google.providers[("krops", "kind")]
+    assert provider["oidc"] == {"issuerUri": ISSUER, "allowedAudiences": [ISSUER], "jwksJson": jwks}
+    assert provider["attributeMapping"] == {"google.subject": "assertion.sub"}
+    assert provider["attributeCondition"] == (
+        "assertion.sub in ['system:serviceaccount:capg-system:capg-manager', "
+        "'system:serviceaccount:cnrm-system:cnrm-controller-manager']"
+    )
+    assert google.writes() == [
+        ("POST", POOL),
+        ("POST", f"{POOL}/krops/providers"),
+    ]
+    assert [r[2] for r in google.requests if r[0] == "POST"] == [
+        {"workloadIdentityPoolId": "krops"},
+        {"workloadIdentityPoolProviderId": "kind"},
+    ]
+    assert all(op["left"] == 0 for op in google.operations.values())  # both operations were polled to done
+    configmap = kind_api.get("v1", "ConfigMap", "gcp-wif", "flux-system")
+    assert configmap["data"] == {"GCP_WIF_PROVIDER": "kind"}
+    assert configmap["metadata"]["labels"]["krops.io/environment"] == "gcp"
+    # what it registered works: STS accepts a pod token signed by kind's key for provider kind
+    status, answer = sts_exchange(google, key, "system:serviceaccount:capg-system:capg-manager")
+    assert status == 200 and answer["token_type"] == "Bearer", answer
+    other = signing_key()[0]
+    status, answer = sts_exchange(google, other, "system:serviceaccount:capg-system:capg-manager")
+    assert status == 400 and answer["error"] == "invalid_grant"
+
+    # a re-run changes nothing anywhere
+    before = len(google.writes())
+    rc, out, err = ansible_playbook(hook_play(kind_api, google), env={"PATH": fake_bins.path_env})
+    assert rc == 0, err[-2000:]
+    assert changed_tasks(out) == [] and len(google.writes()) == before
+
+    # a recreated kind cluster has new keys: the provider is updated, by updateMask
+    new_key, new_jwks = signing_key("kind-2")
+    serve_oidc(fake_bins, new_jwks)
+    rc, out, err = ansible_playbook(hook_play(kind_api, google), env={"PATH": fake_bins.path_env})
+    assert rc == 0, err[-2000:]
+    assert google.writes()[before:] == [("PATCH", f"{POOL}/krops/providers/kind")]
+    assert google.providers[("krops", "kind")]["oidc"]["jwksJson"] == new_jwks
+    assert (
+        sts_exchange(google, new_key, "system:serviceaccount:cnrm-system:cnrm-controller-manager", "kind-2")[0] == 200
+    )
+
+
+def test_wif_federate_undeletes_a_soft_deleted_pool_and_fails_clearly_without_a_token(
+    kind_api, fake_bins, google, ansible_playbook
+):
+    google.pools["krops"] = {"name": google._pool_name("krops"), "state": "DELETED", "displayName": "krops"}
+    serve_oidc(fake_bins, signing_key()[1])
+    rc, out, err = ansible_playbook(hook_play(kind_api, google), env={"PATH": fake_bins.path_env})
+    assert rc == 0, (err[-2000:], json.dumps(out)[-3000:])
+    assert google.writes()[:1] == [("POST", f"{POOL}/krops:undelete")]
+    assert google.pools["krops"]["state"] == "ACTIVE" and ("krops", "kind") in google.providers
+
+    play = hook_play(kind_api, google)
+    play[0]["vars"]["bootstrap_gcp_access_token"] = ""
+    rc, out, err = ansible_playbook(play, env={"PATH": fake_bins.path_env})
+    assert rc != 0
+    messages = [
+        h.get("msg") for p in out.get("plays", []) for t in p["tasks"] for h in t["hosts"].values() if h.get("failed")
+    ]
+    assert messages == [
+        "wif-federate needs GOOGLE_OAUTH_ACCESS_TOKEN (gcloud auth print-access-token) and GCP_PROJECT (or "
+        "bootstrap_gcp_access_token and bootstrap_gcp_project), and an https issuer from the kind cluster (got "
+        f'"{ISSUER}").'
+    ]
+
+
+# --- teardown through the gcp playbook ----------------------------------------------------------------
+
+
+def release(name):
+    return json.dumps(
+        [
+            {
+                "name": name,
+                "namespace": "flux-system",
+                "revision": "1",
+                "status": "deployed",
+                "chart": f"{name}-2.5.0",
+                "app_version": "2.5.0",
+                "updated": "2026-11-30 06:00:00 +0000 UTC",
+            }
+        ]
+    )
+
+
+KIND = """#!{python}
+import json, os, sys, urllib.request
+here = os.path.dirname(os.path.abspath(__file__))
+entry = {{"tool": "kind", "argv": sys.argv[1:], "env": {{}}, "cwd": os.getcwd(), "stdin": ""}}
+with open(os.path.join(here, "calls.jsonl"), "a") as log:
+    log.write(json.dumps(entry) + "\\n")
+if sys.argv[1:3] == ["get", "clusters"]:
+    print("mgmt")
+elif sys.argv[1:2] == ["version"]:
+    print("kind v0.32.0 go1.25.0 linux/amd64")
+"""
+
+
+@pytest.fixture
+def world(kind_api, fake_bins, google):
+    """The kind cluster as a gcp bootstrap leaves it (before the pivot) and the project it built."""
+    for name in ("flux-system", "capi-system", "capg-system", "caaph-system"):
+        if not kind_api.exists("v1", "Namespace", name):
+            kind_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    make_ks(kind_api, "flux-system")
+    make_ks(kind_api, "clusters")
+    make_kind_marker(kind_api, "gcp")
+    for name in (MGMT_VPC, WORKLOAD_VPC):
+        make_cluster(kind_api, name)
+    for kind, namespace, name in PROVIDERS:
+        kind_api.create(
+            {
+                "apiVersion": PROVIDER_API,
+                "kind": kind,
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"version": "v1.12.0"},
+            }
+        )
+    for name in ("flux-github-pat", "sops-age"):
+        kind_api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": "flux-system"},
+                "type": "Opaque",
+                "data": {"x": "eA=="},
+            }
+        )
+    kind_api.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "krops-run", "namespace": "flux-system"}}
+    )
+    fake_bins.install("kind", KIND.format(python=sys.executable))
+    fake_bins.answer("helm", "get values", stdout="null\n")
+    fake_bins.answer("helm", "--filter flux-operator", stdout=release("flux-operator"))
+    fake_bins.answer("helm", "--filter flux", stdout=release("flux"))
+    gcp_world(google)
+    # the tree's names: the Cloud SQL instance bootstrap.toml unprotects; a decoy with protection it does not name
+    google.sql["krops-europe-north1-workload-db"] = google.sql.pop("krops-db")
+    google.sql["krops-europe-north1-workload-db"]["name"] = "krops-europe-north1-workload-db"
+    return google
+
+
+def capg(kind_api, google, outcome):
+    """Play CAPG: once the workload Cluster's deletion is requested, delete its GKE cluster, subnet, router
+    and VPC through the Google API; the Cluster goes only when all of that succeeded (else it stays stuck)."""
+
+    def call(method, path):
+        request = urllib.request.Request(
+            google.url + path, method=method, headers={"Authorization": "Bearer gcp-token"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, json.load(answer)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.load(exc)
+
+    def wait_op(scope, body):
+        for dummy in range(20):
+            status, op = call("GET", f"/compute/projects/p1/{scope}/operations/{body['name']}")
+            if op.get("status") == "DONE":
+                return
+        raise AssertionError(op)
+
+    def run():
+        seen = kind_api.wait_for_event(
+            lambda t, o: (
+                t == "MODIFIED"
+                and o["kind"] == "Cluster"
+                and o["metadata"]["name"] == WORKLOAD_VPC
+                and o["metadata"].get("deletionTimestamp")
+            ),
+            timeout=60,
+        )
+        outcome["deletion_seen"] = bool(seen)
+        outcome["sql_left"] = sorted(google.sql)
+        status, body = call("DELETE", f"/container/projects/p1/locations/europe-north1/clusters/{WORKLOAD_VPC}")
+        for dummy in range(20):
+            if (
+                call("GET", f"/container/projects/p1/locations/europe-north1/operations/{body['name']}")[1].get(
+                    "status"
+                )
+                == "DONE"
+            ):
+                break
+        for scope, rel in (
+            ("regions/europe-north1", f"regions/europe-north1/routers/{WORKLOAD_VPC}-nat"),
+            ("regions/europe-north1", f"regions/europe-north1/subnetworks/{WORKLOAD_VPC}-nodes"),
+            ("global", f"global/networks/{WORKLOAD_VPC}"),
+        ):
+            status, body = call("DELETE", f"/compute/projects/p1/{rel}")
+            outcome.setdefault("capg", []).append((rel, status, body.get("error", {}).get("message")))
+            if status != 200:
+                return  # CAPG retries forever; the Cluster stays
+            wait_op(scope, body)
+        kind_api.clear_finalizers(*CLUSTER, WORKLOAD_VPC, "default")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def run_teardown(ansible_playbook, kind_api, fake_bins, google, tmp_path, *args):
+    extra = {
+        "teardown_kind_kubeconfig": str(kind_api.kubeconfig_path),
+        "teardown_mgmt_kubeconfig": str(tmp_path / "no-mgmt.yaml"),
+        "teardown_gcp_base_url": google.url,
+        "teardown_gcp_poll_interval": 0,
+    }
+    env = {
+        "PATH": fake_bins.path_env,
+        "HOME": str(tmp_path),
+        "BOOTSTRAP_CONFIG": str(REPO / "bootstrap.toml"),
+        "GCP_PROJECT": "p1",
+        "GCP_ACCESS_TOKEN": "gcp-token",
+        "CLUSTER_DELETE_TIMEOUT": "60s",
+    }
+    return ansible_playbook(
+        REPO / "playbooks" / "gcp.yml",
+        "--tags",
+        "teardown",
+        "-e",
+        json.dumps(extra),
+        *args,
+        inventory=REPO / "inventories" / "gcp",
+        env=env,
+    )
+
+
+def ran(out, name):
+    found = [
+        t["hosts"]["localhost"]
+        for p in out.get("plays", [])
+        for t in p["tasks"]
+        if t["task"]["name"] == R + name and not t["hosts"].get("localhost", {}).get("skipped")
+    ]
+    return found
+
+
+def failed(out):
+    return [
+        (t["task"]["name"], h.get("msg"))
+        for p in out.get("plays", [])
+        for t in p["tasks"]
+        for h in t["hosts"].values()
+        if h.get("failed")
+    ]
+
+
+PLAN = [
+    "Teardown of gcp on the kind cluster (context kind-mgmt) [check mode: nothing is deleted]",
+    "1. suspend every Flux Kustomization and Flux Operator object on the kind cluster",
+    "2. remove the gcp resources the workload Clusters' deletion waits for (Cloud SQL instances, private services "
+    "access connections and their ranges; ownership-filtered)",
+    f"3. delete the workload Clusters {WORKLOAD_VPC} through the provider and wait (60s)",
+    "4. delete the CAPI providers (add-on, control plane, bootstrap, infrastructure, core) so nothing recreates "
+    "cloud resources",
+    "5. helm uninstall flux and flux-operator in flux-system",
+    "6. delete the bootstrap secrets and run tags in flux-system",
+    "7. remove the gcp resources this environment created, the management cluster included (ownership-filtered)",
+    "8. delete the kind cluster mgmt (marker kube-system/krops-bootstrap: environment gcp, kind cluster mgmt)",
+]
+
+
+def test_gcp_teardown_check_mode_prints_the_complete_plan_and_changes_nothing(
+    world, kind_api, fake_bins, ansible_playbook, tmp_path
+):
+    google = world
+    before = google.inventory()
+    objects = {k: kind_api.list(*k) for k in (CLUSTER, KS)}
+    rc, out, err = run_teardown(ansible_playbook, kind_api, fake_bins, google, tmp_path, "--check")
+    assert rc == 0, (failed(out), err[-3000:])
+    [plan] = ran(out, "Show the teardown plan")
+    assert plan["msg"] == PLAN
+    first, final = ran(out, "Show the GCP teardown")
+    assert first["msg"] == [
+        "delete cloudsql-instance krops-europe-north1-workload-db (label krops-environment=gcp)",
+        f"remove private-services-connection servicenetworking-googleapis-com (private services access of owned VPC {WORKLOAD_VPC})",
+        f"delete private-services-range krops-psa (VPC_PEERING range of owned VPC {WORKLOAD_VPC})",
+        "left alone: aws-db",
+    ]
+    assert final["msg"][0] == first["msg"][0] and len(final["msg"]) == 14
+    assert final["msg"][3:5] == [
+        f"delete gke-cluster {MGMT_VPC} (named in bootstrap.toml, in owned VPC {MGMT_VPC})",
+        f"delete gke-cluster {WORKLOAD_VPC} (named in bootstrap.toml, in owned VPC {WORKLOAD_VPC})",
+    ]
+    assert not google.writes()
+    assert google.inventory() == before
+    assert {k: kind_api.list(*k) for k in (CLUSTER, KS)} == objects
+    assert not [c for c in fake_bins.calls("helm") if "uninstall" in c["argv"]]
+    assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
+
+
+def test_gcp_teardown_removes_what_krops_owns_in_the_order_the_apis_need(
+    world, kind_api, fake_bins, ansible_playbook, tmp_path
+):
+    google = world
+    outcome = {}
+    thread = capg(kind_api, google, outcome)
+    rc, out, err = run_teardown(ansible_playbook, kind_api, fake_bins, google, tmp_path)
+    thread.join(10)
+    assert rc == 0, (failed(out), outcome, err[-3000:])
+    # CAPG saw the Cluster's deletion only after the database and the private services access were gone,
+    # and could then delete the workload VPC
+    assert outcome["deletion_seen"] and outcome["sql_left"] == ["aws-db", "team-db"]
+    assert [(rel, status) for rel, status, dummy in outcome["capg"]] == [
+        (f"regions/europe-north1/routers/{WORKLOAD_VPC}-nat", 200),
+        (f"regions/europe-north1/subnetworks/{WORKLOAD_VPC}-nodes", 200),
+        (f"global/networks/{WORKLOAD_VPC}", 200),
+    ]
+    # the Kubernetes side: the workload Cluster gone, the management Cluster kept, kind deleted last
+    assert [c["metadata"]["name"] for c in kind_api.list(*CLUSTER)] == [MGMT_VPC]
+    assert CAPI_FINALIZER in kind_api.get(*CLUSTER, MGMT_VPC, "default")["metadata"]["finalizers"]
+    assert [c["argv"][:4] for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]] == [
+        ["delete", "cluster", "--name", "mgmt"]
+    ]
+    # Google: only the decoys are left; the protection was switched off only for the named instance
+    assert google.inventory() == gcp_decoys(google)
+    assert google.sql["team-db"]["settings"]["deletionProtectionEnabled"] is True
+    patches = [p for m, p in google.writes() if m == "PATCH"]
+    assert patches == ["/sqladmin/projects/p1/instances/krops-europe-north1-workload-db"]
+    first, final = ran(
+        out, "Delete Cloud SQL, private services access, GKE, buckets, firewall rules, routers, subnets and VPCs"
+    )
+    assert first["phase"] == "before-clusters" and final["phase"] == "all"
+    assert [(r["type"], r["outcome"]) for r in first["results"]] == [
+        ("cloudsql-instance", "deleted"),
+        ("private-services-connection", "deleted"),
+        ("private-services-range", "deleted"),
+    ]
+    assert {r["outcome"] for r in final["results"]} == {"deleted"}
+    assert (TEAM_VPC in json.dumps(final["not_owned"])) is False  # never even considered
+
+
+def test_gcp_teardown_fails_and_names_an_owned_resource_it_cannot_delete(
+    world, kind_api, fake_bins, ansible_playbook, tmp_path
+):
+    google = world
+    # a bucket labelled ours whose objects cannot go: the bucket stays and the run fails naming it
+    google.add_bucket("krops-stuck", labels={"krops-environment": "gcp"}, objects=[("held", 1)])
+    original = google._storage
+
+    def storage(method, path, query, body):
+        if method == "DELETE" and path.startswith("/storage/b/krops-stuck/o/"):
+            return 403, {"error": {"code": 403, "message": "Object 'held' is under active Event-Based hold"}}
+        return original(method, path, query, body)
+
+    google._storage = storage
+    thread = capg(kind_api, google, {})
+    rc, out, err = run_teardown(ansible_playbook, kind_api, fake_bins, google, tmp_path)
+    thread.join(10)
+    assert rc != 0
+    [(task, msg)] = failed(out)
+    assert (
+        task == R + "Delete Cloud SQL, private services access, GKE, buckets, firewall rules, routers, subnets and VPCs"
+    )
+    assert msg == (
+        "GCP resources of project p1 left behind at stage buckets: bucket/krops-stuck; see results for the reason of "
+        "each, then run the teardown again"
+    )
+    assert ("storage", "krops-stuck") in google.inventory()
+    assert gcp_decoys(google) <= google.inventory()
+    # the run stopped before the VPCs and before kind
+    assert f"global/networks/{MGMT_VPC}" in google.compute
+    assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
+
+
+# --- the whole lifecycle --------------------------------------------------------------------------------
+
+
+@pytest.mark.skip(
+    reason=(
+        "bootstrap -> pivot -> teardown for gcp on tests/substrate/lifecycle.py needs what the shared harness does "
+        "not model yet: the API servers serve no /.well-known/openid-configuration or /openid/v1/jwks (the "
+        "wif-federate hook reads them with the real kubectl); the emulated Flux has no source for the mirrored "
+        "Config Connector operator artifact (oci://ghcr.io/krops/config-connector-operator) and no readiness for "
+        "Config Connector objects; and no GKE stand-in turns a GCPManagedCluster into a cluster. The hook, the "
+        "teardown and the auth paths are tested above and in test_teardown_cloud.py"
+    )
+)
+def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world():
+    raise AssertionError("not reached")
