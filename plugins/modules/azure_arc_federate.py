@@ -81,6 +81,11 @@ attributes:
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Calls Azure Resource Manager from the host it runs on.
 requirements:
   - azure-identity (Python), unless O(access_token) is given
 notes:
@@ -103,16 +108,22 @@ exists:
   description: Whether the connected cluster exists.
   returned: always
   type: bool
+  sample: true
 issuer:
   description: The OIDC issuer URL Arc publishes (null when not yet published, O(lookup_only=true) only).
   returned: always
   type: str
+  sample: https://westeurope.oic.prod-arc.azure.com/00000000-0000-0000-0000-000000000000/11111111-1111-1111-1111-111111111111/
 credentials:
   description: One entry per subject with C(name), C(subject) and C(state) (V(created), V(updated), V(unchanged),
     V(planned-created), V(planned-updated)).
   returned: always
   type: list
   elements: dict
+  sample:
+    - name: krops-kind-capz-manager
+      subject: system:serviceaccount:capz-system:capz-manager
+      state: created
 """
 
 import os
