@@ -225,8 +225,22 @@ def substitute(obj, variables):
 
 
 # The C loader/dumper when available: the tree can hold thousands of objects.
-_Loader = getattr(yaml, "CSafeLoader", getattr(yaml, "SafeLoader", None))
+_BaseLoader = getattr(yaml, "CSafeLoader", getattr(yaml, "SafeLoader", None))
 _Dumper = getattr(yaml, "CSafeDumper", getattr(yaml, "SafeDumper", None))
+
+
+class _Loader(_BaseLoader):  # pylint: disable=too-many-ancestors
+    """YAML as Kubernetes tooling reads it: an unquoted RFC 3339 time stays a string.
+
+    kubectl and Flux decode manifests with go-yaml into plain values, where a timestamp is a string
+    (a run tag such as ``krops.io/expires-at: 2026-12-02T00:00:00Z`` after substitution); PyYAML's
+    timestamp resolver would turn it into a datetime that no string-typed schema field accepts.
+    """
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+    }
 
 
 def load_yaml_documents(path):
