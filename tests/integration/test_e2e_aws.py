@@ -302,6 +302,9 @@ def test_the_world_builds_in_moto_what_capa_and_ack_build(aws_env):
         for t in north("s3").get_bucket_tagging(Bucket=f"krops-{ACCOUNT}-eu-north-1-workload-data")["TagSet"]
     }
     assert bucket_tags["krops.io/environment"] == "aws" and bucket_tags["krops.io/run-kind"] == "ci"
+    assert bucket_tags["services.k8s.aws/namespace"] == "default"
+    bucket = env.kind.get("s3.services.k8s.aws/v1alpha1", "Bucket", "krops-eu-north-1-workload-data", "default")
+    assert bucket["metadata"]["finalizers"] == ["finalizers.s3.services.k8s.aws/Bucket"]
     user_tags = {t["Key"]: t["Value"] for t in north("iam").list_user_tags(UserName="krops-reader")["Tags"]}
     assert user_tags["krops.io/environment"] == "aws"
     # the Clusters are provisioned, the ACK objects synced
@@ -473,3 +476,37 @@ def test_the_sweep_removes_the_iam_policy_ack_created_for_the_reader_user(run_mo
     assert not result.failed, result.get("msg")
     # the user goes (no other environment names it); so must the policy the environment's tree declared
     assert not created & inventory(moto), sorted(created & inventory(moto))
+
+
+def test_capa_deletes_a_cluster_only_while_it_runs_and_ack_deletes_with_its_object(aws_env):
+    """No CAPA, no deletion: the Cluster keeps its finalizer and its AWS resources; with CAPA back both go.
+    Deleting an ACK object deletes its AWS resource, then the object."""
+    env = aws_env
+    west = env.capa.records[("default", "eu-west-1-workload")].items()
+    env.kind.remove(PROVIDER_API, "InfrastructureProvider", "aws", "capa-system")
+    env.kind.remove(*CLUSTER, "eu-west-1-workload", "default")
+    env.world.settle()
+    stuck = env.kind.get(*CLUSTER, "eu-west-1-workload", "default")
+    assert stuck["metadata"]["deletionTimestamp"] and stuck["metadata"]["finalizers"] == ["cluster.cluster.x-k8s.io"]
+    assert west <= inventory(env.moto)
+    env.kind.create(
+        {
+            "apiVersion": PROVIDER_API,
+            "kind": "InfrastructureProvider",
+            "metadata": {"name": "aws", "namespace": "capa-system"},
+            "spec": {"version": "v2.11.1"},
+        }
+    )
+    env.world.settle()
+    assert not env.kind.exists(*CLUSTER, "eu-west-1-workload", "default")
+    assert not west & inventory(env.moto), sorted(west & inventory(env.moto))
+    assert not env.kind.exists(
+        "infrastructure.cluster.x-k8s.io/v1beta2", "AWSManagedMachinePool", "eu-west-1-workload-x86", "default"
+    )
+    # ACK: the Bucket object goes only after its bucket
+    bucket = ("bucket", "s3-bucket", f"krops-{ACCOUNT}-eu-west-1-workload-data")
+    assert bucket in inventory(env.moto)
+    env.kind.remove("s3.services.k8s.aws/v1alpha1", "Bucket", "krops-eu-west-1-workload-data", "default")
+    env.world.settle()
+    assert bucket not in inventory(env.moto)
+    assert not env.kind.exists("s3.services.k8s.aws/v1alpha1", "Bucket", "krops-eu-west-1-workload-data", "default")

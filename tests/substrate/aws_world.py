@@ -47,9 +47,9 @@ resources"), creates once and does not repair drift.
 
 ``Ack`` plays the ACK s3, ec2, rds and iam controllers (the charts of mgmt/aws/ack-controllers) for
 Bucket, VPC, Subnet, SecurityGroup, DBSubnetGroup, DBInstance, Role, Policy and User: spec.tags (a
-Bucket's spec.tagging.tagSet) plus the literal entries of the HelmReleases' ``resourceTags`` (the
-%PLACEHOLDER% entries are expanded by the ACK runtime, which is not emulated). References
-(``vpcRef.from`` and the like) resolve to what the referenced object created.
+Bucket's spec.tagging.tagSet) plus the controller's ``resourceTags`` from its HelmRelease, expanded as
+the ACK runtime expands them (``expand_resource_tags``). References (``vpcRef.from`` and the like)
+resolve to what the referenced object of that kind created; finalizers as ``AckController`` says.
 
 Where moto lacks an API the reconciler says so and does less, never pretends: moto serves no AWS
 managed policies unless started with MOTO_IAM_LOAD_MANAGED_POLICIES (the shared fixture does not), so
@@ -522,14 +522,25 @@ def _ack_tags(spec_tags, resource_tags):
 
 
 def resource_tags_from_tree(path=REPO / "mgmt" / "aws" / "ack-controllers" / "helmreleases.yaml"):
-    """The literal key=value entries of the ACK HelmReleases' values.resourceTags (placeholders skipped)."""
+    """Each ACK HelmRelease's values.resourceTags, by service (the release name without ``ack-``), as key=value."""
     found = {}
     for doc in yaml.safe_load_all(Path(path).read_text()):
-        for entry in ((doc or {}).get("spec", {}).get("values") or {}).get("resourceTags") or []:
-            key, _sep, value = entry.partition("=")
-            if "%" not in value:
-                found[key] = value
+        if (doc or {}).get("kind") == "HelmRelease":
+            entries = ((doc.get("spec") or {}).get("values") or {}).get("resourceTags") or []
+            found[doc["metadata"]["name"].removeprefix("ack-")] = [e.partition("=")[::2] for e in entries]
     return found
+
+
+def expand_resource_tags(entries, service, namespace):
+    """The runtime's expansion (aws-controllers-k8s/runtime pkg/runtime/tags.go ACKResourceTagFormats):
+    %CONTROLLER_SERVICE% is the service alias, %K8S_NAMESPACE% the object's namespace. A tag whose value keeps
+    another placeholder (%CONTROLLER_VERSION% is the image's git version, not known here) is left out."""
+    tags = {}
+    for key, value in entries:
+        value = value.replace("%CONTROLLER_SERVICE%", service).replace("%K8S_NAMESPACE%", namespace)
+        if "%" not in value:
+            tags[key] = value
+    return tags
 
 
 class Ack:
@@ -539,6 +550,7 @@ class Ack:
         self.endpoint = endpoint
         self.default_region = default_region
         self.resource_tags = resource_tags_from_tree() if resource_tags is None else dict(resource_tags)
+        self._obj = None  # the object being created, for the tags of its controller
         self.records = {}  # (kind, namespace, name) -> Record
         self.lock = threading.Lock()
         self.handlers = {
@@ -573,6 +585,7 @@ class Ack:
         with self.lock:
             if key not in self.records:
                 record = Record(self.region_of(obj))
+                self._obj = obj
                 self.handlers[obj["kind"]][0](obj, record)
                 self.records[key] = record
             return self.records[key]
@@ -590,8 +603,12 @@ class Ack:
             found |= record.items()
         return found
 
+    def _controller_tags(self):
+        service = self._obj["apiVersion"].split(".", 1)[0]
+        return expand_resource_tags(self.resource_tags.get(service, []), service, self._obj["metadata"]["namespace"])
+
     def _tags(self, spec, key="tags"):
-        return _ack_tags(spec.get(key), self.resource_tags)
+        return _ack_tags(spec.get(key), self._controller_tags())
 
     # s3
     def _bucket(self, obj, record):
@@ -630,7 +647,7 @@ class Ack:
             )
         if (spec.get("versioning") or {}).get("status"):
             s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": spec["versioning"]["status"]})
-        tags = _ack_tags((spec.get("tagging") or {}).get("tagSet"), self.resource_tags)
+        tags = _ack_tags((spec.get("tagging") or {}).get("tagSet"), self._controller_tags())
         s3.put_bucket_tagging(Bucket=name, Tagging={"TagSet": _tag_list(tags)})
         record.primary = record.add("s3-bucket", name)
 
@@ -802,8 +819,11 @@ ACK_ORDER = ("Policy", "Role", "User", "Bucket", "VPC", "Subnet", "SecurityGroup
 class AckController:
     """Reconciles the ACK objects of every emulated cluster against ``Ack`` (a flux_world.World controller).
 
-    An object gets status.ackResourceMetadata and the ACK.ResourceSynced condition once its AWS resource
-    exists; one whose reference is not synced yet gets ACK.ResourceSynced False with the reason."""
+    An object gets the finalizer ``finalizers.<service>.services.k8s.aws/<Kind>`` (s3-controller v1.10.0
+    pkg/resource/bucket/descriptor.go FinalizerString; the other controllers come from the same generator),
+    status.ackResourceMetadata and the ACK.ResourceSynced condition once its AWS resource exists; one whose
+    reference is not synced yet gets ACK.ResourceSynced False with the reason. Deleting an object deletes its
+    AWS resource (the tree's deletionPolicy: delete), then the finalizer goes."""
 
     def __init__(self, world, ack):
         self.ack = ack
@@ -816,9 +836,15 @@ class AckController:
             if (group, plural_of(group, kind)) not in api.resources:
                 continue
             for obj in api.list(f"{group}/v1alpha1", kind):
+                finalizer = f"finalizers.{group}/{kind}"
+                finalizers = obj["metadata"].get("finalizers") or []
                 if obj["metadata"].get("deletionTimestamp"):
-                    self.ack.delete(obj)
+                    if finalizer in finalizers:
+                        self.ack.delete(obj)
+                        self._finalizers(api, obj, [f for f in finalizers if f != finalizer])
                     continue
+                if finalizer not in finalizers:
+                    obj = self._finalizers(api, obj, finalizers + [finalizer])
                 synced = (obj.get("status") or {}).get("ackResourceMetadata")
                 if synced:
                     continue
@@ -828,6 +854,19 @@ class AckController:
                     self._status(api, obj, "False", str(exc))
                     continue
                 self._status(api, obj, "True", "Resource synced successfully", record)
+
+    @staticmethod
+    def _finalizers(api, obj, finalizers):
+        res = api.resource_for(obj["apiVersion"], obj["kind"])
+        return api.patch(
+            res,
+            obj["metadata"]["namespace"],
+            obj["metadata"]["name"],
+            "merge",
+            {"metadata": {"finalizers": finalizers or None}},
+            None,
+            "ack",
+        )
 
     @staticmethod
     def _status(api, obj, value, message, record=None):
