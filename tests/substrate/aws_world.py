@@ -130,6 +130,23 @@ ACK_KINDS = (
 )
 
 
+# What each ACK chart of mgmt/aws/ack-controllers installs (install.crds CreateReplace): its service's CRDs, by
+# chart as flux_world.CHART_CRDS names it. The runtime's shared CRDs (AdoptedResource, FieldExport) have no
+# vendored schema (schemas/crds/services.k8s.aws is empty), so they are not installed.
+ACK_CHART_BUNDLES = {
+    f"ack-{service}": [(f"{service}.services.k8s.aws", None)] for service in ("s3", "rds", "iam", "ec2")
+}
+
+
+def register_ack_charts(monkeypatch):
+    """Make the emulated helm-controller install the ACK charts' CRDs (for this test only)."""
+    from tests.substrate import flux_world, strict_api
+
+    for chart, groups in ACK_CHART_BUNDLES.items():
+        monkeypatch.setitem(strict_api.CRD_BUNDLES, chart, groups)
+        monkeypatch.setitem(flux_world.CHART_CRDS, chart, (chart,))
+
+
 def install_crds(api, kinds):
     """Create the CRDs of (group, kind) pairs from the vendored schemas, as a provider or chart would."""
     for group, kind in kinds:
