@@ -130,11 +130,12 @@ ACK_KINDS = (
 )
 
 
-# What each ACK chart of mgmt/aws/ack-controllers installs (install.crds CreateReplace): its service's CRDs, by
-# chart as flux_world.CHART_CRDS names it. The runtime's shared CRDs (AdoptedResource, FieldExport) have no
-# vendored schema (schemas/crds/services.k8s.aws is empty), so they are not installed.
+# What each ACK chart of mgmt/aws/ack-controllers installs (install.crds CreateReplace): its service's CRDs and
+# the runtime's shared ones (AdoptedResource, FieldExport, IAMRoleSelector), by chart as flux_world.CHART_CRDS
+# names it.
 ACK_CHART_BUNDLES = {
-    f"ack-{service}": [(f"{service}.services.k8s.aws", None)] for service in ("s3", "rds", "iam", "ec2")
+    f"ack-{service}": [(f"{service}.services.k8s.aws", None), ("services.k8s.aws", None)]
+    for service in ("s3", "rds", "iam", "ec2")
 }
 
 
