@@ -19,6 +19,8 @@
   reason it is not yet), ``status(role)`` (the status fields its contract reports for role
   "infrastructure" or "control-plane") and optionally ``crds`` ({(provider kind, name): callable(api)}
   installing its provider's CRDs). tests/substrate/aws_world.Capa is one.
+  A paused Cluster (spec.paused) is left alone; a Cluster that moved to another management cluster
+  (clusterctl move) keeps its API server there (the new management cluster adopts it).
 - A ClusterResourceSet applies the manifests of its ConfigMaps into every matching provisioned cluster.
 - A HelmChartProxy (CAAPH) "installs" its chart into every matching provisioned cluster: the
   release namespace, and the CRDs the chart ships (flux_world.CHART_CRDS); it records a
@@ -89,6 +91,9 @@ class CapiController:
             k: v for p in self.infrastructure.values() for k, v in (getattr(p, "crds", None) or {}).items()
         }
         self.workloads = {}  # (mgmt url, namespace, cluster) -> emulator
+        # Infrastructure hooks (lifecycle.py: CAPD's containers): called as (mgmt api, Cluster, workload emulator).
+        self.on_provisioned = None
+        self.on_deleted = None
         world.controllers.append(self)
 
     @staticmethod
@@ -157,9 +162,13 @@ class CapiController:
     def cluster(self, api, obj):
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         key = (api.url, ns, name)
+        spec = obj.get("spec") or {}
+        if spec.get("paused"):
+            return  # CAPI reconciles nothing of a paused Cluster (clusterctl move pauses them)
         if obj["metadata"].get("deletionTimestamp"):
             return self._delete_cluster(api, obj, key)
-        spec = obj.get("spec") or {}
+        if key not in self.workloads:
+            self._adopt(api, ns, name, key)
         infra = self._ref(api, ns, spec.get("infrastructureRef"))
         control_plane = self._ref(api, ns, spec.get("controlPlaneRef"))
         if infra is None or control_plane is None:
@@ -192,6 +201,8 @@ class CapiController:
         if workload is None:
             workload = self.workloads[key] = self.spawn(name)
             self.world.add_cluster(workload)
+            if self.on_provisioned:
+                self.on_provisioned(api, obj, workload)
         secret_name = f"{name}-kubeconfig"
         config = yaml.safe_dump(workload.kubeconfig(context=f"{name}-admin@{name}", cluster=name, user=f"{name}-admin"))
         secret = {
@@ -227,6 +238,15 @@ class CapiController:
             fields = {"initialization": {initialized: True}} if v1beta2 else {"ready": True}
             self._patch_status(api, ref_obj, plugin.status(role) if plugin else fields)
         self._cluster_status(api, obj, "Provisioned", True, "provisioned (emulated)")
+
+    def _adopt(self, api, ns, name, key):
+        """A Cluster moved here (clusterctl move): its infrastructure is the one its old management cluster
+        built, which no longer lists it; the providers on this side adopt it instead of building another."""
+        for old in [k for k in self.workloads if k[1:] == (ns, name) and k[0] != api.url]:
+            source = self.world.clusters.get(old[0])
+            if source is None or not source.exists(CLUSTER_API, "Cluster", name, ns):
+                self.workloads[key] = self.workloads.pop(old)
+                return
 
     def _patch_status(self, api, obj, fields):
         res = api.resource_for(obj["apiVersion"], obj["kind"])
@@ -288,7 +308,10 @@ class CapiController:
         workload = self.workloads.pop(key, None)
         if workload is not None:
             self.world.clusters.pop(workload.url, None)
-            workload.stop()
+            if self.on_deleted:
+                self.on_deleted(api, obj, workload)
+            else:
+                workload.stop()
         res = api.resource_for(obj["apiVersion"], obj["kind"])
         api.patch(
             res,
