@@ -517,3 +517,53 @@ def test_capa_deletes_a_cluster_only_while_it_runs_and_ack_deletes_with_its_obje
     env.world.settle()
     assert bucket not in inventory(env.moto)
     assert not env.kind.exists("s3.services.k8s.aws/v1alpha1", "Bucket", "krops-eu-west-1-workload-data", "default")
+
+
+@pytest.mark.skip(
+    reason="blocked in the emulated Flux (tests/substrate/flux_world.py, the e2e-local helper's): it does not "
+    "decrypt SOPS (Kustomization spec.decryption provider sops), so capa-system, ack-controllers and konflate "
+    "fail with '.sops: field not declared in schema' and the bootstrap's flux_handoff times out (6 of 13 "
+    "Kustomizations Ready; seen with the harness at 0fd5cec). Next in line: render.substitute turns the RFC 3339 "
+    "KROPS_EXPIRES_AT into a datetime (the strict xfail above), which the AWSManagedControlPlanes' schema rejects"
+)
+def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
+    """ansible-playbook -i inventories/aws playbooks/aws.yml (bootstrap and pivot), then --tags teardown --check
+    and --tags teardown, on the lifecycle host with aws_world's CAPA and ACK. It ran up to the handoff (the
+    skip reason); what follows the bootstrap has not run yet."""
+    import shutil
+
+    from tests.substrate.lifecycle import emulated_world
+
+    aws_world.register_ack_charts(monkeypatch)
+    with emulated_world(
+        tmp_path / "host",
+        environment="aws",
+        git_checkouts={"https://github.com/krops/krops": str(REPO)},
+        env={"GITHUB_TOKEN": "ghp_test", "AWS_ENDPOINT_URL": moto},
+    ) as host:
+        capa = Capa(moto)
+        host.capi.infrastructure["AWSManagedCluster"] = capa
+        host.capi.installers.update(capa.crds)
+        ack = Ack(moto)
+        AckController(host.world, ack)
+        key = host.home / ".config" / "krops" / "age.agekey"
+        key.parent.mkdir(parents=True)
+        shutil.copy(REPO / "tests" / "integration" / "fixtures" / "aws-sops-test.agekey", key)
+        # GitHub's API is not reachable from here; moto serves only the default Elastic IP quota (5, no
+        # increase), and the tree needs 6 in eu-north-1: a real account needs the increase preflight names
+        skip_checks = json.dumps({"preflight_check_git": False, "preflight_check_aws_quota": False})
+        playbook, inventory_dir = REPO / "playbooks" / "aws.yml", REPO / "inventories" / "aws"
+        rc, out, err = host.playbook(playbook, "-e", skip_checks, inventory=inventory_dir)
+        assert rc == 0, (failed(out), err[-3000:])
+        decoys = seed_decoys(moto, capa)
+        created = capa.created() | ack.created()
+        before = inventory(moto)
+        rc, out, err = host.playbook(playbook, "--tags", "teardown", "--check", inventory=inventory_dir)
+        assert rc == 0, (failed(out), err[-3000:])
+        assert inventory(moto) == before
+        rc, out, err = host.playbook(playbook, "--tags", "teardown", inventory=inventory_dir)
+        assert rc == 0, (failed(out), err[-3000:])
+        after = inventory(moto)
+        assert not created & after, sorted(created & after)
+        assert decoys <= after, sorted(decoys - after)
+        assert host.leftovers()["kind_clusters"] == []
