@@ -34,13 +34,15 @@ and tagged as CAPA names and tags them (kubernetes-sigs/cluster-api-provider-aws
 
 CAPA creates no load balancer for an EKS control plane (reconcileNormal has no ELB step); load
 balancers and EBS volumes come from inside the cluster. ``Capa.workload_leftovers`` plays those: the
-cloud provider's load balancer for a Service and the EBS CSI driver's volume for a PersistentVolume,
-both tagged ``kubernetes.io/cluster/<EKS name>=owned`` (docs/ownership.md names the sources). CAPA
+cloud provider's load balancer for a Service (tagged ``kubernetes.io/service-name=<ns>/<name>``, the
+cloud-provider-aws TagNameKubernetesService, plus the owned cluster key) and the EBS CSI driver's volume
+for a PersistentVolume, both tagged ``kubernetes.io/cluster/<EKS name>=owned`` (docs/ownership.md). CAPA
 does not delete them with the cluster (its ExternalResourceGC feature is off by default), so only the
 sweep can.
 
-Deleting a Cluster deletes its infrastructure in CAPA's reverse order (reconcileDelete): node groups
-and their roles, the EKS cluster, the control plane role, the security groups, then the network
+Deleting a Cluster deletes its infrastructure in CAPA's reverse order (reconcileDelete; pkg/cloud/
+services/eks/eks.go DeleteControlPlane): node groups and their roles, the EKS cluster, the control
+plane role, the security groups, then the network
 (NAT gateways, elastic IPs, route tables, internet gateway, subnets, VPC). CAPA acts only while its
 InfrastructureProvider object exists (teardown deletes the providers "so nothing recreates cloud
 resources"), creates once and does not repair drift.
@@ -455,12 +457,14 @@ class Capa:
         for item in record.ids.get("eks-nodegroup", []):
             cluster, nodegroup = item.split("/", 1)
             eks.delete_nodegroup(clusterName=cluster, nodegroupName=nodegroup)
-        for role in record.ids.get("iam-role", []):
-            for policy in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]:
-                iam.detach_role_policy(RoleName=role, PolicyArn=policy["PolicyArn"])
-            iam.delete_role(RoleName=role)
+        # the node groups' roles go with their pools (roles.go deleteNodegroupIAMRole), the control plane's role
+        # after the EKS cluster (DeleteControlPlane); the control plane role was created first
+        control_plane_role, *node_roles = record.ids.get("iam-role", [])
+        for role in node_roles:
+            self._delete_role(iam, role)
         for cluster in record.ids.get("eks-cluster", []):
             eks.delete_cluster(name=cluster)
+        self._delete_role(iam, control_plane_role)
         vpc = record.ids["vpc"][0]
         for group in ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]:
             if group["GroupName"] != "default":
@@ -488,6 +492,12 @@ class Capa:
         for subnet in record.ids.get("subnet", []):
             ec2.delete_subnet(SubnetId=subnet)
         ec2.delete_vpc(VpcId=vpc)
+
+    @staticmethod
+    def _delete_role(iam, role):
+        for policy in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]:
+            iam.detach_role_policy(RoleName=role, PolicyArn=policy["PolicyArn"])
+        iam.delete_role(RoleName=role)
 
     def workload_leftovers(self, record, service="podinfo/podinfo", claim="data-0"):
         """What runs inside the cluster leaves in AWS, tagged for the EKS cluster: a Service's load balancer
