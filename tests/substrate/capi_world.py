@@ -14,6 +14,11 @@
   v1beta2 status (phase Provisioned, initialization, conditions Available/InfrastructureReady/
   ControlPlaneInitialized). Deleting the Cluster deletes its infrastructure, control plane,
   MachineDeployments and kubeconfig Secret, stops its API server, then drops the finalizer.
+- Infrastructure providers plug in by infrastructureRef kind (``infrastructure``): an object with
+  ``provision(api, cluster, infra, control_plane)`` and ``delete(...)`` (each None when done, else the
+  reason it is not yet), ``status(role)`` (the status fields its contract reports for role
+  "infrastructure" or "control-plane") and optionally ``crds`` ({(provider kind, name): callable(api)}
+  installing its provider's CRDs). tests/substrate/aws_world.Capa is one.
   A paused Cluster (spec.paused) is left alone; a Cluster that moved to another management cluster
   (clusterctl move) keeps its API server there (the new management cluster adopts it).
 - A ClusterResourceSet applies the manifests of its ConfigMaps into every matching provisioned cluster.
@@ -78,9 +83,13 @@ def _matches(selector, labels):
 class CapiController:
     """Provider operator, CAPI core with CAPD/kubeadm, ClusterResourceSet and CAAPH, emulated."""
 
-    def __init__(self, world, spawn=None):
+    def __init__(self, world, spawn=None, infrastructure=None):
         self.world = world
         self.spawn = spawn or self._spawn
+        self.infrastructure = dict(infrastructure or {})  # infrastructureRef kind -> provider plug-in
+        self.installers = {
+            k: v for p in self.infrastructure.values() for k, v in (getattr(p, "crds", None) or {}).items()
+        }
         self.workloads = {}  # (mgmt url, namespace, cluster) -> emulator
         # Infrastructure hooks (lifecycle.py: CAPD's containers): called as (mgmt api, Cluster, workload emulator).
         self.on_provisioned = None
@@ -109,7 +118,7 @@ class CapiController:
     # ---- providers ----------------------------------------------------------------------
     def provider(self, api, obj):
         kind, name = obj["kind"], obj["metadata"]["name"]
-        bundles = PROVIDER_CRDS.get((kind, name))
+        bundles = PROVIDER_CRDS.get((kind, name)) or self.installers.get((kind, name))
         if bundles is None:
             set_status(
                 api,
@@ -126,7 +135,7 @@ class CapiController:
             if not any(is_ready(c) for c in cores):
                 set_status(api, obj, False, "WaitingForCoreProviderReady", "waiting for the core provider to install")
                 return
-        api.install_bundle(*bundles)
+        bundles(api) if callable(bundles) else api.install_bundle(*bundles)
         set_status(
             api,
             obj,
@@ -172,6 +181,11 @@ class CapiController:
                 "{} {}/{} does not exist yet".format(missing, ns, (spec.get(missing) or {}).get("name")),
             )
             return
+        plugin = self.infrastructure.get((spec.get("infrastructureRef") or {}).get("kind"))
+        waiting = plugin and plugin.provision(api, obj, infra, control_plane)
+        if waiting:
+            self._cluster_status(api, obj, "Provisioning", False, waiting)
+            return
         if FINALIZER not in (obj["metadata"].get("finalizers") or []):
             res = api.resource_for(obj["apiVersion"], obj["kind"])
             api.patch(
@@ -216,9 +230,13 @@ class CapiController:
         api.patch(res, ns, secret_name, "apply", secret, None, MANAGER, "Strict", True)
         # The v1beta2 contract: status.initialization.provisioned (infrastructure) and
         # .controlPlaneInitialized (control plane); v1beta1 providers report status.ready.
-        for ref_obj, initialized in ((infra, "provisioned"), (control_plane, "controlPlaneInitialized")):
+        for ref_obj, initialized, role in (
+            (infra, "provisioned", "infrastructure"),
+            (control_plane, "controlPlaneInitialized", "control-plane"),
+        ):
             v1beta2 = ref_obj["apiVersion"].endswith("/v1beta2")
-            self._patch_status(api, ref_obj, {"initialization": {initialized: True}} if v1beta2 else {"ready": True})
+            fields = {"initialization": {initialized: True}} if v1beta2 else {"ready": True}
+            self._patch_status(api, ref_obj, plugin.status(role) if plugin else fields)
         self._cluster_status(api, obj, "Provisioned", True, "provisioned (emulated)")
 
     def _adopt(self, api, ns, name, key):
@@ -272,6 +290,11 @@ class CapiController:
     def _delete_cluster(self, api, obj, key):
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         spec = obj.get("spec") or {}
+        plugin = self.infrastructure.get((spec.get("infrastructureRef") or {}).get("kind"))
+        if plugin and plugin.delete(
+            api, obj, self._ref(api, ns, spec.get("infrastructureRef")), self._ref(api, ns, spec.get("controlPlaneRef"))
+        ):
+            return  # the provider has not deleted the infrastructure yet: the finalizer stays
         for ref in (spec.get("controlPlaneRef"), spec.get("infrastructureRef")):
             found = self._ref(api, ns, ref)
             if found is not None:

@@ -1,0 +1,569 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The aws scenario of the emulated lifecycle (issue 15): CAPA, ACK and the sweep against moto.
+
+The kind cluster is a StrictKubeEmulator holding what a bootstrap of the aws environment leaves on it:
+the Flux Kustomizations, the CAPI operator's provider objects, the bootstrap secrets, the kind marker
+and the real tree's Clusters (mgmt/aws/aws-managed-clusters) and ACK objects (mgmt/aws/
+workload-resources, mgmt/aws/aws-global-iam), postBuild-substituted as Flux would. A background
+world reconciles them: tests/substrate/capi_world.CapiController with tests/substrate/aws_world.Capa
+creates in moto what CAPA creates for each EKS cluster, aws_world.AckController what the ACK
+controllers create; workload leftovers (a Service's load balancer, a PersistentVolume's EBS volume)
+are added as the in-cluster controllers would. Decoys that look like ours are seeded beforehand.
+
+Then the teardown runs as a user runs it: ``ansible-playbook -i inventories/aws playbooks/aws.yml
+--tags teardown --check`` (prints the full plan, changes nothing), then without --check. Deleting the
+workload Clusters makes CAPA delete their infrastructure; the sweep removes the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from tests.integration.test_aws_sweep_world import ASSUME, CAPA, CCM, STACK, normalise, vpc_defaults
+from tests.integration.test_teardown_aws_role import KIND, PROVIDER_API, PROVIDERS, SECRETS, failed, ran, release
+from tests.integration.test_teardown_kube import CLUSTER, KS, make_ks
+from tests.substrate import aws_world
+from tests.substrate.aws_world import ACCOUNT, ACK_KINDS, Ack, AckController, Capa, clients, inventory
+from tests.substrate.capi_world import CapiController
+from tests.substrate.fixtures import REPO
+from tests.substrate.flux_world import World, ssa_apply
+from tests.substrate.krops_marks import make_kind_marker
+
+pytestmark = pytest.mark.slow
+
+MGMT = "eu-north-1-management"
+STACK_NAME = "cluster-api-provider-aws-sigs-k8s-io"
+WORKLOADS = ("eu-north-1-workload", "eu-west-1-workload")
+TREE = (
+    "mgmt/aws/aws-managed-clusters/eu-north-1",
+    "mgmt/aws/aws-managed-clusters/eu-west-1",
+    "mgmt/aws/workload-resources",
+    "mgmt/aws/aws-global-iam",
+)
+RUN = {
+    "AWS_ACCOUNT_ID": ACCOUNT,
+    "KROPS_RUN_ID": "e2e-1",
+    "KROPS_REVISION": "main@sha1:" + "a" * 40,
+    "KROPS_EXPIRES_AT": "2026-12-02T00:00:00Z",
+    "KROPS_RUN_KIND": "ci",
+}
+# The waits of the role, scaled down (CLUSTER_DELETE_TIMEOUT is the role's cluster-delete-timeout).
+TIMEOUT = "120s"
+# A second aws environment in the same account, with a live management cluster: it names the
+# account-global reader user (the top-level [teardown] global-iam-users) and the clusterawsadm stack.
+STAGING = """
+[environments.aws-staging]
+kind = "aws"
+mgmt-region = "eu-north-1"
+sync = "git"
+sync-path = "mgmt/aws"
+mgmt-cluster = "eu-north-1-management-staging"
+mgmt-ready-timeout = "40m"
+infra-provider-namespace = "capa-system"
+infra-provider-name = "aws"
+
+[environments.aws-staging.teardown]
+mgmt-eks-cluster-name = "default_eu-north-1-management-staging-control-plane"
+"""
+
+
+def _namespace(api, name):
+    if not api.exists("v1", "Namespace", name):
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+def _bootstrapped(kind):
+    """What bootstrap leaves on the kind cluster besides the tree: Flux, providers, secrets, marker."""
+    for name in ("flux-system", "capi-system", "capa-system", "caaph-system", "default"):
+        _namespace(kind, name)
+    make_ks(kind, "flux-system")
+    make_ks(kind, "clusters")
+    make_kind_marker(kind, "aws")
+    for provider_kind, namespace, name in PROVIDERS:
+        kind.create(
+            {
+                "apiVersion": PROVIDER_API,
+                "kind": provider_kind,
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"version": "v2.11.1" if name == "aws" else "v1.13.5"},
+            }
+        )
+    for name in SECRETS:
+        kind.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": "flux-system"},
+                "type": "Opaque",
+                "data": {"x": "eA=="},
+            }
+        )
+    kind.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "krops-run", "namespace": "flux-system"},
+            "data": {k: v for k, v in RUN.items() if k.startswith("KROPS_")},
+        }
+    )
+
+
+def seed_decoys(endpoint, capa):
+    """Look-alikes in the same account that the teardown must leave: (region, type, id) of each."""
+    north, west = clients(endpoint, "eu-north-1"), clients(endpoint, "eu-west-1")
+    decoys = set()
+    iam = north("iam")
+    # other clusters' IAM roles whose names extend ours (issue 9), one tagged for its own cluster
+    for role, tags in (
+        ("eu-north-1-workload-2-nodes", {CCM % "eu-north-1-workload-2": "owned"}),
+        ("eu-west-1-workload-blue-nodes", {CCM % "default_eu-west-1-workload-blue-control-plane": "owned"}),
+        ("eu-north-1-management-staging-controllers", {"krops.io/environment": "aws-staging"}),
+        ("eu-north-1-workload-iam-service-role-old", {}),
+        ("krops-eu-north-1-workload-reader-2", {}),
+    ):
+        iam.create_role(RoleName=role, AssumeRolePolicyDocument=ASSUME, Tags=aws_world._tag_list(tags))
+        decoys.add(("global", "iam-role", role))
+    # a VPC of a cluster whose name extends ours, one of another environment, with a subnet each
+    for ec2, region, tags, cidr in (
+        (north("ec2"), "eu-north-1", {CAPA % "eu-north-1-workload-2": "owned"}, "172.20.0.0/16"),
+        (west("ec2"), "eu-west-1", {"krops.io/environment": "aws-staging"}, "172.21.0.0/16"),
+        (west("ec2"), "eu-west-1", {CCM % "eu-west-1-workload": "shared"}, "172.22.0.0/16"),
+    ):
+        vpc = ec2.create_vpc(CidrBlock=cidr, TagSpecifications=aws_world._spec("vpc", tags))["Vpc"]["VpcId"]
+        subnet = ec2.create_subnet(
+            VpcId=vpc, CidrBlock=cidr.replace("0.0/16", "1.0/24"), TagSpecifications=aws_world._spec("subnet", tags)
+        )["Subnet"]["SubnetId"]
+        decoys |= {(region, "vpc", vpc), (region, "subnet", subnet)}
+        decoys |= {
+            (region, t, i)
+            for t, i in [("route-table", r["RouteTableId"]) for r in _main_tables(ec2, vpc)]
+            + [("security-group", g["GroupId"]) for g in _default_groups(ec2, vpc)]
+        }
+        if region == "eu-north-1":
+            lb = north("elbv2").create_load_balancer(
+                Name="eu-north-1-workload-2-svc",
+                Subnets=[subnet],
+                Type="network",
+                Tags=aws_world._tag_list({CCM % "default_eu-north-1-workload-2-control-plane": "owned"}),
+            )["LoadBalancers"][0]["LoadBalancerArn"]
+            decoys.add((region, "elbv2-load-balancer", lb))
+    # volumes of another cluster and of another environment
+    for tags in (
+        {CCM % "default_eu-north-1-workload-2-control-plane": "owned"},
+        {"krops.io/environment": "aws-staging"},
+        {CCM % "eu-north-1-workload": "shared"},
+    ):
+        volume = north("ec2").create_volume(
+            Size=1, AvailabilityZone="eu-north-1a", TagSpecifications=aws_world._spec("volume", tags)
+        )["VolumeId"]
+        decoys.add(("eu-north-1", "ebs-volume", volume))
+    # a bucket whose name extends ours
+    bucket = f"krops-{ACCOUNT}-eu-north-1-workload-data-2"
+    north("s3").create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "eu-north-1"})
+    decoys.add(("bucket", "s3-bucket", bucket))
+    return decoys
+
+
+def _main_tables(ec2, vpc):
+    return ec2.describe_route_tables(
+        Filters=[{"Name": "vpc-id", "Values": [vpc]}, {"Name": "association.main", "Values": ["true"]}]
+    )["RouteTables"]
+
+
+def _default_groups(ec2, vpc):
+    return ec2.describe_security_groups(
+        Filters=[{"Name": "vpc-id", "Values": [vpc]}, {"Name": "group-name", "Values": ["default"]}]
+    )["SecurityGroups"]
+
+
+def staging_cluster(endpoint, capa):
+    """The live management cluster of aws-staging, built by CAPA as for any Cluster: (region, type, id)."""
+    cluster = {"metadata": {"name": "eu-north-1-management-staging", "namespace": "default"}}
+    control_plane = {
+        "metadata": {"name": "eu-north-1-management-staging-control-plane", "namespace": "default"},
+        "spec": {
+            "region": "eu-north-1",
+            "eksClusterName": "default_eu-north-1-management-staging-control-plane",
+            "network": {"vpc": {"cidrBlock": "10.90.0.0/16"}},
+            "additionalTags": {"krops.io/environment": "aws-staging"},
+        },
+    }
+    return capa.create(cluster, control_plane, []).items()
+
+
+class AwsEnvironment:
+    """The kind emulator, the reconciling world and moto, as a bootstrap of the aws environment leaves them."""
+
+    def __init__(self, kind, moto, spawn):
+        self.kind, self.moto = kind, moto
+        self.world = World()
+        self.world.add_cluster(kind)
+        self.capa = Capa(moto)
+        self.ack = Ack(moto)
+        self.capi = CapiController(self.world, spawn=spawn, infrastructure={"AWSManagedCluster": self.capa})
+        AckController(self.world, self.ack)
+        aws_world.install_crds(kind, ACK_KINDS)  # the ACK charts' CRDs (install.crds: CreateReplace)
+        _bootstrapped(kind)
+        self.world.settle()  # the providers Ready, CAPA's CRDs installed
+        for obj in aws_world.tree_objects(TREE, RUN):
+            ssa_apply(kind, obj, "kustomize-controller")
+        self.world.settle()
+        self.leftovers = set()
+        for key in [("default", MGMT), ("default", WORKLOADS[0])]:
+            self.leftovers |= self.capa.workload_leftovers(self.capa.records[key])
+
+    def created(self):
+        return self.capa.created() | self.ack.created() | self.leftovers
+
+
+@pytest.fixture
+def aws_env(strict_cluster, moto, fake_bins):
+    kind = strict_cluster("kind-mgmt", bundles=("flux", "capi-operator", "cluster-api", "helm-addon"))
+    env = AwsEnvironment(kind, moto, lambda name: strict_cluster(f"workload-{name}"))
+    fake_bins.install("kind", KIND.format(python=sys.executable, url=kind.url))
+    fake_bins.answer("helm", "get values", stdout="null\n")
+    fake_bins.answer("helm", "--filter flux-operator", stdout=release("flux-operator"))
+    fake_bins.answer("helm", "--filter flux", stdout=release("flux"))
+    return env
+
+
+def run_teardown(ansible_playbook, env, fake_bins, tmp_path, *args, config=None):
+    extra = {
+        "teardown_kind_kubeconfig": str(env.kind.kubeconfig_path),
+        "teardown_mgmt_kubeconfig": str(tmp_path / "no-mgmt.yaml"),
+        "teardown_aws_endpoint_url": env.moto,
+        "teardown_host_timeout": 5,
+    }
+    return ansible_playbook(
+        REPO / "playbooks" / "aws.yml",
+        "--tags",
+        "teardown",
+        "-e",
+        json.dumps(extra),
+        *args,
+        inventory=REPO / "inventories" / "aws",
+        env={
+            "PATH": fake_bins.path_env,
+            "HOME": str(tmp_path),
+            "BOOTSTRAP_CONFIG": str(config or REPO / "bootstrap.toml"),
+            "CLUSTER_DELETE_TIMEOUT": TIMEOUT,
+        },
+    )
+
+
+def _specs(api):
+    return {
+        (o["kind"], o["metadata"]["name"]): o.get("spec")
+        for k in (CLUSTER, KS, (PROVIDER_API, "InfrastructureProvider"))
+        for o in api.list(*k)
+    }
+
+
+def test_the_world_builds_in_moto_what_capa_and_ack_build(aws_env):
+    """CAPA's and ACK's resources exist in moto, named and tagged as they name and tag them."""
+    env = aws_env
+    made = inventory(env.moto)
+    assert env.created() <= made, env.created() - made
+    north = clients(env.moto, "eu-north-1")
+    eks = north("eks").describe_cluster(name="default_eu-north-1-workload-control-plane")["cluster"]
+    assert eks["tags"][CAPA % "default_eu-north-1-workload-control-plane"] == "owned"
+    assert eks["tags"][CCM % "default_eu-north-1-workload-control-plane"] == "owned"
+    assert eks["tags"]["krops.io/environment"] == "aws" and eks["tags"]["krops.io/run-id"] == "e2e-1"
+    assert eks["roleArn"].endswith(":role/eu-north-1-workload-iam-service-role")
+    vpcs = north("ec2").describe_vpcs(Filters=[{"Name": "tag:Name", "Values": ["eu-north-1-workload-vpc"]}])["Vpcs"]
+    [vpc] = vpcs
+    tags = {t["Key"]: t["Value"] for t in vpc["Tags"]}
+    assert tags[CAPA % "eu-north-1-workload"] == "owned" and tags[aws_world.CAPA_ROLE] == "common"
+    assert vpc["CidrBlock"] == "10.20.0.0/16"
+    subnets = north("ec2").describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])["Subnets"]
+    names = sorted(next(t["Value"] for t in s["Tags"] if t["Key"] == "Name") for s in subnets)
+    assert names == [
+        f"eu-north-1-workload-subnet-{role}-eu-north-1{z}" for role in ("private", "public") for z in "abc"
+    ]
+    cidrs = sorted(s["CidrBlock"] for s in subnets)
+    assert cidrs == sorted(
+        ["10.20.64.0/18", "10.20.128.0/18", "10.20.192.0/18", "10.20.0.0/20", "10.20.16.0/20", "10.20.32.0/20"]
+    )
+    # node groups: the tree's pools, each with its own role named by GenerateEKSName
+    pools = north("eks").list_nodegroups(clusterName="default_eu-north-1-workload-control-plane")["nodegroups"]
+    assert sorted(pools) == ["eu-north-1-workload-arm", "eu-north-1-workload-gpu", "eu-north-1-workload-x86"]
+    role = aws_world.nodegroup_role_name("default_eu-north-1-workload-control-plane", "eu-north-1-workload-x86")
+    assert role.startswith("capa_") and len(role) == 32
+    role_tags = {t["Key"]: t["Value"] for t in north("iam").list_role_tags(RoleName=role)["Tags"]}
+    assert role_tags[CCM % "default_eu-north-1-workload-control-plane"] == "owned"
+    # ACK: spec.tags plus the controllers' literal resourceTags
+    bucket_tags = {
+        t["Key"]: t["Value"]
+        for t in north("s3").get_bucket_tagging(Bucket=f"krops-{ACCOUNT}-eu-north-1-workload-data")["TagSet"]
+    }
+    assert bucket_tags["krops.io/environment"] == "aws" and bucket_tags["krops.io/run-kind"] == "ci"
+    assert bucket_tags["services.k8s.aws/namespace"] == "default"
+    bucket = env.kind.get("s3.services.k8s.aws/v1alpha1", "Bucket", "krops-eu-north-1-workload-data", "default")
+    assert bucket["metadata"]["finalizers"] == ["finalizers.s3.services.k8s.aws/Bucket"]
+    user_tags = {t["Key"]: t["Value"] for t in north("iam").list_user_tags(UserName="krops-reader")["Tags"]}
+    assert user_tags["krops.io/environment"] == "aws"
+    # the Clusters are provisioned, the ACK objects synced
+    for name in (MGMT,) + WORKLOADS:
+        assert env.kind.get(*CLUSTER, name, "default")["status"]["phase"] == "Provisioned"
+    db = env.kind.get("rds.services.k8s.aws/v1alpha1", "DBInstance", "krops-eu-north-1-workload-db", "default")
+    assert db["status"]["conditions"][0] == {
+        "type": "ACK.ResourceSynced",
+        "status": "True",
+        "message": "Resource synced successfully",
+    }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect in plugins/module_utils/render.substitute: it reads the substituted YAML with PyYAML's "
+    "timestamp resolver, so the RFC 3339 KROPS_EXPIRES_AT that flux_handoff writes becomes a datetime and "
+    "schema validation rejects the tags (additionalTags must be strings); Flux keeps it a string",
+)
+def test_render_substitute_keeps_rfc3339_run_tags_strings():
+    from ansible_collections.krops.platform.plugins.module_utils import render
+
+    [control_plane] = [
+        o
+        for o in aws_world.tree_objects(["mgmt/aws/aws-managed-clusters/eu-north-1"], {})
+        if o["kind"] == "AWSManagedControlPlane" and o["metadata"]["name"].startswith("eu-north-1-workload")
+    ]
+    # what the tree holds before Flux substitutes (the default of the variable kept as Flux would)
+    control_plane["spec"]["additionalTags"]["krops.io/expires-at"] = "${KROPS_EXPIRES_AT:=none}"
+    assert aws_world.flux_substitute(control_plane, RUN)["spec"]["additionalTags"]["krops.io/expires-at"] == (
+        "2026-12-02T00:00:00Z"
+    )
+    substituted = render.substitute(control_plane, RUN)
+    assert substituted["spec"]["additionalTags"]["krops.io/expires-at"] == "2026-12-02T00:00:00Z"
+
+
+def _config(tmp_path):
+    path = tmp_path / "bootstrap.toml"
+    path.write_text((REPO / "bootstrap.toml").read_text() + STAGING)
+    return path
+
+
+PLAN = [
+    "Teardown of aws on the kind cluster (context kind-mgmt) [check mode: nothing is deleted]",
+    "1. suspend every Flux Kustomization and Flux Operator object on the kind cluster",
+    f"2. delete the workload Clusters {', '.join(WORKLOADS)} through the provider and wait ({TIMEOUT})",
+    "3. delete the CAPI providers (add-on, control plane, bootstrap, infrastructure, core) so nothing recreates "
+    "cloud resources",
+    "4. helm uninstall flux and flux-operator in flux-system",
+    "5. delete the bootstrap secrets and run tags in flux-system",
+    "6. remove the aws resources this environment created, the management cluster included (ownership-filtered)",
+    "7. delete the kind cluster mgmt (marker kube-system/krops-bootstrap: environment aws, kind cluster mgmt)",
+]
+
+
+def test_aws_teardown_check_then_real_removes_what_the_run_created_and_keeps_the_decoys(
+    aws_env, moto, fake_bins, ansible_playbook, tmp_path
+):
+    """--check prints the full plan and changes nothing; the real run leaves nothing the run created but the
+    account-global resources another environment with a live cluster still names, and every decoy."""
+    env = aws_env
+    config = _config(tmp_path)
+    decoys = seed_decoys(moto, env.capa) | staging_cluster(moto, env.capa)
+    clients(moto, "eu-north-1")("cloudformation").create_stack(StackName=STACK_NAME, TemplateBody=STACK)
+    decoys.add(("eu-north-1", "cloudformation-stack", STACK_NAME))
+    created = env.created()
+    workloads = set().union(*(env.capa.records[("default", w)].items() for w in WORKLOADS))
+    management = env.capa.records[("default", MGMT)].items()
+    before = inventory(moto)
+    assert created <= before and decoys <= before and not created & decoys
+    defaults = vpc_defaults(moto, created)  # the main route table and default group go with their VPC
+    # the account-global reader user (and the policy ACK attached to it) that aws-staging still names
+    shared = {("global", "iam-user", "krops-reader"), ("global", "iam-policy", "krops-reader-assume")}
+    specs = _specs(env.kind)
+    env.world.start(interval=0.2)
+    try:
+        started = time.monotonic()
+        rc, out, err = run_teardown(ansible_playbook, env, fake_bins, tmp_path, "--check", config=config)
+        check_time = time.monotonic() - started
+        assert rc == 0, (failed(out), err[-3000:])
+        assert ran(out, "Show the teardown plan")["msg"] == PLAN
+        assert ran(out, "Show the Cluster deletions")["teardown_clusters.plan"] == [
+            "suspend Kustomization flux-system/clusters",
+            "suspend Kustomization flux-system/flux-system",
+        ] + [f"delete Cluster default/{w} and wait until it is gone" for w in WORKLOADS]
+        planned = normalise(ran(out, "Show the sweep")["msg"])
+        # RDS's automated snapshots (backupRetentionPeriod 1) carry the instance's tags (copyTagsToSnapshot) and
+        # go with the instance; the plan lists them as a type the sweep cannot delete
+        snapshots = {
+            (r, "unsupported", i)
+            for r, i in _automated_snapshots(moto, ("krops-eu-north-1-workload-db", "krops-eu-west-1-workload-db"))
+        }
+        assert planned == (created - defaults - shared) | snapshots, (
+            sorted(planned - created),
+            sorted(created - defaults - shared - planned),
+        )
+        assert not planned & decoys
+        assert inventory(moto) == before
+        assert _specs(env.kind) == specs
+        assert not [c for c in fake_bins.calls("helm") if "uninstall" in c["argv"]]
+        assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
+
+        started = time.monotonic()
+        rc, out, err = run_teardown(ansible_playbook, env, fake_bins, tmp_path, config=config)
+        real_time = time.monotonic() - started
+        assert rc == 0, (failed(out), err[-3000:])
+    finally:
+        errors = env.world.stop()
+    assert errors == []
+    print(f"aws teardown: --check {check_time:.1f}s, real {real_time:.1f}s")
+
+    # AWS: nothing the run created is left but what aws-staging still names; every decoy survives
+    after = inventory(moto)
+    assert created & after == shared, sorted(created & after)
+    assert decoys <= after, sorted(decoys - after)
+    assert after == before - (created - shared), sorted(after - (before - (created - shared)))
+    sweep = ran(out, "Sweep the workload targets and the management cluster (ownership-filtered)")
+    assert [(k["type"], k["id"], k["reason"]) for k in sweep["kept"]] == [
+        ("iam-user", "krops-reader", f"environment aws-staging in {config} also names it"),
+        ("cloudformation-stack", STACK_NAME, f"environment aws-staging in {config} also names it"),
+    ]
+    # CAPA deleted the workload clusters' infrastructure when their Clusters went; the sweep took the rest
+    deleted = normalise([r for r in sweep["results"] if r["outcome"] == "deleted"])
+    assert not deleted & workloads, sorted(deleted & workloads)
+    assert management - defaults <= deleted
+    assert deleted == created - workloads - defaults - shared, sorted(
+        deleted ^ (created - workloads - defaults - shared)
+    )
+
+    # Kubernetes: the workload Clusters deleted through the provider, the management Cluster kept for the sweep
+    assert [c["metadata"]["name"] for c in env.kind.list(*CLUSTER)] == [MGMT]
+    assert not [1 for k, ns, n in PROVIDERS if env.kind.exists(PROVIDER_API, k, n, ns)]
+    assert not [n for n in SECRETS if env.kind.exists("v1", "Secret", n, "flux-system")]
+    assert all(k["spec"]["suspend"] is True for k in env.kind.list(*KS))
+    kind_deletes = [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
+    assert [(c["argv"], c["clusters_left"]) for c in kind_deletes] == [
+        (["delete", "cluster", "--name", "mgmt", "--kubeconfig", str(env.kind.kubeconfig_path)], [MGMT])
+    ]
+
+
+def _automated_snapshots(endpoint, instances):
+    found = set()
+    for region in ("eu-north-1", "eu-west-1"):
+        rds = clients(endpoint, region)("rds")
+        for snap in rds.describe_db_snapshots(SnapshotType="automated")["DBSnapshots"]:
+            if snap["DBInstanceIdentifier"] in instances:
+                found.add((region, snap["DBSnapshotArn"]))
+    return found
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect in the sweep (plugins/module_utils/aws_sweep.py): no row for IAM customer managed policies, "
+    "and the Resource Groups Tagging API does not cover IAM, so the ACK Policy krops-reader-assume "
+    "(tagged krops.io/environment=aws) outlives the teardown and the run still ends with rc=0 without naming it",
+)
+def test_the_sweep_removes_the_iam_policy_ack_created_for_the_reader_user(run_module, moto, monkeypatch):
+    from ansible_collections.krops.platform.plugins.module_utils import aws_sweep
+    from ansible_collections.krops.platform.plugins.modules import aws_orphan_sweep
+
+    monkeypatch.setattr(
+        aws_sweep, "EXPECTED_SCALE", 0.0
+    )  # moto deletes at once (as tests/integration/test_aws_sweep.py)
+
+    ack = Ack(moto)
+    for obj in aws_world.tree_objects(["mgmt/aws/aws-global-iam"], RUN):
+        ack.apply(obj)
+    created = ack.created()
+    assert created == {("global", "iam-user", "krops-reader"), ("global", "iam-policy", "krops-reader-assume")}
+    result = run_module(
+        aws_orphan_sweep,
+        {"config_file": str(REPO / "bootstrap.toml"), "environment": "aws", "endpoint_url": moto, "wait_timeout": 5},
+    )
+    # the user goes (no other environment names it); the policy the environment's tree declared either goes
+    # too, or the run fails and names it (issue 9: rc=0 means nothing owned is left)
+    left = created & inventory(moto)
+    assert ("global", "iam-user", "krops-reader") not in left
+    assert not left or (result.failed and "krops-reader-assume" in result.get("msg", "")), (sorted(left), result)
+
+
+def test_capa_deletes_a_cluster_only_while_it_runs_and_ack_deletes_with_its_object(aws_env):
+    """No CAPA, no deletion: the Cluster keeps its finalizer and its AWS resources; with CAPA back both go.
+    Deleting an ACK object deletes its AWS resource, then the object."""
+    env = aws_env
+    west = env.capa.records[("default", "eu-west-1-workload")].items()
+    env.kind.remove(PROVIDER_API, "InfrastructureProvider", "aws", "capa-system")
+    env.kind.remove(*CLUSTER, "eu-west-1-workload", "default")
+    env.world.settle()
+    stuck = env.kind.get(*CLUSTER, "eu-west-1-workload", "default")
+    assert stuck["metadata"]["deletionTimestamp"] and stuck["metadata"]["finalizers"] == ["cluster.cluster.x-k8s.io"]
+    assert west <= inventory(env.moto)
+    env.kind.create(
+        {
+            "apiVersion": PROVIDER_API,
+            "kind": "InfrastructureProvider",
+            "metadata": {"name": "aws", "namespace": "capa-system"},
+            "spec": {"version": "v2.11.1"},
+        }
+    )
+    env.world.settle()
+    assert not env.kind.exists(*CLUSTER, "eu-west-1-workload", "default")
+    assert not west & inventory(env.moto), sorted(west & inventory(env.moto))
+    assert not env.kind.exists(
+        "infrastructure.cluster.x-k8s.io/v1beta2", "AWSManagedMachinePool", "eu-west-1-workload-x86", "default"
+    )
+    # ACK: the Bucket object goes only after its bucket
+    bucket = ("bucket", "s3-bucket", f"krops-{ACCOUNT}-eu-west-1-workload-data")
+    assert bucket in inventory(env.moto)
+    env.kind.remove("s3.services.k8s.aws/v1alpha1", "Bucket", "krops-eu-west-1-workload-data", "default")
+    env.world.settle()
+    assert bucket not in inventory(env.moto)
+    assert not env.kind.exists("s3.services.k8s.aws/v1alpha1", "Bucket", "krops-eu-west-1-workload-data", "default")
+
+
+@pytest.mark.skip(
+    reason="blocked in the emulated Flux (tests/substrate/flux_world.py, the e2e-local helper's): it does not "
+    "decrypt SOPS (Kustomization spec.decryption provider sops), so capa-system, ack-controllers and konflate "
+    "fail with '.sops: field not declared in schema' and the bootstrap's flux_handoff times out (6 of 13 "
+    "Kustomizations Ready; seen with the harness at 0fd5cec). Next in line: render.substitute turns the RFC 3339 "
+    "KROPS_EXPIRES_AT into a datetime (the strict xfail above), which the AWSManagedControlPlanes' schema rejects"
+)
+def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
+    """ansible-playbook -i inventories/aws playbooks/aws.yml (bootstrap and pivot), then --tags teardown --check
+    and --tags teardown, on the lifecycle host with aws_world's CAPA and ACK. It ran up to the handoff (the
+    skip reason); what follows the bootstrap has not run yet."""
+    import shutil
+
+    from tests.substrate.lifecycle import emulated_world
+
+    aws_world.register_ack_charts(monkeypatch)
+    with emulated_world(
+        tmp_path / "host",
+        environment="aws",
+        git_checkouts={"https://github.com/krops/krops": str(REPO)},
+        env={"GITHUB_TOKEN": "ghp_test", "AWS_ENDPOINT_URL": moto},
+    ) as host:
+        capa = Capa(moto)
+        host.capi.infrastructure["AWSManagedCluster"] = capa
+        host.capi.installers.update(capa.crds)
+        ack = Ack(moto)
+        AckController(host.world, ack)
+        key = host.home / ".config" / "krops" / "age.agekey"
+        key.parent.mkdir(parents=True)
+        shutil.copy(REPO / "tests" / "integration" / "fixtures" / "aws-sops-test.agekey", key)
+        # GitHub's API is not reachable from here; moto serves only the default Elastic IP quota (5, no
+        # increase), and the tree needs 6 in eu-north-1: a real account needs the increase preflight names
+        skip_checks = json.dumps({"preflight_check_git": False, "preflight_check_aws_quota": False})
+        playbook, inventory_dir = REPO / "playbooks" / "aws.yml", REPO / "inventories" / "aws"
+        rc, out, err = host.playbook(playbook, "-e", skip_checks, inventory=inventory_dir)
+        assert rc == 0, (failed(out), err[-3000:])
+        decoys = seed_decoys(moto, capa)
+        created = capa.created() | ack.created()
+        before = inventory(moto)
+        rc, out, err = host.playbook(playbook, "--tags", "teardown", "--check", inventory=inventory_dir)
+        assert rc == 0, (failed(out), err[-3000:])
+        assert inventory(moto) == before
+        rc, out, err = host.playbook(playbook, "--tags", "teardown", inventory=inventory_dir)
+        assert rc == 0, (failed(out), err[-3000:])
+        after = inventory(moto)
+        assert not created & after, sorted(created & after)
+        assert decoys <= after, sorted(decoys - after)
+        assert host.leftovers()["kind_clusters"] == []

@@ -1,0 +1,956 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""CAPA and ACK for the emulated world, acting on moto (tests/substrate/fixtures.py ``moto``).
+
+``Capa`` plays Cluster API Provider AWS v2.11.1 (the pin of mgmt/aws/capa-system) for EKS clusters
+(Cluster -> AWSManagedCluster, AWSManagedControlPlane, MachinePools -> AWSManagedMachinePool). It
+creates in moto what CAPA's managed control plane and managed machine pool reconcilers create, named
+and tagged as CAPA names and tags them (kubernetes-sigs/cluster-api-provider-aws @ v2.11.1):
+
+- tags: ``Build`` of api/v1beta2/tags.go (``Name``, ``sigs.k8s.io/cluster-api-provider-aws/cluster/
+  <name>=owned``, ``sigs.k8s.io/cluster-api-provider-aws/role=<role>``, the control plane's
+  ``additionalTags``), the cloud-provider key ``kubernetes.io/cluster/<name>``;
+- network (pkg/cloud/services/network): VPC ``<cluster>-vpc`` (vpc.go getVPCTagParams); per zone, up
+  to 3 zones in name order (subnets.go, AvailabilityZoneUsageLimit default 3 in
+  api/v1beta2/network_types.go), a public and a private subnet ``<cluster>-subnet-<role>-<zone>``
+  split as pkg/internal/cidr SplitIntoSubnetsIPv4 splits (subnets.go getSubnetTagParams adds
+  ``kubernetes.io/role/elb`` or ``kubernetes.io/role/internal-elb`` = 1 and
+  ``kubernetes.io/cluster/<EKS cluster name>=owned``); the internet gateway ``<cluster>-igw``
+  (gateways.go); one elastic IP ``<cluster>-eip-common`` and NAT gateway ``<cluster>-nat`` per public
+  subnet (eips.go, natgateways.go); one route table ``<cluster>-rt-<public|private>-<zone>`` per
+  subnet with the cloud-provider key for the EKS name (routetables.go);
+- security group ``<cluster>-node-eks-additional`` (controlplane/eks/controllers/
+  awsmanagedcontrolplane_controller.go defaultEKSSecurityGroupRoles; pkg/cloud/services/
+  securitygroup/securitygroups.go getSecurityGroupName/getSecurityGroupTagParams);
+- IAM (feature gate EKSEnableIAM, set by the tree): the control plane role ``<cluster>-iam-service-role``
+  tagged ``kubernetes.io/cluster/<cluster>=owned`` plus additionalTags (pkg/cloud/services/eks/
+  roles.go, eks/iam/iam.go RoleTags); each node group's role ``GenerateEKSName("nodegroup-iam-service-
+  role", "<EKS name>-<node group>", 64)`` (pkg/eks/eks.go, blake2b base36 of pkg/hash/base36.go)
+  tagged ``kubernetes.io/cluster/<EKS name>=owned`` plus the merged additionalTags;
+- EKS (pkg/cloud/services/eks): the cluster ``spec.eksClusterName`` created with additionalTags and
+  ``kubernetes.io/cluster/<EKS name>=owned`` (cluster.go createCluster), then tagged with ``Build``
+  for the EKS name (tags.go getEKSTagParams); node groups ``spec.eksNodegroupName`` in the private
+  subnets tagged ngTags (nodegroup.go: additionalTags + ``kubernetes.io/cluster/<EKS name>=owned``).
+
+CAPA creates no load balancer for an EKS control plane (reconcileNormal has no ELB step); load
+balancers and EBS volumes come from inside the cluster. ``Capa.workload_leftovers`` plays those: the
+cloud provider's load balancer for a Service (tagged ``kubernetes.io/service-name=<ns>/<name>``, the
+cloud-provider-aws TagNameKubernetesService, plus the owned cluster key) and the EBS CSI driver's volume
+for a PersistentVolume, both tagged ``kubernetes.io/cluster/<EKS name>=owned`` (docs/ownership.md). CAPA
+does not delete them with the cluster (its ExternalResourceGC feature is off by default), so only the
+sweep can.
+
+Deleting a Cluster deletes its infrastructure in CAPA's reverse order (reconcileDelete; pkg/cloud/
+services/eks/eks.go DeleteControlPlane): node groups and their roles, the EKS cluster, the control
+plane role, the security groups, then the network
+(NAT gateways, elastic IPs, route tables, internet gateway, subnets, VPC). CAPA acts only while its
+InfrastructureProvider object exists (teardown deletes the providers "so nothing recreates cloud
+resources"), creates once and does not repair drift.
+
+``Ack`` plays the ACK s3, ec2, rds and iam controllers (the charts of mgmt/aws/ack-controllers) for
+Bucket, VPC, Subnet, SecurityGroup, DBSubnetGroup, DBInstance, Role, Policy and User: spec.tags (a
+Bucket's spec.tagging.tagSet) plus the controller's ``resourceTags`` from its HelmRelease, expanded as
+the ACK runtime expands them (``expand_resource_tags``). References (``vpcRef.from`` and the like)
+resolve to what the referenced object of that kind created; finalizers as ``AckController`` says.
+
+Where moto lacks an API the reconciler says so and does less, never pretends: moto serves no AWS
+managed policies unless started with MOTO_IAM_LOAD_MANAGED_POLICIES (the shared fixture does not), so
+CAPA's and the Role's ``arn:aws:iam::aws:policy/...`` attachments are recorded in ``skipped``; EKS's
+own cluster security group and the ENIs EKS and the VPC CNI create are not made by moto.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import ipaddress
+import json
+import math
+import threading
+from pathlib import Path
+
+import yaml
+from ansible_collections.krops.platform.plugins.module_utils import render
+
+from tests.integration.test_aws_sweep_world import clients
+from tests.integration.test_aws_sweep_world import inventory as _sweep_inventory
+from tests.substrate.strict_api import catalog, plural_of
+
+REPO = Path(__file__).resolve().parents[2]
+ACCOUNT = "123456789012"  # moto's default account
+OPERATOR = "operator.cluster.x-k8s.io/v1alpha2"
+
+# api/v1beta2/tags.go @ v2.11.1
+CAPA_OWNED = "sigs.k8s.io/cluster-api-provider-aws/cluster/%s"
+CAPA_ROLE = "sigs.k8s.io/cluster-api-provider-aws/role"
+CLOUD_OWNED = "kubernetes.io/cluster/%s"
+# pkg/cloud/services/network/subnets.go @ v2.11.1
+ELB_ROLE = "kubernetes.io/role/elb"
+INTERNAL_ELB_ROLE = "kubernetes.io/role/internal-elb"
+MAX_ZONES = 3
+MAX_IAM_ROLE_NAME = 64  # pkg/cloud/services/eks/roles.go maxIAMRoleNameLength
+
+# What CAPA's managed control plane and node groups attach (roles.go), and what moto cannot serve.
+CONTROL_PLANE_POLICIES = ("arn:aws:iam::aws:policy/AmazonEKSClusterPolicy",)
+NODEGROUP_POLICIES = (
+    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+)
+EKS_TRUST = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": "eks.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+    }
+)
+NODE_TRUST = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+    }
+)
+
+# The CRDs the aws lifecycle installs, from schemas/crds: CAPA's provider and the ACK charts.
+CAPA_KINDS = (
+    ("infrastructure.cluster.x-k8s.io", "AWSManagedCluster"),
+    ("infrastructure.cluster.x-k8s.io", "AWSManagedMachinePool"),
+    ("infrastructure.cluster.x-k8s.io", "AWSClusterControllerIdentity"),
+    ("infrastructure.cluster.x-k8s.io", "AWSClusterStaticIdentity"),
+    ("infrastructure.cluster.x-k8s.io", "AWSClusterRoleIdentity"),
+    ("controlplane.cluster.x-k8s.io", "AWSManagedControlPlane"),
+)
+ACK_KINDS = (
+    ("s3.services.k8s.aws", "Bucket"),
+    ("ec2.services.k8s.aws", "VPC"),
+    ("ec2.services.k8s.aws", "Subnet"),
+    ("ec2.services.k8s.aws", "SecurityGroup"),
+    ("rds.services.k8s.aws", "DBSubnetGroup"),
+    ("rds.services.k8s.aws", "DBInstance"),
+    ("iam.services.k8s.aws", "Role"),
+    ("iam.services.k8s.aws", "Policy"),
+    ("iam.services.k8s.aws", "User"),
+)
+
+
+# What each ACK chart of mgmt/aws/ack-controllers installs (install.crds CreateReplace): its service's CRDs and
+# the runtime's shared ones (AdoptedResource, FieldExport, IAMRoleSelector), by chart as flux_world.CHART_CRDS
+# names it.
+ACK_CHART_BUNDLES = {
+    f"ack-{service}": [(f"{service}.services.k8s.aws", None), ("services.k8s.aws", None)]
+    for service in ("s3", "rds", "iam", "ec2")
+}
+
+
+def register_ack_charts(monkeypatch):
+    """Make the emulated helm-controller install the ACK charts' CRDs (for this test only)."""
+    from tests.substrate import flux_world, strict_api
+
+    for chart, groups in ACK_CHART_BUNDLES.items():
+        monkeypatch.setitem(strict_api.CRD_BUNDLES, chart, groups)
+        monkeypatch.setitem(flux_world.CHART_CRDS, chart, (chart,))
+
+
+def install_crds(api, kinds):
+    """Create the CRDs of (group, kind) pairs from the vendored schemas, as a provider or chart would."""
+    for group, kind in kinds:
+        if not api.exists("apiextensions.k8s.io/v1", "CustomResourceDefinition", f"{plural_of(group, kind)}.{group}"):
+            api.create(catalog().crd(group, kind))
+
+
+# --- CAPA's names and tags -------------------------------------------------------------------
+
+
+def build_tags(cluster, name=None, role=None, additional=None, lifecycle="owned"):
+    """api/v1beta2/tags.go Build: Name first (additional tags may override it), then the owned key and role."""
+    tags = {}
+    if name is not None:
+        tags["Name"] = name
+    tags.update(additional or {})
+    if cluster:
+        tags[CAPA_OWNED % cluster] = lifecycle
+    if role is not None:
+        tags[CAPA_ROLE] = role
+    return tags
+
+
+def eks_name(resource, namespace, max_length):
+    """pkg/eks/eks.go GenerateEKSName with pkg/hash/base36.go Base36TruncatedHash (blake2b, bytes mod 36)."""
+    name = "{}_{}".format(namespace, resource.replace(".", "_"))
+    if len(name) < max_length:
+        return name
+    digest = hashlib.blake2b(name.encode(), digest_size=32 - len("capa_")).digest()
+    return "capa_" + "".join("0123456789abcdefghijklmnopqrstuvwxyz"[b % 36] for b in digest)
+
+
+def nodegroup_role_name(eks_cluster, nodegroup):
+    return eks_name("nodegroup-iam-service-role", f"{eks_cluster}-{nodegroup}", MAX_IAM_ROLE_NAME)
+
+
+def split_cidr(cidr, count):
+    """pkg/internal/cidr SplitIntoSubnetsIPv4: the next power of two of equal subnets, the first `count`."""
+    net = ipaddress.ip_network(cidr)
+    bits = math.ceil(math.log2(count)) if count > 1 else 0
+    return [str(s) for s in list(net.subnets(prefixlen_diff=bits))[:count]]
+
+
+def _tag_list(tags, key="Key", value="Value"):
+    return [{key: k, value: v} for k, v in tags.items()]
+
+
+def _spec(rtype, tags):
+    return [{"ResourceType": rtype, "Tags": _tag_list(tags)}]
+
+
+class Record:
+    """What was made in moto for one object: ids by type, in creation order, and what could not be made."""
+
+    def __init__(self, region):
+        self.region = region
+        self.ids = {}
+        self.skipped = []
+
+    def add(self, rtype, rid):
+        self.ids.setdefault(rtype, []).append(rid)
+        return rid
+
+    def items(self):
+        """(region, type, id) as tests/substrate/aws_world.inventory lists them."""
+        found = set()
+        for rtype, ids in self.ids.items():
+            region = {"s3-bucket": "bucket", "iam-role": "global", "iam-user": "global", "iam-policy": "global"}.get(
+                rtype, self.region
+            )
+            found |= {(region, rtype, i) for i in ids}
+        return found
+
+
+# --- CAPA ---------------------------------------------------------------------------------------
+
+
+class Capa:
+    """Cluster API Provider AWS for EKS clusters, against moto. One instance per AWS account."""
+
+    contract = "v1beta1"  # metadata.yaml @ v2.11.1: 2.11 -> contract v1beta1 (status.ready / initialized)
+
+    def __init__(self, endpoint, provider_name="aws", provider_namespace="capa-system"):
+        self.endpoint = endpoint
+        self.provider = (provider_name, provider_namespace)
+        # (namespace, cluster) -> Record: one AWS account, so a moved Cluster finds its infrastructure
+        # (CAPA adopts what its tags say it owns)
+        self.records = {}
+        self.lock = threading.Lock()
+        # CapiController installs these CRDs when the InfrastructureProvider becomes Ready
+        self.crds = {("InfrastructureProvider", provider_name): lambda api: install_crds(api, CAPA_KINDS)}
+
+    def client(self, region, service):
+        return clients(self.endpoint, region)(service)
+
+    def created(self):
+        """(region, type, id) of everything CAPA made and has not deleted."""
+        found = set()
+        for record in self.records.values():
+            found |= record.items()
+        return found
+
+    def running(self, api):
+        """CAPA runs on api while its InfrastructureProvider object exists there."""
+        name, namespace = self.provider
+        return ("operator.cluster.x-k8s.io", "infrastructureproviders") in api.resources and api.exists(
+            OPERATOR, "InfrastructureProvider", name, namespace
+        )
+
+    # CapiController's infrastructure-provider interface
+    def provision(self, api, cluster, infra, control_plane):
+        """None once the cluster's AWS infrastructure exists, else why not yet."""
+        key = (cluster["metadata"]["namespace"], cluster["metadata"]["name"])
+        with self.lock:
+            if key in self.records:
+                return None
+            if not self.running(api):
+                return "InfrastructureProvider {1}/{0} is not installed: nothing runs CAPA".format(*self.provider)
+            pools = _pools(api, cluster)
+            self.records[key] = self.create(cluster, control_plane, pools)
+        return None
+
+    def delete(self, api, cluster, infra, control_plane):
+        """None once the cluster's AWS infrastructure is gone, else why not yet."""
+        key = (cluster["metadata"]["namespace"], cluster["metadata"]["name"])
+        with self.lock:
+            record = self.records.get(key)
+            if record is None:
+                return None
+            if not self.running(api):
+                return "InfrastructureProvider {1}/{0} is gone: nothing runs CAPA to delete the cluster".format(
+                    *self.provider
+                )
+            self.destroy(record)
+            del self.records[key]
+            for pool, machine_pool in _pools(api, cluster):
+                for obj in (machine_pool, pool):
+                    if api.exists(
+                        obj["apiVersion"], obj["kind"], obj["metadata"]["name"], obj["metadata"]["namespace"]
+                    ):
+                        api.remove(
+                            obj["apiVersion"], obj["kind"], obj["metadata"]["name"], obj["metadata"]["namespace"]
+                        )
+        return None
+
+    def status(self, role):
+        """The v1beta1-contract status a provisioned infrastructure / control plane object reports."""
+        return {"ready": True} if role == "infrastructure" else {"ready": True, "initialized": True}
+
+    # the AWS side
+    def create(self, cluster, control_plane, pools):
+        """Everything CAPA creates for one EKS cluster; returns its Record."""
+        name = cluster["metadata"]["name"]
+        spec = control_plane.get("spec") or {}
+        region = spec["region"]
+        eks_cluster = spec.get("eksClusterName") or eks_name(
+            control_plane["metadata"]["name"], control_plane["metadata"]["namespace"], 100
+        )
+        additional = dict(spec.get("additionalTags") or {})
+        record = Record(region)
+        record.eks = eks_cluster
+        ec2, iam, eks = (self.client(region, s) for s in ("ec2", "iam", "eks"))
+
+        cidr = ((spec.get("network") or {}).get("vpc") or {}).get("cidrBlock") or "10.0.0.0/16"
+        vpc = ec2.create_vpc(
+            CidrBlock=cidr, TagSpecifications=_spec("vpc", build_tags(name, f"{name}-vpc", "common", additional))
+        )["Vpc"]["VpcId"]
+        record.add("vpc", vpc)
+        # AWS makes the main route table and default security group with the VPC and deletes them with it
+        for table in ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["RouteTables"]:
+            record.add("route-table", table["RouteTableId"])
+        for group in ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]:
+            record.add("security-group", group["GroupId"])
+
+        zones = sorted(z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"])[:MAX_ZONES]
+        blocks = split_cidr(cidr, len(zones) + 1)
+        public_cidrs, private_cidrs = split_cidr(blocks[0], len(zones)), blocks[1:]
+        subnets = {}  # (role, zone) -> id
+        for zone, public_cidr, private_cidr in zip(zones, public_cidrs, private_cidrs):
+            for role, block, elb in (("public", public_cidr, ELB_ROLE), ("private", private_cidr, INTERNAL_ELB_ROLE)):
+                extra = dict(additional, **{elb: "1", CLOUD_OWNED % eks_cluster: "owned"})
+                subnet = ec2.create_subnet(
+                    VpcId=vpc,
+                    CidrBlock=block,
+                    AvailabilityZone=zone,
+                    TagSpecifications=_spec("subnet", build_tags(name, f"{name}-subnet-{role}-{zone}", role, extra)),
+                )["Subnet"]["SubnetId"]
+                subnets[(role, zone)] = record.add("subnet", subnet)
+
+        igw = ec2.create_internet_gateway(
+            TagSpecifications=_spec("internet-gateway", build_tags(name, f"{name}-igw", "common", additional))
+        )["InternetGateway"]["InternetGatewayId"]
+        ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
+        record.add("internet-gateway", igw)
+
+        nats = {}
+        for zone in zones:
+            eip = ec2.allocate_address(
+                Domain="vpc",
+                TagSpecifications=_spec("elastic-ip", build_tags(name, f"{name}-eip-common", "common", additional)),
+            )["AllocationId"]
+            record.add("elastic-ip", eip)
+            nat = ec2.create_nat_gateway(
+                SubnetId=subnets[("public", zone)],
+                AllocationId=eip,
+                TagSpecifications=_spec("natgateway", build_tags(name, f"{name}-nat", "common", additional)),
+            )["NatGateway"]["NatGatewayId"]
+            nats[zone] = record.add("nat-gateway", nat)
+        # the NAT gateways' own interfaces (AWS creates and deletes them with the gateways)
+        for eni in ec2.describe_network_interfaces(
+            Filters=[{"Name": "subnet-id", "Values": [subnets[("public", z)] for z in zones]}]
+        )["NetworkInterfaces"]:
+            record.add("network-interface", eni["NetworkInterfaceId"])
+
+        for (role, zone), subnet in subnets.items():
+            extra = dict(additional, **{CLOUD_OWNED % eks_cluster: "owned"})
+            table = ec2.create_route_table(
+                VpcId=vpc,
+                TagSpecifications=_spec("route-table", build_tags(name, f"{name}-rt-{role}-{zone}", "common", extra)),
+            )["RouteTable"]["RouteTableId"]
+            record.add("route-table", table)
+            if role == "public":
+                ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", GatewayId=igw)
+            else:
+                ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", NatGatewayId=nats[zone])
+            ec2.associate_route_table(RouteTableId=table, SubnetId=subnet)
+
+        group_name = f"{name}-node-eks-additional"
+        # the cloud-provider key is kept only on the lb role's group (getSecurityGroupTagParams)
+        sg_extra = {k: v for k, v in additional.items() if k != CLOUD_OWNED % name}
+        record.add(
+            "security-group",
+            ec2.create_security_group(
+                GroupName=group_name,
+                Description="Kubernetes cluster {}: {}".format(name, "node-eks-additional"),
+                VpcId=vpc,
+                TagSpecifications=_spec(
+                    "security-group", build_tags(name, group_name, "node-eks-additional", sg_extra)
+                ),
+            )["GroupId"],
+        )
+
+        role_name = spec.get("roleName") or f"{name}-iam-service-role"
+        role_arn = iam.create_role(
+            RoleName=role_name,
+            AssumeRolePolicyDocument=EKS_TRUST,
+            Tags=_tag_list(dict(additional, **{CLOUD_OWNED % name: "owned"})),
+        )["Role"]["Arn"]
+        record.add("iam-role", role_name)
+        self._attach(iam, record, role_name, CONTROL_PLANE_POLICIES)
+
+        arn = eks.create_cluster(
+            name=eks_cluster,
+            roleArn=role_arn,
+            version=str(spec.get("version", "v1.35")).lstrip("v"),
+            resourcesVpcConfig={"subnetIds": list(subnets.values())},
+            tags=dict(additional, **{CLOUD_OWNED % eks_cluster: "owned"}),
+        )["cluster"]["arn"]
+        eks.tag_resource(resourceArn=arn, tags=build_tags(eks_cluster, eks_cluster, "common", additional))
+        record.add("eks-cluster", eks_cluster)
+
+        private = [subnets[("private", z)] for z in zones]
+        for pool, machine_pool in pools:
+            pspec = machine_pool.get("spec") or {}
+            nodegroup = pspec.get("eksNodegroupName") or machine_pool["metadata"]["name"]
+            merged = dict(additional, **(pspec.get("additionalTags") or {}))
+            node_role = pspec.get("roleName") or nodegroup_role_name(eks_cluster, nodegroup)
+            node_arn = iam.create_role(
+                RoleName=node_role,
+                AssumeRolePolicyDocument=NODE_TRUST,
+                Tags=_tag_list(dict(merged, **{CLOUD_OWNED % eks_cluster: "owned"})),
+            )["Role"]["Arn"]
+            record.add("iam-role", node_role)
+            self._attach(iam, record, node_role, NODEGROUP_POLICIES)
+            scaling = pspec.get("scaling") or {}
+            eks.create_nodegroup(
+                clusterName=eks_cluster,
+                nodegroupName=nodegroup,
+                subnets=private,
+                nodeRole=node_arn,
+                scalingConfig={
+                    "minSize": scaling.get("minSize", 1),
+                    "maxSize": scaling.get("maxSize", 3),
+                    "desiredSize": (pool.get("spec") or {}).get("replicas", scaling.get("minSize", 1)),
+                },
+                labels=pspec.get("labels") or {},
+                tags=dict(merged, **{CLOUD_OWNED % eks_cluster: "owned"}),
+            )
+            record.add("eks-nodegroup", f"{eks_cluster}/{nodegroup}")
+        record.private_subnets, record.public_subnets = private, [subnets[("public", z)] for z in zones]
+        record.zones = zones
+        return record
+
+    @staticmethod
+    def _attach(iam, record, role, policies):
+        for policy in policies:
+            try:
+                iam.attach_role_policy(RoleName=role, PolicyArn=policy)
+            except iam.exceptions.NoSuchEntityException:
+                record.skipped.append(f"attach {policy} to role {role}: moto serves no AWS managed policies")
+
+    def destroy(self, record):
+        """CAPA's reconcileDelete for one cluster, in its order."""
+        ec2, iam, eks = (self.client(record.region, s) for s in ("ec2", "iam", "eks"))
+        for item in record.ids.get("eks-nodegroup", []):
+            cluster, nodegroup = item.split("/", 1)
+            eks.delete_nodegroup(clusterName=cluster, nodegroupName=nodegroup)
+        # the node groups' roles go with their pools (roles.go deleteNodegroupIAMRole), the control plane's role
+        # after the EKS cluster (DeleteControlPlane); the control plane role was created first
+        control_plane_role, *node_roles = record.ids.get("iam-role", [])
+        for role in node_roles:
+            self._delete_role(iam, role)
+        for cluster in record.ids.get("eks-cluster", []):
+            eks.delete_cluster(name=cluster)
+        self._delete_role(iam, control_plane_role)
+        vpc = record.ids["vpc"][0]
+        for group in ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]:
+            if group["GroupName"] != "default":
+                ec2.delete_security_group(GroupId=group["GroupId"])
+        for nat in record.ids.get("nat-gateway", []):
+            ec2.delete_nat_gateway(NatGatewayId=nat)
+        # AWS removes a NAT gateway's interface with it; moto leaves it behind, detached
+        for eni in record.ids.get("network-interface", []):
+            try:
+                ec2.delete_network_interface(NetworkInterfaceId=eni)
+            except ec2.exceptions.ClientError as exc:
+                if "NotFound" not in str(exc):
+                    raise
+        for eip in record.ids.get("elastic-ip", []):
+            ec2.release_address(AllocationId=eip)
+        for table in ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["RouteTables"]:
+            if any(a.get("Main") for a in table.get("Associations") or []):
+                continue
+            for assoc in table.get("Associations") or []:
+                ec2.disassociate_route_table(AssociationId=assoc["RouteTableAssociationId"])
+            ec2.delete_route_table(RouteTableId=table["RouteTableId"])
+        for igw in record.ids.get("internet-gateway", []):
+            ec2.detach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
+            ec2.delete_internet_gateway(InternetGatewayId=igw)
+        for subnet in record.ids.get("subnet", []):
+            ec2.delete_subnet(SubnetId=subnet)
+        ec2.delete_vpc(VpcId=vpc)
+
+    @staticmethod
+    def _delete_role(iam, role):
+        for policy in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]:
+            iam.detach_role_policy(RoleName=role, PolicyArn=policy["PolicyArn"])
+        iam.delete_role(RoleName=role)
+
+    def workload_leftovers(self, record, service="podinfo/podinfo", claim="data-0"):
+        """What runs inside the cluster leaves in AWS, tagged for the EKS cluster: a Service's load balancer
+        (cloud provider) and a PersistentVolume's EBS volume (EBS CSI driver). CAPA deletes neither."""
+        ec2, elbv2 = self.client(record.region, "ec2"), self.client(record.region, "elbv2")
+        owned = {CLOUD_OWNED % record.eks: "owned"}
+        lb = elbv2.create_load_balancer(
+            Name=("k8s-" + record.eks.replace("_", "-"))[:28] + "-svc",
+            Subnets=record.public_subnets[:2],
+            Type="network",
+            Scheme="internet-facing",
+            Tags=_tag_list(dict(owned, **{"kubernetes.io/service-name": service})),
+        )["LoadBalancers"][0]["LoadBalancerArn"]
+        made = {(record.region, "elbv2-load-balancer", lb)}
+        volume = ec2.create_volume(
+            Size=1,
+            AvailabilityZone=record.zones[0],
+            TagSpecifications=_spec("volume", dict(owned, **{"kubernetes.io/created-for/pvc/name": claim})),
+        )["VolumeId"]
+        made.add((record.region, "ebs-volume", volume))
+        return made
+
+
+def _pools(api, cluster):
+    """(MachinePool, AWSManagedMachinePool) of a Cluster."""
+    found = []
+    ns, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+    if ("cluster.x-k8s.io", "machinepools") not in api.resources:
+        return found
+    for pool in api.list("cluster.x-k8s.io/v1beta2", "MachinePool", ns):
+        if (pool.get("spec") or {}).get("clusterName") != name:
+            continue
+        ref = (((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("infrastructureRef") or {}
+        if ref.get("kind") == "AWSManagedMachinePool" and api.exists(
+            "infrastructure.cluster.x-k8s.io/v1beta2", "AWSManagedMachinePool", ref["name"], ns
+        ):
+            found.append(
+                (pool, api.get("infrastructure.cluster.x-k8s.io/v1beta2", "AWSManagedMachinePool", ref["name"], ns))
+            )
+    return found
+
+
+# --- ACK ----------------------------------------------------------------------------------------
+
+
+def _ack_tags(spec_tags, resource_tags):
+    tags = dict(resource_tags)
+    tags.update({t["key"]: t["value"] for t in spec_tags or []})
+    return tags
+
+
+def resource_tags_from_tree(path=REPO / "mgmt" / "aws" / "ack-controllers" / "helmreleases.yaml"):
+    """Each ACK HelmRelease's values.resourceTags, by service (the release name without ``ack-``), as key=value."""
+    found = {}
+    for doc in yaml.safe_load_all(Path(path).read_text()):
+        if (doc or {}).get("kind") == "HelmRelease":
+            entries = ((doc.get("spec") or {}).get("values") or {}).get("resourceTags") or []
+            found[doc["metadata"]["name"].removeprefix("ack-")] = [e.partition("=")[::2] for e in entries]
+    return found
+
+
+def expand_resource_tags(entries, service, namespace):
+    """The runtime's expansion (aws-controllers-k8s/runtime pkg/runtime/tags.go ACKResourceTagFormats):
+    %CONTROLLER_SERVICE% is the service alias, %K8S_NAMESPACE% the object's namespace. A tag whose value keeps
+    another placeholder (%CONTROLLER_VERSION% is the image's git version, not known here) is left out."""
+    tags = {}
+    for key, value in entries:
+        value = value.replace("%CONTROLLER_SERVICE%", service).replace("%K8S_NAMESPACE%", namespace)
+        if "%" not in value:
+            tags[key] = value
+    return tags
+
+
+class Ack:
+    """The ACK s3, ec2, rds and iam controllers, against moto."""
+
+    def __init__(self, endpoint, default_region="eu-north-1", resource_tags=None):
+        self.endpoint = endpoint
+        self.default_region = default_region
+        self.resource_tags = resource_tags_from_tree() if resource_tags is None else dict(resource_tags)
+        self._obj = None  # the object being created, for the tags of its controller
+        self.records = {}  # (kind, namespace, name) -> Record
+        self.lock = threading.Lock()
+        self.handlers = {
+            "Bucket": (self._bucket, self._delete_bucket),
+            "VPC": (self._vpc, self._delete_vpc),
+            "Subnet": (self._subnet, self._delete_subnet),
+            "SecurityGroup": (self._security_group, self._delete_security_group),
+            "DBSubnetGroup": (self._db_subnet_group, self._delete_db_subnet_group),
+            "DBInstance": (self._db_instance, self._delete_db_instance),
+            "Role": (self._role, self._delete_role),
+            "Policy": (self._policy, self._delete_policy),
+            "User": (self._user, self._delete_user),
+        }
+
+    def client(self, region, service):
+        return clients(self.endpoint, region)(service)
+
+    def region_of(self, obj):
+        return (obj["metadata"].get("annotations") or {}).get("services.k8s.aws/region") or self.default_region
+
+    def ref(self, obj, kind, ref):
+        """The id a `{from: {name}}` reference to a `kind` resolves to (synced objects only)."""
+        name = (ref.get("from") or {}).get("name")
+        record = self.records.get((kind, obj["metadata"]["namespace"], name))
+        if record is None:
+            raise LookupError(f"{kind} {name} referenced by {obj['kind']} {obj['metadata']['name']} is not synced yet")
+        return record.primary
+
+    def apply(self, obj):
+        """Create the AWS resource of an ACK object once (ACK's drift resync is hours; not emulated)."""
+        key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        with self.lock:
+            if key not in self.records:
+                record = Record(self.region_of(obj))
+                self._obj = obj
+                self.handlers[obj["kind"]][0](obj, record)
+                self.records[key] = record
+            return self.records[key]
+
+    def delete(self, obj):
+        key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        with self.lock:
+            record = self.records.pop(key, None)
+            if record is not None:
+                self.handlers[obj["kind"]][1](record)
+
+    def created(self):
+        found = set()
+        for record in self.records.values():
+            found |= record.items()
+        return found
+
+    def _controller_tags(self):
+        service = self._obj["apiVersion"].split(".", 1)[0]
+        return expand_resource_tags(self.resource_tags.get(service, []), service, self._obj["metadata"]["namespace"])
+
+    def _tags(self, spec, key="tags"):
+        return _ack_tags(spec.get(key), self._controller_tags())
+
+    # s3
+    def _bucket(self, obj, record):
+        spec, s3 = obj["spec"], self.client(record.region, "s3")
+        name = spec["name"]
+        config = spec.get("createBucketConfiguration") or {}
+        kwargs = {"CreateBucketConfiguration": {"LocationConstraint": config["locationConstraint"]}} if config else {}
+        s3.create_bucket(Bucket=name, **kwargs)
+        if spec.get("objectOwnership"):
+            s3.put_bucket_ownership_controls(
+                Bucket=name, OwnershipControls={"Rules": [{"ObjectOwnership": spec["objectOwnership"]}]}
+            )
+        block = spec.get("publicAccessBlock")
+        if block:
+            s3.put_public_access_block(
+                Bucket=name,
+                PublicAccessBlockConfiguration={
+                    "BlockPublicAcls": block.get("blockPublicACLs", False),
+                    "IgnorePublicAcls": block.get("ignorePublicACLs", False),
+                    "BlockPublicPolicy": block.get("blockPublicPolicy", False),
+                    "RestrictPublicBuckets": block.get("restrictPublicBuckets", False),
+                },
+            )
+        for rule in (spec.get("encryption") or {}).get("rules") or []:
+            default = rule.get("applyServerSideEncryptionByDefault") or {}
+            s3.put_bucket_encryption(
+                Bucket=name,
+                ServerSideEncryptionConfiguration={
+                    "Rules": [
+                        {
+                            "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": default.get("sseAlgorithm")},
+                            "BucketKeyEnabled": bool(rule.get("bucketKeyEnabled")),
+                        }
+                    ]
+                },
+            )
+        if (spec.get("versioning") or {}).get("status"):
+            s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": spec["versioning"]["status"]})
+        tags = _ack_tags((spec.get("tagging") or {}).get("tagSet"), self._controller_tags())
+        s3.put_bucket_tagging(Bucket=name, Tagging={"TagSet": _tag_list(tags)})
+        record.primary = record.add("s3-bucket", name)
+
+    def _delete_bucket(self, record):
+        s3 = self.client(record.region, "s3")
+        for name in record.ids["s3-bucket"]:
+            versions = s3.list_object_versions(Bucket=name)
+            for item in (versions.get("Versions") or []) + (versions.get("DeleteMarkers") or []):
+                s3.delete_object(Bucket=name, Key=item["Key"], VersionId=item["VersionId"])
+            s3.delete_bucket(Bucket=name)
+
+    # ec2
+    def _vpc(self, obj, record):
+        spec, ec2 = obj["spec"], self.client(record.region, "ec2")
+        blocks = spec["cidrBlocks"]
+        vpc = ec2.create_vpc(CidrBlock=blocks[0], TagSpecifications=_spec("vpc", self._tags(spec)))["Vpc"]["VpcId"]
+        for block in blocks[1:]:
+            ec2.associate_vpc_cidr_block(VpcId=vpc, CidrBlock=block)
+        for attr, arg in (("enableDNSSupport", "EnableDnsSupport"), ("enableDNSHostnames", "EnableDnsHostnames")):
+            if attr in spec:
+                ec2.modify_vpc_attribute(VpcId=vpc, **{arg: {"Value": bool(spec[attr])}})
+        record.primary = record.add("vpc", vpc)
+        for table in ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["RouteTables"]:
+            record.add("route-table", table["RouteTableId"])
+        for group in ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]:
+            record.add("security-group", group["GroupId"])
+
+    def _delete_vpc(self, record):
+        self.client(record.region, "ec2").delete_vpc(VpcId=record.primary)
+
+    def _subnet(self, obj, record):
+        spec, ec2 = obj["spec"], self.client(record.region, "ec2")
+        subnet = ec2.create_subnet(
+            VpcId=self.ref(obj, "VPC", spec["vpcRef"]),
+            CidrBlock=spec["cidrBlock"],
+            AvailabilityZone=spec["availabilityZone"],
+            TagSpecifications=_spec("subnet", self._tags(spec)),
+        )["Subnet"]["SubnetId"]
+        record.primary = record.add("subnet", subnet)
+
+    def _delete_subnet(self, record):
+        self.client(record.region, "ec2").delete_subnet(SubnetId=record.primary)
+
+    def _security_group(self, obj, record):
+        spec, ec2 = obj["spec"], self.client(record.region, "ec2")
+        group = ec2.create_security_group(
+            GroupName=spec["name"],
+            Description=spec["description"],
+            VpcId=self.ref(obj, "VPC", spec["vpcRef"]),
+            TagSpecifications=_spec("security-group", self._tags(spec)),
+        )["GroupId"]
+        permissions = [
+            {
+                "IpProtocol": r["ipProtocol"],
+                "FromPort": r["fromPort"],
+                "ToPort": r["toPort"],
+                "IpRanges": [{"CidrIp": i["cidrIP"], "Description": i.get("description", "")} for i in r["ipRanges"]],
+            }
+            for r in spec.get("ingressRules") or []
+        ]
+        if permissions:
+            ec2.authorize_security_group_ingress(GroupId=group, IpPermissions=permissions)
+        record.primary = record.add("security-group", group)
+
+    def _delete_security_group(self, record):
+        self.client(record.region, "ec2").delete_security_group(GroupId=record.primary)
+
+    # rds
+    def _db_subnet_group(self, obj, record):
+        spec, rds = obj["spec"], self.client(record.region, "rds")
+        rds.create_db_subnet_group(
+            DBSubnetGroupName=spec["name"],
+            DBSubnetGroupDescription=spec["description"],
+            SubnetIds=[self.ref(obj, "Subnet", r) for r in spec["subnetRefs"]],
+            Tags=_tag_list(self._tags(spec)),
+        )
+        record.primary = record.add("rds-subnet-group", spec["name"])
+
+    def _delete_db_subnet_group(self, record):
+        self.client(record.region, "rds").delete_db_subnet_group(DBSubnetGroupName=record.primary)
+
+    def _db_instance(self, obj, record):
+        spec, rds = obj["spec"], self.client(record.region, "rds")
+        kwargs = {
+            "DBInstanceIdentifier": spec["dbInstanceIdentifier"],
+            "DBInstanceClass": spec["dbInstanceClass"],
+            "Engine": spec["engine"],
+            "EngineVersion": spec.get("engineVersion"),
+            "AllocatedStorage": spec.get("allocatedStorage"),
+            "StorageType": spec.get("storageType"),
+            "StorageEncrypted": spec.get("storageEncrypted"),
+            "PubliclyAccessible": spec.get("publiclyAccessible"),
+            "MultiAZ": spec.get("multiAZ"),
+            "DBName": spec.get("dbName"),
+            "MasterUsername": spec.get("masterUsername"),
+            "ManageMasterUserPassword": spec.get("manageMasterUserPassword"),
+            "BackupRetentionPeriod": spec.get("backupRetentionPeriod"),
+            "CopyTagsToSnapshot": spec.get("copyTagsToSnapshot"),
+            "DeletionProtection": spec.get("deletionProtection"),
+            "DBSubnetGroupName": self.ref(obj, "DBSubnetGroup", spec["dbSubnetGroupRef"]),
+            "VpcSecurityGroupIds": [self.ref(obj, "SecurityGroup", r) for r in spec.get("vpcSecurityGroupRefs") or []],
+            "Tags": _tag_list(self._tags(spec)),
+        }
+        rds.create_db_instance(**{k: v for k, v in kwargs.items() if v is not None})
+        record.primary = record.add("rds-instance", spec["dbInstanceIdentifier"])
+
+    def _delete_db_instance(self, record):
+        self.client(record.region, "rds").delete_db_instance(
+            DBInstanceIdentifier=record.primary, SkipFinalSnapshot=True
+        )
+
+    # iam (global; the client's region does not matter)
+    def _role(self, obj, record):
+        spec, iam = obj["spec"], self.client(record.region, "iam")
+        kwargs = {
+            "RoleName": spec["name"],
+            "AssumeRolePolicyDocument": spec["assumeRolePolicyDocument"],
+            "Tags": _tag_list(self._tags(spec)),
+        }
+        for field, arg in (("description", "Description"), ("maxSessionDuration", "MaxSessionDuration")):
+            if field in spec:
+                kwargs[arg] = spec[field]
+        iam.create_role(**kwargs)
+        record.primary = record.add("iam-role", spec["name"])
+        for policy in spec.get("policies") or []:
+            try:
+                iam.attach_role_policy(RoleName=spec["name"], PolicyArn=policy)
+            except iam.exceptions.NoSuchEntityException:
+                record.skipped.append(f"attach {policy} to role {spec['name']}: moto serves no AWS managed policies")
+
+    def _delete_role(self, record):
+        iam = self.client(record.region, "iam")
+        for policy in iam.list_attached_role_policies(RoleName=record.primary)["AttachedPolicies"]:
+            iam.detach_role_policy(RoleName=record.primary, PolicyArn=policy["PolicyArn"])
+        iam.delete_role(RoleName=record.primary)
+
+    def _policy(self, obj, record):
+        spec, iam = obj["spec"], self.client(record.region, "iam")
+        arn = iam.create_policy(
+            PolicyName=spec["name"],
+            PolicyDocument=spec["policyDocument"],
+            Description=spec.get("description", ""),
+            Tags=_tag_list(self._tags(spec)),
+        )["Policy"]["Arn"]
+        record.add("iam-policy", spec["name"])
+        record.primary = arn
+
+    def _delete_policy(self, record):
+        self.client(record.region, "iam").delete_policy(PolicyArn=record.primary)
+
+    def _user(self, obj, record):
+        spec, iam = obj["spec"], self.client(record.region, "iam")
+        iam.create_user(UserName=spec["name"], Tags=_tag_list(self._tags(spec)))
+        for ref in spec.get("policyRefs") or []:
+            iam.attach_user_policy(UserName=spec["name"], PolicyArn=self.ref(obj, "Policy", ref))
+        record.primary = record.add("iam-user", spec["name"])
+
+    def _delete_user(self, record):
+        iam = self.client(record.region, "iam")
+        for policy in iam.list_attached_user_policies(UserName=record.primary)["AttachedPolicies"]:
+            iam.detach_user_policy(UserName=record.primary, PolicyArn=policy["PolicyArn"])
+        iam.delete_user(UserName=record.primary)
+
+
+# Creation order: what a reference points at first (ACK retries until the reference is synced).
+ACK_ORDER = ("Policy", "Role", "User", "Bucket", "VPC", "Subnet", "SecurityGroup", "DBSubnetGroup", "DBInstance")
+
+
+class AckController:
+    """Reconciles the ACK objects of every emulated cluster against ``Ack`` (a flux_world.World controller).
+
+    An object gets the finalizer ``finalizers.<service>.services.k8s.aws/<Kind>`` (s3-controller v1.10.0
+    pkg/resource/bucket/descriptor.go FinalizerString; the other controllers come from the same generator),
+    status.ackResourceMetadata and the ACK.ResourceSynced condition once its AWS resource exists; one whose
+    reference is not synced yet gets ACK.ResourceSynced False with the reason. Deleting an object deletes its
+    AWS resource (the tree's deletionPolicy: delete), then the finalizer goes."""
+
+    def __init__(self, world, ack):
+        self.ack = ack
+        self.world = world
+        world.controllers.append(self)
+
+    def reconcile(self, api):
+        for kind in ACK_ORDER:
+            group = next(g for g, k in ACK_KINDS if k == kind)
+            if (group, plural_of(group, kind)) not in api.resources:
+                continue
+            for obj in api.list(f"{group}/v1alpha1", kind):
+                finalizer = f"finalizers.{group}/{kind}"
+                finalizers = obj["metadata"].get("finalizers") or []
+                if obj["metadata"].get("deletionTimestamp"):
+                    if finalizer in finalizers:
+                        self.ack.delete(obj)
+                        self._finalizers(api, obj, [f for f in finalizers if f != finalizer])
+                    continue
+                if finalizer not in finalizers:
+                    obj = self._finalizers(api, obj, finalizers + [finalizer])
+                synced = (obj.get("status") or {}).get("ackResourceMetadata")
+                if synced:
+                    continue
+                try:
+                    record = self.ack.apply(obj)
+                except LookupError as exc:
+                    self._status(api, obj, "False", str(exc))
+                    continue
+                self._status(api, obj, "True", "Resource synced successfully", record)
+
+    @staticmethod
+    def _finalizers(api, obj, finalizers):
+        res = api.resource_for(obj["apiVersion"], obj["kind"])
+        return api.patch(
+            res,
+            obj["metadata"]["namespace"],
+            obj["metadata"]["name"],
+            "merge",
+            {"metadata": {"finalizers": finalizers or None}},
+            None,
+            "ack",
+        )
+
+    @staticmethod
+    def _status(api, obj, value, message, record=None):
+        status = copy.deepcopy(obj.get("status") or {})
+        status["conditions"] = [{"type": "ACK.ResourceSynced", "status": value, "message": message}]
+        if record is not None:
+            status["ackResourceMetadata"] = {"ownerAccountID": ACCOUNT, "region": record.region}
+        if status != (obj.get("status") or {}):
+            res = api.resource_for(obj["apiVersion"], obj["kind"])
+            api.patch(
+                res, obj["metadata"]["namespace"], obj["metadata"]["name"], "merge", {"status": status}, "status", "ack"
+            )
+
+
+# --- the trees ----------------------------------------------------------------------------------
+
+
+class _FluxLoader(yaml.SafeLoader):
+    """YAML as kustomize-controller reads substituted output (sigs.k8s.io/yaml on go-yaml v2): a timestamp-like
+    scalar decoded into interface{} stays a string (gopkg.in/yaml.v2 decode.go, the reflect.Interface case)."""
+
+
+_FluxLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def flux_substitute(obj, variables):
+    """Flux postBuild substitution of one object: envsubst on its YAML, read back as Flux reads it.
+
+    render.substitute reads the result with PyYAML's timestamp resolver, so an RFC 3339 KROPS_EXPIRES_AT
+    becomes a datetime there (see test_e2e_aws.test_render_substitute_keeps_rfc3339_run_tags_strings)."""
+    text = yaml.safe_dump(obj, default_flow_style=False, sort_keys=False, width=1 << 30)
+    return yaml.load(render.substitute_text(text, variables), Loader=_FluxLoader)
+
+
+def tree_objects(paths, variables):
+    """The objects of the tree files at paths (relative to the repository), Flux postBuild-substituted."""
+    found = []
+    for rel in paths:
+        for path in sorted((REPO / rel).glob("*.yaml")) if (REPO / rel).is_dir() else [REPO / rel]:
+            if path.name in ("kustomization.yaml", "flux-ks.yaml"):
+                continue
+            for doc in yaml.safe_load_all(path.read_text()):
+                if isinstance(doc, dict) and doc.get("kind"):
+                    found.append(flux_substitute(doc, variables))
+    return found
+
+
+def inventory(endpoint):
+    """Every resource of the kinds the sweep and this world know, tagged or not: (region, type, id)."""
+    found = _sweep_inventory(endpoint)
+    for region in ("eu-north-1", "eu-west-1"):
+        ec2 = clients(endpoint, region)("ec2")
+        found |= {(region, "ebs-volume", v["VolumeId"]) for v in ec2.describe_volumes()["Volumes"]}
+    iam = clients(endpoint, "eu-north-1")("iam")
+    found |= {("global", "iam-policy", p["PolicyName"]) for p in iam.list_policies(Scope="Local")["Policies"]}
+    return found
