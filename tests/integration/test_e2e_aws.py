@@ -318,12 +318,6 @@ def test_the_world_builds_in_moto_what_capa_and_ack_build(aws_env):
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect in plugins/module_utils/render.substitute: it reads the substituted YAML with PyYAML's "
-    "timestamp resolver, so the RFC 3339 KROPS_EXPIRES_AT that flux_handoff writes becomes a datetime and "
-    "schema validation rejects the tags (additionalTags must be strings); Flux keeps it a string",
-)
 def test_render_substitute_keeps_rfc3339_run_tags_strings():
     from ansible_collections.krops.platform.plugins.module_utils import render
 
@@ -524,7 +518,7 @@ def test_capa_deletes_a_cluster_only_while_it_runs_and_ack_deletes_with_its_obje
     "decrypt SOPS (Kustomization spec.decryption provider sops), so capa-system, ack-controllers and konflate "
     "fail with '.sops: field not declared in schema' and the bootstrap's flux_handoff times out (6 of 13 "
     "Kustomizations Ready; seen with the harness at 0fd5cec). Next in line: render.substitute turns the RFC 3339 "
-    "KROPS_EXPIRES_AT into a datetime (the strict xfail above), which the AWSManagedControlPlanes' schema rejects"
+    "KROPS_EXPIRES_AT into a datetime (fixed: test_render_substitute_keeps_rfc3339_run_tags_strings)"
 )
 def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
     """ansible-playbook -i inventories/aws playbooks/aws.yml (bootstrap and pivot), then --tags teardown --check
