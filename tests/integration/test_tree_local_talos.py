@@ -212,9 +212,22 @@ def test_tinkerbell_stack_comes_from_the_oci_chart_with_site_values():
     assert ks["postBuild"] == {"substituteFrom": [{"kind": "ConfigMap", "name": "local-talos-site"}]}
     # The cluster's objects wait for the release and for the CRDs the tinkerbell binary installs.
     assert ks["healthChecks"] == [
-        {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease", "name": "tinkerbell", "namespace": "tinkerbell"},
-        {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": "hardware.tinkerbell.org"},
-        {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "name": "machines.bmc.tinkerbell.org"},
+        {
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "name": "tinkerbell",
+            "namespace": "tinkerbell",
+        },
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "name": "hardware.tinkerbell.org",
+        },
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "name": "machines.bmc.tinkerbell.org",
+        },
     ]
 
 
