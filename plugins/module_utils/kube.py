@@ -619,6 +619,9 @@ PROVIDER_KINDS = (
 def capi_resources(client, namespaced=True):
     """Served resources of the cluster.x-k8s.io family that clusterctl moves, one per kind (preferred version)."""
     chosen = {}
+    # An unfiltered search never refreshes the discovery cache file, which another module may have
+    # written before Cluster API's CRDs existed (it is shared per API server URL): read it afresh.
+    client.resources.invalidate_cache()
     for res in client.resources.search():
         if isinstance(res, _ResourceList) or "/" in (res.name or "") or not res.group:
             continue

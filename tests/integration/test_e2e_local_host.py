@@ -19,7 +19,7 @@ import time
 
 import pytest
 import yaml
-from ansible_collections.krops.platform.plugins.module_utils import render
+from ansible_collections.krops.platform.plugins.module_utils import kube, render
 
 from tests.substrate.capi_world import CapiController
 from tests.substrate.fixtures import REPO, task_results
@@ -31,6 +31,16 @@ pytestmark = pytest.mark.slow
 KS = "kustomize.toolkit.fluxcd.io/v1"
 HELM = REPO / "tests" / "substrate" / "standins" / "helm.py"
 REVISION = "main@sha1:" + "c" * 40
+
+
+def test_capi_discovery_sees_crds_installed_after_an_earlier_connection_cached_discovery(strict_cluster):
+    """The discovery cache file is shared per API server URL: flux_handoff writes it before Cluster API exists,
+    and capi_pivot must still find the Cluster kind afterwards (the full lifecycle failed on this)."""
+    api = strict_cluster("kind-mgmt")
+    assert kube.cluster_resource(kube.connect(api.kubeconfig_path, "kind-mgmt")) is None
+    api.install_bundle("cluster-api")
+    found = kube.cluster_resource(kube.connect(api.kubeconfig_path, "kind-mgmt"))
+    assert found is not None and found.kind == "Cluster"
 
 
 def _helm_wrapper(fake_bins):

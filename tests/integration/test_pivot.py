@@ -12,7 +12,6 @@ import base64
 import json
 import os
 import stat
-import sys
 import threading
 import time
 
@@ -23,6 +22,7 @@ from ansible_collections.krops.platform.plugins.module_utils import config as kr
 from ansible_collections.krops.platform.plugins.module_utils import pivot
 from ansible_collections.krops.platform.plugins.modules import capi_pivot
 from tests.substrate.fixtures import task_results
+from tests.substrate.lifecycle import install_clusterctl
 
 NS = "default"
 MGMT = "local-management"
@@ -30,101 +30,11 @@ CLUSTER_V = "cluster.x-k8s.io/v1beta2"
 KS = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
 OPERATOR_V = "operator.cluster.x-k8s.io/v1alpha2"
 
-# --- the clusterctl stand-in -----------------------------------------------------------
-
-MOVER = r'''#!{python}
-"""clusterctl stand-in: `move` copies the CAPI objects of a namespace between two API servers."""
-import json, os, sys, urllib.request, urllib.error
-import yaml
-MODE = {mode!r}      # move | fail-half | fail-delete | noop
-RESUME = {resume!r}  # unpause the Clusters on the target at the end, as clusterctl does
-here = os.path.dirname(os.path.abspath(__file__))
-args = sys.argv[1:]
-with open(os.path.join(here, "calls.jsonl"), "a") as log:
-    log.write(json.dumps({{"tool": "clusterctl", "argv": args, "env": {{}}, "cwd": os.getcwd(), "stdin": ""}}) + "\n")
-
-def opt(name, default=None):
-    return args[args.index(name) + 1] if name in args else default
-
-def server(path, context):
-    kc = yaml.safe_load(open(path))
-    context = context or kc["current-context"]
-    cluster = next(c for c in kc["contexts"] if c["name"] == context)["context"]["cluster"]
-    return next(c for c in kc["clusters"] if c["name"] == cluster)["cluster"]["server"]
-
-def call(base, method, path, body=None, ctype="application/json"):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method, headers={{"Content-Type": ctype}})
-    with urllib.request.urlopen(req, timeout=10) as reply:
-        return json.loads(reply.read() or b"{{}}")
-
-src = server(opt("--kubeconfig"), opt("--kubeconfig-context"))
-dst = server(opt("--to-kubeconfig"), opt("--to-kubeconfig-context"))
-ns = opt("-n", "default")
-kinds = []
-for group in call(src, "GET", "/apis")["groups"]:
-    name = group["name"]
-    if not name.endswith("cluster.x-k8s.io") or name.split(".")[0] in ("operator", "clusterctl", "runtime"):
-        continue
-    for version in group["versions"]:  # the emulator serves different kinds per version
-        gv = version["groupVersion"]
-        for res in call(src, "GET", "/apis/" + gv)["resources"]:
-            if "/" not in res["name"] and res["namespaced"]:
-                kinds.append((gv, res["name"], res["kind"]))
-objects = []
-for gv, plural, kind in kinds:
-    for obj in call(src, "GET", "/apis/%s/namespaces/%s/%s" % (gv, ns, plural))["items"]:
-        objects.append(("/apis/%s/namespaces/%s/%s" % (gv, ns, plural), obj))
-clusters = [o["metadata"]["name"] for p, o in objects if o["kind"] == "Cluster"]
-for obj in call(src, "GET", "/api/v1/namespaces/%s/secrets" % ns)["items"]:
-    if any(obj["metadata"]["name"].startswith(c + "-") for c in clusters):
-        objects.append(("/api/v1/namespaces/%s/secrets" % ns, obj))
-objects.sort(key=lambda po: po[1]["kind"] != "Cluster")
-if "--dry-run" in args:
-    for path, obj in objects:
-        print("%s/%s" % (obj["kind"], obj["metadata"]["name"]))
-    sys.exit(0)
-if MODE == "noop":
-    print("Performing move...")
-    sys.exit(0)
-merge = "application/merge-patch+json"
-for path, obj in objects:
-    if obj["kind"] == "Cluster":
-        call(src, "PATCH", path + "/" + obj["metadata"]["name"], {{"spec": {{"paused": True}}}}, merge)
-half = max(1, len(objects) // 2)
-for index, (path, obj) in enumerate(objects):
-    if MODE == "fail-half" and index == half:
-        sys.stderr.write("Error: action failed after 10 attempts: failed to connect to the management cluster\n")
-        sys.exit(1)
-    body = {{k: v for k, v in obj.items() if k != "status"}}
-    body["metadata"] = {{k: v for k, v in obj["metadata"].items()
-                        if k not in ("uid", "resourceVersion", "creationTimestamp", "generation", "deletionTimestamp")}}
-    if obj["kind"] == "Cluster":
-        body["spec"] = dict(body.get("spec") or {{}}, paused=True)
-    try:
-        call(dst, "POST", path, body)
-    except urllib.error.HTTPError as exc:
-        if exc.code != 409:
-            raise
-        call(dst, "PATCH", path + "/" + obj["metadata"]["name"], body, merge)
-    if obj.get("status") and obj["kind"] != "Secret":
-        call(dst, "PATCH", path + "/" + obj["metadata"]["name"] + "/status", {{"status": obj["status"]}}, merge)
-for index, (path, obj) in enumerate(reversed(objects)):
-    if MODE == "fail-delete" and index == half:
-        sys.stderr.write("Error: failed to delete objects from the source cluster\n")
-        sys.exit(1)
-    call(src, "PATCH", path + "/" + obj["metadata"]["name"], {{"metadata": {{"finalizers": None}}}}, merge)
-    call(src, "DELETE", path + "/" + obj["metadata"]["name"])
-if RESUME:
-    for path, obj in objects:
-        if obj["kind"] == "Cluster":
-            call(dst, "PATCH", path + "/" + obj["metadata"]["name"], {{"spec": {{"paused": None}}}}, merge)
-print("Performing move...\nMoving Cluster API objects Clusters=%d" % len(clusters))
-'''
+# --- the clusterctl stand-in (tests/substrate/standins/clusterctl.py) ---------------------
 
 
 def install_mover(fake_bins, mode="move", resume=True):
-    fake_bins.install("clusterctl", MOVER.format(python=sys.executable, mode=mode, resume=resume))
+    install_clusterctl(fake_bins.dir, mode=mode, resume=resume)
 
 
 # --- a world: bootstrap.toml, manifests, two clusters ---------------------------------

@@ -14,6 +14,8 @@
   v1beta2 status (phase Provisioned, initialization, conditions Available/InfrastructureReady/
   ControlPlaneInitialized). Deleting the Cluster deletes its infrastructure, control plane,
   MachineDeployments and kubeconfig Secret, stops its API server, then drops the finalizer.
+  A paused Cluster (spec.paused) is left alone; a Cluster that moved to another management cluster
+  (clusterctl move) keeps its API server there (the new management cluster adopts it).
 - A ClusterResourceSet applies the manifests of its ConfigMaps into every matching provisioned cluster.
 - A HelmChartProxy (CAAPH) "installs" its chart into every matching provisioned cluster: the
   release namespace, and the CRDs the chart ships (flux_world.CHART_CRDS); it records a
@@ -80,6 +82,9 @@ class CapiController:
         self.world = world
         self.spawn = spawn or self._spawn
         self.workloads = {}  # (mgmt url, namespace, cluster) -> emulator
+        # Infrastructure hooks (lifecycle.py: CAPD's containers): called as (mgmt api, Cluster, workload emulator).
+        self.on_provisioned = None
+        self.on_deleted = None
         world.controllers.append(self)
 
     @staticmethod
@@ -148,9 +153,13 @@ class CapiController:
     def cluster(self, api, obj):
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         key = (api.url, ns, name)
+        spec = obj.get("spec") or {}
+        if spec.get("paused"):
+            return  # CAPI reconciles nothing of a paused Cluster (clusterctl move pauses them)
         if obj["metadata"].get("deletionTimestamp"):
             return self._delete_cluster(api, obj, key)
-        spec = obj.get("spec") or {}
+        if key not in self.workloads:
+            self._adopt(api, ns, name, key)
         infra = self._ref(api, ns, spec.get("infrastructureRef"))
         control_plane = self._ref(api, ns, spec.get("controlPlaneRef"))
         if infra is None or control_plane is None:
@@ -178,6 +187,8 @@ class CapiController:
         if workload is None:
             workload = self.workloads[key] = self.spawn(name)
             self.world.add_cluster(workload)
+            if self.on_provisioned:
+                self.on_provisioned(api, obj, workload)
         secret_name = f"{name}-kubeconfig"
         config = yaml.safe_dump(workload.kubeconfig(context=f"{name}-admin@{name}", cluster=name, user=f"{name}-admin"))
         secret = {
@@ -209,6 +220,15 @@ class CapiController:
             v1beta2 = ref_obj["apiVersion"].endswith("/v1beta2")
             self._patch_status(api, ref_obj, {"initialization": {initialized: True}} if v1beta2 else {"ready": True})
         self._cluster_status(api, obj, "Provisioned", True, "provisioned (emulated)")
+
+    def _adopt(self, api, ns, name, key):
+        """A Cluster moved here (clusterctl move): its infrastructure is the one its old management cluster
+        built, which no longer lists it; the providers on this side adopt it instead of building another."""
+        for old in [k for k in self.workloads if k[1:] == (ns, name) and k[0] != api.url]:
+            source = self.world.clusters.get(old[0])
+            if source is None or not source.exists(CLUSTER_API, "Cluster", name, ns):
+                self.workloads[key] = self.workloads.pop(old)
+                return
 
     def _patch_status(self, api, obj, fields):
         res = api.resource_for(obj["apiVersion"], obj["kind"])
@@ -265,7 +285,10 @@ class CapiController:
         workload = self.workloads.pop(key, None)
         if workload is not None:
             self.world.clusters.pop(workload.url, None)
-            workload.stop()
+            if self.on_deleted:
+                self.on_deleted(api, obj, workload)
+            else:
+                workload.stop()
         res = api.resource_for(obj["apiVersion"], obj["kind"])
         api.patch(
             res,

@@ -10,23 +10,65 @@ https://docs.docker.com/reference/api/engine/version/v1.45/):
   container's anonymous volumes, never named ones.
 - ``DELETE /volumes/{name}`` answers 409 while a container uses the volume, 404 when it does not exist.
 - ``DELETE /networks/{id}`` answers 403 while endpoints are attached.
+- ``POST /containers/create`` needs an image the engine has (404 "No such image" otherwise; ``POST
+  /images/create`` pulls only the images in ``IMAGES``, the engine here has no registry to pull from),
+  a unique name (409), networks that exist (404) and well-formed port bindings; the image's declared
+  volumes become anonymous volumes, as the engine creates them.
+- A started container whose image has a ``program`` runs it (the registry image runs the real
+  docker-registry on the published host port, its storage in the container's volume); stopping or
+  removing the container stops it.
 
-Only what docker_host_info, docker_container (state=absent), docker_network(_info) and docker_volume use.
+Served over TCP (``url``) or, with ``socket_path``, over a unix socket (``DOCKER_HOST=unix://...``).
+Only what docker_host_info, docker_container, docker_container_info, docker_network(_info) and
+docker_volume use.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import re
+import socketserver
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
 FILTER_KEYS = {
+    "images": {"reference", "label", "dangling", "before", "since"},
     "containers": {"label", "name", "id", "status", "network", "volume", "ancestor"},
     "volumes": {"label", "name", "dangling", "driver"},
     "networks": {"label", "name", "id", "driver", "scope", "type", "dangling"},
 }
+
+
+# Images the double can "pull" (no registry is reachable): the image config the engine would read from
+# the image. registry:2 is distribution/distribution's image (Dockerfile: EXPOSE 5000, VOLUME
+# /var/lib/registry, ENTRYPOINT /entrypoint.sh, CMD /etc/docker/registry/config.yml).
+IMAGES = {
+    "registry:2": {
+        "Id": "sha256:" + "2" * 64,
+        "RepoTags": ["registry:2"],
+        "Config": {
+            "Entrypoint": ["/entrypoint.sh"],
+            "Cmd": ["/etc/docker/registry/config.yml"],
+            "ExposedPorts": {"5000/tcp": {}},
+            "Volumes": {"/var/lib/registry": {}},
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "Labels": None,
+            "WorkingDir": "",
+        },
+        "program": "registry",
+    },
+}
+
+
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def get_request(self):
+        request, _address = super().get_request()
+        return request, ("local", 0)  # BaseHTTPRequestHandler wants a (host, port) client address
 
 
 class ApiError(Exception):
@@ -58,6 +100,28 @@ def parse_filters(query, kind):
     return filters
 
 
+def _reference_matches(known, wanted):
+    """An image reference filter: ``registry`` matches ``registry:<any tag>``, ``registry:2`` only itself."""
+    return known == wanted or (":" not in wanted and known.rsplit(":", 1)[0] == wanted)
+
+
+def _endpoint(config):
+    config = copy.deepcopy(config or {})
+    return {
+        "Aliases": config.get("Aliases"),
+        "Links": config.get("Links"),
+        "IPAMConfig": config.get("IPAMConfig"),
+        "DriverOpts": config.get("DriverOpts"),
+        "MacAddress": "",
+        "IPAddress": "172.18.0.%d" % (len(json.dumps(config)) % 200 + 2),
+        "Gateway": "172.18.0.1",
+        "IPPrefixLen": 16,
+    }
+
+
+_PORT = re.compile(r"^\d{1,5}(-\d{1,5})?(/(tcp|udp|sctp))?$")
+
+
 def labels_match(labels, wanted):
     for item in wanted:
         key, sep, value = item.partition("=")
@@ -67,12 +131,19 @@ def labels_match(labels, wanted):
 
 
 class DockerDouble:
-    def __init__(self, on_call=None):
-        self.containers = {}  # name -> {"Id", "labels", "networks", "volumes": [names], "running"}
+    def __init__(self, on_call=None, socket_path=None, programs=None, on_remove=None):
+        self.containers = {}  # name -> {"Id", "labels", "networks", "volumes": [names], "running", ...}
         self.volumes = {}  # name -> {"labels", "anonymous"}
         self.networks = {}  # name -> {"Id", "labels"}
+        self.images = {}  # reference -> image inspect (pulled)
         self.calls = []  # (method, path, query)
         self.on_call = on_call
+        # image program name -> start(double, name, container) returning a stop() callable
+        self.programs = dict(programs or {})
+        self.on_remove = on_remove  # called with (name, container) after a container is removed
+        self.exec_handler = None  # (name, container, argv, stdin) -> (rc, stdout, stderr), for the docker CLI
+        self._running = {}  # container name -> stop() of its program
+        self._lock = threading.RLock()
         double = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -116,18 +187,33 @@ class DockerDouble:
             def do_DELETE(self):
                 self._do("DELETE")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            def do_PUT(self):
+                self._do("PUT")
+
+        if socket_path:
+            self.server = _UnixHTTPServer(str(socket_path), Handler)
+            self.url = "unix://%s" % socket_path
+        else:
+            self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            self.url = "tcp://127.0.0.1:%d" % self.server.server_address[1]
+        self.socket_path = socket_path
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = "tcp://127.0.0.1:%d" % self.server.server_address[1]
 
     def stop(self):
+        for name in list(self._running):
+            self._stop_program(name)
         self.server.shutdown()
         self.server.server_close()
+        if self.socket_path and os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
 
     # --- state ------------------------------------------------------------------------------
-    def add_container(self, name, labels=None, networks=(), volumes=(), anonymous_volumes=0):
-        """A running container; ``volumes`` are named volumes it mounts, plus ``anonymous_volumes`` of its own."""
-        cid = "%064x" % (len(self.calls) * 1000 + len(self.containers) + 1)
+    def add_container(self, name, labels=None, networks=(), volumes=(), anonymous_volumes=0, ports=None, image=None):
+        """A running container; ``volumes`` are named volumes it mounts, plus ``anonymous_volumes`` of its own.
+
+        ``ports``: {"6443/tcp": host port} published on 127.0.0.1 (what CAPD's load balancer publishes)."""
+        self._serial = getattr(self, "_serial", 0) + 1
+        cid = "%064x" % (len(self.calls) * 1000 + len(self.containers) + 1 + self._serial * 7919)
         mounted = list(volumes)
         for index in range(anonymous_volumes):
             anon = "%064x" % (int(cid, 16) * 10 + index + 1)
@@ -135,14 +221,64 @@ class DockerDouble:
             mounted.append(anon)
         for vol in volumes:
             self.volumes.setdefault(vol, {"labels": {}, "anonymous": False})
+        bindings = {p: [{"HostIp": "127.0.0.1", "HostPort": str(h)}] for p, h in (ports or {}).items()}
         self.containers[name] = {
             "Id": cid,
             "labels": dict(labels or {}),
             "networks": list(networks),
             "volumes": mounted,
             "running": True,
+            "image": image or "kindest/node",
+            "config": {
+                "Image": image or "kindest/node",
+                "Labels": dict(labels or {}),
+                "ExposedPorts": {p: {} for p in bindings},
+            },
+            "host_config": {"AutoRemove": False, "PortBindings": bindings},
         }
         return cid
+
+    def add_network(self, name, labels=None):
+        if name not in self.networks:
+            self.networks[name] = {
+                "Id": "%064x" % (abs(hash(name)) * 31 + len(self.networks) + 1),
+                "labels": dict(labels or {}),
+            }
+        return self.networks[name]["Id"]
+
+    def add_volume(self, name, labels=None):
+        self.volumes.setdefault(name, {"labels": dict(labels or {}), "anonymous": False})
+
+    def remove_container(self, name, remove_volumes=True):
+        """What `docker rm -f -v NAME` does (kind deleting its nodes, CAPD deleting its machines)."""
+        with self._lock:
+            c = self.containers.get(name)
+            if c is None:
+                return False
+            self._stop_program(name)
+            del self.containers[name]
+            if remove_volumes:
+                for vol in c["volumes"]:
+                    if self.volumes.get(vol, {}).get("anonymous") and not self._in_use(vol):
+                        del self.volumes[vol]
+        if self.on_remove:
+            self.on_remove(name, c)
+        return True
+
+    def volume_dir(self, volume):
+        """Where a volume's data lives (the registry program keeps its storage there)."""
+        return self.volumes[volume].setdefault("dir", None)
+
+    def _start_program(self, name, c):
+        image = self.images.get(c.get("image")) or {}
+        program = image.get("program")
+        if program and program in self.programs and name not in self._running:
+            self._running[name] = self.programs[program](self, name, c)
+
+    def _stop_program(self, name):
+        stop = self._running.pop(name, None)
+        if stop:
+            stop()
 
     def _container(self, ref):
         for name, c in self.containers.items():
@@ -150,27 +286,55 @@ class DockerDouble:
                 return name, c
         return None, None
 
+    def _ports(self, c):
+        """NetworkSettings.Ports: every exposed port, with its bindings while the container runs."""
+        config, host = c.get("config") or {}, c.get("host_config") or {}
+        exposed = set((config.get("ExposedPorts") or {}).keys()) | set((host.get("PortBindings") or {}).keys())
+        return {
+            p: (copy.deepcopy((host.get("PortBindings") or {}).get(p)) if c["running"] else None) or None
+            for p in sorted(exposed)
+        }
+
     def _summary(self, name, c):
         return {
             "Id": c["Id"],
             "Names": ["/" + name],
-            "Image": "kindest/node",
-            "ImageID": "sha256:" + "0" * 64,
+            "Image": c.get("image", "kindest/node"),
+            "ImageID": (self.images.get(c.get("image")) or {}).get("Id", "sha256:" + "0" * 64),
             "Command": "",
             "Created": 0,
             "Status": "Up" if c["running"] else "Exited",
             "State": "running" if c["running"] else "exited",
-            "Ports": [],
+            "Ports": [
+                {
+                    "IP": b["HostIp"],
+                    "PrivatePort": int(p.split("/")[0]),
+                    "PublicPort": int(b["HostPort"]),
+                    "Type": p.split("/")[1],
+                }
+                for p, binds in self._ports(c).items()
+                for b in binds or []
+            ],
             "Labels": dict(c["labels"]),
             "Mounts": [{"Type": "volume", "Name": v, "Destination": "/var"} for v in c["volumes"]],
             "NetworkSettings": {"Networks": {n: {} for n in c["networks"]}},
         }
 
     def _inspect(self, name, c):
+        config = copy.deepcopy(c.get("config") or {"Image": "kindest/node"})
+        config["Labels"] = dict(c["labels"])
+        networks = {}
+        for net in c["networks"]:
+            endpoint = copy.deepcopy((c.get("endpoints") or {}).get(net) or {})
+            endpoint.setdefault("Aliases", None)
+            endpoint.setdefault("Links", None)
+            endpoint.setdefault("IPAMConfig", None)
+            endpoint["NetworkID"] = (self.networks.get(net) or {}).get("Id", "")
+            networks[net] = endpoint
         return {
             "Id": c["Id"],
             "Name": "/" + name,
-            "Image": "sha256:" + "0" * 64,
+            "Image": (self.images.get(c.get("image")) or {}).get("Id", "sha256:" + "0" * 64),
             "State": {
                 "Status": "running" if c["running"] else "exited",
                 "Running": c["running"],
@@ -178,14 +342,94 @@ class DockerDouble:
                 "Restarting": False,
                 "Pid": 42 if c["running"] else 0,
             },
-            "Config": {"Image": "kindest/node", "Labels": dict(c["labels"])},
-            "HostConfig": {"AutoRemove": False},
-            "NetworkSettings": {"Networks": {n: {} for n in c["networks"]}},
-            "Mounts": [{"Type": "volume", "Name": v, "Destination": "/var"} for v in c["volumes"]],
+            "Config": config,
+            "HostConfig": copy.deepcopy(c.get("host_config") or {"AutoRemove": False}),
+            "NetworkSettings": {"Networks": networks, "Ports": self._ports(c)},
+            "Mounts": [
+                {"Type": "volume", "Name": v, "Destination": c.get("mount_points", {}).get(v, "/var"), "RW": True}
+                for v in c["volumes"]
+            ],
         }
 
     def _in_use(self, volume):
         return [n for n, c in self.containers.items() if volume in c["volumes"]]
+
+    def _create(self, name, body):
+        """POST /containers/create, as the engine checks it (API v1.45 ContainerCreate)."""
+        if name and not re.match(r"^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$", name):
+            return 400, {"message": f"Invalid container name ({name}), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed"}
+        if name and name in self.containers:
+            return 409, {
+                "message": 'Conflict. The container name "/{}" is already in use by container "{}". You have to '
+                "remove (or rename) that container to be able to reuse that name.".format(
+                    name, self.containers[name]["Id"]
+                )
+            }
+        image_ref = body.get("Image") or ""
+        image = next(
+            (
+                img
+                for ref, img in self.images.items()
+                if image_ref in (ref, img["Id"]) or _reference_matches(ref, image_ref)
+            ),
+            None,
+        )
+        if image is None:
+            return 404, {"message": f"No such image: {image_ref}"}
+        host = copy.deepcopy(body.get("HostConfig") or {})
+        for port, binds in (host.get("PortBindings") or {}).items():
+            if not _PORT.match(port):
+                return 400, {"message": f'invalid port specification: "{port}"'}
+            for bind in binds or []:
+                hp = str((bind or {}).get("HostPort") or "")
+                if hp and (not hp.isdigit() or not 0 < int(hp) < 65536):
+                    return 400, {"message": f'invalid port specification: "{hp}"'}
+        endpoints = ((body.get("NetworkingConfig") or {}).get("EndpointsConfig") or {}).copy()
+        mode = host.get("NetworkMode") or "default"
+        if mode not in ("default", "bridge", "host", "none") and mode not in endpoints:
+            endpoints[mode] = {}
+        for net in endpoints:
+            if net not in self.networks:
+                return 404, {"message": f"network {net} not found"}
+        host.setdefault("NetworkMode", "bridge" if mode == "default" else mode)
+        host.setdefault("RestartPolicy", {"Name": "no", "MaximumRetryCount": 0})
+        host.setdefault("AutoRemove", False)
+        if not endpoints and host["NetworkMode"] == "bridge":
+            self.add_network("bridge")
+            endpoints = {"bridge": {}}
+        config = {k: copy.deepcopy(v) for k, v in body.items() if k not in ("HostConfig", "NetworkingConfig")}
+        image_config = image.get("Config") or {}
+        for key in ("Entrypoint", "Cmd", "WorkingDir"):
+            if config.get(key) in (None, [], ""):
+                config[key] = copy.deepcopy(image_config.get(key))
+        config["Env"] = list(image_config.get("Env") or []) + [
+            e for e in config.get("Env") or [] if e not in (image_config.get("Env") or [])
+        ]
+        config["ExposedPorts"] = dict(image_config.get("ExposedPorts") or {}, **(config.get("ExposedPorts") or {}))
+        config["Volumes"] = dict(image_config.get("Volumes") or {}, **(config.get("Volumes") or {})) or None
+        labels = dict(image_config.get("Labels") or {}, **(config.get("Labels") or {}))
+        self._serial = getattr(self, "_serial", 0) + 1
+        cid = "%064x" % (0xC0FFEE * 100000 + self._serial)
+        mounted, mount_points = [], {}
+        for target in sorted(config.get("Volumes") or {}):  # the image's VOLUMEs: one anonymous volume each
+            anon = "%064x" % (int(cid, 16) * 10 + len(mounted) + 1)
+            self.volumes[anon] = {"labels": {}, "anonymous": True}
+            mounted.append(anon)
+            mount_points[anon] = target
+        name = name.lstrip("/") or "container_%d" % self._serial
+        self.containers[name] = {
+            "Id": cid,
+            "labels": labels,
+            "networks": list(endpoints),
+            "endpoints": {n: _endpoint(e) for n, e in endpoints.items()},
+            "volumes": mounted,
+            "mount_points": mount_points,
+            "running": False,
+            "image": next(ref for ref, img in self.images.items() if img is image),
+            "config": config,
+            "host_config": host,
+        }
+        return 201, {"Id": cid, "Warnings": []}
 
     # --- API --------------------------------------------------------------------------------
     def handle(self, method, path, query, raw):
@@ -214,7 +458,49 @@ class DockerDouble:
                     continue
                 found.append(self._summary(name, c))
             return 200, found
-        match = re.match(r"^/containers/([^/]+)(?:/(json|kill|stop|wait))?$", path)
+        if path == "/images/json" and method == "GET":
+            filters = parse_filters(query, "images")
+            wanted = filters.get("reference") or []
+            return 200, [
+                {"Id": image["Id"], "RepoTags": list(image["RepoTags"]), "RepoDigests": [], "Labels": None}
+                for ref, image in sorted(self.images.items())
+                if not wanted or any(_reference_matches(ref, w) for w in wanted)
+            ]
+        if path == "/images/create" and method == "POST":
+            ref = "{}:{}".format(query.get("fromImage", [""])[0], query.get("tag", ["latest"])[0] or "latest")
+            ref = ref.replace("docker.io/library/", "").replace("docker.io/", "")
+            if ref not in IMAGES:
+                return 404, {
+                    "message": f"pull access denied for {ref.rsplit(':', 1)[0]}, repository does not exist or may "
+                    "require 'docker login'"
+                }
+            self.images[ref] = copy.deepcopy(IMAGES[ref])
+            # the engine streams one JSON object per progress line; the last one says what happened
+            return 200, {"status": f"Status: Downloaded newer image for {ref}"}
+        match = re.match(r"^/images/(.+)/json$", path)
+        if match and method == "GET":
+            ref = unquote(match.group(1))
+            for known, image in self.images.items():
+                if ref in (known, image["Id"]) or _reference_matches(known, ref):
+                    body = {k: copy.deepcopy(v) for k, v in image.items() if k != "program"}
+                    body["RepoDigests"] = []
+                    return 200, body
+            return 404, {"message": f"No such image: {ref}"}
+        if path == "/containers/create" and method == "POST":
+            return self._create(query.get("name", [""])[0], json.loads(raw or b"{}"))
+        match = re.match(r"^/_standin/containers/([^/]+)/exec$", path)
+        if match and method == "POST":
+            name, c = self._container(unquote(match.group(1)))
+            if c is None:
+                return 404, {"message": f"No such container: {match.group(1)}"}
+            if not c["running"]:
+                return 409, {"message": f"container {c['Id']} is not running"}
+            body = json.loads(raw or b"{}")
+            if self.exec_handler is None:
+                return 500, {"message": "the double has no exec handler"}
+            rc, out, err = self.exec_handler(name, c, body.get("argv") or [], body.get("stdin") or "")
+            return 200, {"rc": rc, "stdout": out, "stderr": err}
+        match = re.match(r"^/containers/([^/]+)(?:/(json|kill|stop|wait|start|restart|update))?$", path)
         if match:
             name, c = self._container(unquote(match.group(1)))
             if c is None:
@@ -223,8 +509,24 @@ class DockerDouble:
             if method == "GET" and action == "json":
                 return 200, self._inspect(name, c)
             if method == "POST" and action in ("kill", "stop"):
+                if not c["running"] and action == "stop":
+                    return 304, None
                 c["running"] = False
+                self._stop_program(name)
                 return 204, None
+            if method == "POST" and action in ("start", "restart"):
+                if c["running"] and action == "start":
+                    return 304, None
+                for net in c["networks"]:
+                    if net not in self.networks:
+                        return 404, {"message": f"network {net} not found"}
+                c["running"] = True
+                self._start_program(name, c)
+                return 204, None
+            if method == "POST" and action == "update":
+                body = json.loads(raw or b"{}")
+                c.setdefault("host_config", {}).update({k: v for k, v in body.items() if k == "RestartPolicy"})
+                return 200, {"Warnings": []}
             if method == "POST" and action == "wait":
                 return 200, {"StatusCode": 0}
             if method == "DELETE" and action is None:
@@ -235,11 +537,7 @@ class DockerDouble:
                         "attempting removal or force remove".format(c["Id"])
                     }
                 remove_volumes = query.get("v", ["0"])[0] in ("1", "true", "True")
-                del self.containers[name]
-                if remove_volumes:
-                    for vol in c["volumes"]:
-                        if self.volumes.get(vol, {}).get("anonymous") and not self._in_use(vol):
-                            del self.volumes[vol]
+                self.remove_container(name, remove_volumes)
                 return 204, None
         if path == "/volumes" and method == "GET":
             filters = parse_filters(query, "volumes")
@@ -280,7 +578,7 @@ class DockerDouble:
                 for n, v in sorted(self.networks.items())
                 if labels_match(v["labels"], filters.get("label", []))
             ]
-        match = re.match(r"^/networks/([^/]+)(?:/(disconnect))?$", path)
+        match = re.match(r"^/networks/([^/]+)(?:/(disconnect|connect))?$", path)
         if match:
             ref = unquote(match.group(1))
             name = next((n for n, v in self.networks.items() if ref in (n, v["Id"])), None)
@@ -300,6 +598,16 @@ class DockerDouble:
                     "IPAM": {"Driver": "default", "Config": []},
                     "Internal": False,
                 }
+            if method == "POST" and match.group(2) == "connect":
+                body = json.loads(raw or b"{}")
+                dummy, c = self._container(body.get("Container") or "")
+                if c is None:
+                    return 404, {"message": "No such container: {}".format(body.get("Container"))}
+                if name in c["networks"]:
+                    return 403, {"message": f"endpoint with name {dummy} already exists in network {name}"}
+                c["networks"].append(name)
+                c.setdefault("endpoints", {})[name] = _endpoint(body.get("EndpointConfig"))
+                return 200, None
             if method == "POST":
                 body = json.loads(raw or b"{}")
                 dummy, c = self._container(body.get("Container"))

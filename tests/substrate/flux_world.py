@@ -21,7 +21,9 @@
   all-or-nothing as Flux's dry-run makes it), into the cluster of spec.kubeConfig when set, prunes
   what left the inventory, and checks health (spec.wait: everything applied; else spec.healthChecks).
 - helm-controller: a HelmRelease is Ready once its chart source is Ready; ``CHART_CRDS`` says which
-  CRD bundles a chart installs (charts are not rendered).
+  CRD bundles a chart installs, ``CHART_WORKLOADS`` which Deployment it runs (charts are not
+  rendered): the Deployment is named after the release, with values.replicaCount replicas, and
+  reports them available, as the controllers and kubelets of a real cluster would.
 
 Reasons and messages are kustomize-controller v1.9.4's and source-controller v1.9.1's
 (internal/controller/*.go), fluxcd/pkg ssa v0.76.1 (errors/errors.go, manager_wait.go). Time is
@@ -61,6 +63,12 @@ CHART_CRDS = {
     "cluster-api-operator": ("capi-operator",),
     "flux-operator": ("flux-operator",),
 }
+
+
+# Charts whose workload the emulated install runs: chart -> (container name, image). podinfo's chart
+# names its Deployment after the release (stefanprodan/podinfo charts/podinfo/templates/_helpers.tpl
+# podinfo.fullname: the release name when it contains "podinfo").
+CHART_WORKLOADS = {"podinfo": ("podinfo", "ghcr.io/stefanprodan/podinfo")}
 
 
 class Failure(Exception):
@@ -531,6 +539,14 @@ class FluxController:
         chart = ((spec.get("chart") or {}).get("spec") or {}).get("chart") or name
         api.install_bundle(*CHART_CRDS.get(chart, ()))
         version = ((spec.get("chart") or {}).get("spec") or {}).get("version", "")
+        if chart in CHART_WORKLOADS:
+            self._run_workload(
+                api,
+                spec.get("targetNamespace") or ns,
+                spec.get("releaseName") or obj["metadata"]["name"],
+                CHART_WORKLOADS[chart],
+                int((spec.get("values") or {}).get("replicaCount", 1)),
+            )
         set_status(
             api,
             obj,
@@ -540,6 +556,42 @@ class FluxController:
                 ns, spec.get("releaseName") or obj["metadata"]["name"], chart, version
             ),
         )
+
+    @staticmethod
+    def _run_workload(api, namespace, release, container, replicas):
+        """The chart's Deployment, Available with all its replicas (the cluster's controllers and kubelets)."""
+        labels = {"app.kubernetes.io/name": release}
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": release, "namespace": namespace, "labels": {"helm.sh/chart": container[0]}},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": container[0], "image": container[1]}]},
+                },
+            },
+        }
+        res = api.resource_for("apps/v1", "Deployment")
+        live = api.objects.get(api._key(res, namespace, release))
+        if live is None or (live.get("spec") or {}).get("replicas") != replicas:
+            live = api.patch(res, namespace, release, "apply", deployment, None, "helm-controller", "Strict", True)
+        generation = live["metadata"].get("generation", 1)
+        status = {
+            "observedGeneration": generation,
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "conditions": [
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+            ],
+        }
+        if (live.get("status") or {}) != status:
+            api.patch(res, namespace, release, "merge", {"status": status}, "status", "kube-controller-manager")
 
     # ---- kustomize-controller ---------------------------------------------------------
     @staticmethod

@@ -35,10 +35,17 @@ version asked for (strategy None); GC is synchronous.
 
 from __future__ import annotations
 
+import base64
 import copy
+import datetime
+import ipaddress
 import itertools
 import json
+import os
 import re
+import ssl
+import sys
+import tempfile
 import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -1053,13 +1060,95 @@ class StrictKubeEmulator(KubeEmulator):
         self._rv = itertools.count(point["rv"] + 1)
 
     # ---- HTTP ------------------------------------------------------------------------
-    def start(self, host="127.0.0.1", port=0):
+    def start(self, host="127.0.0.1", port=0, tls=False):
+        """Serve on host:port; with ``tls`` over HTTPS (a test CA, in the kubeconfig as certificate-authority-data)."""
         handler = type("StrictHandler", (_StrictHandler,), {"emulator": self})
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
+        self.tls = bool(tls)
+        if self.tls:
+            # the handshake happens on the handler's first read, in its own thread, not in accept()
+            self._server.socket = tls_context().wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
+            default = self._server.handle_error
+
+            def quiet(request, address):  # a client hanging up on a watch is not an error
+                if not isinstance(sys.exc_info()[1], (ssl.SSLError, ConnectionError)):
+                    default(request, address)
+
+            self._server.handle_error = quiet
         self._thread = threading.Thread(target=self._server.serve_forever, name=f"kube-{self.name}", daemon=True)
         self._thread.start()
         return self
+
+    @property
+    def url(self):
+        host, port = self._server.server_address[:2]
+        return "%s://%s:%d" % ("https" if getattr(self, "tls", False) else "http", host, port)
+
+    def kubeconfig(self, context=None, cluster=None, user=None, namespace=None):
+        config = super().kubeconfig(context, cluster, user, namespace)
+        if getattr(self, "tls", False):
+            config["clusters"][0]["cluster"]["certificate-authority-data"] = base64.b64encode(
+                tls_material()[0]
+            ).decode()
+        return config
+
+
+_TLS = {}
+
+
+def tls_material():
+    """(certificate PEM, key PEM, folder): one self-signed CA certificate for 127.0.0.1 per process."""
+    if "pem" not in _TLS:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "krops emulated API server")])
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                ),
+                critical=False,
+            )
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        folder = tempfile.mkdtemp(prefix="krops-emulator-tls-")
+        for file_name, data in (("ca.crt", cert_pem), ("server.key", key_pem)):
+            path = os.path.join(folder, file_name)
+            with open(path, "wb") as handle:
+                handle.write(data)
+            os.chmod(path, 0o600)
+        _TLS["pem"] = (cert_pem, key_pem, folder)
+    return _TLS["pem"]
+
+
+def tls_context():
+    if "context" not in _TLS:
+        cert_pem, _key, folder = tls_material()
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(os.path.join(folder, "ca.crt"), os.path.join(folder, "server.key"))
+        _TLS["context"] = context
+    return _TLS["context"]
 
 
 def _go_string_slice(values):

@@ -1,14 +1,18 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
-"""A `helm` stand-in that acts on an emulated cluster (run as `python helm.py ARGS...`).
+"""A `helm` v4.2.4 stand-in that acts on an emulated cluster (run as `python helm.py ARGS...` or installed
+with lifecycle.install_standin).
 
-Only what krops calls: ``list --namespace NS --filter REGEX --output json`` and
-``upgrade --install RELEASE CHART --version V --namespace NS [--create-namespace] [--wait]
-[--timeout T]``, each with ``--kubeconfig`` / ``--kube-context``. Like Helm 3 it keeps a release
-as a Secret ``sh.helm.release.v1.<release>.v<revision>`` (type helm.sh/release.v1, labels owner=helm,
-name, status, version) in the release namespace, so state lives in the cluster. Installing a
-chart creates the CRDs it ships (flux_world.CHART_CRDS over strict_api.CRD_BUNDLES). Unknown
-commands or flags fail as helm does: "Error: unknown flag: --x", exit 1.
+Every argv goes through tool_contracts.check_helm first (helm v4.2.4's commands and flags: an unknown
+flag fails as helm fails, a chart version that was never published fails like the registry answers).
+Then only what krops and kubernetes.core.helm call: ``version``, ``list`` (--namespace, --filter,
+--output json|yaml, --deployed), ``upgrade --install RELEASE CHART --version V`` (--create-namespace,
+--wait, --timeout), ``uninstall RELEASE`` (--wait, --timeout, --ignore-not-found), ``get values``,
+each with --kubeconfig / --kube-context or kubernetes.core's HELM_NAMESPACE / HELM_KUBECONTEXT /
+KUBECONFIG. Like Helm it keeps a release as a Secret ``sh.helm.release.v1.<release>.v<revision>``
+(type helm.sh/release.v1, labels owner=helm, name, status, version) in the release namespace, so state
+lives in the cluster. Installing a chart creates the CRDs it ships (flux_world.CHART_CRDS over
+strict_api.CRD_BUNDLES); uninstalling leaves them, as Helm leaves CRDs.
 """
 
 from __future__ import annotations
@@ -18,159 +22,101 @@ import json
 import os
 import re
 import sys
-import urllib.error
-import urllib.request
 
-import yaml
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path[:0] = [REPO, os.path.join(REPO, ".collections")]
+import yaml  # noqa: E402
+from common import Cluster, exit_with, record  # noqa: E402
 
+from tests.substrate import tool_contracts as contracts  # noqa: E402
 from tests.substrate.flux_world import CHART_CRDS  # noqa: E402
 from tests.substrate.strict_api import catalog  # noqa: E402
 
-VALUE_FLAGS = {
-    "--namespace",
-    "-n",
-    "--filter",
-    "--output",
-    "-o",
-    "--version",
-    "--timeout",
-    "--kubeconfig",
-    "--kube-context",
-}
-BOOL_FLAGS = {"--install", "-i", "--create-namespace", "--wait"}
-
 
 def fail(message):
-    sys.stderr.write(f"Error: {message}\n")
-    sys.exit(1)
+    exit_with(f"Error: {message}")
 
 
-def parse(argv):
-    positional, flags = [], {}
-    index = 0
-    while index < len(argv):
-        arg = argv[index]
-        if arg.startswith("-"):
-            name, _eq, value = arg.partition("=")
-            if name in VALUE_FLAGS:
-                if not value:
-                    index += 1
-                    if index >= len(argv):
-                        fail(f"flag needs an argument: {name}")
-                    value = argv[index]
-                flags[name.lstrip("-")] = value
-            elif name in BOOL_FLAGS:
-                flags[name.lstrip("-")] = True
-            else:
-                fail(f"unknown flag: {name}")
-        else:
-            positional.append(arg)
-        index += 1
-    return positional, flags
+def option(flags, *names, env=None, default=None):
+    for name in names:
+        if name in flags:
+            return flags[name]
+    return os.environ.get(env) if env and os.environ.get(env) else default
 
 
-class Cluster:
-    def __init__(self, kubeconfig, context):
-        path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        try:
-            with open(path, encoding="utf-8") as handle:
-                config = yaml.safe_load(handle)
-        except OSError as exc:
-            fail(f"Kubernetes cluster unreachable: {exc}")
-        contexts = {c["name"]: c["context"] for c in config.get("contexts") or []}
-        name = context or config.get("current-context")
-        if name not in contexts:
-            fail(f'Kubernetes cluster unreachable: context "{name}" does not exist')
-        clusters = {c["name"]: c["cluster"] for c in config.get("clusters") or []}
-        self.server = clusters[contexts[name]["cluster"]]["server"].rstrip("/")
+def cluster(flags):
+    return Cluster(option(flags, "--kubeconfig"), option(flags, "--kube-context", env="HELM_KUBECONTEXT"), fail=fail)
 
-    def call(self, method, path, body=None, ok=(200, 201)):
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.server + path,
-            data=data,
-            method=method,
-            headers={
-                "Content-Type": "application/merge-patch+json" if method == "PATCH" else "application/json",
-                "User-Agent": "Helm/3.18.0",
-            },
+
+def namespace_of(flags):
+    return option(flags, "--namespace", "-n", env="HELM_NAMESPACE", default="default")
+
+
+def releases(api, namespace):
+    _code, listed = api.call("GET", f"/api/v1/namespaces/{namespace}/secrets?labelSelector=owner%3Dhelm")
+    found = {}
+    for secret in listed.get("items") or []:
+        labels = secret["metadata"].get("labels") or {}
+        record_ = json.loads(base64.b64decode(secret["data"]["release"]))
+        if labels.get("name") and int(labels.get("version", 0)) >= found.get(labels["name"], {}).get("revision", 0):
+            found[labels["name"]] = record_
+    return found
+
+
+def cmd_version(positional, flags):
+    if "--short" in flags:
+        print("v%s+g0000000" % contracts.HELM_VERSION)
+    else:
+        print(
+            'version.BuildInfo{Version:"v%s", GitCommit:"0000000000000000000000000000000000000000", '
+            'GitTreeState:"clean", GoVersion:"go1.25.0", KubeClientVersion:"v1.35"}' % contracts.HELM_VERSION
         )
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            payload = json.loads(exc.read() or b"{}")
-            if exc.code in ok:
-                return exc.code, payload
-            fail("{} {}: {}".format(method, path, payload.get("message", exc.code)))
-        except OSError as exc:
-            fail(f"Kubernetes cluster unreachable: {exc}")
-
-    def releases(self, namespace):
-        _code, listed = self.call("GET", f"/api/v1/namespaces/{namespace}/secrets?labelSelector=owner%3Dhelm")
-        found = {}
-        for secret in listed.get("items") or []:
-            labels = secret["metadata"].get("labels") or {}
-            record = json.loads(base64.b64decode(secret["data"]["release"]))
-            if labels.get("name") and int(labels.get("version", 0)) >= found.get(labels["name"], {}).get("revision", 0):
-                found[labels["name"]] = record
-        return found
 
 
 def cmd_list(positional, flags):
-    namespace = flags.get("namespace") or flags.get("n") or "default"
-    cluster = Cluster(flags.get("kubeconfig"), flags.get("kube-context"))
-    pattern = re.compile(flags.get("filter") or ".*")
-    rows = [r for name, r in sorted(cluster.releases(namespace).items()) if pattern.search(name)]
-    if (flags.get("output") or flags.get("o")) == "json":
+    namespace = namespace_of(flags)
+    pattern = re.compile(option(flags, "--filter", "-f", default=".*"))
+    rows = [r for name, r in sorted(releases(cluster(flags), namespace).items()) if pattern.search(name)]
+    if "--deployed" in flags:
+        rows = [r for r in rows if r["status"] == "deployed"]
+    output = option(flags, "--output", "-o", default="table")
+    if output == "json":
         print(json.dumps(rows))
+    elif output == "yaml":
+        sys.stdout.write(yaml.safe_dump(rows))
     else:
         print("NAME\tNAMESPACE\tREVISION\tUPDATED\tSTATUS\tCHART\tAPP VERSION")
         for row in rows:
             print(
                 "\t".join(
-                    [
-                        row["name"],
-                        row["namespace"],
-                        str(row["revision"]),
-                        row["updated"],
-                        row["status"],
-                        row["chart"],
-                        row["app_version"],
-                    ]
+                    str(row[k]) for k in ("name", "namespace", "revision", "updated", "status", "chart", "app_version")
                 )
             )
 
 
 def cmd_upgrade(positional, flags):
-    if not flags.get("install") and not flags.get("i"):
+    if "--install" not in flags and "-i" not in flags:
         fail("upgrade without --install is not emulated")
-    if len(positional) != 2:
-        fail('"helm upgrade" requires 2 arguments')
     release, chart = positional
-    version = flags.get("version")
+    version = flags.get("--version")
     if not version:
         fail("a chart version is required here (--version); krops pins every chart")
-    namespace = flags.get("namespace") or flags.get("n") or "default"
-    cluster = Cluster(flags.get("kubeconfig"), flags.get("kube-context"))
-    code, _ns = cluster.call("GET", f"/api/v1/namespaces/{namespace}", ok=(200, 404))
+    namespace = namespace_of(flags)
+    api = cluster(flags)
+    code, _ns = api.call("GET", f"/api/v1/namespaces/{namespace}", ok=(200, 404))
     if code == 404:
-        if not flags.get("create-namespace"):
+        if "--create-namespace" not in flags:
             fail(f'create: failed to create: namespaces "{namespace}" not found')
-        cluster.call(
+        api.call(
             "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
         )
     chart_name = chart.rstrip("/").rpartition("/")[2]
     for bundle in CHART_CRDS.get(chart_name, ()):
         for crd in catalog().bundle(bundle):
-            cluster.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd, ok=(201, 409))
-    previous = cluster.releases(namespace).get(release)
+            api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd, ok=(201, 409))
+    previous = releases(api, namespace).get(release)
     revision = (previous or {}).get("revision", 0) + 1
-    record = {
+    record_ = {
         "name": release,
         "namespace": namespace,
         "revision": revision,
@@ -188,27 +134,60 @@ def cmd_upgrade(positional, flags):
             "namespace": namespace,
             "labels": {"owner": "helm", "name": release, "status": "deployed", "version": str(revision)},
         },
-        "data": {"release": base64.b64encode(json.dumps(record).encode()).decode()},
+        "data": {"release": base64.b64encode(json.dumps(record_).encode()).decode()},
     }
-    cluster.call("POST", f"/api/v1/namespaces/{namespace}/secrets", secret)
+    api.call("POST", f"/api/v1/namespaces/{namespace}/secrets", secret)
     if previous:
         old = "sh.helm.release.v1.%s.v%d" % (release, previous["revision"])
-        cluster.call(
-            "PATCH",
-            f"/api/v1/namespaces/{namespace}/secrets/{old}",
-            {"metadata": {"labels": {"status": "superseded"}}},
+        api.call(
+            "PATCH", f"/api/v1/namespaces/{namespace}/secrets/{old}", {"metadata": {"labels": {"status": "superseded"}}}
         )
     print('Release "{}" has been {}. Happy Helming!'.format(release, "upgraded" if previous else "installed"))
 
 
+def cmd_uninstall(positional, flags):
+    namespace = namespace_of(flags)
+    api = cluster(flags)
+    for release in positional:
+        _code, listed = api.call(
+            "GET", f"/api/v1/namespaces/{namespace}/secrets?labelSelector=owner%3Dhelm%2Cname%3D{release}"
+        )
+        items = listed.get("items") or []
+        if not items:
+            if "--ignore-not-found" in flags:
+                continue
+            fail(f"uninstall: Release not loaded: {release}: release: not found")
+        for secret in items:
+            api.call("DELETE", "/api/v1/namespaces/{}/secrets/{}".format(namespace, secret["metadata"]["name"]))
+        print(f'release "{release}" uninstalled')
+
+
+def cmd_get_values(positional, flags):
+    if positional[0] not in releases(cluster(flags), namespace_of(flags)):
+        fail("release: not found")
+    output = option(flags, "--output", "-o", default="table")
+    print("null" if output == "yaml" else ("{}" if output == "json" else "USER-SUPPLIED VALUES:\nnull"))
+
+
+COMMANDS = {
+    ("version",): cmd_version,
+    ("list",): cmd_list,
+    ("upgrade",): cmd_upgrade,
+    ("uninstall",): cmd_uninstall,
+    ("get", "values"): cmd_get_values,
+}
+
+
 def main(argv):
-    positional, flags = parse(argv)
-    if not positional:
-        fail("no command given (the stand-in knows: list, upgrade)")
-    command = {"list": cmd_list, "ls": cmd_list, "upgrade": cmd_upgrade}.get(positional[0])
-    if command is None:
-        fail(f'unknown command "{positional[0]}" for "helm"')
-    command(positional[1:], flags)
+    record("helm", argv)
+    try:
+        command, positional, flags = contracts.check_helm(argv)
+    except contracts.Refused as exc:
+        exit_with(str(exc), exc.rc)
+    handler = COMMANDS.get(command)
+    if handler is None:
+        fail('helm stand-in: "{}" is not emulated'.format(" ".join(command)))
+    handler(positional, flags)
 
 
 if __name__ == "__main__":
