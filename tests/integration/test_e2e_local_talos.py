@@ -327,3 +327,61 @@ def test_teardown_releases_the_hardware_never_wipes_and_keeps_the_decoys(
         assert after["hardware"][key]["metadata"]["labels"] == before["hardware"][key]["metadata"]["labels"]
         assert after["hardware"][key]["spec"] == before["hardware"][key]["spec"]
     assert kind_clusters(fake_bins) == []
+
+
+def test_teardown_after_the_pivot_keeps_the_management_cluster_and_its_hardware(
+    strict_cluster, fake_bins, ansible_playbook, tmp_path
+):
+    """After the pivot the machine runs the management cluster itself: the teardown deletes no Cluster
+    of this environment (bootstrap.toml names only the management one, which stays), keeps the
+    Hardware's marks, and never touches the machine."""
+    api = strict_cluster("krops-mgmt")
+    provisioned_world(api)
+    api.remove("v1", "ConfigMap", "krops-bootstrap", "kube-system")  # the marker lives on kind only
+    fake_bins.install("kind", kind_engine.SCRIPT.format(python=sys.executable, root=str(REPO)))
+    dead = tmp_path / "kind-gone.yaml"  # kind was deleted by the pivot
+    dead.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "kind-mgmt",
+                "clusters": [{"name": "kind-mgmt", "cluster": {"server": "http://127.0.0.1:9"}}],
+                "contexts": [{"name": "kind-mgmt", "context": {"cluster": "kind-mgmt", "user": "kind-mgmt"}}],
+                "users": [{"name": "kind-mgmt", "user": {"token": "t"}}],
+            }
+        )
+    )
+    capt = FakeCapt(api)
+    before = snapshot(api)
+    extra = {"krops_kind_kubeconfig": str(dead), "krops_mgmt_kubeconfig": api.kubeconfig_path}
+    args = ("--tags", "teardown", "-e", json.dumps(extra))
+    inventory = REPO / "inventories" / "local-talos"
+    try:
+        rc, out, err = ansible_playbook(REPO / "playbooks" / "local-talos.yml", *args, "--check", inventory=inventory)
+        assert rc == 0, (out, err)
+        plan = task_results(out)[R + "Show the teardown plan"]["msg"]
+        assert plan[0] == (
+            "Teardown of local-talos on the mgmt cluster (context krops-mgmt) [check mode: nothing is deleted]"
+        )
+        assert [line.split(". ", 1)[0] for line in plan[1:]] == ["1", "2"]
+        assert "delete the Clusters (none) named by bootstrap.toml" in plan[2]
+        start = len(api.requests)
+        rc, out, err = ansible_playbook(REPO / "playbooks" / "local-talos.yml", *args, inventory=inventory)
+        assert rc == 0, (out, err)
+        report = task_results(out)[R + "Report per Hardware"]["msg"]
+    finally:
+        capt.stop()
+    assert "default/talos-mgmt-01: kept" in report and "default/edge-01: kept" in report
+    assert capt.seen == [] and capt.errors == []
+    assert sorted(c["metadata"]["name"] for c in api.list(*CLUSTER)) == ["edge-workload", MGMT]
+    after = snapshot(api)
+    assert after["hardware"][("default", "talos-mgmt-01")]["metadata"]["labels"][OWNER] == MACHINE
+    assert (
+        after["hardware"][("default", "talos-mgmt-01")]["spec"]
+        == before["hardware"][("default", "talos-mgmt-01")]["spec"]
+    )
+    assert after["workflows"] == [MACHINE]
+    # Only Flux was suspended; nothing was deleted or created.
+    writes = [r for r in api.requests[start:] if r[0] in WRITES]
+    assert writes and all(r[0] == "PATCH" and "/kustomizations/" in r[1] for r in writes), writes
