@@ -1,4 +1,8 @@
-"""local-talos end to end through the real playbook on the strict Kubernetes API emulator.
+"""local-talos end to end through the real playbook.
+
+The whole lifecycle: ``ansible-playbook -i inventories/local-talos playbooks/local-talos.yml`` (bootstrap
+and pivot), then ``--tags teardown --check`` and ``--tags teardown``, on the emulated world of
+tests/substrate/lifecycle.py, with this environment's CRDs and providers added to its tables.
 
 The teardown: ``ansible-playbook -i inventories/local-talos playbooks/local-talos.yml --tags teardown``,
 ``--check`` first, on a kind cluster holding the real tree's objects (site values substituted, schemas
@@ -10,6 +14,9 @@ unchanged; the decoy Cluster of another environment and the Hardware not named s
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 import threading
 
@@ -17,9 +24,11 @@ import pytest
 import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import render
-from tests.substrate import kind_engine
-from tests.substrate.fixtures import REPO, task_results
+from tests.integration.test_preflight import TOKEN, github  # noqa: F401 - the GitHub double (fixture)
+from tests.substrate import capi_world, flux_world, kind_engine, strict_api
+from tests.substrate.fixtures import REPO, VENV_BIN, task_results
 from tests.substrate.krops_marks import make_kind_marker
+from tests.substrate.lifecycle import EmulatedWorld
 from tests.substrate.strict_api import catalog
 
 pytestmark = pytest.mark.slow
@@ -39,6 +48,9 @@ FINALIZER = "infrastructure.cluster.x-k8s.io/tinkerbellmachine"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 # The real kustomize renderer, found before fake_bins puts its recording kubectl first on PATH.
 RENDERER = render.find_kustomize()
+AGE_KEY = (
+    REPO / "tests" / "integration" / "fixtures" / "local-talos.agekey"
+)  # the tree's SOPS files are encrypted to it
 
 
 def tree_objects(directory):
@@ -385,3 +397,127 @@ def test_teardown_after_the_pivot_keeps_the_management_cluster_and_its_hardware(
     # Only Flux was suspended; nothing was deleted or created.
     writes = [r for r in api.requests[start:] if r[0] in WRITES]
     assert writes and all(r[0] == "PATCH" and "/kustomizations/" in r[1] for r in writes), writes
+
+
+# --- the whole lifecycle on the emulated world (tests/substrate/lifecycle.py) ----------------------
+
+
+@pytest.fixture
+def talos_tables(monkeypatch):
+    """local-talos's rows in the world's tables (the harness files stay as they are): the CRD bundles of
+    the Tinkerbell stack, CAPT and the Talos providers, which chart and which providers install them.
+    Not emulated: CAPT claiming the Hardware, and clusterctl moving the CRDs labelled
+    clusterctl.cluster.x-k8s.io/move (the stand-in moves the *.cluster.x-k8s.io groups only)."""
+    monkeypatch.setitem(strict_api.CRD_BUNDLES, "tinkerbell", [("tinkerbell.org", None), ("bmc.tinkerbell.org", None)])
+    monkeypatch.setitem(
+        strict_api.CRD_BUNDLES,
+        "capt",
+        [("infrastructure.cluster.x-k8s.io", ["TinkerbellCluster", "TinkerbellMachineTemplate", "TinkerbellMachine"])],
+    )
+    monkeypatch.setitem(
+        strict_api.CRD_BUNDLES,
+        "talos-bootstrap",
+        [("bootstrap.cluster.x-k8s.io", ["TalosConfig", "TalosConfigTemplate"])],
+    )
+    monkeypatch.setitem(
+        strict_api.CRD_BUNDLES, "talos-control-plane", [("controlplane.cluster.x-k8s.io", ["TalosControlPlane"])]
+    )
+    monkeypatch.setitem(flux_world.CHART_CRDS, "tinkerbell", ("tinkerbell",))
+    monkeypatch.setitem(capi_world.PROVIDER_CRDS, ("InfrastructureProvider", "tinkerbell-tinkerbell"), ("capt",))
+    monkeypatch.setitem(capi_world.PROVIDER_CRDS, ("BootstrapProvider", "talos"), ("talos-bootstrap",))
+    monkeypatch.setitem(capi_world.PROVIDER_CRDS, ("ControlPlaneProvider", "talos"), ("talos-control-plane",))
+
+
+def _sops_decrypting_build(original):
+    """kustomize-controller hands Flux the decrypted SOPS documents (the emulated one does not): each
+    *.sops.yaml of the folder is decrypted with the test key and replaces its object after the build."""
+
+    def build(self, folder):
+        plain = {}
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".sops.yaml"):
+                proc = subprocess.run(
+                    [str(VENV_BIN / "sops"), "--decrypt", os.path.join(folder, name)],
+                    capture_output=True,
+                    text=True,
+                    env=dict(os.environ, SOPS_AGE_KEY_FILE=str(AGE_KEY)),
+                    check=False,
+                )
+                if proc.returncode != 0:
+                    raise flux_world.Failure("DecryptionFailed", proc.stderr.strip())
+                doc = yaml.safe_load(proc.stdout)
+                plain[(doc["kind"], doc["metadata"].get("namespace"), doc["metadata"]["name"])] = doc
+        out = []
+        for obj in original(self, folder):
+            meta = obj.get("metadata") or {}
+            out.append(plain.get((obj.get("kind"), meta.get("namespace"), meta.get("name")), obj))
+        return out
+
+    return build
+
+
+def test_playbook_bootstraps_pivots_then_tears_down_keeping_the_machine(talos_tables, github, tmp_path, monkeypatch):  # noqa: F811
+    """``ansible-playbook -i inventories/local-talos playbooks/local-talos.yml`` on the emulated world
+    (kind, helm, clusterctl stand-ins; emulated Flux syncing this commit from Git; emulated CAPI), then
+    ``--tags teardown --check`` and ``--tags teardown`` on the self-managed cluster."""
+    monkeypatch.setattr(flux_world.FluxController, "_build", _sops_decrypting_build(flux_world.FluxController._build))
+    checkout = tmp_path / "gitops"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(checkout)], check=True)
+    subprocess.run(["git", "-C", str(checkout), "checkout", "-q", "-B", "main"], check=True)
+    urls = {"https://github.com/krops/krops": str(checkout)}
+    world = EmulatedWorld(
+        tmp_path / "host", environment="local-talos", git_checkouts=urls, env={"GITHUB_TOKEN": TOKEN}
+    ).start()
+    try:
+        key = world.home / ".config" / "krops" / "age.agekey"  # bootstrap.toml age-key-file
+        key.parent.mkdir(parents=True)
+        shutil.copy(AGE_KEY, key)
+        key.chmod(0o600)
+        extra = ("-e", json.dumps({"preflight_github_api_url": github}))
+        rc, out, err = world.playbook("playbooks/local-talos.yml", *extra, inventory="inventories/local-talos")
+        assert rc == 0, (failed_tasks(out), err[-2000:])
+        done = task_results(out)
+        assert done["krops.platform.pivot : Delete the kind cluster mgmt"]["changed"] is True
+        assert world.kind_clusters == {}
+        mgmt = world.cluster(MGMT)
+        # The pivot applied the upstream Tinkerbell CRDs (pivot-manifests: shortName hw, the move label)
+        # before the move, and the target's Flux then installed the stack and reconciled the whole tree.
+        crd = mgmt.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "hardware.tinkerbell.org")
+        assert crd["spec"]["names"]["shortNames"] == ["hw"]
+        assert "clusterctl.cluster.x-k8s.io/move" in crd["metadata"]["labels"]
+        assert mgmt.exists("apiextensions.k8s.io/v1", "CustomResourceDefinition", "machines.bmc.tinkerbell.org")
+        assert mgmt.exists(*CLUSTER, MGMT, "default")
+        kss = {k["metadata"]["name"]: k for k in mgmt.list(*KS)}
+        assert "tinkerbell" in kss and all(flux_world.is_ready(k) for k in kss.values()), sorted(kss)
+        assert flux_world.is_ready(mgmt.get("helm.toolkit.fluxcd.io/v2", "HelmRelease", "tinkerbell", "tinkerbell"))
+        assert not mgmt.list(*WORKFLOW)  # nothing ever asked Tinkerbell to (re)install the machine
+
+        teardown = ("--tags", "teardown") + extra
+        rc, out, err = world.playbook(
+            "playbooks/local-talos.yml", *teardown, "--check", inventory="inventories/local-talos"
+        )
+        assert rc == 0, (failed_tasks(out), err[-2000:])
+        plan = task_results(out)[R + "Show the teardown plan"]["msg"]
+        assert plan[0] == (
+            "Teardown of local-talos on the mgmt cluster (context krops-mgmt) [check mode: nothing is deleted]"
+        )
+        assert "delete the Clusters (none) named by bootstrap.toml" in plan[2]
+        rc, out, err = world.playbook("playbooks/local-talos.yml", *teardown, inventory="inventories/local-talos")
+        assert rc == 0, (failed_tasks(out), err[-2000:])
+        report = task_results(out)[R + "Report per Hardware"]["msg"]
+        assert "default/talos-mgmt-01: free" in report or "default/talos-mgmt-01: kept" in report, report
+        # The machine runs the management cluster: it stays, with its Hardware, and is never wiped.
+        assert mgmt.exists(*CLUSTER, MGMT, "default") and mgmt.exists(*HW, "talos-mgmt-01", "default")
+        assert not mgmt.list(*WORKFLOW)
+    finally:
+        errors = world.stop()
+    assert errors == [], errors
+
+
+def failed_tasks(out):
+    return [
+        (t["task"]["name"], t["hosts"].get("localhost", {}).get("msg"))
+        for p in out.get("plays", [])
+        for t in p.get("tasks", [])
+        if t["hosts"].get("localhost", {}).get("failed")
+    ]
