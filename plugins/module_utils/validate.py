@@ -130,8 +130,15 @@ def _group(api_version):
     return validate_schema.split_api_version(api_version)[0]
 
 
+# Kinds whose CRD plural is not the English rule below (the CRD's spec.names.plural):
+# Hardware -> hardware (tinkerbell/tinkerbell crd/bases/v1alpha1/tinkerbell.org_hardware.yaml @ v0.25.0).
+_IRREGULAR_PLURALS = {"hardware": "hardware"}
+
+
 def _plural(kind):
     lower = kind.lower()
+    if lower in _IRREGULAR_PLURALS:
+        return _IRREGULAR_PLURALS[lower]
     if lower.endswith(("s", "x", "ch", "sh")):
         return lower + "es"
     if lower.endswith("y") and lower[-2:-1] not in "aeiou":

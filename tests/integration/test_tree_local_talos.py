@@ -31,15 +31,16 @@ AGE_KEY = Path(__file__).parent / "fixtures" / "local-talos.agekey"
 OWNER = {"krops.io/environment": "local-talos"}
 
 # The chain of issue 14: cert-manager > capi-operator > capi-system > capt-system, cabpt-system
-# and cacppt-system > clusters/management.
+# and cacppt-system > clusters/management; the Tinkerbell stack (its own root) > clusters/management.
 CHAIN = {
+    "tinkerbell": [],
     "cert-manager": [],
     "capi-operator": ["cert-manager"],
     "capi-system": ["capi-operator"],
     "capt-system": ["capi-system"],
     "cabpt-system": ["capi-system"],
     "cacppt-system": ["capi-system"],
-    "cluster-local-talos-management": ["capt-system", "cabpt-system", "cacppt-system"],
+    "cluster-local-talos-management": ["tinkerbell", "capt-system", "cabpt-system", "cacppt-system"],
 }
 SITE_VARIABLES = {
     "CONTROL_PLANE_ENDPOINT",
@@ -53,6 +54,8 @@ SITE_VARIABLES = {
     "TALOS_DISK_IMAGE_URL",
     "TALOS_INSTALLER_IMAGE",
 }
+TINKERBELL_VARIABLES = {"TINKERBELL_IP", "TINKERBELL_ARTIFACTS_IP"}
+TINK = LT + "/tinkerbell"
 
 
 @pytest.fixture
@@ -81,7 +84,7 @@ def test_local_talos_tree_has_zero_findings():
     result = check(REPO)
     assert found(result) == []
     summary = result["summary"][ENV]
-    assert summary["directories"] == 8 and summary["objects"] >= 29
+    assert summary["directories"] == 9 and summary["objects"] >= 33
 
 
 def test_dependson_graph_is_the_chain():
@@ -112,7 +115,7 @@ def test_bootstrap_toml_cross_checks_hold():
     assert env["mgmt-cluster"] == "local-talos-management"
     assert (env["infra-provider-namespace"], env["infra-provider-name"]) == ("capt-system", "tinkerbell-tinkerbell")
     assert env["teardown"]["capi-workloads"] == [] and env["teardown"]["hardware-release"] is True
-    assert not env["pivot-manifests"] and not env["pivot-sops-secrets"] and not env["move-fallbacks"]
+    assert not env["pivot-sops-secrets"] and not env["move-fallbacks"]
     providers = []
     for manifest in env["provider-manifests"]:
         for doc in render.load_yaml_documents(str(REPO / manifest)):
@@ -136,7 +139,7 @@ def test_bootstrap_toml_cross_checks_hold():
         o["spec"]["chart"]["spec"]["chart"]: o["spec"]["chart"]["spec"]["version"]
         for objs in rendered().values()
         for o in objs
-        if o["kind"] == "HelmRelease"
+        if o["kind"] == "HelmRelease" and "chart" in o["spec"]
     }
     assert charts == {
         "cert-manager": cfg.data["charts"]["cert-manager"],
@@ -146,7 +149,7 @@ def test_bootstrap_toml_cross_checks_hold():
 
 def test_every_object_carries_the_ownership_label():
     objects = [(d, o) for d, objs in rendered().items() for o in objs]
-    assert len(objects) >= 29
+    assert len(objects) >= 33
     unmarked = [
         (d, validate.object_id(o))
         for d, o in objects
@@ -159,7 +162,7 @@ def test_hardware_comes_from_site_values_only():
     site = yaml.safe_load((REPO / LT / "site-values.yaml").read_text())
     assert (
         site["metadata"] == {"name": "local-talos-site", "namespace": "flux-system"}
-        and set(site["data"]) == SITE_VARIABLES
+        and set(site["data"]) == SITE_VARIABLES | TINKERBELL_VARIABLES
     )
     text = "".join((REPO / MGMT / name).read_text() for name in ("cluster.yaml", "control-plane.yaml", "hardware.yaml"))
     # Not one site value is written into the cluster folder; every variable used is defined.
@@ -180,6 +183,70 @@ def test_hardware_comes_from_site_values_only():
     assert tmt["spec"]["template"]["spec"]["hardwareAffinity"]["required"] == [
         {"labelSelector": {"matchLabels": {"krops.io/hardware": "talos-mgmt-01"}}}
     ]
+
+
+def test_tinkerbell_stack_comes_from_the_oci_chart_with_site_values():
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in rendered()[TINK]}
+    assert set(objs) == {("Namespace", "tinkerbell"), ("OCIRepository", "tinkerbell"), ("HelmRelease", "tinkerbell")}
+    source = objs[("OCIRepository", "tinkerbell")]["spec"]
+    # The chart tag is the release tag, leading v included (tinkerbell/tinkerbell Makefile, RELEASING.md).
+    assert (source["url"], source["ref"]) == ("oci://ghcr.io/tinkerbell/charts/tinkerbell", {"tag": "v0.25.0"})
+    assert source["layerSelector"]["mediaType"] == "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+    release = objs[("HelmRelease", "tinkerbell")]
+    assert release["metadata"]["namespace"] == "tinkerbell"
+    assert release["spec"]["chartRef"] == {"kind": "OCIRepository", "name": "tinkerbell"}
+    # The chart's three required values (helm/tinkerbell/README.md @ v0.25.0), addresses from the site.
+    assert release["spec"]["values"] == {
+        "publicIP": "${TINKERBELL_IP}",
+        "artifactsFileServer": "http://${TINKERBELL_ARTIFACTS_IP}:7173",
+        "trustedProxies": ["10.244.0.0/16"],
+    }
+    site = yaml.safe_load((REPO / LT / "site-values.yaml").read_text())["data"]
+    text = "".join((REPO / TINK / n).read_text() for n in ("helmrelease.yaml", "ocirepository.yaml"))
+    assert set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", text)) == TINKERBELL_VARIABLES <= set(site)
+    assert not any(site[name] in text for name in TINKERBELL_VARIABLES)
+    # The pod CIDR it trusts is the one of both clusters that run it: the Cluster's pods block here.
+    cluster = next(d for d in yaml.safe_load_all((REPO / MGMT / "cluster.yaml").read_text()) if d["kind"] == "Cluster")
+    assert cluster["spec"]["clusterNetwork"]["pods"]["cidrBlocks"] == release["spec"]["values"]["trustedProxies"]
+    ks = yaml.safe_load((REPO / TINK / "flux-ks.yaml").read_text())["spec"]
+    assert ks["postBuild"] == {"substituteFrom": [{"kind": "ConfigMap", "name": "local-talos-site"}]}
+    # The cluster's objects wait for the release and for the CRDs the tinkerbell binary installs.
+    assert ks["healthChecks"] == [
+        {
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "name": "tinkerbell",
+            "namespace": "tinkerbell",
+        },
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "name": "hardware.tinkerbell.org",
+        },
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "name": "machines.bmc.tinkerbell.org",
+        },
+    ]
+
+
+def test_pivot_manifests_are_the_crds_of_what_clusterctl_move_carries():
+    cfg = krops_config.load(path=str(REPO / "bootstrap.toml"), environ={})
+    crds = [d for m in cfg.environment(ENV)["pivot-manifests"] for d in render.load_yaml_documents(str(REPO / m))]
+    assert all(d["kind"] == "CustomResourceDefinition" for d in crds)
+    served = {(d["spec"]["group"], d["spec"]["names"]["kind"], v["name"]) for d in crds for v in d["spec"]["versions"]}
+    assert all("clusterctl.cluster.x-k8s.io/move" in d["metadata"]["labels"] for d in crds)
+    # Exactly the Tinkerbell kinds of clusters/management, at the version the tree writes.
+    used = {
+        (o["apiVersion"].split("/")[0], o["kind"], o["apiVersion"].split("/")[1])
+        for o in rendered()[MGMT]
+        if o["apiVersion"].split("/")[0].endswith("tinkerbell.org")
+    }
+    assert used == {("tinkerbell.org", "Hardware", "v1alpha1"), ("bmc.tinkerbell.org", "Machine", "v1alpha1")}
+    assert used == served
+    # Flux never applies them (no kustomization lists the folder).
+    assert not any(o["kind"] == "CustomResourceDefinition" for objs in rendered().values() for o in objs)
 
 
 def test_bmc_credentials_are_sops_encrypted_with_the_test_key(tmp_path):
@@ -294,4 +361,25 @@ def test_missing_site_value_is_caught(tree):
             "schema",
             "spec.disks[0].device: None is not of type 'string'",
         )
+    ]
+
+
+def test_misspelled_crd_health_check_is_reported_and_a_missing_pivot_crd_too(tree):
+    # Hardware's CRD plural is "hardware": the English plural is the typo here.
+    edit(tree, TINK + "/flux-ks.yaml", "name: hardware.tinkerbell.org", "name: hardwares.tinkerbell.org")
+    os.remove(tree / TINK / "pivot" / "bmc.tinkerbell.org_machines.yaml")
+    assert found(check(tree)) == [
+        (
+            "bootstrap.toml",
+            "environments.local-talos.pivot-manifests[1]",
+            "bootstrap",
+            "mgmt/local-talos/tinkerbell/pivot/bmc.tinkerbell.org_machines.yaml does not exist",
+        ),
+        (
+            TINK + "/flux-ks.yaml",
+            "Kustomization/flux-system/tinkerbell",
+            "flux-graph",
+            "healthCheck CustomResourceDefinition hardwares.tinkerbell.org: no object of that "
+            "type in the tree (a health check on a CRD nothing uses is likely a typo)",
+        ),
     ]
