@@ -162,8 +162,11 @@ class EmulatedWorld:
         argv += list(args)
         run_env = playbook_env(self.root, dict(self.env, **(env or {})))
         run_env["PATH"] = self.env["PATH"]
-        # ansible's local RPC socket lives in ANSIBLE_LOCAL_TEMP: a unix socket path must stay short
+        # ansible's local RPC server listens on a unix socket under TMPDIR (multiprocessing's pymp-*
+        # folder) and keeps files in ANSIBLE_LOCAL_TEMP: a unix socket path must stay under 108 bytes
         run_env["ANSIBLE_LOCAL_TEMP"] = os.path.join(self._sock_dir, "ansible")
+        run_env["TMPDIR"] = os.path.join(self._sock_dir, "tmp")
+        os.makedirs(run_env["TMPDIR"], exist_ok=True)
         proc = subprocess.run(argv, cwd=REPO, env=run_env, capture_output=True, text=True, timeout=timeout, check=False)
         try:
             output = json.loads(proc.stdout)
