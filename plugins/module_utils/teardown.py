@@ -775,6 +775,20 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                     name=boot["registry-name"],
                 )
             )
+        if profile.local_workload:
+            # the bootstrap wrote each workload's kubeconfig (roles/bootstrap bootstrap_workload_kubeconfig),
+            # with the context CAPI names <cluster>-admin@<cluster>; its cluster is gone now
+            for cluster in workloads:
+                path, context = WORKLOAD_KUBECONFIG.format(cluster=cluster), f"{cluster}-admin@{cluster}"
+                steps.append(
+                    _step(
+                        "remove-kubeconfig",
+                        f"remove the context {context} (and the cluster and user only it uses) from {path}; "
+                        "the file goes only when nothing else is left",
+                        path=path,
+                        context=context,
+                    )
+                )
     elif profile.cloud_teardown_step:
         steps.append(
             _step(
@@ -840,6 +854,9 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
         )
     return _number(steps)
 
+
+# The workload kubeconfig the bootstrap writes for a local workload cluster (roles/bootstrap/defaults).
+WORKLOAD_KUBECONFIG = "~/.kube/krops-{cluster}.yaml"
 
 # Executables the steps of a plan need.
 STEP_TOOLS = {"delete-kind": ("kind",), "flux-uninstall": ("helm",)}

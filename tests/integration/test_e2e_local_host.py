@@ -2,11 +2,12 @@
 # Apache License 2.0 (see LICENSE)
 """The local-host lifecycle on the emulated world, run with ansible-playbook as a user runs it.
 
-The world: a StrictKubeEmulator for the kind cluster, the real docker-registry, the emulated Flux
-and CAPI reconciling in a background thread, and a helm stand-in that keeps its releases in the
-cluster. The handoff part of the bootstrap (artifact push, Flux Operator, FluxInstance, wait for the
-whole Kustomization chain) runs through the real modules; the full playbooks/local-host.yml needs
-stand-ins that are not built yet (see the skipped test).
+The handoff test: a StrictKubeEmulator for the kind cluster, the real docker-registry, the emulated
+Flux and CAPI reconciling in a background thread, and the helm stand-in; the handoff part of the
+bootstrap (artifact push, Flux Operator, FluxInstance, the whole Kustomization chain) through the real
+modules. The lifecycle test: the whole playbooks/local-host.yml on one emulated host
+(tests/substrate/lifecycle.py: kind, Docker, CAPD, clusterctl and helm acting on the same world):
+converge, an idempotent re-run, teardown, with decoys on the host that must survive.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import sys
 import time
 
 import pytest
@@ -25,11 +25,13 @@ from tests.substrate.capi_world import CapiController
 from tests.substrate.fixtures import REPO, task_results
 from tests.substrate.flux_world import FluxController, World, condition
 from tests.substrate.kube_emulator import ApiError
+from tests.substrate.lifecycle import EmulatedWorld, changed_tasks, failed_tasks, install_standin, role_times
+
+KIND_LABEL = "io.x-k8s.kind.cluster"
 
 pytestmark = pytest.mark.slow
 
 KS = "kustomize.toolkit.fluxcd.io/v1"
-HELM = REPO / "tests" / "substrate" / "standins" / "helm.py"
 REVISION = "main@sha1:" + "c" * 40
 
 
@@ -44,10 +46,7 @@ def test_capi_discovery_sees_crds_installed_after_an_earlier_connection_cached_d
 
 
 def _helm_wrapper(fake_bins):
-    return fake_bins.install(
-        "helm",
-        f"#!{sys.executable}\nimport runpy, sys\nsys.argv[0] = {str(HELM)!r}\nrunpy.run_path({str(HELM)!r}, run_name='__main__')\n",
-    )
+    return install_standin(fake_bins.dir, "helm")
 
 
 def _ready(api, api_version, kind, name, namespace):
@@ -145,11 +144,113 @@ def test_handoff_through_ansible_playbook_reconciles_the_whole_chain(
     print(f"handoff: first run {first:.1f}s, idempotent re-run {second:.1f}s")
 
 
-@pytest.mark.skip(
-    reason="not built yet: stand-ins acting on the emulated world for the Docker Engine API "
-    "(community.docker.docker_container for the registry), kind (kind_cluster) and clusterctl "
-    "move (pivot), whose input contracts issues 10 and 12 are rewriting; the handoff part "
-    "runs above"
-)
-def test_local_host_playbook_converge_idempotence_and_teardown():
+# Things on the host that look like krops' but are not: they must all survive the teardown.
+DECOY_CONTAINERS = {
+    # another cluster's node, named with our management cluster's name as a prefix
+    "local-management-2-control-plane": {KIND_LABEL: "local-management-2", "io.x-k8s.kind.role": "control-plane"},
+    "local-workload.backup": {},  # a lookalike name, no label
+    "krops-registry-old": {"app.kubernetes.io/managed-by": "krops"},  # not the exact registry name
+    "my-postgres": {"com.example": "local-management"},
+}
+DECOY_VOLUMES = ["local-management-data", "krops-registry"]
+DECOY_NETWORKS = {"local-management": {KIND_LABEL: "local-management"}, "kind-other": {}}
+
+
+def _decoys(world):
+    for name, labels in DECOY_CONTAINERS.items():
+        world.docker.add_container(
+            name,
+            labels,
+            ["bridge"],
+            volumes=["local-management-data"] if name == "my-postgres" else (),
+            anonymous_volumes=1 if KIND_LABEL in labels else 0,
+        )
+    for name in DECOY_VOLUMES:
+        world.docker.add_volume(name, {KIND_LABEL: "local-management-2"})
+    for name, labels in DECOY_NETWORKS.items():
+        world.docker.add_network(name, labels)
+    world.docker.add_network("bridge")
+    # another kind cluster on the same host, made with kind (it has no krops marker)
+    world.kind_create("other", {"kind": "Cluster", "apiVersion": "kind.x-k8s.io/v1alpha4"})
+    return set(world.docker.volumes)
+
+
+def _kubeconfig(path):
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+def _contexts(path):
+    return [c["name"] for c in (_kubeconfig(path) or {}).get("contexts") or []]
+
+
+@pytest.fixture
+def host(tmp_path):
+    world = EmulatedWorld(tmp_path / "host").start()
+    yield world
+    assert world.stop() == []  # no reconcile error in the world
+
+
+def test_local_host_playbook_converge_idempotence_and_teardown(host):
     """ansible-playbook -i inventories/local-host playbooks/local-host.yml, again (changed=0), then --tags teardown."""
+    world = host
+    decoy_volumes = _decoys(world)
+    kube_dir = world.home / ".kube"
+    times = {}
+
+    # converge: bootstrap on kind, then the pivot into local-management
+    started = time.monotonic()
+    rc, out, err = world.playbook("playbooks/local-host.yml", inventory="inventories/local-host")
+    times["converge"] = time.monotonic() - started
+    assert rc == 0, (failed_tasks(out), err[-2000:])
+    times.update(role_times(out))
+    changed = changed_tasks(out)
+    for task in ("Create or reuse the kind cluster", "Run capi_pivot up to move", "Delete the kind cluster mgmt"):
+        assert any(name.endswith(task) for name in changed), (task, changed)
+
+    # what the phases promise: the Flux chain Ready on the management cluster, the workload cluster
+    # with Podinfo, kind gone, the registry serving the artifact
+    mgmt = world.cluster("local-management")
+    chain = mgmt.list(KS, "Kustomization", "flux-system")
+    assert chain and all(condition(k)["status"] == "True" for k in chain), [
+        (k["metadata"]["name"], condition(k)) for k in chain
+    ]
+    assert mgmt.exists("fluxcd.controlplane.io/v1", "FluxInstance", "flux", "flux-system")
+    assert {c["metadata"]["name"] for c in mgmt.list("cluster.x-k8s.io/v1beta2", "Cluster", "default")} == {
+        "local-management",
+        "local-workload",
+    }
+    workload = world.cluster("local-workload")
+    assert _ready(workload, "helm.toolkit.fluxcd.io/v2", "HelmRelease", "podinfo", "podinfo")
+    assert workload.get("apps/v1", "Deployment", "podinfo", "podinfo")["status"]["availableReplicas"] == 1
+    written = _kubeconfig(kube_dir / "krops-local-workload.yaml")
+    assert written["clusters"][0]["cluster"]["server"] == workload.url  # rewritten to the published LB port
+    assert "mgmt" not in world.kind_clusters and not world.kind_nodes("mgmt")
+    assert "kind-mgmt" not in _contexts(kube_dir / "krops-kind.yaml")
+    assert _contexts(kube_dir / "krops-mgmt.yaml") == ["krops-mgmt"]
+    assert world.docker.containers["krops-registry"]["running"]
+    assert not mgmt.exists("v1", "ConfigMap", "krops-bootstrap", "kube-system")  # the marker stayed on kind
+
+    # a second plain run changes nothing
+    started = time.monotonic()
+    rc, out, err = world.playbook("playbooks/local-host.yml", inventory="inventories/local-host")
+    times["re-run"] = time.monotonic() - started
+    assert rc == 0, (failed_tasks(out), err[-2000:])
+    assert changed_tasks(out) == []
+
+    # teardown, then nothing of krops is left on the host; every decoy survives
+    started = time.monotonic()
+    rc, out, err = world.playbook("playbooks/local-host.yml", "--tags", "teardown", inventory="inventories/local-host")
+    times["teardown"] = time.monotonic() - started
+    assert rc == 0, (failed_tasks(out), err[-2000:])
+    left = world.leftovers()
+    assert left["containers"] == {name: dict(labels) for name, labels in DECOY_CONTAINERS.items()} | {
+        "other-control-plane": {KIND_LABEL: "other", "io.x-k8s.kind.role": "control-plane"}
+    }
+    assert set(left["volumes"]) == decoy_volumes  # the registry's and the nodes' anonymous volumes went with them
+    assert set(left["networks"]) == {"kind", "bridge"} | set(DECOY_NETWORKS)  # kind's network is never krops'
+    assert left["registry_answers"] is False
+    assert left["kind_clusters"] == ["other"] and left["api_servers"] == ["kind-other"]
+    assert not (kube_dir / "krops-mgmt.yaml").exists()
+    assert not (kube_dir / "krops-local-workload.yaml").exists()
+    assert "kind-mgmt" not in _contexts(kube_dir / "krops-kind.yaml")
+    print("local-host lifecycle: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()))

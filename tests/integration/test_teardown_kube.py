@@ -253,6 +253,7 @@ def test_host_is_kind_while_it_holds_the_management_cluster(kube_cluster, tmp_pa
         "delete-clusters",
         "remove-containers",
         "remove-registry",
+        "remove-kubeconfig",
     ]
     assert result["kept"][0]["what"] == "kind cluster mgmt"
     delete = result["plan"][1]
@@ -270,6 +271,7 @@ def test_host_is_kind_while_it_holds_the_management_cluster(kube_cluster, tmp_pa
         "delete-kind",
         "remove-containers",
         "remove-registry",
+        "remove-kubeconfig",
     ]
     assert marked["kind_marker"] == {
         "owned": True,
@@ -291,8 +293,14 @@ def test_host_is_mgmt_after_the_pivot(kube_cluster, tmp_path, run_module, fake_b
         "delete-kind",
         "remove-registry",
         "remove-kubeconfig",
+        "remove-kubeconfig",
     ]
     assert result["plan"][-1]["context"] == "krops-mgmt"
+    # the workload kubeconfig the bootstrap wrote, with the context CAPI names
+    assert (result["plan"][-2]["path"], result["plan"][-2]["context"]) == (
+        "~/.kube/krops-local-workload.yaml",
+        "local-workload-admin@local-workload",
+    )
 
 
 def test_host_mgmt_when_kind_is_gone_and_unreachable_when_nothing_answers(
@@ -324,7 +332,7 @@ def test_host_mgmt_when_kind_is_gone_and_unreachable_when_nothing_answers(
     assert [s["action"] for s in forced["plan"]] == ["aws-orphan-sweep"]
     local = plan_host(run_module, tmp_path, dead_kind, "local-host", dead_mgmt, timeout=2)
     # nothing answers: kind is never deleted (no marker can be read); labelled containers still go
-    assert [s["action"] for s in local["plan"]] == ["remove-containers", "remove-registry"]
+    assert [s["action"] for s in local["plan"]] == ["remove-containers", "remove-registry", "remove-kubeconfig"]
 
 
 def test_host_probe_unknown_aborts(kube_cluster, tmp_path, run_module):

@@ -103,8 +103,10 @@ class CapiController:
     def reconcile(self, api):
         if ("operator.cluster.x-k8s.io", "coreproviders") in api.resources:
             for kind in PROVIDER_KINDS:
-                for obj in api.list(OPERATOR, kind):
-                    self.provider(api, obj)
+                # a chart's CRDs arrive one by one: a kind not served yet has nothing to reconcile
+                if ("operator.cluster.x-k8s.io", kind.lower() + "s") in api.resources:
+                    for obj in api.list(OPERATOR, kind):
+                        self.provider(api, obj)
         if ("cluster.x-k8s.io", "clusters") in api.resources:
             for obj in api.list(CLUSTER_API, "Cluster"):
                 self.cluster(api, obj)

@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import tarfile
 import threading
+import time
 import urllib.parse
 
 import yaml
@@ -56,6 +57,7 @@ NAMESPACE_LABEL = "kustomize.toolkit.fluxcd.io/namespace"
 PRUNE_ANNOTATION = "kustomize.toolkit.fluxcd.io/prune"
 FINALIZER = "finalizers.fluxcd.io"  # kustomize-controller v1.9.4 api/v1/kustomization_types.go
 REQUEUE = "30s"  # kustomize-controller's default --requeue-dependency interval
+POLL_SECONDS = 1.0  # how often a Ready OCIRepository asks the registry again (emulated time)
 
 # Which CRD bundles (strict_api.CRD_BUNDLES) a chart installs when its HelmRelease is installed.
 CHART_CRDS = {
@@ -198,22 +200,31 @@ class World:
             raise Failure("ReconciliationFailed", f"failed to build kube client: dial {server}: connection refused")
         return api
 
-    def start(self, interval=0.05):
-        """Reconcile continuously in a thread (for runs driven by ansible-playbook); ``stop()`` ends it."""
+    def start(self, interval=0.05, idle=1.0):
+        """Reconcile continuously in a thread (for runs driven by ansible-playbook); ``stop()`` ends it.
+
+        After a pass that changed nothing the next pass waits for a write to any cluster (checked every
+        ``interval`` seconds, as a watch would wake a controller) or ``idle`` seconds (time-driven work:
+        source polls), so an idle world costs little CPU."""
         self._stop = threading.Event()
         self.errors = []
 
+        def versions():
+            return {url: api._last_rv for url, api in list(self.clusters.items())}
+
         def loop():
             while not self._stop.is_set():
-                before = {url: api._last_rv for url, api in list(self.clusters.items())}
+                before = versions()
                 try:
                     for controller in self.controllers:
                         for api in list(self.clusters.values()):
                             controller.reconcile(api)
                 except Exception as exc:
                     self.errors.append(repr(exc))
-                if before == {url: api._last_rv for url, api in list(self.clusters.items())}:
-                    self._stop.wait(interval)
+                if before == versions():
+                    deadline = time.monotonic() + max(idle, interval)
+                    while not self._stop.wait(interval) and versions() == before and time.monotonic() < deadline:
+                        pass
 
         self._thread = threading.Thread(target=loop, name="emulated-world", daemon=True)
         self._thread.start()
@@ -251,6 +262,8 @@ class FluxController:
         self.registry_aliases = dict(registry_aliases or {})
         self.git_checkouts = dict(git_checkouts or {})
         self.artifacts = {}  # (api url, kind, ns, name) -> (revision, folder)
+        self._builds = {}  # artifact folder -> rendered objects
+        self._polled = {}  # OCIRepository key -> when the registry was last asked
         self.renderer = renderer or render.find_kustomize()  # resolved now: stand-ins on PATH come later
         world.controllers.append(self)
 
@@ -439,6 +452,10 @@ class FluxController:
                 },
             )
             return
+        key = (api.url, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if is_ready(obj) and time.monotonic() - self._polled.get(key, 0) < POLL_SECONDS:
+            return  # source-controller polls every spec.interval; the emulated world polls every POLL_SECONDS
+        self._polled[key] = time.monotonic()
         repository = parsed.path.lstrip("/")
         registry = oci.Registry(host, insecure=bool(spec.get("insecure")))
         reference = ref.get("digest") or ref.get("tag") or "latest"
@@ -631,7 +648,10 @@ class FluxController:
             raise Failure(
                 "ArtifactFailed", f"kustomization path not found: stat {target_dir}: no such file or directory"
             )
-        objects = self._build(target_dir)
+        # an artifact folder never changes (one per revision): its build is rendered once
+        if target_dir not in self._builds:
+            self._builds[target_dir] = self._build(target_dir)
+        objects = copy.deepcopy(self._builds[target_dir])
         variables = self._variables(api, obj)
         target = api
         if (spec.get("kubeConfig") or {}).get("secretRef"):

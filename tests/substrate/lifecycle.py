@@ -132,8 +132,8 @@ class EmulatedWorld:
         self.errors = []
 
     # ---- life ------------------------------------------------------------------------------
-    def start(self):
-        self.world.start()
+    def start(self, interval=0.02, idle=1.0):
+        self.world.start(interval, idle)
         return self
 
     def stop(self):
@@ -162,6 +162,11 @@ class EmulatedWorld:
         argv += list(args)
         run_env = playbook_env(self.root, dict(self.env, **(env or {})))
         run_env["PATH"] = self.env["PATH"]
+        # ansible's local RPC server listens on a unix socket under TMPDIR (multiprocessing's pymp-*
+        # folder) and keeps files in ANSIBLE_LOCAL_TEMP: a unix socket path must stay under 108 bytes
+        run_env["ANSIBLE_LOCAL_TEMP"] = os.path.join(self._sock_dir, "ansible")
+        run_env["TMPDIR"] = os.path.join(self._sock_dir, "tmp")
+        os.makedirs(run_env["TMPDIR"], exist_ok=True)
         proc = subprocess.run(argv, cwd=REPO, env=run_env, capture_output=True, text=True, timeout=timeout, check=False)
         try:
             output = json.loads(proc.stdout)
@@ -430,6 +435,8 @@ class _ControlServer:
                 parts = urlsplit(self.path)
                 query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
                 try:
+                    if parts.path == "/world/leftovers":
+                        return self._reply(200, world.leftovers())
                     if parts.path == "/kind/clusters":
                         return self._reply(200, sorted(world.kind_clusters))
                     if parts.path == "/kind/nodes":
@@ -483,6 +490,49 @@ def lifecycle_world(tmp_path):
     yield world
     errors = world.stop()
     assert errors == [], errors
+
+
+def changed_tasks(output):
+    """Names of the tasks that reported changed in a JSON-callback output (an idempotent run has none)."""
+    return [
+        task["task"]["name"]
+        for play in output.get("plays", [])
+        for task in play.get("tasks", [])
+        for result in task["hosts"].values()
+        if result.get("changed")
+    ]
+
+
+def failed_tasks(output):
+    """(task, msg, stderr tail) of every failed task, for assertion messages."""
+    return [
+        (task["task"]["name"], result.get("msg"), (result.get("stderr") or "")[-800:])
+        for play in output.get("plays", [])
+        for task in play.get("tasks", [])
+        for result in task["hosts"].values()
+        if result.get("failed")
+    ]
+
+
+def role_times(output):
+    """{role: wall seconds from its first task's start to its last task's end} of a JSON-callback output."""
+    spans = {}
+    for play in output.get("plays", []):
+        for task in play.get("tasks", []):
+            name, duration = task["task"]["name"], task["task"].get("duration") or {}
+            if " : " not in name or not duration.get("start") or not duration.get("end"):
+                continue
+            role = name.split(" : ", 1)[0].rsplit(".", 1)[-1]
+            start, end = (_instant(duration[k]) for k in ("start", "end"))
+            first, last = spans.get(role, (start, end))
+            spans[role] = (min(first, start), max(last, end))
+    return {role: round(end - start, 1) for role, (start, end) in spans.items()}
+
+
+def _instant(text):
+    import datetime
+
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def wait_for(predicate, timeout=30.0, interval=0.05):

@@ -29,8 +29,6 @@ import yaml  # noqa: E402
 from common import Cluster, exit_with, record  # noqa: E402
 
 from tests.substrate import tool_contracts as contracts  # noqa: E402
-from tests.substrate.flux_world import CHART_CRDS  # noqa: E402
-from tests.substrate.strict_api import catalog  # noqa: E402
 
 
 def fail(message):
@@ -110,6 +108,9 @@ def cmd_upgrade(positional, flags):
         api.call(
             "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
         )
+    from tests.substrate.flux_world import CHART_CRDS  # heavy imports: only an install needs them
+    from tests.substrate.strict_api import catalog
+
     chart_name = chart.rstrip("/").rpartition("/")[2]
     for bundle in CHART_CRDS.get(chart_name, ()):
         for crd in catalog().bundle(bundle):
