@@ -247,15 +247,18 @@ def release_address(x, res):
 
 
 def network_interfaces(d, with_age):
+    """Detached owned interfaces: those inside owned VPCs come with one VPC-filtered listing; only owned ones it
+    did not return are described by id."""
     ids = owned(d, ENI)
-    found = []
-    if ids:
-        found = [
+    found = detached_in_owned_vpcs(d, set())
+    rest = [i for i in ids if i not in {r["id"] for r in found}]
+    if rest:
+        found += [
             resource(d.region, "network-interface", e["NetworkInterfaceId"], ids[e["NetworkInterfaceId"]])
-            for e in describe(d, "describe_network_interfaces", "NetworkInterfaces", "network-interface-id", ids)
+            for e in describe(d, "describe_network_interfaces", "NetworkInterfaces", "network-interface-id", rest)
             if e.get("Status") == "available" and e["NetworkInterfaceId"] in ids
         ]
-    return found + detached_in_owned_vpcs(d, {r["id"] for r in found})
+    return found
 
 
 def detached_in_owned_vpcs(d, known):
@@ -373,8 +376,8 @@ def security_groups(d, with_age):
             g["GroupId"],
             ids[g["GroupId"]],
             name=g.get("GroupName"),
-            ingress=[_clean_permission(p) for p in g.get("IpPermissions") or []],
-            egress=[_clean_permission(p) for p in g.get("IpPermissionsEgress") or []],
+            ingress=_references(g.get("IpPermissions")),
+            egress=_references(g.get("IpPermissionsEgress")),
         )
         for g in describe(d, "describe_security_groups", "SecurityGroups", "group-id", ids)
         if g["GroupId"] in ids and g.get("GroupName") != "default"
@@ -412,6 +415,16 @@ def delete_security_group(x, res):
 
 def delete_vpc(x, res):
     x.retry_dependency(res, lambda: aws.call(x.client("ec2"), "delete_vpc", VpcId=res["id"]))
+
+
+def _references(permissions):
+    """The rules that name another security group: only those keep a group from being deleted (address ranges do
+    not), so only those are revoked first."""
+    return [
+        _clean_permission(dict(p, IpRanges=[], Ipv6Ranges=[], PrefixListIds=[]))
+        for p in permissions or []
+        if p.get("UserIdGroupPairs")
+    ]
 
 
 def _clean_permission(permission):
