@@ -881,3 +881,41 @@ def test_playbook_prints_progress_lines_on_the_controller_while_deletions_are_aw
     assert any("eu-north-1 eks-cluster " + WORKLOAD[2] in line for line in lines), lines
     assert result["leftovers"] == [] and {r["outcome"] for r in result["results"]} == {"deleted"}
     assert result["api_calls"] > sum(result["api_calls_by_operation"].values())  # summed over the steps
+
+
+def test_load_balancer_controller_and_vpc_cni_resources_are_owned_by_their_exact_cluster_name(
+    run_module, moto, toml, fast
+):
+    """The AWS Load Balancer Controller tags elbv2.k8s.aws/cluster=<cluster>, not kubernetes.io/cluster/<c>=owned,
+    and the VPC CNI tags its interfaces cluster.k8s.amazonaws.com/name=<cluster>: both used to be left behind."""
+    north = clients(moto, "eu-north-1")
+    ec2, elbv2 = north("ec2"), north("elbv2")
+    vpc = ec2.create_vpc(CidrBlock="172.19.0.0/16")["Vpc"]["VpcId"]  # not ours: only the tagged resources inside are
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="172.19.1.0/24")["Subnet"]["SubnetId"]
+
+    def group(name, cluster):
+        return elbv2.create_target_group(
+            Name=name, Protocol="HTTP", Port=80, VpcId=vpc, Tags=[{"Key": "elbv2.k8s.aws/cluster", "Value": cluster}]
+        )["TargetGroups"][0]["TargetGroupArn"]
+
+    def interface(cluster):
+        return ec2.create_network_interface(
+            SubnetId=subnet,
+            TagSpecifications=[
+                {
+                    "ResourceType": "network-interface",
+                    "Tags": [{"Key": "cluster.k8s.amazonaws.com/name", "Value": cluster}],
+                }
+            ],
+        )["NetworkInterface"]["NetworkInterfaceId"]
+
+    owned_group, decoy_group = group("k8s-web", WORKLOAD[2]), group("k8s-web-2", WORKLOAD[2] + "-2")
+    owned_eni, decoy_eni = interface("eu-north-1-workload"), interface("eu-north-1-workload-2")
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
+    assert not result.failed, result["msg"]
+    assert {(r["type"], r["id"], r["outcome"]) for r in result["results"]} == {
+        ("elbv2-target-group", owned_group, "deleted"),
+        ("network-interface", owned_eni, "deleted"),
+    }
+    assert [g["TargetGroupArn"] for g in elbv2.describe_target_groups()["TargetGroups"]] == [decoy_group]
+    assert [e["NetworkInterfaceId"] for e in ec2.describe_network_interfaces()["NetworkInterfaces"]] == [decoy_eni]
