@@ -13,17 +13,16 @@ dependants that carry no tags of their own are swept with their owner and say so
 subnet group of a swept RDS instance (when no other instance uses it) and detached network
 interfaces inside an owned VPC.
 
-Per region, in this order (regions run concurrently):
-  EKS node groups (wait), EKS pod identity associations, EKS clusters (wait), RDS instances
-  (no final snapshot, wait) and their subnet groups, ELBv2 and classic load balancers,
-  target groups, NAT gateways (wait), elastic IPs, detached network interfaces, subnets,
-  internet gateways (detached first), non-main route tables, security groups (every rule
-  revoked first), VPCs.
-Then the global phase: S3 buckets (every version and delete marker first), IAM roles
-(managed policies detached, inline policies and instance profiles deleted first), IAM
-users (login profile, access keys, MFA devices, groups, policies first) and the
-clusterawsadm CloudFormation stack in each target region (deletion started, not waited).
-Finally every region is listed again: anything owned that is left is a leftover.
+The type table (REGION_TYPES, GLOBAL_TYPES) lists rows defined per service (aws_ec2, aws_eks, aws_elb,
+aws_rds, aws_iam, aws_s3, aws_cloudformation, aws_tagging; the row type is aws_rows.ResourceType); its order
+is the deletion order. Per region (regions concurrently) the chains run side by side: EKS node groups
+(waited), pod identity associations, clusters (waited); self-managed instances (waited); RDS instances
+(waited) and their subnet groups; load balancers and target groups; NAT gateways (waited) and elastic IPs.
+Then launch templates, EBS volumes and snapshots, and the network: detached interfaces, subnets, internet
+gateways, route tables, security groups, VPCs. Then the global phase: S3 buckets, IAM roles, OIDC
+providers, users, the clusterawsadm stack. Finally every region is listed again: anything owned that is
+left is a leftover. With a step budget (the action plugin) a wait still running when it ends is cut and
+the next step resumes from the returned state without listing again.
 
 Report mode lists the same candidates read-only and keeps those older than N hours.
 """

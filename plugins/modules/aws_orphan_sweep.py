@@ -25,11 +25,11 @@ description:
     bootstrap.toml names them and no cluster of another aws environment still exists (EKS by name, VPCs by their
     ownership tags); otherwise they are listed in RV(kept) with the reason."
   - Each C(aws-workloads) entry is swept in its own region, the management cluster in the environment's C(mgmt-region).
-  - "Per region, four chains run side by side: EKS node groups (waited), pod identity associations, EKS clusters
-    (waited), launch templates, EBS volumes and snapshots; RDS instances (no final snapshot, waited) and their subnet
-    groups; ELBv2 and classic load balancers and target groups; NAT gateways (waited) and elastic IPs. Then the
-    network: detached network interfaces, subnets, internet gateways, non-main route tables, security groups (rules
-    revoked first), VPCs. Then S3 buckets (every version and delete marker), IAM roles (policies and instance
+  - "Per region, five chains run side by side: EKS node groups (waited), pod identity associations, EKS clusters
+    (waited); self-managed EC2 instances (terminated, waited); RDS instances (no final snapshot, waited) and their
+    subnet groups; ELBv2 and classic load balancers and target groups; NAT gateways (waited) and elastic IPs. Then
+    launch templates, EBS volumes (those owned instances keep included) and snapshots, and the network: detached network interfaces, subnets, internet gateways, non-main route tables, security groups (rules
+    that name other groups revoked first), VPCs. Then S3 buckets (every version and delete marker), IAM roles (policies and instance
     profiles first), IAM OIDC providers, IAM users (login profile, access keys first) and the clusterawsadm
     CloudFormation stack in each target region (deletion started, not waited)."
   - Owned resources of any other type are found through the Resource Groups Tagging API; they cannot be deleted
@@ -239,6 +239,13 @@ candidates:
 progress:
   description: Progress lines of the waits (seconds since the start, region, what is still being deleted).
   returned: always
+  type: list
+  elements: str
+waiting:
+  description:
+    - Deletions still awaited when a step of the action plugin ran out of time (region, type, id, state); the plugin
+      prints them and runs the next step, so a task result never has it.
+  returned: only from an intermediate step
   type: list
   elements: str
 errors:
