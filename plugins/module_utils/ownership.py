@@ -45,6 +45,10 @@ OWNED = "owned"
 CAPA_TAG_PREFIX = "sigs.k8s.io/cluster-api-provider-aws/cluster/"  # CAPA api/v1beta1/tags.go ClusterTagKey
 CLOUD_PROVIDER_TAG_PREFIX = "kubernetes.io/cluster/"  # CAPA api/v1beta1/tags.go ClusterAWSCloudProviderTagKey
 KROPS_ENV_TAG = "krops.io/environment"  # docs/ownership.md: on every resource a tree declares
+# Tags whose *value* is the exact cluster name (docs/ownership.md): the AWS Load Balancer Controller on every
+# resource it creates (v2.17.1 pkg/shared_constants/tag_keys.go TagKeyK8sCluster), the VPC CNI on the network
+# interfaces it creates when it knows the cluster name (v1.23.0 pkg/awsutils/awsutils.go eniClusterTagKey).
+CLUSTER_NAME_TAGS = ("elbv2.k8s.aws/cluster", "cluster.k8s.amazonaws.com/name")
 CLOUD_ENV_LABEL = "krops-environment"  # Azure tags and GCP labels allow no "/"
 
 # kind (pkg/cluster/internal/providers/docker/constants.go) and CAPD
@@ -98,6 +102,7 @@ class AwsOwnership:
         for cluster, names in self.clusters.items():
             for name in names:
                 found += [(key, OWNED, cluster) for key in aws_owner_keys(name)]
+                found += [(key, name, cluster) for key in CLUSTER_NAME_TAGS]
         if self.environment and self.environment_tag_owns:
             found.append((KROPS_ENV_TAG, self.environment, ""))
         return found

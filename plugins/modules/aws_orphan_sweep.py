@@ -25,11 +25,11 @@ description:
     bootstrap.toml names them and no cluster of another aws environment still exists (EKS by name, VPCs by their
     ownership tags); otherwise they are listed in RV(kept) with the reason."
   - Each C(aws-workloads) entry is swept in its own region, the management cluster in the environment's C(mgmt-region).
-  - "Per region, four chains run side by side: EKS node groups (waited), pod identity associations, EKS clusters
-    (waited), launch templates, EBS volumes and snapshots; RDS instances (no final snapshot, waited) and their subnet
-    groups; ELBv2 and classic load balancers and target groups; NAT gateways (waited) and elastic IPs. Then the
-    network: detached network interfaces, subnets, internet gateways, non-main route tables, security groups (rules
-    revoked first), VPCs. Then S3 buckets (every version and delete marker), IAM roles (policies and instance
+  - "Per region, five chains run side by side: EKS node groups (waited), pod identity associations, EKS clusters
+    (waited); self-managed EC2 instances (terminated, waited); RDS instances (no final snapshot, waited) and their
+    subnet groups; ELBv2 and classic load balancers and target groups; NAT gateways (waited) and elastic IPs. Then
+    launch templates, EBS volumes (those owned instances keep included) and snapshots, and the network: detached network interfaces, subnets, internet gateways, non-main route tables, security groups (rules
+    that name other groups revoked first), VPCs. Then S3 buckets (every version and delete marker), IAM roles (policies and instance
     profiles first), IAM OIDC providers, IAM users (login profile, access keys first) and the clusterawsadm
     CloudFormation stack in each target region (deletion started, not waited)."
   - Owned resources of any other type are found through the Resource Groups Tagging API; they cannot be deleted
@@ -97,6 +97,19 @@ options:
   account_id:
     description: AWS account ID for C(s3-bucket-pattern). Default is the caller's account (STS C(GetCallerIdentity)).
     type: str
+  progress_interval:
+    description:
+      - Seconds between progress lines on the controller while deletions are awaited (delete mode, not check mode).
+      - The action plugin runs the module in steps of about this length; each later step resumes from the plan and
+        the deletions already started, without listing the account again. V(0) runs the module once.
+    type: int
+    default: 30
+  _wait_budget:
+    description: Internal, set by the action plugin (seconds this step may wait). Do not set.
+    type: int
+  _sweep_state:
+    description: Internal, set by the action plugin (where the previous step stopped). Do not set.
+    type: dict
 extends_documentation_fragment:
   - krops.platform.aws
 attributes:
@@ -114,6 +127,10 @@ attributes:
     support: full
     platforms: posix
     details: Calls the AWS APIs with boto3 from the host it runs on (the orphan-report and teardown plays use localhost).
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
+    details: The action plugin runs the module in bounded steps and shows what is still being deleted between them.
 seealso:
   - module: krops.platform.capi_cluster_delete
 """
@@ -298,6 +315,15 @@ progress:
   elements: str
   sample:
     - "12.4s eu-north-1: waiting for 1 nat-gateway deletion(s): nat-0a1b2c3d4e5f60789"
+waiting:
+  description:
+    - Deletions still awaited when a step of the action plugin ran out of time (region, type, id, state); the plugin
+      prints them and runs the next step, so a task result never has it.
+  returned: only from an intermediate step
+  type: list
+  elements: str
+  sample:
+    - "eu-north-1 nat-gateway nat-0a1b2c3d4e5f60789 (deleting)"
 errors:
   description: Listings that failed (region, type, error); the task fails when this is not empty.
   returned: always
@@ -326,13 +352,11 @@ duration:
   sample: 24.74
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config, errors, shell
 
 
-def main():
-    argument_spec = dict(
+def argument_spec():
+    spec = dict(
         environment=dict(type="str"),
         config_file=dict(type="path"),
         mode=dict(type="str", default="delete", choices=["delete", "report"]),
@@ -343,23 +367,35 @@ def main():
         concurrency=dict(type="int"),
         wait_timeout=dict(type="int", default=1200),
         account_id=dict(type="str"),
+        progress_interval=dict(type="int", default=30),
+        # Set by the action plugin, which runs long waits in bounded steps.
+        _wait_budget=dict(type="int"),
+        _sweep_state=dict(type="dict"),
     )
-    argument_spec.update(aws.AWS_ARGS)
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        supports_check_mode=True,
-        mutually_exclusive=[("profile", "access_key"), ("profile", "secret_key")],
-        required_together=[("access_key", "secret_key")],
-    )
-    if not aws.HAS_BOTO3:
-        module.fail_json(msg=missing_required_lib("boto3"), exception=str(aws.BOTO3_IMPORT_ERROR))
+    spec.update(aws.AWS_ARGS)
+    return spec
+
+
+def body(module, step):
+    step("sweeping")
     try:
         result = aws_sweep.run(module.params, check_mode=module.check_mode)
     except (config.ConfigError, aws_sweep.SweepError, aws.AwsError) as exc:
-        module.fail_json(msg=f"aws_orphan_sweep: {exc}")
+        raise errors.CloudError(f"aws_orphan_sweep: {exc}")
     if result.pop("failed"):
-        module.fail_json(**result)
-    module.exit_json(**result)
+        raise errors.CloudError(result.pop("msg"), result=result)
+    return result
+
+
+def main():
+    shell.run(
+        "aws_orphan_sweep",
+        argument_spec(),
+        body,
+        requires=[("boto3", aws.HAS_BOTO3, aws.BOTO3_IMPORT_ERROR)],
+        mutually_exclusive=[("profile", "access_key"), ("profile", "secret_key")],
+        required_together=[("access_key", "secret_key")],
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 from test_aws_sweep_world import (
@@ -22,7 +24,7 @@ from test_aws_sweep_world import (
 
 from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep
 from ansible_collections.krops.platform.plugins.modules import aws_orphan_sweep
-from tests.substrate.fixtures import task_results
+from tests.substrate.fixtures import REPO, task_results
 
 WORKLOAD = (
     "eu-north-1-workload",
@@ -721,3 +723,199 @@ def test_volumes_snapshots_and_launch_templates_go_and_an_undeletable_owned_type
     }
     assert [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]] == [decoy_volume]
     assert snapshot not in [s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]]
+
+
+# --- self-managed instances, rows, steps and controller progress (issue 9) ---------------------------------------
+
+
+def _instance(ec2, cluster, subnet=None):
+    """A CAPA AWSMachine instance of ``cluster`` with a data volume kept by DeleteOnTermination=false."""
+    inst = ec2.run_instances(
+        ImageId="ami-12c6146b",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [
+                    {"Key": CAPA % cluster, "Value": "owned"},
+                    {"Key": "sigs.k8s.io/cluster-api-provider-aws/role", "Value": "node"},
+                ],
+            }
+        ],
+    )["Instances"][0]["InstanceId"]
+    volume = ec2.create_volume(AvailabilityZone="eu-north-1a", Size=1)["VolumeId"]  # untagged, like a hand-made disk
+    ec2.attach_volume(VolumeId=volume, InstanceId=inst, Device="/dev/sdf")
+    return inst, volume
+
+
+def _state(ec2, inst):
+    return ec2.describe_instances(InstanceIds=[inst])["Reservations"][0]["Instances"][0]["State"]["Name"]
+
+
+def test_self_managed_instances_are_terminated_with_their_kept_volumes_and_another_clusters_survive(
+    run_module, moto, toml, fast
+):
+    """CAPA AWSCluster/AWSMachine instances used to be an undeletable owned type that failed the run."""
+    ec2 = clients(moto, "eu-north-1")("ec2")
+    inst, volume = _instance(ec2, "eu-north-1-workload")
+    decoy, decoy_volume = _instance(ec2, "eu-north-1-workload-2")
+
+    plan = sweep(run_module, moto, toml, check_mode=True, include_management=False, regions=["eu-north-1"])
+    assert not plan.failed, plan["msg"]
+    planned = {(p["type"], p["id"], p["outcome"]) for p in plan["plan"]}
+    assert planned == {("ec2-instance", inst, "planned"), ("ebs-volume", volume, "planned")}
+    assert _state(ec2, inst) == "running"
+
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
+    assert not result.failed, result["msg"]
+    assert [(r["type"], r["id"], r["outcome"], r["reason"]) for r in result["results"]] == [
+        ("ec2-instance", inst, "deleted", ""),
+        ("ebs-volume", volume, "deleted", f"volume of owned instance {inst} (kept by DeleteOnTermination=false)"),
+    ]
+    assert _state(ec2, inst) == "terminated"
+    assert _state(ec2, decoy) == "running"
+    assert [v["VolumeId"] for v in ec2.describe_volumes(VolumeIds=[decoy_volume])["Volumes"]] == [decoy_volume]
+    assert volume not in [v["VolumeId"] for v in ec2.describe_volumes()["Volumes"]]
+    assert result["leftovers"] == []
+
+
+def test_a_row_without_a_wait_state_cannot_be_waited_on():
+    from ansible_collections.krops.platform.plugins.module_utils import aws_rows
+
+    with pytest.raises(ValueError, match="an expected deletion time needs a wait_state"):
+        aws_rows.ResourceType("x", aws_rows.REGION, lambda d, a: [], lambda x, r: None, expected=60)
+    row = aws_rows.ResourceType("x", aws_rows.REGION, lambda d, a: [], lambda x, r: None)
+    deleter = aws_sweep.Deleter(sweep=None, region="eu-north-1")
+    with pytest.raises(ValueError, match="sweep row x has no wait_state"):
+        deleter._wait(row, [{"id": "x"}])  # pylint: disable=protected-access
+    waited = [t.name for t in aws_sweep.REGION_TYPES + aws_sweep.GLOBAL_TYPES if t.waited]
+    assert waited == ["eks-nodegroup", "eks-cluster", "ec2-instance", "rds-instance", "nat-gateway"]
+    assert len(set(aws_sweep.REGION_ORDER + aws_sweep.GLOBAL_ORDER)) == len(
+        aws_sweep.REGION_TYPES + aws_sweep.GLOBAL_TYPES
+    )
+
+
+@pytest.fixture
+def held(moto, monkeypatch):
+    """moto behind the benchmark's proxy: EKS, RDS and NAT gateway deletions held for 1/200 of their real time."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "benchmarks"))
+    from aws_latency_proxy import LatencyProxy  # pylint: disable=import-outside-toplevel
+
+    proxy = LatencyProxy(moto, latency=0.0, scale=200.0)
+    monkeypatch.setattr(aws_sweep, "EXPECTED_SCALE", 1.0 / 200)
+    yield proxy
+    proxy.stop()
+
+
+def test_steps_resume_from_the_plan_without_listing_again_and_end_like_one_run(moto, toml, fast, held):
+    seed_cluster(moto, *WORKLOAD)
+    params = {
+        "config_file": toml,
+        "environment": "aws",
+        "endpoint_url": held.url,
+        "access_key": "sweep-test-key-id",
+        "secret_key": "sweep-test-secret",
+        "include_management": False,
+        "regions": ["eu-north-1"],
+        "wait_timeout": 60,
+        "_wait_budget": 1,
+    }
+    steps = [aws_sweep.run(params)]
+    while steps[-1].get("_krops_pending"):
+        assert len(steps) < 30, steps[-1]["msg"]
+        steps.append(aws_sweep.run(dict(params, _sweep_state=steps[-1]["_krops_state"])))
+    first, last = steps[0], steps[-1]
+    assert len(steps) >= 3  # node groups (3 s) then the EKS cluster (3.6 s), in steps of about 1 s
+    assert first["msg"].startswith("sweep in progress, still deleting: eu-north-1 eks-nodegroup ")
+    assert first["leftovers"] == [] and not first["failed"]
+    polls = {"eks.ListNodegroups", "eks.ListClusters", "rds.DescribeDBInstances", "ec2.DescribeNatGateways"}
+    for step in steps[1:-1]:  # the steps between only poll (and start what the finished waits allow): no listing
+        listed = {
+            op for op in step["api_calls_by_operation"] if op.split(".")[1].startswith(("Describe", "Get", "List"))
+        }
+        assert listed <= polls, step["api_calls_by_operation"]
+    assert "sts.GetCallerIdentity" not in last["api_calls_by_operation"]
+    assert not last["failed"], last["msg"]
+    assert last["leftovers"] == []
+    assert {r["outcome"] for r in last["results"]} == {"deleted"}
+    types = [r["type"] for r in last["results"]]
+    assert types == sorted(types, key=lambda t: (aws_sweep.REGION_ORDER + aws_sweep.GLOBAL_ORDER).index(t))
+    assert ("eu-north-1", "eks-cluster", WORKLOAD[2]) in by_outcome(last, "deleted")
+
+
+def test_playbook_prints_progress_lines_on_the_controller_while_deletions_are_awaited(
+    ansible_playbook, moto, toml, held
+):
+    seed_cluster(moto, *WORKLOAD)
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "sweep",
+                    "register": "sweep",
+                    "krops.platform.aws_orphan_sweep": {
+                        "config_file": toml,
+                        "environment": "aws",
+                        "endpoint_url": held.url,
+                        "access_key": "sweep-test-key-id",
+                        "secret_key": "sweep-test-secret",
+                        "include_management": False,
+                        "regions": ["eu-north-1"],
+                        "wait_timeout": 60,
+                        "progress_interval": 1,
+                    },
+                }
+            ],
+        }
+    ]
+    rc, output, stderr = ansible_playbook(play, env={"KROPS_AWS_SWEEP_TIME_SCALE": str(1.0 / 200)})
+    result = task_results(output)["sweep"]
+    assert rc == 0, (result.get("msg"), result.get("exception"), stderr)
+    assert "_krops_pending" not in result and "_krops_state" not in result
+    lines = [line for line in stderr.splitlines() if line.startswith("aws_orphan_sweep [localhost] ")]
+    assert len(lines) >= 2, stderr
+    assert "still deleting eu-north-1 eks-nodegroup " in lines[0]
+    assert any("eu-north-1 eks-cluster " + WORKLOAD[2] in line for line in lines), lines
+    assert result["leftovers"] == [] and {r["outcome"] for r in result["results"]} == {"deleted"}
+    assert result["api_calls"] > sum(result["api_calls_by_operation"].values())  # summed over the steps
+
+
+def test_load_balancer_controller_and_vpc_cni_resources_are_owned_by_their_exact_cluster_name(
+    run_module, moto, toml, fast
+):
+    """The AWS Load Balancer Controller tags elbv2.k8s.aws/cluster=<cluster>, not kubernetes.io/cluster/<c>=owned,
+    and the VPC CNI tags its interfaces cluster.k8s.amazonaws.com/name=<cluster>: both used to be left behind."""
+    north = clients(moto, "eu-north-1")
+    ec2, elbv2 = north("ec2"), north("elbv2")
+    vpc = ec2.create_vpc(CidrBlock="172.19.0.0/16")["Vpc"]["VpcId"]  # not ours: only the tagged resources inside are
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="172.19.1.0/24")["Subnet"]["SubnetId"]
+
+    def group(name, cluster):
+        return elbv2.create_target_group(
+            Name=name, Protocol="HTTP", Port=80, VpcId=vpc, Tags=[{"Key": "elbv2.k8s.aws/cluster", "Value": cluster}]
+        )["TargetGroups"][0]["TargetGroupArn"]
+
+    def interface(cluster):
+        return ec2.create_network_interface(
+            SubnetId=subnet,
+            TagSpecifications=[
+                {
+                    "ResourceType": "network-interface",
+                    "Tags": [{"Key": "cluster.k8s.amazonaws.com/name", "Value": cluster}],
+                }
+            ],
+        )["NetworkInterface"]["NetworkInterfaceId"]
+
+    owned_group, decoy_group = group("k8s-web", WORKLOAD[2]), group("k8s-web-2", WORKLOAD[2] + "-2")
+    owned_eni, decoy_eni = interface("eu-north-1-workload"), interface("eu-north-1-workload-2")
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
+    assert not result.failed, result["msg"]
+    assert {(r["type"], r["id"], r["outcome"]) for r in result["results"]} == {
+        ("elbv2-target-group", owned_group, "deleted"),
+        ("network-interface", owned_eni, "deleted"),
+    }
+    assert [g["TargetGroupArn"] for g in elbv2.describe_target_groups()["TargetGroups"]] == [decoy_group]
+    assert [e["NetworkInterfaceId"] for e in ec2.describe_network_interfaces()["NetworkInterfaces"]] == [decoy_eni]

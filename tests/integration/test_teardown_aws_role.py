@@ -22,6 +22,7 @@ from tests.integration.test_aws_sweep_world import (
     inventory,
     normalise,
     seed_cluster,
+    seed_global,
     seed_network,
     vpc_defaults,
 )
@@ -146,7 +147,13 @@ def run_teardown(ansible_playbook, kind_api, fake_bins, moto, tmp_path, *args, e
         "teardown_mgmt_kubeconfig": str(tmp_path / "no-mgmt.yaml"),
         "teardown_aws_endpoint_url": moto,
     }
-    full_env = {"PATH": fake_bins.path_env, "HOME": str(tmp_path), "BOOTSTRAP_CONFIG": str(REPO / "bootstrap.toml")}
+    full_env = {
+        "PATH": fake_bins.path_env,
+        "HOME": str(tmp_path),
+        "BOOTSTRAP_CONFIG": str(REPO / "bootstrap.toml"),
+        # moto deletes at once: the sweep polls its waits from the start instead of after AWS's usual durations
+        "KROPS_AWS_SWEEP_TIME_SCALE": "0",
+    }
     full_env.update(env or {})
     return ansible_playbook(
         REPO / "playbooks" / "aws.yml",
@@ -350,4 +357,145 @@ def test_aws_teardown_stops_when_a_workload_cluster_never_goes(
     assert all(kind_api.exists("v1", "Secret", n, "flux-system") for n in SECRETS)
     assert not [c for c in fake_bins.calls("helm") if "uninstall" in c["argv"]]
     assert inventory(moto) == before
+    assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]
+
+
+# --- the unsafe cases of issue 9 as decoys of a real playbook run ------------------------------------------------
+
+NORTH_ENTRY = """[[environments.aws.teardown.aws-workloads]]
+region = "eu-north-1"
+cluster-name = "eu-north-1-workload"
+eks-cluster-name = "default_eu-north-1-workload-control-plane"
+rds-instance = "krops-eu-north-1-workload-db"
+"""
+WEST_ENTRY = """[[environments.aws.teardown.aws-workloads]]
+region = "eu-west-1"
+cluster-name = "eu-west-1-workload"
+eks-cluster-name = "default_eu-west-1-workload-control-plane"
+rds-instance = "krops-eu-west-1-workload-db"
+"""
+# A second aws environment in the same account: its clusters share prefixes with ours.
+STAGING = """
+[environments.aws-staging]
+kind = "aws"
+mgmt-region = "eu-north-1"
+sync = "git"
+sync-path = "mgmt/aws"
+mgmt-cluster = "eu-north-1-management-staging"
+mgmt-ready-timeout = "40m"
+infra-provider-namespace = "capa-system"
+infra-provider-name = "aws"
+provider-manifests = ["mgmt/aws/capi-system/core-provider.yaml"]
+
+# it names neither our reader user nor our stack: only its live clusters keep them
+[environments.aws-staging.teardown]
+global-iam-users = []
+cfn-stack-name = "staging-capa-bootstrap"
+
+[[environments.aws-staging.teardown.aws-workloads]]
+region = "eu-north-1"
+cluster-name = "eu-north-1-workload-2"
+eks-cluster-name = "default_eu-north-1-workload-2-control-plane"
+
+[[environments.aws-staging.teardown.aws-workloads]]
+region = "eu-west-1"
+cluster-name = "eu-west-1-workload-blue"
+eks-cluster-name = "default_eu-west-1-workload-blue-control-plane"
+"""
+# IAM roles of the other environment's clusters whose names start with one of ours (issue 9)
+OTHER_ROLES = {
+    "eu-north-1-workload-2-nodes": "eu-north-1-workload-2",
+    "eu-west-1-workload-blue-nodes": "eu-west-1-workload-blue",
+    "eu-north-1-management-staging-controllers": "eu-north-1-management-staging",
+}
+
+
+def two_environments(tmp_path):
+    """The shipped bootstrap.toml with its aws-workloads entries swapped (eu-west-1 first) and aws-staging added."""
+    text = (REPO / "bootstrap.toml").read_text()
+    assert text.count(NORTH_ENTRY) == 1 and text.count(WEST_ENTRY) == 1
+    text = text.replace(NORTH_ENTRY, "@@north@@").replace(WEST_ENTRY, NORTH_ENTRY).replace("@@north@@", WEST_ENTRY)
+    assert text.index('cluster-name = "eu-west-1-workload"') < text.index('cluster-name = "eu-north-1-workload"')
+    path = tmp_path / "config" / "bootstrap.toml"
+    path.parent.mkdir()
+    path.write_text(text + STAGING)
+    return str(path)
+
+
+def seed_other_environment(moto):
+    north = clients(moto, "eu-north-1")
+    iam = north("iam")
+    for name, cluster in OTHER_ROLES.items():
+        iam.create_role(
+            RoleName=name, AssumeRolePolicyDocument=ASSUME, Tags=[{"Key": CAPA % cluster, "Value": "owned"}]
+        )
+    live = seed_network(north("ec2"), CAPA % "eu-north-1-management-staging", "172.18.0.0/16", nat=False)
+    return live["vpc"][0], {("global", "iam-role", n) for n in OTHER_ROLES} | {("eu-north-1", "vpc", live["vpc"][0])}
+
+
+def test_aws_teardown_keeps_every_unsafe_decoy_in_check_mode_and_for_real(
+    world, kind_api, fake_bins, moto, ansible_playbook, tmp_path
+):
+    owned, decoys = world
+    # the management cluster too: with the entries swapped its region must still come from mgmt-region
+    owned = owned | seed_cluster(moto, *CLUSTERS[2])
+    live_vpc, others = seed_other_environment(moto)
+    shared = seed_global(moto)  # the reader user and the clusterawsadm stack of environment aws
+    decoys = decoys | others | as_inventory(shared)
+    env = {"BOOTSTRAP_CONFIG": two_environments(tmp_path)}
+    before = inventory(moto)
+    why = f"clusters of other environments still exist: VPC {live_vpc} of environment aws-staging in eu-north-1"
+
+    rc, out, err = run_teardown(ansible_playbook, kind_api, fake_bins, moto, tmp_path, "--check", env=env)
+    assert rc == 0, (failed(out), err[-3000:])
+    planned = normalise(ran(out, "Show the sweep")["msg"])
+    assert planned == as_inventory(owned - shared) and not planned & decoys
+    assert inventory(moto) == before
+
+    threads = capa(kind_api, WORKLOADS)
+    rc, out, err = run_teardown(ansible_playbook, kind_api, fake_bins, moto, tmp_path, env=env)
+    for t in threads:
+        t.join(5)
+    assert rc == 0, (failed(out), err[-3000:])
+    after = inventory(moto)
+    assert decoys <= after, decoys - after
+    assert not as_inventory(owned - shared) & after
+    sweep = ran(out, "Sweep the workload targets and the management cluster (ownership-filtered)")
+    assert sorted((k["type"], k["id"], k["region"], k["reason"]) for k in sweep["kept"]) == [
+        ("cloudformation-stack", "cluster-api-provider-aws-sigs-k8s-io", "eu-north-1", why),
+        ("cloudformation-stack", "cluster-api-provider-aws-sigs-k8s-io", "eu-west-1", why),
+        ("iam-user", "krops-reader", "global", why),
+    ]
+    assert "kept: " in sweep["msg"] and why in sweep["msg"]
+    assert ("eu-north-1", "eks-cluster", CLUSTERS[2][2]) in normalise(
+        [r for r in sweep["results"] if r["outcome"] == "deleted"]
+    )
+    assert live_vpc in {i for r, t, i in after if t == "vpc"}
+
+
+def test_aws_teardown_fails_naming_an_owned_resource_the_sweep_cannot_delete(
+    world, kind_api, fake_bins, moto, ansible_playbook, tmp_path
+):
+    owned, decoys = world
+    ec2 = clients(moto, "eu-north-1")("ec2")
+    gateway = ec2.create_customer_gateway(
+        Type="ipsec.1",
+        PublicIp="203.0.113.9",
+        BgpAsn=65000,
+        TagSpecifications=[
+            {"ResourceType": "customer-gateway", "Tags": [{"Key": CAPA % "eu-north-1-workload", "Value": "owned"}]}
+        ],
+    )["CustomerGateway"]["CustomerGatewayId"]
+    arn = f"arn:aws:ec2:eu-north-1:123456789012:customer-gateway/{gateway}"
+    threads = capa(kind_api, WORKLOADS)
+    rc, out, err = run_teardown(ansible_playbook, kind_api, fake_bins, moto, tmp_path)
+    for t in threads:
+        t.join(5)
+    assert rc != 0
+    [(task, msg)] = failed(out)
+    assert task == R + "Sweep the workload targets and the management cluster (ownership-filtered)"
+    assert f"still owned after the sweep: unsupported {arn} in eu-north-1" in msg
+    after = inventory(moto)
+    assert decoys <= after and not as_inventory(owned) & after
+    # nothing after the failed step: the kind cluster stays for the re-run
     assert not [c for c in fake_bins.calls("kind") if c["argv"][:1] == ["delete"]]

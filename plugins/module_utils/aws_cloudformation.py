@@ -1,0 +1,52 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""CloudFormation row of the AWS sweep: the account-global clusterawsadm stack (``cfn-stack-name``).
+
+Looked up by its exact name in each target region; kept (with the reason) while another environment of
+bootstrap.toml names it or still has clusters. Its deletion is started, not awaited.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.krops.platform.plugins.module_utils import aws
+from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import GLOBAL, ResourceType, resource
+
+
+def stacks(d, with_age):
+    if not d.sweep.stack_name:
+        return []
+    found = []
+    for region in d.sweep.regions:
+        client = d.sweep.conn.client("cloudformation", region)
+        try:
+            listed = aws.call(client, "describe_stacks", StackName=d.sweep.stack_name).get("Stacks") or []
+        except ClientError as exc:
+            if aws.is_not_found(exc):
+                continue
+            raise
+        for stack in listed:
+            if stack.get("StackStatus") in ("DELETE_COMPLETE", "DELETE_IN_PROGRESS"):
+                continue
+            res = resource(
+                region,
+                "cloudformation-stack",
+                stack["StackName"],
+                "",
+                stack.get("CreationTime"),
+                "account-global clusterawsadm stack named by bootstrap.toml",
+                status=stack.get("StackStatus"),
+            )
+            why = d.sweep.global_kept_reason("cloudformation-stack", stack["StackName"])
+            if why:
+                d.sweep.keep(res, why)
+            else:
+                found.append(res)
+    return found
+
+
+def delete_stack(x, res):
+    aws.call(x.client("cloudformation", res["region"]), "delete_stack", StackName=res["id"])
+
+
+STACK_ROW = ResourceType("cloudformation-stack", GLOBAL, stacks, delete_stack)

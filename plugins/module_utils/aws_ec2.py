@@ -1,0 +1,479 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""EC2 rows of the AWS sweep: instances, launch templates, EBS volumes and snapshots, NAT gateways, elastic
+IPs, network interfaces, subnets, internet gateways, route tables, security groups, VPCs.
+
+Ownership of every EC2 type comes from one DescribeTags walk per region, filtered on the ownership tag
+keys (values of one filter are ORed): its answer names every owned resource by id. Only the types
+whose deletion needs more than the id (a state, attachments, associations, rules) are described, by id
+filter, and only when something of that type is owned, so a region with nothing owned costs one call.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.krops.platform.plugins.module_utils import aws, ownership
+from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, ResourceType, resource
+
+# EC2 id prefixes (before the first '-') of the types with a row: ids are stable across endpoints, the
+# ResourceType strings of DescribeTags are not (moto answers 'vpc-elastic-ip' where AWS says 'elastic-ip').
+INSTANCE, LAUNCH_TEMPLATE, VOLUME, SNAPSHOT = "i", "lt", "vol", "snap"
+NAT, EIP, ENI, SUBNET, IGW, RTB, SG, VPC = "nat", "eipalloc", "eni", "subnet", "igw", "rtb", "sg", "vpc"
+FILTER_LIMIT = 200  # values per EC2 filter
+
+
+def owned_index(d):
+    """{id prefix: {id: owning cluster}} of the region's owned EC2 resources (one DescribeTags walk)."""
+
+    def walk():
+        keys = sorted({k for k, _v, _c in d.sweep.ownership.keys()} | {ownership.KROPS_ENV_TAG})
+        tags = {}
+        for start in range(0, len(keys), FILTER_LIMIT):
+            for tag in aws.paginate(
+                d.client("ec2"),
+                "describe_tags",
+                "Tags",
+                Filters=[{"Name": "key", "Values": keys[start : start + FILTER_LIMIT]}],
+            ):
+                tags.setdefault(tag["ResourceId"], []).append({"Key": tag["Key"], "Value": tag.get("Value", "")})
+        index = {}
+        for rid, found in tags.items():
+            owner = d.owner_of(found)
+            if owner is not None:
+                index.setdefault(rid.split("-", 1)[0], {})[rid] = owner
+        return index
+
+    return d.cached("ec2-tags", walk, guard="ec2 (DescribeTags)", empty={})
+
+
+def owned(d, prefix):
+    return owned_index(d).get(prefix) or {}
+
+
+def describe(d, operation, key, name, ids, filter_arg="Filters"):
+    """Items of ``operation`` for ``ids``, by id filter (a filter, unlike an id list, never fails on one gone id);
+    without a filter name (DescribeLaunchTemplates has no id filter) the whole listing."""
+    ids = list(ids)
+    if name is None:
+        return aws.paginate(d.client("ec2"), operation, key)
+    items = []
+    for start in range(0, len(ids), FILTER_LIMIT):
+        items += aws.paginate(
+            d.client("ec2"),
+            operation,
+            key,
+            **{filter_arg: [{"Name": name, "Values": ids[start : start + FILTER_LIMIT]}]},
+        )
+    return items
+
+
+def _plain(rtype, prefix, operation, key, name, id_key, time_key="CreateTime"):
+    """Rows that need only the id. Their owned ids are described once (by id filter) all the same: a tag can
+    outlive its resource for a moment (and does in moto), and a deleted resource must not look left over."""
+
+    def listing(d, with_age):
+        ids = owned(d, prefix)
+        if not ids:
+            return []
+        present = {i[id_key]: i.get(time_key) for i in describe(d, operation, key, name, ids)}
+        return [resource(d.region, rtype, rid, owner, present[rid]) for rid, owner in ids.items() if rid in present]
+
+    return listing
+
+
+# --- instances (CAPA AWSMachine) ---------------------------------------------------------
+
+
+def _instances(d):
+    def listing():
+        ids = owned(d, INSTANCE)
+        if not ids:
+            return []
+        found = []
+        for reservation in describe(d, "describe_instances", "Reservations", "instance-id", ids):
+            for inst in reservation.get("Instances") or []:
+                state = (inst.get("State") or {}).get("Name")
+                if state == "terminated":
+                    continue
+                kept = [
+                    m["Ebs"]["VolumeId"]
+                    for m in inst.get("BlockDeviceMappings") or []
+                    if m.get("Ebs") and not m["Ebs"].get("DeleteOnTermination")
+                ]
+                found.append(
+                    resource(
+                        d.region,
+                        "ec2-instance",
+                        inst["InstanceId"],
+                        ids[inst["InstanceId"]],
+                        inst.get("LaunchTime"),
+                        state=state,
+                        volumes=kept,
+                    )
+                )
+        return found
+
+    return d.cached("ec2-instances", listing, guard="ec2-instance")
+
+
+def delete_instance(x, res):
+    if res["meta"].get("state") not in ("shutting-down",):
+        aws.call(x.client("ec2"), "terminate_instances", InstanceIds=[res["id"]])
+
+
+def state_instance(x, pending):
+    found = {}
+    ids = [r["id"] for r in pending]
+    for start in range(0, len(ids), FILTER_LIMIT):
+        for reservation in aws.paginate(
+            x.client("ec2"),
+            "describe_instances",
+            "Reservations",
+            Filters=[{"Name": "instance-id", "Values": ids[start : start + FILTER_LIMIT]}],
+        ):
+            for inst in reservation.get("Instances") or []:
+                found[inst["InstanceId"]] = (inst.get("State") or {}).get("Name", "?")
+    return {r["id"]: "gone" if found.get(r["id"], "terminated") == "terminated" else found[r["id"]] for r in pending}
+
+
+# --- volumes ---------------------------------------------------------------------------------
+
+
+def volumes(d, with_age):
+    ids = dict(owned(d, VOLUME))
+    reasons = {}
+    for inst in _instances(d):
+        for vol in inst["meta"]["volumes"]:
+            if vol not in ids:
+                ids[vol] = inst["cluster"]
+                reasons[vol] = "volume of owned instance {} (kept by DeleteOnTermination=false)".format(inst["id"])
+    if not ids:
+        return []
+    present = {v["VolumeId"]: v.get("CreateTime") for v in describe(d, "describe_volumes", "Volumes", "volume-id", ids)}
+    return [
+        resource(d.region, "ebs-volume", rid, owner, present[rid], reasons.get(rid, ""))
+        for rid, owner in ids.items()
+        if rid in present
+    ]
+
+
+def delete_volume(x, res):
+    # a volume detaches once its node is gone (instances, node groups and clusters are deleted before)
+    x.retry_dependency(
+        res,
+        lambda: aws.call(x.client("ec2"), "delete_volume", VolumeId=res["id"]),
+        codes=("VolumeInUse", "IncorrectState"),
+    )
+
+
+def delete_snapshot(x, res):
+    x.retry_dependency(
+        res,
+        lambda: aws.call(x.client("ec2"), "delete_snapshot", SnapshotId=res["id"]),
+        codes=("InvalidSnapshot.InUse",),
+    )
+
+
+def delete_launch_template(x, res):
+    aws.call(x.client("ec2"), "delete_launch_template", LaunchTemplateId=res["id"])
+
+
+# --- NAT gateways and elastic IPs ---------------------------------------------------------------
+
+
+def nat_gateways(d, with_age):
+    ids = owned(d, NAT)
+    if not ids:
+        return []
+    return [
+        resource(
+            d.region,
+            "nat-gateway",
+            n["NatGatewayId"],
+            ids[n["NatGatewayId"]],
+            n.get("CreateTime"),
+            state=n.get("State"),
+        )
+        for n in describe(d, "describe_nat_gateways", "NatGateways", "nat-gateway-id", ids, filter_arg="Filter")
+        if n.get("State") not in ("deleted", "failed") and n["NatGatewayId"] in ids
+    ]
+
+
+def delete_nat_gateway(x, res):
+    if res["meta"].get("state") != "deleting":
+        aws.call(x.client("ec2"), "delete_nat_gateway", NatGatewayId=res["id"])
+
+
+def state_nat_gateway(x, pending):
+    found = {
+        n["NatGatewayId"]: n.get("State", "?")
+        for n in aws.paginate(
+            x.client("ec2"),
+            "describe_nat_gateways",
+            "NatGateways",
+            Filter=[{"Name": "nat-gateway-id", "Values": [r["id"] for r in pending]}],
+        )
+    }
+    return {r["id"]: "gone" if found.get(r["id"], "deleted") == "deleted" else found[r["id"]] for r in pending}
+
+
+def elastic_ips(d, with_age):
+    ids = owned(d, EIP)
+    if not ids:
+        return []
+    return [
+        resource(d.region, "elastic-ip", a["AllocationId"], ids[a["AllocationId"]], association=a.get("AssociationId"))
+        for a in describe(d, "describe_addresses", "Addresses", "allocation-id", ids)
+        if a["AllocationId"] in ids
+    ]
+
+
+def release_address(x, res):
+    client = x.client("ec2")
+    try:
+        aws.call(client, "release_address", AllocationId=res["id"])
+    except ClientError as exc:
+        if aws.error_code(exc) not in ("InvalidIPAddress.InUse", "AuthFailure") or not res["meta"].get("association"):
+            raise
+        try:
+            aws.call(client, "disassociate_address", AssociationId=res["meta"]["association"])
+        except ClientError as again:
+            if not aws.is_not_found(again):
+                raise
+        aws.call(client, "release_address", AllocationId=res["id"])
+
+
+# --- network interfaces ----------------------------------------------------------------------------
+
+
+def network_interfaces(d, with_age):
+    """Detached owned interfaces: those inside owned VPCs come with one VPC-filtered listing; only owned ones it
+    did not return are described by id."""
+    ids = owned(d, ENI)
+    found = detached_in_owned_vpcs(d, set())
+    rest = [i for i in ids if i not in {r["id"] for r in found}]
+    if rest:
+        found += [
+            resource(d.region, "network-interface", e["NetworkInterfaceId"], ids[e["NetworkInterfaceId"]])
+            for e in describe(d, "describe_network_interfaces", "NetworkInterfaces", "network-interface-id", rest)
+            if e.get("Status") == "available" and e["NetworkInterfaceId"] in ids
+        ]
+    return found
+
+
+def detached_in_owned_vpcs(d, known):
+    """Detached interfaces inside an owned VPC (the VPC CNI and load balancers leave them), with or without tags."""
+    vpc_owner = owned(d, VPC)
+    if not vpc_owner:
+        return []
+    found = []
+    filters = [{"Name": "vpc-id", "Values": list(vpc_owner)}, {"Name": "status", "Values": ["available"]}]
+    for eni in aws.paginate(d.client("ec2"), "describe_network_interfaces", "NetworkInterfaces", Filters=filters):
+        if eni["NetworkInterfaceId"] in known or eni.get("Status") != "available":
+            continue
+        owner = d.owner_of(eni.get("TagSet") or [])
+        found.append(
+            resource(
+                d.region,
+                "network-interface",
+                eni["NetworkInterfaceId"],
+                vpc_owner[eni["VpcId"]] if owner is None else owner,
+                None,
+                "" if owner is not None else "detached network interface in owned VPC {}".format(eni["VpcId"]),
+            )
+        )
+    return found
+
+
+def fresh_interfaces(x, planned, resources):
+    """Interfaces detach while load balancers and NAT gateways go: list the owned VPCs' detached ones again."""
+    d = x.discovery()
+    d.seed("ec2-tags", {VPC: {r["id"]: r["cluster"] for r in resources if r["type"] == "vpc"}})
+    known = {r["id"] for r in planned}
+    return planned + d.guard("network-interface", lambda: detached_in_owned_vpcs(d, known))
+
+
+def delete_network_interface(x, res):
+    aws.call(x.client("ec2"), "delete_network_interface", NetworkInterfaceId=res["id"])
+
+
+# --- the network ---------------------------------------------------------------------------------
+
+
+def delete_subnet(x, res):
+    x.retry_dependency(res, lambda: aws.call(x.client("ec2"), "delete_subnet", SubnetId=res["id"]))
+
+
+def internet_gateways(d, with_age):
+    ids = owned(d, IGW)
+    if not ids:
+        return []
+    return [
+        resource(
+            d.region,
+            "internet-gateway",
+            g["InternetGatewayId"],
+            ids[g["InternetGatewayId"]],
+            attachments=[a["VpcId"] for a in g.get("Attachments") or [] if a.get("VpcId")],
+        )
+        for g in describe(d, "describe_internet_gateways", "InternetGateways", "internet-gateway-id", ids)
+        if g["InternetGatewayId"] in ids
+    ]
+
+
+def delete_internet_gateway(x, res):
+    client = x.client("ec2")
+    for vpc in res["meta"].get("attachments") or []:
+        try:
+            aws.call(client, "detach_internet_gateway", InternetGatewayId=res["id"], VpcId=vpc)
+        except ClientError as exc:
+            if not aws.is_not_found(exc) and aws.error_code(exc) != "Gateway.NotAttached":
+                raise
+    x.retry_dependency(res, lambda: aws.call(client, "delete_internet_gateway", InternetGatewayId=res["id"]))
+
+
+def route_tables(d, with_age):
+    ids = owned(d, RTB)
+    if not ids:
+        return []
+    found = []
+    for table in describe(d, "describe_route_tables", "RouteTables", "route-table-id", ids):
+        associations = table.get("Associations") or []
+        if table["RouteTableId"] in ids and not any(a.get("Main") for a in associations):
+            found.append(
+                resource(
+                    d.region,
+                    "route-table",
+                    table["RouteTableId"],
+                    ids[table["RouteTableId"]],
+                    associations=[
+                        a["RouteTableAssociationId"] for a in associations if a.get("RouteTableAssociationId")
+                    ],
+                )
+            )
+    return found
+
+
+def delete_route_table(x, res):
+    client = x.client("ec2")
+    for association in res["meta"].get("associations") or []:
+        try:
+            aws.call(client, "disassociate_route_table", AssociationId=association)
+        except ClientError as exc:
+            if not aws.is_not_found(exc):
+                raise
+    x.retry_dependency(res, lambda: aws.call(client, "delete_route_table", RouteTableId=res["id"]))
+
+
+def security_groups(d, with_age):
+    ids = owned(d, SG)
+    if not ids:
+        return []
+    return [
+        resource(
+            d.region,
+            "security-group",
+            g["GroupId"],
+            ids[g["GroupId"]],
+            name=g.get("GroupName"),
+            ingress=_references(g.get("IpPermissions")),
+            egress=_references(g.get("IpPermissionsEgress")),
+        )
+        for g in describe(d, "describe_security_groups", "SecurityGroups", "group-id", ids)
+        if g["GroupId"] in ids and g.get("GroupName") != "default"
+    ]
+
+
+def revoke_rules(x, groups):
+    """Revoke every rule of every owned group first (the rules came with the listing), so groups that reference
+    each other can go."""
+    client = x.client("ec2")
+    try:
+        for group in groups:
+            for field, operation in (
+                ("ingress", "revoke_security_group_ingress"),
+                ("egress", "revoke_security_group_egress"),
+            ):
+                rules = group["meta"].get(field) or []
+                if rules:
+                    try:
+                        aws.call(client, operation, GroupId=group["id"], IpPermissions=rules)
+                    except ClientError as exc:
+                        if not aws.is_not_found(exc):
+                            raise
+    except (ClientError, aws.BotoCoreError, aws.AwsError) as exc:
+        x.sweep.warnings.append(
+            "{}: revoking the rules of security groups {} failed: {}; their deletion may fail on references".format(
+                x.region, ", ".join(g["id"] for g in groups), aws.error_message(exc)
+            )
+        )
+
+
+def delete_security_group(x, res):
+    x.retry_dependency(res, lambda: aws.call(x.client("ec2"), "delete_security_group", GroupId=res["id"]))
+
+
+def delete_vpc(x, res):
+    x.retry_dependency(res, lambda: aws.call(x.client("ec2"), "delete_vpc", VpcId=res["id"]))
+
+
+def _references(permissions):
+    """The rules that name another security group: only those keep a group from being deleted (address ranges do
+    not), so only those are revoked first."""
+    return [
+        _clean_permission(dict(p, IpRanges=[], Ipv6Ranges=[], PrefixListIds=[]))
+        for p in permissions or []
+        if p.get("UserIdGroupPairs")
+    ]
+
+
+def _clean_permission(permission):
+    """An IpPermission from describe_security_groups, reduced to what revoke_* accepts."""
+    clean = {k: v for k, v in permission.items() if k in ("IpProtocol", "FromPort", "ToPort") and v is not None}
+    for field, keys in (
+        ("IpRanges", ("CidrIp",)),
+        ("Ipv6Ranges", ("CidrIpv6",)),
+        ("PrefixListIds", ("PrefixListId",)),
+        ("UserIdGroupPairs", ("GroupId", "UserId")),
+    ):
+        items = [{k: item[k] for k in keys if item.get(k)} for item in permission.get(field) or []]
+        items = [i for i in items if i]
+        if items:
+            clean[field] = items
+    return clean
+
+
+# Seconds an instance takes from terminate to terminated is not documented by AWS as a figure; instances are
+# polled from the start (no expected time).
+INSTANCE_ROW = ResourceType(
+    "ec2-instance", REGION, lambda d, a: _instances(d), delete_instance, state_instance, chain="instances"
+)
+LAUNCH_TEMPLATE_ROW = ResourceType(
+    "launch-template",
+    REGION,
+    _plain(
+        "launch-template", LAUNCH_TEMPLATE, "describe_launch_templates", "LaunchTemplates", None, "LaunchTemplateId"
+    ),
+    delete_launch_template,
+)
+VOLUME_ROW = ResourceType("ebs-volume", REGION, volumes, delete_volume)
+SNAPSHOT_ROW = ResourceType(
+    "ebs-snapshot",
+    REGION,
+    _plain("ebs-snapshot", SNAPSHOT, "describe_snapshots", "Snapshots", "snapshot-id", "SnapshotId", "StartTime"),
+    delete_snapshot,
+)
+NAT_ROW = ResourceType(
+    "nat-gateway", REGION, nat_gateways, delete_nat_gateway, state_nat_gateway, chain="nat", expected=240
+)
+EIP_ROW = ResourceType("elastic-ip", REGION, elastic_ips, release_address, chain="nat")
+ENI_ROW = ResourceType(
+    "network-interface", REGION, network_interfaces, delete_network_interface, refresh=fresh_interfaces
+)
+SUBNET_ROW = ResourceType(
+    "subnet", REGION, _plain("subnet", SUBNET, "describe_subnets", "Subnets", "subnet-id", "SubnetId"), delete_subnet
+)
+IGW_ROW = ResourceType("internet-gateway", REGION, internet_gateways, delete_internet_gateway)
+RTB_ROW = ResourceType("route-table", REGION, route_tables, delete_route_table)
+SG_ROW = ResourceType("security-group", REGION, security_groups, delete_security_group, before=revoke_rules)
+VPC_ROW = ResourceType("vpc", REGION, _plain("vpc", VPC, "describe_vpcs", "Vpcs", "vpc-id", "VpcId"), delete_vpc)

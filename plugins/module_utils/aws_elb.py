@@ -1,0 +1,118 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""Elastic Load Balancing rows of the AWS sweep: ELBv2 and classic load balancers, target groups (one chain).
+
+Their tags come from the region's Resource Groups Tagging API walk (aws_tagging.tag_map), not from one
+DescribeTags per 20 resources; the service's own listing is read only when something is owned, to
+confirm it still exists (the Tagging API may still report a resource deleted moments ago) and for its
+name and creation time. Without a Tagging API the rows fall back to DescribeTags.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_tagging
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, ResourceType, arn_type, resource
+
+
+def _classic_arn(arn):
+    """arn:...:loadbalancer/<name> is a classic load balancer; ELBv2 ARNs are loadbalancer/<app|net|gwy>/<name>/<id>."""
+    return arn.split(":", 5)[5].count("/") == 1
+
+
+def _owned(d, kind, classic=None):
+    """{ARN: owner} of the owned ELB resources of ``kind`` ('loadbalancer' or 'targetgroup'), or None without Tagging API."""
+    tags = aws_tagging.tag_map(d)
+    if tags is None:
+        return None
+    found = {}
+    for arn, item_tags in tags.items():
+        if arn_type(arn) != f"elasticloadbalancing:{kind}" or (classic is not None and _classic_arn(arn) != classic):
+            continue
+        owner = d.owner_of(item_tags)
+        if owner is not None:
+            found[arn] = owner
+    return found
+
+
+def _described_owned(d, client, arns, batch_key):
+    owned = {}
+    for start in range(0, len(arns), 20):
+        described = aws.call(client, "describe_tags", **{batch_key: arns[start : start + 20]})
+        for desc in described.get("TagDescriptions") or []:
+            owner = d.owner_of(desc.get("Tags") or [])
+            if owner is not None:
+                owned[desc.get("ResourceArn") or desc.get("LoadBalancerName")] = owner
+    return owned
+
+
+def load_balancers(d, with_age):
+    owned = _owned(d, "loadbalancer", classic=False)
+    if owned == {}:
+        return []
+    client = d.client("elbv2")
+    lbs = {lb["LoadBalancerArn"]: lb for lb in aws.paginate(client, "describe_load_balancers", "LoadBalancers")}
+    if owned is None:
+        owned = _described_owned(d, client, list(lbs), "ResourceArns")
+    return [
+        resource(
+            d.region,
+            "elbv2-load-balancer",
+            arn,
+            owner,
+            lbs[arn].get("CreatedTime"),
+            name=lbs[arn].get("LoadBalancerName"),
+        )
+        for arn, owner in owned.items()
+        if arn in lbs
+    ]
+
+
+def classic_load_balancers(d, with_age):
+    owned = _owned(d, "loadbalancer", classic=True)
+    if owned == {}:
+        return []
+    client = d.client("elb")
+    lbs = {
+        lb["LoadBalancerName"]: lb for lb in aws.paginate(client, "describe_load_balancers", "LoadBalancerDescriptions")
+    }
+    if owned is None:
+        by_name = _described_owned(d, client, list(lbs), "LoadBalancerNames")
+    else:
+        by_name = {arn.rsplit("/", 1)[1]: owner for arn, owner in owned.items()}
+    return [
+        resource(d.region, "elb-load-balancer", name, owner, lbs[name].get("CreatedTime"))
+        for name, owner in by_name.items()
+        if name in lbs
+    ]
+
+
+def target_groups(d, with_age):
+    owned = _owned(d, "targetgroup")
+    if owned == {}:
+        return []
+    client = d.client("elbv2")
+    groups = [g["TargetGroupArn"] for g in aws.paginate(client, "describe_target_groups", "TargetGroups")]
+    if owned is None:
+        owned = _described_owned(d, client, groups, "ResourceArns")
+    return [resource(d.region, "elbv2-target-group", arn, owner) for arn, owner in owned.items() if arn in groups]
+
+
+def delete_load_balancer(x, res):
+    aws.call(x.client("elbv2"), "delete_load_balancer", LoadBalancerArn=res["id"])
+
+
+def delete_classic(x, res):
+    aws.call(x.client("elb"), "delete_load_balancer", LoadBalancerName=res["id"])
+
+
+def delete_target_group(x, res):
+    x.retry_dependency(
+        res,
+        lambda: aws.call(x.client("elbv2"), "delete_target_group", TargetGroupArn=res["id"]),
+        codes=("ResourceInUse",),
+    )
+
+
+ELBV2_ROW = ResourceType("elbv2-load-balancer", REGION, load_balancers, delete_load_balancer, chain="lb")
+CLASSIC_ROW = ResourceType("elb-load-balancer", REGION, classic_load_balancers, delete_classic, chain="lb")
+TARGET_GROUP_ROW = ResourceType("elbv2-target-group", REGION, target_groups, delete_target_group, chain="lb")

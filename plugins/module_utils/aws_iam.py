@@ -1,0 +1,176 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""IAM rows of the AWS sweep: roles, OIDC providers, the account-global users.
+
+Roles are owned by their tags (CAPA tags every role it creates, docs/ownership.md) or named exactly by
+``global-iam-roles``; a name that only resembles a cluster is a report candidate, never deleted. One
+GetAccountAuthorizationDetails walk gives every role with its tags, attached and inline policies and
+instance profiles, so deleting a role costs only its detach/delete calls, not ListRoleTags and three
+listings per role. If something was attached meanwhile (DeleteConflict), the role is listed afresh and
+cleaned once more.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.krops.platform.plugins.module_utils import aws
+from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import GLOBAL, ResourceType, resource
+
+
+def _iam(d):
+    return d.sweep.conn.client("iam", d.sweep.home_region)
+
+
+def roles(d, with_age):
+    exact = {}
+    for target in d.sweep.targets:
+        for pattern in d.sweep.global_roles:
+            exact[pattern.format(cluster_name=target.cluster)] = target.cluster
+    found = []
+    for role in aws.paginate(_iam(d), "get_account_authorization_details", "RoleDetailList", Filter=["Role"]):
+        name = role["RoleName"]
+        owner, reason = exact.get(name), "global IAM role named by bootstrap.toml"
+        if owner is None:
+            owner, reason = d.owner_of(role.get("Tags") or []), ""
+        if owner is not None:
+            found.append(
+                resource(
+                    GLOBAL,
+                    "iam-role",
+                    name,
+                    owner,
+                    role.get("CreateDate"),
+                    reason,
+                    attached=[p["PolicyArn"] for p in role.get("AttachedManagedPolicies") or []],
+                    inline=[p["PolicyName"] for p in role.get("RolePolicyList") or []],
+                    profiles=[p["InstanceProfileName"] for p in role.get("InstanceProfileList") or []],
+                )
+            )
+        elif d.sweep.ownership.candidate(name) is not None:
+            d.candidates.append(
+                resource(
+                    GLOBAL,
+                    "iam-role",
+                    name,
+                    d.sweep.ownership.candidate(name),
+                    role.get("CreateDate"),
+                    "name resembles a cluster of the environment but no ownership tag proves it: not deleted",
+                )
+            )
+    return found
+
+
+def _ignore_gone(func, **kwargs):
+    try:
+        func(**kwargs)
+    except ClientError as exc:
+        if not aws.is_not_found(exc):
+            raise
+
+
+def _clean_role(client, name, attached, inline, profiles):
+    for arn in attached:
+        _ignore_gone(aws.call, client=client, operation="detach_role_policy", RoleName=name, PolicyArn=arn)
+    for policy in inline:
+        _ignore_gone(aws.call, client=client, operation="delete_role_policy", RoleName=name, PolicyName=policy)
+    for profile in profiles:
+        _ignore_gone(
+            aws.call,
+            client=client,
+            operation="remove_role_from_instance_profile",
+            RoleName=name,
+            InstanceProfileName=profile,
+        )
+        _ignore_gone(aws.call, client=client, operation="delete_instance_profile", InstanceProfileName=profile)
+
+
+def delete_role(x, res):
+    client = x.client("iam", x.sweep.home_region)
+    name, meta = res["id"], res["meta"]
+    _clean_role(client, name, meta.get("attached") or [], meta.get("inline") or [], meta.get("profiles") or [])
+    try:
+        aws.call(client, "delete_role", RoleName=name)
+    except ClientError as exc:
+        if aws.error_code(exc) != "DeleteConflict":
+            raise
+        _clean_role(
+            client,
+            name,
+            [
+                p["PolicyArn"]
+                for p in aws.paginate(client, "list_attached_role_policies", "AttachedPolicies", RoleName=name)
+            ],
+            aws.paginate(client, "list_role_policies", "PolicyNames", RoleName=name),
+            [
+                p["InstanceProfileName"]
+                for p in aws.paginate(client, "list_instance_profiles_for_role", "InstanceProfiles", RoleName=name)
+            ],
+        )
+        aws.call(client, "delete_role", RoleName=name)
+
+
+def oidc_providers(d, with_age):
+    """IAM OIDC providers: CAPA tags the one it creates for an EKS cluster with that cluster's tags."""
+    client = _iam(d)
+    found = []
+    for item in aws.call(client, "list_open_id_connect_providers").get("OpenIDConnectProviderList") or []:
+        arn = item["Arn"]
+        try:
+            info = aws.call(client, "get_open_id_connect_provider", OpenIDConnectProviderArn=arn)
+        except ClientError as exc:
+            if aws.is_not_found(exc):
+                continue
+            raise
+        owner = d.owner_of(info.get("Tags") or [])
+        if owner is not None:
+            found.append(resource(GLOBAL, "iam-oidc-provider", arn, owner, info.get("CreateDate")))
+    return found
+
+
+def delete_oidc_provider(x, res):
+    aws.call(
+        x.client("iam", x.sweep.home_region), "delete_open_id_connect_provider", OpenIDConnectProviderArn=res["id"]
+    )
+
+
+def users(d, with_age):
+    client = _iam(d)
+    found = []
+    for name in d.sweep.global_users:
+        try:
+            user = aws.call(client, "get_user", UserName=name)["User"]
+        except ClientError as exc:
+            if aws.is_not_found(exc):
+                continue
+            raise
+        res = resource(
+            GLOBAL, "iam-user", name, "", user.get("CreateDate"), "account-global IAM user named by bootstrap.toml"
+        )
+        why = d.sweep.global_kept_reason("iam-user", name)
+        if why:
+            d.sweep.keep(res, why)
+        else:
+            found.append(res)
+    return found
+
+
+def delete_user(x, res):
+    client = x.client("iam", x.sweep.home_region)
+    name = res["id"]
+    _ignore_gone(aws.call, client=client, operation="delete_login_profile", UserName=name)
+    for key in aws.paginate(client, "list_access_keys", "AccessKeyMetadata", UserName=name):
+        aws.call(client, "delete_access_key", UserName=name, AccessKeyId=key["AccessKeyId"])
+    for device in aws.paginate(client, "list_mfa_devices", "MFADevices", UserName=name):
+        aws.call(client, "deactivate_mfa_device", UserName=name, SerialNumber=device["SerialNumber"])
+    for group in aws.paginate(client, "list_groups_for_user", "Groups", UserName=name):
+        aws.call(client, "remove_user_from_group", UserName=name, GroupName=group["GroupName"])
+    for policy in aws.paginate(client, "list_attached_user_policies", "AttachedPolicies", UserName=name):
+        aws.call(client, "detach_user_policy", UserName=name, PolicyArn=policy["PolicyArn"])
+    for policy in aws.paginate(client, "list_user_policies", "PolicyNames", UserName=name):
+        aws.call(client, "delete_user_policy", UserName=name, PolicyName=policy)
+    aws.call(client, "delete_user", UserName=name)
+
+
+ROLE_ROW = ResourceType("iam-role", GLOBAL, roles, delete_role)
+OIDC_ROW = ResourceType("iam-oidc-provider", GLOBAL, oidc_providers, delete_oidc_provider)
+USER_ROW = ResourceType("iam-user", GLOBAL, users, delete_user)

@@ -1,0 +1,90 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The row type of the AWS sweep's table, and what the per-service rows share.
+
+Each per-service file (aws_ec2, aws_eks, aws_elb, aws_rds, aws_iam, aws_s3, aws_cloudformation,
+aws_tagging; the layout of amazon.aws's module_utils) defines its rows; aws_sweep.py lists them in one
+table whose order is the deletion order.
+
+A row's handlers take the sweep's discovery (``list(d, with_age)``) or deleter (``delete(x, res)``,
+``wait_state(x, pending)``) of one region. Only a row with a ``wait_state`` is ever awaited: its
+``delete`` starts a deletion that takes time; every other row's deletion is final when ``delete``
+returns, and a row cannot declare an ``expected`` deletion time without a way to wait for it.
+
+Importable without Ansible.
+"""
+
+from __future__ import annotations
+
+GLOBAL = "global"
+REGION = "region"
+ABSENT = "absent"  # what a delete handler answers when there was nothing to delete
+
+
+class ResourceType:
+    """One row of the sweep's type table: what it is, how it is listed, deleted and (optionally) awaited.
+
+    ``chain`` groups regional types that depend on each other and on nothing else: chains run side by
+    side, rows without a chain (volumes, the network) after all of them. ``expected`` (typical seconds a
+    deletion takes; tests/benchmarks/aws_latency_proxy.py cites the sources) delays the first poll.
+    ``before`` runs once per batch (security group rules), ``refresh`` re-lists a batch right before its
+    deletion (interfaces detach meanwhile).
+    """
+
+    def __init__(self, name, scope, list, delete, wait_state=None, chain=None, before=None, refresh=None, expected=0):
+        # pylint: disable=redefined-builtin
+        if expected and wait_state is None:
+            raise ValueError(f"sweep row {name}: an expected deletion time needs a wait_state")
+        if scope not in (REGION, GLOBAL):
+            raise ValueError(f"sweep row {name}: scope must be {REGION!r} or {GLOBAL!r}")
+        self.name = name
+        self.scope = scope
+        self.list = list
+        self.delete = delete
+        self.wait_state = wait_state
+        self.chain = chain
+        self.before = before
+        self.refresh = refresh
+        self.expected = expected
+
+    @property
+    def waited(self):
+        return self.wait_state is not None
+
+    def __repr__(self):
+        return f"ResourceType({self.name!r})"
+
+
+def resource(region, rtype, rid, cluster, created=None, reason="", **meta):
+    return {
+        "region": region,
+        "type": rtype,
+        "id": rid,
+        "cluster": cluster,
+        "created": created,
+        "reason": reason,
+        "meta": meta,
+    }
+
+
+def key(res):
+    """A resource's identity across the steps of one sweep."""
+    return "{}|{}|{}".format(res["region"], res["type"], res["id"])
+
+
+def arn_type(arn):
+    """'<service>:<resource type>' of an ARN, e.g. 'ec2:volume' for arn:aws:ec2:eu-north-1:1:volume/vol-1."""
+    parts = arn.split(":", 5)
+    if len(parts) < 6:
+        return ""
+    rest = parts[5]
+    kind = rest.split("/", 1)[0] if "/" in rest else (rest.split(":", 1)[0] if ":" in rest else "")
+    return f"{parts[2]}:{kind}"
+
+
+def unique(items):
+    seen = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen
