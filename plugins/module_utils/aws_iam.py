@@ -1,6 +1,6 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
-"""IAM rows of the AWS sweep: roles, OIDC providers, the account-global users.
+"""IAM rows of the AWS sweep: roles, OIDC providers, the account-global users, customer managed policies.
 
 Roles are owned by their tags (CAPA tags every role it creates, docs/ownership.md) or named exactly by
 ``global-iam-roles``; a name that only resembles a cluster is a report candidate, never deleted. One
@@ -174,3 +174,54 @@ def delete_user(x, res):
 ROLE_ROW = ResourceType("iam-role", GLOBAL, roles, delete_role)
 OIDC_ROW = ResourceType("iam-oidc-provider", GLOBAL, oidc_providers, delete_oidc_provider)
 USER_ROW = ResourceType("iam-user", GLOBAL, users, delete_user)
+
+
+def policies(d, with_age):
+    """Customer managed policies tagged for the environment (ACK's iam-controller writes the tree's tags on the
+    Policies it creates). The Tagging API does not cover IAM, and the authorization-details walk carries no
+    policy tags, so each local policy's tags are listed once. A policy attached to an account-global user that
+    stays (another environment names it) stays with it."""
+    client = _iam(d)
+    kept_users = {k["id"] for k in d.sweep.kept if k["type"] == "iam-user"}
+    found = []
+    for policy in aws.paginate(client, "list_policies", "Policies", Scope="Local"):
+        arn = policy["Arn"]
+        owner = d.owner_of(aws.paginate(client, "list_policy_tags", "Tags", PolicyArn=arn))
+        if owner is None:
+            continue
+        res = resource(GLOBAL, "iam-policy", arn, owner, policy.get("CreateDate"))
+        users = (
+            [u["UserName"] for u in aws.paginate(client, "list_entities_for_policy", "PolicyUsers", PolicyArn=arn)]
+            if policy.get("AttachmentCount") and kept_users
+            else []
+        )
+        staying = sorted(set(users) & kept_users)
+        if staying:
+            d.sweep.keep(res, "attached to the account-global user {}, which stays".format(", ".join(staying)))
+        else:
+            found.append(res)
+    return found
+
+
+def delete_policy(x, res):
+    """Its non-default versions, then the policy. Entities still attached are not ours to change: the
+    roles and users of the environment went before (table order), so anything left fails the deletion."""
+    client = x.client("iam", x.sweep.home_region)
+    arn = res["id"]
+    attached = []
+    for page in aws.pages(client, "list_entities_for_policy", PolicyArn=arn):
+        for key, field in (("PolicyUsers", "UserName"), ("PolicyRoles", "RoleName"), ("PolicyGroups", "GroupName")):
+            attached += [e[field] for e in page.get(key) or []]
+    if attached:
+        raise aws.AwsError(
+            "still attached to {}, which this sweep does not delete; detach it or delete them first".format(
+                ", ".join(sorted(attached))
+            )
+        )
+    for version in aws.paginate(client, "list_policy_versions", "Versions", PolicyArn=arn):
+        if not version.get("IsDefaultVersion"):
+            aws.call(client, "delete_policy_version", PolicyArn=arn, VersionId=version["VersionId"])
+    aws.call(client, "delete_policy", PolicyArn=arn)
+
+
+POLICY_ROW = ResourceType("iam-policy", GLOBAL, policies, delete_policy)

@@ -746,6 +746,7 @@ GLOBAL_TYPES = (
     aws_iam.ROLE_ROW,
     aws_iam.OIDC_ROW,
     aws_iam.USER_ROW,
+    aws_iam.POLICY_ROW,
     aws_cloudformation.STACK_ROW,
 )
 

@@ -625,6 +625,56 @@ def test_account_global_resources_stay_while_another_environment_names_them_or_h
     }
 
 
+def test_customer_managed_policies_go_by_their_tag_stay_with_a_kept_user_and_fail_when_attached_elsewhere(
+    run_module, moto, tmp_path, fast
+):
+    """ACK's Policy of the tree once outlived the teardown with rc=0: the sweep had no IAM policy row."""
+    iam = clients(moto, "eu-north-1")("iam")
+    document = json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*"}]}
+    )
+
+    def policy(name, tags):
+        return iam.create_policy(PolicyName=name, PolicyDocument=document, Tags=tags)["Policy"]["Arn"]
+
+    ours = policy("krops-reader-assume", [{"Key": "krops.io/environment", "Value": "aws"}])
+    iam.create_policy_version(PolicyArn=ours, PolicyDocument=document, SetAsDefault=True)  # a non-default version
+    other_env = policy("krops-reader-assume-staging", [{"Key": "krops.io/environment", "Value": "aws-staging"}])
+    untagged = policy("krops-reader-assume-2", [])
+    one = tmp_path / "one.toml"
+    one.write_text(BOOTSTRAP_TOML)
+    result = sweep(run_module, moto, str(one))
+    assert not result.failed, result["msg"]
+    assert [(r["type"], r["id"], r["outcome"]) for r in result["results"] if r["type"] == "iam-policy"] == [
+        ("iam-policy", ours, "deleted")
+    ]
+    left = {p["Arn"] for p in iam.list_policies(Scope="Local")["Policies"]}
+    assert left == {other_env, untagged}
+
+    # attached to the reader user that another environment still names: it stays with the user
+    seed_global(moto)
+    ours = policy("krops-reader-assume", [{"Key": "krops.io/environment", "Value": "aws"}])
+    iam.attach_user_policy(UserName="krops-reader", PolicyArn=ours)
+    path = tmp_path / "two.toml"
+    path.write_text(BOOTSTRAP_TOML + STAGING.format(names=""))
+    result = sweep(run_module, moto, str(path))
+    assert not result.failed, result["msg"]
+    assert ("iam-policy", ours, "attached to the account-global user krops-reader, which stays") in {
+        (k["type"], k["id"], k["reason"]) for k in result["kept"]
+    }
+
+    # attached to a role that is not ours: never detached; the run fails and names the policy
+    iam.detach_user_policy(UserName="krops-reader", PolicyArn=ours)
+    iam.create_role(
+        RoleName="team-app", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []})
+    )
+    iam.attach_role_policy(RoleName="team-app", PolicyArn=ours)
+    result = sweep(run_module, moto, str(one))
+    assert result.failed
+    assert ours in result["msg"] and "still attached to team-app" in result["msg"], result["msg"]
+    assert [p["PolicyArn"] for p in iam.list_attached_role_policies(RoleName="team-app")["AttachedPolicies"]] == [ours]
+
+
 # --- property: names that merely resemble an owned cluster are never selected ---------------------------
 
 from hypothesis import given, settings, strategies as st  # noqa: E402

@@ -449,12 +449,6 @@ def _automated_snapshots(endpoint, instances):
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect in the sweep (plugins/module_utils/aws_sweep.py): no row for IAM customer managed policies, "
-    "and the Resource Groups Tagging API does not cover IAM, so the ACK Policy krops-reader-assume "
-    "(tagged krops.io/environment=aws) outlives the teardown and the run still ends with rc=0 without naming it",
-)
 def test_the_sweep_removes_the_iam_policy_ack_created_for_the_reader_user(run_module, moto, monkeypatch):
     from ansible_collections.krops.platform.plugins.module_utils import aws_sweep
     from ansible_collections.krops.platform.plugins.modules import aws_orphan_sweep
