@@ -776,10 +776,10 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                 )
             )
         if profile.local_workload:
-            # the bootstrap wrote each workload's kubeconfig (roles/bootstrap bootstrap_workload_kubeconfig),
-            # with the context CAPI names <cluster>-admin@<cluster>; its cluster is gone now
+            # the bootstrap wrote each workload's kubeconfig (roles/bootstrap/tasks/workload.yml) with its
+            # context, cluster and user named krops-<cluster>; its cluster is gone now
             for cluster in workloads:
-                path, context = WORKLOAD_KUBECONFIG.format(cluster=cluster), f"{cluster}-admin@{cluster}"
+                path, context = WORKLOAD_KUBECONFIG.format(cluster=cluster), f"krops-{cluster}"
                 steps.append(
                     _step(
                         "remove-kubeconfig",

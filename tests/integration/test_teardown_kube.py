@@ -296,10 +296,10 @@ def test_host_is_mgmt_after_the_pivot(kube_cluster, tmp_path, run_module, fake_b
         "remove-kubeconfig",
     ]
     assert result["plan"][-1]["context"] == "krops-mgmt"
-    # the workload kubeconfig the bootstrap wrote, with the context CAPI names
+    # the workload kubeconfig the bootstrap wrote, with the context it names krops-<cluster>
     assert (result["plan"][-2]["path"], result["plan"][-2]["context"]) == (
         "~/.kube/krops-local-workload.yaml",
-        "local-workload-admin@local-workload",
+        "krops-local-workload",
     )
 
 

@@ -122,7 +122,7 @@ def test_local_host_teardown_removes_only_labelled_containers_with_their_volumes
         "4. remove the Docker containers labelled io.x-k8s.kind.cluster=local-management|local-workload and their "
         "anonymous volumes",
         "5. remove the registry container krops-registry (exact name from bootstrap.toml)",
-        "6. remove the context local-workload-admin@local-workload (and the cluster and user only it uses) from "
+        "6. remove the context krops-local-workload (and the cluster and user only it uses) from "
         "~/.kube/krops-local-workload.yaml; the file goes only when nothing else is left",
     ]
     assert results[R + "Show what the teardown leaves"]["msg"] == [
