@@ -229,7 +229,7 @@ _BaseLoader = getattr(yaml, "CSafeLoader", getattr(yaml, "SafeLoader", None))
 _Dumper = getattr(yaml, "CSafeDumper", getattr(yaml, "SafeDumper", None))
 
 
-class _Loader(_BaseLoader):  # pylint: disable=too-many-ancestors
+class _Loader(_BaseLoader or object):  # pylint: disable=too-many-ancestors
     """YAML as Kubernetes tooling reads it: an unquoted RFC 3339 time stays a string.
 
     kubectl and Flux decode manifests with go-yaml into plain values, where a timestamp is a string
@@ -239,7 +239,7 @@ class _Loader(_BaseLoader):  # pylint: disable=too-many-ancestors
 
     yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+        for first, resolvers in getattr(_BaseLoader, "yaml_implicit_resolvers", {}).items()
     }
 
 

@@ -61,10 +61,10 @@ def positive(params, names, unit=""):
             raise errors.ConfigError(f"{name} must be at least 1{unit}, got {value}")
 
 
-def options(params, names, /, **renamed):
-    """Keyword arguments of a verb from module parameters: each of the space-separated ``names`` as is, and
-    ``renamed`` {verb argument: option} (so that a body does not spell ``x=params["x"]`` once per option)."""
-    out = {name: params[name] for name in names.split()}
+def options(params, option_names, /, **renamed):
+    """Keyword arguments of a verb from module parameters: each of the space-separated ``option_names`` as is,
+    and ``renamed`` {verb argument: option} (so that a body does not spell ``x=params["x"]`` once per option)."""
+    out = {name: params[name] for name in option_names.split()}
     out.update((argument, params[option]) for argument, option in renamed.items())
     return out
 

@@ -28,7 +28,8 @@ description:
   - "Per region, five chains run side by side: EKS node groups (waited), pod identity associations, EKS clusters
     (waited); self-managed EC2 instances (terminated, waited); RDS instances (no final snapshot, waited) and their
     subnet groups; ELBv2 and classic load balancers and target groups; NAT gateways (waited) and elastic IPs. Then
-    launch templates, EBS volumes (those owned instances keep included) and snapshots, and the network: detached network interfaces, subnets, internet gateways, non-main route tables, security groups (rules
+    launch templates, EBS volumes (those owned instances keep included) and snapshots, and the network: detached
+    network interfaces, subnets, internet gateways, non-main route tables, security groups (rules
     that name other groups revoked first), VPCs. Then S3 buckets (every version and delete marker), IAM roles (policies and instance
     profiles first), IAM OIDC providers, IAM users (login profile, access keys first) and the clusterawsadm
     CloudFormation stack in each target region (deletion started, not waited)."

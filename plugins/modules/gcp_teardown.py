@@ -155,10 +155,9 @@ leftovers:
   sample: [subnetwork/europe-north1-workload]
 stopped_at:
   description: The stage that left something behind; later stages did not run.
-  sample: firewalls-routers-peerings
   returned: when leftovers is not empty
   type: str
-  sample: subnetworks
+  sample: firewalls-routers-peerings
 """
 
 import os

@@ -70,7 +70,7 @@ def main():
             errors = world.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    width = max(len(name) for name, _ in phases)
+    width = max(len(name) for name, _elapsed in phases)
     for name, elapsed in phases:
         print(f"{name:<{width}}  {elapsed:6.1f} s")
     cycle = converge + teardown

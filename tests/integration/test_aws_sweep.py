@@ -890,7 +890,7 @@ def test_steps_resume_from_the_plan_without_listing_again_and_end_like_one_run(m
     assert last["leftovers"] == []
     assert {r["outcome"] for r in last["results"]} == {"deleted"}
     types = [r["type"] for r in last["results"]]
-    assert types == sorted(types, key=lambda t: (aws_sweep.REGION_ORDER + aws_sweep.GLOBAL_ORDER).index(t))
+    assert types == sorted(types, key=(aws_sweep.REGION_ORDER + aws_sweep.GLOBAL_ORDER).index)
     assert ("eu-north-1", "eks-cluster", WORKLOAD[2]) in by_outcome(last, "deleted")
 
 

@@ -719,7 +719,9 @@ def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_
 
     repo = tmp_path / "gitops"
     subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-B", "main", head], check=True)
     github = GitHubDouble("krops/krops", "main", head, "ghp_test")
     arm.add_group(MGMT, tags=OWNED_TAG)

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import render
-from tests.integration.test_preflight import TOKEN, github  # noqa: F401 - the GitHub double (fixture)
+from tests.integration.test_preflight import TOKEN, github  # noqa: F401  # pylint: disable=unused-import
 from tests.substrate import capi_world, flux_world, kind_engine, strict_api
 from tests.substrate.fixtures import REPO, VENV_BIN, task_results
 from tests.substrate.krops_marks import make_kind_marker

@@ -176,7 +176,8 @@ PLANTED = [
         "secret_generator_is_plaintext",
         LH + "/cni/kustomization.yaml",
         "configMapGenerator:",
-        "secretGenerator:\n  - name: token\n    namespace: default\n    literals: [token=hunter2]\n    options:\n      disableNameSuffixHash: true\nconfigMapGenerator:",
+        "secretGenerator:\n  - name: token\n    namespace: default\n    literals: [token=hunter2]\n"
+        "    options:\n      disableNameSuffixHash: true\nconfigMapGenerator:",
         (
             LH + "/cni/kustomization.yaml",
             "Secret/default/token",

@@ -426,7 +426,7 @@ class ArmDouble:
             "Retry-After": "0",
         }
         if _type_key(low) != "resourcegroups":  # resource groups answer with Location only
-            ns = _type_name(low).split("/")[0]
+            ns = _type_name(low).split("/", maxsplit=1)[0]
             headers["Azure-AsyncOperation"] = (
                 f"{self.url}{sub}/providers/{ns}/locations/swedencentral/operationStatuses/{op}?api-version={version}"
             )

@@ -18,7 +18,7 @@ from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
-from ansible_collections.krops.platform.plugins.module_utils.oci import registry_serves  # noqa: F401  (pivot's name for it)
+from ansible_collections.krops.platform.plugins.module_utils.oci import registry_serves  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
 
