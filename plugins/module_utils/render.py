@@ -221,12 +221,21 @@ def substitute(obj, variables):
     text = yaml.dump(obj, Dumper=_Dumper, default_flow_style=False, sort_keys=False, width=1 << 30)
     if not has_variables(text):
         return obj
-    return yaml.load(substitute_text(text, variables), Loader=_Loader)
+    return yaml.load(substitute_text(text, variables), Loader=_SubstitutedLoader)
 
 
 # The C loader/dumper when available: the tree can hold thousands of objects.
 _Loader = getattr(yaml, "CSafeLoader", getattr(yaml, "SafeLoader", None))
 _Dumper = getattr(yaml, "CSafeDumper", getattr(yaml, "SafeDumper", None))
+
+
+if _Loader is not None:
+
+    class _SubstitutedLoader(_Loader):
+        """Flux decodes substituted YAML with sigs.k8s.io/yaml (yaml.v2): a timestamp-like plain scalar
+        stays a string (yaml.v2 decode.go), where PyYAML would make it a datetime."""
+
+    _SubstitutedLoader.add_constructor("tag:yaml.org,2002:timestamp", _SubstitutedLoader.construct_yaml_str)
 
 
 def load_yaml_documents(path):
