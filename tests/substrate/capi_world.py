@@ -85,6 +85,10 @@ class CapiController:
         # Infrastructure hooks (lifecycle.py: CAPD's containers): called as (mgmt api, Cluster, workload emulator).
         self.on_provisioned = None
         self.on_deleted = None
+        # Cloud providers (cloud_operators.py): (kind, name) -> install(api, provider) returning None or why not;
+        # infrastructure_ready(api, Cluster, infra, control plane) returns None when the cloud has built it.
+        self.provider_installers = {}
+        self.infrastructure_ready = None
         world.controllers.append(self)
 
     @staticmethod
@@ -110,7 +114,8 @@ class CapiController:
     def provider(self, api, obj):
         kind, name = obj["kind"], obj["metadata"]["name"]
         bundles = PROVIDER_CRDS.get((kind, name))
-        if bundles is None:
+        installer = self.provider_installers.get((kind, name))
+        if bundles is None and installer is None:
             set_status(
                 api,
                 obj,
@@ -126,7 +131,12 @@ class CapiController:
             if not any(is_ready(c) for c in cores):
                 set_status(api, obj, False, "WaitingForCoreProviderReady", "waiting for the core provider to install")
                 return
-        api.install_bundle(*bundles)
+        problem = installer(api, obj) if installer else None
+        if installer is None:
+            api.install_bundle(*bundles)
+        if problem:
+            set_status(api, obj, False, "InstallFailed", problem)
+            return
         set_status(
             api,
             obj,
@@ -171,6 +181,10 @@ class CapiController:
                 False,
                 "{} {}/{} does not exist yet".format(missing, ns, (spec.get(missing) or {}).get("name")),
             )
+            return
+        waiting = self.infrastructure_ready and self.infrastructure_ready(api, obj, infra, control_plane)
+        if waiting:
+            self._cluster_status(api, obj, "Provisioning", False, waiting)
             return
         if FINALIZER not in (obj["metadata"].get("finalizers") or []):
             res = api.resource_for(obj["apiVersion"], obj["kind"])
