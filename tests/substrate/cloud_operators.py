@@ -99,6 +99,8 @@ class AzureOperators:
     def __init__(self, world, arm, capi):
         self.world = world
         self.arm = arm
+        self.capi = capi
+        self.aks = {}  # ManagedCluster ARM id -> the cluster's API server (an emulator of the world)
         capi.provider_installers[("InfrastructureProvider", "azure")] = self.install_capz
         capi.infrastructure_ready = self.cluster_ready
         # CAPZ runs no reconciler for AzureClusterIdentity (none in its main.go): kstatus reads it Current.
@@ -139,6 +141,9 @@ class AzureOperators:
 
     # ---- one pass -------------------------------------------------------------------------
     def reconcile(self, api):
+        self._stop_deleted_aks()
+        if not self._capz_running(api):
+            return  # ASO and CAPZ run in the cluster only while CAPZ's provider is installed there
         for (group, kind), (segment, owner_kind) in ARM_TYPES.items():
             if (group, plural_of(group, kind)) not in api._served:
                 continue
@@ -150,6 +155,23 @@ class AzureOperators:
                 res = api.resources[(CAPZ_GROUP, plural_of(CAPZ_GROUP, kind))]
                 for obj in api.list(res.api_version, kind):
                     self.capz_resources(api, obj)
+
+    @staticmethod
+    def _capz_running(api):
+        if ("operator.cluster.x-k8s.io", "infrastructureproviders") not in api._served:
+            return False
+        return any(
+            p["metadata"]["name"] == "azure" and not p["metadata"].get("deletionTimestamp")
+            for p in api.list("operator.cluster.x-k8s.io/v1alpha2", "InfrastructureProvider")
+        )
+
+    def _stop_deleted_aks(self):
+        """An AKS cluster whose ManagedCluster is gone from Azure loses its API server (and what ran in it)."""
+        for rid, api in list(self.aks.items()):
+            if not self.arm.exists(rid):
+                del self.aks[rid]
+                self.world.clusters.pop(api.url, None)
+                api.stop()
 
     # ---- ASO ------------------------------------------------------------------------------
     def _owner_id(self, api, obj, owner_kind):
@@ -194,6 +216,8 @@ class AzureOperators:
         rid = (obj.get("status") or {}).get("id")
         if meta.get("deletionTimestamp"):
             if ASO_FINALIZER in (meta.get("finalizers") or []):
+                if self._moving(api, obj):
+                    policy = "skip"
                 if rid and policy not in ("detach-on-delete", "skip") and self.arm.exists(rid):
                     self.arm._drop(rid.lower())
                 left = [f for f in meta.get("finalizers") or [] if f != ASO_FINALIZER] or None
@@ -299,14 +323,30 @@ class AzureOperators:
         )
 
     # ---- CAPZ: ASO-managed clusters --------------------------------------------------------
+    @staticmethod
+    def _paused_clusters(api, ns):
+        if ("cluster.x-k8s.io", "clusters") not in api._served:
+            return []
+        return [c for c in api.list("cluster.x-k8s.io/v1beta2", "Cluster", ns) if (c.get("spec") or {}).get("paused")]
+
+    def _moving(self, api, obj):
+        """CAPZ pauses the ASO resources of a paused Cluster (reconcile-policy skip) so that clusterctl move
+        deletes nothing in Azure; an ASO object of CAPZ's deleted while a Cluster of its namespace is paused
+        is one that moved (the skip annotation may not have been written yet when the move is quick)."""
+        owners = {o.get("kind") for o in obj["metadata"].get("ownerReferences") or []}
+        return bool(owners & set(CAPZ_ASO_KINDS)) and bool(self._paused_clusters(api, obj["metadata"]["namespace"]))
+
     def capz_resources(self, api, obj):
         if obj["metadata"].get("deletionTimestamp"):
             return
         ns = obj["metadata"]["namespace"]
+        paused = bool(self._paused_clusters(api, ns))
         for item in (obj.get("spec") or {}).get("resources") or []:
             item = copy.deepcopy(item)
             meta = item.setdefault("metadata", {})
             meta["namespace"] = ns
+            if paused:  # CAPZ's pause: the ASO resource is left alone while its Cluster moves
+                meta.setdefault("annotations", {})[POLICY] = "skip"
             meta["ownerReferences"] = [
                 {
                     "apiVersion": obj["apiVersion"],
@@ -327,6 +367,7 @@ class AzureOperators:
 
     def cluster_ready(self, api, cluster, infra, control_plane):
         """None when every ASO resource of the cluster's infrastructure and control plane is Ready, else why not."""
+        managed = None
         for owner in (infra, control_plane):
             if owner.get("kind") not in CAPZ_ASO_KINDS:
                 continue
@@ -338,4 +379,11 @@ class AzureOperators:
                 live = api.objects.get(api._key(res, owner["metadata"]["namespace"], item["metadata"]["name"]))
                 if live is None or not aso_ready(live):
                     return "{} {} is not Ready yet".format(item["kind"], item["metadata"]["name"])
+                if item["kind"] == "ManagedCluster":
+                    managed = live["status"]["id"]
+        if managed is not None:
+            ns, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+            workload = self.capi.workloads.get((api.url, ns, name))
+            if workload is not None:
+                self.aks[managed] = workload
         return None
