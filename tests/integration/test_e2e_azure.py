@@ -867,3 +867,169 @@ def test_the_pivot_can_hand_on_the_run_tags_configmap_the_bootstrap_wrote():
     assert flux.run_tags(None, written, "azure", "24h") == {k: written[k] for k in flux.RUN_TAG_KEYS}
     with pytest.raises(flux.FluxError, match="unknown key KROPS_OTHER"):
         flux.run_tags(None, {"KROPS_OTHER": "x"}, "azure", "24h")
+
+
+# --- the cloud side of the emulated world (tests/substrate/flux_sops.py, cloud_operators.py) -------------
+
+
+def _sops_world(key_text):
+    import base64
+
+    from tests.substrate.strict_api import StrictKubeEmulator
+
+    api = StrictKubeEmulator("sops")
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
+    data = {"age.agekey": base64.b64encode(key_text.encode()).decode()}
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "sops-age", "namespace": "flux-system"},
+            "data": data,
+        }
+    )
+    return api
+
+
+def _capz_objects():
+    from ansible_collections.krops.platform.plugins.module_utils import render
+
+    return render.build(str(REPO / "mgmt/azure/capz-system"), render.find_kustomize())
+
+
+KS_SOPS = {
+    "metadata": {"name": "capz-system", "namespace": "flux-system"},
+    "spec": {"decryption": {"provider": "sops", "secretRef": {"name": "sops-age"}}},
+}
+
+
+def test_emulated_flux_decrypts_the_trees_sops_secret_with_the_real_sops():
+    from tests.substrate.flux_sops import decrypt_objects
+    from tests.substrate.flux_world import Failure
+
+    api = _sops_world((REPO / "tests/integration/fixtures/azure-test-age.agekey").read_text())
+    [secret] = [o for o in decrypt_objects(api, KS_SOPS, _capz_objects(), Failure) if o["kind"] == "Secret"]
+    assert "sops" not in secret and secret["stringData"]["EXP_MACHINE_POOL"] == "true"
+    assert "dbforpostgresql.azure.com/FlexibleServer" in secret["stringData"]["ADDITIONAL_ASO_CRDS"]
+
+
+def test_emulated_flux_fails_the_build_with_sops_error_for_a_wrong_key_or_a_missing_secret():
+    import subprocess
+
+    from tests.substrate.flux_sops import decrypt_objects
+    from tests.substrate.flux_world import Failure
+
+    other = subprocess.run(["age-keygen"], capture_output=True, text=True, check=True).stdout
+    with pytest.raises(Failure) as caught:
+        decrypt_objects(_sops_world(other), KS_SOPS, _capz_objects(), Failure)
+    assert caught.value.reason == "BuildFailed"
+    assert caught.value.message.startswith(
+        "decryption failed for 'azure-variables': failed to decrypt and format 'capz-system/azure-variables' "
+        "Secret data: Failed to get the data key required to decrypt the SOPS file."
+    )
+    assert "age1svsxj0m5a3083w6ncrhkdt5urn5g2c85726lleljnrtka5hn89vq6w5q02: FAILED" in caught.value.message
+    missing = dict(KS_SOPS, spec={"decryption": {"provider": "sops", "secretRef": {"name": "nope"}}})
+    with pytest.raises(Failure, match='decryption secret error: secrets "nope" not found'):
+        decrypt_objects(_sops_world(other), missing, _capz_objects(), Failure)
+
+
+class _Capi:
+    def __init__(self):
+        self.provider_installers, self.infrastructure_ready, self.workloads = {}, None, {}
+
+
+class _World:
+    def __init__(self):
+        self.controllers, self.clusters = [], {}
+
+
+def test_emulated_capz_serves_only_the_aso_crds_it_is_asked_for(arm):
+    from tests.substrate.cloud_operators import AzureOperators
+    from tests.substrate.strict_api import StrictKubeEmulator
+
+    api = StrictKubeEmulator("capz")
+    for ns in ("capz-system",):
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    ops = AzureOperators(_World(), arm, _Capi())
+    provider = {"metadata": {"name": "azure", "namespace": "capz-system"}, "spec": {"configSecret": {"name": "v"}}}
+    assert ops.install_capz(api, provider) == 'failed to get configSecret capz-system/v: secrets "v" not found'
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "v", "namespace": "capz-system"}}
+    api.create(dict(secret, stringData={"ADDITIONAL_ASO_CRDS": "storage.azure.com/StorageAccount"}))
+    assert ops.install_capz(api, provider) is None
+    crd = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+    assert api.exists(*crd, "storageaccounts.storage.azure.com")
+    assert api.exists(*crd, "azureasomanagedcontrolplanes.infrastructure.cluster.x-k8s.io")
+    assert not api.exists(*crd, "flexibleservers.dbforpostgresql.azure.com")  # nobody asked for it
+    api.patch(
+        api.resource_for("v1", "Secret"),
+        "capz-system",
+        "v",
+        "merge",
+        {"stringData": {"ADDITIONAL_ASO_CRDS": "cache.azure.com/*"}},
+    )
+    assert (
+        ops.install_capz(api, provider)
+        == "ADDITIONAL_ASO_CRDS: cache.azure.com/* is not a kind the emulated ASO serves"
+    )
+
+
+def test_emulated_aso_waits_for_the_owner_and_deletes_in_azure_unless_detached(arm):
+    from tests.substrate.cloud_operators import AzureOperators
+    from tests.substrate.strict_api import StrictKubeEmulator, catalog
+
+    api = StrictKubeEmulator("aso")
+    for group, kind in (
+        ("resources.azure.com", "ResourceGroup"),
+        ("managedidentity.azure.com", "UserAssignedIdentity"),
+    ):
+        api.create(catalog().crd(group, kind))
+    api.install_bundle("capi-operator")
+    api.create(
+        {
+            "apiVersion": "operator.cluster.x-k8s.io/v1alpha2",
+            "kind": "InfrastructureProvider",
+            "metadata": {"name": "azure", "namespace": "default"},
+            "spec": {"version": "v1.25.1"},
+        }
+    )
+    ops = AzureOperators(_World(), arm, _Capi())
+    uai = {
+        "apiVersion": "managedidentity.azure.com/v1api20230131",
+        "kind": "UserAssignedIdentity",
+        "metadata": {"name": "id1", "namespace": "default"},
+        "spec": {"location": "swedencentral", "owner": {"name": "rg1"}, "tags": {"krops-environment": "azure"}},
+    }
+    api.create(uai)
+    ops.reconcile(api)
+    ready = api.get(uai["apiVersion"], "UserAssignedIdentity", "id1", "default")["status"]["conditions"][0]
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "False",
+        "WaitingForOwner",
+        "Owner default/rg1 ResourceGroup is not ready",
+    )
+    assert arm.objects == {}
+    api.create(
+        {
+            "apiVersion": "resources.azure.com/v1api20200601",
+            "kind": "ResourceGroup",
+            "metadata": {"name": "rg1", "namespace": "default"},
+            "spec": {"location": "swedencentral"},
+        }
+    )
+    ops.reconcile(api)
+    ops.reconcile(api)
+    rid = arm.rg_id("rg1") + MI + "id1"
+    assert arm.get(rid)["tags"] == {"krops-environment": "azure"}
+    api.patch(
+        api.resource_for(uai["apiVersion"], "UserAssignedIdentity"),
+        "default",
+        "id1",
+        "merge",
+        {"metadata": {"annotations": {"serviceoperator.azure.com/reconcile-policy": "detach-on-delete"}}},
+    )
+    api.remove(uai["apiVersion"], "UserAssignedIdentity", "id1", "default")
+    ops.reconcile(api)
+    assert arm.exists(rid) and not api.exists(uai["apiVersion"], "UserAssignedIdentity", "id1", "default")
+    api.remove("resources.azure.com/v1api20200601", "ResourceGroup", "rg1", "default")
+    ops.reconcile(api)
+    assert not arm.exists(arm.rg_id("rg1")) and not arm.exists(rid)  # the group goes with what is in it

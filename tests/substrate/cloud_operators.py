@@ -129,6 +129,8 @@ class AzureOperators:
         for pattern in list(ASO_DEFAULT) + [p.strip() for p in additional.split(";") if p.strip()]:
             group, _sep, kind = pattern.partition("/")
             kinds = ASO_KINDS.get(group, []) if kind == "*" else [kind]
+            if not kinds:
+                return f"ADDITIONAL_ASO_CRDS: {pattern} is not a kind the emulated ASO serves"
             for one in kinds:
                 if (group, one) not in ARM_TYPES:
                     return f"ADDITIONAL_ASO_CRDS: {pattern} is not a kind the emulated ASO serves"
