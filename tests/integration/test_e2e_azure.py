@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytest
 
@@ -818,6 +819,23 @@ def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_
             assert arm.get(data)["tags"]["krops-environment"] == "azure"
             assert arm.get(data)["tags"]["krops-expires-at"].endswith("Z")  # a run tag, a string
 
+            def rvs():
+                return {
+                    (a.name, k): o["metadata"].get("resourceVersion")
+                    for a in list(world.world.clusters.values())
+                    for k, o in list(a.objects.items())
+                }
+
+            # the world comes to rest: no controller keeps rewriting what it wrote (no busy loop)
+            changed = None
+            for attempt in range(10):
+                settled = rvs()
+                time.sleep(1.0)
+                changed = {k: v for k, v in rvs().items() if settled.get(k) != v}
+                if not changed:
+                    break
+            assert changed == {}
+
             rc, out, err = run("pivot")
             assert rc == 0, (failed(out), err[-3000:])
             assert world.kind_clusters == {}
@@ -1020,6 +1038,9 @@ def test_emulated_aso_waits_for_the_owner_and_deletes_in_azure_unless_detached(a
     ops.reconcile(api)
     rid = arm.rg_id("rg1") + MI + "id1"
     assert arm.get(rid)["tags"] == {"krops-environment": "azure"}
+    settled = api._last_rv
+    ops.reconcile(api)
+    assert api._last_rv == settled  # nothing changes once everything is Ready: the world can settle
     api.patch(
         api.resource_for(uai["apiVersion"], "UserAssignedIdentity"),
         "default",

@@ -362,7 +362,8 @@ class AzureOperators:
             try:
                 res = api.resource_for(item["apiVersion"], item["kind"])
                 live = api.objects.get(api._key(res, ns, meta["name"]))
-                if live is None or live.get("spec") != item.get("spec"):
+                policy = ((live or {}).get("metadata", {}).get("annotations") or {}).get(POLICY)
+                if live is None or live.get("spec") != item.get("spec") or (policy == "skip") != paused:
                     api.patch(res, ns, meta["name"], "apply", item, None, "capz-manager", "Strict", True)
             except ApiError:
                 continue  # e.g. its CRD is not served: the cluster stays not ready (cluster_ready says why)
