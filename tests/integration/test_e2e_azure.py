@@ -10,8 +10,11 @@ the tree, CAPZ and the arc-federate hook create, and with decoys that must survi
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -755,9 +758,12 @@ def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_
     theirs = arm.add(arm.rg_id("team-identities") + MI + "shared", tags={})
     decoys += [theirs, arm.add(theirs + "/federatedIdentityCredentials/krops-kind-capz-manager-2")]
     before = set(arm.objects)
+    # a short host folder: ansible-playbook's multiprocessing puts unix sockets (at most 108 bytes) in TMPDIR,
+    # which under pytest-xdist's longer tmp_path overflowed ("Local RPC server did not start")
+    host = Path(tempfile.mkdtemp(prefix="krops-az-", dir="/tmp"))
     try:
         with emulated_world(
-            tmp_path / "host", environment="azure", git_checkouts={"https://github.com/krops/krops": str(repo)}
+            host, environment="azure", git_checkouts={"https://github.com/krops/krops": str(repo)}
         ) as world:
             AzureOperators(world.world, arm, world.capi)
             key = world.home / ".config" / "krops" / "age.agekey"
@@ -856,6 +862,7 @@ def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_
         assert world.world.errors == []
     finally:
         github.stop()
+        shutil.rmtree(host, ignore_errors=True)
 
 
 # --- defects the lifecycle found ----------------------------------------------------------------------
