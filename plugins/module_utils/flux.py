@@ -189,6 +189,8 @@ def run_tags(existing, overrides, profile, ttl, now=None):
     now = now or utc_now()
     existing = {k: v for k, v in (existing or {}).items() if k in RUN_TAG_KEYS and v}
     overrides = {k: str(v) for k, v in (overrides or {}).items() if v is not None and str(v) != ""}
+    # the GCP label forms (the ConfigMap the pivot hands on carries them) are derived again, not taken
+    overrides = {k: v for k, v in overrides.items() if k not in ownership.GCP_RUN_LABEL_VARS.values()}
     unknown = sorted(set(overrides) - set(RUN_TAG_KEYS))
     if unknown:
         raise FluxError("run_tags: unknown key {}; expected only {}".format(unknown[0], ", ".join(RUN_TAG_KEYS)))

@@ -418,6 +418,11 @@ def test_aws_teardown_check_then_real_removes_what_the_run_created_and_keeps_the
     sweep = ran(out, "Sweep the workload targets and the management cluster (ownership-filtered)")
     assert [(k["type"], k["id"], k["reason"]) for k in sweep["kept"]] == [
         ("iam-user", "krops-reader", f"environment aws-staging in {config} also names it"),
+        (
+            "iam-policy",
+            f"arn:aws:iam::{ACCOUNT}:policy/krops-reader-assume",
+            "attached to the account-global user krops-reader, which stays",
+        ),
         ("cloudformation-stack", STACK_NAME, f"environment aws-staging in {config} also names it"),
     ]
     # CAPA deleted the workload clusters' infrastructure when their Clusters went; the sweep took the rest

@@ -10,7 +10,11 @@ the tree, CAPZ and the arc-federate hook create, and with decoys that must survi
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -703,19 +707,9 @@ class GitHubDouble:
         self.server.server_close()
 
 
-def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_path):
-    """ansible-playbook -i inventories/azure playbooks/azure.yml --tags bootstrap on the emulated host (kind, Flux,
-    CAPI) with the ARM double; then pivot and teardown.
-
-    Today the emulated Flux cannot decrypt SOPS (flux_world.py has no spec.decryption, and no sops binary is
-    installed here), so capz-system stops on the SOPS Secret azure-variables and nothing emulates ASO (Ready
-    conditions, the issuer ConfigMap) or an AKS API server for an AzureASOManagedCluster: the test proves the
-    bootstrap up to that point and is an expected failure there; pivot and teardown of the whole cycle are not
-    reached (the teardown and the pivot gate are proven above on their own).
-    """
+def _gitops_checkout(tmp_path, arm):
+    """A clone of the repository on branch main with the site values a user sets (the ARM double's subscription)."""
     import subprocess
-
-    from tests.substrate.lifecycle import emulated_world
 
     repo = tmp_path / "gitops"
     subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
@@ -723,13 +717,57 @@ def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_
         ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-B", "main", head], check=True)
+    site = repo / "mgmt" / "azure" / "azure-vars.yaml"
+    placeholder = 'AZURE_SUBSCRIPTION_ID: "00000000-0000-0000-0000-000000000000"'
+    assert placeholder in site.read_text()
+    site.write_text(site.read_text().replace(placeholder, f'AZURE_SUBSCRIPTION_ID: "{arm.subscription}"'))
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(git + ["commit", "-qam", "site values"], check=True)
+    return repo, subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def _ready_kustomizations(api):
+    return sorted(
+        k["metadata"]["name"]
+        for k in api.list(*KS, "flux-system")
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in k.get("status", {}).get("conditions", []))
+    )
+
+
+def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_path):
+    """ansible-playbook -i inventories/azure playbooks/azure.yml --tags bootstrap, then --tags pivot, then
+    --tags teardown, on the emulated host (tests/substrate/lifecycle.py: kind, Flux with SOPS decryption, CAPI,
+    clusterctl move) with CAPZ, ASO and AKS over the ARM double (tests/substrate/cloud_operators.py).
+
+    After the teardown every Azure resource the run created (and the ones the one-time set-up made for it) is
+    gone, the decoys of other environments and lookalikes survive, and no API server is left.
+    """
+    from tests.substrate.cloud_operators import AzureOperators
+    from tests.substrate.lifecycle import emulated_world
+
+    repo, head = _gitops_checkout(tmp_path, arm)
     github = GitHubDouble("krops/krops", "main", head, "ghp_test")
+    # the one-time set-up (docs/environments/azure.md): the management group and the identity krops-capz
     arm.add_group(MGMT, tags=OWNED_TAG)
     ident = arm.add(arm.rg_id(MGMT) + MI + "krops-capz", tags=OWNED_TAG, location="swedencentral")
+    decoys = [
+        arm.add_group("swedencentral-staging", tags={"krops-environment": "azure-staging"}),
+        arm.add(arm.rg_id("swedencentral-staging") + ARC + "krops-mgmt", tags={"krops-environment": "azure-staging"}),
+        arm.add_group("swedencentral-management-old"),
+        arm.add_group(WORKLOAD + "-2", tags={CAPZ % (WORKLOAD + "-2"): "owned"}),
+        arm.add_group("team-identities"),
+    ]
+    theirs = arm.add(arm.rg_id("team-identities") + MI + "shared", tags={})
+    decoys += [theirs, arm.add(theirs + "/federatedIdentityCredentials/krops-kind-capz-manager-2")]
+    before = set(arm.objects)
+    # a short host folder: ansible-playbook's multiprocessing puts unix sockets (at most 108 bytes) in TMPDIR,
+    # which under pytest-xdist's longer tmp_path overflowed ("Local RPC server did not start")
+    host = Path(tempfile.mkdtemp(prefix="krops-az-", dir="/tmp"))
     try:
         with emulated_world(
-            tmp_path / "host", environment="azure", git_checkouts={"https://github.com/krops/krops": str(repo)}
+            host, environment="azure", git_checkouts={"https://github.com/krops/krops": str(repo)}
         ) as world:
+            AzureOperators(world.world, arm, world.capi)
             key = world.home / ".config" / "krops" / "age.agekey"
             key.parent.mkdir(parents=True, exist_ok=True)
             key.write_text((REPO / "tests/integration/fixtures/azure-test-age.agekey").read_text())
@@ -749,38 +787,279 @@ def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_
                 "bootstrap_azure_poll_interval": 1,
                 "bootstrap_azure_issuer_timeout": 20,
                 "preflight_github_api_url": github.url,
+                "teardown_azure_endpoint": arm.url,
             }
             publish_issuer(arm, arm.rg_id(MGMT) + ARC + "krops-mgmt")
-            rc, out, err = world.playbook(
-                "playbooks/azure.yml",
-                "--tags",
-                "bootstrap",
-                "-e",
-                json.dumps(extra),
-                inventory="inventories/azure",
-                env=env,
-            )
-            # what the bootstrap did before the gap: kind in the world, Arc-connected and federated at ARM
-            assert world.kind_clusters == {"mgmt": world.cluster("mgmt")}
+
+            def run(tag):
+                return world.playbook(
+                    "playbooks/azure.yml",
+                    "--tags",
+                    tag,
+                    "-e",
+                    json.dumps(extra),
+                    inventory="inventories/azure",
+                    env=env,
+                )
+
+            rc, out, err = run("bootstrap")
+            assert rc == 0, (failed(out), err[-3000:])
+            # kind in the world, Arc-connected and federated at ARM; the whole chain Ready, SOPS decrypted
+            kind = world.cluster("mgmt")
             assert arm.get(arm.rg_id(MGMT) + ARC + "krops-mgmt")["tags"] == OWNED_TAG
             for name in ("krops-kind-capz-manager", "krops-kind-azureserviceoperator-default"):
                 assert arm.get(ident + "/federatedIdentityCredentials/" + name)["properties"]["issuer"] == ISSUER
-            kind = world.cluster("mgmt")
-            ready = sorted(
-                k["metadata"]["name"]
-                for k in kind.list(*KS, "flux-system")
-                if any(
-                    c["type"] == "Ready" and c["status"] == "True" for c in k.get("status", {}).get("conditions", [])
-                )
+            assert len(_ready_kustomizations(kind)) == 12, _ready_kustomizations(kind)
+            # served only because CAPZ read ADDITIONAL_ASO_CRDS from the decrypted azure-variables
+            assert kind.exists(
+                "apiextensions.k8s.io/v1", "CustomResourceDefinition", "flexibleservers.dbforpostgresql.azure.com"
             )
-            assert {"cert-manager", "capi-operator", "capi-system", "caaph-system"} <= set(ready), ready
-            if rc != 0:
-                [(task, msg)] = failed(out)
-                if "Secret/capz-system/azure-variables dry-run failed" in msg:
-                    pytest.xfail(
-                        "the emulated Flux does not decrypt SOPS (capz-system's Secret azure-variables) and does not "
-                        "emulate ASO or AKS: pivot and teardown of the whole cycle are not reached"
-                    )
+            data = arm.rg_id("swedencentral-data")
+            for rid in (
+                arm.rg_id(WORKLOAD) + "/providers/Microsoft.ContainerService/managedClusters/" + WORKLOAD,
+                arm.rg_id(MGMT) + "/providers/Microsoft.ContainerService/managedClusters/" + MGMT + "/agentPools/pool0",
+                data
+                + "/providers/Microsoft.Storage/storageAccounts/kropsdata00000/blobServices/default/containers/data",
+                data + "/providers/Microsoft.DBforPostgreSQL/flexibleServers/krops-swedencentral-00000",
+                ident + "/federatedIdentityCredentials/krops-mgmt-capz-manager",
+            ):
+                assert arm.exists(rid), rid
+            assert arm.get(data)["tags"]["krops-environment"] == "azure"
+            assert arm.get(data)["tags"]["krops-expires-at"].endswith("Z")  # a run tag, a string
+
+            def rvs():
+                return {
+                    (a.name, k): o["metadata"].get("resourceVersion")
+                    for a in list(world.world.clusters.values())
+                    for k, o in list(a.objects.items())
+                }
+
+            # the world comes to rest: no controller keeps rewriting what it wrote (no busy loop)
+            changed = None
+            for attempt in range(10):
+                settled = rvs()
+                time.sleep(1.0)
+                changed = {k: v for k, v in rvs().items() if settled.get(k) != v}
+                if not changed:
+                    break
+            assert changed == {}
+
+            rc, out, err = run("pivot")
             assert rc == 0, (failed(out), err[-3000:])
+            assert world.kind_clusters == {}
+            mgmt = world.cluster(MGMT)
+            assert mgmt.exists("cluster.x-k8s.io/v1beta2", "Cluster", MGMT, "default")
+            assert len(_ready_kustomizations(mgmt)) == 12, _ready_kustomizations(mgmt)
+            # the move changed nothing in Azure: the ASO resources were paused while their Cluster moved
+            assert arm.exists(arm.rg_id(MGMT) + "/providers/Microsoft.ContainerService/managedClusters/" + MGMT)
+
+            rc, out, err = run("teardown")
+            assert rc == 0, (failed(out), err[-3000:])
+            assert sorted(set(arm.objects) - before) == []  # nothing the run created is left
+            assert sorted(
+                o for o in before if o not in arm.objects and not any(o == d.lower() for d in decoys)
+            ) == sorted({arm.rg_id(MGMT).lower(), ident.lower()})
+            assert all(arm.exists(d) for d in decoys)
+            assert world.leftovers()["api_servers"] == [] and world.kind_clusters == {}
+        assert world.world.errors == []
     finally:
         github.stop()
+        shutil.rmtree(host, ignore_errors=True)
+
+
+# --- defects the lifecycle found ----------------------------------------------------------------------
+
+
+def test_postbuild_substitution_keeps_a_timestamp_value_a_string_as_flux_does():
+    """Flux decodes the substituted YAML with sigs.k8s.io/yaml (yaml.v2), which keeps timestamp-like plain
+    scalars strings: an ASO tag krops-expires-at: ${KROPS_EXPIRES_AT} stays a string. PyYAML's safe loader
+    made it a datetime, so the emulated Flux (and validate) rejected the aso-workload-identity tree."""
+    from ansible_collections.krops.platform.plugins.module_utils import render
+
+    obj = {"spec": {"tags": {"krops-expires-at": "${KROPS_EXPIRES_AT:=none}", "n": "${N}"}}}
+    out = render.substitute(obj, {"KROPS_EXPIRES_AT": "2026-12-08T12:00:00Z", "N": "42"})
+    assert out["spec"]["tags"]["krops-expires-at"] == "2026-12-08T12:00:00Z"
+    assert out["spec"]["tags"]["n"] == 42  # a number is a number, in Flux too
+
+
+def test_the_pivot_can_hand_on_the_run_tags_configmap_the_bootstrap_wrote():
+    """The bootstrap writes the krops-run ConfigMap with the four run tags and their GCP label forms
+    (KROPS_*_LABEL); the pivot hands that ConfigMap's data to flux_handoff as run_tags, which rejected
+    the label forms ("unknown key KROPS_EXPIRES_AT_LABEL"): every pivot after a bootstrap failed."""
+    from ansible_collections.krops.platform.plugins.module_utils import flux, ownership
+
+    written = {"KROPS_RUN_ID": "r1", "KROPS_REVISION": "main@sha1:0a1b", "KROPS_EXPIRES_AT": "2026-12-02T08:00:00Z"}
+    written["KROPS_RUN_KIND"] = "ci"
+    written.update(ownership.gcp_run_labels(written))
+    assert flux.run_tags(None, written, "azure", "24h") == {k: written[k] for k in flux.RUN_TAG_KEYS}
+    with pytest.raises(flux.FluxError, match="unknown key KROPS_OTHER"):
+        flux.run_tags(None, {"KROPS_OTHER": "x"}, "azure", "24h")
+
+
+# --- the cloud side of the emulated world (tests/substrate/flux_sops.py, cloud_operators.py) -------------
+
+
+def _sops_world(key_text):
+    import base64
+
+    from tests.substrate.strict_api import StrictKubeEmulator
+
+    api = StrictKubeEmulator("sops")
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "flux-system"}})
+    data = {"age.agekey": base64.b64encode(key_text.encode()).decode()}
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "sops-age", "namespace": "flux-system"},
+            "data": data,
+        }
+    )
+    return api
+
+
+def _capz_objects():
+    from ansible_collections.krops.platform.plugins.module_utils import render
+
+    return render.build(str(REPO / "mgmt/azure/capz-system"), render.find_kustomize())
+
+
+KS_SOPS = {
+    "metadata": {"name": "capz-system", "namespace": "flux-system"},
+    "spec": {"decryption": {"provider": "sops", "secretRef": {"name": "sops-age"}}},
+}
+
+
+def test_emulated_flux_decrypts_the_trees_sops_secret_with_the_real_sops():
+    from tests.substrate.flux_sops import decrypt_objects
+    from tests.substrate.flux_world import Failure
+
+    api = _sops_world((REPO / "tests/integration/fixtures/azure-test-age.agekey").read_text())
+    [secret] = [o for o in decrypt_objects(api, KS_SOPS, _capz_objects(), Failure) if o["kind"] == "Secret"]
+    assert "sops" not in secret and secret["stringData"]["EXP_MACHINE_POOL"] == "true"
+    assert "dbforpostgresql.azure.com/FlexibleServer" in secret["stringData"]["ADDITIONAL_ASO_CRDS"]
+
+
+def test_emulated_flux_fails_the_build_with_sops_error_for_a_wrong_key_or_a_missing_secret():
+    import subprocess
+
+    from tests.substrate.flux_sops import decrypt_objects
+    from tests.substrate.flux_world import Failure
+
+    other = subprocess.run(["age-keygen"], capture_output=True, text=True, check=True).stdout
+    with pytest.raises(Failure) as caught:
+        decrypt_objects(_sops_world(other), KS_SOPS, _capz_objects(), Failure)
+    assert caught.value.reason == "BuildFailed"
+    assert caught.value.message.startswith(
+        "decryption failed for 'azure-variables': failed to decrypt and format 'capz-system/azure-variables' "
+        "Secret data: Failed to get the data key required to decrypt the SOPS file."
+    )
+    assert "age1svsxj0m5a3083w6ncrhkdt5urn5g2c85726lleljnrtka5hn89vq6w5q02: FAILED" in caught.value.message
+    missing = dict(KS_SOPS, spec={"decryption": {"provider": "sops", "secretRef": {"name": "nope"}}})
+    with pytest.raises(Failure, match='decryption secret error: secrets "nope" not found'):
+        decrypt_objects(_sops_world(other), missing, _capz_objects(), Failure)
+
+
+class _Capi:
+    def __init__(self):
+        self.provider_installers, self.infrastructure_ready, self.workloads = {}, None, {}
+
+
+class _World:
+    def __init__(self):
+        self.controllers, self.clusters = [], {}
+
+
+def test_emulated_capz_serves_only_the_aso_crds_it_is_asked_for(arm):
+    from tests.substrate.cloud_operators import AzureOperators
+    from tests.substrate.strict_api import StrictKubeEmulator
+
+    api = StrictKubeEmulator("capz")
+    for ns in ("capz-system",):
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    ops = AzureOperators(_World(), arm, _Capi())
+    provider = {"metadata": {"name": "azure", "namespace": "capz-system"}, "spec": {"configSecret": {"name": "v"}}}
+    assert ops.install_capz(api, provider) == 'failed to get configSecret capz-system/v: secrets "v" not found'
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "v", "namespace": "capz-system"}}
+    api.create(dict(secret, stringData={"ADDITIONAL_ASO_CRDS": "storage.azure.com/StorageAccount"}))
+    assert ops.install_capz(api, provider) is None
+    crd = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+    assert api.exists(*crd, "storageaccounts.storage.azure.com")
+    assert api.exists(*crd, "azureasomanagedcontrolplanes.infrastructure.cluster.x-k8s.io")
+    assert not api.exists(*crd, "flexibleservers.dbforpostgresql.azure.com")  # nobody asked for it
+    api.patch(
+        api.resource_for("v1", "Secret"),
+        "capz-system",
+        "v",
+        "merge",
+        {"stringData": {"ADDITIONAL_ASO_CRDS": "cache.azure.com/*"}},
+    )
+    assert (
+        ops.install_capz(api, provider)
+        == "ADDITIONAL_ASO_CRDS: cache.azure.com/* is not a kind the emulated ASO serves"
+    )
+
+
+def test_emulated_aso_waits_for_the_owner_and_deletes_in_azure_unless_detached(arm):
+    from tests.substrate.cloud_operators import AzureOperators
+    from tests.substrate.strict_api import StrictKubeEmulator, catalog
+
+    api = StrictKubeEmulator("aso")
+    for group, kind in (
+        ("resources.azure.com", "ResourceGroup"),
+        ("managedidentity.azure.com", "UserAssignedIdentity"),
+    ):
+        api.create(catalog().crd(group, kind))
+    api.install_bundle("capi-operator")
+    api.create(
+        {
+            "apiVersion": "operator.cluster.x-k8s.io/v1alpha2",
+            "kind": "InfrastructureProvider",
+            "metadata": {"name": "azure", "namespace": "default"},
+            "spec": {"version": "v1.25.1"},
+        }
+    )
+    ops = AzureOperators(_World(), arm, _Capi())
+    uai = {
+        "apiVersion": "managedidentity.azure.com/v1api20230131",
+        "kind": "UserAssignedIdentity",
+        "metadata": {"name": "id1", "namespace": "default"},
+        "spec": {"location": "swedencentral", "owner": {"name": "rg1"}, "tags": {"krops-environment": "azure"}},
+    }
+    api.create(uai)
+    ops.reconcile(api)
+    ready = api.get(uai["apiVersion"], "UserAssignedIdentity", "id1", "default")["status"]["conditions"][0]
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "False",
+        "WaitingForOwner",
+        "Owner default/rg1 ResourceGroup is not ready",
+    )
+    assert arm.objects == {}
+    api.create(
+        {
+            "apiVersion": "resources.azure.com/v1api20200601",
+            "kind": "ResourceGroup",
+            "metadata": {"name": "rg1", "namespace": "default"},
+            "spec": {"location": "swedencentral"},
+        }
+    )
+    ops.reconcile(api)
+    ops.reconcile(api)
+    rid = arm.rg_id("rg1") + MI + "id1"
+    assert arm.get(rid)["tags"] == {"krops-environment": "azure"}
+    settled = api._last_rv
+    ops.reconcile(api)
+    assert api._last_rv == settled  # nothing changes once everything is Ready: the world can settle
+    api.patch(
+        api.resource_for(uai["apiVersion"], "UserAssignedIdentity"),
+        "default",
+        "id1",
+        "merge",
+        {"metadata": {"annotations": {"serviceoperator.azure.com/reconcile-policy": "detach-on-delete"}}},
+    )
+    api.remove(uai["apiVersion"], "UserAssignedIdentity", "id1", "default")
+    ops.reconcile(api)
+    assert arm.exists(rid) and not api.exists(uai["apiVersion"], "UserAssignedIdentity", "id1", "default")
+    api.remove("resources.azure.com/v1api20200601", "ResourceGroup", "rg1", "default")
+    ops.reconcile(api)
+    assert not arm.exists(arm.rg_id("rg1")) and not arm.exists(rid)  # the group goes with what is in it

@@ -522,12 +522,15 @@ def test_gcp_teardown_fails_and_names_an_owned_resource_it_cannot_delete(
 
 @pytest.mark.skip(
     reason=(
-        "bootstrap -> pivot -> teardown for gcp on tests/substrate/lifecycle.py needs what the shared harness does "
-        "not model yet: the API servers serve no /.well-known/openid-configuration or /openid/v1/jwks (the "
-        "wif-federate hook reads them with the real kubectl); the emulated Flux has no source for the mirrored "
-        "Config Connector operator artifact (oci://ghcr.io/krops/config-connector-operator) and no readiness for "
-        "Config Connector objects; and no GKE stand-in turns a GCPManagedCluster into a cluster. The hook, the "
-        "teardown and the auth paths are tested above and in test_teardown_cloud.py"
+        "bootstrap -> pivot -> teardown for gcp on tests/substrate/lifecycle.py is not built yet. What exists: the "
+        "emulated Flux decrypts SOPS (flux_sops.py: capg-system's and config-connector's Secrets), and capi_world "
+        "takes cloud providers through provider_installers / infrastructure_ready (cloud_operators.py does CAPZ, "
+        "ASO and AKS that way for azure). What remains: the API servers serve no /.well-known/openid-configuration "
+        "or /openid/v1/jwks (the wif-federate hook reads them with the real kubectl); the emulated Flux has no "
+        "source for the mirrored Config Connector operator artifact (oci://ghcr.io/krops/config-connector-operator); "
+        "no CAPG installer (InfrastructureProvider gcp and its CRDs), no Config Connector (CRDs, readiness, resources "
+        "in google_double.py, deletion) and no GKE stand-in turning a GCPManagedCluster into a cluster. The hook, "
+        "the teardown and the auth paths are tested above and in test_teardown_cloud.py"
     )
 )
 def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world():

@@ -94,6 +94,10 @@ class CapiController:
         # Infrastructure hooks (lifecycle.py: CAPD's containers): called as (mgmt api, Cluster, workload emulator).
         self.on_provisioned = None
         self.on_deleted = None
+        # Cloud providers (cloud_operators.py): (kind, name) -> install(api, provider) returning None or why not;
+        # infrastructure_ready(api, Cluster, infra, control plane) returns None when the cloud has built it.
+        self.provider_installers = {}
+        self.infrastructure_ready = None
         world.controllers.append(self)
 
     @staticmethod
@@ -121,7 +125,8 @@ class CapiController:
     def provider(self, api, obj):
         kind, name = obj["kind"], obj["metadata"]["name"]
         bundles = PROVIDER_CRDS.get((kind, name)) or self.installers.get((kind, name))
-        if bundles is None:
+        installer = self.provider_installers.get((kind, name))
+        if bundles is None and installer is None:
             set_status(
                 api,
                 obj,
@@ -137,7 +142,12 @@ class CapiController:
             if not any(is_ready(c) for c in cores):
                 set_status(api, obj, False, "WaitingForCoreProviderReady", "waiting for the core provider to install")
                 return
-        bundles(api) if callable(bundles) else api.install_bundle(*bundles)
+        problem = installer(api, obj) if installer else None
+        if installer is None:
+            bundles(api) if callable(bundles) else api.install_bundle(*bundles)
+        if problem:
+            set_status(api, obj, False, "InstallFailed", problem)
+            return
         set_status(
             api,
             obj,
@@ -185,6 +195,8 @@ class CapiController:
             return
         plugin = self.infrastructure.get((spec.get("infrastructureRef") or {}).get("kind"))
         waiting = plugin and plugin.provision(api, obj, infra, control_plane)
+        if not waiting and self.infrastructure_ready:  # the azure world's hook (cloud_operators.py)
+            waiting = self.infrastructure_ready(api, obj, infra, control_plane)
         if waiting:
             self._cluster_status(api, obj, "Provisioning", False, waiting)
             return

@@ -9,7 +9,7 @@ import base64
 import json
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import flux, kube
+from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (
     API_ERRORS,
     CHARTS,
@@ -46,16 +46,12 @@ def source_variables(pv):
 
 
 def run_tags(pv):
-    """The run tags of the source's ConfigMap (flux_handoff writes them on the target).
-
-    Only the four tags: the ConfigMap's derived keys (the GCP-safe ``KROPS_*_LABEL`` copies) are
-    computed again from them on the target.
-    """
+    """The run tags ConfigMap of the source (flux_handoff writes it on the target; flux.run_tags derives
+    the GCP label forms there again)."""
     if pv.source is None:
         return {}
     cm = kube.get(pv.source, "v1", "ConfigMap", pv.boot["run-configmap"], pv.boot["flux-namespace"])
-    data = (cm or {}).get("data") or {}
-    return {key: data[key] for key in flux.RUN_TAG_KEYS if key in data}
+    return dict((cm or {}).get("data") or {})
 
 
 def _helm_installed(pv, helm, release, namespace):
