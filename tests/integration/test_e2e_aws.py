@@ -516,8 +516,7 @@ def test_capa_deletes_a_cluster_only_while_it_runs_and_ack_deletes_with_its_obje
     reason="not run green yet: it stopped at the bootstrap's Flux handoff because the emulated Flux did not "
     "decrypt SOPS and render made the RFC 3339 KROPS_EXPIRES_AT a datetime; both are fixed now "
     "(tests/substrate/flux_sops.py, test_render_substitute_keeps_rfc3339_run_tags_strings), but this test has "
-    "not been run past the handoff since, and aws_world has no CAPA/ACK provider installers for the "
-    "lifecycle host (capi_world provider_installers) yet"
+    "not been run past the handoff since"
 )
 def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
     """ansible-playbook -i inventories/aws playbooks/aws.yml (bootstrap and pivot), then --tags teardown --check
