@@ -723,7 +723,7 @@ def _gitops_checkout(tmp_path, arm):
     site.write_text(site.read_text().replace(placeholder, f'AZURE_SUBSCRIPTION_ID: "{arm.subscription}"'))
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
     subprocess.run(git + ["commit", "-qam", "site values"], check=True)
-    return repo, subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return repo, subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def _ready_kustomizations(api):
