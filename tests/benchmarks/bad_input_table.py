@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 from unittest import mock
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -69,13 +71,17 @@ def loader_rows():
 
 
 def module_rows():
-    for case_id, name, args, expected in module_cases.MODULE_CASES:
-        try:
-            result = run_module(module_cases.module_of(name), args)
-        except Exception as exc:  # pylint: disable=broad-except  # what the table counts
-            yield name, case_id, "traceback", f"{type(exc).__name__}: {exc}"
-            continue
-        yield name, case_id, module_cases.classify(result, expected), result.get("msg")
+    tree = tempfile.mkdtemp(prefix="krops-bad-input-")
+    try:
+        for case_id, name, args, expected in module_cases.MODULE_CASES:
+            try:
+                result = run_module(module_cases.module_of(name), module_cases.with_tree(args, tree))
+            except Exception as exc:  # pylint: disable=broad-except  # what the table counts
+                yield name, case_id, "traceback", f"{type(exc).__name__}: {exc}"
+                continue
+            yield name, case_id, module_cases.classify(result, expected), result.get("msg")
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
 
 
 def main():

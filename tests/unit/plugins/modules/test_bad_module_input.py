@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 
 import pytest
 
@@ -110,7 +111,7 @@ MODULE_CASES = [
     (
         "validate-unknown-environment",
         "validate",
-        {"path": REPO, "environments": ["nope"]},
+        {"path": "<a tree with mgmt/>", "environments": ["nope"]},
         "validate could not run: environment nope has no folder mgmt/nope",
     ),
     (
@@ -152,6 +153,17 @@ MODULE_CASES = [
 ]
 
 
+def with_tree(args, folder):
+    """args with the placeholder path replaced by ``folder`` holding an empty mgmt/ and a loadable
+    bootstrap.toml (the collection copy that ansible-test units runs in carries neither)."""
+    if args.get("path") != "<a tree with mgmt/>":
+        return args
+    os.makedirs(os.path.join(folder, "mgmt"), exist_ok=True)
+    fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "bootstrap-local-host.toml")
+    shutil.copyfile(fixture, os.path.join(folder, "bootstrap.toml"))
+    return dict(args, path=str(folder))
+
+
 def module_of(name):
     return importlib.import_module(f"ansible_collections.krops.platform.plugins.modules.{name}")
 
@@ -167,8 +179,8 @@ def classify(result, expected):
 
 
 @pytest.mark.parametrize("case", MODULE_CASES, ids=[c[0] for c in MODULE_CASES])
-def test_bad_module_arguments_are_clear_errors(run_module, case):
+def test_bad_module_arguments_are_clear_errors(run_module, case, tmp_path):
     _id, name, args, expected = case
-    result = run_module(module_of(name), args)
+    result = run_module(module_of(name), with_tree(args, tmp_path))
     assert classify(result, expected) == "clear", result.get("msg")
     assert "exception" not in result
