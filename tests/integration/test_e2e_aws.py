@@ -25,13 +25,14 @@ import time
 import pytest
 
 from tests.integration.test_aws_sweep_world import ASSUME, CAPA, CCM, STACK, normalise, vpc_defaults
-from tests.integration.test_teardown_aws_role import KIND, PROVIDER_API, PROVIDERS, SECRETS, failed, ran, release
-from tests.integration.test_teardown_kube import CLUSTER, KS, make_ks
+from tests.integration.test_teardown_aws_role import PROVIDERS, failed, ran
 from tests.substrate import aws_world
 from tests.substrate.aws_world import ACCOUNT, ACK_KINDS, Ack, AckController, Capa, clients, inventory
 from tests.substrate.capi_world import CapiController
 from tests.substrate.fixtures import REPO
 from tests.substrate.flux_world import World, ssa_apply
+from tests.substrate.bootstrapped import CLUSTER, KIND, KS, PROVIDER_API, SECRETS, make_ks
+from tests.substrate.bootstrapped import helm_release as release
 from tests.substrate.krops_marks import make_kind_marker
 
 pytestmark = pytest.mark.slow

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_teardown_aws_role import KIND, PROVIDER_API, capa, failed, ran, release, writes
-from tests.integration.test_teardown_kube import CLUSTER, KS, make_cluster, make_ks
+from tests.integration.test_teardown_aws_role import capa, failed, ran, writes
 from tests.substrate.arm_double import ArmDouble
+from tests.substrate.bootstrapped import CLUSTER, KS, install_bootstrapped_tools, seed_bootstrapped_kind
 from tests.substrate.fixtures import REPO
-from tests.substrate.krops_marks import make_kind_marker
+from tests.substrate.http_double import HttpDouble, Reply
 
 pytestmark = pytest.mark.slow
 MGMT = "swedencentral-management"
@@ -32,7 +32,6 @@ PROVIDERS = (
     ("InfrastructureProvider", "capz-system", "azure"),
     ("AddonProvider", "caaph-system", "helm"),
 )
-SECRETS = ("flux-github-pat", "sops-age")
 TOKEN = "arm-token-e2e"
 CAPZ = "sigs.k8s.io_cluster-api-provider-azure_cluster_%s"
 OWNED_TAG = {"krops-environment": "azure"}
@@ -80,42 +79,14 @@ def seed_azure(arm):
 
 @pytest.fixture
 def world(kind_api, fake_bins, arm):
-    for name in ("flux-system", "capi-system", "capz-system", "caaph-system"):
-        if not kind_api.exists("v1", "Namespace", name):
-            kind_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    make_ks(kind_api, "flux-system")
-    make_ks(kind_api, "aso-workload-identity")
-    make_kind_marker(kind_api, "azure")
-    for name in (MGMT, WORKLOAD):
-        make_cluster(kind_api, name)
-    for kind, namespace, name in PROVIDERS:
-        kind_api.create(
-            {
-                "apiVersion": PROVIDER_API,
-                "kind": kind,
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"version": "v1.25.1"},
-            }
-        )
-    for name in SECRETS:
-        kind_api.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": "flux-system"},
-                "type": "Opaque",
-                "data": {"x": "eA=="},
-            }
-        )
-    fake_bins.install("kind", KIND.format(python=sys.executable, url=kind_api.url))
-    fake_bins.answer("helm", "get values", stdout="null\n")
-    fake_bins.answer("helm", "--filter flux-operator", stdout=release("flux-operator"))
-    fake_bins.answer("helm", "--filter flux", stdout=release("flux"))
-    fake_bins.answer(
-        "helm",
-        "version",
-        stdout='version.BuildInfo{Version:"v3.17.0", GitCommit:"x", GitTreeState:"clean", GoVersion:"go1.23.0"}\n',
+    seed_bootstrapped_kind(
+        kind_api,
+        "azure",
+        [(*provider, "v1.25.1") for provider in PROVIDERS],
+        clusters=(MGMT, WORKLOAD),
+        kustomizations=("flux-system", "aso-workload-identity"),
     )
+    install_bootstrapped_tools(fake_bins, kind_api)
     return seed_azure(arm)
 
 
@@ -669,42 +640,24 @@ def urlsplit_path(url):
 # --- the whole lifecycle on the emulated host (tests/substrate/lifecycle.py) ------------------------------
 
 
-class GitHubDouble:
+class GitHubDouble(HttpDouble):
     """The two GitHub REST calls preflight makes for Git sync: the repository and the branch (with its commit)."""
 
     def __init__(self, repository, branch, commit, token):
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-        import threading
-
-        answers = {
+        self.token = token
+        self.answers = {
             f"/repos/{repository}": {"full_name": repository},
             f"/repos/{repository}/branches/{branch}": {"name": branch, "commit": {"sha": commit}},
         }
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                return
-
-            def do_GET(self):
-                if self.headers.get("Authorization") not in (f"Bearer {token}", f"token {token}"):
-                    status, body = 401, {"message": "Bad credentials"}
-                else:
-                    body = answers.get(self.path)
-                    status, body = (200, body) if body else (404, {"message": "Not Found"})
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def respond(self, request):
+        if request.method != "GET":
+            return Reply(404, {"message": "Not Found"})
+        if request.authorization not in (f"Bearer {self.token}", f"token {self.token}"):
+            return Reply(401, {"message": "Bad credentials"})
+        body = self.answers.get(request.path)
+        return Reply(200, body) if body else Reply(404, {"message": "Not Found"})
 
 
 def _gitops_checkout(tmp_path, arm):

@@ -23,7 +23,7 @@ import urllib.request
 import pytest
 
 from tests.integration.test_teardown_cloud import MGMT_VPC, TEAM_VPC, WORKLOAD_VPC, gcp_decoys, gcp_world
-from tests.integration.test_teardown_kube import CAPI_FINALIZER, CLUSTER, KS, make_cluster, make_ks
+from tests.substrate.bootstrapped import CAPI_FINALIZER, CLUSTER, KS, make_cluster, make_ks
 from tests.substrate.fixtures import REPO
 from tests.substrate.google_double import GoogleDouble
 from tests.substrate.krops_marks import make_kind_marker

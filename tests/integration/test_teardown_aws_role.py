@@ -9,7 +9,6 @@ seeded with one owned workload cluster (tests/integration/test_aws_sweep_world.p
 from __future__ import annotations
 
 import json
-import sys
 import threading
 
 import pytest
@@ -26,105 +25,40 @@ from tests.integration.test_aws_sweep_world import (
     seed_network,
     vpc_defaults,
 )
-from tests.integration.test_teardown_kube import CAPI_FINALIZER, CLUSTER, KS, make_cluster, make_ks
-from tests.substrate.krops_marks import make_kind_marker
+from tests.substrate.bootstrapped import (
+    CAPI_FINALIZER,
+    CLUSTER,
+    KS,
+    PROVIDER_API,
+    RUN_TAGS,
+    SECRETS,
+    install_bootstrapped_tools,
+    seed_bootstrapped_kind,
+)
 from tests.substrate.fixtures import REPO
 
 pytestmark = pytest.mark.slow
 R = "krops.platform.teardown : "
 MGMT = "eu-north-1-management"
 WORKLOADS = ("eu-north-1-workload", "eu-west-1-workload")
-PROVIDER_API = "operator.cluster.x-k8s.io/v1alpha2"
 PROVIDERS = (
     ("CoreProvider", "capi-system", "cluster-api"),
     ("InfrastructureProvider", "capa-system", "aws"),
     ("AddonProvider", "caaph-system", "helm"),
 )
-SECRETS = ("flux-github-pat", "sops-age")
-RUN_TAGS = "krops-run"
-
-# kind stand-in: records like the standard one and, when asked to delete, which Clusters the kind API
-# server (the emulator) still holds at that moment.
-KIND = """#!{python}
-import json, os, sys, urllib.request
-here = os.path.dirname(os.path.abspath(__file__))
-entry = {{"tool": "kind", "argv": sys.argv[1:], "env": {{}}, "cwd": os.getcwd(), "stdin": ""}}
-if sys.argv[1:2] == ["delete"]:
-    with urllib.request.urlopen("{url}/apis/cluster.x-k8s.io/v1beta2/clusters", timeout=10) as answer:
-        entry["clusters_left"] = sorted(c["metadata"]["name"] for c in json.load(answer)["items"])
-with open(os.path.join(here, "calls.jsonl"), "a") as log:
-    log.write(json.dumps(entry) + "\\n")
-if sys.argv[1:3] == ["get", "clusters"]:
-    print("mgmt")
-elif sys.argv[1:2] == ["version"]:
-    print("kind v0.27.0 go1.23 linux/amd64")
-"""
-
-
-def release(name):
-    return json.dumps(
-        [
-            {
-                "name": name,
-                "namespace": "flux-system",
-                "revision": "1",
-                "status": "deployed",
-                "chart": f"{name}-2.5.0",
-                "app_version": "2.5.0",
-                "updated": "2026-11-30 06:00:00 +0000 UTC",
-            }
-        ]
-    )
 
 
 @pytest.fixture
 def world(kind_api, fake_bins, moto, tmp_path):
     """The emulator, the stand-ins and moto as a freshly bootstrapped aws environment leaves them."""
-    for name in ("flux-system", "capi-system", "capa-system", "caaph-system"):
-        if not kind_api.exists("v1", "Namespace", name):
-            kind_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    make_ks(kind_api, "flux-system")
-    make_ks(kind_api, "clusters")
-    make_kind_marker(kind_api, "aws")
-    for name in (MGMT,) + WORKLOADS:
-        make_cluster(kind_api, name)
-    for kind, namespace, name in PROVIDERS:
-        kind_api.create(
-            {
-                "apiVersion": PROVIDER_API,
-                "kind": kind,
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"version": "v2.8.1"},
-            }
-        )
-    for name in SECRETS:
-        kind_api.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": "flux-system"},
-                "type": "Opaque",
-                "data": {"x": "eA=="},
-            }
-        )
-    kind_api.create(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": RUN_TAGS, "namespace": "flux-system"},
-            "data": {"run": "1"},
-        }
+    seed_bootstrapped_kind(
+        kind_api,
+        "aws",
+        [(*provider, "v2.8.1") for provider in PROVIDERS],
+        clusters=(MGMT,) + WORKLOADS,
+        run_tags={"run": "1"},
     )
-
-    fake_bins.install("kind", KIND.format(python=sys.executable, url=kind_api.url))
-    fake_bins.answer("helm", "get values", stdout="null\n")
-    fake_bins.answer("helm", "--filter flux-operator", stdout=release("flux-operator"))
-    fake_bins.answer("helm", "--filter flux", stdout=release("flux"))
-    fake_bins.answer(
-        "helm",
-        "version",
-        stdout='version.BuildInfo{Version:"v3.17.0", GitCommit:"x", GitTreeState:"clean", GoVersion:"go1.23.0"}\n',
-    )
+    install_bootstrapped_tools(fake_bins, kind_api)
 
     # owned: what CAPA and krops create for eu-north-1-workload; decoys: an untagged VPC, the network of a
     # cluster whose name only shares a prefix with it, and an IAM role whose name does

@@ -11,10 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
-import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -22,64 +19,25 @@ from ansible_collections.krops.platform.plugins.modules import azure_teardown, g
 from tests.substrate.arm_double import ArmDouble
 from tests.substrate.fixtures import REPO
 from tests.substrate.google_double import GoogleDouble
+from tests.substrate.http_double import HttpDouble, Reply
 
 SUB = "00000000-0000-0000-0000-000000000001"
 PLANTED = "planted-Secret-4711"
 
 
-class Double:
-    """A threaded HTTP server dispatching to handle(method, path, query, body) -> (status, body)."""
+class Double(HttpDouble):
+    """An HTTP double dispatching to handle(method, path, query, body) -> (status, body)."""
 
     def __init__(self, tls=None):
         self.calls = []
-        self.lock = threading.Lock()
-        double = self
+        super().__init__(tls)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                return
-
-            def _do(self, method):
-                parts = urlsplit(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                is_json = (self.headers.get("Content-Type") or "").startswith("application/json")
-                body = (json.loads(raw) if is_json else raw.decode()) if raw else None
-                with double.lock:
-                    double.last_headers = dict(self.headers.items())
-                    double.calls.append((method, parts.path, self.headers.get("Authorization")))
-                    status, reply = double.handle(method, parts.path, parse_qs(parts.query), body)
-                data = json.dumps(reply).encode() if reply is not None else b""
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._do("GET")
-
-            def do_DELETE(self):
-                self._do("DELETE")
-
-            def do_POST(self):
-                self._do("POST")
-
-            def do_PATCH(self):
-                self._do("PATCH")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        if tls:  # (cert, key) files: azure-identity accepts only an https authority
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(*tls)
-            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.server.server_address[1])
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def respond(self, request):
+        is_json = (request.headers.get("Content-Type") or "").startswith("application/json")
+        body = (request.json() if is_json else request.raw.decode()) if request.raw else None
+        self.last_headers = request.headers
+        self.calls.append((request.method, request.path, request.authorization))
+        return Reply(*self.handle(request.method, request.path, request.query, body))
 
     def writes(self):
         return [(m, p) for m, p, dummy in self.calls if m != "GET"]

@@ -11,31 +11,8 @@ from ansible_collections.krops.platform.plugins.module_utils import config as kr
 from ansible_collections.krops.platform.plugins.module_utils import teardown
 from ansible_collections.krops.platform.plugins.modules import capi_cluster_delete, teardown_host
 from tests.substrate.fixtures import REPO
+from tests.substrate.bootstrapped import CLUSTER, KS, make_cluster, make_ks
 from tests.substrate.krops_marks import make_kind_marker
-
-CLUSTER = ("cluster.x-k8s.io/v1beta2", "Cluster")
-KS = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
-CAPI_FINALIZER = "cluster.cluster.x-k8s.io"
-
-
-def make_cluster(api, name, namespace="default"):
-    api.create(
-        {
-            "apiVersion": CLUSTER[0],
-            "kind": CLUSTER[1],
-            "metadata": {"name": name, "namespace": namespace, "finalizers": [CAPI_FINALIZER]},
-            "spec": {},
-        }
-    )
-
-
-def make_ks(api, name, namespace="flux-system", suspend=None):
-    if not api.exists("v1", "Namespace", namespace):
-        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    spec = {"interval": "10m", "path": "./x", "prune": True, "sourceRef": {"kind": "OCIRepository", "name": "krops"}}
-    if suspend is not None:
-        spec["suspend"] = suspend
-    api.create({"apiVersion": KS[0], "kind": KS[1], "metadata": {"name": name, "namespace": namespace}, "spec": spec})
 
 
 class FakeCapi:

@@ -46,11 +46,9 @@ order and that nothing outside the ownership filter was written.
 from __future__ import annotations
 
 import itertools
-import json
-import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import quote
+
+from tests.substrate.http_double import HttpDouble, Reply
 
 SUBSCRIPTION = "00000000-0000-0000-0000-000000000001"
 
@@ -78,7 +76,7 @@ def arm_error(status, code, message):
     return status, {"error": {"code": code, "message": message}}
 
 
-class ArmDouble:
+class ArmDouble(HttpDouble):
     """ARM for one subscription; ``url`` is the endpoint to pass as the ARM base URL."""
 
     def __init__(self, token="arm-token", subscription=SUBSCRIPTION, tls=None, page_size=2, delete_polls=1):
@@ -92,67 +90,20 @@ class ArmDouble:
         self.fail = {}  # lower-case id -> (code, message): the next delete of it ends Failed
         self.slow = {}  # lower-case id -> status polls its operations stay InProgress (else delete_polls)
         self.calls = []
-        self.lock = threading.Lock()
         self._ids = itertools.count(1)
-        double = self
+        super().__init__(tls)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                return
-
-            def _do(self, method):
-                parts = urlsplit(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                with double.lock:
-                    auth = self.headers.get("Authorization")
-                    double.calls.append((method, parts.path, auth))
-                    try:
-                        body = json.loads(raw) if raw else None
-                    except ValueError:
-                        status, reply, headers = (
-                            400,
-                            {"error": {"code": "InvalidRequestContent", "message": "bad JSON"}},
-                            {},
-                        )
-                    else:
-                        status, reply, headers = double.handle(method, parts.path, parse_qs(parts.query), body, auth)
-                data = json.dumps(reply).encode() if reply is not None else b""
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._do("GET")
-
-            def do_PUT(self):
-                self._do("PUT")
-
-            def do_PATCH(self):
-                self._do("PATCH")
-
-            def do_DELETE(self):
-                self._do("DELETE")
-
-            def do_POST(self):
-                self._do("POST")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        if tls:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(*tls)
-            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.server.server_address[1])
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def respond(self, request):
+        self.calls.append((request.method, request.path, request.authorization))
+        try:
+            body = request.json()
+        except ValueError:
+            status, reply, headers = 400, {"error": {"code": "InvalidRequestContent", "message": "bad JSON"}}, {}
+        else:
+            status, reply, headers = self.handle(
+                request.method, request.path, request.query, body, request.authorization
+            )
+        return Reply(status, reply, headers, "application/json; charset=utf-8")
 
     # --- seeding and inspection (tests) ---------------------------------------------------
 
