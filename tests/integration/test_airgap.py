@@ -18,6 +18,7 @@ import yaml
 from ansible_collections.krops.platform.plugins.module_utils import airgap
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import flux
+from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.modules import airgap_config_archive
@@ -663,14 +664,14 @@ def mirror_problems(root):
     # Shared facts come from one table: the chart and provider images of the local-host inventory.
     by_name = {e["name"]: e for e in entries}
 
-    def version(name):
+    def pinned(name):
         return _bare(by_name.get(name, {}).get("version", ""))
 
-    dist = lock["flux-distributions"].get("v" + version("flux"), {"images": {}})["images"]
+    dist = lock["flux-distributions"].get("v" + pinned("flux"), {"images": {}})["images"]
     tables = {
-        "cert-manager": [t.format(v="v" + version("cert-manager")) for t in airgap.CHARTS["cert-manager"][1]],
-        "capi-operator": [t.format(v="v" + version("capi-operator")) for t in airgap.CHARTS["cluster-api-operator"][1]],
-        "cluster-api": [f"{r}:v{version('cluster-api')}" for r in airgap.PROVIDERS[("CoreProvider", "cluster-api")][1]],
+        "cert-manager": [t.format(v="v" + pinned("cert-manager")) for t in airgap.CHARTS["cert-manager"][1]],
+        "capi-operator": [t.format(v="v" + pinned("capi-operator")) for t in airgap.CHARTS["cluster-api-operator"][1]],
+        "cluster-api": [f"{r}:v{pinned('cluster-api')}" for r in airgap.PROVIDERS[("CoreProvider", "cluster-api")][1]],
         "flux": [f"ghcr.io/fluxcd/{n}:{dist[n]['tag']}@{dist[n]['digest']}" for n in flux.COMPONENTS if n in dist],
     }
     for name, expected in tables.items():
@@ -687,7 +688,7 @@ def talos_tree(tmp_path):
 
 def test_every_environment_entry_in_mirror_sources_has_the_required_fields():
     doc = yaml.safe_load((REPO / MIRROR_SOURCES).read_text())
-    assert set(doc) == {"gcp", "local-talos"}
+    assert "local-talos" in doc and set(doc) <= set(profiles.PLATFORMS), sorted(doc)
     for env, entries in doc.items():
         names = [e["name"] for e in entries]
         assert len(names) == len(set(names)), env
