@@ -701,7 +701,7 @@ def test_every_environment_entry_in_mirror_sources_has_the_required_fields():
 
 def test_mirror_sources_name_everything_the_local_talos_tree_pulls():
     pins = {pin for pin, _version, _artifact in local_talos_pulls(REPO)}
-    # the tree, its bootstrap and the machine: 7 objects, 5 bootstrap.toml keys, 2 site values
+    # the tree, its bootstrap and the machine: 9 objects, 5 bootstrap.toml keys, 2 site values
     assert pins == {
         "OCIRepository tinkerbell/tinkerbell",
         "HelmRelease cert-manager/cert-manager",
