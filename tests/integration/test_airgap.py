@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,9 @@ import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import airgap
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import flux
+from ansible_collections.krops.platform.plugins.module_utils import profiles
+from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.modules import airgap_config_archive
 from tests.substrate import zarf_standin
@@ -541,3 +545,229 @@ def test_images_the_workload_clusters_pull_are_imported_into_their_nodes(tree):
     images = airgap.derive(str(tree)).images.values()
     mgmt = [i for i in images if i.origins and all(o.startswith("airgap/manifests") for o in i.origins)]
     assert mgmt and not any(i.workload for i in mgmt)
+
+
+# --- airgap/mirror-sources.yaml: what the other environments pull -------------------------------------
+
+MIRROR_SOURCES = "airgap/mirror-sources.yaml"
+LOCAL_TALOS = "mgmt/local-talos"
+OPERATOR_PROVIDERS = ("CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider")
+_TEMPLATE_IMAGE = re.compile(r"^\s*image:\s*(\S+)\s*$", re.M)
+_URL_VERSION = re.compile(r"/(v\d+\.\d+\.\d+)/")
+
+
+def local_talos_pulls(root):
+    """(pin, version, artifact) of everything local-talos pulls, read from its tree and bootstrap.toml.
+
+    pin names where the version is set (an object of the tree, a bootstrap.toml key or a site value);
+    artifact is what the entry must name exactly (an image, a chart location or a file URL), or None.
+    """
+    cfg = krops_config.load(path=str(root / "bootstrap.toml"), environ={}).data
+    built = render.render_directories(render.find_kustomization_dirs(str(root / LOCAL_TALOS)))
+    objects = []
+    for directory, result in built.items():
+        assert not isinstance(result, render.RenderError), f"{directory}: {result}"
+        objects.extend(result)
+    repos = {
+        (o["metadata"].get("namespace"), o["metadata"]["name"]): o for o in objects if o["kind"] == "HelmRepository"
+    }
+    site = next(o["data"] for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "local-talos-site")
+    pulls = []
+    for obj in objects:
+        kind, meta, spec = obj["kind"], obj["metadata"], obj.get("spec") or {}
+        pin = "{} {}/{}".format(kind, meta.get("namespace"), meta["name"])
+        if kind == "OCIRepository":
+            pulls.append((pin, spec["ref"]["tag"], "{}:{}".format(spec["url"], spec["ref"]["tag"])))
+        elif kind == "HelmRelease" and "chart" in spec:
+            chart = spec["chart"]["spec"]
+            repo = repos[(meta.get("namespace"), chart["sourceRef"]["name"])]["spec"]["url"]
+            pulls.append((pin, chart["version"], "{} (chart {})".format(repo, chart["chart"])))
+        elif kind in OPERATOR_PROVIDERS or kind == "TalosControlPlane":
+            pulls.append((pin, spec["version"], None))
+        elif kind == "TinkerbellMachineTemplate":
+            for image in _TEMPLATE_IMAGE.findall(spec["template"]["spec"]["templateOverride"]):
+                pulls.append((pin, airgap.normalize(image)[1], image))
+    boot = cfg["bootstrap"]
+    for key in ("flux-operator", "cert-manager", "capi-operator"):
+        pulls.append((f"bootstrap.toml [charts] {key}", cfg["charts"][key], None))
+    pulls.append(("bootstrap.toml [bootstrap] flux-version", boot["flux-version"], None))
+    node = boot["kind-node-image"]
+    pulls.append(("bootstrap.toml [bootstrap] kind-node-image", airgap.normalize(node)[1], node))
+    installer = site["TALOS_INSTALLER_IMAGE"]
+    pulls.append(("site value TALOS_INSTALLER_IMAGE", airgap.normalize(installer)[1], installer))
+    disk = site["TALOS_DISK_IMAGE_URL"]
+    pulls.append(("site value TALOS_DISK_IMAGE_URL", _URL_VERSION.search(disk).group(1), disk))
+    return sorted(pulls)
+
+
+def _bare(version):
+    return str(version).lstrip("v")
+
+
+def _flux_distribution(lock, wanted):
+    """The newest Flux distribution of the lock matching a flux-version such as 2.9.x (as the operator picks)."""
+    pattern = re.compile("^" + re.escape(_bare(wanted)).replace(r"\.x", r"\.\d+") + "$")
+    matches = [v for v in lock["flux-distributions"] if pattern.match(_bare(v))]
+    return max(matches, key=lambda v: tuple(int(p) for p in _bare(v).split("."))) if matches else None
+
+
+def mirror_problems(root):
+    """What is wrong between the local-talos tree and its entry in airgap/mirror-sources.yaml, one line each."""
+    doc = yaml.safe_load((root / MIRROR_SOURCES).read_text()) or {}
+    entries = doc.get("local-talos") or []
+    lock = airgap.load_lock(str(root))
+    problems = []
+    claimed = {}
+    for entry in entries:
+        for pin in entry.get("pinned-by") or []:
+            claimed.setdefault(pin, []).append(entry)
+    pulls = local_talos_pulls(root)
+    for pin, version, artifact in pulls:
+        found = claimed.get(pin, [])
+        if len(found) != 1:
+            problems.append(
+                f"{pin} ({version}) is pinned by {len(found)} local-talos entries of {MIRROR_SOURCES}, not 1"
+            )
+            continue
+        entry = found[0]
+        if pin.endswith("flux-version"):
+            expected = _flux_distribution(lock, version)
+            if _bare(entry["version"]) != _bare(expected):
+                problems.append(f"{pin} is {version} (Flux {expected}); entry {entry['name']} says {entry['version']}")
+        elif _bare(entry["version"]) != _bare(version):
+            problems.append(f"{pin} pins {version}; entry {entry['name']} says {entry['version']}")
+        named = [entry.get("upstream")] + [
+            "{}/{}".format(entry.get("upstream"), c) for c in entry.get("contents") or []
+        ]
+        images = [airgap.normalize(i) for i in entry.get("images") or []]
+        if artifact and artifact not in named and airgap.normalize(artifact) not in images:
+            problems.append(f"{pin} pulls {artifact}, which entry {entry['name']} does not name")
+    pins = {pin for pin, _version, _artifact in pulls}
+    for pin in sorted(set(claimed) - pins):
+        problems.append("entry {} is pinned by {}, which the tree does not have".format(claimed[pin][0]["name"], pin))
+    # The images that follow a pin carry its version (a provider bumped in the tree but not here).
+    for entry in entries:
+        images = entry.get("images") or []
+        if entry.get("pinned-by") and images and entry["name"] != "flux":
+            if not any(_bare(airgap.normalize(i)[1]) == _bare(entry["version"]) for i in images):
+                problems.append(f"entry {entry['name']}: no image is tagged {entry['version']}")
+    # A digest is written only when airgap/digests.yaml has it with its source: never guessed here.
+    known = {k: v["digest"] for k, v in (lock.get("images") or {}).items()}
+    for dist in lock.get("flux-distributions", {}).values():
+        for name, image in dist["images"].items():
+            known[f"ghcr.io/fluxcd/{name}:{image['tag']}"] = image["digest"]
+    for entry in entries:
+        for ref in entry.get("images") or []:
+            digest = airgap.normalize(ref)[2]
+            if digest and known.get(airgap.key(ref)) != digest:
+                problems.append(f"entry {entry['name']}: {ref} has a digest {airgap.LOCK_FILE} does not confirm")
+    # Shared facts come from one table: the chart and provider images of the local-host inventory.
+    by_name = {e["name"]: e for e in entries}
+
+    def pinned(name):
+        return _bare(by_name.get(name, {}).get("version", ""))
+
+    dist = lock["flux-distributions"].get("v" + pinned("flux"), {"images": {}})["images"]
+    tables = {
+        "cert-manager": [t.format(v="v" + pinned("cert-manager")) for t in airgap.CHARTS["cert-manager"][1]],
+        "capi-operator": [t.format(v="v" + pinned("capi-operator")) for t in airgap.CHARTS["cluster-api-operator"][1]],
+        "cluster-api": [f"{r}:v{pinned('cluster-api')}" for r in airgap.PROVIDERS[("CoreProvider", "cluster-api")][1]],
+        "flux": [f"ghcr.io/fluxcd/{n}:{dist[n]['tag']}@{dist[n]['digest']}" for n in flux.COMPONENTS if n in dist],
+    }
+    for name, expected in tables.items():
+        listed = sorted(by_name.get(name, {}).get("images") or [])
+        if name in by_name and listed != sorted(expected):
+            problems.append(f"entry {name}: images {listed} differ from {sorted(expected)}")
+    return problems
+
+
+@pytest.fixture
+def talos_tree(tmp_path):
+    return copy_repo(tmp_path, ("mgmt/local-talos", "airgap"), ignore=shutil.ignore_patterns("build", "schema"))
+
+
+def test_every_environment_entry_in_mirror_sources_has_the_required_fields():
+    doc = yaml.safe_load((REPO / MIRROR_SOURCES).read_text())
+    assert "local-talos" in doc and set(doc) <= set(profiles.PLATFORMS), sorted(doc)
+    for env, entries in doc.items():
+        names = [e["name"] for e in entries]
+        assert len(names) == len(set(names)), env
+        for entry in entries:
+            assert {"name", "version", "why", "upstream"} <= set(entry), (env, entry.get("name"))
+            assert entry.get("images") or entry.get("contents"), (env, entry["name"])
+            assert all(airgap.normalize(ref)[0].count("/") >= 1 for ref in entry.get("images") or []), entry["name"]
+            assert bool(entry.get("mirror")) == bool(entry.get("push")), (env, entry["name"])
+
+
+def test_mirror_sources_name_everything_the_local_talos_tree_pulls():
+    pins = {pin for pin, _version, _artifact in local_talos_pulls(REPO)}
+    # the tree, its bootstrap and the machine: 9 objects, 5 bootstrap.toml keys, 2 site values
+    assert pins == {
+        "OCIRepository tinkerbell/tinkerbell",
+        "HelmRelease cert-manager/cert-manager",
+        "HelmRelease capi-operator-system/capi-operator",
+        "CoreProvider capi-system/cluster-api",
+        "InfrastructureProvider capt-system/tinkerbell-tinkerbell",
+        "BootstrapProvider cabpt-system/talos",
+        "ControlPlaneProvider cacppt-system/talos",
+        "TalosControlPlane default/local-talos-management-control-plane",
+        "TinkerbellMachineTemplate default/local-talos-management-control-plane",
+        "bootstrap.toml [charts] flux-operator",
+        "bootstrap.toml [charts] cert-manager",
+        "bootstrap.toml [charts] capi-operator",
+        "bootstrap.toml [bootstrap] flux-version",
+        "bootstrap.toml [bootstrap] kind-node-image",
+        "site value TALOS_INSTALLER_IMAGE",
+        "site value TALOS_DISK_IMAGE_URL",
+    }
+    assert mirror_problems(REPO) == []
+
+
+def test_a_tree_ahead_of_mirror_sources_is_reported(talos_tree):
+    edit(talos_tree, LOCAL_TALOS + "/cabpt-system/bootstrap-provider.yaml", "version: v0.6.12", "version: v0.6.13")
+    edit(talos_tree, LOCAL_TALOS + "/site-values.yaml", "installer/SCHEMATIC_ID:v1.12.11", "installer/abc123:v1.12.11")
+    edit(talos_tree, "bootstrap.toml", 'flux-version = "2.9.x"', 'flux-version = "2.7.x"')
+    # CAPT moved in the tree and in the entry's version, but its controller image was left behind
+    edit(talos_tree, LOCAL_TALOS + "/capt-system/infrastructure-provider.yaml", "version: v0.7.0", "version: v0.7.1")
+    edit(talos_tree, MIRROR_SOURCES, "  - name: capt\n    version: v0.7.0", "  - name: capt\n    version: v0.7.1")
+    assert mirror_problems(talos_tree) == [
+        "BootstrapProvider cabpt-system/talos pins v0.6.13; entry cabpt says v0.6.12",
+        "bootstrap.toml [bootstrap] flux-version is 2.7.x (Flux v2.7.5); entry flux says v2.9.4",
+        "site value TALOS_INSTALLER_IMAGE pulls factory.talos.dev/installer/abc123:v1.12.11, which entry talos does not name",
+        "entry capt: no image is tagged v0.7.1",
+    ]
+
+
+def test_a_missing_stale_or_guessed_entry_is_reported(talos_tree):
+    doc = yaml.safe_load((talos_tree / MIRROR_SOURCES).read_text())
+    entries = doc["local-talos"]
+    entries[:] = [e for e in entries if e["name"] != "capt"]
+    cacppt = next(e for e in entries if e["name"] == "cacppt")
+    cacppt["version"] = "v0.5.13"
+    cacppt["images"] = ["ghcr.io/siderolabs/cluster-api-control-plane-talos-controller:v0.5.13"]
+    cacppt["pinned-by"].append("ControlPlaneProvider cacppt-system/kubeadm")
+    tinkerbell = next(e for e in entries if e["name"] == "tinkerbell")
+    tinkerbell["images"][0] = "ghcr.io/tinkerbell/tinkerbell:v0.25.0@sha256:" + "0" * 64
+    next(e for e in entries if e["name"] == "cert-manager")["images"].pop()
+    (talos_tree / MIRROR_SOURCES).write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert mirror_problems(talos_tree) == [
+        "ControlPlaneProvider cacppt-system/talos pins v0.5.12; entry cacppt says v0.5.13",
+        "InfrastructureProvider capt-system/tinkerbell-tinkerbell (v0.7.0) is pinned by 0 local-talos entries of "
+        "airgap/mirror-sources.yaml, not 1",
+        "entry cacppt is pinned by ControlPlaneProvider cacppt-system/kubeadm, which the tree does not have",
+        "entry tinkerbell: ghcr.io/tinkerbell/tinkerbell:v0.25.0@sha256:"
+        + "0" * 64
+        + " has a digest airgap/digests.yaml does not confirm",
+        "entry cert-manager: images ['quay.io/jetstack/cert-manager-cainjector:v1.21.1', "
+        "'quay.io/jetstack/cert-manager-controller:v1.21.1', 'quay.io/jetstack/cert-manager-webhook:v1.21.1'] differ "
+        "from ['quay.io/jetstack/cert-manager-cainjector:v1.21.1', 'quay.io/jetstack/cert-manager-controller:v1.21.1', "
+        "'quay.io/jetstack/cert-manager-startupapicheck:v1.21.1', 'quay.io/jetstack/cert-manager-webhook:v1.21.1']",
+    ]
+
+
+def test_without_the_local_talos_entry_every_pull_is_reported(talos_tree):
+    doc = yaml.safe_load((talos_tree / MIRROR_SOURCES).read_text())
+    del doc["local-talos"]
+    (talos_tree / MIRROR_SOURCES).write_text(yaml.safe_dump(doc, sort_keys=False))
+    problems = mirror_problems(talos_tree)
+    assert len(problems) == 16 and all("is pinned by 0 local-talos entries" in p for p in problems)
