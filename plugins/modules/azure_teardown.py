@@ -34,13 +34,10 @@ description:
     is a leftover and the module fails naming it and the lock.
   - Call it after the workload Clusters were deleted through CAPZ and the CAPI providers removed, so
     nothing recreates what it deletes.
+extends_documentation_fragment:
+  - krops.platform.bootstrap_config
+  - krops.platform.cloud_teardown
 options:
-  environment:
-    description: The krops environment. Defaults to E(KROPS_PROFILE), then C(bootstrap.default-environment).
-    type: str
-  config_file:
-    description: Path to bootstrap.toml. Defaults to E(BOOTSTRAP_CONFIG), then C(bootstrap.toml) in the current folder.
-    type: path
   subscription_id:
     description: Azure subscription. Defaults to E(AZURE_SUBSCRIPTION_ID).
     type: str
@@ -90,21 +87,7 @@ options:
     description: Wait until the resource groups and the Arc resource are gone.
     type: bool
     default: true
-  wait_timeout:
-    description: Seconds to wait; resources still present then are RV(leftovers) and the module fails.
-    type: int
-    default: 1800
-  poll_interval:
-    description: Seconds between checks while waiting.
-    type: int
-    default: 10
 attributes:
-  check_mode:
-    support: full
-    description: Discovers and returns RV(plan); deletes nothing.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
     description: Target OS/families that can be operated against.
     support: full

@@ -32,16 +32,9 @@ description:
 author:
   - krops developers (@krops)
 extends_documentation_fragment:
+  - krops.platform.bootstrap_config
   - krops.platform.kube
 options:
-  environment:
-    description:
-      - The bootstrap.toml environment (for example V(local-host) or V(aws)) whose sync settings are used.
-      - Defaults to E(KROPS_PROFILE), then C(bootstrap.default-environment).
-    type: str
-  config_file:
-    description: Path to bootstrap.toml. Defaults to E(BOOTSTRAP_CONFIG), then C(bootstrap.toml) in the current folder.
-    type: path
   scope:
     description:
       - V(all) runs the whole handoff.

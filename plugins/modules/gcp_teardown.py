@@ -32,13 +32,10 @@ description:
   - Discovery is read-only and comes first; check mode returns the plan. Uses the Google REST APIs
     directly so one call covers every service.
   - Service accounts and Workload Identity pools stay (the next bootstrap re-adopts them).
+extends_documentation_fragment:
+  - krops.platform.bootstrap_config
+  - krops.platform.cloud_teardown
 options:
-  environment:
-    description: The krops environment. Defaults to E(KROPS_PROFILE), then C(bootstrap.default-environment).
-    type: str
-  config_file:
-    description: Path to bootstrap.toml. Defaults to E(BOOTSTRAP_CONFIG), then C(bootstrap.toml) in the current folder.
-    type: path
   project:
     description: GCP project id. Defaults to E(GCP_PROJECT), then E(GOOGLE_CLOUD_PROJECT).
     type: str
@@ -76,21 +73,7 @@ options:
     description: Wait for each stage's deletions before the next stage.
     type: bool
     default: true
-  wait_timeout:
-    description: Seconds to wait for the operations of each stage.
-    type: int
-    default: 1800
-  poll_interval:
-    description: Seconds between checks while waiting.
-    type: int
-    default: 10
 attributes:
-  check_mode:
-    support: full
-    description: Discovers and returns RV(plan); deletes nothing.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
     description: Target OS/families that can be operated against.
     support: full

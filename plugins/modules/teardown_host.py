@@ -39,13 +39,6 @@ options:
   mgmt_context:
     description: Context in O(mgmt_kubeconfig). Defaults to C(bootstrap.mgmt-context).
     type: str
-  environment:
-    description:
-      - The krops environment to tear down. Defaults to E(KROPS_PROFILE), then C(bootstrap.default-environment).
-    type: str
-  config_file:
-    description: Path to bootstrap.toml. Defaults to E(BOOTSTRAP_CONFIG), then C(bootstrap.toml) in the current folder.
-    type: path
   timeout:
     description: Seconds each cluster gets to answer (at least 1).
     type: int
@@ -74,6 +67,7 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - krops.platform.bootstrap_config
   - krops.platform.kube
 attributes:
   check_mode:
