@@ -190,9 +190,12 @@ class Discovery:
     read it. Listings several rows share (the EC2 tag walk, the Tagging API walk, EKS clusters, RDS) are made
     once per discovery through cached()."""
 
-    def __init__(self, sweep, region):
+    def __init__(self, sweep, region, confirm=True):
         self.sweep = sweep
         self.region = region
+        # False for delete mode's listing: a delete that finds nothing answers "absent" itself, so rows that list
+        # owned ids from a tag walk need not describe them first to confirm they still exist (aws_ec2)
+        self.confirm = confirm
         self.targets = [t for t in sweep.targets if t.region == region]
         self.clusters = [t.cluster for t in self.targets]
         self.errors = []
@@ -310,6 +313,7 @@ class Sweep:
         self.pending_state = None
         self._lock = threading.Lock()
         self._others_alive = None
+        self.gone = set()  # (region, id) of what this run deleted or found gone: set by leftovers()
 
     def progress(self, text):
         """A progress line: kept in the result, and passed to the caller's hook (the benchmark prints them)."""
@@ -377,8 +381,8 @@ class Sweep:
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(self.regions))) as pool:
             return list(pool.map(func, self.regions))
 
-    def _discover_region(self, region, with_age=False):
-        found = Discovery(self, region)
+    def _discover_region(self, region, with_age=False, confirm=True):
+        found = Discovery(self, region, confirm)
         return found.resources(REGION_TYPES, with_age), found
 
     def _region_failed(self, region, exc):
@@ -479,7 +483,7 @@ class Sweep:
         try:
             planned = self.resume.get("plan", {}).get(region)
             if planned is None:
-                planned, found = self._discover_region(region)
+                planned, found = self._discover_region(region, confirm=False)
                 self._collect(found)
             done = {rows.key(r) for r in self.resume.get("done", [])}
             resources = [r for r in planned if rows.key(r) not in done]
@@ -489,7 +493,10 @@ class Sweep:
             self._region_failed(region, exc)
             return [], [], []
 
-    def leftovers(self):
+    def leftovers(self, results=()):
+        """Everything owned still there after the deletions, listed afresh. ``results`` (this run's outcomes, the
+        earlier steps' included) tell the rows what this run saw go: aws_ec2 does not describe those again."""
+        self.gone = {(r["region"], r["id"]) for r in results if r["outcome"] in ("deleted", "absent")}
         regional, global_resources = self.discover()
         return [
             public(r, "left", r.get("reason") or "still present after the sweep") for r in regional + global_resources
@@ -899,7 +906,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
         result["results"] = sweep.delete()
         result["changed"] = any(r["outcome"] == "deleted" for r in result["results"])
         if sweep.pending_state is None:
-            result["leftovers"] = sweep.leftovers()
+            result["leftovers"] = sweep.leftovers(result["results"])
         else:  # the step budget ran out during a wait: the action plugin runs the next step
             result["_krops_pending"] = True
             result["_krops_state"] = sweep.pending_state
