@@ -7,7 +7,7 @@ entry plus, optionally, the self-managed management cluster. A resource is a can
 only when it is tagged ``sigs.k8s.io/cluster-api-provider-aws/cluster/<cluster>=owned`` or
 ``kubernetes.io/cluster/<cluster>=owned`` for a target cluster, or when bootstrap.toml names
 it exactly (EKS cluster, RDS instance, S3 bucket pattern, global IAM roles and users,
-CloudFormation stack); IAM roles also match ``<prefix>-`` on a prefix boundary. A few
+CloudFormation stack); a name prefix never decides (it only makes a report candidate). A few
 dependants that carry no tags of their own are swept with their owner and say so in
 ``reason``: node groups and pod identity associations of an owned EKS cluster, the DB
 subnet group of a swept RDS instance (when no other instance uses it) and detached network
@@ -20,8 +20,9 @@ is the deletion order. Per region (regions concurrently) the chains run side by 
 (waited) and their subnet groups; load balancers and target groups; NAT gateways (waited) and elastic IPs.
 Then launch templates, EBS volumes and snapshots, and the network: detached interfaces, subnets, internet
 gateways, route tables, security groups, VPCs. Then the global phase: S3 buckets, IAM roles, OIDC
-providers, users, the clusterawsadm stack. Finally every region is listed again: anything owned that is
-left is a leftover. With a step budget (the action plugin) a wait still running when it ends is cut and
+providers, users, customer managed policies, the clusterawsadm stack (waited). Finally every region is
+listed again: anything owned that is left is a leftover (EC2 ids this run saw go are not described again:
+they are never reused). With a step budget (the action plugin) a wait still running when it ends is cut and
 the next step resumes from the returned state without listing again.
 
 Report mode lists the same candidates read-only and keeps those older than N hours.
@@ -665,7 +666,9 @@ class Deleter:
         deadline = start + timeout
         expected = rtype.expected * EXPECTED_SCALE
         quiet_until = start + min(expected * FIRST_POLL_SHARE, timeout)
-        stop = deadline if sweep.budget_deadline is None else min(deadline, sweep.budget_deadline)
+        # the global phase runs to its end within one step (its resources are not in the steps' plan)
+        budget = None if rtype.scope == GLOBAL else sweep.budget_deadline
+        stop = deadline if budget is None else min(deadline, budget)
         interval = max(POLL_FIRST, min(POLL_MAX, expected * POLL_SHARE)) if expected else POLL_FIRST
         results, states, remaining = [], {}, list(pending)
         polls = 0
@@ -682,8 +685,9 @@ class Deleter:
                 found = {r["id"]: f"unknown ({aws.error_message(exc)})" for r in remaining}
             polls += 1
             for res in list(remaining):
-                state = found.get(res["id"], "?")
-                states[res["id"]] = state
+                # by id, or by region|type|id where one id is in several regions (the clusterawsadm stack)
+                state = found.get(rows.key(res), found.get(res["id"], "?"))
+                states[rows.key(res)] = state
                 if state == "gone":
                     remaining.remove(res)
                     results.append(public(res, "deleted"))
@@ -697,7 +701,8 @@ class Deleter:
                     "{}: still deleting {}".format(
                         self.region,
                         ", ".join(
-                            "{} {} ({})".format(rtype.name, r["id"], states.get(r["id"], "?")) for r in remaining[:5]
+                            "{} {} ({})".format(rtype.name, r["id"], states.get(rows.key(r), "?"))
+                            for r in remaining[:5]
                         ),
                     )
                 )
@@ -708,12 +713,14 @@ class Deleter:
             if not expected:
                 interval = min(interval * 2, POLL_MAX)
         cut = []
-        if remaining and clock() < deadline:  # the step budget, not wait_timeout, ran out: the next step goes on
+        if remaining and clock() < deadline and budget is not None:  # the step budget ran out: the next step goes on
             waited = clock() - start
-            cut = [(dict(r, state=states.get(r["id"], "deleting")), waited) for r in remaining]
+            cut = [(dict(r, state=states.get(rows.key(r), "deleting")), waited) for r in remaining]
         else:
             results.extend(
-                public(res, "failed", "still %s after %ds (wait_timeout)" % (states.get(res["id"], "present"), timeout))
+                public(
+                    res, "failed", "still %s after %ds (wait_timeout)" % (states.get(rows.key(res), "present"), timeout)
+                )
                 for res in remaining
             )
         order = {r["id"]: i for i, r in enumerate(pending)}
@@ -871,6 +878,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
         "account_id": account_id,
         "regions": regions,
         "targets": [t.as_dict() for t in targets],
+        "wait_timeout": wait_timeout,
         "results": [],
         "plan": [],
         "leftovers": [],
