@@ -9,7 +9,8 @@ factor). One run prints:
 - the reference's sequential order: each cluster's node groups, EKS cluster, RDS instance and NAT
   gateway one after another (the holds summed) on top of the same sweep's calls;
 - the critical path: per region the longest chain of holds (node groups then EKS; RDS; NAT), regions
-  in parallel, on top of the calls (measured with the holds off).
+  in parallel, on top of the calls (measured with the holds off);
+- the calls per operation as the proxy saw them (where a sweep's calls go).
 
 Targets (issue 9): wall time within 15 % of the critical path, at most 3 calls per resource.
 
