@@ -3,14 +3,16 @@
 """CloudFormation row of the AWS sweep: the account-global clusterawsadm stack (``cfn-stack-name``).
 
 Looked up by its exact name in each target region; kept (with the reason) while another environment of
-bootstrap.toml names it or still has clusters. Its deletion is started, not awaited.
+bootstrap.toml names it or still has clusters. Its deletion is awaited (one DescribeStacks per stack and
+poll): a deletion that ends in DELETE_FAILED fails the run naming the stack, and one still in progress
+when wait_timeout ends does too, so rc=0 means the stack is gone.
 """
 
 from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import GLOBAL, ResourceType, resource
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import GLOBAL, ResourceType, key, resource
 
 
 def stacks(d, with_age):
@@ -49,4 +51,24 @@ def delete_stack(x, res):
     aws.call(x.client("cloudformation", res["region"]), "delete_stack", StackName=res["id"])
 
 
-STACK_ROW = ResourceType("cloudformation-stack", GLOBAL, stacks, delete_stack)
+def state_stack(x, pending):
+    """{region|type|name: status} (the same stack name is looked up in several regions), 'gone' once deleted."""
+    states = {}
+    for res in pending:
+        try:
+            listed = (
+                aws.call(x.client("cloudformation", res["region"]), "describe_stacks", StackName=res["id"]).get(
+                    "Stacks"
+                )
+                or []
+            )
+        except ClientError as exc:
+            if not aws.is_not_found(exc):
+                raise
+            listed = []
+        status = listed[0].get("StackStatus", "?") if listed else "DELETE_COMPLETE"
+        states[key(res)] = "gone" if status == "DELETE_COMPLETE" else status
+    return states
+
+
+STACK_ROW = ResourceType("cloudformation-stack", GLOBAL, stacks, delete_stack, state_stack)

@@ -7,6 +7,11 @@ Ownership of every EC2 type comes from one DescribeTags walk per region, filtere
 keys (values of one filter are ORed): its answer names every owned resource by id. Only the types
 whose deletion needs more than the id (a state, attachments, associations, rules) are described, by id
 filter, and only when something of that type is owned, so a region with nothing owned costs one call.
+The types that need only the id are described only to confirm they exist (a tag can outlive its
+resource): plan, report and the final pass do; delete mode does not, since a delete of a gone id answers
+NotFound ("absent") itself. Detached interfaces are listed once in delete mode, right before their
+deletion. EC2 ids are never reused, so the final pass leaves out the ids this run saw go (Sweep.gone):
+only what is still owned, or new, is described again.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ def owned_index(d):
                 tags.setdefault(tag["ResourceId"], []).append({"Key": tag["Key"], "Value": tag.get("Value", "")})
         index = {}
         for rid, found in tags.items():
+            if (d.region, rid) in d.sweep.gone:
+                continue  # deleted by this run (or found gone): its tags may outlive it for a moment
             owner = d.owner_of(found)
             if owner is not None:
                 index.setdefault(rid.split("-", 1)[0], {})[rid] = owner
@@ -75,6 +82,8 @@ def _plain(rtype, prefix, operation, key, name, id_key, time_key="CreateTime"):
         ids = owned(d, prefix)
         if not ids:
             return []
+        if not d.confirm:
+            return [resource(d.region, rtype, rid, owner) for rid, owner in ids.items()]
         present = {i[id_key]: i.get(time_key) for i in describe(d, operation, key, name, ids)}
         return [resource(d.region, rtype, rid, owner, present[rid]) for rid, owner in ids.items() if rid in present]
 
@@ -248,17 +257,22 @@ def release_address(x, res):
 
 def network_interfaces(d, with_age):
     """Detached owned interfaces: those inside owned VPCs come with one VPC-filtered listing; only owned ones it
-    did not return are described by id."""
+    did not return are described by id. Delete mode lists them later (fresh_interfaces): here only their ids."""
     ids = owned(d, ENI)
+    if not d.confirm:
+        return [resource(d.region, "network-interface", rid, owner, unconfirmed=True) for rid, owner in ids.items()]
     found = detached_in_owned_vpcs(d, set())
-    rest = [i for i in ids if i not in {r["id"] for r in found}]
-    if rest:
-        found += [
-            resource(d.region, "network-interface", e["NetworkInterfaceId"], ids[e["NetworkInterfaceId"]])
-            for e in describe(d, "describe_network_interfaces", "NetworkInterfaces", "network-interface-id", rest)
-            if e.get("Status") == "available" and e["NetworkInterfaceId"] in ids
-        ]
-    return found
+    return found + _detached_by_id(d, {i: o for i, o in ids.items() if i not in {r["id"] for r in found}})
+
+
+def _detached_by_id(d, ids):
+    if not ids:
+        return []
+    return [
+        resource(d.region, "network-interface", e["NetworkInterfaceId"], ids[e["NetworkInterfaceId"]])
+        for e in describe(d, "describe_network_interfaces", "NetworkInterfaces", "network-interface-id", ids)
+        if e.get("Status") == "available" and e["NetworkInterfaceId"] in ids
+    ]
 
 
 def detached_in_owned_vpcs(d, known):
@@ -286,11 +300,17 @@ def detached_in_owned_vpcs(d, known):
 
 
 def fresh_interfaces(x, planned, resources):
-    """Interfaces detach while load balancers and NAT gateways go: list the owned VPCs' detached ones again."""
+    """Interfaces detach while load balancers and NAT gateways go: list the owned VPCs' detached ones again, and
+    describe the owned ones delete mode has only by id (unconfirmed) that this listing did not return."""
     d = x.discovery()
     d.seed("ec2-tags", {VPC: {r["id"]: r["cluster"] for r in resources if r["type"] == "vpc"}})
-    known = {r["id"] for r in planned}
-    return planned + d.guard("network-interface", lambda: detached_in_owned_vpcs(d, known))
+    confirmed = [r for r in planned if not r["meta"].get("unconfirmed")]
+    found = d.guard("network-interface", lambda: detached_in_owned_vpcs(d, {r["id"] for r in confirmed}))
+    seen = {r["id"] for r in confirmed + found}
+    rest = {r["id"]: r["cluster"] for r in planned if r["meta"].get("unconfirmed") and r["id"] not in seen}
+    if rest:
+        found += d.guard("network-interface", lambda: _detached_by_id(d, rest))
+    return confirmed + found
 
 
 def delete_network_interface(x, res):

@@ -5,7 +5,9 @@
 Their tags come from the region's Resource Groups Tagging API walk (aws_tagging.tag_map), not from one
 DescribeTags per 20 resources; the service's own listing is read only when something is owned, to
 confirm it still exists (the Tagging API may still report a resource deleted moments ago) and for its
-name and creation time. Without a Tagging API the rows fall back to DescribeTags.
+name and creation time. Delete mode skips that listing: it needs only the ARN, and deleting a load
+balancer that is already gone succeeds (or answers NotFound: "absent"). Without a Tagging API the rows
+fall back to DescribeTags.
 """
 
 from __future__ import annotations
@@ -45,10 +47,20 @@ def _described_owned(d, client, arns, batch_key):
     return owned
 
 
+def _unconfirmed(d, rtype, owned, name=lambda arn: arn):
+    """Delete mode: the owned ARNs of the tag walk as they are (None when there is no Tagging API)."""
+    if owned is None or d.confirm:
+        return None
+    return [resource(d.region, rtype, name(arn), owner) for arn, owner in owned.items()]
+
+
 def load_balancers(d, with_age):
     owned = _owned(d, "loadbalancer", classic=False)
     if owned == {}:
         return []
+    found = _unconfirmed(d, "elbv2-load-balancer", owned)
+    if found is not None:
+        return found
     client = d.client("elbv2")
     lbs = {lb["LoadBalancerArn"]: lb for lb in aws.paginate(client, "describe_load_balancers", "LoadBalancers")}
     if owned is None:
@@ -71,6 +83,9 @@ def classic_load_balancers(d, with_age):
     owned = _owned(d, "loadbalancer", classic=True)
     if owned == {}:
         return []
+    found = _unconfirmed(d, "elb-load-balancer", owned, lambda arn: arn.rsplit("/", 1)[1])
+    if found is not None:
+        return found
     client = d.client("elb")
     lbs = {
         lb["LoadBalancerName"]: lb for lb in aws.paginate(client, "describe_load_balancers", "LoadBalancerDescriptions")
@@ -90,6 +105,9 @@ def target_groups(d, with_age):
     owned = _owned(d, "targetgroup")
     if owned == {}:
         return []
+    found = _unconfirmed(d, "elbv2-target-group", owned)
+    if found is not None:
+        return found
     client = d.client("elbv2")
     groups = [g["TargetGroupArn"] for g in aws.paginate(client, "describe_target_groups", "TargetGroups")]
     if owned is None:

@@ -4,10 +4,11 @@
 
 Roles are owned by their tags (CAPA tags every role it creates, docs/ownership.md) or named exactly by
 ``global-iam-roles``; a name that only resembles a cluster is a report candidate, never deleted. One
-GetAccountAuthorizationDetails walk gives every role with its tags, attached and inline policies and
-instance profiles, so deleting a role costs only its detach/delete calls, not ListRoleTags and three
-listings per role. If something was attached meanwhile (DeleteConflict), the role is listed afresh and
-cleaned once more.
+GetAccountAuthorizationDetails walk per discovery (roles, users and customer managed policies together)
+gives every role with its tags, attached and inline policies and instance profiles, the named users with
+their groups and policies, and the local policies, so deleting a role or user costs only its detach/delete
+calls, not a GetUser, ListRoleTags and three listings each. If something was attached meanwhile
+(DeleteConflict), the role or user is listed afresh and cleaned once more.
 """
 
 from __future__ import annotations
@@ -21,13 +22,28 @@ def _iam(d):
     return d.sweep.conn.client("iam", d.sweep.home_region)
 
 
+def details(d):
+    """{'RoleDetailList', 'UserDetailList', 'Policies': [...]} of the account: one walk per discovery."""
+
+    def walk():
+        found = {"RoleDetailList": [], "UserDetailList": [], "Policies": []}
+        for page in aws.pages(
+            _iam(d), "get_account_authorization_details", Filter=["Role", "User", "LocalManagedPolicy"]
+        ):
+            for key, items in found.items():
+                items.extend(page.get(key) or [])
+        return found
+
+    return d.cached("iam-details", walk)
+
+
 def roles(d, with_age):
     exact = {}
     for target in d.sweep.targets:
         for pattern in d.sweep.global_roles:
             exact[pattern.format(cluster_name=target.cluster)] = target.cluster
     found = []
-    for role in aws.paginate(_iam(d), "get_account_authorization_details", "RoleDetailList", Filter=["Role"]):
+    for role in details(d)["RoleDetailList"]:
         name = role["RoleName"]
         owner, reason = exact.get(name), "global IAM role named by bootstrap.toml"
         if owner is None:
@@ -134,17 +150,22 @@ def delete_oidc_provider(x, res):
 
 
 def users(d, with_age):
-    client = _iam(d)
+    listed = {u["UserName"]: u for u in details(d)["UserDetailList"]}
     found = []
     for name in d.sweep.global_users:
-        try:
-            user = aws.call(client, "get_user", UserName=name)["User"]
-        except ClientError as exc:
-            if aws.is_not_found(exc):
-                continue
-            raise
+        user = listed.get(name)
+        if user is None:
+            continue
         res = resource(
-            GLOBAL, "iam-user", name, "", user.get("CreateDate"), "account-global IAM user named by bootstrap.toml"
+            GLOBAL,
+            "iam-user",
+            name,
+            "",
+            user.get("CreateDate"),
+            "account-global IAM user named by bootstrap.toml",
+            groups=list(user.get("GroupList") or []),
+            attached=[p["PolicyArn"] for p in user.get("AttachedManagedPolicies") or []],
+            inline=[p["PolicyName"] for p in user.get("UserPolicyList") or []],
         )
         why = d.sweep.global_kept_reason("iam-user", name)
         if why:
@@ -154,21 +175,42 @@ def users(d, with_age):
     return found
 
 
+def _clean_user(client, name, groups, attached, inline):
+    for group in groups:
+        _ignore_gone(aws.call, client=client, operation="remove_user_from_group", UserName=name, GroupName=group)
+    for arn in attached:
+        _ignore_gone(aws.call, client=client, operation="detach_user_policy", UserName=name, PolicyArn=arn)
+    for policy in inline:
+        _ignore_gone(aws.call, client=client, operation="delete_user_policy", UserName=name, PolicyName=policy)
+
+
 def delete_user(x, res):
+    """What IAM's DeleteUser requires gone first: the login profile, access keys, MFA devices (listed: the walk
+    does not carry them), then the groups and policies the walk gave."""
     client = x.client("iam", x.sweep.home_region)
-    name = res["id"]
+    name, meta = res["id"], res["meta"]
     _ignore_gone(aws.call, client=client, operation="delete_login_profile", UserName=name)
     for key in aws.paginate(client, "list_access_keys", "AccessKeyMetadata", UserName=name):
         aws.call(client, "delete_access_key", UserName=name, AccessKeyId=key["AccessKeyId"])
     for device in aws.paginate(client, "list_mfa_devices", "MFADevices", UserName=name):
         aws.call(client, "deactivate_mfa_device", UserName=name, SerialNumber=device["SerialNumber"])
-    for group in aws.paginate(client, "list_groups_for_user", "Groups", UserName=name):
-        aws.call(client, "remove_user_from_group", UserName=name, GroupName=group["GroupName"])
-    for policy in aws.paginate(client, "list_attached_user_policies", "AttachedPolicies", UserName=name):
-        aws.call(client, "detach_user_policy", UserName=name, PolicyArn=policy["PolicyArn"])
-    for policy in aws.paginate(client, "list_user_policies", "PolicyNames", UserName=name):
-        aws.call(client, "delete_user_policy", UserName=name, PolicyName=policy)
-    aws.call(client, "delete_user", UserName=name)
+    _clean_user(client, name, meta.get("groups") or [], meta.get("attached") or [], meta.get("inline") or [])
+    try:
+        aws.call(client, "delete_user", UserName=name)
+    except ClientError as exc:
+        if aws.error_code(exc) != "DeleteConflict":
+            raise
+        _clean_user(
+            client,
+            name,
+            [g["GroupName"] for g in aws.paginate(client, "list_groups_for_user", "Groups", UserName=name)],
+            [
+                p["PolicyArn"]
+                for p in aws.paginate(client, "list_attached_user_policies", "AttachedPolicies", UserName=name)
+            ],
+            aws.paginate(client, "list_user_policies", "PolicyNames", UserName=name),
+        )
+        aws.call(client, "delete_user", UserName=name)
 
 
 ROLE_ROW = ResourceType("iam-role", GLOBAL, roles, delete_role)
@@ -180,22 +222,21 @@ def policies(d, with_age):
     """Customer managed policies tagged for the environment (ACK's iam-controller writes the tree's tags on the
     Policies it creates). The Tagging API does not cover IAM, and the authorization-details walk carries no
     policy tags, so each local policy's tags are listed once. A policy attached to an account-global user that
-    stays (another environment names it) stays with it."""
+    stays (another environment names it) stays with it (the walk gives the users' attached policies)."""
     client = _iam(d)
     kept_users = {k["id"] for k in d.sweep.kept if k["type"] == "iam-user"}
+    attached_to = {}
+    for user in details(d)["UserDetailList"]:
+        for policy in user.get("AttachedManagedPolicies") or []:
+            attached_to.setdefault(policy["PolicyArn"], set()).add(user["UserName"])
     found = []
-    for policy in aws.paginate(client, "list_policies", "Policies", Scope="Local"):
+    for policy in details(d)["Policies"]:
         arn = policy["Arn"]
         owner = d.owner_of(aws.paginate(client, "list_policy_tags", "Tags", PolicyArn=arn))
         if owner is None:
             continue
         res = resource(GLOBAL, "iam-policy", arn, owner, policy.get("CreateDate"))
-        users = (
-            [u["UserName"] for u in aws.paginate(client, "list_entities_for_policy", "PolicyUsers", PolicyArn=arn)]
-            if policy.get("AttachmentCount") and kept_users
-            else []
-        )
-        staying = sorted(set(users) & kept_users)
+        staying = sorted(attached_to.get(arn, set()) & kept_users)
         if staying:
             d.sweep.keep(res, "attached to the account-global user {}, which stays".format(", ".join(staying)))
         else:

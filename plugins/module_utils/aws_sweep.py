@@ -7,7 +7,7 @@ entry plus, optionally, the self-managed management cluster. A resource is a can
 only when it is tagged ``sigs.k8s.io/cluster-api-provider-aws/cluster/<cluster>=owned`` or
 ``kubernetes.io/cluster/<cluster>=owned`` for a target cluster, or when bootstrap.toml names
 it exactly (EKS cluster, RDS instance, S3 bucket pattern, global IAM roles and users,
-CloudFormation stack); IAM roles also match ``<prefix>-`` on a prefix boundary. A few
+CloudFormation stack); a name prefix never decides (it only makes a report candidate). A few
 dependants that carry no tags of their own are swept with their owner and say so in
 ``reason``: node groups and pod identity associations of an owned EKS cluster, the DB
 subnet group of a swept RDS instance (when no other instance uses it) and detached network
@@ -20,8 +20,9 @@ is the deletion order. Per region (regions concurrently) the chains run side by 
 (waited) and their subnet groups; load balancers and target groups; NAT gateways (waited) and elastic IPs.
 Then launch templates, EBS volumes and snapshots, and the network: detached interfaces, subnets, internet
 gateways, route tables, security groups, VPCs. Then the global phase: S3 buckets, IAM roles, OIDC
-providers, users, the clusterawsadm stack. Finally every region is listed again: anything owned that is
-left is a leftover. With a step budget (the action plugin) a wait still running when it ends is cut and
+providers, users, customer managed policies, the clusterawsadm stack (waited). Finally every region is
+listed again: anything owned that is left is a leftover (EC2 ids this run saw go are not described again:
+they are never reused). With a step budget (the action plugin) a wait still running when it ends is cut and
 the next step resumes from the returned state without listing again.
 
 Report mode lists the same candidates read-only and keeps those older than N hours.
@@ -190,9 +191,12 @@ class Discovery:
     read it. Listings several rows share (the EC2 tag walk, the Tagging API walk, EKS clusters, RDS) are made
     once per discovery through cached()."""
 
-    def __init__(self, sweep, region):
+    def __init__(self, sweep, region, confirm=True):
         self.sweep = sweep
         self.region = region
+        # False for delete mode's listing: a delete that finds nothing answers "absent" itself, so rows that list
+        # owned ids from a tag walk need not describe them first to confirm they still exist (aws_ec2)
+        self.confirm = confirm
         self.targets = [t for t in sweep.targets if t.region == region]
         self.clusters = [t.cluster for t in self.targets]
         self.errors = []
@@ -310,6 +314,7 @@ class Sweep:
         self.pending_state = None
         self._lock = threading.Lock()
         self._others_alive = None
+        self.gone = set()  # (region, id) of what this run deleted or found gone: set by leftovers()
 
     def progress(self, text):
         """A progress line: kept in the result, and passed to the caller's hook (the benchmark prints them)."""
@@ -377,8 +382,8 @@ class Sweep:
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(self.regions))) as pool:
             return list(pool.map(func, self.regions))
 
-    def _discover_region(self, region, with_age=False):
-        found = Discovery(self, region)
+    def _discover_region(self, region, with_age=False, confirm=True):
+        found = Discovery(self, region, confirm)
         return found.resources(REGION_TYPES, with_age), found
 
     def _region_failed(self, region, exc):
@@ -479,7 +484,7 @@ class Sweep:
         try:
             planned = self.resume.get("plan", {}).get(region)
             if planned is None:
-                planned, found = self._discover_region(region)
+                planned, found = self._discover_region(region, confirm=False)
                 self._collect(found)
             done = {rows.key(r) for r in self.resume.get("done", [])}
             resources = [r for r in planned if rows.key(r) not in done]
@@ -489,7 +494,10 @@ class Sweep:
             self._region_failed(region, exc)
             return [], [], []
 
-    def leftovers(self):
+    def leftovers(self, results=()):
+        """Everything owned still there after the deletions, listed afresh. ``results`` (this run's outcomes, the
+        earlier steps' included) tell the rows what this run saw go: aws_ec2 does not describe those again."""
+        self.gone = {(r["region"], r["id"]) for r in results if r["outcome"] in ("deleted", "absent")}
         regional, global_resources = self.discover()
         return [
             public(r, "left", r.get("reason") or "still present after the sweep") for r in regional + global_resources
@@ -658,7 +666,9 @@ class Deleter:
         deadline = start + timeout
         expected = rtype.expected * EXPECTED_SCALE
         quiet_until = start + min(expected * FIRST_POLL_SHARE, timeout)
-        stop = deadline if sweep.budget_deadline is None else min(deadline, sweep.budget_deadline)
+        # the global phase runs to its end within one step (its resources are not in the steps' plan)
+        budget = None if rtype.scope == GLOBAL else sweep.budget_deadline
+        stop = deadline if budget is None else min(deadline, budget)
         interval = max(POLL_FIRST, min(POLL_MAX, expected * POLL_SHARE)) if expected else POLL_FIRST
         results, states, remaining = [], {}, list(pending)
         polls = 0
@@ -675,8 +685,9 @@ class Deleter:
                 found = {r["id"]: f"unknown ({aws.error_message(exc)})" for r in remaining}
             polls += 1
             for res in list(remaining):
-                state = found.get(res["id"], "?")
-                states[res["id"]] = state
+                # by id, or by region|type|id where one id is in several regions (the clusterawsadm stack)
+                state = found.get(rows.key(res), found.get(res["id"], "?"))
+                states[rows.key(res)] = state
                 if state == "gone":
                     remaining.remove(res)
                     results.append(public(res, "deleted"))
@@ -690,7 +701,8 @@ class Deleter:
                     "{}: still deleting {}".format(
                         self.region,
                         ", ".join(
-                            "{} {} ({})".format(rtype.name, r["id"], states.get(r["id"], "?")) for r in remaining[:5]
+                            "{} {} ({})".format(rtype.name, r["id"], states.get(rows.key(r), "?"))
+                            for r in remaining[:5]
                         ),
                     )
                 )
@@ -701,12 +713,14 @@ class Deleter:
             if not expected:
                 interval = min(interval * 2, POLL_MAX)
         cut = []
-        if remaining and clock() < deadline:  # the step budget, not wait_timeout, ran out: the next step goes on
+        if remaining and clock() < deadline and budget is not None:  # the step budget ran out: the next step goes on
             waited = clock() - start
-            cut = [(dict(r, state=states.get(r["id"], "deleting")), waited) for r in remaining]
+            cut = [(dict(r, state=states.get(rows.key(r), "deleting")), waited) for r in remaining]
         else:
             results.extend(
-                public(res, "failed", "still %s after %ds (wait_timeout)" % (states.get(res["id"], "present"), timeout))
+                public(
+                    res, "failed", "still %s after %ds (wait_timeout)" % (states.get(rows.key(res), "present"), timeout)
+                )
                 for res in remaining
             )
         order = {r["id"]: i for i, r in enumerate(pending)}
@@ -864,6 +878,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
         "account_id": account_id,
         "regions": regions,
         "targets": [t.as_dict() for t in targets],
+        "wait_timeout": wait_timeout,
         "results": [],
         "plan": [],
         "leftovers": [],
@@ -899,7 +914,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
         result["results"] = sweep.delete()
         result["changed"] = any(r["outcome"] == "deleted" for r in result["results"])
         if sweep.pending_state is None:
-            result["leftovers"] = sweep.leftovers()
+            result["leftovers"] = sweep.leftovers(result["results"])
         else:  # the step budget ran out during a wait: the action plugin runs the next step
             result["_krops_pending"] = True
             result["_krops_state"] = sweep.pending_state

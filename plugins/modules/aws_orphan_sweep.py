@@ -31,8 +31,8 @@ description:
     launch templates, EBS volumes (those owned instances keep included) and snapshots, and the network: detached
     network interfaces, subnets, internet gateways, non-main route tables, security groups (rules
     that name other groups revoked first), VPCs. Then S3 buckets (every version and delete marker), IAM roles (policies and instance
-    profiles first), IAM OIDC providers, IAM users (login profile, access keys first) and the clusterawsadm
-    CloudFormation stack in each target region (deletion started, not waited)."
+    profiles first), IAM OIDC providers, IAM users (login profile, access keys first), customer managed policies
+    tagged for the environment and the clusterawsadm CloudFormation stack in each target region (waited)."
   - Owned resources of any other type are found through the Resource Groups Tagging API; they cannot be deleted
     and fail the run, named by ARN.
   - Throttling and transient errors are retried with jittered backoff (the one retry layer; botocore's own retries
@@ -346,6 +346,11 @@ api_calls_by_operation:
   sample:
     ec2.DescribeVpcs: 4
     eks.ListClusters: 2
+wait_timeout:
+  description: Seconds each wait for a deletion may take (O(wait_timeout); the teardown role passes C(cluster-delete-timeout)).
+  returned: always
+  type: int
+  sample: 1200
 duration:
   description: Seconds the sweep took.
   returned: always

@@ -16,13 +16,17 @@ issue #1328: "over 4 minutes just to release the EIP" behind the NAT gateway).
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
+
+import botocore.exceptions
+import botocore.session
 
 MINUTE = 60.0
 HOLDS = {
@@ -72,12 +76,65 @@ def classify(method, path, body):
     return None
 
 
+# services whose signing name is shared: told apart by the API version in the request
+_BY_VERSION = {("elasticloadbalancing", "2015-12-01"): "elbv2", ("elasticloadbalancing", "2012-06-01"): "elb"}
+_SIGNING = {"elasticloadbalancing": "elbv2", "tagging": "resourcegroupstaggingapi"}
+
+
+@functools.cache
+def _rest_routes(service):
+    """[(method, path regex, required query keys, specificity, operation)] of a REST service's model."""
+    model = botocore.session.get_session().get_service_model(service)
+    routes = []
+    for name in model.operation_names:
+        http = model.operation_model(name).http
+        path, dummy, query = http["requestUri"].partition("?")
+        pattern = "".join(
+            (".+" if piece.endswith("+}") else "[^/]+") if piece.startswith("{") else re.escape(piece)
+            for piece in re.split(r"(\{[^}]+\})", path)
+        )
+        keys = [q.split("=")[0] for q in query.split("&") if q]
+        literal = len(re.sub(r"\{[^}]+\}", "", path))
+        routes.append((http["method"], re.compile("^" + pattern + "$"), keys, (len(keys), literal), name))
+    return routes
+
+
+def operation(method, target, headers, body):
+    """'service.Operation' of one request (from its SigV4 scope, then its Action, X-Amz-Target, RPC path or the
+    REST routes of the service's botocore model): what the call table of the benchmark counts."""
+    match = re.search(r"Credential=[^/]+/[^/]+/[^/]+/([^/]+)/", headers.get("Authorization") or "")
+    signing = match.group(1) if match else "?"
+    parts = urlsplit(target)
+    form = parse_qs(body.decode("utf-8", "replace")) if body and method == "POST" else {}
+    version = (form.get("Version") or [""])[0]
+    service = _BY_VERSION.get((signing, version)) or _SIGNING.get(signing, signing)
+    if form.get("Action"):
+        return "{}.{}".format(service, form["Action"][0])
+    if headers.get("X-Amz-Target"):
+        return "{}.{}".format(service, headers["X-Amz-Target"].rsplit(".", 1)[-1])
+    rpc = re.match(r"^/service/[^/]+/operation/([^/?]+)", parts.path)
+    if rpc:
+        return f"{service}.{rpc.group(1)}"
+    query = parse_qs(parts.query, keep_blank_values=True)
+    best = None
+    try:
+        routes = _rest_routes(service)
+    except botocore.exceptions.BotoCoreError:  # a service without a model here: the raw request is named
+        routes = []
+    for verb, regex, keys, rank, name in routes:
+        if verb == method and regex.match(parts.path) and all(k in query for k in keys):
+            if best is None or rank > best[0]:
+                best = (rank, name)
+    return "{}.{}".format(service, best[1] if best else f"{method} {parts.path}")
+
+
 class LatencyProxy:
     def __init__(self, upstream, latency=0.0, scale=100.0, holds=None):
         self.upstream = upstream.rstrip("/")
         self.latency = latency
         self.holds = {k: v / scale for k, v in (holds or HOLDS).items()}
         self.calls = 0
+        self.by_operation = {}  # 'service.Operation' -> calls (the benchmark's call table)
         self.held = []  # (type, started, released)
         self._lock = threading.Lock()
         proxy = self
@@ -106,8 +163,10 @@ class LatencyProxy:
                     for k, v in self.headers.items()
                     if k.lower() not in ("host", "content-length", "connection", "transfer-encoding", "expect")
                 }
+                name = operation(self.command, self.path, self.headers, body)
                 with proxy._lock:
                     proxy.calls += 1
+                    proxy.by_operation[name] = proxy.by_operation.get(name, 0) + 1
                 if proxy.latency:
                     time.sleep(proxy.latency)
                 held = classify(self.command, self.path.split("?")[0], body)

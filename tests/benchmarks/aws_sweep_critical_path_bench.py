@@ -9,7 +9,8 @@ factor). One run prints:
 - the reference's sequential order: each cluster's node groups, EKS cluster, RDS instance and NAT
   gateway one after another (the holds summed) on top of the same sweep's calls;
 - the critical path: per region the longest chain of holds (node groups then EKS; RDS; NAT), regions
-  in parallel, on top of the calls (measured with the holds off).
+  in parallel, on top of the calls (measured with the holds off);
+- the calls per operation as the proxy saw them (where a sweep's calls go).
 
 Targets (issue 9): wall time within 15 % of the critical path, at most 3 calls per resource.
 
@@ -45,16 +46,25 @@ def sweep(url, toml, proxy):
     }
     reset(url)
     owned = seed_world(url)[0]
-    calls_before = proxy.calls
+    calls_before, ops_before = proxy.calls, dict(proxy.by_operation)
     started = time.monotonic()
     result = aws_sweep.run(params)
     wall = time.monotonic() - started
     deleted = [r for r in result["results"] if r["outcome"] == "deleted"]
     if result["failed"] or len(deleted) != len(owned):
         raise SystemExit("the sweep did not delete the world: {}".format(result["msg"]))
-    top = sorted(result["api_calls_by_operation"].items(), key=lambda kv: -kv[1])[:12]
-    sweep.last_top = top
-    return wall, proxy.calls - calls_before, len(deleted)
+    ops = {k: v - ops_before.get(k, 0) for k, v in proxy.by_operation.items() if v > ops_before.get(k, 0)}
+    return wall, proxy.calls - calls_before, len(deleted), ops
+
+
+def call_table(ops, total):
+    """The calls the proxy saw, per operation (busiest first): where a sweep's calls go."""
+    lines = ["  calls per operation (seen by the proxy):"]
+    ranked = sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))
+    width = max(len(name) for name, dummy in ranked)
+    lines += ["    %-*s %4d" % (width, name, count) for name, count in ranked]
+    lines.append("    %-*s %4d" % (width, "total", total))
+    return "\n".join(lines)
 
 
 def main():
@@ -74,11 +84,11 @@ def main():
         calls_only = LatencyProxy(url, latency=latency, scale=1e9)  # holds of about zero: the calls alone
         aws_sweep.EXPECTED_SCALE = 0.0  # and no quiet time before the first poll
         sweep(url, handle.name, calls_only)  # warm-up (service models load once per process)
-        base, dummy, dummy2 = sweep(url, handle.name, calls_only)
+        base = sweep(url, handle.name, calls_only)[0]
         calls_only.stop()
         aws_sweep.EXPECTED_SCALE = 1.0 / args.scale
         proxy = LatencyProxy(url, latency=latency, scale=args.scale)
-        wall, calls, resources = sweep(url, handle.name, proxy)
+        wall, calls, resources, ops = sweep(url, handle.name, proxy)
         proxy.stop()
 
         # the reference: per cluster node groups, EKS, RDS, NAT gateway one after another
@@ -109,7 +119,7 @@ def main():
             "  %-34s %8.2f      (%d calls, %d resources; target <= 3)"
             % ("calls per resource", calls / float(resources), calls, resources)
         )
-        print("  busiest operations: {}".format(", ".join("%s %d" % kv for kv in sweep.last_top)))
+        print(call_table(ops, calls))
         os.unlink(handle.name)
     finally:
         os.killpg(proc.pid, 15)
