@@ -8,6 +8,10 @@ Kubernetes emulator and the Google double (tests/substrate/google_double.py).
 - `ansible-playbook -i inventories/gcp playbooks/gcp.yml --tags teardown`, first --check (the complete
   plan, nothing changed) then real: the gcp resources the workload Cluster waits for go first, CAPG
   (played by a thread) can then delete the workload VPC, and the final sweep leaves only the decoys.
+- The whole lifecycle on the emulated host (tests/substrate/lifecycle.py) with CAPG, GKE, the Config
+  Connector operator (its mirrored OCI artifact on a real docker-registry over TLS) and Config Connector
+  over the Google double (tests/substrate/gcp_operators.py): a plain run (bootstrap and pivot), then
+  --tags teardown --check and --tags teardown; the decoys survive and only the known leftovers stay.
 """
 
 from __future__ import annotations
@@ -529,12 +533,17 @@ def one_time_setup(google):
     email = f"krops-capg@{SITE_PROJECT}.iam.gserviceaccount.com"
     google.service_accounts[email] = {"email": email, "displayName": "krops CAPG and Config Connector"}
     google.pools["krops"] = {"name": google._pool_name("krops"), "state": "ACTIVE", "displayName": "krops"}
-    principal = f"principal://iam.googleapis.com/projects/{google.number}/locations/global/workloadIdentityPools/krops/subject/"
+    principal = (
+        f"principal://iam.googleapis.com/projects/{google.number}/locations/global/workloadIdentityPools/krops/subject/"
+    )
     google.sa_policies[email] = {
         "version": 1,
         "etag": "BwAAAA==",
         "bindings": [
-            {"role": "roles/iam.workloadIdentityUser", "members": [principal + "system:serviceaccount:" + s for s in KCC_SUBJECTS]}
+            {
+                "role": "roles/iam.workloadIdentityUser",
+                "members": [principal + "system:serviceaccount:" + s for s in KCC_SUBJECTS],
+            }
         ],
     }
 
@@ -545,7 +554,9 @@ def lifecycle_decoys(google):
     google.add_network(TEAM_VPC)
     google.add_compute("subnetworks", "team-subnet", TEAM_VPC, region="europe-north1")
     google.add_compute("firewalls", "team-ssh", TEAM_VPC)
-    google.add_compute("addresses", "team-psa", TEAM_VPC, purpose="VPC_PEERING", labels={"krops-environment": "gcp-staging"})
+    google.add_compute(
+        "addresses", "team-psa", TEAM_VPC, purpose="VPC_PEERING", labels={"krops-environment": "gcp-staging"}
+    )
     google.add_connection(TEAM_VPC, ranges=["team-psa"])
     google.add_gke("europe-north1-management-2", "europe-north1", TEAM_VPC)
     google.add_sql("team-db", TEAM_VPC, protected=True)
@@ -573,7 +584,7 @@ def _tls_registry(root):
 
     import yaml
 
-    from tests.substrate.fixtures import ManagedProcess, free_port, wait_until_answers
+    from tests.substrate.fixtures import ManagedProcess, free_port
     from tests.substrate.strict_api import tls_material
 
     cert, dummy, folder = tls_material()
@@ -592,9 +603,10 @@ def _tls_registry(root):
             }
         )
     )
-    process = ManagedProcess([shutil.which("docker-registry") or "/usr/bin/docker-registry", "serve", str(config)], root / "ghcr.log")
+    process = ManagedProcess(
+        [shutil.which("docker-registry") or "/usr/bin/docker-registry", "serve", str(config)], root / "ghcr.log"
+    )
     import ssl
-    import urllib.request
 
     context = ssl.create_default_context(cafile=f"{folder}/ca.crt")
     for dummy in range(100):
@@ -603,7 +615,6 @@ def _tls_registry(root):
             break
         except Exception:  # pylint: disable=broad-except  # not up yet
             time.sleep(0.1)
-    del wait_until_answers
     return process, f"127.0.0.1:{port}", f"{folder}/ca.crt"
 
 
@@ -641,12 +652,21 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
         monkeypatch.setenv("SSL_CERT_FILE", ca)  # the emulated source-controller trusts the test CA
         # the mirrored Config Connector operator (docs/environments/gcp.md, "Mirroring")
         folder = operator_artifact(host / "operator-system")
-        oci.push_artifact(ghcr, ["."], repository="krops/config-connector-operator", tag="1.155.1", root=str(folder),
-                          source="gs://configconnector-operator/1.155.1", revision="1.155.1")
+        oci.push_artifact(
+            ghcr,
+            ["."],
+            repository="krops/config-connector-operator",
+            tag="1.155.1",
+            root=str(folder),
+            source="gs://configconnector-operator/1.155.1",
+            revision="1.155.1",
+        )
         one_time_setup(google)
         lifecycle_decoys(google)
         decoys = {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()}
-        with emulated_world(host, environment="gcp", git_checkouts={"https://github.com/krops/krops": str(repo)}) as world:
+        with emulated_world(
+            host, environment="gcp", git_checkouts={"https://github.com/krops/krops": str(repo)}
+        ) as world:
             ops = GcpOperators(world.world, google, world.capi)
             flux = next(c for c in world.world.controllers if isinstance(c, FluxController))
             flux.registry_aliases["ghcr.io"] = ghcr
@@ -670,7 +690,9 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
             }
 
             def run(*args):
-                return world.playbook("playbooks/gcp.yml", *args, "-e", json.dumps(extra), inventory="inventories/gcp", env=env)
+                return world.playbook(
+                    "playbooks/gcp.yml", *args, "-e", json.dumps(extra), inventory="inventories/gcp", env=env
+                )
 
             rc, out, err = run()
             timings = {"bootstrap+pivot": round(time.monotonic() - started, 1)}
@@ -693,16 +715,27 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
             writes = len(google.writes())
             rc, out, err = run("--tags", "teardown", "--check")
             assert rc == 0, (failed(out), err[-3000:])
-            assert len(google.writes()) == writes and {
-                k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()
-            } == before
+            assert (
+                len(google.writes()) == writes
+                and {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()} == before
+            )
             timings["check"] = round(time.monotonic() - started, 1)
 
             rc, out, err = run("--tags", "teardown")
             timings["teardown"] = round(time.monotonic() - started, 1)
             assert rc == 0, (failed(out), err[-3000:])
             left = {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()}
-            assert sorted(set(left) - set(decoys)) == []  # nothing the run created is left
+            # What the run created that the teardown does not remove (docs/environments/gcp.md, Known gaps): the
+            # workload's service account and its project grants (Config Connector's, workload-resources-iam), and
+            # the pool's providers kind (the wif-federate hook's) and mgmt (kcc-identity, abandoned on purpose).
+            sa = f"krops-europe-north1-workload@{SITE_PROJECT}.iam.gserviceaccount.com"
+            assert sorted(set(left) - set(decoys)) == [
+                ("iam", f"serviceAccounts/{sa}"),
+                ("iam", "workloadIdentityPools/krops/providers/kind"),
+                ("iam", "workloadIdentityPools/krops/providers/mgmt"),
+                ("iam-binding", f"projects/{SITE_PROJECT} roles/cloudsql.client serviceAccount:{sa}"),
+                ("iam-binding", f"projects/{SITE_PROJECT} roles/cloudsql.instanceUser serviceAccount:{sa}"),
+            ]
             assert {k: left.get(k) for k in decoys} == decoys  # every decoy untouched
             assert world.leftovers()["api_servers"] == [] and world.kind_clusters == {}
             print("gcp lifecycle phases (s, cumulative):", timings)
@@ -712,3 +745,89 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
         registry.stop()
         google.stop()
         shutil.rmtree(host, ignore_errors=True)
+
+
+class _StubWorld:
+    def __init__(self):
+        self.controllers, self.clusters = [], {}
+
+
+class _StubCapi:
+    def __init__(self):
+        self.plugins, self.workloads = {}, {}
+
+    def plug_in(self, kind, plugin):
+        self.plugins[kind] = plugin
+
+
+def test_emulated_controllers_authenticate_only_as_google_allows_and_label_as_config_connector_does():
+    """The WIF exchange of gcp_operators: no provider, then a provider but no workloadIdentityUser grant, are
+    Google's refusals; with the prerequisites' grants it works. Labels: `/` keys dropped, managed-by-cnrm added,
+    a value Google refuses is an UpdateFailed."""
+    from tests.substrate.gcp_operators import GcpOperators, NotYet, gcp_labels
+    from tests.substrate.strict_api import StrictKubeEmulator
+
+    google = GoogleDouble(project=SITE_PROJECT, polls=0)
+    api = StrictKubeEmulator("wif").start()
+    try:
+        ops = GcpOperators(_StubWorld(), google, _StubCapi())
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capg-system"}})
+        audience = (
+            f"//iam.googleapis.com/projects/{google.number}/locations/global/workloadIdentityPools/krops/providers/kind"
+        )
+        credential = {
+            "type": "external_account",
+            "audience": audience,
+            "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+            "token_url": "https://sts.googleapis.com/v1/token",
+            "service_account_impersonation_url": "https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/"
+            f"krops-capg@{SITE_PROJECT}.iam.gserviceaccount.com:generateAccessToken",
+            "credential_source": {"file": "/var/run/secrets/kubernetes.io/serviceaccount/token"},
+        }
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "c", "namespace": "capg-system"}}
+        api.create(dict(secret, stringData={"credentials.json": json.dumps(credential)}))
+
+        def attempt():
+            ops.tokens.clear()
+            return ops.credential(api, "capg-system", "c", "credentials.json", "capg-manager")
+
+        assert attempt() == (
+            None,
+            f'{audience}: The target service indicated by the "audience" parameters is invalid.',
+        )
+        google.pools["krops"] = {"name": google._pool_name("krops"), "state": "ACTIVE"}
+        google.providers[("krops", "kind")] = {
+            "state": "ACTIVE",
+            "oidc": {
+                "issuerUri": api.service_account_issuer,
+                "allowedAudiences": [api.service_account_issuer],  # the pod token's audience, as the hook sets it
+                "jwksJson": json.dumps(api.openid_document("/openid/v1/jwks")),
+            },
+        }
+        assert attempt() == (
+            None,
+            f"{audience}: Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).",
+        )
+        one_time_setup(google)
+        token, error = attempt()
+        assert error is None and token in google.tokens
+        # another API server's keys (a recreated kind cluster) are not accepted
+        other = StrictKubeEmulator("other").start()
+        try:
+            other.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capg-system"}})
+            other.create(dict(secret, stringData={"credentials.json": json.dumps(credential)}))
+            ops.tokens.clear()
+            assert (
+                "The subject token is invalid" in ops.credential(other, "capg-system", "c", "credentials.json", "x")[1]
+            )
+        finally:
+            other.stop()
+    finally:
+        api.stop()
+        google.stop()
+    assert gcp_labels({"metadata": {"labels": {"krops.io/environment": "gcp", "krops-environment": "gcp"}}}) == {
+        "krops-environment": "gcp",
+        "managed-by-cnrm": "true",
+    }
+    with pytest.raises(NotYet, match="Invalid label krops-expires-at='2026-12-02T08:00:00Z'"):
+        gcp_labels({"metadata": {"labels": {"krops-expires-at": "2026-12-02T08:00:00Z"}}})

@@ -169,7 +169,9 @@ class GcpOperators:
         data.update(secret.get("stringData") or {})
         try:
             config = json.loads(data[key])
-            email = re.search(r"serviceAccounts/([^/:]+):generateAccessToken$", config["service_account_impersonation_url"])
+            email = re.search(
+                r"serviceAccounts/([^/:]+):generateAccessToken$", config["service_account_impersonation_url"]
+            )
             audience = config["audience"]
         except (KeyError, ValueError, TypeError) as exc:
             self.tokens[cache] = (None, f"the credential file {namespace}/{secret_name} {key} is not usable: {exc!r}")
@@ -237,7 +239,9 @@ class GcpOperators:
 
     def _capg_token(self, api, provider):
         ns = provider["metadata"]["namespace"]
-        secret = ((provider.get("spec") or {}).get("configSecret") or {}).get("name", "capg-manager-bootstrap-credentials")
+        secret = ((provider.get("spec") or {}).get("configSecret") or {}).get(
+            "name", "capg-manager-bootstrap-credentials"
+        )
         token, error = self.credential(api, ns, secret, "credentials.json", "capg-manager")
         self.errors[(api.url, "capg")] = error
         return error and f"CAPG cannot authenticate to Google: {error}"
@@ -314,14 +318,21 @@ class GcpOperators:
             if ("cluster.x-k8s.io", "machinepools") in api._served:
                 for mp in api.list("cluster.x-k8s.io/v1beta2", "MachinePool", ns):
                     if (mp.get("spec") or {}).get("clusterName") == name:
-                        refs.add(((mp["spec"].get("template") or {}).get("spec") or {}).get("infrastructureRef", {}).get("name"))
+                        refs.add(
+                            ((mp["spec"].get("template") or {}).get("spec") or {})
+                            .get("infrastructureRef", {})
+                            .get("name")
+                        )
             for pool in api.list("infrastructure.cluster.x-k8s.io/v1beta1", "GCPManagedMachinePool", ns):
                 if pool["metadata"]["name"] in refs:
                     pspec = pool.get("spec") or {}
                     pools.append(
                         {
                             "name": pspec.get("nodePoolName") or pool["metadata"]["name"],
-                            "config": {"machineType": pspec.get("machineType"), "resourceLabels": dict(pspec.get("additionalLabels") or {})},
+                            "config": {
+                                "machineType": pspec.get("machineType"),
+                                "resourceLabels": dict(pspec.get("additionalLabels") or {}),
+                            },
                             "status": "RUNNING",
                         }
                     )
@@ -339,7 +350,9 @@ class GcpOperators:
             workload.service_account_issuer = (
                 f"https://container.googleapis.com/v1/projects/{cspec.get('project')}/{key}"
             )
-            self.google.issuers[workload.service_account_issuer] = json.dumps(workload.openid_document("/openid/v1/jwks"))
+            self.google.issuers[workload.service_account_issuer] = json.dumps(
+                workload.openid_document("/openid/v1/jwks")
+            )
         return None
 
     def delete(self, api, cluster, infra, control_plane):
@@ -358,15 +371,20 @@ class GcpOperators:
             if rel in self.google.gke:
                 status, reply = self.call("DELETE", f"/container/projects/{project}/{rel}")
                 if status == 200:
-                    self.finish(f"/container/projects/{project}/locations/{cspec.get('location')}/operations/{{name}}", reply)
+                    self.finish(
+                        f"/container/projects/{project}/locations/{cspec.get('location')}/operations/{{name}}", reply
+                    )
                 if rel in self.google.gke:
-                    return "GKE cluster {} is being deleted".format(rel)
+                    return f"GKE cluster {rel} is being deleted"
         if infra is None:
             return None
         network = (ispec.get("network") or {}).get("name") or name
         owned = CAPG_OWNED + name
         region = ispec.get("region")
-        steps = [f"regions/{s.get('region') or region}/subnetworks/{s['name']}" for s in (ispec.get("network") or {}).get("subnets") or []]
+        steps = [
+            f"regions/{s.get('region') or region}/subnetworks/{s['name']}"
+            for s in (ispec.get("network") or {}).get("subnets") or []
+        ]
         steps += [f"regions/{region}/routers/{network}-router", f"global/networks/{network}"]
         for rel in steps:
             obj = self.google.compute.get(rel)
@@ -418,7 +436,9 @@ class GcpOperators:
             "availableReplicas": replicas,
         }
         if (sts.get("status") or {}) != status:
-            api.patch(res, OPERATOR_NAMESPACE, OPERATOR_NAME, "merge", {"status": status}, "status", "kube-controller-manager")
+            api.patch(
+                res, OPERATOR_NAMESPACE, OPERATOR_NAME, "merge", {"status": status}, "status", "kube-controller-manager"
+            )
         group, kind = CONFIG_CONNECTOR
         if (group, plural_of(group, kind)) not in api._served:
             return
@@ -436,7 +456,7 @@ class GcpOperators:
             if not secret and not spec.get("googleServiceAccount"):
                 errors.append("cluster mode needs credentialSecretName or googleServiceAccount")
             elif secret and not api.exists("v1", "Secret", secret, "cnrm-system"):
-                errors.append(f'Secret cnrm-system/{secret} (credentialSecretName) not found')
+                errors.append(f"Secret cnrm-system/{secret} (credentialSecretName) not found")
         if not errors and not cc["metadata"].get("deletionTimestamp"):
             for group, kind in KCC_KINDS:
                 name = f"{plural_of(group, kind)}.{group}"
@@ -462,7 +482,9 @@ class GcpOperators:
         ns, name = meta["namespace"], meta["name"]
         res = api.resource_for(obj["apiVersion"], obj["kind"])
         if meta.get("deletionTimestamp"):
-            if (meta.get("annotations") or {}).get(DELETION_POLICY) != "abandon" and (obj.get("status") or {}).get("conditions"):
+            if (meta.get("annotations") or {}).get(DELETION_POLICY) != "abandon" and (obj.get("status") or {}).get(
+                "conditions"
+            ):
                 try:
                     handler(self, api, obj, delete=True)
                 except NotYet as exc:
@@ -470,15 +492,27 @@ class GcpOperators:
             left = [f for f in meta.get("finalizers") or [] if f not in KCC_FINALIZERS] or None
             api.patch(res, ns, name, "merge", {"metadata": {"finalizers": left}}, None, KCC_MANAGER)
             return
-        if flux_world.is_ready(obj) and (obj.get("status") or {}).get("observedGeneration") == meta.get("generation", 1):
+        if flux_world.is_ready(obj) and (obj.get("status") or {}).get("observedGeneration") == meta.get(
+            "generation", 1
+        ):
             return  # re-reconciled only after MeanReconcileReenqueuePeriod (see the module docstring)
         missing = [f for f in KCC_FINALIZERS if f not in (meta.get("finalizers") or [])]
         if missing:
-            api.patch(res, ns, name, "merge", {"metadata": {"finalizers": (meta.get("finalizers") or []) + missing}}, None, KCC_MANAGER)
+            api.patch(
+                res,
+                ns,
+                name,
+                "merge",
+                {"metadata": {"finalizers": (meta.get("finalizers") or []) + missing}},
+                None,
+                KCC_MANAGER,
+            )
         token, error = self.credential(api, "cnrm-system", self._kcc_secret(api), "key.json", "cnrm-controller-manager")
         self.errors[(api.url, "kcc")] = error
         if error:
-            return self._status(api, obj, False, "UpdateFailed", f"Update call failed: error fetching credentials: {error}")
+            return self._status(
+                api, obj, False, "UpdateFailed", f"Update call failed: error fetching credentials: {error}"
+            )
         try:
             handler(self, api, obj, delete=False)
         except NotYet as exc:
@@ -504,7 +538,15 @@ class GcpOperators:
         cond["lastTransitionTime"] = old.get("lastTransitionTime") if old.get("status") == value else _now()
         status.update(conditions=[cond], observedGeneration=generation)
         res = api.resource_for(obj["apiVersion"], obj["kind"])
-        api.patch(res, obj["metadata"]["namespace"], obj["metadata"]["name"], "merge", {"status": status}, "status", KCC_MANAGER)
+        api.patch(
+            res,
+            obj["metadata"]["namespace"],
+            obj["metadata"]["name"],
+            "merge",
+            {"status": status},
+            "status",
+            KCC_MANAGER,
+        )
 
     # ---- references ---------------------------------------------------------------------------
     def project(self, api, obj):
@@ -514,7 +556,9 @@ class GcpOperators:
         ns = api.get("v1", "Namespace", obj["metadata"]["namespace"])
         project = (ns["metadata"].get("annotations") or {}).get(PROJECT_ANNOTATION)
         if not project:
-            raise NotYet("UpdateFailed", f"no project: namespace {ns['metadata']['name']} has no {PROJECT_ANNOTATION} annotation")
+            raise NotYet(
+                "UpdateFailed", f"no project: namespace {ns['metadata']['name']} has no {PROJECT_ANNOTATION} annotation"
+            )
         if project != self.google.project:
             raise NotYet("UpdateFailed", f"googleapi: Error 403: Permission denied on project {project}, forbidden")
         return project
@@ -536,7 +580,10 @@ class GcpOperators:
         return found
 
     def network(self, ref):
-        m = re.match(r"^(?:https://www\.googleapis\.com/compute/v1/)?projects/([^/]+)/global/networks/([^/]+)$", (ref or {}).get("external") or "")
+        m = re.match(
+            r"^(?:https://www\.googleapis\.com/compute/v1/)?projects/([^/]+)/global/networks/([^/]+)$",
+            (ref or {}).get("external") or "",
+        )
         if not m:
             raise NotYet("UpdateFailed", f"networkRef {ref!r}: only external references to a network are emulated")
         net = self.google.compute.get(f"global/networks/{m.group(2)}")
@@ -564,12 +611,18 @@ def _pool(ops, api, obj, delete):
             return
         live = g.pools.get(pool)
         if live is None or live["state"] == "DELETED":
-            g.pools[pool] = {"name": g._pool_name(pool), "state": "ACTIVE", "displayName": obj["spec"].get("displayName")}
+            g.pools[pool] = {
+                "name": g._pool_name(pool),
+                "state": "ACTIVE",
+                "displayName": obj["spec"].get("displayName"),
+            }
 
 
 def _provider(ops, api, obj, delete):
     g, spec = ops.google, obj["spec"]
-    pool = _resource_id(ops.ref(api, obj, spec["workloadIdentityPoolRef"], "IAMWorkloadIdentityPool", "iam.cnrm.cloud.google.com"))
+    pool = _resource_id(
+        ops.ref(api, obj, spec["workloadIdentityPoolRef"], "IAMWorkloadIdentityPool", "iam.cnrm.cloud.google.com")
+    )
     key = (pool, _resource_id(obj))
     with g.lock:
         if delete:
@@ -580,7 +633,9 @@ def _provider(ops, api, obj, delete):
             "displayName": spec.get("displayName"),
             "attributeMapping": spec.get("attributeMapping") or {},
             "attributeCondition": spec.get("attributeCondition"),
-            "oidc": {k: v for k, v in (spec.get("oidc") or {}).items() if k in ("issuerUri", "allowedAudiences", "jwksJson")},
+            "oidc": {
+                k: v for k, v in (spec.get("oidc") or {}).items() if k in ("issuerUri", "allowedAudiences", "jwksJson")
+            },
         }
         problem = g._check_provider(body)
         if problem:
@@ -643,8 +698,15 @@ def _address(ops, api, obj, delete):
     net = ops.network(spec.get("networkRef"))
     with g.lock:
         if rel not in g.compute:
-            g.add_compute("addresses", name, net["name"], purpose=spec.get("purpose"), addressType=spec.get("addressType"),
-                          prefixLength=spec.get("prefixLength"), labels=labels)
+            g.add_compute(
+                "addresses",
+                name,
+                net["name"],
+                purpose=spec.get("purpose"),
+                addressType=spec.get("addressType"),
+                prefixLength=spec.get("prefixLength"),
+                labels=labels,
+            )
         g.compute[rel]["labels"] = labels
 
 
@@ -679,7 +741,10 @@ def _bucket(ops, api, obj, delete):
     with g.lock:
         if delete:
             if g.objects.get(name):
-                raise NotYet("DeleteFailed", "Delete call failed: googleapi: Error 409: The bucket you tried to delete is not empty., conflict")
+                raise NotYet(
+                    "DeleteFailed",
+                    "Delete call failed: googleapi: Error 409: The bucket you tried to delete is not empty., conflict",
+                )
             g.buckets.pop(name, None)
             g.objects.pop(name, None)
             return
@@ -696,7 +761,10 @@ def _sql_instance(ops, api, obj, delete):
         with g.lock:
             inst = g.sql.get(name)
             if inst and inst["settings"].get("deletionProtectionEnabled"):
-                raise NotYet("DeleteFailed", "Delete call failed: The instance is protected. Please disable the deletion protection and try again.")
+                raise NotYet(
+                    "DeleteFailed",
+                    "Delete call failed: The instance is protected. Please disable the deletion protection and try again.",
+                )
             g.sql.pop(name, None)
         return
     labels = gcp_labels(obj)
@@ -720,7 +788,11 @@ def _sql_instance(ops, api, obj, delete):
 
 
 def _sql_child(ops, api, obj, delete):
-    instance = _resource_id(ops.ref(api, obj, obj["spec"]["instanceRef"], "SQLInstance", "sql.cnrm.cloud.google.com")) if not delete else None
+    instance = (
+        _resource_id(ops.ref(api, obj, obj["spec"]["instanceRef"], "SQLInstance", "sql.cnrm.cloud.google.com"))
+        if not delete
+        else None
+    )
     g = ops.google
     with g.lock:
         for inst in g.sql.values():
