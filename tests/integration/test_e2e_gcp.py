@@ -708,17 +708,50 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
             assert google.providers[("krops", "mgmt")]["oidc"]["issuerUri"] == mgmt.service_account_issuer
             bucket = google.buckets["krops-123456789012-europe-north1-workload-data"]
             assert bucket["labels"]["krops-environment"] == "gcp" and bucket["labels"]["managed-by-cnrm"] == "true"
+            # the run labels reach Google in their GCP-safe forms (flux_handoff's KROPS_*_LABEL), not the defaults
+            labels = google.sql["krops-europe-north1-workload-db"]["settings"]["userLabels"]
+            assert set(labels) >= {"krops-run-id", "krops-revision", "krops-expires-at", "krops-run-kind"}, labels
+            assert labels["krops-expires-at"] != "none" and labels["krops-expires-at"].endswith("z"), labels
+            assert google.sql["krops-europe-north1-workload-db"]["settings"]["ipConfiguration"][
+                "privateNetwork"
+            ].endswith("/networks/" + WORKLOAD_VPC)
+            gke = google.gke[f"locations/europe-north1/clusters/{WORKLOAD_VPC}"]
+            assert (
+                gke["resourceLabels"] == {}
+                and gke["nodePools"][0]["config"]["resourceLabels"]["krops-environment"] == "gcp"
+            )
+            assert google.compute[f"global/networks/{WORKLOAD_VPC}"]["description"] == f"capg-cluster-{WORKLOAD_VPC}"
             # after the pivot Config Connector and CAPG on the management cluster authenticate through provider mgmt
             assert ops.errors.get((mgmt.url, "kcc")) is None and ops.errors.get((mgmt.url, "capg")) is None
 
             before = {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()}
             writes = len(google.writes())
             rc, out, err = run("--tags", "teardown", "--check")
+            import os
+
+            if os.environ.get("E2E_TASK_TIMES"):
+                from tests.substrate.lifecycle import _instant
+
+                spans = sorted(
+                    (
+                        round(_instant(t["task"]["duration"]["end"]) - _instant(t["task"]["duration"]["start"]), 1),
+                        t["task"]["name"],
+                    )
+                    for p in out["plays"]
+                    for t in p["tasks"]
+                    if t["task"].get("duration", {}).get("end")
+                )
+                print("slowest check tasks:", spans[-8:])
             assert rc == 0, (failed(out), err[-3000:])
             assert (
                 len(google.writes()) == writes
                 and {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()} == before
             )
+            # and nothing on the management cluster: no Kustomization suspended, both Clusters kept
+            assert [k["metadata"]["name"] for k in mgmt.list(*KS) if k["spec"].get("suspend")] == []
+            assert sorted(
+                c["metadata"]["name"] for c in mgmt.list(*CLUSTER) if not c["metadata"].get("deletionTimestamp")
+            ) == [MGMT_VPC, WORKLOAD_VPC]
             timings["check"] = round(time.monotonic() - started, 1)
 
             rc, out, err = run("--tags", "teardown")

@@ -438,16 +438,19 @@ class CapiController:
                     "namespace": release_ns,
                 },
             }
-            res = api.resource_for(proxy["apiVersion"], proxy["kind"])
-            api.patch(res, ns, proxy["metadata"]["name"], "apply", proxy, None, "caaph", "Strict", True)
-            set_status(
-                api,
-                api.get(proxy["apiVersion"], proxy["kind"], proxy["metadata"]["name"], ns),
-                True,
-                "Deployed",
-                "release %s deployed" % (spec.get("releaseName") or spec.get("chartName")),
-                status="deployed",
-                revision=1,
-            )
+            try:
+                res = api.resource_for(proxy["apiVersion"], proxy["kind"])
+                api.patch(res, ns, proxy["metadata"]["name"], "apply", proxy, None, "caaph", "Strict", True)
+                set_status(
+                    api,
+                    api.get(proxy["apiVersion"], proxy["kind"], proxy["metadata"]["name"], ns),
+                    True,
+                    "Deployed",
+                    "release %s deployed" % (spec.get("releaseName") or spec.get("chartName")),
+                    status="deployed",
+                    revision=1,
+                )
+            except ApiError:
+                return  # the proxy, its CRD or its namespace went meanwhile (a teardown): nothing left to report
             matching.append({"apiVersion": CLUSTER_API, "kind": "Cluster", "name": cname, "namespace": ns})
         set_status(api, obj, True, "Ready", "installed in %d cluster(s)" % len(matching), matchingClusters=matching)

@@ -788,20 +788,23 @@ def _sql_instance(ops, api, obj, delete):
 
 
 def _sql_child(ops, api, obj, delete):
-    instance = (
-        _resource_id(ops.ref(api, obj, obj["spec"]["instanceRef"], "SQLInstance", "sql.cnrm.cloud.google.com"))
-        if not delete
-        else None
-    )
-    g = ops.google
+    """SQLDatabase, SQLUser: kept on their instance (they go with it)."""
+    g, entry = ops.google, (obj["kind"], _resource_id(obj))
+    if delete:
+        with g.lock:
+            for inst in g.sql.values():
+                if entry in inst.get("_children", []):
+                    inst["_children"].remove(entry)
+        return
+    ref = ops.ref(api, obj, obj["spec"]["instanceRef"], "SQLInstance", "sql.cnrm.cloud.google.com")
     with g.lock:
-        for inst in g.sql.values():
-            children = inst.setdefault("_children", [])
-            entry = (obj["kind"], _resource_id(obj))
-            if delete and entry in children:
-                children.remove(entry)
-            if not delete and inst["name"] == instance and entry not in children:
-                children.append(entry)
+        inst = g.sql.get(_resource_id(ref))
+        if inst is None:
+            raise NotYet(
+                "UpdateFailed", "Update call failed: googleapi: Error 404: The Cloud SQL instance does not exist."
+            )
+        if entry not in inst.setdefault("_children", []):
+            inst["_children"].append(entry)
 
 
 KCC_KINDS = {
