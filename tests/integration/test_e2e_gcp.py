@@ -727,21 +727,6 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
             before = {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()}
             writes = len(google.writes())
             rc, out, err = run("--tags", "teardown", "--check")
-            import os
-
-            if os.environ.get("E2E_TASK_TIMES"):
-                from tests.substrate.lifecycle import _instant
-
-                spans = sorted(
-                    (
-                        round(_instant(t["task"]["duration"]["end"]) - _instant(t["task"]["duration"]["start"]), 1),
-                        t["task"]["name"],
-                    )
-                    for p in out["plays"]
-                    for t in p["tasks"]
-                    if t["task"].get("duration", {}).get("end")
-                )
-                print("slowest check tasks:", spans[-8:])
             assert rc == 0, (failed(out), err[-3000:])
             assert (
                 len(google.writes()) == writes
