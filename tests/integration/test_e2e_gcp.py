@@ -849,3 +849,57 @@ def test_emulated_controllers_authenticate_only_as_google_allows_and_label_as_co
     }
     with pytest.raises(NotYet, match="Invalid label krops-expires-at='2026-12-02T08:00:00Z'"):
         gcp_labels({"metadata": {"labels": {"krops-expires-at": "2026-12-02T08:00:00Z"}}})
+
+
+def test_emulated_capg_needs_its_config_secret_and_the_gke_gate_and_kcc_waits_for_its_references():
+    from tests.substrate.gcp_operators import GcpOperators, NotYet
+    from tests.substrate.strict_api import StrictKubeEmulator
+
+    google = GoogleDouble(project=SITE_PROJECT, polls=0)
+    api = StrictKubeEmulator("capg")
+    try:
+        ops = GcpOperators(_StubWorld(), google, _StubCapi())
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capg-system"}})
+        provider = {
+            "apiVersion": PROVIDER_API,
+            "kind": "InfrastructureProvider",
+            "metadata": {"name": "gcp", "namespace": "capg-system"},
+            "spec": {"version": "v1.12.0", "configSecret": {"name": "capg-wif-credentials"}},
+        }
+        assert ops.install_capg(api, provider) == (
+            'failed to get configSecret capg-system/capg-wif-credentials: secrets "capg-wif-credentials" not found'
+        )
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "capg-wif-credentials", "namespace": "capg-system"},
+            }
+        )
+        assert ops.install_capg(api, provider) is None
+        crd = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+        assert api.exists(*crd, "gcpmanagedcontrolplanes.infrastructure.cluster.x-k8s.io")
+        api.install_bundle("capi-operator")
+        api.create(provider)
+        api.set_condition(PROVIDER_API, "InfrastructureProvider", "gcp", "capg-system", "Ready", "True", "Ready", "")
+        cluster = {"metadata": {"name": "c1", "namespace": "default"}}
+        assert ops.provision(api, cluster, {}, {}) == (
+            "CAPG runs no GKE controllers: feature gate GKE is off (InfrastructureProvider gcp spec.manager.featureGates)"
+        )
+        assert google.writes() == []
+        # Config Connector: a reference to an object that does not exist yet is DependencyNotFound
+        obj = {
+            "kind": "SQLUser",
+            "metadata": {"name": "u", "namespace": "default"},
+            "spec": {"instanceRef": {"name": "db"}},
+        }
+        with pytest.raises(NotYet) as caught:
+            ops.ref(api, obj, obj["spec"]["instanceRef"], "SQLInstance", "sql.cnrm.cloud.google.com")
+        assert (caught.value.reason, caught.value.message) == (
+            "DependencyNotFound",
+            "reference SQLInstance default/db is not found",
+        )
+        with pytest.raises(NotYet, match="The resource 'projects/krops-example/global/networks/nope' was not found"):
+            ops.network({"external": "projects/krops-example/global/networks/nope"})
+    finally:
+        google.stop()
