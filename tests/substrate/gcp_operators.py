@@ -672,6 +672,12 @@ def _policy_member(ops, api, obj, delete):
         policy = g.sa_policies.setdefault(_sa_email(ops, api, sa), {"version": 1, "etag": "BwAAAA==", "bindings": []})
     elif target.get("kind") == "StorageBucket":
         bucket = _resource_id(ops.ref(api, obj, target, "StorageBucket", "storage.cnrm.cloud.google.com"))
+        if bucket not in g.buckets:
+            if delete:
+                return  # the grant went with its bucket
+            raise NotYet(
+                "UpdateFailed", f"Update call failed: googleapi: Error 404: bucket {bucket} not found, notFound"
+            )
         policy = g.buckets[bucket].setdefault("_iam", {"bindings": []})
     else:
         raise NotYet("UpdateFailed", f"resourceRef kind {target.get('kind')} is not emulated")
