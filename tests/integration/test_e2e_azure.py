@@ -915,7 +915,10 @@ def test_emulated_flux_fails_the_build_with_sops_error_for_a_wrong_key_or_a_miss
 
 class _Capi:
     def __init__(self):
-        self.provider_installers, self.infrastructure_ready, self.workloads = {}, None, {}
+        self.plugins, self.workloads = {}, {}
+
+    def plug_in(self, kind, plugin):
+        self.plugins[kind] = plugin
 
 
 class _World:

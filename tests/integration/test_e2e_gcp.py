@@ -8,6 +8,10 @@ Kubernetes emulator and the Google double (tests/substrate/google_double.py).
 - `ansible-playbook -i inventories/gcp playbooks/gcp.yml --tags teardown`, first --check (the complete
   plan, nothing changed) then real: the gcp resources the workload Cluster waits for go first, CAPG
   (played by a thread) can then delete the workload VPC, and the final sweep leaves only the decoys.
+- The whole lifecycle on the emulated host (tests/substrate/lifecycle.py) with CAPG, GKE, the Config
+  Connector operator (its mirrored OCI artifact on a real docker-registry over TLS) and Config Connector
+  over the Google double (tests/substrate/gcp_operators.py): a plain run (bootstrap and pivot), then
+  --tags teardown --check and --tags teardown; the decoys survive and only the known leftovers stay.
 """
 
 from __future__ import annotations
@@ -519,19 +523,383 @@ def test_gcp_teardown_fails_and_names_an_owned_resource_it_cannot_delete(
 
 # --- the whole lifecycle --------------------------------------------------------------------------------
 
+KCC_SUBJECTS = ("capg-system:capg-manager", "cnrm-system:cnrm-controller-manager")
+SITE_PROJECT = "krops-example"  # mgmt/gcp/gcp-vars: the project the tree names
 
-@pytest.mark.skip(
-    reason=(
-        "bootstrap -> pivot -> teardown for gcp on tests/substrate/lifecycle.py is not built yet. What exists: the "
-        "emulated Flux decrypts SOPS (flux_sops.py: capg-system's and config-connector's Secrets), and capi_world "
-        "takes cloud providers through provider_installers / infrastructure_ready (cloud_operators.py does CAPZ, "
-        "ASO and AKS that way for azure). What remains: the API servers serve no /.well-known/openid-configuration "
-        "or /openid/v1/jwks (the wif-federate hook reads them with the real kubectl); the emulated Flux has no "
-        "source for the mirrored Config Connector operator artifact (oci://ghcr.io/krops/config-connector-operator); "
-        "no CAPG installer (InfrastructureProvider gcp and its CRDs), no Config Connector (CRDs, readiness, resources "
-        "in google_double.py, deletion) and no GKE stand-in turning a GCPManagedCluster into a cluster. The hook, "
-        "the teardown and the auth paths are tested above and in test_teardown_cloud.py"
+
+def one_time_setup(google):
+    """docs/environments/gcp.md, Prerequisites: krops-capg, the pool krops, and the grants that let the two controllers' federated
+    identities act as it (the tree's kcc-identity declares them too, but Config Connector needs them first)."""
+    email = f"krops-capg@{SITE_PROJECT}.iam.gserviceaccount.com"
+    google.service_accounts[email] = {"email": email, "displayName": "krops CAPG and Config Connector"}
+    google.pools["krops"] = {"name": google._pool_name("krops"), "state": "ACTIVE", "displayName": "krops"}
+    principal = (
+        f"principal://iam.googleapis.com/projects/{google.number}/locations/global/workloadIdentityPools/krops/subject/"
     )
-)
-def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world():
-    raise AssertionError("not reached")
+    google.sa_policies[email] = {
+        "version": 1,
+        "etag": "BwAAAA==",
+        "bindings": [
+            {
+                "role": "roles/iam.workloadIdentityUser",
+                "members": [principal + "system:serviceaccount:" + s for s in KCC_SUBJECTS],
+            }
+        ],
+    }
+
+
+def lifecycle_decoys(google):
+    """What looks like the gcp environment's but is not: another team's VPC with private services access and a
+    protected database, a lookalike GKE cluster name in it, another environment's bucket and instance."""
+    google.add_network(TEAM_VPC)
+    google.add_compute("subnetworks", "team-subnet", TEAM_VPC, region="europe-north1")
+    google.add_compute("firewalls", "team-ssh", TEAM_VPC)
+    google.add_compute(
+        "addresses", "team-psa", TEAM_VPC, purpose="VPC_PEERING", labels={"krops-environment": "gcp-staging"}
+    )
+    google.add_connection(TEAM_VPC, ranges=["team-psa"])
+    google.add_gke("europe-north1-management-2", "europe-north1", TEAM_VPC)
+    google.add_sql("team-db", TEAM_VPC, protected=True)
+    google.add_sql("krops-europe-north1-workload-db-old", TEAM_VPC, labels={"krops-environment": "gcp-staging"})
+    google.add_bucket("krops-123456789012-europe-north1-workload-data-old", labels={"krops-environment": "gcp-staging"})
+    google.add_bucket("team-bucket", objects=[("a", 1)])
+
+
+def _gcp_checkout(tmp_path):
+    """A clone of the repository on branch main (what Flux syncs)."""
+    import subprocess
+
+    repo = tmp_path / "gitops"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-B", "main", head], check=True)
+    return repo, head
+
+
+def _tls_registry(root):
+    """The real docker-registry over HTTPS (the emulated API servers' test CA) on a free port: ghcr.io here."""
+    import shutil
+
+    import yaml
+
+    from tests.substrate.fixtures import ManagedProcess, free_port
+    from tests.substrate.strict_api import tls_material
+
+    cert, dummy, folder = tls_material()
+    port = free_port()
+    config = root / "ghcr.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": 0.1,
+                "log": {"level": "warn"},
+                "storage": {"filesystem": {"rootdirectory": str(root / "ghcr")}},
+                "http": {
+                    "addr": f"127.0.0.1:{port}",
+                    "tls": {"certificate": f"{folder}/ca.crt", "key": f"{folder}/server.key"},
+                },
+            }
+        )
+    )
+    process = ManagedProcess(
+        [shutil.which("docker-registry") or "/usr/bin/docker-registry", "serve", str(config)], root / "ghcr.log"
+    )
+    import ssl
+
+    context = ssl.create_default_context(cafile=f"{folder}/ca.crt")
+    for dummy in range(100):
+        try:
+            urllib.request.urlopen(f"https://127.0.0.1:{port}/v2/", context=context, timeout=1)
+            break
+        except Exception:  # pylint: disable=broad-except  # not up yet
+            time.sleep(0.1)
+    return process, f"127.0.0.1:{port}", f"{folder}/ca.crt"
+
+
+def _ready(api):
+    return sorted(
+        k["metadata"]["name"]
+        for k in api.list(*KS, "flux-system")
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in k.get("status", {}).get("conditions", []))
+    )
+
+
+def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatch):
+    """ansible-playbook -i inventories/gcp playbooks/gcp.yml (bootstrap and pivot), then --tags teardown --check
+    (changes nothing) and --tags teardown, on the emulated host (tests/substrate/lifecycle.py) with CAPG, GKE,
+    the Config Connector operator and Config Connector over the Google double (tests/substrate/gcp_operators.py).
+    Afterwards nothing the run created is left in Google, the decoys are untouched, and no API server is left."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from ansible_collections.krops.platform.plugins.module_utils import oci
+
+    from tests.integration.test_e2e_azure import GitHubDouble
+    from tests.substrate.flux_world import FluxController
+    from tests.substrate.gcp_operators import GcpOperators, operator_artifact
+    from tests.substrate.lifecycle import emulated_world
+
+    started = time.monotonic()
+    google = GoogleDouble(project=SITE_PROJECT, polls=1, page_size=2)
+    repo, head = _gcp_checkout(tmp_path)
+    github = GitHubDouble("krops/krops", "main", head, "ghp_test")
+    host = Path(tempfile.mkdtemp(prefix="krops-gcp-", dir="/tmp"))
+    registry, ghcr, ca = _tls_registry(host)
+    try:
+        monkeypatch.setenv("SSL_CERT_FILE", ca)  # the emulated source-controller trusts the test CA
+        # the mirrored Config Connector operator (docs/environments/gcp.md, "Mirroring")
+        folder = operator_artifact(host / "operator-system")
+        oci.push_artifact(
+            ghcr,
+            ["."],
+            repository="krops/config-connector-operator",
+            tag="1.155.1",
+            root=str(folder),
+            source="gs://configconnector-operator/1.155.1",
+            revision="1.155.1",
+        )
+        one_time_setup(google)
+        lifecycle_decoys(google)
+        decoys = {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()}
+        with emulated_world(
+            host, environment="gcp", git_checkouts={"https://github.com/krops/krops": str(repo)}
+        ) as world:
+            ops = GcpOperators(world.world, google, world.capi)
+            flux = next(c for c in world.world.controllers if isinstance(c, FluxController))
+            flux.registry_aliases["ghcr.io"] = ghcr
+            key = world.home / ".config" / "krops" / "age.agekey"
+            key.parent.mkdir(parents=True, exist_ok=True)
+            key.write_text((REPO / "tests/integration/fixtures/gcp-sops-test.agekey").read_text())
+            key.chmod(0o600)
+            env = {
+                "GOOGLE_OAUTH_ACCESS_TOKEN": "gcp-token",
+                "GCP_PROJECT": SITE_PROJECT,
+                "GCP_ACCESS_TOKEN": "gcp-token",
+                "GITHUB_TOKEN": "ghp_test",
+                "BOOTSTRAP_CONFIG": str(REPO / "bootstrap.toml"),
+            }
+            extra = {
+                "bootstrap_gcp_iam_url": f"{google.url}/iam",
+                "bootstrap_gcp_operation_delay": 0,
+                "preflight_github_api_url": github.url,
+                "teardown_gcp_base_url": google.url,
+                "teardown_gcp_poll_interval": 0,
+            }
+
+            def run(*args):
+                return world.playbook(
+                    "playbooks/gcp.yml", *args, "-e", json.dumps(extra), inventory="inventories/gcp", env=env
+                )
+
+            rc, out, err = run()
+            timings = {"bootstrap+pivot": round(time.monotonic() - started, 1)}
+            assert rc == 0, (failed(out), err[-3000:], ops.errors)
+            assert world.kind_clusters == {}
+            mgmt = world.cluster("europe-north1-management")
+            assert len(_ready(mgmt)) == 17, _ready(mgmt)
+            assert sorted(google.gke) == sorted(
+                ["locations/europe-north1/clusters/europe-north1-management-2"]
+                + [f"locations/europe-north1/clusters/{n}" for n in (MGMT_VPC, WORKLOAD_VPC)]
+            )
+            assert google.providers[("krops", "kind")]["state"] == "ACTIVE"
+            assert google.providers[("krops", "mgmt")]["oidc"]["issuerUri"] == mgmt.service_account_issuer
+            bucket = google.buckets["krops-123456789012-europe-north1-workload-data"]
+            assert bucket["labels"]["krops-environment"] == "gcp" and bucket["labels"]["managed-by-cnrm"] == "true"
+            # the run labels reach Google in their GCP-safe forms (flux_handoff's KROPS_*_LABEL), not the defaults
+            labels = google.sql["krops-europe-north1-workload-db"]["settings"]["userLabels"]
+            assert set(labels) >= {"krops-run-id", "krops-revision", "krops-expires-at", "krops-run-kind"}, labels
+            assert labels["krops-expires-at"] != "none" and labels["krops-expires-at"].endswith("z"), labels
+            assert google.sql["krops-europe-north1-workload-db"]["settings"]["ipConfiguration"][
+                "privateNetwork"
+            ].endswith("/networks/" + WORKLOAD_VPC)
+            gke = google.gke[f"locations/europe-north1/clusters/{WORKLOAD_VPC}"]
+            assert (
+                gke["resourceLabels"] == {}
+                and gke["nodePools"][0]["config"]["resourceLabels"]["krops-environment"] == "gcp"
+            )
+            assert google.compute[f"global/networks/{WORKLOAD_VPC}"]["description"] == f"capg-cluster-{WORKLOAD_VPC}"
+            # after the pivot Config Connector and CAPG on the management cluster authenticate through provider mgmt
+            assert ops.errors.get((mgmt.url, "kcc")) is None and ops.errors.get((mgmt.url, "capg")) is None
+
+            before = {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()}
+            writes = len(google.writes())
+            rc, out, err = run("--tags", "teardown", "--check")
+            assert rc == 0, (failed(out), err[-3000:])
+            assert (
+                len(google.writes()) == writes
+                and {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()} == before
+            )
+            # and nothing on the management cluster: no Kustomization suspended, both Clusters kept
+            assert [k["metadata"]["name"] for k in mgmt.list(*KS) if k["spec"].get("suspend")] == []
+            assert sorted(
+                c["metadata"]["name"] for c in mgmt.list(*CLUSTER) if not c["metadata"].get("deletionTimestamp")
+            ) == [MGMT_VPC, WORKLOAD_VPC]
+            timings["check"] = round(time.monotonic() - started, 1)
+
+            rc, out, err = run("--tags", "teardown")
+            timings["teardown"] = round(time.monotonic() - started, 1)
+            assert rc == 0, (failed(out), err[-3000:])
+            left = {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()}
+            # What the run created that the teardown does not remove (docs/environments/gcp.md, Known gaps): the
+            # workload's service account and its project grants (Config Connector's, workload-resources-iam), and
+            # the pool's providers kind (the wif-federate hook's) and mgmt (kcc-identity, abandoned on purpose).
+            sa = f"krops-europe-north1-workload@{SITE_PROJECT}.iam.gserviceaccount.com"
+            assert sorted(set(left) - set(decoys)) == [
+                ("iam", f"serviceAccounts/{sa}"),
+                ("iam", "workloadIdentityPools/krops/providers/kind"),
+                ("iam", "workloadIdentityPools/krops/providers/mgmt"),
+                ("iam-binding", f"projects/{SITE_PROJECT} roles/cloudsql.client serviceAccount:{sa}"),
+                ("iam-binding", f"projects/{SITE_PROJECT} roles/cloudsql.instanceUser serviceAccount:{sa}"),
+            ]
+            assert {k: left.get(k) for k in decoys} == decoys  # every decoy untouched
+            assert world.leftovers()["api_servers"] == [] and world.kind_clusters == {}
+            print("gcp lifecycle phases (s, cumulative):", timings)
+        assert world.world.errors == []
+    finally:
+        github.stop()
+        registry.stop()
+        google.stop()
+        shutil.rmtree(host, ignore_errors=True)
+
+
+class _StubWorld:
+    def __init__(self):
+        self.controllers, self.clusters = [], {}
+
+
+class _StubCapi:
+    def __init__(self):
+        self.plugins, self.workloads = {}, {}
+
+    def plug_in(self, kind, plugin):
+        self.plugins[kind] = plugin
+
+
+def test_emulated_controllers_authenticate_only_as_google_allows_and_label_as_config_connector_does():
+    """The WIF exchange of gcp_operators: no provider, then a provider but no workloadIdentityUser grant, are
+    Google's refusals; with the prerequisites' grants it works. Labels: `/` keys dropped, managed-by-cnrm added,
+    a value Google refuses is an UpdateFailed."""
+    from tests.substrate.gcp_operators import GcpOperators, NotYet, gcp_labels
+    from tests.substrate.strict_api import StrictKubeEmulator
+
+    google = GoogleDouble(project=SITE_PROJECT, polls=0)
+    api = StrictKubeEmulator("wif").start()
+    try:
+        ops = GcpOperators(_StubWorld(), google, _StubCapi())
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capg-system"}})
+        audience = (
+            f"//iam.googleapis.com/projects/{google.number}/locations/global/workloadIdentityPools/krops/providers/kind"
+        )
+        credential = {
+            "type": "external_account",
+            "audience": audience,
+            "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+            "token_url": "https://sts.googleapis.com/v1/token",
+            "service_account_impersonation_url": "https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/"
+            f"krops-capg@{SITE_PROJECT}.iam.gserviceaccount.com:generateAccessToken",
+            "credential_source": {"file": "/var/run/secrets/kubernetes.io/serviceaccount/token"},
+        }
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "c", "namespace": "capg-system"}}
+        api.create(dict(secret, stringData={"credentials.json": json.dumps(credential)}))
+
+        def attempt():
+            ops.tokens.clear()
+            return ops.credential(api, "capg-system", "c", "credentials.json", "capg-manager")
+
+        assert attempt() == (
+            None,
+            f'{audience}: The target service indicated by the "audience" parameters is invalid.',
+        )
+        google.pools["krops"] = {"name": google._pool_name("krops"), "state": "ACTIVE"}
+        google.providers[("krops", "kind")] = {
+            "state": "ACTIVE",
+            "oidc": {
+                "issuerUri": api.service_account_issuer,
+                "allowedAudiences": [api.service_account_issuer],  # the pod token's audience, as the hook sets it
+                "jwksJson": json.dumps(api.openid_document("/openid/v1/jwks")),
+            },
+        }
+        assert attempt() == (
+            None,
+            f"{audience}: Permission 'iam.serviceAccounts.getAccessToken' denied on resource (or it may not exist).",
+        )
+        one_time_setup(google)
+        token, error = attempt()
+        assert error is None and token in google.tokens
+        # another API server's keys (a recreated kind cluster) are not accepted
+        other = StrictKubeEmulator("other").start()
+        try:
+            other.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capg-system"}})
+            other.create(dict(secret, stringData={"credentials.json": json.dumps(credential)}))
+            ops.tokens.clear()
+            assert (
+                "The subject token is invalid" in ops.credential(other, "capg-system", "c", "credentials.json", "x")[1]
+            )
+        finally:
+            other.stop()
+    finally:
+        api.stop()
+        google.stop()
+    assert gcp_labels({"metadata": {"labels": {"krops.io/environment": "gcp", "krops-environment": "gcp"}}}) == {
+        "krops-environment": "gcp",
+        "managed-by-cnrm": "true",
+    }
+    with pytest.raises(NotYet, match="Invalid label krops-expires-at='2026-12-02T08:00:00Z'"):
+        gcp_labels({"metadata": {"labels": {"krops-expires-at": "2026-12-02T08:00:00Z"}}})
+
+
+def test_emulated_capg_needs_its_config_secret_and_the_gke_gate_and_kcc_waits_for_its_references():
+    from tests.substrate.gcp_operators import GcpOperators, NotYet
+    from tests.substrate.strict_api import StrictKubeEmulator
+
+    google = GoogleDouble(project=SITE_PROJECT, polls=0)
+    api = StrictKubeEmulator("capg")
+    try:
+        ops = GcpOperators(_StubWorld(), google, _StubCapi())
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capg-system"}})
+        provider = {
+            "apiVersion": PROVIDER_API,
+            "kind": "InfrastructureProvider",
+            "metadata": {"name": "gcp", "namespace": "capg-system"},
+            "spec": {"version": "v1.12.0", "configSecret": {"name": "capg-wif-credentials"}},
+        }
+        assert ops.install_capg(api, provider) == (
+            'failed to get configSecret capg-system/capg-wif-credentials: secrets "capg-wif-credentials" not found'
+        )
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "capg-wif-credentials", "namespace": "capg-system"},
+            }
+        )
+        assert ops.install_capg(api, provider) is None
+        crd = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+        assert api.exists(*crd, "gcpmanagedcontrolplanes.infrastructure.cluster.x-k8s.io")
+        api.install_bundle("capi-operator")
+        api.create(provider)
+        api.set_condition(PROVIDER_API, "InfrastructureProvider", "gcp", "capg-system", "Ready", "True", "Ready", "")
+        cluster = {"metadata": {"name": "c1", "namespace": "default"}}
+        assert ops.provision(api, cluster, {}, {}) == (
+            "CAPG runs no GKE controllers: feature gate GKE is off (InfrastructureProvider gcp spec.manager.featureGates)"
+        )
+        assert google.writes() == []
+        # Config Connector: a reference to an object that does not exist yet is DependencyNotFound
+        obj = {
+            "kind": "SQLUser",
+            "metadata": {"name": "u", "namespace": "default"},
+            "spec": {"instanceRef": {"name": "db"}},
+        }
+        with pytest.raises(NotYet) as caught:
+            ops.ref(api, obj, obj["spec"]["instanceRef"], "SQLInstance", "sql.cnrm.cloud.google.com")
+        assert (caught.value.reason, caught.value.message) == (
+            "DependencyNotFound",
+            "reference SQLInstance default/db is not found",
+        )
+        with pytest.raises(NotYet, match="The resource 'projects/krops-example/global/networks/nope' was not found"):
+            ops.network({"external": "projects/krops-example/global/networks/nope"})
+    finally:
+        google.stop()

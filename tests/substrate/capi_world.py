@@ -17,8 +17,12 @@
 - Infrastructure providers plug in by infrastructureRef kind (``infrastructure``): an object with
   ``provision(api, cluster, infra, control_plane)`` and ``delete(...)`` (each None when done, else the
   reason it is not yet), ``status(role)`` (the status fields its contract reports for role
-  "infrastructure" or "control-plane") and optionally ``crds`` ({(provider kind, name): callable(api)}
-  installing its provider's CRDs). tests/substrate/aws_world.Capa is one.
+  "infrastructure" or "control-plane"; None: the contract's default fields) and optionally ``crds``
+  ({(provider kind, name): callable(api)} installing its provider's CRDs) or ``installers``
+  ({(provider kind, name): callable(api, provider)} returning None when installed, else why not: the
+  provider stays not Ready with that reason). tests/substrate/aws_world.Capa,
+  cloud_operators.AzureOperators and gcp_operators.GcpOperators are plug-ins; ``plug_in(kind, plugin)``
+  adds one to a running controller.
   A paused Cluster (spec.paused) is left alone; a Cluster that moved to another management cluster
   (clusterctl move) keeps its API server there (the new management cluster adopts it).
 - A ClusterResourceSet applies the manifests of its ConfigMaps into every matching provisioned cluster.
@@ -86,19 +90,22 @@ class CapiController:
     def __init__(self, world, spawn=None, infrastructure=None):
         self.world = world
         self.spawn = spawn or self._spawn
-        self.infrastructure = dict(infrastructure or {})  # infrastructureRef kind -> provider plug-in
-        self.installers = {
-            k: v for p in self.infrastructure.values() for k, v in (getattr(p, "crds", None) or {}).items()
-        }
+        self.infrastructure = {}  # infrastructureRef kind -> provider plug-in
+        self.installers = {}  # (provider kind, name) -> callable(api, provider): None or why not
+        for kind, plugin in (infrastructure or {}).items():
+            self.plug_in(kind, plugin)
         self.workloads = {}  # (mgmt url, namespace, cluster) -> emulator
         # Infrastructure hooks (lifecycle.py: CAPD's containers): called as (mgmt api, Cluster, workload emulator).
         self.on_provisioned = None
         self.on_deleted = None
-        # Cloud providers (cloud_operators.py): (kind, name) -> install(api, provider) returning None or why not;
-        # infrastructure_ready(api, Cluster, infra, control plane) returns None when the cloud has built it.
-        self.provider_installers = {}
-        self.infrastructure_ready = None
         world.controllers.append(self)
+
+    def plug_in(self, kind, plugin):
+        """Let ``plugin`` provision and delete the Clusters whose infrastructureRef kind is ``kind``."""
+        self.infrastructure[kind] = plugin
+        for key, install in (getattr(plugin, "crds", None) or {}).items():
+            self.installers[key] = lambda api, provider, install=install: install(api) and None  # installs only
+        self.installers.update(getattr(plugin, "installers", None) or {})
 
     @staticmethod
     def _spawn(name):
@@ -124,8 +131,8 @@ class CapiController:
     # ---- providers ----------------------------------------------------------------------
     def provider(self, api, obj):
         kind, name = obj["kind"], obj["metadata"]["name"]
-        bundles = PROVIDER_CRDS.get((kind, name)) or self.installers.get((kind, name))
-        installer = self.provider_installers.get((kind, name))
+        bundles = PROVIDER_CRDS.get((kind, name))
+        installer = self.installers.get((kind, name))
         if bundles is None and installer is None:
             set_status(
                 api,
@@ -142,9 +149,11 @@ class CapiController:
             if not any(is_ready(c) for c in cores):
                 set_status(api, obj, False, "WaitingForCoreProviderReady", "waiting for the core provider to install")
                 return
-        problem = installer(api, obj) if installer else None
-        if installer is None:
-            bundles(api) if callable(bundles) else api.install_bundle(*bundles)
+        problem = None
+        if installer:
+            problem = installer(api, obj)
+        else:
+            api.install_bundle(*bundles)
         if problem:
             set_status(api, obj, False, "InstallFailed", problem)
             return
@@ -195,8 +204,6 @@ class CapiController:
             return
         plugin = self.infrastructure.get((spec.get("infrastructureRef") or {}).get("kind"))
         waiting = plugin and plugin.provision(api, obj, infra, control_plane)
-        if not waiting and self.infrastructure_ready:  # the azure world's hook (cloud_operators.py)
-            waiting = self.infrastructure_ready(api, obj, infra, control_plane)
         if waiting:
             self._cluster_status(api, obj, "Provisioning", False, waiting)
             return
@@ -250,7 +257,7 @@ class CapiController:
         ):
             v1beta2 = ref_obj["apiVersion"].endswith("/v1beta2")
             fields = {"initialization": {initialized: True}} if v1beta2 else {"ready": True}
-            self._patch_status(api, ref_obj, plugin.status(role) if plugin else fields)
+            self._patch_status(api, ref_obj, (plugin.status(role) if plugin else None) or fields)
         self._cluster_status(api, obj, "Provisioned", True, "provisioned (emulated)")
 
     def _adopt(self, api, ns, name, key):
@@ -431,16 +438,19 @@ class CapiController:
                     "namespace": release_ns,
                 },
             }
-            res = api.resource_for(proxy["apiVersion"], proxy["kind"])
-            api.patch(res, ns, proxy["metadata"]["name"], "apply", proxy, None, "caaph", "Strict", True)
-            set_status(
-                api,
-                api.get(proxy["apiVersion"], proxy["kind"], proxy["metadata"]["name"], ns),
-                True,
-                "Deployed",
-                "release %s deployed" % (spec.get("releaseName") or spec.get("chartName")),
-                status="deployed",
-                revision=1,
-            )
+            try:
+                res = api.resource_for(proxy["apiVersion"], proxy["kind"])
+                api.patch(res, ns, proxy["metadata"]["name"], "apply", proxy, None, "caaph", "Strict", True)
+                set_status(
+                    api,
+                    api.get(proxy["apiVersion"], proxy["kind"], proxy["metadata"]["name"], ns),
+                    True,
+                    "Deployed",
+                    "release %s deployed" % (spec.get("releaseName") or spec.get("chartName")),
+                    status="deployed",
+                    revision=1,
+                )
+            except ApiError:
+                return  # the proxy, its CRD or its namespace went meanwhile (a teardown): nothing left to report
             matching.append({"apiVersion": CLUSTER_API, "kind": "Cluster", "name": cname, "namespace": ns})
         set_status(api, obj, True, "Ready", "installed in %d cluster(s)" % len(matching), matchingClusters=matching)

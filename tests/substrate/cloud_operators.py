@@ -4,7 +4,7 @@
 
 ``AzureOperators(world, arm, capi)`` joins a flux_world.World next to the Flux and CAPI controllers:
 
-- CAPZ's InfrastructureProvider ``azure`` (capi_world ``provider_installers``): installs CAPZ's CRDs
+- CAPZ's InfrastructureProvider ``azure`` (a capi_world plug-in's ``installers``): installs CAPZ's CRDs
   (the Azure* kinds of infrastructure.cluster.x-k8s.io) and the ASO CRDs CAPZ's bundled ASO serves:
   ``ASO_DEFAULT`` plus ``ADDITIONAL_ASO_CRDS`` of the provider's configSecret (``group/Kind`` or
   ``group/*``, semicolon-separated: CAPZ docs/book/src/topics/aso.md). A CRD that nothing asked for
@@ -22,7 +22,7 @@
   ASO objects of its ``spec.resources`` in its namespace, owned by it (garbage collection deletes
   them with it, and ASO then deletes them in Azure). capi_world provisions a Cluster (the AKS API
   server, ``<name>-kubeconfig``) only once every resource of its infrastructure and control plane
-  is Ready (capi_world ``infrastructure_ready``).
+  is Ready (the plug-in's ``provision`` for infrastructureRef kind AzureASOManagedCluster).
 
 Not emulated (yet): ASO's credential lookup (aso-credential / credential-from), and CAPZ v1beta2
 status fields beyond what capi_world writes. Names and reasons: ASO v2 (reconcile-policy annotation,
@@ -101,8 +101,8 @@ class AzureOperators:
         self.arm = arm
         self.capi = capi
         self.aks = {}  # ManagedCluster ARM id -> the cluster's API server (an emulator of the world)
-        capi.provider_installers[("InfrastructureProvider", "azure")] = self.install_capz
-        capi.infrastructure_ready = self.cluster_ready
+        self.installers = {("InfrastructureProvider", "azure"): self.install_capz}
+        capi.plug_in("AzureASOManagedCluster", self)
         # CAPZ runs no reconciler for AzureClusterIdentity (none in its main.go): kstatus reads it Current.
         flux_world.NO_STATUS_WRITER.add((CAPZ_GROUP, "AzureClusterIdentity"))
         world.controllers.append(self)
@@ -323,6 +323,18 @@ class AzureOperators:
         api.patch(
             res, obj["metadata"]["namespace"], obj["metadata"]["name"], "merge", {"status": status}, "status", MANAGER
         )
+
+    # ---- the capi_world plug-in -------------------------------------------------------------
+    def provision(self, api, cluster, infra, control_plane):
+        return self.cluster_ready(api, cluster, infra, control_plane)
+
+    @staticmethod
+    def delete(api, cluster, infra, control_plane):
+        return None  # the ASO objects go with their owners (garbage collection); ASO deletes them in Azure
+
+    @staticmethod
+    def status(role):
+        return None  # the contract's default fields
 
     # ---- CAPZ: ASO-managed clusters --------------------------------------------------------
     @staticmethod

@@ -31,7 +31,9 @@ One threaded server on 127.0.0.1 serves every API under a path prefix (``<url>/c
   Operation ``{name, done}``; an existing ID: 409 ALREADY_EXISTS; a soft-deleted one keeps its ID
   (state DELETED) until undeleted; provider under an absent pool: 404), and
   ``projects.serviceAccounts.getIamPolicy``/``setIamPolicy`` with etag checks (409 ABORTED on a
-  stale etag).
+  stale etag). STS reads a provider's keys from ``oidc.jwksJson``, else from ``issuers`` (the keys a
+  public issuer such as a GKE cluster's publishes); ``service_accounts`` and ``project_policy`` hold
+  what Config Connector creates (tests/substrate/gcp_operators.py).
 - Service Networking v1 (``services.connections.list`` with ``network=projects/<number>/global/
   networks/<name>``, ``services.connections.deleteConnection`` with body ``consumerNetwork`` in
   that form, "{project} is a project number"; ``operations.get``): refused with 400
@@ -88,6 +90,9 @@ class GoogleDouble:
         self.pools = {}  # pool id -> pool
         self.providers = {}  # (pool id, provider id) -> provider
         self.sa_policies = {}  # email -> policy
+        self.service_accounts = {}  # email -> service account (IAM v1 projects.serviceAccounts)
+        self.project_policy = {"version": 1, "etag": "BwAAAA==", "bindings": []}  # the project's IAM policy
+        self.issuers = {}  # public OIDC issuer URI -> its JWKS text (what Google fetches from a public issuer)
         self.operations = {}  # key -> {"left": polls, "done": callable, "body": dict, "error": dict|None}
         self._ids = itertools.count(1)
         double = self
@@ -221,6 +226,23 @@ class GoogleDouble:
         found |= {("sqladmin", k) for k in self.sql}
         found |= {("storage", k) for k in self.buckets}
         found |= {("servicenetworking", k) for k, n in self.compute.items() if n.get("_psa")}
+        return found
+
+    def inventory_objects(self):
+        """Every resource and IAM binding there is, with its state: (api, name) -> resource."""
+        found = {("compute", k): v for k, v in self.compute.items()}
+        found.update({("container", k): v for k, v in self.gke.items()})
+        found.update({("sqladmin", k): v for k, v in self.sql.items()})
+        found.update({("storage", k): dict(v, objects=self.objects.get(k)) for k, v in self.buckets.items()})
+        found.update({("iam", "workloadIdentityPools/" + k): v for k, v in self.pools.items()})
+        found.update({("iam", "workloadIdentityPools/%s/providers/%s" % k): v for k, v in self.providers.items()})
+        found.update({("iam", "serviceAccounts/" + k): v for k, v in self.service_accounts.items()})
+        for resource, policy in [("projects/" + self.project, self.project_policy)] + [
+            ("serviceAccounts/" + k, v) for k, v in self.sa_policies.items()
+        ]:
+            for binding in policy.get("bindings") or []:
+                for member in binding.get("members") or []:
+                    found[("iam-binding", f"{resource} {binding['role']} {member}")] = {}
         return found
 
     # --- operations -------------------------------------------------------------------------
@@ -741,7 +763,8 @@ class GoogleDouble:
         oidc = provider.get("oidc") or {}
         audiences = oidc.get("allowedAudiences") or ["https:" + form["audience"], form["audience"]]
         try:
-            keys = json.loads(oidc.get("jwksJson") or '{"keys": []}')["keys"]
+            # without jwksJson Google reads the keys from the issuer's public discovery document
+            keys = json.loads(oidc.get("jwksJson") or self.issuers.get(oidc.get("issuerUri")) or '{"keys": []}')["keys"]
             header = jwt.get_unverified_header(form.get("subject_token") or "")
             key = next(k for k in keys if k.get("kid") == header.get("kid"))
             claims = jwt.decode(

@@ -691,8 +691,39 @@ class KubeEmulator:
             yaml.safe_dump(self.kubeconfig(**kwargs), handle)
         return str(path)
 
+    # ---- service-account issuer discovery (OIDC) -----------------------------------
+    # The two documents of k8s.io/kubernetes pkg/serviceaccount/openidmetadata.go (openIDMetadata, the
+    # public JWK set); the issuer is kind's default (--service-account-issuer) unless set.
+    service_account_issuer = "https://kubernetes.default.svc.cluster.local"
+    _signing_key = None
+
+    def signing_key(self):
+        """This API server's service-account signing key (RSA, made on first use): (private key, kid)."""
+        if self._signing_key is None:
+            from cryptography.hazmat.primitives.asymmetric import rsa  # pylint: disable=import-outside-toplevel
+
+            self._signing_key = (rsa.generate_private_key(public_exponent=65537, key_size=2048), f"{self.name}-sa")
+        return self._signing_key
+
+    def openid_document(self, path):
+        if path == "/.well-known/openid-configuration":
+            return {
+                "issuer": self.service_account_issuer,
+                "jwks_uri": self.url + "/openid/v1/jwks",
+                "response_types_supported": ["id_token"],
+                "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported": ["RS256"],
+            }
+        from jwt.algorithms import RSAAlgorithm  # pylint: disable=import-outside-toplevel
+
+        key, kid = self.signing_key()
+        jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
+        return {"keys": [dict(jwk, use="sig", kid=kid, alg="RS256")]}
+
     # ---- discovery ---------------------------------------------------------------
     def discovery(self, path):
+        if path in ("/.well-known/openid-configuration", "/openid/v1/jwks"):
+            return self.openid_document(path)
         if path == "/version":
             return {
                 "major": "1",
