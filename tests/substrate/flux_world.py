@@ -470,7 +470,11 @@ class FluxController:
         repository = parsed.path.lstrip("/")
         reference = ref.get("digest") or ref.get("tag") or "latest"
         stored = self.artifacts.get(key, (None,))[0]
-        if is_ready(obj) and stored and _manifest_digest(host, spec, repository, reference) == stored.rpartition("@")[2]:
+        if (
+            is_ready(obj)
+            and stored
+            and _manifest_digest(host, spec, repository, reference) == stored.rpartition("@")[2]
+        ):
             return  # source-controller asks for the digest first and pulls only when it changed
         registry = oci.Registry(host, insecure=bool(spec.get("insecure")))
         try:
