@@ -190,6 +190,7 @@ class SchemaCatalog:
                 stem, _sep, version = path.stem.rpartition("_")
                 self.index.setdefault((group_dir.name, stem), {})[version] = path
         self._kinds = {}
+        self._group_kinds = {}  # (group, only) -> kinds
 
     def _kind_name(self, group, stem):
         """The CamelCase kind of a file stem, from the schema's own apiVersion/kind description or known tables."""
@@ -209,6 +210,13 @@ class SchemaCatalog:
         return self._kinds[key]
 
     def kinds(self, group, only=None):
+        """The kinds of group with a vendored schema (only: those, each required); remembered, the index is fixed."""
+        key = (group, None if only is None else tuple(only))
+        if key not in self._group_kinds:
+            self._group_kinds[key] = self._find_kinds(group, only)
+        return list(self._group_kinds[key])
+
+    def _find_kinds(self, group, only):
         stems = sorted(s for g, s in self.index if g == group)
         kinds = [self._kind_name(group, s) for s in stems]
         if only is not None:
