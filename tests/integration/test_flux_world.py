@@ -319,3 +319,48 @@ def test_oci_source_with_no_artifact_is_not_ready(strict_cluster, oci_registry, 
     source = condition(mgmt.get("source.toolkit.fluxcd.io/v1", "OCIRepository", "flux-system", "flux-system"))
     assert source["reason"] == "OCIArtifactPullFailed" and "MANIFEST_UNKNOWN" in source["message"]
     assert states(mgmt)["flux-system"]["reason"] == "ArtifactFailed"
+
+
+def test_a_ready_source_pulls_again_when_the_tag_moves(strict_cluster, oci_registry, tmp_path):
+    """A Ready OCIRepository polls the tag's digest (the cheap HEAD); a new push is pulled and applied."""
+    tree = tmp_path / "tree" / "mgmt" / "local-host"
+    tree.mkdir(parents=True)
+
+    def push(value):
+        (tree / "settings.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "settings", "namespace": "flux-system"},
+                    "data": {"value": value},
+                }
+            )
+        )
+        return oci.push_artifact(
+            oci_registry, ["mgmt/local-host"], root=str(tmp_path / "tree"), revision=REVISION, insecure=True
+        )["digest"]
+
+    first = push("one")
+    world, mgmt = build_world(strict_cluster, oci_registry, tmp_path / "work")
+    controller = world.controllers[0]
+    world.settle()
+
+    def artifact():
+        source = mgmt.get("source.toolkit.fluxcd.io/v1", "OCIRepository", "flux-system", "flux-system")
+        return source["status"]["artifact"]["revision"]
+
+    assert artifact() == f"latest@{first}"
+    assert mgmt.get("v1", "ConfigMap", "settings", "flux-system")["data"] == {"value": "one"}
+    controller._polled.clear()  # the poll interval passes
+    world.settle()
+    assert artifact() == f"latest@{first}"  # same digest: nothing pulled, nothing changes
+    second = push("two")
+    assert second != first
+    controller._polled.clear()
+    world.settle()
+    assert artifact() == f"latest@{second}"
+    assert mgmt.get("v1", "ConfigMap", "settings", "flux-system")["data"] == {"value": "two"}
+    assert condition(mgmt.get(KS, "Kustomization", "flux-system", "flux-system"))["message"] == (
+        f"Applied revision: latest@{second}"
+    )

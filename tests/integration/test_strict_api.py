@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 
@@ -183,6 +184,40 @@ def test_field_managers_conflict_force_and_release_fields(api):
     # a manager that stops applying a field it alone owns removes it
     code, body, _headers = http(api, "PATCH", path % "someone", kustomization(), "application/apply-patch+yaml")
     assert code == 200 and "suspend" not in body["spec"]
+
+
+def test_the_same_apply_again_changes_nothing_but_drift_is_applied_over(api):
+    """An apply repeated on the object it produced is a no-op (the emulator answers it from a memo); once
+    someone else changed the object, the same apply acts again: conflicts, force, validation."""
+    res = api.resource_for(KS, "Kustomization")
+
+    def apply(body, manager="kustomize-controller", force=False):
+        return api.patch(res, "flux-system", "apps", "apply", body, None, manager, "Strict", force)
+
+    apply(kustomization(suspend=False))
+    first = apply(kustomization(suspend=False))
+    assert apply(kustomization(suspend=False)) == first
+    assert api._last_rv == int(first["metadata"]["resourceVersion"])
+    api.patch(res, "flux-system", "apps", "merge", {"spec": {"suspend": True}}, None, "kubectl-edit")
+    with pytest.raises(ApiError) as refused:
+        apply(kustomization(suspend=False))
+    assert refused.value.code == 409
+    assert re.fullmatch(
+        r'Apply failed with 1 conflict: conflict with "kubectl-edit" using kustomize.toolkit.fluxcd.io/v1 '
+        r"at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ: .spec.suspend",
+        refused.value.message,
+    ), refused.value.message
+    forced = apply(kustomization(suspend=False), force=True)
+    assert forced["spec"]["suspend"] is False
+    assert int(forced["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
+    assert apply(kustomization(suspend=False), force=True) == forced
+    # a configuration the schema refuses is refused, however often it was applied before it went wrong
+    bad = kustomization(suspend=False, interval=5)
+    for _attempt in range(2):
+        with pytest.raises(ApiError) as invalid:
+            apply(bad, force=True)
+        assert invalid.value.code == 422
+    assert api.get(KS, "Kustomization", "apps", "flux-system") == forced
 
 
 def test_stale_resource_version_is_a_conflict(api):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import http.client
 import io
 import os
 import re
@@ -467,8 +468,15 @@ class FluxController:
             return  # source-controller polls every spec.interval; the emulated world polls every POLL_SECONDS
         self._polled[key] = time.monotonic()
         repository = parsed.path.lstrip("/")
-        registry = oci.Registry(host, insecure=bool(spec.get("insecure")))
         reference = ref.get("digest") or ref.get("tag") or "latest"
+        stored = self.artifacts.get(key, (None,))[0]
+        if (
+            is_ready(obj)
+            and stored
+            and _manifest_digest(host, spec, repository, reference) == stored.rpartition("@")[2]
+        ):
+            return  # source-controller asks for the digest first and pulls only when it changed
+        registry = oci.Registry(host, insecure=bool(spec.get("insecure")))
         try:
             manifest = registry.get_manifest(repository, reference)
             digest = registry.manifest_digest(repository, reference)
@@ -768,7 +776,11 @@ class FluxController:
                     try:
                         res = target.resource_for(item["apiVersion"], item["kind"])
                         key = target._key(res, item["metadata"].get("namespace") or "default", item["metadata"]["name"])
-                        if key in target.objects and key not in point["objects"]:
+                        if (
+                            key in target.objects
+                            and key not in point["objects"]
+                            and not target.reapplies(key, item, MANAGER, force=True)
+                        ):
                             point["objects"][key] = copy.deepcopy(target.objects[key])
                         self._apply(target, item)
                     except ApiError as exc:  # the stage's dry-run fails: nothing of it is applied
@@ -812,6 +824,23 @@ class FluxController:
                 )
         if failing:
             raise Failure("HealthCheckFailed", "timeout waiting for: [{}]".format(", ".join(failing)))
+
+
+def _manifest_digest(host, spec, repository, reference):
+    """The digest a plain-HTTP registry answers to HEAD on the manifest (None when it cannot tell): the cheap
+    poll of a Ready source. krops' OCI client builds a TLS context per request, too costly once a second."""
+    if not spec.get("insecure") or spec.get("secretRef"):
+        return None
+    connection = http.client.HTTPConnection(host, timeout=5)
+    try:
+        connection.request("HEAD", f"/v2/{repository}/manifests/{reference}", headers={"Accept": oci._ACCEPT})
+        response = connection.getresponse()
+        response.read()
+        return response.getheader("Docker-Content-Digest") if response.status == 200 else None
+    except OSError:
+        return None
+    finally:
+        connection.close()
 
 
 def ssa_apply(api, obj, manager=MANAGER):
