@@ -17,7 +17,6 @@ Kubernetes emulator and the Google double (tests/substrate/google_double.py).
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import urllib.error
@@ -27,15 +26,20 @@ import urllib.request
 import pytest
 
 from tests.integration.test_teardown_cloud import MGMT_VPC, TEAM_VPC, WORKLOAD_VPC, gcp_decoys, gcp_world
-from tests.substrate.bootstrapped import CAPI_FINALIZER, CLUSTER, KS, make_cluster, make_ks
+from tests.substrate.bootstrapped import (
+    CAPI_FINALIZER,
+    CLUSTER,
+    KS,
+    PROVIDER_API,
+    install_bootstrapped_tools,
+    seed_bootstrapped_kind,
+)
 from tests.substrate.fixtures import REPO
 from tests.substrate.google_double import GoogleDouble
-from tests.substrate.krops_marks import make_kind_marker
 
 pytestmark = pytest.mark.slow
 R = "krops.platform.teardown : "
 ISSUER = "https://kubernetes.default.svc.cluster.local"
-PROVIDER_API = "operator.cluster.x-k8s.io/v1alpha2"
 PROVIDERS = (
     ("CoreProvider", "capi-system", "cluster-api"),
     ("InfrastructureProvider", "capg-system", "gcp"),
@@ -224,72 +228,17 @@ def test_wif_federate_undeletes_a_soft_deleted_pool_and_fails_clearly_without_a_
 # --- teardown through the gcp playbook ----------------------------------------------------------------
 
 
-def release(name):
-    return json.dumps(
-        [
-            {
-                "name": name,
-                "namespace": "flux-system",
-                "revision": "1",
-                "status": "deployed",
-                "chart": f"{name}-2.5.0",
-                "app_version": "2.5.0",
-                "updated": "2026-11-30 06:00:00 +0000 UTC",
-            }
-        ]
-    )
-
-
-KIND = """#!{python}
-import json, os, sys, urllib.request
-here = os.path.dirname(os.path.abspath(__file__))
-entry = {{"tool": "kind", "argv": sys.argv[1:], "env": {{}}, "cwd": os.getcwd(), "stdin": ""}}
-with open(os.path.join(here, "calls.jsonl"), "a") as log:
-    log.write(json.dumps(entry) + "\\n")
-if sys.argv[1:3] == ["get", "clusters"]:
-    print("mgmt")
-elif sys.argv[1:2] == ["version"]:
-    print("kind v0.32.0 go1.25.0 linux/amd64")
-"""
-
-
 @pytest.fixture
 def world(kind_api, fake_bins, google):
     """The kind cluster as a gcp bootstrap leaves it (before the pivot) and the project it built."""
-    for name in ("flux-system", "capi-system", "capg-system", "caaph-system"):
-        if not kind_api.exists("v1", "Namespace", name):
-            kind_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    make_ks(kind_api, "flux-system")
-    make_ks(kind_api, "clusters")
-    make_kind_marker(kind_api, "gcp")
-    for name in (MGMT_VPC, WORKLOAD_VPC):
-        make_cluster(kind_api, name)
-    for kind, namespace, name in PROVIDERS:
-        kind_api.create(
-            {
-                "apiVersion": PROVIDER_API,
-                "kind": kind,
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"version": "v1.12.0"},
-            }
-        )
-    for name in ("flux-github-pat", "sops-age"):
-        kind_api.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": "flux-system"},
-                "type": "Opaque",
-                "data": {"x": "eA=="},
-            }
-        )
-    kind_api.create(
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "krops-run", "namespace": "flux-system"}}
+    seed_bootstrapped_kind(
+        kind_api,
+        "gcp",
+        [(*provider, "v1.12.0") for provider in PROVIDERS],
+        clusters=(MGMT_VPC, WORKLOAD_VPC),
+        run_tags={},
     )
-    fake_bins.install("kind", KIND.format(python=sys.executable))
-    fake_bins.answer("helm", "get values", stdout="null\n")
-    fake_bins.answer("helm", "--filter flux-operator", stdout=release("flux-operator"))
-    fake_bins.answer("helm", "--filter flux", stdout=release("flux"))
+    install_bootstrapped_tools(fake_bins, kind_api)
     gcp_world(google)
     # the tree's names: the Cloud SQL instance bootstrap.toml unprotects; a decoy with protection it does not name
     google.sql["krops-europe-north1-workload-db"] = google.sql.pop("krops-db")

@@ -35,7 +35,7 @@ class Double(HttpDouble):
     def respond(self, request):
         is_json = (request.headers.get("Content-Type") or "").startswith("application/json")
         body = (request.json() if is_json else request.raw.decode()) if request.raw else None
-        self.last_headers = request.headers
+        self.last_headers = dict(request.headers.items())
         self.calls.append((request.method, request.path, request.authorization))
         return Reply(*self.handle(request.method, request.path, request.query, body))
 

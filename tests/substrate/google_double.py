@@ -50,9 +50,9 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote
+
+from tests.substrate.http_double import HttpDouble, Reply
 
 _ID = re.compile(r"^(?!gcp-)[a-z0-9-]{4,32}$")
 _RFC1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -67,7 +67,7 @@ def _error(code, message, status=None, reason=None):
     return code, {"error": body}
 
 
-class GoogleDouble:
+class GoogleDouble(HttpDouble):
     """The Google APIs for one project; ``polls``: GETs an operation answers RUNNING before DONE."""
 
     def __init__(self, project="p1", project_number="123456789012", polls=2, page_size=2, tokens=("gcp-token",)):
@@ -81,7 +81,6 @@ class GoogleDouble:
         self.echo_auth = False  # refuse deletions, quoting the Authorization header back (masking tests)
         self.token_key = None  # public key of the service account whose JWT grants /token accepts
         self.sts_tokens = {}  # federated token -> subject (from STS), accepted only by iamcredentials
-        self.lock = threading.Lock()
         self.compute = {}  # "global/networks/x" | "regions/r/subnetworks/x" -> resource
         self.gke = {}  # "locations/l/clusters/n" -> cluster
         self.sql = {}  # name -> instance
@@ -95,69 +94,36 @@ class GoogleDouble:
         self.issuers = {}  # public OIDC issuer URI -> its JWKS text (what Google fetches from a public issuer)
         self.operations = {}  # key -> {"left": polls, "done": callable, "body": dict, "error": dict|None}
         self._ids = itertools.count(1)
-        double = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                return
-
-            def _do(self, method):
-                parts = urlsplit(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw) if raw else None
-                except ValueError:
-                    body = raw.decode()
-                if isinstance(body, str) and "form-urlencoded" in (self.headers.get("Content-Type") or ""):
-                    body = {k: v[0] for k, v in parse_qs(body).items()}
-                query = {k: v[0] for k, v in parse_qs(parts.query).items()}
-                with double.lock:
-                    auth = self.headers.get("Authorization") or ""
-                    double.calls.append((method, parts.path, auth or None))
-                    double.requests.append((method, parts.path, query, body))
-                    if parts.path in ("/token", "/sts/v1/token") or parts.path.startswith("/iamcredentials/"):
-                        status, reply = double.tokens_endpoint(parts.path, body, auth)
-                    elif method == "DELETE" and double.echo_auth and auth[len("Bearer ") :] in double.tokens:
-                        status, reply = _error(403, f"denied for {auth}", "PERMISSION_DENIED")
-                    elif auth[len("Bearer ") :] not in double.tokens or not auth.startswith("Bearer "):
-                        status, reply = _error(
-                            401,
-                            "Request had invalid authentication credentials. Expected OAuth 2 access token",
-                            "UNAUTHENTICATED",
-                        )
-                    else:
-                        try:
-                            status, reply = double.handle(method, parts.path, query, body)
-                        except Exception as exc:  # pylint: disable=broad-except  # a double bug shows as 500
-                            status, reply = _error(500, f"double: {type(exc).__name__}: {exc}", "INTERNAL")
-                data = json.dumps(reply).encode() if reply is not None else b""
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                self._do("GET")
-
-            def do_DELETE(self):
-                self._do("DELETE")
-
-            def do_POST(self):
-                self._do("POST")
-
-            def do_PATCH(self):
-                self._do("PATCH")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def respond(self, request):
+        method, path = request.method, request.path
+        try:
+            body = request.json()
+        except ValueError:
+            body = request.raw.decode()
+        if isinstance(body, str) and "form-urlencoded" in (request.headers.get("Content-Type") or ""):
+            body = {k: v[0] for k, v in parse_qs(body).items()}
+        query = {k: v[0] for k, v in request.query.items()}
+        auth = request.authorization or ""
+        self.calls.append((method, path, auth or None))
+        self.requests.append((method, path, query, body))
+        if path in ("/token", "/sts/v1/token") or path.startswith("/iamcredentials/"):
+            status, reply = self.tokens_endpoint(path, body, auth)
+        elif method == "DELETE" and self.echo_auth and auth[len("Bearer ") :] in self.tokens:
+            status, reply = _error(403, f"denied for {auth}", "PERMISSION_DENIED")
+        elif auth[len("Bearer ") :] not in self.tokens or not auth.startswith("Bearer "):
+            status, reply = _error(
+                401,
+                "Request had invalid authentication credentials. Expected OAuth 2 access token",
+                "UNAUTHENTICATED",
+            )
+        else:
+            try:
+                status, reply = self.handle(method, path, query, body)
+            except Exception as exc:  # pylint: disable=broad-except  # a double bug shows as 500
+                status, reply = _error(500, f"double: {type(exc).__name__}: {exc}", "INTERNAL")
+        return Reply(status, reply, content_type="application/json; charset=UTF-8")
 
     # --- seeding --------------------------------------------------------------------------
 
@@ -885,7 +851,7 @@ class GoogleDouble:
         return _error(403, "The caller does not have permission", "PERMISSION_DENIED")
 
 
-class MetadataDouble:
+class MetadataDouble(HttpDouble):
     """The GCE metadata server as google-auth uses it (GCE_METADATA_HOST / GCE_METADATA_IP).
 
     Like the real one it answers the root with ``Metadata-Flavor: Google`` and refuses requests that
@@ -896,32 +862,15 @@ class MetadataDouble:
     def __init__(self, token, email="krops@p1.iam.gserviceaccount.com", project="p1"):
         self.token, self.email, self.project = token, email, project
         self.calls = []
-        double = self
+        super().__init__()
+        self.host = "127.0.0.1:%d" % self.port
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                return
-
-            def do_GET(self):
-                parts = urlsplit(self.path)
-                double.calls.append((parts.path, self.headers.get("Metadata-Flavor")))
-                status, body, ctype = double.handle(parts.path, parse_qs(parts.query), self.headers)
-                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Metadata-Flavor", "Google")
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.host = "127.0.0.1:%d" % self.server.server_address[1]
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def respond(self, request):
+        self.calls.append((request.path, request.headers.get("Metadata-Flavor")))
+        if request.method != "GET":
+            return Reply(405, "Method Not Allowed", {"Metadata-Flavor": "Google"}, "text/html")
+        status, body, ctype = self.handle(request.path, request.query, request.headers)
+        return Reply(status, body, {"Metadata-Flavor": "Google"}, ctype)
 
     def handle(self, path, query, headers):
         if path == "/":

@@ -24,7 +24,7 @@ class Request:
     method: str
     path: str
     query: dict  # parse_qs form: name -> [values]
-    headers: dict
+    headers: object  # the request's http.client.HTTPMessage: get() ignores the case of names
     raw: bytes
 
     @property
@@ -71,7 +71,7 @@ class HttpDouble:
                     self.command,
                     parts.path,
                     parse_qs(parts.query),
-                    dict(self.headers.items()),
+                    self.headers,
                     self.rfile.read(length) if length else b"",
                 )
                 with double.lock:
