@@ -62,8 +62,8 @@ def call_table(ops, total):
     lines = ["  calls per operation (seen by the proxy):"]
     ranked = sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))
     width = max(len(name) for name, dummy in ranked)
-    lines += ["    %-*s %4d" % (width, name, count) for name, count in ranked]
-    lines.append("    %-*s %4d" % (width, "total", total))
+    lines += [f"    {name:<{width}} {count:4d}" for name, count in ranked]
+    lines.append(f"    {'total':<{width}} {total:4d}")
     return "\n".join(lines)
 
 

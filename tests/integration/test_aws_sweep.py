@@ -1209,7 +1209,7 @@ def test_a_stack_whose_deletion_fails_after_it_started_fails_the_run_by_name(run
 
 # --- the teardown role passes cluster-delete-timeout to the sweep (issue 9) ----------------------------------------
 
-from tests.integration.test_teardown_aws_role import failed, ran, run_teardown, world  # noqa: E402,F401
+from tests.integration.test_teardown_aws_role import failed, ran, run_teardown, world  # noqa: E402,F401  # pylint: disable=unused-import
 
 
 @pytest.mark.slow
