@@ -14,6 +14,9 @@ are added as the in-cluster controllers would. Decoys that look like ours are se
 Then the teardown runs as a user runs it: ``ansible-playbook -i inventories/aws playbooks/aws.yml
 --tags teardown --check`` (prints the full plan, changes nothing), then without --check. Deleting the
 workload Clusters makes CAPA delete their infrastructure; the sweep removes the rest.
+
+The lifecycle test runs the whole of playbooks/aws.yml (bootstrap, pivot, teardown --check, teardown) on the
+emulated host of tests/substrate/lifecycle.py with the same CAPA and ACK over moto.
 """
 
 from __future__ import annotations
@@ -252,6 +255,7 @@ def run_teardown(ansible_playbook, env, fake_bins, tmp_path, *args, config=None)
             "HOME": str(tmp_path),
             "BOOTSTRAP_CONFIG": str(config or REPO / "bootstrap.toml"),
             "CLUSTER_DELETE_TIMEOUT": TIMEOUT,
+            "KROPS_AWS_SWEEP_TIME_SCALE": "0",  # moto deletes at once: the sweep polls from the start
         },
     )
 
