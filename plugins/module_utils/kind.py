@@ -364,6 +364,7 @@ def ensure(
             result.update(changed=True, deleted=True)
             if not check_mode:
                 cluster.delete(kubeconfig_path)
+                _remove_if_empty(kubeconfig_path)
         return result
 
     rendered = render_config(config, engine_socket, bool(registry_mirror))
@@ -440,6 +441,24 @@ def ensure_mirror(cluster, registry_mirror, check_mode=False):
         if not check_mode:
             cluster.write_node_file(node, path, text)
     return changed
+
+
+def _remove_if_empty(kubeconfig_path):
+    """kind delete writes the kubeconfig back without its entries, even when nothing is left (kind's RemoveKIND);
+    the file goes when it holds no cluster, user or context, as teardown treats the management kubeconfig."""
+    if not kubeconfig_path:
+        return
+    path = os.path.expanduser(kubeconfig_path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError):
+        return
+    if isinstance(doc, dict) and not any(doc.get(field) for field in ("clusters", "users", "contexts")):
+        try:
+            os.remove(path)
+        except OSError:  # an empty kubeconfig left behind harms nothing; the cluster is gone
+            pass
 
 
 def _reuse(cluster, result, kubeconfig_path, wait_timeout, check_mode, registry_mirror=None):

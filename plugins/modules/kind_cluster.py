@@ -83,6 +83,8 @@ options:
       - Export the cluster's kubeconfig there (mode 0600). Entries of other clusters in the file are kept;
         the current context becomes C(kind-<name>).
       - When not set, C(kind create) writes its default kubeconfig and readiness uses a private temporary copy.
+      - With O(state=absent), kind removes the cluster's entries from this file; the file itself is deleted when no
+        cluster, user or context is left in it.
     type: path
   wait_timeout:
     description: Seconds to wait until every node is Ready (at least 1).

@@ -14,6 +14,9 @@ are added as the in-cluster controllers would. Decoys that look like ours are se
 Then the teardown runs as a user runs it: ``ansible-playbook -i inventories/aws playbooks/aws.yml
 --tags teardown --check`` (prints the full plan, changes nothing), then without --check. Deleting the
 workload Clusters makes CAPA delete their infrastructure; the sweep removes the rest.
+
+The lifecycle test runs the whole of playbooks/aws.yml (bootstrap, pivot, teardown --check, teardown) on the
+emulated host of tests/substrate/lifecycle.py with the same CAPA and ACK over moto.
 """
 
 from __future__ import annotations
@@ -253,6 +256,7 @@ def run_teardown(ansible_playbook, env, fake_bins, tmp_path, *args, config=None)
             "HOME": str(tmp_path),
             "BOOTSTRAP_CONFIG": str(config or REPO / "bootstrap.toml"),
             "CLUSTER_DELETE_TIMEOUT": TIMEOUT,
+            "KROPS_AWS_SWEEP_TIME_SCALE": "0",  # moto deletes at once: the sweep polls from the start
         },
     )
 
@@ -513,50 +517,213 @@ def test_capa_deletes_a_cluster_only_while_it_runs_and_ack_deletes_with_its_obje
     assert not env.kind.exists("s3.services.k8s.aws/v1alpha1", "Bucket", "krops-eu-west-1-workload-data", "default")
 
 
-@pytest.mark.skip(
-    reason="not run green yet: it stopped at the bootstrap's Flux handoff because the emulated Flux did not "
-    "decrypt SOPS and render made the RFC 3339 KROPS_EXPIRES_AT a datetime; both are fixed now "
-    "(tests/substrate/flux_sops.py, test_render_substitute_keeps_rfc3339_run_tags_strings), but this test has "
-    "not been run past the handoff since"
-)
-def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
-    """ansible-playbook -i inventories/aws playbooks/aws.yml (bootstrap and pivot), then --tags teardown --check
-    and --tags teardown, on the lifecycle host with aws_world's CAPA and ACK. It ran up to the handoff (the
-    skip reason); what follows the bootstrap has not run yet."""
-    import shutil
+def test_the_emulated_api_server_merges_a_secrets_string_data_into_data_as_a_real_one_does():
+    """stringData is write-only (core/v1 Secret): merged into data on write, overwriting, never read back. The
+    emulator kept it, so the Flux-applied capa-system/aws-credentials had no data and the pivot found no
+    credentials to copy ("aws: no credentials for Secret capa-system/aws-credentials")."""
+    import base64
+
+    from tests.substrate.strict_api import StrictKubeEmulator
+
+    api = StrictKubeEmulator("secrets")
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capa-system"}})
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "aws-credentials", "namespace": "capa-system"},
+        "type": "Opaque",
+        "data": {"OTHER": base64.b64encode(b"kept").decode(), "AWS_B64ENCODED_CREDENTIALS": "b2xk"},
+        "stringData": {"AWS_B64ENCODED_CREDENTIALS": "W2RlZmF1bHRdCg=="},
+    }
+    ssa_apply(api, secret, "kustomize-controller")
+    stored = api.get("v1", "Secret", "aws-credentials", "capa-system")
+    assert "stringData" not in stored
+    assert {k: base64.b64decode(v).decode() for k, v in stored["data"].items()} == {
+        "OTHER": "kept",
+        "AWS_B64ENCODED_CREDENTIALS": "W2RlZmF1bHRdCg==",
+    }
+    res = api.resource_for("v1", "Secret")
+    api.patch(res, "capa-system", "aws-credentials", "merge", {"stringData": {"AWS_B64ENCODED_CREDENTIALS": "new"}})
+    stored = api.get("v1", "Secret", "aws-credentials", "capa-system")
+    assert "stringData" not in stored and stored["data"]["AWS_B64ENCODED_CREDENTIALS"] == "bmV3"
+    assert stored["data"]["OTHER"] == base64.b64encode(b"kept").decode()
+
+
+def test_deleting_the_kind_cluster_removes_the_kubeconfig_kind_leaves_empty(tmp_path, run_module):
+    """kind delete cluster takes its entries out of --kubeconfig and writes the rest back, an empty file included
+    (kind pkg/cluster/internal/kubeconfig/internal/kubeconfig/remove.go RemoveKIND): the aws lifecycle left an
+    empty ~/.kube/krops-kind.yaml behind. kind_cluster removes the file when nothing else is left in it; a file
+    holding other contexts keeps them."""
+    import subprocess
+
+    import yaml
+    from ansible_collections.krops.platform.plugins.modules import kind_cluster
 
     from tests.substrate.lifecycle import emulated_world
 
+    with emulated_world(tmp_path / "host") as host:
+        env = dict(host.env, KROPS_STANDIN_BIN=str(host.bin))
+        own, shared = host.home / ".kube" / "krops-kind.yaml", host.home / ".kube" / "config"
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        shared.write_text(yaml.safe_dump(USER_KUBECONFIG))
+        for name, path in (("mgmt", own), ("other", shared)):
+            argv = [str(host.bin / "kind"), "create", "cluster", "--name", name, "--kubeconfig", str(path)]
+            subprocess.run(argv, env=env, check=True, capture_output=True)
+        args = {"state": "absent", "kind_binary": str(host.bin / "kind"), "engine_binary": str(host.bin / "docker")}
+        planned = run_module(kind_cluster, dict(args, name="mgmt", kubeconfig_path=str(own)), check_mode=True)
+        assert planned["deleted"] and own.exists()
+        result = run_module(kind_cluster, dict(args, name="mgmt", kubeconfig_path=str(own)))
+        assert result["deleted"] and not own.exists()
+        result = run_module(kind_cluster, dict(args, name="other", kubeconfig_path=str(shared)))
+        assert result["deleted"] and yaml.safe_load(shared.read_text())["contexts"] == USER_KUBECONFIG["contexts"]
+        assert host.kind_clusters == {}
+
+
+def _gitops_checkout(tmp_path):
+    """A clone of the repository on branch main with the site value a user sets first (mgmt/aws/aws-account.yaml:
+    the account moto serves), as the Git source Flux syncs from."""
+    import subprocess
+
+    repo = tmp_path / "gitops"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-B", "main", head], check=True)
+    site = repo / "mgmt" / "aws" / "aws-account.yaml"
+    placeholder = 'AWS_ACCOUNT_ID: "000000000000"'
+    assert placeholder in site.read_text()
+    site.write_text(site.read_text().replace(placeholder, f'AWS_ACCOUNT_ID: "{ACCOUNT}"'))
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(git + ["commit", "-qam", "site values"], check=True)
+    return repo, subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _ready_kustomizations(api):
+    return sorted(
+        k["metadata"]["name"]
+        for k in api.list(*KS, "flux-system")
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in (k.get("status") or {}).get("conditions", []))
+    )
+
+
+def _resource_versions(world):
+    """(cluster, object key) -> resourceVersion of every object on every API server of the world."""
+    return {
+        (a.name, k): o["metadata"].get("resourceVersion")
+        for a in list(world.clusters.values())
+        for k, o in list(a.objects.items())
+    }
+
+
+USER_KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "team", "cluster": {"server": "https://team.example:6443"}}],
+    "users": [{"name": "team", "user": {"token": "t"}}],
+    "contexts": [{"name": "team", "context": {"cluster": "team", "user": "team"}}],
+    "current-context": "team",
+}
+
+
+def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
+    """ansible-playbook -i inventories/aws playbooks/aws.yml --tags bootstrap, --tags pivot, then --tags teardown
+    --check and --tags teardown, on the emulated host (tests/substrate/lifecycle.py: kind, Flux with SOPS
+    decryption, CAPI, clusterctl move) with aws_world's CAPA and ACK over moto.
+
+    The check run changes nothing in moto nor on any cluster; after the real teardown every AWS resource the run
+    created is gone, the decoys created beforehand survive, and of the kubeconfigs only the user's own is left."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from tests.integration.test_e2e_azure import GitHubDouble
+    from tests.substrate.lifecycle import emulated_world, role_times
+
     aws_world.register_ack_charts(monkeypatch)
-    with emulated_world(
-        tmp_path / "host",
-        environment="aws",
-        git_checkouts={"https://github.com/krops/krops": str(REPO)},
-        env={"GITHUB_TOKEN": "ghp_test", "AWS_ENDPOINT_URL": moto},
-    ) as host:
-        capa = Capa(moto)
-        host.capi.infrastructure["AWSManagedCluster"] = capa
-        host.capi.installers.update(capa.crds)
-        ack = Ack(moto)
-        AckController(host.world, ack)
-        key = host.home / ".config" / "krops" / "age.agekey"
-        key.parent.mkdir(parents=True)
-        shutil.copy(REPO / "tests" / "integration" / "fixtures" / "aws-sops-test.agekey", key)
-        # GitHub's API is not reachable from here; moto serves only the default Elastic IP quota (5, no
-        # increase), and the tree needs 6 in eu-north-1: a real account needs the increase preflight names
-        skip_checks = json.dumps({"preflight_check_git": False, "preflight_check_aws_quota": False})
-        playbook, inventory_dir = REPO / "playbooks" / "aws.yml", REPO / "inventories" / "aws"
-        rc, out, err = host.playbook(playbook, "-e", skip_checks, inventory=inventory_dir)
-        assert rc == 0, (failed(out), err[-3000:])
-        decoys = seed_decoys(moto, capa)
-        created = capa.created() | ack.created()
-        before = inventory(moto)
-        rc, out, err = host.playbook(playbook, "--tags", "teardown", "--check", inventory=inventory_dir)
-        assert rc == 0, (failed(out), err[-3000:])
-        assert inventory(moto) == before
-        rc, out, err = host.playbook(playbook, "--tags", "teardown", inventory=inventory_dir)
-        assert rc == 0, (failed(out), err[-3000:])
-        after = inventory(moto)
-        assert not created & after, sorted(created & after)
-        assert decoys <= after, sorted(decoys - after)
-        assert host.leftovers()["kind_clusters"] == []
+    repo, head = _gitops_checkout(tmp_path)
+    github = GitHubDouble("krops/krops", "main", head, "ghp_test")
+    decoys = seed_decoys(moto, None)
+    times = {}
+    # a short host folder: ansible's local RPC server puts unix sockets (at most 108 bytes) under it
+    root = Path(tempfile.mkdtemp(prefix="krops-aws-", dir="/tmp"))
+    try:
+        with emulated_world(
+            root,
+            environment="aws",
+            git_checkouts={"https://github.com/krops/krops": str(repo)},
+            env={"GITHUB_TOKEN": "ghp_test", "AWS_ENDPOINT_URL": moto},
+        ) as host:
+            capa = Capa(moto)
+            host.capi.infrastructure["AWSManagedCluster"] = capa
+            host.capi.installers.update(capa.crds)
+            ack = Ack(moto)
+            AckController(host.world, ack)
+            key = host.home / ".config" / "krops" / "age.agekey"
+            key.parent.mkdir(parents=True)
+            shutil.copy(REPO / "tests" / "integration" / "fixtures" / "aws-sops-test.agekey", key)
+            key.chmod(0o600)
+            kube_dir = host.home / ".kube"
+            kube_dir.mkdir(parents=True, exist_ok=True)
+            (kube_dir / "config").write_text(yaml.safe_dump(USER_KUBECONFIG))  # KUBECONFIG of the host
+            # moto serves only the default Elastic IP quota (5, no increase), and the tree needs 6 in eu-north-1:
+            # a real account needs the increase preflight names
+            extra = json.dumps({"preflight_github_api_url": github.url, "preflight_check_aws_quota": False})
+
+            def run(*args):
+                started = time.monotonic()
+                # moto deletes at once: the sweep polls from the start (docs/aws-orphan-sweep.md)
+                rc, out, err = host.playbook(
+                    "playbooks/aws.yml",
+                    "-e",
+                    extra,
+                    *args,
+                    inventory="inventories/aws",
+                    env={"KROPS_AWS_SWEEP_TIME_SCALE": "0"},
+                )
+                phase = " ".join(args[1:])
+                times[phase] = time.monotonic() - started
+                times.update({f"{phase}: {role}": t for role, t in role_times(out).items() if role != phase})
+                assert rc == 0, (failed(out), err[-3000:])
+                return out
+
+            run("--tags", "bootstrap")
+            kind = host.cluster("mgmt")
+            chain = sorted(k["metadata"]["name"] for k in kind.list(*KS, "flux-system"))
+            assert chain and _ready_kustomizations(kind) == chain
+
+            run("--tags", "pivot")
+            assert host.kind_clusters == {} and host.leftovers()["kind_clusters"] == []
+            mgmt = host.cluster(MGMT)
+            assert sorted(c["metadata"]["name"] for c in mgmt.list(*CLUSTER)) == sorted((MGMT,) + WORKLOADS)
+            assert _ready_kustomizations(mgmt) == chain
+            # kind's kubeconfig went with kind; the management cluster's is exported
+            assert sorted(p.name for p in kube_dir.iterdir()) == ["config", "krops-mgmt.yaml"]
+            # what runs inside a workload cluster leaves in AWS (a Service's load balancer, a volume)
+            leftovers = capa.workload_leftovers(capa.records[("default", WORKLOADS[0])])
+            created = capa.created() | ack.created() | leftovers
+            assert ("bucket", "s3-bucket", f"krops-{ACCOUNT}-eu-north-1-workload-data") in created
+            assert {r for r, t, i in capa.created() if t == "eks-cluster"} == {"eu-north-1", "eu-west-1"}
+            before = inventory(moto)
+            assert created <= before and decoys <= before and not created & decoys
+
+            rvs = _resource_versions(host.world)
+            run("--tags", "teardown", "--check")
+            assert inventory(moto) == before
+            assert _resource_versions(host.world) == rvs
+
+            run("--tags", "teardown")
+            after = inventory(moto)
+            assert not created & after, sorted(created & after)
+            assert decoys <= after, sorted(decoys - after)
+            assert after == before - created, sorted(after - (before - created))
+            assert host.kind_clusters == {}
+            assert sorted(p.name for p in kube_dir.iterdir()) == ["config"]
+            assert yaml.safe_load((kube_dir / "config").read_text()) == USER_KUBECONFIG
+        assert host.world.errors == []
+    finally:
+        github.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print("aws lifecycle: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()))

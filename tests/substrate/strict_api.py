@@ -368,6 +368,20 @@ def _status_with_details(exc):
 # --- the strict emulator -------------------------------------------------------------
 
 
+def _secret_string_data(res, obj):
+    """A v1 Secret's stringData is write-only: merged into data (base64) on write, overwriting, never output
+    (core/v1 Secret API reference, field stringData)."""
+    if res.group or res.plural != "secrets" or "stringData" not in obj:
+        return obj
+    obj = copy.deepcopy(obj)
+    data = dict(obj.get("data") or {})
+    for key, value in (obj.pop("stringData") or {}).items():
+        data[key] = base64.b64encode(str(value).encode()).decode()
+    if data:
+        obj["data"] = data
+    return obj
+
+
 class StrictKubeEmulator(KubeEmulator):
     """KubeEmulator with schema validation, CRD-gated resources, field managers and garbage collection."""
 
@@ -687,7 +701,7 @@ class StrictKubeEmulator(KubeEmulator):
     def create(self, obj, namespace=None, res=None, directive=None, manager=None, operation="Update"):
         with self._cond:
             res = res or self.resource_for(obj.get("apiVersion", ""), obj.get("kind", ""))
-            obj = self.validate(res, obj, directive or "Ignore", apply=operation == "Apply")
+            obj = _secret_string_data(res, self.validate(res, obj, directive or "Ignore", apply=operation == "Apply"))
             created = super().create(obj, namespace, res)
             stored = self.objects[self._key(res, created["metadata"].get("namespace"), created["metadata"]["name"])]
             if manager:
@@ -1056,7 +1070,7 @@ class StrictKubeEmulator(KubeEmulator):
         self._record("MODIFIED", self.resources[key[:2]], obj)
 
     def _store(self, res, current, body, subresource):
-        stored = super()._store(res, current, body, subresource)
+        stored = super()._store(res, current, _secret_string_data(res, body), subresource)
         key = self._key(res, stored["metadata"].get("namespace"), stored["metadata"]["name"])
         if key not in self.objects:  # the last finalizer went: the object is gone, so are its dependents
             self._gone(res, stored)
