@@ -42,7 +42,7 @@ def _vpc(ec2, key, value="owned", cidr="10.91.0.0/16"):
     "(confirm=False), so a NotFound from DeleteVpc (EC2's eventual consistency right after CreateVpc) is trusted "
     "alone: the VPC stays and the run ends rc=0 with no leftover",
 )
-def test_a_delete_answering_not_found_for_a_vpc_that_exists_is_still_a_leftover(run_module, moto, toml, fast):
+def test_a_delete_answering_not_found_for_a_vpc_that_exists_is_still_a_leftover(run_module, moto, toml, fast):  # noqa: F811
     ec2 = clients(moto, "eu-north-1")("ec2")
     fresh = _vpc(ec2, CAPA % "eu-north-1-workload")
 
@@ -59,7 +59,7 @@ def test_a_delete_answering_not_found_for_a_vpc_that_exists_is_still_a_leftover(
     assert [(r["type"], r["id"]) for r in result["leftovers"]] == [("vpc", fresh)]
 
 
-def _stack_never_finishes_deleting(fast):
+def _stack_never_finishes_deleting(fast):  # noqa: F811
     """CloudFormation accepts DeleteStack and the stack stays DELETE_IN_PROGRESS (a deletion longer than
     wait_timeout: a stuck custom resource, a slow IAM detach)."""
     deleting = set()
@@ -86,7 +86,7 @@ def _stack_never_finishes_deleting(fast):
     "(aws_cloudformation.py:32): rc=0, contrary to the module's 'one still in progress when wait_timeout ends "
     "[fails the run] too, so rc=0 means the stack is gone'",
 )
-def test_a_stack_still_deleting_when_wait_timeout_ends_fails_the_run(run_module, moto, toml, fast):
+def test_a_stack_still_deleting_when_wait_timeout_ends_fails_the_run(run_module, moto, toml, fast):  # noqa: F811
     seed_global(moto, regions=("eu-north-1",))
     _stack_never_finishes_deleting(fast)
     result = sweep(run_module, moto, toml, **dict(NORTH, wait_timeout=1))
@@ -103,7 +103,7 @@ def test_a_stack_still_deleting_when_wait_timeout_ends_fails_the_run(run_module,
     "first listing and the final pass: a rerun after a timed-out stack wait neither awaits it nor reports it, "
     "and ends rc=0 with 'nothing owned found' while the deletion may still end DELETE_FAILED",
 )
-def test_a_rerun_while_the_stack_is_still_deleting_awaits_it_or_fails(run_module, moto, toml, fast):
+def test_a_rerun_while_the_stack_is_still_deleting_awaits_it_or_fails(run_module, moto, toml, fast):  # noqa: F811
     seed_global(moto, regions=("eu-north-1",))
     deleting = _stack_never_finishes_deleting(fast)
     first = sweep(run_module, moto, toml, **dict(NORTH, wait_timeout=1))
@@ -117,7 +117,7 @@ def test_a_rerun_while_the_stack_is_still_deleting_awaits_it_or_fails(run_module
 # --- attacks that held up -----------------------------------------------------------------------------------------
 
 
-def test_delete_mode_without_describes_still_deletes_only_what_is_owned(run_module, moto, toml, fast):
+def test_delete_mode_without_describes_still_deletes_only_what_is_owned(run_module, moto, toml, fast):  # noqa: F811
     """Delete mode no longer describes VPCs, subnets, launch templates and snapshots first: the tag walk alone
     decides. Lookalike clusters, 'shared' values, another cluster's tag and an untagged twin must survive."""
     ec2 = clients(moto, "eu-north-1")("ec2")
@@ -152,7 +152,7 @@ def test_delete_mode_without_describes_still_deletes_only_what_is_owned(run_modu
     assert owned not in vpcs and owned_template not in templates
 
 
-def test_a_vpc_recreated_with_the_same_tags_during_the_sweep_is_a_leftover(run_module, moto, toml, fast):
+def test_a_vpc_recreated_with_the_same_tags_during_the_sweep_is_a_leftover(run_module, moto, toml, fast):  # noqa: F811
     """Deleted, then made again with the same tags (a controller still running): a new id, found by the final
     pass although the first id is in Sweep.gone."""
     ec2 = clients(moto, "eu-north-1")("ec2")
@@ -179,7 +179,7 @@ def test_a_vpc_recreated_with_the_same_tags_during_the_sweep_is_a_leftover(run_m
         ({"regions": "eu-north-1,nowhere-1"}, "regions nowhere-1 are not regions of environment 'aws'"),
     ],
 )
-def test_bad_numbers_and_regions_fail_with_a_message_not_a_traceback(run_module, moto, toml, fast, extra, message):
+def test_bad_numbers_and_regions_fail_with_a_message_not_a_traceback(run_module, moto, toml, fast, extra, message):  # noqa: F811
     result = sweep(run_module, moto, toml, **dict({"wait_timeout": 5}, **extra))
     assert result.failed
     assert message in result["msg"], result["msg"]
