@@ -9,7 +9,7 @@ The tests without a mark are attacks that held up (they pin the behaviour that r
 from __future__ import annotations
 
 import pytest
-from test_aws_sweep_world import CAPA, CCM, clients, seed_global
+from test_aws_sweep_world import BOOTSTRAP_TOML, CAPA, CCM, clients, seed_global
 
 from tests.integration.test_aws_sweep import _Http, fast, sweep, toml  # noqa: F401  (fixtures)
 from tests.integration.test_strict_api import KS, api, kustomization  # noqa: F401  (fixture)
@@ -231,3 +231,75 @@ def test_the_memo_misses_after_a_delete_and_recreate_and_a_schema_change(api):  
     other = apply(kustomization(suspend=False), manager="someone-else")
     managers = {e["manager"] for e in other["metadata"]["managedFields"]}
     assert {"krops", "someone-else"} <= managers
+
+
+def test_delete_mode_load_balancers_from_the_tag_walk_alone_spare_every_decoy(run_module, moto, toml, fast):  # noqa: F811
+    """Delete mode takes load balancers straight from the Tagging API walk (no describe): the walk's owner
+    decides alone. 'shared' values, a prefix-sharing cluster and the LB controller's tag for another cluster
+    survive; classic load balancers are named from their ARN."""
+    north = clients(moto, "eu-north-1")
+    ec2, elbv2, elb = north("ec2"), north("elbv2"), north("elb")
+    vpc = ec2.create_vpc(CidrBlock="172.20.0.0/16")["Vpc"]["VpcId"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"172.20.{i}.0/24", AvailabilityZone=f"eu-north-1{z}")["Subnet"][
+            "SubnetId"
+        ]
+        for i, z in ((1, "a"), (2, "b"))
+    ]
+
+    def v2(name, key, value):
+        return elbv2.create_load_balancer(Name=name, Subnets=subnets, Tags=[{"Key": key, "Value": value}])[
+            "LoadBalancers"
+        ][0]["LoadBalancerArn"]
+
+    def classic(name, key, value):
+        elb.create_load_balancer(
+            LoadBalancerName=name,
+            Listeners=[{"Protocol": "TCP", "LoadBalancerPort": 80, "InstancePort": 80}],
+            Subnets=subnets,
+            Tags=[{"Key": key, "Value": value}],
+        )
+        return name
+
+    owned = {
+        v2("owned-v2", CCM % "eu-north-1-workload", "owned"),
+        classic("owned-classic", CCM % "eu-north-1-workload", "owned"),
+    }
+    decoys = {
+        v2("shared-v2", CCM % "eu-north-1-workload", "shared"),
+        v2("prefix-v2", CCM % "eu-north-1-workload-2", "owned"),
+        v2("controller-v2", "elbv2.k8s.aws/cluster", "eu-north-1-workload-2"),
+        classic("shared-classic", CCM % "eu-north-1-workload", "shared"),
+        classic("owned-classic-2", CCM % "eu-north-1-workload-2", "owned"),
+    }
+    result = sweep(run_module, moto, toml, **NORTH)
+    assert not result.failed, result["msg"]
+    assert {(r["id"], r["outcome"]) for r in result["results"]} == {(i, "deleted") for i in owned}
+    left = {lb["LoadBalancerArn"] for lb in elbv2.describe_load_balancers()["LoadBalancers"]}
+    left |= {lb["LoadBalancerName"] for lb in elb.describe_load_balancers()["LoadBalancerDescriptions"]}
+    assert left == decoys
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ('region = "eu-west-1"\n', "", "environments.aws.teardown.aws-workloads[1].region: expected a value"),
+        ('region = "eu-west-1"', "region = 5", "expected an AWS region name such as eu-north-1, got 5"),
+        ('global-iam-users = ["krops-reader"]', 'global-iam-users = "krops-reader"', "expected an array"),
+        ('cfn-stack-name = "cluster-api-provider-aws-sigs-k8s-io"', "cfn-stack-name = 5", "CloudFormation stack"),
+    ],
+)
+def test_a_bootstrap_toml_with_a_missing_region_or_wrong_types_fails_by_key(
+    run_module,
+    moto,
+    tmp_path,
+    fast,  # noqa: F811
+    old,
+    new,
+    message,  # noqa: F811
+):
+    path = tmp_path / "bootstrap.toml"
+    path.write_text(BOOTSTRAP_TOML.replace(old, new, 1))
+    result = sweep(run_module, moto, str(path), check_mode=True)
+    assert result.failed and message in result["msg"], result["msg"]
+    assert "Traceback" not in result["msg"] and "unexpectedly" not in result["msg"]
