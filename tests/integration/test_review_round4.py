@@ -303,3 +303,29 @@ def test_a_bootstrap_toml_with_a_missing_region_or_wrong_types_fails_by_key(
     result = sweep(run_module, moto, str(path), check_mode=True)
     assert result.failed and message in result["msg"], result["msg"]
     assert "Traceback" not in result["msg"] and "unexpectedly" not in result["msg"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an endpoint_url without a scheme makes botocore raise ValueError('Invalid endpoint: ...') in "
+    "aws.Connection.client (aws.py:311), which nothing catches: the task says 'failed unexpectedly ... This is a "
+    "krops defect, not a problem with your input' instead of naming endpoint_url",
+)
+def test_an_endpoint_url_without_a_scheme_is_refused_by_name(run_module, moto, toml, fast):  # noqa: F811
+    result = sweep(run_module, moto, toml, check_mode=True, endpoint_url=moto.replace("http://", ""))
+    assert result.failed
+    assert "endpoint_url" in result["msg"] and "unexpectedly" not in result["msg"], result["msg"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="write_report (aws_sweep.py, os.makedirs/open) lets OSError through: a report_path whose folder is a "
+    "file (or not writable) ends 'failed unexpectedly ... FileExistsError ... This is a krops defect, not a "
+    "problem with your input' instead of naming report_path and what to fix",
+)
+def test_a_report_path_that_cannot_be_written_is_refused_by_name(run_module, moto, toml, fast, tmp_path):  # noqa: F811
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = sweep(run_module, moto, toml, mode="report", report_path=str(blocker / "orphans.md"))
+    assert result.failed
+    assert "report_path" in result["msg"] and "unexpectedly" not in result["msg"], result["msg"]
