@@ -82,7 +82,7 @@ def _stack_never_finishes_deleting(fast):  # noqa: F811
 @pytest.mark.xfail(
     strict=True,
     reason="a stack still DELETE_IN_PROGRESS when wait_timeout ends is a 'failed' result, but the task's failed "
-    "flag is only leftovers or errors (aws_sweep.py:933) and the final pass skips DELETE_IN_PROGRESS stacks "
+    "flag is only leftovers or errors (aws_sweep.py:934) and the final pass skips DELETE_IN_PROGRESS stacks "
     "(aws_cloudformation.py:32): rc=0, contrary to the module's 'one still in progress when wait_timeout ends "
     "[fails the run] too, so rc=0 means the stack is gone'",
 )
