@@ -316,6 +316,11 @@ class Connection:
                         service, region, self.profile or "default", exc
                     )
                 )
+            except ValueError as exc:  # botocore: "Invalid endpoint: ..." for a URL without a scheme
+                raise AwsError(
+                    f"endpoint_url (or AWS_ENDPOINT_URL) {self.endpoint_url!r} is not usable: {exc}; give a full URL such as "
+                    "https://host:port"
+                )
             found.meta.events.register("after-call", self.counter)
             for event, handler in CLIENT_HOOKS:
                 found.meta.events.register(event, handler)

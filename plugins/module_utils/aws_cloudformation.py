@@ -28,7 +28,8 @@ def stacks(d, with_age):
                 continue
             raise
         for stack in listed:
-            if stack.get("StackStatus") in ("DELETE_COMPLETE", "DELETE_IN_PROGRESS"):
+            # a stack still DELETE_IN_PROGRESS (an earlier run's deletion) is listed: the sweep awaits it
+            if stack.get("StackStatus") == "DELETE_COMPLETE":
                 continue
             res = resource(
                 region,
@@ -48,6 +49,8 @@ def stacks(d, with_age):
 
 
 def delete_stack(x, res):
+    if res["meta"].get("status") == "DELETE_IN_PROGRESS":
+        return  # already deleting: awaited like a deletion this run started, not requested again
     aws.call(x.client("cloudformation", res["region"]), "delete_stack", StackName=res["id"])
 
 

@@ -184,9 +184,31 @@ def _clean_user(client, name, groups, attached, inline):
         _ignore_gone(aws.call, client=client, operation="delete_user_policy", UserName=name, PolicyName=policy)
 
 
+def _delete_other_credentials(client, name):
+    """The rarer things DeleteUser also requires gone (IAM API reference, DeleteUser): SSH public keys, signing
+    certificates and service-specific credentials. Listed only after a DeleteConflict, so a plain user costs no
+    calls for them."""
+    for ssh in aws.paginate(client, "list_ssh_public_keys", "SSHPublicKeys", UserName=name):
+        aws.call(client, "delete_ssh_public_key", UserName=name, SSHPublicKeyId=ssh["SSHPublicKeyId"])
+    for cert in aws.paginate(client, "list_signing_certificates", "Certificates", UserName=name):
+        aws.call(client, "delete_signing_certificate", UserName=name, CertificateId=cert["CertificateId"])
+    try:  # CodeCommit/Keyspaces credentials; an endpoint without the API (moto) can hold none
+        creds = aws.call(client, "list_service_specific_credentials", UserName=name).get("ServiceSpecificCredentials")
+    except aws.UnsupportedOperation:
+        creds = []
+    for cred in creds or []:
+        aws.call(
+            client,
+            "delete_service_specific_credential",
+            UserName=name,
+            ServiceSpecificCredentialId=cred["ServiceSpecificCredentialId"],
+        )
+
+
 def delete_user(x, res):
-    """What IAM's DeleteUser requires gone first: the login profile, access keys, MFA devices (listed: the walk
-    does not carry them), then the groups and policies the walk gave."""
+    """What IAM's DeleteUser requires gone first (IAM API reference, DeleteUser): the login profile, access keys,
+    MFA devices (virtual ones deleted; listed: the walk does not carry them), then the groups and policies the
+    walk gave. On a DeleteConflict the rest goes too (_delete_other_credentials) and everything is listed afresh."""
     client = x.client("iam", x.sweep.home_region)
     name, meta = res["id"], res["meta"]
     _ignore_gone(aws.call, client=client, operation="delete_login_profile", UserName=name)
@@ -194,12 +216,17 @@ def delete_user(x, res):
         aws.call(client, "delete_access_key", UserName=name, AccessKeyId=key["AccessKeyId"])
     for device in aws.paginate(client, "list_mfa_devices", "MFADevices", UserName=name):
         aws.call(client, "deactivate_mfa_device", UserName=name, SerialNumber=device["SerialNumber"])
+        if device["SerialNumber"].startswith("arn:"):  # a virtual device (an ARN) is the user's own; delete it
+            _ignore_gone(
+                aws.call, client=client, operation="delete_virtual_mfa_device", SerialNumber=device["SerialNumber"]
+            )
     _clean_user(client, name, meta.get("groups") or [], meta.get("attached") or [], meta.get("inline") or [])
     try:
         aws.call(client, "delete_user", UserName=name)
     except ClientError as exc:
         if aws.error_code(exc) != "DeleteConflict":
             raise
+        _delete_other_credentials(client, name)
         _clean_user(
             client,
             name,

@@ -497,7 +497,8 @@ class Sweep:
     def leftovers(self, results=()):
         """Everything owned still there after the deletions, listed afresh. ``results`` (this run's outcomes, the
         earlier steps' included) tell the rows what this run saw go: aws_ec2 does not describe those again."""
-        self.gone = {(r["region"], r["id"]) for r in results if r["outcome"] in ("deleted", "absent")}
+        # only what this run deleted: an 'absent' answer alone (EC2 is eventually consistent) is described again
+        self.gone = {(r["region"], r["id"]) for r in results if r["outcome"] == "deleted"}
         regional, global_resources = self.discover()
         return [
             public(r, "left", r.get("reason") or "still present after the sweep") for r in regional + global_resources
@@ -931,7 +932,10 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     result["msg"] = summary(result, mode, check_mode)
     if result.get("_krops_pending"):
         result["msg"] = "sweep in progress, still deleting: {}".format(", ".join(result["waiting"][:10]))
-    result["failed"] = bool(result["leftovers"] or result["errors"])
+    # a deletion that did not finish (e.g. still in progress at wait_timeout) fails the run, leftover or not
+    result["failed"] = bool(
+        result["leftovers"] or result["errors"] or any(r["outcome"] == "failed" for r in result.get("results") or [])
+    )
     return result
 
 
@@ -979,9 +983,12 @@ def write_report(path, markdown, data):
     base = path[:-3] if path.endswith(".md") else path
     json_path = base + ".json"
     folder = os.path.dirname(path)
-    if folder:
-        os.makedirs(folder, exist_ok=True)
-    for target, text in ((path, markdown), (json_path, report_json(data))):
-        with open(target, "w", encoding="utf-8") as handle:
-            handle.write(text)
+    try:
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        for target, text in ((path, markdown), (json_path, report_json(data))):
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(text)
+    except OSError as exc:
+        raise aws.AwsError(f"report_path {path}: cannot write the report ({exc}); give a path in a writable folder")
     return {"markdown": path, "json": json_path}

@@ -657,8 +657,7 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
             env={"GITHUB_TOKEN": "ghp_test", "AWS_ENDPOINT_URL": moto},
         ) as host:
             capa = Capa(moto)
-            host.capi.infrastructure["AWSManagedCluster"] = capa
-            host.capi.installers.update(capa.crds)
+            host.capi.plug_in("AWSManagedCluster", capa)
             ack = Ack(moto)
             AckController(host.world, ack)
             key = host.home / ".config" / "krops" / "age.agekey"

@@ -2,8 +2,8 @@
 # Apache License 2.0 (see LICENSE)
 """Round-4 hostile review: the AWS sweep's skipped describes and awaited stack, and the emulator's apply memo.
 
-Each xfail(strict=True) test is a defect found in review: it fails on the current code and passes once fixed.
-The tests without a mark are attacks that held up (they pin the behaviour that resisted).
+Each test is a defect found in review (it failed before the fix that came with it) or an attack that held up
+(it pins the behaviour that resisted).
 """
 
 from __future__ import annotations
@@ -35,13 +35,6 @@ def _vpc(ec2, key, value="owned", cidr="10.91.0.0/16"):
 # --- (b) rc=0 while an owned resource is left --------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="aws_sweep.leftovers (aws_sweep.py:500) puts 'absent' outcomes into Sweep.gone and aws_ec2.owned_index "
-    "(aws_ec2.py:46) then never describes them again; in delete mode the VPC is not described before its delete "
-    "(confirm=False), so a NotFound from DeleteVpc (EC2's eventual consistency right after CreateVpc) is trusted "
-    "alone: the VPC stays and the run ends rc=0 with no leftover",
-)
 def test_a_delete_answering_not_found_for_a_vpc_that_exists_is_still_a_leftover(run_module, moto, toml, fast):  # noqa: F811
     ec2 = clients(moto, "eu-north-1")("ec2")
     fresh = _vpc(ec2, CAPA % "eu-north-1-workload")
@@ -79,13 +72,6 @@ def _stack_never_finishes_deleting(fast):  # noqa: F811
     return deleting
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stack still DELETE_IN_PROGRESS when wait_timeout ends is a 'failed' result, but the task's failed "
-    "flag is only leftovers or errors (aws_sweep.py:934) and the final pass skips DELETE_IN_PROGRESS stacks "
-    "(aws_cloudformation.py:32): rc=0, contrary to the module's 'one still in progress when wait_timeout ends "
-    "[fails the run] too, so rc=0 means the stack is gone'",
-)
 def test_a_stack_still_deleting_when_wait_timeout_ends_fails_the_run(run_module, moto, toml, fast):  # noqa: F811
     seed_global(moto, regions=("eu-north-1",))
     _stack_never_finishes_deleting(fast)
@@ -97,12 +83,6 @@ def test_a_stack_still_deleting_when_wait_timeout_ends_fails_the_run(run_module,
     assert result.failed, "rc=0 although the stack's deletion did not finish: " + result["msg"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="aws_cloudformation.stacks (aws_cloudformation.py:32) skips a stack in DELETE_IN_PROGRESS in the "
-    "first listing and the final pass: a rerun after a timed-out stack wait neither awaits it nor reports it, "
-    "and ends rc=0 with 'nothing owned found' while the deletion may still end DELETE_FAILED",
-)
 def test_a_rerun_while_the_stack_is_still_deleting_awaits_it_or_fails(run_module, moto, toml, fast):  # noqa: F811
     seed_global(moto, regions=("eu-north-1",))
     deleting = _stack_never_finishes_deleting(fast)
@@ -189,12 +169,6 @@ def test_bad_numbers_and_regions_fail_with_a_message_not_a_traceback(run_module,
 # --- the emulated API server's apply memo -------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="StrictKubeEmulator.patch answers a repeated apply from its memo (strict_api.py:740) before _apply's "
-    "resourceVersion precondition (strict_api.py:858): an apply that carries a resourceVersion the object has "
-    "moved past is accepted, where a real API server answers 409 Conflict",
-)
 def test_a_repeated_apply_with_a_stale_resource_version_is_a_conflict(api):  # noqa: F811
     res = api.resource_for(KS, "Kustomization")
 
@@ -305,24 +279,12 @@ def test_a_bootstrap_toml_with_a_missing_region_or_wrong_types_fails_by_key(
     assert "Traceback" not in result["msg"] and "unexpectedly" not in result["msg"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an endpoint_url without a scheme makes botocore raise ValueError('Invalid endpoint: ...') in "
-    "aws.Connection.client (aws.py:311), which nothing catches: the task says 'failed unexpectedly ... This is a "
-    "krops defect, not a problem with your input' instead of naming endpoint_url",
-)
 def test_an_endpoint_url_without_a_scheme_is_refused_by_name(run_module, moto, toml, fast):  # noqa: F811
     result = sweep(run_module, moto, toml, check_mode=True, endpoint_url=moto.replace("http://", ""))
     assert result.failed
     assert "endpoint_url" in result["msg"] and "unexpectedly" not in result["msg"], result["msg"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="write_report (aws_sweep.py, os.makedirs/open) lets OSError through: a report_path whose folder is a "
-    "file (or not writable) ends 'failed unexpectedly ... FileExistsError ... This is a krops defect, not a "
-    "problem with your input' instead of naming report_path and what to fix",
-)
 def test_a_report_path_that_cannot_be_written_is_refused_by_name(run_module, moto, toml, fast, tmp_path):  # noqa: F811
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -339,19 +301,14 @@ SSH_KEY = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="aws_iam.delete_user (aws_iam.py:187) removes the login profile, access keys, MFA devices, groups and "
-    "policies, but not the SSH public keys, signing certificates and service-specific credentials IAM's DeleteUser "
-    "also requires gone (AWS IAM API reference, DeleteUser): such a user fails with DeleteConflict on every run. "
-    "moto's DeleteUser checks only policies, so a stand-in at the HTTP boundary refuses as IAM does",
-)
 def test_the_reader_user_goes_although_it_has_an_ssh_public_key(run_module, moto, toml, fast):  # noqa: F811
     seed_global(moto)
     iam = clients(moto, "eu-north-1")("iam")
     iam.upload_ssh_public_key(UserName="krops-reader", SSHPublicKeyBody=SSH_KEY)
 
     def like_iam(model, params, **_kwargs):
+        if model.name == "ListServiceSpecificCredentials":  # moto lacks it; IAM answers an empty list for this user
+            return (_Http(200), {"ServiceSpecificCredentials": [], "ResponseMetadata": {"HTTPStatusCode": 200}})
         if model.name == "DeleteUser" and iam.list_ssh_public_keys(UserName="krops-reader")["SSHPublicKeys"]:
             return (
                 _Http(409),
@@ -369,12 +326,6 @@ def test_the_reader_user_goes_although_it_has_an_ssh_public_key(run_module, moto
     assert "krops-reader" not in [u["UserName"] for u in iam.list_users()["Users"]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="StrictKubeEmulator.reapplies (strict_api.py:764) compares the configuration with Python ==, where "
-    "True == 1 (and 1 == 1.0): an apply that sends spec.suspend: 1 after one that sent true is answered from the "
-    "memo, where a real API server refuses the integer for a boolean field (422). Compare the JSON text (or types).",
-)
 def test_an_apply_whose_value_only_equals_the_last_one_in_python_is_validated(api):  # noqa: F811
     res = api.resource_for(KS, "Kustomization")
 

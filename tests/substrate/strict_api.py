@@ -757,7 +757,7 @@ class StrictKubeEmulator(KubeEmulator):
                 if key in self.objects:
                     self._applied[(key, field_manager, subresource, bool(force))] = (
                         self._schema_epoch,
-                        copy.deepcopy(patch),
+                        json.dumps(patch, sort_keys=True),
                         copy.deepcopy(self.objects[key]),
                     )
                 return result
@@ -774,8 +774,16 @@ class StrictKubeEmulator(KubeEmulator):
         """True when this apply is the last one again: same configuration and manager, on the object that apply
         produced (unchanged since) under the same CRD schemas. Apply is a function of those and idempotent, so
         a server changes nothing; patch() answers it without redoing validation and field management."""
+        if (patch.get("metadata") or {}).get("resourceVersion"):
+            return False  # a precondition: _apply checks it against the live object (409 when it moved)
         seen = self._applied.get((key, manager, subresource, bool(force)))
-        return bool(seen) and seen[0] == self._schema_epoch and seen[1] == patch and seen[2] == self.objects.get(key)
+        # the JSON text, not ==: True == 1 in Python, but a boolean field refuses 1
+        return (
+            bool(seen)
+            and seen[0] == self._schema_epoch
+            and seen[1] == json.dumps(patch, sort_keys=True)
+            and seen[2] == self.objects.get(key)
+        )
 
     def _conflict(self, res, name):
         qualified = f"{res.plural}.{res.group}" if res.group else res.plural
