@@ -307,8 +307,6 @@ def test_the_reader_user_goes_although_it_has_an_ssh_public_key(run_module, moto
     iam.upload_ssh_public_key(UserName="krops-reader", SSHPublicKeyBody=SSH_KEY)
 
     def like_iam(model, params, **_kwargs):
-        if model.name == "ListServiceSpecificCredentials":  # moto lacks it; IAM answers an empty list for this user
-            return (_Http(200), {"ServiceSpecificCredentials": [], "ResponseMetadata": {"HTTPStatusCode": 200}})
         if model.name == "DeleteUser" and iam.list_ssh_public_keys(UserName="krops-reader")["SSHPublicKeys"]:
             return (
                 _Http(409),
