@@ -953,6 +953,7 @@ def test_gcp_credentials_through_workload_identity_federation(google, run_module
     jwk = dict(json.loads(RSAAlgorithm.to_jwk(key.public_key())), kid="k1")
     google.pools["krops"] = {"name": google._pool_name("krops"), "state": "ACTIVE"}
     google.providers[("krops", "kind")] = {
+        "name": google._pool_name("krops") + "/providers/kind",
         "state": "ACTIVE",
         "attributeMapping": {"google.subject": "assertion.sub"},
         "oidc": {"issuerUri": issuer, "allowedAudiences": [issuer], "jwksJson": json.dumps({"keys": [jwk]})},
@@ -996,7 +997,9 @@ def test_gcp_credentials_through_workload_identity_federation(google, run_module
     args = gcp_args(google, networks=[])
     del args["access_token"]
     result = run_module(gcp_teardown, args)
-    assert not result.failed, result.get("msg")
+    assert not result.failed, (result.get("msg"), result.get("results"))
+    # bootstrap.toml names krops/kind: it goes last, after the token was issued (issued tokens stay valid)
+    assert google.providers[("krops", "kind")]["state"] == "DELETED"
     # google-auth exchanges the pod token once, then impersonates (for its project lookup and the teardown's token)
     login = [(m, p, auth) for m, p, auth in google.calls if p.startswith(("/sts/", "/iamcredentials/"))]
     assert login[0][:2] == ("POST", "/sts/v1/token")
@@ -1006,6 +1009,7 @@ def test_gcp_credentials_through_workload_identity_federation(google, run_module
     apis = {auth for m, p, auth in google.calls if p.startswith("/compute/")}
     assert len(apis) == 1 and apis.pop().startswith("Bearer impersonated-")
     # a subject the service account's policy does not admit is refused, and the message says so
+    google.providers[("krops", "kind")]["state"] = "ACTIVE"  # (undeleted, so STS still accepts the pod token)
     google.sa_policies[email]["bindings"][0]["members"] = [principal.replace("capg-manager", "someone-else")]
     result = run_module(gcp_teardown, args)
     assert result.failed

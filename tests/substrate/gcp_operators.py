@@ -687,12 +687,16 @@ def _policy_member(ops, api, obj, delete):
         if delete:
             if binding and member in binding["members"]:
                 binding["members"].remove(member)
+                if policy is g.project_policy:
+                    g.bump_project_policy()
             return
         if binding is None:
             binding = {"role": spec["role"], "members": []}
             bindings.append(binding)
         if member not in binding["members"]:
             binding["members"].append(member)
+            if policy is g.project_policy:
+                g.bump_project_policy()  # a change is a new etag (a stale read-modify-write is refused)
 
 
 def _address(ops, api, obj, delete):
