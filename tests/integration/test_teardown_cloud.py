@@ -545,6 +545,111 @@ def test_gcp_unauthenticated_calls_are_refused_by_the_double(google, run_module,
     assert not google.writes()
 
 
+SA = "krops-europe-north1-workload@p1.iam.gserviceaccount.com"  # bootstrap.toml teardown.service-accounts
+
+
+def gcp_iam_world(g):
+    """The IAM side of a gcp run (the tree's account and grants, providers kind and mgmt in pool krops) with
+    decoys: an account sharing the prefix, other members of the same roles, a provider bootstrap.toml does not name
+    in pool krops, one named alike in another pool."""
+    lookalike = "krops-europe-north1-workload-2@p1.iam.gserviceaccount.com"
+    for email in (SA, lookalike):
+        g.service_accounts[email] = {"email": email, "uniqueId": str(abs(hash(email)))}
+    g.project_policy["bindings"] = [
+        {"role": "roles/cloudsql.client", "members": [f"serviceAccount:{SA}", "user:dba@example.com"]},
+        {"role": "roles/cloudsql.instanceUser", "members": [f"serviceAccount:{SA}"]},
+        {"role": "roles/editor", "members": [f"serviceAccount:{lookalike}", "group:team@example.com"]},
+    ]
+    for pool in ("krops", "team"):
+        g.pools[pool] = {"name": g._pool_name(pool), "state": "ACTIVE"}
+    for pool, provider in (("krops", "kind"), ("krops", "mgmt"), ("krops", "ci-01"), ("team", "kind")):
+        g.providers[(pool, provider)] = {"name": f"{g._pool_name(pool)}/providers/{provider}", "state": "ACTIVE"}
+
+
+GCP_IAM_PLAN = [
+    ("iam-grant", f"roles/cloudsql.client serviceAccount:{SA}"),
+    ("iam-grant", f"roles/cloudsql.instanceUser serviceAccount:{SA}"),
+    ("service-account", SA),
+    ("workload-identity-provider", "krops/kind"),
+    ("workload-identity-provider", "krops/mgmt"),
+]
+
+
+def test_gcp_deletes_the_named_service_accounts_their_grants_and_providers_and_nothing_else(
+    google, run_module, tmp_path
+):
+    gcp_iam_world(google)
+    before = google.inventory_objects()
+    planned = run_module(gcp_teardown, gcp_args(google, networks=[]), check_mode=True)
+    assert not planned.failed and planned.changed, planned
+    assert [(r["type"], r["name"], r["outcome"]) for r in planned["results"]] == [
+        t + ("planned",) for t in GCP_IAM_PLAN
+    ]
+    assert not google.writes() and google.inventory_objects() == before
+    google.policy_races = 1  # another writer changes the policy between the first read and write: 409, re-read
+    result = run_module(gcp_teardown, gcp_args(google, networks=[]))
+    assert not result.failed, result.get("msg")
+    assert [(r["type"], r["name"], r["outcome"]) for r in result["results"]] == [
+        t + ("deleted",) for t in GCP_IAM_PLAN
+    ]
+    assert SA not in google.service_accounts
+    assert sorted(google.service_accounts) == ["krops-europe-north1-workload-2@p1.iam.gserviceaccount.com"]
+    members = {b["role"]: b["members"] for b in google.project_policy["bindings"]}
+    assert members["roles/cloudsql.client"] == ["user:dba@example.com"] and "roles/cloudsql.instanceUser" not in members
+    assert members["roles/editor"] == [
+        "serviceAccount:krops-europe-north1-workload-2@p1.iam.gserviceaccount.com",
+        "group:team@example.com",
+    ]
+    assert len(members["roles/viewer"]) == 1  # the concurrent writer's member survived the retry
+    assert {k: v["state"] for k, v in google.providers.items()} == {
+        ("krops", "kind"): "DELETED",  # soft-deleted (undeletable for 30 days), as the API does
+        ("krops", "mgmt"): "DELETED",
+        ("krops", "ci-01"): "ACTIVE",
+        ("team", "kind"): "ACTIVE",
+    }
+    assert google.pools["krops"]["state"] == "ACTIVE"  # the pool is a prerequisite and stays
+    sets = [p for m, p in google.writes() if p.endswith(":setIamPolicy")]
+    assert len(sets) == 3  # one refused with 409 (stale etag), then one per grant
+    again = run_module(gcp_teardown, gcp_args(google, networks=[]))
+    assert not again.failed and not again.changed and again["results"] == []
+
+
+def test_gcp_a_named_account_that_cannot_be_deleted_fails_the_run_naming_it(google, run_module, tmp_path):
+    gcp_iam_world(google)
+    google.refuse_sa_delete.add(SA)
+    result = run_module(gcp_teardown, gcp_args(google, networks=[]))
+    assert result.failed and result["stopped_at"] == "service-accounts"
+    assert result["leftovers"] == [f"service-account/{SA}"]
+    assert result["msg"] == (
+        f"GCP resources of project p1 left behind at stage service-accounts: service-account/{SA}; see results for "
+        "the reason of each, then run the teardown again"
+    )
+    [entry] = [r for r in result["results"] if r["type"] == "service-account"]
+    assert entry["error"].endswith(
+        "answered 403: Permission 'iam.serviceAccounts.delete' denied on resource (or it may not exist)."
+    )
+    assert SA in google.service_accounts and google.providers[("krops", "kind")]["state"] == "ACTIVE"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("service-accounts", '["krops@p1.iam.gserviceaccount.com"]', "a GCP service account id"),
+        ("service-accounts", '["ab"]', "a GCP service account id"),
+        ("workload-identity-providers", '["kind"]', "<pool>/<provider>"),
+        ("workload-identity-providers", '["projects/p1/locations/global/workloadIdentityPools/krops"]', "<pool>/"),
+        ("workload-identity-providers", '["gcp-x/kind"]', "<pool>/<provider>"),
+    ],
+)
+def test_gcp_iam_names_in_bootstrap_toml_are_checked_by_the_loader(run_module, tmp_path, key, value, expected):
+    text = (REPO / "bootstrap.toml").read_text()
+    line = re.search(rf"(?m)^{key} = \[.*\]\n", text)
+    path = tmp_path / "bootstrap.toml"
+    path.write_text(text.replace(line.group(0), f"{key} = {value}\n"))
+    result = run_module(gcp_teardown, {"environment": "gcp", "config_file": str(path), "project": "p1"})
+    assert result.failed and f"environments.gcp.teardown.{key}[0]" in result["msg"] and expected in result["msg"]
+
+
 AZURE_LOGIN_FAILED = (
     "Azure login failed (%s). Set access_token, or client_id/secret/tenant, or the variables DefaultAzureCredential "
     "reads (AZURE_CLIENT_ID, AZURE_TENANT_ID with AZURE_CLIENT_SECRET or AZURE_FEDERATED_TOKEN_FILE; a managed "
