@@ -767,8 +767,10 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
                 ("iam", "workloadIdentityPools/krops/providers/kind"),
                 ("iam", "workloadIdentityPools/krops/providers/mgmt"),
             ]
-            assert google.providers[("krops", "kind")]["state"] == google.providers[("krops", "mgmt")]["state"] == (
-                "DELETED"
+            assert (
+                google.providers[("krops", "kind")]["state"]
+                == google.providers[("krops", "mgmt")]["state"]
+                == ("DELETED")
             )
             assert sa not in google.service_accounts and not [
                 m for b in google.project_policy["bindings"] for m in b["members"] if sa in m

@@ -589,9 +589,7 @@ def test_gcp_deletes_the_named_service_accounts_their_grants_and_providers_and_n
     google.policy_races = 1  # another writer changes the policy between the first read and write: 409, re-read
     result = run_module(gcp_teardown, gcp_args(google, networks=[]))
     assert not result.failed, result.get("msg")
-    assert [(r["type"], r["name"], r["outcome"]) for r in result["results"]] == [
-        t + ("deleted",) for t in GCP_IAM_PLAN
-    ]
+    assert [(r["type"], r["name"], r["outcome"]) for r in result["results"]] == [t + ("deleted",) for t in GCP_IAM_PLAN]
     assert SA not in google.service_accounts
     assert sorted(google.service_accounts) == ["krops-europe-north1-workload-2@p1.iam.gserviceaccount.com"]
     members = {b["role"]: b["members"] for b in google.project_policy["bindings"]}

@@ -616,7 +616,9 @@ class GoogleDouble:
     def _service_account(self, method, email):
         account = self.service_accounts.get(email)
         if account is None:
-            return _error(404, f"Service account projects/{self.project}/serviceAccounts/{email} not found.", "NOT_FOUND")
+            return _error(
+                404, f"Service account projects/{self.project}/serviceAccounts/{email} not found.", "NOT_FOUND"
+            )
         if method == "GET":
             return 200, account
         if method != "DELETE":
