@@ -749,6 +749,12 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
                 len(google.writes()) == writes
                 and {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()} == before
             )
+            # Config Connector's actuation is paused first (the emulated one re-reconciles every pass and would
+            # recreate what the teardown deletes): check mode shows the pause and does not make it
+            [pause] = ran(out, "Pause Config Connector's actuation before the cloud deletions (actuationMode Paused)")
+            assert pause["changed"] is True
+            [kcc] = mgmt.list("core.cnrm.cloud.google.com/v1beta1", "ConfigConnector")
+            assert "actuationMode" not in kcc["spec"] and mgmt.url not in ops.paused_seen
             # and nothing on the management cluster: no Kustomization suspended, both Clusters kept
             assert [k["metadata"]["name"] for k in mgmt.list(*KS) if k["spec"].get("suspend")] == []
             assert sorted(
@@ -756,9 +762,15 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
             ) == [MGMT_VPC, WORKLOAD_VPC]
             timings["check"] = round(time.monotonic() - started, 1)
 
+            calls = len(google.calls)
             rc, out, err = run("--tags", "teardown")
             timings["teardown"] = round(time.monotonic() - started, 1)
             assert rc == 0, (failed(out), err[-3000:])
+            [pause] = ran(out, "Pause Config Connector's actuation before the cloud deletions (actuationMode Paused)")
+            assert pause["changed"] is True
+            first_delete = next(i for i, c in enumerate(google.calls) if i >= calls and c[0] != "GET")
+            # the emulated Config Connector saw the pause before the teardown's first write to Google
+            assert ops.paused_seen[mgmt.url] <= first_delete, (ops.paused_seen, first_delete)
             left = {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()}
             # Nothing the run created is left: IAM included (bootstrap.toml teardown.service-accounts and
             # .workload-identity-providers); the providers are soft-deleted (state DELETED), as the API does.
