@@ -866,6 +866,8 @@ def gcp_discover(
 
 # <pool>/<provider>: IAM workload identity pool and provider IDs (4 to 32 of [a-z0-9-], not starting gcp-)
 GCP_PROVIDER_NAME = re.compile(r"^(?!gcp-)[a-z0-9-]{4,32}/(?!gcp-)[a-z0-9-]{4,32}$")
+# a user-managed service account id (IAM CreateServiceAccountRequest.accountId: 6 to 30, RFC 1035)
+GCP_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 
 
 def gcp_account_email(account, project):

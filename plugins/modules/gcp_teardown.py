@@ -207,6 +207,12 @@ def run(p, check_mode, environ=None):
         p["clusters"] if p["clusters"] is not None else [env["mgmt-cluster"]] + list(down.get("capi-workloads") or [])
     )
     accounts = p["service_accounts"] if p["service_accounts"] is not None else down.get("service-accounts") or []
+    for name in accounts:
+        if not cloud_teardown.GCP_ACCOUNT_ID.match(name):
+            raise cloud_teardown.CloudError(
+                f"service_accounts entry {name!r} is not a service account id (6 to 30 of a-z, 0-9 and -, "
+                "starting with a letter; the part before @)"
+            )
     providers = p["workload_identity_providers"]
     if providers is None:
         providers = down.get("workload-identity-providers") or []

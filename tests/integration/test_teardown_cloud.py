@@ -631,6 +631,18 @@ def test_gcp_a_named_account_that_cannot_be_deleted_fails_the_run_naming_it(goog
     assert SA in google.service_accounts and google.providers[("krops", "kind")]["state"] == "ACTIVE"
 
 
+def test_gcp_iam_names_given_as_options_are_checked(run_module):
+    result = run_module(gcp_teardown, {"environment": "gcp", "project": "p1", "service_accounts": ["a@b.com"]})
+    assert result.failed and result["msg"] == (
+        "service_accounts entry 'a@b.com' is not a service account id (6 to 30 of a-z, 0-9 and -, starting with a "
+        "letter; the part before @)"
+    )
+    result = run_module(gcp_teardown, {"environment": "gcp", "project": "p1", "workload_identity_providers": ["kind"]})
+    assert result.failed and result["msg"] == (
+        "workload_identity_providers entry 'kind' is not <pool>/<provider> (IDs of 4 to 32 of a-z, 0-9 and -)"
+    )
+
+
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [
