@@ -18,6 +18,7 @@ Discovery is read-only and comes first: check mode returns the plan it produced.
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import time
 import urllib.error
@@ -62,6 +63,7 @@ GCP_ROOTS = {
     "compute": "https://compute.googleapis.com/compute/v1",
     "servicenetworking": "https://servicenetworking.googleapis.com/v1",
     "cloudresourcemanager": "https://cloudresourcemanager.googleapis.com/v1",
+    "iam": "https://iam.googleapis.com/v1",
 }
 
 
@@ -86,8 +88,11 @@ class Http:
         # One verifying TLS context for every call (building one per call costs ~0.2 s).
         self._request = Request(timeout=timeout, follow_redirects="safe", context=ssl.create_default_context())
 
-    def request(self, method, url, body=None, absent_ok=True, headers_out=None):
-        """(status, JSON body); headers_out (a dict), when given, receives the answer's headers in lower case."""
+    def request(self, method, url, body=None, absent_ok=True, headers_out=None, answer_ok=()):
+        """(status, JSON body); headers_out (a dict), when given, receives the answer's headers in lower case.
+
+        A status in answer_ok is returned with its body instead of raised (e.g. 409 for a retry).
+        """
         data = None if body is None else json.dumps(body).encode()
         for attempt in range(self.retries + 1):
             headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
@@ -104,6 +109,8 @@ class Http:
                 raw = exc.read()
                 if exc.code == 404 and absent_ok:
                     return 404, {}
+                if exc.code in answer_ok:
+                    return exc.code, _json_or_empty(raw)
                 if (exc.code == 429 or exc.code >= 500) and attempt < self.retries:
                     self.sleep(min(2**attempt, 30))
                     continue
@@ -158,6 +165,14 @@ def env_secrets(environ, names):
 def mask(module, environ, names):
     """Mask secrets taken from the environment like no_log parameters (AnsibleModule.no_log_values)."""
     module.no_log_values.update(env_secrets(environ, names))
+
+
+def _json_or_empty(raw):
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _message(raw):
@@ -675,6 +690,11 @@ GCP_STAGES = (
     ("firewalls-routers-peerings", "final"),
     ("subnetworks", "final"),
     ("networks", "final"),
+    # IAM last: CAPG and Config Connector authenticate through provider mgmt until their cluster is gone.
+    # A grant goes before its service account (a deleted account's grants turn into deleted:... members).
+    ("iam-grants", "final"),
+    ("service-accounts", "final"),
+    ("workload-identity-providers", "final"),
 )
 GCP_PHASES = ("all", "before-clusters")
 PSA_PEERING = "servicenetworking-googleapis-com"  # the peering a private services access connection makes
@@ -684,7 +704,18 @@ def _gcp_stage_names(phase):
     return [name for name, member in GCP_STAGES if phase == "all" or member == phase]
 
 
-def gcp_discover(http, roots, project, environment, networks, unprotect=(), clusters=(), phase="all"):
+def gcp_discover(
+    http,
+    roots,
+    project,
+    environment,
+    networks,
+    unprotect=(),
+    clusters=(),
+    phase="all",
+    service_accounts=(),
+    providers=(),
+):
     """Read-only: ordered stages of deletions [(stage, [items])] and resources left alone.
 
     Cloud SQL instances and buckets must carry this environment's label (ownership.py): sitting in an
@@ -693,7 +724,9 @@ def gcp_discover(http, roots, project, environment, networks, unprotect=(), clus
     named exactly in bootstrap.toml is owned with its unlabellable parts (peerings, connections,
     ranges, firewall rules, routers, subnets); anything labelled for another environment is never
     ours. A deletion protection is switched off only for an instance bootstrap.toml names in
-    teardown.disable-deletion-protection.
+    teardown.disable-deletion-protection. Service accounts, their project grants and workload identity
+    providers carry no labels: only the exact account ids and <pool>/<provider> names of bootstrap.toml
+    (teardown.service-accounts, teardown.workload-identity-providers) are owned.
     """
     p = urllib.parse.quote(project)
     compute = "{}/projects/{}".format(roots["compute"], p)
@@ -825,7 +858,116 @@ def gcp_discover(http, roots, project, environment, networks, unprotect=(), clus
             )
             for n in owned_networks
         ]
+    if "iam-grants" in plan:
+        plan["iam-grants"], plan["service-accounts"] = _gcp_accounts(http, roots, project, service_accounts)
+        plan["workload-identity-providers"] = _gcp_providers(http, roots, project, providers)
     return [(stage, plan[stage]) for stage in stages], not_owned
+
+
+# <pool>/<provider>: IAM workload identity pool and provider IDs (4 to 32 of [a-z0-9-], not starting gcp-)
+GCP_PROVIDER_NAME = re.compile(r"^(?!gcp-)[a-z0-9-]{4,32}/(?!gcp-)[a-z0-9-]{4,32}$")
+# a user-managed service account id (IAM CreateServiceAccountRequest.accountId: 6 to 30, RFC 1035)
+GCP_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+
+
+def gcp_account_email(account, project):
+    """The email of a user-managed service account id in project (IAM: <id>@<project>.iam.gserviceaccount.com)."""
+    return f"{account}@{project}.iam.gserviceaccount.com"
+
+
+def _gcp_policy_url(roots, project):
+    return "{}/projects/{}".format(roots["cloudresourcemanager"], urllib.parse.quote(project))
+
+
+def _gcp_grant_members(email):
+    """Whether a project policy member is exactly this account (also its deleted:...?uid= form)."""
+    return lambda m: m == f"serviceAccount:{email}" or m.startswith(f"deleted:serviceAccount:{email}?uid=")
+
+
+def _gcp_accounts(http, roots, project, accounts):
+    """(grant items, account items): the named accounts that exist and every project grant to exactly them."""
+    if not accounts:
+        return [], []
+    grants, found = [], []
+    status, policy = http.request("POST", _gcp_policy_url(roots, project) + ":getIamPolicy", _POLICY_OPTIONS)
+    for account in accounts:
+        email = gcp_account_email(account, project)
+        is_member = _gcp_grant_members(email)
+        for binding in policy.get("bindings") or []:
+            for member in binding.get("members") or []:
+                if is_member(member):
+                    grants.append(
+                        {
+                            "type": "iam-grant",
+                            "name": "{} {}".format(binding["role"], member),
+                            "url": _gcp_policy_url(roots, project),
+                            "reason": f"project grant to service account {account} (teardown.service-accounts)",
+                            "_role": binding["role"],
+                            "_member": member,
+                        }
+                    )
+        url = "{}/projects/{}/serviceAccounts/{}".format(
+            roots["iam"], urllib.parse.quote(project), urllib.parse.quote(email)
+        )
+        if http.get(url)[0] != 404:
+            found.append(
+                {
+                    "type": "service-account",
+                    "name": email,
+                    "url": url,
+                    "reason": "named in bootstrap.toml (teardown.service-accounts)",
+                }
+            )
+    return grants, found
+
+
+def _gcp_providers(http, roots, project, providers):
+    """The named <pool>/<provider> that exist and are not soft-deleted already (state DELETED)."""
+    found = []
+    for name in providers:
+        pool, dummy, provider = name.partition("/")
+        url = "{}/projects/{}/locations/global/workloadIdentityPools/{}/providers/{}".format(
+            roots["iam"], urllib.parse.quote(project), urllib.parse.quote(pool), urllib.parse.quote(provider)
+        )
+        status, body = http.get(url)
+        if status != 404 and body.get("state") != "DELETED":
+            found.append(
+                {
+                    "type": "workload-identity-provider",
+                    "name": name,
+                    "url": url,
+                    "reason": "named in bootstrap.toml (teardown.workload-identity-providers)",
+                }
+            )
+    return found
+
+
+# policy version 3 so conditional bindings come back whole (a lower version would be refused on write)
+_POLICY_OPTIONS = {"options": {"requestedPolicyVersion": 3}}
+_POLICY_RETRIES = 5
+
+
+def _gcp_remove_grant(http, item):
+    """Read-modify-write of the project policy with its etag: remove exactly one member from one role.
+
+    A 409 (ABORTED: the policy changed since it was read) re-reads and retries.
+    """
+    for dummy in range(_POLICY_RETRIES):
+        status, policy = http.request("POST", item["url"] + ":getIamPolicy", _POLICY_OPTIONS)
+        changed = False
+        for binding in policy.get("bindings") or []:
+            if binding.get("role") == item["_role"] and item["_member"] in (binding.get("members") or []):
+                binding["members"] = [m for m in binding["members"] if m != item["_member"]]
+                changed = True
+        if not changed:
+            return ownership.ABSENT
+        policy["bindings"] = [b for b in policy["bindings"] if b.get("members")]
+        status, answer = http.request("POST", item["url"] + ":setIamPolicy", {"policy": policy}, answer_ok=(409,))
+        if status != 409:
+            return ownership.DELETED
+    raise CloudError(
+        f"the project IAM policy kept changing during {_POLICY_RETRIES} read-modify-write attempts (409 ABORTED)"
+    )
 
 
 # collection -> regional (listed through aggregated/<collection>) or global
@@ -904,6 +1046,8 @@ def gcp_teardown(
     clusters=(),
     phase="all",
     clock=time.monotonic,
+    service_accounts=(),
+    providers=(),
 ):
     """Delete stage by stage, waiting for each stage's operations; a stage that leaves anything stops the run.
 
@@ -912,7 +1056,7 @@ def gcp_teardown(
     """
     if phase not in GCP_PHASES:
         raise CloudError("phase must be one of {}, got {!r}".format(", ".join(GCP_PHASES), phase))
-    args = (http, roots, project, environment, networks, unprotect, clusters, phase)
+    args = (http, roots, project, environment, networks, unprotect, clusters, phase, service_accounts, providers)
     stages, not_owned = gcp_discover(*args)
     plan = [item for dummy, items in stages for item in items]
     result = {
@@ -963,7 +1107,7 @@ def gcp_teardown(
     return result
 
 
-_GCP_VERB = {"vpc-peering": "remove", "private-services-connection": "remove"}
+_GCP_VERB = {"vpc-peering": "remove", "private-services-connection": "remove", "iam-grant": "remove"}
 
 
 def _gcp_public(item, outcome, **extra):
@@ -995,6 +1139,8 @@ class _GcpOperations:
             return "{}/projects/{}/operations/{}".format(self.roots["sqladmin"], self.p, name)
         if rtype == "private-services-connection":
             return "{}/{}".format(self.roots["servicenetworking"], name)
+        if rtype == "workload-identity-provider":  # IAM v1 operations live under the resource's name
+            return "{}/{}".format(self.roots["iam"], name)
         scope = "regions/{}".format(_last(answer["region"])) if answer.get("region") else "global"
         return "{}/projects/{}/{}/operations/{}".format(self.roots["compute"], self.p, scope, name)
 
@@ -1037,6 +1183,8 @@ class _GcpOperations:
 
 def _gcp_delete(http, ops, item, wait_timeout, poll_interval, sleep, clock):
     """Start deleting one item: (outcome, poll URL of its operation or None)."""
+    if item["type"] == "iam-grant":
+        return _gcp_remove_grant(http, item), None
     if item["type"] in ("vpc-peering", "private-services-connection"):
         status, answer = http.request("POST", item["url"], item["_body"])
         return (ownership.ABSENT, None) if status == 404 else (ownership.DELETED, ops.of(item, answer))

@@ -262,6 +262,20 @@ _GCP_NETWORK = _name(
     63,
     "GCP Compute resource name rule (RFC 1035)",
 )
+_GCP_SERVICE_ACCOUNT = _name(
+    re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"),
+    "a GCP service account id (the part before '@'): 6 to 30 lowercase letters, digits and '-', "
+    "starting with a letter and not ending with '-'",
+    30,
+    "IAM projects.serviceAccounts.create accountId rule",
+)
+_GCP_WIF_PROVIDER = _name(
+    re.compile(r"^(?!gcp-)[a-z0-9-]{4,32}/(?!gcp-)[a-z0-9-]{4,32}$"),
+    "<pool>/<provider>, e.g. krops/kind: two workload identity IDs of 4 to 32 lowercase letters, digits "
+    "and '-', not starting with 'gcp-'",
+    65,
+    "IAM workloadIdentityPools and providers ID rule",
+)
 _CHART = _name(_CHART_VERSION, "a chart version such as 1.21.2", 64, "semantic version")
 _CONTEXT = _name(re.compile(r"^\S+$"), "a kubeconfig context name without spaces", 253, "kubeconfig context name")
 
@@ -637,6 +651,9 @@ _ENV_TEARDOWN = _table(
         "hardware-release": (_boolean, False),
         "resource-groups": (_list_of(_AZURE_GROUP), []),
         "networks": (_list_of(_GCP_NETWORK), []),
+        # GCP IAM objects carry no labels: owned by these exact names only (gcp teardown, last stages).
+        "service-accounts": (_list_of(_GCP_SERVICE_ACCOUNT), []),
+        "workload-identity-providers": (_list_of(_GCP_WIF_PROVIDER), []),
         # Account-global AWS resources this environment names (unset: the top-level [teardown] values).
         "global-iam-users": (_list_of(_IAM), None),
         "cfn-stack-name": (_CFN, None),

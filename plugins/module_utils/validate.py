@@ -1029,6 +1029,7 @@ def _check_bootstrap(env, cfg):
             )
     _check_regions(env, settings, teardown, key, mgmt_ns)
     _check_networks(env, teardown, key)
+    _check_gcp_iam(env, settings, teardown, key)
     groups = {i.name for i in env.items if i.kind == "ResourceGroup"} | {
         str(i.spec.get("azureName")) for i in env.items if i.kind == "ResourceGroup" and i.spec.get("azureName")
     }
@@ -1116,6 +1117,88 @@ def _check_networks(env, teardown, key):
             f"{key}.teardown.networks",
             "bootstrap",
             f"VPC {name} of the tree is not in teardown networks: teardown would leave it and everything in it behind",
+        )
+
+
+_KCC_ABANDON = ("cnrm.cloud.google.com/deletion-policy", "abandon")
+# the provider the wif-federate post-kind hook registers (roles/bootstrap defaults bootstrap_gcp_pool/_provider)
+_WIF_HOOK_PROVIDER = "krops/kind"
+
+
+def _kcc_id(item):
+    return str(item.spec.get("resourceID") or item.name)
+
+
+def _check_gcp_iam(env, settings, teardown, key):
+    """teardown.service-accounts and .workload-identity-providers (gcp) name exactly what krops creates.
+
+    GCP IAM objects carry no labels, so these exact names are the only proof of ownership: a name the
+    tree does not declare is refused, and one the tree declares but the list misses would be left behind.
+    An account Config Connector abandons (deletion-policy abandon) is a prerequisite and must not be listed.
+    """
+    accounts = {}
+    for i in env.items:
+        if i.kind == "IAMServiceAccount" and i.group == "iam.cnrm.cloud.google.com":
+            annotations = (i.obj.get("metadata") or {}).get("annotations") or {}
+            accounts[_kcc_id(i)] = annotations.get(_KCC_ABANDON[0]) == _KCC_ABANDON[1]
+    field = f"{key}.teardown.service-accounts"
+    listed = teardown.get("service-accounts") or []
+    for name in listed:
+        if name not in accounts:
+            env.add(
+                "bootstrap.toml",
+                field,
+                "bootstrap",
+                "service account {} is not an IAMServiceAccount of the tree (resourceID: {})".format(
+                    name, ", ".join(sorted(accounts)) or "none"
+                ),
+            )
+        elif accounts[name]:
+            env.add(
+                "bootstrap.toml",
+                field,
+                "bootstrap",
+                f"service account {name} is abandoned by Config Connector in the tree (a prerequisite, "
+                "docs/environments/gcp.md): teardown must not delete it; remove it from teardown service-accounts",
+            )
+    for name in sorted(n for n, abandoned in accounts.items() if not abandoned and n not in listed):
+        env.add(
+            "bootstrap.toml",
+            field,
+            "bootstrap",
+            f"service account {name} of the tree is not in teardown service-accounts: teardown would leave it behind",
+        )
+    pools = {
+        i.name: _kcc_id(i)
+        for i in env.items
+        if i.kind == "IAMWorkloadIdentityPool" and i.group == "iam.cnrm.cloud.google.com"
+    }
+    providers = set()
+    for i in env.items:
+        if i.kind == "IAMWorkloadIdentityPoolProvider" and i.group == "iam.cnrm.cloud.google.com":
+            ref = i.spec.get("workloadIdentityPoolRef") or {}
+            pool = str(ref.get("external") or "").rstrip("/").rsplit("/", 1)[-1] or pools.get(ref.get("name"))
+            providers.add("{}/{}".format(pool or ref.get("name"), _kcc_id(i)))
+    if settings.get("post-kind-create-hook") == "wif-federate":
+        providers.add(_WIF_HOOK_PROVIDER)
+    field = f"{key}.teardown.workload-identity-providers"
+    listed = teardown.get("workload-identity-providers") or []
+    for name in listed:
+        if name not in providers:
+            env.add(
+                "bootstrap.toml",
+                field,
+                "bootstrap",
+                "workload identity provider {} is neither an IAMWorkloadIdentityPoolProvider of the tree nor the "
+                "wif-federate hook's ({})".format(name, ", ".join(sorted(providers)) or "none"),
+            )
+    for name in sorted(providers - set(listed)):
+        env.add(
+            "bootstrap.toml",
+            field,
+            "bootstrap",
+            f"workload identity provider {name} is not in teardown workload-identity-providers: "
+            "teardown would leave it behind",
         )
 
 

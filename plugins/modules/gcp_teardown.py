@@ -31,7 +31,12 @@ description:
     After the last stage discovery runs once more, and whatever it still finds fails the module.
   - Discovery is read-only and comes first; check mode returns the plan. Uses the Google REST APIs
     directly so one call covers every service.
-  - Service accounts and Workload Identity pools stay (the next bootstrap re-adopts them).
+  - "IAM, last (CAPG and Config Connector authenticate through the pool's provider until their cluster is
+    gone): the project IAM policy members that are exactly the service accounts of O(service_accounts)
+    (read-modify-write with the policy's etag; a 409 ABORTED re-reads and retries), then those service
+    accounts, then the workload identity providers of O(workload_identity_providers) (soft-deleted; a provider
+    already in state DELETED counts as gone). Other members of the same role, other accounts and other
+    providers are never touched. The pool itself stays (a one-time prerequisite, docs/environments/gcp.md)."
 extends_documentation_fragment:
   - krops.platform.bootstrap_config
   - krops.platform.cloud_teardown
@@ -56,9 +61,22 @@ options:
       - Defaults to C(mgmt-cluster) and C(teardown.capi-workloads) of the environment.
     type: list
     elements: str
+  service_accounts:
+    description:
+      - Ids (the part before C(@)) of the service accounts in O(project) the environment owns; each is deleted
+        with its project IAM grants.
+      - Defaults to C(teardown.service-accounts) of the environment.
+    type: list
+    elements: str
+  workload_identity_providers:
+    description:
+      - Workload identity providers the environment owns, each as C(<pool>/<provider>) in O(project).
+      - Defaults to C(teardown.workload-identity-providers) of the environment.
+    type: list
+    elements: str
   phase:
     description:
-      - V(all) runs every stage; V(before-clusters) only Cloud SQL, the private services access
+      - V(all) runs every stage (IAM last); V(before-clusters) only Cloud SQL, the private services access
         connections and their ranges.
     type: str
     choices: [all, before-clusters]
@@ -66,7 +84,7 @@ options:
   base_url:
     description:
       - Serve every Google API from this base URL (C(<base_url>/container), C(/sqladmin), C(/storage),
-        C(/compute), C(/servicenetworking), C(/cloudresourcemanager)), for tests and private endpoints. The
+        C(/compute), C(/servicenetworking), C(/cloudresourcemanager), C(/iam)), for tests and private endpoints. The
         public endpoints when not set.
     type: str
   wait:
@@ -107,6 +125,10 @@ plan:
   elements: str
   sample:
     - delete gke-cluster europe-north1-workload (label krops-environment=gcp)
+    - >-
+      remove iam-grant roles/cloudsql.client serviceAccount:krops-europe-north1-workload@krops-example.iam.gserviceaccount.com
+      (project grant to service account krops-europe-north1-workload (teardown.service-accounts))
+    - delete workload-identity-provider krops/kind (named in bootstrap.toml (teardown.workload-identity-providers))
 results:
   description: One entry per resource with type, name, reason and outcome (V(planned) in check mode, V(deleted),
     V(absent), V(failed) with C(error), V(left) when the final discovery still found it); each entry also has
@@ -119,6 +141,11 @@ results:
       name: europe-north1-workload
       id: /v1/projects/krops-example/locations/europe-north1/clusters/europe-north1-workload
       reason: label krops-environment=gcp
+      outcome: deleted
+    - type: service-account
+      name: krops-europe-north1-workload@krops-example.iam.gserviceaccount.com
+      id: /v1/projects/krops-example/serviceAccounts/krops-europe-north1-workload@krops-example.iam.gserviceaccount.com
+      reason: named in bootstrap.toml (teardown.service-accounts)
       outcome: deleted
 not_owned:
   description: Resources left alone with the reason (the default VPC, unlabelled or other environments' resources
@@ -158,6 +185,8 @@ def argument_spec():
         access_token=dict(type="str", no_log=True),
         networks=dict(type="list", elements="str"),
         clusters=dict(type="list", elements="str"),
+        service_accounts=dict(type="list", elements="str"),
+        workload_identity_providers=dict(type="list", elements="str"),
         phase=dict(type="str", choices=list(cloud_teardown.GCP_PHASES), default="all"),
         base_url=dict(type="str"),
         wait=dict(type="bool", default=True),
@@ -177,6 +206,21 @@ def run(p, check_mode, environ=None):
     clusters = (
         p["clusters"] if p["clusters"] is not None else [env["mgmt-cluster"]] + list(down.get("capi-workloads") or [])
     )
+    accounts = p["service_accounts"] if p["service_accounts"] is not None else down.get("service-accounts") or []
+    for name in accounts:
+        if not cloud_teardown.GCP_ACCOUNT_ID.match(name):
+            raise cloud_teardown.CloudError(
+                f"service_accounts entry {name!r} is not a service account id (6 to 30 of a-z, 0-9 and -, "
+                "starting with a letter; the part before @)"
+            )
+    providers = p["workload_identity_providers"]
+    if providers is None:
+        providers = down.get("workload-identity-providers") or []
+    for name in providers:
+        if not cloud_teardown.GCP_PROVIDER_NAME.match(name):
+            raise cloud_teardown.CloudError(
+                f"workload_identity_providers entry {name!r} is not <pool>/<provider> (IDs of 4 to 32 of a-z, 0-9 and -)"
+            )
     token = cloud_teardown.gcp_token(p["access_token"] or environ.get("GCP_ACCESS_TOKEN"))
     http = cloud_teardown.Http(token, what="Google API")
     result = cloud_teardown.gcp_teardown(
@@ -192,6 +236,8 @@ def run(p, check_mode, environ=None):
         unprotect=down.get("disable-deletion-protection") or [],
         clusters=clusters,
         phase=p["phase"],
+        service_accounts=accounts,
+        providers=providers,
     )
     result["project"] = project
     result["environment"] = cfg.selected

@@ -11,7 +11,7 @@ Kubernetes emulator and the Google double (tests/substrate/google_double.py).
 - The whole lifecycle on the emulated host (tests/substrate/lifecycle.py) with CAPG, GKE, the Config
   Connector operator (its mirrored OCI artifact on a real docker-registry over TLS) and Config Connector
   over the Google double (tests/substrate/gcp_operators.py): a plain run (bootstrap and pivot), then
-  --tags teardown --check and --tags teardown; the decoys survive and only the known leftovers stay.
+  --tags teardown --check and --tags teardown; the decoys survive and nothing owned is left.
 """
 
 from __future__ import annotations
@@ -512,6 +512,23 @@ def lifecycle_decoys(google):
     google.add_sql("krops-europe-north1-workload-db-old", TEAM_VPC, labels={"krops-environment": "gcp-staging"})
     google.add_bucket("krops-123456789012-europe-north1-workload-data-old", labels={"krops-environment": "gcp-staging"})
     google.add_bucket("team-bucket", objects=[("a", 1)])
+    # IAM lookalikes (no labels there: bootstrap.toml's exact names decide): an account sharing the tree's
+    # account's prefix, another member of the roles the tree grants, a provider in pool krops that
+    # bootstrap.toml does not name, and one named kind in another pool
+    lookalike = f"krops-europe-north1-workload-2@{SITE_PROJECT}.iam.gserviceaccount.com"
+    google.service_accounts[lookalike] = {"email": lookalike, "displayName": "another team"}
+    google.project_policy["bindings"] = [
+        {"role": "roles/cloudsql.client", "members": ["user:dba@example.com", f"serviceAccount:{lookalike}"]},
+        {"role": "roles/cloudsql.instanceUser", "members": [f"serviceAccount:{lookalike}"]},
+    ]
+    google.pools["team"] = {"name": google._pool_name("team"), "state": "ACTIVE", "displayName": "team"}
+    for pool, provider in (("krops", "ci-01"), ("team", "kind")):
+        google.providers[(pool, provider)] = {
+            "name": f"{google._pool_name(pool)}/providers/{provider}",
+            "state": "ACTIVE",
+            "attributeMapping": {"google.subject": "assertion.sub"},
+            "oidc": {"issuerUri": "https://token.actions.githubusercontent.com"},
+        }
 
 
 def _gcp_checkout(tmp_path):
@@ -681,6 +698,12 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
                 len(google.writes()) == writes
                 and {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()} == before
             )
+            # Config Connector's actuation is paused first (the emulated one re-reconciles every pass and would
+            # recreate what the teardown deletes): check mode shows the pause and does not make it
+            [pause] = ran(out, "Pause Config Connector's actuation before the cloud deletions (actuationMode Paused)")
+            assert pause["changed"] is True
+            [kcc] = mgmt.list("core.cnrm.cloud.google.com/v1beta1", "ConfigConnector")
+            assert "actuationMode" not in kcc["spec"] and mgmt.url not in ops.paused_seen
             # and nothing on the management cluster: no Kustomization suspended, both Clusters kept
             assert [k["metadata"]["name"] for k in mgmt.list(*KS) if k["spec"].get("suspend")] == []
             assert sorted(
@@ -688,20 +711,30 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
             ) == [MGMT_VPC, WORKLOAD_VPC]
             timings["check"] = round(time.monotonic() - started, 1)
 
+            calls = len(google.calls)
             rc, out, err = run("--tags", "teardown")
             timings["teardown"] = round(time.monotonic() - started, 1)
             assert rc == 0, (failed(out), err[-3000:])
+            [pause] = ran(out, "Pause Config Connector's actuation before the cloud deletions (actuationMode Paused)")
+            assert pause["changed"] is True
+            first_delete = next(i for i, c in enumerate(google.calls) if i >= calls and c[0] != "GET")
+            # the emulated Config Connector saw the pause before the teardown's first write to Google
+            assert ops.paused_seen[mgmt.url] <= first_delete, (ops.paused_seen, first_delete)
             left = {k: json.dumps(v, sort_keys=True) for k, v in google.inventory_objects().items()}
-            # What the run created that the teardown does not remove (docs/environments/gcp.md, Known gaps): the
-            # workload's service account and its project grants (Config Connector's, workload-resources-iam), and
-            # the pool's providers kind (the wif-federate hook's) and mgmt (kcc-identity, abandoned on purpose).
+            # Nothing the run created is left: IAM included (bootstrap.toml teardown.service-accounts and
+            # .workload-identity-providers); the providers are soft-deleted (state DELETED), as the API does.
             sa = f"krops-europe-north1-workload@{SITE_PROJECT}.iam.gserviceaccount.com"
             assert sorted(set(left) - set(decoys)) == [
-                ("iam", f"serviceAccounts/{sa}"),
                 ("iam", "workloadIdentityPools/krops/providers/kind"),
                 ("iam", "workloadIdentityPools/krops/providers/mgmt"),
-                ("iam-binding", f"projects/{SITE_PROJECT} roles/cloudsql.client serviceAccount:{sa}"),
-                ("iam-binding", f"projects/{SITE_PROJECT} roles/cloudsql.instanceUser serviceAccount:{sa}"),
+            ]
+            assert (
+                google.providers[("krops", "kind")]["state"]
+                == google.providers[("krops", "mgmt")]["state"]
+                == ("DELETED")
+            )
+            assert sa not in google.service_accounts and not [
+                m for b in google.project_policy["bindings"] for m in b["members"] if sa in m
             ]
             assert {k: left.get(k) for k in decoys} == decoys  # every decoy untouched
             assert world.leftovers()["api_servers"] == [] and world.kind_clusters == {}

@@ -545,6 +545,123 @@ def test_gcp_unauthenticated_calls_are_refused_by_the_double(google, run_module,
     assert not google.writes()
 
 
+SA = "krops-europe-north1-workload@p1.iam.gserviceaccount.com"  # bootstrap.toml teardown.service-accounts
+
+
+def gcp_iam_world(g):
+    """The IAM side of a gcp run (the tree's account and grants, providers kind and mgmt in pool krops) with
+    decoys: an account sharing the prefix, other members of the same roles, a provider bootstrap.toml does not name
+    in pool krops, one named alike in another pool."""
+    lookalike = "krops-europe-north1-workload-2@p1.iam.gserviceaccount.com"
+    for email in (SA, lookalike):
+        g.service_accounts[email] = {"email": email, "uniqueId": str(abs(hash(email)))}
+    g.project_policy["bindings"] = [
+        {"role": "roles/cloudsql.client", "members": [f"serviceAccount:{SA}", "user:dba@example.com"]},
+        {"role": "roles/cloudsql.instanceUser", "members": [f"serviceAccount:{SA}"]},
+        {"role": "roles/editor", "members": [f"serviceAccount:{lookalike}", "group:team@example.com"]},
+    ]
+    for pool in ("krops", "team"):
+        g.pools[pool] = {"name": g._pool_name(pool), "state": "ACTIVE"}
+    for pool, provider in (("krops", "kind"), ("krops", "mgmt"), ("krops", "ci-01"), ("team", "kind")):
+        g.providers[(pool, provider)] = {"name": f"{g._pool_name(pool)}/providers/{provider}", "state": "ACTIVE"}
+
+
+GCP_IAM_PLAN = [
+    ("iam-grant", f"roles/cloudsql.client serviceAccount:{SA}"),
+    ("iam-grant", f"roles/cloudsql.instanceUser serviceAccount:{SA}"),
+    ("service-account", SA),
+    ("workload-identity-provider", "krops/kind"),
+    ("workload-identity-provider", "krops/mgmt"),
+]
+
+
+def test_gcp_deletes_the_named_service_accounts_their_grants_and_providers_and_nothing_else(
+    google, run_module, tmp_path
+):
+    gcp_iam_world(google)
+    before = google.inventory_objects()
+    planned = run_module(gcp_teardown, gcp_args(google, networks=[]), check_mode=True)
+    assert not planned.failed and planned["changed"], planned
+    assert [(r["type"], r["name"], r["outcome"]) for r in planned["results"]] == [
+        t + ("planned",) for t in GCP_IAM_PLAN
+    ]
+    assert not google.writes() and google.inventory_objects() == before
+    # another writer changes the policy after the discovery's read and after the first grant's read: that
+    # grant's write (stale etag) answers 409 ABORTED, and the teardown re-reads and retries
+    google.policy_races = 2
+    result = run_module(gcp_teardown, gcp_args(google, networks=[]))
+    assert not result.failed, result.get("msg")
+    assert [(r["type"], r["name"], r["outcome"]) for r in result["results"]] == [t + ("deleted",) for t in GCP_IAM_PLAN]
+    assert SA not in google.service_accounts
+    assert sorted(google.service_accounts) == ["krops-europe-north1-workload-2@p1.iam.gserviceaccount.com"]
+    members = {b["role"]: b["members"] for b in google.project_policy["bindings"]}
+    assert members["roles/cloudsql.client"] == ["user:dba@example.com"] and "roles/cloudsql.instanceUser" not in members
+    assert members["roles/editor"] == [
+        "serviceAccount:krops-europe-north1-workload-2@p1.iam.gserviceaccount.com",
+        "group:team@example.com",
+    ]
+    assert len(members["roles/viewer"]) == 2  # the concurrent writer's members survived the retry
+    assert {k: v["state"] for k, v in google.providers.items()} == {
+        ("krops", "kind"): "DELETED",  # soft-deleted (undeletable for 30 days), as the API does
+        ("krops", "mgmt"): "DELETED",
+        ("krops", "ci-01"): "ACTIVE",
+        ("team", "kind"): "ACTIVE",
+    }
+    assert google.pools["krops"]["state"] == "ACTIVE"  # the pool is a prerequisite and stays
+    sets = [p for m, p in google.writes() if p.endswith(":setIamPolicy")]
+    assert len(sets) == 3  # one refused with 409 (stale etag), then one per grant
+    again = run_module(gcp_teardown, gcp_args(google, networks=[]))
+    assert not again.failed and not again["changed"] and again["results"] == []
+
+
+def test_gcp_a_named_account_that_cannot_be_deleted_fails_the_run_naming_it(google, run_module, tmp_path):
+    gcp_iam_world(google)
+    google.refuse_sa_delete.add(SA)
+    result = run_module(gcp_teardown, gcp_args(google, networks=[]))
+    assert result.failed and result["stopped_at"] == "service-accounts"
+    assert result["leftovers"] == [f"service-account/{SA}"]
+    assert result["msg"] == (
+        f"GCP resources of project p1 left behind at stage service-accounts: service-account/{SA}; see results for "
+        "the reason of each, then run the teardown again"
+    )
+    [entry] = [r for r in result["results"] if r["type"] == "service-account"]
+    assert entry["error"].endswith(
+        "answered 403: Permission 'iam.serviceAccounts.delete' denied on resource (or it may not exist)."
+    )
+    assert SA in google.service_accounts and google.providers[("krops", "kind")]["state"] == "ACTIVE"
+
+
+def test_gcp_iam_names_given_as_options_are_checked(run_module):
+    result = run_module(gcp_teardown, {"environment": "gcp", "project": "p1", "service_accounts": ["a@b.com"]})
+    assert result.failed and result["msg"] == (
+        "service_accounts entry 'a@b.com' is not a service account id (6 to 30 of a-z, 0-9 and -, starting with a "
+        "letter; the part before @)"
+    )
+    result = run_module(gcp_teardown, {"environment": "gcp", "project": "p1", "workload_identity_providers": ["kind"]})
+    assert result.failed and result["msg"] == (
+        "workload_identity_providers entry 'kind' is not <pool>/<provider> (IDs of 4 to 32 of a-z, 0-9 and -)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("service-accounts", '["krops@p1.iam.gserviceaccount.com"]', "a GCP service account id"),
+        ("service-accounts", '["ab"]', "a GCP service account id"),
+        ("workload-identity-providers", '["kind"]', "<pool>/<provider>"),
+        ("workload-identity-providers", '["projects/p1/locations/global/workloadIdentityPools/krops"]', "<pool>/"),
+        ("workload-identity-providers", '["gcp-x/kind"]', "<pool>/<provider>"),
+    ],
+)
+def test_gcp_iam_names_in_bootstrap_toml_are_checked_by_the_loader(run_module, tmp_path, key, value, expected):
+    text = (REPO / "bootstrap.toml").read_text()
+    line = re.search(rf"(?m)^{key} = \[.*\]\n", text)
+    path = tmp_path / "bootstrap.toml"
+    path.write_text(text.replace(line.group(0), f"{key} = {value}\n"))
+    result = run_module(gcp_teardown, {"environment": "gcp", "config_file": str(path), "project": "p1"})
+    assert result.failed and f"environments.gcp.teardown.{key}[0]" in result["msg"] and expected in result["msg"]
+
+
 AZURE_LOGIN_FAILED = (
     "Azure login failed (%s). Set access_token, or client_id/secret/tenant, or the variables DefaultAzureCredential "
     "reads (AZURE_CLIENT_ID, AZURE_TENANT_ID with AZURE_CLIENT_SECRET or AZURE_FEDERATED_TOKEN_FILE; a managed "
@@ -953,6 +1070,7 @@ def test_gcp_credentials_through_workload_identity_federation(google, run_module
     jwk = dict(json.loads(RSAAlgorithm.to_jwk(key.public_key())), kid="k1")
     google.pools["krops"] = {"name": google._pool_name("krops"), "state": "ACTIVE"}
     google.providers[("krops", "kind")] = {
+        "name": google._pool_name("krops") + "/providers/kind",
         "state": "ACTIVE",
         "attributeMapping": {"google.subject": "assertion.sub"},
         "oidc": {"issuerUri": issuer, "allowedAudiences": [issuer], "jwksJson": json.dumps({"keys": [jwk]})},
@@ -996,7 +1114,9 @@ def test_gcp_credentials_through_workload_identity_federation(google, run_module
     args = gcp_args(google, networks=[])
     del args["access_token"]
     result = run_module(gcp_teardown, args)
-    assert not result.failed, result.get("msg")
+    assert not result.failed, (result.get("msg"), result.get("results"))
+    # bootstrap.toml names krops/kind: it goes last, after the token was issued (issued tokens stay valid)
+    assert google.providers[("krops", "kind")]["state"] == "DELETED"
     # google-auth exchanges the pod token once, then impersonates (for its project lookup and the teardown's token)
     login = [(m, p, auth) for m, p, auth in google.calls if p.startswith(("/sts/", "/iamcredentials/"))]
     assert login[0][:2] == ("POST", "/sts/v1/token")
@@ -1006,6 +1126,7 @@ def test_gcp_credentials_through_workload_identity_federation(google, run_module
     apis = {auth for m, p, auth in google.calls if p.startswith("/compute/")}
     assert len(apis) == 1 and apis.pop().startswith("Bearer impersonated-")
     # a subject the service account's policy does not admit is refused, and the message says so
+    google.providers[("krops", "kind")]["state"] = "ACTIVE"  # (undeleted, so STS still accepts the pod token)
     google.sa_policies[email]["bindings"][0]["members"] = [principal.replace("capg-manager", "someone-else")]
     result = run_module(gcp_teardown, args)
     assert result.failed

@@ -332,6 +332,55 @@ DEFECTS = {
             ),
         ],
     ),
+    "guessed service account": (
+        "bootstrap.toml",
+        'service-accounts = ["krops-europe-north1-workload"]',
+        'service-accounts = ["krops-europe-north1-workloads", "krops-capg"]',
+        [
+            (
+                "bootstrap.toml",
+                KEY + ".teardown.service-accounts",
+                "bootstrap",
+                "service account krops-capg is abandoned by Config Connector in the tree (a prerequisite, "
+                "docs/environments/gcp.md): teardown must not delete it; remove it from teardown service-accounts",
+            ),
+            (
+                "bootstrap.toml",
+                KEY + ".teardown.service-accounts",
+                "bootstrap",
+                "service account krops-europe-north1-workload of the tree is not in teardown service-accounts: "
+                "teardown would leave it behind",
+            ),
+            (
+                "bootstrap.toml",
+                KEY + ".teardown.service-accounts",
+                "bootstrap",
+                "service account krops-europe-north1-workloads is not an IAMServiceAccount of the tree "
+                "(resourceID: krops-capg, krops-europe-north1-workload)",
+            ),
+        ],
+    ),
+    "provider of another pool": (
+        "bootstrap.toml",
+        'workload-identity-providers = ["krops/kind", "krops/mgmt"]',
+        'workload-identity-providers = ["krops/kind", "team/mgmt"]',
+        [
+            (
+                "bootstrap.toml",
+                KEY + ".teardown.workload-identity-providers",
+                "bootstrap",
+                "workload identity provider krops/mgmt is not in teardown workload-identity-providers: "
+                "teardown would leave it behind",
+            ),
+            (
+                "bootstrap.toml",
+                KEY + ".teardown.workload-identity-providers",
+                "bootstrap",
+                "workload identity provider team/mgmt is neither an IAMWorkloadIdentityPoolProvider of the tree nor "
+                "the wif-federate hook's (krops/kind, krops/mgmt)",
+            ),
+        ],
+    ),
     "wrong mgmt-region": (
         "bootstrap.toml",
         'mgmt-region = "europe-north1"',

@@ -35,8 +35,11 @@ plugs into capi_world for infrastructureRef kind GCPManagedCluster:
   without ``/``-prefixed keys, plus ``managed-by-cnrm: "true"`` (pkg/label/label.go at v1.155.1); then
   Ready (reason UpToDate, "The resource is up to date"). Google's refusals show as UpdateFailed.
   Deleting an object deletes the resource unless cnrm.cloud.google.com/deletion-policy is abandon.
-  A Ready object is not reconciled again (Config Connector re-reconciles about every 10 minutes,
-  pkg/k8s/constants.go MeanReconcileReenqueuePeriod: longer than any emulated run).
+  A Ready object is reconciled again on every pass (Config Connector re-reconciles about every 10
+  minutes, pkg/k8s/constants.go MeanReconcileReenqueuePeriod; the emulation shrinks that period to one
+  pass, so a resource deleted behind Config Connector's back comes back at once, as it would within
+  minutes). With the ConfigConnector's ``spec.actuationMode: Paused`` (k8s-config-connector v1.114+,
+  the CRD in schemas/crds) nothing is actuated onto Google: no create, update or delete.
 
 Not emulated: CAPG's GCE (non-managed) clusters, firewall rules, node pool upgrades; Config Connector
 kinds outside ``KCC_KINDS`` (their CRDs are not served, so a tree using one fails at Flux's dry-run).
@@ -137,6 +140,8 @@ class GcpOperators:
         self.tokens = {}  # (api url, secret namespace/name, resourceVersion) -> (token or None, error)
         self.errors = {}  # (api url, controller) -> the last credential error (for assertions)
         self.installers = {("InfrastructureProvider", "gcp"): self.install_capg}
+        self.resync = True  # re-reconcile Ready objects every pass (drift correction, see the docstring)
+        self.paused_seen = {}  # api url -> number of Google calls when the pause was first observed
         capi.plug_in("GCPManagedCluster", self)
         world.controllers.append(self)
 
@@ -414,6 +419,9 @@ class GcpOperators:
         self._operator(api)
         if not self._kcc_running(api):
             return
+        if self._kcc_paused(api):
+            self.paused_seen.setdefault(api.url, len(self.google.calls))
+            return  # actuationMode Paused: Kubernetes objects stay, nothing reaches Google
         for (group, kind), handler in KCC_KINDS.items():
             if (group, plural_of(group, kind)) in api._served:
                 res = api.resources[(group, plural_of(group, kind))]
@@ -476,6 +484,11 @@ class GcpOperators:
             for cc in api.list(f"{group}/v1beta1", kind)
         )
 
+    @staticmethod
+    def _kcc_paused(api):
+        group, kind = CONFIG_CONNECTOR
+        return any((cc.get("spec") or {}).get("actuationMode") == "Paused" for cc in api.list(f"{group}/v1beta1", kind))
+
     # ---- Config Connector -----------------------------------------------------------------------
     def kcc_object(self, api, obj, handler):
         meta = obj["metadata"]
@@ -495,7 +508,12 @@ class GcpOperators:
         if flux_world.is_ready(obj) and (obj.get("status") or {}).get("observedGeneration") == meta.get(
             "generation", 1
         ):
-            return  # re-reconciled only after MeanReconcileReenqueuePeriod (see the module docstring)
+            if self.resync:  # drift correction: what was deleted behind Config Connector's back comes back
+                try:
+                    handler(self, api, obj, delete=False)
+                except NotYet as exc:
+                    self._status(api, obj, False, exc.reason, exc.message)
+            return
         missing = [f for f in KCC_FINALIZERS if f not in (meta.get("finalizers") or [])]
         if missing:
             api.patch(
@@ -687,12 +705,16 @@ def _policy_member(ops, api, obj, delete):
         if delete:
             if binding and member in binding["members"]:
                 binding["members"].remove(member)
+                if policy is g.project_policy:
+                    g.bump_project_policy()
             return
         if binding is None:
             binding = {"role": spec["role"], "members": []}
             bindings.append(binding)
         if member not in binding["members"]:
             binding["members"].append(member)
+            if policy is g.project_policy:
+                g.bump_project_policy()  # a change is a new etag (a stale read-modify-write is refused)
 
 
 def _address(ops, api, obj, delete):

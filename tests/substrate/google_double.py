@@ -31,7 +31,10 @@ One threaded server on 127.0.0.1 serves every API under a path prefix (``<url>/c
   Operation ``{name, done}``; an existing ID: 409 ALREADY_EXISTS; a soft-deleted one keeps its ID
   (state DELETED) until undeleted; provider under an absent pool: 404), and
   ``projects.serviceAccounts.getIamPolicy``/``setIamPolicy`` with etag checks (409 ABORTED on a
-  stale etag). STS reads a provider's keys from ``oidc.jwksJson``, else from ``issuers`` (the keys a
+  stale etag), ``projects.serviceAccounts.get``/``delete`` (name ``projects/<project or ->/
+  serviceAccounts/<email>``; absent: 404; delete answers an empty body; a deleted account's
+  project grants become ``deleted:serviceAccount:<email>?uid=<id>`` members, as the Policy
+  reference describes). STS reads a provider's keys from ``oidc.jwksJson``, else from ``issuers`` (the keys a
   public issuer such as a GKE cluster's publishes); ``service_accounts`` and ``project_policy`` hold
   what Config Connector creates (tests/substrate/gcp_operators.py).
 - Service Networking v1 (``services.connections.list`` with ``network=projects/<number>/global/
@@ -39,7 +42,9 @@ One threaded server on 127.0.0.1 serves every API under a path prefix (``<url>/c
   that form, "{project} is a project number"; ``operations.get``): refused with 400
   FAILED_PRECONDITION while a Cloud SQL instance still has a private IP in that network; on
   success the operation finishes after ``polls`` GETs and the compute peering goes with it.
-- Cloud Resource Manager v1 (``projects.get``: projectNumber).
+- Cloud Resource Manager v1 (``projects.get``: projectNumber; ``projects.getIamPolicy`` /
+  ``setIamPolicy``: POST ``projects/<id>:getIamPolicy``; a set whose ``policy.etag`` is not the
+  current one answers 409 ABORTED; every change gets a new etag).
 
 Every call needs ``Authorization: Bearer <token>`` with a token in ``tokens`` (401
 UNAUTHENTICATED otherwise, as Google answers). Every call is recorded in ``calls``.
@@ -91,6 +96,8 @@ class GoogleDouble(HttpDouble):
         self.sa_policies = {}  # email -> policy
         self.service_accounts = {}  # email -> service account (IAM v1 projects.serviceAccounts)
         self.project_policy = {"version": 1, "etag": "BwAAAA==", "bindings": []}  # the project's IAM policy
+        self.policy_races = 0  # getIamPolicy answers after which another writer changes the policy (etag)
+        self.refuse_sa_delete = set()  # emails whose delete answers 403 (the caller lacks the permission)
         self.issuers = {}  # public OIDC issuer URI -> its JWKS text (what Google fetches from a public issuer)
         self.operations = {}  # key -> {"left": polls, "done": callable, "body": dict, "error": dict|None}
         self._ids = itertools.count(1)
@@ -183,7 +190,8 @@ class GoogleDouble(HttpDouble):
         net["_psa"] = list(ranges)
 
     def writes(self):
-        return [(m, p) for m, p, dummy in self.calls if m != "GET"]
+        # getIamPolicy is a POST that reads (its request body holds options only)
+        return [(m, p) for m, p, dummy in self.calls if m != "GET" and not p.endswith(":getIamPolicy")]
 
     def inventory(self):
         """Every resource left, as (api, name)."""
@@ -540,6 +548,9 @@ class GoogleDouble(HttpDouble):
                 )
             self.sa_policies[email] = dict(new, etag="BwA%04d=" % next(self._ids))
             return 200, self.sa_policies[email]
+        m = re.match(r"^/iam/projects/([^/]+)/serviceAccounts/([^/:]+)$", path)
+        if m and m.group(1) in (self.project, "-"):
+            return self._service_account(method, unquote(m.group(2)))
         # the API takes the project id or number; operation names carry the number
         path = path.replace(f"/iam/projects/{self.number}/", f"/iam/projects/{self.project}/", 1)
         prefix = f"/iam/projects/{self.project}/locations/global/workloadIdentityPools"
@@ -567,6 +578,63 @@ class GoogleDouble(HttpDouble):
         if m:
             return self._provider(method, m.group(1), m.group(2), bool(m.group(3)), query, body or {})
         return _error(404, "Requested entity was not found.", "NOT_FOUND")
+
+    def _service_account(self, method, email):
+        account = self.service_accounts.get(email)
+        if account is None:
+            return _error(
+                404, f"Service account projects/{self.project}/serviceAccounts/{email} not found.", "NOT_FOUND"
+            )
+        if method == "GET":
+            return 200, account
+        if method != "DELETE":
+            return _error(405, "method not allowed")
+        if email in self.refuse_sa_delete:
+            return _error(
+                403,
+                "Permission 'iam.serviceAccounts.delete' denied on resource (or it may not exist).",
+                "PERMISSION_DENIED",
+            )
+        del self.service_accounts[email]
+        self.sa_policies.pop(email, None)
+        uid = account.get("uniqueId") or str(100000000000000000000 + next(self._ids))
+        for binding in self.project_policy.get("bindings") or []:
+            binding["members"] = [
+                f"deleted:serviceAccount:{email}?uid={uid}" if m == f"serviceAccount:{email}" else m
+                for m in binding.get("members") or []
+            ]
+        self.bump_project_policy()
+        return 200, {}
+
+    def bump_project_policy(self):
+        """A new etag: the policy changed."""
+        self.project_policy["etag"] = "BwP%04d=" % next(self._ids)
+
+    def _project_policy(self, verb, body):
+        if verb == "getIamPolicy":
+            answer = json.loads(json.dumps(self.project_policy))
+            if self.policy_races > 0:  # another writer changes the policy right after this read
+                self.policy_races -= 1
+                viewers = next((b for b in self.project_policy["bindings"] if b["role"] == "roles/viewer"), None)
+                if viewers is None:
+                    viewers = {"role": "roles/viewer", "members": []}
+                    self.project_policy["bindings"].append(viewers)
+                viewers["members"].append("user:concurrent-%d@example.com" % next(self._ids))
+                self.bump_project_policy()
+            return 200, answer
+        new = (body or {}).get("policy")
+        if not isinstance(new, dict):
+            return _error(400, "Invalid JSON payload received. policy is required.", "INVALID_ARGUMENT")
+        if new.get("etag") and new["etag"] != self.project_policy["etag"]:
+            return _error(
+                409, "There were concurrent policy changes. Please retry the whole read-modify-write.", "ABORTED"
+            )
+        self.project_policy = {
+            "version": new.get("version", 1),
+            "bindings": [b for b in new.get("bindings") or [] if b.get("members")],
+        }
+        self.bump_project_policy()
+        return 200, self.project_policy
 
     def _pool_name(self, pool):
         return f"projects/{self.number}/locations/global/workloadIdentityPools/{pool}"
@@ -848,6 +916,9 @@ class GoogleDouble(HttpDouble):
             f"/cloudresourcemanager/v1/projects/{self.number}",
         ):
             return 200, {"projectId": self.project, "projectNumber": self.number, "lifecycleState": "ACTIVE"}
+        m = re.match(r"^/cloudresourcemanager/projects/([^/:]+):(getIamPolicy|setIamPolicy)$", path)
+        if method == "POST" and m and m.group(1) == self.project:
+            return self._project_policy(m.group(2), body)
         return _error(403, "The caller does not have permission", "PERMISSION_DENIED")
 
 
