@@ -349,7 +349,9 @@ class CapiController:
         )
 
     def provisioned(self, api, namespace, selector):
-        """(Cluster, workload emulator) of the provisioned clusters of namespace matching selector."""
+        """(Cluster, workload emulator) of the provisioned clusters of namespace matching selector. A paused
+        Cluster is left out: add-on controllers (ClusterResourceSet, CAAPH) reconcile nothing of it, so nothing
+        is written back to the kind cluster while clusterctl move has the Clusters paused."""
         found = []
         for cluster in api.list(CLUSTER_API, "Cluster", namespace):
             workload = self.workloads.get((api.url, namespace, cluster["metadata"]["name"]))
@@ -358,6 +360,7 @@ class CapiController:
                 and (cluster.get("status") or {}).get("phase") == "Provisioned"
                 and _matches(selector or {}, cluster["metadata"].get("labels"))
                 and not cluster["metadata"].get("deletionTimestamp")
+                and not (cluster.get("spec") or {}).get("paused")
             ):
                 found.append((cluster, workload))
         return found
