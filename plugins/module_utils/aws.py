@@ -310,16 +310,16 @@ class Connection:
                 found = self._session.client(
                     service, region_name=region, endpoint_url=self.endpoint_url, config=self._config
                 )
-            except BotoCoreError as exc:
+            except (BotoCoreError, ValueError) as exc:
+                if not isinstance(exc, BotoCoreError):  # botocore: "Invalid endpoint: ..." for a URL without a scheme
+                    raise AwsError(
+                        f"endpoint_url (or AWS_ENDPOINT_URL) {self.endpoint_url!r} is not usable: {exc}; "
+                        "give a full URL such as https://host:port"
+                    )
                 raise AwsError(
                     "cannot build an AWS {} client for {} (profile {}): {}".format(
                         service, region, self.profile or "default", exc
                     )
-                )
-            except ValueError as exc:  # botocore: "Invalid endpoint: ..." for a URL without a scheme
-                raise AwsError(
-                    f"endpoint_url (or AWS_ENDPOINT_URL) {self.endpoint_url!r} is not usable: {exc}; give a full URL such as "
-                    "https://host:port"
                 )
             found.meta.events.register("after-call", self.counter)
             for event, handler in CLIENT_HOOKS:

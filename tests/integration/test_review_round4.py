@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 from test_aws_sweep_world import BOOTSTRAP_TOML, CAPA, CCM, clients, seed_global
 
-from tests.integration.test_aws_sweep import _Http, fast, sweep, toml  # noqa: F401  (fixtures)
-from tests.integration.test_strict_api import KS, api, kustomization  # noqa: F401  (fixture)
+from tests.integration.test_aws_sweep import _Http, fast, sweep, toml  # noqa: F401  # pylint: disable=unused-import
+from tests.integration.test_strict_api import KS, api, kustomization  # noqa: F401  # pylint: disable=unused-import
 from tests.substrate.kube_emulator import ApiError
 
 STACK = "cluster-api-provider-aws-sigs-k8s-io"
