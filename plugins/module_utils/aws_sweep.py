@@ -142,6 +142,11 @@ def targets_from_config(cfg, environment=None, include_management=True, regions=
     every = environment_targets(cfg, name, True)
     all_regions = _unique(t.region for t in every)
     targets = every if include_management else [t for t in every if t.role != "management"]
+    if regions is not None and not regions:  # an empty list must not silently mean every region
+        raise SweepError(
+            "regions is an empty list; leave it out to sweep every region of environment {!r} ({}), "
+            "or name the regions".format(name, ", ".join(all_regions) or "none")
+        )
     if regions:
         unknown = [r for r in regions if r not in all_regions]
         if unknown:
@@ -839,6 +844,8 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     targets, all_regions = targets_from_config(
         cfg, environment, params.get("include_management", True), params.get("regions")
     )
+    if (params.get("min_age_hours") or 0) < 0:
+        raise SweepError("min_age_hours must be >= 0 (got {})".format(params["min_age_hours"]))
     wait_timeout = 1200 if params.get("wait_timeout") is None else params["wait_timeout"]
     if wait_timeout < 0 or (params.get("concurrency") is not None and params["concurrency"] < 1):
         raise SweepError(

@@ -67,14 +67,15 @@ options:
     default: true
   regions:
     description:
-      - Sweep only these regions (each must be a region of the environment).
+      - Sweep only these regions (each must be a region of the environment). Leave it out for every region; an
+        empty list is refused.
       - Global IAM users are kept unless every region of the environment is swept.
     type: list
     elements: str
   min_age_hours:
     description:
-      - With O(mode=report), report resources at least this old. Resources without a creation time of their own
-        take the age of their cluster's oldest resource; with none known they are always reported.
+      - With O(mode=report), report resources at least this old (V(0) or more). Resources without a creation time
+        of their own take the age of their cluster's oldest resource; with none known they are always reported.
     type: float
     default: 6
   report_path:

@@ -157,6 +157,8 @@ def test_a_vpc_recreated_with_the_same_tags_during_the_sweep_is_a_leftover(run_m
         ({"concurrency": 0}, "wait_timeout must be >= 0 and concurrency >= 1 (got 5 and 0)"),
         ({"wait_timeout": "soon"}, "argument 'wait_timeout' is of type"),
         ({"regions": "eu-north-1,nowhere-1"}, "regions nowhere-1 are not regions of environment 'aws'"),
+        ({"regions": []}, "regions is an empty list; leave it out to sweep every region of environment 'aws'"),
+        ({"mode": "report", "min_age_hours": -1}, "min_age_hours must be >= 0 (got -1"),
     ],
 )
 def test_bad_numbers_and_regions_fail_with_a_message_not_a_traceback(run_module, moto, toml, fast, extra, message):  # noqa: F811
