@@ -36,6 +36,7 @@ from tests.substrate.fixtures import REPO
 from tests.substrate.flux_world import World, ssa_apply
 from tests.substrate.bootstrapped import CLUSTER, KIND, KS, PROVIDER_API, SECRETS, make_ks
 from tests.substrate.bootstrapped import helm_release as release
+from tests.substrate.gitops import gitops_checkout, ready_kustomizations
 from tests.substrate.krops_marks import make_kind_marker
 
 pytestmark = pytest.mark.slow
@@ -579,34 +580,6 @@ def test_deleting_the_kind_cluster_removes_the_kubeconfig_kind_leaves_empty(tmp_
         assert host.kind_clusters == {}
 
 
-def _gitops_checkout(tmp_path):
-    """A clone of the repository on branch main with the site value a user sets first (mgmt/aws/aws-account.yaml:
-    the account moto serves), as the Git source Flux syncs from."""
-    import subprocess
-
-    repo = tmp_path / "gitops"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-B", "main", head], check=True)
-    site = repo / "mgmt" / "aws" / "aws-account.yaml"
-    placeholder = 'AWS_ACCOUNT_ID: "000000000000"'
-    assert placeholder in site.read_text()
-    site.write_text(site.read_text().replace(placeholder, f'AWS_ACCOUNT_ID: "{ACCOUNT}"'))
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run(git + ["commit", "-qam", "site values"], check=True)
-    return repo, subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def _ready_kustomizations(api):
-    return sorted(
-        k["metadata"]["name"]
-        for k in api.list(*KS, "flux-system")
-        if any(c["type"] == "Ready" and c["status"] == "True" for c in (k.get("status") or {}).get("conditions", []))
-    )
-
-
 def _resource_versions(world):
     """(cluster, object key) -> resourceVersion of every object on every API server of the world."""
     return {
@@ -643,7 +616,9 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
     from tests.substrate.lifecycle import emulated_world, role_times
 
     aws_world.register_ack_charts(monkeypatch)
-    repo, head = _gitops_checkout(tmp_path)
+    repo, head = gitops_checkout(
+        tmp_path, ("mgmt/aws/aws-account.yaml", 'AWS_ACCOUNT_ID: "000000000000"', f'AWS_ACCOUNT_ID: "{ACCOUNT}"')
+    )
     github = GitHubDouble("krops/krops", "main", head, "ghp_test")
     decoys = seed_decoys(moto, None)
     times = {}
@@ -691,13 +666,13 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
             run("--tags", "bootstrap")
             kind = host.cluster("mgmt")
             chain = sorted(k["metadata"]["name"] for k in kind.list(*KS, "flux-system"))
-            assert chain and _ready_kustomizations(kind) == chain
+            assert chain and ready_kustomizations(kind) == chain
 
             run("--tags", "pivot")
             assert host.kind_clusters == {} and host.leftovers()["kind_clusters"] == []
             mgmt = host.cluster(MGMT)
             assert sorted(c["metadata"]["name"] for c in mgmt.list(*CLUSTER)) == sorted((MGMT,) + WORKLOADS)
-            assert _ready_kustomizations(mgmt) == chain
+            assert ready_kustomizations(mgmt) == chain
             # kind's kubeconfig went with kind; the management cluster's is exported
             assert sorted(p.name for p in kube_dir.iterdir()) == ["config", "krops-mgmt.yaml"]
             # what runs inside a workload cluster leaves in AWS (a Service's load balancer, a volume)

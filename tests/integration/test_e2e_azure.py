@@ -22,6 +22,7 @@ from tests.integration.test_teardown_aws_role import capa, failed, ran, writes
 from tests.substrate.arm_double import ArmDouble
 from tests.substrate.bootstrapped import CLUSTER, KS, install_bootstrapped_tools, seed_bootstrapped_kind
 from tests.substrate.fixtures import REPO
+from tests.substrate.gitops import gitops_checkout, ready_kustomizations
 from tests.substrate.http_double import HttpDouble, Reply
 
 pytestmark = pytest.mark.slow
@@ -660,33 +661,6 @@ class GitHubDouble(HttpDouble):
         return Reply(200, body) if body else Reply(404, {"message": "Not Found"})
 
 
-def _gitops_checkout(tmp_path, arm):
-    """A clone of the repository on branch main with the site values a user sets (the ARM double's subscription)."""
-    import subprocess
-
-    repo = tmp_path / "gitops"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-B", "main", head], check=True)
-    site = repo / "mgmt" / "azure" / "azure-vars.yaml"
-    placeholder = 'AZURE_SUBSCRIPTION_ID: "00000000-0000-0000-0000-000000000000"'
-    assert placeholder in site.read_text()
-    site.write_text(site.read_text().replace(placeholder, f'AZURE_SUBSCRIPTION_ID: "{arm.subscription}"'))
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run(git + ["commit", "-qam", "site values"], check=True)
-    return repo, subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def _ready_kustomizations(api):
-    return sorted(
-        k["metadata"]["name"]
-        for k in api.list(*KS, "flux-system")
-        if any(c["type"] == "Ready" and c["status"] == "True" for c in k.get("status", {}).get("conditions", []))
-    )
-
-
 def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_path):
     """ansible-playbook -i inventories/azure playbooks/azure.yml --tags bootstrap, then --tags pivot, then
     --tags teardown, on the emulated host (tests/substrate/lifecycle.py: kind, Flux with SOPS decryption, CAPI,
@@ -698,7 +672,14 @@ def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_
     from tests.substrate.cloud_operators import AzureOperators
     from tests.substrate.lifecycle import emulated_world
 
-    repo, head = _gitops_checkout(tmp_path, arm)
+    repo, head = gitops_checkout(
+        tmp_path,
+        (
+            "mgmt/azure/azure-vars.yaml",
+            'AZURE_SUBSCRIPTION_ID: "00000000-0000-0000-0000-000000000000"',
+            f'AZURE_SUBSCRIPTION_ID: "{arm.subscription}"',
+        ),
+    )
     github = GitHubDouble("krops/krops", "main", head, "ghp_test")
     # the one-time set-up (docs/environments/azure.md): the management group and the identity krops-capz
     arm.add_group(MGMT, tags=OWNED_TAG)
@@ -762,7 +743,7 @@ def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_
             assert arm.get(arm.rg_id(MGMT) + ARC + "krops-mgmt")["tags"] == OWNED_TAG
             for name in ("krops-kind-capz-manager", "krops-kind-azureserviceoperator-default"):
                 assert arm.get(ident + "/federatedIdentityCredentials/" + name)["properties"]["issuer"] == ISSUER
-            assert len(_ready_kustomizations(kind)) == 12, _ready_kustomizations(kind)
+            assert len(ready_kustomizations(kind)) == 12, ready_kustomizations(kind)
             # served only because CAPZ read ADDITIONAL_ASO_CRDS from the decrypted azure-variables
             assert kind.exists(
                 "apiextensions.k8s.io/v1", "CustomResourceDefinition", "flexibleservers.dbforpostgresql.azure.com"
@@ -802,7 +783,7 @@ def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_
             assert world.kind_clusters == {}
             mgmt = world.cluster(MGMT)
             assert mgmt.exists("cluster.x-k8s.io/v1beta2", "Cluster", MGMT, "default")
-            assert len(_ready_kustomizations(mgmt)) == 12, _ready_kustomizations(mgmt)
+            assert len(ready_kustomizations(mgmt)) == 12, ready_kustomizations(mgmt)
             # the move changed nothing in Azure: the ASO resources were paused while their Cluster moved
             assert arm.exists(arm.rg_id(MGMT) + "/providers/Microsoft.ContainerService/managedClusters/" + MGMT)
 

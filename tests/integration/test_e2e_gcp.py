@@ -35,6 +35,7 @@ from tests.substrate.bootstrapped import (
     seed_bootstrapped_kind,
 )
 from tests.substrate.fixtures import REPO
+from tests.substrate.gitops import gitops_checkout, ready_kustomizations
 from tests.substrate.google_double import GoogleDouble
 
 pytestmark = pytest.mark.slow
@@ -531,19 +532,6 @@ def lifecycle_decoys(google):
         }
 
 
-def _gcp_checkout(tmp_path):
-    """A clone of the repository on branch main (what Flux syncs)."""
-    import subprocess
-
-    repo = tmp_path / "gitops"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-B", "main", head], check=True)
-    return repo, head
-
-
 def _tls_registry(root):
     """The real docker-registry over HTTPS (the emulated API servers' test CA) on a free port: ghcr.io here."""
     import shutil
@@ -584,14 +572,6 @@ def _tls_registry(root):
     return process, f"127.0.0.1:{port}", f"{folder}/ca.crt"
 
 
-def _ready(api):
-    return sorted(
-        k["metadata"]["name"]
-        for k in api.list(*KS, "flux-system")
-        if any(c["type"] == "Ready" and c["status"] == "True" for c in k.get("status", {}).get("conditions", []))
-    )
-
-
 def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatch):
     """ansible-playbook -i inventories/gcp playbooks/gcp.yml (bootstrap and pivot), then --tags teardown --check
     (changes nothing) and --tags teardown, on the emulated host (tests/substrate/lifecycle.py) with CAPG, GKE,
@@ -610,7 +590,7 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
 
     started = time.monotonic()
     google = GoogleDouble(project=SITE_PROJECT, polls=1, page_size=2)
-    repo, head = _gcp_checkout(tmp_path)
+    repo, head = gitops_checkout(tmp_path)
     github = GitHubDouble("krops/krops", "main", head, "ghp_test")
     host = Path(tempfile.mkdtemp(prefix="krops-gcp-", dir="/tmp"))
     registry, ghcr, ca = _tls_registry(host)
@@ -665,7 +645,7 @@ def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatc
             assert rc == 0, (failed(out), err[-3000:], ops.errors)
             assert world.kind_clusters == {}
             mgmt = world.cluster("europe-north1-management")
-            assert len(_ready(mgmt)) == 17, _ready(mgmt)
+            assert len(ready_kustomizations(mgmt)) == 17, ready_kustomizations(mgmt)
             assert sorted(google.gke) == sorted(
                 ["locations/europe-north1/clusters/europe-north1-management-2"]
                 + [f"locations/europe-north1/clusters/{n}" for n in (MGMT_VPC, WORKLOAD_VPC)]
