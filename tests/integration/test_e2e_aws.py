@@ -34,10 +34,9 @@ from tests.substrate.aws_world import ACCOUNT, ACK_KINDS, Ack, AckController, Ca
 from tests.substrate.capi_world import CapiController
 from tests.substrate.fixtures import REPO
 from tests.substrate.flux_world import World, ssa_apply
-from tests.substrate.bootstrapped import CLUSTER, KIND, KS, PROVIDER_API, SECRETS, make_ks
+from tests.substrate.bootstrapped import CLUSTER, KIND, KS, PROVIDER_API, SECRETS, seed_bootstrapped_kind
 from tests.substrate.bootstrapped import helm_release as release
 from tests.substrate.gitops import gitops_checkout, ready_kustomizations
-from tests.substrate.krops_marks import make_kind_marker
 
 pytestmark = pytest.mark.slow
 
@@ -77,44 +76,14 @@ mgmt-eks-cluster-name = "default_eu-north-1-management-staging-control-plane"
 """
 
 
-def _namespace(api, name):
-    if not api.exists("v1", "Namespace", name):
-        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-
-
 def _bootstrapped(kind):
     """What bootstrap leaves on the kind cluster besides the tree: Flux, providers, secrets, marker."""
-    for name in ("flux-system", "capi-system", "capa-system", "caaph-system", "default"):
-        _namespace(kind, name)
-    make_ks(kind, "flux-system")
-    make_ks(kind, "clusters")
-    make_kind_marker(kind, "aws")
-    for provider_kind, namespace, name in PROVIDERS:
-        kind.create(
-            {
-                "apiVersion": PROVIDER_API,
-                "kind": provider_kind,
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"version": "v2.11.1" if name == "aws" else "v1.13.5"},
-            }
-        )
-    for name in SECRETS:
-        kind.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": "flux-system"},
-                "type": "Opaque",
-                "data": {"x": "eA=="},
-            }
-        )
-    kind.create(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "krops-run", "namespace": "flux-system"},
-            "data": {k: v for k, v in RUN.items() if k.startswith("KROPS_")},
-        }
+    seed_bootstrapped_kind(
+        kind,
+        "aws",
+        [(*provider, "v2.11.1" if provider[2] == "aws" else "v1.13.5") for provider in PROVIDERS],
+        namespaces=("default",),
+        run_tags={k: v for k, v in RUN.items() if k.startswith("KROPS_")},
     )
 
 
