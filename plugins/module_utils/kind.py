@@ -21,7 +21,7 @@ try:
 except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
     HAS_YAML = False
 
-from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kube
+from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kube, ownership
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 
 KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
@@ -445,7 +445,7 @@ def ensure_mirror(cluster, registry_mirror, check_mode=False):
 
 def _remove_if_empty(kubeconfig_path):
     """kind delete writes the kubeconfig back without its entries, even when nothing is left (kind's RemoveKIND);
-    the file goes when it holds no cluster, user or context, as teardown treats the management kubeconfig."""
+    the file goes when it holds no cluster, user or context."""
     if not kubeconfig_path:
         return
     path = os.path.expanduser(kubeconfig_path)
@@ -454,7 +454,8 @@ def _remove_if_empty(kubeconfig_path):
             doc = yaml.safe_load(handle)
     except (OSError, yaml.YAMLError):
         return
-    if isinstance(doc, dict) and not any(doc.get(field) for field in ("clusters", "users", "contexts")):
+    # the rule teardown uses: nothing of any context, cluster or user left (ownership.kubeconfig_without)
+    if isinstance(doc, dict) and ownership.kubeconfig_without(doc, None)[0] is None:
         try:
             os.remove(path)
         except OSError:  # an empty kubeconfig left behind harms nothing; the cluster is gone
