@@ -18,7 +18,6 @@ Discovery is read-only and comes first: check mode returns the plan it produced.
 from __future__ import annotations
 
 import json
-import re
 import ssl
 import time
 import urllib.error
@@ -864,10 +863,9 @@ def gcp_discover(
     return [(stage, plan[stage]) for stage in stages], not_owned
 
 
-# <pool>/<provider>: IAM workload identity pool and provider IDs (4 to 32 of [a-z0-9-], not starting gcp-)
-GCP_PROVIDER_NAME = re.compile(r"^(?!gcp-)[a-z0-9-]{4,32}/(?!gcp-)[a-z0-9-]{4,32}$")
-# a user-managed service account id (IAM CreateServiceAccountRequest.accountId: 6 to 30, RFC 1035)
-GCP_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+# the loader's rules for teardown.workload-identity-providers (<pool>/<provider>) and .service-accounts
+GCP_PROVIDER_NAME = krops_config.GCP_WIF_PROVIDER_NAME
+GCP_ACCOUNT_ID = krops_config.GCP_SERVICE_ACCOUNT_ID
 
 
 def gcp_account_email(account, project):

@@ -262,15 +262,18 @@ _GCP_NETWORK = _name(
     63,
     "GCP Compute resource name rule (RFC 1035)",
 )
+# gcp IAM names (also gcp_teardown's option check, through cloud_teardown)
+GCP_SERVICE_ACCOUNT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+GCP_WIF_PROVIDER_NAME = re.compile(r"^(?!gcp-)[a-z0-9-]{4,32}/(?!gcp-)[a-z0-9-]{4,32}$")
 _GCP_SERVICE_ACCOUNT = _name(
-    re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"),
+    GCP_SERVICE_ACCOUNT_ID,
     "a GCP service account id (the part before '@'): 6 to 30 lowercase letters, digits and '-', "
     "starting with a letter and not ending with '-'",
     30,
     "IAM projects.serviceAccounts.create accountId rule",
 )
 _GCP_WIF_PROVIDER = _name(
-    re.compile(r"^(?!gcp-)[a-z0-9-]{4,32}/(?!gcp-)[a-z0-9-]{4,32}$"),
+    GCP_WIF_PROVIDER_NAME,
     "<pool>/<provider>, e.g. krops/kind: two workload identity IDs of 4 to 32 lowercase letters, digits "
     "and '-', not starting with 'gcp-'",
     65,
