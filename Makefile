@@ -1,5 +1,6 @@
 # krops.platform: one command to set up and test a checkout.
 #   make test      set up (venv, packages) then sanity, units, integration, lint
+#   make check     the quick tier: units, ruff and the integration tests not marked slow (docs/testing.md)
 #   make setup     only the set-up (scripts/setup.sh)
 #   make build     the collection tarball (build/), refused when it would pack a secret
 #   make importer  galaxy-importer's checks on that tarball, offline (what Galaxy runs on upload)
@@ -15,13 +16,21 @@ BIN := $(abspath $(VENV)/bin)
 BUILD ?= /tmp/krops-build$(subst /,-,$(CURDIR))
 COLLECTION := $(BUILD)/ansible_collections/krops/platform
 PYTEST_ARGS ?=
+# pytest-xdist workers; each test file stays on one worker (module-scoped fixtures, shared folders).
+PYTEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile,)
 # ansible-test runs on the virtual environment's Python (its bin folder comes first on PATH).
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck collection build importer ee-context bench clean
+.PHONY: test check quick setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck collection build importer ee-context bench clean
 
-test: setup sanity units integration lint importer
+# After set-up, the checks run two at a time (TEST_JOBS): the integration suite waits on its
+# emulators more than it computes, so sanity, units, lint and importer share the cores with it.
+# Each target's output is printed whole when it ends; any failure fails make test.
+TEST_JOBS ?= 2
+test: setup
+	@$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target sanity units integration lint importer
 	@echo "make test: all checks passed"
 
 setup:
@@ -47,8 +56,17 @@ units: collection
 
 integration:
 	@mkdir -p tests/output
-	$(BIN)/python -m pytest $(PYTEST_ARGS) | tee tests/output/pytest.log
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS) | tee tests/output/pytest.log
 	@grep -E '^=+ .*(passed|failed).* =+$$' tests/output/pytest.log | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$$//' > tests/output/pytest-summary.txt
+
+# The quick tier, for the inner loop: no ansible-playbook process, no emulated lifecycle
+# (tests/conftest.py marks those slow). Needs a set-up checkout (make setup).
+check: units ruff quick
+	@echo "make check: quick tier passed"
+
+quick:
+	@mkdir -p tests/output
+	$(BIN)/python -m pytest $(XDIST) -m 'not slow' $(PYTEST_ARGS) | tee tests/output/pytest-quick.log
 
 lint: ruff yamllint ansible-lint shellcheck
 
