@@ -41,7 +41,9 @@ stamp=.venv/.krops-requirements
 want=$(cat requirements.txt requirements-test.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Python requirements into .venv (first time: several minutes)"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+  # Wheels come from pip's cache (~/.cache/pip) when it has them. --no-compile skips byte-compiling
+  # every file of the ansible package's bundled collections up front: Python compiles what it imports.
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-test.txt
   echo "$want" > "$stamp"
 fi
 
