@@ -61,7 +61,8 @@ integration:
 
 # The quick tier, for the inner loop: no ansible-playbook process, no emulated lifecycle
 # (tests/conftest.py marks those slow). Needs a set-up checkout (make setup).
-check: units ruff quick
+check:
+	@$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target units ruff quick
 	@echo "make check: quick tier passed"
 
 quick:

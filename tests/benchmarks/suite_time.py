@@ -96,7 +96,9 @@ def count():
 def profile(junit):
     per_file = defaultdict(lambda: [0, 0.0, ("", 0.0)])
     for case in ET.parse(junit).iter("testcase"):
-        name = case.get("classname", "").replace(".", "/") + ".py"
+        if not case.get("classname"):
+            continue  # a run interrupted mid-test records it without one
+        name = case.get("classname").replace(".", "/") + ".py"
         seconds = float(case.get("time") or 0)
         row = per_file[name]
         row[0] += 1
