@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck collection build importer ee-context bench clean
+.PHONY: test setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint collection build importer ee-context bench clean
 
 test: setup sanity units integration lint importer
 	@echo "make test: all checks passed"
@@ -50,7 +50,7 @@ integration:
 	$(BIN)/python -m pytest $(PYTEST_ARGS) | tee tests/output/pytest.log
 	@grep -E '^=+ .*(passed|failed).* =+$$' tests/output/pytest.log | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$$//' > tests/output/pytest-summary.txt
 
-lint: ruff yamllint ansible-lint shellcheck
+lint: ruff yamllint ansible-lint shellcheck docs-lint
 
 # The formatter and the linter, configured in ruff.toml; `ruff format .` fixes what the first reports.
 ruff:
@@ -62,6 +62,11 @@ shellcheck:
 
 yamllint:
 	$(BIN)/yamllint -s .
+
+# What a docs site (docs.ansible.com's antsibull-docs) makes of every plugin's and role's documentation:
+# markup, option types, and defaults that must be literals of the option's type.
+docs-lint:
+	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections $(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
 
 ansible-lint:
 	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections $(BIN)/ansible-lint --profile production
