@@ -23,7 +23,7 @@ XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loa
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test check quick setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck collection build importer ee-context bench clean
+.PHONY: test check quick setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint collection build importer ee-context bench clean
 
 # After set-up, the checks run two at a time (TEST_JOBS): the integration suite waits on its
 # emulators more than it computes, so sanity, units, lint and importer share the cores with it.
@@ -69,7 +69,7 @@ quick:
 	@mkdir -p tests/output
 	$(BIN)/python -m pytest $(XDIST) -m 'not slow' $(PYTEST_ARGS) | tee tests/output/pytest-quick.log
 
-lint: ruff yamllint ansible-lint shellcheck
+lint: ruff yamllint ansible-lint shellcheck docs-lint
 
 # The formatter and the linter, configured in ruff.toml; `ruff format .` fixes what the first reports.
 ruff:
@@ -81,6 +81,11 @@ shellcheck:
 
 yamllint:
 	$(BIN)/yamllint -s .
+
+# What a docs site (docs.ansible.com's antsibull-docs) makes of every plugin's and role's documentation:
+# markup, option types, and defaults that must be literals of the option's type.
+docs-lint:
+	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections $(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
 
 ansible-lint:
 	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections $(BIN)/ansible-lint --profile production

@@ -3,12 +3,16 @@
 # Apache License 2.0 (see LICENSE)
 """Write awx/objects.yml in awxkit's import format (`awx import < awx/krops-awx-import.json`).
 
-    scripts/awx_import_format.py [--scm-url URL] [--ee-image IMAGE] [--organization NAME] [--output FILE]
+    scripts/awx_import_format.py [--scm-url URL] [--ee-image IMAGE] [--organization NAME]
+        [--aws-credential NAME] [--azure-credential NAME] [--gcp-credential NAME] [--output FILE]
 
-The objects are the ones awx/krops-awx.yml declares with awx.awx, minus the two credentials: an
-import file carries no secrets, so create those with krops-awx.yml or by hand (docs/awx.md), then
-attach them. Each asset has awxkit's natural key (the NATURAL_KEY fields of its awxkit page class,
-and its type); references to other objects are natural keys too. Without --scm-url the URL is
+The objects are the ones awx/krops-awx.yml declares with awx.awx, minus the credentials themselves and
+the container group: an import file carries no secrets, and awxkit exports no instance groups. The
+project and the job templates refer to the credentials by natural key, so create them first (with
+krops-awx.yml, or by hand with the same names: docs/awx.md); `awx import` then attaches them. The
+--*-credential options name existing AWX cloud credentials for that environment's job templates; without
+--aws-credential the orphan report's schedule is imported disabled. Each asset has awxkit's natural key
+(the NATURAL_KEY fields of its awxkit page class, and its type). Without --scm-url the URL is
 bootstrap.toml's git-url.
 """
 
@@ -31,8 +35,23 @@ def _git_url():
         return tomllib.load(handle)["bootstrap"]["git-url"]
 
 
-def convert(objects, scm_url, ee_image, organization=None):
+def convert(objects, scm_url, ee_image, organization=None, cloud=None):
     org = {"name": organization or objects["organization"], "type": "organization"}
+    cloud = {env: name for env, name in (cloud or {}).items() if name}
+    kinds = {c["name"]: (c["credential_type"], c["kind"]) for c in objects["credentials"]}
+    for env, name in cloud.items():
+        kinds[name] = (objects["cloud_credentials"][env]["credential_type"], objects["cloud_credentials"][env]["kind"])
+
+    def credential_key(name):
+        # awxkit Credential.NATURAL_KEY: organization, name, credential_type (whose key is name, kind).
+        type_name, kind = kinds[name]
+        return {
+            "organization": org,
+            "name": name,
+            "credential_type": {"name": type_name, "kind": kind, "type": "credential_type"},
+            "type": "credential",
+        }
+
     ee_key = {"name": objects["execution_environment"]["name"], "type": "execution_environment"}
     project = objects["project"]
     project_key = {"organization": org, "name": project["name"], "type": "project"}
@@ -71,6 +90,7 @@ def convert(objects, scm_url, ee_image, organization=None):
                 "scm_url": scm_url,
                 "scm_branch": project["scm_branch"],
                 "scm_update_on_launch": project["scm_update_on_launch"],
+                "credential": credential_key(project["credential"]),
                 "default_environment": ee_key,
                 "natural_key": project_key,
             }
@@ -107,6 +127,11 @@ def convert(objects, scm_url, ee_image, organization=None):
     for jt in objects["job_templates"]:
         key = {"organization": org, "name": jt["name"], "type": "job_template"}
         related = {}
+        credentials = jt["credentials"] + (
+            [cloud[jt["cloud_credential"]]] if jt.get("cloud_credential") in cloud else []
+        )
+        if credentials:
+            related["credentials"] = [credential_key(name) for name in credentials]
         if jt.get("survey"):
             related["survey_spec"] = jt["survey"]
         if jt["name"] in schedules:
@@ -114,7 +139,7 @@ def convert(objects, scm_url, ee_image, organization=None):
                 {
                     "name": s["name"],
                     "rrule": s["rrule"],
-                    "enabled": s["enabled"],
+                    "enabled": s["enabled_when_credential"] in cloud,
                     "extra_data": {},
                     "natural_key": {"unified_job_template": key, "name": s["name"], "type": "schedule"},
                 }
@@ -151,11 +176,16 @@ def main(argv=None):
     parser.add_argument("--scm-url", default=None)
     parser.add_argument("--ee-image", default="krops-ee:0.1.0")
     parser.add_argument("--organization", default=None)
+    for env in ("aws", "azure", "gcp"):
+        parser.add_argument(
+            f"--{env}-credential", default="", help=f"an existing AWX credential for the {env} job templates"
+        )
     parser.add_argument("--output", default="-")
     args = parser.parse_args(argv)
     with open(args.objects, encoding="utf-8") as handle:
         objects = yaml.safe_load(handle)
-    data = convert(objects, args.scm_url or _git_url(), args.ee_image, args.organization)
+    cloud = {"aws": args.aws_credential, "azure": args.azure_credential, "gcp": args.gcp_credential}
+    data = convert(objects, args.scm_url or _git_url(), args.ee_image, args.organization, cloud)
     text = json.dumps(data, indent=2, sort_keys=False) + "\n"
     if args.output == "-":
         sys.stdout.write(text)

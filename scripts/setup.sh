@@ -76,4 +76,7 @@ if [ -n "$pip_version" ]; then
     cp scripts/get-pip-offline.py "$cache"
   fi
 fi
-say "setup complete: $(.venv/bin/python --version), $(.venv/bin/ansible --version | head -1)"
+# The whole output is read before its first line is taken: `ansible --version | head -1` closes the
+# pipe early, and ansible then prints a BrokenPipeError traceback.
+ansible_version=$(.venv/bin/ansible --version)
+say "setup complete: $(.venv/bin/python --version), ${ansible_version%%$'\n'*}"

@@ -33,5 +33,5 @@ options:
       - AWS session token for temporary credentials, with O(access_key) and O(secret_key).
     type: str
 requirements:
-  - boto3 >= 1.28.0 (Python library)
+  - boto3 >= 1.44.8 and botocore >= 1.44.8 (Python libraries)
 """

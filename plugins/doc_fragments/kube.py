@@ -78,5 +78,5 @@ options:
       - When not set, E(K8S_AUTH_REQUEST_TIMEOUT), then 30.
     type: int
 requirements:
-  - kubernetes >= 30.0.0 (Python library)
+  - kubernetes >= 37.0.1 (Python library)
 """

@@ -87,7 +87,7 @@ attributes:
     platforms: posix
     details: Calls Azure Resource Manager from the host it runs on.
 requirements:
-  - azure-identity (Python), unless O(access_token) is given
+  - azure-identity >= 1.27.0 (Python library), unless O(access_token) is given
 notes:
   - Secrets read from environment variables are masked in results and messages like no_log options.
 """

@@ -94,7 +94,7 @@ attributes:
     platforms: posix
     details: Calls Azure Resource Manager from the host it runs on (the teardown role delegates to localhost).
 requirements:
-  - azure-identity (Python), unless O(access_token) is given
+  - azure-identity >= 1.27.0 (Python library), unless O(access_token) is given
 notes:
   - Credentials never reach a command line. Secrets read from environment variables (E(AZURE_ACCESS_TOKEN),
     E(AZURE_SECRET), E(AZURE_CLIENT_SECRET), E(AZURE_CLIENT_CERTIFICATE_PASSWORD), E(AZURE_PASSWORD)) are masked

@@ -99,17 +99,6 @@ options:
     description: Seconds between progress reports on the controller while waiting.
     type: int
     default: 30
-  _phase:
-    description: Internal, set by the action plugin (V(wait) skips the set-up in later steps). Do not set.
-    type: str
-    choices: [all, wait]
-    default: all
-  _wait_budget:
-    description: Internal, set by the action plugin (seconds this step may wait). Do not set.
-    type: int
-  _wait_total:
-    description: Internal, set by the action plugin (the whole wait budget, for messages). Do not set.
-    type: int
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.

@@ -98,7 +98,7 @@ attributes:
     platforms: posix
     details: Calls the Google Cloud APIs from the host it runs on (the teardown role delegates to localhost).
 requirements:
-  - google-auth (Python), unless O(access_token) is given
+  - google-auth >= 2.63.0 (Python library), unless O(access_token) is given
 notes:
   - A token read from E(GCP_ACCESS_TOKEN) is masked in results, messages and warnings like no_log options.
   - The project number (for Service Networking) comes from Cloud Resource Manager.

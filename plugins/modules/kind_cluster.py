@@ -119,7 +119,7 @@ attributes:
     details: Runs kind against the container engine of the host it runs on (the bootstrap role uses localhost).
 requirements:
   - kind (binary)
-  - kubernetes >= 30.0.0 (Python library)
+  - kubernetes >= 37.0.1 (Python library)
 seealso:
   - module: krops.platform.oci_artifact_push
 """

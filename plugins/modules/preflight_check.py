@@ -112,7 +112,7 @@ attributes:
     platforms: posix
     details: Checks the tools, files and credentials of the host it runs on (the preflight role uses localhost).
 requirements:
-  - boto3 (Python library), only for O(aws_eip_checks)
+  - boto3 >= 1.44.8 (Python library), only for O(aws_eip_checks)
 notes:
   - The token and the age secret key never appear in the result or in any message.
 """

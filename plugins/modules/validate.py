@@ -83,8 +83,8 @@ attributes:
     description: Runs on the controller, where the tree and the Python libraries are (the role delegates to localhost).
 requirements:
   - kubectl (with kustomize) or kustomize on the controller
-  - jsonschema, referencing, kubernetes-validate and yamllint (Python libraries)
-  - common-expression-language (Python library) for the C(cel) rule
+  - jsonschema >= 4.26.0, referencing >= 0.37.0, kubernetes-validate >= 1.37.0 and yamllint >= 1.38.0 (Python libraries)
+  - common-expression-language >= 0.10.0 (Python library) for the C(cel) rule
 """
 
 EXAMPLES = r"""

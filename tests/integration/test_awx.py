@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.integration.test_playbooks import failed_msg, run
+from tests.substrate import awx_rules
 from tests.substrate.fixtures import REPO, task_results
 
 OBJECTS = yaml.safe_load((REPO / "awx" / "objects.yml").read_text())
@@ -37,6 +38,7 @@ NATURAL_KEYS = {
     "job_template": ("organization", "name"),
     "schedule": ("unified_job_template", "name"),
     "organization": ("name",),
+    "credential": ("organization", "name", "credential_type"),
 }
 # awxkit/api/pages/api.py EXPORTABLE_RESOURCES (the top-level keys `awx import` reads).
 EXPORTABLE = {
@@ -57,14 +59,25 @@ EXPORTABLE = {
 }
 
 STUB = """#!/usr/bin/python
-# Stand-in for awx.awx.{name}: the real module's documented options, validated by AnsibleModule.
-import json, os
+# Stand-in for awx.awx.{name}: the real module's documented options, validated by AnsibleModule, then
+# the AWX server's own rules (tests/substrate/awx_rules.py) against the objects written so far.
+import json, os, sys
 from ansible.module_utils.basic import AnsibleModule
+sys.path.insert(0, os.environ["KROPS_AWX_RULES_PATH"])
+import awx_rules
 SPEC = {spec!r}
 def main():
     module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
+    params = {{k: v for k, v in module.params.items() if v is not None}}
+    state_path = os.environ["KROPS_AWX_STUB_LOG"] + ".state.json"
+    state = awx_rules.load(state_path)
+    try:
+        awx_rules.apply("{name}", params, state)
+    except awx_rules.Rejected as exc:
+        module.fail_json(msg=str(exc))
+    awx_rules.save(state_path, state)
     with open(os.environ["KROPS_AWX_STUB_LOG"], "a") as log:
-        log.write(json.dumps({{"module": "{name}", "params": {{k: v for k, v in module.params.items() if v is not None}}}}) + "\\n")
+        log.write(json.dumps({{"module": "{name}", "params": params}}) + "\\n")
     module.exit_json(changed=True)
 if __name__ == "__main__":
     main()
@@ -99,6 +112,7 @@ def awx_env(tmp_path, stub, **extra):
     env = {
         "ANSIBLE_COLLECTIONS_PATH": "{}:{}".format(stub, REPO / ".collections"),
         "KROPS_AWX_STUB_LOG": str(tmp_path / "calls.jsonl"),
+        "KROPS_AWX_RULES_PATH": str(REPO / "tests" / "substrate"),
         "CONTROLLER_HOST": "https://awx.example.test",
         "CONTROLLER_OAUTH_TOKEN": "oauth-token",
         "CONTROLLER_USERNAME": "",
@@ -128,9 +142,10 @@ def test_playbook_declares_every_object(awx_stub, tmp_path):
         by_module.setdefault(call["module"], []).append(call["params"])
     assert {m: len(c) for m, c in by_module.items()} == {
         "credential_type": 2,
-        "credential": 2,
+        "credential": 3,
         "execution_environment": 1,
         "project": 1,
+        "instance_group": 1,
         "inventory": 5,
         "host": 5,
         "job_template": 21,
@@ -145,6 +160,10 @@ def test_playbook_declares_every_object(awx_stub, tmp_path):
     }
     creds = {c["name"]: c for c in by_module["credential"]}
     assert creds["krops GitHub PAT"]["inputs"] == {"token": "ghp_example"}
+    # The project's credential is a Source Control one (AWX refuses any other kind there).
+    assert creds["krops GitHub source control"]["credential_type"] == "Source Control"
+    assert creds["krops GitHub source control"]["inputs"] == {"username": "git", "password": "ghp_example"}
+    assert by_module["project"][0]["credential"] == "krops GitHub source control"
     assert creds["krops age key"]["inputs"]["age_key"].startswith("# created: ")
     assert "ghp_example" not in json.dumps(output) and "AGE-SECRET-KEY" not in json.dumps(output)
     project = by_module["project"][0]
@@ -161,6 +180,203 @@ def test_playbook_declares_every_object(awx_stub, tmp_path):
     )
     assert by_module["schedule"][0]["unified_job_template"] == "krops aws orphan report"
     assert {h["inventory"] for h in by_module["host"]} == {f"krops {e}" for e in ENVIRONMENTS}
+    # No AWS credential named: the orphan report runs with none, so its schedule waits, and says why.
+    assert by_module["schedule"][0]["enabled"] is False
+    assert jts["krops aws orphan report"]["credentials"] == []
+    assert (
+        "the schedule 'krops aws orphan report every 6 hours' was created disabled: its job template needs an AWX "
+        "Amazon Web Services credential. Set KROPS_AWX_AWS_CREDENTIAL to its name and run krops-awx.yml again"
+    ) in json.dumps(output)
+    # The local-host jobs run in the container group that reaches the node's engine.
+    group = by_module["instance_group"][0]
+    pod = yaml.safe_load(group["pod_spec_override"])
+    assert group["is_container_group"] is True and pod["spec"]["hostNetwork"] is True
+    assert pod["spec"]["volumes"] == [
+        {"name": "engine-socket", "hostPath": {"path": "/var/run/docker.sock", "type": "Socket"}}
+    ]
+    for phase in ("bootstrap", "pivot", "teardown"):
+        assert jts[f"krops local-host {phase}"]["instance_groups"] == ["krops local-host engine"]
+    assert "instance_groups" not in jts["krops local-host validate"]
+
+
+def seed(tmp_path, credentials):
+    """Objects the AWX server already holds (the cloud credentials krops-awx.yml only names)."""
+    state = awx_rules.load(str(tmp_path / "calls.jsonl.state.json"))
+    for name, type_name in credentials.items():
+        state["credentials"][name] = {
+            "credential_type": type_name,
+            "kind": awx_rules.MANAGED_CREDENTIAL_TYPES[type_name],
+        }
+    awx_rules.save(str(tmp_path / "calls.jsonl.state.json"), state)
+
+
+@pytest.mark.slow
+def test_cloud_credentials_are_attached_and_the_schedule_enabled(awx_stub, tmp_path):
+    seed(
+        tmp_path,
+        {
+            "ops aws": "Amazon Web Services",
+            "ops azure": "Microsoft Azure Resource Manager",
+            "ops gcp": "Google Compute Engine",
+        },
+    )
+    env = awx_env(
+        tmp_path,
+        awx_stub,
+        KROPS_AWX_AWS_CREDENTIAL="ops aws",
+        KROPS_AWX_AZURE_CREDENTIAL="ops azure",
+        KROPS_AWX_GCP_CREDENTIAL="ops gcp",
+        KROPS_AWX_SCM_USERNAME="krops-bot",
+    )
+    rc, output, stderr = run(["awx/krops-awx.yml"], tmp_path, env=env)
+    assert rc == 0, (output, stderr)
+    made = calls(tmp_path)
+    jts = {c["params"]["name"]: c["params"] for c in made if c["module"] == "job_template"}
+    for env_name, cred in (("aws", "ops aws"), ("azure", "ops azure"), ("gcp", "ops gcp")):
+        for phase in ("bootstrap", "pivot", "teardown"):
+            assert jts[f"krops {env_name} {phase}"]["credentials"] == [
+                "krops GitHub PAT",
+                "krops age key",
+                cred,
+            ]
+        assert jts[f"krops {env_name} validate"]["credentials"] == []
+    assert jts["krops aws orphan report"]["credentials"] == ["ops aws"]
+    assert jts["krops local-host bootstrap"]["credentials"] == ["krops age key"]
+    schedule = next(c["params"] for c in made if c["module"] == "schedule")
+    assert schedule["enabled"] is True
+    creds = {c["params"]["name"]: c["params"] for c in made if c["module"] == "credential"}
+    assert creds["krops GitHub source control"]["inputs"]["username"] == "krops-bot"
+    assert "created disabled" not in json.dumps(output)
+
+
+@pytest.mark.slow
+def test_a_credential_awx_refuses_on_a_job_template_fails_the_play(awx_stub, tmp_path):
+    """A Source Control credential named as the AWS one: AWX refuses its kind on a job template."""
+    seed(tmp_path, {"git only": "Source Control"})
+    env = awx_env(tmp_path, awx_stub, KROPS_AWX_AWS_CREDENTIAL="git only")
+    rc, output, _err = run(["awx/krops-awx.yml"], tmp_path, env=env)
+    assert rc == 2
+    failed = [r for r in task_results(output).values() if r.get("failed")]
+    assert len(failed) == 1
+    # The json callback keeps each failed item's msg (the loop's own msg is "One or more items failed").
+    assert {i["item"]["name"]: i["msg"] for i in failed[0]["results"] if "msg" in i} == {
+        f"krops aws {phase}": "Cannot assign a Credential of kind `scm`."
+        for phase in ("bootstrap", "pivot", "teardown", "orphan report")
+    }
+
+
+# --- the stand-in's server-side rules, on AWX's own test cases (ansible/awx 24.6.1) ----------------
+
+# awx/main/tests/functional/api/test_schedules.py test_invalid_rrules (its `rrule, error` table).
+INVALID_RRULES = [
+    ("", "This field may not be blank"),
+    ("DTSTART:NONSENSE", "Valid DTSTART required in rrule"),
+    ("DTSTART:20300308T050000 RRULE:FREQ=DAILY;INTERVAL=1", "DTSTART cannot be a naive datetime"),
+    ("DTSTART:20300308T050000Z DTSTART:20310308T050000", "Multiple DTSTART is not supported"),
+    ("DTSTART:20300308T050000Z", "One or more rule required in rrule"),
+    ("DTSTART:20300308T050000Z RRULE:FREQ=MONTHLY;INTERVAL=1; EXDATE:20220401", "EXDATE not allowed in rrule"),
+    ("DTSTART:20300308T050000Z RRULE:FREQ=MONTHLY;INTERVAL=1; RDATE:20220401", "RDATE not allowed in rrule"),
+    ("DTSTART:20300308T050000Z RRULE:FREQ=SECONDLY;INTERVAL=5;COUNT=6", "SECONDLY is not supported"),
+    ("DTSTART:20300308T050000Z RRULE:NONSENSE", "INTERVAL required in rrule"),
+    ("DTSTART:20300308T050000Z RRULE:FREQ=YEARLY;INTERVAL=1;BYDAY=5MO", "BYDAY with numeric prefix not supported"),
+    (
+        "DTSTART:20030925T104941Z RRULE:FREQ=DAILY;INTERVAL=10;COUNT=500;UNTIL=20040925T104941Z",
+        "RRULE may not contain both COUNT and UNTIL",
+    ),
+    ("DTSTART:20300308T050000Z RRULE:FREQ=DAILY;INTERVAL=1;COUNT=2000", "COUNT > 999 is unsupported"),
+    (
+        "DTSTART:20300308T050000Z RRULE:NONSENSE RRULE:INTERVAL=1;FREQ=DAILY EXRULE:FREQ=WEEKLY;INTERVAL=1;BYDAY=SU",
+        "INTERVAL required in rrule",
+    ),
+    (
+        "DTSTART:NONSENSE RRULE:NONSENSE RRULE:FREQ=MONTHLY;INTERVAL=1;BYMONTHDAY=3,4",
+        "Valid DTSTART required in rrule",
+    ),
+    ("DTSTART:20300308T050000Z RRULE:FREQ=REGULARLY;INTERVAL=1", "rrule parsing failed validation: invalid 'FREQ'"),
+]
+
+
+@pytest.mark.parametrize(("rrule", "error"), INVALID_RRULES)
+def test_stand_in_refuses_the_rrules_awx_refuses(rrule, error):
+    assert any(e.startswith(error) for e in awx_rules.rrule_errors(rrule)), awx_rules.rrule_errors(rrule)
+
+
+def test_the_schedules_rrules_are_valid():
+    for schedule in OBJECTS["schedules"]:
+        assert awx_rules.rrule_errors(schedule["rrule"]) == [], schedule
+
+
+# awx/main/tests/functional/api/test_credential_type.py test_create_valid_kind / test_create_invalid_kind.
+@pytest.mark.parametrize("kind", ["ssh", "vault", "scm", "insights", "kubernetes", "galaxy"])
+def test_stand_in_refuses_custom_credential_type_kinds(kind):
+    with pytest.raises(awx_rules.Rejected, match=f"^Must be 'cloud' or 'net', not {kind}$"):
+        awx_rules.check_credential_type({"name": "x", "kind": kind})
+    for ok in ("cloud", "net"):
+        awx_rules.check_credential_type({"name": "x", "kind": ok})
+
+
+def _question(**fields):
+    return dict({"type": "text", "question_name": "q", "variable": "v", "required": True}, **fields)
+
+
+def _survey(*questions):
+    return {"name": "n", "description": "", "spec": list(questions)}
+
+
+# JobTemplateSurveySpec._validate_spec_data, one case per rule; the last one is test_survey_spec.py
+# test_survey_spec_default_not_allowed.
+BAD_SURVEYS = [
+    ({"description": "", "spec": []}, "Field 'name' is missing from survey spec."),
+    (_survey(), "'spec' doesn't contain any items."),
+    ({"name": "n", "description": "", "spec": "x"}, "Expected list of items for field 'spec', received str type."),
+    (_survey({"type": "text", "question_name": "q", "variable": "v"}), "'required' missing from survey question 0"),
+    (_survey(_question(required="yes")), "'required' in survey question 0 expected to be boolean."),
+    (
+        _survey(_question(type="date")),
+        "'date' in survey question 0 is not one of 'text, textarea, password, multiplechoice, multiselect, integer, "
+        "float' allowed question types.",
+    ),
+    (_survey(_question(type="integer", default="1")), "Default value 1 in survey question 0 expected to be integer."),
+    (_survey(_question(min="1")), "The min limit in survey question 0 expected to be integer."),
+    (_survey(_question(), _question(question_name="r")), "'variable' 'v' duplicated in survey question 1."),
+    (
+        _survey(_question(type="multiplechoice", choices="a\nb", default="c")),
+        "Default choice must be answered from the choices listed.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "error"), BAD_SURVEYS)
+def test_stand_in_refuses_the_survey_specs_awx_refuses(spec, error):
+    assert awx_rules.check_survey_spec(spec) == error
+
+
+def test_the_teardown_surveys_are_valid():
+    for jt in OBJECTS["job_templates"]:
+        if "survey" in jt:
+            assert awx_rules.check_survey_spec(jt["survey"]) is None, jt["name"]
+
+
+def test_stand_in_refuses_credentials_awx_refuses():
+    """ProjectOptions.clean_credential and JobTemplateCredentialsList.is_valid_relation."""
+    state = awx_rules.load("/nonexistent")
+    state["credential_types"]["krops GitHub PAT"] = {"kind": "cloud", "inputs": {"required": ["token"]}}
+    state["credentials"] = {
+        "pat": {"credential_type": "krops GitHub PAT", "kind": "cloud"},
+        "pat2": {"credential_type": "krops GitHub PAT", "kind": "cloud"},
+        "git": {"credential_type": "Source Control", "kind": "scm"},
+        "aws": {"credential_type": "Amazon Web Services", "kind": "cloud"},
+    }
+    with pytest.raises(awx_rules.Rejected, match=r"^Credential kind must be 'scm'\.$"):
+        awx_rules.check_project({"scm_type": "git", "credential": "pat"}, state)
+    awx_rules.check_project({"scm_type": "git", "credential": "git"}, state)
+    with pytest.raises(awx_rules.Rejected, match=r"^Cannot assign a Credential of kind `scm`\.$"):
+        awx_rules.check_job_template_credentials(["git"], state)
+    with pytest.raises(awx_rules.Rejected, match=r"^Cannot assign multiple krops GitHub PAT credentials\.$"):
+        awx_rules.check_job_template_credentials(["pat", "pat2"], state)
+    awx_rules.check_job_template_credentials(["pat", "aws"], state)
+    with pytest.raises(awx_rules.Rejected, match=r"^token: required for krops GitHub PAT$"):
+        awx_rules.check_credential({"credential_type": "krops GitHub PAT", "inputs": {}}, state)
 
 
 def test_playbook_names_every_missing_input_before_changing_anything(awx_stub, tmp_path):
@@ -229,6 +445,10 @@ def test_objects_cover_every_environment_and_phase():
             else:
                 assert "krops age key" in jt["credentials"]
                 assert ("krops GitHub PAT" in jt["credentials"]) == (env != "local-host")
+            # The cloud environments' jobs that touch the cloud get its AWX credential.
+            cloud = env in ("aws", "azure", "gcp") and phase != "validate"
+            assert jt.get("cloud_credential") == (env if cloud else None), jt["name"]
+            assert ("instance_groups" in jt) == (env == "local-host" and phase != "validate"), jt["name"]
     assert list(jts) == ["krops aws orphan report"]
     assert (REPO / jts["krops aws orphan report"]["playbook"]).is_file()
     assert (
@@ -260,19 +480,33 @@ def test_import_file_is_the_same_objects_in_awxkit_format():
                 assert key[field] == asset[field], (key, field)
         declared.append(key)
         for related in (asset.get("related") or {}).values():
+            # A list of assets is a create set; a list of bare natural keys (credentials) an attach set.
             for child in related if isinstance(related, list) else []:
-                walk(child)
+                if "natural_key" in child:
+                    walk(child)
 
     for assets in shipped.values():
         for asset in assets:
             walk(asset)
-    known = declared + [{"name": "Default", "type": "organization"}]
+    org = {"name": "Default", "type": "organization"}
+    # The credentials are not in the file (no secrets); krops-awx.yml or the user creates them first.
+    credentials = [
+        {
+            "organization": org,
+            "name": c["name"],
+            "credential_type": {"name": c["credential_type"], "kind": c["kind"], "type": "credential_type"},
+            "type": "credential",
+        }
+        for c in OBJECTS["credentials"]
+    ]
+    known = declared + [org] + credentials + [c["credential_type"] for c in credentials]
 
     def references(node):
         if isinstance(node, dict):
             if (
                 "type" in node
-                and set(node) - {"type"} <= {"name", "organization", "inventory", "kind", "unified_job_template"}
+                and set(node) - {"type"}
+                <= {"name", "organization", "inventory", "kind", "unified_job_template", "credential_type"}
                 and len(node) > 1
             ):
                 yield node
@@ -299,6 +533,40 @@ def test_import_file_is_the_same_objects_in_awxkit_format():
         and teardown["related"]["survey_spec"]["spec"][0]["variable"] == "krops_teardown_confirm"
     )
     assert "secret" not in json.dumps(shipped["projects"]) and "ghp_" not in json.dumps(shipped)
+    # The project's credential is the Source Control one; every job template gets its credentials.
+    assert shipped["projects"][0]["credential"]["credential_type"] == {
+        "name": "Source Control",
+        "kind": "scm",
+        "type": "credential_type",
+    }
+    by_name = {jt["name"]: jt for jt in OBJECTS["job_templates"]}
+    for asset in shipped["job_templates"]:
+        attached = [c["name"] for c in (asset.get("related") or {}).get("credentials", [])]
+        assert attached == by_name[asset["name"]]["credentials"], asset["name"]
+    # No AWS credential named: the orphan report's schedule is imported disabled.
+    assert aws_report["related"]["schedules"][0]["enabled"] is False
+
+
+def test_import_file_with_cloud_credentials_attaches_them_and_enables_the_schedule():
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "awx_import_format.py"), "--aws-credential", "ops aws"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    data = json.loads(proc.stdout)
+    jts = {a["name"]: a for a in data["job_templates"]}
+    aws_key = {
+        "organization": {"name": "Default", "type": "organization"},
+        "name": "ops aws",
+        "credential_type": {"name": "Amazon Web Services", "kind": "cloud", "type": "credential_type"},
+        "type": "credential",
+    }
+    for name in ("krops aws bootstrap", "krops aws pivot", "krops aws teardown", "krops aws orphan report"):
+        assert aws_key in jts[name]["related"]["credentials"], name
+    assert aws_key not in jts["krops aws validate"].get("related", {}).get("credentials", [])
+    assert aws_key not in jts["krops azure bootstrap"]["related"]["credentials"]
+    assert jts["krops aws orphan report"]["related"]["schedules"][0]["enabled"] is True
 
 
 # --- what the job templates run -------------------------------------------------------------

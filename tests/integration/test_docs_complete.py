@@ -63,6 +63,10 @@ def sample_problems(name, returns, prefix=""):
     return problems
 
 
+def _computed(value, option):
+    return isinstance(value, str) and "{{" in value and option.get("type", "str") not in ("str", "path", "raw")
+
+
 def argument_spec_problems(role, spec_text, defaults_text):
     """One line per defaults/main.yml variable the argument spec does not show as its option's default."""
     spec = yaml.safe_load(spec_text)["argument_specs"]
@@ -73,6 +77,13 @@ def argument_spec_problems(role, spec_text, defaults_text):
         for variable, value in defaults.items():
             if variable not in options:
                 problems.append(f"{role}: {variable} (defaults/main.yml) is no option of entry point {entry}")
+            elif _computed(value, options[variable]):
+                # A typed option computed by a Jinja expression: a docs site cannot render that as its
+                # default (antsibull-docs lint-collection-docs), so the description says where it comes from.
+                if "default" in options[variable]:
+                    problems.append(f"{role}: option {variable} shows the expression {value!r} as a typed default")
+                elif "default" not in str(options[variable].get("description", "")).lower():
+                    problems.append(f"{role}: option {variable} is computed but its description does not say how")
             elif "default" not in options[variable]:
                 problems.append(f"{role}: option {variable} does not show its default {value!r} (defaults/main.yml)")
             elif options[variable]["default"] != value:
@@ -155,3 +166,24 @@ def test_the_checks_find_planted_defects():
         "r: r_d (defaults/main.yml) is no option of entry point main",
         "r: option r_c shows a default that defaults/main.yml does not set",
     ]
+    # A typed option computed by an expression: no default in the spec, and a description that says so.
+    spec = (
+        "argument_specs:\n  main:\n    options:\n      r_e: {type: bool, default: '{{ x }}'}\n"
+        "      r_f: {type: int, description: a number}\n      r_g: {type: dict, description: By default the table}\n"
+    )
+    defaults = "r_e: '{{ x }}'\nr_f: '{{ y }}'\nr_g: '{{ z }}'\n"
+    assert argument_spec_problems("r", spec, defaults) == [
+        "r: option r_e shows the expression '{{ x }}' as a typed default",
+        "r: option r_f is computed but its description does not say how",
+    ]
+
+
+def test_no_internal_option_is_documented(module_docs):
+    """The options the action plugins pass to their modules (_wait_budget, ...) stay out of the public docs;
+    the modules accept them undocumented (tests/sanity/ignore-*.txt: validate-modules:undocumented-parameter,
+    the exception Ansible's collection requirements allow for data passed in by an action plugin)."""
+    internal = {
+        name: sorted(o for o in entry["doc"].get("options", {}) if o.startswith("_"))
+        for name, entry in module_docs.items()
+    }
+    assert {name: opts for name, opts in internal.items() if opts} == {}
