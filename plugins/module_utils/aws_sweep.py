@@ -51,6 +51,7 @@ from ansible_collections.krops.platform.plugins.module_utils import (
 )
 from ansible_collections.krops.platform.plugins.module_utils import aws_rows as rows
 from ansible_collections.krops.platform.plugins.module_utils import config as config_mod
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
@@ -866,6 +867,8 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     resume = params.get("_sweep_state") or None
     if resume is not None and (not isinstance(resume, dict) or mode != "delete" or check_mode):
         raise SweepError("_sweep_state is internal to the action plugin's steps (delete mode only); do not set it")
+    if params.get("account_id") and resume is None:  # before any listing or deletion (contract.caller_account)
+        contract.caller_account("aws_orphan_sweep", params["account_id"], conn.account_id(regions[0]))
     account_id = params.get("account_id") or (resume or {}).get("account_id") or conn.account_id(regions[0])
     covers_all = set(regions) >= set(all_regions)
     sweep = Sweep(

@@ -118,7 +118,14 @@ def url(http="loopback", what="an https:// URL"):
         _ = port
         scheme = parts.scheme.lower()
         if scheme not in ("https", "http"):
-            ctx.fail(key, what, value, detail=f"the scheme {scheme or '(none)'}: is never accepted (only https)")
+            ctx.fail(
+                key,
+                what,
+                value,
+                detail="the scheme {}: is never accepted (only {})".format(
+                    scheme or "(none)", "https" if http == "never" else "https or http"
+                ),
+            )
         if not host:
             ctx.fail(key, what, value, detail="it names no host")
         if parts.username or parts.password:
@@ -221,7 +228,7 @@ def confined(root_option, default_root=None, what="a directory inside the reposi
                 what,
                 value,
                 detail=f"it resolves to {os.path.realpath(full)}, outside {os.path.realpath(root)} "
-                "(a symbolic link or '..'); nothing outside the repository is packed",
+                "(a symbolic link or '..'); nothing outside the repository is read",
             )
         return value
 

@@ -74,7 +74,9 @@ OCI_TAG = c._OCI_REF  # pylint: disable=protected-access
 GIT_URL = c._GIT_URL_FORM  # pylint: disable=protected-access
 # An OCI registry as oci_artifact_push takes it: host[:port], no scheme (https, or http with insecure=true)
 OCI_REGISTRY = k.segment(
-    re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$"),
+    re.compile(
+        r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$"
+    ),
     "a registry host[:port] such as localhost:5001 (no scheme: https, or http with insecure=true)",
 )
 KIND = k.segment(re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$"), "a Kubernetes kind such as ConfigMap")

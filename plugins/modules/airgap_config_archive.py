@@ -136,11 +136,14 @@ def body(module, step):
             current = handle.read()
     changed = current != data
     if changed and not module.check_mode:
-        os.makedirs(os.path.dirname(os.path.abspath(p["dest"])), exist_ok=True)
         temporary = p["dest"] + ".tmp"
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-        os.replace(temporary, p["dest"])
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(p["dest"])), exist_ok=True)
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, p["dest"])
+        except OSError as exc:
+            raise errors.ConfigError(f"option dest: cannot write {p['dest']}: {exc.strerror}") from None
     return dict(changed=changed, digest=digest, reference=p["reference"], dest=p["dest"], revision=revision)
 
 

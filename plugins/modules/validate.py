@@ -206,7 +206,9 @@ def body(module, step):
     params = module.params
     step("validating the trees")
     result = krops_validate.run(
-        **shell.options(params, "path environments schema_location allow_kinds config_file cel deadline", memory="memory_limit")
+        **shell.options(
+            params, "path environments schema_location allow_kinds config_file cel deadline", memory="memory_limit"
+        )
     )
     if params["format"] == "json":
         output = json.dumps({"findings": result["findings"], "summary": result["summary"]}, indent=2)
