@@ -36,7 +36,7 @@ CAPZ = "sigs.k8s.io_cluster-api-provider-azure_cluster_%s"
 
 
 @pytest.mark.parametrize("spelling", ["Krops-Environment", "KROPS-ENVIRONMENT", "krops-Environment"])
-def test_azure_another_environments_tag_in_any_case_vetoes_the_capz_tag(arm, run_module, spelling):
+def test_azure_another_environments_tag_in_any_case_vetoes_the_capz_tag(arm, run_module, spelling):  # noqa: F811
     """The decoy of issue 22: CAPZ's owned tag and Krops-Environment: azure-staging. ARM matches tag names
     case-insensitively, so the group is azure-staging's and stays."""
     arm.add(rg("swedencentral-workload"), tags={CAPZ % "swedencentral-workload": "owned", spelling: "azure-staging"})
@@ -50,7 +50,7 @@ def test_azure_another_environments_tag_in_any_case_vetoes_the_capz_tag(arm, run
     assert [n["name"] for n in result["not_owned"]] == ["swedencentral-workload"]
 
 
-def test_azure_capz_tag_name_in_another_case_still_proves_ownership_but_its_value_is_exact(arm, run_module):
+def test_azure_capz_tag_name_in_another_case_still_proves_ownership_but_its_value_is_exact(arm, run_module):  # noqa: F811
     arm.add(rg("swedencentral-workload"), tags={(CAPZ % "swedencentral-workload").upper(): "owned"})
     arm.add(rg("swedencentral-management"), tags={"krops-environment": "Azure"})  # values are case-sensitive
     result = run_module(
@@ -65,7 +65,9 @@ def test_azure_capz_tag_name_in_another_case_still_proves_ownership_but_its_valu
 
 
 def test_gcp_teardown_refuses_the_prerequisite_account_and_another_pools_provider_before_any_call(
-    google, run_module, tmp_path
+    google,  # noqa: F811
+    run_module,
+    tmp_path,
 ):
     gcp_world(google)
     args = gcp_args(google, config_file=gcp_toml(tmp_path), service_accounts=["krops-capg"])
@@ -86,7 +88,7 @@ def test_gcp_teardown_refuses_the_prerequisite_account_and_another_pools_provide
     assert google.calls == []  # refused before any call
 
 
-def test_gcp_teardown_refuses_the_prerequisite_in_bootstrap_toml_too(google, run_module, tmp_path):
+def test_gcp_teardown_refuses_the_prerequisite_in_bootstrap_toml_too(google, run_module, tmp_path):  # noqa: F811
     toml = gcp_toml(tmp_path)
     text = open(toml, encoding="utf-8").read()
     text = text.replace('service-accounts = ["krops-europe-north1-workload"]', 'service-accounts = ["krops-capg"]')
