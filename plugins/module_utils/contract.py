@@ -246,9 +246,9 @@ def _creatable(path):
     return folder if os.path.isdir(folder) else None
 
 
-def outside(root_option, what="a file path outside the GitOps tree"):
-    """A file to write: its folder must exist or be creatable, and by realpath it must not lie inside the tree of
-    ``root_option`` (Flux would reconcile what krops writes there)."""
+def outside(root_option, paths_option, what="a file path outside the GitOps tree"):
+    """A file to write: its folder must exist or be creatable, and by realpath it must not lie inside any of the
+    directories of ``paths_option`` (relative to ``root_option``): the tree Flux reconciles."""
 
     def check(value, ctx, key):
         text(4096, "a file path")(value, ctx, key)
@@ -257,15 +257,17 @@ def outside(root_option, what="a file path outside the GitOps tree"):
             ctx.fail(key, what, value, detail="a part of its folder is a file, not a directory")
         if os.path.isdir(path):
             ctx.fail(key, f"{what}, not a directory", value)
-        root = ctx.params.get(root_option)
-        if root and within(path, os.path.expanduser(root)):
-            ctx.fail(
-                key,
-                what,
-                value,
-                detail=f"it lies inside {os.path.realpath(os.path.expanduser(root))} ({root_option}): Flux would "
-                "reconcile what krops writes there; write it elsewhere",
-            )
+        root = os.path.abspath(os.path.expanduser(ctx.params.get(root_option) or os.getcwd()))
+        for tree in ctx.params.get(paths_option) or []:
+            top = os.path.join(root, os.path.expanduser(str(tree)))
+            if within(path, top):
+                ctx.fail(
+                    key,
+                    what,
+                    value,
+                    detail=f"it lies inside {os.path.realpath(top)} ({paths_option}), which Flux reconciles; "
+                    "write it elsewhere (e.g. airgap/build/)",
+                )
         return value
 
     return check

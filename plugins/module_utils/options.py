@@ -93,7 +93,7 @@ OPTIONS = {
     "airgap_config_archive": {
         "root": k.directory("an existing directory (the krops checkout)"),
         "paths": k.unique(k.confined("root")),
-        "dest": k.outside("root", "a file path outside the GitOps tree (root)"),
+        "dest": k.outside("root", "paths", "a file path outside the GitOps tree"),
         "reference": TEXT,
         "source": HTTPS,
         "revision": REVISION_TEXT,
@@ -218,7 +218,7 @@ OPTIONS = {
         tools=k.unique(TOOL),
         age_key_file=PATH,
         age_public_key=AGE_PUBLIC,
-        git_url=GIT_URL,
+        # git_url: preflight's own rule is stricter (https://github.com/<owner>/<repo>) and reports it as a problem
         git_branch=GIT_REF,
         github_api_url=HTTPS,
         eips_per_cluster=k.number(1, 100, integer=True),

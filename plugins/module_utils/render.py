@@ -62,6 +62,15 @@ def check_yaml_text(text, name="<text>", max_bytes=MAX_YAML_BYTES, max_depth=MAX
         raise YAMLLimitError(f"{name}: {size} bytes, more than the limit of {max_bytes} for one YAML file")
     if yaml is None:
         return
+    try:
+        _count_events(text, name, max_depth, max_nodes)
+    except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):  # libyaml's own nesting bound (1000) was hit first
+            raise YAMLLimitError(f"{name}: nested deeper than {max_depth} levels") from None
+        raise
+
+
+def _count_events(text, name, max_depth, max_nodes):
     anchors = {}  # anchor -> nodes of the anchored node, its own aliases expanded
     stack = [[0, None]]  # [nodes so far, anchor] of each open collection
     total = 0

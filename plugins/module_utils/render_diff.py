@@ -747,7 +747,7 @@ def read_accept_blob(repo, revision, path):
     if kind != "blob" or mode not in ("100644", "100755"):
         raise RenderDiffError(f"{where} is not a regular file (mode {mode}): a symbolic link is never followed")
     blob = _run_git(["-C", repo, "cat-file", "blob", oid])
-    if blob.returncode != 0:
+    if blob.rc != 0:
         raise RenderDiffError(f"{where} cannot be read")
     if len(blob.stdout.encode("utf-8")) > MAX_ACCEPT_BYTES:
         raise RenderDiffError(f"{where} is larger than {MAX_ACCEPT_BYTES} bytes")

@@ -98,21 +98,21 @@ CASES = [
         "archive-dest-in-tree",
         "airgap_config_archive",
         AR,
-        "option dest: expected a file path outside the GitOps tree (root), got '<tmp>/tree/mgmt/x.tar'; it lies inside <tmp>/tree (root): Flux would reconcile what krops writes there; write it elsewhere",
+        "option dest: expected a file path outside the GitOps tree, got '<tmp>/tree/mgmt/x.tar'; it lies inside <tmp>/tree/mgmt (paths), which Flux reconciles; write it elsewhere (e.g. airgap/build/)",
         dest="<tree>/mgmt/x.tar",
     ),
     c(
         "archive-dest-under-a-file",
         "airgap_config_archive",
         AR,
-        "option dest: expected a file path outside the GitOps tree (root), got '<tmp>/afile/x.tar'; a part of its folder is a file, not a directory",
+        "option dest: expected a file path outside the GitOps tree, got '<tmp>/afile/x.tar'; a part of its folder is a file, not a directory",
         dest="<file>/x.tar",
     ),
     c(
         "archive-dest-a-directory",
         "airgap_config_archive",
         AR,
-        "option dest: expected a file path outside the GitOps tree (root), not a directory, got '<tmp>'",
+        "option dest: expected a file path outside the GitOps tree, not a directory, got '<tmp>'",
         dest="<tmp>",
     ),
     c(
@@ -772,13 +772,6 @@ CASES = [
         PF,
         "option tools[1]: expected distinct entries, got 'git'; it repeats an earlier entry",
         tools=["git", "git"],
-    ),
-    c(
-        "preflight-git-url-file",
-        "preflight_check",
-        PF,
-        "option git_url: expected an https:// or ssh:// URL (ASCII, no spaces), got 'file:///x'",
-        git_url="file:///x",
     ),
     c(
         "preflight-git-branch-option",
