@@ -679,6 +679,9 @@ FINDING_KINDS = (
     "prune-enabled",
     "ownership-dropped",
     "render-failure",
+    "deletion-policy",
+    "reconcile-policy",
+    "adoption-policy",
 )
 FINDING_ID = re.compile(
     r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?/(?:%s)(?:/[A-Za-z0-9._:@-]*){0,8}$" % "|".join(FINDING_KINDS)

@@ -157,6 +157,13 @@ not_owned:
     - type: network
       name: default
       reason: the default VPC is never deleted
+held_networks:
+  description: Owned VPCs left whole because they hold something krops does not own (see not_owned); each is
+    also a leftover, so the run fails.
+  returned: always
+  type: list
+  elements: str
+  sample: [europe-north1-management]
 leftovers:
   description: Resources still present or that failed (C(type/name)); the module fails when not empty.
   returned: always

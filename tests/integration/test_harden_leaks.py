@@ -249,3 +249,14 @@ def test_memory_limit_setting_is_checked():
 
 
 _ = (git, subprocess, os)
+
+
+def test_every_finding_kind_render_diff_raises_is_an_accepted_id_shape():
+    import re as _re
+
+    source = (REPO / "plugins" / "module_utils" / "render_diff.py").read_text()
+    emitted = set(_re.findall(r'Finding\(\s*"([a-z-]+)"', source)) | {kind for kind, dummy in render_diff.POLICIES}
+    emitted |= set(_re.findall(r'^\s+"([a-z]+(?:-[a-z]+)+)",\n\s+env', source, _re.M))
+    assert emitted <= set(render_diff.FINDING_KINDS), emitted - set(render_diff.FINDING_KINDS)
+    assert render_diff.FINDING_ID.match("local-host/deletion-policy/Bucket/default/data")
+    assert render_diff.FINDING_ID.match("head/render-failure")
