@@ -78,7 +78,9 @@ def arn_type(arn):
     if len(parts) < 6:
         return ""
     rest = parts[5]
-    kind = rest.split("/", 1)[0] if "/" in rest else (rest.split(":", 1)[0] if ":" in rest else "")
+    # the resource type ends at the first '/' or ':' (log-group:/aws/eks/x/cluster, vpc/vpc-1, db:name)
+    cut = min((i for i in (rest.find("/"), rest.find(":")) if i >= 0), default=-1)
+    kind = rest[:cut] if cut >= 0 else ""
     return f"{parts[2]}:{kind}"
 
 

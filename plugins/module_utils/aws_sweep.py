@@ -42,6 +42,7 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     aws_cloudformation,
     aws_ec2,
     aws_eks,
+    aws_logs,
     aws_elb,
     aws_iam,
     aws_rds,
@@ -50,6 +51,7 @@ from ansible_collections.krops.platform.plugins.module_utils import (
 )
 from ansible_collections.krops.platform.plugins.module_utils import aws_rows as rows
 from ansible_collections.krops.platform.plugins.module_utils import config as config_mod
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
@@ -741,6 +743,7 @@ REGION_TYPES = (
     aws_eks.NODEGROUP_ROW,
     aws_eks.POD_IDENTITY_ROW,
     aws_eks.CLUSTER_ROW,
+    aws_logs.LOG_GROUP_ROW,
     aws_ec2.INSTANCE_ROW,
     aws_ec2.LAUNCH_TEMPLATE_ROW,
     aws_ec2.VOLUME_ROW,
@@ -864,6 +867,8 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     resume = params.get("_sweep_state") or None
     if resume is not None and (not isinstance(resume, dict) or mode != "delete" or check_mode):
         raise SweepError("_sweep_state is internal to the action plugin's steps (delete mode only); do not set it")
+    if params.get("account_id") and resume is None:  # before any listing or deletion (contract.caller_account)
+        contract.caller_account("aws_orphan_sweep", params["account_id"], conn.account_id(regions[0]))
     account_id = params.get("account_id") or (resume or {}).get("account_id") or conn.account_id(regions[0])
     covers_all = set(regions) >= set(all_regions)
     sweep = Sweep(

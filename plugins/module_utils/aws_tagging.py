@@ -39,6 +39,7 @@ ARN_TYPES = {
     "eks:cluster": "eks-cluster",
     "eks:nodegroup": "eks-nodegroup",
     "eks:podidentityassociation": "eks-pod-identity-association",
+    "logs:log-group": "eks-log-group",
 }
 
 

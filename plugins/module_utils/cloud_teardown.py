@@ -18,6 +18,7 @@ Discovery is read-only and comes first: check mode returns the plan it produced.
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import time
 import urllib.error
@@ -260,18 +261,29 @@ def azure_token(access_token=None, credential=None, resource=AZURE_ARM):
 
 
 def _tags(resource):
-    return resource.get("tags") or {}
+    """{lower-case tag name: [values]}: Azure tag names are case-insensitive, their values are not
+    (docs/upstream-facts.md, Azure tags). A list, so two spellings of one name cannot hide each other."""
+    found = {}
+    for key, value in (resource.get("tags") or {}).items():
+        found.setdefault(str(key).lower(), []).append(value)
+    return found
+
+
+def _tag_is(tags, key, value):
+    """Whether tag ``key`` (any case) is exactly ``value`` and carries no other value."""
+    values = tags.get(key.lower())
+    return bool(values) and all(v == value for v in values)
 
 
 def azure_owned(resource, environment, clusters):
     """Why krops owns an Azure resource (a tag), or None."""
     tags = _tags(resource)
-    if ownership.cloud_label_verdict(tags, environment) == "other":
-        return None  # declared by another environment: never ours
-    if tags.get(OWNER_TAG) == environment:
+    if any(v != environment for v in tags.get(OWNER_TAG.lower(), ())):
+        return None  # declared by another environment (in any spelling of the tag name): never ours
+    if _tag_is(tags, OWNER_TAG, environment):
         return f"tag {OWNER_TAG}={environment}"
     for cluster in clusters:
-        if tags.get(CAPZ_OWNED_TAG % cluster) == "owned":
+        if _tag_is(tags, CAPZ_OWNED_TAG % cluster, "owned"):
             return "tag %s=owned" % (CAPZ_OWNED_TAG % cluster)
     return None
 
@@ -306,7 +318,7 @@ def azure_discover(
         "nextLink",
     )
     for identity in identities:
-        if _tags(identity).get(OWNER_TAG) != environment:
+        if azure_owned(identity, environment, []) is None:
             continue
         creds = http.pages(
             "{}{}/federatedIdentityCredentials?api-version={}".format(
@@ -347,7 +359,7 @@ def azure_discover(
     )
     groups = {g["name"].lower(): g for g in listed}
     wanted = [n.lower() for n in resource_groups]
-    wanted += [n for n, g in sorted(groups.items()) if _tags(g).get(OWNER_TAG) == environment and n not in wanted]
+    wanted += [n for n, g in sorted(groups.items()) if azure_owned(g, environment, []) and n not in wanted]
     rg_plan = []
     for name in wanted:
         group = groups.get(name)
@@ -737,8 +749,19 @@ def gcp_discover(
             not_owned.append({"type": "network", "name": name, "reason": "the default VPC is never deleted"})
             continue
         status, net = http.get(f"{compute}/global/networks/{urllib.parse.quote(name)}")
-        if status != 404:
+        if status == 404:
+            continue
+        if gcp_network_owned(net, environment, clusters):
             owned_networks.append(net)
+        else:
+            not_owned.append(
+                {
+                    "type": "network",
+                    "name": name,
+                    "reason": f"named in bootstrap.toml but carries neither the label {OWNER_TAG}={environment} nor CAPG's description "
+                    f"{CAPG_NETWORK_DESCRIPTION}<cluster> for a cluster of the environment: a name alone proves nothing",
+                }
+            )
     owned_names = {n["name"] for n in owned_networks}
 
     def in_owned(network_url):
@@ -754,12 +777,17 @@ def gcp_discover(
             reason = f"in owned VPC {_last(network)} but without the label {OWNER_TAG}={environment}: not proven krops'"
         else:
             return
-        not_owned.append({"type": rtype, "name": name, "reason": reason})
+        entry = {"type": rtype, "name": name, "reason": reason}
+        if in_owned(network):
+            entry["network"] = _last(network)  # gcp_taint: the owned VPC holding it stays whole
+        not_owned.append(entry)
 
     def item(rtype, name, url, reason, **private):
         return dict({"type": rtype, "name": name, "url": url, "reason": reason}, **private)
 
-    plan = {stage: [] for stage in stages}
+    # every network stage is listed whatever the phase: a VPC holding anything krops does not own is
+    # left whole, and that can only be known from all of its contents (gcp_taint below)
+    plan = {stage: [] for stage in _gcp_stage_names("all") if stage in stages or stage in _GCP_NETWORK_STAGES}
     if "databases" in plan:
         for inst in http.pages("{}/projects/{}/instances".format(roots["sqladmin"], p), "items", "nextPageToken"):
             settings = inst.get("settings") or {}
@@ -773,6 +801,7 @@ def gcp_discover(
                         f"label {OWNER_TAG}={environment}",
                         deletion_protection=bool(settings.get("deletionProtectionEnabled")),
                         unprotect=inst["name"] in unprotect,
+                        network=_last(private) or None,
                     )
                 )
             else:
@@ -819,7 +848,11 @@ def gcp_discover(
                 refuse("gke-cluster", c["name"], labels, c.get("network"))
                 continue
             url = "{}/projects/{}/locations/{}/clusters/{}".format(roots["container"], p, c["location"], c["name"])
-            plan["gke-clusters"].append(item("gke-cluster", c["name"], url, why, _location=c["location"]))
+            plan["gke-clusters"].append(
+                item(
+                    "gke-cluster", c["name"], url, why, _location=c["location"], network=_last(c.get("network")) or None
+                )
+            )
     if "buckets" in plan:
         for b in http.pages("{}/b?project={}".format(roots["storage"], p), "items", "nextPageToken"):
             if verdict(b.get("labels")) == "owned":
@@ -857,15 +890,107 @@ def gcp_discover(
             )
             for n in owned_networks
         ]
+    # an owned VPC left whole is left behind: a run of the networks stage must not end in success
+    held = gcp_taint(plan, not_owned, owned_names)
+    held = held if "networks" in stages else []
     if "iam-grants" in plan:
         plan["iam-grants"], plan["service-accounts"] = _gcp_accounts(http, roots, project, service_accounts)
         plan["workload-identity-providers"] = _gcp_providers(http, roots, project, providers)
-    return [(stage, plan[stage]) for stage in stages], not_owned
+    return [(stage, plan[stage]) for stage in stages], not_owned, held
+
+
+_GCP_NETWORK_STAGES = (
+    "databases",
+    "private-services-access",
+    "private-services-ranges",
+    "gke-clusters",
+    "firewalls-routers-peerings",
+    "subnetworks",
+    "networks",
+)
+# CAPG describes every VPC it creates with its owned key for the cluster (cloud/scope/cluster.go and
+# managedcluster.go NetworkSpec: Description infrav1.ClusterTagKey(name); api/v1beta1/labels.go "capg-cluster-")
+CAPG_NETWORK_DESCRIPTION = "capg-cluster-"
+
+
+def gcp_network_owned(net, environment, clusters):
+    """Why a VPC named in bootstrap.toml is krops' (the krops label, or CAPG's description for an exact
+    cluster of the environment), or None. A name alone proves nothing: another team's VPC may carry it."""
+    verdict = ownership.cloud_label_verdict(net.get("labels"), environment)
+    if verdict == "owned":
+        return f"label {OWNER_TAG}={environment}"
+    if verdict == "other":
+        return None
+    description = net.get("description") or ""
+    for cluster in clusters:
+        if description == CAPG_NETWORK_DESCRIPTION + cluster:
+            return f"CAPG description {description}"
+    return None
+
+
+def gcp_taint(plan, not_owned, owned_names):
+    """Leave whole every owned VPC that holds anything krops does not own: nothing in it goes, not even a
+    subnet, route, firewall rule or peering, because the VPC itself could not go afterwards."""
+    tainted = {n["network"] for n in not_owned if n.get("network") in owned_names}
+    if not tainted:
+        return []
+    for stage, items in plan.items():
+        keep = []
+        for i in items:
+            net = i["name"] if i["type"] == "network" else i.get("network")
+            # what carries this environment's own label is proven by the label, not by the VPC
+            if net in tainted and not i["reason"].startswith("label "):
+                foreign = sorted(n["type"] + "/" + n["name"] for n in not_owned if n.get("network") == net)
+                not_owned.append(
+                    dict(
+                        {k: v for k, v in i.items() if not k.startswith("_") and k not in ("url", "network")},
+                        reason="VPC {} holds what krops does not own ({}): the VPC and everything in it stay".format(
+                            net, ", ".join(foreign)
+                        ),
+                    )
+                )
+            else:
+                keep.append(i)
+        plan[stage] = keep
+    return sorted(tainted)
 
 
 # the loader's rules for teardown.workload-identity-providers (<pool>/<provider>) and .service-accounts
 GCP_PROVIDER_NAME = krops_config.GCP_WIF_PROVIDER_NAME
 GCP_ACCOUNT_ID = krops_config.GCP_SERVICE_ACCOUNT_ID
+
+
+def gcp_iam_refusals(cfg, env, accounts, providers):
+    """Refuse, before any call, service accounts and providers validate would refuse (ownership.gcp_iam_problems:
+    a prerequisite such as krops-capg, another pool's provider, a name the tree does not declare). The tree is
+    rendered from mgmt/<environment>/ of the repository of bootstrap.toml (kustomize, under the render bounds)."""
+    if not accounts and not providers:
+        return
+    from ansible_collections.krops.platform.plugins.module_utils import render  # pylint: disable=import-outside-toplevel
+
+    top = os.path.join(cfg.root, "mgmt", cfg.selected)
+    if not os.path.isdir(top):
+        raise CloudError(
+            f"no tree {top} next to bootstrap.toml: gcp_teardown checks service accounts and workload identity "
+            "providers against the tree before it deletes any (run it from the krops checkout)"
+        )
+    # rendered, as validate sees it: kustomizations add annotations (deletion-policy abandon) to what they list
+    objects = []
+    try:
+        built = render.render_directories(render.find_kustomization_dirs(top))
+    except (render.RenderError, render.DeadlineExceeded) as exc:
+        raise CloudError(f"cannot render the tree {top} to check the IAM names against it: {exc}") from None
+    for directory, result in sorted(built.items()):
+        if isinstance(result, Exception):
+            raise CloudError(f"cannot render {directory} to check the IAM names against it: {result.reason}")
+        objects.extend(result)
+    declared = ownership.gcp_iam_declared(objects, env.get("post-kind-create-hook"))
+    refused = [m for dummy, refuse, m in ownership.gcp_iam_problems(accounts, providers, declared) if refuse]
+    if refused:
+        raise CloudError(
+            "gcp_teardown refuses to delete what krops does not own (the rules validate applies, docs/teardown.md): "
+            + "; ".join(refused)
+        )
 
 
 def gcp_account_email(account, project):
@@ -996,6 +1121,7 @@ def _vpc_parts(http, compute, collection, rtype, what, in_owned, refuse, verdict
                 "name": r["name"],
                 "url": "{}/{}/{}/{}".format(compute, scope, collection, urllib.parse.quote(r["name"])),
                 "reason": "{} of owned VPC {}".format(what, _last(r.get("network"))),
+                "network": _last(r.get("network")),
             }
         )
     return items
@@ -1055,7 +1181,7 @@ def gcp_teardown(
     if phase not in GCP_PHASES:
         raise CloudError("phase must be one of {}, got {!r}".format(", ".join(GCP_PHASES), phase))
     args = (http, roots, project, environment, networks, unprotect, clusters, phase, service_accounts, providers)
-    stages, not_owned = gcp_discover(*args)
+    stages, not_owned, held = gcp_discover(*args)
     plan = [item for dummy, items in stages for item in items]
     result = {
         "phase": phase,
@@ -1065,6 +1191,7 @@ def gcp_teardown(
         "not_owned": not_owned,
         "results": [],
         "leftovers": [],
+        "held_networks": held,
         "changed": bool(plan),
     }
     if check_mode:
@@ -1092,8 +1219,11 @@ def gcp_teardown(
             # later stages depend on this one (a VPC cannot go while anything uses it)
             result["stopped_at"] = stage
             return result
+    for name in held:
+        result["leftovers"].append(f"network/{name}")
+        result["stopped_at"] = result.get("stopped_at") or "networks"
     if wait and plan:
-        left, dummy = gcp_discover(*args)
+        left, dummy, dummy2 = gcp_discover(*args)
         for stage, items in left:
             for item in items:
                 result["leftovers"].append("{}/{}".format(item["type"], item["name"]))

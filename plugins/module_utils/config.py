@@ -34,6 +34,7 @@ try:
 except ImportError:  # pragma: no cover - Python < 3.11 is not a supported controller
     tomllib = None
 
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 
@@ -281,6 +282,11 @@ _GCP_WIF_PROVIDER = _name(
 )
 _CHART = _name(_CHART_VERSION, "a chart version such as 1.21.2", 64, "semantic version")
 _CONTEXT = _name(re.compile(r"^\S+$"), "a kubeconfig context name without spaces", 253, "kubeconfig context name")
+
+
+def git_ref(value, ctx, key):
+    """The git-branch rule (the loader's bootstrap.git-branch, flux_handoff sync_ref, preflight git_branch)."""
+    return _git_ref(value, ctx, key)
 
 
 def _git_ref(value, ctx, key):
@@ -644,19 +650,31 @@ _AWS_WORKLOAD = {
     "rds-instance": (_optional(_RDS), ""),
 }
 
+
+def _distinct_by(field, rule):
+    """rule (a list of tables), then no two tables with the same ``field`` (contract: duplicates are refused)."""
+
+    def check(value, ctx, key):
+        tables = rule(value, ctx, key)
+        contract.unique(lambda v, c, k: v)([t[field] for t in tables], ctx, f"{key}[].{field}")
+        return tables
+
+    return check
+
+
 _ENV_TEARDOWN = _table(
     {
-        "capi-workloads": (_list_of(_DNS_LABEL_NAME), []),
+        "capi-workloads": (contract.unique(_DNS_LABEL_NAME, MAX_ITEMS), []),
         "mgmt-container-prefix": (_optional(_DOCKER), ""),
         "mgmt-eks-cluster-name": (_optional(_EKS), ""),
         "mgmt-iam-role-prefix": (_optional(_IAM), ""),
-        "aws-workloads": (_table_list(_AWS_WORKLOAD), []),
+        "aws-workloads": (_distinct_by("cluster-name", _table_list(_AWS_WORKLOAD)), []),
         "hardware-release": (_boolean, False),
-        "resource-groups": (_list_of(_AZURE_GROUP), []),
-        "networks": (_list_of(_GCP_NETWORK), []),
+        "resource-groups": (contract.unique(_AZURE_GROUP, MAX_ITEMS), []),
+        "networks": (contract.unique(_GCP_NETWORK, MAX_ITEMS), []),
         # GCP IAM objects carry no labels: owned by these exact names only (gcp teardown, last stages).
-        "service-accounts": (_list_of(_GCP_SERVICE_ACCOUNT), []),
-        "workload-identity-providers": (_list_of(_GCP_WIF_PROVIDER), []),
+        "service-accounts": (contract.unique(_GCP_SERVICE_ACCOUNT, MAX_ITEMS), []),
+        "workload-identity-providers": (contract.unique(_GCP_WIF_PROVIDER, MAX_ITEMS), []),
         # Account-global AWS resources this environment names (unset: the top-level [teardown] values).
         "global-iam-users": (_list_of(_IAM), None),
         "cfn-stack-name": (_CFN, None),

@@ -71,6 +71,13 @@ def _entries(root, paths):
         rel = os.path.relpath(full, root)
         if rel == os.pardir or rel.startswith(os.pardir + os.sep):
             raise OciError(f"path {given} is outside root {root}; give paths relative to the repository root")
+        real, top = os.path.realpath(full), os.path.realpath(root)
+        if real != top and not real.startswith(top + os.sep):
+            # a symbolic link out of the repository: packing it would push what it points at (a key, a home)
+            raise OciError(
+                f"path {given} resolves to {real}, outside root {top} (a symbolic link): nothing outside the "
+                "repository is packed; give a directory of the repository itself"
+            )
         if not os.path.isdir(full):
             raise OciError(f"path {given} ({full}) is not a directory")
         # parents of the path, so the tarball holds e.g. mgmt/ then mgmt/local-host/

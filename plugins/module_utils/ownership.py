@@ -118,6 +118,11 @@ class AwsOwnership:
                 return cluster, f"tag {key}={value}"
         return None
 
+    def vetoed(self, tags):
+        """True when the tags declare another environment (krops.io/environment): never ours, whatever the name."""
+        other = tags_to_dict(tags).get(KROPS_ENV_TAG)
+        return bool(self.environment) and other is not None and other != self.environment
+
     def candidate(self, name):
         """The cluster a resource *name* merely resembles (prefix or substring), for reports only; else None."""
         for cluster, names in self.clusters.items():
@@ -279,3 +284,95 @@ def kubeconfig_without(doc, context):
             doc["current-context"] = ""
     left = any(doc.get(field) for field in ("contexts", "clusters", "users"))
     return (doc if left else None), removed
+
+
+# --- GCP IAM: the one rule set of the loader's lists, validate and gcp_teardown -------------
+
+KCC_IAM_GROUP = "iam.cnrm.cloud.google.com"
+KCC_ABANDON = ("cnrm.cloud.google.com/deletion-policy", "abandon")
+WIF_HOOK_PROVIDER = "krops/kind"  # the provider the wif-federate post-kind hook registers (roles/bootstrap)
+
+
+def _kcc_id(obj):
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    return str(spec.get("resourceID") or (obj.get("metadata") or {}).get("name") or "")
+
+
+def gcp_iam_declared(objects, hook=None):
+    """(accounts {id: abandoned}, providers {<pool>/<provider>}) that the tree's Config Connector objects
+    (and the wif-federate hook) create. GCP IAM objects carry no labels: these exact names are the only proof."""
+    accounts, pools, providers = {}, {}, set()
+    objects = [
+        o for o in objects if isinstance(o, dict) and str(o.get("apiVersion", "")).split("/")[0] == KCC_IAM_GROUP
+    ]
+    for obj in objects:
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if obj.get("kind") == "IAMServiceAccount":
+            accounts[_kcc_id(obj)] = annotations.get(KCC_ABANDON[0]) == KCC_ABANDON[1]
+        elif obj.get("kind") == "IAMWorkloadIdentityPool":
+            pools[(obj.get("metadata") or {}).get("name")] = _kcc_id(obj)
+    for obj in objects:
+        if obj.get("kind") == "IAMWorkloadIdentityPoolProvider":
+            spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+            ref = spec.get("workloadIdentityPoolRef") or {}
+            pool = str(ref.get("external") or "").rstrip("/").rsplit("/", 1)[-1] or pools.get(ref.get("name"))
+            providers.add("{}/{}".format(pool or ref.get("name"), _kcc_id(obj)))
+    if hook == "wif-federate":
+        providers.add(WIF_HOOK_PROVIDER)
+    return accounts, providers
+
+
+def gcp_iam_problems(listed_accounts, listed_providers, declared):
+    """[(list, refuse, message)] for teardown.service-accounts / .workload-identity-providers against what the
+    tree declares. refuse=True: deleting it would delete what krops does not own (a prerequisite, another
+    pool's provider); False: the list misses something of the tree, which would be left behind."""
+    accounts, providers = declared
+    problems = []
+    for name in listed_accounts:
+        if name not in accounts:
+            problems.append(
+                (
+                    "service-accounts",
+                    True,
+                    "service account {} is not an IAMServiceAccount of the tree (resourceID: {})".format(
+                        name, ", ".join(sorted(accounts)) or "none"
+                    ),
+                )
+            )
+        elif accounts[name]:
+            problems.append(
+                (
+                    "service-accounts",
+                    True,
+                    f"service account {name} is abandoned by Config Connector in the tree (a prerequisite, "
+                    "docs/environments/gcp.md): teardown must not delete it; remove it from teardown service-accounts",
+                )
+            )
+    for name in sorted(n for n, abandoned in accounts.items() if not abandoned and n not in listed_accounts):
+        problems.append(
+            (
+                "service-accounts",
+                False,
+                f"service account {name} of the tree is not in teardown service-accounts: teardown would leave it behind",
+            )
+        )
+    for name in listed_providers:
+        if name not in providers:
+            problems.append(
+                (
+                    "workload-identity-providers",
+                    True,
+                    "workload identity provider {} is neither an IAMWorkloadIdentityPoolProvider of the tree nor the "
+                    "wif-federate hook's ({})".format(name, ", ".join(sorted(providers)) or "none"),
+                )
+            )
+    for name in sorted(providers - set(listed_providers)):
+        problems.append(
+            (
+                "workload-identity-providers",
+                False,
+                f"workload identity provider {name} is not in teardown workload-identity-providers: "
+                "teardown would leave it behind",
+            )
+        )
+    return problems

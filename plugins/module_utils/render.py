@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.krops.platform.plugins.module_utils import errors
@@ -36,6 +37,174 @@ SKIP_DIRS = frozenset((".git", ".venv", ".collections", "node_modules", "__pycac
 # Flux's envsubst syntax. $${VAR} escapes; ${VAR}, ${VAR:=default}, ${VAR:-default}, ${VAR=default}.
 _VARIABLE = re.compile(r"\$(\$?)\{([_a-zA-Z][_a-zA-Z0-9]*)(?:(:?[=-])([^}]*))?\}")
 _SUBSTITUTE_ANNOTATION = "kustomize.toolkit.fluxcd.io/substitute"
+
+
+# Bounds (docs/configuration.md, Bounds): what one YAML file of the tree may hold before anything parses it
+# whole or hands it to kustomize, and the address space kustomize may take. A YAML bomb of 1 KB (aliases of
+# aliases) expands to gigabytes; 50,000 levels of nesting take minutes; both end here in a clear error.
+MAX_YAML_BYTES = 16 * 1024 * 1024
+MAX_YAML_DEPTH = 200
+MAX_YAML_NODES = 2_000_000  # nodes after alias expansion, over all documents of a file
+DEFAULT_MEMORY_LIMIT = 2 * 1024**3  # bytes of address space for one kustomize run (RLIMIT_AS)
+
+
+class YAMLLimitError(errors.ConfigError, ValueError):
+    """A YAML file exceeds a bound (size, nesting depth, nodes after alias expansion)."""
+
+
+def check_yaml_text(text, name="<text>", max_bytes=MAX_YAML_BYTES, max_depth=MAX_YAML_DEPTH, max_nodes=MAX_YAML_NODES):
+    """Raise YAMLLimitError when text exceeds a bound, reading YAML events only (no document is built).
+
+    Every alias counts the nodes of its anchor again, as a consumer that expands it would build them.
+    """
+    size = len(text.encode("utf-8")) if isinstance(text, str) else len(text)
+    if size > max_bytes:
+        raise YAMLLimitError(f"{name}: {size} bytes, more than the limit of {max_bytes} for one YAML file")
+    if yaml is None:
+        return
+    try:
+        _count_events(text, name, max_depth, max_nodes)
+    except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):  # libyaml's own nesting bound (1000) was hit first
+            raise YAMLLimitError(f"{name}: nested deeper than {max_depth} levels") from None
+        raise
+
+
+def _count_events(text, name, max_depth, max_nodes):
+    anchors = {}  # anchor -> nodes of the anchored node, its own aliases expanded
+    stack = [[0, None]]  # [nodes so far, anchor] of each open collection
+    total = 0
+    for event in yaml.parse(text, Loader=_BaseLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            stack.append([1, event.anchor])
+            total += 1
+            if len(stack) - 1 > max_depth:
+                raise YAMLLimitError(f"{name}: nested deeper than {max_depth} levels")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            count, anchor = stack.pop()
+            if anchor:
+                anchors[anchor] = count
+            stack[-1][0] += count
+        elif isinstance(event, yaml.ScalarEvent):
+            total += 1
+            stack[-1][0] += 1
+            if event.anchor:
+                anchors[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            count = anchors.get(event.anchor, 1)
+            total += count
+            stack[-1][0] += count
+        if total > max_nodes:
+            raise YAMLLimitError(
+                f"{name}: more than {max_nodes} nodes once its aliases are expanded (a YAML bomb?); "
+                "write the repeated parts out or split the file"
+            )
+
+
+def check_yaml_file(path, **limits):
+    """check_yaml_text for a file: its size is checked before it is read."""
+    max_bytes = limits.get("max_bytes", MAX_YAML_BYTES)
+    size = os.path.getsize(path)
+    if size > max_bytes:
+        raise YAMLLimitError(f"{path}: {size} bytes, more than the limit of {max_bytes} for one YAML file")
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    check_yaml_text(text, path, **limits)
+    return text
+
+
+_CHECKED = {}  # (path, size, mtime) of files that passed check_yaml_file
+
+
+def check_tree_yaml(directory):
+    """check_yaml_file on every YAML file under directory (inclusive): before kustomize reads any of them."""
+    for current, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in sorted(files):
+            if not name.endswith((".yaml", ".yml")) and name != "Kustomization":
+                continue
+            path = os.path.join(current, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            key = (path, st.st_size, st.st_mtime_ns)
+            if key not in _CHECKED:
+                try:
+                    check_yaml_file(path)
+                except (yaml.YAMLError, ValueError) as exc:
+                    if isinstance(exc, YAMLLimitError):
+                        raise
+                    # malformed YAML is kustomize's (and yamllint's) to report, with its position  # malformed YAML is kustomize's (and yamllint's) to report, with its position
+                _CHECKED[key] = True
+
+
+DEFAULT_DEADLINE = 300  # seconds a whole validate or render_diff run may take (docs/configuration.md, Bounds)
+
+
+class DeadlineExceeded(errors.ToolError):
+    """A run crossed its overall deadline."""
+
+
+class _Bounds:
+    """The bounds of the run in progress (one per process; validate and render_diff set them, build reads them)."""
+
+    def __init__(self):
+        self.end = None
+        self.seconds = None
+        self.what = ""
+        self.memory = None
+
+
+BOUNDS = _Bounds()
+
+
+class bounded:  # pylint: disable=invalid-name,too-few-public-methods
+    """``with bounded("validate", deadline=300, memory=2 GiB):`` — builds inside stay under both bounds."""
+
+    def __init__(self, what, deadline=None, memory=None):
+        self.what, self.deadline, self.memory = what, deadline, memory
+        self.saved = None
+
+    def __enter__(self):
+        self.saved = (BOUNDS.end, BOUNDS.seconds, BOUNDS.what, BOUNDS.memory)
+        if self.deadline is not None or BOUNDS.end is None:  # a nested run keeps the outer run's deadline
+            seconds = DEFAULT_DEADLINE if self.deadline is None else self.deadline
+            if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+                raise ValueError(f"deadline must be a positive finite number of seconds, got {seconds!r}")
+            BOUNDS.end, BOUNDS.seconds, BOUNDS.what = time.monotonic() + seconds, seconds, self.what
+        BOUNDS.memory = self.memory or BOUNDS.memory
+        return self
+
+    def __exit__(self, *exc):
+        BOUNDS.end, BOUNDS.seconds, BOUNDS.what, BOUNDS.memory = self.saved
+        return False
+
+
+def remaining():
+    """Seconds left before the deadline of the run in progress (None without one)."""
+    return None if BOUNDS.end is None else BOUNDS.end - time.monotonic()
+
+
+def check_deadline(doing=""):
+    """Raise DeadlineExceeded once the run in progress has crossed its deadline."""
+    left = remaining()
+    if left is not None and left <= 0:
+        raise DeadlineExceeded(
+            "{} did not finish within its deadline of {} s{}; raise the deadline option (docs/configuration.md, "
+            "Bounds) or make the tree smaller".format(BOUNDS.what, BOUNDS.seconds, f" (while {doing})" if doing else "")
+        )
+
+
+def _limit_memory(limit):
+    """preexec_fn: cap the child's address space (RLIMIT_AS), so a runaway build fails instead of the host."""
+
+    def apply():
+        import resource  # pylint: disable=import-outside-toplevel
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
 
 
 class RenderError(errors.ToolError):
@@ -97,9 +266,35 @@ def _clean_reason(stderr, directory):
     return " ".join(text.split()) or "kustomize failed without a message"
 
 
-def build(directory, renderer=None, timeout=120):
-    """Objects (list of dicts) of ``kubectl kustomize directory``; raises RenderError."""
+def memory_limit(environ=None):
+    """Bytes of address space a kustomize run may use: $KROPS_RENDER_MEMORY_LIMIT (bytes, or with K/M/G/Gi), else 2 GiB."""
+    environ = os.environ if environ is None else environ
+    raw = str(environ.get("KROPS_RENDER_MEMORY_LIMIT") or "").strip()
+    if not raw:
+        return DEFAULT_MEMORY_LIMIT
+    m = re.fullmatch(r"([0-9]+)\s*([KMG]i?)?B?", raw, re.I)
+    if not m or int(m.group(1)) <= 0:
+        raise RenderError("-", f"KROPS_RENDER_MEMORY_LIMIT={raw!r} is not a positive size (bytes, or e.g. 512Mi, 2Gi)")
+    unit = (m.group(2) or "").upper().rstrip("I")
+    return int(m.group(1)) * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[unit]
+
+
+def build(directory, renderer=None, timeout=120, memory=None):
+    """Objects (list of dicts) of ``kubectl kustomize directory``; raises RenderError.
+
+    The YAML files under directory are checked against the bounds first (check_tree_yaml); kustomize runs
+    with at most ``memory`` bytes of address space (default memory_limit()).
+    """
     argv = list(renderer or find_kustomize()) + [directory]
+    try:
+        check_deadline(f"rendering {directory}")
+        check_tree_yaml(directory)
+    except (YAMLLimitError, OSError) as exc:
+        raise RenderError(directory, str(exc))
+    memory = memory or BOUNDS.memory or memory_limit()
+    left = remaining()
+    if left is not None and left < timeout:
+        timeout = max(1, int(left) + 1)
     env = dict(os.environ)
     env.pop("KUBECONFIG", None)  # rendering never needs a cluster
     try:
@@ -110,13 +305,23 @@ def build(directory, renderer=None, timeout=120):
             timeout=timeout,
             check=False,
             env=env,
+            preexec_fn=_limit_memory(memory),  # pylint: disable=subprocess-popen-preexec-fn
         )
     except subprocess.TimeoutExpired:
+        check_deadline(f"rendering {directory}")
         raise RenderError(directory, "kustomize did not finish within %d s" % timeout)
     except OSError as exc:
         raise RenderError(directory, f"cannot run {argv[0]}: {exc.strerror}")
     if proc.returncode != 0:
-        raise RenderError(directory, _clean_reason(proc.stderr, directory))
+        reason = _clean_reason(proc.stderr, directory)
+        if re.search(
+            r"out of memory|cannot allocate memory|MemoryError|runtime: out of memory", proc.stderr or "", re.I
+        ):
+            reason = (
+                f"kustomize ran out of its memory limit of {memory // 1024**2} MiB (KROPS_RENDER_MEMORY_LIMIT, "
+                f"docs/configuration.md): {reason}"
+            )
+        raise RenderError(directory, reason)
     try:
         return [doc for doc in yaml.load_all(proc.stdout, Loader=_Loader) if isinstance(doc, dict)]
     except yaml.YAMLError as exc:
@@ -161,7 +366,7 @@ def render_directories(directories, renderer=None, jobs=None, timeout=120, cache
             return copy.deepcopy(_BUILD_CACHE[key])
         try:
             result = build(directory, renderer, timeout)
-        except RenderError as exc:
+        except (RenderError, DeadlineExceeded) as exc:
             return exc
         if key is not None:
             if len(_BUILD_CACHE) > 2000:
@@ -171,6 +376,9 @@ def render_directories(directories, renderer=None, jobs=None, timeout=120, cache
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(one, directories))
+    for result in results:
+        if isinstance(result, DeadlineExceeded):
+            raise result
     return dict(zip(directories, results))
 
 
@@ -244,6 +452,6 @@ class _Loader(_BaseLoader or object):  # pylint: disable=too-many-ancestors
 
 
 def load_yaml_documents(path):
-    """Documents of a YAML file (dicts only). Raises yaml.YAMLError / OSError."""
-    with open(path, encoding="utf-8") as handle:
-        return [doc for doc in yaml.load_all(handle, Loader=_Loader) if isinstance(doc, dict)]
+    """Documents of a YAML file (dicts only), within the bounds. Raises YAMLLimitError / yaml.YAMLError / OSError."""
+    text = check_yaml_file(path)
+    return [doc for doc in yaml.load_all(text, Loader=_Loader) if isinstance(doc, dict)]

@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -30,6 +32,7 @@ import time
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.module_utils import validate_schema
 
@@ -665,35 +668,104 @@ def _shown(value):
 # --- acknowledgement ---------------------------------------------------------------------
 
 
-def read_accept_file(path):
-    """Finding ids, one per line ('#' starts a comment). Exact ids only: no patterns."""
-    if not path:
-        return []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError as exc:
-        raise RenderDiffError(f"accept file {path} cannot be read: {exc.strerror}")
+# What a finding id looks like (Finding.id): <environment>/<kind>/<object>, or <base|head>/render-failure.
+# An accept-file line is taken only when it has this shape; any other line is reported by its number,
+# never by its content (the file may be anything: /proc/self/environ, a key).
+FINDING_KINDS = (
+    "removed",
+    "replaced",
+    "transition-rule",
+    "plaintext-secret",
+    "prune-enabled",
+    "ownership-dropped",
+    "render-failure",
+    "deletion-policy",
+    "reconcile-policy",
+    "adoption-policy",
+)
+FINDING_ID = re.compile(
+    r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?/(?:%s)(?:/[A-Za-z0-9._:@-]*){0,8}$" % "|".join(FINDING_KINDS)
+)
+MAX_ACCEPT_BYTES = 64 * 1024
+
+
+def _accept_lines(text, where):
     ids = []
-    for number, line in enumerate(lines, 1):
-        text = line.split("#", 1)[0].strip()
-        if not text:
+    for number, line in enumerate(text.splitlines(), 1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
             continue
-        if any(c in text for c in "*?[") or " " in text:
+        if len(entry) > 512 or not FINDING_ID.match(entry):
             raise RenderDiffError(
-                "accept file %s line %d: %r is not a finding id (exact ids such as "
-                "local-host/removed/Bucket/default/data; no patterns)" % (path, number, text)
+                "%s line %d is not a finding id (exact ids <environment>/<kind>/<object> such as "
+                "local-host/removed/Bucket/default/data; no patterns); the line is not shown" % (where, number)
             )
-        ids.append(text)
+        ids.append((entry, number))
     return ids
 
 
-def acknowledge(findings, accepted_ids, labels, accept_label):
+def read_accept_file(path, repo=None):
+    """[(finding id, line number)], one per line ('#' starts a comment). Exact ids only: no patterns.
+
+    The file must be a regular file inside ``repo`` (by realpath), never a symbolic link.
+    """
+    if not path:
+        return []
+    where = f"accept file {path}"
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise RenderDiffError(f"{where} cannot be read: {exc.strerror}")
+    if stat.S_ISLNK(st.st_mode):
+        raise RenderDiffError(f"{where} is a symbolic link: give the file itself, inside the repository")
+    if not stat.S_ISREG(st.st_mode):
+        raise RenderDiffError(f"{where} is not a regular file")
+    if repo:
+        top = os.path.realpath(repo)
+        real = os.path.realpath(path)
+        if real != top and not real.startswith(top + os.sep):
+            raise RenderDiffError(f"{where} is outside the repository {top}: keep it in the repository")
+    if st.st_size > MAX_ACCEPT_BYTES:
+        raise RenderDiffError(f"{where} has {st.st_size} bytes, more than {MAX_ACCEPT_BYTES}")
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(MAX_ACCEPT_BYTES + 1).decode("utf-8")
+    except OSError as exc:
+        raise RenderDiffError(f"{where} cannot be read: {exc.strerror}")
+    except UnicodeDecodeError:
+        raise RenderDiffError(f"{where} is not UTF-8 text")
+    return _accept_lines(text, where)
+
+
+def read_accept_blob(repo, revision, path):
+    """read_accept_file for ``path`` as committed at ``revision`` (the base branch: a pull request cannot change
+    what acknowledges it). Absent is no acknowledgement; a symbolic link or anything but a file is refused."""
+    sha = resolve(repo, revision)
+    proc = _run_git(["-C", repo, "ls-tree", "-z", sha, "--", path])
+    entry = (proc.stdout or "").split("\0", 1)[0]
+    if not entry:
+        return []
+    mode, kind, oid = entry.split("\t", 1)[0].split(" ")
+    where = f"accept file {path} at {sha[:12]}"
+    if kind != "blob" or mode not in ("100644", "100755"):
+        raise RenderDiffError(f"{where} is not a regular file (mode {mode}): a symbolic link is never followed")
+    blob = _run_git(["-C", repo, "cat-file", "blob", oid])
+    if blob.rc != 0:
+        raise RenderDiffError(f"{where} cannot be read")
+    if len(blob.stdout.encode("utf-8")) > MAX_ACCEPT_BYTES:
+        raise RenderDiffError(f"{where} is larger than {MAX_ACCEPT_BYTES} bytes")
+    return _accept_lines(blob.stdout, where)
+
+
+def acknowledge(findings, accepted, labels, accept_label):
+    """accepted: [(id, line number)]. Returns (stale entries as "line N", by_label): a stale id is named by
+    its line, never echoed."""
     by_label = bool(accept_label) and accept_label in (labels or [])
     known = {f.id for f in findings}
+    ids = {entry for entry, dummy in accepted}
     for finding in findings:
-        finding.acknowledged = by_label or finding.id in accepted_ids
-    return sorted(set(accepted_ids) - known), by_label
+        finding.acknowledged = by_label or finding.id in ids
+    return [f"line {number}" for entry, number in accepted if entry not in known], by_label
 
 
 # --- entry point -------------------------------------------------------------------------
@@ -711,15 +783,58 @@ def run(
     accept_label=DEFAULT_ACCEPT_LABEL,
     cel=True,
     renderer=None,
+    accept_from_base=None,
+    deadline=None,
+    memory=None,
 ):
-    """The report (dict) of what changes from ``base`` to ``head`` in the Git repository ``repo``."""
+    """The report (dict) of what changes from ``base`` to ``head`` in the Git repository ``repo``.
+
+    ``accept_from_base``: the accept file's path as committed at ``base`` (the workflow's way).
+    ``deadline`` (s, default 300) and ``memory`` (bytes per kustomize run) bound the run (render.bounded).
+    """
+    try:
+        with render.bounded("render_diff", deadline, memory):
+            return _run(
+                repo,
+                base,
+                head,
+                use_merge_base,
+                environments,
+                schema_location,
+                accept_file,
+                labels,
+                accept_label,
+                cel,
+                renderer,
+                accept_from_base,
+            )
+    except render.DeadlineExceeded as exc:
+        raise RenderDiffError(str(exc)) from None
+
+
+def _run(
+    repo,
+    base,
+    head,
+    use_merge_base,
+    environments,
+    schema_location,
+    accept_file,
+    labels,
+    accept_label,
+    cel,
+    renderer,
+    accept_from_base,
+):
     started = time.monotonic()
     repo = os.path.abspath(os.path.expanduser(repo or os.getcwd()))
     if not os.path.isdir(repo):
         raise RenderDiffError(f"repository {repo} does not exist")
-    accepted = read_accept_file(accept_file)
+    accepted = read_accept_file(accept_file, repo)
     head_sha = resolve(repo, head)
     base_sha = resolve(repo, base)
+    if accept_from_base:
+        accepted += read_accept_blob(repo, base_sha, accept_from_base)
     if use_merge_base:
         base_sha = merge_base(repo, base_sha, head_sha)
     work = tempfile.mkdtemp(prefix="krops-render-diff-")
@@ -816,7 +931,7 @@ def markdown(report):
             mark = "✅ acknowledged" if f["acknowledged"] else "❌"
             lines.append("| {} | `{}` | {} |".format(mark, f["id"], f["message"].replace("|", "\\|")))
     for stale in report["stale_acknowledgements"]:
-        lines.append(f"- accept file lists `{stale}`, which matches no finding")
+        lines.append(f"- accept file {stale} matches no finding")
     if report["cel_unevaluable"]:
         lines += ["", "CEL rules not evaluated (check them by hand):"]
         lines += ["- {} {}: {}".format(u["environment"], u["object"], u["message"]) for u in report["cel_unevaluable"]]
@@ -914,6 +1029,18 @@ def main(argv=None):
     )
     parser.add_argument("--accept-file", help="file of acknowledged finding ids, one per line")
     parser.add_argument(
+        "--accept-from-base",
+        help="path of the accept file as committed at --base (read from Git, never from the checkout)",
+    )
+    parser.add_argument(
+        "--deadline", type=float, default=render.DEFAULT_DEADLINE, help="seconds the whole run may take (default 300)"
+    )
+    parser.add_argument(
+        "--memory-limit",
+        default="",
+        help="address space of one kustomize run, e.g. 2Gi (default: $KROPS_RENDER_MEMORY_LIMIT, else 2Gi)",
+    )
+    parser.add_argument(
         "--label", action="append", dest="labels", default=[], help="a label of the pull request (repeatable)"
     )
     parser.add_argument("--labels", dest="label_list", default="", help="labels of the pull request, comma separated")
@@ -936,8 +1063,11 @@ def main(argv=None):
             labels,
             args.accept_label,
             args.cel,
+            accept_from_base=args.accept_from_base,
+            deadline=args.deadline,
+            memory=render.memory_limit({"KROPS_RENDER_MEMORY_LIMIT": args.memory_limit} if args.memory_limit else None),
         )
-    except RenderDiffError as exc:
+    except (RenderDiffError, render.RenderError) as exc:
         sys.stderr.write(f"ERROR: {exc}\n")
         return 2
     rendered = {

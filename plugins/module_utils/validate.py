@@ -245,12 +245,25 @@ def run(
     environ=None,
     cel=True,
     collect=None,
+    deadline=None,
+    memory=None,
 ):
     """Validate the tree at ``path``. Returns a dict: findings, summary, objects, directories, seconds.
 
     ``cel``: evaluate the CEL rules of the schemas. ``collect``: called with each environment's
-    state after its checks (render_diff reads the rendered objects from it).
+    state after its checks (render_diff reads the rendered objects from it). ``deadline`` (s, default
+    300) and ``memory`` (bytes per kustomize run, default 2 GiB) bound the run (render.bounded).
     """
+    try:
+        with render.bounded("validate", deadline, memory):
+            return _run(
+                path, environments, schema_location, allow_kinds, config_file, renderer, jobs, environ, cel, collect
+            )
+    except render.DeadlineExceeded as exc:
+        raise ValidateError(str(exc)) from None
+
+
+def _run(path, environments, schema_location, allow_kinds, config_file, renderer, jobs, environ, cel, collect):
     environ = os.environ if environ is None else environ
     if yaml is None:
         raise ValidateError("the PyYAML Python library is required")
@@ -464,6 +477,9 @@ def _index_files(env, yaml_files):
         rel = env.rel(path)
         try:
             docs = render.load_yaml_documents(path)
+        except render.YAMLLimitError as exc:
+            env.add(rel, "-", "render", str(exc))
+            continue
         except _YAML_ERRORS + (OSError, UnicodeDecodeError):
             continue  # yamllint reports the syntax error; kustomize reports it if the file is used
         for doc in docs:
@@ -1120,86 +1136,15 @@ def _check_networks(env, teardown, key):
         )
 
 
-_KCC_ABANDON = ("cnrm.cloud.google.com/deletion-policy", "abandon")
-# the provider the wif-federate post-kind hook registers (roles/bootstrap defaults bootstrap_gcp_pool/_provider)
-_WIF_HOOK_PROVIDER = "krops/kind"
-
-
-def _kcc_id(item):
-    return str(item.spec.get("resourceID") or item.name)
-
-
 def _check_gcp_iam(env, settings, teardown, key):
     """teardown.service-accounts and .workload-identity-providers (gcp) name exactly what krops creates.
 
-    GCP IAM objects carry no labels, so these exact names are the only proof of ownership: a name the
-    tree does not declare is refused, and one the tree declares but the list misses would be left behind.
-    An account Config Connector abandons (deletion-policy abandon) is a prerequisite and must not be listed.
+    The rules are ownership.gcp_iam_problems, the ones gcp_teardown enforces too (one rule set).
     """
-    accounts = {}
-    for i in env.items:
-        if i.kind == "IAMServiceAccount" and i.group == "iam.cnrm.cloud.google.com":
-            annotations = (i.obj.get("metadata") or {}).get("annotations") or {}
-            accounts[_kcc_id(i)] = annotations.get(_KCC_ABANDON[0]) == _KCC_ABANDON[1]
-    field = f"{key}.teardown.service-accounts"
-    listed = teardown.get("service-accounts") or []
-    for name in listed:
-        if name not in accounts:
-            env.add(
-                "bootstrap.toml",
-                field,
-                "bootstrap",
-                "service account {} is not an IAMServiceAccount of the tree (resourceID: {})".format(
-                    name, ", ".join(sorted(accounts)) or "none"
-                ),
-            )
-        elif accounts[name]:
-            env.add(
-                "bootstrap.toml",
-                field,
-                "bootstrap",
-                f"service account {name} is abandoned by Config Connector in the tree (a prerequisite, "
-                "docs/environments/gcp.md): teardown must not delete it; remove it from teardown service-accounts",
-            )
-    for name in sorted(n for n, abandoned in accounts.items() if not abandoned and n not in listed):
-        env.add(
-            "bootstrap.toml",
-            field,
-            "bootstrap",
-            f"service account {name} of the tree is not in teardown service-accounts: teardown would leave it behind",
-        )
-    pools = {
-        i.name: _kcc_id(i)
-        for i in env.items
-        if i.kind == "IAMWorkloadIdentityPool" and i.group == "iam.cnrm.cloud.google.com"
-    }
-    providers = set()
-    for i in env.items:
-        if i.kind == "IAMWorkloadIdentityPoolProvider" and i.group == "iam.cnrm.cloud.google.com":
-            ref = i.spec.get("workloadIdentityPoolRef") or {}
-            pool = str(ref.get("external") or "").rstrip("/").rsplit("/", 1)[-1] or pools.get(ref.get("name"))
-            providers.add("{}/{}".format(pool or ref.get("name"), _kcc_id(i)))
-    if settings.get("post-kind-create-hook") == "wif-federate":
-        providers.add(_WIF_HOOK_PROVIDER)
-    field = f"{key}.teardown.workload-identity-providers"
-    listed = teardown.get("workload-identity-providers") or []
-    for name in listed:
-        if name not in providers:
-            env.add(
-                "bootstrap.toml",
-                field,
-                "bootstrap",
-                "workload identity provider {} is neither an IAMWorkloadIdentityPoolProvider of the tree nor the "
-                "wif-federate hook's ({})".format(name, ", ".join(sorted(providers)) or "none"),
-            )
-    for name in sorted(providers - set(listed)):
-        env.add(
-            "bootstrap.toml",
-            field,
-            "bootstrap",
-            f"workload identity provider {name} is not in teardown workload-identity-providers: "
-            "teardown would leave it behind",
-        )
+    declared = ownership.gcp_iam_declared([i.obj for i in env.items], settings.get("post-kind-create-hook"))
+    listed = (teardown.get("service-accounts") or [], teardown.get("workload-identity-providers") or [])
+    for field, dummy, message in ownership.gcp_iam_problems(*listed, declared):
+        env.add("bootstrap.toml", f"{key}.teardown.{field}", "bootstrap", message)
 
 
 def _tags_of(item):
@@ -1422,6 +1367,13 @@ def _check_yamllint(env, yaml_files, conf):
         except (OSError, UnicodeDecodeError) as exc:
             env.add(rel, "-", "yamllint", f"cannot read: {exc}")
             continue
+        render.check_deadline(f"linting {rel}")
+        try:
+            render.check_yaml_text(text, rel)
+        except render.YAMLLimitError:
+            continue  # reported once by _index_files; linting it would take as long as the bound prevents
+        except _YAML_ERRORS:
+            pass  # yamllint reports it with its position
         key = (getattr(conf, "krops_key", id(conf)), rel, hashlib.sha256(text.encode("utf-8")).hexdigest())
         problems = _LINT_CACHE.get(key)
         if problems is None:

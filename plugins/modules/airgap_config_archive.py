@@ -93,6 +93,7 @@ revision:
 import os
 import re
 
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import airgap
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import oci
@@ -114,6 +115,7 @@ def argument_spec():
 
 
 def body(module, step):
+    contract.check("airgap_config_archive", module.params)  # the input contract first: before any file or network call
     p = module.params
     step("checking the options")
     if not _REFERENCE.match(p["reference"]):
@@ -134,11 +136,14 @@ def body(module, step):
             current = handle.read()
     changed = current != data
     if changed and not module.check_mode:
-        os.makedirs(os.path.dirname(os.path.abspath(p["dest"])), exist_ok=True)
         temporary = p["dest"] + ".tmp"
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-        os.replace(temporary, p["dest"])
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(p["dest"])), exist_ok=True)
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, p["dest"])
+        except OSError as exc:
+            raise errors.ConfigError(f"option dest: cannot write {p['dest']}: {exc.strerror}") from None
     return dict(changed=changed, digest=digest, reference=p["reference"], dest=p["dest"], revision=revision)
 
 

@@ -353,6 +353,7 @@ duration:
   sample: 24.74
 """
 
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config, errors, shell
 
 
@@ -378,6 +379,7 @@ def argument_spec():
 
 
 def body(module, step):
+    contract.check("aws_orphan_sweep", module.params)  # the input contract first: before any file or network call
     step("sweeping")
     try:
         result = aws_sweep.run(module.params, check_mode=module.check_mode)

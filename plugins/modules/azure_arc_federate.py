@@ -128,6 +128,7 @@ credentials:
 
 import os
 
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown, errors, shell
 
 NAME = "azure_arc_federate"
@@ -209,6 +210,7 @@ def run(p, check_mode, environ=None, step=None):
 
 
 def body(module, step):
+    contract.check("azure_arc_federate", module.params)  # the input contract first: before any file or network call
     cloud_teardown.mask(module, os.environ, cloud_teardown.AZURE_SECRET_VARS)
     try:
         return run(module.params, module.check_mode, step=step)

@@ -151,6 +151,7 @@ leftovers:
 
 import os
 
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown, errors, shell
 
 NAME = "azure_teardown"
@@ -225,6 +226,7 @@ def run(p, check_mode, environ=None, step=None):
 
 
 def body(module, step):
+    contract.check("azure_teardown", module.params)  # the input contract first: before any file or network call
     cloud_teardown.mask(module, os.environ, cloud_teardown.AZURE_SECRET_VARS)
     try:
         return run(module.params, module.check_mode, step=step)

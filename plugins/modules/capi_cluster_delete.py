@@ -144,6 +144,7 @@ target:
   sample: context kind-mgmt in ~/.kube/config
 """
 
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import shell
 from ansible_collections.krops.platform.plugins.module_utils import teardown
@@ -166,6 +167,7 @@ def argument_spec():
 
 
 def body(module, step):
+    contract.check("capi_cluster_delete", module.params)  # the input contract first: before any file or network call
     p = module.params
     step("checking the options")
     shell.positive(p, "wait_timeout request_timeout", unit=" second")

@@ -297,6 +297,7 @@ unresolved:
 
 from ansible.module_utils.basic import env_fallback
 
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
@@ -372,6 +373,7 @@ def check_params(params):
 
 
 def body(module, step):
+    contract.check("capi_pivot", module.params)  # the input contract first: before any file or network call
     params = dict(module.params)
     step("checking the options")
     check_params(params)

@@ -217,6 +217,7 @@ wait_timeout:
 
 from ansible.module_utils.basic import env_fallback
 
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import flux
@@ -259,6 +260,7 @@ def argument_spec():
 
 
 def body(module, step):
+    contract.check("flux_handoff", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("checking the options")
     shell.positive(params, "wait_timeout progress_interval request_timeout", unit=" second")

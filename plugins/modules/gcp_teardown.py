@@ -157,6 +157,13 @@ not_owned:
     - type: network
       name: default
       reason: the default VPC is never deleted
+held_networks:
+  description: Owned VPCs left whole because they hold something krops does not own (see not_owned); each is
+    also a leftover, so the run fails.
+  returned: always
+  type: list
+  elements: str
+  sample: [europe-north1-management]
 leftovers:
   description: Resources still present or that failed (C(type/name)); the module fails when not empty.
   returned: always
@@ -172,6 +179,7 @@ stopped_at:
 
 import os
 
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown, errors, shell
 
 NAME = "gcp_teardown"
@@ -221,6 +229,7 @@ def run(p, check_mode, environ=None):
             raise cloud_teardown.CloudError(
                 f"workload_identity_providers entry {name!r} is not <pool>/<provider> (IDs of 4 to 32 of a-z, 0-9 and -)"
             )
+    cloud_teardown.gcp_iam_refusals(cfg, env, accounts, providers)
     token = cloud_teardown.gcp_token(p["access_token"] or environ.get("GCP_ACCESS_TOKEN"))
     http = cloud_teardown.Http(token, what="Google API")
     result = cloud_teardown.gcp_teardown(
@@ -245,6 +254,7 @@ def run(p, check_mode, environ=None):
 
 
 def body(module, step):
+    contract.check("gcp_teardown", module.params)  # the input contract first: before any file or network call
     step("masking the secrets of the environment")
     cloud_teardown.mask(module, os.environ, cloud_teardown.GCP_SECRET_VARS)
     step("removing the GCP resources")

@@ -73,6 +73,16 @@ options:
       - Evaluate the transition (C(oldSelf)) CEL rules of the schemas on changed objects.
     type: bool
     default: true
+  deadline:
+    description:
+      - Seconds the whole run may take; crossing it ends the run with a clear error (docs/configuration.md, Bounds).
+    type: float
+    default: 300
+  memory_limit:
+    description:
+      - Bytes of address space one C(kustomize) run may use (RLIMIT_AS); a build that needs more fails with a clear
+        error. Default C($KROPS_RENDER_MEMORY_LIMIT), else 2 GiB.
+    type: int
 attributes:
   check_mode:
     support: full
@@ -213,6 +223,7 @@ seconds:
   sample: {render_base: 3.68, render_head: 0.51, diff: 0.07, total: 4.26}
 """
 
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import render_diff as krops_render_diff
 from ansible_collections.krops.platform.plugins.module_utils import shell
@@ -235,16 +246,20 @@ def argument_spec():
         labels=dict(type="list", elements="str", default=[]),
         accept_label=dict(type="str", default=krops_render_diff.DEFAULT_ACCEPT_LABEL),
         cel=dict(type="bool", default=True),
+        deadline=dict(type="float", default=300),
+        memory_limit=dict(type="int"),
     )
 
 
 def body(module, step):
+    contract.check("render_diff", module.params)  # the input contract first: before any file or network call
     p = module.params
     step("rendering and comparing the revisions")
     verb = shell.options(
         p,
-        "repo base head environments schema_location accept_file labels accept_label cel",
+        "repo base head environments schema_location accept_file labels accept_label cel deadline",
         use_merge_base="merge_base",
+        memory="memory_limit",
     )
     report = krops_render_diff.run(**verb)
     returned = dict(changed=False, markdown=krops_render_diff.markdown(report), **report)

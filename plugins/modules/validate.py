@@ -70,6 +70,16 @@ options:
         as kubeconform does.
     type: bool
     default: true
+  deadline:
+    description:
+      - Seconds the whole run may take; crossing it ends the run with a clear error (docs/configuration.md, Bounds).
+    type: float
+    default: 300
+  memory_limit:
+    description:
+      - Bytes of address space one C(kustomize) run may use (RLIMIT_AS); a build that needs more fails with a clear
+        error. Default C($KROPS_RENDER_MEMORY_LIMIT), else 2 GiB.
+    type: int
 attributes:
   check_mode:
     support: full
@@ -166,6 +176,7 @@ environments:
 
 import json
 
+from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import shell
 from ansible_collections.krops.platform.plugins.module_utils import validate as krops_validate
@@ -185,14 +196,19 @@ def argument_spec():
         config_file=dict(type="path"),
         format=dict(type="str", choices=["text", "json"], default="text"),
         cel=dict(type="bool", default=True),
+        deadline=dict(type="float", default=300),
+        memory_limit=dict(type="int"),
     )
 
 
 def body(module, step):
+    contract.check("validate", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("validating the trees")
     result = krops_validate.run(
-        **shell.options(params, "path environments schema_location allow_kinds config_file cel")
+        **shell.options(
+            params, "path environments schema_location allow_kinds config_file cel deadline", memory="memory_limit"
+        )
     )
     if params["format"] == "json":
         output = json.dumps({"findings": result["findings"], "summary": result["summary"]}, indent=2)

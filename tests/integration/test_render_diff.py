@@ -343,11 +343,11 @@ def test_accept_file_and_label_acknowledge_and_main_exits_accordingly(repo, tmp_
     edit(root, DATA + "/kustomization.yaml", "  - bucket.yaml\n", "")
     commit(root, "drop the bucket")
     finding = "local-host/removed/Bucket/default/krops-data"
-    accept = tmp_path / "accepted.txt"
+    accept = root / "accepted.txt"  # inside the repository (an accept file outside it is refused)
     accept.write_text(f"# reviewed by the data team\n{finding}  # retired\nlocal-host/removed/Bucket/default/other\n")
     report = diff(root, base, accept_file=str(accept))
     assert ids(report) == [(finding, True)] and report["blocking"] == 0
-    assert report["stale_acknowledgements"] == ["local-host/removed/Bucket/default/other"]
+    assert report["stale_acknowledgements"] == ["line 3"]  # by line number, never by content
 
     base_args = ["--repo", str(root), "--base", base, "--schema-location", str(SCHEMAS)]
     md, js = tmp_path / "comment.md", tmp_path / "report.json"
@@ -369,13 +369,13 @@ def test_accept_file_and_label_acknowledge_and_main_exits_accordingly(repo, tmp_
 
 def test_accept_file_rejects_patterns(repo, tmp_path):
     root, base = repo
-    accept = tmp_path / "accepted.txt"
+    accept = root / "accepted.txt"
     accept.write_text("local-host/removed/*\n")
     with pytest.raises(render_diff.RenderDiffError) as caught:
         diff(root, base, accept_file=str(accept))
     assert str(caught.value) == (
-        f"accept file {accept} line 1: 'local-host/removed/*' is not a finding id (exact ids such as "
-        "local-host/removed/Bucket/default/data; no patterns)"
+        f"accept file {accept} line 1 is not a finding id (exact ids <environment>/<kind>/<object> such as "
+        "local-host/removed/Bucket/default/data; no patterns); the line is not shown"
     )
 
 

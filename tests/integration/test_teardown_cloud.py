@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 from urllib.parse import parse_qs
 
 import pytest
@@ -267,7 +268,10 @@ def google():
 
 def gcp_world(g):
     """What the gcp tree leaves in a project, plus decoys: ours by label or exact name only."""
-    for name in (MGMT_VPC, WORKLOAD_VPC, TEAM_VPC, "europe-north1-workload-2", "default"):
+    # a VPC is ours only with proof: the krops label, or CAPG's description for a cluster of the environment
+    g.add_network(MGMT_VPC, labels={"krops-environment": "gcp"})
+    g.add_network(WORKLOAD_VPC, description=f"capg-cluster-{WORKLOAD_VPC}")
+    for name in (TEAM_VPC, "europe-north1-workload-2", "default"):
         g.add_network(name)
     g.add_connection(WORKLOAD_VPC, ranges=["krops-psa"])
     g.add_compute("addresses", "krops-psa", WORKLOAD_VPC, purpose="VPC_PEERING", labels={"krops-environment": "gcp"})
@@ -315,6 +319,8 @@ def gcp_toml(tmp_path, unprotect=("krops-db",)):
     assert line, "bootstrap.toml gcp teardown names no disable-deletion-protection"
     path = tmp_path / "bootstrap.toml"
     path.write_text(text.replace(line.group(0), f"disable-deletion-protection = {json.dumps(list(unprotect))}\n"))
+    if not (tmp_path / "mgmt" / "gcp").exists():  # the tree gcp_teardown checks the IAM names against
+        shutil.copytree(REPO / "mgmt" / "gcp", tmp_path / "mgmt" / "gcp")
     return str(path)
 
 
@@ -413,8 +419,9 @@ def test_gcp_deletes_only_owned_resources_in_dependency_order(google, run_module
     assert again["changed"] is False and again["results"] == []
 
 
-def test_gcp_decoys_inside_our_vpc_survive_and_the_vpc_they_hold_fails_the_run(google, run_module, tmp_path):
-    """Unlabelled or other environments' resources in an owned VPC are never touched; the VPC then cannot go."""
+def test_gcp_decoys_inside_our_vpc_survive_and_the_vpc_they_hold_stays_whole(google, run_module, tmp_path):
+    """Unlabelled or other environments' resources in an owned VPC are never touched, and neither is anything
+    else of that VPC (no firewall rule, router, subnet, peering or cluster goes first): the run fails naming it."""
     gcp_world(google)
     google.add_gke("other-env-gke", "europe-north1", MGMT_VPC, labels={"krops-environment": "gcp-staging"})
     google.add_gke("team-gke-in-vpc", "europe-north1", MGMT_VPC)
@@ -423,11 +430,11 @@ def test_gcp_decoys_inside_our_vpc_survive_and_the_vpc_they_hold_fails_the_run(g
     assert result.failed
     assert result["stopped_at"] == "networks"
     assert result["leftovers"] == [f"network/{MGMT_VPC}"]
-    [failed] = [r for r in result["results"] if r["outcome"] == "failed"]
-    assert failed["error"] == (
-        f"DELETE {google.url}/compute/projects/p1/global/networks/{MGMT_VPC} answered 400: The network resource "
-        f"'projects/p1/global/networks/{MGMT_VPC}' is already being used by 'projects/p1/global/firewalls/labelled-other'"
-    )
+    assert result["held_networks"] == [MGMT_VPC]
+    assert not [r for r in result["results"] if r["outcome"] == "failed"]
+    assert not [w for w in google.writes() if MGMT_VPC in w[1]]
+    held = f"VPC {MGMT_VPC} holds what krops does not own (firewall-rule/labelled-other, gke-cluster/other-env-gke, "
+    held += "gke-cluster/team-gke-in-vpc): the VPC and everything in it stay"
     assert [(n["type"], n["name"], n["reason"]) for n in result["not_owned"] if n["type"] != "cloudsql-instance"] == [
         ("gke-cluster", "other-env-gke", "labelled krops-environment=gcp-staging (another environment)"),
         (
@@ -437,10 +444,19 @@ def test_gcp_decoys_inside_our_vpc_survive_and_the_vpc_they_hold_fails_the_run(g
         ),
         ("gke-cluster", WORKLOAD_VPC, "labelled krops-environment=gcp-staging (another environment)"),
         ("firewall-rule", "labelled-other", "labelled krops-environment=gcp-staging (another environment)"),
+        ("gke-cluster", MGMT_VPC, held),
+        ("firewall-rule", "allow-internal", held),
+        ("router", f"{MGMT_VPC}-nat", held),
+        ("subnetwork", f"{MGMT_VPC}-nodes", held),
+        ("network", MGMT_VPC, held),
     ]
     assert google.inventory() == gcp_decoys(google) | {
         ("compute", f"global/networks/{MGMT_VPC}"),
         ("compute", "global/firewalls/labelled-other"),
+        ("compute", "global/firewalls/allow-internal"),
+        ("compute", f"regions/europe-north1/routers/{MGMT_VPC}-nat"),
+        ("compute", f"regions/europe-north1/subnetworks/{MGMT_VPC}-nodes"),
+        ("container", f"locations/europe-north1/clusters/{MGMT_VPC}"),
         ("container", "locations/europe-north1/clusters/other-env-gke"),
         ("container", "locations/europe-north1/clusters/team-gke-in-vpc"),
     }
@@ -461,32 +477,52 @@ def test_gcp_never_switches_off_a_deletion_protection_bootstrap_toml_does_not_na
     assert "krops-db" in google.sql
 
 
-def test_gcp_a_foreign_database_in_our_vpc_stops_the_teardown_before_the_vpc(google, run_module, tmp_path):
-    """Service Networking refuses to delete a connection a Cloud SQL instance still uses: the run fails, names it."""
+def test_gcp_a_foreign_database_in_our_vpc_leaves_the_vpc_whole(google, run_module, tmp_path):
+    """A Cloud SQL instance krops does not own in an owned VPC: nothing of that VPC is touched (not its private
+    services access, range, peering or subnet); krops' own labelled database still goes; the run fails naming the VPC."""
     gcp_world(google)
     google.add_sql("team-db-in-our-vpc", WORKLOAD_VPC, protected=True)
     result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path)))
     assert result.failed
-    assert result["stopped_at"] == "private-services-access"
     assert result["msg"] == (
-        "GCP resources of project p1 left behind at stage private-services-access: "
-        "private-services-connection/servicenetworking-googleapis-com; see results for the reason of each, then run "
-        "the teardown again"
-    )
-    [failed] = [r for r in result["results"] if r["outcome"] == "failed"]
-    assert failed["error"].endswith(
-        "answered 400: Failed to delete connection; Producer services (e.g. CloudSQL, Cloud Memstore, etc.) are "
-        "still using this connection."
+        f"GCP resources of project p1 left behind at stage networks: network/{WORKLOAD_VPC}; see results for the "
+        "reason of each, then run the teardown again"
     )
     assert {
         "type": "cloudsql-instance",
         "name": "team-db-in-our-vpc",
         "reason": (f"in owned VPC {WORKLOAD_VPC} but without the label krops-environment=gcp: not proven krops'"),
+        "network": WORKLOAD_VPC,
     } in result["not_owned"]
     assert (
         "team-db-in-our-vpc" in google.sql and google.sql["team-db-in-our-vpc"]["settings"]["deletionProtectionEnabled"]
     )
-    assert not [w for w in google.writes() if "/networks/" in w[1] or "/clusters/" in w[1]]
+    assert "krops-db" not in google.sql  # labelled for this environment: its label proves it, not the VPC
+    assert not [w for w in google.writes() if WORKLOAD_VPC in w[1] or ":deleteConnection" in w[1]]
+    assert google.compute[f"global/networks/{WORKLOAD_VPC}"]["peerings"]
+    assert ("compute", "global/addresses/krops-psa") in google.inventory()
+
+
+def test_gcp_a_vpc_named_in_bootstrap_toml_without_proof_is_never_touched(google, run_module, tmp_path):
+    """A team's VPC that happens to carry a network name of bootstrap.toml (no krops label, no CAPG description for
+    a cluster of the environment): neither it nor anything in it is deleted, and it is listed with the reason."""
+    google.add_network(MGMT_VPC, description="capg-cluster-europe-north1-management-2")  # another cluster's
+    google.add_compute("firewalls", "team-ssh", MGMT_VPC)
+    google.add_compute("subnetworks", "team-subnet", MGMT_VPC, region="europe-north1")
+    google.add_network(WORKLOAD_VPC, labels={"krops-environment": "gcp-staging"})
+    google.add_compute("routers", "team-nat", WORKLOAD_VPC, region="europe-north1")
+    before = google.inventory()
+    result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path)))
+    assert not result.failed, result
+    assert google.inventory() == before and not google.writes()
+    reason = (
+        "named in bootstrap.toml but carries neither the label krops-environment=gcp nor CAPG's description "
+        "capg-cluster-<cluster> for a cluster of the environment: a name alone proves nothing"
+    )
+    assert [(n["type"], n["name"], n["reason"]) for n in result["not_owned"] if n["type"] == "network"] == [
+        ("network", MGMT_VPC, reason),
+        ("network", WORKLOAD_VPC, reason),
+    ]
 
 
 def test_gcp_phase_before_clusters_removes_the_database_and_private_services_access_only(google, run_module, tmp_path):
@@ -613,12 +649,15 @@ def test_gcp_a_named_account_that_cannot_be_deleted_fails_the_run_naming_it(goog
 def test_gcp_iam_names_given_as_options_are_checked(run_module):
     result = run_module(gcp_teardown, {"environment": "gcp", "project": "p1", "service_accounts": ["a@b.com"]})
     assert result.failed and result["msg"] == (
-        "service_accounts entry 'a@b.com' is not a service account id (6 to 30 of a-z, 0-9 and -, starting with a "
-        "letter; the part before @)"
+        "option service_accounts[0]: expected a GCP service account id (the part before '@'): 6 to 30 lowercase "
+        "letters, digits and '-', starting with a letter and not ending with '-' (IAM projects.serviceAccounts.create "
+        "accountId rule), got 'a@b.com'"
     )
     result = run_module(gcp_teardown, {"environment": "gcp", "project": "p1", "workload_identity_providers": ["kind"]})
     assert result.failed and result["msg"] == (
-        "workload_identity_providers entry 'kind' is not <pool>/<provider> (IDs of 4 to 32 of a-z, 0-9 and -)"
+        "option workload_identity_providers[0]: expected <pool>/<provider>, e.g. krops/kind: two workload identity "
+        "IDs of 4 to 32 lowercase letters, digits and '-', not starting with 'gcp-' (IAM workloadIdentityPools and "
+        "providers ID rule), got 'kind'"
     )
 
 

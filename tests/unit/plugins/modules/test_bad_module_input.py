@@ -19,14 +19,16 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), *([os.pardir] * 4
 CONFIG = os.path.join(REPO, "bootstrap.toml")
 NO_KUBECONFIG = "/nonexistent/kubeconfig"
 NO_KIND = {"environment": "local-host", "kind_binary": "/nonexistent/kind"}
-KIND_RULE = "is not a kind cluster name: at most 50 characters of a-z, 0-9, '.' and '-' (kind's cluster-name rule)"
+KIND_RULE = "option name: expected a kind cluster name: at most 50 characters of a-z, 0-9, '.' and '-'"
 LONG = "a" * 10000
 
 
-def below_one(module, option, value, prefix="", **args):
-    """A case giving ``option`` a value below 1: refused before anything runs, naming the option."""
+def below_one(module, option, value, prefix="", low=1, high=604800, **args):
+    """A case giving ``option`` a value below its range: refused by the input contract before anything runs,
+    naming the option (plugins/module_utils/options.py)."""
     case_id = "{}-{}-{}".format(module, option.replace("_", "-"), value)
-    return case_id, module, dict(args, **{option: value}), f"{prefix}{option} must be at least 1 second, got {value}"
+    message = f"{prefix}option {option}: expected an integer from {low} to {high}, got {value}"
+    return case_id, module, dict(args, **{option: value}), message
 
 
 # (id, module, arguments, what the message must contain)
@@ -34,31 +36,61 @@ MODULE_CASES = [
     below_one("teardown_host", "timeout", 0, config_file=CONFIG),
     below_one("teardown_host", "timeout", -1, config_file=CONFIG),
     below_one("teardown_host", "local_cluster_timeout", -5, config_file=CONFIG),
-    below_one("teardown_host", "request_timeout", 0, config_file=CONFIG),
-    below_one("capi_cluster_delete", "wait_timeout", -1, kubeconfig=NO_KUBECONFIG),
-    below_one("capi_cluster_delete", "request_timeout", 0, kubeconfig=NO_KUBECONFIG),
-    below_one("tinkerbell_release", "wait_timeout", -1, clusters=["x"], kubeconfig=NO_KUBECONFIG),
+    (
+        "teardown_host-request-timeout-0",
+        "teardown_host",
+        {"request_timeout": 0, "config_file": CONFIG},
+        "request_timeout must be at least 1 second, got 0",
+    ),
+    below_one("capi_cluster_delete", "wait_timeout", -1, low=0, kubeconfig=NO_KUBECONFIG),
+    (
+        "capi_cluster_delete-request-timeout-0",
+        "capi_cluster_delete",
+        {"request_timeout": 0, "kubeconfig": NO_KUBECONFIG},
+        "request_timeout must be at least 1 second, got 0",
+    ),
+    below_one("tinkerbell_release", "wait_timeout", -1, low=0, clusters=["x"], kubeconfig=NO_KUBECONFIG),
     below_one("kind_cluster", "wait_timeout", -1, name="mgmt", **NO_KIND),
     below_one("kind_cluster", "wait_timeout", 0, name="mgmt", **NO_KIND),
-    below_one("flux_handoff", "wait_timeout", -1, prefix="flux_handoff: "),
-    below_one("flux_handoff", "progress_interval", 0, prefix="flux_handoff: "),
-    below_one("flux_handoff", "request_timeout", -1, prefix="flux_handoff: "),
-    ("kind-name-10000", "kind_cluster", dict(NO_KIND, name=LONG), "... (10000 characters) " + KIND_RULE),
-    ("kind-name-list", "kind_cluster", dict(NO_KIND, name=["a", "b"]), "kind cluster name \"['a', 'b']\" " + KIND_RULE),
-    ("kind-name-uppercase", "kind_cluster", dict(NO_KIND, name="Mgmt"), "kind cluster name 'Mgmt' " + KIND_RULE),
+    below_one("flux_handoff", "wait_timeout", -1, prefix="flux_handoff: ", low=0),
+    below_one("flux_handoff", "progress_interval", 0, prefix="flux_handoff: ", high=3600),
+    (
+        "flux_handoff-request-timeout--1",
+        "flux_handoff",
+        {"request_timeout": -1},
+        "flux_handoff: request_timeout must be at least 1 second, got -1",
+    ),
+    ("kind-name-10000", "kind_cluster", dict(NO_KIND, name=LONG), KIND_RULE + " of at most 50 characters, got 'aaaa"),
+    (
+        "kind-name-list",
+        "kind_cluster",
+        dict(NO_KIND, name=["a", "b"]),
+        KIND_RULE + " (kind's cluster-name rule), got \"['a', 'b']\"",
+    ),
+    (
+        "kind-name-uppercase",
+        "kind_cluster",
+        dict(NO_KIND, name="Mgmt"),
+        KIND_RULE + " (kind's cluster-name rule), got 'Mgmt'",
+    ),
     (
         "kind-name-traversal",
         "kind_cluster",
         dict(NO_KIND, name="../../etc"),
-        "kind cluster name '../../etc' " + KIND_RULE,
+        KIND_RULE + " (kind's cluster-name rule), got '../../etc'",
     ),
-    ("kind-name-unicode", "kind_cluster", dict(NO_KIND, name="mgmt²"), "kind cluster name 'mgmt²' " + KIND_RULE),
-    ("kind-name-empty", "kind_cluster", dict(NO_KIND, name=""), "kind cluster name '' " + KIND_RULE),
+    (
+        "kind-name-unicode",
+        "kind_cluster",
+        dict(NO_KIND, name="mgmt²"),
+        KIND_RULE + " (kind's cluster-name rule), got 'mgmt²'",
+    ),
+    ("kind-name-empty", "kind_cluster", dict(NO_KIND, name=""), KIND_RULE + ", got ''"),
     (
         "kind-name-absent-too",
         "kind_cluster",
         {"name": "Bad_Name", "state": "absent", "kind_binary": "/nonexistent/kind"},
-        "kind cluster name 'Bad_Name' " + KIND_RULE,
+        KIND_RULE + " (kind's cluster-name rule), got 'Bad_Name'",
     ),
     (
         "flux-unknown-environment",
@@ -70,13 +102,14 @@ MODULE_CASES = [
         "oci-bad-tag",
         "oci_artifact_push",
         {"registry": "127.0.0.1:1", "paths": ["."], "tag": "bad tag"},
-        "tag 'bad tag' is not a valid OCI tag",
+        "option tag: expected an OCI tag: up to 128 of a-z, A-Z, 0-9, '_', '.', '-', not starting with '.' or '-' "
+        "(OCI distribution-spec tag), got 'bad tag'",
     ),
     (
         "oci-path-traversal",
         "oci_artifact_push",
         {"registry": "127.0.0.1:1", "paths": ["../../etc"], "root": REPO},
-        "path ../../etc is outside root",
+        "option paths[0]: expected a directory inside the repository, got '../../etc'; it resolves to",
     ),
     (
         "oci-bad-repository",
@@ -100,13 +133,13 @@ MODULE_CASES = [
             "reference": "r:5000/krops:latest",
             "revision": "x",
         },
-        "path ../../etc is outside root",
+        "option paths[0]: expected a directory inside the repository, got '../../etc'; it resolves to",
     ),
     (
         "validate-no-tree",
         "validate",
         {"path": "/nonexistent"},
-        "validate could not run: /nonexistent has no mgmt/ folder",
+        "option path: expected an existing directory (the krops checkout), got '/nonexistent'",
     ),
     (
         "validate-unknown-environment",
@@ -124,13 +157,13 @@ MODULE_CASES = [
         "preflight-eips-negative",
         "preflight_check",
         {"eips_per_cluster": -1},
-        "eips_per_cluster must be at least 1, got -1",
+        "option eips_per_cluster: expected an integer from 1 to 100, got -1",
     ),
     (
         "preflight-tool-path",
         "preflight_check",
         {"tools": ["../../bin/sh"]},
-        "tools must be bare command names (looked up on PATH), got '../../bin/sh'",
+        "option tools[0]: expected a tool name such as kubectl, got '../../bin/sh'",
     ),
     (
         "pivot-wait-zero",
@@ -142,7 +175,7 @@ MODULE_CASES = [
         "pivot-lb-port-too-big",
         "capi_pivot",
         {"config_file": CONFIG, "lb_port": 70000},
-        "lb_port must be a port number (1 to 65535), got 70000",
+        "option lb_port: expected an integer from 1 to 65535, got 70000",
     ),
     (
         "pivot-stop-after-unknown",
