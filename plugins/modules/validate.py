@@ -25,6 +25,10 @@ description:
     C(common-expression-language) library and Kubernetes' list, string, regex, quantity, URL and format extensions; rules it cannot
     evaluate are returned in RV(cel_unevaluable), never counted as passed. Transition rules (C(oldSelf)) need the
     previous object - M(krops.platform.render_diff) applies them.
+  - C(admission) - every object passes its provider's admission webhooks as the API server runs them on create
+    (the defaulting webhook first, then the validating one, with the feature gates the tree sets on its operator
+    providers); the message is the API server's denial. The rules are ported from upstream Go source with their
+    sources (C(module_utils/admission.py), docs/upstream-facts.md).
   - Never changes anything. Fails, listing every finding, when there is at least one.
 author:
   - krops developers (@krops)
@@ -139,7 +143,7 @@ summary:
   returned: always
   type: dict
   sample: {"local-host": {"directories": 12, "objects": 47, "files": 40, "findings": 0, "seconds": 1.2,
-           "by_rule": {"render": 0, "schema": 0, "flux-graph": 0, "bootstrap": 0, "secrets": 0, "yamllint": 0, "cel": 0}, "cel_unevaluable": 0}}
+           "by_rule": {"render": 0, "schema": 0, "flux-graph": 0, "bootstrap": 0, "secrets": 0, "yamllint": 0, "cel": 0, "admission": 0}, "cel_unevaluable": 0}}
 output:
   description: The report in the requested O(format) (text lines joined by newlines, or JSON).
   returned: always
