@@ -1570,3 +1570,25 @@ def test_accepted_end_of_life_entries_are_checked_by_the_loader(tmp_path):
     with pytest.raises(krops_config.ConfigError) as err:
         krops_config.load(path=str(path), environ={})
     assert "accepted-end-of-life" in str(err.value) and "<Kind>Provider/<name>" in str(err.value)
+
+
+def test_the_module_returns_contract_warnings_and_fails_on_an_admission_finding(run_module, tmp_path):
+    from ansible_collections.krops.platform.plugins.modules import validate as validate_module
+
+    root = copy_repo(tmp_path, ("mgmt/azure", "workload/azure-base", "workload/swedencentral-01"))
+    result = run_module(validate_module, {"path": str(root), "environments": ["azure"]})
+    assert not result.failed, result.get("msg")
+    assert [(w["object"], w["environment"]) for w in result["contract_warnings"]] == [
+        ("InfrastructureProvider/capz-system/azure", "azure")
+    ]
+    assert "[contracts] WARNING InfrastructureProvider azure v1.25.1" in result["output"]
+    rel = "mgmt/azure/clusters/swedencentral-management/machinepool.yaml"
+    edit(root, rel, "version: v1.35.5", "version: v1.35")
+    result = run_module(validate_module, {"path": str(root), "environments": ["azure"]})
+    assert result.failed
+    assert result["msg"].splitlines()[1] == (
+        f"{rel}: MachinePool/default/swedencentral-management-pool0: [admission] admission webhook "
+        '"validation.machinepool.cluster.x-k8s.io" denied the request: MachinePool.cluster.x-k8s.io '
+        '"swedencentral-management-pool0" is invalid: spec.template.spec.version: Invalid value: "v1.35": must be '
+        "a valid semantic version"
+    )
