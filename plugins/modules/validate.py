@@ -146,7 +146,8 @@ summary:
   returned: always
   type: dict
   sample: {"local-host": {"directories": 12, "objects": 47, "files": 40, "findings": 0, "seconds": 1.2,
-           "by_rule": {"render": 0, "schema": 0, "flux-graph": 0, "bootstrap": 0, "secrets": 0, "yamllint": 0, "cel": 0, "admission": 0, "contracts": 0}, "cel_unevaluable": 0, "warnings": 0}}
+           "by_rule": {"render": 0, "schema": 0, "flux-graph": 0, "bootstrap": 0, "secrets": 0, "yamllint": 0, "cel": 0,
+                       "admission": 0, "contracts": 0}, "cel_unevaluable": 0, "warnings": 0}}
 output:
   description: The report in the requested O(format) (text lines joined by newlines, or JSON).
   returned: always
