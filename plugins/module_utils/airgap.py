@@ -432,9 +432,9 @@ def _registry_image(root):
     path = os.path.join(root, REGISTRY_DEFAULTS)
     try:
         with open(path, encoding="utf-8") as handle:
-            return (yaml.safe_load(handle) or {}).get("bootstrap_registry_image") or "registry:2"
+            return (yaml.safe_load(handle) or {}).get("bootstrap_registry_image") or "registry:3"
     except (OSError, yaml.YAMLError):
-        return "registry:2"
+        return "registry:3"
 
 
 def load_lock(root):

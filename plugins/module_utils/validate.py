@@ -20,6 +20,13 @@ Rules (one finding per problem, each naming file, object, rule and message):
 - ``cel``: every custom resource passes the ``x-kubernetes-validations`` CEL rules of its schema
   (module_utils/cel.py); rules the CEL library cannot evaluate are listed in ``cel_unevaluable``.
 - ``yamllint``: yamllint (the repository's .yamllint) over mgmt/ and workload/.
+- ``admission``: every object passes its provider's admission webhooks as the API server runs them on
+  create (defaulting first, then validation; module_utils/admission.py, the rules ported from upstream
+  with their sources), with the feature gates the tree sets on its operator providers.
+- ``contracts``: each operator provider's release implements the core's contract (module_utils/contracts.py,
+  from the providers' metadata.yaml); one on Cluster API's temporary compatibility bridge is a warning naming
+  it; a release built on an end-of-life Cluster API line is a finding unless the environment lists it in
+  bootstrap.toml ``accepted-end-of-life`` (then a warning). Warnings are in ``warnings``, never findings.
 - ``airgap``: (local-host, when airgap/zarf.yaml exists) every image of zarf.yaml is in airgap/images.txt
   with the same tag and digest, and every image the rendered tree references is listed there.
 
@@ -45,9 +52,11 @@ except ImportError:  # PyYAML comes with ansible-core; only bare sanity environm
     yaml = None
     _YAML_ERRORS = ()
 
+from ansible_collections.krops.platform.plugins.module_utils import admission
 from ansible_collections.krops.platform.plugins.module_utils import airgap
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import contracts
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import ownership
@@ -63,7 +72,19 @@ try:
 except ImportError:  # reported as a finding-free note in the summary
     HAS_YAMLLINT = False
 
-RULES = ("render", "schema", "flux-graph", "bootstrap", "secrets", "tags", "yamllint", "cel", "airgap")
+RULES = (
+    "render",
+    "schema",
+    "flux-graph",
+    "bootstrap",
+    "secrets",
+    "tags",
+    "yamllint",
+    "cel",
+    "admission",
+    "contracts",
+    "airgap",
+)
 FLUX_KS = "kustomize.toolkit.fluxcd.io"
 PROVIDER_KINDS = kube.PROVIDER_KINDS
 # Chart name in Git -> key of bootstrap.toml [charts].
@@ -202,6 +223,7 @@ class _Env:
         self.settings = None  # bootstrap.toml table of the environment, or None
         self.files = 0
         self.cel = None  # CEL rules not evaluated (a list when the cel rule runs)
+        self.warnings = []  # {file, object, environment, message}: reported, never findings
 
     def add(self, file, obj, rule, message):
         self.findings.append(Finding(file, obj, rule, message, self.name))
@@ -299,7 +321,7 @@ def _run(path, environments, schema_location, allow_kinds, config_file, renderer
     allow = set(allow_kinds or [])
     lint_conf = _yamllint_config(root)
 
-    findings, summary, total_objects, total_dirs, covered, unevaluable = [], {}, 0, 0, set(), []
+    findings, summary, total_objects, total_dirs, covered, unevaluable, warnings = [], {}, 0, 0, set(), [], []
     for name in selected:
         env = _Env(name, root)
         env.cel = [] if cel else None
@@ -308,6 +330,7 @@ def _run(path, environments, schema_location, allow_kinds, config_file, renderer
         if collect is not None:
             collect(env)
         unevaluable.extend(env.cel or [])
+        warnings.extend(env.warnings)
         unique = {}
         for finding in env.findings:
             unique.setdefault(finding.key(), finding)
@@ -322,6 +345,7 @@ def _run(path, environments, schema_location, allow_kinds, config_file, renderer
             "findings": len(env_findings),
             "by_rule": per_rule,
             "cel_unevaluable": len(env.cel or []),
+            "warnings": len(env.warnings),
             "seconds": round(time.monotonic() - env_started, 3),
         }
         total_objects += rendered
@@ -337,6 +361,7 @@ def _run(path, environments, schema_location, allow_kinds, config_file, renderer
         "environments": selected,
         "schema_location": location,
         "cel_unevaluable": unevaluable,
+        "warnings": warnings,
         "seconds": round(time.monotonic() - started, 3),
     }
 
@@ -361,6 +386,10 @@ def format_text(result):
     lines.extend(
         "{}: {}: [cel] NOT EVALUATED {}".format(u["file"], u["object"], u["message"])
         for u in result.get("cel_unevaluable") or []
+    )
+    lines.extend(
+        "{}: {}: [contracts] WARNING {}".format(w["file"], w["object"], w["message"])
+        for w in result.get("warnings") or []
     )
     return lines
 
@@ -438,6 +467,8 @@ def _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf):
     _check_schemas(env, store, allow)
     if env.cel is not None:
         _check_cel(env, store)
+    _check_admission(env)
+    _check_contracts(env)
     _check_flux_graph(env)
     if env.settings is not None:
         _check_bootstrap(env, cfg)
@@ -642,6 +673,44 @@ def _check_cel(env, store):
                 env.cel.append({"file": item.file, "object": label, "environment": env.name, "message": result.text()})
             else:
                 env.add(item.file, label, "cel", result.text())
+
+
+def _check_admission(env):
+    """What the providers' webhooks would deny when Flux creates the object (module_utils/admission.py)."""
+    objects = [i.obj for i in env.items if not i.fallback]
+    gates = admission.gates_from(objects)
+    # The API server refuses a schema-invalid object before any validating webhook sees it.
+    refused = {(f.file, f.object) for f in env.findings if f.rule in ("schema", "cel")}
+    for item in env.items:
+        if item.fallback or (item.file, object_id(item.obj)) in refused:
+            continue
+        denial = admission.review(item.obj, gates)
+        if denial is not None:
+            env.add(item.file, object_id(item.obj), "admission", denial.message)
+
+
+def _check_contracts(env):
+    """Provider contracts against the core's, and end-of-life bases (module_utils/contracts.py)."""
+    items = {}
+    for item in env.items:
+        if item.group == "operator.cluster.x-k8s.io" and item.kind in PROVIDER_KINDS and not item.fallback:
+            items.setdefault((item.kind, item.name), item)
+    if not items:
+        return
+    providers = [(kind, name, (item.spec or {}).get("version")) for (kind, name), item in items.items()]
+    accepted = (env.settings or {}).get("accepted-end-of-life") or []
+    problems, warnings = contracts.check(providers, accepted)
+    for kind, name, message in problems:
+        item = items.get((kind, name))
+        if item is None:  # a stale accepted-end-of-life entry
+            env.add("bootstrap.toml", f"environments.{env.name}.accepted-end-of-life", "contracts", message)
+        else:
+            env.add(item.file, object_id(item.obj), "contracts", message)
+    for kind, name, message in warnings:
+        item = items[(kind, name)]
+        env.warnings.append(
+            {"file": item.file, "object": object_id(item.obj), "environment": env.name, "message": message}
+        )
 
 
 def _check_flux_graph(env):

@@ -25,6 +25,13 @@ description:
     C(common-expression-language) library and Kubernetes' list, string, regex, quantity, URL and format extensions; rules it cannot
     evaluate are returned in RV(cel_unevaluable), never counted as passed. Transition rules (C(oldSelf)) need the
     previous object - M(krops.platform.render_diff) applies them.
+  - C(admission) - every object passes its provider's admission webhooks as the API server runs them on create
+    (the defaulting webhook first, then the validating one, with the feature gates the tree sets on its operator
+    providers); the message is the API server's denial. The rules are ported from upstream Go source with their
+    sources (C(module_utils/admission.py), docs/upstream-facts.md).
+  - C(contracts) - each operator provider's release implements the core's contract (its C(metadata.yaml)); one on Cluster
+    API's temporary v1beta1 compatibility is returned in RV(contract_warnings); a release built on an end-of-life Cluster API
+    line is a finding unless the environment's C(accepted-end-of-life) in C(bootstrap.toml) lists it (then a warning).
   - Never changes anything. Fails, listing every finding, when there is at least one.
 author:
   - krops developers (@krops)
@@ -149,7 +156,8 @@ summary:
   returned: always
   type: dict
   sample: {"local-host": {"directories": 12, "objects": 47, "files": 40, "findings": 0, "seconds": 1.2,
-           "by_rule": {"render": 0, "schema": 0, "flux-graph": 0, "bootstrap": 0, "secrets": 0, "yamllint": 0, "cel": 0}, "cel_unevaluable": 0}}
+           "by_rule": {"render": 0, "schema": 0, "flux-graph": 0, "bootstrap": 0, "secrets": 0, "yamllint": 0, "cel": 0,
+                       "admission": 0, "contracts": 0}, "cel_unevaluable": 0, "warnings": 0}}
 output:
   description: The report in the requested O(format) (text lines joined by newlines, or JSON).
   returned: always
@@ -166,6 +174,15 @@ cel_unevaluable:
   type: list
   elements: dict
   sample: []
+contract_warnings:
+  description:
+    - Warnings of the C(contracts) rule, per provider (file, object, environment, message) - a provider on Cluster API's
+      temporary v1beta1 compatibility, or an end-of-life base the environment accepts (C(accepted-end-of-life)). Never findings.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"file": "mgmt/azure/capz-system/infrastructure-provider.yaml", "object": "InfrastructureProvider/capz-system/azure",
+            "environment": "azure", "message": "InfrastructureProvider azure v1.25.1 ... runs only through Cluster API's temporary v1beta1 compatibility"}]
 environments:
   description: The environments checked.
   returned: always
@@ -211,7 +228,9 @@ def body(module, step):
         )
     )
     if params["format"] == "json":
-        output = json.dumps({"findings": result["findings"], "summary": result["summary"]}, indent=2)
+        output = json.dumps(
+            {"findings": result["findings"], "summary": result["summary"], "warnings": result["warnings"]}, indent=2
+        )
     else:
         output = "\n".join(krops_validate.format_text(result))
     returned = dict(
@@ -222,6 +241,7 @@ def body(module, step):
         objects=result["objects"],
         environments=result["environments"],
         cel_unevaluable=result["cel_unevaluable"],
+        contract_warnings=result["warnings"],
     )
     if result["findings"]:
         lines = krops_validate.format_text(result)

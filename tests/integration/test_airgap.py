@@ -253,7 +253,7 @@ def test_pin_check_reports_drift_between_zarf_yaml_and_images_txt(tree):
             ("airgap/zarf.yaml", "component workload", "image " + KINDNET + " is not in airgap/images.txt"),
         ]
     )
-    assert "docker.io/library/registry:2" in unconfirmed
+    assert "docker.io/library/registry:3" in unconfirmed
 
 
 def test_pin_check_rejects_a_digest_that_differs_from_the_lock(tree):
@@ -280,12 +280,12 @@ def test_pin_check_rejects_a_digest_that_differs_from_the_lock(tree):
     "lock, message",
     [
         (
-            "images:\n  docker.io/library/registry:2: {digest: sha256:1234}\n",
-            "airgap/digests.yaml: images.docker.io/library/registry:2 needs digest (sha256:<64 hex>) and source (where it was read)",
+            "images:\n  docker.io/library/registry:3: {digest: sha256:1234}\n",
+            "airgap/digests.yaml: images.docker.io/library/registry:3 needs digest (sha256:<64 hex>) and source (where it was read)",
         ),
         (
-            "images:\n  docker.io/library/registry:2: {digest: 'sha256:%s'}\n" % ("a" * 64),
-            "airgap/digests.yaml: images.docker.io/library/registry:2 needs digest (sha256:<64 hex>) and source (where it was read)",
+            "images:\n  docker.io/library/registry:3: {digest: 'sha256:%s'}\n" % ("a" * 64),
+            "airgap/digests.yaml: images.docker.io/library/registry:3 needs digest (sha256:<64 hex>) and source (where it was read)",
         ),
         ("images: [\n", None),
     ],
@@ -326,7 +326,7 @@ def test_cli_check_fails_on_unconfirmed_digests_and_write_is_idempotent(tree):
     )
     report = json.loads(proc.stdout)
     assert proc.returncode == 1
-    assert len(report["findings"]) == 5 and "docker.io/library/registry:2" in report["unconfirmed"]
+    assert len(report["findings"]) == 5 and "docker.io/library/registry:3" in report["unconfirmed"]
     (tree / "bootstrap.toml").write_text("[bootstrap\n")
     proc = subprocess.run(script + ["--check"], capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 2 and proc.stderr.startswith("ERROR: ") and "Traceback" not in proc.stderr
@@ -341,14 +341,14 @@ def test_validate_rule_airgap_on_a_copy_of_the_repository(tree):
     edit(
         tree,
         airgap.INVENTORY,
-        "docker.io/library/registry:2  # UNCONFIRMED host: roles/bootstrap/defaults/main.yml "
+        "docker.io/library/registry:3  # UNCONFIRMED host: roles/bootstrap/defaults/main.yml "
         "bootstrap_registry_image\n",
         "",
         count=-1,
     )
     result = validate.run(str(tree), environments=["local-host"], schema_location=str(REPO / "schemas" / "crds"))
     assert [(f["file"], f["object"], f["rule"]) for f in result["findings"]] == [
-        ("airgap/images.txt", "docker.io/library/registry:2", "airgap"),
+        ("airgap/images.txt", "docker.io/library/registry:3", "airgap"),
         ("airgap/zarf.yaml", "component host", "airgap"),
     ]
     assert result["summary"]["local-host"]["by_rule"]["airgap"] == 2

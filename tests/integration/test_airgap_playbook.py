@@ -186,7 +186,7 @@ def test_build_of_the_real_tree_stops_at_the_pin_check(ansible_playbook, zarf):
     assert rc == 2
     [(task, msg)] = failures(output)
     assert task == "Stop when the pin check fails"
-    assert any("UNCONFIRMED digest" in line and "docker.io/library/registry:2" in line for line in msg)
+    assert any("UNCONFIRMED digest" in line and "docker.io/library/registry:3" in line for line in msg)
     assert any("chart podinfo version '6.x' is not an exact version" in line for line in msg)
 
 

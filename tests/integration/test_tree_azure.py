@@ -371,8 +371,13 @@ def test_identity_agrees_with_the_bootstrap_hook(rendered):
     # and the pivot waits for exactly that Kustomization (bootstrap.toml pivot-wait-kustomizations)
     assert _settings()["pivot-wait-kustomizations"] == ["aso-workload-identity"]
     assert set(_settings()["pivot-wait-kustomizations"]) <= set(_kustomizations(rendered))
-    cid = next(o for o in objects if o["kind"] == "AzureClusterIdentity")
-    assert cid["spec"]["type"] == "WorkloadIdentity" and "clientSecret" not in cid["spec"]
+    # The AzureASOManaged* kinds take no identityRef (their CRDs at v1.25.1 have none): ASO authenticates
+    # their resources with the namespace's aso-credential, so an AzureClusterIdentity would be referenced
+    # by nothing.
+    assert not [o for o in objects if o["kind"] == "AzureClusterIdentity"]
+    for kind in ("AzureASOManagedCluster", "AzureASOManagedControlPlane", "AzureASOManagedMachinePool"):
+        schema = json.loads((SCHEMAS / "infrastructure.cluster.x-k8s.io" / f"{kind.lower()}_v1beta1.json").read_text())
+        assert "identityRef" not in json.dumps(schema), kind
 
 
 def test_no_azure_secret_at_rest(rendered, tmp_path):

@@ -43,18 +43,19 @@ FILTER_KEYS = {
 
 
 # Images the double can "pull" (no registry is reachable): the image config the engine would read from
-# the image. registry:2 is distribution/distribution's image (Dockerfile: EXPOSE 5000, VOLUME
-# /var/lib/registry, ENTRYPOINT /entrypoint.sh, CMD /etc/docker/registry/config.yml).
+# the image. registry:3 is the official image of distribution v3 (distribution/distribution-library-image
+# Dockerfile @ a829ed8: EXPOSE 5000, VOLUME /var/lib/registry, ENTRYPOINT /entrypoint.sh, CMD
+# /etc/distribution/config.yml; docker-library/official-images library/registry: tags 3.1.1, 3.1, 3).
 IMAGES = {
-    "registry:2": {
-        "Id": "sha256:" + "2" * 64,
-        "RepoTags": ["registry:2"],
+    "registry:3": {
+        "Id": "sha256:" + "3" * 64,
+        "RepoTags": ["registry:3"],
         "Config": {
             "Entrypoint": ["/entrypoint.sh"],
-            "Cmd": ["/etc/docker/registry/config.yml"],
+            "Cmd": ["/etc/distribution/config.yml"],
             "ExposedPorts": {"5000/tcp": {}},
             "Volumes": {"/var/lib/registry": {}},
-            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "OTEL_TRACES_EXPORTER=none"],
             "Labels": None,
             "WorkingDir": "",
         },
@@ -101,7 +102,7 @@ def parse_filters(query, kind):
 
 
 def _reference_matches(known, wanted):
-    """An image reference filter: ``registry`` matches ``registry:<any tag>``, ``registry:2`` only itself."""
+    """An image reference filter: ``registry`` matches ``registry:<any tag>``, ``registry:3`` only itself."""
     return known == wanted or (":" not in wanted and known.rsplit(":", 1)[0] == wanted)
 
 

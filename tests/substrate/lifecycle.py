@@ -16,7 +16,7 @@ What the world is (API stable; other lifecycle tests build on it):
   (capi_world.CapiController) reconciling in a background thread. Every API server is a
   StrictKubeEmulator over HTTPS (a test CA, in every kubeconfig as certificate-authority-data).
 - ``world.docker``: the Docker Engine API double (docker_double.DockerDouble) on a unix socket, the
-  host's engine: ``DOCKER_HOST`` and ``ENGINE_SOCK`` point at it. Its ``registry:2`` image runs the real
+  host's engine: ``DOCKER_HOST`` and ``ENGINE_SOCK`` point at it. Its ``registry:3`` image runs the real
   docker-registry on the published host port, with its storage in the container's volume.
 - ``world.bin``: stand-ins on PATH (tests/substrate/standins/): ``kind`` (creates and deletes
   clusters in this world: an API server, Ready nodes, node containers labelled as kind labels them),
@@ -351,7 +351,7 @@ class EmulatedWorld:
 
     # ---- the registry image ------------------------------------------------------------------
     def _run_registry(self, double, name, container):
-        """registry:2 started: the real docker-registry on each published host port of 5000/tcp."""
+        """registry:3 started: the real docker-registry on each published host port of 5000/tcp."""
         binds = (container.get("host_config") or {}).get("PortBindings", {}).get("5000/tcp") or []
         volume = next(
             (v for v, target in (container.get("mount_points") or {}).items() if target == "/var/lib/registry"), None

@@ -19,6 +19,10 @@
 - Updates of custom resources must carry a resourceVersion; a stale one is 409 Conflict.
 - Finalizers cannot be added to an object being deleted; namespaces must exist and a terminating
   namespace takes no new objects.
+- Admission webhooks of the providers (tests/substrate/webhooks.py, ported separately from the product's
+  module_utils/admission.py): a denied create (and, for kinds whose ValidateUpdate reruns the create checks,
+  update) answers the apiserver's ``admission webhook "<name>" denied the request: ...`` with the webhook's
+  code (422 Invalid for NewInvalid, 403 Forbidden otherwise); ``feature_gates`` overrides the defaults.
 - ownerReferences: deleting an owner deletes its dependents (propagationPolicy Background, the
   default, or Foreground) or strips the reference (Orphan), synchronously.
 
@@ -51,6 +55,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
+from tests.substrate import webhooks
 from tests.substrate.kube_emulator import (
     KROPS_RESOURCES,
     ApiError,
@@ -394,6 +399,7 @@ class StrictKubeEmulator(KubeEmulator):
         # (object key, manager, subresource, force) -> (schema epoch, patch, object it produced): see patch()
         self._applied = {}
         self._schema_epoch = 0  # bumped whenever the CRD schemas change (register, unregister, rollback)
+        self.feature_gates = {}  # "<owner>/<gate>" -> bool over webhooks.DEFAULT_GATES
         super().__init__(name, kubernetes_version)
 
     # ---- CRDs ------------------------------------------------------------------------
@@ -687,6 +693,16 @@ class StrictKubeEmulator(KubeEmulator):
         ]
 
     # ---- writes ----------------------------------------------------------------------
+    def _admit(self, res, obj, operation):
+        """The validating webhooks run after the schema (apiserver: admission after the strategy's validation)."""
+        answer = webhooks.denial(res.group, res.kind, obj, operation, self.feature_gates)
+        if answer is not None:
+            code, reason, message, details = answer
+            exc = ApiError(code, reason, message)
+            if details is not None:
+                exc.details = details
+            raise exc
+
     def _check_namespace(self, res, namespace):
         super()._check_namespace(res, namespace)
         if res.namespaced:
@@ -702,6 +718,7 @@ class StrictKubeEmulator(KubeEmulator):
         with self._cond:
             res = res or self.resource_for(obj.get("apiVersion", ""), obj.get("kind", ""))
             obj = _secret_string_data(res, self.validate(res, obj, directive or "Ignore", apply=operation == "Apply"))
+            self._admit(res, obj, "CREATE")
             created = super().create(obj, namespace, res)
             stored = self.objects[self._key(res, created["metadata"].get("namespace"), created["metadata"]["name"])]
             if manager:
@@ -804,6 +821,8 @@ class StrictKubeEmulator(KubeEmulator):
         else:
             candidate.update({k: v for k, v in body.items() if k != "status"})
         checked = self.validate(res, candidate, directive)
+        if subresource is None:
+            self._admit(res, checked, "UPDATE")
         new_finalizers = set((body.get("metadata") or {}).get("finalizers") or []) - set(
             current["metadata"].get("finalizers") or []
         )
@@ -876,7 +895,11 @@ class StrictKubeEmulator(KubeEmulator):
 
     def _apply(self, res, current, patch, manager, force, subresource):
         patch = copy.deepcopy(patch)
-        self.validate(res, dict(current, **{k: v for k, v in patch.items() if k != "metadata"}), "Strict", apply=True)
+        merged = self.validate(
+            res, dict(current, **{k: v for k, v in patch.items() if k != "metadata"}), "Strict", apply=True
+        )
+        if subresource is None:
+            self._admit(res, merged, "UPDATE")
         sent_rv = (patch.get("metadata") or {}).get("resourceVersion")
         if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
             raise self._conflict(res, current["metadata"]["name"])
