@@ -16,7 +16,8 @@
   they are marked Ready with a message that says they are stand-ins.
 - kustomize-controller: a Kustomization waits for its dependsOn and its source, renders spec.path
   with krops' render module (kubectl kustomize; a folder without kustomization.yaml gets one listing
-  its files, as Flux generates it), applies postBuild substitute/substituteFrom, applies the result
+  its files, as Flux generates it), applies postBuild substitute/substituteFrom as kustomize-controller does (text envsubst on the
+  YAML, then YAML 1.1 re-typing: flux_varsub.py), applies the result
   with server-side apply (field manager kustomize-controller, CRDs and Namespaces first, each stage
   all-or-nothing as Flux's dry-run makes it), into the cluster of spec.kubeConfig when set, prunes
   what left the inventory, and checks health (spec.wait: everything applied; else spec.healthChecks).
@@ -49,6 +50,7 @@ import urllib.parse
 import yaml
 from ansible_collections.krops.platform.plugins.module_utils import oci, render
 
+from tests.substrate import flux_varsub
 from tests.substrate.kube_emulator import ApiError, _now, json_patch
 
 KS = ("kustomize.toolkit.fluxcd.io", "kustomizations")
@@ -679,12 +681,13 @@ class FluxController:
         if (spec.get("kubeConfig") or {}).get("secretRef"):
             target = self._remote(api, ns, spec["kubeConfig"]["secretRef"])
         final = []
+        always = ((spec.get("postBuild") or {}).get("substituteStrategy") or "WithVariables") == "Always"
         for item in objects:
-            if variables is not None:
+            if variables is not None:  # kustomize-controller substitutes on text, then re-types (flux_varsub)
                 try:
-                    item = render.substitute(item, variables)
-                except Exception as exc:
-                    raise Failure("BuildFailed", f"post build failed for '{fmt(item)}': {exc}")
+                    item = flux_varsub.substitute(item, variables, always=always)
+                except flux_varsub.SubstitutionError as exc:
+                    raise Failure("BuildFailed", str(exc))
             if spec.get("targetNamespace") and item.get("kind") != "Namespace":
                 item.setdefault("metadata", {})["namespace"] = spec["targetNamespace"]
             labels = item.setdefault("metadata", {}).setdefault("labels", {})
@@ -730,16 +733,17 @@ class FluxController:
             raise Failure("BuildFailed", f"kustomize build failed: {exc.reason}")
 
     def _variables(self, api, obj):
-        post = obj["spec"].get("postBuild") or {}
-        if not post:
+        """postBuild variables as fluxcd/pkg kustomize LoadVariables and SubstituteVariables merge them."""
+        post = obj["spec"].get("postBuild")
+        if post is None:
             return None
-        variables = {}
+        sources = []
         ns = obj["metadata"]["namespace"]
         for ref in post.get("substituteFrom") or []:
             try:
                 found = api.get("v1", ref["kind"], ref["name"], ns)
             except ApiError as exc:
-                if ref.get("optional"):
+                if ref.get("optional") and exc.code == 404:
                     continue
                 raise Failure(
                     "BuildFailed", "substitute from '{}/{}' error: {}".format(ref["kind"], ref["name"], exc.message)
@@ -747,9 +751,8 @@ class FluxController:
             data = found.get("data") or {}
             if ref["kind"] == "Secret":
                 data = {k: base64.b64decode(v).decode("utf-8") for k, v in data.items()}
-            variables.update(data)
-        variables.update(post.get("substitute") or {})
-        return variables
+            sources.append(data)
+        return flux_varsub.merge_variables(sources, post.get("substitute"))
 
     def _remote(self, api, ns, secret_ref):
         try:
