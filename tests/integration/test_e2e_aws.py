@@ -568,6 +568,30 @@ USER_KUBECONFIG = {
 }
 
 
+def assert_one_database_network_per_workload(endpoint):
+    """One database VPC per workload region, one subnet per zone in it, one security group, and the DB subnet
+    group and instance in that VPC (what duplicates after the pivot would break)."""
+    for region in ("eu-north-1", "eu-west-1"):
+        ec2, rds = clients(endpoint, region)("ec2"), clients(endpoint, region)("rds")
+        name = f"krops-{region}-workload-db"
+        vpcs = ec2.describe_vpcs(Filters=[{"Name": "cidr", "Values": ["10.120.0.0/16", "10.130.0.0/16"]}])["Vpcs"]
+        assert len(vpcs) == 1, (region, [v["VpcId"] for v in vpcs])
+        vpc = vpcs[0]["VpcId"]
+        subnets = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]
+        assert sorted(s["AvailabilityZone"] for s in subnets) == [f"{region}a", f"{region}b"], subnets
+        groups = ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]
+        assert sorted(g["GroupName"] for g in groups) == ["default", name]
+        group = rds.describe_db_subnet_groups(DBSubnetGroupName=name)["DBSubnetGroups"][0]
+        assert group["VpcId"] == vpc and {s["SubnetIdentifier"] for s in group["Subnets"]} == {
+            s["SubnetId"] for s in subnets
+        }
+        instance = rds.describe_db_instances(DBInstanceIdentifier=name)["DBInstances"][0]
+        assert instance["DBSubnetGroup"]["DBSubnetGroupName"] == name
+        assert [g["VpcSecurityGroupId"] for g in instance["VpcSecurityGroups"]] == [
+            g["GroupId"] for g in groups if g["GroupName"] == name
+        ]
+
+
 def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
     """ansible-playbook -i inventories/aws playbooks/aws.yml --tags bootstrap, --tags pivot, then --tags teardown
     --check and --tags teardown, on the emulated host (tests/substrate/lifecycle.py: kind, Flux with SOPS
@@ -603,7 +627,8 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
             capa = Capa(moto)
             host.capi.plug_in("AWSManagedCluster", capa)
             ack = Ack(moto)
-            AckController(host.world, ack)
+            # ACK acts only while its controllers run, and creates again what vanishes behind its back (resync)
+            AckController(host.world, ack, needs_deployment=True, resync=0.2)
             key = host.home / ".config" / "krops" / "age.agekey"
             key.parent.mkdir(parents=True)
             shutil.copy(REPO / "tests" / "integration" / "fixtures" / "aws-sops-test.agekey", key)
@@ -651,6 +676,10 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
             assert {r for r, t, i in capa.created() if t == "eks-cluster"} == {"eu-north-1", "eu-west-1"}
             before = inventory(moto)
             assert created <= before and decoys <= before and not created & decoys
+            # the management cluster's ACK adopted what kind's created (adoption-fields from the pivot): nothing twice
+            assert_one_database_network_per_workload(moto)
+            made = [(kind, name) for kind, name, _id in ack.creations]
+            assert made and len(made) == len(set(made)), sorted(made)
 
             rvs = _resource_versions(host.world)
             run("--tags", "teardown", "--check")
@@ -658,6 +687,7 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
             assert _resource_versions(host.world) == rvs
 
             run("--tags", "teardown")
+            assert ack.recreated == []  # the controllers were stopped before the sweep
             after = inventory(moto)
             assert not created & after, sorted(created & after)
             assert decoys <= after, sorted(decoys - after)

@@ -601,7 +601,13 @@ class FluxController:
         deployment = {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": release, "namespace": namespace, "labels": {"helm.sh/chart": container[0]}},
+            "metadata": {
+                "name": release,
+                "namespace": namespace,
+                "labels": {"helm.sh/chart": container[0], "app.kubernetes.io/managed-by": "Helm"},
+                # what helm writes on every object of a release (the teardown finds the ACK controllers by it)
+                "annotations": {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace},
+            },
             "spec": {
                 "replicas": replicas,
                 "selector": {"matchLabels": labels},
