@@ -700,3 +700,68 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
         github.stop()
         shutil.rmtree(root, ignore_errors=True)
     print("aws lifecycle: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()))
+
+
+def _db_vpcs(endpoint, region="eu-west-1"):
+    ec2 = clients(endpoint, region)("ec2")
+    return [v["VpcId"] for v in ec2.describe_vpcs(Filters=[{"Name": "cidr", "Values": ["10.130.0.0/16"]}])["Vpcs"]]
+
+
+def _ack_cluster(strict_cluster, name, world, variables):
+    api = world.add_cluster(strict_cluster(name, bundles=()))
+    aws_world.install_crds(api, ACK_KINDS)
+    for obj in aws_world.tree_objects(["mgmt/aws/workload-resources/eu-west-1-workload.yaml"], variables):
+        ssa_apply(api, obj, "kustomize-controller")
+    world.settle()
+    return api
+
+
+def test_after_the_pivot_ack_adopts_the_vpc_subnets_and_group_only_with_their_adoption_fields(strict_cluster, moto):
+    """kind's ACK creates the database network; a second cluster's ACK (the management cluster after the
+    pivot) given the same objects creates a second VPC, subnets and group unless the adoption fields carry
+    kind's ids, which the pivot writes into krops-ack-adoption (roles/pivot/tasks/handoff.yml)."""
+    world, ack = World(), Ack(moto)
+    AckController(world, ack)
+    kind = _ack_cluster(strict_cluster, "kind-ack", world, RUN)
+    assert len(_db_vpcs(moto)) == 1
+    adoption = {}
+    for obj_kind, field in (("VPC", "vpcID"), ("Subnet", "subnetID"), ("SecurityGroup", "id")):
+        for obj in kind.list("ec2.services.k8s.aws/v1alpha1", obj_kind):
+            var = "KROPS_ADOPT_{}_{}".format(obj_kind, obj["metadata"]["name"]).upper().replace("-", "_")
+            adoption[var] = '"{}":"{}"'.format(field, obj["status"][field])
+    assert len(adoption) == 4  # one VPC, two subnets, one group
+    _ack_cluster(strict_cluster, "mgmt-adopting", world, dict(RUN, **adoption))
+    assert len(_db_vpcs(moto)) == 1
+    made = [(k, n) for k, n, _i in ack.creations]
+    # bucket, VPC, two subnets, group, DB subnet group, DB instance, reader role: each created once
+    assert len(made) == len(set(made)) == 8, made
+    _ack_cluster(strict_cluster, "mgmt-without", world, RUN)
+    assert len(_db_vpcs(moto)) == 2  # the defect the adoption fields prevent
+
+
+def test_a_running_ack_creates_again_what_vanishes_and_a_stopped_one_does_not(strict_cluster, moto):
+    world, ack = World(), Ack(moto)
+    api = world.add_cluster(strict_cluster("ack-resync", bundles=()))
+    AckController(world, ack, needs_deployment=True, resync=0)
+    aws_world.install_crds(api, ACK_KINDS)
+    for obj in aws_world.tree_objects(["mgmt/aws/workload-resources/eu-west-1-workload.yaml"], RUN):
+        ssa_apply(api, obj, "kustomize-controller")
+    world.settle()
+    assert ack.creations == []  # no controller runs: nothing happens
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ack-system"}})
+    from tests.substrate.flux_world import FluxController
+
+    for service in ("s3", "rds", "iam", "ec2"):  # the charts' controllers start (as helm-controller runs them)
+        FluxController._run_workload(api, "ack-system", f"ack-{service}", ("controller", "ack"), 1)
+    world.settle()
+    rds = clients(moto, "eu-west-1")("rds")
+    db = "krops-eu-west-1-workload-db"
+    assert [i["DBInstanceIdentifier"] for i in rds.describe_db_instances()["DBInstances"]] == [db]
+    rds.delete_db_instance(DBInstanceIdentifier=db, SkipFinalSnapshot=True)
+    world.settle()
+    assert ack.recreated == [("DBInstance", db)]  # the sweep would race this
+    res = api.resource_for("apps/v1", "Deployment")
+    api.patch(res, "ack-system", "ack-rds", "merge", {"spec": {"replicas": 0}}, None, "krops")
+    rds.delete_db_instance(DBInstanceIdentifier=db, SkipFinalSnapshot=True)
+    world.settle()
+    assert ack.recreated == [("DBInstance", db)] and rds.describe_db_instances()["DBInstances"] == []

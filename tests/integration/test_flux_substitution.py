@@ -270,3 +270,41 @@ def test_the_quote_variable_keeps_the_account_id_a_string_on_the_api_server(stri
 
 def test_repo_is_the_checkout():
     assert (REPO / "mgmt").is_dir()
+
+
+# --- validate's substitution rule (plugins/module_utils/validate_substitution.py) ---------------------
+
+
+def test_validate_types_each_substituted_field_with_realistic_site_values(tmp_path):
+    from ansible_collections.krops.platform.plugins.module_utils import validate, validate_substitution
+
+    from tests.substrate.trees import SCHEMAS, copy_repo, edit, findings
+
+    root = copy_repo(tmp_path, ("mgmt/aws", "workload/aws"))
+    rel = "mgmt/aws/flux-apps/workload-flux/cluster-vars.yaml"
+    edit(root, rel, "AWS_ACCOUNT_ID: ${quote}${AWS_ACCOUNT_ID}${quote}", 'AWS_ACCOUNT_ID: "${AWS_ACCOUNT_ID}"')
+    rel_tags = "mgmt/aws/workload-resources/eu-west-1-workload.yaml"
+    edit(root, rel_tags, "value: ${quote}${KROPS_REVISION:=unknown}${quote}", 'value: "${KROPS_REVISION:=unknown}"')
+    result = validate.run(str(root), environments=["aws"], schema_location=str(SCHEMAS), cel=False)
+    rule = [f for f in findings(result) if f[2] == validate_substitution.RULE]
+    # one finding per field and variable: the first realistic value that breaks it
+    assert [(f[0], f[1], f[3].split(" (")[0]) for f in rule if f[0] == rel] == [
+        (
+            rel,
+            "ConfigMap/flux-system/cluster-vars",
+            "data.AWS_ACCOUNT_ID: 123456789012 is not of type 'string', 'null' when AWS_ACCOUNT_ID=123456789012",
+        )
+    ], rule
+    assert any(f[0] == rel_tags and "KROPS_REVISION=1.30" in f[3] for f in rule), rule
+    assert all("${quote}" in f[3] for f in rule)
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("012345678901", 12345678901), ("0123", 83), ("on", True), ("1.30", 1.3), ("1.0", 1), ("v1", "v1"), ("", None)],
+)
+def test_validate_and_the_emulator_retype_alike(text, value):
+    """Two implementations (product: validate_substitution, emulator: flux_varsub) of go-yaml v2's resolution."""
+    from ansible_collections.krops.platform.plugins.module_utils import validate_substitution
+
+    assert validate_substitution.go_yaml_v2_value(text) == value == varsub.yaml_to_json_value(f"k: {text}")["k"]

@@ -1042,6 +1042,11 @@ class AckController:
         status["conditions"] = [{"type": "ACK.ResourceSynced", "status": value, "message": message}]
         if record is not None:
             status["ackResourceMetadata"] = {"ownerAccountID": ACCOUNT, "region": record.region}
+            # the AWS-generated id in its status field (ec2-controller v1.20.0 apis/v1alpha1: VPCStatus.VPCID
+            # json vpcID, SubnetStatus.SubnetID json subnetID, SecurityGroupStatus.ID json id)
+            field = {"VPC": "vpcID", "Subnet": "subnetID", "SecurityGroup": "id"}.get(obj["kind"])
+            if field:
+                status[field] = record.primary
         if status != (obj.get("status") or {}):
             res = api.resource_for(obj["apiVersion"], obj["kind"])
             api.patch(

@@ -1223,7 +1223,9 @@ def cel_errors(schema, obj):
     (``oldSelf``) run only on update, and the emulator evaluates creates and replaces alike, so they do not run.
     """
     errors = []
-    for result in krops_cel.evaluate(obj, schema):
+    results = krops_cel.evaluate(obj, schema)
+    _cel_differential(obj, schema, results)
+    for result in results:
         if result.outcome != krops_cel.VIOLATED:
             UNEVALUATED.add(result.rule)
             continue
@@ -1235,6 +1237,21 @@ def cel_errors(schema, obj):
             else FieldError(reason, result.path or "<nil>", None, message)
         )
     return errors
+
+
+CEL_DISAGREEMENTS = []  # (kind, name, path, rule, krops' outcome, cel-python's): must stay empty
+
+
+def _cel_differential(obj, schema, results):
+    """The emulator's second CEL path (tests/substrate/cel_independent.py, cel-python): a rule the two engines
+    evaluate differently fails the write, so no test passes on one engine's mistake."""
+    from tests.substrate import cel_independent
+
+    found = cel_independent.disagreements(obj, schema, results)
+    if found:
+        meta = obj.get("metadata") or {}
+        CEL_DISAGREEMENTS.extend((obj.get("kind"), meta.get("name"), *f) for f in found)
+        raise ApiError(500, "InternalError", f"the emulator's two CEL engines disagree: {found}")
 
 
 # --- field sets ------------------------------------------------------------------------
