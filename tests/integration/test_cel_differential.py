@@ -117,3 +117,23 @@ def test_a_disagreement_is_reported():
     obj["spec"]["a"] = 0
     assert cel_independent.outcomes(obj, schema) == {("spec", "self.a > 1"): "violated"}
     assert cel_independent.disagreements(obj, schema, krops_cel.evaluate(obj, schema)) == []
+
+
+def test_the_emulators_own_core_schema_walk_agrees_with_validate_schema():
+    """strict_api validates built-in kinds with tests/substrate/core_schemas.py and compares krops' validator."""
+    from ansible_collections.krops.platform.plugins.module_utils import validate_schema
+
+    from tests.substrate import core_schemas
+
+    store = validate_schema.SchemaStore(location=str(SCHEMAS))
+    bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"id": 12345678901}}
+    good = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}}
+    for obj in (bad, good):
+        own = core_schemas.error_paths(obj["apiVersion"], obj["kind"], obj)
+        theirs = sorted(
+            (tuple(map(str, e.absolute_path)), e.validator)
+            for e in store.validator(obj["apiVersion"], obj["kind"]).iter_errors(obj)
+        )
+        assert own == theirs
+    assert core_schemas.error_paths("v1", "ConfigMap", bad) == [(("data", "id"), "type")]
+    assert core_schemas.validator("v1", "NoSuchKind") is None

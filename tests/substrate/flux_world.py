@@ -15,7 +15,7 @@
   URLs to folders). Sources on the internet (charts on ghcr.io, jetstack) cannot be reached here:
   they are marked Ready with a message that says they are stand-ins.
 - kustomize-controller: a Kustomization waits for its dependsOn and its source, renders spec.path
-  with krops' render module (kubectl kustomize; a folder without kustomization.yaml gets one listing
+  with the kubectl kustomize binary itself (not krops' render module; a folder without kustomization.yaml gets one listing
   its files, as Flux generates it), applies postBuild substitute/substituteFrom as kustomize-controller does (text envsubst on the
   YAML, then YAML 1.1 re-typing: flux_varsub.py), applies the result
   with server-side apply (field manager kustomize-controller, CRDs and Namespaces first, each stage
@@ -48,7 +48,7 @@ import time
 import urllib.parse
 
 import yaml
-from ansible_collections.krops.platform.plugins.module_utils import oci, render
+from ansible_collections.krops.platform.plugins.module_utils import oci
 
 from tests.substrate import flux_varsub
 from tests.substrate.kube_emulator import ApiError, _now, json_patch
@@ -277,7 +277,8 @@ class FluxController:
         self.artifacts = {}  # (api url, kind, ns, name) -> (revision, folder)
         self._builds = {}  # artifact folder -> rendered objects
         self._polled = {}  # OCIRepository key -> when the registry was last asked
-        self.renderer = renderer or render.find_kustomize()  # resolved now: stand-ins on PATH come later
+        # the kustomize binary itself (never krops' render module), resolved now: stand-ins on PATH come later
+        self.renderer = renderer or _find_kustomize()
         world.controllers.append(self)
 
     # ---- one pass -----------------------------------------------------------------------
@@ -716,7 +717,10 @@ class FluxController:
         )
 
     def _build(self, folder):
-        if render.has_kustomization(folder):
+        if any(
+            os.path.isfile(os.path.join(folder, n))
+            for n in ("kustomization.yaml", "kustomization.yml", "Kustomization")
+        ):
             directory = folder
         else:  # Flux generates a kustomization.yaml listing the folder's manifests
             directory = os.path.join(self.workdir, "generated", re.sub(r"[^A-Za-z0-9]", "_", folder))
@@ -733,10 +737,7 @@ class FluxController:
                     {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": files},
                     handle,
                 )
-        try:
-            return render.build(directory, self.renderer)
-        except render.RenderError as exc:
-            raise Failure("BuildFailed", f"kustomize build failed: {exc.reason}")
+        return _kustomize_build(self.renderer, directory)
 
     def _variables(self, api, obj):
         """postBuild variables as fluxcd/pkg kustomize LoadVariables and SubstituteVariables merge them."""
@@ -833,6 +834,37 @@ class FluxController:
                 )
         if failing:
             raise Failure("HealthCheckFailed", "timeout waiting for: [{}]".format(", ".join(failing)))
+
+
+def _find_kustomize():
+    for name, verb in (("kubectl", "kustomize"), ("kustomize", "build")):
+        path = shutil.which(name)
+        if path:
+            return [path, verb]
+    raise RuntimeError("the emulated Flux needs kubectl or kustomize on PATH")
+
+
+def _kustomize_build(renderer, directory):
+    """kustomize-controller's build, played by the kubectl/kustomize binary; its output read as Flux reads
+    resources (JSON values: go-yaml v2 typing of plain scalars, timestamps kept strings: flux_varsub)."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    proc = subprocess.run(list(renderer) + [directory], capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        text = proc.stderr.strip()
+        logged = re.search(r'\berr="((?:[^"\\]|\\.)*)"', text)  # klog: ... "command failed" err="..."
+        text = logged.group(1).replace('\\"', '"') if logged else re.sub(r"^error: ", "", text)
+        text = text.replace(os.path.abspath(directory) + os.sep, "").replace(os.path.abspath(directory), ".")
+        raise Failure("BuildFailed", "kustomize build failed: " + " ".join(text.split()))
+    try:
+        return [
+            d for d in (flux_varsub.yaml_to_json_value(doc) for doc in _documents(proc.stdout)) if isinstance(d, dict)
+        ]
+    except flux_varsub.SubstitutionError as exc:
+        raise Failure("BuildFailed", f"kustomize build failed: {exc}")
+
+
+def _documents(text):
+    return [doc for doc in re.split(r"^---\s*$", text, flags=re.M) if doc.strip()]
 
 
 def _manifest_digest(host, spec, repository, reference):
