@@ -63,6 +63,7 @@ from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate_schema
+from ansible_collections.krops.platform.plugins.module_utils import validate_substitution
 
 try:
     from yamllint import config as yamllint_config
@@ -84,6 +85,7 @@ RULES = (
     "admission",
     "contracts",
     "airgap",
+    "substitution",
 )
 FLUX_KS = "kustomize.toolkit.fluxcd.io"
 PROVIDER_KINDS = kube.PROVIDER_KINDS
@@ -465,6 +467,8 @@ def _check_environment(env, cfg, store, allow, renderer, jobs, lint_conf):
     _substitute(env)
     _expand_embedded(env)
     _check_schemas(env, store, allow)
+    # each substituted field typed against its schema under realistic site values (validate_substitution.py)
+    validate_substitution.check(env.items, store, SAMPLE_RUN_TAGS, env.add, object_id)
     if env.cel is not None:
         _check_cel(env, store)
     _check_admission(env)

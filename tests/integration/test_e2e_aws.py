@@ -568,6 +568,30 @@ USER_KUBECONFIG = {
 }
 
 
+def assert_one_database_network_per_workload(endpoint):
+    """One database VPC per workload region, one subnet per zone in it, one security group, and the DB subnet
+    group and instance in that VPC (what duplicates after the pivot would break)."""
+    for region in ("eu-north-1", "eu-west-1"):
+        ec2, rds = clients(endpoint, region)("ec2"), clients(endpoint, region)("rds")
+        name = f"krops-{region}-workload-db"
+        vpcs = ec2.describe_vpcs(Filters=[{"Name": "cidr", "Values": ["10.120.0.0/16", "10.130.0.0/16"]}])["Vpcs"]
+        assert len(vpcs) == 1, (region, [v["VpcId"] for v in vpcs])
+        vpc = vpcs[0]["VpcId"]
+        subnets = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]
+        assert sorted(s["AvailabilityZone"] for s in subnets) == [f"{region}a", f"{region}b"], subnets
+        groups = ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]
+        assert sorted(g["GroupName"] for g in groups) == ["default", name]
+        group = rds.describe_db_subnet_groups(DBSubnetGroupName=name)["DBSubnetGroups"][0]
+        assert group["VpcId"] == vpc and {s["SubnetIdentifier"] for s in group["Subnets"]} == {
+            s["SubnetId"] for s in subnets
+        }
+        instance = rds.describe_db_instances(DBInstanceIdentifier=name)["DBInstances"][0]
+        assert instance["DBSubnetGroup"]["DBSubnetGroupName"] == name
+        assert [g["VpcSecurityGroupId"] for g in instance["VpcSecurityGroups"]] == [
+            g["GroupId"] for g in groups if g["GroupName"] == name
+        ]
+
+
 def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
     """ansible-playbook -i inventories/aws playbooks/aws.yml --tags bootstrap, --tags pivot, then --tags teardown
     --check and --tags teardown, on the emulated host (tests/substrate/lifecycle.py: kind, Flux with SOPS
@@ -603,7 +627,8 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
             capa = Capa(moto)
             host.capi.plug_in("AWSManagedCluster", capa)
             ack = Ack(moto)
-            AckController(host.world, ack)
+            # ACK acts only while its controllers run, and creates again what vanishes behind its back (resync)
+            AckController(host.world, ack, needs_deployment=True, resync=0.2)
             key = host.home / ".config" / "krops" / "age.agekey"
             key.parent.mkdir(parents=True)
             shutil.copy(REPO / "tests" / "integration" / "fixtures" / "aws-sops-test.agekey", key)
@@ -651,6 +676,10 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
             assert {r for r, t, i in capa.created() if t == "eks-cluster"} == {"eu-north-1", "eu-west-1"}
             before = inventory(moto)
             assert created <= before and decoys <= before and not created & decoys
+            # the management cluster's ACK adopted what kind's created (adoption-fields from the pivot): nothing twice
+            assert_one_database_network_per_workload(moto)
+            made = [(kind, name) for kind, name, _id in ack.creations]
+            assert made and len(made) == len(set(made)), sorted(made)
 
             rvs = _resource_versions(host.world)
             run("--tags", "teardown", "--check")
@@ -658,6 +687,7 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
             assert _resource_versions(host.world) == rvs
 
             run("--tags", "teardown")
+            assert ack.recreated == []  # the controllers were stopped before the sweep
             after = inventory(moto)
             assert not created & after, sorted(created & after)
             assert decoys <= after, sorted(decoys - after)
@@ -670,3 +700,68 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
         github.stop()
         shutil.rmtree(root, ignore_errors=True)
     print("aws lifecycle: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()))
+
+
+def _db_vpcs(endpoint, region="eu-west-1"):
+    ec2 = clients(endpoint, region)("ec2")
+    return [v["VpcId"] for v in ec2.describe_vpcs(Filters=[{"Name": "cidr", "Values": ["10.130.0.0/16"]}])["Vpcs"]]
+
+
+def _ack_cluster(strict_cluster, name, world, variables):
+    api = world.add_cluster(strict_cluster(name, bundles=()))
+    aws_world.install_crds(api, ACK_KINDS)
+    for obj in aws_world.tree_objects(["mgmt/aws/workload-resources/eu-west-1-workload.yaml"], variables):
+        ssa_apply(api, obj, "kustomize-controller")
+    world.settle()
+    return api
+
+
+def test_after_the_pivot_ack_adopts_the_vpc_subnets_and_group_only_with_their_adoption_fields(strict_cluster, moto):
+    """kind's ACK creates the database network; a second cluster's ACK (the management cluster after the
+    pivot) given the same objects creates a second VPC, subnets and group unless the adoption fields carry
+    kind's ids, which the pivot writes into krops-ack-adoption (roles/pivot/tasks/handoff.yml)."""
+    world, ack = World(), Ack(moto)
+    AckController(world, ack)
+    kind = _ack_cluster(strict_cluster, "kind-ack", world, RUN)
+    assert len(_db_vpcs(moto)) == 1
+    adoption = {}
+    for obj_kind, field in (("VPC", "vpcID"), ("Subnet", "subnetID"), ("SecurityGroup", "id")):
+        for obj in kind.list("ec2.services.k8s.aws/v1alpha1", obj_kind):
+            var = "KROPS_ADOPT_{}_{}".format(obj_kind, obj["metadata"]["name"]).upper().replace("-", "_")
+            adoption[var] = '"{}":"{}"'.format(field, obj["status"][field])
+    assert len(adoption) == 4  # one VPC, two subnets, one group
+    _ack_cluster(strict_cluster, "mgmt-adopting", world, dict(RUN, **adoption))
+    assert len(_db_vpcs(moto)) == 1
+    made = [(k, n) for k, n, _i in ack.creations]
+    # bucket, VPC, two subnets, group, DB subnet group, DB instance, reader role: each created once
+    assert len(made) == len(set(made)) == 8, made
+    _ack_cluster(strict_cluster, "mgmt-without", world, RUN)
+    assert len(_db_vpcs(moto)) == 2  # the defect the adoption fields prevent
+
+
+def test_a_running_ack_creates_again_what_vanishes_and_a_stopped_one_does_not(strict_cluster, moto):
+    world, ack = World(), Ack(moto)
+    api = world.add_cluster(strict_cluster("ack-resync", bundles=()))
+    AckController(world, ack, needs_deployment=True, resync=0)
+    aws_world.install_crds(api, ACK_KINDS)
+    for obj in aws_world.tree_objects(["mgmt/aws/workload-resources/eu-west-1-workload.yaml"], RUN):
+        ssa_apply(api, obj, "kustomize-controller")
+    world.settle()
+    assert ack.creations == []  # no controller runs: nothing happens
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ack-system"}})
+    from tests.substrate.flux_world import FluxController
+
+    for service in ("s3", "rds", "iam", "ec2"):  # the charts' controllers start (as helm-controller runs them)
+        FluxController._run_workload(api, "ack-system", f"ack-{service}", ("controller", "ack"), 1)
+    world.settle()
+    rds = clients(moto, "eu-west-1")("rds")
+    db = "krops-eu-west-1-workload-db"
+    assert [i["DBInstanceIdentifier"] for i in rds.describe_db_instances()["DBInstances"]] == [db]
+    rds.delete_db_instance(DBInstanceIdentifier=db, SkipFinalSnapshot=True)
+    world.settle()
+    assert ack.recreated == [("DBInstance", db)]  # the sweep would race this
+    res = api.resource_for("apps/v1", "Deployment")
+    api.patch(res, "ack-system", "ack-rds", "merge", {"spec": {"replicas": 0}}, None, "krops")
+    rds.delete_db_instance(DBInstanceIdentifier=db, SkipFinalSnapshot=True)
+    world.settle()
+    assert ack.recreated == [("DBInstance", db)] and rds.describe_db_instances()["DBInstances"] == []

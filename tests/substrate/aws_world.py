@@ -67,10 +67,10 @@ import ipaddress
 import json
 import math
 import threading
+import time
 from pathlib import Path
 
 import yaml
-from ansible_collections.krops.platform.plugins.module_utils import render
 
 from tests.integration.test_aws_sweep_world import clients
 from tests.integration.test_aws_sweep_world import inventory as _sweep_inventory
@@ -148,6 +148,13 @@ def register_ack_charts(monkeypatch):
     for chart, groups in ACK_CHART_BUNDLES.items():
         monkeypatch.setitem(strict_api.CRD_BUNDLES, chart, groups)
         monkeypatch.setitem(flux_world.CHART_CRDS, chart, (chart,))
+        # the controller's Deployment (named after the release here; the chart's own name is not emulated)
+        service = chart.removeprefix("ack-")
+        monkeypatch.setitem(
+            flux_world.CHART_WORKLOADS,
+            chart,
+            ("controller", f"public.ecr.aws/aws-controllers-k8s/{service}-controller"),
+        )
 
 
 def install_crds(api, kinds):
@@ -579,7 +586,10 @@ class Ack:
         self.default_region = default_region
         self.resource_tags = resource_tags_from_tree() if resource_tags is None else dict(resource_tags)
         self._obj = None  # the object being created, for the tags of its controller
-        self.records = {}  # (kind, namespace, name) -> Record
+        self._cluster = None  # the cluster of that object (its references resolve there)
+        self.records = {}  # (cluster URL, kind, namespace, name) -> Record
+        self.creations = []  # (kind, name, id) of every create call, adoptions excluded
+        self.recreated = []  # (kind, name) re-created by the resync after their AWS resource vanished
         self.lock = threading.Lock()
         self.handlers = {
             "Bucket": (self._bucket, self._delete_bucket),
@@ -599,27 +609,124 @@ class Ack:
     def region_of(self, obj):
         return (obj["metadata"].get("annotations") or {}).get("services.k8s.aws/region") or self.default_region
 
-    def ref(self, obj, kind, ref):
-        """The id a `{from: {name}}` reference to a `kind` resolves to (synced objects only)."""
+    def ref(self, obj, kind, ref, cluster=None):
+        """The id a `{from: {name}}` reference to a `kind` resolves to (synced objects of the same cluster only)."""
         name = (ref.get("from") or {}).get("name")
-        record = self.records.get((kind, obj["metadata"]["namespace"], name))
+        record = self.records.get((cluster, kind, obj["metadata"]["namespace"], name))
         if record is None:
             raise LookupError(f"{kind} {name} referenced by {obj['kind']} {obj['metadata']['name']} is not synced yet")
         return record.primary
 
-    def apply(self, obj):
-        """Create the AWS resource of an ACK object once (ACK's drift resync is hours; not emulated)."""
-        key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+    def apply(self, obj, cluster=None):
+        """Sync an ACK object of one cluster: adopt (services.k8s.aws/adoption-policy) or create its AWS resource.
+
+        Each cluster's controller knows only its own objects (``cluster``: the API server's URL): after the pivot
+        the management cluster's ACK sees objects with no status. aws-controllers-k8s/runtime reconciler.go
+        (``reconcile``, ``handlePopulation``): with adopt-or-create it reads the resource first; the ec2
+        controller's ``sdkFind`` (v1.20.0 pkg/resource/{vpc,subnet,security_group}/sdk.go) returns NotFound when
+        status.vpcID / subnetID / id is unset, and only the ``services.k8s.aws/adoption-fields`` annotation
+        (``vpcID``, ``subnetID``, ``id``: each resource.go ``PopulateResourceFromAnnotation``) sets it. Kinds
+        named in spec (Bucket, DBSubnetGroup, DBInstance, Role, Policy, User) are read by that name. Not found:
+        created (adopt-or-create) or AdoptedResourceNotFound (adopt)."""
+        key = (cluster, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         with self.lock:
             if key not in self.records:
                 record = Record(self.region_of(obj))
-                self._obj = obj
-                self.handlers[obj["kind"]][0](obj, record)
+                self._obj, self._cluster = obj, cluster
+                annotations = obj["metadata"].get("annotations") or {}
+                policy = annotations.get("services.k8s.aws/adoption-policy")
+                found = None
+                if policy in ("adopt", "adopt-or-create"):
+                    try:
+                        fields = json.loads(annotations.get("services.k8s.aws/adoption-fields", ""))
+                    except ValueError:
+                        fields = None  # runtime util.go ExtractAdoptionFields fails: adopt-or-create goes on without
+                    found = self._find(obj, record, fields if isinstance(fields, dict) else {})
+                    if found is None and policy == "adopt":
+                        raise LookupError("AdoptedResourceNotFound: the adopted resource was not found")
+                if found is not None:
+                    rtype, rid, primary = found
+                    record.add(rtype, rid)
+                    record.primary = primary
+                else:
+                    self.handlers[obj["kind"]][0](obj, record)
+                    self.creations.append((obj["kind"], obj["metadata"]["name"], record.primary))
                 self.records[key] = record
             return self.records[key]
 
-    def delete(self, obj):
-        key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+    _BY_ID = {"VPC": ("vpcID", "vpc"), "Subnet": ("subnetID", "subnet"), "SecurityGroup": ("id", "security-group")}
+
+    def _find(self, obj, record, fields):
+        """(type, id, primary) of the existing AWS resource ACK's ReadOne finds for ``obj``, or None."""
+        spec, kind = obj["spec"], obj["kind"]
+        if kind in self._BY_ID:
+            field, rtype = self._BY_ID[kind]
+            wanted = fields.get(field)
+            if not wanted:
+                return None  # sdkFind: requiredFieldsMissingFromReadManyInput -> NotFound
+            return (rtype, wanted, wanted) if self._exists(rtype, record.region, wanted) else None
+        rtype, name = {
+            "Bucket": ("s3-bucket", spec.get("name")),
+            "DBSubnetGroup": ("rds-subnet-group", spec.get("name")),
+            "DBInstance": ("rds-instance", spec.get("dbInstanceIdentifier")),
+            "Role": ("iam-role", spec.get("name")),
+            "Policy": ("iam-policy", spec.get("name")),
+            "User": ("iam-user", spec.get("name")),
+        }[kind]
+        found = self._exists(rtype, record.region, name)
+        if not found:
+            return None
+        return (rtype, name, found if kind == "Policy" else name)  # a Policy's primary is its ARN
+
+    def _exists(self, rtype, region, rid):
+        """Whether the AWS resource is there (what ACK's ReadOne would find); a Policy answers its ARN."""
+        service = {"s3-bucket": "s3", "rds-subnet-group": "rds", "rds-instance": "rds"}.get(rtype, "ec2")
+        client = self.client(region, "iam" if rtype.startswith("iam-") else service)
+        if rtype == "vpc":
+            return bool(client.describe_vpcs(Filters=[{"Name": "vpc-id", "Values": [rid]}])["Vpcs"])
+        if rtype == "subnet":
+            return bool(client.describe_subnets(Filters=[{"Name": "subnet-id", "Values": [rid]}])["Subnets"])
+        if rtype == "security-group":
+            groups = client.describe_security_groups(Filters=[{"Name": "group-id", "Values": [rid]}])
+            return bool(groups["SecurityGroups"])
+        if rtype == "s3-bucket":
+            return any(b["Name"] == rid for b in client.list_buckets().get("Buckets") or [])
+        if rtype == "rds-subnet-group":
+            return any(g["DBSubnetGroupName"] == rid for g in client.describe_db_subnet_groups()["DBSubnetGroups"])
+        if rtype == "rds-instance":
+            return any(i["DBInstanceIdentifier"] == rid for i in client.describe_db_instances()["DBInstances"])
+        if rtype == "iam-role":
+            return any(r["RoleName"] == rid for r in client.list_roles()["Roles"])
+        if rtype == "iam-user":
+            return any(u["UserName"] == rid for u in client.list_users()["Users"])
+        if rtype == "iam-policy":
+            return next(
+                (
+                    p["Arn"]
+                    for p in client.list_policies(Scope="Local")["Policies"]
+                    if rid in (p["PolicyName"], p["Arn"])
+                ),
+                False,
+            )
+        return False
+
+    def repair(self, obj, cluster=None):
+        """ACK's resync: a synced object whose AWS resource is gone is created again (ReadOne NotFound -> create)."""
+        key = (cluster, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        with self.lock:
+            record = self.records.get(key)
+            if record is None or record.primary is None:
+                return False
+            rtype = next(iter(record.ids))
+            if self._exists(rtype, record.region, record.primary):
+                return False
+            del self.records[key]
+        self.apply(obj, cluster)
+        self.recreated.append((obj["kind"], obj["metadata"]["name"]))
+        return True
+
+    def delete(self, obj, cluster=None):
+        key = (cluster, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         with self.lock:
             record = self.records.pop(key, None)
             if record is not None:
@@ -709,7 +816,7 @@ class Ack:
     def _subnet(self, obj, record):
         spec, ec2 = obj["spec"], self.client(record.region, "ec2")
         subnet = ec2.create_subnet(
-            VpcId=self.ref(obj, "VPC", spec["vpcRef"]),
+            VpcId=self.ref(obj, "VPC", spec["vpcRef"], self._cluster),
             CidrBlock=spec["cidrBlock"],
             AvailabilityZone=spec["availabilityZone"],
             TagSpecifications=_spec("subnet", self._tags(spec)),
@@ -724,7 +831,7 @@ class Ack:
         group = ec2.create_security_group(
             GroupName=spec["name"],
             Description=spec["description"],
-            VpcId=self.ref(obj, "VPC", spec["vpcRef"]),
+            VpcId=self.ref(obj, "VPC", spec["vpcRef"], self._cluster),
             TagSpecifications=_spec("security-group", self._tags(spec)),
         )["GroupId"]
         permissions = [
@@ -749,7 +856,7 @@ class Ack:
         rds.create_db_subnet_group(
             DBSubnetGroupName=spec["name"],
             DBSubnetGroupDescription=spec["description"],
-            SubnetIds=[self.ref(obj, "Subnet", r) for r in spec["subnetRefs"]],
+            SubnetIds=[self.ref(obj, "Subnet", r, self._cluster) for r in spec["subnetRefs"]],
             Tags=_tag_list(self._tags(spec)),
         )
         record.primary = record.add("rds-subnet-group", spec["name"])
@@ -775,8 +882,10 @@ class Ack:
             "BackupRetentionPeriod": spec.get("backupRetentionPeriod"),
             "CopyTagsToSnapshot": spec.get("copyTagsToSnapshot"),
             "DeletionProtection": spec.get("deletionProtection"),
-            "DBSubnetGroupName": self.ref(obj, "DBSubnetGroup", spec["dbSubnetGroupRef"]),
-            "VpcSecurityGroupIds": [self.ref(obj, "SecurityGroup", r) for r in spec.get("vpcSecurityGroupRefs") or []],
+            "DBSubnetGroupName": self.ref(obj, "DBSubnetGroup", spec["dbSubnetGroupRef"], self._cluster),
+            "VpcSecurityGroupIds": [
+                self.ref(obj, "SecurityGroup", r, self._cluster) for r in spec.get("vpcSecurityGroupRefs") or []
+            ],
             "Tags": _tag_list(self._tags(spec)),
         }
         rds.create_db_instance(**{k: v for k, v in kwargs.items() if v is not None})
@@ -830,7 +939,7 @@ class Ack:
         spec, iam = obj["spec"], self.client(record.region, "iam")
         iam.create_user(UserName=spec["name"], Tags=_tag_list(self._tags(spec)))
         for ref in spec.get("policyRefs") or []:
-            iam.attach_user_policy(UserName=spec["name"], PolicyArn=self.ref(obj, "Policy", ref))
+            iam.attach_user_policy(UserName=spec["name"], PolicyArn=self.ref(obj, "Policy", ref, self._cluster))
         record.primary = record.add("iam-user", spec["name"])
 
     def _delete_user(self, record):
@@ -853,31 +962,62 @@ class AckController:
     reference is not synced yet gets ACK.ResourceSynced False with the reason. Deleting an object deletes its
     AWS resource (the tree's deletionPolicy: delete), then the finalizer goes."""
 
-    def __init__(self, world, ack):
+    def __init__(self, world, ack, needs_deployment=False, resync=None):
+        """``needs_deployment``: a service's controller acts on a cluster only while its Deployment (the ACK chart's
+        release, ``ack-<service>``) has ready replicas there, as a scaled-down controller does nothing.
+        ``resync``: seconds between drift checks that create again what vanished behind the controller's back
+        (ACK's periodic resync; None: never)."""
         self.ack = ack
         self.world = world
+        self.needs_deployment = needs_deployment
+        self.resync = resync
+        self._last_resync = 0.0
         world.controllers.append(self)
 
+    @staticmethod
+    def _running(api, service):
+        try:
+            deployments = api.list("apps/v1", "Deployment")
+        except Exception:  # noqa: BLE001 - no apps/v1 served: nothing runs
+            return False
+        return any(
+            d["metadata"]["name"] == f"ack-{service}"
+            and (d.get("spec") or {}).get("replicas", 1) > 0
+            and (d.get("status") or {}).get("readyReplicas", 0) > 0
+            for d in deployments
+        )
+
     def reconcile(self, api):
+        now = time.monotonic()
+        resync = self.resync is not None and now - self._last_resync >= self.resync
+        if resync:
+            self._last_resync = now
         for kind in ACK_ORDER:
             group = next(g for g, k in ACK_KINDS if k == kind)
             if (group, plural_of(group, kind)) not in api.resources:
+                continue
+            if self.needs_deployment and not self._running(api, group.split(".", 1)[0]):
                 continue
             for obj in api.list(f"{group}/v1alpha1", kind):
                 finalizer = f"finalizers.{group}/{kind}"
                 finalizers = obj["metadata"].get("finalizers") or []
                 if obj["metadata"].get("deletionTimestamp"):
                     if finalizer in finalizers:
-                        self.ack.delete(obj)
+                        self.ack.delete(obj, api.url)
                         self._finalizers(api, obj, [f for f in finalizers if f != finalizer])
                     continue
                 if finalizer not in finalizers:
                     obj = self._finalizers(api, obj, finalizers + [finalizer])
                 synced = (obj.get("status") or {}).get("ackResourceMetadata")
-                if synced:
+                if (
+                    synced
+                    and (api.url, kind, obj["metadata"]["namespace"], obj["metadata"]["name"]) in self.ack.records
+                ):
+                    if resync:
+                        self.ack.repair(obj, api.url)
                     continue
                 try:
-                    record = self.ack.apply(obj)
+                    record = self.ack.apply(obj, api.url)
                 except LookupError as exc:
                     self._status(api, obj, "False", str(exc))
                     continue
@@ -902,6 +1042,11 @@ class AckController:
         status["conditions"] = [{"type": "ACK.ResourceSynced", "status": value, "message": message}]
         if record is not None:
             status["ackResourceMetadata"] = {"ownerAccountID": ACCOUNT, "region": record.region}
+            # the AWS-generated id in its status field (ec2-controller v1.20.0 apis/v1alpha1: VPCStatus.VPCID
+            # json vpcID, SubnetStatus.SubnetID json subnetID, SecurityGroupStatus.ID json id)
+            field = {"VPC": "vpcID", "Subnet": "subnetID", "SecurityGroup": "id"}.get(obj["kind"])
+            if field:
+                status[field] = record.primary
         if status != (obj.get("status") or {}):
             res = api.resource_for(obj["apiVersion"], obj["kind"])
             api.patch(
@@ -912,24 +1057,12 @@ class AckController:
 # --- the trees ----------------------------------------------------------------------------------
 
 
-class _FluxLoader(yaml.SafeLoader):
-    """YAML as kustomize-controller reads substituted output (sigs.k8s.io/yaml on go-yaml v2): a timestamp-like
-    scalar decoded into interface{} stays a string (gopkg.in/yaml.v2 decode.go, the reflect.Interface case)."""
-
-
-_FluxLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
 def flux_substitute(obj, variables):
-    """Flux postBuild substitution of one object: envsubst on its YAML, read back as Flux reads it.
+    """Flux postBuild substitution of one object, as kustomize-controller does it (tests/substrate/flux_varsub.py:
+    envsubst on its go-yaml v2 serialisation, read back as YAML 1.1; a timestamp stays a string)."""
+    from tests.substrate import flux_varsub
 
-    render.substitute reads the result with PyYAML's timestamp resolver, so an RFC 3339 KROPS_EXPIRES_AT
-    becomes a datetime there (see test_e2e_aws.test_render_substitute_keeps_rfc3339_run_tags_strings)."""
-    text = yaml.safe_dump(obj, default_flow_style=False, sort_keys=False, width=1 << 30)
-    return yaml.load(render.substitute_text(text, variables), Loader=_FluxLoader)
+    return flux_varsub.substitute(obj, flux_varsub.merge_variables([], variables))
 
 
 def tree_objects(paths, variables):

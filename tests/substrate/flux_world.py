@@ -15,8 +15,9 @@
   URLs to folders). Sources on the internet (charts on ghcr.io, jetstack) cannot be reached here:
   they are marked Ready with a message that says they are stand-ins.
 - kustomize-controller: a Kustomization waits for its dependsOn and its source, renders spec.path
-  with krops' render module (kubectl kustomize; a folder without kustomization.yaml gets one listing
-  its files, as Flux generates it), applies postBuild substitute/substituteFrom, applies the result
+  with the kubectl kustomize binary itself (not krops' render module; a folder without kustomization.yaml gets one listing
+  its files, as Flux generates it), applies postBuild substitute/substituteFrom as kustomize-controller does (text envsubst on the
+  YAML, then YAML 1.1 re-typing: flux_varsub.py), applies the result
   with server-side apply (field manager kustomize-controller, CRDs and Namespaces first, each stage
   all-or-nothing as Flux's dry-run makes it), into the cluster of spec.kubeConfig when set, prunes
   what left the inventory, and checks health (spec.wait: everything applied; else spec.healthChecks).
@@ -47,8 +48,9 @@ import time
 import urllib.parse
 
 import yaml
-from ansible_collections.krops.platform.plugins.module_utils import oci, render
+from ansible_collections.krops.platform.plugins.module_utils import oci
 
+from tests.substrate import flux_varsub
 from tests.substrate.kube_emulator import ApiError, _now, json_patch
 
 KS = ("kustomize.toolkit.fluxcd.io", "kustomizations")
@@ -275,7 +277,8 @@ class FluxController:
         self.artifacts = {}  # (api url, kind, ns, name) -> (revision, folder)
         self._builds = {}  # artifact folder -> rendered objects
         self._polled = {}  # OCIRepository key -> when the registry was last asked
-        self.renderer = renderer or render.find_kustomize()  # resolved now: stand-ins on PATH come later
+        # the kustomize binary itself (never krops' render module), resolved now: stand-ins on PATH come later
+        self.renderer = renderer or _find_kustomize()
         world.controllers.append(self)
 
     # ---- one pass -----------------------------------------------------------------------
@@ -599,7 +602,13 @@ class FluxController:
         deployment = {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": release, "namespace": namespace, "labels": {"helm.sh/chart": container[0]}},
+            "metadata": {
+                "name": release,
+                "namespace": namespace,
+                "labels": {"helm.sh/chart": container[0], "app.kubernetes.io/managed-by": "Helm"},
+                # what helm writes on every object of a release (the teardown finds the ACK controllers by it)
+                "annotations": {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace},
+            },
             "spec": {
                 "replicas": replicas,
                 "selector": {"matchLabels": labels},
@@ -679,12 +688,13 @@ class FluxController:
         if (spec.get("kubeConfig") or {}).get("secretRef"):
             target = self._remote(api, ns, spec["kubeConfig"]["secretRef"])
         final = []
+        always = ((spec.get("postBuild") or {}).get("substituteStrategy") or "WithVariables") == "Always"
         for item in objects:
-            if variables is not None:
+            if variables is not None:  # kustomize-controller substitutes on text, then re-types (flux_varsub)
                 try:
-                    item = render.substitute(item, variables)
-                except Exception as exc:
-                    raise Failure("BuildFailed", f"post build failed for '{fmt(item)}': {exc}")
+                    item = flux_varsub.substitute(item, variables, always=always)
+                except flux_varsub.SubstitutionError as exc:
+                    raise Failure("BuildFailed", str(exc))
             if spec.get("targetNamespace") and item.get("kind") != "Namespace":
                 item.setdefault("metadata", {})["namespace"] = spec["targetNamespace"]
             labels = item.setdefault("metadata", {}).setdefault("labels", {})
@@ -707,7 +717,10 @@ class FluxController:
         )
 
     def _build(self, folder):
-        if render.has_kustomization(folder):
+        if any(
+            os.path.isfile(os.path.join(folder, n))
+            for n in ("kustomization.yaml", "kustomization.yml", "Kustomization")
+        ):
             directory = folder
         else:  # Flux generates a kustomization.yaml listing the folder's manifests
             directory = os.path.join(self.workdir, "generated", re.sub(r"[^A-Za-z0-9]", "_", folder))
@@ -724,22 +737,20 @@ class FluxController:
                     {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": files},
                     handle,
                 )
-        try:
-            return render.build(directory, self.renderer)
-        except render.RenderError as exc:
-            raise Failure("BuildFailed", f"kustomize build failed: {exc.reason}")
+        return _kustomize_build(self.renderer, directory)
 
     def _variables(self, api, obj):
-        post = obj["spec"].get("postBuild") or {}
-        if not post:
+        """postBuild variables as fluxcd/pkg kustomize LoadVariables and SubstituteVariables merge them."""
+        post = obj["spec"].get("postBuild")
+        if post is None:
             return None
-        variables = {}
+        sources = []
         ns = obj["metadata"]["namespace"]
         for ref in post.get("substituteFrom") or []:
             try:
                 found = api.get("v1", ref["kind"], ref["name"], ns)
             except ApiError as exc:
-                if ref.get("optional"):
+                if ref.get("optional") and exc.code == 404:
                     continue
                 raise Failure(
                     "BuildFailed", "substitute from '{}/{}' error: {}".format(ref["kind"], ref["name"], exc.message)
@@ -747,9 +758,8 @@ class FluxController:
             data = found.get("data") or {}
             if ref["kind"] == "Secret":
                 data = {k: base64.b64decode(v).decode("utf-8") for k, v in data.items()}
-            variables.update(data)
-        variables.update(post.get("substitute") or {})
-        return variables
+            sources.append(data)
+        return flux_varsub.merge_variables(sources, post.get("substitute"))
 
     def _remote(self, api, ns, secret_ref):
         try:
@@ -824,6 +834,37 @@ class FluxController:
                 )
         if failing:
             raise Failure("HealthCheckFailed", "timeout waiting for: [{}]".format(", ".join(failing)))
+
+
+def _find_kustomize():
+    for name, verb in (("kubectl", "kustomize"), ("kustomize", "build")):
+        path = shutil.which(name)
+        if path:
+            return [path, verb]
+    raise RuntimeError("the emulated Flux needs kubectl or kustomize on PATH")
+
+
+def _kustomize_build(renderer, directory):
+    """kustomize-controller's build, played by the kubectl/kustomize binary; its output read as Flux reads
+    resources (JSON values: go-yaml v2 typing of plain scalars, timestamps kept strings: flux_varsub)."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    proc = subprocess.run(list(renderer) + [directory], capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        text = proc.stderr.strip()
+        logged = re.search(r'\berr="((?:[^"\\]|\\.)*)"', text)  # klog: ... "command failed" err="..."
+        text = logged.group(1).replace('\\"', '"') if logged else re.sub(r"^error: ", "", text)
+        text = text.replace(os.path.abspath(directory) + os.sep, "").replace(os.path.abspath(directory), ".")
+        raise Failure("BuildFailed", "kustomize build failed: " + " ".join(text.split()))
+    try:
+        return [
+            d for d in (flux_varsub.yaml_to_json_value(doc) for doc in _documents(proc.stdout)) if isinstance(d, dict)
+        ]
+    except flux_varsub.SubstitutionError as exc:
+        raise Failure("BuildFailed", f"kustomize build failed: {exc}")
+
+
+def _documents(text):
+    return [doc for doc in re.split(r"^---\s*$", text, flags=re.M) if doc.strip()]
 
 
 def _manifest_digest(host, spec, repository, reference):

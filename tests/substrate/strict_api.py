@@ -528,14 +528,22 @@ class StrictKubeEmulator(KubeEmulator):
 
     # ---- validation ------------------------------------------------------------------
     def _core_validator(self, api_version, kind):
+        """The emulator's own validator of a built-in kind (core_schemas.py), checked against krops'
+        validate_schema on the same kind: the two schema walks must find the same errors (a differential)."""
+        from tests.substrate import core_schemas
+
+        own = core_schemas.validator(api_version, kind)
         if self._core_store is None:
             from ansible_collections.krops.platform.plugins.module_utils import validate_schema
 
             self._core_store = validate_schema.SchemaStore(location=str(SCHEMA_DIR))
         try:
-            return self._core_store.validator(api_version, kind)
+            product = self._core_store.validator(api_version, kind)
         except Exception:  # no bundled schema for this built-in kind: accepted as is
-            return None
+            product = None
+        if (own is None) != (product is None):
+            raise ApiError(500, "InternalError", f"the emulator's schema loaders disagree on {api_version} {kind}")
+        return None if own is None else _DifferentialValidator(own, product, api_version, kind)
 
     def _qualified(self, res):
         return f"{res.kind}.{res.group}" if res.group else res.kind
@@ -1246,7 +1254,9 @@ def cel_errors(schema, obj):
     (``oldSelf``) run only on update, and the emulator evaluates creates and replaces alike, so they do not run.
     """
     errors = []
-    for result in krops_cel.evaluate(obj, schema):
+    results = krops_cel.evaluate(obj, schema)
+    _cel_differential(obj, schema, results)
+    for result in results:
         if result.outcome != krops_cel.VIOLATED:
             UNEVALUATED.add(result.rule)
             continue
@@ -1258,6 +1268,37 @@ def cel_errors(schema, obj):
             else FieldError(reason, result.path or "<nil>", None, message)
         )
     return errors
+
+
+class _DifferentialValidator:
+    """iter_errors of the emulator's own validator; raises when krops' validate_schema finds other errors."""
+
+    def __init__(self, own, product, api_version, kind):
+        self.own, self.product, self.what = own, product, f"{api_version} {kind}"
+
+    def iter_errors(self, obj):
+        errors = list(self.own.iter_errors(obj))
+        theirs = sorted((tuple(map(str, e.absolute_path)), e.validator) for e in self.product.iter_errors(obj))
+        if sorted((tuple(map(str, e.absolute_path)), e.validator) for e in errors) != theirs:
+            SCHEMA_DISAGREEMENTS.append((self.what, theirs))
+            raise ApiError(500, "InternalError", f"the emulator's two schema walks disagree on {self.what}")
+        return iter(errors)
+
+
+SCHEMA_DISAGREEMENTS = []  # (apiVersion kind, krops' errors): must stay empty
+CEL_DISAGREEMENTS = []  # (kind, name, path, rule, krops' outcome, cel-python's): must stay empty
+
+
+def _cel_differential(obj, schema, results):
+    """The emulator's second CEL path (tests/substrate/cel_independent.py, cel-python): a rule the two engines
+    evaluate differently fails the write, so no test passes on one engine's mistake."""
+    from tests.substrate import cel_independent
+
+    found = cel_independent.disagreements(obj, schema, results)
+    if found:
+        meta = obj.get("metadata") or {}
+        CEL_DISAGREEMENTS.extend((obj.get("kind"), meta.get("name"), *f) for f in found)
+        raise ApiError(500, "InternalError", f"the emulator's two CEL engines disagree: {found}")
 
 
 # --- field sets ------------------------------------------------------------------------

@@ -1,0 +1,133 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""validate's ``substitution`` rule: every substituted field keeps its schema type under realistic site values.
+
+kustomize-controller substitutes postBuild variables on the text of each object and reads the result back as
+YAML 1.1 (fluxcd/pkg kustomize v1.35.4 ``kustomize_varsub.go``: ``res.AsYAML()``, ``envsubst``,
+sigs.k8s.io/yaml ``YAMLToJSON`` on go-yaml v2). kustomize writes ``"${VAR}"`` without its quotes, so a
+site value such as an account id ``012345678901`` becomes a number, ``on`` becomes true, ``1.30`` becomes
+1.3. This rule substitutes each object with the run's values (the tree's own ConfigMaps and inline
+variables, the sample run tags) and then with each realistic value of :data:`SITE_VALUES`, re-types the
+result as go-yaml v2 does and checks it against the schema. A type error that appears only after
+substitution is a finding naming the variable and the value, with the fix (the Flux docs' quote variable).
+
+Importable without Ansible.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+try:
+    import yaml
+except ImportError:  # PyYAML comes with ansible-core
+    yaml = None
+
+from ansible_collections.krops.platform.plugins.module_utils import render
+
+RULE = "substitution"
+
+# Realistic values a site (or a run) may give these variables: why each one matters.
+SITE_VALUES = {
+    "AWS_ACCOUNT_ID": ("123456789012", "012345678901"),  # 12 digits; leading zeros are allowed
+    "GCP_PROJECT_NUMBER": ("123456789012",),  # project numbers are all digits
+    "KROPS_RUN_ID": ("20261201",),  # a run id the caller forces (bootstrap krops_run_tags)
+    "KROPS_REVISION": ("1.30", "0123456"),  # a release tag, a short commit of digits
+    "KROPS_RUN_KIND": ("true", "on"),  # a flag-like run kind
+}
+
+_BOOL = {
+    **dict.fromkeys("y Y yes Yes YES true True TRUE on On ON".split(), True),
+    **dict.fromkeys("n N no No NO false False FALSE off Off OFF".split(), False),
+}
+_INT = re.compile(r"^[-+]?(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)$")
+_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+_DATE = re.compile(r"^\d{4}-\d{1,2}-\d{1,2}([Tt ].*)?$")
+
+
+def go_yaml_v2_value(text):
+    """The value go-yaml v2 (go.yaml.in/yaml/v2 v2.4.3 resolve.go) gives a plain scalar, after encoding/json."""
+    if text in _BOOL:
+        return _BOOL[text]
+    if text in ("", "~", "null", "Null", "NULL"):
+        return None
+    if text in (".inf", ".Inf", ".INF", "+.inf", "-.inf", ".nan", ".NaN", ".NAN"):
+        return float(text.replace(".", "", 1)) if "inf" in text.lower() else math.nan
+    if text[:1] not in ".+-0123456789":
+        return text
+    if _DATE.match(text):
+        return text  # timestamps decoded into interface{} stay strings
+    plain = text.replace("_", "")
+    if _INT.match(plain):
+        body = plain.lstrip("+-")
+        base = {"0x": 16, "0o": 8, "0b": 2}.get(body[:2].lower())
+        value = int(body[2:], base) if base else (int(body, 8) if len(body) > 1 and body[0] == "0" else int(body))
+        return -value if plain.startswith("-") else value
+    if _FLOAT.match(plain):
+        value = float(plain)
+        return int(value) if value == int(value) and abs(value) < 1e21 else value  # JSON has no 1.0
+    return text
+
+
+def _construct(node):
+    if isinstance(node, yaml.MappingNode):
+        return {str(_construct(k)): _construct(v) for k, v in node.value}
+    if isinstance(node, yaml.SequenceNode):
+        return [_construct(v) for v in node.value]
+    return node.value if node.style else go_yaml_v2_value(node.value)
+
+
+def flux_substitute(obj, variables):
+    """``obj`` as kustomize-controller applies it with ``variables`` (raises yaml.YAMLError, ValueError)."""
+    text = yaml.dump(obj, Dumper=_Dumper, default_flow_style=False, width=1 << 30)
+    return _construct(yaml.compose(render.substitute_text(text, variables)))
+
+
+class _Dumper(yaml.SafeDumper if yaml is not None else object):  # pylint: disable=too-many-ancestors
+    """Quotes exactly the strings go-yaml v2 would read back as another type (as JSONToYAML writes them)."""
+
+
+def _str(dumper, value):
+    quoted = go_yaml_v2_value(value) != value or "\n" in value
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"' if quoted else None)
+
+
+if yaml is not None:
+    _Dumper.add_representer(str, _str)
+
+
+def check(items, store, run_values, add, object_id):
+    """Findings (via ``add(file, object, rule, message)``) for items with ``unsubstituted`` (object, variables)."""
+    for item in items:
+        if not item.unsubstituted or item.fallback:
+            continue
+        raw, variables = item.unsubstituted
+        text = yaml.dump(raw, Dumper=yaml.SafeDumper)
+        used = sorted(set(re.findall(r"\$\{([_a-zA-Z][_a-zA-Z0-9]*)", text)))
+        if not used:
+            continue
+        base = dict(run_values, **variables)
+        try:
+            baseline = set(store.errors(flux_substitute(raw, base)))
+        except Exception:  # noqa: BLE001 - no schema or invalid YAML: the schema rule reports it
+            continue
+        seen = set()
+        for name in used:
+            for value in SITE_VALUES.get(name, ()):
+                try:
+                    errors = store.errors(flux_substitute(raw, dict(base, **{name: value})))
+                except (yaml.YAMLError, ValueError) as exc:
+                    errors = [("-", f"the substituted YAML is invalid: {exc}")]
+                for path, message in errors:
+                    if (path, message) in baseline or (path, name) in seen:
+                        continue
+                    seen.add((path, name))
+                    add(
+                        item.file,
+                        object_id(item.obj),
+                        RULE,
+                        f"{path}: {message} when {name}={value} (Flux re-types the substituted YAML and kustomize drops the quotes "
+                        f'of "${{{name}}}"; write ${{quote}}${{{name}}}${{quote}} with quote: \'"\' among the '
+                        "Kustomization's variables)",
+                    )
