@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck collection build importer ee-context bench clean
+.PHONY: test setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck zizmor collection build importer ee-context bench clean
 
 test: setup sanity units integration lint importer
 	@echo "make test: all checks passed"
@@ -50,7 +50,7 @@ integration:
 	$(BIN)/python -m pytest $(PYTEST_ARGS) | tee tests/output/pytest.log
 	@grep -E '^=+ .*(passed|failed).* =+$$' tests/output/pytest.log | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$$//' > tests/output/pytest-summary.txt
 
-lint: ruff yamllint ansible-lint shellcheck
+lint: ruff yamllint ansible-lint shellcheck zizmor
 
 # The formatter and the linter, configured in ruff.toml; `ruff format .` fixes what the first reports.
 ruff:
@@ -62,6 +62,12 @@ shellcheck:
 
 yamllint:
 	$(BIN)/yamllint -s .
+
+# The workflows' static analysis (zizmor, configured in .github/zizmor.yml): pedantic, so any
+# finding fails unless the config ignores it with a reason. Offline here; the online audits
+# (impostor commits, known-vulnerable actions) run in ci.yml with the job's token.
+zizmor:
+	$(BIN)/zizmor --offline --persona=pedantic --no-progress .github/workflows
 
 ansible-lint:
 	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections $(BIN)/ansible-lint --profile production
