@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck zizmor collection build importer ee-context bench clean
+.PHONY: test setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck zizmor renovate collection build importer ee-context bench clean
 
 test: setup sanity units integration lint importer
 	@echo "make test: all checks passed"
@@ -93,6 +93,24 @@ ee-context: build
 	@mkdir -p build/ee
 	cp "$$(cat $(DIST)/tarball.txt)" build/ee/krops-platform.tar.gz
 	$(BIN)/ansible-builder create -f execution-environment.yml -c build/ee/context
+
+# Renovate's own checks of renovate.json5 (not in make test: Renovate needs Node.js 24 and ~600 npm
+# packages, installed once into RENOVATE_DIR outside the checkout): the config validator, then
+# Renovate's extraction offline (--platform=local --dry-run=extract), which
+# tests/integration/test_renovate.py compares with its emulation of the same rules. ci.yml runs it.
+RENOVATE_VERSION := 44.121.2
+RENOVATE_DIR ?= $(HOME)/.cache/krops/renovate-$(RENOVATE_VERSION)
+NODE ?= node
+renovate:
+	@$(NODE) -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 24 ? 0 : 1)' || \
+	  { echo "make renovate: Renovate $(RENOVATE_VERSION) needs Node.js 24 or newer; set NODE=/path/to/node" >&2; exit 1; }
+	@test -f $(RENOVATE_DIR)/node_modules/renovate/package.json || \
+	  PATH="$$(dirname "$$(command -v $(NODE))"):$$PATH" npm install --prefix $(RENOVATE_DIR) --no-audit --no-fund renovate@$(RENOVATE_VERSION)
+	@mkdir -p $(BUILD)
+	$(NODE) $(RENOVATE_DIR)/node_modules/renovate/dist/config-validator.js --strict
+	LOG_LEVEL=warn $(NODE) $(RENOVATE_DIR)/node_modules/renovate/dist/renovate.js --platform=local \
+	  --dry-run=extract --report-type=file --report-path=$(BUILD)/renovate-report.json
+	KROPS_RENOVATE_REPORT=$(BUILD)/renovate-report.json $(BIN)/python -m pytest -q -p no:cacheprovider tests/integration/test_renovate.py
 
 bench:
 	@for script in tests/benchmarks/*.py; do echo ">>> $$script"; $(BIN)/python $$script; done

@@ -16,6 +16,8 @@ must agree with the result.
 from __future__ import annotations
 
 import fnmatch
+import json
+import os
 import pathlib
 import re
 
@@ -110,9 +112,15 @@ def _custom_deps(rel, text):
 
 GH_USES = re.compile(r"uses: (?P<depName>[\w.-]+/[\w./-]+)@(?P<currentDigest>[0-9a-f]{40})")
 GH_PYTHON = re.compile(r"python-version: \"(?P<currentValue>[^\"]+)\"")
+GH_NODE = re.compile(r"node-version: \"(?P<currentValue>[^\"]+)\"")
 PIP = re.compile(r"(?m)^(?P<depName>[A-Za-z0-9_.-]+)(?:\[[^\]]+\])?\s*(?:==|>=|~=)\s*(?P<currentValue>[^\s;#]+)")
 GALAXY_DEP = re.compile(r"(?m)^  (?P<depName>[a-z0-9_]+\.[a-z0-9_]+): \"(?P<currentValue>[^\"]+)\"")
-GALAXY_REQ = re.compile(r"(?m)^  - name: (?P<depName>[a-z0-9_]+\.[a-z0-9_]+)\n    version: \"(?P<currentValue>[^\"]+)\"")
+GALAXY_REQ = re.compile(
+    r"(?m)^  - name: (?P<depName>[a-z0-9_]+\.[a-z0-9_]+)\n    version: \"(?P<currentValue>[^\"]+)\""
+)
+
+
+_KNOWN_INPUT = {GH_PYTHON: "python", GH_NODE: "node"}
 
 
 def _builtin_deps(rel, text):
@@ -122,11 +130,17 @@ def _builtin_deps(rel, text):
         rules.append(("github-actions", GH_USES))
         if "actions/setup-python@" in text:  # known action: its python-version input is a dependency
             rules.append(("github-actions", GH_PYTHON))
+        if "actions/setup-node@" in text:  # likewise node-version
+            rules.append(("github-actions", GH_NODE))
     if any(_file_pattern(p)(rel) for p in CONFIG["pip_requirements"]["managerFilePatterns"]):
         rules.append(("pip_requirements", PIP))
     if any(_file_pattern(p)(rel) for p in CONFIG["ansible-galaxy"]["managerFilePatterns"]):
         rules.append(("ansible-galaxy", GALAXY_DEP if rel == "galaxy.yml" else GALAXY_REQ))
-    return [Dep(rel, name, m, m.groupdict().get("depName", "python")) for name, regex in rules for m in regex.finditer(text)]
+    return [
+        Dep(rel, name, m, m.groupdict().get("depName") or _KNOWN_INPUT[regex])
+        for name, regex in rules
+        for m in regex.finditer(text)
+    ]
 
 
 def _deps(rel, text):
@@ -288,3 +302,47 @@ def test_a_half_update_is_what_validate_rejects(tmp_path):
     assert [f[3] for f in _chart_findings(result)] == [
         "chart cert-manager version v1.21.1 differs from bootstrap.toml [charts] cert-manager = v1.99.0"
     ]
+
+
+def _normalise(value):
+    return re.sub(r"^[<>=~!^]+", "", str(value or ""))
+
+
+def _emulated():
+    _, _, deps_of = _coverage()
+    found = set()
+    for rel, deps in deps_of.items():
+        for dep in deps:
+            groups = dep.match.groupdict()
+            # github-actions: the commit is the pin (the tag is its comment); elsewhere the version.
+            if dep.manager == "github-actions":
+                value = groups.get("currentDigest") or groups.get("currentValue")
+            else:
+                value = groups.get("currentValue") or groups.get("currentDigest")
+            found.add((rel, dep.dep_name, _normalise(value)))
+    return found
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KROPS_RENOVATE_REPORT"),
+    reason="KROPS_RENOVATE_REPORT unset: make renovate writes Renovate's own extraction and runs this",
+)
+def test_emulation_equals_renovates_own_extraction():
+    """Renovate itself (--platform=local --dry-run=extract) finds exactly what the emulation above finds."""
+    report = json.loads(pathlib.Path(os.environ["KROPS_RENOVATE_REPORT"]).read_text(encoding="utf-8"))
+    (repository,) = report["repositories"].values()
+    real = set()
+    for manager, files in repository["packageFiles"].items():
+        for package_file in files:
+            rel = package_file["packageFile"]
+            if not any(fnmatch.fnmatch(rel, pattern) for pattern in PIN_FILES):
+                continue
+            for dep in package_file["deps"]:
+                if dep.get("skipReason") == "local-dependency" or dep.get("depType") == "github-runner":
+                    continue
+                value = dep.get("currentDigest") if manager == "github-actions" and dep.get("currentDigest") else None
+                real.add(
+                    (rel, dep["depName"], _normalise(value or dep.get("currentValue") or dep.get("currentDigest")))
+                )
+    emulated = _emulated()
+    assert sorted(real - emulated) == [] and sorted(emulated - real) == []
