@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck zizmor renovate collection build importer ee-context bench clean
+.PHONY: test setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck zizmor renovate docs docs-setup collection build importer ee-context bench clean
 
 test: setup sanity units integration lint importer
 	@echo "make test: all checks passed"
@@ -111,6 +111,21 @@ renovate:
 	LOG_LEVEL=warn $(NODE) $(RENOVATE_DIR)/node_modules/renovate/dist/renovate.js --platform=local \
 	  --dry-run=extract --report-type=file --report-path=$(BUILD)/renovate-report.json
 	KROPS_RENOVATE_REPORT=$(BUILD)/renovate-report.json $(BIN)/python -m pytest -q -p no:cacheprovider tests/integration/test_renovate.py
+
+# The docs site (docs/docsite/build.py): antsibull-docs' collection reference, docs/*.md through
+# myst-parser, the mermaid diagrams rendered to SVG, Sphinx with -W -n (a broken link fails), offline.
+# Not in make test (minutes, not seconds, here); .github/workflows/docs.yml builds and deploys it and
+# tests/integration/test_docsite.py tests its link checker. docs-setup installs what it needs once:
+# a Chromium for mermaid-cli (Debian's package when root with apt) and npm; mermaid-cli itself is
+# installed by the build into ~/.cache/krops/docsite.
+docs: docs-setup
+	$(BIN)/python docs/docsite/build.py --output $(BUILD)/docsite
+
+docs-setup:
+	@if ! command -v chromium >/dev/null && ! command -v google-chrome >/dev/null || ! command -v npm >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium npm >/dev/null; \
+	  else echo "make docs: needs Chromium (or Chrome) and npm: sudo apt-get install chromium npm" >&2; exit 1; fi; fi
 
 bench:
 	@for script in tests/benchmarks/*.py; do echo ">>> $$script"; $(BIN)/python $$script; done

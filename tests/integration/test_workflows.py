@@ -34,7 +34,7 @@ def _uses_lines():
 
 def test_there_are_workflows_to_check():
     names = {p.name for p in WORKFLOWS}
-    assert {"ci.yml", "konflate.yml", "render-diff.yml"} <= names
+    assert {"ci.yml", "konflate.yml", "render-diff.yml", "docs.yml"} <= names
 
 
 @pytest.mark.parametrize("where", [f"{n}:{i}" for n, i, _ in _uses_lines()])
@@ -89,6 +89,7 @@ def test_only_release_and_pages_jobs_may_write():
                 writers[f"{path.name}:{job}"] = scopes
     assert writers == {
         "render-diff.yml:render-diff": {"pull-requests"},
+        "docs.yml:deploy": {"pages", "id-token"},
     }
 
 
