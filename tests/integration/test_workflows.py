@@ -34,7 +34,7 @@ def _uses_lines():
 
 def test_there_are_workflows_to_check():
     names = {p.name for p in WORKFLOWS}
-    assert {"ci.yml", "konflate.yml", "render-diff.yml", "docs.yml"} <= names
+    assert {"ci.yml", "konflate.yml", "render-diff.yml", "docs.yml", "release.yml"} <= names
 
 
 @pytest.mark.parametrize("where", [f"{n}:{i}" for n, i, _ in _uses_lines()])
@@ -90,6 +90,8 @@ def test_only_release_and_pages_jobs_may_write():
     assert writers == {
         "render-diff.yml:render-diff": {"pull-requests"},
         "docs.yml:deploy": {"pages", "id-token"},
+        "release.yml:ee-image": {"packages", "id-token"},
+        "release.yml:publish": {"contents", "id-token"},
     }
 
 
@@ -116,3 +118,15 @@ def test_zizmor_ignores_have_reasons():
         if re.match(r"^\s+-\s+\S+\.ya?ml", line):
             above = config[number - 1].strip()
             assert above.startswith("#"), f"zizmor.yml:{number + 1}: ignore without a reason comment above it"
+
+
+def test_release_signs_keylessly_and_verifies_what_it_signed():
+    text = (ROOT / ".github" / "workflows" / "release.yml").read_text(encoding="utf-8")
+    assert "cosign sign --yes" in text and "cosign sign-blob --yes --bundle" in text
+    assert "cosign verify-blob --bundle" in text and "cosign verify " in text
+    # Keyless: no key file or key secret anywhere.
+    assert "--key" not in text and "COSIGN_PRIVATE_KEY" not in text
+    release = _load(ROOT / ".github" / "workflows" / "release.yml")
+    assert release["on"] == {"push": {"tags": ["[0-9]+.[0-9]+.[0-9]+"]}}
+    assert release["env"]["PLATFORMS"] == "linux/amd64,linux/arm64"
+    assert release["jobs"]["publish"]["environment"] == "release"
