@@ -112,14 +112,14 @@ renovate:
 	  --dry-run=extract --report-type=file --report-path=$(BUILD)/renovate-report.json
 	KROPS_RENOVATE_REPORT=$(BUILD)/renovate-report.json $(BIN)/python -m pytest -q -p no:cacheprovider tests/integration/test_renovate.py
 
-# The docs site (docs/docsite/build.py): antsibull-docs' collection reference, docs/*.md through
+# The docs site (docs/docsite/make_site.py): antsibull-docs' collection reference, docs/*.md through
 # myst-parser, the mermaid diagrams rendered to SVG, Sphinx with -W -n (a broken link fails), offline.
 # Not in make test (minutes, not seconds, here); .github/workflows/docs.yml builds and deploys it and
 # tests/integration/test_docsite.py tests its link checker. docs-setup installs what it needs once:
 # a Chromium for mermaid-cli (Debian's package when root with apt) and npm; mermaid-cli itself is
 # installed by the build into ~/.cache/krops/docsite.
 docs: docs-setup
-	$(BIN)/python docs/docsite/build.py --output $(BUILD)/docsite
+	$(BIN)/python docs/docsite/make_site.py --output $(BUILD)/docsite
 
 docs-setup:
 	@if ! command -v chromium >/dev/null && ! command -v google-chrome >/dev/null || ! command -v npm >/dev/null; then \

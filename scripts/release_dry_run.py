@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The release workflow's build, SBOM, sign and verify steps, run here (docs/release.md).
 
 .github/workflows/release.yml runs the same steps on a tag with the real signer (cosign, keyless:

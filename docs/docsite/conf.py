@@ -1,4 +1,4 @@
-# Sphinx configuration of the krops.platform docs site, built by docs/docsite/build.py (make docs).
+# Sphinx configuration of the krops.platform docs site, built by docs/docsite/make_site.py (make docs).
 # Started from `antsibull-docs sphinx-init` 2.28.0; changes: the Markdown pages of docs/ through
 # myst-parser, and no intersphinx (the build runs offline: nothing is fetched).
 project = "krops.platform"
@@ -25,7 +25,7 @@ html_theme_options = {"collapse_navigation": False, "display_version": False}
 # upstream-facts.md#tool-checksums-metatoolsyml resolve (and a broken one is a warning, so an error).
 myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence"]
-# Mermaid blocks are replaced by rendered SVG files before Sphinx runs (build.py).
+# Mermaid blocks are replaced by rendered SVG files before Sphinx runs (make_site.py).
 suppress_warnings = []
 nitpicky = True
 default_role = "any"

@@ -1,4 +1,4 @@
-"""The docs site's link checker and page staging (docs/docsite/build.py). The full build takes
+"""The docs site's link checker and page staging (docs/docsite/make_site.py). The full build takes
 minutes here, so make docs and .github/workflows/docs.yml run it; these tests hold the parts that
 decide whether a broken link fails it."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("docsite_build", ROOT / "docs" / "docsite" / "build.py")
+_spec = importlib.util.spec_from_file_location("docsite_build", ROOT / "docs" / "docsite" / "make_site.py")
 build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build)
 
@@ -72,7 +72,8 @@ def test_staging_renders_diagrams_as_images_and_points_repo_files_at_github(repo
     diagrams = {}
     build.stage_page(page, repo / "docs", tmp_path / "rst" / "docs", diagrams, "https://github.com/krops/krops", repo)
     text = (tmp_path / "rst" / "docs" / "environments" / "demo.md").read_text(encoding="utf-8")
-    (digest,) = diagrams
+    assert len(diagrams) == 1
+    digest = next(iter(diagrams))
     assert diagrams[digest] == "flowchart LR\n  a --> b\n"
     assert f"![demo diagram 1](../../_diagrams/{digest}.svg)" in text
     assert "```mermaid" not in text

@@ -58,7 +58,7 @@ def test_dry_run_passes_every_step_for_amd64(released):
 
 
 def test_sbom_lists_every_runtime_requirement_at_the_tested_version(released):
-    out, _ = released
+    out = released[0]
     sbom = json.loads((out / f"krops-platform-{VERSION}.python.cdx.json").read_text(encoding="utf-8"))
     assert sbom["bomFormat"] == "CycloneDX" and sbom["specVersion"] == "1.6"
     components = {c["name"].lower(): (c["version"], c["purl"]) for c in sbom["components"]}
@@ -67,7 +67,7 @@ def test_sbom_lists_every_runtime_requirement_at_the_tested_version(released):
 
 
 def test_release_notes_are_the_versions_changelog(released):
-    out, _ = released
+    out = released[0]
     notes = (out / "release-notes.md").read_text(encoding="utf-8")
     assert notes.startswith(f"# krops.platform {VERSION}\n\n## Summary\n")
     assert "## Minor changes" in notes

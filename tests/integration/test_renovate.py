@@ -182,19 +182,19 @@ def _coverage():
 
 
 def test_every_pin_is_renovated_or_listed_as_manual():
-    uncovered, _, _ = _coverage()
+    uncovered = _coverage()[0]
     assert uncovered == [], "versions no Renovate rule extracts and .github/renovate-manual.yaml does not list"
 
 
 def test_every_manual_entry_has_a_reason_and_still_matches():
-    _, used, _ = _coverage()
+    used = _coverage()[1]
     for entry in MANUAL:
         assert len(entry.get("reason", "").split()) >= 5, f"{entry['file']}: no reason given"
         assert id(entry) in used, f"{entry['file']} {entry['line']!r} matches no pin any more: remove it"
 
 
 def test_every_custom_manager_extracts_something():
-    _, _, deps_of = _coverage()
+    deps_of = _coverage()[2]
     used = {dep.manager for deps in deps_of.values() for dep in deps}
     for manager in CONFIG["customManagers"]:
         assert manager["description"] in used, f"custom manager extracts nothing: {manager['description']}"
@@ -217,7 +217,7 @@ def _deps_named(deps_of, name):
 def test_chart_pins_are_one_dependency_each_across_bootstrap_and_trees():
     """Renovate puts updates of one depName (and one group) in one branch: bootstrap.toml's pin and
     every tree pin of the chart must come out as the same dependency, or the PR would split them."""
-    _, _, deps_of = _coverage()
+    deps_of = _coverage()[2]
     for name, pin in (
         ("cert-manager", "cert-manager"),
         ("cluster-api-operator", "capi-operator"),
@@ -234,7 +234,7 @@ def test_chart_pins_are_one_dependency_each_across_bootstrap_and_trees():
 def test_groups():
     rules = {r.get("groupName"): r for r in CONFIG["packageRules"] if r.get("groupName")}
     capi = set(rules["cluster-api"]["matchPackageNames"])
-    _, _, deps_of = _coverage()
+    deps_of = _coverage()[2]
     providers = {
         dep.dep_name
         for deps in deps_of.values()
@@ -282,7 +282,7 @@ def _chart_findings(result):
 def test_grouped_update_keeps_validate_chart_pins_agreeing(tmp_path, chart):
     pin, new_version = CHARTS[chart]
     root = copy_repo(tmp_path, ("mgmt/local-host", "workload/local-host"))
-    _, _, deps_of = _coverage()
+    deps_of = _coverage()[2]
     deps = [d for d in _deps_named(deps_of, chart) if d.rel == "bootstrap.toml" or d.rel.startswith("mgmt/local-host/")]
     written = _renovate_update(root, deps, new_version)
     assert "bootstrap.toml" in written and len(written) >= 2
@@ -295,7 +295,7 @@ def test_grouped_update_keeps_validate_chart_pins_agreeing(tmp_path, chart):
 def test_a_half_update_is_what_validate_rejects(tmp_path):
     """The same simulation on bootstrap.toml alone: validate reports the drift, so the test above can fail."""
     root = copy_repo(tmp_path, ("mgmt/local-host", "workload/local-host"))
-    _, _, deps_of = _coverage()
+    deps_of = _coverage()[2]
     deps = [d for d in _deps_named(deps_of, "cert-manager") if d.rel == "bootstrap.toml"]
     _renovate_update(root, deps, "v1.99.0")
     result = validate.run(str(root), environments=["local-host"], schema_location=str(SCHEMAS))
@@ -309,7 +309,7 @@ def _normalise(value):
 
 
 def _emulated():
-    _, _, deps_of = _coverage()
+    deps_of = _coverage()[2]
     found = set()
     for rel, deps in deps_of.items():
         for dep in deps:

@@ -37,7 +37,7 @@ def test_there_are_workflows_to_check():
     assert {"ci.yml", "konflate.yml", "render-diff.yml", "docs.yml", "release.yml"} <= names
 
 
-@pytest.mark.parametrize("where", [f"{n}:{i}" for n, i, _ in _uses_lines()])
+@pytest.mark.parametrize("where", [f"{line[0]}:{line[1]}" for line in _uses_lines()])
 def test_every_action_is_pinned_to_a_commit_with_its_tag(where):
     name, number = where.split(":")
     line = (ROOT / ".github" / "workflows" / name).read_text(encoding="utf-8").splitlines()[int(number) - 1]

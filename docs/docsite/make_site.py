@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Build the krops.platform docs site offline (make docs).
 
 1. Check the links of docs/**/*.md: every relative link names an existing file, and every
@@ -80,7 +80,7 @@ def check_links(docs, root=ROOT):
             target = match.group("target")
             if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...
                 continue
-            path_part, _, anchor = target.partition("#")
+            path_part, _sep, anchor = target.partition("#")
             where = page if not path_part else (page.parent / path_part).resolve()
             rel = page.relative_to(root)
             if not where.exists():
