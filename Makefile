@@ -23,7 +23,7 @@ XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loa
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test check quick setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint collection build importer ee-context bench clean
+.PHONY: test check quick setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench clean
 
 # After set-up, the checks run two at a time (TEST_JOBS): the integration suite waits on its
 # emulators more than it computes, so sanity, units, lint and importer share the cores with it.
@@ -69,7 +69,7 @@ quick:
 	@mkdir -p tests/output
 	$(BIN)/python -m pytest $(XDIST) -m 'not slow' $(PYTEST_ARGS) | tee tests/output/pytest-quick.log
 
-lint: ruff yamllint ansible-lint shellcheck docs-lint
+lint: ruff yamllint ansible-lint shellcheck docs-lint zizmor
 
 # The formatter and the linter, configured in ruff.toml; `ruff format .` fixes what the first reports.
 ruff:
@@ -86,6 +86,12 @@ yamllint:
 # markup, option types, and defaults that must be literals of the option's type.
 docs-lint:
 	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections $(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
+
+# The workflows' static analysis (zizmor, configured in .github/zizmor.yml): pedantic, so any
+# finding fails unless the config ignores it with a reason. Offline here; the online audits
+# (impostor commits, known-vulnerable actions) run in ci.yml with the job's token.
+zizmor:
+	$(BIN)/zizmor --offline --persona=pedantic --no-progress .github/workflows
 
 ansible-lint:
 	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections $(BIN)/ansible-lint --profile production
@@ -111,6 +117,39 @@ ee-context: build
 	@mkdir -p build/ee
 	cp "$$(cat $(DIST)/tarball.txt)" build/ee/krops-platform.tar.gz
 	$(BIN)/ansible-builder create -f execution-environment.yml -c build/ee/context
+
+# Renovate's own checks of renovate.json5 (not in make test: Renovate needs Node.js 24 and ~600 npm
+# packages, installed once into RENOVATE_DIR outside the checkout): the config validator, then
+# Renovate's extraction offline (--platform=local --dry-run=extract), which
+# tests/integration/test_renovate.py compares with its emulation of the same rules. ci.yml runs it.
+RENOVATE_VERSION := 44.121.2
+RENOVATE_DIR ?= $(HOME)/.cache/krops/renovate-$(RENOVATE_VERSION)
+NODE ?= node
+renovate:
+	@$(NODE) -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 24 ? 0 : 1)' || \
+	  { echo "make renovate: Renovate $(RENOVATE_VERSION) needs Node.js 24 or newer; set NODE=/path/to/node" >&2; exit 1; }
+	@test -f $(RENOVATE_DIR)/node_modules/renovate/package.json || \
+	  PATH="$$(dirname "$$(command -v $(NODE))"):$$PATH" npm install --prefix $(RENOVATE_DIR) --no-audit --no-fund renovate@$(RENOVATE_VERSION)
+	@mkdir -p $(BUILD)
+	$(NODE) $(RENOVATE_DIR)/node_modules/renovate/dist/config-validator.js --strict
+	LOG_LEVEL=warn $(NODE) $(RENOVATE_DIR)/node_modules/renovate/dist/renovate.js --platform=local \
+	  --dry-run=extract --report-type=file --report-path=$(BUILD)/renovate-report.json
+	KROPS_RENOVATE_REPORT=$(BUILD)/renovate-report.json $(BIN)/python -m pytest -q -p no:cacheprovider tests/integration/test_renovate.py
+
+# The docs site (docs/docsite/make_site.py): antsibull-docs' collection reference, docs/*.md through
+# myst-parser, the mermaid diagrams rendered to SVG, Sphinx with -W -n (a broken link fails), offline.
+# Not in make test (minutes, not seconds, here); .github/workflows/docs.yml builds and deploys it and
+# tests/integration/test_docsite.py tests its link checker. docs-setup installs what it needs once:
+# a Chromium for mermaid-cli (Debian's package when root with apt) and npm; mermaid-cli itself is
+# installed by the build into ~/.cache/krops/docsite.
+docs: docs-setup
+	$(BIN)/python docs/docsite/make_site.py --output $(BUILD)/docsite
+
+docs-setup:
+	@if ! command -v chromium >/dev/null && ! command -v google-chrome >/dev/null || ! command -v npm >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium npm >/dev/null; \
+	  else echo "make docs: needs Chromium (or Chrome) and npm: sudo apt-get install chromium npm" >&2; exit 1; fi; fi
 
 bench:
 	@for script in tests/benchmarks/*.py; do echo ">>> $$script"; $(BIN)/python $$script; done

@@ -1,0 +1,380 @@
+#!/usr/bin/env python
+"""The release workflow's build, SBOM, sign and verify steps, run here (docs/release.md).
+
+.github/workflows/release.yml runs the same steps on a tag with the real signer (cosign, keyless:
+a Fulcio certificate for the workflow's OIDC identity, the signature logged in Rekor) and the real
+image build (buildx, amd64 and arm64). Here the two things that need the network or a container
+engine are stood in for: signing uses an ephemeral ECDSA P-256 key in place of the Fulcio
+certificate (cosign's keyless signature is ECDSA P-256 over SHA-256 too), and the image is its
+build context (ansible-builder create) rather than an image. Everything else is what the workflow
+runs: the version and changelog checks, the tarball, the importer (with --importer), the CycloneDX
+SBOM of the collection's Python dependencies, the checksums and the verification of all of it.
+
+Each step prints PASS, FAIL or SKIP with its reason; the exit code is 1 when any step fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PLATFORMS = ("linux/amd64", "linux/arm64")
+AGE_SECRET = re.compile(rb"AGE-SECRET-KEY-1[0-9A-Z]{50,}")
+REQUIREMENT = re.compile(r"^(?P<name>[A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*(?P<op>==|>=)\s*(?P<version>[^\s;#]+)")
+
+
+class StepError(Exception):
+    pass
+
+
+def _bin(name):
+    found = Path(sys.executable).with_name(name)
+    return str(found) if found.exists() else name
+
+
+def _run(argv, cwd=ROOT, **kwargs):
+    run = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, **kwargs)
+    if run.returncode != 0:
+        raise StepError(
+            f"{' '.join(map(str, argv[:3]))} failed ({run.returncode}): {(run.stderr or run.stdout)[-1500:]}"
+        )
+    return run.stdout
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def galaxy_version(root=ROOT):
+    return str(yaml.safe_load((root / "galaxy.yml").read_text(encoding="utf-8"))["version"])
+
+
+# --- steps ---------------------------------------------------------------------------------------
+
+
+def step_version(ctx):
+    """The tag is galaxy.yml's version and the changelog has a release of it."""
+    version = galaxy_version(ctx["root"])
+    tag = ctx["tag"] or version
+    if tag != version:
+        raise StepError(
+            f"tag {tag} is not galaxy.yml's version {version}: set version: {tag} in galaxy.yml or tag {version}"
+        )
+    releases = yaml.safe_load((ctx["root"] / "changelogs" / "changelog.yaml").read_text(encoding="utf-8"))["releases"]
+    if version not in releases:
+        raise StepError(
+            f"changelogs/changelog.yaml has no release {version}: run antsibull-changelog release --version {version}"
+        )
+    ctx["version"] = version
+    return f"{version}, in changelogs/changelog.yaml"
+
+
+def step_changelog(ctx):
+    """CHANGELOG.rst is what antsibull-changelog generates from changelog.yaml; the release notes."""
+    version = ctx["version"]
+    text = (ctx["root"] / "CHANGELOG.rst").read_text(encoding="utf-8")
+    if not re.search(rf"^v{re.escape(version)}\n=+$", text, re.M):
+        raise StepError(f"CHANGELOG.rst has no v{version} section: antsibull-changelog generate")
+    release = yaml.safe_load((ctx["root"] / "changelogs" / "changelog.yaml").read_text(encoding="utf-8"))["releases"][
+        version
+    ]
+    notes = ctx["out"] / "release-notes.md"
+    notes.write_text(release_notes(version, release), encoding="utf-8")
+    return f"{notes.name} ({len(notes.read_text(encoding='utf-8').splitlines())} lines)"
+
+
+SECTIONS = (
+    ("release_summary", "Summary"),
+    ("major_changes", "Major changes"),
+    ("minor_changes", "Minor changes"),
+    ("breaking_changes", "Breaking changes"),
+    ("deprecated_features", "Deprecated features"),
+    ("removed_features", "Removed features"),
+    ("security_fixes", "Security fixes"),
+    ("bugfixes", "Bugfixes"),
+)
+
+
+def release_notes(version, release):
+    """The GitHub release body: the version's changelog sections (antsibull-changelog's order)."""
+    changes = release.get("changes") or {}
+    lines = [f"# krops.platform {version}", ""]
+    for key, title in SECTIONS:
+        value = changes.get(key)
+        if not value:
+            continue
+        lines += [f"## {title}", ""]
+        lines += [value.strip(), ""] if isinstance(value, str) else [f"- {item.strip()}" for item in value] + [""]
+    for kind in ("modules", "plugins", "objects"):
+        new = release.get(kind)
+        if isinstance(new, dict):
+            new = [item for group in new.values() for item in group]
+        if new:
+            lines += [f"## New {kind}", ""] + [f"- `{i['name']}`: {i.get('description', '')}" for i in new] + [""]
+    return "\n".join(lines)
+
+
+def step_build(ctx):
+    """The tarball (scripts/build_collection.py: build_ignore, then the secret check)."""
+    dist = ctx["out"] / "dist"
+    dist.mkdir(parents=True, exist_ok=True)
+    tarball = Path(
+        _run([sys.executable, "scripts/build_collection.py", "--source", ctx["root"], "--output", dist]).strip()
+    )
+    expected = f"krops-platform-{ctx['version']}.tar.gz"
+    if tarball.name != expected:
+        raise StepError(f"built {tarball.name}, expected {expected}")
+    ctx["tarball"] = tarball
+    return f"{tarball.name} ({tarball.stat().st_size} bytes)"
+
+
+def step_importer(ctx):
+    """galaxy-importer on the tarball, read as make importer reads it."""
+    if not ctx["importer"]:
+        return None
+    cfg = ctx["root"] / "galaxy-importer.cfg"
+    env = dict(__import__("os").environ, GALAXY_IMPORTER_CONFIG=str(cfg))
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    run = subprocess.run(
+        [sys.executable, "-m", "galaxy_importer.main", str(ctx["tarball"])],
+        cwd=ctx["tarball"].parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    log = run.stdout + run.stderr
+    bad = [
+        line
+        for line in log.splitlines()
+        if re.match(r"^(ERROR|CRITICAL|WARNING)", line)
+        and not line.startswith("WARNING: Ignore files skip ansible-test sanity tests")
+    ]
+    if bad or "Importer processing completed successfully" not in log:
+        raise StepError("galaxy-importer: " + ("; ".join(bad) or log[-1000:]))
+    return "clean"
+
+
+def pinned_runtime(root=ROOT):
+    """requirements.txt's packages at the versions of the test lock (what krops is tested with)."""
+    lock = {}
+    for line in (root / "requirements-test.txt").read_text(encoding="utf-8").splitlines():
+        match = REQUIREMENT.match(line)
+        if match and match.group("op") == "==":
+            lock[match.group("name").lower()] = match.group("version")
+    pinned, missing = [], []
+    for line in (root / "requirements.txt").read_text(encoding="utf-8").splitlines():
+        match = REQUIREMENT.match(line)
+        if not match:
+            continue
+        name = match.group("name")
+        if name.lower() not in lock:
+            missing.append(name)
+        else:
+            pinned.append((name, lock[name.lower()]))
+    if missing:
+        raise StepError(f"requirements.txt names {', '.join(missing)}, which requirements-test.txt does not pin")
+    return pinned
+
+
+def step_sbom(ctx):
+    """CycloneDX SBOM of the collection's Python dependencies (cyclonedx-py requirements)."""
+    pinned = pinned_runtime(ctx["root"])
+    source = ctx["out"] / "python-requirements.txt"
+    source.write_text("".join(f"{name}=={version}\n" for name, version in pinned), encoding="utf-8")
+    sbom = ctx["out"] / f"krops-platform-{ctx['version']}.python.cdx.json"
+    _run(
+        [_bin("cyclonedx-py"), "requirements", str(source), "--of", "JSON", "--sv", "1.6"]
+        + ["--output-reproducible", "--validate", "-o", str(sbom)]
+    )
+    ctx["sbom"] = sbom
+    ctx["pinned"] = pinned
+    return f"{sbom.name} ({len(pinned)} components)"
+
+
+def step_ee(ctx):
+    """The execution environment's build context, and a pinned asset for every release platform."""
+    tools = yaml.safe_load((ctx["root"] / "meta" / "tools.yml").read_text(encoding="utf-8"))["tools"]
+    unpinned = []
+    for platform in ctx["platforms"]:
+        arch = platform.split("/")[1]
+        lacking = sorted(name for name, tool in tools.items() if not _url_for(tool["url"], arch))
+        if lacking:
+            unpinned.append(f"{platform}: {', '.join(lacking)}")
+    if unpinned:
+        raise StepError(
+            "meta/tools.yml pins no asset for " + "; ".join(unpinned) + " (each tool is one linux/amd64 asset): "
+            "an image for that platform would carry amd64 binaries. Pin the platform's assets, or release "
+            "--platforms linux/amd64"
+        )
+    if not shutil.which(_bin("ansible-builder")) and not Path(_bin("ansible-builder")).exists():
+        raise StepError("ansible-builder is not installed (requirements-test.txt pins it)")
+    context = ctx["out"] / "ee" / "context"
+    staging = ctx["root"] / "build" / "ee"
+    staging.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ctx["tarball"], staging / "krops-platform.tar.gz")
+    _run(
+        [_bin("ansible-builder"), "create", "-f", "execution-environment.yml", "-c", str(context)]
+        + ["--output-filename", "Containerfile"],
+        cwd=ctx["root"],
+    )
+    if not (context / "Containerfile").exists():
+        raise StepError(f"ansible-builder wrote no Containerfile in {context}")
+    return f"{context}/Containerfile for {', '.join(ctx['platforms'])} (the image is built by release.yml)"
+
+
+def _url_for(url, arch):
+    return any(marker in url for marker in (f"-{arch}", f"/{arch}/", f".{arch}", f"_{arch}"))
+
+
+def step_sign(ctx):
+    """Checksums and a signature of each artifact (stand-in key here; cosign sign-blob on a tag)."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    artifacts = [ctx["tarball"], ctx["sbom"]]
+    sums = ctx["out"] / "SHA256SUMS"
+    sums.write_text("".join(f"{_sha256(p)}  {p.name}\n" for p in artifacts), encoding="utf-8")
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = ctx["out"] / "signer.pub"
+    public.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    for path in artifacts + [sums]:
+        signature = key.sign(path.read_bytes(), ec.ECDSA(hashes.SHA256()))
+        Path(f"{path}.sig").write_bytes(signature)
+    return f"{len(artifacts) + 1} signatures, SHA256SUMS (mock signer: ephemeral P-256 key, signer.pub)"
+
+
+def verify(out, version):
+    """What a user checks after download: the checksums, the signatures, the SBOM and the tarball."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    problems = []
+    public = serialization.load_pem_public_key((out / "signer.pub").read_bytes())
+    sums = out / "SHA256SUMS"
+    for path in [sums] + [out / line.split("  ", 1)[1] for line in sums.read_text(encoding="utf-8").splitlines()]:
+        if path.name != "SHA256SUMS" and not path.exists():
+            path = out / "dist" / path.name
+        try:
+            public.verify(Path(f"{path}.sig").read_bytes(), path.read_bytes(), ec.ECDSA(hashes.SHA256()))
+        except (InvalidSignature, FileNotFoundError):
+            problems.append(f"{path.name}: signature does not verify")
+    for line in sums.read_text(encoding="utf-8").splitlines():
+        digest, name = line.split("  ", 1)
+        path = out / name if (out / name).exists() else out / "dist" / name
+        if not path.exists() or _sha256(path) != digest:
+            problems.append(f"{name}: SHA-256 differs from SHA256SUMS")
+    sbom = json.loads((out / f"krops-platform-{version}.python.cdx.json").read_text(encoding="utf-8"))
+    components = {c["name"].lower(): c.get("version") for c in sbom.get("components", [])}
+    for line in (out / "python-requirements.txt").read_text(encoding="utf-8").splitlines():
+        name, pinned = line.split("==")
+        if components.get(name.lower()) != pinned:
+            problems.append(f"SBOM: {name} {components.get(name.lower())} is not the tested {pinned}")
+    tarball = out / "dist" / f"krops-platform-{version}.tar.gz"
+    with tarfile.open(tarball) as archive:
+        for member in archive.getmembers():
+            if member.isfile() and AGE_SECRET.search(archive.extractfile(member).read()):
+                problems.append(f"{tarball.name}: {member.name} holds an age secret key")
+    return problems
+
+
+def step_verify(ctx):
+    problems = verify(ctx["out"], ctx["version"])
+    if problems:
+        raise StepError("; ".join(problems))
+    return "checksums, signatures, SBOM components and tarball content"
+
+
+STEPS = (
+    ("version", step_version),
+    ("changelog", step_changelog),
+    ("build", step_build),
+    ("importer", step_importer),
+    ("sbom", step_sbom),
+    ("ee-context", step_ee),
+    ("sign", step_sign),
+    ("verify", step_verify),
+)
+NEEDS = {
+    "changelog": "version",
+    "build": "version",
+    "importer": "build",
+    "sbom": "version",
+    "ee-context": "build",
+    "sign": "sbom",
+    "verify": "sign",
+}
+
+
+def dry_run(out, tag=None, platforms=PLATFORMS, importer=False, root=ROOT, report=print):
+    ctx = {"out": out, "tag": tag, "platforms": tuple(platforms), "importer": importer, "root": root}
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for name, step in STEPS:
+        need = NEEDS.get(name)
+        if need and results.get(need) != "PASS":
+            results[name] = "SKIP"
+            report(f"SKIP {name}: {need} did not pass")
+            continue
+        try:
+            detail = step(ctx)
+        except StepError as exc:
+            results[name] = "FAIL"
+            report(f"FAIL {name}: {exc}")
+            continue
+        if detail is None:
+            results[name] = "PASS"
+            report(f"SKIP {name}: not asked for (--importer)")
+            continue
+        results[name] = "PASS"
+        report(f"PASS {name}: {detail}")
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, required=True, help="folder for the release artifacts")
+    parser.add_argument("--tag", help="the tag being released (default: galaxy.yml's version)")
+    parser.add_argument(
+        "--platforms",
+        default=",".join(PLATFORMS),
+        help="image platforms, comma separated (default: %(default)s)",
+    )
+    parser.add_argument("--importer", action="store_true", help="also run galaxy-importer on the tarball")
+    parser.add_argument("--verify-only", action="store_true", help="only verify the artifacts already in --output")
+    args = parser.parse_args(argv)
+    platforms = [p.strip() for p in args.platforms.split(",") if p.strip()]
+    bad = [p for p in platforms if p not in PLATFORMS]
+    if bad:
+        parser.error(f"unknown platform {bad[0]}: choose from {', '.join(PLATFORMS)}")
+    if args.verify_only:
+        version = args.tag or galaxy_version()
+        problems = verify(args.output, version)
+        for problem in problems:
+            print(f"FAIL verify: {problem}")
+        if not problems:
+            print("PASS verify: checksums, signatures, SBOM components and tarball content")
+        return 1 if problems else 0
+    results = dry_run(args.output, args.tag, platforms, args.importer)
+    return 1 if "FAIL" in results.values() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
