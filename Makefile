@@ -23,15 +23,19 @@ XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loa
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test check quick setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench clean
+.PHONY: test static check quick setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench clean
 
-# After set-up, the checks run two at a time (TEST_JOBS): the integration suite waits on its
-# emulators more than it computes, so sanity, units, lint and importer share the cores with it.
-# Each target's output is printed whole when it ends; any failure fails make test.
+# After set-up, the integration suite runs beside the other checks (TEST_JOBS=1: one after the
+# other): it waits on its emulators more than it computes, so sanity, units, lint and importer
+# share the cores with it. The other checks run one after another (the two ansible-test runs share
+# the collection copy). Each side's output is printed whole when it ends; any failure fails make test.
 TEST_JOBS ?= 2
 test: setup
-	@$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target sanity units integration lint importer
+	@$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target integration static
 	@echo "make test: all checks passed"
+
+static:
+	@$(MAKE) --no-print-directory -j 1 sanity units lint importer
 
 setup:
 	@./scripts/setup.sh
