@@ -3,12 +3,14 @@
 """AWS access shared by krops modules: sessions, clients, retries, paginators, ownership.
 
 - :class:`Connection` builds one boto3 session per thread (sessions are not thread-safe,
-  clients are) and caches clients per (service, region). botocore's own retries are off
-  (one attempt per call) and every client counts its API calls (``after-call``), so callers
-  can report how many calls a run made.
-- :func:`call` is the one retry layer (amazon.aws AWSRetry conventions: full-jitter
-  exponential backoff on throttling and transient server errors), and :func:`paginate`
-  walks botocore paginators through it. Two stacked layers would multiply the attempts.
+  clients are) and caches clients per (service, region). Retries are botocore's own, in its
+  ``standard`` mode (full-jitter exponential backoff on throttling and transient errors, honouring
+  ``x-amz-retry-after``, under a retry quota) with one budget, ``BACKOFF_ATTEMPTS`` attempts per
+  call. Every client counts its API calls (``after-call``, once per call whatever the attempts), so
+  callers can report how many calls a run made.
+- :func:`call` adds no retry layer of its own (two stacked layers would multiply the attempts); it
+  turns "this endpoint lacks the operation" into :class:`UnsupportedOperation`, and :func:`pages`
+  walks botocore paginators through it.
 - :func:`is_not_found` says whether an error means "the resource is absent": deletes treat
   that as success, which keeps them idempotent.
 - Ownership is decided in module_utils/ownership.py, never here.
@@ -19,9 +21,7 @@ Importable without Ansible; botocore is optional at import time (HAS_BOTO3).
 from __future__ import annotations
 
 import os
-import random
 import threading
-import time
 
 try:
     import boto3
@@ -45,28 +45,6 @@ AWS_ARGS = dict(
     access_key=dict(type="str", no_log=True),
     secret_key=dict(type="str", no_log=True),
     session_token=dict(type="str", no_log=True),
-)
-
-THROTTLING_CODES = frozenset(
-    (
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "RequestThrottled",
-        "SlowDown",
-        "PriorRequestNotComplete",
-        "EC2ThrottledException",
-        "BandwidthLimitExceeded",
-        # transient server-side errors, retried the same way (botocore's standard mode retries these too)
-        "InternalError",
-        "InternalFailure",
-        "ServiceUnavailable",
-        "RequestTimeout",
-        "RequestTimeoutException",
-    )
 )
 
 # Error codes that mean "this resource does not exist" (so a delete of it has nothing to do).
@@ -101,9 +79,7 @@ NOT_FOUND_CODES = frozenset(
     )
 )
 
-# Backoff for throttling on top of botocore's own retries (module-level so tests can shorten it).
-BACKOFF_BASE = 1.0
-BACKOFF_CAP = 30.0
+# The one retry budget: attempts per API call, botocore's standard retry mode (Connection's Config).
 BACKOFF_ATTEMPTS = 8
 
 # (event name, handler) pairs registered on every client this module builds. Empty in
@@ -142,40 +118,23 @@ def is_not_found(exc):
     return False
 
 
-def is_throttling(exc):
-    return error_code(exc) in THROTTLING_CODES
-
-
 def is_unsupported(exc):
     """An endpoint without this operation answers a bare HTTP 404 (code '404') or InvalidAction."""
     code = error_code(exc)
     return code in ("404", "InvalidAction", "UnknownOperationException", "NotImplemented")
 
 
-def backoff_delay(attempt, base=None, cap=None):
-    """Full-jitter exponential backoff: uniform(0, min(cap, base * 2**attempt))."""
-    base = BACKOFF_BASE if base is None else base
-    cap = BACKOFF_CAP if cap is None else cap
-    return random.uniform(0, min(cap, base * (2**attempt)))
-
-
 def call(client, operation, **kwargs):
-    """client.<operation>(**kwargs), retried with jittered backoff while AWS throttles."""
-    method = getattr(client, operation)
-    attempt = 0
-    while True:
-        try:
-            return method(**kwargs)
-        except ClientError as exc:
-            if is_unsupported(exc):
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
-                raise UnsupportedOperation(
-                    f"{client.meta.service_model.service_name} {operation} is not supported by this endpoint (HTTP {status}, {error_code(exc)})"
-                )
-            if not is_throttling(exc) or attempt + 1 >= BACKOFF_ATTEMPTS:
-                raise
-        time.sleep(backoff_delay(attempt))
-        attempt += 1
+    """client.<operation>(**kwargs); botocore retries throttling and transient errors (standard mode)."""
+    try:
+        return getattr(client, operation)(**kwargs)
+    except ClientError as exc:
+        if is_unsupported(exc):
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
+            raise UnsupportedOperation(
+                f"{client.meta.service_model.service_name} {operation} is not supported by this endpoint (HTTP {status}, {error_code(exc)})"
+            )
+        raise
 
 
 def pages(client, operation, **kwargs):
@@ -287,7 +246,8 @@ class Connection:
         self._session = None
         self._clients = {}
         self._config = botocore.config.Config(
-            retries={"mode": "standard", "total_max_attempts": 1},  # call() is the only retry layer
+            # botocore's standard mode is the only retry layer (call() adds none); one budget per call.
+            retries={"mode": "standard", "total_max_attempts": BACKOFF_ATTEMPTS},
             connect_timeout=10,
             read_timeout=60,
             max_pool_connections=20,

@@ -17,8 +17,11 @@ Discovery is read-only and comes first: check mode returns the plan it produced.
 
 from __future__ import annotations
 
+import email.utils
+import http.client
 import json
 import os
+import random
 import ssl
 import time
 import urllib.error
@@ -75,13 +78,59 @@ class CloudError(Exception):
         self.result = result or {}
 
 
-class Http:
-    """JSON over HTTPS with a bearer token; retries 429/5xx; 404 is reported, not raised."""
+class RetryPolicy:
+    """One retry policy for the ARM and Google REST calls: how many attempts, and how long to wait.
 
-    def __init__(self, token, timeout=60, retries=4, sleep=time.sleep, what="API"):
+    The server's ``Retry-After`` (seconds or an HTTP date, RFC 9110 section 10.2.3; ARM and Google send it
+    with 429 and 503) is honoured, capped at ``retry_after_cap``; otherwise full-jitter exponential
+    backoff, uniform(0, min(cap, base * 2**attempt)), so that many clients throttled together do not
+    come back together.
+    """
+
+    def __init__(self, attempts=5, base=1.0, cap=30.0, retry_after_cap=120.0, rand=random.uniform):
+        self.attempts = attempts
+        self.base = base
+        self.cap = cap
+        self.retry_after_cap = retry_after_cap
+        self.rand = rand
+
+    def delay(self, attempt, retry_after=None):
+        wait = parse_retry_after(retry_after)
+        if wait is not None:
+            return min(wait, self.retry_after_cap)
+        return self.rand(0, min(self.cap, self.base * (2**attempt)))
+
+
+def parse_retry_after(value, now=None):
+    """Seconds from a Retry-After value (delay-seconds or HTTP-date), or None when absent or unreadable."""
+    if value is None or not str(value).strip():
+        return None
+    text = str(value).strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+# Reads and writes alike: a timeout, a dropped connection or a cut-short answer (http.client raises
+# IncompleteRead or RemoteDisconnected, which are not OSErrors) is retried, then reported cleanly.
+_TRANSPORT_ERRORS = (urllib.error.URLError, OSError, http.client.HTTPException)
+
+
+class Http:
+    """JSON over HTTPS with a bearer token; retries 429/5xx and transport failures under one RetryPolicy;
+    404 is reported, not raised."""
+
+    def __init__(self, token, timeout=60, retries=4, sleep=time.sleep, what="API", policy=None):
         self.token = token
         self.timeout = timeout
-        self.retries = retries
+        self.policy = policy or RetryPolicy(attempts=retries + 1)
+        self.retries = self.policy.attempts - 1
         self.sleep = sleep
         self.what = what
         self.calls = []
@@ -95,6 +144,7 @@ class Http:
         """
         data = None if body is None else json.dumps(body).encode()
         for attempt in range(self.retries + 1):
+            last = attempt >= self.retries
             headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
             if data is not None:
                 headers["Content-Type"] = "application/json"
@@ -104,22 +154,33 @@ class Http:
                 raw = resp.read()
                 if headers_out is not None:
                     headers_out.update((k.lower(), v) for k, v in resp.headers.items())
-                return resp.status, (json.loads(raw) if raw.strip() else {})
+                try:
+                    return resp.status, (json.loads(raw) if raw.strip() else {})
+                except ValueError:
+                    raise CloudError(
+                        f"{method} {_redact(url)} answered {resp.status} with a body that is not JSON: {_message(raw)}"
+                    ) from None
             except urllib.error.HTTPError as exc:
-                raw = exc.read()
+                try:
+                    raw = exc.read()
+                except _TRANSPORT_ERRORS:
+                    raw = b""
                 if exc.code == 404 and absent_ok:
                     return 404, {}
                 if exc.code in answer_ok:
                     return exc.code, _json_or_empty(raw)
-                if (exc.code == 429 or exc.code >= 500) and attempt < self.retries:
-                    self.sleep(min(2**attempt, 30))
+                if (exc.code == 429 or exc.code >= 500) and not last:
+                    self.sleep(self.policy.delay(attempt, exc.headers.get("Retry-After") if exc.headers else None))
                     continue
                 raise CloudError(f"{method} {_redact(url)} answered {exc.code}: {_message(raw)}")
-            except (urllib.error.URLError, OSError) as exc:
-                if attempt < self.retries:
-                    self.sleep(min(2**attempt, 30))
+            except _TRANSPORT_ERRORS as exc:
+                if not last:
+                    self.sleep(self.policy.delay(attempt))
                     continue
-                raise CloudError("{} {} failed: {}".format(method, _redact(url), getattr(exc, "reason", exc)))
+                reason = getattr(exc, "reason", None) or exc or type(exc).__name__
+                raise CloudError(
+                    f"{method} {_redact(url)} failed: {reason} (after {attempt + 1} attempts, {self.timeout}s timeout each)"
+                )
         raise CloudError(f"{method} {_redact(url)} kept failing")  # pragma: no cover
 
     def get(self, url):

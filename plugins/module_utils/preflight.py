@@ -41,15 +41,34 @@ _GIT_URL = re.compile(r"^https://(?P<host>[^/\s]+)/(?P<owner>[^/\s]+)/(?P<repo>[
 # --- tools ---------------------------------------------------------------------------
 
 
+# The versions meta/tools.yml pins (the execution environment installs exactly these; modules run
+# without the collection's meta/ folder, so they are repeated here and test_preflight keeps them equal).
+PINNED_TOOLS = {
+    "kind": "v0.32.0",
+    "kubectl": "v1.35.5",
+    "helm": "v3.20.2",
+    "clusterctl": "v1.13.5",
+    "sops": "v3.13.3",
+    "age": "v1.3.2",
+}
+
+
 def check_tools(names, environ=None):
     found, missing = cli.missing_tools(list(dict.fromkeys(names or [])), environ=environ)
     problems = []
     if missing:
-        problems.append(
-            "missing tools: {} (install them or put them on PATH; PATH is {})".format(
-                ", ".join(missing), (environ or os.environ).get("PATH", "")
-            )
+        message = "missing tools: {} (install them or put them on PATH; PATH is {})".format(
+            ", ".join(missing), (environ or os.environ).get("PATH", "")
         )
+        pinned = [name for name in missing if name in PINNED_TOOLS]
+        if pinned:
+            message += (
+                ". krops pins {} (meta/tools.yml); `python scripts/install_tools.py --only {} --dest ~/.local/bin` "
+                "in a checkout installs exactly those, each checked against its SHA-256".format(
+                    ", ".join(f"{name} {PINNED_TOOLS[name]}" for name in pinned), " ".join(pinned)
+                )
+            )
+        problems.append(message)
     return {"found": found, "missing": missing}, problems
 
 

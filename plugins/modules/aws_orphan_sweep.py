@@ -35,8 +35,9 @@ description:
     tagged for the environment and the clusterawsadm CloudFormation stack in each target region (waited)."
   - Owned resources of any other type are found through the Resource Groups Tagging API; they cannot be deleted
     and fail the run, named by ARN.
-  - Throttling and transient errors are retried with jittered backoff (the one retry layer; botocore's own retries
-    are off); "not found" counts as already gone, so a re-run is a no-op. Each resource's outcome is returned.
+  - Throttling and transient errors are retried by botocore's standard retry mode (jittered backoff, one budget of
+    8 attempts per call, the only retry layer); "not found" counts as already gone, so a re-run is a no-op. Each
+    resource's outcome is returned.
     A final pass lists everything again and the task fails when anything owned is left, naming it.
   - With O(mode=report) nothing is changed; owned resources older than O(min_age_hours) are returned as Markdown
     and JSON (and written to O(report_path)). The task fails only when listing failed.

@@ -252,7 +252,8 @@ def argument_spec():
         wait_timeout=dict(type="int"),
         progress_interval=dict(type="int", default=30),
         # Set by the action plugin, which runs the wait in bounded steps.
-        _phase=dict(type="str", default="all", choices=["all", "wait"]),
+        # Undocumented (set by the action plugin only): "wait" skips the set-up; unset means "all" (flux.run).
+        _phase=dict(type="str"),
         _wait_budget=dict(type="int"),
         _wait_total=dict(type="int"),
     )

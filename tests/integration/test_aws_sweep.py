@@ -42,11 +42,46 @@ def toml(tmp_path):
     return str(path)
 
 
+def short_backoff(monkeypatch):
+    """botocore's standard-mode backoff (the only retry layer), shortened: same attempts, 10 ms waits."""
+    from botocore.retries import standard  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", lambda self, context: 0.01)
+
+
+class _Raw:
+    def __init__(self, body):
+        self.body = body
+
+    def stream(self, **_kwargs):
+        yield self.body
+
+
+def wire_error(request, event_name, code, message, status=400):
+    """The error response AWS sends, in the service's wire protocol, for a before-send hook: botocore
+    parses it and its retry handler sees it as it would see AWS's (never a before-call short cut)."""
+    from botocore.awsrequest import AWSResponse  # pylint: disable=import-outside-toplevel
+
+    service = event_name.split(".")[1]
+    if service == "ec2":
+        body = (
+            f"<?xml version='1.0'?><Response><Errors><Error><Code>{code}</Code><Message>{message}</Message>"
+            "</Error></Errors><RequestID>r</RequestID></Response>"
+        ).encode()
+        headers = {}
+    elif service == "s3":
+        body = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+        headers = {}
+    else:  # rest-json services (eks): the code in x-amzn-ErrorType
+        body = json.dumps({"message": message}).encode()
+        headers = {"x-amzn-ErrorType": code, "Content-Type": "application/json"}
+    return AWSResponse(request.url, status, headers, _Raw(body))
+
+
 @pytest.fixture
 def fast(monkeypatch):
     """Short backoff and polls, and a place for HTTP-boundary hooks on every client the module builds."""
-    monkeypatch.setattr(aws, "BACKOFF_BASE", 0.01)
-    monkeypatch.setattr(aws, "BACKOFF_CAP", 0.05)
+    short_backoff(monkeypatch)
     monkeypatch.setattr(aws_sweep, "POLL_FIRST", 0.05)
     monkeypatch.setattr(aws_sweep, "POLL_MAX", 0.2)
     monkeypatch.setattr(aws_sweep, "EXPECTED_SCALE", 0.0)  # moto deletes at once: no quiet time before the first poll
@@ -258,28 +293,22 @@ def test_throttling_is_retried_and_counted(run_module, moto, toml, fast, monkeyp
     seed_cluster(moto, *WORKLOAD)
     throttled = {"DeleteSubnet": 0, "DescribeSecurityGroups": 0, "DeleteNodegroup": 0}
 
-    def throttle(model, **_kwargs):
-        if model.name in throttled and throttled[model.name] < 12:
-            throttled[model.name] += 1
-            return (
-                _Http(400),
-                {
-                    "Error": {
-                        "Code": "RequestLimitExceeded" if model.name != "DeleteNodegroup" else "ThrottlingException",
-                        "Message": "Rate exceeded",
-                    },
-                    "ResponseMetadata": {"HTTPStatusCode": 400},
-                },
-            )
+    def throttle(request, event_name, **_kwargs):
+        name = event_name.rsplit(".", 1)[-1]
+        if name in throttled and throttled[name] < 12:
+            throttled[name] += 1
+            code = "RequestLimitExceeded" if name != "DeleteNodegroup" else "ThrottlingException"
+            return wire_error(request, event_name, code, "Rate exceeded")
         return None
 
-    fast.append(("before-call", throttle))
+    fast.append(("before-send", throttle))
     monkeypatch.setattr(aws, "BACKOFF_ATTEMPTS", 20)
     result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
     assert not result.failed, result["msg"]
     assert throttled == {"DeleteSubnet": 12, "DescribeSecurityGroups": 12, "DeleteNodegroup": 12}
     assert {r["outcome"] for r in result["results"]} == {"deleted"}
-    assert result["api_calls_by_operation"]["ec2.DeleteSubnet"] == 12 + 2
+    # botocore retried inside each call: the count is of calls (after-call), the 12 throttles are attempts.
+    assert result["api_calls_by_operation"]["ec2.DeleteSubnet"] == 2
     ec2 = clients(moto, "eu-north-1")("ec2")
     assert ec2.describe_vpcs(Filters=[{"Name": "tag-key", "Values": [CAPA % "eu-north-1-workload"]}])["Vpcs"] == []
 
@@ -288,18 +317,12 @@ def test_throttling_that_never_ends_fails_the_resource_with_the_reason(run_modul
     seed_cluster(moto, *WORKLOAD)
     monkeypatch.setattr(aws, "BACKOFF_ATTEMPTS", 3)
 
-    def throttle(model, **_kwargs):
-        if model.name == "DeleteBucket":
-            return (
-                _Http(503),
-                {
-                    "Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."},
-                    "ResponseMetadata": {"HTTPStatusCode": 503},
-                },
-            )
+    def throttle(request, event_name, **_kwargs):
+        if event_name.endswith(".DeleteBucket"):
+            return wire_error(request, event_name, "SlowDown", "Please reduce your request rate.", 503)
         return None
 
-    fast.append(("before-call", throttle))
+    fast.append(("before-send", throttle))
     result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
     assert result.failed
     bucket = f"krops-{ACCOUNT}-eu-north-1-workload-data"
@@ -1099,34 +1122,23 @@ def test_oidc_providers_go_by_the_eks_clusters_tags_and_other_providers_survive(
 
 
 def test_one_retry_layer_a_throttled_call_is_sent_once_per_attempt_of_aws_call(moto, monkeypatch):
-    """botocore's retries are off: each attempt of aws.call is one HTTP send (stacked layers would send 3 x 3)."""
-    from botocore.awsrequest import AWSResponse  # pylint: disable=import-outside-toplevel
-
-    class Raw:
-        def __init__(self, body):
-            self.body = body
-
-        def stream(self, **_kwargs):
-            yield self.body
-
+    """botocore's standard mode is the one retry layer: BACKOFF_ATTEMPTS HTTP sends, then the error
+    (aws.call adds no loop of its own, which would send 3 x 3); the counter counts the one call."""
     sends = []
 
-    def throttle(request, **_kwargs):
+    def throttle(request, event_name, **_kwargs):
         sends.append(request.url)
-        body = (
-            b'<?xml version="1.0"?><Response><Errors><Error><Code>RequestLimitExceeded</Code>'
-            b"<Message>Rate exceeded</Message></Error></Errors><RequestID>r</RequestID></Response>"
-        )
-        return AWSResponse(request.url, 400, {}, Raw(body))
+        return wire_error(request, event_name, "RequestLimitExceeded", "Rate exceeded")
 
     monkeypatch.setattr(aws, "CLIENT_HOOKS", [("before-send.ec2.DescribeVpcs", throttle)])
     monkeypatch.setattr(aws, "BACKOFF_ATTEMPTS", 3)
-    monkeypatch.setattr(aws, "BACKOFF_BASE", 0.01)
+    short_backoff(monkeypatch)
     conn = aws.Connection(endpoint_url=moto, access_key="k", secret_key="s")
-    with pytest.raises(aws.ClientError, match="RequestLimitExceeded"):
+    with pytest.raises(aws.ClientError, match="RequestLimitExceeded") as err:
         aws.call(conn.client("ec2", "eu-north-1"), "describe_vpcs")
     assert len(sends) == 3
-    assert conn.counter.by_operation == {"ec2.DescribeVpcs": 3}
+    assert err.value.response["ResponseMetadata"]["RetryAttempts"] == 2
+    assert conn.counter.by_operation == {"ec2.DescribeVpcs": 1}
 
 
 def test_chains_run_side_by_side_and_each_wait_depends_only_on_what_it_needs(moto, toml, fast, held):

@@ -64,10 +64,13 @@ def test_each_environment_is_a_thin_shim_of_one_body(env):
 def test_every_packed_playbook_has_a_name_ansible_can_resolve():
     galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
     checkout_only = {p.split("/", 1)[1] for p in galaxy["build_ignore"] if p.startswith("playbooks/")}
-    assert checkout_only == {"local-host.yml", "local-talos.yml"}
-    imported = {"orphan-report.yml"}  # the body of orphan_report.yml, imported by path
+    # The hyphenated spellings are checkout shims of the underscored playbooks, never packed.
+    assert checkout_only == {"local-host.yml", "local-talos.yml", "orphan-report.yml"}
+    for name in checkout_only:
+        body = name.replace("-", "_")
+        assert [p["ansible.builtin.import_playbook"] for p in load(name)] == [body], name
     for path in (REPO / "playbooks").glob("*.yml"):
-        if path.name in checkout_only | imported:
+        if path.name in checkout_only:
             continue
         assert FQCR_NAME.match(path.stem), path.name
 
@@ -211,3 +214,95 @@ def test_every_playbook_resolves_by_name(installed, tmp_path, name):
         cwd=installed / "work",
     )
     assert rc == 0, (output, stderr)
+
+
+# --- every packed playbook, by name, with the repository given either way ------------------------
+
+REPO_GIVEN = {
+    "extra var": lambda: (["-e", f"krops_repo_root={REPO}"], {}),
+    "KROPS_REPO_ROOT": lambda: ([], {"KROPS_REPO_ROOT": str(REPO)}),
+}
+
+
+def packed_playbooks():
+    galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
+    ignored = {p.split("/", 1)[1] for p in galaxy["build_ignore"] if p.startswith("playbooks/")}
+    return sorted(p.stem for p in (REPO / "playbooks").glob("*.yml") if p.name not in ignored)
+
+
+def test_the_probes_cover_every_packed_playbook():
+    assert sorted(PROBES) == packed_playbooks()
+
+
+def _checks_only(name):
+    # The checks every environment playbook runs first (tagged always); --skip-tags validate stops after them.
+    extra = ["-e", "krops_environment=aws"] if name == "environment" else []
+    return ["--tags", "validate", "--skip-tags", "validate"] + extra, None
+
+
+# playbook -> (arguments, what the run must show), beyond the repository.
+PROBES = {
+    "airgap": lambda ctx: ([], lambda rc, out: rc == 0 and "Explain the tags" in task_results(out)),
+    "render_diff": lambda ctx: (
+        ["-e", "render_diff_base=HEAD"],
+        lambda rc, out: rc == 0 and "markdown" in task_results(out)["Render and compare both revisions"],
+    ),
+    "podinfo": lambda ctx: (
+        [],
+        lambda rc, out: (
+            rc == 2
+            and failed_msg(out).startswith(
+                f"{ctx['home']}/.kube/krops-local-workload.yaml does not exist: run the bootstrap"
+            )
+        ),
+    ),
+    "validate": lambda ctx: (
+        [],
+        lambda rc, out: (
+            rc == 0
+            and [
+                line.split(":")[0]
+                for line in task_results(out)["krops.platform.validate : Show the validation summary"]["msg"]
+            ]
+            == ["aws", "azure", "gcp", "local-host", "local-talos"]
+        ),
+    ),
+    "orphan_report": lambda ctx: (
+        ["-e", f"orphan_report_endpoint_url={ctx['moto']}"],
+        lambda rc, out: rc == 0 and (ctx["reports"] / "orphans-aws.json").is_file(),
+    ),
+    **{
+        name: (lambda ctx, name=name: (_checks_only(name)[0], lambda rc, out: rc == 0))
+        for name in ("local_host", "aws", "azure", "gcp", "local_talos", "environment")
+    },
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", sorted(REPO_GIVEN))
+@pytest.mark.parametrize("name", sorted(PROBES))
+def test_every_packed_playbook_runs_by_name_with_the_repository_given(installed, tmp_path, moto, name, given):
+    """From the installed collection, away from any checkout: the playbook reads the repository it is given
+    (and, without one, says how to give it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    ctx = {"home": home, "moto": moto, "reports": tmp_path / "reports"}
+    base_env = {"HOME": str(home), "ORPHAN_REPORT_DIR": str(ctx["reports"]), "KROPS_PROFILE": ""}
+    args, check = PROBES[name](ctx)
+    rc, output, _err = run(
+        [f"krops.platform.{name}"] + args,
+        tmp_path,
+        env=installed_env(installed, **base_env),
+        cwd=installed / "work",
+    )
+    assert rc == 2
+    assert failed_msg(output).startswith("the GitOps repository is missing: "), failed_msg(output)
+    repo_args, repo_env = REPO_GIVEN[given]()
+    rc, output, stderr = run(
+        [f"krops.platform.{name}"] + args + repo_args,
+        tmp_path,
+        env=installed_env(installed, **base_env, **repo_env),
+        cwd=installed / "work",
+    )
+    assert task_results(output)["Check that the GitOps repository is there"].get("failed") is not True, output
+    assert check(rc, output), (rc, output, stderr)

@@ -545,3 +545,29 @@ def test_image_without_digest_unknown_kind_and_a_manifest_without_core_provider(
         "kind 0.20.0: krops does not know which node images it supports (known: kind 0.31.0, 0.32.0); install kind "
         "v0.32.0",
     ]
+
+
+def test_missing_pinned_tools_are_named_with_their_versions_and_the_installer(fake_bins, run_module):
+    result = run_module(preflight_check, {"tools": ["kind", "no-such-tool-a"]})
+    assert result.failed
+    from ansible_collections.krops.platform.plugins.module_utils import preflight
+
+    facts, problems = preflight.check_tools(["sops", "clusterctl", "no-such-tool-a"], environ={"PATH": "/nowhere"})
+    assert facts["missing"] == ["sops", "clusterctl", "no-such-tool-a"]
+    assert problems == [
+        "missing tools: sops, clusterctl, no-such-tool-a (install them or put them on PATH; PATH is /nowhere). "
+        "krops pins sops v3.13.3, clusterctl v1.13.5 (meta/tools.yml); `python scripts/install_tools.py --only sops "
+        "clusterctl --dest ~/.local/bin` in a checkout installs exactly those, each checked against its SHA-256"
+    ]
+    # The versions are meta/tools.yml's, and the installer takes the options the message gives.
+    import yaml
+
+    pins = yaml.safe_load((REPO / "meta" / "tools.yml").read_text())["tools"]
+    assert preflight.PINNED_TOOLS == {name: pin["version"] for name, pin in pins.items()}
+    helptext = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "install_tools.py"), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--only" in helptext and "--dest" in helptext
