@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import os
 import re
 import shutil
@@ -136,7 +137,7 @@ def check_tree_yaml(directory):
                 except (yaml.YAMLError, ValueError) as exc:
                     if isinstance(exc, YAMLLimitError):
                         raise
-                    # malformed YAML is kustomize's (and yamllint's) to report, with its position  # malformed YAML is kustomize's (and yamllint's) to report, with its position
+                    # malformed YAML is kustomize's (and yamllint's) to report, with its position
                 _CHECKED[key] = True
 
 
@@ -171,7 +172,7 @@ class bounded:  # pylint: disable=invalid-name,too-few-public-methods
         self.saved = (BOUNDS.end, BOUNDS.seconds, BOUNDS.what, BOUNDS.memory)
         if self.deadline is not None or BOUNDS.end is None:  # a nested run keeps the outer run's deadline
             seconds = DEFAULT_DEADLINE if self.deadline is None else self.deadline
-            if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+            if not math.isfinite(seconds) or seconds <= 0:
                 raise ValueError(f"deadline must be a positive finite number of seconds, got {seconds!r}")
             BOUNDS.end, BOUNDS.seconds, BOUNDS.what = time.monotonic() + seconds, seconds, self.what
         BOUNDS.memory = self.memory or BOUNDS.memory
