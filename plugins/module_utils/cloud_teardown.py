@@ -1024,27 +1024,16 @@ GCP_ACCOUNT_ID = krops_config.GCP_SERVICE_ACCOUNT_ID
 def gcp_iam_refusals(cfg, env, accounts, providers):
     """Refuse, before any call, service accounts and providers validate would refuse (ownership.gcp_iam_problems:
     a prerequisite such as krops-capg, another pool's provider, a name the tree does not declare). The tree is
-    rendered from mgmt/<environment>/ of the repository of bootstrap.toml (kustomize, under the render bounds)."""
+    read from mgmt/<environment>/ of the repository of bootstrap.toml (_tree_objects)."""
     if not accounts and not providers:
         return
-    from ansible_collections.krops.platform.plugins.module_utils import render  # pylint: disable=import-outside-toplevel
-
     top = os.path.join(cfg.root, "mgmt", cfg.selected)
     if not os.path.isdir(top):
         raise CloudError(
             f"no tree {top} next to bootstrap.toml: gcp_teardown checks service accounts and workload identity "
             "providers against the tree before it deletes any (run it from the krops checkout)"
         )
-    # rendered, as validate sees it: kustomizations add annotations (deletion-policy abandon) to what they list
-    objects = []
-    try:
-        built = render.render_directories(render.find_kustomization_dirs(top))
-    except (render.RenderError, render.DeadlineExceeded) as exc:
-        raise CloudError(f"cannot render the tree {top} to check the IAM names against it: {exc}") from None
-    for directory, result in sorted(built.items()):
-        if isinstance(result, Exception):
-            raise CloudError(f"cannot render {directory} to check the IAM names against it: {result.reason}")
-        objects.extend(result)
+    objects = _tree_objects(top)
     declared = ownership.gcp_iam_declared(objects, env.get("post-kind-create-hook"))
     refused = [m for dummy, refuse, m in ownership.gcp_iam_problems(accounts, providers, declared) if refuse]
     if refused:
@@ -1052,6 +1041,44 @@ def gcp_iam_refusals(cfg, env, accounts, providers):
             "gcp_teardown refuses to delete what krops does not own (the rules validate applies, docs/teardown.md): "
             + "; ".join(refused)
         )
+
+
+def _tree_objects(top):
+    """The manifests under top, each with the commonAnnotations of every kustomization above it (up to top).
+
+    Read as plain YAML through the bounded loader, without kustomize (teardown needs no renderer). Taking
+    every enclosing kustomization's annotations errs on the side of refusing: an abandon annotation
+    anywhere above an account makes it a prerequisite.
+    """
+    from ansible_collections.krops.platform.plugins.module_utils import render  # pylint: disable=import-outside-toplevel
+
+    def load(path):
+        try:
+            return render.load_yaml_documents(path)
+        except (OSError, ValueError, render.YAMLLimitError) as exc:
+            raise CloudError(f"cannot read {path} of the tree: {exc}") from None
+        except Exception as exc:  # pylint: disable=broad-except  # yaml.YAMLError, without importing yaml here
+            raise CloudError(f"cannot parse {path} of the tree: {_first_line(exc)}") from None
+
+    objects, inherited = [], {top: {}}
+    for folder, dirs, files in os.walk(top):
+        dirs.sort()
+        annotations = dict(inherited.get(folder) or {})
+        for name in render.KUSTOMIZATION_FILES:
+            if name in files:
+                for doc in load(os.path.join(folder, name)):
+                    annotations.update(doc.get("commonAnnotations") or {})
+        for sub in dirs:
+            inherited[os.path.join(folder, sub)] = annotations
+        for name in sorted(files):
+            if name in render.KUSTOMIZATION_FILES or not name.endswith((".yaml", ".yml")):
+                continue
+            for doc in load(os.path.join(folder, name)):
+                meta = doc.get("metadata")
+                if isinstance(meta, dict):
+                    meta["annotations"] = dict(annotations, **(meta.get("annotations") or {}))
+                objects.append(doc)
+    return objects
 
 
 def gcp_account_email(account, project):

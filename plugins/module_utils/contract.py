@@ -112,10 +112,11 @@ def url(http="loopback", what="an https:// URL"):
             ctx.fail(key, f"{what} of at most 2048 characters without spaces or control characters", value)
         try:
             parts = urllib.parse.urlsplit(value)
-            host, port = parts.hostname, parts.port
+            host = parts.hostname
+            if parts.port is not None and not 0 < parts.port < 65536:
+                raise ValueError("Port out of range 1-65535")
         except ValueError as exc:
             ctx.fail(key, what, value, detail=str(exc))
-        _ = port
         scheme = parts.scheme.lower()
         if scheme not in ("https", "http"):
             ctx.fail(

@@ -303,7 +303,9 @@ def gcp_iam_declared(objects, hook=None):
     (and the wif-federate hook) create. GCP IAM objects carry no labels: these exact names are the only proof."""
     accounts, pools, providers = {}, {}, set()
     objects = [
-        o for o in objects if isinstance(o, dict) and str(o.get("apiVersion", "")).split("/")[0] == KCC_IAM_GROUP
+        o
+        for o in objects
+        if isinstance(o, dict) and str(o.get("apiVersion", "")).split("/", maxsplit=1)[0] == KCC_IAM_GROUP
     ]
     for obj in objects:
         annotations = (obj.get("metadata") or {}).get("annotations") or {}

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -135,7 +137,7 @@ def check_tree_yaml(directory):
                 except (yaml.YAMLError, ValueError) as exc:
                     if isinstance(exc, YAMLLimitError):
                         raise
-                    # malformed YAML is kustomize's (and yamllint's) to report, with its position  # malformed YAML is kustomize's (and yamllint's) to report, with its position
+                    # malformed YAML is kustomize's (and yamllint's) to report, with its position
                 _CHECKED[key] = True
 
 
@@ -170,7 +172,7 @@ class bounded:  # pylint: disable=invalid-name,too-few-public-methods
         self.saved = (BOUNDS.end, BOUNDS.seconds, BOUNDS.what, BOUNDS.memory)
         if self.deadline is not None or BOUNDS.end is None:  # a nested run keeps the outer run's deadline
             seconds = DEFAULT_DEADLINE if self.deadline is None else self.deadline
-            if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+            if not math.isfinite(seconds) or seconds <= 0:
                 raise ValueError(f"deadline must be a positive finite number of seconds, got {seconds!r}")
             BOUNDS.end, BOUNDS.seconds, BOUNDS.what = time.monotonic() + seconds, seconds, self.what
         BOUNDS.memory = self.memory or BOUNDS.memory
@@ -196,15 +198,24 @@ def check_deadline(doing=""):
         )
 
 
-def _limit_memory(limit):
-    """preexec_fn: cap the child's address space (RLIMIT_AS), so a runaway build fails instead of the host."""
+# Sets RLIMIT_AS, then execs the renderer: the limit is set in the child without preexec_fn, which is not safe
+# with the threads render_directories runs builds in (Python subprocess documentation).
+_EXEC_FAILED = "krops-exec: "
+_LIMITED = (
+    "import os, resource, sys\n"
+    "limit = int(sys.argv[1])\n"
+    "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+    "try:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as exc:\n"
+    "    sys.stderr.write('%scannot run %s: %s' % (" + repr(_EXEC_FAILED) + ", sys.argv[2], exc.strerror))\n"
+    "    sys.exit(127)\n"
+)
 
-    def apply():
-        import resource  # pylint: disable=import-outside-toplevel
 
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return apply
+def _limited(argv, limit):
+    """argv run with at most ``limit`` bytes of address space, so a runaway build fails instead of the host."""
+    return [sys.executable, "-c", _LIMITED, str(int(limit))] + list(argv)
 
 
 class RenderError(errors.ToolError):
@@ -299,19 +310,20 @@ def build(directory, renderer=None, timeout=120, memory=None):
     env.pop("KUBECONFIG", None)  # rendering never needs a cluster
     try:
         proc = subprocess.run(  # pylint: disable=ansible-bad-function
-            argv,
+            _limited(argv, memory),
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
             env=env,
-            preexec_fn=_limit_memory(memory),  # pylint: disable=subprocess-popen-preexec-fn
         )
     except subprocess.TimeoutExpired:
         check_deadline(f"rendering {directory}")
         raise RenderError(directory, "kustomize did not finish within %d s" % timeout)
     except OSError as exc:
         raise RenderError(directory, f"cannot run {argv[0]}: {exc.strerror}")
+    if proc.returncode == 127 and (proc.stderr or "").startswith(_EXEC_FAILED):
+        raise RenderError(directory, proc.stderr[len(_EXEC_FAILED) :].strip())
     if proc.returncode != 0:
         reason = _clean_reason(proc.stderr, directory)
         if re.search(

@@ -10,15 +10,13 @@ the environment) and asserts it appears nowhere in what krops produces (tarball,
 from __future__ import annotations
 
 import io
-import os
-import subprocess
 import sys
 import tarfile
 import time
 from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
-from test_render_diff import commit, git, repo  # noqa: F401  # the fixture
+from test_render_diff import commit, repo  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.krops.platform.plugins.module_utils import airgap, oci, render, render_diff, validate
 from tests.substrate.fixtures import REPO
@@ -246,9 +244,6 @@ def test_memory_limit_setting_is_checked():
     with pytest.raises(render.RenderError) as caught:
         render.memory_limit({"KROPS_RENDER_MEMORY_LIMIT": "lots"})
     assert caught.value.reason == "KROPS_RENDER_MEMORY_LIMIT='lots' is not a positive size (bytes, or e.g. 512Mi, 2Gi)"
-
-
-_ = (git, subprocess, os)
 
 
 def test_every_finding_kind_render_diff_raises_is_an_accepted_id_shape():

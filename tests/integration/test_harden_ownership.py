@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 from test_aws_sweep_world import BOOTSTRAP_TOML, clients
-from test_teardown_cloud import (  # noqa: F401  # fixtures
+from test_teardown_cloud import (  # noqa: F401  # pylint: disable=unused-import
     SUB,
     arm,
     azure_args,
@@ -188,6 +188,3 @@ def test_the_loader_refuses_duplicate_workloads(tmp_path):
     with pytest.raises(krops_config.ConfigError) as caught:
         krops_config.load(path=str(path), environ={})
     assert "environments.aws.teardown.aws-workloads[].cluster-name[1]: expected distinct entries" in str(caught.value)
-
-
-_ = SUB

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 import yaml
-from test_secrets_role import AWS_VARIABLES, SOPS_FILES, failure, secrets_run, tree  # noqa: F401  # the fixture
+from test_secrets_role import AWS_VARIABLES, SOPS_FILES, failure, secrets_run, tree  # noqa: F401  # pylint: disable=unused-import
 
 PREFIX = "krops.platform.secrets"
 

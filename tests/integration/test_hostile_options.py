@@ -77,14 +77,21 @@ CASES = [
         "archive-path-traversal",
         "airgap_config_archive",
         AR,
-        "option paths[0]: expected a directory inside the repository, got '../../../../../../../../../../../../etc'; it resolves to /etc, outside <tmp>/tree (a symbolic link or '..'); nothing outside the repository is read",
+        (
+            "option paths[0]: expected a directory inside the repository, got "
+            "'../../../../../../../../../../../../etc'; it resolves to /etc, outside <tmp>/tree (a symbolic "
+            "link or '..'); nothing outside the repository is read"
+        ),
         paths=["../../../../../../../../../../../../etc"],
     ),
     c(
         "archive-path-symlink-out",
         "airgap_config_archive",
         AR,
-        "option paths[0]: expected a directory inside the repository, got 'leak'; it resolves to /etc, outside <tmp>/tree (a symbolic link or '..'); nothing outside the repository is read",
+        (
+            "option paths[0]: expected a directory inside the repository, got 'leak'; it resolves to /etc, "
+            "outside <tmp>/tree (a symbolic link or '..'); nothing outside the repository is read"
+        ),
         paths=["leak"],
     ),
     c(
@@ -98,14 +105,20 @@ CASES = [
         "archive-dest-in-tree",
         "airgap_config_archive",
         AR,
-        "option dest: expected a file path outside the GitOps tree, got '<tmp>/tree/mgmt/x.tar'; it lies inside <tmp>/tree/mgmt (paths), which Flux reconciles; write it elsewhere (e.g. airgap/build/)",
+        (
+            "option dest: expected a file path outside the GitOps tree, got '<tmp>/tree/mgmt/x.tar'; it lies "
+            "inside <tmp>/tree/mgmt (paths), which Flux reconciles; write it elsewhere (e.g. airgap/build/)"
+        ),
         dest="<tree>/mgmt/x.tar",
     ),
     c(
         "archive-dest-under-a-file",
         "airgap_config_archive",
         AR,
-        "option dest: expected a file path outside the GitOps tree, got '<tmp>/afile/x.tar'; a part of its folder is a file, not a directory",
+        (
+            "option dest: expected a file path outside the GitOps tree, got '<tmp>/afile/x.tar'; a part of "
+            "its folder is a file, not a directory"
+        ),
         dest="<file>/x.tar",
     ),
     c(
@@ -126,14 +139,20 @@ CASES = [
         "archive-source-file-url",
         "airgap_config_archive",
         AR,
-        "option source: expected an https:// URL, got 'file:///etc/passwd'; the scheme file: is never accepted (only https or http)",
+        (
+            "option source: expected an https:// URL, got 'file:///etc/passwd'; the scheme file: is never "
+            "accepted (only https or http)"
+        ),
         source="file:///etc/passwd",
     ),
     c(
         "archive-revision-newline",
         "airgap_config_archive",
         AR,
-        "option revision: expected a revision such as main@sha1:<commit> without control characters (NUL, newline, tab...), got 'main\\nx'",
+        (
+            "option revision: expected a revision such as main@sha1:<commit> without control characters "
+            "(NUL, newline, tab...), got 'main\\nx'"
+        ),
         revision="main\nx",
     ),
     c(
@@ -217,56 +236,80 @@ CASES = [
         "sweep-endpoint-file",
         "aws_orphan_sweep",
         AWS,
-        "option endpoint_url: expected an https:// URL, got 'file:///etc'; the scheme file: is never accepted (only https or http)",
+        (
+            "option endpoint_url: expected an https:// URL, got 'file:///etc'; the scheme file: is never "
+            "accepted (only https or http)"
+        ),
         endpoint_url="file:///etc",
     ),
     c(
         "sweep-endpoint-http-remote",
         "aws_orphan_sweep",
         AWS,
-        "option endpoint_url: expected an https:// URL, got 'http://example.com'; http:// is accepted only to a loopback address (127.0.0.1, ::1, localhost)",
+        (
+            "option endpoint_url: expected an https:// URL, got 'http://example.com'; http:// is accepted "
+            "only to a loopback address (127.0.0.1, ::1, localhost)"
+        ),
         endpoint_url="http://example.com",
     ),
     c(
         "sweep-report-under-a-file",
         "aws_orphan_sweep",
         AWS,
-        "option report_path: expected a file path, got '<tmp>/afile/r.md'; a part of its folder is a file, not a directory",
+        (
+            "option report_path: expected a file path, got '<tmp>/afile/r.md'; a part of its folder is a "
+            "file, not a directory"
+        ),
         report_path="<file>/r.md",
     ),
     c(
         "arc-cluster-name-path",
         "azure_arc_federate",
         ARC,
-        "option cluster_name: expected an Arc connected cluster name: 1 to 63 letters, digits, '-' and '_', starting with a letter or digit, got 'Bad Name/..'",
+        (
+            "option cluster_name: expected an Arc connected cluster name: 1 to 63 letters, digits, '-' and "
+            "'_', starting with a letter or digit, got 'Bad Name/..'"
+        ),
         cluster_name="Bad Name/..",
     ),
     c(
         "arc-group-traversal",
         "azure_arc_federate",
         ARC,
-        "option resource_group: expected an Azure resource group name: 1 to 90 of letters, digits, '_', '(', ')', '-', '.', not ending in '.' (Azure resource group name rule), got '../x'",
+        (
+            "option resource_group: expected an Azure resource group name: 1 to 90 of letters, digits, '_', "
+            "'(', ')', '-', '.', not ending in '.' (Azure resource group name rule), got '../x'"
+        ),
         resource_group="../x",
     ),
     c(
         "arc-endpoint-file",
         "azure_arc_federate",
         ARC,
-        "option endpoint: expected an https:// URL, got 'file:///'; the scheme file: is never accepted (only https or http)",
+        (
+            "option endpoint: expected an https:// URL, got 'file:///'; the scheme file: is never accepted "
+            "(only https or http)"
+        ),
         endpoint="file:///",
     ),
     c(
         "arc-endpoint-http-remote",
         "azure_arc_federate",
         ARC,
-        "option endpoint: expected an https:// URL, got 'http://management.example'; http:// is accepted only to a loopback address (127.0.0.1, ::1, localhost)",
+        (
+            "option endpoint: expected an https:// URL, got 'http://management.example'; http:// is accepted "
+            "only to a loopback address (127.0.0.1, ::1, localhost)"
+        ),
         endpoint="http://management.example",
     ),
     c(
         "arc-login-ftp",
         "azure_arc_federate",
         ARC,
-        "option login_endpoint: expected an https:// URL, got 'ftp://login.example'; the scheme ftp: is never accepted (only https or http)",
+        (
+            "option login_endpoint: expected an https:// URL, got 'ftp://login.example'; the scheme ftp: is "
+            "never accepted (only https or http)"
+        ),
         login_endpoint="ftp://login.example",
     ),
     c(
@@ -301,14 +344,20 @@ CASES = [
         "arc-identity-dotdot",
         "azure_arc_federate",
         ARC,
-        "option identity_name: expected a user-assigned identity name: 3 to 128 letters, digits, '-' and '_', starting with a letter or digit, got '..'",
+        (
+            "option identity_name: expected a user-assigned identity name: 3 to 128 letters, digits, '-' and "
+            "'_', starting with a letter or digit, got '..'"
+        ),
         identity_name="..",
     ),
     c(
         "azure-endpoint-file",
         "azure_teardown",
         AZ,
-        "option endpoint: expected an https:// URL, got 'file:///'; the scheme file: is never accepted (only https or http)",
+        (
+            "option endpoint: expected an https:// URL, got 'file:///'; the scheme file: is never accepted "
+            "(only https or http)"
+        ),
         endpoint="file:///",
     ),
     c(
@@ -329,21 +378,30 @@ CASES = [
         "azure-group-slash",
         "azure_teardown",
         AZ,
-        "option resource_groups[0]: expected an Azure resource group name: 1 to 90 of letters, digits, '_', '(', ')', '-', '.', not ending in '.' (Azure resource group name rule), got 'a/b'",
+        (
+            "option resource_groups[0]: expected an Azure resource group name: 1 to 90 of letters, digits, "
+            "'_', '(', ')', '-', '.', not ending in '.' (Azure resource group name rule), got 'a/b'"
+        ),
         resource_groups=["a/b"],
     ),
     c(
         "azure-credential-name-dotdot",
         "azure_teardown",
         AZ,
-        "option federated_credential_names[0]: expected a federated identity credential name: 3 to 120 letters, digits, '-' and '_', starting with a letter or digit, got '../x'",
+        (
+            "option federated_credential_names[0]: expected a federated identity credential name: 3 to 120 "
+            "letters, digits, '-' and '_', starting with a letter or digit, got '../x'"
+        ),
         federated_credential_names=["../x"],
     ),
     c(
         "azure-issuer-http",
         "azure_teardown",
         AZ,
-        "option federated_credential_issuers[0]: expected an https:// URL, got 'http://issuer.example'; http:// is never accepted here",
+        (
+            "option federated_credential_issuers[0]: expected an https:// URL, got 'http://issuer.example'; "
+            "http:// is never accepted here"
+        ),
         federated_credential_issuers=["http://issuer.example"],
     ),
     c(
@@ -378,7 +436,11 @@ CASES = [
         "delete-namespace-path",
         "capi_cluster_delete",
         CD,
-        "option namespace: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got 'Bad/..'",
+        (
+            "option namespace: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got "
+            "'Bad/..'"
+        ),
         namespace="Bad/..",
     ),
     c(
@@ -392,14 +454,22 @@ CASES = [
         "delete-cluster-path",
         "capi_cluster_delete",
         CD,
-        "option clusters[0]: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got 'Bad Name/..'",
+        (
+            "option clusters[0]: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got "
+            "'Bad Name/..'"
+        ),
         clusters=["Bad Name/.."],
     ),
     c(
         "delete-keep-dotdot",
         "capi_cluster_delete",
         CD,
-        "option keep[0]: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got '../x'",
+        (
+            "option keep[0]: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got "
+            "'../x'"
+        ),
         keep=["../x"],
     ),
     c(
@@ -413,14 +483,20 @@ CASES = [
         "delete-host-file",
         "capi_cluster_delete",
         CD,
-        "option host: expected an https:// URL, got 'file:///x'; the scheme file: is never accepted (only https or http)",
+        (
+            "option host: expected an https:// URL, got 'file:///x'; the scheme file: is never accepted "
+            "(only https or http)"
+        ),
         host="file:///x",
     ),
     c(
         "delete-kustomization-newline",
         "capi_cluster_delete",
         CD,
-        "option kustomizations[0]: expected a Kustomization name, namespace/name, or * without control characters (NUL, newline, tab...), got 'a\\nb'",
+        (
+            "option kustomizations[0]: expected a Kustomization name, namespace/name, or * without control "
+            "characters (NUL, newline, tab...), got 'a\\nb'"
+        ),
         kustomizations=["a\nb"],
     ),
     c(
@@ -441,21 +517,30 @@ CASES = [
         "pivot-target-server-file",
         "capi_pivot",
         PV,
-        "option target_server: expected an https:// URL, got 'file:///'; the scheme file: is never accepted (only https or http)",
+        (
+            "option target_server: expected an https:// URL, got 'file:///'; the scheme file: is never "
+            "accepted (only https or http)"
+        ),
         target_server="file:///",
     ),
     c(
         "pivot-registry-file",
         "capi_pivot",
         PV,
-        "option registry_url: expected an https:// (or, for a registry on the local network, http://) URL, got 'file:///x'; the scheme file: is never accepted (only https or http)",
+        (
+            "option registry_url: expected an https:// (or, for a registry on the local network, http://) "
+            "URL, got 'file:///x'; the scheme file: is never accepted (only https or http)"
+        ),
         registry_url="file:///x",
     ),
     c(
         "pivot-registry-ftp",
         "capi_pivot",
         PV,
-        "option registry_url: expected an https:// (or, for a registry on the local network, http://) URL, got 'ftp://x'; the scheme ftp: is never accepted (only https or http)",
+        (
+            "option registry_url: expected an https:// (or, for a registry on the local network, http://) "
+            "URL, got 'ftp://x'; the scheme ftp: is never accepted (only https or http)"
+        ),
         registry_url="ftp://x",
     ),
     c(
@@ -483,21 +568,32 @@ CASES = [
         "pivot-environment-path",
         "capi_pivot",
         PV,
-        "option environment: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got 'Bad/..'",
+        (
+            "option environment: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got "
+            "'Bad/..'"
+        ),
         environment="Bad/..",
     ),
     c(
         "flux-sync-ref-option",
         "flux_handoff",
         FX,
-        "flux_handoff: option sync_ref: expected a git branch name (no spaces, '..', '~^:?*[\\', '@{', no leading '-', '/' or '.', no trailing '/', '.' or '.lock'; see git check-ref-format), got '--upload-pack=x'",
+        (
+            "flux_handoff: option sync_ref: expected a git branch name (no spaces, '..', '~^:?*[\\', '@{', no "
+            "leading '-', '/' or '.', no trailing '/', '.' or '.lock'; see git check-ref-format), got "
+            "'--upload-pack=x'"
+        ),
         sync_ref="--upload-pack=x",
     ),
     c(
         "flux-sync-ref-dotdot",
         "flux_handoff",
         FX,
-        "flux_handoff: option sync_ref: expected a git branch name (no spaces, '..', '~^:?*[\\', '@{', no leading '-', '/' or '.', no trailing '/', '.' or '.lock'; see git check-ref-format), got 'a..b'",
+        (
+            "flux_handoff: option sync_ref: expected a git branch name (no spaces, '..', '~^:?*[\\', '@{', no "
+            "leading '-', '/' or '.', no trailing '/', '.' or '.lock'; see git check-ref-format), got 'a..b'"
+        ),
         sync_ref="a..b",
     ),
     c(
@@ -511,14 +607,20 @@ CASES = [
         "flux-sync-url-http",
         "flux_handoff",
         FX,
-        "flux_handoff: option sync_url: expected an https:// or ssh:// URL (ASCII, no spaces), got 'http://git.example/x.git'",
+        (
+            "flux_handoff: option sync_url: expected an https:// or ssh:// URL (ASCII, no spaces), got "
+            "'http://git.example/x.git'"
+        ),
         sync_url="http://git.example/x.git",
     ),
     c(
         "flux-sops-namespaces-duplicate",
         "flux_handoff",
         FX,
-        "flux_handoff: option sops_namespaces[1]: expected distinct entries, got 'flux-system'; it repeats an earlier entry",
+        (
+            "flux_handoff: option sops_namespaces[1]: expected distinct entries, got 'flux-system'; it "
+            "repeats an earlier entry"
+        ),
         sops_namespaces=["flux-system", "flux-system"],
     ),
     c(
@@ -539,35 +641,51 @@ CASES = [
         "flux-environment-dotdot",
         "flux_handoff",
         FX,
-        "flux_handoff: option environment: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got '../x'",
+        (
+            "flux_handoff: option environment: expected a DNS-1123 label: at most 63 lowercase letters, "
+            "digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on "
+            "this name), got '../x'"
+        ),
         environment="../x",
     ),
     c(
         "gcp-project-dotdot",
         "gcp_teardown",
         GC,
-        "option project: expected a GCP project id: up to 30 lowercase letters, digits and '-', starting with a letter and not ending with '-', got '../x'",
+        (
+            "option project: expected a GCP project id: up to 30 lowercase letters, digits and '-', starting "
+            "with a letter and not ending with '-', got '../x'"
+        ),
         project="../x",
     ),
     c(
         "gcp-project-slash",
         "gcp_teardown",
         GC,
-        "option project: expected a GCP project id: up to 30 lowercase letters, digits and '-', starting with a letter and not ending with '-', got 'a/b'",
+        (
+            "option project: expected a GCP project id: up to 30 lowercase letters, digits and '-', starting "
+            "with a letter and not ending with '-', got 'a/b'"
+        ),
         project="a/b",
     ),
     c(
         "gcp-base-url-file",
         "gcp_teardown",
         GC,
-        "option base_url: expected an https:// URL, got 'file:///etc'; the scheme file: is never accepted (only https or http)",
+        (
+            "option base_url: expected an https:// URL, got 'file:///etc'; the scheme file: is never "
+            "accepted (only https or http)"
+        ),
         base_url="file:///etc",
     ),
     c(
         "gcp-base-url-http-remote",
         "gcp_teardown",
         GC,
-        "option base_url: expected an https:// URL, got 'http://googleapis.example'; http:// is accepted only to a loopback address (127.0.0.1, ::1, localhost)",
+        (
+            "option base_url: expected an https:// URL, got 'http://googleapis.example'; http:// is accepted "
+            "only to a loopback address (127.0.0.1, ::1, localhost)"
+        ),
         base_url="http://googleapis.example",
     ),
     c(
@@ -581,14 +699,21 @@ CASES = [
         "gcp-network-upper",
         "gcp_teardown",
         GC,
-        "option networks[0]: expected a GCP network name: 1 to 63 lowercase letters, digits and '-', starting with a letter and not ending with '-' (GCP Compute resource name rule (RFC 1035)), got 'Bad'",
+        (
+            "option networks[0]: expected a GCP network name: 1 to 63 lowercase letters, digits and '-', "
+            "starting with a letter and not ending with '-' (GCP Compute resource name rule (RFC 1035)), got "
+            "'Bad'"
+        ),
         networks=["Bad"],
     ),
     c(
         "gcp-cluster-path",
         "gcp_teardown",
         GC,
-        "option clusters[0]: expected a GKE cluster name: 1 to 40 lowercase letters, digits and '-', starting with a letter, got 'Bad Name/..'",
+        (
+            "option clusters[0]: expected a GKE cluster name: 1 to 40 lowercase letters, digits and '-', "
+            "starting with a letter, got 'Bad Name/..'"
+        ),
         clusters=["Bad Name/.."],
     ),
     c(
@@ -602,7 +727,11 @@ CASES = [
         "gcp-provider-three-parts",
         "gcp_teardown",
         GC,
-        "option workload_identity_providers[0]: expected <pool>/<provider>, e.g. krops/kind: two workload identity IDs of 4 to 32 lowercase letters, digits and '-', not starting with 'gcp-' (IAM workloadIdentityPools and providers ID rule), got 'team/kind/x'",
+        (
+            "option workload_identity_providers[0]: expected <pool>/<provider>, e.g. krops/kind: two "
+            "workload identity IDs of 4 to 32 lowercase letters, digits and '-', not starting with 'gcp-' "
+            "(IAM workloadIdentityPools and providers ID rule), got 'team/kind/x'"
+        ),
         workload_identity_providers=["team/kind/x"],
     ),
     c(
@@ -616,21 +745,30 @@ CASES = [
         "kind-name-traversal",
         "kind_cluster",
         NO_KIND,
-        "option name: expected a kind cluster name: at most 50 characters of a-z, 0-9, '.' and '-' (kind's cluster-name rule), got '../../etc'",
+        (
+            "option name: expected a kind cluster name: at most 50 characters of a-z, 0-9, '.' and '-' "
+            "(kind's cluster-name rule), got '../../etc'"
+        ),
         name="../../etc",
     ),
     c(
         "kind-name-space",
         "kind_cluster",
         NO_KIND,
-        "option name: expected a kind cluster name: at most 50 characters of a-z, 0-9, '.' and '-' (kind's cluster-name rule), got 'Bad Name'",
+        (
+            "option name: expected a kind cluster name: at most 50 characters of a-z, 0-9, '.' and '-' "
+            "(kind's cluster-name rule), got 'Bad Name'"
+        ),
         name="Bad Name",
     ),
     c(
         "kind-mirror-file",
         "kind_cluster",
         NO_KIND,
-        "option registry_mirror.endpoint: expected an https:// (or, for a registry on the local network, http://) URL, got 'file:///x'; the scheme file: is never accepted (only https or http)",
+        (
+            "option registry_mirror.endpoint: expected an https:// (or, for a registry on the local network, "
+            "http://) URL, got 'file:///x'; the scheme file: is never accepted (only https or http)"
+        ),
         name="mgmt",
         registry_mirror={"host": "localhost:5001", "endpoint": "file:///x"},
     ),
@@ -638,7 +776,10 @@ CASES = [
         "kind-mirror-host-newline",
         "kind_cluster",
         NO_KIND,
-        "option registry_mirror.host: expected a non-empty string without control characters (NUL, newline, tab...), got 'a\\nb'",
+        (
+            "option registry_mirror.host: expected a non-empty string without control characters (NUL, "
+            "newline, tab...), got 'a\\nb'"
+        ),
         name="mgmt",
         registry_mirror={"host": "a\nb", "endpoint": "http://krops-registry:5000"},
     ),
@@ -646,7 +787,10 @@ CASES = [
         "kind-require-registry-file",
         "kind_cluster",
         {"kind_binary": "/nonexistent/kind"},
-        "option require_registry: expected an https:// (or, for a registry on the local network, http://) URL, got 'file:///x'; the scheme file: is never accepted (only https or http)",
+        (
+            "option require_registry: expected an https:// (or, for a registry on the local network, "
+            "http://) URL, got 'file:///x'; the scheme file: is never accepted (only https or http)"
+        ),
         name="mgmt",
         state="absent",
         require_registry="file:///x",
@@ -663,7 +807,11 @@ CASES = [
         "kind-environment-path",
         "kind_cluster",
         NO_KIND,
-        "option environment: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got 'Bad/..'",
+        (
+            "option environment: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got "
+            "'Bad/..'"
+        ),
         name="mgmt",
         environment="Bad/..",
     ),
@@ -679,56 +827,81 @@ CASES = [
         "oci-registry-space",
         "oci_artifact_push",
         OCI,
-        "option registry: expected a registry host[:port] such as localhost:5001 (no scheme: https, or http with insecure=true), got 'http://x y'",
+        (
+            "option registry: expected a registry host[:port] such as localhost:5001 (no scheme: https, or "
+            "http with insecure=true), got 'http://x y'"
+        ),
         registry="http://x y",
     ),
     c(
         "oci-registry-scheme",
         "oci_artifact_push",
         OCI,
-        "option registry: expected a registry host[:port] such as localhost:5001 (no scheme: https, or http with insecure=true), got 'https://registry.example'",
+        (
+            "option registry: expected a registry host[:port] such as localhost:5001 (no scheme: https, or "
+            "http with insecure=true), got 'https://registry.example'"
+        ),
         registry="https://registry.example",
     ),
     c(
         "oci-registry-file",
         "oci_artifact_push",
         OCI,
-        "option registry: expected a registry host[:port] such as localhost:5001 (no scheme: https, or http with insecure=true), got 'file:///x'",
+        (
+            "option registry: expected a registry host[:port] such as localhost:5001 (no scheme: https, or "
+            "http with insecure=true), got 'file:///x'"
+        ),
         registry="file:///x",
     ),
     c(
         "oci-repository-upper",
         "oci_artifact_push",
         OCI,
-        "option repository: expected an OCI repository name such as krops or team/krops (lowercase) (OCI distribution-spec repository name), got 'Krops'",
+        (
+            "option repository: expected an OCI repository name such as krops or team/krops (lowercase) (OCI "
+            "distribution-spec repository name), got 'Krops'"
+        ),
         repository="Krops",
     ),
     c(
         "oci-repository-dotdot",
         "oci_artifact_push",
         OCI,
-        "option repository: expected an OCI repository name such as krops or team/krops (lowercase) (OCI distribution-spec repository name), got '../x'",
+        (
+            "option repository: expected an OCI repository name such as krops or team/krops (lowercase) (OCI "
+            "distribution-spec repository name), got '../x'"
+        ),
         repository="../x",
     ),
     c(
         "oci-tag-space",
         "oci_artifact_push",
         OCI,
-        "option tag: expected an OCI tag: up to 128 of a-z, A-Z, 0-9, '_', '.', '-', not starting with '.' or '-' (OCI distribution-spec tag), got 'bad tag'",
+        (
+            "option tag: expected an OCI tag: up to 128 of a-z, A-Z, 0-9, '_', '.', '-', not starting with "
+            "'.' or '-' (OCI distribution-spec tag), got 'bad tag'"
+        ),
         tag="bad tag",
     ),
     c(
         "oci-path-traversal",
         "oci_artifact_push",
         OCI,
-        "option paths[0]: expected a directory inside the repository, got '../../../../../../../../../../../../etc'; it resolves to /etc, outside <tmp>/tree (a symbolic link or '..'); nothing outside the repository is read",
+        (
+            "option paths[0]: expected a directory inside the repository, got "
+            "'../../../../../../../../../../../../etc'; it resolves to /etc, outside <tmp>/tree (a symbolic "
+            "link or '..'); nothing outside the repository is read"
+        ),
         paths=["../../../../../../../../../../../../etc"],
     ),
     c(
         "oci-path-symlink-out",
         "oci_artifact_push",
         OCI,
-        "option paths[0]: expected a directory inside the repository, got 'leak'; it resolves to /etc, outside <tmp>/tree (a symbolic link or '..'); nothing outside the repository is read",
+        (
+            "option paths[0]: expected a directory inside the repository, got 'leak'; it resolves to /etc, "
+            "outside <tmp>/tree (a symbolic link or '..'); nothing outside the repository is read"
+        ),
         paths=["leak"],
     ),
     c(
@@ -742,7 +915,10 @@ CASES = [
         "oci-source-file",
         "oci_artifact_push",
         OCI,
-        "option source: expected an https:// URL, got 'file:///x'; the scheme file: is never accepted (only https or http)",
+        (
+            "option source: expected an https:// URL, got 'file:///x'; the scheme file: is never accepted "
+            "(only https or http)"
+        ),
         source="file:///x",
     ),
     c(
@@ -777,14 +953,21 @@ CASES = [
         "preflight-git-branch-option",
         "preflight_check",
         PF,
-        "option git_branch: expected a git branch name (no spaces, '..', '~^:?*[\\', '@{', no leading '-', '/' or '.', no trailing '/', '.' or '.lock'; see git check-ref-format), got '--upload-pack=x'",
+        (
+            "option git_branch: expected a git branch name (no spaces, '..', '~^:?*[\\', '@{', no leading "
+            "'-', '/' or '.', no trailing '/', '.' or '.lock'; see git check-ref-format), got "
+            "'--upload-pack=x'"
+        ),
         git_branch="--upload-pack=x",
     ),
     c(
         "preflight-github-api-http",
         "preflight_check",
         PF,
-        "option github_api_url: expected an https:// URL, got 'http://api.github.com'; http:// is accepted only to a loopback address (127.0.0.1, ::1, localhost)",
+        (
+            "option github_api_url: expected an https:// URL, got 'http://api.github.com'; http:// is "
+            "accepted only to a loopback address (127.0.0.1, ::1, localhost)"
+        ),
         github_api_url="http://api.github.com",
     ),
     c(
@@ -826,7 +1009,11 @@ CASES = [
         "render-diff-accept-outside",
         "render_diff",
         RD,
-        "option accept_file: expected a file inside the repository, got '<tmp>/outside.txt'; it resolves to <tmp>/outside.txt, outside <tmp>/tree (a symbolic link or '..'); nothing outside the repository is read",
+        (
+            "option accept_file: expected a file inside the repository, got '<tmp>/outside.txt'; it resolves "
+            "to <tmp>/outside.txt, outside <tmp>/tree (a symbolic link or '..'); nothing outside the "
+            "repository is read"
+        ),
         accept_file="<outside>",
     ),
     c(
@@ -896,14 +1083,21 @@ CASES = [
         "teardown-host-environment-path",
         "teardown_host",
         TH,
-        "option environment: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got 'Bad/..'",
+        (
+            "option environment: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got "
+            "'Bad/..'"
+        ),
         environment="Bad/..",
     ),
     c(
         "teardown-host-host-file",
         "teardown_host",
         TH,
-        "option host: expected an https:// URL, got 'file:///'; the scheme file: is never accepted (only https or http)",
+        (
+            "option host: expected an https:// URL, got 'file:///'; the scheme file: is never accepted (only "
+            "https or http)"
+        ),
         host="file:///",
     ),
     c(
@@ -917,21 +1111,33 @@ CASES = [
         "tinkerbell-cluster-path",
         "tinkerbell_release",
         TB,
-        "option clusters[0]: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got 'Bad/..'",
+        (
+            "option clusters[0]: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got "
+            "'Bad/..'"
+        ),
         clusters=["Bad/.."],
     ),
     c(
         "tinkerbell-namespace-dotdot",
         "tinkerbell_release",
         TB,
-        "option namespace: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got '../x'",
+        (
+            "option namespace: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got "
+            "'../x'"
+        ),
         namespace="../x",
     ),
     c(
         "tinkerbell-hardware-namespace-upper",
         "tinkerbell_release",
         TB,
-        "option hardware_namespace: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got 'A'",
+        (
+            "option hardware_namespace: expected a DNS-1123 label: at most 63 lowercase letters, digits and "
+            "'-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), "
+            "got 'A'"
+        ),
         hardware_namespace="A",
     ),
     c(
@@ -945,7 +1151,11 @@ CASES = [
         "tinkerbell-keep-space",
         "tinkerbell_release",
         TB,
-        "option keep[0]: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got 'x y'",
+        (
+            "option keep[0]: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got 'x "
+            "y'"
+        ),
         keep=["x y"],
     ),
     c(
@@ -966,7 +1176,11 @@ CASES = [
         "validate-environment-dotdot",
         "validate",
         VA,
-        "option environments[0]: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), got '../x'",
+        (
+            "option environments[0]: expected a DNS-1123 label: at most 63 lowercase letters, digits and "
+            "'-', starting and ending with a letter or digit (the rule Kubernetes enforces on this name), "
+            "got '../x'"
+        ),
         environments=["../x"],
     ),
     c(

@@ -61,8 +61,9 @@ MODULES = [
 
 def _args(module, args, tmp_path):
     args = dict(args)
-    if module is airgap_config_archive:
-        args.update(root=str(tmp_path), dest=str(tmp_path / "config.tar"))
+    if module is airgap_config_archive:  # the archive goes outside the packed tree (the input contract)
+        (tmp_path / "repo").mkdir(exist_ok=True)
+        args.update(root=str(tmp_path / "repo"), dest=str(tmp_path / "config.tar"))
     return args
 
 
@@ -220,7 +221,8 @@ def test_every_area_error_has_the_one_root():
 
 def test_module_level_refusals_are_expected_errors(run_module, tmp_path):
     result = run_module(
-        airgap_config_archive, dict(ARCHIVE, root=str(tmp_path), dest=str(tmp_path / "c"), reference="x")
+        airgap_config_archive,
+        dict(_args(airgap_config_archive, ARCHIVE, tmp_path), dest=str(tmp_path / "c"), reference="x"),
     )
     assert (
         result["msg"]
