@@ -154,7 +154,15 @@ def provisioned_world(api):
                 "labels": {"krops.io/environment": "edge"},
                 "finalizers": ["cluster.cluster.x-k8s.io"],
             },
-            "spec": {"controlPlaneEndpoint": {"host": "10.9.0.10", "port": 6443}},
+            # Cluster API's Cluster webhook needs a controlPlaneRef, infrastructureRef or topology
+            "spec": {
+                "controlPlaneEndpoint": {"host": "10.9.0.10", "port": 6443},
+                "infrastructureRef": {
+                    "apiGroup": "infrastructure.cluster.x-k8s.io",
+                    "kind": "TinkerbellCluster",
+                    "name": "edge-workload",
+                },
+            },
         }
     )
     decoy_spec = {"disks": [{"device": "/dev/nvme0n1"}], "interfaces": [{"dhcp": {"mac": "aa:bb:cc:dd:ee:02"}}]}

@@ -293,6 +293,13 @@ def test_dangling_dependson_and_dropped_provider(tree):
     assert found(check(tree)) == [
         (
             "bootstrap.toml",
+            key + ".accepted-end-of-life",
+            "contracts",
+            "accepted-end-of-life lists ControlPlaneProvider/talos, which is not an end-of-life provider of this "
+            "environment: remove it",
+        ),
+        (
+            "bootstrap.toml",
             key + ".provider-manifests[3]",
             "bootstrap",
             "mgmt/local-talos/cacppt-system/control-plane-provider.yaml does not exist",
@@ -331,6 +338,13 @@ def test_wrong_infra_provider_name_and_mgmt_cluster_are_bootstrap_findings(tree)
             "bootstrap",
             "mgmt-cluster talos-management is not a Cluster in "
             "namespace default of the tree (Clusters there: local-talos-management)",
+        ),
+        (
+            LT + "/capt-system/infrastructure-provider.yaml",
+            "InfrastructureProvider/capt-system/tinkerbell",
+            "contracts",
+            "InfrastructureProvider tinkerbell v0.7.0: no contract known for this provider (add its metadata.yaml "
+            "to module_utils/contracts.py)",
         ),
     ]
 
