@@ -214,7 +214,7 @@ def test_dropped_ownership_and_run_tags_are_found(tree):
     rel = AWS + "/workload-resources/eu-west-1-workload.yaml"
     edit(tree, rel, "      - key: krops.io/environment\n        value: aws\n", "")  # the Bucket's tagSet
     cp = CLUSTERS + "/eu-west-1/eu-west-1-workload.yaml"
-    edit(tree, cp, '    krops.io/run-id: "${KROPS_RUN_ID:=unset}"\n', "")  # the control plane's
+    edit(tree, cp, "    krops.io/run-id: ${quote}${KROPS_RUN_ID:=unset}${quote}\n", "")  # the control plane's
     edit(tree, AWS + "/aws-global-iam/krops-reader.yaml", "      value: aws\n", "      value: azure\n")  # the Policy's
     assert sorted(found(check(tree))) == sorted(
         [

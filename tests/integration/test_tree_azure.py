@@ -50,12 +50,13 @@ CHAIN = {
     "caaph-system": ["capi-system"],
     "flux-apps": ["caaph-system"],
 }
+# the run tags as the tree writes them: wrapped in the quote variable so Flux keeps them strings
 OWNER_TAGS = {
     "krops-environment": "azure",
-    "krops-run-id": "${KROPS_RUN_ID:=unknown}",
-    "krops-revision": "${KROPS_REVISION:=unknown}",
-    "krops-expires-at": "${KROPS_EXPIRES_AT:=none}",
-    "krops-run-kind": "${KROPS_RUN_KIND:=manual}",
+    "krops-run-id": "${quote}${KROPS_RUN_ID:=unknown}${quote}",
+    "krops-revision": "${quote}${KROPS_REVISION:=unknown}${quote}",
+    "krops-expires-at": "${quote}${KROPS_EXPIRES_AT:=none}${quote}",
+    "krops-run-kind": "${quote}${KROPS_RUN_KIND:=manual}${quote}",
 }
 EMBEDDING = ("AzureASOManagedCluster", "AzureASOManagedControlPlane", "AzureASOManagedMachinePool")
 

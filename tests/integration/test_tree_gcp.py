@@ -173,7 +173,8 @@ def test_every_google_resource_carries_the_ownership_and_run_labels():
         where = "{} {}/{}".format(name, obj["kind"], obj["metadata"]["name"])
         assert labels.get("krops-environment") == "gcp", where
         for label, variable in RUN_LABELS.items():
-            assert labels.get(label) == f"${{{variable}:=none}}", where
+            # wrapped in the quote variable so Flux keeps a numeric-looking run value a string
+            assert labels.get(label) == f"${{quote}}${{{variable}:=none}}${{quote}}", where
         # After Flux substitution every label Google receives is valid (Config Connector drops
         # keys with a '/' prefix, such as krops.io/environment, before it sends them).
         final = substituted(obj, variables)
