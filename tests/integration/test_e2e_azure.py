@@ -403,7 +403,9 @@ def publish_issuer(arm, rid, issuer=ISSUER, delay=0.5):
     start = len(arm.calls)
 
     def run():
-        end = time.monotonic() + 30
+        # Watch for the PUT for as long as a loaded machine may take to reach the hook (the lifecycle
+        # calls this before bootstrap starts; 30 s was too short under load and the hook then timed out).
+        end = time.monotonic() + 900
         while time.monotonic() < end:
             if any(m == "PUT" and p.lower() == rid.lower() for m, p, dummy in arm.calls[start:]):
                 time.sleep(delay)
