@@ -37,7 +37,7 @@ def _kubectl_kustomize(directory):
 
 
 def _schema(obj):
-    group, _, version = obj.get("apiVersion", "").rpartition("/")
+    group, _sep, version = obj.get("apiVersion", "").rpartition("/")
     path = SCHEMAS / group / f"{obj.get('kind', '').lower()}_{version}.json"
     if not group or not path.is_file():
         return None

@@ -34,7 +34,7 @@ def _registry():
 
 @functools.lru_cache(maxsize=256)
 def validator(api_version, kind):
-    group, _, version = api_version.rpartition("/")
+    group, _sep, version = api_version.rpartition("/")
     name = f"{kind.lower()}-{group.split('.')[0]}-{version}" if group else f"{kind.lower()}-{version}"
     path = os.path.join(FOLDER, name + ".json")
     if not os.path.isfile(path):

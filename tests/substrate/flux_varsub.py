@@ -218,7 +218,7 @@ def envsubst(text, variables, strict=False):
 
 def gvk_name(obj):
     """kyaml resid Gvk.String() and the name, as 'post build failed for ...' prints them."""
-    group, _, version = obj.get("apiVersion", "").rpartition("/")
+    group, _sep, version = obj.get("apiVersion", "").rpartition("/")
     kind = obj.get("kind") or "[noKind]"
     return "{}.{}.{}/{}".format(kind, version or "[noVer]", group or "[noGrp]", (obj.get("metadata") or {}).get("name"))
 
