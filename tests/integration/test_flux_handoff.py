@@ -473,10 +473,12 @@ def test_playbook_shows_progress_on_the_controller_while_waiting(kind_api, fake_
                 ks("infra", status="False", reason="HealthCheckFailed", message="timeout waiting for: [Deployment/x]"),
             ),
             (0.3, ks("flux-system", status="True", reason="ReconciliationSucceeded")),
-            (7.0, ks("infra", status="True", reason="ReconciliationSucceeded", message="Applied revision")),
+            # ready after four progress intervals: each interval also costs a module start-up, which a
+            # loaded machine stretches to seconds, and the test wants at least two progress lines
+            (12.0, ks("infra", status="True", reason="ReconciliationSucceeded", message="Applied revision")),
         ],
     ).start()
-    rc, output, stderr = handoff_play(ansible_playbook, kind_api, fake_bins, wait_timeout=30)
+    rc, output, stderr = handoff_play(ansible_playbook, kind_api, fake_bins, wait_timeout=60)
     result = task_results(output)["handoff"]
     assert rc == 0, (result, stderr)
     assert result["ready"] is True and result["changed"] is True
