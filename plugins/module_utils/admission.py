@@ -30,6 +30,8 @@ import ipaddress
 import json
 import re
 
+from ansible_collections.krops.platform.plugins.module_utils import kube
+
 CAPI = ("kubernetes-sigs/cluster-api", "v1.13.5")
 CAPA = ("kubernetes-sigs/cluster-api-provider-aws", "v2.11.1")
 CAPZ = ("kubernetes-sigs/cluster-api-provider-azure", "v1.25.1")
@@ -580,15 +582,7 @@ WEBHOOKS = {
 }
 # The operator's providers: defaulting only (their ValidateCreate returns nil), cluster-api-operator
 # internal/webhook/*provider_webhook.go and provider_webhook.go setDefaultProviderSpec @ v0.28.0.
-for _kind in (
-    "CoreProvider",
-    "BootstrapProvider",
-    "ControlPlaneProvider",
-    "InfrastructureProvider",
-    "AddonProvider",
-    "IPAMProvider",
-    "RuntimeExtensionProvider",
-):
+for _kind in kube.PROVIDER_KINDS:
     WEBHOOKS[("operator.cluster.x-k8s.io", _kind)] = (
         _default_provider,
         None,

@@ -104,23 +104,12 @@ class ConfigError(errors.ConfigError):
         self.environments = list(environments or [])
         parts = ["{}: {}: expected {}".format(path, key or "(top level)", expected)]
         if got is not None:
-            parts.append(f", got {_describe(got)}")
+            parts.append(f", got {contract.describe(got)}")
         if detail:
             parts.append(f"; {detail}")
         if self.environments:
             parts.append(" (valid environments: {})".format(", ".join(self.environments)))
         super().__init__("".join(parts))
-
-
-def _describe(value):
-    if isinstance(value, bool):
-        return f"boolean {str(value).lower()}"
-    if isinstance(value, (dict, list)):
-        return "a table" if isinstance(value, dict) else "an array"
-    if isinstance(value, str) and len(value) > 80:
-        return "%s... (%d characters)" % (repr(value[:60]), len(value))
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def parse_duration(value):

@@ -19,16 +19,11 @@ from __future__ import annotations
 
 import re
 
-# Cluster API release series -> contract (cluster-api metadata.yaml at each tag; preflight uses the same).
-CORE_CONTRACTS = {
-    (1, 8): "v1beta1",
-    (1, 9): "v1beta1",
-    (1, 10): "v1beta1",
-    (1, 11): "v1beta2",
-    (1, 12): "v1beta2",
-    (1, 13): "v1beta2",
-    (1, 14): "v1beta2",
-}
+from ansible_collections.krops.platform.plugins.module_utils import preflight
+
+# Cluster API release series -> contract: the table preflight checks clusterctl against
+# (cluster-api metadata.yaml at each tag).
+CORE_CONTRACTS = preflight.CAPI_CONTRACTS
 # Contracts a core contract still accepts from providers, temporarily (versions.md @ v1.14.0).
 BRIDGES = {
     ("v1beta2", "v1beta1"): "Cluster API's temporary v1beta1 compatibility (deprecated since v1.11, EOL with v1.16)"

@@ -77,16 +77,8 @@ options:
         as kubeconform does.
     type: bool
     default: true
-  deadline:
-    description:
-      - Seconds the whole run may take; crossing it ends the run with a clear error (docs/configuration.md, Bounds).
-    type: float
-    default: 300
-  memory_limit:
-    description:
-      - Bytes of address space one C(kustomize) run may use (RLIMIT_AS); a build that needs more fails with a clear
-        error. Default C($KROPS_RENDER_MEMORY_LIMIT), else 2 GiB.
-    type: int
+extends_documentation_fragment:
+  - krops.platform.render_bounds
 attributes:
   check_mode:
     support: full
