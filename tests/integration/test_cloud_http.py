@@ -104,7 +104,7 @@ def test_throttling_past_the_budget_fails_naming_the_call(recorder):
             http(arm, recorder, retries=2).request("DELETE", arm.url + GROUP)
     finally:
         arm.stop()
-    assert str(err.value) == f"DELETE {arm.url}{GROUP.split('?')[0]} answered 429: slow down"
+    assert str(err.value) == f"DELETE {arm.url}{GROUP.split('?', maxsplit=1)[0]} answered 429: slow down"
     assert arm.seen == 3 and recorder == [1.0, 1.0]
 
 
@@ -120,7 +120,7 @@ def test_a_stalled_call_is_retried_then_fails_cleanly_reads_and_writes_alike(rec
         arm.stop()
     assert (
         str(err.value)
-        == f"{method} {arm.url}{GROUP.split('?')[0]} failed: timed out (after 2 attempts, 0.3s timeout each)"
+        == f"{method} {arm.url}{GROUP.split('?', maxsplit=1)[0]} failed: timed out (after 2 attempts, 0.3s timeout each)"
     )
     assert len(client.calls) == 2 and len(recorder) == 1
 
@@ -135,7 +135,7 @@ def test_an_answer_that_is_not_json_fails_cleanly(recorder, method):
     finally:
         arm.stop()
     assert str(err.value) == (
-        f'{method} {arm.url}{GROUP.split("?")[0]} answered 200 with a body that is not JSON: {{"id": "x"'
+        f'{method} {arm.url}{GROUP.split("?", maxsplit=1)[0]} answered 200 with a body that is not JSON: {{"id": "x"'
     )
 
 

@@ -219,7 +219,7 @@ def _version_ok(obj, errs):
 
 
 def _prefix_v(obj, path):
-    parent, _, key = path.rpartition(".")
+    parent, dummy, key = path.rpartition(".")
     holder = _g(obj, parent)
     if isinstance(holder, dict) and holder.get(key) and not str(holder[key]).startswith("v"):
         holder[key] = "v" + str(holder[key])
