@@ -107,6 +107,12 @@ options:
         the deletions already started, without listing the account again. V(0) runs the module once.
     type: int
     default: 30
+  _wait_budget:
+    description: Internal, set by the action plugin (seconds this step may wait). Do not set.
+    type: int
+  _sweep_state:
+    description: Internal, set by the action plugin (where the previous step stopped). Do not set.
+    type: dict
 extends_documentation_fragment:
   - krops.platform.aws
 attributes:

@@ -142,6 +142,12 @@ options:
       - Seconds between progress lines on the controller while the module waits (shown on stderr by the action plugin).
     type: int
     default: 30
+  _wait_budget:
+    description: Internal, set by the action plugin (seconds this step may spend before a wait returns pending). Do not set.
+    type: int
+  _wait_spent:
+    description: Internal, set by the action plugin (seconds earlier steps spent on each wait). Do not set.
+    type: dict
 notes:
   - clusterctl gets both kubeconfig files by path; the credentials for AWS reach the cluster through the API, never argv.
   - Never deletes anything on the management cluster; deleting a moved Cluster, AWSManaged*, MachinePool or CAPD object

@@ -99,6 +99,17 @@ options:
     description: Seconds between progress reports on the controller while waiting.
     type: int
     default: 30
+  _phase:
+    description: Internal, set by the action plugin (V(wait) skips the set-up in later steps). Do not set.
+    type: str
+    choices: [all, wait]
+    default: all
+  _wait_budget:
+    description: Internal, set by the action plugin (seconds this step may wait). Do not set.
+    type: int
+  _wait_total:
+    description: Internal, set by the action plugin (the whole wait budget, for messages). Do not set.
+    type: int
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -252,8 +263,7 @@ def argument_spec():
         wait_timeout=dict(type="int"),
         progress_interval=dict(type="int", default=30),
         # Set by the action plugin, which runs the wait in bounded steps.
-        # Undocumented (set by the action plugin only): "wait" skips the set-up; unset means "all" (flux.run).
-        _phase=dict(type="str"),
+        _phase=dict(type="str", default="all", choices=["all", "wait"]),
         _wait_budget=dict(type="int"),
         _wait_total=dict(type="int"),
     )

@@ -176,14 +176,3 @@ def test_the_checks_find_planted_defects():
         "r: option r_e shows the expression '{{ x }}' as a typed default",
         "r: option r_f is computed but its description does not say how",
     ]
-
-
-def test_no_internal_option_is_documented(module_docs):
-    """The options the action plugins pass to their modules (_wait_budget, ...) stay out of the public docs;
-    the modules accept them undocumented (tests/sanity/ignore-*.txt: validate-modules:undocumented-parameter,
-    the exception Ansible's collection requirements allow for data passed in by an action plugin)."""
-    internal = {
-        name: sorted(o for o in entry["doc"].get("options", {}) if o.startswith("_"))
-        for name, entry in module_docs.items()
-    }
-    assert {name: opts for name, opts in internal.items() if opts} == {}
