@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -43,7 +44,10 @@ def _bin(name):
 
 
 def _run(argv, cwd=ROOT, **kwargs):
-    run = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, **kwargs)
+    try:
+        run = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, **kwargs)
+    except OSError as exc:
+        raise StepError(f"{argv[0]} cannot run ({exc.strerror}): make setup installs it") from exc
     if run.returncode != 0:
         raise StepError(
             f"{' '.join(map(str, argv[:3]))} failed ({run.returncode}): {(run.stderr or run.stdout)[-1500:]}"
@@ -74,13 +78,39 @@ def step_version(ctx):
         raise StepError(
             f"tag {tag} is not galaxy.yml's version {version}: set version: {tag} in galaxy.yml or tag {version}"
         )
-    releases = yaml.safe_load((ctx["root"] / "changelogs" / "changelog.yaml").read_text(encoding="utf-8"))["releases"]
-    if version not in releases:
+    ctx["version"] = version
+    if version in _releases(ctx["root"]):
+        return f"{version}, in changelogs/changelog.yaml"
+    if ctx["tag"]:
+        # A tag publishes: its commit must carry the release (docs/release.md, step 2).
         raise StepError(
             f"changelogs/changelog.yaml has no release {version}: run antsibull-changelog release --version {version}"
         )
-    ctx["version"] = version
-    return f"{version}, in changelogs/changelog.yaml"
+    # Before the tag, changelog.yaml records only published releases (test_changelog), so the dry run
+    # rehearses step 2 on a copy of the checkout and goes on from that copy.
+    ctx["root"] = _rehearse_release(ctx["root"], ctx["out"] / "rehearsal", version)
+    if version not in _releases(ctx["root"]):
+        raise StepError(f"antsibull-changelog release --version {version} recorded no release {version}")
+    return f"{version}, not released yet: antsibull-changelog release rehearsed in {ctx['root']}"
+
+
+def _releases(root):
+    return yaml.safe_load((root / "changelogs" / "changelog.yaml").read_text(encoding="utf-8"))["releases"] or {}
+
+
+def _rehearse_release(root, copy, version):
+    """The checkout's files (tracked, and untracked ones git does not ignore) in `copy`, released there."""
+    listed = _run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+    shutil.rmtree(copy, ignore_errors=True)
+    for name in filter(None, listed.split("\0")):
+        source = root / name
+        if source.is_file() and not source.is_symlink():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy / name)
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # antsibull-changelog calls ansible-doc
+    _run([_bin("antsibull-changelog"), "release", "--version", version], cwd=copy, env=env)
+    return copy
 
 
 def step_changelog(ctx):
@@ -89,9 +119,7 @@ def step_changelog(ctx):
     text = (ctx["root"] / "CHANGELOG.rst").read_text(encoding="utf-8")
     if not re.search(rf"^v{re.escape(version)}\n=+$", text, re.M):
         raise StepError(f"CHANGELOG.rst has no v{version} section: antsibull-changelog generate")
-    release = yaml.safe_load((ctx["root"] / "changelogs" / "changelog.yaml").read_text(encoding="utf-8"))["releases"][
-        version
-    ]
+    release = _releases(ctx["root"])[version]
     notes = ctx["out"] / "release-notes.md"
     notes.write_text(release_notes(version, release), encoding="utf-8")
     return f"{notes.name} ({len(notes.read_text(encoding='utf-8').splitlines())} lines)"
@@ -147,7 +175,7 @@ def step_importer(ctx):
     if not ctx["importer"]:
         return None
     cfg = ctx["root"] / "galaxy-importer.cfg"
-    env = dict(__import__("os").environ, GALAXY_IMPORTER_CONFIG=str(cfg))
+    env = dict(os.environ, GALAXY_IMPORTER_CONFIG=str(cfg))
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     run = subprocess.run(
         [sys.executable, "-m", "galaxy_importer.main", str(ctx["tarball"])],
