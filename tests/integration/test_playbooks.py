@@ -263,6 +263,7 @@ PROBES = {
             and [
                 line.split(":")[0]
                 for line in task_results(out)["krops.platform.validate : Show the validation summary"]["msg"]
+                if ": [" not in line  # the environment lines; the warnings (path: object: [group] ...) follow
             ]
             == ["aws", "azure", "gcp", "local-host", "local-talos"]
         ),

@@ -17,7 +17,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 
 from ansible_collections.krops.platform.plugins.module_utils import render_diff
-from tests.substrate.fixtures import REPO
+from tests.substrate.fixtures import REPO, copy_playbook
 from tests.substrate.trees import SCHEMAS, edit
 
 DATA = "mgmt/local-host/data"
@@ -480,8 +480,7 @@ def test_module_fails_on_blocking_findings_passes_when_acknowledged(repo, run_mo
 @pytest.mark.slow
 def test_render_diff_playbook(repo, ansible_playbook, tmp_path):
     root, base = repo
-    (root / "playbooks").mkdir()
-    shutil.copy(REPO / "playbooks" / "render_diff.yml", root / "playbooks" / "render_diff.yml")
+    copy_playbook("render_diff.yml", root)
     edit(
         root,
         DATA + "/bucket.yaml",

@@ -24,7 +24,7 @@ import pytest
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.modules import validate as validate_module
-from tests.substrate.fixtures import REPO, VENV_BIN, free_port, task_results
+from tests.substrate.fixtures import REPO, VENV_BIN, copy_playbook, free_port, task_results
 from tests.substrate.trees import SCHEMAS, copy_repo, edit, findings as found
 
 LH = "mgmt/local-host"
@@ -676,8 +676,7 @@ def test_command_line_exit_codes(tree):
 @pytest.mark.slow
 def test_validate_playbook(ansible_playbook, tree):
     """playbooks/validate.yml, run from a copy of the tree (it validates <playbook_dir>/..)."""
-    (tree / "playbooks").mkdir()
-    shutil.copy(REPO / "playbooks" / "validate.yml", tree / "playbooks" / "validate.yml")
+    copy_playbook("validate.yml", tree)
     env = {"KROPS_SCHEMA_LOCATION": str(SCHEMAS)}
     rc, output, stderr = ansible_playbook(tree / "playbooks" / "validate.yml", env=env)
     assert rc == 0, (output, stderr)

@@ -39,6 +39,15 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 
+def copy_playbook(name, root):
+    """playbooks/<name> into root/playbooks, with the task and vars files the playbooks share."""
+    target = root / "playbooks"
+    for shared in ("tasks", "vars"):
+        shutil.copytree(REPO / "playbooks" / shared, target / shared, dirs_exist_ok=True)
+    shutil.copy(REPO / "playbooks" / name, target / name)
+    return target / name
+
+
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
