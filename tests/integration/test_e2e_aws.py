@@ -592,7 +592,6 @@ def assert_one_database_network_per_workload(endpoint):
         ]
 
 
-@pytest.mark.playbook  # it runs playbooks/aws.yml through a helper the classifier does not follow
 def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
     """ansible-playbook -i inventories/aws playbooks/aws.yml --tags bootstrap, --tags pivot, then --tags teardown
     --check and --tags teardown, on the emulated host (tests/substrate/lifecycle.py: kind, Flux with SOPS

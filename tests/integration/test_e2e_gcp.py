@@ -574,7 +574,6 @@ def _tls_registry(root):
     return process, f"127.0.0.1:{port}", f"{folder}/ca.crt"
 
 
-@pytest.mark.playbook  # it runs playbooks/gcp.yml through a helper the classifier does not follow
 def test_gcp_bootstrap_pivot_teardown_on_the_emulated_world(tmp_path, monkeypatch):
     """ansible-playbook -i inventories/gcp playbooks/gcp.yml (bootstrap and pivot), then --tags teardown --check
     (changes nothing) and --tags teardown, on the emulated host (tests/substrate/lifecycle.py) with CAPG, GKE,
