@@ -128,7 +128,8 @@ def classify(item):
             more = _reaches(obj)
             spawns, lifecycle = spawns or more[0], lifecycle or more[1]
     marks = set()
-    if spawns:
+    # The emulated host runs its playbooks through helpers the walk may not follow (lifecycle.py's).
+    if spawns or lifecycle:
         marks.add("playbook")
     if lifecycle:
         marks.add("lifecycle")
