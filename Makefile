@@ -18,7 +18,8 @@ COLLECTION := $(BUILD)/ansible_collections/krops/platform
 PYTEST_ARGS ?=
 # pytest-xdist workers; each test file stays on one worker (module-scoped fixtures, shared folders).
 PYTEST_WORKERS ?= 2
-XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile,)
+# Files go out in tests/conftest.py's order, costliest first (not xdist's default: most tests first).
+XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder,)
 # ansible-test runs on the virtual environment's Python (its bin folder comes first on PATH).
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=

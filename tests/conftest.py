@@ -138,11 +138,27 @@ def classify(item):
     return marks
 
 
+# A rough cost of one test of each kind, in seconds (docs/testing.md's profile): an emulated lifecycle
+# runs for minutes, a playbook test for tens of seconds, the rest for about one.
+COST = {"lifecycle": 300, "playbook": 20}
+
+
+def _cost(item):
+    return max((COST[m] for m in COST if item.get_closest_marker(m)), default=1)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for mark in sorted(classify(item)):
             if not item.get_closest_marker(mark):
                 item.add_marker(mark)
+    # Costliest files first: pytest-xdist's loadfile hands out files in this order (the Makefile turns
+    # off its reordering by test count, which put the few-test lifecycle files last, so one worker
+    # ran a 20-minute lifecycle alone at the end). The order inside a file is kept.
+    per_file = {}
+    for item in items:
+        per_file[item.nodeid.split("::")[0]] = per_file.get(item.nodeid.split("::")[0], 0) + _cost(item)
+    items.sort(key=lambda item: -per_file[item.nodeid.split("::")[0]])
 
 
 # --- the guard: a spawn the classifier missed -------------------------------------------------
