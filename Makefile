@@ -24,7 +24,7 @@ XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loa
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test static check quick setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench clean
+.PHONY: test static check quick durations setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench clean
 
 # After set-up, the integration suite runs beside the other checks (TEST_JOBS=1: one after the
 # other): it waits on its emulators more than it computes, so sanity, units, lint and importer
@@ -73,6 +73,11 @@ check:
 quick:
 	@mkdir -p tests/output
 	$(BIN)/python -m pytest $(XDIST) -m 'not slow' $(PYTEST_ARGS) | tee tests/output/pytest-quick.log
+
+# Each test's seconds into tests/benchmarks/durations.json: a test recorded over tests/conftest.py's
+# QUICK_SECONDS is slow, so make check stays quick. Run it on an idle machine after adding tests.
+durations:
+	$(BIN)/python -m pytest $(XDIST) -m 'not playbook and not lifecycle' --record-durations -q $(PYTEST_ARGS)
 
 lint: ruff yamllint ansible-lint shellcheck docs-lint zizmor
 

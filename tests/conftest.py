@@ -5,7 +5,8 @@
 - ``lifecycle``: it runs on the emulated host (tests/substrate/lifecycle.py: ``lifecycle_world``,
   ``emulated_world``, ``EmulatedWorld``), where the environments' whole lifecycles run.
 - ``slow``: either of the two (also when marked by hand), or marked ``slow`` by hand (other costly processes: ansible-builder,
-  galaxy-importer, a pytest run in a copy). ``make check`` runs ``-m "not slow"``.
+  galaxy-importer, a pytest run in a copy), or recorded in tests/benchmarks/durations.json at over
+  QUICK_SECONDS (``make durations`` records them). ``make check`` runs ``-m "not slow"``.
 
 The classification reads code, so it can miss a spawn hidden behind something it does not follow
 (a name bound at run time). A guard catches that: a test not classified ``playbook`` that starts
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import os
 import sys
 import types
@@ -147,9 +149,55 @@ def _cost(item):
     return max((COST[m] for m in COST if item.get_closest_marker(m)), default=1)
 
 
+# --- measured cost: the recorded durations (tests/benchmarks/durations.json) ---------------------
+
+DURATIONS = os.path.join(TESTS, "benchmarks", "durations.json")
+# A test recorded above this many seconds (setup, call and teardown) is slow, whatever it starts:
+# the quick tier is what answers in seconds (docs/testing.md).
+QUICK_SECONDS = 2.0
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help=f"write each test's seconds to {os.path.relpath(DURATIONS)} (make durations)",
+    )
+
+
+def _recorded():
+    try:
+        with open(DURATIONS, encoding="utf-8") as handle:
+            return json.load(handle)["seconds"]
+    except FileNotFoundError:
+        return {}
+
+
+_measured = {}
+
+
+def pytest_runtest_logreport(report):
+    # On the xdist controller too: the workers' reports arrive here with their durations.
+    _measured[report.nodeid] = _measured.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    if not session.config.getoption("record_durations") or hasattr(session.config, "workerinput"):
+        return
+    seconds = dict(_recorded())
+    seconds.update({nodeid: round(value, 2) for nodeid, value in _measured.items()})
+    with open(DURATIONS, "w", encoding="utf-8") as handle:
+        json.dump({"threshold": QUICK_SECONDS, "seconds": dict(sorted(seconds.items()))}, handle, indent=0)
+        handle.write("\n")
+
+
 def pytest_collection_modifyitems(config, items):
+    recorded = _recorded()
     for item in items:
-        for mark in sorted(classify(item)):
+        marks = classify(item)
+        if recorded.get(item.nodeid, 0.0) > QUICK_SECONDS:
+            marks.add("slow")
+        for mark in sorted(marks):
             if not item.get_closest_marker(mark):
                 item.add_marker(mark)
     # Costliest files first: pytest-xdist's loadfile hands out files in this order (the Makefile turns
