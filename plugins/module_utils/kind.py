@@ -421,7 +421,7 @@ def create_marker(kubeconfig, context, data, timeout=120):
     }
     try:
         kube.resource(client, "v1", "ConfigMap").create(body=body, namespace=MARKER_NAMESPACE)
-    except (kube.ApiException, kube.KubeError) as exc:
+    except (kube.KubeError,) + kube.API_ERRORS as exc:  # API_ERRORS: a stalled or broken connection too
         raise KindError(
             "kind cluster {}: cannot create the ownership marker {}/{}: {}; teardown will not delete "
             "this cluster without it".format(data["kind-cluster"], MARKER_NAMESPACE, MARKER_NAME, kube.error_text(exc))

@@ -306,10 +306,14 @@ def connect(kubeconfig=None, context=None, **options):
         )
 
 
+def connect_options(params):
+    """connect()'s keyword options from a module's parameters: every KUBE_ARGS option but kubeconfig and context."""
+    return {k: params.get(k) for k in KUBE_ARGS if k not in ("kubeconfig", "context")}
+
+
 def connect_params(params, kubeconfig_key="kubeconfig", context_key="context"):
     """connect() from a module's parameters (KUBE_ARGS, with kubeconfig/context possibly under other names)."""
-    options = {k: params.get(k) for k in KUBE_ARGS if k not in ("kubeconfig", "context")}
-    return connect(params.get(kubeconfig_key), params.get(context_key), **options)
+    return connect(params.get(kubeconfig_key), params.get(context_key), **connect_options(params))
 
 
 def _short(exc):

@@ -308,6 +308,7 @@ def delete_clusters(
     wait=True,
     wait_timeout=1200,
     check_mode=False,
+    connect_options=None,
     on_progress=None,
 ):
     """Suspend Flux, delete Cluster objects through their provider and wait until they are gone.
@@ -317,7 +318,7 @@ def delete_clusters(
     TeardownError whose result lists the Clusters still present and why.
     """
     target = kube.describe_target(kubeconfig, context)
-    client = kube.connect(kubeconfig, context)
+    client = kube.connect(kubeconfig, context, **(connect_options or {}))
     res = cluster_resource(client)
     api = res.group_version if res is not None else f"{CLUSTER_GROUP}/v1beta2"
     clusters = probe_or_abort(client, api, "Cluster", namespace, "Clusters", target) if res is not None else []
@@ -461,6 +462,7 @@ def release_hardware(
     wait_timeout=1200,
     remove_stale=True,
     check_mode=False,
+    connect_options=None,
     on_progress=None,
 ):
     """Give the Hardware back to the Tinkerbell pool by deleting the Clusters that use it.
@@ -472,7 +474,7 @@ def release_hardware(
     Tinkerbell stack are never touched.
     """
     target = kube.describe_target(kubeconfig, context)
-    client = kube.connect(kubeconfig, context)
+    client = kube.connect(kubeconfig, context, **(connect_options or {}))
     hardware = probe_or_abort(client, *HARDWARE, namespace=hardware_namespace, what="Hardware", target=target)
     names = [c for c in clusters if c not in set(keep)]
     live = _owner_index(client, target)

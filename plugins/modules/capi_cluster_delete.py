@@ -173,7 +173,9 @@ def body(module, step):
     shell.positive(p, "wait_timeout request_timeout", unit=" second")
     step("deleting the Clusters")
     verb = shell.options(p, "namespace keep suspend kustomizations wait wait_timeout", names="clusters")
-    return teardown.delete_clusters(p["kubeconfig"], p["context"], check_mode=module.check_mode, **verb)
+    return teardown.delete_clusters(
+        p["kubeconfig"], p["context"], check_mode=module.check_mode, connect_options=kube.connect_options(p), **verb
+    )
 
 
 def main():

@@ -269,7 +269,8 @@ def run(params, get_bin_path, check_mode=False):
         kind_cluster=boot["kind-cluster"],
     )
     if host["host"] != teardown.HOST_UNREACHABLE:
-        client = kube.connect(host["kubeconfig"], host["context"])
+        # The host is kind or the management cluster, each with its own kubeconfig: only the timeout applies to both.
+        client = kube.connect(host["kubeconfig"], host["context"], request_timeout=params.get("request_timeout"))
         where = "the {} cluster (context {})".format(host["host"], host["context"])
         res = teardown.cluster_resource(client)
         if res is not None:

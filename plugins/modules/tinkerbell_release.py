@@ -147,7 +147,9 @@ def body(module, step):
     shell.positive(p, "wait_timeout request_timeout", unit=" second")
     step("releasing the Hardware")
     verb = shell.options(p, "namespace hardware_namespace clusters keep suspend wait_timeout remove_stale")
-    return teardown.release_hardware(p["kubeconfig"], p["context"], check_mode=module.check_mode, **verb)
+    return teardown.release_hardware(
+        p["kubeconfig"], p["context"], check_mode=module.check_mode, connect_options=kube.connect_options(p), **verb
+    )
 
 
 def main():

@@ -397,3 +397,42 @@ def test_tools_the_plan_needs_are_checked_after_discovery(kube_cluster, tmp_path
         "missing tools needed by the teardown of aws: helm; install them and run again (nothing was changed)"
     )
     assert not [r for r in kind.requests if r[0] != "GET"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PATCH", r"/kustomizations/"),  # the suspend of Flux before any deletion
+        ("DELETE", r"/clusters/local-workload$"),
+    ],
+)
+def test_a_stalled_write_ends_at_the_modules_request_timeout_naming_the_call(kind_api, run_module, method, path):
+    """A write the API server never answers ends after request_timeout with a message naming the call,
+    never as "failed unexpectedly ... This is a krops defect" (issue 22)."""
+    make_ks(kind_api, "flux-system")
+    make_cluster(kind_api, "local-workload")
+    kind_api.inject_stall(method, path, seconds=120)
+    args = {
+        "kubeconfig": kind_api.kubeconfig_path,
+        "context": "kind-mgmt",
+        "clusters": ["local-workload"],
+        "request_timeout": 2,
+        "wait_timeout": 10,
+    }
+    try:
+        result = run_module(capi_cluster_delete, args)
+    finally:
+        kind_api.clear_stalls()
+    assert result.failed, result
+    # The module's request_timeout reaches the client (it was dropped: the call waited urllib3's 30 s).
+    assert (
+        result["msg"]
+        == {
+            "PATCH": "cannot patch Kustomization flux-system/flux-system: HTTPConnectionPool(host='127.0.0.1', "
+            f"port={kind_api.port}): Read timed out. (read timeout=2)",
+            "DELETE": f"cannot delete Cluster default/local-workload on context kind-mgmt in {kind_api.kubeconfig_path}: "
+            f"HTTPConnectionPool(host='127.0.0.1', port={kind_api.port}): Read timed out. (read timeout=2)",
+        }[method]
+    )
+    assert result["deleted"] == ["local-workload"] if method == "DELETE" else "deleted" not in result
+    assert kind_api.get(*CLUSTER, "local-workload", "default") is not None
