@@ -140,13 +140,13 @@ def classify(item):
     return marks
 
 
-# A rough cost of one test of each kind, in seconds (docs/testing.md's profile): an emulated lifecycle
-# runs for minutes, a playbook test for tens of seconds, the rest for about one.
+# A rough cost of one test of each kind, in seconds (docs/testing.md's profile), for the tests that
+# make durations does not record: an emulated lifecycle runs for minutes, a playbook test for tens of seconds.
 COST = {"lifecycle": 300, "playbook": 20}
 
 
-def _cost(item):
-    return max((COST[m] for m in COST if item.get_closest_marker(m)), default=1)
+def _cost(item, recorded):
+    return recorded.get(item.nodeid) or max((COST[m] for m in COST if item.get_closest_marker(m)), default=1)
 
 
 # --- measured cost: the recorded durations (tests/benchmarks/durations.json) ---------------------
@@ -205,7 +205,8 @@ def pytest_collection_modifyitems(config, items):
     # ran a 20-minute lifecycle alone at the end). The order inside a file is kept.
     per_file = {}
     for item in items:
-        per_file[item.nodeid.split("::")[0]] = per_file.get(item.nodeid.split("::")[0], 0) + _cost(item)
+        path = item.nodeid.split("::")[0]
+        per_file[path] = per_file.get(path, 0) + _cost(item, recorded)
     items.sort(key=lambda item: -per_file[item.nodeid.split("::")[0]])
 
 
