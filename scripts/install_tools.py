@@ -75,7 +75,7 @@ def lacking(tools, platform):
     return sorted(name for name, pin in tools.items() if platform not in pin["assets"])
 
 
-def build_platform(given=None, environ=None, machine=None):
+def build_platform(given=None, environ=None, machine=None, system=None):
     """linux/<arch> to install for: the given one, else TARGETARCH, else this machine's."""
     environ = os.environ if environ is None else environ
     if given:
@@ -87,6 +87,9 @@ def build_platform(given=None, environ=None, machine=None):
         if f"linux/{arch}" not in PLATFORMS:
             raise ToolError(f"TARGETARCH is {arch}: meta/tools.yml pins assets for {', '.join(PLATFORMS)}")
         return f"linux/{arch}"
+    system = system or host.system()
+    if system != "Linux":  # the pins are Linux binaries; they would not run here
+        raise ToolError(f"this machine runs {system}: meta/tools.yml pins Linux assets; pass --platform to fetch one")
     machine = machine or host.machine()
     if machine not in MACHINES:
         raise ToolError(f"this machine is {machine}: pass --platform ({', '.join(PLATFORMS)})")

@@ -424,6 +424,8 @@ def test_the_platform_comes_from_targetarch_else_the_machine(mirror, tmp_path):
     assert install_tools.build_platform(environ={}, machine="x86_64") == "linux/amd64"
     with pytest.raises(install_tools.ToolError, match="this machine is riscv64: pass --platform"):
         install_tools.build_platform(environ={}, machine="riscv64")
+    with pytest.raises(install_tools.ToolError, match="this machine runs Darwin: meta/tools.yml pins Linux assets"):
+        install_tools.build_platform(environ={}, machine="arm64", system="Darwin")
 
 
 def test_the_platforms_build_argument_comes_before_the_plain_one(mirror, tmp_path):
