@@ -1,5 +1,5 @@
 # krops.platform: one command to set up and test a checkout.
-#   make test      set up (venv, packages) then sanity, units, integration, lint
+#   make test      set up (venv, packages) then sanity, units, integration, lint, importer, docs
 #   make check     the quick tier: units, ruff and the integration tests not marked slow (docs/testing.md)
 #   make setup     only the set-up (scripts/setup.sh)
 #   make build     the collection tarball (build/), refused when it would pack a secret
@@ -27,16 +27,16 @@ export KROPS_SCHEMA_LOCATION ?=
 .PHONY: test static check quick durations setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench clean
 
 # After set-up, the integration suite runs beside the other checks (TEST_JOBS=1: one after the
-# other): it waits on its emulators more than it computes, so sanity, units, lint and importer
-# share the cores with it. The other checks run one after another (the two ansible-test runs share
-# the collection copy). Each side's output is printed whole when it ends; any failure fails make test.
+# other): it waits on its emulators more than it computes, so sanity, units, lint, importer and the
+# docs site share the cores with it. The other checks run one after another (the two ansible-test
+# runs share the collection copy; docs, the only one that needs Chromium, comes last). Each side's output is printed whole when it ends; any failure fails make test.
 TEST_JOBS ?= 2
 test: setup
 	@$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target integration static
 	@echo "make test: all checks passed"
 
 static:
-	@$(MAKE) --no-print-directory -j 1 sanity units lint importer
+	@$(MAKE) --no-print-directory -j 1 sanity units lint importer docs
 
 setup:
 	@./scripts/setup.sh
@@ -148,10 +148,11 @@ renovate:
 
 # The docs site (docs/docsite/make_site.py): antsibull-docs' collection reference, docs/*.md through
 # myst-parser, the mermaid diagrams rendered to SVG, Sphinx with -W -n (a broken link fails), offline.
-# Not in make test (minutes, not seconds, here); .github/workflows/docs.yml builds and deploys it and
-# tests/integration/test_docsite.py tests its link checker. docs-setup installs what it needs once:
-# a Chromium for mermaid-cli (Debian's package when root with apt) and npm; mermaid-cli itself is
-# installed by the build into ~/.cache/krops/docsite.
+# In make test (the static side, beside the integration suite); .github/workflows/docs.yml builds and
+# deploys it and tests/integration/test_docsite.py tests its link checker and staging. docs-setup
+# installs what it needs once: a Chromium for mermaid-cli (Debian's package when root with apt) and
+# npm; mermaid-cli, the rendered diagrams and Sphinx's parsed pages are kept in ~/.cache/krops/docsite
+# (docs/testing.md, Docs site).
 docs: docs-setup
 	$(BIN)/python docs/docsite/make_site.py --output $(BUILD)/docsite
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -234,20 +235,45 @@ def step_sbom(ctx):
     return f"{sbom.name} ({len(pinned)} components)"
 
 
-def step_ee(ctx):
-    """The execution environment's build context, and a pinned asset for every release platform."""
-    tools = yaml.safe_load((ctx["root"] / "meta" / "tools.yml").read_text(encoding="utf-8"))["tools"]
-    unpinned = []
-    for platform in ctx["platforms"]:
-        arch = platform.split("/")[1]
-        lacking = sorted(name for name, tool in tools.items() if not _url_for(tool["url"], arch))
+def _install_tools():
+    """scripts/install_tools.py, which reads meta/tools.yml the way the image build does."""
+    spec = importlib.util.spec_from_file_location("install_tools", ROOT / "scripts" / "install_tools.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def platform_gaps(pins_file, platforms):
+    """{platform: [tools]} of the platforms some tool pins no asset for (empty: all can be built), and
+    the tools whose digest the build must be given (not confirmed upstream), with their build argument."""
+    tools = _install_tools()
+    try:
+        pins = tools.load_pins(pins_file)
+    except tools.ToolError as exc:
+        raise StepError(str(exc)) from None
+    gaps, unpinned = {}, []
+    for platform in platforms:
+        lacking = tools.lacking(pins, platform)
         if lacking:
-            unpinned.append(f"{platform}: {', '.join(lacking)}")
-    if unpinned:
+            gaps[platform] = lacking
+        arch = platform.split("/")[1]
+        for name, pin in pins.items():
+            if platform in pin["assets"] and not pin["assets"][platform].get("sha256"):
+                unpinned.append(f"{name} {platform} (build argument {tools.env_name(name, arch)})")
+    return gaps, unpinned
+
+
+def step_ee(ctx):
+    """The execution environment's build context, and a pinned asset of every tool for every platform."""
+    gaps, unpinned = platform_gaps(ctx["root"] / "meta" / "tools.yml", ctx["platforms"])
+    if gaps:
+        ready = [p for p in ctx["platforms"] if p not in gaps]
         raise StepError(
-            "meta/tools.yml pins no asset for " + "; ".join(unpinned) + " (each tool is one linux/amd64 asset): "
-            "an image for that platform would carry amd64 binaries. Pin the platform's assets, or release "
-            "--platforms linux/amd64"
+            "meta/tools.yml pins no asset for "
+            + "; ".join(f"{platform}: {', '.join(names)}" for platform, names in gaps.items())
+            + ". The image cannot be built for that platform until each of these tools pins its url, sha256 and "
+            "checksum_source there (docs/release.md, Platforms)"
+            + (f"; or release --platforms {','.join(ready)}" if ready else "")
         )
     if not shutil.which(_bin("ansible-builder")) and not Path(_bin("ansible-builder")).exists():
         raise StepError("ansible-builder is not installed (requirements-test.txt pins it)")
@@ -262,11 +288,8 @@ def step_ee(ctx):
     )
     if not (context / "Containerfile").exists():
         raise StepError(f"ansible-builder wrote no Containerfile in {context}")
-    return f"{context}/Containerfile for {', '.join(ctx['platforms'])} (the image is built by release.yml)"
-
-
-def _url_for(url, arch):
-    return any(marker in url for marker in (f"-{arch}", f"/{arch}/", f".{arch}", f"_{arch}"))
+    given = f"; digests the build is given: {', '.join(unpinned)}" if unpinned else ""
+    return f"{context}/Containerfile for {', '.join(ctx['platforms'])} (the image is built by release.yml){given}"
 
 
 def step_sign(ctx):

@@ -4,11 +4,13 @@
 1. Check the links of docs/**/*.md: every relative link names an existing file, and every
    #anchor of a Markdown page names one of its headings (GitHub's slugs). All broken links are
    reported at once and fail the build.
-2. Render each ```mermaid block to SVG with mermaid-cli (one browser run for all diagrams not yet
-   in the cache), and put an image in its place.
-3. antsibull-docs writes the collection reference (plugins, modules, roles) from the checkout.
-4. Sphinx (myst-parser for the Markdown pages) builds HTML with -W -n: any warning, among them a
-   cross-reference that does not resolve, fails the build.
+2. antsibull-docs writes the collection reference (plugins, modules, roles) from the checkout while,
+   beside it, each ```mermaid block is rendered to SVG with mermaid-cli (one browser run for all
+   diagrams not yet in the cache) and replaced by an image.
+3. Sphinx (myst-parser for the Markdown pages) builds HTML with -a -W -n: any warning, among them a
+   cross-reference that does not resolve, fails the build. Its parsed pages are kept in the cache
+   between builds (one folder per checkout), so it re-reads only the sources that changed; every
+   page is still written, so every reference is resolved again; a failed build drops them.
 
 Links to repository files outside docs/ become links to the file on GitHub (galaxy.yml repository).
 mermaid-cli comes from npm (MERMAID_CLI below) into --cache; the browser is a local Chromium or
@@ -209,8 +211,49 @@ def _tool(name):
     return str(found) if found.exists() else name
 
 
+def sync_tree(source, dest):
+    """Make dest a copy of source, rewriting only the files whose bytes differ and deleting the rest,
+    so an unchanged page keeps its modification time (what Sphinx compares to decide what to re-read)."""
+    wanted = {p.relative_to(source) for p in source.rglob("*") if p.is_file()}
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in sorted(dest.rglob("*"), reverse=True):
+        rel = old.relative_to(dest)
+        if old.is_file() and rel not in wanted:
+            old.unlink()
+        elif old.is_dir() and not any(old.iterdir()):
+            old.rmdir()
+    changed = 0
+    for rel in sorted(wanted):
+        target = dest / rel
+        data = (source / rel).read_bytes()
+        if target.is_file() and target.read_bytes() == data:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        changed += 1
+    return changed
+
+
+def run_sphinx(source, html, doctrees, conf_dir, env):
+    """sphinx-build -a -W -n with its parsed pages kept in doctrees: only changed sources are re-read,
+    every page is written (so every cross-reference resolved, a broken one a warning, so an error)."""
+    return subprocess.run(
+        [_tool("sphinx-build"), "-b", "html", "-a", "-W", "--keep-going", "-n", "-q", "-c", str(conf_dir)]
+        + ["-d", str(doctrees), str(source), str(html)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _site_cache(cache, root):
+    """The Sphinx sources and doctrees of this checkout, kept between builds (one folder per checkout)."""
+    return cache / "sphinx" / hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+
+
 def build(output, cache, browser=None, root=ROOT):
-    started = time.monotonic()
+    started, timings = time.monotonic(), {}
     docs = root / "docs"
     problems = check_links(docs, root)
     if problems:
@@ -224,38 +267,50 @@ def build(output, cache, browser=None, root=ROOT):
     env = dict(os.environ)
     env["ANSIBLE_COLLECTIONS_PATH"] = str(root / ".collections")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    run = subprocess.run(
+    # antsibull-docs (ansible-doc of the collection) writes rst/collections/ while the pages are staged
+    # and the diagrams rendered into rst/docs/ and rst/_diagrams/: independent work, run side by side.
+    mark = time.monotonic()
+    reference = subprocess.Popen(  # pylint: disable=consider-using-with
         [_tool("antsibull-docs"), "--config-file", str(HERE / "antsibull-docs.cfg"), "collection", "--use-current"]
         + ["--dest-dir", str(rst), "krops.platform"],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        check=False,
     )
-    if run.returncode != 0:
-        raise BuildError(f"antsibull-docs failed:\n{(run.stderr or run.stdout)[-3000:]}")
-
-    diagrams, repo_url = {}, _repository_url(root)
-    for page in pages(docs):
-        stage_page(page, docs, rst / "docs", diagrams, repo_url, root)
+    try:
+        diagrams, repo_url = {}, _repository_url(root)
+        for page in pages(docs):
+            stage_page(page, docs, rst / "docs", diagrams, repo_url, root)
+        rendered = render_diagrams(diagrams, rst, cache, browser)
+        timings["diagrams"] = time.monotonic() - mark
+    finally:
+        stdout, stderr = reference.communicate()
+    timings["antsibull-docs"] = time.monotonic() - mark
+    if reference.returncode != 0:
+        raise BuildError(f"antsibull-docs failed:\n{(stderr or stdout)[-3000:]}")
     shutil.copy(HERE / "index.rst", rst / "index.rst")
-    rendered = render_diagrams(diagrams, rst, cache, browser)
 
+    # Sphinx keeps its environment (the parsed pages) between builds, and re-reads only the pages whose
+    # sources changed; -a still writes every page, so every cross-reference is resolved (and a broken
+    # one warned about) on each build. After a failed build the environment is dropped, so the next
+    # build reads everything again and repeats every warning.
+    mark = time.monotonic()
+    site = _site_cache(cache, root)
+    changed = sync_tree(rst, site / "rst")
     html = output / "html"
-    run = subprocess.run(
-        [_tool("sphinx-build"), "-b", "html", "-W", "--keep-going", "-n", "-q", "-c", str(HERE), str(rst), str(html)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    run = run_sphinx(site / "rst", html, site / "doctrees", HERE, env)
+    timings["sphinx"] = time.monotonic() - mark
     if run.returncode != 0:
+        shutil.rmtree(site / "doctrees", ignore_errors=True)
         raise BuildError(f"sphinx-build failed:\n{(run.stderr or run.stdout)[-5000:]}")
     return {
         "html": str(html),
         "pages": len(pages(docs)),
         "diagrams": len(diagrams),
         "diagrams_rendered": rendered,
+        "sources_changed": changed,
+        "timings": ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()),
         "seconds": round(time.monotonic() - started, 1),
     }
 
@@ -281,9 +336,8 @@ def main(argv=None):
         print(f"make docs: {exc}", file=sys.stderr)
         return 1
     print(
-        "docs site: {html} ({pages} pages, {diagrams} diagrams, {diagrams_rendered} rendered now, {seconds} s)".format(
-            **result
-        )
+        "docs site: {html} ({pages} pages, {diagrams} diagrams, {diagrams_rendered} rendered now, {sources_changed} "
+        "sources changed since the last build; {timings}; {seconds} s)".format(**result)
     )
     return 0
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.krops.platform.plugins.module_utils import errors
-from ansible_collections.krops.platform.plugins.module_utils import kube
 
 
 def render_kubeconfig(raw, context, server=None):
+    # Imported on use: kube imports the kubernetes client (seconds: jsonschema's format checkers build
+    # their grammars at import), and ansible-doc imports every filter file just to list its filters.
+    from ansible_collections.krops.platform.plugins.module_utils import kube
+
     if not isinstance(raw, str) or not isinstance(context, str) or not context:
         raise AnsibleFilterError("render_kubeconfig takes kubeconfig text and a non-empty context name")
     try:

@@ -1,10 +1,13 @@
-"""The docs site's link checker and page staging (docs/docsite/make_site.py). The full build takes
-minutes here, so make docs and .github/workflows/docs.yml run it; these tests hold the parts that
-decide whether a broken link fails it."""
+"""The docs site's link checker, page staging and Sphinx cache (docs/docsite/make_site.py). The full
+build is make docs (in make test's static side, and .github/workflows/docs.yml); these tests hold the
+parts that decide whether a broken link fails it."""
 
 import importlib.util
 import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,7 +94,7 @@ def test_no_browser_is_a_clear_error(monkeypatch):
     assert "apt-get install chromium" in str(error.value)
 
 
-@pytest.mark.skipif(not os.environ.get("KROPS_DOCS_BUILD"), reason="the full build takes minutes: make docs")
+@pytest.mark.skipif(not os.environ.get("KROPS_DOCS_BUILD"), reason="the full build is make docs (make test runs it)")
 def test_full_build(tmp_path):
     result = build.build(tmp_path / "site", Path.home() / ".cache" / "krops" / "docsite")
     html = Path(result["html"])
@@ -99,3 +102,57 @@ def test_full_build(tmp_path):
     assert (html / "collections" / "krops" / "platform" / "index.html").exists()
     assert (html / "docs" / "architecture.html").exists()
     assert result["diagrams"] >= 3 and list((html / "_images").glob("*.svg"))
+
+
+def test_make_test_builds_the_docs_beside_the_integration_suite():
+    """make test: after set-up, integration and static run side by side, and docs is on the static side."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipes = dict(re.findall(r"(?m)^([a-z][\w-]*):[^\n]*\n\t([^\n]+)", makefile))
+    assert "-j $(TEST_JOBS)" in recipes["test"] and " integration static" in recipes["test"]
+    assert recipes["static"].split("-j 1 ", 1)[1].split() == ["sanity", "units", "lint", "importer", "docs"]
+    assert "make_site.py" in recipes["docs"]
+
+
+def test_sync_tree_rewrites_only_what_changed(tmp_path):
+    source, dest = tmp_path / "new", tmp_path / "kept"
+    for rel, text in {"a.rst": "same", "sub/b.rst": "old", "gone/c.rst": "x"}.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text)
+    os.utime(dest / "a.rst", (1_000_000, 1_000_000))
+    for rel, text in {"a.rst": "same", "sub/b.rst": "new", "d.md": "added"}.items():
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        (source / rel).write_text(text)
+    assert build.sync_tree(source, dest) == 2
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == ["a.rst", "d.md", "sub", "sub/b.rst"]
+    assert (dest / "a.rst").stat().st_mtime == 1_000_000  # unchanged: Sphinx does not re-read it
+    assert (dest / "sub" / "b.rst").read_text() == "new"
+
+
+def test_a_kept_environment_still_fails_a_reference_broken_by_another_page(tmp_path):
+    """Sphinx keeps its parsed pages between builds (make_site.run_sphinx); a page whose target another,
+    changed page removed is not re-read, yet -a writes it again, so the broken reference still fails."""
+    src, conf = tmp_path / "src", tmp_path / "conf"
+    src.mkdir()
+    conf.mkdir()
+    (conf / "conf.py").write_text('project = "t"\nnitpicky = True\n')
+    (src / "index.rst").write_text("Index\n=====\n\n.. toctree::\n\n   a\n   b\n")
+    (src / "a.rst").write_text(".. _target:\n\nA\n=\n\ntext\n")
+    (src / "b.rst").write_text("B\n=\n\nsee :ref:`target`\n")
+    doctrees = tmp_path / "doctrees"
+    assert build.run_sphinx(src, tmp_path / "html1", doctrees, conf, dict(os.environ)).returncode == 0
+    (src / "a.rst").write_text("A\n=\n\ntext\n")
+    run = build.run_sphinx(src, tmp_path / "html2", doctrees, conf, dict(os.environ))
+    assert run.returncode != 0
+    assert "b.rst" in run.stderr and "undefined label: 'target'" in run.stderr
+
+
+def test_the_filter_plugin_lists_without_importing_the_kubernetes_client():
+    """ansible-doc (so antsibull-docs and docs-lint) imports every filter file to list its filters; the
+    kubernetes client costs seconds to import, so render_kubeconfig imports it on use."""
+    code = (
+        "import sys; sys.path.insert(0, {!r}); "
+        "from ansible_collections.krops.platform.plugins.filter import render_kubeconfig; "
+        "print(sorted(render_kubeconfig.FilterModule().filters()), 'kubernetes' in sys.modules)"
+    ).format(str(ROOT / ".collections"))
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "['render_kubeconfig'] False"

@@ -9,6 +9,7 @@ import ast
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import http.server
 import io
 import json
@@ -28,8 +29,11 @@ from tests.substrate.fixtures import REPO, VENV_BIN
 
 INSTALL = REPO / "scripts" / "install_tools.py"
 TOOLS = ("kind", "kubectl", "helm", "clusterctl", "sops", "age")
-# Tools whose digest could not be confirmed (docs/release.md): the installer refuses them.
+PLATFORMS = ("linux/amd64", "linux/arm64")
+# Assets whose digest could not be confirmed (docs/release.md): the installer refuses them.
 UNCONFIRMED = {"clusterctl"}
+# Tools with no linux/arm64 asset: the arm64 digest is not confirmed either (docs/upstream-facts.md).
+NO_ARM64 = {"clusterctl"}
 
 
 def pins():
@@ -41,10 +45,22 @@ def test_every_tool_is_pinned_once_with_its_checksum():
     assert tuple(tools) == TOOLS
     for name, pin in tools.items():
         assert re.fullmatch(r"v\d+\.\d+\.\d+", pin["version"]), name
-        assert pin["url"].startswith("https://") and pin["version"] in pin["url"], name
-        assert re.fullmatch(r"[0-9a-f]{64}", pin["sha256"]) or (name in UNCONFIRMED and pin["sha256"] == ""), name
-        assert pin["checksum_source"], name
-    assert {n for n, p in tools.items() if not p["sha256"]} == UNCONFIRMED
+        assert set(pin) == {"version", "assets"}, name
+        expected = ("linux/amd64",) if name in NO_ARM64 else PLATFORMS
+        assert tuple(pin["assets"]) == expected, name
+        for platform, asset in pin["assets"].items():
+            arch = platform.split("/")[1]
+            assert asset["url"].startswith("https://") and pin["version"] in asset["url"], (name, platform)
+            assert arch in asset["url"] and ({"amd64", "arm64"} - {arch}).pop() not in asset["url"], (name, platform)
+            if asset.get("member"):
+                assert arch in asset["member"] or "/" + name in asset["member"], (name, platform)
+            unconfirmed = name in UNCONFIRMED and asset["sha256"] == ""
+            assert re.fullmatch(r"[0-9a-f]{64}", asset["sha256"]) or unconfirmed, (name, platform)
+            assert asset["checksum_source"], (name, platform)
+    assert {n for n, p in tools.items() if any(not a["sha256"] for a in p["assets"].values())} == UNCONFIRMED
+    # Two platforms never share a digest (a copied entry would).
+    digests = [a["sha256"] for p in tools.values() for a in p["assets"].values() if a["sha256"]]
+    assert len(digests) == len(set(digests))
     # The docs point to the one place and list the same versions.
     release = (REPO / "docs" / "release.md").read_text()
     assert "meta/tools.yml" in release
@@ -111,9 +127,11 @@ def test_build_context_holds_the_collection_the_tools_and_their_pins(context):
         'ARG PYCMD="/usr/bin/python3.12"',
         'ARG ANSIBLE_INSTALL_REFS="ansible-core==2.21.5 ansible-runner==2.4.3"',
         "COPY _build/tools /opt/krops-tools",
+        "ARG TARGETARCH",
         "ARG KROPS_TOOL_SHA256_CLUSTERCTL",
+        "ARG KROPS_TOOL_SHA256_CLUSTERCTL_AMD64",
         "RUN /usr/bin/python3.12 /opt/krops-tools/install_tools.py --pins /opt/krops-tools/tools.yml "
-        "--dest /usr/local/bin",
+        "--dest /usr/local/bin ${TARGETARCH:+--platform linux/$TARGETARCH}",
     ):
         assert line in containerfile.splitlines(), line
     # The tools are installed in the final stage, after the collections, and checked by running them.
@@ -121,6 +139,8 @@ def test_build_context_holds_the_collection_the_tools_and_their_pins(context):
     assert final.index("COPY --from=galaxy") < final.index("install_tools.py") < final.index("kind version")
     # The build argument that supplies the unconfirmed digest is declared before the installer runs.
     assert final.index("ARG KROPS_TOOL_SHA256_CLUSTERCTL") < final.index("install_tools.py")
+    # The stage declares TARGETARCH (a predefined build argument reaches a stage only when declared).
+    assert final.index("ARG TARGETARCH") < final.index("install_tools.py")
 
 
 def test_introspection_takes_the_collections_python_needs_without_ansible(context, tmp_path):
@@ -206,8 +226,9 @@ def tarball(members):
     return buf.getvalue()
 
 
-def run_install(pins_file, dest, mirror_url, *only):
+def run_install(pins_file, dest, mirror_url, *only, platform="linux/amd64"):
     argv = [sys.executable, str(INSTALL), "--pins", str(pins_file), "--dest", str(dest), "--mirror", mirror_url]
+    argv += ["--platform", platform]
     if only:
         argv += ["--only"] + list(only)
     return subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -224,7 +245,8 @@ def test_tools_install_only_when_the_checksum_matches(mirror, tmp_path):
         tarball({"age/age": b"age-binary", "age/age-keygen": b"keygen-binary", "age/LICENSE": b"x"}),
     )
     tools = pins()
-    tools["kind"]["sha256"], tools["age"]["sha256"] = kind_sum, age_sum
+    tools["kind"]["assets"]["linux/amd64"]["sha256"] = kind_sum
+    tools["age"]["assets"]["linux/amd64"]["sha256"] = age_sum
     pins_file = tmp_path / "tools.yml"
     pins_file.write_text(yaml.safe_dump({"tools": tools}))
     dest = tmp_path / "bin"
@@ -252,27 +274,33 @@ def test_tools_install_only_when_the_checksum_matches(mirror, tmp_path):
     assert not dest2.exists()
 
 
-def run_install_env(pins_file, dest, mirror_url, env=None, *only):
+def run_install_env(pins_file, dest, mirror_url, env=None, *only, platform="linux/amd64"):
     argv = [sys.executable, str(INSTALL), "--pins", str(pins_file), "--dest", str(dest), "--mirror", mirror_url]
+    if platform:
+        argv += ["--platform", platform]
     if only:
         argv += ["--only"] + list(only)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("KROPS_TOOL_SHA256_")}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("KROPS_TOOL_SHA256_") and k != "TARGETARCH"}
     return subprocess.run(argv, capture_output=True, text=True, check=False, env=dict(environ, **(env or {})))
 
 
-def publish_all(www):
-    """Every pinned asset on the mirror; the pins rewritten to the published digests (clusterctl left unpinned)."""
+def publish_all(www, platform="linux/amd64"):
+    """Every pinned asset of the platform on the mirror, its content naming the platform; the pins
+    rewritten to the published digests (clusterctl left unpinned)."""
     tools = pins()
     digests = {}
     for name, pin in tools.items():
-        path = urllib.parse.urlsplit(pin["url"]).path
-        if pin.get("member"):
-            members = {m: f"{m} binary".encode() for m in [pin["member"]] + list(pin.get("also") or [])}
+        asset = pin["assets"].get(platform)
+        if asset is None:
+            continue
+        path = urllib.parse.urlsplit(asset["url"]).path
+        if asset.get("member"):
+            members = {m: f"{m} {platform} binary".encode() for m in [asset["member"]] + list(asset.get("also") or [])}
             data = tarball(members)
         else:
-            data = f"#!/bin/sh\necho {name}\n".encode()
+            data = f"#!/bin/sh\necho {name} {platform}\n".encode()
         digests[name] = publish(www, path, data)
-        pin["sha256"] = "" if name in UNCONFIRMED else digests[name]
+        asset["sha256"] = "" if name in UNCONFIRMED else digests[name]
     return tools, digests
 
 
@@ -283,8 +311,8 @@ def test_a_tool_without_a_confirmed_checksum_is_refused_before_download(tmp_path
         "install_tools: clusterctl v1.13.5: no SHA-256 is pinned in meta/tools.yml (checksum_source: not confirmed "
         "upstream; see docs/upstream-facts.md); read the digest of "
         "https://github.com/kubernetes-sigs/cluster-api/releases/download/v1.13.5/clusterctl-linux-amd64 on its "
-        "release page and write it there, or pass it as KROPS_TOOL_SHA256_CLUSTERCTL (a build argument of the "
-        "execution environment)\n"
+        "release page and write it there, or pass it as KROPS_TOOL_SHA256_CLUSTERCTL_AMD64 or "
+        "KROPS_TOOL_SHA256_CLUSTERCTL (a build argument of the execution environment)\n"
     )
     proc = run_install(REPO / "meta" / "tools.yml", tmp_path / "bin", "http://127.0.0.1:9", "kubeadm")
     assert proc.returncode == 1
@@ -297,7 +325,7 @@ def test_every_tool_is_verified_and_nothing_installs_while_one_fails(mirror, tmp
     """One run reports every problem (the unpinned clusterctl and a tampered sops) and installs nothing."""
     www, url = mirror
     tools, digests = publish_all(www)
-    sops_path = urllib.parse.urlsplit(tools["sops"]["url"]).path
+    sops_path = urllib.parse.urlsplit(tools["sops"]["assets"]["linux/amd64"]["url"]).path
     publish(www, sops_path, b"tampered")
     pins_file = tmp_path / "tools.yml"
     pins_file.write_text(yaml.safe_dump({"tools": tools}, sort_keys=False))
@@ -349,6 +377,89 @@ def test_an_unconfirmed_digest_comes_from_the_build_argument_and_is_still_checke
     assert proc.returncode == 1
     assert proc.stderr == (
         "install_tools: clusterctl v1.13.5: KROPS_TOOL_SHA256_CLUSTERCTL is 'abc', not a SHA-256 (64 hex digits)\n"
+    )
+
+
+def test_arm64_installs_the_arm64_assets_and_names_a_tool_without_one(mirror, tmp_path):
+    """--platform linux/arm64 downloads each tool's arm64 asset (helm's arm64 member), and clusterctl, which
+    has no arm64 asset, is a problem naming it: nothing is installed while it is asked for."""
+    www, url = mirror
+    tools, digests = publish_all(www, "linux/arm64")
+    pins_file = tmp_path / "tools.yml"
+    pins_file.write_text(yaml.safe_dump({"tools": tools}, sort_keys=False))
+    proc = run_install_env(pins_file, tmp_path / "bin", url, platform="linux/arm64")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "install_tools: clusterctl v1.13.5: meta/tools.yml pins no linux/arm64 asset (only linux/amd64); pin its "
+        "url, sha256 and checksum_source there",
+        "install_tools: verified kind, kubectl, helm, sops, age; installed nothing (1 problem above)",
+    ]
+    assert not (tmp_path / "bin").exists()
+
+    dest = tmp_path / "bin2"
+    proc = run_install_env(pins_file, dest, url, None, "kind", "helm", "age", platform="linux/arm64")
+    assert proc.returncode == 0, proc.stderr
+    assert (dest / "kind").read_bytes() == b"#!/bin/sh\necho kind linux/arm64\n"
+    assert (dest / "helm").read_bytes() == b"linux-arm64/helm linux/arm64 binary"
+    assert (dest / "age-keygen").read_bytes() == b"age/age-keygen linux/arm64 binary"
+
+
+def test_the_platform_comes_from_targetarch_else_the_machine(mirror, tmp_path):
+    www, url = mirror
+    tools, _digests = publish_all(www, "linux/arm64")
+    pins_file = tmp_path / "tools.yml"
+    pins_file.write_text(yaml.safe_dump({"tools": tools}, sort_keys=False))
+    proc = run_install_env(pins_file, tmp_path / "bin", url, {"TARGETARCH": "arm64"}, "kind", platform=None)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "bin" / "kind").read_bytes() == b"#!/bin/sh\necho kind linux/arm64\n"
+    proc = run_install_env(pins_file, tmp_path / "bin", url, {"TARGETARCH": "s390x"}, "kind", platform=None)
+    assert (proc.returncode, proc.stderr) == (
+        1,
+        "install_tools: TARGETARCH is s390x: meta/tools.yml pins assets for linux/amd64, linux/arm64\n",
+    )
+    spec = importlib.util.spec_from_file_location("install_tools", INSTALL)
+    install_tools = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(install_tools)
+    assert install_tools.build_platform(environ={}, machine="aarch64") == "linux/arm64"
+    assert install_tools.build_platform(environ={}, machine="x86_64") == "linux/amd64"
+    with pytest.raises(install_tools.ToolError, match="this machine is riscv64: pass --platform"):
+        install_tools.build_platform(environ={}, machine="riscv64")
+    with pytest.raises(install_tools.ToolError, match="this machine runs Darwin: meta/tools.yml pins Linux assets"):
+        install_tools.build_platform(environ={}, machine="arm64", system="Darwin")
+
+
+def test_the_platforms_build_argument_comes_before_the_plain_one(mirror, tmp_path):
+    """A multi-platform build passes one set of build arguments to every platform, so an unconfirmed
+    digest is given per platform (KROPS_TOOL_SHA256_<NAME>_<ARCH>), which wins over the plain one."""
+    www, url = mirror
+    tools, digests = publish_all(www)
+    pins_file = tmp_path / "tools.yml"
+    pins_file.write_text(yaml.safe_dump({"tools": tools}, sort_keys=False))
+    env = {"KROPS_TOOL_SHA256_CLUSTERCTL_AMD64": digests["clusterctl"], "KROPS_TOOL_SHA256_CLUSTERCTL": "1" * 64}
+    proc = run_install_env(pins_file, tmp_path / "bin", url, env, "clusterctl")
+    assert proc.returncode == 0, proc.stderr
+    env = {"KROPS_TOOL_SHA256_CLUSTERCTL_AMD64": "0" * 64, "KROPS_TOOL_SHA256_CLUSTERCTL": digests["clusterctl"]}
+    proc = run_install_env(pins_file, tmp_path / "bin2", url, env, "clusterctl")
+    assert proc.returncode == 1 and "clusterctl v1.13.5: SHA-256 mismatch" in proc.stderr
+
+
+def test_pins_naming_the_wrong_platform_or_none_are_refused(tmp_path):
+    tools = pins()
+    tools["kind"]["assets"]["linux/arm64"]["url"] = tools["kind"]["assets"]["linux/amd64"]["url"]
+    bad = tmp_path / "tools.yml"
+    bad.write_text(yaml.safe_dump({"tools": tools}, sort_keys=False))
+    proc = run_install_env(bad, tmp_path / "bin", "http://127.0.0.1:9")
+    assert (proc.returncode, proc.stderr) == (
+        1,
+        f"install_tools: {bad}: kind linux/arm64: https://github.com/kubernetes-sigs/kind/releases/download/v0.32.0/"
+        "kind-linux-amd64 does not name arm64\n",
+    )
+    old = pins()
+    old["kind"] = {"version": "v0.32.0", "url": old["kind"]["assets"]["linux/amd64"]["url"], "sha256": ""}
+    bad.write_text(yaml.safe_dump({"tools": old}, sort_keys=False))
+    proc = run_install_env(bad, tmp_path / "bin", "http://127.0.0.1:9")
+    assert proc.stderr == (
+        f"install_tools: {bad}: kind has no `assets:` mapping of platform -> {{url, sha256, checksum_source}}\n"
     )
 
 

@@ -346,3 +346,21 @@ def test_emulation_equals_renovates_own_extraction():
                 )
     emulated = _emulated()
     assert sorted(real - emulated) == [] and sorted(emulated - real) == []
+
+
+def test_a_tools_bump_rewrites_every_platforms_asset_and_no_digest(tmp_path):
+    """meta/tools.yml: one dependency per tool, whose match spans every platform's asset, so a bump moves
+    the version in each asset URL together; the digests stay (a person writes them, the manual list)."""
+    deps = list(_coverage()[2]["meta/tools.yml"])
+    tools = yaml.safe_load((ROOT / "meta" / "tools.yml").read_text(encoding="utf-8"))["tools"]
+    assert sorted(dep.match.group("currentValue") for dep in deps) == sorted(t["version"] for t in tools.values())
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta" / "tools.yml").write_text((ROOT / "meta" / "tools.yml").read_text(encoding="utf-8"))
+    _renovate_update(tmp_path, deps, "v9.99.0")
+    bumped = yaml.safe_load((tmp_path / "meta" / "tools.yml").read_text(encoding="utf-8"))["tools"]
+    for name, tool in bumped.items():
+        assert tool["version"] == "v9.99.0", name
+        for platform, asset in tool["assets"].items():
+            old = tools[name]["assets"][platform]
+            assert asset["url"] == old["url"].replace(tools[name]["version"], "v9.99.0"), (name, platform)
+            assert asset["sha256"] == old["sha256"], (name, platform)
