@@ -239,6 +239,7 @@ OPTIONS = {
         "deadline": DEADLINE,
         "memory_limit": MEMORY,
     },
+    "engine_ping": dict(docker_host=TEXT, timeout=POSITIVE_TIMEOUT),
     "teardown_host": dict(
         KUBE,
         mgmt_kubeconfig=PATH,

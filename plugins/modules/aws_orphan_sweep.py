@@ -107,12 +107,6 @@ options:
         the deletions already started, without listing the account again. V(0) runs the module once.
     type: int
     default: 30
-  _wait_budget:
-    description: Internal, set by the action plugin (seconds this step may wait). Do not set.
-    type: int
-  _sweep_state:
-    description: Internal, set by the action plugin (where the previous step stopped). Do not set.
-    type: dict
 extends_documentation_fragment:
   - krops.platform.aws
 attributes:
@@ -361,7 +355,12 @@ duration:
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import contract
+from ansible_collections.krops.platform.plugins.module_utils import stepping
 from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config, errors, shell
+
+
+# The resume state of the stepped sweep (module_utils/stepping.py): set by the action plugin, never an option.
+STEP_STATE = dict(_wait_budget=dict(type="int"), _sweep_state=dict(type="dict"))
 
 
 def argument_spec():
@@ -377,15 +376,13 @@ def argument_spec():
         wait_timeout=dict(type="int", default=1200),
         account_id=dict(type="str"),
         progress_interval=dict(type="int", default=30),
-        # Set by the action plugin, which runs long waits in bounded steps.
-        _wait_budget=dict(type="int"),
-        _sweep_state=dict(type="dict"),
     )
     spec.update(aws.AWS_ARGS)
     return spec
 
 
 def body(module, step):
+    module.params.update(stepping.read(STEP_STATE))
     contract.check("aws_orphan_sweep", module.params)  # the input contract first: before any file or network call
     step("sweeping")
     try:

@@ -142,12 +142,6 @@ options:
       - Seconds between progress lines on the controller while the module waits (shown on stderr by the action plugin).
     type: int
     default: 30
-  _wait_budget:
-    description: Internal, set by the action plugin (seconds this step may spend before a wait returns pending). Do not set.
-    type: int
-  _wait_spent:
-    description: Internal, set by the action plugin (seconds earlier steps spent on each wait). Do not set.
-    type: dict
 notes:
   - clusterctl gets both kubeconfig files by path; the credentials for AWS reach the cluster through the API, never argv.
   - Never deletes anything on the management cluster; deleting a moved Cluster, AWSManaged*, MachinePool or CAPD object
@@ -304,6 +298,7 @@ unresolved:
 from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.krops.platform.plugins.module_utils import contract
+from ansible_collections.krops.platform.plugins.module_utils import stepping
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
@@ -311,6 +306,10 @@ from ansible_collections.krops.platform.plugins.module_utils import pivot
 from ansible_collections.krops.platform.plugins.module_utils import shell
 
 NAME = "krops.platform.capi_pivot"
+
+
+# The resume state of the stepped waits (module_utils/stepping.py): set by the action plugin, never an option.
+STEP_STATE = dict(_wait_budget=dict(type="int"), _wait_spent=dict(type="dict"))
 
 
 def argument_spec():
@@ -343,9 +342,6 @@ def argument_spec():
         mgmt_ready_timeout=dict(type="int"),
         move_timeout=dict(type="int"),
         progress_interval=dict(type="int", default=krops_config.TIMEOUTS["progress_interval"]),
-        # Set by the action plugin, which runs the waits in bounded steps.
-        _wait_budget=dict(type="int"),
-        _wait_spent=dict(type="dict"),
     )
     return spec
 
@@ -379,6 +375,7 @@ def check_params(params):
 
 
 def body(module, step):
+    module.params.update(stepping.read(STEP_STATE))
     contract.check("capi_pivot", module.params)  # the input contract first: before any file or network call
     params = dict(module.params)
     step("checking the options")

@@ -99,17 +99,6 @@ options:
     description: Seconds between progress reports on the controller while waiting.
     type: int
     default: 30
-  _phase:
-    description: Internal, set by the action plugin (V(wait) skips the set-up in later steps). Do not set.
-    type: str
-    choices: [all, wait]
-    default: all
-  _wait_budget:
-    description: Internal, set by the action plugin (seconds this step may wait). Do not set.
-    type: int
-  _wait_total:
-    description: Internal, set by the action plugin (the whole wait budget, for messages). Do not set.
-    type: int
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -229,6 +218,7 @@ wait_timeout:
 from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.krops.platform.plugins.module_utils import contract
+from ansible_collections.krops.platform.plugins.module_utils import stepping
 from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import flux
@@ -243,6 +233,14 @@ WORDING = {
     cli.CliError: "flux_handoff: installing the Flux Operator failed: {error}",
     cli.ToolMissing: "flux_handoff: {error} (set helm_binary, or install_operator=false when the operator is installed)",
 }
+
+
+# The resume state of the stepped wait (module_utils/stepping.py): set by the action plugin, never an option.
+STEP_STATE = dict(
+    _phase=dict(type="str", default="all", choices=["all", "wait"]),
+    _wait_budget=dict(type="int"),
+    _wait_total=dict(type="int"),
+)
 
 
 def argument_spec():
@@ -262,15 +260,12 @@ def argument_spec():
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int"),
         progress_interval=dict(type="int", default=30),
-        # Set by the action plugin, which runs the wait in bounded steps.
-        _phase=dict(type="str", default="all", choices=["all", "wait"]),
-        _wait_budget=dict(type="int"),
-        _wait_total=dict(type="int"),
     )
     return spec
 
 
 def body(module, step):
+    module.params.update(stepping.read(STEP_STATE))
     contract.check("flux_handoff", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("checking the options")

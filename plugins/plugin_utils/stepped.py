@@ -3,7 +3,8 @@
 """The stepped-wait protocol, once, for the action plugins of modules with long waits.
 
 A module cannot print while it runs, so its waits run in bounded steps: each call may
-spend at most one step (hidden option ``_wait_budget``, about progress_interval seconds);
+spend at most one step (``_wait_budget``, about progress_interval seconds, in the resume state that
+module_utils/stepping.py carries outside the module's options);
 a wait that is not done returns ``_krops_pending``. The action plugin then displays a
 status line and calls the module again, until a step is final (done, failed or timed
 out). Each step's budget leaves room for the module's start-up (measured on the
@@ -22,6 +23,8 @@ import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+
+from ansible_collections.krops.platform.plugins.module_utils import stepping
 
 display = Display()
 
@@ -102,7 +105,17 @@ class SteppedAction(ActionBase):
     # --- plumbing --------------------------------------------------------------------------
 
     def run_step(self, args):
-        return self._execute_module(module_name=self.MODULE, module_args=args, task_vars=self.task_vars)
+        # The HIDDEN keys are the wait's resume state, not module options (they stay out of the module's docs):
+        # they reach the module in its environment, for this call only (module_utils/stepping.py).
+        state = {k: args[k] for k in self.HIDDEN if k in args}
+        options = {k: v for k, v in args.items() if k not in self.HIDDEN}
+        original = self._task.environment
+        before = original if isinstance(original, list) else ([original] if original else [])
+        self._task.environment = before + [{stepping.ENV: stepping.encode(state)}]
+        try:
+            return self._execute_module(module_name=self.MODULE, module_args=options, task_vars=self.task_vars)
+        finally:
+            self._task.environment = original
 
     def clean(self, result):
         for key in self.INTERNAL:

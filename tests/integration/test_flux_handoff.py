@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.krops.platform.plugins.module_utils import config, flux
+from ansible_collections.krops.platform.plugins.module_utils import config, flux, stepping
 from ansible_collections.krops.platform.plugins.modules import flux_handoff
 from tests.substrate.fixtures import REPO, task_results
 
@@ -389,15 +389,18 @@ def test_fluxinstance_that_never_becomes_ready_times_out_naming_it(kind_api, fak
     assert result["kustomizations"] == []
 
 
-def test_bounded_step_returns_pending_instead_of_failing(kind_api, fake_bins, run_module):
-    """The action plugin's step protocol: a step that runs out of budget before wait_timeout is not a failure."""
+def test_bounded_step_returns_pending_instead_of_failing(kind_api, fake_bins, run_module, monkeypatch):
+    """The action plugin's step protocol: a step that runs out of budget before wait_timeout is not a failure.
+    The resume state reaches the module in its environment, as the action plugin sets it (module_utils/stepping.py)."""
     FakeFlux(kind_api, [(0.1, fi_ready), (0.1, ks("flux-system", status="Unknown", reason="Progressing"))]).start()
-    result = run_module(flux_handoff, args(kind_api, wait_timeout=30, _wait_budget=1))
+    monkeypatch.setenv(stepping.ENV, stepping.encode({"_wait_budget": 1}))
+    result = run_module(flux_handoff, args(kind_api, wait_timeout=30))
     assert not result.failed, result.get("msg")
     assert result["_krops_pending"] is True and result["ready"] is False
     assert result["kustomizations"][0]["reason"] == "Progressing"
     kind_api.set_condition(*KS, "flux-system", NS, reason="ReconciliationSucceeded")
-    done = run_module(flux_handoff, args(kind_api, wait_timeout=29, _wait_budget=1, _phase="wait"))
+    monkeypatch.setenv(stepping.ENV, stepping.encode({"_wait_budget": 1, "_phase": "wait"}))
+    done = run_module(flux_handoff, args(kind_api, wait_timeout=29))
     assert done["ready"] is True and "_krops_pending" not in done and done["changed"] is False
 
 

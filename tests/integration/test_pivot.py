@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
-from ansible_collections.krops.platform.plugins.module_utils import pivot
+from ansible_collections.krops.platform.plugins.module_utils import pivot, stepping
 from ansible_collections.krops.platform.plugins.modules import capi_pivot
 from tests.substrate.fixtures import task_results
 from tests.substrate.lifecycle import install_clusterctl
@@ -1034,10 +1034,16 @@ def recreate_later(world, secret, lists=4):
     return thread
 
 
-def test_a_wait_cut_by_the_step_budget_returns_pending_then_a_step_resumes(world, run_module):
+def resume(monkeypatch, **state):
+    """The resume state the action plugin hands a step, in the module's environment (module_utils/stepping.py)."""
+    monkeypatch.setenv(stepping.ENV, stepping.encode(state))
+
+
+def test_a_wait_cut_by_the_step_budget_returns_pending_then_a_step_resumes(world, run_module, monkeypatch):
     remove_mgmt_cluster_and_secret(world)
     started = time.monotonic()
-    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600, _wait_budget=1))
+    resume(monkeypatch, _wait_budget=1)
+    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600))
     assert time.monotonic() - started < 5
     assert not result.failed, result.get("msg")
     assert result["_krops_pending"] is True and result["phase_reached"] is None
@@ -1055,7 +1061,8 @@ def test_a_wait_cut_by_the_step_budget_returns_pending_then_a_step_resumes(world
 
     # the next step counts the time already spent: the Cluster is there, the Secret wait is pending
     restore_cluster(world)
-    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600, _wait_budget=1, _wait_spent={"mgmt": 100}))
+    resume(monkeypatch, _wait_budget=1, _wait_spent={"mgmt": 100})
+    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600))
     wait = result["_krops_wait"]
     assert (
         result["phase_reached"] == "preconditions"
@@ -1065,7 +1072,8 @@ def test_a_wait_cut_by_the_step_budget_returns_pending_then_a_step_resumes(world
     assert wait["state"] == "Secret default/local-management-kubeconfig not found yet"
     assert 100 < wait["waited"] < 103 and wait["total"] == 600
     # the spent time is counted against mgmt-ready-timeout: a step whose budget covers the rest is final
-    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600, _wait_budget=5, _wait_spent={"mgmt": 599}))
+    resume(monkeypatch, _wait_budget=5, _wait_spent={"mgmt": 599})
+    result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600))
     assert result["msg"] == (
         "pivot phase export failed: Secret default/local-management-kubeconfig (the management cluster's "
         "kubeconfig) did not appear on the kind cluster within mgmt-ready-timeout; check "

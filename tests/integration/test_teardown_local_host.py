@@ -55,8 +55,12 @@ def world(kind_api, fake_bins, marker=("local-host", "mgmt")):
     docker.add_container("other-kind-control-plane", {KIND: "other-kind"}, ["kind"], anonymous_volumes=1)
 
     def capd_removes_workload():
-        kind_api.wait_for_event(lambda t, o: t == "DELETED" and o["metadata"]["name"] == "local-workload", timeout=60)
-        docker.containers.pop("local-workload-lb", None)
+        # Only once the Cluster is deleted (wait_for_event returns None at its timeout, and a --check run on a
+        # loaded machine can outlast a short one: the load balancer must stay through it).
+        if kind_api.wait_for_event(
+            lambda t, o: t == "DELETED" and o["metadata"]["name"] == "local-workload", timeout=900
+        ):
+            docker.containers.pop("local-workload-lb", None)
 
     threading.Thread(target=capd_removes_workload, daemon=True).start()
     return docker
@@ -74,9 +78,8 @@ def play(kind_api, docker, tmp_path, **extra):
         {
             "hosts": "localhost",
             "gather_facts": False,
-            "module_defaults": {
-                "group/community.docker.docker": {"docker_host": docker.url, "tls": False, "validate_certs": False}
-            },
+            # The engine as a user points at it: DOCKER_HOST, which community.docker and krops.platform.engine_ping read.
+            "environment": {"DOCKER_HOST": docker.url},
             "vars": variables,
             "roles": [{"role": "krops.platform.teardown"}],
         }

@@ -1,0 +1,58 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The stepped waits' resume state travels outside the module options (module_utils/stepping.py), so no module
+documents or accepts an internal option; a state that is not the action plugin's is refused by name."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.krops.platform.plugins.module_utils import errors, stepping
+from ansible_collections.krops.platform.plugins.modules import aws_orphan_sweep, capi_pivot, flux_handoff
+
+MODULES = Path(__file__).resolve().parents[4] / "plugins" / "modules"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in MODULES.glob("*.py") if p.stem != "__init__"))
+def test_no_module_documents_or_accepts_an_internal_option(name):
+    module = importlib.import_module(f"ansible_collections.krops.platform.plugins.modules.{name}")
+    documented = yaml.safe_load(module.DOCUMENTATION).get("options") or {}
+    assert [o for o in documented if o.startswith("_")] == []
+    assert [o for o in module.argument_spec() if o.startswith("_")] == []
+
+
+def test_the_state_round_trips_with_its_defaults():
+    env = {stepping.ENV: stepping.encode({"_wait_budget": 5, "_wait_total": 60})}
+    assert stepping.read(flux_handoff.STEP_STATE, env) == {"_phase": "all", "_wait_budget": 5, "_wait_total": 60}
+    env = {stepping.ENV: stepping.encode({"_sweep_state": {"pending": ["x"]}})}
+    assert stepping.read(aws_orphan_sweep.STEP_STATE, env)["_sweep_state"] == {"pending": ["x"]}
+    assert stepping.read(capi_pivot.STEP_STATE, {}) == {"_wait_budget": None, "_wait_spent": None}
+
+
+def test_a_template_in_the_state_is_not_templated_by_the_task_environment():
+    # Ansible templates the task's environment; base64 carries no '{{'.
+    assert "{" not in stepping.encode({"_sweep_state": {"note": "{{ lookup('env', 'HOME') }}"}})
+
+
+@pytest.mark.parametrize(
+    "raw, detail",
+    [
+        ("not base64!", ""),
+        (stepping.encode([1, 2]), ""),
+        (stepping.encode({"_phase": "later"}), " (value of _phase must be one of: all, wait, got: later)"),
+        (
+            stepping.encode({"wait_timeout": 1}),
+            " (wait_timeout. Supported parameters include: _phase, _wait_budget, _wait_total.)",
+        ),
+    ],
+)
+def test_a_state_that_is_not_the_action_plugins_is_refused_by_name(raw, detail):
+    with pytest.raises(errors.ConfigError) as caught:
+        stepping.read(flux_handoff.STEP_STATE, {stepping.ENV: raw})
+    message = str(caught.value)
+    assert message.startswith(f"{stepping.ENV} is not a resume state{detail}")
+    assert message.endswith("it is set by the module's action plugin only; unset it")
