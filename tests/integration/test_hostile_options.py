@@ -745,6 +745,27 @@ CASES = [
         poll_interval=-1,
     ),
     c(
+        "engine-timeout-zero",
+        "engine_ping",
+        {},
+        "option timeout: expected an integer from 1 to 604800, got 0",
+        timeout=0,
+    ),
+    c(
+        "engine-timeout-huge",
+        "engine_ping",
+        {},
+        "option timeout: expected an integer from 1 to 604800, got 10000000",
+        timeout=10000000,
+    ),
+    c(
+        "engine-host-scheme",
+        "engine_ping",
+        {},
+        "DOCKER_HOST ftp://127.0.0.1:1 is not an engine address: use unix:///path/to/docker.sock or tcp://host:port",
+        docker_host="ftp://127.0.0.1:1",
+    ),
+    c(
         "kind-name-traversal",
         "kind_cluster",
         NO_KIND,
@@ -1250,7 +1271,7 @@ def module_of(name):
 
 def test_the_table_covers_every_module_with_at_least_100_cases():
     assert len(CASES) >= 100
-    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 15
+    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 16
     assert len({case[0] for case in CASES}) == len(CASES)
 
 
