@@ -35,7 +35,6 @@ from tests.substrate.bootstrapped import (
     install_bootstrapped_tools,
     seed_bootstrapped_kind,
 )
-from tests.substrate.docker_double import DockerDouble
 from tests.substrate.fixtures import REPO
 
 pytestmark = pytest.mark.slow
@@ -49,14 +48,6 @@ PROVIDERS = (
 )
 
 
-@pytest.fixture(autouse=True)
-def engine(monkeypatch):
-    """The container engine the plan's kind step needs (kind is a fake here): the teardown pings it first
-    (krops.platform.engine_ping at DOCKER_HOST), as it would ping Docker on a real host."""
-    docker = DockerDouble()
-    monkeypatch.setenv("DOCKER_HOST", docker.url)
-    yield docker
-    docker.stop()
 
 
 @pytest.fixture

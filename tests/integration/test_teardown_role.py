@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.test_tinkerbell_release import CLUSTER, HW, KS, OWNER, FakeCapt, cluster, hardware, ns
-from tests.substrate.docker_double import DockerDouble
 from tests.substrate.fixtures import REPO, task_results
 from tests.substrate.krops_marks import make_kind_marker
 
@@ -16,14 +15,6 @@ pytestmark = pytest.mark.slow
 R = "krops.platform.teardown : "
 
 
-@pytest.fixture(autouse=True)
-def engine(monkeypatch):
-    """The container engine the plan's kind step needs (kind is a fake here): the teardown pings it first
-    (krops.platform.engine_ping at DOCKER_HOST), as it would ping Docker on a real host."""
-    docker = DockerDouble()
-    monkeypatch.setenv("DOCKER_HOST", docker.url)
-    yield docker
-    docker.stop()
 
 
 def play(kind_api, tmp_path):

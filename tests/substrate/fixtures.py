@@ -293,9 +293,20 @@ class FakeBins:
 
 @pytest.fixture
 def fake_bins(tmp_path, monkeypatch):
+    """Stand-in CLIs on PATH. A fake kind or docker implies a container engine behind them, and the plays ping
+    it first (krops.platform.engine_ping at DOCKER_HOST): a Docker double answers there unless the test set
+    DOCKER_HOST itself (bins.engine is then None)."""
+    from tests.substrate.docker_double import DockerDouble
+
     bins = FakeBins(tmp_path / "bin")
     monkeypatch.setenv("PATH", bins.path_env)
-    return bins
+    bins.engine = None
+    if not os.environ.get("DOCKER_HOST"):
+        bins.engine = DockerDouble()
+        monkeypatch.setenv("DOCKER_HOST", bins.engine.url)
+    yield bins
+    if bins.engine is not None:
+        bins.engine.stop()
 
 
 # --- running modules ----------------------------------------------------------------
