@@ -264,7 +264,10 @@ def kustomization_row(name, obj, namespace):
         cond = kube.condition(obj, "Stalled") or {}
         reason = cond.get("reason") or reason
         message = cond.get("message") or message
-    if (obj.get("spec") or {}).get("suspend"):
+    held = kube.suspended_by(obj) == kube.PIVOT_SUSPENDER
+    if held:
+        message = ("(suspended by the pivot) " + message).strip()
+    elif (obj.get("spec") or {}).get("suspend"):
         message = ("(suspended) " + message).strip()
     return {
         "name": name,
@@ -273,6 +276,7 @@ def kustomization_row(name, obj, namespace):
         "message": message,
         "depends_on": depends_on(obj, namespace),
         "stalled": bool(stalled and not ready),
+        "held": held,
     }
 
 
@@ -584,7 +588,9 @@ def wait_ready(client, namespace, timeout, result, on_progress=None, progress_ev
                     stalled[0]["message"],
                 )
             )
-        return all(r["ready"] for r in rows), result
+        # A Kustomization the pivot suspended (a pivot run died during the move) is the pivot's: nothing
+        # here resumes it, so it is not waited for; the pivot's re-run resumes it or completes the move.
+        return all(r["ready"] or r.get("held") for r in rows), result
 
     kube.watch_until(
         client,
@@ -686,7 +692,20 @@ def handoff(params, check_mode=False, helm=None, environ=None):
     started = time.monotonic()
     try:
         wait_ready(client, namespace, step, result, progress_every=max(step, 1))
-        result["ready"] = True
+        result["held_by_pivot"] = [r["name"] for r in result["kustomizations"] if r.get("held")]
+        result["ready"] = not result["held_by_pivot"]
+        if result["held_by_pivot"]:
+            result["warnings"] = [
+                "{} Kustomizations of {} on {} are suspended by an interrupted pivot ({}={}): {}; not waited for. "
+                "Run the pivot again: it completes the move (or resumes them on rollback)".format(
+                    len(result["held_by_pivot"]),
+                    namespace,
+                    target,
+                    kube.SUSPENDED_BY,
+                    kube.PIVOT_SUSPENDER,
+                    ", ".join(result["held_by_pivot"]),
+                )
+            ]
     except kube.WaitTimeout:
         if not final:
             result["_krops_pending"] = True

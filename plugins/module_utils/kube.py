@@ -669,9 +669,31 @@ def is_provider(obj):
 KUSTOMIZATION = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
 
 
-def set_suspend(client, namespace, name, suspended, api=KUSTOMIZATION):
-    """Suspend (True) or resume (False) one Flux object through spec.suspend."""
-    merge_patch(client, api[0], api[1], name, namespace, {"spec": {"suspend": bool(suspended)}})
+# Written with spec.suspend by the krops step that suspends a Flux object, removed when it resumes it:
+# a later run proves the suspension is krops' own (and which step's), never the user's.
+SUSPENDED_BY = "krops.io/suspended-by"
+PIVOT_SUSPENDER = "krops.platform.capi_pivot"
+
+
+def set_suspend(client, namespace, name, suspended, api=KUSTOMIZATION, by=None):
+    """Suspend (True) or resume (False) one Flux object through spec.suspend.
+
+    ``by`` names the suspender in the SUSPENDED_BY annotation (suspending), and resuming always
+    removes that annotation, in the same patch.
+    """
+    patch = {"spec": {"suspend": bool(suspended)}}
+    if by and suspended:
+        patch["metadata"] = {"annotations": {SUSPENDED_BY: by}}
+    elif not suspended:
+        patch["metadata"] = {"annotations": {SUSPENDED_BY: None}}
+    merge_patch(client, api[0], api[1], name, namespace, patch)
+
+
+def suspended_by(obj):
+    """The SUSPENDED_BY annotation of a suspended Flux object (None when it is not suspended or not by krops)."""
+    if not ((obj or {}).get("spec") or {}).get("suspend"):
+        return None
+    return (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(SUSPENDED_BY)
 
 
 # --- kubeconfig export and merge ---------------------------------------------------------------

@@ -841,8 +841,10 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                 boot["kind-cluster"], host["kind_marker"]["reason"]
             ),
         )
-    # a management cluster on bare-metal Hardware stays after the teardown, and so does its context
-    if pivoted and not profile.hardware_release:
+    # a management cluster on bare-metal Hardware stays after the teardown, and so does its context. Elsewhere the
+    # steps above remove the management cluster, pivoted or not: a pivot that died after its export phase left the
+    # kubeconfig with kind still the host, and a teardown that kept it would exit 0 with krops' file on disk (issue 30).
+    if not profile.hardware_release:
         steps.append(
             _step(
                 "remove-kubeconfig",

@@ -22,8 +22,10 @@ description:
     overlaid by C(pivot-manifest-vars), credentials and SOPS secrets; every provider Ready and at least at the source's version.
   - C(preflight) every Cluster and Machine of C(mgmt-namespace) is movable, none paused, no block-move annotation; all
     reasons are reported together and nothing is paused or suspended.
-  - C(move) the source's Flux Kustomizations are suspended, C(clusterctl move) runs, the result is verified, moved Clusters
-    are unpaused on the target and missing move fallbacks are applied.
+  - C(move) the source's Flux Kustomizations are suspended (each annotated C(krops.io/suspended-by=krops.platform.capi_pivot)),
+    C(clusterctl move) runs, the result is verified, moved Clusters are unpaused on the target and missing move fallbacks
+    are applied. Kustomizations a killed earlier run left suspended with that annotation count as suspended by this run
+    (a rollback resumes them); a Kustomization suspended without it is the user's and is never resumed.
   - A failure before C(move) changes nothing on the source. A failure during C(move) unpauses the source's Clusters, resumes
     the Kustomizations the module suspended (unless objects already left the source), deletes nothing on the target and
     returns the partial object list. Re-running completes the move; a re-run after success changes nothing.
@@ -247,7 +249,7 @@ applied:
       state: created
       file: mgmt/local-host/capi-system/core-provider.yaml
 suspended:
-  description: Kustomizations suspended on the kind cluster.
+  description: Kustomizations suspended on the kind cluster, by this run or (annotated) by an earlier run of the pivot.
   returned: always
   type: list
   elements: dict

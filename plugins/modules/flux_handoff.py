@@ -23,6 +23,7 @@ description:
     (plain HTTP in-cluster registry). The Flux distribution version is C(bootstrap.flux-version).
   - Then waits, event-driven (Kubernetes watches, no polling), for the FluxInstance to be Ready and then for every
     Kustomization of the Flux namespace (the root C(flux-system) and those the tree creates) to be Ready.
+    A Kustomization the pivot suspended (a pivot run that died during the move) is not waited for; see RV(held_by_pivot).
     A Kustomization reporting C(Stalled=True) fails the wait at once with its message.
   - The action plugin shows progress on the controller (FluxInstance state, which Kustomizations are Ready and
     which are pending, with their Ready reason and message) at least every O(progress_interval) seconds.
@@ -204,10 +205,19 @@ kustomizations:
   sample: [{"name": "flux-system", "ready": true, "reason": "ReconciliationSucceeded", "message": "Applied revision",
             "depends_on": []}]
 ready:
-  description: Whether the FluxInstance and every Kustomization are Ready.
+  description: Whether the FluxInstance and every Kustomization are Ready (false when some are RV(held_by_pivot)).
   returned: always
   type: bool
   sample: true
+held_by_pivot:
+  description:
+    - Kustomizations suspended by an interrupted pivot (annotation C(krops.io/suspended-by=krops.platform.capi_pivot)),
+      which the wait does not wait for and the handoff never resumes; a warning names them. Running the pivot again
+      completes the move, or resumes them when it rolls back.
+  returned: after the wait
+  type: list
+  elements: str
+  sample: []
 wait_timeout:
   description: The wait budget in seconds that applied.
   returned: always

@@ -594,3 +594,43 @@ def test_validate_holds_the_tree_to_the_flux_version_registry_and_node_image_of_
         )
         == 4
     )
+
+
+@pytest.mark.slow
+def test_kustomizations_an_interrupted_pivot_suspended_are_not_waited_for_but_the_users_are(
+    kind_api, fake_bins, run_module
+):
+    """Issue 30: a pivot killed during the move leaves kind's Kustomizations suspended; the bootstrap's handoff on a
+    re-run must not wait 90 s for them (nothing resumes them but the pivot). A suspension without krops' mark is the
+    user's and is still waited for."""
+    from ansible_collections.krops.platform.plugins.module_utils import kube
+
+    fake = FakeFlux(kind_api, HEALTHY).start()
+    assert not run_module(flux_handoff, args(kind_api)).failed
+    assert not fake.errors
+    client = kube.connect(kind_api.kubeconfig_path, "kind-mgmt")
+    for name in ("flux-system", "infra", "apps"):  # what capi_pivot's move phase does first
+        kube.set_suspend(client, NS, name, True, by=kube.PIVOT_SUSPENDER)
+    held = kind_api.get(*KS, "infra", NS)
+    assert held["metadata"]["annotations"] == {"krops.io/suspended-by": "krops.platform.capi_pivot"}
+    assert kube.readiness(held)[0] is False  # the suspension is a new generation nothing observes
+
+    fake_bins.answer("helm", "list", stdout=deployed())
+    started = time.monotonic()
+    again = run_module(flux_handoff, args(kind_api, wait_timeout=30))
+    assert not again.failed, again.get("msg")
+    assert time.monotonic() - started < 10
+    assert again["changed"] is False and again["ready"] is False
+    assert again["held_by_pivot"] == ["flux-system", "infra", "apps"]
+    assert [k["message"].split(")")[0] + ")" for k in again["kustomizations"]] == ["(suspended by the pivot)"] * 3
+    assert again["warnings"] == [
+        f"3 Kustomizations of flux-system on context kind-mgmt in {kind_api.kubeconfig_path} are suspended by an interrupted pivot "
+        "(krops.io/suspended-by=krops.platform.capi_pivot): flux-system, infra, apps; not waited for. "
+        "Run the pivot again: it completes the move (or resumes them on rollback)"
+    ]
+
+    # the user's own suspension (no krops mark) is waited for, and the timeout names it
+    kube.merge_patch(client, *KS, "apps", NS, {"metadata": {"annotations": {kube.SUSPENDED_BY: None}}})
+    user = run_module(flux_handoff, args(kind_api, wait_timeout=1))
+    assert user.failed and "timed out after 1s waiting for the Flux Kustomizations" in user["msg"]
+    assert "apps" in user["msg"] and "(suspended) generation" in user["msg"]

@@ -461,6 +461,11 @@ def test_pivot_moves_everything_then_a_rerun_changes_nothing(world, run_module):
     assert world.paused(world.mgmt) == {MGMT: False, "local-workload": False}
     assert world.mgmt.exists("v1", "Secret", MGMT + "-kubeconfig", NS)
     assert world.suspended() == {name: True for name in ACTIVE_KS}
+    marks = {
+        o["metadata"]["name"]: (o["metadata"].get("annotations") or {}).get("krops.io/suspended-by")
+        for o in world.kind.list(*KS, "flux-system")
+    }
+    assert marks == {name: ("krops.platform.capi_pivot" if not off else None) for name, off in ACTIVE_KS.items()}
     assert {(m["kind"], m["name"]) for m in result["moved"]} >= ALL_OBJECTS
     assert {s["name"] for s in result["suspended"]} == {"flux-system", "capi-providers", "clusters"}
     assert result["run_tags"] == {"KROPS_RUN_ID": "local-host-20261130", "KROPS_RUN_KIND": "manual"}
@@ -717,6 +722,27 @@ def test_clusterctl_failing_midway_rolls_back_then_a_rerun_completes(world, run_
     assert not again.failed, again.get("msg")
     assert world.capi(world.kind) == set() and world.capi(world.mgmt) == ALL_OBJECTS
     assert world.paused(world.mgmt) == {MGMT: False, "local-workload": False}
+
+
+@pytest.mark.slow
+def test_a_rerun_after_a_killed_move_owns_the_suspension_the_killed_run_left(world, run_module):
+    """Issue 30: a run killed after suspending kind's Kustomizations never resumed them. The re-run finds them by the
+    pivot's annotation and treats them as its own: its rollback resumes them (and removes the mark), while the
+    Kustomization the user had suspended stays suspended."""
+    from ansible_collections.krops.platform.plugins.module_utils import kube
+
+    client = kube.connect(str(world.kind.kubeconfig_path), "kind-mgmt")
+    for name, off in ACTIVE_KS.items():
+        if not off:  # what the killed run did before clusterctl move
+            kube.set_suspend(client, "flux-system", name, True, by=kube.PIVOT_SUSPENDER)
+    install_mover(world.bins, mode="fail-half")
+    result = run_module(capi_pivot, world.args())
+    assert result["failed_phase"] == "move"
+    assert "resumed 3 Kustomizations on the kind cluster" in result["msg"], result["msg"]
+    assert world.suspended() == ACTIVE_KS
+    assert not any(
+        "krops.io/suspended-by" in (o["metadata"].get("annotations") or {}) for o in world.kind.list(*KS, "flux-system")
+    )
 
 
 def test_clusterctl_failing_after_deleting_keeps_flux_suspended(world, run_module):

@@ -231,7 +231,11 @@ def test_host_is_kind_while_it_holds_the_management_cluster(kube_cluster, tmp_pa
         "remove-containers",
         "remove-registry",
         "remove-kubeconfig",
+        "remove-kubeconfig",
     ]
+    # issue 30: a pivot killed after its export phase leaves kind the host and ~/.kube/krops-mgmt.yaml written; the
+    # management cluster's containers go, so its context goes too (a teardown keeping it exited 0 with the file left)
+    assert (result["plan"][-1]["path"], result["plan"][-1]["context"]) == (mgmt.kubeconfig_path, "krops-mgmt")
     assert result["kept"][0]["what"] == "kind cluster mgmt"
     delete = result["plan"][1]
     assert (delete["clusters"], delete["keep"], delete["timeout"]) == (["local-workload"], ["local-management"], 300)
@@ -248,6 +252,7 @@ def test_host_is_kind_while_it_holds_the_management_cluster(kube_cluster, tmp_pa
         "delete-kind",
         "remove-containers",
         "remove-registry",
+        "remove-kubeconfig",
         "remove-kubeconfig",
     ]
     assert marked["kind_marker"] == {
@@ -309,7 +314,12 @@ def test_host_mgmt_when_kind_is_gone_and_unreachable_when_nothing_answers(
     assert [s["action"] for s in forced["plan"]] == ["aws-orphan-sweep"]
     local = plan_host(run_module, tmp_path, dead_kind, "local-host", dead_mgmt, timeout=2)
     # nothing answers: kind is never deleted (no marker can be read); labelled containers still go
-    assert [s["action"] for s in local["plan"]] == ["remove-containers", "remove-registry", "remove-kubeconfig"]
+    assert [s["action"] for s in local["plan"]] == [
+        "remove-containers",
+        "remove-registry",
+        "remove-kubeconfig",
+        "remove-kubeconfig",
+    ]
 
 
 def test_host_probe_unknown_aborts(kube_cluster, tmp_path, run_module):
@@ -350,6 +360,7 @@ def test_missing_tools_reported_at_once(kube_cluster, tmp_path, run_module, monk
                 "bootstrap-secrets",
                 "azure-teardown",
                 "delete-kind",
+                "remove-kubeconfig",  # the cloud teardown removed the management cluster the export phase wrote
             ],
         ),
         (

@@ -155,7 +155,10 @@ class EmulatedWorld:
 
     # ---- running the playbooks ---------------------------------------------------------------
     def playbook(self, playbook, *args, inventory=None, env=None, timeout=600):
-        """ansible-playbook PLAYBOOK [-i INVENTORY] ARGS from the checkout -> (rc, JSON output, stderr)."""
+        """ansible-playbook PLAYBOOK [-i INVENTORY] ARGS from the checkout -> (rc, JSON output, stderr).
+
+        The run leads its own process group (rc -9 when a stand-in killed it, standins/common.kill_the_run).
+        """
         argv = [str(VENV_BIN / "ansible-playbook"), str(playbook)]
         if inventory:
             argv += ["-i", str(inventory)]
@@ -167,7 +170,17 @@ class EmulatedWorld:
         run_env["ANSIBLE_LOCAL_TEMP"] = os.path.join(self._sock_dir, "ansible")
         run_env["TMPDIR"] = os.path.join(self._sock_dir, "tmp")
         os.makedirs(run_env["TMPDIR"], exist_ok=True)
-        proc = subprocess.run(argv, cwd=REPO, env=run_env, capture_output=True, text=True, timeout=timeout, check=False)
+        # its own process group: a stand-in told to kill the run (a dying host) kills exactly this run
+        proc = subprocess.run(
+            argv,
+            cwd=REPO,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            start_new_session=True,
+        )
         try:
             output = json.loads(proc.stdout)
         except json.JSONDecodeError:
@@ -401,9 +414,13 @@ def install_standin(folder, tool):
     return path
 
 
-def install_clusterctl(folder, mode="move", resume=True):
-    """The clusterctl stand-in in ``folder``, moving (or failing) as ``mode`` says (standins/clusterctl.py)."""
-    (Path(folder) / "clusterctl.json").write_text(json.dumps({"mode": mode, "resume": resume}))
+def install_clusterctl(folder, mode="move", resume=True, kill=None):
+    """The clusterctl stand-in in ``folder``, moving (or failing, or killing the run at ``kill``) as ``mode`` says
+    (standins/clusterctl.py)."""
+    settings = {"mode": mode, "resume": resume}
+    if kill:
+        settings["kill"] = kill
+    (Path(folder) / "clusterctl.json").write_text(json.dumps(settings))
     return install_standin(folder, "clusterctl")
 
 

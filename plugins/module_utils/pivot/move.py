@@ -26,12 +26,23 @@ def suspend_kustomizations(pv):
             "move", f"cannot list the Flux Kustomizations on the kind cluster: {error}; nothing was suspended"
         )
     active = [o for o in objects if not (o.get("spec") or {}).get("suspend")]
-    suspended = []
+    # Suspended by an earlier run of the pivot that died before it resumed them (its annotation proves it):
+    # they are this pivot's to resume on rollback, as if it had suspended them now.
+    suspended = [
+        {"namespace": o["metadata"]["namespace"], "name": o["metadata"]["name"]}
+        for o in objects
+        if kube.suspended_by(o) == kube.PIVOT_SUSPENDER
+    ]
+    if suspended:
+        pv.say("%d Kustomizations were still suspended by an earlier pivot run on the kind cluster" % len(suspended))
+    fresh = 0
     for obj in active:
         item = {"namespace": obj["metadata"]["namespace"], "name": obj["metadata"]["name"]}
         if not pv.check_mode:
             try:
-                kube.set_suspend(pv.source, obj["metadata"]["namespace"], obj["metadata"]["name"], True)
+                kube.set_suspend(
+                    pv.source, obj["metadata"]["namespace"], obj["metadata"]["name"], True, by=kube.PIVOT_SUSPENDER
+                )
             except API_ERRORS as exc:
                 pv.suspended = suspended
                 raise PivotError(
@@ -41,11 +52,12 @@ def suspend_kustomizations(pv):
                     ),
                 )
         suspended.append(item)
+        fresh += 1
     pv.suspended = suspended
     pv.result["suspended"] = suspended
-    if suspended:
+    if fresh:
         pv.changed()
-        pv.say("suspended %d Kustomizations on the kind cluster" % len(suspended))
+        pv.say("suspended %d Kustomizations on the kind cluster" % fresh)
 
 
 def _set_paused(client, res, name, namespace, paused):

@@ -13,7 +13,10 @@ the Clusters on the target. ``--dry-run`` prints the object list and changes not
 Modes for tests (``<bin>/clusterctl.json``: {"mode": ..., "resume": bool}): ``move`` (default),
 ``fail-half`` (exits 1 after creating half of the objects), ``fail-delete`` (exits 1 halfway through
 deleting on the source), ``noop`` (exits 0 having moved nothing); ``resume: false`` leaves the
-Clusters paused on the target.
+Clusters paused on the target. ``kill`` (``before``, ``paused``, ``half`` or ``delete``) SIGKILLs
+the whole ansible-playbook run (common.kill_the_run) before clusterctl changes anything, after it paused
+the source's Clusters, after half of the objects are created on the target, or halfway through deleting
+on the source: the host dying during the move.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import urllib.error
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import Cluster, bin_dir, exit_with, record  # noqa: E402
+from common import Cluster, bin_dir, exit_with, kill_the_run, record  # noqa: E402
 
 from tests.substrate import tool_contracts as contracts  # noqa: E402
 
@@ -38,7 +41,7 @@ def settings():
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
             loaded = json.load(handle)
-    return loaded.get("mode", "move"), loaded.get("resume", True)
+    return loaded.get("mode", "move"), loaded.get("resume", True), loaded.get("kill")
 
 
 def _fail(message):
@@ -46,7 +49,7 @@ def _fail(message):
 
 
 def move(flags):
-    mode, resume = settings()
+    mode, resume, kill = settings()
     src = Cluster(flags.get("--kubeconfig"), flags.get("--kubeconfig-context"), fail=_fail)
     if not flags.get("--to-kubeconfig"):
         _fail("please specify a target cluster using the --to-kubeconfig flag")
@@ -83,11 +86,17 @@ def move(flags):
     if mode == "noop":
         print("Performing move...")
         return
+    if kill == "before":
+        kill_the_run()
     for path, obj in objects:
         if obj["kind"] == "Cluster":
             src.call("PATCH", path + "/" + obj["metadata"]["name"], {"spec": {"paused": True}})
     half = max(1, len(objects) // 2)
+    if kill == "paused":
+        kill_the_run()
     for index, (path, obj) in enumerate(objects):
+        if kill == "half" and index == half:
+            kill_the_run()
         if mode == "fail-half" and index == half:
             _fail("action failed after 10 attempts: failed to connect to the management cluster")
         body = {k: v for k, v in obj.items() if k != "status"}
@@ -104,6 +113,8 @@ def move(flags):
         if obj.get("status") and obj["kind"] != "Secret":
             dst.call("PATCH", path + "/" + obj["metadata"]["name"] + "/status", {"status": obj["status"]})
     for index, (path, obj) in enumerate(reversed(objects)):
+        if kill == "delete" and index == half:
+            kill_the_run()
         if mode == "fail-delete" and index == half:
             _fail("failed to delete objects from the source cluster")
         src.call("PATCH", path + "/" + obj["metadata"]["name"], {"metadata": {"finalizers": None}})

@@ -184,3 +184,36 @@ def write_private(path, text):
         handle.write(text)
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
+
+
+def kill_the_run():
+    """SIGKILL the whole ansible-playbook run this stand-in was called from (a host dying mid-task).
+
+    Walks up the process tree to the topmost ansible-playbook, which must lead its own process group
+    (the lifecycle world starts every run in a new session), and kills that group and the group of every
+    ansible-playbook process between (ansible's workers lead groups of their own), the stand-in included.
+    Refuses, exiting 1, when there is no such leader: it never kills a group it cannot prove is the run's.
+    """
+    import signal
+
+    pid, runs = os.getpid(), []
+    while pid > 1:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as handle:
+                argv = handle.read().split(b"\0")
+            with open("/proc/%d/stat" % pid, encoding="utf-8") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            break
+        if any(part.endswith(b"ansible-playbook") for part in argv[:2]):
+            runs.append(pid)
+        pid = parent
+    if not runs or os.getpgid(runs[-1]) != runs[-1]:
+        exit_with("stand-in: kill requested but no ansible-playbook process group leader above this process")
+    sys.stdout.flush()
+    groups = list(dict.fromkeys(os.getpgid(p) for p in reversed(runs)))
+    for group in groups + [os.getpgid(0)]:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
