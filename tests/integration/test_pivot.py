@@ -745,6 +745,26 @@ def test_a_rerun_after_a_killed_move_owns_the_suspension_the_killed_run_left(wor
     )
 
 
+@pytest.mark.slow
+def test_a_rerun_after_a_move_killed_once_clusterctl_paused_the_clusters_finishes_it(world, run_module):
+    """Issue 30 (crash matrix point clusterctl:paused): the run died after clusterctl paused kind's Clusters. The
+    preflight refused every re-run ("already paused"); the pivot's own suspension mark proves an earlier move
+    reached clusterctl, so the re-run finishes that move."""
+    from ansible_collections.krops.platform.plugins.module_utils import kube
+
+    client = kube.connect(str(world.kind.kubeconfig_path), "kind-mgmt")
+    for name, off in ACTIVE_KS.items():
+        if not off:
+            kube.set_suspend(client, "flux-system", name, True, by=kube.PIVOT_SUSPENDER)
+    for name in (MGMT, "local-workload"):  # what clusterctl move does first
+        kube.merge_patch(client, CLUSTER_V, "Cluster", name, "default", {"spec": {"paused": True}})
+    result = run_module(capi_pivot, world.args())
+    assert not result.failed, result.get("msg")
+    assert world.capi(world.kind) == set() and world.capi(world.mgmt) == ALL_OBJECTS
+    assert world.paused(world.mgmt) == {MGMT: False, "local-workload": False}
+    assert any("an earlier pivot run reached the move" in line for line in result["progress"])
+
+
 def test_clusterctl_failing_after_deleting_keeps_flux_suspended(world, run_module):
     install_mover(world.bins, mode="fail-delete")
     result = run_module(capi_pivot, world.args())

@@ -18,7 +18,7 @@ from ansible_collections.krops.platform.plugins.module_utils.pivot.common import
 KS_API = kube.KUSTOMIZATION[0]
 
 
-def _cluster_problems(obj):
+def _cluster_problems(obj, earlier_move=False):
     status = obj.get("status") or {}
     init = status.get("initialization") or {}
     name = obj["metadata"]["name"]
@@ -37,7 +37,10 @@ def _cluster_problems(obj):
     )
     if not control:
         problems.append(f"Cluster {name}: control plane is not initialised")
-    if (obj.get("spec") or {}).get("paused") or PAUSED_ANNOTATION in ((obj["metadata"].get("annotations")) or {}):
+    paused_spec = (obj.get("spec") or {}).get("paused")
+    if earlier_move and paused_spec and PAUSED_ANNOTATION not in ((obj["metadata"].get("annotations")) or {}):
+        pass  # paused by the clusterctl move of an interrupted pivot run: this move finishes it
+    elif paused_spec or PAUSED_ANNOTATION in ((obj["metadata"].get("annotations")) or {}):
         problems.append(f"Cluster {name}: already paused (unpause it or finish the earlier move first)")
     return problems
 
@@ -96,16 +99,29 @@ def wait_kustomizations(pv):
         )
 
 
+def _earlier_move(pv):
+    """True when Kustomizations on the source carry the pivot's suspension mark: an earlier run reached the move
+    (it suspends first, then clusterctl pauses the Clusters) and died before it finished or rolled back (issue 30)."""
+    state, found, _error = kube.probe(pv.source, *kube.KUSTOMIZATION)
+    return state != kube.UNKNOWN and any(kube.suspended_by(o) == kube.PIVOT_SUSPENDER for o in found or [])
+
+
 def run(pv):
     if pv.source is None:
         return
     wait_kustomizations(pv)
     objects = capi_objects(pv.source, pv.namespace, phase="preflight")
+    earlier_move = _earlier_move(pv)
+    if earlier_move:
+        pv.say(
+            "an earlier pivot run reached the move on the kind cluster (its Kustomizations carry %s): "
+            "Clusters it paused are moved as they are" % kube.SUSPENDED_BY
+        )
     problems = []
     for key, obj in sorted(objects.items(), key=lambda kv: kv[0]):
         group, kind, _ns, name = key
         if group == "cluster.x-k8s.io" and kind == "Cluster":
-            problems += _cluster_problems(obj)
+            problems += _cluster_problems(obj, earlier_move)
         elif (
             group == "cluster.x-k8s.io"
             and kind == "Machine"
