@@ -24,7 +24,8 @@ XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loa
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test static check quick durations setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench clean
+CRASH_ARGS ?= --limit 12
+.PHONY: crash-matrix test static check quick durations setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench clean
 
 # After set-up, the integration suite runs beside the other checks (TEST_JOBS=1: one after the
 # other): it waits on its emulators more than it computes, so sanity, units, lint, importer and the
@@ -162,8 +163,15 @@ docs-setup:
 	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium npm >/dev/null; \
 	  else echo "make docs: needs Chromium (or Chrome) and npm: sudo apt-get install chromium npm" >&2; exit 1; fi; fi
 
+# The crash matrix (tests/benchmarks/crash_matrix.py, issue 30): the local-host playbook killed at task
+# boundaries, inside clusterctl move, or with one failed Kubernetes write; then a re-run must converge
+# (changed=0 after it) and a teardown from the partial state must leave nothing owned. About 8 minutes a
+# point on 2 cores, so not in make test; CRASH_ARGS='--list' prints the points, '--only task:40' runs one.
+crash-matrix:
+	$(BIN)/python tests/benchmarks/crash_matrix.py $(CRASH_ARGS)
+
 bench:
-	@for script in tests/benchmarks/*.py; do echo ">>> $$script"; $(BIN)/python $$script; done
+	@for script in tests/benchmarks/*.py; do [ "$$script" = tests/benchmarks/crash_matrix.py ] && continue; echo ">>> $$script"; $(BIN)/python $$script; done
 
 clean:
 	rm -rf $(BUILD) build/ee tests/output .collections .pytest_cache

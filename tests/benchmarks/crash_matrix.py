@@ -1,0 +1,338 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""Crash matrix (issue 30): the local-host playbook interrupted at every step, on the emulated host.
+
+    .venv/bin/python tests/benchmarks/crash_matrix.py --list            # the points of a baseline run
+    .venv/bin/python tests/benchmarks/crash_matrix.py --limit 12        # 12 points spread over the list
+    .venv/bin/python tests/benchmarks/crash_matrix.py --only clusterctl:before task:120
+    make crash-matrix [CRASH_ARGS='--limit 12']
+
+One uninterrupted baseline run (tests/substrate/lifecycle.py, with the decoys of
+tests/integration/test_e2e_local_host.py) gives the points, from the run itself:
+- ``task:<n>``: the n-th task boundary (the krops_crash callback logs every task start; at the point it
+  SIGKILLs the whole ansible-playbook process group when task n starts, i.e. after task n-1 ended);
+- ``clusterctl:<before|paused|half|delete>``: SIGKILL from inside ``clusterctl move`` (the stand-in, before
+  it changes anything, after pausing the source, after half the objects are created on the target, halfway
+  through deleting on the source);
+- ``write:<api>:<METHOD> <path>``: the first time the run sends that mutating request to that API server,
+  it answers 500 once (every distinct Kubernetes write the baseline sent).
+
+At each point, on a fresh host with the same decoys and the fault armed:
+- (a) ``converged``: a plain re-run exits 0, ends with the baseline's objects (apiVersion, kind, namespace,
+  name on every API server, and the containers), and the run after it has changed=0;
+- (b) ``torn down clean``: instead of the re-run (a second fresh host, same fault), ``--tags teardown``
+  exits 0, and nothing krops owns is left (containers, volumes, kind clusters, API servers, krops'
+  kubeconfig files) while every decoy is kept; a teardown that exits 0 with something owned left is a bug;
+- (c) ``lost``: the user's kubeconfig (~/.kube/config, written before the first run) must keep its
+  context, and after the re-run the management cluster must hold the Flux sync state.
+
+Prints ``crash matrix: N points, C converged, T torn down clean, L lost`` and one row per point; exits 1
+when a point fails. Each point costs two faulted runs, a re-run, a changed=0 run and a teardown (about
+8 minutes on 2 cores): this is not part of the test suite (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO), str(REPO / ".collections")]
+
+from tests.integration.test_e2e_local_host import DECOY_CONTAINERS, _decoys  # noqa: E402
+from tests.substrate.lifecycle import EmulatedWorld, changed_tasks, failed_tasks, install_clusterctl  # noqa: E402
+
+PLAYBOOK, INVENTORY = "playbooks/local-host.yml", "inventories/local-host"
+CALLBACKS = Path(__file__).resolve().parent / "crash_callback"
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+CLUSTERCTL_KILLS = ("before", "paused", "half", "delete")
+KROPS_FILES = (".kube/krops-mgmt.yaml", ".kube/krops-local-workload.yaml")
+USER_KUBECONFIG = {
+    "apiVersion": "v1",
+    "kind": "Config",
+    "clusters": [{"name": "prod", "cluster": {"server": "https://prod.example:6443"}}],
+    "users": [{"name": "prod", "user": {"token": "user-token"}}],
+    "contexts": [{"name": "prod", "context": {"cluster": "prod", "user": "prod"}}],
+    "current-context": "prod",
+}
+
+
+class Host:
+    """A fresh emulated host with the decoys and the user's kubeconfig, and a fault to arm."""
+
+    def __init__(self, root, point=None):
+        self.world = EmulatedWorld(root).start()
+        self.decoy_volumes = _decoys(self.world)
+        kube = self.world.home / ".kube"
+        kube.mkdir(parents=True, exist_ok=True)
+        (kube / "config").write_text(json.dumps(USER_KUBECONFIG))
+        self.user_kubeconfig = _digest(kube / "config")
+        self.log = Path(root) / "tasks.jsonl"
+        self.point = point
+        self._armed = []
+        if point and point.startswith("write:"):
+            _kind, api_name, request = point.split(":", 2)
+            method, path = request.split(" ", 1)
+            self._armed.append((api_name, method, "^%s$" % re.escape(path)))
+            original = self.world._new_api
+
+            def new_api(name):
+                api = original(name)
+                for wanted, verb, pattern in list(self._armed):
+                    if wanted == name:
+                        api.inject_failure(verb, pattern, 500, "injected by the crash matrix", times=1)
+                        self._armed.remove((wanted, verb, pattern))
+                return api
+
+            self.world._new_api = new_api
+        if point and point.startswith("clusterctl:"):
+            install_clusterctl(self.world.bin, kill=point.split(":", 1)[1])
+
+    def run(self, *args, fault=False):
+        env = {
+            "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
+            "ANSIBLE_CALLBACKS_ENABLED": "krops_crash",
+            "KROPS_CRASH_LOG": str(self.log),
+        }
+        if fault and self.point and self.point.startswith("task:"):
+            env["KROPS_CRASH_AT"] = self.point.split(":", 1)[1]
+        started = time.monotonic()
+        rc, out, err = self.world.playbook(PLAYBOOK, *args, inventory=INVENTORY, env=env)
+        if fault and self.point and self.point.startswith("clusterctl:"):
+            install_clusterctl(self.world.bin)  # the host is back
+        return rc, out, err, time.monotonic() - started
+
+    def snapshot(self):
+        """Every object's identity on every API server, by server name, and the containers."""
+        state = {}
+        for api in list(self.world.world.clusters.values()):
+            with api._cond:
+                keys = sorted("%s/%s %s/%s" % (g, p, ns or "", n) for (g, p, ns, n) in api.objects)
+            state[api.name] = keys
+        state["containers"] = sorted(self.world.docker.containers)
+        return state
+
+    def writes(self):
+        seen = []
+        for api in self.world._apis:
+            for method, path in api.requests:
+                if method in WRITES and "dryRun" not in path:
+                    item = "write:%s:%s %s" % (api.name, method, path.split("?", 1)[0])
+                    if item not in seen:
+                        seen.append(item)
+        return seen
+
+    def tasks(self):
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    def owned_left(self):
+        left = self.world.leftovers()
+        problems = []
+        decoys = set(DECOY_CONTAINERS) | {"other-control-plane"}
+        problems += ["container " + c for c in left["containers"] if c not in decoys]
+        missing = decoys - set(left["containers"])
+        problems += ["decoy container %s deleted" % c for c in sorted(missing)]
+        problems += ["volume " + v for v in left["volumes"] if v not in self.decoy_volumes]
+        problems += ["decoy volume %s deleted" % v for v in sorted(self.decoy_volumes - set(left["volumes"]))]
+        problems += ["kind cluster " + k for k in left["kind_clusters"] if k != "other"]
+        problems += ["API server " + a for a in left["api_servers"] if a != "kind-other"]
+        if left["registry_answers"]:
+            problems.append("the registry still answers")
+        problems += ["file ~/" + f for f in KROPS_FILES if (self.world.home / f).exists()]
+        return problems
+
+    def lost(self, after_rerun):
+        problems = []
+        if _digest(self.world.home / ".kube" / "config") != self.user_kubeconfig:
+            config = (
+                (self.world.home / ".kube" / "config").read_text()
+                if (self.world.home / ".kube" / "config").exists()
+                else ""
+            )
+            if '"prod"' not in config and "prod" not in config:
+                problems.append("the user's kubeconfig lost its context prod")
+        if after_rerun:
+            try:
+                mgmt = self.world.cluster("local-management")
+                for kind, name in (("ConfigMap", "krops-run"),):
+                    if not mgmt.exists("v1", kind, name, "flux-system"):
+                        problems.append("%s flux-system/%s missing on the management cluster" % (kind, name))
+            except KeyError:
+                problems.append("no management cluster")
+        return problems
+
+    def stop(self):
+        return self.world.stop()
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def baseline(root):
+    host = Host(root / "baseline")
+    try:
+        rc, out, err, seconds = host.run()
+        if rc != 0:
+            raise SystemExit("baseline run failed: %s\n%s" % (failed_tasks(out), err[-2000:]))
+        tasks = host.tasks()
+        return host.snapshot(), tasks, host.writes(), seconds
+    finally:
+        host.stop()
+
+
+def enumerate_points(tasks, writes):
+    points = ["task:%d" % t["n"] for t in tasks]
+    points += ["clusterctl:" + k for k in CLUSTERCTL_KILLS]
+    points += writes
+    return points
+
+
+def spread(points, limit):
+    """``limit`` points spread over the list, the clusterctl kills always among them."""
+    if not limit or limit >= len(points):
+        return points
+    chosen = [p for p in points if p.startswith("clusterctl:")][:limit]
+    rest = [p for p in points if p not in chosen]
+    step = len(rest) / float(max(limit - len(chosen), 1))
+    chosen += [rest[int(i * step)] for i in range(limit - len(chosen))]
+    return [p for p in points if p in chosen]
+
+
+def check_point(root, point, expected, checks):
+    row = {"point": point, "fault_rc": None, "converged": None, "torn_down": None, "lost": [], "notes": []}
+    if "rerun" in checks:
+        host = Host(root / "rerun", point)
+        try:
+            rc, out, err, _s = host.run(fault=True)
+            row["fault_rc"] = rc
+            rc, out, err, _s = host.run()
+            if rc != 0:
+                row["converged"] = False
+                row["notes"].append("re-run rc=%d: %s" % (rc, _short(failed_tasks(out), err)))
+            else:
+                diff = _diff(expected, host.snapshot())
+                rc2, out2, err2, _s = host.run()
+                changed = changed_tasks(out2) if rc2 == 0 else ["rc=%d" % rc2]
+                row["converged"] = not diff and not changed
+                if diff:
+                    row["notes"].append("end state differs: " + "; ".join(diff[:4]))
+                if changed:
+                    row["notes"].append("run after: changed " + ", ".join(changed[:4]))
+            row["lost"] += host.lost(after_rerun=row["converged"])
+        finally:
+            errors = host.stop()
+            if errors:
+                row["notes"].append("world errors: %s" % errors[:2])
+    if "teardown" in checks:
+        host = Host(root / "teardown", point)
+        try:
+            rc, out, err, _s = host.run(fault=True)
+            row["fault_rc"] = rc if row["fault_rc"] is None else row["fault_rc"]
+            rc, out, err, _s = host.run("--tags", "teardown")
+            left = host.owned_left()
+            row["torn_down"] = rc == 0 and not left
+            if rc == 0 and left:
+                row["notes"].append("BUG teardown rc=0 but left: " + ", ".join(left[:5]))
+            elif rc != 0:
+                row["notes"].append(
+                    "teardown rc=%d: %s; left: %s" % (rc, _short(failed_tasks(out), err), ", ".join(left[:5]))
+                )
+            row["lost"] += [p for p in host.lost(after_rerun=False) if p not in row["lost"]]
+        finally:
+            host.stop()
+    return row
+
+
+def _short(failed, err):
+    if failed:
+        name, msg, _tail = failed[0]
+        return "%s: %s" % (name, " ".join(str(msg).split())[:300])
+    return " ".join(err.split())[-300:]
+
+
+def _diff(expected, actual):
+    problems = []
+    for name in sorted(set(expected) | set(actual)):
+        want, got = set(expected.get(name, [])), set(actual.get(name, []))
+        if name not in actual:
+            problems.append("%s missing" % name)
+        elif name not in expected:
+            problems.append("%s extra" % name)
+        else:
+            # objects controllers generate with random names (events, leases) are not compared
+            want = {k for k in want if not k.startswith(("events.k8s.io", "/events", "coordination"))}
+            got = {k for k in got if not k.startswith(("events.k8s.io", "/events", "coordination"))}
+            if want - got:
+                problems.append("%s lacks %s" % (name, ", ".join(sorted(want - got)[:3])))
+            if got - want:
+                problems.append("%s has extra %s" % (name, ", ".join(sorted(got - want)[:3])))
+    return problems
+
+
+def table(rows):
+    lines = ["%-60s %-6s %-9s %-9s %-5s %s" % ("POINT", "RC", "CONVERGED", "TEARDOWN", "LOST", "NOTES")]
+    for r in rows:
+        lines.append(
+            "%-60s %-6s %-9s %-9s %-5s %s"
+            % (
+                r["point"][:60],
+                r["fault_rc"],
+                {True: "yes", False: "NO", None: "-"}[r["converged"]],
+                {True: "clean", False: "NO", None: "-"}[r["torn_down"]],
+                len(r["lost"]),
+                " | ".join(r["notes"] + r["lost"])[:400],
+            )
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="print the points of a baseline run and exit")
+    parser.add_argument("--limit", type=int, default=0, help="at most this many points, spread over the list")
+    parser.add_argument("--only", nargs="*", default=None, help="these points (as --list prints them)")
+    parser.add_argument("--checks", default="rerun,teardown", help="rerun, teardown or both (default)")
+    parser.add_argument("--json", help="write the rows to this file")
+    args = parser.parse_args(argv)
+    checks = set(args.checks.split(","))
+    root = Path(tempfile.mkdtemp(prefix="krops-crash-"))
+    expected, tasks, writes, seconds = baseline(root)
+    points = enumerate_points(tasks, writes)
+    print("baseline: %d task boundaries, %d distinct Kubernetes writes, %.0fs" % (len(tasks), len(writes), seconds))
+    if args.list:
+        for point in points:
+            task = next((t for t in tasks if point == "task:%d" % t["n"]), None)
+            print(point + ("  (%s)" % task["task"] if task else ""))
+        return 0
+    chosen = args.only if args.only else spread(points, args.limit)
+    rows = []
+    for index, point in enumerate(chosen):
+        started = time.monotonic()
+        rows.append(check_point(root / ("p%03d" % index), point, expected, checks))
+        print("  %s: %.0fs %s" % (point, time.monotonic() - started, rows[-1]["notes"] or "ok"), flush=True)
+    converged = sum(1 for r in rows if r["converged"])
+    clean = sum(1 for r in rows if r["torn_down"])
+    lost = sum(1 for r in rows if r["lost"])
+    print(table(rows))
+    print("crash matrix: %d points, %d converged, %d torn down clean, %d lost" % (len(rows), converged, clean, lost))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    failed = [
+        r
+        for r in rows
+        if ("rerun" in checks and not r["converged"]) or ("teardown" in checks and not r["torn_down"]) or r["lost"]
+    ]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
