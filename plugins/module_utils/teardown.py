@@ -336,6 +336,15 @@ def delete_clusters(
         )
     plan = [f"suspend Kustomization {k}" for k in planned["kustomizations"]]
     plan += ["disable reconciliation of {} {}".format(i["kind"], i["name"]) for i in planned["flux_operator"]]
+    # A Cluster clusterctl paused during a pivot move that died is never reconciled, its deletion included; the
+    # pivot's mark on the Kustomizations proves the pause is krops' (issue 30). A pause without it is the user's.
+    by_name = {c["metadata"]["name"]: c for c in clusters}
+    paused = [n for n in chosen if (by_name[n].get("spec") or {}).get("paused")]
+    if paused and not any(
+        kube.suspended_by(o) == kube.PIVOT_SUSPENDER for o in probe_or_abort(client, *KUSTOMIZATION, target=target)
+    ):
+        paused = []
+    plan += [f"unpause Cluster {namespace}/{n} (paused by an interrupted pivot move)" for n in paused]
     plan += [f"delete Cluster {namespace}/{n} and wait until it is gone" for n in chosen]
     result = {
         "plan": plan,
@@ -354,6 +363,8 @@ def delete_clusters(
     if check_mode or not plan:
         return result
     apply_suspend(client, planned)
+    for name in paused:
+        _patch(client, api, "Cluster", name, namespace, {"spec": {"paused": None}})
     for name in chosen:
         try:
             kube.resource(client, api, "Cluster").delete(name=name, namespace=namespace)

@@ -32,7 +32,8 @@ class FakeCapi:
         while not self._stop.is_set():
             for obj in self.api.list(*CLUSTER):
                 meta = obj["metadata"]
-                if meta.get("deletionTimestamp") and meta["name"] not in seen:
+                # like CAPI: a paused Cluster is not reconciled, its deletion included
+                if meta.get("deletionTimestamp") and meta["name"] not in seen and not obj["spec"].get("paused"):
                     seen.add(meta["name"])
                     self.suspended_before_delete[meta["name"]] = [
                         k["metadata"]["name"] for k in self.api.list(*KS) if (k.get("spec") or {}).get("suspend")
@@ -94,6 +95,31 @@ def test_delete_clusters_suspends_first_deletes_named_and_waits(kind_api, capi, 
         },
     )
     assert again["changed"] is False and again["already_absent"] == ["local-workload"]
+
+
+@pytest.mark.slow
+def test_clusters_an_interrupted_pivot_move_paused_are_unpaused_before_deletion_the_users_are_not(
+    kind_api, capi, run_module
+):
+    """Issue 30 (crash matrix point clusterctl:paused): a run killed after clusterctl paused kind's Clusters left a
+    teardown waiting 300 s for a deletion CAPI never reconciles. The pivot's mark on the Kustomizations proves the
+    pause is krops' move: the teardown unpauses the Clusters it deletes. Without the mark the pause is the user's."""
+    from ansible_collections.krops.platform.plugins.module_utils import kube
+
+    make_ks(kind_api, "flux-system")
+    make_cluster(kind_api, "local-workload")
+    client = kube.connect(kind_api.kubeconfig_path, "kind-mgmt")
+    kube.merge_patch(client, *CLUSTER, "local-workload", "default", {"spec": {"paused": True}})
+    args = {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt", "clusters": ["local-workload"]}
+    users = run_module(capi_cluster_delete, dict(args, wait_timeout=1))
+    assert users.failed and "still present: local-workload" in users["msg"]
+    assert kind_api.get(*CLUSTER, "local-workload", "default")["spec"]["paused"] is True
+
+    kube.set_suspend(client, "flux-system", "flux-system", True, by=kube.PIVOT_SUSPENDER)
+    result = run_module(capi_cluster_delete, dict(args, wait_timeout=10))
+    assert not result.failed, result.get("msg")
+    assert "unpause Cluster default/local-workload (paused by an interrupted pivot move)" in result["plan"]
+    assert kind_api.list(*CLUSTER) == []
 
 
 def test_only_named_clusters_go_lookalikes_stay_and_check_mode_only_plans(kind_api, capi, run_module):
