@@ -24,7 +24,7 @@ XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loa
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
 
-.PHONY: test static check quick durations setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench clean
+.PHONY: test static check quick durations setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench scale-bench clean
 
 # After set-up, the integration suite runs beside the other checks (TEST_JOBS=1: one after the
 # other): it waits on its emulators more than it computes, so sanity, units, lint, importer and the
@@ -171,6 +171,12 @@ docs-setup:
 
 bench:
 	@for script in tests/benchmarks/*.py; do echo ">>> $$script"; $(BIN)/python $$script; done
+
+# Issue 26's scale benchmark alone (validate, render_diff, the Flux hand-off wait at 1, 10 and 50
+# workload clusters; docs/scale.md); SCALE_ARGS passes its options (--sizes, --repeat, --only).
+SCALE_ARGS ?=
+scale-bench:
+	$(BIN)/python tests/benchmarks/scale_bench.py $(SCALE_ARGS)
 
 clean:
 	rm -rf $(BUILD) build/ee tests/output .collections .pytest_cache
