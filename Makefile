@@ -25,7 +25,7 @@ PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:
 export KROPS_SCHEMA_LOCATION ?=
 
 CRASH_ARGS ?= --limit 12
-.PHONY: crash-matrix test static check quick durations setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench clean
+.PHONY: crash-matrix test static check quick durations setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench scale-bench clean
 
 # After set-up, the integration suite runs beside the other checks (TEST_JOBS=1: one after the
 # other): it waits on its emulators more than it computes, so sanity, units, lint, importer and the
@@ -133,17 +133,24 @@ ee-context: build
 # packages, installed once into RENOVATE_DIR outside the checkout): the config validator, then
 # Renovate's extraction offline (--platform=local --dry-run=extract), which
 # tests/integration/test_renovate.py compares with its emulation of the same rules. ci.yml runs it.
+# Where NODE is older than 24, Node.js itself comes from the npm registry (the node-linux-<arch> package
+# ships the release's binary), so a machine that reaches only package registries can run it.
 RENOVATE_VERSION := 44.121.2
+RENOVATE_NODE_VERSION := 24.22.3
 RENOVATE_DIR ?= $(HOME)/.cache/krops/renovate-$(RENOVATE_VERSION)
 NODE ?= node
+RENOVATE_NODE_PACKAGE := node-linux-$(subst x86_64,x64,$(subst aarch64,arm64,$(shell uname -m)))
+NODE_24 = $(shell $(NODE) -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 24 ? 0 : 1)' 2>/dev/null \
+  && command -v $(NODE) || echo $(RENOVATE_DIR)/node/node_modules/$(RENOVATE_NODE_PACKAGE)/bin/node)
 renovate:
-	@$(NODE) -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 24 ? 0 : 1)' || \
+	@test -x $(NODE_24) || npm install --prefix $(RENOVATE_DIR)/node --no-audit --no-fund $(RENOVATE_NODE_PACKAGE)@$(RENOVATE_NODE_VERSION)
+	@$(NODE_24) -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 24 ? 0 : 1)' || \
 	  { echo "make renovate: Renovate $(RENOVATE_VERSION) needs Node.js 24 or newer; set NODE=/path/to/node" >&2; exit 1; }
 	@test -f $(RENOVATE_DIR)/node_modules/renovate/package.json || \
-	  PATH="$$(dirname "$$(command -v $(NODE))"):$$PATH" npm install --prefix $(RENOVATE_DIR) --no-audit --no-fund renovate@$(RENOVATE_VERSION)
+	  PATH="$$(dirname $(NODE_24)):$$PATH" npm install --prefix $(RENOVATE_DIR) --no-audit --no-fund renovate@$(RENOVATE_VERSION)
 	@mkdir -p $(BUILD)
-	$(NODE) $(RENOVATE_DIR)/node_modules/renovate/dist/config-validator.js --strict
-	LOG_LEVEL=warn $(NODE) $(RENOVATE_DIR)/node_modules/renovate/dist/renovate.js --platform=local \
+	$(NODE_24) $(RENOVATE_DIR)/node_modules/renovate/dist/config-validator.js --strict
+	LOG_LEVEL=warn $(NODE_24) $(RENOVATE_DIR)/node_modules/renovate/dist/renovate.js --platform=local \
 	  --dry-run=extract --report-type=file --report-path=$(BUILD)/renovate-report.json
 	KROPS_RENOVATE_REPORT=$(BUILD)/renovate-report.json $(BIN)/python -m pytest -q -p no:cacheprovider tests/integration/test_renovate.py
 
@@ -172,6 +179,12 @@ crash-matrix:
 
 bench:
 	@for script in tests/benchmarks/*.py; do [ "$$script" = tests/benchmarks/crash_matrix.py ] && continue; echo ">>> $$script"; $(BIN)/python $$script; done
+
+# Issue 26's scale benchmark alone (validate, render_diff, the Flux hand-off wait at 1, 10 and 50
+# workload clusters; docs/scale.md); SCALE_ARGS passes its options (--sizes, --repeat, --only).
+SCALE_ARGS ?=
+scale-bench:
+	$(BIN)/python tests/benchmarks/scale_bench.py $(SCALE_ARGS)
 
 clean:
 	rm -rf $(BUILD) build/ee tests/output .collections .pytest_cache

@@ -95,6 +95,11 @@ def step_version(ctx):
     return f"{version}, not released yet: antsibull-changelog release rehearsed in {ctx['root']}"
 
 
+def _tool_env(**extra):
+    """The environment for a tool that starts others: this interpreter's bin folder first on PATH."""
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}", **extra)
+
+
 def _releases(root):
     return yaml.safe_load((root / "changelogs" / "changelog.yaml").read_text(encoding="utf-8"))["releases"] or {}
 
@@ -108,9 +113,8 @@ def _rehearse_release(root, copy, version):
         if source.is_file() and not source.is_symlink():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy / name)
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # antsibull-changelog calls ansible-doc
-    _run([_bin("antsibull-changelog"), "release", "--version", version], cwd=copy, env=env)
+    # antsibull-changelog calls ansible-doc, which must be the virtual environment's.
+    _run([_bin("antsibull-changelog"), "release", "--version", version], cwd=copy, env=_tool_env())
     return copy
 
 
@@ -176,8 +180,7 @@ def step_importer(ctx):
     if not ctx["importer"]:
         return None
     cfg = ctx["root"] / "galaxy-importer.cfg"
-    env = dict(os.environ, GALAXY_IMPORTER_CONFIG=str(cfg))
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env = _tool_env(GALAXY_IMPORTER_CONFIG=str(cfg))
     run = subprocess.run(
         [sys.executable, "-m", "galaxy_importer.main", str(ctx["tarball"])],
         cwd=ctx["tarball"].parent,

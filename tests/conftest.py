@@ -205,9 +205,8 @@ def pytest_collection_modifyitems(config, items):
     # ran a 20-minute lifecycle alone at the end). The order inside a file is kept.
     per_file = {}
     for item in items:
-        path = item.nodeid.split("::")[0]
-        per_file[path] = per_file.get(path, 0) + _cost(item, recorded)
-    items.sort(key=lambda item: -per_file[item.nodeid.split("::")[0]])
+        per_file[item.path] = per_file.get(item.path, 0) + _cost(item, recorded)
+    items.sort(key=lambda item: -per_file[item.path])
 
 
 # --- the guard: a spawn the classifier missed -------------------------------------------------

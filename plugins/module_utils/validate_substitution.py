@@ -78,13 +78,27 @@ def _construct(node):
     return node.value if node.style else go_yaml_v2_value(node.value)
 
 
-def flux_substitute(obj, variables):
-    """``obj`` as kustomize-controller applies it with ``variables`` (raises yaml.YAMLError, ValueError)."""
-    text = yaml.dump(obj, Dumper=_Dumper, default_flow_style=False, width=1 << 30)
-    return _construct(yaml.compose(render.substitute_text(text, variables)))
+# libyaml's emitter and parser when PyYAML has them (as render.py reads the builds): the pure-Python
+# ones cost most of validate's time on a large tree (docs/scale.md), for the same text and nodes.
+_SafeDumper = getattr(yaml, "CSafeDumper", getattr(yaml, "SafeDumper", object))
+_SafeLoader = getattr(yaml, "CSafeLoader", getattr(yaml, "SafeLoader", None))
 
 
-class _Dumper(yaml.SafeDumper if yaml is not None else object):  # pylint: disable=too-many-ancestors
+def unsubstituted_text(obj):
+    """``obj`` as kustomize writes it before substitution (strings quoted only where go-yaml v2 needs it)."""
+    return yaml.dump(obj, Dumper=_Dumper, default_flow_style=False, width=1 << 30)
+
+
+def flux_substitute(obj, variables, text=None):
+    """``obj`` as kustomize-controller applies it with ``variables`` (raises yaml.YAMLError, ValueError).
+
+    ``text``: ``unsubstituted_text(obj)`` when the caller has it already (one object, many value sets).
+    """
+    text = unsubstituted_text(obj) if text is None else text
+    return _construct(yaml.compose(render.substitute_text(text, variables), Loader=_SafeLoader))
+
+
+class _Dumper(_SafeDumper):  # pylint: disable=too-many-ancestors
     """Quotes exactly the strings go-yaml v2 would read back as another type (as JSONToYAML writes them)."""
 
 
@@ -103,20 +117,20 @@ def check(items, store, run_values, add, object_id):
         if not item.unsubstituted or item.fallback:
             continue
         raw, variables = item.unsubstituted
-        text = yaml.dump(raw, Dumper=yaml.SafeDumper)
+        text = unsubstituted_text(raw)  # once per object: each value set below substitutes the same text
         used = sorted(set(re.findall(r"\$\{([_a-zA-Z][_a-zA-Z0-9]*)", text)))
         if not used:
             continue
         base = dict(run_values, **variables)
         try:
-            baseline = set(store.errors(flux_substitute(raw, base)))
+            baseline = set(store.errors(flux_substitute(raw, base, text)))
         except Exception:  # noqa: BLE001 - no schema or invalid YAML: the schema rule reports it
             continue
         seen = set()
         for name in used:
             for value in SITE_VALUES.get(name, ()):
                 try:
-                    errors = store.errors(flux_substitute(raw, dict(base, **{name: value})))
+                    errors = store.errors(flux_substitute(raw, dict(base, **{name: value}), text))
                 except (yaml.YAMLError, ValueError) as exc:
                     errors = [("-", f"the substituted YAML is invalid: {exc}")]
                 for path, message in errors:

@@ -59,6 +59,22 @@ class FakeFlux:
             self.errors.append(exc)
 
 
+def after_reads(kind, count, action, timeout=120):
+    """An action run once the emulator has served `count` more reads (GETs) of `kind`'s resource than when it started."""
+
+    def wait_then(api):
+        def reads():
+            return sum(1 for method, path in list(api.requests) if method == "GET" and f"/{kind[1].lower()}s" in path)
+
+        goal = reads() + count
+        deadline = time.monotonic() + timeout
+        while reads() < goal and time.monotonic() < deadline:
+            time.sleep(0.1)
+        action(api)
+
+    return wait_then
+
+
 def fi_ready(api, status="True", reason="ReconciliationSucceeded", message="Reconciliation finished"):
     api.set_condition(*FI, "flux", NS, status=status, reason=reason, message=message)
 
@@ -476,9 +492,15 @@ def test_playbook_shows_progress_on_the_controller_while_waiting(kind_api, fake_
                 ks("infra", status="False", reason="HealthCheckFailed", message="timeout waiting for: [Deployment/x]"),
             ),
             (0.3, ks("flux-system", status="True", reason="ReconciliationSucceeded")),
-            # ready after four progress intervals: each interval also costs a module start-up, which a
-            # loaded machine stretches to seconds, and the test wants at least two progress lines
-            (12.0, ks("infra", status="True", reason="ReconciliationSucceeded", message="Applied revision")),
+            # ready once the wait has read the Kustomizations six times, in three intervals at least (each interval is one module
+            # run, which a loaded machine stretches to seconds, so a clock here would leave fewer than the
+            # two progress lines the test wants)
+            (
+                0.4,
+                after_reads(
+                    KS, 6, ks("infra", status="True", reason="ReconciliationSucceeded", message="Applied revision")
+                ),
+            ),
         ],
     ).start()
     rc, output, stderr = handoff_play(ansible_playbook, kind_api, fake_bins, wait_timeout=60)

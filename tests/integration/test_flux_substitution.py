@@ -308,3 +308,64 @@ def test_validate_and_the_emulator_retype_alike(text, value):
     from ansible_collections.krops.platform.plugins.module_utils import validate_substitution
 
     assert validate_substitution.go_yaml_v2_value(text) == value == varsub.yaml_to_json_value(f"k: {text}")["k"]
+
+
+# Strings whose quoting, folding or re-typing a port of the emitter or parser could get wrong.
+_TRICKY = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {"name": "tricky", "namespace": "flux-system", "labels": {"krops.io/run-id": "${KROPS_RUN_ID}"}},
+    "data": {
+        "account": "${AWS_ACCOUNT_ID}",
+        "quoted": "${quote}${AWS_ACCOUNT_ID}${quote}",
+        "revision": "${KROPS_REVISION:=unknown}",
+        "flag": "${KROPS_RUN_KIND}",
+        "long": "x " * 90 + "${KROPS_RUN_ID}",
+        "multi": "line one\nline two ${KROPS_RUN_ID}\n",
+        "looks-typed": "0123",
+        "yes": "yes",
+        "colon": "a: b",
+        "unicode": "région ${KROPS_RUN_ID}",
+        "empty": "",
+    },
+    "list": [1, 2.5, True, None, "${KROPS_REVISION}"],
+}
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        (None, None),
+        ("AWS_ACCOUNT_ID", "012345678901"),
+        ("KROPS_REVISION", "1.30"),
+        ("KROPS_RUN_KIND", "on"),
+        ("KROPS_RUN_ID", "a: b"),
+    ],
+)
+def test_substitution_rule_on_libyaml_reads_as_the_pure_python_reference(name, value):
+    """The rule emits and parses with libyaml (validate's cost at scale, docs/scale.md); PyYAML's pure-Python pair is the reference."""
+    import yaml
+
+    from ansible_collections.krops.platform.plugins.module_utils import render, validate_substitution
+
+    assert validate_substitution._SafeLoader is yaml.CSafeLoader  # noqa: SLF001 - the accelerated path is the one tested
+    variables = {"quote": '"', "AWS_ACCOUNT_ID": "123456789012", "KROPS_RUN_ID": "20261201", "KROPS_RUN_KIND": "manual"}
+    if name:
+        variables[name] = value
+
+    class Reference(yaml.SafeDumper):
+        pass
+
+    Reference.add_representer(str, validate_substitution._str)  # noqa: SLF001
+    reference_text = yaml.dump(_TRICKY, Dumper=Reference, default_flow_style=False, width=1 << 30)
+    text = validate_substitution.unsubstituted_text(_TRICKY)
+    assert text == reference_text
+    substituted = render.substitute_text(reference_text, variables)
+    try:
+        expected = validate_substitution._construct(yaml.compose(substituted, Loader=yaml.SafeLoader))  # noqa: SLF001
+    except yaml.YAMLError:
+        with pytest.raises(yaml.YAMLError):
+            validate_substitution.flux_substitute(_TRICKY, variables, text)
+        return
+    assert validate_substitution.flux_substitute(_TRICKY, variables, text) == expected
+    assert validate_substitution.flux_substitute(_TRICKY, variables) == expected

@@ -201,6 +201,14 @@ def test_every_custom_manager_extracts_something():
         assert "{{" not in manager.get("depNameTemplate", ""), "the test reads depNameTemplate literally"
 
 
+def test_every_custom_manager_names_its_type():
+    # Renovate's config validator (--strict, as make renovate runs it) fails with "Config migration
+    # necessary" on a custom manager without customType: it migrates the entry to customType "regex"
+    # (found by running renovate 44.121.2's config-validator.js; docs.renovatebot.com/modules/manager/regex).
+    untyped = [m["description"] for m in CONFIG["customManagers"] if m.get("customType") not in ("regex", "jsonata")]
+    assert untyped == [], f"custom managers without customType: {untyped}"
+
+
 def test_scan_sees_what_it_should():
     """The scan is not blind: a pin added without a rule is reported."""
     text = "spec:\n  version: v9.9.9\n  image: example.org/app:1.2.3@sha256:" + "a" * 64 + "\n"

@@ -1,0 +1,314 @@
+#!/usr/bin/env python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""Scale benchmark (issue 26): how validate, render_diff and the Flux hand-off wait grow with the number of clusters.
+
+For each n (default 1, 10, 50) tests/substrate/scale_env.py writes an aws environment of n workload
+clusters over 10 regions and 3 accounts into a temporary copy of this repository (a real config:
+the benchmark fails when validate finds anything in it). Each measure runs in its own process, so
+its peak memory (ru_maxrss of that Python process) is its own:
+
+- validate-cold: validate of the aws environment with empty process caches;
+- validate-cached: the median of the next runs in the same process (rendered builds and schemas reused);
+- render_diff: the n-cluster tree against the same tree with one pull request's change (cluster 0's
+  x86 pool scaled from 2 to 3), both revisions extracted and rendered;
+- flux_handoff: krops.platform.flux_handoff scope=wait (a real ansible-playbook against the
+  Kubernetes emulator) on n x 10 Kustomizations, the last one turned Ready 1 s after the wait
+  starts: the task's whole time and its delay after that last Ready.
+
+Prints one line per measure, ``scale: <measure> n=1 <s> n=10 <s> n=50 <s> growth <k>`` where k is the
+least-squares slope of log(seconds) over log(n), then the peak memory per measure and n. Targets:
+k <= 1.15 for every measure, validate-cold at n=50 under 10 s. Exit status 1 when one is missed.
+The machine's 1-minute load average is printed at the start and the end.
+
+  .venv/bin/python tests/benchmarks/scale_bench.py [--sizes 1,10,50] [--repeat 3] [--only validate,render_diff,flux_handoff]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [REPO, os.path.join(REPO, ".collections")]
+
+MAX_GROWTH = 1.15
+MAX_VALIDATE_AT_50 = 10.0
+SCHEMAS = os.environ.get("KROPS_SCHEMA_LOCATION") or os.path.join(REPO, "schemas", "crds")
+MEASURES = ("validate", "render_diff", "flux_handoff")
+
+
+def growth(points):
+    """Least-squares slope of log(seconds) against log(n) over (n, seconds) points."""
+    xs = [math.log(n) for n, _s in points]
+    ys = [math.log(max(s, 1e-6)) for _n, s in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    denominator = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / denominator if denominator else 0.0
+
+
+def peak():
+    """Peak resident memory (MiB) of this process (kustomize runs apart, each bounded by render.bounded)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+
+
+# ---- workers: one process per (measure, n) ------------------------------------------------------
+
+
+def generated(n, workdir):
+    from tests.substrate import scale_env
+
+    root = scale_env.copy_repository(REPO, os.path.join(workdir, "repo"))
+    plan = scale_env.write(root, n)
+    head = scale_env.commit(root, "scale: %d workload clusters" % n)
+    return root, plan, head
+
+
+def work_validate(n, repeat, workdir):
+    from ansible_collections.krops.platform.plugins.module_utils import validate
+
+    root, _plan, _head = generated(n, workdir)
+    runs, result = [], None
+    for _number in range(repeat):
+        started = time.monotonic()
+        result = validate.run(root, ["aws"], SCHEMAS)
+        runs.append(time.monotonic() - started)
+    if result["findings"]:
+        raise SystemExit(
+            "validate found %d problem(s) in the generated tree: %s" % (len(result["findings"]), result["findings"][:3])
+        )
+    summary = result["summary"]["aws"]
+    return {
+        "validate-cold": runs[0],
+        "validate-cached": statistics.median(runs[1:] or runs),
+        "objects": summary["objects"],
+        "directories": summary["directories"],
+    }
+
+
+def work_render_diff(n, repeat, workdir):
+    from ansible_collections.krops.platform.plugins.module_utils import render_diff
+    from tests.substrate import scale_env
+
+    root, plan, base = generated(n, workdir)
+    path = os.path.join(root, "mgmt/aws/aws-managed-clusters", plan[0].region, plan[0].name + ".yaml")
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    marker = "  name: %s-x86\n  namespace: default\nspec:\n  clusterName: %s\n  replicas: 2\n" % (
+        plan[0].name,
+        plan[0].name,
+    )
+    if marker not in text:
+        raise SystemExit("render_diff: the generated cluster %s has no x86 pool to scale" % plan[0].name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text.replace(marker, marker.replace("replicas: 2", "replicas: 3")))
+    head = scale_env.commit(root, "scale the x86 pool of %s" % plan[0].name)
+    runs, report = [], None
+    for _number in range(max(1, repeat - 1)):
+        started = time.monotonic()
+        report = render_diff.run(root, base, head, use_merge_base=False, environments=["aws"], schema_location=SCHEMAS)
+        runs.append(time.monotonic() - started)
+    changed = sum(
+        len(b[k])
+        for env in report["environments"].values()
+        for b in env["kustomizations"].values()
+        for k in ("added", "changed", "removed")
+    )
+    if changed != 1:
+        raise SystemExit("render_diff: expected the one changed MachinePool, the report has %d change(s)" % changed)
+    return {"render_diff": statistics.median(runs)}
+
+
+def work_flux_handoff(n, repeat, workdir):
+    """flux_handoff scope=wait on n x 10 Kustomizations; the last turns Ready 1 s after the wait first lists them."""
+    import datetime
+
+    import yaml
+
+    from tests.substrate.fixtures import VENV_BIN, playbook_env
+    from tests.substrate.kube_emulator import KubeEmulator
+
+    ns, ks, fi = (
+        "flux-system",
+        ("kustomize.toolkit.fluxcd.io/v1", "Kustomization"),
+        ("fluxcd.controlplane.io/v1", "FluxInstance"),
+    )
+    count = n * 10
+    tmp = os.path.join(workdir, "flux")
+    os.makedirs(tmp)
+    api = KubeEmulator("scale").load_krops_crds().start()
+    try:
+        kubeconfig = api.write_kubeconfig(os.path.join(tmp, "kubeconfig"), context="scale")
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        api.create({"apiVersion": fi[0], "kind": fi[1], "metadata": {"name": "flux", "namespace": ns}, "spec": {}})
+        api.set_condition(*fi, "flux", ns)
+        # the sync root flux-system (the wait needs it) and n x 10 - 1 more, in dependsOn chains of 10
+        names = ["flux-system"] + ["ks-%04d" % i for i in range(1, count)]
+        for index, name in enumerate(names):
+            spec = {"dependsOn": [{"name": names[index - 1]}]} if index % 10 else {}
+            api.create({"apiVersion": ks[0], "kind": ks[1], "metadata": {"name": name, "namespace": ns}, "spec": spec})
+            api.set_condition(*ks, name, ns, status="True", reason="ReconciliationSucceeded")
+        last = names[-1]
+        task = {
+            "name": "wait",
+            "krops.platform.flux_handoff": {
+                "kubeconfig": kubeconfig,
+                "environment": "local-host",
+                "config_file": os.path.join(REPO, "bootstrap.toml"),
+                "scope": "wait",
+                "wait_timeout": 300,
+                "progress_interval": 30,
+            },
+        }
+        play = os.path.join(tmp, "play.yml")
+        with open(play, "w", encoding="utf-8") as handle:
+            yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}], handle, sort_keys=False)
+        inventory = os.path.join(tmp, "hosts.yml")
+        with open(inventory, "w", encoding="utf-8") as handle:
+            handle.write(
+                "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                "      ansible_python_interpreter: '{{ ansible_playbook_python }}'\n"
+            )
+        totals, delays = [], []
+        ks_path = "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations"
+        for _number in range(max(1, repeat - 1)):
+            api.set_condition(*ks, last, ns, status="False", reason="Progressing")
+            seen, flipped = len(api.requests), {}
+
+            def flipper(seen=seen, flipped=flipped):
+                while not any(path.startswith(ks_path) for _m, path in api.requests[seen:]):
+                    time.sleep(0.02)
+                time.sleep(1.0)
+                flipped["at"] = time.time()
+                api.set_condition(*ks, last, ns, reason="ReconciliationSucceeded")
+
+            thread = threading.Thread(target=flipper, daemon=True)
+            thread.start()
+            proc = subprocess.run(
+                [os.path.join(str(VENV_BIN), "ansible-playbook"), play, "-i", inventory],
+                cwd=REPO,
+                env=playbook_env(__import__("pathlib").Path(tmp)),
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
+            )
+            output = json.loads(proc.stdout)
+            result = output["plays"][0]["tasks"][0]
+            if proc.returncode != 0:
+                raise SystemExit("flux_handoff failed at n=%d: %s" % (n, json.dumps(result["hosts"])[:2000]))
+            duration = result["task"]["duration"]
+            start, end = (
+                datetime.datetime.fromisoformat(duration[k].replace("Z", "+00:00")).timestamp()
+                for k in ("start", "end")
+            )
+            totals.append(end - start)
+            delays.append(end - flipped["at"])
+            reported = len(result["hosts"]["localhost"].get("kustomizations") or [])
+            if reported != count:
+                raise SystemExit("flux_handoff at n=%d reported %d Kustomization(s), not %d" % (n, reported, count))
+        return {"flux_handoff": statistics.median(totals), "flux_handoff-delay": statistics.median(delays)}
+    finally:
+        api.stop()
+
+
+WORKERS = {"validate": work_validate, "render_diff": work_render_diff, "flux_handoff": work_flux_handoff}
+
+
+def worker(measure, n, repeat):
+    with tempfile.TemporaryDirectory(prefix="krops-scale-") as workdir:
+        figures = WORKERS[measure](n, repeat, workdir)
+    figures["peak_mib"] = peak()
+    print("SCALE-RESULT " + json.dumps(figures))
+
+
+# ---- driver -------------------------------------------------------------------------------------
+
+
+def run_worker(measure, n, repeat):
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--worker", measure, "--n", str(n), "--repeat", str(repeat)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith("SCALE-RESULT "):
+            return json.loads(line[len("SCALE-RESULT ") :])
+    raise SystemExit(
+        "scale: %s at n=%d failed (exit %d):\n%s%s"
+        % (measure, n, proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sizes", default="1,10,50")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", default=",".join(MEASURES))
+    parser.add_argument("--worker", choices=MEASURES)
+    parser.add_argument("--n", type=int)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.n, args.repeat)
+        return 0
+    sizes = [int(s) for s in args.sizes.split(",")]
+    measures = [m for m in args.only.split(",") if m]
+    unknown = sorted(set(measures) - set(MEASURES))
+    if unknown:
+        parser.error("unknown measure(s) %s; known: %s" % (", ".join(unknown), ", ".join(MEASURES)))
+    print(
+        "scale benchmark: %s, %d CPU(s), load average (1 min) at start %.2f"
+        % (REPO, os.cpu_count() or 1, os.getloadavg()[0])
+    )
+    print(
+        "targets: growth k <= %.2f for every measure; validate-cold at n=50 < %.0f s" % (MAX_GROWTH, MAX_VALIDATE_AT_50)
+    )
+    table, memory, notes = {}, [], []
+    for measure in measures:
+        for n in sizes:
+            figures = run_worker(measure, n, args.repeat)
+            for key, value in figures.items():
+                if key == "peak_mib":
+                    continue
+                if key in ("objects", "directories"):
+                    notes.append("%s n=%d: %s %d" % (measure, n, key, value))
+                    continue
+                table.setdefault(key, []).append((n, value))
+            memory.append((measure, n, figures["peak_mib"]))
+            print("  %s n=%d done: %s" % (measure, n, json.dumps(figures)), flush=True)
+    missed = []
+    for key, points in table.items():
+        k = growth(points) if len(points) > 1 else 0.0
+        line = "scale: %s %s growth %.2f" % (key, " ".join("n=%d %.2f" % (n, s) for n, s in points), k)
+        if k > MAX_GROWTH and not key.endswith("-delay"):
+            missed.append("%s growth %.2f" % (key, k))
+        if key == "validate-cold":
+            at50 = dict(points).get(50)
+            if at50 is not None and at50 >= MAX_VALIDATE_AT_50:
+                missed.append("validate-cold at n=50 %.2f s" % at50)
+        print(line)
+    for measure in measures:
+        row = [(n, mib) for m, n, mib in memory if m == measure]
+        print(
+            "scale: peak-memory %s %s MiB growth %.2f"
+            % (measure, " ".join("n=%d %.0f" % p for p in row), growth(row) if len(row) > 1 else 0.0)
+        )
+    for note in notes:
+        print("scale: %s" % note)
+    print("load average (1 min) at end %.2f" % os.getloadavg()[0])
+    print("targets missed: %s" % (", ".join(missed) if missed else "none"))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
