@@ -48,8 +48,6 @@ PROVIDERS = (
 )
 
 
-
-
 @pytest.fixture
 def world(kind_api, fake_bins, moto, tmp_path):
     """The emulator, the stand-ins and moto as a freshly bootstrapped aws environment leaves them."""

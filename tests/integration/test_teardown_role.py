@@ -15,8 +15,6 @@ pytestmark = pytest.mark.slow
 R = "krops.platform.teardown : "
 
 
-
-
 def play(kind_api, tmp_path):
     return [
         {
