@@ -164,11 +164,16 @@ renovate:
 docs: docs-setup
 	$(BIN)/python docs/docsite/make_site.py --output $(BUILD)/docsite
 
+# Only what is missing: a machine whose Node.js came from elsewhere has its npm, and Debian's npm package
+# conflicts with that nodejs (apt-get refuses both).
 docs-setup:
-	@if ! command -v chromium >/dev/null && ! command -v google-chrome >/dev/null || ! command -v npm >/dev/null; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium npm >/dev/null; \
-	  else echo "make docs: needs Chromium (or Chrome) and npm: sudo apt-get install chromium npm" >&2; exit 1; fi; fi
+	@missing=""; \
+	  command -v chromium >/dev/null || command -v google-chrome >/dev/null || missing=" chromium"; \
+	  command -v npm >/dev/null || missing="$$missing npm"; \
+	  if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    else echo "make docs: needs$$missing: sudo apt-get install$$missing" >&2; exit 1; fi; fi
 
 # The crash matrix (tests/benchmarks/crash_matrix.py, issue 30): the local-host playbook killed at task
 # boundaries, inside clusterctl move, or with one failed Kubernetes write; then a re-run must converge
