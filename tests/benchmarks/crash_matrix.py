@@ -296,7 +296,7 @@ def table(rows):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--list", action="store_true", help="print the points of a baseline run and exit")
     parser.add_argument("--limit", type=int, default=0, help="at most this many points, spread over the list")
     parser.add_argument("--only", nargs="*", default=None, help="these points (as --list prints them)")

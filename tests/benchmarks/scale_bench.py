@@ -184,14 +184,14 @@ def work_flux_handoff(n, repeat, workdir):
             api.set_condition(*ks, last, ns, status="False", reason="Progressing")
             seen, flipped = len(api.requests), {}
 
-            def flipper(seen=seen, flipped=flipped):
+            def flipper(seen, flipped):
                 while not any(path.startswith(ks_path) for _m, path in api.requests[seen:]):
                     time.sleep(0.02)
                 time.sleep(1.0)
                 flipped["at"] = time.time()
                 api.set_condition(*ks, last, ns, reason="ReconciliationSucceeded")
 
-            thread = threading.Thread(target=flipper, daemon=True)
+            thread = threading.Thread(target=flipper, args=(seen, flipped), daemon=True)
             thread.start()
             proc = subprocess.run(
                 [os.path.join(str(VENV_BIN), "ansible-playbook"), play, "-i", inventory],
