@@ -855,7 +855,7 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
     # a management cluster on bare-metal Hardware stays after the teardown, and so does its context. Elsewhere the
     # steps above remove the management cluster, pivoted or not: a pivot that died after its export phase left the
     # kubeconfig with kind still the host, and a teardown that kept it would exit 0 with krops' file on disk (issue 30).
-    if not profile.hardware_release:
+    if not profile.hardware_release and (pivoted or host.get("mgmt_kubeconfig_present")):
         steps.append(
             _step(
                 "remove-kubeconfig",

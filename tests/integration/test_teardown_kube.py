@@ -414,6 +414,7 @@ def test_plans_per_environment(environment, pivoted, actions):
         "pivoted": pivoted,
         "kind_reachable": not pivoted,
         "kind_marker": {"owned": True, "reason": "marker"},
+        "mgmt_kubeconfig_present": True,
     }
     plan = teardown.build_plan(cfg.data, environment, host)
     assert [s["action"] for s in plan] == actions
@@ -473,3 +474,17 @@ def test_a_stalled_write_ends_at_the_modules_request_timeout_naming_the_call(kin
     )
     assert result["deleted"] == ["local-workload"] if method == "DELETE" else "deleted" not in result
     assert kind_api.get(*CLUSTER, "local-workload", "default") is not None
+
+
+def test_with_kind_the_host_and_no_exported_kubeconfig_the_plan_removes_none():
+    # kind still the host and no krops-mgmt kubeconfig on disk (the pivot never reached its export): nothing to remove
+    cfg = krops_config.load(str(REPO / "bootstrap.toml"), environ={})
+    host = {
+        "host": "kind",
+        "pivoted": False,
+        "kind_reachable": True,
+        "kind_marker": {"owned": True, "reason": "marker"},
+        "mgmt_kubeconfig_present": False,
+    }
+    plan = teardown.build_plan(cfg.data, "azure", host)
+    assert [s["action"] for s in plan][-2:] == ["azure-teardown", "delete-kind"]

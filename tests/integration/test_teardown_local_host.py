@@ -127,10 +127,6 @@ def test_local_host_teardown_removes_only_labelled_containers_with_their_volumes
         "5. remove the registry container krops-registry (exact name from bootstrap.toml)",
         "6. remove the context krops-local-workload (and the cluster and user only it uses) from "
         "~/.kube/krops-local-workload.yaml; the file goes only when nothing else is left",
-        # kind is still the host (no pivot), yet the management cluster goes with its containers: a pivot that
-        # died after exporting the kubeconfig left the file (issue 30), so the teardown removes krops' context
-        "7. remove krops' context krops-mgmt (and the cluster and user only it uses) from ~/.kube/krops-mgmt.yaml; "
-        "the file goes only when nothing else is left",
     ]
     assert results[R + "Show what the teardown leaves"]["msg"] == [
         "Docker network kind: kind creates it without a label for every kind cluster on the host and never deletes "
