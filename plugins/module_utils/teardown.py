@@ -195,6 +195,11 @@ def find_host(
 # --- probes ---------------------------------------------------------------------------
 
 
+def on_disk(path):
+    """Whether a file krops writes (a kubeconfig it exported, ``~`` expanded) is on disk."""
+    return os.path.isfile(os.path.expanduser(path))
+
+
 def probe_or_abort(client, api_version, kind, namespace=None, what=None, target=None):
     """Objects of a kind (empty when absent); UnknownState when the API cannot tell."""
     state, objects, error = kube.probe(client, api_version, kind, namespace)

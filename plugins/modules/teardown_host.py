@@ -212,8 +212,6 @@ plan:
     - {step: 2, action: delete-clusters, clusters: [local-workload], keep: [local-management], timeout: 300}
 """
 
-import os
-
 from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import kube
@@ -295,7 +293,7 @@ def run(params, get_bin_path, check_mode=False):
             host,
         )
     # krops' exported management kubeconfig on disk: with kind still the host, a pivot died after exporting it
-    host["mgmt_kubeconfig_present"] = os.path.isfile(os.path.expanduser(boot["mgmt-kubeconfig"]))
+    host["mgmt_kubeconfig_present"] = teardown.on_disk(boot["mgmt-kubeconfig"])
     host["kept"] = []
     host["plan"] = teardown.build_plan(cfg.data, cfg.selected, host, params["local_cluster_timeout"], host["kept"])
     missing = [tool for tool in teardown.plan_tools(host["plan"]) if not get_bin_path(tool)]
