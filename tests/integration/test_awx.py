@@ -22,6 +22,7 @@ import yaml
 
 from tests.integration.test_playbooks import failed_msg, run
 from tests.substrate import awx_rules
+from tests.substrate.docker_double import DockerDouble
 from tests.substrate.fixtures import REPO, task_results
 
 OBJECTS = yaml.safe_load((REPO / "awx" / "objects.yml").read_text())
@@ -589,8 +590,13 @@ def test_teardown_from_awx_needs_the_environment_name(tmp_path, confirm):
 
 
 @pytest.mark.slow
-def test_job_without_its_credentials_fails_naming_them(tmp_path):
-    """A Git-synced bootstrap with no GITHUB_TOKEN and no age key: preflight names both, nothing runs after it."""
+def test_job_without_its_credentials_fails_naming_them(tmp_path, request):
+    """A Git-synced bootstrap with no GITHUB_TOKEN and no age key: preflight names both, nothing runs after it.
+
+    The job's EE reaches an engine (docs/awx.md: a container group that mounts the engine socket), so the
+    engine ping before preflight passes and the credentials are what is missing."""
+    engine = DockerDouble()
+    request.addfinalizer(engine.stop)
     home = tmp_path / "home"
     home.mkdir()
     inventory = tmp_path / "hosts.yml"
@@ -598,7 +604,13 @@ def test_job_without_its_credentials_fails_naming_them(tmp_path):
         "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
         "      ansible_python_interpreter: '{{ ansible_playbook_python }}'\n"
     )
-    env = {"GITHUB_TOKEN": "", "AGE_KEY_FILE": "", "HOME": str(home), "KROPS_SCHEMA_LOCATION": ""}
+    env = {
+        "GITHUB_TOKEN": "",
+        "AGE_KEY_FILE": "",
+        "HOME": str(home),
+        "KROPS_SCHEMA_LOCATION": "",
+        "DOCKER_HOST": engine.url,
+    }
     rc, output, _err = run(
         ["-i", str(inventory), "playbooks/local_talos.yml", "--tags", "bootstrap"], tmp_path, env=env
     )
