@@ -264,7 +264,7 @@ def kustomization_row(name, obj, namespace):
         cond = kube.condition(obj, "Stalled") or {}
         reason = cond.get("reason") or reason
         message = cond.get("message") or message
-    held = kube.suspended_by(obj) == kube.PIVOT_SUSPENDER
+    held = kube.held_by_pivot(obj)
     if held:
         message = ("(suspended by the pivot) " + message).strip()
     elif (obj.get("spec") or {}).get("suspend"):

@@ -696,6 +696,11 @@ def suspended_by(obj):
     return (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(SUSPENDED_BY)
 
 
+def held_by_pivot(obj):
+    """True when the pivot suspended this Flux object and has not resumed it (a run that died mid-move, issue 30)."""
+    return suspended_by(obj) == PIVOT_SUSPENDER
+
+
 # --- kubeconfig export and merge ---------------------------------------------------------------
 
 

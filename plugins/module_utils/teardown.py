@@ -345,9 +345,7 @@ def delete_clusters(
     # pivot's mark on the Kustomizations proves the pause is krops' (issue 30). A pause without it is the user's.
     by_name = {c["metadata"]["name"]: c for c in clusters}
     paused = [n for n in chosen if (by_name[n].get("spec") or {}).get("paused")]
-    if paused and not any(
-        kube.suspended_by(o) == kube.PIVOT_SUSPENDER for o in probe_or_abort(client, *KUSTOMIZATION, target=target)
-    ):
+    if paused and not any(kube.held_by_pivot(o) for o in probe_or_abort(client, *KUSTOMIZATION, target=target)):
         paused = []
     plan += [f"unpause Cluster {namespace}/{n} (paused by an interrupted pivot move)" for n in paused]
     plan += [f"delete Cluster {namespace}/{n} and wait until it is gone" for n in chosen]

@@ -31,7 +31,7 @@ def suspend_kustomizations(pv):
     suspended = [
         {"namespace": o["metadata"]["namespace"], "name": o["metadata"]["name"]}
         for o in objects
-        if kube.suspended_by(o) == kube.PIVOT_SUSPENDER
+        if kube.held_by_pivot(o)
     ]
     if suspended:
         pv.say("%d Kustomizations were still suspended by an earlier pivot run on the kind cluster" % len(suspended))

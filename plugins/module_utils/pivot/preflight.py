@@ -103,7 +103,7 @@ def _earlier_move(pv):
     """True when Kustomizations on the source carry the pivot's suspension mark: an earlier run reached the move
     (it suspends first, then clusterctl pauses the Clusters) and died before it finished or rolled back (issue 30)."""
     state, found, _error = kube.probe(pv.source, *kube.KUSTOMIZATION)
-    return state != kube.UNKNOWN and any(kube.suspended_by(o) == kube.PIVOT_SUSPENDER for o in found or [])
+    return state != kube.UNKNOWN and any(kube.held_by_pivot(o) for o in found or [])
 
 
 def run(pv):
