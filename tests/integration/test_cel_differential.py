@@ -137,3 +137,53 @@ def test_the_emulators_own_core_schema_walk_agrees_with_validate_schema():
         assert own == theirs
     assert core_schemas.error_paths("v1", "ConfigMap", bad) == [(("data", "id"), "type")]
     assert core_schemas.validator("v1", "NoSuchKind") is None
+
+
+# --- the emulator's verdict is the independent path's ------------------------------------------------
+
+
+def _schema_with(rule):
+    return {
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "properties": {"a": {"type": "integer"}}, "x-kubernetes-validations": [rule]}
+        },
+    }
+
+
+def test_the_emulator_reports_the_independent_paths_message_from_message_expression():
+    """apiextensions prints messageExpression's value; krops' evaluator does not evaluate it, so this message can
+    only come from the emulator's own path."""
+    from tests.substrate import strict_api
+
+    schema = _schema_with(
+        {"rule": "self.a > 1", "message": "a is small", "messageExpression": "'a is ' + string(self.a)"}
+    )
+    errors = strict_api.cel_errors(schema, {"spec": {"a": 0}})
+    assert [str(e) for e in errors] == ['spec: Invalid value: "object": a is 0']
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["''", "'   '", "'two\\nlines'", "self.missing", "1"],
+    ids=["empty", "blank", "line-break", "runtime-error", "not-a-string"],
+)
+def test_a_message_expression_that_gives_no_usable_string_falls_back_to_message(expression):
+    from tests.substrate import strict_api
+
+    schema = _schema_with({"rule": "self.a > 1", "message": "a is small", "messageExpression": expression})
+    errors = strict_api.cel_errors(schema, {"spec": {"a": 0}})
+    assert [str(e) for e in errors] == ['spec: Invalid value: "object": a is small']
+
+
+def test_a_violation_only_krops_walk_reaches_fails_the_write(monkeypatch):
+    """The emulator's verdict walks the schema itself: a rule krops' evaluator reports where the emulator's walk
+    never ran one is a disagreement (500), not an error taken on krops' word."""
+    from tests.substrate import strict_api
+
+    schema = _schema_with({"rule": "self.a > 1"})
+    fake = krops_cel.Result("spec.elsewhere", "self.a > 1", "", krops_cel.VIOLATED, schema_type="object")
+    monkeypatch.setattr(strict_api.krops_cel, "evaluate", lambda obj, schema: [fake])
+    with pytest.raises(strict_api.ApiError) as caught:
+        strict_api.cel_errors(schema, {"spec": {"a": 5}})
+    assert "two CEL walks disagree" in str(caught.value)

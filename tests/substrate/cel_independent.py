@@ -9,19 +9,26 @@ schema's ``default`` values are filled in, as apiextensions-apiserver does (pkg/
 validation.go). Numbers of a ``type: number`` node are doubles. At the root ``self.metadata`` holds only
 name and generateName. Transition rules (``oldSelf``) are not run (creates only).
 
-``outcomes(obj, schema)`` gives {(path, rule): "pass" | "violated" | "error"}; "error" covers everything
-cel-python cannot run (the Kubernetes CEL libraries it lacks, evaluation errors), which the differential
-(``disagreements``) leaves out: only a rule both engines evaluate to a boolean is compared.
+``verdicts(obj, schema)`` gives {(path, rule): Verdict}: its outcome "pass" | "violated" | "error", and for a
+violated rule the field error an API server reports (message, reason, the schema node's type). The message is
+what apiextensions prints: messageExpression's value when it gives a non-blank one-line string, else message,
+else "failed rule: <rule>" (ValidationRule's field docs, k8s.io/apiextensions-apiserver apis/apiextensions/v1).
+"error" covers everything cel-python cannot run (the Kubernetes CEL libraries it lacks, evaluation errors).
+strict_api takes the emulator's verdict from here; krops' evaluator is the differential (``disagreements``),
+which compares only a rule both engines evaluate to a boolean.
 """
 
 from __future__ import annotations
 
 import copy
+from collections import namedtuple
 
 import celpy
 from celpy import celtypes
 
 PASS, VIOLATED, ERROR = "pass", "violated", "error"
+
+Verdict = namedtuple("Verdict", "outcome message reason schema_type")
 
 _ENV = celpy.Environment()
 _PROGRAMS = {}
@@ -80,10 +87,11 @@ def _cel(value, schema):
     return None
 
 
-def _run(rule, value, schema, root):
-    program = _program(rule)
+def _evaluate(expression, value, schema, root):
+    """cel-python's value of ``expression`` with ``self`` bound to ``value``; None when it cannot run."""
+    program = _program(expression)
     if program is None:
-        return ERROR
+        return None
     view = value
     if root and isinstance(value, dict):
         view = dict(value)
@@ -91,18 +99,38 @@ def _run(rule, value, schema, root):
         if isinstance(meta, dict):
             view["metadata"] = {k: meta[k] for k in ("name", "generateName") if k in meta}
     try:
-        result = program.evaluate({"self": _cel(view, schema)})
+        return program.evaluate({"self": _cel(view, schema)})
     except Exception:  # noqa: BLE001 - CELEvalError and the like: not compared
-        return ERROR
-    if isinstance(result, celtypes.BoolType):
-        return PASS if bool(result) else VIOLATED
-    return ERROR
+        return None
 
 
-def outcomes(obj, schema):
+def _message(entry, rule, value, schema, root):
+    expression = entry.get("messageExpression")
+    if expression:
+        text = _evaluate(str(expression), value, schema, root)
+        if isinstance(text, str) and text.strip() and "\n" not in text:  # celtypes.StringType is a str
+            return str(text)
+    return str(entry.get("message") or "").strip() or f"failed rule: {rule.strip()}"
+
+
+def _verdict(entry, rule, value, schema, root):
+    result = _evaluate(rule, value, schema, root)
+    if not isinstance(result, celtypes.BoolType):
+        return Verdict(ERROR, None, None, None)
+    if bool(result):
+        return Verdict(PASS, None, None, None)
+    message = _message(entry, rule, value, schema, root)
+    return Verdict(VIOLATED, message, str(entry.get("reason") or "FieldValueInvalid"), schema.get("type") or "object")
+
+
+def verdicts(obj, schema):
     found = {}
     _walk(_with_defaults(copy.deepcopy(obj), schema), schema, "", found)
     return found
+
+
+def outcomes(obj, schema):
+    return {key: verdict.outcome for key, verdict in verdicts(obj, schema).items()}
 
 
 def _walk(value, schema, path, found):
@@ -113,7 +141,7 @@ def _walk(value, schema, path, found):
         if "oldSelf" in rule:
             continue
         where = path + str(entry.get("fieldPath") or "") if entry.get("fieldPath") else path
-        found[(where, rule)] = _run(rule, value, schema, not path)
+        found[(where, rule)] = _verdict(entry, rule, value, schema, not path)
     for sub in schema.get("allOf") or []:
         _walk(value, sub, path, found)
     if isinstance(value, dict):
@@ -131,15 +159,16 @@ def _walk(value, schema, path, found):
             _walk(item, schema["items"], "%s[%d]" % (path, index), found)
 
 
-def disagreements(obj, schema, product_results, violated="violated", not_run=("error", "unevaluable")):
+def disagreements(obj, schema, product_results, violated="violated", not_run=("error", "unevaluable"), mine=None):
     """Rules where krops' evaluator (its results: objects with .path, .rule, .outcome; passed rules absent)
-    and cel-python both give a boolean and differ: [(path, rule, krops', cel-python's)]."""
+    and cel-python both give a boolean and differ: [(path, rule, krops', cel-python's)]. ``mine``: the
+    outcomes of ``outcomes(obj, schema)`` when the caller has them already."""
     product = {(r.path, r.rule): r.outcome for r in product_results if not getattr(r, "transition", False)}
     found = []
-    for key, mine in outcomes(obj, schema).items():
+    for key, own in (outcomes(obj, schema) if mine is None else mine).items():
         theirs = product.get(key, PASS)
-        if mine == ERROR or theirs in not_run:
+        if own == ERROR or theirs in not_run:
             continue
-        if (theirs == violated) != (mine == VIOLATED):
-            found.append((key[0], key[1], theirs, mine))
+        if (theirs == violated) != (own == VIOLATED):
+            found.append((key[0], key[1], theirs, own))
     return found

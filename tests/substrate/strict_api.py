@@ -1239,10 +1239,13 @@ def _go_string_slice(values):
 
 
 # --- CEL rules (x-kubernetes-validations) ------------------------------------------------
-# The rules run through krops' own evaluator (plugins/module_utils/cel.py, the one validate uses),
-# so the emulator and validate agree on every rule.
+# The verdict is the emulator's own CEL path (tests/substrate/cel_independent.py: cel-python and its own schema
+# walk); krops' evaluator (plugins/module_utils/cel.py, the one validate uses) runs beside it as a differential.
+# Where cel-python cannot run a rule (a Kubernetes CEL library it lacks), krops' verdict is taken and the
+# rule is listed in PRODUCT_VERDICTS; a rule neither engine can run is listed in UNEVALUATED, never guessed.
 
-UNEVALUATED = set()  # rules the evaluator could not run (a Kubernetes CEL library it lacks): listed, not guessed
+UNEVALUATED = set()  # rules neither engine could run
+PRODUCT_VERDICTS = set()  # rules only krops' evaluator could run: their verdict is not independent
 
 
 def cel_errors(schema, obj):
@@ -1253,21 +1256,39 @@ def cel_errors(schema, obj):
     (apiextensions-apiserver v0.34.10 pkg/apiserver/schema/cel/validation.go). Transition rules
     (``oldSelf``) run only on update, and the emulator evaluates creates and replaces alike, so they do not run.
     """
-    errors = []
+    from tests.substrate import cel_independent
+
+    verdicts = cel_independent.verdicts(obj, schema)
     results = krops_cel.evaluate(obj, schema)
-    _cel_differential(obj, schema, results)
-    for result in results:
-        if result.outcome != krops_cel.VIOLATED:
-            UNEVALUATED.add(result.rule)
-            continue
-        message = result.message.strip() or f"failed rule: {result.rule.strip()}"
-        reason = result.reason or "FieldValueInvalid"
-        errors.append(
-            FieldError(reason, result.path or "<nil>", result.schema_type or "object", message)
-            if reason == "FieldValueInvalid"
-            else FieldError(reason, result.path or "<nil>", None, message)
+    _cel_differential(obj, schema, results, {key: v.outcome for key, v in verdicts.items()})
+    product = {(r.path, r.rule): r for r in results if not r.transition}
+    unwalked = sorted(k for k, r in product.items() if r.outcome == krops_cel.VIOLATED and k not in verdicts)
+    if unwalked:  # krops' walk reached a rule the emulator's walk did not: the walks disagree
+        meta = obj.get("metadata") or {}
+        CEL_DISAGREEMENTS.extend(
+            (obj.get("kind"), meta.get("name"), path, rule, "violated", None) for path, rule in unwalked
         )
-    return errors
+        raise ApiError(500, "InternalError", f"the emulator's two CEL walks disagree on where rules run: {unwalked}")
+    failed = []
+    for key, verdict in verdicts.items():
+        if verdict.outcome == cel_independent.VIOLATED:
+            failed.append((key[0], verdict.message, verdict.reason, verdict.schema_type))
+        elif verdict.outcome == cel_independent.ERROR:
+            PRODUCT_VERDICTS.add(key[1])
+            theirs = product.get(key)
+            if theirs is None:  # krops' evaluator passed it
+                continue
+            if theirs.outcome != krops_cel.VIOLATED:
+                UNEVALUATED.add(theirs.rule)
+                continue
+            message = theirs.message.strip() or f"failed rule: {theirs.rule.strip()}"
+            failed.append((key[0], message, theirs.reason or "FieldValueInvalid", theirs.schema_type or "object"))
+    return [
+        FieldError(reason, path or "<nil>", schema_type, message)
+        if reason == "FieldValueInvalid"
+        else FieldError(reason, path or "<nil>", None, message)
+        for path, message, reason, schema_type in failed
+    ]
 
 
 class _DifferentialValidator:
@@ -1289,12 +1310,12 @@ SCHEMA_DISAGREEMENTS = []  # (apiVersion kind, krops' errors): must stay empty
 CEL_DISAGREEMENTS = []  # (kind, name, path, rule, krops' outcome, cel-python's): must stay empty
 
 
-def _cel_differential(obj, schema, results):
-    """The emulator's second CEL path (tests/substrate/cel_independent.py, cel-python): a rule the two engines
-    evaluate differently fails the write, so no test passes on one engine's mistake."""
+def _cel_differential(obj, schema, results, mine):
+    """krops' evaluator beside the emulator's CEL path: a rule the two engines evaluate differently fails the
+    write, so no test passes on one engine's mistake."""
     from tests.substrate import cel_independent
 
-    found = cel_independent.disagreements(obj, schema, results)
+    found = cel_independent.disagreements(obj, schema, results, mine=mine)
     if found:
         meta = obj.get("metadata") or {}
         CEL_DISAGREEMENTS.extend((obj.get("kind"), meta.get("name"), *f) for f in found)
