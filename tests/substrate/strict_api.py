@@ -32,7 +32,9 @@ pkg/util/managedfields/internal/conflict.go, structuredmerge.go, pkg/apis/meta/v
 k8s.io/apiserver v0.34.10 (pkg/endpoints/handlers/rest.go transformDecodeError and the default
 directive Warn, pkg/registry/generic/registry/store.go), k8s.io/apiextensions-apiserver v0.34.10
 (pkg/apiserver/validation/validation.go) and kube-openapi (pkg/validation/errors/schema.go).
-CEL rules (x-kubernetes-validations) are evaluated with plugins/module_utils/cel.py, except transition rules (oldSelf).
+CEL rules (x-kubernetes-validations) are judged by the emulator's own path (tests/substrate/cel_independent.py,
+cel-python), with plugins/module_utils/cel.py as a differential; transition rules (oldSelf) do not run.
+Built-in kinds are judged by tests/substrate/core_schemas.py, with validate_schema as a differential.
 Simplifications: lists are atomic for field ownership; a CRD's versions share one store, read in the
 version asked for (strategy None); GC is synchronous.
 """
