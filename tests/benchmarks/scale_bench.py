@@ -14,14 +14,17 @@ its peak memory (ru_maxrss of that Python process) is its own:
   x86 pool scaled from 2 to 3), both revisions extracted and rendered;
 - flux_handoff: krops.platform.flux_handoff scope=wait (a real ansible-playbook against the
   Kubernetes emulator) on n x 10 Kustomizations, the last one turned Ready 1 s after the wait
-  starts: the task's whole time and its delay after that last Ready.
+  starts: the task's whole time and its delay after that last Ready;
+- pivot: krops.platform.capi_pivot moving n + 2 Clusters with their Machines and DockerClusters between two
+  Kubernetes emulators (test_pivot's n-cluster test; the clusterctl stand-in moves them over HTTP), so it
+  measures krops' own pivot work against the object count, not real clusterctl's move.
 
 Prints one line per measure, ``scale: <measure> n=1 <s> n=10 <s> n=50 <s> growth <k>`` where k is the
 least-squares slope of log(seconds) over log(n), then the peak memory per measure and n. Targets:
 k <= 1.15 for every measure, validate-cold at n=50 under 10 s. Exit status 1 when one is missed.
 The machine's 1-minute load average is printed at the start and the end.
 
-  .venv/bin/python tests/benchmarks/scale_bench.py [--sizes 1,10,50] [--repeat 3] [--only validate,render_diff,flux_handoff]
+  .venv/bin/python tests/benchmarks/scale_bench.py [--sizes 1,10,50] [--repeat 3] [--only validate,render_diff,flux_handoff,pivot]
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ sys.path[:0] = [REPO, os.path.join(REPO, ".collections")]
 MAX_GROWTH = 1.15
 MAX_VALIDATE_AT_50 = 10.0
 SCHEMAS = os.environ.get("KROPS_SCHEMA_LOCATION") or os.path.join(REPO, "schemas", "crds")
-MEASURES = ("validate", "render_diff", "flux_handoff")
+MEASURES = ("validate", "render_diff", "flux_handoff", "pivot")
 
 
 def growth(points):
@@ -56,9 +59,10 @@ def growth(points):
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / denominator if denominator else 0.0
 
 
-def peak():
-    """Peak resident memory (MiB) of this process (kustomize runs apart, each bounded by render.bounded)."""
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+def peak(who=resource.RUSAGE_SELF):
+    """Peak resident memory (MiB) of this process (kustomize runs apart, each bounded by render.bounded), or of its
+    largest child (RUSAGE_CHILDREN: the pivot's pytest process)."""
+    return round(resource.getrusage(who).ru_maxrss / 1024.0, 1)
 
 
 # ---- workers: one process per (measure, n) ------------------------------------------------------
@@ -221,13 +225,45 @@ def work_flux_handoff(n, repeat, workdir):
         api.stop()
 
 
-WORKERS = {"validate": work_validate, "render_diff": work_render_diff, "flux_handoff": work_flux_handoff}
+def work_pivot(n, repeat, workdir):
+    """krops.platform.capi_pivot of a kind cluster holding n workload Clusters (+ the management Cluster and one
+    more), each with its Machine and DockerCluster, onto the target emulator: test_pivot's n-cluster test, whose
+    clusterctl stand-in moves the objects over HTTP. The figure is the module's whole run (preflight, charts,
+    providers, the move, the verification), not real clusterctl's move."""
+    runs, objects = [], 0
+    for number in range(max(1, repeat - 1)):
+        timing = os.path.join(workdir, "pivot-%d.json" % number)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+            + ["tests/integration/test_pivot.py", "-k", "n_workload_clusters"],
+            cwd=REPO,
+            env=dict(os.environ, KROPS_PIVOT_CLUSTERS=str(n), KROPS_PIVOT_TIMING=timing),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0 or not os.path.exists(timing):
+            raise SystemExit("pivot at n=%d failed:\n%s" % (n, proc.stdout[-3000:]))
+        with open(timing, encoding="utf-8") as handle:
+            figures = json.load(handle)
+        runs.append(figures["pivot"])
+        objects = figures["objects"]
+    # the module runs in the pytest child, so its peak memory is the child's
+    return {"pivot": statistics.median(runs), "objects": objects, "peak_mib": peak(resource.RUSAGE_CHILDREN)}
+
+
+WORKERS = {
+    "validate": work_validate,
+    "render_diff": work_render_diff,
+    "flux_handoff": work_flux_handoff,
+    "pivot": work_pivot,
+}
 
 
 def worker(measure, n, repeat):
     with tempfile.TemporaryDirectory(prefix="krops-scale-") as workdir:
         figures = WORKERS[measure](n, repeat, workdir)
-    figures["peak_mib"] = peak()
+    figures.setdefault("peak_mib", peak())
     print("SCALE-RESULT " + json.dumps(figures))
 
 

@@ -482,6 +482,34 @@ def test_pivot_moves_everything_then_a_rerun_changes_nothing(world, run_module):
     assert {a["state"] for a in again["applied"]} == {"unchanged"}
 
 
+def test_pivot_moves_n_workload_clusters_and_all_their_objects(world, run_module):
+    """Every Cluster with its Machine and DockerCluster moves, paused on kind and unpaused on the target.
+
+    n is KROPS_PIVOT_CLUSTERS (default 3); tests/benchmarks/scale_bench.py --only pivot runs this at n = 1, 10, 50
+    and reads the move's time from KROPS_PIVOT_TIMING (a JSON file it names). The suite asserts only the outcome.
+    """
+    count = int(os.environ.get("KROPS_PIVOT_CLUSTERS") or 3)
+    names = ["scale-%03d" % i for i in range(count)]
+    for name in names:
+        world.add_cluster(name)
+    expected = ALL_OBJECTS | {(kind, n + suffix) for n in names for kind, suffix in CLUSTER_OBJECTS}
+    started = time.monotonic()
+    result = run_module(capi_pivot, world.args())
+    elapsed = time.monotonic() - started
+    assert not result.failed, result.get("msg")
+    assert world.capi(world.kind) == set()
+    assert world.capi(world.mgmt) == expected
+    assert world.paused(world.mgmt) == {name: False for name in [MGMT, "local-workload", *names]}
+    assert {(m["kind"], m["name"]) for m in result["moved"]} >= expected
+    timing = os.environ.get("KROPS_PIVOT_TIMING")
+    if timing:
+        with open(timing, "w", encoding="utf-8") as handle:
+            json.dump({"pivot": elapsed, "objects": len(expected), "clusters": count + 2}, handle)
+
+
+CLUSTER_OBJECTS = (("Cluster", ""), ("Machine", "-cp-0"), ("DockerCluster", ""))
+
+
 def test_rerun_when_the_kind_cluster_is_gone_reports_already_moved(world, run_module):
     assert not run_module(capi_pivot, world.args()).failed
     world.kind.stop()
