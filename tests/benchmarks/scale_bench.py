@@ -17,14 +17,17 @@ its peak memory (ru_maxrss of that Python process) is its own:
   starts: the task's whole time and its delay after that last Ready;
 - pivot: krops.platform.capi_pivot moving n + 2 Clusters with their Machines and DockerClusters between two
   Kubernetes emulators (test_pivot's n-cluster test; the clusterctl stand-in moves them over HTTP), so it
-  measures krops' own pivot work against the object count, not real clusterctl's move.
+  measures krops' own pivot work against the object count, not real clusterctl's move;
+- sweep: krops.platform.aws_orphan_sweep over moto seeded with n workload clusters and the management cluster
+  (full resource sets, up to 10 regions, one account): its wall time and the AWS API calls per deleted
+  resource (target: at most 3).
 
 Prints one line per measure, ``scale: <measure> n=1 <s> n=10 <s> n=50 <s> growth <k>`` where k is the
 least-squares slope of log(seconds) over log(n), then the peak memory per measure and n. Targets:
 k <= 1.15 for every measure, validate-cold at n=50 under 10 s. Exit status 1 when one is missed.
 The machine's 1-minute load average is printed at the start and the end.
 
-  .venv/bin/python tests/benchmarks/scale_bench.py [--sizes 1,10,50] [--repeat 3] [--only validate,render_diff,flux_handoff,pivot]
+  .venv/bin/python tests/benchmarks/scale_bench.py [--sizes 1,10,50] [--repeat 3] [--only validate,render_diff,flux_handoff,pivot,sweep]
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ sys.path[:0] = [REPO, os.path.join(REPO, ".collections")]
 
 MAX_GROWTH = 1.15
 MAX_VALIDATE_AT_50 = 10.0
+MAX_CALLS_PER_RESOURCE = 3.0
 SCHEMAS = os.environ.get("KROPS_SCHEMA_LOCATION") or os.path.join(REPO, "schemas", "crds")
-MEASURES = ("validate", "render_diff", "flux_handoff", "pivot")
+MEASURES = ("validate", "render_diff", "flux_handoff", "pivot", "sweep")
 
 
 def growth(points):
@@ -252,7 +256,96 @@ def work_pivot(n, repeat, workdir):
     return {"pivot": statistics.median(runs), "objects": objects, "peak_mib": peak(resource.RUSAGE_CHILDREN)}
 
 
+SWEEP_REGIONS = (
+    "eu-north-1",
+    "eu-west-1",
+    "eu-west-2",
+    "eu-west-3",
+    "eu-central-1",
+    "us-east-1",
+    "us-east-2",
+    "us-west-1",
+    "us-west-2",
+    "ap-southeast-1",
+)
+
+
+def sweep_config(n):
+    """bootstrap.toml of an aws environment with n workload clusters over the 10 regions (cluster i in region
+    i mod 10), and the clusters as test_aws_sweep_world.seed_cluster takes them."""
+    from test_aws_sweep_world import BOOTSTRAP_TOML
+
+    clusters = [("eu-north-1-management", "eu-north-1", "default_eu-north-1-management-control-plane", "")]
+    for i in range(n):
+        region = SWEEP_REGIONS[i % len(SWEEP_REGIONS)]
+        name = "c%d-%s" % (i, region)  # unique in its first 20 characters (the seeded load balancers are named so)
+        clusters.append((name, region, "default_%s-control-plane" % name, "krops-%s-db" % name))
+    head, _sep, rest = BOOTSTRAP_TOML.partition("[environments.aws.teardown]")
+    tail = rest[rest.index("[environments.local-host]") :]
+    entries = "".join(
+        '\n[[environments.aws.teardown.aws-workloads]]\nregion = "%s"\ncluster-name = "%s"\n'
+        'eks-cluster-name = "%s"\nrds-instance = "%s"\n' % (region, name, eks, rds)
+        for name, region, eks, rds in clusters[1:]
+    )
+    teardown = '[environments.aws.teardown]\ncapi-workloads = [%s]\nmgmt-eks-cluster-name = "%s"\n' % (
+        ", ".join('"%s"' % c[0] for c in clusters[1:]),
+        clusters[0][2],
+    )
+    return head + teardown + entries + "\n" + tail, clusters
+
+
+def work_sweep(n, repeat, workdir):
+    """krops.platform.aws_orphan_sweep (aws_sweep.run, in-process) over moto seeded with n workload clusters and
+    the management cluster, each with its full resource set, in up to 10 regions and one account: wall time and
+    AWS API calls per deleted resource (target at most 3). The 3-account form waits for issue 26 item 4."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+    from aws_sweep_bench import start_moto
+
+    from ansible_collections.krops.platform.plugins.module_utils import aws_sweep
+    from test_aws_sweep_world import seed_cluster, seed_global
+
+    os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
+    aws_sweep.EXPECTED_SCALE = 0.0  # moto deletes at once: poll from the start
+    text, clusters = sweep_config(n)
+    toml = os.path.join(workdir, "bootstrap.toml")
+    with open(toml, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    proc, url = start_moto()
+    try:
+        runs = []
+        for _number in range(max(1, repeat - 1)):
+            __import__("aws_sweep_bench").reset(url)
+            owned = set()
+            for name, region, eks, rds in clusters:
+                owned |= seed_cluster(url, name, region, eks, rds, name)
+            owned |= seed_global(url, regions=sorted({c[1] for c in clusters}))
+            params = {
+                "config_file": toml,
+                "environment": "aws",
+                "endpoint_url": url,
+                "access_key": "bench",
+                "secret_key": "bench",
+                "concurrency": 2,
+                "wait_timeout": 120,
+            }
+            started = time.monotonic()
+            result = aws_sweep.run(params)
+            wall = time.monotonic() - started
+            deleted = [r for r in result["results"] if r["outcome"] == "deleted"]
+            if result["failed"] or len(deleted) != len(owned):
+                raise SystemExit(
+                    "sweep at n=%d: %d of %d deleted: %s" % (n, len(deleted), len(owned), result.get("msg"))
+                )
+            runs.append((wall, result["api_calls"] / float(len(deleted)), len(deleted)))
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(10)
+    wall, per_resource, resources = sorted(runs)[len(runs) // 2]
+    return {"sweep": wall, "sweep-calls-per-resource": per_resource, "objects": resources}
+
+
 WORKERS = {
+    "sweep": work_sweep,
     "validate": work_validate,
     "render_diff": work_render_diff,
     "flux_handoff": work_flux_handoff,
@@ -326,6 +419,14 @@ def main():
     for key, points in table.items():
         k = growth(points) if len(points) > 1 else 0.0
         line = "scale: %s %s growth %.2f" % (key, " ".join("n=%d %.2f" % (n, s) for n, s in points), k)
+        if key == "sweep-calls-per-resource":
+            worst = max(s for _n, s in points)
+            if worst > MAX_CALLS_PER_RESOURCE:
+                missed.append("sweep calls per resource %.2f" % worst)
+            print(
+                "scale: %s %s (at most %.0f)" % (key, " ".join("n=%d %.2f" % p for p in points), MAX_CALLS_PER_RESOURCE)
+            )
+            continue
         if k > MAX_GROWTH and not key.endswith("-delay"):
             missed.append("%s growth %.2f" % (key, k))
         if key == "validate-cold":

@@ -251,7 +251,9 @@ def seed_cluster(endpoint, cluster, region, eks_name, rds_name, role_prefix, acc
     seeded.add((region, "elb-load-balancer", classic))
 
     bucket = f"krops-{account}-{cluster}-data"
-    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
+    # us-east-1 takes no LocationConstraint (S3 CreateBucket refuses it there)
+    where = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+    s3.create_bucket(Bucket=bucket, **where)
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     for body in (b"one", b"two"):
         s3.put_object(Bucket=bucket, Key="state/a.json", Body=body)
