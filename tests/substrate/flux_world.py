@@ -44,14 +44,25 @@ import shutil
 import subprocess
 import tarfile
 import threading
+import traceback
 import time
 import urllib.parse
+
 
 import yaml
 from ansible_collections.krops.platform.plugins.module_utils import oci
 
 from tests.substrate import flux_varsub
 from tests.substrate.kube_emulator import ApiError, _now, json_patch
+
+
+def where(exc):
+    """repr of a controller's exception with the innermost frames that raised it: a race shows where it ran."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    return "{!r} at {}".format(
+        exc, " < ".join("%s:%d %s" % (f.filename.rsplit("/", 1)[-1], f.lineno, f.name) for f in reversed(frames))
+    )
+
 
 KS = ("kustomize.toolkit.fluxcd.io", "kustomizations")
 MANAGER = "kustomize-controller"
@@ -233,7 +244,7 @@ class World:
                         for api in list(self.clusters.values()):
                             controller.reconcile(api)
                 except Exception as exc:
-                    self.errors.append(repr(exc))
+                    self.errors.append(where(exc))
                 if before == versions():
                     deadline = time.monotonic() + max(idle, interval)
                     while not self._stop.wait(interval) and versions() == before and time.monotonic() < deadline:
