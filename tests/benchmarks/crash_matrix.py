@@ -15,7 +15,9 @@ tests/integration/test_e2e_local_host.py) gives the points, from the run itself:
   it changes anything, after pausing the source, after half the objects are created on the target, halfway
   through deleting on the source);
 - ``write:<api>:<METHOD> <path>``: the first time the run sends that mutating request to that API server,
-  it answers 500 once (every distinct Kubernetes write the baseline sent).
+  it answers 500 once (every distinct Kubernetes write the baseline sent);
+- ``reset:<api>:<METHOD> <path>``: the same write, the connection closed with no answer once;
+- ``stall:<api>:<METHOD> <path>``: the same write, no answer for 35 s (past krops' 30 s request timeout) once.
 
 At each point, on a fresh host with the same decoys and the fault armed:
 - (a) ``converged``: a plain re-run exits 0, ends with the baseline's objects (apiVersion, kind, namespace,
@@ -63,6 +65,15 @@ USER_KUBECONFIG = {
 }
 
 
+# How a write fails once, by the point's kind: a 500 answer; the connection closed with no answer; no answer for
+# longer than krops' request timeout (config.TIMEOUTS["request"], 30 s), then the write is applied.
+WRITE_FAULTS = {
+    "write": lambda api, verb, pattern: api.inject_failure(verb, pattern, 500, "injected by the crash matrix", times=1),
+    "reset": lambda api, verb, pattern: api.inject_reset(verb, pattern, times=1),
+    "stall": lambda api, verb, pattern: api.inject_stall(verb, pattern, seconds=35.0, times=1),
+}
+
+
 class Host:
     """A fresh emulated host with the decoys and the user's kubeconfig, and a fault to arm."""
 
@@ -76,18 +87,18 @@ class Host:
         self.log = Path(root) / "tasks.jsonl"
         self.point = point
         self._armed = []
-        if point and point.startswith("write:"):
-            _kind, api_name, request = point.split(":", 2)
+        if point and point.split(":", 1)[0] in WRITE_FAULTS:
+            kind, api_name, request = point.split(":", 2)
             method, path = request.split(" ", 1)
-            self._armed.append((api_name, method, "^%s$" % re.escape(path)))
+            self._armed.append((kind, api_name, method, "^%s$" % re.escape(path)))
             original = self.world._new_api
 
             def new_api(name):
                 api = original(name)
-                for wanted, verb, pattern in list(self._armed):
-                    if wanted == name:
-                        api.inject_failure(verb, pattern, 500, "injected by the crash matrix", times=1)
-                        self._armed.remove((wanted, verb, pattern))
+                for armed in list(self._armed):
+                    if armed[1] == name:
+                        WRITE_FAULTS[armed[0]](api, armed[2], armed[3])
+                        self._armed.remove(armed)
                 return api
 
             self.world._new_api = new_api
@@ -193,6 +204,7 @@ def enumerate_points(tasks, writes):
     points = ["task:%d" % t["n"] for t in tasks]
     points += ["clusterctl:" + k for k in CLUSTERCTL_KILLS]
     points += writes
+    points += ["%s:%s" % (kind, w.split(":", 1)[1]) for kind in ("reset", "stall") for w in writes]
     return points
 
 

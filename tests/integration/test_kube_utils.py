@@ -243,3 +243,29 @@ def test_apply_reports_created_updated_unchanged_and_plans_in_check_mode(kind_ap
             client,
             {"apiVersion": "example.com/v1", "kind": "Nothing", "metadata": {"name": "x", "namespace": "default"}},
         )
+
+
+def test_a_reset_write_is_not_applied_and_the_client_sees_a_connection_error(kind_api):
+    """The emulator's reset fault (the crash matrix's reset points): the request is read, the connection closed with
+    no answer, nothing applied; the next request is answered."""
+    import http.client
+    import json as json_module
+    from urllib.parse import urlparse
+
+    kind_api.inject_reset("POST", r"/configmaps$", times=1)
+    body = json_module.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "reset-me"}})
+    where = urlparse(kind_api.url)
+
+    def post():
+        conn = http.client.HTTPConnection(where.hostname, where.port, timeout=5)
+        try:
+            conn.request("POST", "/api/v1/namespaces/default/configmaps", body, {"Content-Type": "application/json"})
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError, http.client.BadStatusLine)):
+        post()
+    assert not kind_api.exists("v1", "ConfigMap", "reset-me", "default")
+    assert post() == 201
+    assert kind_api.exists("v1", "ConfigMap", "reset-me", "default")

@@ -26,6 +26,7 @@ import datetime
 import itertools
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -279,6 +280,7 @@ class KubeEmulator:
         self.dry_runs = []  # (method, path) of writes sent with dryRun: answered, never applied
         self._failures = []  # [method, path regex, code, message, remaining]
         self._stalls = []  # [method, path regex, seconds, remaining]
+        self._resets = []  # [method, path regex, remaining]
         self._rv = itertools.count(1)
         self._last_rv = 0
         self._cond = threading.Condition()
@@ -324,6 +326,20 @@ class KubeEmulator:
         (a stalled API server: the connection stays open, nothing is sent)."""
         with self._cond:
             self._stalls.append([method.upper(), re.compile(path_pattern), float(seconds), times])
+
+    def inject_reset(self, method, path_pattern, times=1):
+        """The next ``times`` requests matching method and path regex are read, then the connection is closed
+        with no answer (a connection reset: the client cannot tell whether the write was applied; it was not)."""
+        with self._cond:
+            self._resets.append([method.upper(), re.compile(path_pattern), times])
+
+    def _reset(self, method, path):
+        with self._cond:
+            for reset in self._resets:
+                if reset[2] > 0 and reset[0] in (method, "*") and reset[1].search(path):
+                    reset[2] -= 1
+                    return True
+        return False
 
     def clear_stalls(self):
         with self._cond:
@@ -874,6 +890,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method, path, query):
         emulator = self.emulator
+        if emulator._reset(method, path):
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return None
         stall = emulator._stall(method, path)
         if stall:
             time.sleep(stall)
