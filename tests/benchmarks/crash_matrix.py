@@ -17,7 +17,9 @@ tests/integration/test_e2e_local_host.py) gives the points, from the run itself:
 - ``write:<api>:<METHOD> <path>``: the first time the run sends that mutating request to that API server,
   it answers 500 once (every distinct Kubernetes write the baseline sent);
 - ``reset:<api>:<METHOD> <path>``: the same write, the connection closed with no answer once;
-- ``stall:<api>:<METHOD> <path>``: the same write, no answer for 35 s (past krops' 30 s request timeout) once.
+- ``stall:<api>:<METHOD> <path>``: the same write, no answer for 35 s (past krops' 30 s request timeout) once;
+- ``teardown:<n>``: after an uninterrupted run, ``--tags teardown`` SIGKILLed when its n-th task starts; only
+  check (b) applies: a second teardown must exit 0 with nothing owned left and every decoy kept.
 
 At each point, on a fresh host with the same decoys and the fault armed:
 - (a) ``converged``: a plain re-run exits 0, ends with the baseline's objects (apiVersion, kind, namespace,
@@ -111,7 +113,7 @@ class Host:
             "ANSIBLE_CALLBACKS_ENABLED": "krops_crash",
             "KROPS_CRASH_LOG": str(self.log),
         }
-        if fault and self.point and self.point.startswith("task:"):
+        if fault and self.point and self.point.split(":", 1)[0] in ("task", "teardown"):
             env["KROPS_CRASH_AT"] = self.point.split(":", 1)[1]
         started = time.monotonic()
         rc, out, err = self.world.playbook(PLAYBOOK, *args, inventory=INVENTORY, env=env)
@@ -189,19 +191,26 @@ def _digest(path):
 
 
 def baseline(root):
+    """The uninterrupted run's end state, task boundaries, writes and seconds, then the task boundaries of the
+    teardown from that state (an uninterrupted teardown too, which must exit 0)."""
     host = Host(root / "baseline")
     try:
         rc, out, err, seconds = host.run()
         if rc != 0:
             raise SystemExit("baseline run failed: %s\n%s" % (failed_tasks(out), err[-2000:]))
-        tasks = host.tasks()
-        return host.snapshot(), tasks, host.writes(), seconds
+        tasks, snapshot, writes = host.tasks(), host.snapshot(), host.writes()
+        host.log = host.log.with_name("teardown-tasks.jsonl")
+        rc, out, err, _s = host.run("--tags", "teardown")
+        if rc != 0:
+            raise SystemExit("baseline teardown failed: %s\n%s" % (failed_tasks(out), err[-2000:]))
+        return snapshot, tasks, writes, seconds, host.tasks()
     finally:
         host.stop()
 
 
-def enumerate_points(tasks, writes):
+def enumerate_points(tasks, writes, teardown_tasks=()):
     points = ["task:%d" % t["n"] for t in tasks]
+    points += ["teardown:%d" % t["n"] for t in teardown_tasks]
     points += ["clusterctl:" + k for k in CLUSTERCTL_KILLS]
     points += writes
     points += ["%s:%s" % (kind, w.split(":", 1)[1]) for kind in ("reset", "stall") for w in writes]
@@ -221,6 +230,8 @@ def spread(points, limit):
 
 def check_point(root, point, expected, checks):
     row = {"point": point, "fault_rc": None, "converged": None, "torn_down": None, "lost": [], "notes": []}
+    if point.startswith("teardown:"):
+        return check_teardown_point(root, point, row)
     if "rerun" in checks:
         host = Host(root / "rerun", point)
         try:
@@ -261,6 +272,33 @@ def check_point(root, point, expected, checks):
             row["lost"] += [p for p in host.lost(after_rerun=False) if p not in row["lost"]]
         finally:
             host.stop()
+    return row
+
+
+def check_teardown_point(root, point, row):
+    """A teardown killed at one of its task boundaries: after an uninterrupted run, ``--tags teardown`` dies at
+    the point; a second teardown must exit 0 with nothing krops owns left and every decoy kept."""
+    host = Host(root / "teardown", point)
+    try:
+        rc, out, err, _s = host.run()
+        if rc != 0:
+            row["notes"].append("the run before the teardown failed rc=%d: %s" % (rc, _short(failed_tasks(out), err)))
+            row["torn_down"] = False
+            return row
+        rc, out, err, _s = host.run("--tags", "teardown", fault=True)
+        row["fault_rc"] = rc
+        rc, out, err, _s = host.run("--tags", "teardown")
+        left = host.owned_left()
+        row["torn_down"] = rc == 0 and not left
+        if rc == 0 and left:
+            row["notes"].append("BUG teardown rc=0 but left: " + ", ".join(left[:5]))
+        elif rc != 0:
+            row["notes"].append(
+                "teardown rc=%d: %s; left: %s" % (rc, _short(failed_tasks(out), err), ", ".join(left[:5]))
+            )
+        row["lost"] += host.lost(after_rerun=False)
+    finally:
+        host.stop()
     return row
 
 
@@ -317,13 +355,17 @@ def main(argv=None):
     args = parser.parse_args(argv)
     checks = set(args.checks.split(","))
     root = Path(tempfile.mkdtemp(prefix="krops-crash-"))
-    expected, tasks, writes, seconds = baseline(root)
-    points = enumerate_points(tasks, writes)
-    print("baseline: %d task boundaries, %d distinct Kubernetes writes, %.0fs" % (len(tasks), len(writes), seconds))
+    expected, tasks, writes, seconds, teardown_tasks = baseline(root)
+    points = enumerate_points(tasks, writes, teardown_tasks)
+    print(
+        "baseline: %d task boundaries, %d distinct Kubernetes writes, %.0fs; the teardown: %d task boundaries"
+        % (len(tasks), len(writes), seconds, len(teardown_tasks))
+    )
     if args.list:
+        names = {"task:%d" % t["n"]: t["task"] for t in tasks}
+        names.update({"teardown:%d" % t["n"]: t["task"] for t in teardown_tasks})
         for point in points:
-            task = next((t for t in tasks if point == "task:%d" % t["n"]), None)
-            print(point + ("  (%s)" % task["task"] if task else ""))
+            print(point + ("  (%s)" % names[point] if point in names else ""))
         return 0
     chosen = args.only if args.only else spread(points, args.limit)
     rows = []
@@ -341,7 +383,10 @@ def main(argv=None):
     failed = [
         r
         for r in rows
-        if ("rerun" in checks and not r["converged"]) or ("teardown" in checks and not r["torn_down"]) or r["lost"]
+        # a teardown point has no re-run check (converged stays None)
+        if ("rerun" in checks and r["converged"] is False)
+        or (("teardown" in checks or r["point"].startswith("teardown:")) and not r["torn_down"])
+        or r["lost"]
     ]
     return 1 if failed else 0
 
