@@ -793,6 +793,43 @@ def fetch_providers(root, inv, download=None, record=False):
     return written, recorded
 
 
+def push_provider_layouts(directory, registry, insecure=True, client=None):
+    """Push every provider layout (airgap/build/providers/*.tar, deployed by the host component) to the
+    local registry at ``registry`` (host:port as the host reaches it). Returns [repository:tag].
+
+    The layouts name the artifact as the kind cluster's pods reach it (ref.name
+    <registry name>:<port>/<repository>:<tag>); the repository and tag are pushed unchanged.
+    """
+    if client is None:
+        from ansible_collections.krops.platform.plugins.module_utils import oci
+
+        client = oci.Registry(registry, insecure=insecure)
+    if not os.path.isdir(directory):
+        raise AirgapError(f"{directory} holds no provider layouts: deploy the host component first")
+    pushed = []
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".tar"):
+            continue
+        try:
+            with tarfile.open(os.path.join(directory, name)) as tar:
+                files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+            index = json.loads(files["index.json"])
+        except (OSError, tarfile.TarError, KeyError, ValueError) as exc:
+            raise AirgapError(f"{name} is not an OCI layout: {exc}")
+        for desc in index.get("manifests") or []:
+            ref = (desc.get("annotations") or {}).get("org.opencontainers.image.ref.name", "")
+            if "/" not in ref or ":" not in ref.rsplit("/", 1)[-1]:
+                raise AirgapError(f"{name}: manifest {desc.get('digest')} has no reference <registry>/<repo>:<tag>")
+            repository, tag = ref.split("/", 1)[1].rsplit(":", 1)
+            body = files["blobs/sha256/" + desc["digest"].split(":", 1)[1]]
+            manifest = json.loads(body)
+            for blob in [manifest["config"]] + list(manifest.get("layers") or []):
+                client.push_blob(repository, files["blobs/sha256/" + blob["digest"].split(":", 1)[1]])
+            client.put_manifest(repository, tag, body)
+            pushed.append(f"{repository}:{tag}")
+    return pushed
+
+
 # --- images.txt --------------------------------------------------------------------------------
 
 HEADER = """\
@@ -885,8 +922,16 @@ def zarf_package(inv, boot):
             {
                 "name": "host",
                 "description": "kind and the images the host's Docker daemon runs (kind nodes, CAPD load balancer, "
-                "registry); files only, so it deploys before any cluster exists",
-                "files": [{"source": HOST_ARCHIVE, "target": "host-images.tar"}],
+                "registry), and the operator providers' components (OCI layouts pushed to the local registry); "
+                "files only, so it deploys before any cluster exists",
+                "files": [{"source": HOST_ARCHIVE, "target": "host-images.tar"}]
+                + [
+                    {
+                        "source": "{}/{}-{}.tar".format(PROVIDER_BUILD, e["type"], e["name"]),
+                        "target": "providers/{}-{}.tar".format(e["type"], e["name"]),
+                    }
+                    for e in sorted(inv.providers, key=lambda e: (e["type"], e["name"]))
+                ],
                 "x-host-images": images("host"),
             }
         ]
@@ -1223,12 +1268,24 @@ def main(argv=None):
         help="connected build: download the providers' release files, check their sha256 and write "
         "airgap/build/providers/<type>-<name>.tar (OCI layouts)",
     )
+    mode.add_argument(
+        "--push-providers",
+        metavar="DIR",
+        help="disconnected host: push the provider layouts of DIR to the local registry (--registry)",
+    )
+    parser.add_argument("--registry", help="with --push-providers: host:port of the local registry (plain HTTP)")
     parser.add_argument(
         "--record", action="store_true", help="with --fetch-providers: record the sha256 of files that have none"
     )
     parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
     try:
+        if args.push_providers:
+            if not args.registry:
+                raise AirgapError("--push-providers needs --registry host:port")
+            for ref in push_provider_layouts(args.push_providers, args.registry):
+                sys.stdout.write(f"pushed {ref}\n")
+            return 0
         inv = derive(args.path)
         if args.fetch_providers:
             written, _recorded = fetch_providers(args.path, inv, record=args.record)

@@ -223,3 +223,40 @@ def test_images_txt_line_no_object_uses_is_reported(tree):
     path.write_text(path.read_text() + "docker.io/library/unused:1  # workload: nobody\n")
     findings, _unconfirmed = airgap.check(str(tree), pin=False)
     assert any("used by no object" in f[2] and f[1] == "docker.io/library/unused:1" for f in findings)
+
+
+class _Registry:
+    """The distribution API as the push uses it: blobs by digest, manifests by repository and tag."""
+
+    def __init__(self):
+        self.blobs, self.manifests = {}, {}
+
+    def push_blob(self, repository, data):
+        self.blobs[(repository, "sha256:" + hashlib.sha256(data).hexdigest())] = data
+        return True
+
+    def put_manifest(self, repository, reference, body):
+        import json
+
+        for blob in [json.loads(body)["config"], *json.loads(body)["layers"]]:
+            assert (repository, blob["digest"]) in self.blobs, "manifest pushed before its blobs"
+        self.manifests[(repository, reference)] = body
+
+
+def test_deploy_pushes_each_layout_under_the_reference_fetch_config_names(tree):
+    inv = airgap.derive(str(tree))
+    served = release_files(inv)
+    written, _recorded = airgap.fetch_providers(str(tree), inv, download=served.__getitem__, record=True)
+    registry = _Registry()
+    pushed = airgap.push_provider_layouts(
+        str(tree / "airgap" / airgap.PROVIDER_BUILD), "localhost:5001", client=registry
+    )
+    assert len(pushed) == len(written) == 5
+    for entry in inv.providers:
+        repository, tag, plain = parse_oci_source(entry["oci"], entry["version"])
+        assert plain and (repository.split("/", 1)[1], tag) in registry.manifests
+
+
+def test_push_without_layouts_is_one_message(tmp_path):
+    with pytest.raises(airgap.AirgapError, match="deploy the host component first"):
+        airgap.push_provider_layouts(str(tmp_path / "none"), "localhost:5001", client=_Registry())
