@@ -195,6 +195,7 @@ class Inventory:
         self.charts = {}  # chart name -> version the tree installs
         self.in_workload = False  # set while deriving from an object applied into the workload clusters
         self.providers = []  # operator providers of the tree: dicts of provider_entry()
+        self.lock = {}  # airgap/digests.yaml
 
     def add(self, ref, component, origin):
         image = Image(ref, component, origin)
@@ -261,6 +262,11 @@ def _chart(inv, chart, version, origin, where, obj):
         return
     component, templates = CHARTS[chart]
     if not version or not _SEMVER.match(str(version)):
+        known = _newest_release(inv.lock, chart, version)
+        if known:  # the images of the newest known release in the range: still a problem of the pin check
+            for template in templates:
+                bare = known.lstrip("v")
+                inv.add(template.format(v="v" + bare, bare=bare), component, f"{origin} ({version} -> {known})")
         inv.problems.append(
             (
                 where,
@@ -274,6 +280,20 @@ def _chart(inv, chart, version, origin, where, obj):
     inv.charts.setdefault(chart, str(version))
     for template in templates:
         inv.add(template.format(v="v" + bare, bare=bare), component, origin)
+
+
+def _newest_release(lock, chart, version):
+    """The newest release of ``chart`` in digests.yaml chart-releases matching the range ``version`` (6.x)."""
+    versions = ((lock.get("chart-releases") or {}).get(chart) or {}).get("versions") or []
+    wanted = str(version or "").lstrip("v")
+    if not re.match(r"^[0-9x.]+$", wanted):
+        return None
+    pattern = re.compile("^" + re.escape(wanted).replace("x", r"\d+") + r"(\.\d+)*$")
+    found = sorted(
+        (str(v) for v in versions if _SEMVER.match(str(v)) and pattern.match(str(v).lstrip("v"))),
+        key=lambda v: tuple(int(p) for p in v.lstrip("v").split(".")),
+    )
+    return found[-1] if found else None
 
 
 def _flux(inv, lock, version, components, registry, origin, where, obj):
@@ -322,6 +342,7 @@ def derive(root, renderer=None, config_file=None):
     lock = load_lock(root)
     boot_cfg = cfg.data["bootstrap"]
     inv = Inventory()
+    inv.lock = lock
     sources = {}
     objects = list(_objects(root, renderer))
     for _directory, obj in objects:

@@ -544,6 +544,7 @@ def test_images_the_workload_clusters_pull_are_imported_into_their_nodes(tree):
         "ghcr.io/fluxcd/kustomize-controller",
         "ghcr.io/fluxcd/notification-controller",
         "ghcr.io/fluxcd/source-controller",
+        "ghcr.io/stefanprodan/podinfo",  # the newest known release of the tree's range 6.x
     ]
     # the management FluxInstance (airgap/manifests) is not applied there: with another Flux on the
     # workload clusters, the management controllers are not imported into their nodes

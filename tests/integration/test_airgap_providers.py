@@ -260,3 +260,17 @@ def test_deploy_pushes_each_layout_under_the_reference_fetch_config_names(tree):
 def test_push_without_layouts_is_one_message(tmp_path):
     with pytest.raises(airgap.AirgapError, match="deploy the host component first"):
         airgap.push_provider_layouts(str(tmp_path / "none"), "localhost:5001", client=_Registry())
+
+
+def test_podinfo_is_in_the_inventory_while_its_range_stays_a_pin_check_problem(tree):
+    inv = airgap.derive(str(tree))
+    assert "ghcr.io/stefanprodan/podinfo:6.14.1" in inv.images  # digests.yaml chart-releases, newest 6.x
+    assert any("chart podinfo version '6.x'" in p[2] for p in inv.problems)
+    lock = tree / airgap.LOCK_FILE
+    lock.write_text(lock.read_text().replace('versions: ["6.14.1"]', 'versions: ["6.14.1", "7.0.0", "6.9.0"]'))
+    assert "ghcr.io/stefanprodan/podinfo:6.14.1" in airgap.derive(str(tree)).images
+    # an exact version needs no release list
+    pod = tree / "workload/local-host/podinfo.yaml"
+    pod.write_text(pod.read_text().replace('semver: "6.x"', 'tag: "6.9.0"'))
+    images = airgap.derive(str(tree)).images
+    assert "ghcr.io/stefanprodan/podinfo:6.9.0" in images and "ghcr.io/stefanprodan/podinfo:6.14.1" not in images
