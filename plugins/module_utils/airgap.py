@@ -14,7 +14,11 @@ Tables (each row cites where its fact was read; see docs/airgap.md):
 
 - CHARTS: the images a chart deploys with the values krops gives it;
 - PROVIDERS: the controller image of each Cluster API operator provider (tag = spec.version);
-- HOST_IMAGES: what the host's Docker daemon runs beside the clusters (CAPD load balancer, registry).
+- HOST_IMAGES: what the host's Docker daemon runs beside the clusters (CAPD load balancer, registry);
+- PROVIDER_RELEASES: the release files of each operator provider (its components and metadata), which
+  the bundle carries as OCI artifacts: the configuration Flux syncs offline sets every provider's
+  ``spec.fetchConfig.oci`` to its artifact in the local registry (``with_fetch_config``), and
+  airgap/provider-components.yaml records the sha256 of every file a connected build downloaded.
 """
 
 from __future__ import annotations
@@ -83,6 +87,48 @@ PROVIDERS = {
     ("InfrastructureProvider", "docker"): ("capd", ["registry.k8s.io/cluster-api/capd-manager"]),
     ("AddonProvider", "helm"): ("caaph", ["registry.k8s.io/cluster-api-helm/cluster-api-helm-controller"]),
 }
+# (provider kind, name) -> (operator type, release download base, release components file). The operator's
+# GetType() values (api/v1alpha2/*provider_wrapper.go @ cluster-api-operator v0.28.0); the release files
+# are clusterctl's provider list (cmd/clusterctl/client/config/providers_client.go @ cluster-api v1.13.5),
+# each release also carries metadata.yaml. In the artifact the components file is named
+# "<type>-components.yaml" and the metadata "metadata.yaml", two of the names the operator reads
+# (internal/controller/oci_source.go @ v0.28.0: it does not read infrastructure-components-development.yaml).
+PROVIDER_RELEASES = {
+    ("CoreProvider", "cluster-api"): (
+        "core",
+        "https://github.com/kubernetes-sigs/cluster-api/releases/download/{v}/",
+        "core-components.yaml",
+    ),
+    ("BootstrapProvider", "kubeadm"): (
+        "bootstrap",
+        "https://github.com/kubernetes-sigs/cluster-api/releases/download/{v}/",
+        "bootstrap-components.yaml",
+    ),
+    ("ControlPlaneProvider", "kubeadm"): (
+        "control-plane",
+        "https://github.com/kubernetes-sigs/cluster-api/releases/download/{v}/",
+        "control-plane-components.yaml",
+    ),
+    ("InfrastructureProvider", "docker"): (
+        "infrastructure",
+        "https://github.com/kubernetes-sigs/cluster-api/releases/download/{v}/",
+        "infrastructure-components-development.yaml",
+    ),
+    ("AddonProvider", "helm"): (
+        "addon",
+        "https://github.com/kubernetes-sigs/cluster-api-addon-provider-helm/releases/download/{v}/",
+        "addon-components.yaml",
+    ),
+}
+PROVIDER_LOCK = "airgap/provider-components.yaml"
+PROVIDER_REPOSITORY = "capi-providers"
+PROVIDER_BUILD = "build/providers"
+OPERATOR_API = "operator.cluster.x-k8s.io/v1alpha2"
+# What cluster-api-operator's publish command writes (cmd/plugin/cmd/publish.go @ v0.28.0): an OCI 1.1
+# manifest packed by oras with these types; the operator picks the layers by their title annotation only.
+PROVIDER_ARTIFACT_TYPE = "application/vnd.acme.config"
+PROVIDER_FILE_TYPE = "application/vnd.test.file"
+EMPTY_CONFIG_TYPE = "application/vnd.oci.empty.v1+json"
 # Run by the host's Docker daemon. CAPD load balancer: test/infrastructure/docker/internal/loadbalancer/
 # const.go @ v1.13.5 (kindest/haproxy:v20230606-42a2262b). The registry image is the bootstrap role's default.
 HOST_IMAGES = ["docker.io/kindest/haproxy:v20230606-42a2262b"]
@@ -148,6 +194,8 @@ class Inventory:
         self.problems = []  # (file, object, message): cannot be pinned from what the tree says
         self.charts = {}  # chart name -> version the tree installs
         self.in_workload = False  # set while deriving from an object applied into the workload clusters
+        self.providers = []  # operator providers of the tree: dicts of provider_entry()
+        self.lock = {}  # airgap/digests.yaml
 
     def add(self, ref, component, origin):
         image = Image(ref, component, origin)
@@ -214,6 +262,11 @@ def _chart(inv, chart, version, origin, where, obj):
         return
     component, templates = CHARTS[chart]
     if not version or not _SEMVER.match(str(version)):
+        known = _newest_release(inv.lock, chart, version)
+        if known:  # the images of the newest known release in the range: still a problem of the pin check
+            for template in templates:
+                bare = known.lstrip("v")
+                inv.add(template.format(v="v" + bare, bare=bare), component, f"{origin} ({version} -> {known})")
         inv.problems.append(
             (
                 where,
@@ -227,6 +280,20 @@ def _chart(inv, chart, version, origin, where, obj):
     inv.charts.setdefault(chart, str(version))
     for template in templates:
         inv.add(template.format(v="v" + bare, bare=bare), component, origin)
+
+
+def _newest_release(lock, chart, version):
+    """The newest release of ``chart`` in digests.yaml chart-releases matching the range ``version`` (6.x)."""
+    versions = ((lock.get("chart-releases") or {}).get(chart) or {}).get("versions") or []
+    wanted = str(version or "").lstrip("v")
+    if not re.match(r"^[0-9x.]+$", wanted):
+        return None
+    pattern = re.compile("^" + re.escape(wanted).replace("x", r"\d+") + r"(\.\d+)*$")
+    found = sorted(
+        (str(v) for v in versions if _SEMVER.match(str(v)) and pattern.match(str(v).lstrip("v"))),
+        key=lambda v: tuple(int(p) for p in v.lstrip("v").split(".")),
+    )
+    return found[-1] if found else None
 
 
 def _flux(inv, lock, version, components, registry, origin, where, obj):
@@ -275,6 +342,7 @@ def derive(root, renderer=None, config_file=None):
     lock = load_lock(root)
     boot_cfg = cfg.data["bootstrap"]
     inv = Inventory()
+    inv.lock = lock
     sources = {}
     objects = list(_objects(root, renderer))
     for _directory, obj in objects:
@@ -326,6 +394,10 @@ def derive(root, renderer=None, config_file=None):
             component, repos = PROVIDERS[(kind, meta.get("name"))]
             for repo in repos:
                 inv.add("{}:{}".format(repo, spec.get("version")), component, origin)
+            if (kind, meta.get("name")) in PROVIDER_RELEASES:
+                entry = provider_entry(boot_cfg, kind, meta.get("name"), spec.get("version"))
+                entry["component"] = component
+                inv.providers.append(entry)
         elif kind == "FluxInstance":
             dist = spec.get("distribution") or {}
             _flux(
@@ -460,6 +532,325 @@ def load_lock(root):
     return lock
 
 
+# --- provider components (cluster-api-operator spec.fetchConfig.oci) ---------------------------------
+
+
+def provider_artifact(boot, ptype, name, version):
+    """<registry name>:<container port>/capi-providers/<type>-<name>:<version>: the provider's artifact in
+    the local registry, as the kind cluster's pods reach it."""
+    return "{}:{}/{}/{}-{}:{}".format(
+        boot["registry-name"], boot.get("registry-container-port", 5000), PROVIDER_REPOSITORY, ptype, name, version
+    )
+
+
+def provider_entry(boot, kind, name, version):
+    """What the bundle carries for one operator provider: its artifact, fetchConfig.oci and release files."""
+    ptype, base, release_file = PROVIDER_RELEASES[(kind, name)]
+    if not version or not _SEMVER.match(str(version)):
+        raise AirgapError(
+            f"{kind} {name}: spec.version {version!r} is not an exact version; the bundle carries the release "
+            "files of one version"
+        )
+    base = base.format(v=version)
+    artifact = provider_artifact(boot, ptype, name, version)
+    return {
+        "kind": kind,
+        "name": name,
+        "type": ptype,
+        "version": str(version),
+        "artifact": artifact,
+        # the local registry serves plain HTTP; the operator takes "http://" for that (parseOCISource)
+        "oci": "http://" + artifact,
+        "files": [
+            {"name": "metadata.yaml", "url": base + "metadata.yaml", "sha256": None},
+            {"name": f"{ptype}-components.yaml", "url": base + release_file, "sha256": None},
+        ],
+    }
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def load_provider_lock(root):
+    """{url: sha256} of airgap/provider-components.yaml (only the files whose checksum was recorded)."""
+    path = os.path.join(root, PROVIDER_LOCK)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = yaml.safe_load(handle) or {}
+    except yaml.YAMLError as exc:
+        raise AirgapError("{} is not YAML: {}".format(PROVIDER_LOCK, " ".join(str(exc).split())))
+    recorded = {}
+    for provider in doc.get("providers") or []:
+        for entry in (provider or {}).get("files") or []:
+            sha = (entry or {}).get("sha256")
+            if sha is None:
+                continue
+            if not _SHA256.match(str(sha)) or not entry.get("url"):
+                raise AirgapError(f"{PROVIDER_LOCK}: {entry!r} needs url and sha256 (64 hex) or sha256: null")
+            recorded[entry["url"]] = str(sha)
+    return recorded
+
+
+PROVIDER_HEADER = """\
+# Release files of the cluster-api-operator providers of the local-host profile, carried by the air-gapped
+# bundle as OCI artifacts (spec.fetchConfig.oci). Generated by scripts/airgap-inventory --write from the
+# tree; sha256 is recorded only by a connected build (--fetch-providers --record), never typed.
+# sha256: null is UNCONFIRMED: the build refuses it unless told to record it.
+"""
+
+
+def format_provider_lock(inv, recorded):
+    providers = []
+    for entry in sorted(inv.providers, key=lambda e: (COMPONENT_ORDER.index(e["component"]), e["type"], e["name"])):
+        files = [dict(f, sha256=recorded.get(f["url"])) for f in entry["files"]]
+        providers.append(
+            {k: entry[k] for k in ("kind", "name", "type", "version", "artifact", "oci", "component")}
+            | {"files": files}
+        )
+    return PROVIDER_HEADER + yaml.safe_dump({"providers": providers}, sort_keys=False, width=120)
+
+
+def unconfirmed_provider_files(inv, recorded):
+    return sorted({f["url"] for entry in inv.providers for f in entry["files"] if f["url"] not in recorded})
+
+
+def with_fetch_config(obj, entry):
+    """A copy of the provider object taking its components from the bundle: spec.fetchConfig = {oci}.
+
+    fetchConfig takes exactly one of oci, url and selector (CEL rule on FetchConfiguration,
+    api/v1alpha2/provider_types.go @ cluster-api-operator v0.28.0), so the whole field is replaced.
+    """
+    obj = json.loads(json.dumps(obj))
+    spec = obj.setdefault("spec", {})
+    spec["fetchConfig"] = {"oci": entry["oci"]}
+    return obj
+
+
+def _provider_key(obj):
+    if not isinstance(obj, dict) or obj.get("apiVersion") != OPERATOR_API:
+        return None
+    k = (obj.get("kind"), (obj.get("metadata") or {}).get("name"))
+    return k if k in PROVIDER_RELEASES else None
+
+
+def stage_offline_tree(root, paths, dest):
+    """Copy ``paths`` of ``root`` to ``dest`` with every known operator provider's fetchConfig.oci set.
+
+    Returns the relative files rewritten. The local registry's name comes from root's bootstrap.toml.
+    """
+    boot = None
+    rewritten = []
+    for rel in paths:
+        src = os.path.join(root, rel)
+        target = os.path.join(dest, rel)
+        if os.path.isdir(src):
+            shutil.copytree(src, target, symlinks=True)
+        elif os.path.lexists(src):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(src, target, follow_symlinks=False)
+        else:
+            continue
+        for folder, _dirs, names in os.walk(target):
+            for fname in sorted(names):
+                path = os.path.join(folder, fname)
+                if not fname.endswith((".yaml", ".yml")) or os.path.islink(path):
+                    continue
+                try:
+                    with open(path, encoding="utf-8") as handle:
+                        docs = list(yaml.safe_load_all(handle))
+                except (yaml.YAMLError, UnicodeDecodeError):
+                    continue  # not ours to judge here: validate reports it
+                if not any(_provider_key(d) for d in docs):
+                    continue
+                if boot is None:
+                    try:
+                        cfg = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={})
+                    except krops_config.ConfigError as exc:
+                        raise AirgapError(f"the providers' fetchConfig needs the local registry's name: {exc}")
+                    boot = cfg.data["bootstrap"]
+                out = []
+                for doc in docs:
+                    pkey = _provider_key(doc)
+                    if pkey:
+                        entry = provider_entry(boot, pkey[0], pkey[1], (doc.get("spec") or {}).get("version"))
+                        doc = with_fetch_config(doc, entry)
+                    out.append(doc)
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.write(
+                        "# air-gapped bundle: spec.fetchConfig set by krops (plugins/module_utils/airgap.py)\n"
+                    )
+                    yaml.safe_dump_all([d for d in out if d is not None], handle, sort_keys=False)
+                rewritten.append(os.path.relpath(path, dest))
+    return sorted(rewritten)
+
+
+def _layout_tar(files):
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for folder in ("blobs", "blobs/sha256"):
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
+            tar.addfile(info)
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue()
+
+
+def _sha256(data):
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def provider_archive(reference, contents):
+    """(tar bytes, manifest digest): an OCI layout of one provider artifact.
+
+    ``contents``: {file name: bytes}. Each file is a layer titled by org.opencontainers.image.title, the
+    annotation cluster-api-operator selects the files by (mapStore, internal/controller/oci_source.go
+    @ v0.28.0); the manifest is what its publish command packs (oras PackManifestVersion1_1).
+    """
+    empty = b"{}"
+    layers = []
+    blobs = {_sha256(empty): empty}
+    for name in sorted(contents):
+        data = contents[name]
+        blobs[_sha256(data)] = data
+        layers.append(
+            {
+                "mediaType": PROVIDER_FILE_TYPE,
+                "digest": _sha256(data),
+                "size": len(data),
+                "annotations": {"org.opencontainers.image.title": name},
+            }
+        )
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": PROVIDER_ARTIFACT_TYPE,
+        "config": {"mediaType": EMPTY_CONFIG_TYPE, "digest": _sha256(empty), "size": len(empty)},
+        "layers": layers,
+        "annotations": {"org.opencontainers.image.created": "1970-01-01T00:00:00Z"},
+    }
+    body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    digest = _sha256(body)
+    blobs[digest] = body
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": manifest["mediaType"],
+                "artifactType": PROVIDER_ARTIFACT_TYPE,
+                "digest": digest,
+                "size": len(body),
+                "annotations": {"org.opencontainers.image.ref.name": reference},
+            }
+        ],
+    }
+    files = [
+        ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+        ("index.json", json.dumps(index, sort_keys=True, separators=(",", ":")).encode("utf-8")),
+    ]
+    for d in sorted(blobs):
+        files.append(("blobs/sha256/" + d.split(":", 1)[1], blobs[d]))
+    return _layout_tar(files), digest
+
+
+def _download(url):
+    from urllib.request import urlopen  # connected build only
+
+    with urlopen(url, timeout=120) as response:  # noqa: S310 - https release URLs of PROVIDER_RELEASES
+        return response.read()
+
+
+def fetch_providers(root, inv, download=None, record=False):
+    """Download every provider's release files, check them against airgap/provider-components.yaml and
+    write one OCI layout per provider under airgap/build/providers/ (connected build only).
+
+    A checksum that differs is always refused; a file without a recorded checksum is refused unless
+    ``record`` (then its sha256 is written to the lock, for review). Returns (written paths, recorded).
+    """
+    download = download or _download
+    recorded = load_provider_lock(root)
+    problems, written = [], []
+    for entry in inv.providers:
+        contents = {}
+        for f in entry["files"]:
+            try:
+                data = download(f["url"])
+            except Exception as exc:  # pylint: disable=broad-except  # any transport error: one message
+                problems.append(f"{f['url']}: download failed: {exc}")
+                continue
+            got = _sha256(data).split(":", 1)[1]
+            want = recorded.get(f["url"])
+            if want is None and not record:
+                problems.append(
+                    f"{f['url']}: no sha256 recorded in {PROVIDER_LOCK} (UNCONFIRMED); got {got}: review it and "
+                    "rerun with --record"
+                )
+                continue
+            if want is not None and want != got:
+                problems.append(f"{f['url']}: sha256 {got} differs from {want} recorded in {PROVIDER_LOCK}")
+                continue
+            recorded[f["url"]] = got
+            contents[f["name"]] = data
+        if len(contents) != len(entry["files"]):
+            continue
+        data, _digest = provider_archive(entry["artifact"], contents)
+        path = os.path.join(root, "airgap", PROVIDER_BUILD, "{}-{}.tar".format(entry["type"], entry["name"]))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+        written.append(path)
+    if problems:
+        raise AirgapError("provider components not bundled:\n  " + "\n  ".join(problems))
+    if record:
+        with open(os.path.join(root, PROVIDER_LOCK), "w", encoding="utf-8") as handle:
+            handle.write(format_provider_lock(inv, recorded))
+    return written, recorded
+
+
+def push_provider_layouts(directory, registry, insecure=True, client=None):
+    """Push every provider layout (airgap/build/providers/*.tar, deployed by the host component) to the
+    local registry at ``registry`` (host:port as the host reaches it). Returns [repository:tag].
+
+    The layouts name the artifact as the kind cluster's pods reach it (ref.name
+    <registry name>:<port>/<repository>:<tag>); the repository and tag are pushed unchanged.
+    """
+    if client is None:
+        from ansible_collections.krops.platform.plugins.module_utils import oci
+
+        client = oci.Registry(registry, insecure=insecure)
+    if not os.path.isdir(directory):
+        raise AirgapError(f"{directory} holds no provider layouts: deploy the host component first")
+    pushed = []
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".tar"):
+            continue
+        try:
+            with tarfile.open(os.path.join(directory, name)) as tar:
+                files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+            index = json.loads(files["index.json"])
+        except (OSError, tarfile.TarError, KeyError, ValueError) as exc:
+            raise AirgapError(f"{name} is not an OCI layout: {exc}")
+        for desc in index.get("manifests") or []:
+            ref = (desc.get("annotations") or {}).get("org.opencontainers.image.ref.name", "")
+            if "/" not in ref or ":" not in ref.rsplit("/", 1)[-1]:
+                raise AirgapError(f"{name}: manifest {desc.get('digest')} has no reference <registry>/<repo>:<tag>")
+            repository, tag = ref.split("/", 1)[1].rsplit(":", 1)
+            body = files["blobs/sha256/" + desc["digest"].split(":", 1)[1]]
+            manifest = json.loads(body)
+            for blob in [manifest["config"]] + list(manifest.get("layers") or []):
+                client.push_blob(repository, files["blobs/sha256/" + blob["digest"].split(":", 1)[1]])
+            client.put_manifest(repository, tag, body)
+            pushed.append(f"{repository}:{tag}")
+    return pushed
+
+
 # --- images.txt --------------------------------------------------------------------------------
 
 HEADER = """\
@@ -552,8 +943,16 @@ def zarf_package(inv, boot):
             {
                 "name": "host",
                 "description": "kind and the images the host's Docker daemon runs (kind nodes, CAPD load balancer, "
-                "registry); files only, so it deploys before any cluster exists",
-                "files": [{"source": HOST_ARCHIVE, "target": "host-images.tar"}],
+                "registry), and the operator providers' components (OCI layouts pushed to the local registry); "
+                "files only, so it deploys before any cluster exists",
+                "files": [{"source": HOST_ARCHIVE, "target": "host-images.tar"}]
+                + [
+                    {
+                        "source": "{}/{}-{}.tar".format(PROVIDER_BUILD, e["type"], e["name"]),
+                        "target": "providers/{}-{}.tar".format(e["type"], e["name"]),
+                    }
+                    for e in sorted(inv.providers, key=lambda e: (e["type"], e["name"]))
+                ],
                 "x-host-images": images("host"),
             }
         ]
@@ -769,14 +1168,45 @@ def check(root, inv=None, renderer=None, pin=True):
                     % (k, digest or "(none)", INVENTORY, listed[k][1], listed[k][0] or "unconfirmed"),
                 )
             )
+    for k, (_digest, number) in sorted(listed.items()):
+        if k not in inv.images:
+            findings.append(
+                (
+                    INVENTORY,
+                    k,
+                    f"line {number}: {k} is used by no object of the tree: regenerate with scripts/airgap-inventory --write",
+                )
+            )
+    recorded = load_provider_lock(root)
+    lpath = os.path.join(root, PROVIDER_LOCK)
+    current = None
+    if os.path.isfile(lpath):
+        with open(lpath, encoding="utf-8") as handle:
+            current = handle.read()
+    if inv.providers and current != format_provider_lock(inv, recorded):
+        findings.append(
+            (
+                PROVIDER_LOCK,
+                "-",
+                "does not list the providers of the tree (kind, version, artifact, release files): regenerate it "
+                "with scripts/airgap-inventory --write",
+            )
+        )
     unconfirmed = sorted(k for k, (digest, _n) in listed.items() if digest is None)
+    if pin:
+        unconfirmed += sorted(unconfirmed_provider_files(inv, recorded))
     return list(dict.fromkeys(findings)), unconfirmed  # an image listed twice in a component is one finding
 
 
 def write(root, inv):
     root = os.path.abspath(root)
     cfg = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={})
-    for rel, text in ((INVENTORY, format_inventory(inv)), (ZARF_FILE, format_zarf(inv, cfg.data["bootstrap"]))):
+    outputs = (
+        (INVENTORY, format_inventory(inv)),
+        (ZARF_FILE, format_zarf(inv, cfg.data["bootstrap"])),
+        (PROVIDER_LOCK, format_provider_lock(inv, load_provider_lock(root))),
+    )
+    for rel, text in outputs:
         path = os.path.join(root, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as handle:
@@ -817,7 +1247,13 @@ def config_archive(root, paths, reference, source=None, revision=None):
     # oci needs ansible-core (its HTTP client); imported here so validate stays importable without it
     from ansible_collections.krops.platform.plugins.module_utils import oci
 
-    layer, _names, _skipped = oci.build_layer(root, paths)
+    import tempfile
+
+    # the configuration Flux syncs offline: every operator provider takes its components from the bundle
+    with tempfile.TemporaryDirectory(prefix="krops-airgap-") as staged:
+        oci.build_layer(root, paths)  # refuses what the push refuses: paths outside root, symlinks out of it
+        stage_offline_tree(root, paths, staged)
+        layer, _names, _skipped = oci.build_layer(staged, paths)
     manifest, digest = oci.build_manifest(layer, source, revision)
     index = {
         "schemaVersion": 2,
@@ -837,17 +1273,7 @@ def config_archive(root, paths, reference, source=None, revision=None):
     ]
     for blob in sorted((oci.CONFIG_BLOB, layer, manifest), key=oci.sha256_digest):
         files.append(("blobs/sha256/" + oci.sha256_digest(blob).split(":", 1)[1], blob))
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for folder in ("blobs", "blobs/sha256"):
-            info = tarfile.TarInfo(folder)
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
-            tar.addfile(info)
-        for name, data in files:
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
-    return raw.getvalue(), digest
+    return _layout_tar(files), digest
 
 
 def main(argv=None):
@@ -857,10 +1283,36 @@ def main(argv=None):
     mode.add_argument("--write", action="store_true", help="write airgap/images.txt and airgap/zarf.yaml")
     mode.add_argument("--check", action="store_true", help="pin check: fail on drift and on unconfirmed digests")
     parser.add_argument("--resolve", action="store_true", help="with --write: fill unconfirmed digests with crane")
+    mode.add_argument(
+        "--fetch-providers",
+        action="store_true",
+        help="connected build: download the providers' release files, check their sha256 and write "
+        "airgap/build/providers/<type>-<name>.tar (OCI layouts)",
+    )
+    mode.add_argument(
+        "--push-providers",
+        metavar="DIR",
+        help="disconnected host: push the provider layouts of DIR to the local registry (--registry)",
+    )
+    parser.add_argument("--registry", help="with --push-providers: host:port of the local registry (plain HTTP)")
+    parser.add_argument(
+        "--record", action="store_true", help="with --fetch-providers: record the sha256 of files that have none"
+    )
     parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
     try:
+        if args.push_providers:
+            if not args.registry:
+                raise AirgapError("--push-providers needs --registry host:port")
+            for ref in push_provider_layouts(args.push_providers, args.registry):
+                sys.stdout.write(f"pushed {ref}\n")
+            return 0
         inv = derive(args.path)
+        if args.fetch_providers:
+            written, _recorded = fetch_providers(args.path, inv, record=args.record)
+            for path in written:
+                sys.stdout.write(f"wrote {path}\n")
+            return 0
         if args.resolve:
             resolve(inv)
         if args.write:
@@ -881,6 +1333,12 @@ def main(argv=None):
         for file, obj, message in findings:
             sys.stdout.write(f"{file}: {obj}: [airgap] {message}\n")
         for k in unconfirmed:
+            if k.startswith("https://"):
+                sys.stdout.write(
+                    f"{PROVIDER_LOCK}: {k}: [airgap] UNCONFIRMED sha256: run --fetch-providers --record on a "
+                    "connected machine and review the diff\n"
+                )
+                continue
             sys.stdout.write(
                 f"{INVENTORY}: {k}: [airgap] UNCONFIRMED digest: read it upstream or run --write --resolve on a "
                 "connected machine\n"

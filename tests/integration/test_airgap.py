@@ -491,6 +491,12 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
     (pkg / "build").mkdir()
     for name in ("host-images.tar", "krops-config.tar"):
         (pkg / "build" / name).write_text("x")
+    doc = yaml.safe_load((pkg / "zarf.yaml").read_text())
+    layouts = [f["source"] for f in doc["components"][0]["files"] if f["source"].startswith(airgap.PROVIDER_BUILD)]
+    assert len(layouts) == 5  # the operator providers' components travel with the host component
+    for source in layouts:
+        (pkg / source).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / source).write_text("x")
     (tmp_path / "k").write_text("PRIVATE one")
     assert (
         zarf_standin.main(
@@ -538,6 +544,7 @@ def test_images_the_workload_clusters_pull_are_imported_into_their_nodes(tree):
         "ghcr.io/fluxcd/kustomize-controller",
         "ghcr.io/fluxcd/notification-controller",
         "ghcr.io/fluxcd/source-controller",
+        "ghcr.io/stefanprodan/podinfo",  # the newest known release of the tree's range 6.x
     ]
     # the management FluxInstance (airgap/manifests) is not applied there: with another Flux on the
     # workload clusters, the management controllers are not imported into their nodes

@@ -30,6 +30,14 @@
   release namespace, and the CRDs the chart ships (flux_world.CHART_CRDS); it records a
   HelmReleaseProxy per cluster.
 
+- Air-gapped (``registry=ProviderRegistry()``): github.com is unreachable, so a provider becomes Ready
+  only when ``spec.fetchConfig.oci`` names an artifact the registry stand-in holds, with the files
+  cluster-api-operator v0.28.0 reads (internal/controller/oci_source.go: layers selected by the
+  org.opencontainers.image.title annotation; components as ``<type>-<name>-<version>-components.yaml``,
+  ``<type>-components.yaml`` or ``components.yaml``; metadata as ``<type>-<name>-<version>-metadata.yaml``
+  or ``metadata.yaml``; the reference parsed as parseOCISource does: an ``http://`` prefix, the tag
+  from the reference or else spec.version). Anything else stays not Ready, with the reason.
+
 Names and fields are CAPI v1beta2 / CAAPH v1alpha1 as vendored in schemas/crds; the time a real
 cluster takes is not emulated. The upstream facts are listed in docs/testing.md.
 """
@@ -38,6 +46,10 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
+import io
+import json
+import tarfile
 
 import yaml
 
@@ -68,6 +80,91 @@ PROVIDER_KINDS = (
 )
 
 
+# operator GetType() of each provider kind (api/v1alpha2/*provider_wrapper.go @ cluster-api-operator v0.28.0)
+PROVIDER_TYPES = {
+    "CoreProvider": "core",
+    "BootstrapProvider": "bootstrap",
+    "ControlPlaneProvider": "control-plane",
+    "InfrastructureProvider": "infrastructure",
+    "AddonProvider": "addon",
+}
+
+
+def parse_oci_source(url, version):
+    """(repository, tag, plain HTTP) as parseOCISource (internal/controller/oci_source.go @ v0.28.0)."""
+    plain = url.startswith("http://")
+    if plain:
+        url = url[len("http://") :]
+    parts = url.split(":", 2)
+    if len(parts) == 2 and "/" not in parts[1]:
+        url, version = parts
+    elif len(parts) == 3:
+        url, version = parts[0] + ":" + parts[1], parts[2]
+    return url, version, plain
+
+
+class ProviderRegistry:
+    """The bundle's registry as the operator sees it: OCI layouts pushed by reference, nothing else reachable."""
+
+    def __init__(self):
+        self.artifacts = {}  # (repository, tag) -> {title: bytes}
+        self.fetches = []  # (repository, tag) the operator asked for
+
+    def push_layout(self, data):
+        """Load an OCI image layout tarball (index.json, blobs/sha256/*) under its ref.name annotations."""
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+        index = json.loads(files["index.json"])
+
+        def blob(digest):
+            body = files["blobs/sha256/" + digest.split(":", 1)[1]]
+            if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+                raise ValueError(f"blob {digest} does not match its content")
+            return body
+
+        for desc in index["manifests"]:
+            ref = desc["annotations"]["org.opencontainers.image.ref.name"]
+            manifest = json.loads(blob(desc["digest"]))
+            titled = {}
+            for layer in manifest.get("layers") or []:
+                title = (layer.get("annotations") or {}).get("org.opencontainers.image.title")
+                if title:
+                    titled[title] = blob(layer["digest"])
+            repository, tag = ref.rsplit(":", 1)
+            self.artifacts[(repository, tag)] = titled
+
+    def fetch(self, repository, tag):
+        self.fetches.append((repository, tag))
+        return self.artifacts.get((repository, tag))
+
+
+def _oci_files(registry, obj):
+    """(metadata, components) of a provider's fetchConfig.oci, or (None, why not)."""
+    spec = obj.get("spec") or {}
+    kind, name, version = obj["kind"], obj["metadata"]["name"], spec.get("version", "")
+    fetch = spec.get("fetchConfig") or {}
+    if not fetch.get("oci"):
+        how = "fetchConfig.url " + fetch["url"] if fetch.get("url") else "no spec.fetchConfig.oci"
+        return None, (
+            f"{kind} {name}: {how}: the operator would download the components from "
+            "github.com, which is unreachable from the air-gapped host"
+        )
+    repository, tag, _plain = parse_oci_source(fetch["oci"], version)
+    files = registry.fetch(repository, tag)
+    if files is None:
+        return None, f"unable to copy OCI content: {repository}:{tag} is not in the bundle's registry"
+    ptype = PROVIDER_TYPES[kind]
+    full_meta = f"{ptype}-{name}-{version}-metadata.yaml"
+    metadata = files.get(full_meta) or files.get("metadata.yaml")
+    if not metadata:
+        return None, f"collected artifact needs to provide metadata as {full_meta} or metadata.yaml file"
+    names = (f"{ptype}-{name}-{version}-components.yaml", f"{ptype}-components.yaml", "components.yaml")
+    components = next((files[n] for n in names if files.get(n)), None)
+    if not components:
+        return None, "collected artifact needs to provide components as {} or {} or {} file".format(*names)
+    return (metadata, components), None
+
+
 def _matches(selector, labels):
     labels = labels or {}
     if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
@@ -87,8 +184,9 @@ def _matches(selector, labels):
 class CapiController:
     """Provider operator, CAPI core with CAPD/kubeadm, ClusterResourceSet and CAAPH, emulated."""
 
-    def __init__(self, world, spawn=None, infrastructure=None):
+    def __init__(self, world, spawn=None, infrastructure=None, registry=None):
         self.world = world
+        self.registry = registry  # a ProviderRegistry: the air-gapped world (github.com unreachable)
         self.spawn = spawn or self._spawn
         self.infrastructure = {}  # infrastructureRef kind -> provider plug-in
         self.installers = {}  # (provider kind, name) -> callable(api, provider): None or why not
@@ -148,6 +246,11 @@ class CapiController:
             cores = api.list(OPERATOR, "CoreProvider")
             if not any(is_ready(c) for c in cores):
                 set_status(api, obj, False, "WaitingForCoreProviderReady", "waiting for the core provider to install")
+                return
+        if self.registry is not None:
+            _files, why = _oci_files(self.registry, obj)
+            if why:
+                set_status(api, obj, False, "ComponentsFetchFailed", why)
                 return
         problem = None
         if installer:

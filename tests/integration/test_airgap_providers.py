@@ -1,0 +1,276 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""Air gap: every cluster-api-operator provider takes its components from the bundle (spec.fetchConfig.oci).
+
+The emulated operator (tests/substrate/capi_world.py, registry=ProviderRegistry) refuses a provider
+without fetchConfig.oci and reads the artifact as cluster-api-operator v0.28.0 does; the archive and
+the offline configuration come from plugins/module_utils/airgap.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+import tarfile
+
+import pytest
+import yaml
+
+from ansible_collections.krops.platform.plugins.module_utils import airgap
+from tests.substrate.capi_world import CapiController, ProviderRegistry, parse_oci_source
+from tests.substrate.fixtures import REPO
+from tests.substrate.flux_world import World, condition
+from tests.substrate.trees import REPO_FILES, copy_repo
+
+OP = "operator.cluster.x-k8s.io/v1alpha2"
+PROVIDER_FILES = {
+    "capi-system/core-provider.yaml": ("CoreProvider", "cluster-api", "capi-system"),
+    "capi-system/kubeadm-bootstrap-provider.yaml": ("BootstrapProvider", "kubeadm", "capi-kubeadm-bootstrap-system"),
+    "capi-system/kubeadm-control-plane-provider.yaml": (
+        "ControlPlaneProvider",
+        "kubeadm",
+        "capi-kubeadm-control-plane-system",
+    ),
+    "capd-system/infrastructure-provider.yaml": ("InfrastructureProvider", "docker", "capd-system"),
+    "caaph-system/addon-provider.yaml": ("AddonProvider", "helm", "caaph-system"),
+}
+
+
+@pytest.fixture
+def tree(tmp_path):
+    return copy_repo(
+        tmp_path,
+        ("mgmt/local-host", "workload/local-host", "airgap"),
+        files=(*REPO_FILES, "roles/bootstrap/defaults/main.yml"),
+        ignore=shutil.ignore_patterns("build"),
+    )
+
+
+# the cases of internal/controller/oci_source_parse_test.go @ cluster-api-operator v0.28.0
+@pytest.mark.parametrize(
+    "url, version, expect_url, expect_version",
+    [
+        ("registry/image:v1.1.0", "v1.2.0", "registry/image", "v1.1.0"),
+        ("registry/image", "v1.2.0", "registry/image", "v1.2.0"),
+        ("registry:5050/image", "v1.2.0", "registry:5050/image", "v1.2.0"),
+        ("registry:5050/image:v1.1.0", "v1.2.0", "registry:5050/image", "v1.1.0"),
+        ("image", "v1.2.0", "image", "v1.2.0"),
+    ],
+)
+def test_stand_in_parses_the_oci_source_as_upstream(url, version, expect_url, expect_version):
+    assert parse_oci_source(url, version) == (expect_url, expect_version, False)
+    assert parse_oci_source("http://" + url, version) == (expect_url, expect_version, True)
+
+
+def _layer_files(archive):
+    """{path: bytes} of the Flux artifact layer inside the configuration archive."""
+    with tarfile.open(fileobj=io.BytesIO(archive)) as outer:
+        blobs = {m.name: outer.extractfile(m).read() for m in outer.getmembers() if m.isfile()}
+    layer = max((b for n, b in blobs.items() if n.startswith("blobs/")), key=len)
+    with tarfile.open(fileobj=io.BytesIO(layer), mode="r:gz") as inner:
+        return {m.name: inner.extractfile(m).read() for m in inner.getmembers() if m.isfile()}
+
+
+def test_offline_configuration_sets_fetch_config_on_every_provider_and_changes_nothing_else(tree):
+    archive, _digest = airgap.config_archive(
+        str(tree), ["mgmt/local-host", "workload/local-host"], "krops-registry:5000/krops:latest", revision="x"
+    )
+    files = _layer_files(archive)
+    seen = set()
+    for rel, data in files.items():
+        original = (tree / rel).read_bytes()
+        short = rel.removeprefix("mgmt/local-host/")
+        if short in PROVIDER_FILES:
+            kind, name, namespace = PROVIDER_FILES[short]
+            (doc,) = list(yaml.safe_load_all(data))
+            (before,) = list(yaml.safe_load_all(original))
+            assert (doc["kind"], doc["metadata"]["name"], doc["metadata"]["namespace"]) == (kind, name, namespace)
+            ptype = {"CoreProvider": "core", "BootstrapProvider": "bootstrap", "ControlPlaneProvider": "control-plane"}
+            ptype = ptype.get(kind) or kind.removesuffix("Provider").lower()
+            version = before["spec"]["version"]
+            assert doc["spec"] == dict(
+                before["spec"],
+                fetchConfig={"oci": f"http://krops-registry:5000/capi-providers/{ptype}-{name}:{version}"},
+            )
+            seen.add(short)
+        else:
+            assert data == original, rel
+    assert seen == set(PROVIDER_FILES)
+    # the tree itself is untouched: the connected profile keeps fetching from the releases
+    assert "fetchConfig" not in (tree / "mgmt/local-host/capi-system/core-provider.yaml").read_text()
+
+
+def test_committed_provider_lock_is_what_the_generator_writes():
+    inv = airgap.derive(str(REPO))
+    expected = airgap.format_provider_lock(inv, airgap.load_provider_lock(str(REPO)))
+    assert (REPO / airgap.PROVIDER_LOCK).read_text() == expected
+    doc = yaml.safe_load(expected)
+    assert sorted((p["kind"], p["name"]) for p in doc["providers"]) == sorted(
+        (k, n) for k, n, _ns in PROVIDER_FILES.values()
+    )
+
+
+def test_a_provider_version_change_is_drift_until_regenerated(tree):
+    path = tree / "mgmt/local-host/caaph-system/addon-provider.yaml"
+    path.write_text(path.read_text().replace("v0.6.4", "v0.6.5"))
+    findings, _unconfirmed = airgap.check(str(tree), pin=False)
+    assert any(f[0] == airgap.PROVIDER_LOCK for f in findings)
+
+
+def release_files(inv, broken=None):
+    """What the releases would serve (fake bytes), keyed by URL."""
+    served = {}
+    for entry in inv.providers:
+        for f in entry["files"]:
+            served[f["url"]] = ("# " + f["url"] + "\n").encode() if f["url"] != broken else b"tampered\n"
+    return served
+
+
+def test_build_refuses_unrecorded_and_tampered_files_and_records_on_request(tree):
+    inv = airgap.derive(str(tree))
+    served = release_files(inv)
+    with pytest.raises(airgap.AirgapError, match="no sha256 recorded"):
+        airgap.fetch_providers(str(tree), inv, download=served.__getitem__)
+    written, recorded = airgap.fetch_providers(str(tree), inv, download=served.__getitem__, record=True)
+    assert len(written) == 5 and len(recorded) == 7  # the four cluster-api providers share one metadata.yaml
+    assert all(recorded[u] == hashlib.sha256(b).hexdigest() for u, b in served.items())
+    assert airgap.unconfirmed_provider_files(inv, airgap.load_provider_lock(str(tree))) == []
+    core = next(e for e in inv.providers if e["kind"] == "CoreProvider")
+    tampered = release_files(inv, broken=core["files"][1]["url"])
+    with pytest.raises(airgap.AirgapError, match="differs from"):
+        airgap.fetch_providers(str(tree), inv, download=tampered.__getitem__)
+
+
+@pytest.fixture
+def mgmt(strict_cluster):
+    api = strict_cluster("mgmt", bundles=("capi-operator",))
+    for _kind, _name, ns in PROVIDER_FILES.values():
+        if not api.exists("v1", "Namespace", ns):
+            api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    return api
+
+
+def _apply_providers(api, root, offline):
+    for short, (kind, name, ns) in PROVIDER_FILES.items():
+        (doc,) = list(yaml.safe_load_all((root / "mgmt/local-host" / short).read_text()))
+        if offline:
+            entry = airgap.provider_entry(
+                {"registry-name": "krops-registry", "registry-container-port": 5000}, kind, name, doc["spec"]["version"]
+            )
+            doc = airgap.with_fetch_config(doc, entry)
+        api.create(doc)
+
+
+def _reasons(api):
+    return {(k, n): condition(api.get(OP, k, n, ns))["reason"] for k, n, ns in PROVIDER_FILES.values()}
+
+
+def test_air_gapped_operator_refuses_providers_without_fetch_config(mgmt, strict_cluster):
+    world = World()
+    world.add_cluster(mgmt)
+    CapiController(world, spawn=strict_cluster, registry=ProviderRegistry())
+    _apply_providers(mgmt, REPO, offline=False)
+    world.settle()
+    core = condition(mgmt.get(OP, "CoreProvider", "cluster-api", "capi-system"))
+    assert (core["status"], core["reason"]) == ("False", "ComponentsFetchFailed")
+    assert "no spec.fetchConfig.oci" in core["message"] and "github.com" in core["message"]
+
+
+def test_air_gapped_operator_installs_from_the_bundled_artifacts(tree, mgmt, strict_cluster):
+    inv = airgap.derive(str(tree))
+    served = release_files(inv)
+    written, _recorded = airgap.fetch_providers(str(tree), inv, download=served.__getitem__, record=True)
+    registry = ProviderRegistry()
+    for path in written:
+        with open(path, "rb") as handle:
+            registry.push_layout(handle.read())
+    world = World()
+    world.add_cluster(mgmt)
+    CapiController(world, spawn=strict_cluster, registry=registry)
+    _apply_providers(mgmt, tree, offline=True)
+    world.settle()
+    assert set(_reasons(mgmt).values()) == {"Ready"}
+    assert ("krops-registry:5000/capi-providers/infrastructure-docker", "v1.13.5") in registry.fetches
+
+
+def test_air_gapped_operator_refuses_an_artifact_without_the_names_it_reads(mgmt, strict_cluster):
+    # CAPD's release file under its release name: the operator does not read it
+    entry = airgap.provider_entry(
+        {"registry-name": "krops-registry", "registry-container-port": 5000}, "CoreProvider", "cluster-api", "v1.13.5"
+    )
+    registry = ProviderRegistry()
+    data, _digest = airgap.provider_archive(
+        entry["artifact"], {"metadata.yaml": b"x: 1\n", "core-components-release.yaml": b"kind: List\n"}
+    )
+    registry.push_layout(data)
+    world = World()
+    world.add_cluster(mgmt)
+    CapiController(world, spawn=strict_cluster, registry=registry)
+    mgmt.create(
+        airgap.with_fetch_config(
+            yaml.safe_load((REPO / "mgmt/local-host/capi-system/core-provider.yaml").read_text()), entry
+        )
+    )
+    world.settle()
+    core = condition(mgmt.get(OP, "CoreProvider", "cluster-api", "capi-system"))
+    assert core["reason"] == "ComponentsFetchFailed"
+    assert "core-cluster-api-v1.13.5-components.yaml or core-components.yaml or components.yaml" in core["message"]
+
+
+def test_images_txt_line_no_object_uses_is_reported(tree):
+    path = tree / airgap.INVENTORY
+    path.write_text(path.read_text() + "docker.io/library/unused:1  # workload: nobody\n")
+    findings, _unconfirmed = airgap.check(str(tree), pin=False)
+    assert any("used by no object" in f[2] and f[1] == "docker.io/library/unused:1" for f in findings)
+
+
+class _Registry:
+    """The distribution API as the push uses it: blobs by digest, manifests by repository and tag."""
+
+    def __init__(self):
+        self.blobs, self.manifests = {}, {}
+
+    def push_blob(self, repository, data):
+        self.blobs[(repository, "sha256:" + hashlib.sha256(data).hexdigest())] = data
+        return True
+
+    def put_manifest(self, repository, reference, body):
+        import json
+
+        for blob in [json.loads(body)["config"], *json.loads(body)["layers"]]:
+            assert (repository, blob["digest"]) in self.blobs, "manifest pushed before its blobs"
+        self.manifests[(repository, reference)] = body
+
+
+def test_deploy_pushes_each_layout_under_the_reference_fetch_config_names(tree):
+    inv = airgap.derive(str(tree))
+    served = release_files(inv)
+    written, _recorded = airgap.fetch_providers(str(tree), inv, download=served.__getitem__, record=True)
+    registry = _Registry()
+    pushed = airgap.push_provider_layouts(
+        str(tree / "airgap" / airgap.PROVIDER_BUILD), "localhost:5001", client=registry
+    )
+    assert len(pushed) == len(written) == 5
+    for entry in inv.providers:
+        repository, tag, plain = parse_oci_source(entry["oci"], entry["version"])
+        assert plain and (repository.split("/", 1)[1], tag) in registry.manifests
+
+
+def test_push_without_layouts_is_one_message(tmp_path):
+    with pytest.raises(airgap.AirgapError, match="deploy the host component first"):
+        airgap.push_provider_layouts(str(tmp_path / "none"), "localhost:5001", client=_Registry())
+
+
+def test_podinfo_is_in_the_inventory_while_its_range_stays_a_pin_check_problem(tree):
+    inv = airgap.derive(str(tree))
+    assert "ghcr.io/stefanprodan/podinfo:6.14.1" in inv.images  # digests.yaml chart-releases, newest 6.x
+    assert any("chart podinfo version '6.x'" in p[2] for p in inv.problems)
+    lock = tree / airgap.LOCK_FILE
+    lock.write_text(lock.read_text().replace('versions: ["6.14.1"]', 'versions: ["6.14.1", "7.0.0", "6.9.0"]'))
+    assert "ghcr.io/stefanprodan/podinfo:6.14.1" in airgap.derive(str(tree)).images
+    # an exact version needs no release list
+    pod = tree / "workload/local-host/podinfo.yaml"
+    pod.write_text(pod.read_text().replace('semver: "6.x"', 'tag: "6.9.0"'))
+    images = airgap.derive(str(tree)).images
+    assert "ghcr.io/stefanprodan/podinfo:6.9.0" in images and "ghcr.io/stefanprodan/podinfo:6.14.1" not in images
