@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils.errors import TeardownError  # the error teardown raises
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
@@ -27,10 +27,8 @@ try:
 except ImportError:  # reported through kube.connect
     urllib3 = kube_config = VersionApi = None
 
-    class ApiException(Exception):
-        """Stand-in so the except clauses stay valid without the kubernetes library."""
-
-    NotFoundError = ApiException
+    # kube's stand-ins, so that the except clauses stay valid without the kubernetes library.
+    ApiException, NotFoundError = kube.ApiException, kube.NotFoundError
 
 CLUSTER_GROUP = "cluster.x-k8s.io"
 KUSTOMIZATION = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
@@ -65,10 +63,6 @@ PROVIDER_KINDS = (
 PROVIDER_API = "operator.cluster.x-k8s.io/v1alpha2"
 
 HOST_KIND, HOST_MGMT, HOST_UNREACHABLE = "kind", "mgmt", "unreachable"
-
-
-class TeardownError(errors.TeardownError):
-    """A teardown step cannot go on; ``result`` holds what was done and observed so far."""
 
 
 class UnknownState(TeardownError):
