@@ -143,7 +143,13 @@ def test_the_tree_holds_when_imported():
     ):
         assert issubclass(cls, errors.KropsError), cls
     # The areas' errors are the errors module's own classes, not copies of the same name.
-    assert (cloud_teardown.CloudError, flux.FluxError, pivot.PivotError, teardown.TeardownError, config.ConfigError) == (
+    assert (
+        cloud_teardown.CloudError,
+        flux.FluxError,
+        pivot.PivotError,
+        teardown.TeardownError,
+        config.ConfigError,
+    ) == (
         errors.CloudError,
         errors.FluxError,
         errors.PivotError,
