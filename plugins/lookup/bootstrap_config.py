@@ -80,5 +80,5 @@ class LookupModule(LookupBase):
                 playbook_dir=(variables or {}).get("playbook_dir"),
             )
             return [loaded.lookup(term) for term in terms]
-        except krops_config.ConfigError as exc:
+        except krops_config.ConfigKeyError as exc:
             raise AnsibleLookupError(str(exc)) from None

@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 import threading
 
+from ansible_collections.krops.platform.plugins.module_utils import errors
+
 try:
     import boto3
     import boto3.session
@@ -87,7 +89,7 @@ BACKOFF_ATTEMPTS = 8
 CLIENT_HOOKS = []
 
 
-class AwsError(Exception):
+class AwsError(errors.CloudError):
     """An AWS call failed in a way the user must act on."""
 
 

@@ -52,6 +52,7 @@ from ansible_collections.krops.platform.plugins.module_utils import (
 from ansible_collections.krops.platform.plugins.module_utils import aws_rows as rows
 from ansible_collections.krops.platform.plugins.module_utils import config as config_mod
 from ansible_collections.krops.platform.plugins.module_utils import contract
+from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
@@ -76,7 +77,7 @@ except ValueError:
 DEPENDENCY_BUDGET = 180
 
 
-class SweepError(Exception):
+class SweepError(errors.ConfigError):
     """The sweep cannot start: bad options or configuration. The message says what to fix."""
 
 

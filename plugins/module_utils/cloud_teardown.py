@@ -30,6 +30,7 @@ import urllib.parse
 from ansible.module_utils.urls import Request
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils.errors import CloudError  # the error a cloud call raises
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 
@@ -68,14 +69,6 @@ GCP_ROOTS = {
     "cloudresourcemanager": "https://cloudresourcemanager.googleapis.com/v1",
     "iam": "https://iam.googleapis.com/v1",
 }
-
-
-class CloudError(Exception):
-    """A cloud call failed in a way the user must act on; ``result`` holds the partial result."""
-
-    def __init__(self, message, result=None):
-        super().__init__(message)
-        self.result = result or {}
 
 
 class RetryPolicy:

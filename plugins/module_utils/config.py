@@ -6,8 +6,8 @@ Every module, plugin and role reads bootstrap.toml through :func:`load`, once pe
 process (the result is cached by file content and overrides). The loader is strict:
 an unknown key, a wrong type, a bad duration, a name its consumer would refuse (a
 Kubernetes object, a kind cluster, an AWS resource), a path that leaves the repository
-or a missing or unknown environment raises :class:`ConfigError` whose message names the
-file, the key path, what was expected and the valid environment names. It never lets a
+or a missing or unknown environment raises :class:`ConfigKeyError` (an errors.ConfigError) whose
+message names the file, the key path, what was expected and the valid environment names. It never lets a
 traceback reach the user for bad input, and never accepts a value that fails later.
 
 The result is plain data (dicts, lists, str, int, bool) so it can travel through
@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover - Python < 3.11 is not a supported contr
 
 from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils.errors import ConfigError  # noqa: F401  # pylint: disable=unused-import  # config.ConfigError, the area error, is what airgap.py catches
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 
 DEFAULT_FILE = "bootstrap.toml"
@@ -93,8 +94,9 @@ _CHART_VERSION = re.compile(r"^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?(\+[0-9
 _GIT_REF_BAD = re.compile(r"(\.\.|@\{|//|[\s~^:?*\[\\]|^[-/.]|[/.]$|\.lock$|/\.)")
 
 
-class ConfigError(errors.ConfigError):
-    """bootstrap.toml (or an override) does not describe a valid configuration."""
+class ConfigKeyError(errors.ConfigError):
+    """bootstrap.toml (or an override) does not describe a valid configuration: ``key`` of ``path``
+    is not what was ``expected``."""
 
     def __init__(self, path, key, expected, got=None, environments=None, detail=None):
         self.path = path
@@ -143,7 +145,7 @@ class _Ctx:
         self.root = root
 
     def fail(self, key, expected, got=None, detail=None):
-        raise ConfigError(self.path, key, expected, got, self.environments, detail)
+        raise ConfigKeyError(self.path, key, expected, got, self.environments, detail)
 
 
 def _plain(value, ctx, key, what="a non-empty string", limit=MAX_STRING):
@@ -855,7 +857,7 @@ class Config:
         """The table of environment ``name`` (default: the selected one)."""
         name = name or self.selected
         if name not in self.data["environments"]:
-            raise ConfigError(
+            raise ConfigKeyError(
                 self.path,
                 f"environments.{name}",
                 "a defined environment",
@@ -902,7 +904,7 @@ class Config:
                 if isinstance(node, dict)
                 else "none ({} is not a table)".format(".".join(walked[:-1]))
             )
-            raise ConfigError(
+            raise ConfigKeyError(
                 self.path,
                 ".".join(walked),
                 f"an existing key; available here: {choices}",
@@ -938,21 +940,21 @@ def clear_cache():
 
 
 def load(path=None, environ=None, environment=None, base_dir=None, playbook_dir=None):
-    """Read, validate and normalise bootstrap.toml; raise ConfigError on any problem."""
+    """Read, validate and normalise bootstrap.toml; raise ConfigKeyError on any problem."""
     environ = os.environ if environ is None else environ
     path = resolve_path(path, environ, base_dir, playbook_dir)
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(
+        raise ConfigKeyError(
             path,
             None,
             "a readable bootstrap.toml",
             detail=f"{exc.strerror}; set BOOTSTRAP_CONFIG or run from the repository root",
         )
     if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(path, None, "a file of at most %d bytes" % MAX_FILE_BYTES)
+        raise ConfigKeyError(path, None, "a file of at most %d bytes" % MAX_FILE_BYTES)
     overrides = tuple((name, environ.get(name, "")) for name in sorted(OVERRIDES) + ["KROPS_PROFILE"])
     key = (os.path.abspath(path), hashlib.sha256(raw).hexdigest(), overrides, environment)
     cached = _CACHE.get(key)
@@ -960,7 +962,7 @@ def load(path=None, environ=None, environment=None, base_dir=None, playbook_dir=
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ConfigError(path, None, "UTF-8 text", detail="invalid byte at offset %d" % exc.start)
+            raise ConfigKeyError(path, None, "UTF-8 text", detail="invalid byte at offset %d" % exc.start)
         cached = loads(text, path=path, environ=environ, environment=environment)
         if len(_CACHE) > 32:
             _CACHE.clear()
@@ -975,18 +977,18 @@ def loads(text, path=DEFAULT_FILE, environ=None, environment=None, root=None):
     """
     environ = {} if environ is None else environ
     if tomllib is None:  # pragma: no cover
-        raise ConfigError(path, None, "Python 3.11 or newer (tomllib)")
+        raise ConfigKeyError(path, None, "Python 3.11 or newer (tomllib)")
     if not isinstance(text, str):
-        raise ConfigError(path, None, "TOML text", text)
+        raise ConfigKeyError(path, None, "TOML text", text)
     if len(text) > MAX_FILE_BYTES:
-        raise ConfigError(path, None, "a file of at most %d bytes" % MAX_FILE_BYTES)
+        raise ConfigKeyError(path, None, "a file of at most %d bytes" % MAX_FILE_BYTES)
     text = text[1:] if text.startswith("\ufeff") else text  # a UTF-8 byte order mark is harmless
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(path, None, "valid TOML", detail=str(exc))
+        raise ConfigKeyError(path, None, "valid TOML", detail=str(exc))
     except RecursionError:
-        raise ConfigError(
+        raise ConfigKeyError(
             path,
             None,
             "valid TOML of bounded depth",
@@ -1047,7 +1049,7 @@ def loads(text, path=DEFAULT_FILE, environ=None, environment=None, root=None):
     config = Config(path, data, selected)
     if selected not in data["environments"]:
         source = "the requested environment" if environment else "KROPS_PROFILE"
-        raise ConfigError(
+        raise ConfigKeyError(
             path,
             f"environments.{str(selected)[:80]}",
             f"a defined environment ({source})",

@@ -4,8 +4,11 @@
 
 ``KropsError(message, result)``: ``message`` is the one line the user reads, ``result``
 the partial result a module returns with its failure (what was done before it failed).
-Each area has one subclass; modules catch ``KropsError`` once, in the module shell
-(module_utils.shell), never a ladder of per-area exceptions.
+Each area has one subclass here, and every exception class krops defines derives from one of
+them (tests/unit/plugins/module_utils/test_error_tree.py walks plugins/ and checks it); no class
+name is defined twice. Modules catch ``KropsError`` once, in the module shell
+(module_utils.shell), never a ladder of per-area exceptions, and a module lets a typed error
+through rather than catch it and raise another with the same message.
 
 Importable without Ansible.
 """
@@ -46,25 +49,30 @@ class ToolError(KropsError):
 
 
 class PivotError(KropsError):
-    """A pivot phase failed."""
+    """A pivot phase failed; ``phase`` names it (None before the phases run) and ``result`` holds what
+    was done so far."""
 
     area = "pivot"
 
+    def __init__(self, phase, message, result=None):
+        super().__init__(message, result)
+        self.phase = phase
+
 
 class FluxError(KropsError):
-    """The Flux handoff failed."""
+    """The Flux handoff cannot go on; ``result`` holds what was done and observed so far."""
 
     area = "flux"
 
 
 class TeardownError(KropsError):
-    """Teardown refused or failed."""
+    """A teardown step cannot go on; ``result`` holds what was done and observed so far."""
 
     area = "teardown"
 
 
 class CloudError(KropsError):
-    """A cloud API (AWS, Azure, GCP) failed or refused."""
+    """A cloud API (AWS, Azure, GCP) failed or refused; ``result`` holds the partial result."""
 
     area = "cloud"
 

@@ -28,7 +28,7 @@ import time
 
 from ansible_collections.krops.platform.plugins.module_utils import cli as krops_cli
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
-from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils.errors import FluxError  # the error the handoff raises
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
@@ -78,10 +78,6 @@ FAILURE_REASONS = frozenset(
 )
 
 SCOPES = ("all", "secrets", "wait")
-
-
-class FluxError(errors.FluxError):
-    """The handoff cannot go on; ``result`` holds what was done and observed so far."""
 
 
 # --- plan ---------------------------------------------------------------------------

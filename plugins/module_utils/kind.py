@@ -164,40 +164,6 @@ def render_config(config=None, engine_socket="/var/run/docker.sock", registry_mi
     return rendered
 
 
-def merge_kubeconfig(existing_text, new_text):
-    """existing kubeconfig with the clusters/contexts/users of new_text replaced or added.
-
-    current-context becomes new_text's. Other entries are kept in their order.
-    """
-    new = yaml.safe_load(new_text) or {}
-    if not existing_text or not existing_text.strip():
-        return yaml.safe_dump(new, default_flow_style=False, sort_keys=False)
-    try:
-        merged = yaml.safe_load(existing_text) or {}
-    except yaml.YAMLError as exc:
-        raise KindError(
-            f"the existing kubeconfig is not valid YAML ({str(exc).splitlines()[0]}); move it away or choose another "
-            "kubeconfig_path"
-        )
-    if not isinstance(merged, dict):
-        raise KindError("the existing kubeconfig is not a kubeconfig mapping; choose another kubeconfig_path")
-    for section in ("clusters", "contexts", "users"):
-        entries = list(merged.get(section) or [])
-        for entry in new.get(section) or []:
-            for index, old in enumerate(entries):
-                if old.get("name") == entry.get("name"):
-                    entries[index] = entry
-                    break
-            else:
-                entries.append(entry)
-        merged[section] = entries
-    merged.setdefault("apiVersion", "v1")
-    merged.setdefault("kind", "Config")
-    if new.get("current-context"):
-        merged["current-context"] = new["current-context"]
-    return yaml.safe_dump(merged, default_flow_style=False, sort_keys=False)
-
-
 class KindCluster:
     """Drives one kind cluster; every method raises KindError or cli.CliError on failure."""
 
@@ -251,14 +217,12 @@ class KindCluster:
         """The cluster's kubeconfig text (it holds a client key: never log or return it)."""
         return self.kind.run(["get", "kubeconfig", "--name", self.name]).stdout
 
-    def export_kubeconfig(self, path):
-        """Merge this cluster's entries into path (0600); True when the file changed."""
-        path = os.path.expanduser(path)
-        existing = None
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
-                existing = handle.read()
-        return kube.write_private(path, merge_kubeconfig(existing, self.kubeconfig()))
+    def export_kubeconfig(self, path, check_mode=False):
+        """Merge this cluster's entries into path (0600) and make its context the current one, as
+        `kind export kubeconfig` does; True when the file changed (or would change, in check mode)."""
+        return kube.write_kubeconfig(
+            path, self.kubeconfig(), check_mode=check_mode, switch_context=True, option="kubeconfig_path"
+        )
 
 
 def _node_states(objects):
@@ -468,14 +432,7 @@ def _reuse(cluster, result, kubeconfig_path, wait_timeout, check_mode, registry_
             result["mirror_nodes"] = ensure_mirror(cluster, registry_mirror, check_mode=True)
             result["changed"] = result["changed"] or bool(result["mirror_nodes"])
         if kubeconfig_path:
-            path = os.path.expanduser(kubeconfig_path)
-            existing = None
-            if os.path.exists(path):
-                with open(path, encoding="utf-8") as handle:
-                    existing = handle.read()
-            wanted = merge_kubeconfig(existing, cluster.kubeconfig())
-            mode_ok = existing is not None and (os.stat(path).st_mode & 0o777) == 0o600
-            result["changed"] = result["changed"] or existing != wanted or not mode_ok
+            result["changed"] = cluster.export_kubeconfig(kubeconfig_path, check_mode=True) or result["changed"]
         return result
     _finish(cluster, result, kubeconfig_path, wait_timeout, reused=True, registry_mirror=registry_mirror)
     return result

@@ -639,12 +639,34 @@ def capi_resources(client, namespaced=True):
     return [chosen[k] for k in sorted(chosen)]
 
 
+# Cluster API versions, newest first: the choice when discovery marks none of the served ones preferred.
+CLUSTER_VERSIONS = ("v1beta2", "v1beta1", "v1alpha4", "v1alpha3")
+
+
 def cluster_resource(client):
-    """The preferred served version of cluster.x-k8s.io Cluster; None when not served."""
-    for res in capi_resources(client):
-        if res.group == "cluster.x-k8s.io" and res.kind == "Cluster":
-            return res
-    return None
+    """The served cluster.x-k8s.io Cluster resource at the group's preferred version (else the newest of
+    CLUSTER_VERSIONS); None when Cluster API is not installed. The one lookup of capi_pivot, teardown and
+    teardown_host; an API error propagates (teardown.served_cluster turns it into an unknown state).
+
+    A search by group and kind reads discovery afresh when the cached one has no such resource (the
+    kubernetes client's LazyDiscoverer.search), as when Cluster API was installed after the cache was written.
+    """
+    found = [
+        res
+        for res in client.resources.search(group="cluster.x-k8s.io", kind="Cluster")
+        if not isinstance(res, _ResourceList) and not getattr(res, "subresource", None) and "/" not in (res.name or "")
+    ]
+    if not found:
+        return None
+
+    def rank(res):
+        version = res.api_version
+        return (
+            not res.preferred,
+            CLUSTER_VERSIONS.index(version) if version in CLUSTER_VERSIONS else len(CLUSTER_VERSIONS),
+        )
+
+    return min(found, key=rank)
 
 
 def api_version_of(res):
@@ -743,38 +765,51 @@ def render_kubeconfig(raw, context, server=None):
     return yaml.safe_dump(out, sort_keys=False)
 
 
-def merge_kubeconfig(existing, exported, context):
-    """Text of kubeconfig ``existing`` (text or None) with the cluster, user and context named ``context``
-    replaced by those of ``exported`` (render_kubeconfig); every other entry, preferences and the
-    current context survive (the current context is set only when there was none).
+def merge_kubeconfig(existing, exported, switch_context=False, option="path"):
+    """Text of kubeconfig ``existing`` (text or None) with the clusters, users and contexts of ``exported``
+    merged in as ``kind export kubeconfig`` merges them (kind v0.32.0
+    pkg/cluster/internal/kubeconfig/internal/kubeconfig/merge.go): an entry of the same name is replaced
+    where it stands, a new one is appended; every other entry and the preferences survive.
+
+    The current context becomes ``exported``'s when ``switch_context`` (kind's behaviour, which kind_cluster
+    keeps); otherwise it is set only when there was none, so that krops writing its management context
+    into a user's ~/.kube/config never redirects their kubectl (capi_pivot). KubeError naming ``option``
+    (the option that chose the file) when ``existing`` is not a kubeconfig.
     """
-    new = yaml.safe_load(exported)
+    new = yaml.safe_load(exported) or {}
     try:
         base = yaml.safe_load(existing) if existing else None
     except yaml.YAMLError as exc:
         raise KubeError(
-            f"the existing kubeconfig is not YAML ({str(exc).splitlines()[0]}); move it away or choose another path"
+            f"the existing kubeconfig is not YAML ({str(exc).splitlines()[0]}); move it away or choose another {option}"
         )
     if base is None:
-        return exported
+        return yaml.safe_dump(new, sort_keys=False)
     if not isinstance(base, dict):
         raise KubeError(
-            "the existing kubeconfig is not a kubeconfig (not a mapping); move it away or choose another path"
+            f"the existing kubeconfig is not a kubeconfig (not a mapping); move it away or choose another {option}"
         )
     merged = copy.deepcopy(base)
     merged.setdefault("apiVersion", "v1")
     merged.setdefault("kind", "Config")
     for section in ("clusters", "users", "contexts"):
-        entries = [e for e in (merged.get(section) or []) if isinstance(e, dict) and e.get("name") != context]
-        merged[section] = entries + new[section]
-    if not merged.get("current-context"):
-        merged["current-context"] = context
+        entries = [e for e in (merged.get(section) or []) if isinstance(e, dict)]
+        for entry in new.get(section) or []:
+            places = [i for i, old in enumerate(entries) if old.get("name") == entry.get("name")]
+            for index in places:
+                entries[index] = entry
+            if not places:
+                entries.append(entry)
+        merged[section] = entries
+    if new.get("current-context") and (switch_context or not merged.get("current-context")):
+        merged["current-context"] = new["current-context"]
     return yaml.safe_dump(merged, sort_keys=False)
 
 
-def write_kubeconfig(path, exported, context, check_mode=False):
-    """Merge an exported kubeconfig into ``path`` (created 0600 when missing; an existing file keeps its
-    other contexts and becomes 0600). True when the file changed (or would change, in check mode)."""
+def write_kubeconfig(path, exported, check_mode=False, switch_context=False, option="path"):
+    """Merge an exported kubeconfig into ``path`` (merge_kubeconfig; created 0600 when missing, an existing
+    file keeps its other contexts and becomes 0600). True when the file changed (or would change, in check
+    mode)."""
     path = os.path.expanduser(path)
     try:
         with open(path, encoding="utf-8") as handle:
@@ -783,9 +818,9 @@ def write_kubeconfig(path, exported, context, check_mode=False):
         existing = None
     except OSError as exc:
         raise KubeError(f"cannot read the kubeconfig {path}: {exc.strerror}")
-    text = merge_kubeconfig(existing, exported, context)
+    text = merge_kubeconfig(existing, exported, switch_context, option)
     if check_mode:
-        return text != existing
+        return existing is None or text != existing or (os.stat(path).st_mode & 0o777) != 0o600
     try:
         return write_private(path, text)
     except OSError as exc:

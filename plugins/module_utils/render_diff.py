@@ -426,7 +426,7 @@ def _clusters(entry):
     return touched
 
 
-class Finding:
+class DiffFinding:
     __slots__ = ("acknowledged", "environment", "id", "kind", "kustomization", "message", "object")
 
     def __init__(self, kind, environment, kustomization, obj, message, ident=None):
@@ -463,7 +463,7 @@ def compare(base, head, store=None, cel=True):
             "render_failures": {"base": old_state["render_failures"], "head": new_state["render_failures"]},
         }
         for failure in new_state["render_failures"]:
-            findings.append(Finding("render-failure", env, "-", failure["file"], failure["message"]))
+            findings.append(DiffFinding("render-failure", env, "-", failure["file"], failure["message"]))
 
         def bucket(entry):  # called within this iteration only
             return section["kustomizations"].setdefault(  # noqa: B023
@@ -489,7 +489,7 @@ def compare(base, head, store=None, cel=True):
                 what = _precious(key)
                 if what:
                     findings.append(
-                        Finding(
+                        DiffFinding(
                             "removed",
                             env,
                             before.kustomization,
@@ -528,7 +528,7 @@ def compare(base, head, store=None, cel=True):
                                 unevaluable.append({"environment": env, "object": label(key), "message": result.text()})
                             else:
                                 findings.append(
-                                    Finding(
+                                    DiffFinding(
                                         "transition-rule",
                                         env,
                                         after.kustomization,
@@ -541,7 +541,7 @@ def compare(base, head, store=None, cel=True):
                                 )
                 if before.kustomization != after.kustomization and _precious(key):
                     findings.append(
-                        Finding(
+                        DiffFinding(
                             "replaced",
                             env,
                             after.kustomization,
@@ -570,7 +570,7 @@ def compare(base, head, store=None, cel=True):
                     )
         for rel, obj_label in sorted(new_state["plaintext"] - old_state["plaintext"]):
             findings.append(
-                Finding(
+                DiffFinding(
                     "plaintext-secret",
                     env,
                     "-",
@@ -594,7 +594,7 @@ def _check_change(env, key, before, after, findings):
         old_value, new_value = _get(before.obj, path), _get(after.obj, path)
         if old_value != new_value and old_value is not None:
             findings.append(
-                Finding(
+                DiffFinding(
                     "replaced",
                     env,
                     after.kustomization,
@@ -610,7 +610,7 @@ def _check_change(env, key, before, after, findings):
         old_value, new_value = _get(before.obj, path), _get(after.obj, path)
         if old_value != new_value:
             findings.append(
-                Finding(
+                DiffFinding(
                     kind,
                     env,
                     after.kustomization,
@@ -635,7 +635,7 @@ def _check_change(env, key, before, after, findings):
         and (before.obj.get("spec") or {}).get("prune") is not True
     ):
         findings.append(
-            Finding(
+            DiffFinding(
                 "prune-enabled",
                 env,
                 after.kustomization,
@@ -648,7 +648,7 @@ def _check_change(env, key, before, after, findings):
         lost = sorted(k for k in old_marks if new_marks.get(k) != old_marks[k])
         if lost:
             findings.append(
-                Finding(
+                DiffFinding(
                     "ownership-dropped",
                     env,
                     after.kustomization,
@@ -668,7 +668,7 @@ def _shown(value):
 # --- acknowledgement ---------------------------------------------------------------------
 
 
-# What a finding id looks like (Finding.id): <environment>/<kind>/<object>, or <base|head>/render-failure.
+# What a finding id looks like (DiffFinding.id): <environment>/<kind>/<object>, or <base|head>/render-failure.
 # An accept-file line is taken only when it has this shape; any other line is reported by its number,
 # never by its content (the file may be anything: /proc/self/environ, a key).
 FINDING_KINDS = (
@@ -876,7 +876,7 @@ def _run(
     for name, message in sorted(errors.items(), reverse=True):
         findings.insert(
             0,
-            Finding(
+            DiffFinding(
                 "render-failure",
                 "-",
                 "-",

@@ -14,6 +14,12 @@ passes ``wording``: a table {KropsError subclass: template}. The template of the
 specific class of the error is used: a ``str.format`` template with ``error`` and ``params``
 (the module parameters), or a callable ``(error, params) -> str``. Errors of other classes
 keep their own message.
+
+A module whose failures carry fixed keys (capi_pivot's ``failed_phase``) passes ``details``: a
+table {KropsError subclass: dict or callable ``(error, params) -> dict``}; the entry of the most
+specific class of the error is added to the error's own result. So no module catches a typed
+error to raise another with the same message: the shell is the one place that turns a krops
+error into fail_json.
 """
 
 from __future__ import annotations
@@ -36,9 +42,9 @@ class Step:
         return self
 
 
-def failure_details(exc):
-    """fail_json keyword arguments of an expected error (its partial result, without reserved keys)."""
-    details = dict(exc.result or {})
+def failure_details(exc, extra=None):
+    """fail_json keyword arguments of an expected error (its partial result and ``extra``, without reserved keys)."""
+    details = dict(exc.result or {}, **(extra or {}))
     for key in ("failed", "msg", "exception", "changed"):
         details.pop(key, None)
     details["changed"] = bool((exc.result or {}).get("changed"))
@@ -69,18 +75,34 @@ def options(params, option_names, /, **renamed):
     return out
 
 
+def _entry(table, exc):
+    """The entry of ``table`` for the most specific class of ``exc`` (None when it has none)."""
+    for cls in type(exc).__mro__:
+        entry = (table or {}).get(cls)
+        if entry is not None:
+            return entry
+    return None
+
+
 def worded(wording, exc, params):
     """The message of expected error ``exc``: the ``wording`` entry of its most specific class, else str(exc)."""
-    for cls in type(exc).__mro__:
-        template = (wording or {}).get(cls)
-        if template is not None:
-            return template(exc, params) if callable(template) else template.format(error=exc, params=params)
-    return str(exc)
+    template = _entry(wording, exc)
+    if template is None:
+        return str(exc)
+    return template(exc, params) if callable(template) else template.format(error=exc, params=params)
 
 
-def run(name, argument_spec, body, supports_check_mode=True, requires=None, wording=None, **module_kwargs):
+def detailed(details, exc, params):
+    """The keys the ``details`` entry of the most specific class of ``exc`` adds to its result ({} without one)."""
+    extra = _entry(details, exc)
+    return dict((extra(exc, params) if callable(extra) else extra) or {})
+
+
+def run(
+    name, argument_spec, body, supports_check_mode=True, requires=None, wording=None, details=None, **module_kwargs
+):
     """Run a krops module. ``requires``: [(library name, has_it, import error)] checked before the body;
-    ``wording``: see the module docstring."""
+    ``wording`` and ``details``: see the module docstring."""
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=supports_check_mode, **module_kwargs)
     for library, present, error in requires or ():
         if not present:
@@ -89,7 +111,9 @@ def run(name, argument_spec, body, supports_check_mode=True, requires=None, word
     try:
         result = body(module, step)
     except errors.KropsError as exc:
-        module.fail_json(msg=worded(wording, exc, module.params), **failure_details(exc))
+        module.fail_json(
+            msg=worded(wording, exc, module.params), **failure_details(exc, detailed(details, exc, module.params))
+        )
     except Exception as exc:  # pylint: disable=broad-except  # the shell is the one place that catches everything
         module.fail_json(
             msg=unexpected_message(name, step, exc), exception=traceback.format_exc(), failed_step=step.name

@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils.errors import TeardownError  # the error teardown raises
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
@@ -27,10 +27,8 @@ try:
 except ImportError:  # reported through kube.connect
     urllib3 = kube_config = VersionApi = None
 
-    class ApiException(Exception):
-        """Stand-in so the except clauses stay valid without the kubernetes library."""
-
-    NotFoundError = ApiException
+    # kube's stand-ins, so that the except clauses stay valid without the kubernetes library.
+    ApiException, NotFoundError = kube.ApiException, kube.NotFoundError
 
 CLUSTER_GROUP = "cluster.x-k8s.io"
 KUSTOMIZATION = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
@@ -67,10 +65,6 @@ PROVIDER_API = "operator.cluster.x-k8s.io/v1alpha2"
 HOST_KIND, HOST_MGMT, HOST_UNREACHABLE = "kind", "mgmt", "unreachable"
 
 
-class TeardownError(errors.TeardownError):
-    """A teardown step cannot go on; ``result`` holds what was done and observed so far."""
-
-
 class UnknownState(TeardownError):
     """A probe could not tell present from absent: nothing may be destroyed."""
 
@@ -99,22 +93,16 @@ def answers(kubeconfig, context, timeout=10.0):
         api_client.close()
 
 
-def cluster_resource(client):
-    """The served Cluster resource (newest served version), or None when CAPI is not installed."""
+def served_cluster(client):
+    """kube.cluster_resource, a discovery that does not answer being an unknown state (nothing may be destroyed)."""
     try:
-        found = client.resources.search(group=CLUSTER_GROUP, kind="Cluster")
+        return kube.cluster_resource(client)
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
         raise UnknownState(f"cannot discover Cluster API resources: {kube.error_text(exc)}")
-    found = [r for r in found if not getattr(r, "subresource", None) and "/" not in r.name]
-    if not found:
-        return None
-    order = ("v1beta2", "v1beta1", "v1alpha4", "v1alpha3")
-    found.sort(key=lambda r: order.index(r.api_version) if r.api_version in order else len(order))
-    return found[0]
 
 
 def cluster_api_version(client):
-    res = cluster_resource(client)
+    res = served_cluster(client)
     return res.group_version if res is not None else f"{CLUSTER_GROUP}/v1beta2"
 
 
@@ -324,7 +312,7 @@ def delete_clusters(
     """
     target = kube.describe_target(kubeconfig, context)
     client = kube.connect(kubeconfig, context, **(connect_options or {}))
-    res = cluster_resource(client)
+    res = served_cluster(client)
     api = res.group_version if res is not None else f"{CLUSTER_GROUP}/v1beta2"
     clusters = probe_or_abort(client, api, "Cluster", namespace, "Clusters", target) if res is not None else []
     planned = (
@@ -458,7 +446,7 @@ def _owner_index(client, target):
         for res in found[:1]:
             for obj in probe_or_abort(client, res.group_version, kind, target=target):
                 owners.add((obj["metadata"].get("namespace"), obj["metadata"]["name"]))
-    res = cluster_resource(client)
+    res = served_cluster(client)
     if res is not None:
         for obj in probe_or_abort(client, res.group_version, "Cluster", target=target):
             owners.add((obj["metadata"].get("namespace"), obj["metadata"]["name"]))

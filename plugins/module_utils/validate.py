@@ -297,7 +297,7 @@ def _run(path, environments, schema_location, allow_kinds, config_file, renderer
         raise ValidateError(f"{root} has no mgmt/ folder: point path at the root of the krops repository")
     try:
         cfg = krops_config.load(path=config_file or os.path.join(root, krops_config.DEFAULT_FILE), environ={})
-    except krops_config.ConfigError as exc:
+    except krops_config.ConfigKeyError as exc:
         raise ValidateError(str(exc))
     present = environments_present(root)
     if environments:

@@ -19,6 +19,8 @@ import re
 import threading
 import urllib.error
 
+from ansible_collections.krops.platform.plugins.module_utils import errors
+
 try:
     from ansible.module_utils.urls import ConnectionError as UrlConnectionError
     from ansible.module_utils.urls import open_url
@@ -61,15 +63,15 @@ _KUBECONFORM = {
 _SHARED = {}
 
 
-class SchemaError(Exception):
+class SchemaError(errors.ValidationError):
     """The schema location cannot be used at all (not a folder, not an https template, libraries missing)."""
 
 
-class SchemaMissing(Exception):
+class SchemaMissing(errors.ValidationError):
     """No schema for this group/kind/version at the location."""
 
 
-class SchemaUnreachable(Exception):
+class SchemaUnreachable(errors.ValidationError):
     """The HTTPS schema location did not answer."""
 
 

@@ -385,13 +385,14 @@ def body(module, step):
     module.params.update(stepping.read(STEP_STATE))
     contract.check("aws_orphan_sweep", module.params)  # the input contract first: before any file or network call
     step("sweeping")
-    try:
-        result = aws_sweep.run(module.params, check_mode=module.check_mode)
-    except (config.ConfigError, aws_sweep.SweepError, aws.AwsError) as exc:
-        raise errors.CloudError(f"aws_orphan_sweep: {exc}")
+    result = aws_sweep.run(module.params, check_mode=module.check_mode)
     if result.pop("failed"):
         raise errors.CloudError(result.pop("msg"), result=result)
     return result
+
+
+# The errors of a sweep that cannot start (bad configuration or options, an AWS call) name the module.
+WORDING = dict.fromkeys((config.ConfigKeyError, aws_sweep.SweepError, aws.AwsError), "aws_orphan_sweep: {error}")
 
 
 def main():
@@ -399,6 +400,7 @@ def main():
         "aws_orphan_sweep",
         argument_spec(),
         body,
+        wording=WORDING,
         requires=[("boto3", aws.HAS_BOTO3, aws.BOTO3_IMPORT_ERROR)],
         mutually_exclusive=[("profile", "access_key"), ("profile", "secret_key")],
         required_together=[("access_key", "secret_key")],

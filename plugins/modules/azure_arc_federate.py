@@ -212,10 +212,7 @@ def run(p, check_mode, environ=None, step=None):
 def body(module, step):
     contract.check("azure_arc_federate", module.params)  # the input contract first: before any file or network call
     cloud_teardown.mask(module, os.environ, cloud_teardown.AZURE_SECRET_VARS)
-    try:
-        return run(module.params, module.check_mode, step=step)
-    except cloud_teardown.CloudError as exc:
-        raise errors.CloudError(str(exc), exc.result) from None
+    return run(module.params, module.check_mode, step=step)
 
 
 def main():

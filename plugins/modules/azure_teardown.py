@@ -192,7 +192,7 @@ def run(p, check_mode, environ=None, step=None):
     cfg, env = cloud_teardown.load_environment(p["config_file"], p["environment"], "azure")
     subscription = p["subscription_id"] or environ.get("AZURE_SUBSCRIPTION_ID")
     if not subscription:
-        raise cloud_teardown.CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")
+        raise errors.CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")
     down = env.get("teardown") or {}
     step("logging in to Azure")
     http = http_for(p, environ)
@@ -228,10 +228,7 @@ def run(p, check_mode, environ=None, step=None):
 def body(module, step):
     contract.check("azure_teardown", module.params)  # the input contract first: before any file or network call
     cloud_teardown.mask(module, os.environ, cloud_teardown.AZURE_SECRET_VARS)
-    try:
-        return run(module.params, module.check_mode, step=step)
-    except cloud_teardown.CloudError as exc:  # the cloud helpers' error, in the module shell's error family
-        raise errors.CloudError(str(exc), exc.result) from None
+    return run(module.params, module.check_mode, step=step)
 
 
 def main():

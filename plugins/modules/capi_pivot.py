@@ -385,22 +385,28 @@ def body(module, step):
     params["source_kubeconfig"] = params["source_kubeconfig"] or params.pop("kubeconfig", None)
     params["source_context"] = params["source_context"] or params.pop("context", None)
     step("loading bootstrap.toml")
-    try:
-        cfg = krops_config.load(params["config_file"], environment=params["environment"])
-    except krops_config.ConfigError as exc:
-        raise errors.ConfigError(str(exc), {"failed_phase": "preconditions", "phase_reached": None})
+    cfg = krops_config.load(params["config_file"], environment=params["environment"])
     step("running the pivot phases")
-    try:
-        return pivot.run(cfg, params, check_mode=module.check_mode)
-    except pivot.PivotError as exc:
-        details = dict(exc.result or {}, failed_phase=exc.phase)
-        raise errors.PivotError(f"pivot phase {exc.phase} failed: {exc}", details)
-    except krops_config.ConfigError as exc:
-        raise errors.ConfigError(str(exc), {"failed_phase": "preconditions", "phase_reached": None})
+    return pivot.run(cfg, params, check_mode=module.check_mode)
+
+
+# A failed phase is named in the message and in failed_phase; a bootstrap.toml error fails the preconditions.
+WORDING = {errors.PivotError: "pivot phase {error.phase} failed: {error}"}
+DETAILS = {
+    errors.PivotError: lambda error, params: {"failed_phase": error.phase},
+    krops_config.ConfigKeyError: {"failed_phase": "preconditions", "phase_reached": None},
+}
 
 
 def main():
-    shell.run(NAME, argument_spec(), body, requires=[("kubernetes", kube.HAS_KUBERNETES, kube.KUBERNETES_IMPORT_ERROR)])
+    shell.run(
+        NAME,
+        argument_spec(),
+        body,
+        requires=[("kubernetes", kube.HAS_KUBERNETES, kube.KUBERNETES_IMPORT_ERROR)],
+        wording=WORDING,
+        details=DETAILS,
+    )
 
 
 if __name__ == "__main__":

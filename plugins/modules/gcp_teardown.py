@@ -208,7 +208,7 @@ def run(p, check_mode, environ=None):
     cfg, env = cloud_teardown.load_environment(p["config_file"], p["environment"], "gcp")
     project = p["project"] or environ.get("GCP_PROJECT") or environ.get("GOOGLE_CLOUD_PROJECT")
     if not project:
-        raise cloud_teardown.CloudError("no GCP project: set project, GCP_PROJECT or GOOGLE_CLOUD_PROJECT")
+        raise errors.CloudError("no GCP project: set project, GCP_PROJECT or GOOGLE_CLOUD_PROJECT")
     down = env.get("teardown") or {}
     networks = p["networks"] if p["networks"] is not None else down.get("networks") or []
     clusters = (
@@ -217,7 +217,7 @@ def run(p, check_mode, environ=None):
     accounts = p["service_accounts"] if p["service_accounts"] is not None else down.get("service-accounts") or []
     for name in accounts:
         if not cloud_teardown.GCP_ACCOUNT_ID.match(name):
-            raise cloud_teardown.CloudError(
+            raise errors.CloudError(
                 f"service_accounts entry {name!r} is not a service account id (6 to 30 of a-z, 0-9 and -, "
                 "starting with a letter; the part before @)"
             )
@@ -226,7 +226,7 @@ def run(p, check_mode, environ=None):
         providers = down.get("workload-identity-providers") or []
     for name in providers:
         if not cloud_teardown.GCP_PROVIDER_NAME.match(name):
-            raise cloud_teardown.CloudError(
+            raise errors.CloudError(
                 f"workload_identity_providers entry {name!r} is not <pool>/<provider> (IDs of 4 to 32 of a-z, 0-9 and -)"
             )
     cloud_teardown.gcp_iam_refusals(cfg, env, accounts, providers)
@@ -258,10 +258,7 @@ def body(module, step):
     step("masking the secrets of the environment")
     cloud_teardown.mask(module, os.environ, cloud_teardown.GCP_SECRET_VARS)
     step("removing the GCP resources")
-    try:
-        result = run(module.params, module.check_mode)
-    except cloud_teardown.CloudError as exc:
-        raise errors.CloudError(str(exc), exc.result) from None
+    result = run(module.params, module.check_mode)
     if result["leftovers"]:
         msg = (
             "GCP resources of project {} left behind at stage {}: {}; see results for the reason of each, then run "

@@ -246,16 +246,13 @@ def body(module, step):
     connection = None
     if params["aws_eip_checks"]:
         step("connecting to AWS")
-        try:
-            connection = aws.Connection(
-                profile=params["profile"],
-                endpoint_url=params["endpoint_url"],
-                access_key=params["access_key"],
-                secret_key=params["secret_key"],
-                session_token=params["session_token"],
-            )
-        except aws.AwsError as exc:  # aws.py's own error type: one translation into the krops root
-            raise errors.CloudError(f"preflight: {exc}")
+        connection = aws.Connection(
+            profile=params["profile"],
+            endpoint_url=params["endpoint_url"],
+            access_key=params["access_key"],
+            secret_key=params["secret_key"],
+            session_token=params["session_token"],
+        )
     capi_version, version_problems = None, []
     if params["provider_manifests"]:
         step("reading the provider manifests")
@@ -290,8 +287,18 @@ def body(module, step):
     return dict(result, changed=False)
 
 
+# An AWS connection that cannot be made (the checks themselves report AWS failures as problems).
+WORDING = {aws.AwsError: "preflight: {error}"}
+
+
 def main():
-    shell.run(NAME, argument_spec(), body, mutually_exclusive=[["profile", "access_key"], ["profile", "secret_key"]])
+    shell.run(
+        NAME,
+        argument_spec(),
+        body,
+        wording=WORDING,
+        mutually_exclusive=[["profile", "access_key"], ["profile", "secret_key"]],
+    )
 
 
 if __name__ == "__main__":

@@ -272,7 +272,7 @@ def run(params, get_bin_path, check_mode=False):
         # The host is kind or the management cluster, each with its own kubeconfig: only the timeout applies to both.
         client = kube.connect(host["kubeconfig"], host["context"], request_timeout=params.get("request_timeout"))
         where = "the {} cluster (context {})".format(host["host"], host["context"])
-        res = teardown.cluster_resource(client)
+        res = teardown.served_cluster(client)
         if res is not None:
             teardown.probe_or_abort(client, res.group_version, "Cluster", boot["mgmt-namespace"], "Clusters", where)
         teardown.probe_or_abort(client, *teardown.KUSTOMIZATION, what="Kustomizations", target=where)

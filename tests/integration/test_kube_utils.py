@@ -190,9 +190,9 @@ def test_merge_keeps_the_other_contexts_of_an_existing_kube_config(tmp_path):
     )
     config.chmod(0o644)
     exported = kube.render_kubeconfig(EXPORTED, "krops-mgmt", "https://127.0.0.1:5555")
-    assert kube.write_kubeconfig(str(config), exported, "krops-mgmt", check_mode=True) is True
+    assert kube.write_kubeconfig(str(config), exported, check_mode=True) is True
     assert "stale" in config.read_text()  # check mode wrote nothing
-    assert kube.write_kubeconfig(str(config), exported, "krops-mgmt") is True
+    assert kube.write_kubeconfig(str(config), exported) is True
     data = yaml.safe_load(config.read_text())
     assert data["current-context"] == "work" and data["preferences"] == {"colors": True}
     assert [c["name"] for c in data["contexts"]] == ["work", "krops-mgmt"]
@@ -202,9 +202,9 @@ def test_merge_keeps_the_other_contexts_of_an_existing_kube_config(tmp_path):
     }
     assert [u["name"] for u in data["users"]] == ["work", "krops-mgmt"]
     assert stat.S_IMODE(os.stat(config).st_mode) == 0o600
-    assert kube.write_kubeconfig(str(config), exported, "krops-mgmt") is False  # idempotent
+    assert kube.write_kubeconfig(str(config), exported) is False  # idempotent
     fresh = tmp_path / "new" / "mgmt.yaml"
-    assert kube.write_kubeconfig(str(fresh), exported, "krops-mgmt") is True
+    assert kube.write_kubeconfig(str(fresh), exported) is True
     assert yaml.safe_load(fresh.read_text())["current-context"] == "krops-mgmt"
     assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o600
 
@@ -213,11 +213,91 @@ def test_merge_refuses_an_existing_file_that_is_not_a_kubeconfig(tmp_path):
     path = tmp_path / "config"
     path.write_text("- a\n- b\n")
     with pytest.raises(kube.KubeError, match="the existing kubeconfig is not a kubeconfig"):
-        kube.write_kubeconfig(str(path), kube.render_kubeconfig(EXPORTED, "x"), "x")
+        kube.write_kubeconfig(str(path), kube.render_kubeconfig(EXPORTED, "x"))
     blocker = tmp_path / "a-file"
     blocker.write_text("")  # a file where the kubeconfig's folder should be: unwritable even for root
     with pytest.raises(kube.KubeError, match="cannot read the kubeconfig .*a-file/config: Not a directory"):
-        kube.write_kubeconfig(str(blocker / "config"), kube.render_kubeconfig(EXPORTED, "x"), "x")
+        kube.write_kubeconfig(str(blocker / "config"), kube.render_kubeconfig(EXPORTED, "x"))
+
+
+def _user_config(current):
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": current,
+            "clusters": [
+                {"name": "kind-mgmt", "cluster": {"server": "https://stale"}},
+                {"name": "work", "cluster": {"server": "https://work"}},
+            ],
+            "users": [{"name": "work", "user": {"token": "w"}}],
+            "contexts": [{"name": "work", "context": {"cluster": "work", "user": "work"}}],
+        }
+    )
+
+
+KIND_EXPORTED = yaml.safe_dump(
+    {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "kind-mgmt",
+        "clusters": [{"name": "kind-mgmt", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "kind-mgmt", "user": {"token": "k"}}],
+        "contexts": [{"name": "kind-mgmt", "context": {"cluster": "kind-mgmt", "user": "kind-mgmt"}}],
+    }
+)
+
+
+@pytest.mark.parametrize("switch_context, current", [(True, "kind-mgmt"), (False, "work")])
+def test_one_merge_of_kubeconfigs_switches_the_context_only_when_asked(switch_context, current):
+    # kind export kubeconfig (kind v0.32.0 merge.go) replaces an entry of the same name where it stands, appends a
+    # new one and sets current-context: kind_cluster asks for that; capi_pivot keeps the user's current context.
+    data = yaml.safe_load(kube.merge_kubeconfig(_user_config("work"), KIND_EXPORTED, switch_context=switch_context))
+    assert data["current-context"] == current
+    assert [(c["name"], c["cluster"]["server"]) for c in data["clusters"]] == [
+        ("kind-mgmt", "https://127.0.0.1:6443"),
+        ("work", "https://work"),
+    ]
+    assert [u["name"] for u in data["users"]] == ["work", "kind-mgmt"]
+    assert [c["name"] for c in data["contexts"]] == ["work", "kind-mgmt"]
+
+
+def test_one_merge_of_kubeconfigs_sets_a_missing_current_context_and_names_the_option():
+    assert yaml.safe_load(kube.merge_kubeconfig(_user_config(""), KIND_EXPORTED))["current-context"] == "kind-mgmt"
+    assert kube.merge_kubeconfig(None, KIND_EXPORTED) == kube.merge_kubeconfig("\n", KIND_EXPORTED)
+    assert yaml.safe_load(kube.merge_kubeconfig(None, KIND_EXPORTED)) == yaml.safe_load(KIND_EXPORTED)
+    with pytest.raises(kube.KubeError, match="not a mapping[)]; move it away or choose another kubeconfig_path$"):
+        kube.merge_kubeconfig("- a\n", KIND_EXPORTED, option="kubeconfig_path")
+    with pytest.raises(kube.KubeError, match="is not YAML .*; move it away or choose another path$"):
+        kube.merge_kubeconfig("a: [", KIND_EXPORTED)
+
+
+class _Discovery:
+    def __init__(self, *served):
+        self.served = served
+
+    def search(self, group=None, kind=None):
+        assert (group, kind) == ("cluster.x-k8s.io", "Cluster")
+        return [
+            type("Resource", (), {"name": name, "api_version": version, "preferred": preferred, "subresource": None})
+            for name, version, preferred in self.served
+        ]
+
+
+@pytest.mark.parametrize(
+    "served, chosen",
+    [
+        ((), None),
+        ((("clusters", "v1beta1", False), ("clusters", "v1beta2", True)), "v1beta2"),
+        ((("clusters", "v1beta2", False), ("clusters", "v1beta1", True)), "v1beta1"),  # the group's preferred version
+        ((("clusters", "v1beta1", False), ("clusters", "v1beta2", False)), "v1beta2"),  # none preferred: the newest
+        ((("clusters/status", "v1beta2", True), ("clusters", "v1beta1", False)), "v1beta1"),  # never a subresource
+    ],
+)
+def test_one_cluster_resource_lookup_takes_the_preferred_version(served, chosen):
+    client = type("Client", (), {"resources": _Discovery(*served)})()
+    res = kube.cluster_resource(client)
+    assert (res.api_version if res is not None else None) == chosen
 
 
 # --- verbs -------------------------------------------------------------------------------------
@@ -269,3 +349,14 @@ def test_a_reset_write_is_not_applied_and_the_client_sees_a_connection_error(kin
     assert not kind_api.exists("v1", "ConfigMap", "reset-me", "default")
     assert post() == 201
     assert kind_api.exists("v1", "ConfigMap", "reset-me", "default")
+
+
+def test_teardown_takes_an_unanswered_discovery_as_an_unknown_state():
+    from ansible_collections.krops.platform.plugins.module_utils import teardown
+
+    class Broken:
+        def search(self, **_kwargs):
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    with pytest.raises(teardown.UnknownState, match="^cannot discover Cluster API resources: "):
+        teardown.served_cluster(type("Client", (), {"resources": Broken()})())

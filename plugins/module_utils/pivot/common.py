@@ -17,6 +17,7 @@ except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
 from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils.errors import PivotError  # the error the phases raise
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.oci import registry_serves  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.krops.platform.plugins.module_utils import profiles
@@ -46,18 +47,11 @@ CHARTS = {
 }
 
 
-class PivotError(errors.PivotError):
-    """A pivot phase failed; ``phase`` names it and ``result`` holds what was done so far."""
-
-    def __init__(self, phase, message, result=None):
-        super().__init__(message, result)
-        self.phase = phase
-
-
-class Pending(Exception):
+class Pending(errors.KropsError):
     """A wait ran out of its step budget (not of its timeout); the action plugin runs the next step.
 
-    Not an error: run() turns it into a pending result.
+    Not an error: run() turns it into a pending result, and it never leaves run(). It is a KropsError
+    only so that the error tree keeps one root; issue 24's step engine returns it as a value instead.
     """
 
     def __init__(self, key, phase, title, waited, total, state):

@@ -104,14 +104,14 @@ def run(pv):
             pv.connect_kubeconfig = os.path.join(pv._tempdir, "target.kubeconfig")
             kube.write_private(pv.connect_kubeconfig, text)
             try:
-                if kube.write_kubeconfig(pv.target_kubeconfig, text, pv.target_context, check_mode=True):
+                if kube.write_kubeconfig(pv.target_kubeconfig, text, check_mode=True):
                     pv.changed()
             except kube.KubeError as exc:
                 raise PivotError(phase, f"the management kubeconfig {pv.target_kubeconfig}: {exc}")
         else:
             # Merged: other contexts of an existing file (~/.kube/config) survive; the file is 0600.
             try:
-                if kube.write_kubeconfig(pv.target_kubeconfig, text, pv.target_context):
+                if kube.write_kubeconfig(pv.target_kubeconfig, text):
                     pv.changed()
                     pv.say(f"wrote {pv.target_kubeconfig} (context {pv.target_context})")
             except kube.KubeError as exc:
