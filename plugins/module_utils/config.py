@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - Python < 3.11 is not a supported contr
 
 from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import errors
-from ansible_collections.krops.platform.plugins.module_utils.errors import ConfigError  # noqa: F401  # pylint: disable=unused-import  # config.ConfigError, the area error, is what airgap.py catches
+from ansible_collections.krops.platform.plugins.module_utils.errors import ConfigError  # noqa: F401  # pylint: disable=unused-import  # config.ConfigError: the area error, as airgap.py and the tests catch it
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 
 DEFAULT_FILE = "bootstrap.toml"
