@@ -62,6 +62,19 @@ def reset(url):
     urllib.request.urlopen(urllib.request.Request(url + "/moto-api/reset", method="POST"), timeout=10).close()
 
 
+def sweep_params(url, toml, concurrency, wait_timeout=60):
+    """aws_sweep.run's parameters for the aws environment of ``toml`` against moto at ``url``."""
+    return {
+        "config_file": toml,
+        "environment": "aws",
+        "endpoint_url": url,
+        "access_key": "bench",
+        "secret_key": "bench",
+        "concurrency": concurrency,
+        "wait_timeout": wait_timeout,
+    }
+
+
 def one_run(url, toml, concurrency, latency):
     reset(url)
     owned = seed_world(url)[0]
@@ -69,15 +82,7 @@ def one_run(url, toml, concurrency, latency):
     if latency:
         hooks.append(("before-call", lambda **_kwargs: time.sleep(latency)))
     aws.CLIENT_HOOKS[:] = hooks
-    params = {
-        "config_file": toml,
-        "environment": "aws",
-        "endpoint_url": url,
-        "access_key": "bench",
-        "secret_key": "bench",
-        "concurrency": concurrency,
-        "wait_timeout": 60,
-    }
+    params = sweep_params(url, toml, concurrency)
     started = time.monotonic()
     result = aws_sweep.run(params)
     wall = time.monotonic() - started

@@ -260,19 +260,22 @@ def check_point(root, point, expected, checks):
         try:
             rc, out, err, _s = host.run(fault=True)
             row["fault_rc"] = rc if row["fault_rc"] is None else row["fault_rc"]
-            rc, out, err, _s = host.run("--tags", "teardown")
-            left = host.owned_left()
-            row["torn_down"] = rc == 0 and not left
-            if rc == 0 and left:
-                row["notes"].append("BUG teardown rc=0 but left: " + ", ".join(left[:5]))
-            elif rc != 0:
-                row["notes"].append(
-                    "teardown rc=%d: %s; left: %s" % (rc, _short(failed_tasks(out), err), ", ".join(left[:5]))
-                )
-            row["lost"] += [p for p in host.lost(after_rerun=False) if p not in row["lost"]]
+            tear_down(host, row)
         finally:
             host.stop()
     return row
+
+
+def tear_down(host, row):
+    """``--tags teardown`` on the host: torn down clean when it exits 0 with nothing owned left."""
+    rc, out, err, _s = host.run("--tags", "teardown")
+    left = host.owned_left()
+    row["torn_down"] = rc == 0 and not left
+    if rc == 0 and left:
+        row["notes"].append("BUG teardown rc=0 but left: " + ", ".join(left[:5]))
+    elif rc != 0:
+        row["notes"].append("teardown rc=%d: %s; left: %s" % (rc, _short(failed_tasks(out), err), ", ".join(left[:5])))
+    row["lost"] += [p for p in host.lost(after_rerun=False) if p not in row["lost"]]
 
 
 def check_teardown_point(root, point, row):
@@ -287,16 +290,7 @@ def check_teardown_point(root, point, row):
             return row
         rc, out, err, _s = host.run("--tags", "teardown", fault=True)
         row["fault_rc"] = rc
-        rc, out, err, _s = host.run("--tags", "teardown")
-        left = host.owned_left()
-        row["torn_down"] = rc == 0 and not left
-        if rc == 0 and left:
-            row["notes"].append("BUG teardown rc=0 but left: " + ", ".join(left[:5]))
-        elif rc != 0:
-            row["notes"].append(
-                "teardown rc=%d: %s; left: %s" % (rc, _short(failed_tasks(out), err), ", ".join(left[:5]))
-            )
-        row["lost"] += host.lost(after_rerun=False)
+        tear_down(host, row)
     finally:
         host.stop()
     return row

@@ -299,7 +299,7 @@ def work_sweep(n, repeat, workdir):
     the management cluster, each with its full resource set, in up to 10 regions and one account: wall time and
     AWS API calls per deleted resource (target at most 3). The 3-account form waits for issue 26 item 4."""
     sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-    from aws_sweep_bench import start_moto
+    import aws_sweep_bench
 
     from ansible_collections.krops.platform.plugins.module_utils import aws_sweep
     from test_aws_sweep_world import seed_cluster, seed_global
@@ -310,24 +310,16 @@ def work_sweep(n, repeat, workdir):
     toml = os.path.join(workdir, "bootstrap.toml")
     with open(toml, "w", encoding="utf-8") as handle:
         handle.write(text)
-    proc, url = start_moto()
+    proc, url = aws_sweep_bench.start_moto()
     try:
         runs = []
         for _number in range(max(1, repeat - 1)):
-            __import__("aws_sweep_bench").reset(url)
+            aws_sweep_bench.reset(url)
             owned = set()
             for name, region, eks, rds in clusters:
                 owned |= seed_cluster(url, name, region, eks, rds, name)
             owned |= seed_global(url, regions=sorted({c[1] for c in clusters}))
-            params = {
-                "config_file": toml,
-                "environment": "aws",
-                "endpoint_url": url,
-                "access_key": "bench",
-                "secret_key": "bench",
-                "concurrency": 2,
-                "wait_timeout": 120,
-            }
+            params = aws_sweep_bench.sweep_params(url, toml, 2, wait_timeout=120)
             started = time.monotonic()
             result = aws_sweep.run(params)
             wall = time.monotonic() - started
