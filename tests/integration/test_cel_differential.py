@@ -187,3 +187,14 @@ def test_a_violation_only_krops_walk_reaches_fails_the_write(monkeypatch):
     with pytest.raises(strict_api.ApiError) as caught:
         strict_api.cel_errors(schema, {"spec": {"a": 5}})
     assert "two CEL walks disagree" in str(caught.value)
+
+
+def test_an_optional_old_self_rule_runs_on_create_through_krops_evaluator():
+    """optionalOldSelf rules run on create (oldSelf is an empty optional); the emulator's own path skips oldSelf
+    rules, so krops' verdict is taken and listed as such."""
+    from tests.substrate import strict_api
+
+    schema = _schema_with({"rule": "oldSelf.hasValue()", "optionalOldSelf": True})
+    errors = strict_api.cel_errors(schema, {"spec": {"a": 0}})
+    assert [str(e) for e in errors] == ['spec: Invalid value: "object": failed rule: oldSelf.hasValue()']
+    assert "oldSelf.hasValue()" in strict_api.PRODUCT_VERDICTS

@@ -1285,6 +1285,12 @@ def cel_errors(schema, obj):
                 continue
             message = theirs.message.strip() or f"failed rule: {theirs.rule.strip()}"
             failed.append((key[0], message, theirs.reason or "FieldValueInvalid", theirs.schema_type or "object"))
+    # optionalOldSelf rules run on create too (krops' evaluator runs them; the emulator's path skips oldSelf)
+    for theirs in results:
+        if theirs.transition and theirs.outcome == krops_cel.VIOLATED:
+            PRODUCT_VERDICTS.add(theirs.rule)
+            message = theirs.message.strip() or f"failed rule: {theirs.rule.strip()}"
+            failed.append((theirs.path, message, theirs.reason or "FieldValueInvalid", theirs.schema_type or "object"))
     return [
         FieldError(reason, path or "<nil>", schema_type, message)
         if reason == "FieldValueInvalid"
