@@ -761,9 +761,9 @@ def provider_archive(reference, contents):
 
 
 def _download(url):
-    from urllib.request import urlopen  # connected build only
+    from ansible.module_utils.urls import open_url  # connected build only
 
-    with urlopen(url, timeout=120) as response:  # noqa: S310 - https release URLs of PROVIDER_RELEASES
+    with open_url(url, timeout=120) as response:  # https release URLs of PROVIDER_RELEASES
         return response.read()
 
 
