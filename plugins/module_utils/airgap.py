@@ -509,15 +509,20 @@ def _registry_image(root):
         return "registry:3"
 
 
-def load_lock(root):
-    path = os.path.join(root, LOCK_FILE)
+def _read_yaml(root, rel):
+    """The YAML document of root/rel ({} when the file is absent or empty); AirgapError when it is not YAML."""
+    path = os.path.join(root, rel)
     if not os.path.isfile(path):
         return {}
     try:
         with open(path, encoding="utf-8") as handle:
-            lock = yaml.safe_load(handle) or {}
+            return yaml.safe_load(handle) or {}
     except yaml.YAMLError as exc:
-        raise AirgapError("{} is not YAML: {}".format(LOCK_FILE, " ".join(str(exc).split())))
+        raise AirgapError("{} is not YAML: {}".format(rel, " ".join(str(exc).split())))
+
+
+def load_lock(root):
+    lock = _read_yaml(root, LOCK_FILE)
     for ref, entry in (lock.get("images") or {}).items():
         if not isinstance(entry, dict) or not _DIGEST.match(str(entry.get("digest", ""))) or not entry.get("source"):
             raise AirgapError(
@@ -573,14 +578,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 def load_provider_lock(root):
     """{url: sha256} of airgap/provider-components.yaml (only the files whose checksum was recorded)."""
-    path = os.path.join(root, PROVIDER_LOCK)
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            doc = yaml.safe_load(handle) or {}
-    except yaml.YAMLError as exc:
-        raise AirgapError("{} is not YAML: {}".format(PROVIDER_LOCK, " ".join(str(exc).split())))
+    doc = _read_yaml(root, PROVIDER_LOCK)
     recorded = {}
     for provider in doc.get("providers") or []:
         for entry in (provider or {}).get("files") or []:
