@@ -44,6 +44,12 @@ def _bin(name):
     return str(found) if found.exists() else name
 
 
+def _sbom_bin():
+    """cyclonedx-py from the SBOM tool's own virtual environment (.venv/sbom: requirements-sbom.txt)."""
+    found = Path(sys.prefix) / "sbom" / "bin" / "cyclonedx-py"
+    return str(found) if found.exists() else "cyclonedx-py"
+
+
 def _run(argv, cwd=ROOT, **kwargs):
     try:
         run = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, **kwargs)
@@ -230,7 +236,7 @@ def step_sbom(ctx):
     source.write_text("".join(f"{name}=={version}\n" for name, version in pinned), encoding="utf-8")
     sbom = ctx["out"] / f"krops-platform-{ctx['version']}.python.cdx.json"
     _run(
-        [_bin("cyclonedx-py"), "requirements", str(source), "--of", "JSON", "--sv", "1.6"]
+        [_sbom_bin(), "requirements", str(source), "--of", "JSON", "--sv", "1.6"]
         + ["--output-reproducible", "--validate", "-o", str(sbom)]
     )
     ctx["sbom"] = sbom

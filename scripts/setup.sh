@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a checkout to run and test krops.platform:
 #   - find a Python 3.12+ (KROPS_PYTHON, python3.13/3.12/python3 on PATH, then pyenv versions),
-#   - create .venv and install the pinned requirements (skipped when unchanged),
+#   - create .venv and install the pinned requirements (skipped when unchanged), and the SBOM tool in .venv/sbom,
 #   - install the Debian packages the tests need (docker-registry, age, rsync, shellcheck) when root with apt,
 #   - link .collections/ansible_collections/krops/platform to this checkout, so
 #     ansible-playbook resolves krops.platform.* from the working tree,
@@ -45,6 +45,21 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # every file of the ansible package's bundled collections up front: Python compiles what it imports.
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-test.txt
   echo "$want" > "$stamp"
+fi
+
+# The SBOM tool in a virtual environment of its own (requirements-sbom.txt says why).
+sbom_stamp=.venv/sbom/.krops-requirements
+sbom_want=$(sha256sum < requirements-sbom.txt | cut -d' ' -f1)
+if [ "$(cat "$sbom_stamp" 2>/dev/null)" != "$sbom_want" ]; then
+  say "installing the SBOM tool into .venv/sbom"
+  rm -rf .venv/sbom
+  .venv/bin/python -m venv .venv/sbom
+  .venv/sbom/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-sbom.txt
+  echo "$sbom_want" > "$sbom_stamp"
+fi
+# A .venv set up before the SBOM tool moved out still holds it and that format checker.
+if .venv/bin/python -c 'import cyclonedx' 2>/dev/null; then
+  .venv/bin/python -m pip uninstall --quiet --disable-pip-version-check -y cyclonedx-bom cyclonedx-python-lib rfc3987-syntax
 fi
 
 missing=()

@@ -43,6 +43,7 @@ PIN_FILES = (
     "requirements.yml",
     "requirements.txt",
     "requirements-test.txt",
+    "requirements-sbom.txt",
     "execution-environment.yml",
     ".github/workflows/*.yml",
     "airgap/*.yaml",

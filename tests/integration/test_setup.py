@@ -36,3 +36,21 @@ def test_setup_runs_ten_times_with_a_clean_output():
         assert ", ansible [core 2." in lines[0], lines
         assert "Traceback" not in proc.stdout
     assert (VENV_BIN / "python").exists()
+
+
+def test_the_test_environment_imports_kubernetes_as_a_users_does():
+    """The SBOM tool stays out of .venv (requirements-sbom.txt): its validation extra installs
+    rfc3987-syntax, which jsonschema imports whenever it is there and which builds a grammar on import.
+    Every kubernetes.core module process imports jsonschema (through kubernetes-validate), so with it a
+    k8s_info task took 5.5 s instead of 2.3 s, and the whole suite about twice as long."""
+    proc = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", "import sys, kubernetes.dynamic; print(sorted(sys.modules))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    loaded = proc.stdout
+    assert "'jsonschema'" in loaded
+    assert "'rfc3987_syntax'" not in loaded, "rfc3987-syntax is in .venv: scripts/setup.sh removes it"
+    assert (VENV_BIN.parent / "sbom" / "bin" / "cyclonedx-py").exists(), "make setup installs .venv/sbom"
