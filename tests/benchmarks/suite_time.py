@@ -13,6 +13,9 @@ also gives the pytest summary of the tier (how many tests passed).
     --count         tests collected (all, and not slow) and `assert` statements in the test files
                     (AST), the honesty figures: they must not go down when the suite gets faster
     --profile FILE  a per-file table (tests, seconds, slowest test) from a pytest --junitxml file
+    --tasks DIR     the slowest playbook tasks of a run with KROPS_PLAYBOOK_LOG=DIR (tests/substrate/
+                    fixtures.py keeps each ansible_playbook run's JSON output there): seconds summed
+                    per task name over every run, with how many runs and loop items it took
     --record        store this run's figures in tests/benchmarks/suite_time.json (committed)
 
 Run from the repository root: .venv/bin/python tests/benchmarks/suite_time.py [--tier check] [--count]
@@ -31,6 +34,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,15 +117,48 @@ def profile(junit):
     print(f"| total | {sum(r[0] for r in per_file.values())} | {total:.0f} | |")
 
 
+def _seconds(duration):
+    start, end = (datetime.fromisoformat(duration[k].replace("Z", "+00:00")) for k in ("start", "end"))
+    return (end - start).total_seconds()
+
+
+def tasks(folder, top=30):
+    """Print the tasks that cost most over every playbook run kept in folder."""
+    spent, runs, items, total = defaultdict(float), defaultdict(int), defaultdict(int), 0.0
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            output = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        for play in output.get("plays", []):
+            for task in play.get("tasks", []):
+                duration = task["task"].get("duration") or {}
+                if "start" not in duration or "end" not in duration:
+                    continue
+                name, seconds = task["task"]["name"], _seconds(duration)
+                spent[name] += seconds
+                runs[name] += 1
+                items[name] += max((len(h.get("results") or [None]) for h in task["hosts"].values()), default=1)
+                total += seconds
+    print(f"{total:.1f} s in {sum(runs.values())} task runs; the slowest task names:")
+    print("| seconds | runs | items | task |\n|---:|---:|---:|---|")
+    for name in sorted(spent, key=spent.get, reverse=True)[:top]:
+        print(f"| {spent[name]:.1f} | {runs[name]} | {items[name]} | {name} |")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tier", action="append", choices=sorted(TARGETS), help="default: all three")
     parser.add_argument("--count", action="store_true")
     parser.add_argument("--profile", metavar="JUNIT_XML")
+    parser.add_argument("--tasks", metavar="DIR")
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args(argv)
     if args.profile:
         profile(args.profile)
+        return 0
+    if args.tasks:
+        tasks(args.tasks)
         return 0
     last = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
     now = {}

@@ -16,8 +16,10 @@ process or a port.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -372,6 +374,22 @@ def playbook_env(tmp_path, extra=None):
     return env
 
 
+def _keep_for_profile(stdout):
+    """With KROPS_PLAYBOOK_LOG=DIR, each run's JSON callback output goes to DIR, named by the test
+    (suite_time.py --tasks DIR prints the slowest tasks: where a playbook test spends its time)."""
+    folder = os.environ.get("KROPS_PLAYBOOK_LOG")
+    if not folder:
+        return
+    test = os.environ.get("PYTEST_CURRENT_TEST", "unknown").split(" ")[0]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", test)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    for n in itertools.count():
+        path = Path(folder) / f"{name}.{n}.json"
+        if not path.exists():
+            path.write_text(stdout, encoding="utf-8")
+            return
+
+
 @pytest.fixture
 def ansible_playbook(tmp_path):
     """ansible_playbook(play_or_path, *args, env=None) -> (rc, parsed JSON callback output, stderr)."""
@@ -407,6 +425,7 @@ def ansible_playbook(tmp_path):
             output = json.loads(proc.stdout)
         except json.JSONDecodeError:
             output = {"raw": proc.stdout}
+        _keep_for_profile(proc.stdout)
         return proc.returncode, output, proc.stderr
 
     return run
