@@ -374,7 +374,7 @@ def playbook_env(tmp_path, extra=None):
     return env
 
 
-def _keep_for_profile(stdout):
+def keep_for_profile(stdout):
     """With KROPS_PLAYBOOK_LOG=DIR, each run's JSON callback output goes to DIR, named by the test
     (suite_time.py --tasks DIR prints the slowest tasks: where a playbook test spends its time)."""
     folder = os.environ.get("KROPS_PLAYBOOK_LOG")
@@ -425,7 +425,7 @@ def ansible_playbook(tmp_path):
             output = json.loads(proc.stdout)
         except json.JSONDecodeError:
             output = {"raw": proc.stdout}
-        _keep_for_profile(proc.stdout)
+        keep_for_profile(proc.stdout)
         return proc.returncode, output, proc.stderr
 
     return run

@@ -56,7 +56,15 @@ from ansible_collections.krops.platform.plugins.module_utils import render
 from tests.substrate import tool_contracts as contracts
 from tests.substrate.capi_world import CapiController
 from tests.substrate.docker_double import DockerDouble
-from tests.substrate.fixtures import REPO, VENV_BIN, ManagedProcess, free_port, playbook_env, wait_until_answers
+from tests.substrate.fixtures import (
+    REPO,
+    VENV_BIN,
+    ManagedProcess,
+    free_port,
+    keep_for_profile,
+    playbook_env,
+    wait_until_answers,
+)
 from tests.substrate.flux_world import FluxController, World
 from tests.substrate.strict_api import StrictKubeEmulator
 
@@ -185,6 +193,7 @@ class EmulatedWorld:
             output = json.loads(proc.stdout)
         except json.JSONDecodeError:
             output = {"raw": proc.stdout}
+        keep_for_profile(proc.stdout)
         return proc.returncode, output, proc.stderr
 
     # ---- looking at the world ----------------------------------------------------------------
