@@ -618,6 +618,17 @@ PROVIDER_KINDS = (
     "IPAMProvider",
     "RuntimeExtensionProvider",
 )
+# The order teardown deletes them in: add-ons first and core last, so no provider outlives one it
+# needs; every kind above is in it (an IPAM or runtime-extension provider would otherwise stay).
+PROVIDER_DELETE_ORDER = (
+    ("AddonProvider", "add-on"),
+    ("RuntimeExtensionProvider", "runtime extension"),
+    ("IPAMProvider", "IPAM"),
+    ("ControlPlaneProvider", "control plane"),
+    ("BootstrapProvider", "bootstrap"),
+    ("InfrastructureProvider", "infrastructure"),
+    ("CoreProvider", "core"),
+)
 
 
 def capi_resources(client, namespaced=True):

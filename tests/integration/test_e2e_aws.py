@@ -320,7 +320,8 @@ PLAN = [
     "Teardown of aws on the kind cluster (context kind-mgmt) [check mode: nothing is deleted]",
     "1. suspend every Flux Kustomization and Flux Operator object on the kind cluster",
     f"2. delete the workload Clusters {', '.join(WORKLOADS)} through the provider and wait ({TIMEOUT})",
-    "3. delete the CAPI providers (add-on, control plane, bootstrap, infrastructure, core) so nothing recreates "
+    "3. delete the CAPI providers (add-on, runtime extension, IPAM, control plane, bootstrap, infrastructure, core) "
+    "so nothing recreates "
     "cloud resources",
     "4. helm uninstall flux and flux-operator in flux-system",
     "5. delete the bootstrap secrets and run tags in flux-system",

@@ -359,7 +359,8 @@ PLAN = [
     "2. remove the gcp resources the workload Clusters' deletion waits for (Cloud SQL instances, private services "
     "access connections and their ranges; ownership-filtered)",
     f"3. delete the workload Clusters {WORKLOAD_VPC} through the provider and wait (60s)",
-    "4. delete the CAPI providers (add-on, control plane, bootstrap, infrastructure, core) so nothing recreates "
+    "4. delete the CAPI providers (add-on, runtime extension, IPAM, control plane, bootstrap, infrastructure, core) "
+    "so nothing recreates "
     "cloud resources",
     "5. helm uninstall flux and flux-operator in flux-system",
     "6. delete the bootstrap secrets and run tags in flux-system",

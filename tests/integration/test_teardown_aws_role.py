@@ -41,9 +41,12 @@ pytestmark = pytest.mark.slow
 R = "krops.platform.teardown : "
 MGMT = "eu-north-1-management"
 WORKLOADS = ("eu-north-1-workload", "eu-west-1-workload")
+# An IPAM provider too: teardown deletes every provider kind of cluster-api-operator, not only the
+# ones the aws tree installs (one left behind keeps its controller running).
 PROVIDERS = (
     ("CoreProvider", "capi-system", "cluster-api"),
     ("InfrastructureProvider", "capa-system", "aws"),
+    ("IPAMProvider", "capi-ipam-in-cluster-system", "in-cluster"),
     ("AddonProvider", "caaph-system", "helm"),
 )
 
@@ -165,7 +168,8 @@ def test_aws_teardown_check_mode_prints_the_plan_and_changes_nothing(
         "Teardown of aws on the kind cluster (context kind-mgmt) [check mode: nothing is deleted]",
         "1. suspend every Flux Kustomization and Flux Operator object on the kind cluster",
         "2. delete the workload Clusters eu-north-1-workload, eu-west-1-workload through the provider and wait (1200s)",
-        "3. delete the CAPI providers (add-on, control plane, bootstrap, infrastructure, core) so nothing recreates "
+        "3. delete the CAPI providers (add-on, runtime extension, IPAM, control plane, bootstrap, infrastructure, core) "
+        "so nothing recreates "
         "cloud resources",
         "4. helm uninstall flux and flux-operator in flux-system",
         "5. delete the bootstrap secrets and run tags in flux-system",
@@ -181,6 +185,7 @@ def test_aws_teardown_check_mode_prints_the_plan_and_changes_nothing(
     providers = ran(out, "Delete them add-on first, core last, each waited for")["results"]
     assert [(p["item"]["kind"], p["item"]["metadata"]["name"], p["changed"]) for p in providers] == [
         ("AddonProvider", "helm", True),
+        ("IPAMProvider", "in-cluster", True),
         ("InfrastructureProvider", "aws", True),
         ("CoreProvider", "cluster-api", True),
     ]

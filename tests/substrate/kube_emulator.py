@@ -124,6 +124,8 @@ KROPS_RESOURCES = [
     ("operator.cluster.x-k8s.io", "v1alpha2", "ControlPlaneProvider", "controlplaneproviders", True),
     ("operator.cluster.x-k8s.io", "v1alpha2", "InfrastructureProvider", "infrastructureproviders", True),
     ("operator.cluster.x-k8s.io", "v1alpha2", "AddonProvider", "addonproviders", True),
+    ("operator.cluster.x-k8s.io", "v1alpha2", "IPAMProvider", "ipamproviders", True),
+    ("operator.cluster.x-k8s.io", "v1alpha2", "RuntimeExtensionProvider", "runtimeextensionproviders", True),
     ("addons.cluster.x-k8s.io", "v1alpha1", "HelmChartProxy", "helmchartproxies", True),
     ("infrastructure.cluster.x-k8s.io", "v1beta1", "DockerCluster", "dockerclusters", True),
     ("infrastructure.cluster.x-k8s.io", "v1beta1", "DockerMachine", "dockermachines", True),
