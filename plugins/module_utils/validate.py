@@ -2,33 +2,12 @@
 # Apache License 2.0 (see LICENSE)
 """validate: render, schema-check and cross-check the GitOps tree (mgmt/<env>, workload/<overlay>).
 
-Rules (one finding per problem, each naming file, object, rule and message):
-
-- ``render``: every directory with a kustomization file builds with kustomize.
-- ``schema``: every rendered object validates against its JSON schema (unknown fields are
-  errors; Flux postBuild variables are substituted first); a kind without schema is an
-  error unless allow-listed.
-- ``flux-graph``: dependsOn names a Kustomization of the environment, no cycle, and every
-  sourceRef / chartRef / healthCheck / decryption and kubeConfig secretRef / substituteFrom
-  names something the tree defines or the lifecycle creates (per bootstrap.toml).
-- ``bootstrap``: bootstrap.toml agrees with the tree (chart pins, provider and pivot
-  manifests, pivot-manifest-vars in use, move fallbacks, mgmt-cluster and mgmt-region,
-  teardown names, regions and VPCs).
-- ``secrets``: every Secret manifest is a SOPS file with encrypted data.
-- ``tags``: every cloud resource the tree declares (CAPA control planes and machine pools, ACK
-  resources) carries ``krops.io/environment=<env>`` and the run tags (docs/ownership.md).
-- ``cel``: every custom resource passes the ``x-kubernetes-validations`` CEL rules of its schema
-  (module_utils/cel.py); rules the CEL library cannot evaluate are listed in ``cel_unevaluable``.
-- ``yamllint``: yamllint (the repository's .yamllint) over mgmt/ and workload/.
-- ``admission``: every object passes its provider's admission webhooks as the API server runs them on
-  create (defaulting first, then validation; module_utils/admission.py, the rules ported from upstream
-  with their sources), with the feature gates the tree sets on its operator providers.
-- ``contracts``: each operator provider's release implements the core's contract (module_utils/contracts.py,
-  from the providers' metadata.yaml); one on Cluster API's temporary compatibility bridge is a warning naming
-  it; a release built on an end-of-life Cluster API line is a finding unless the environment lists it in
-  bootstrap.toml ``accepted-end-of-life`` (then a warning). Warnings are in ``warnings``, never findings.
-- ``airgap``: (local-host, when airgap/zarf.yaml exists) every image of zarf.yaml is in airgap/images.txt
-  with the same tag and digest, and every image the rendered tree references is listed there.
+One finding per problem, each naming file, object, rule (its category, one of RULES) and message;
+docs/architecture.md "validate" lists what each category checks. Categories: render (kustomize builds),
+schema, substitution, cel, admission, contracts (the API server's and the providers' checks), flux-graph
+(references and dependsOn), bootstrap (bootstrap.toml agrees with the tree), secrets (SOPS only), tags
+(ownership and run tags, GCP labels), yamllint, airgap (local-host's image lists). Contract warnings are
+in ``warnings``, CEL rules that cannot be evaluated in ``cel_unevaluable``: never findings.
 
 The engine is here (run: index the files, render, expand, then the rules; Finding, _Env and _Item); the
 rules are a registry, REGISTRY, an ordered table of ValidateRule rows (id, finding category, function,
@@ -358,18 +337,7 @@ def _run(path, environments, schema_location, allow_kinds, config_file, renderer
         cfg = krops_config.load(path=config_file or os.path.join(root, krops_config.DEFAULT_FILE), environ={})
     except krops_config.ConfigKeyError as exc:
         raise ValidateError(str(exc))
-    present = environments_present(root)
-    if environments:
-        missing = [e for e in environments if e not in present]
-        if missing:
-            raise ValidateError(
-                "environment {} has no folder mgmt/{} (environments in the tree: {})".format(
-                    missing[0], missing[0], ", ".join(present) or "none"
-                )
-            )
-        selected = list(environments)
-    else:
-        selected = present
+    selected = _select(root, environments)
     location = schema_location or environ.get("KROPS_SCHEMA_LOCATION") or validate_schema.DEFAULT_SCHEMA_LOCATION
     try:
         store = validate_schema.SchemaStore(location, base_dir=root)
@@ -393,24 +361,9 @@ def _run(path, environments, schema_location, allow_kinds, config_file, renderer
             collect(env)
         unevaluable.extend(env.cel or [])
         warnings.extend(env.warnings)
-        unique = {}
-        for finding in env.findings:
-            unique.setdefault(finding.key(), finding)
-        env_findings = sorted(unique.values(), key=lambda f: (f.file, f.object, RULES.index(f.rule), f.message))
+        env_findings, summary[name] = _summarise(env, time.monotonic() - env_started)
         findings.extend(env_findings)
-        rendered = sum(1 for item in env.items if not item.virtual)
-        per_rule = {rule: sum(1 for f in env_findings if f.rule == rule) for rule in RULES}
-        summary[name] = {
-            "directories": len(env.directories),
-            "objects": rendered,
-            "files": env.files,
-            "findings": len(env_findings),
-            "by_rule": per_rule,
-            "cel_unevaluable": len(env.cel or []),
-            "warnings": len(env.warnings),
-            "seconds": round(time.monotonic() - env_started, 3),
-        }
-        total_objects += rendered
+        total_objects += summary[name]["objects"]
         total_dirs += len(env.directories)
         covered.update(env.tops)
     if not environments:
@@ -425,6 +378,39 @@ def _run(path, environments, schema_location, allow_kinds, config_file, renderer
         "cel_unevaluable": unevaluable,
         "warnings": warnings,
         "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _select(root, environments):
+    """The environments to check: those asked for (each must have its mgmt/<env> folder), else all."""
+    present = environments_present(root)
+    if not environments:
+        return present
+    missing = [e for e in environments if e not in present]
+    if missing:
+        raise ValidateError(
+            "environment {} has no folder mgmt/{} (environments in the tree: {})".format(
+                missing[0], missing[0], ", ".join(present) or "none"
+            )
+        )
+    return list(environments)
+
+
+def _summarise(env, seconds):
+    """(the environment's findings, each once and sorted, its summary)."""
+    unique = {}
+    for finding in env.findings:
+        unique.setdefault(finding.key(), finding)
+    env_findings = sorted(unique.values(), key=lambda f: (f.file, f.object, RULES.index(f.rule), f.message))
+    return env_findings, {
+        "directories": len(env.directories),
+        "objects": sum(1 for item in env.items if not item.virtual),
+        "files": env.files,
+        "findings": len(env_findings),
+        "by_rule": {rule: sum(1 for f in env_findings if f.rule == rule) for rule in RULES},
+        "cel_unevaluable": len(env.cel or []),
+        "warnings": len(env.warnings),
+        "seconds": round(seconds, 3),
     }
 
 
