@@ -37,13 +37,14 @@ from ansible_collections.krops.platform.plugins.module_utils import profiles  # 
 from ansible_collections.krops.platform.plugins.module_utils import render  # noqa: E402
 from ansible_collections.krops.platform.plugins.module_utils import validate  # noqa: E402
 from ansible_collections.krops.platform.plugins.module_utils import validate_schema  # noqa: E402
+from ansible_collections.krops.platform.plugins.module_utils import validate_yamllint  # noqa: E402
 
 MAX_SECONDS = 15.0
 MAX_RATIO = 2.0
 # Process caches a later validate reuses; emptied before each environment's cold run.
 CACHES = (
     (render, "_BUILD_CACHE"),
-    (validate, "_LINT_CACHE"),
+    (validate_yamllint, "_LINT_CACHE"),
     (validate_schema, "_SHARED"),
     (cel, "_COMPILED"),
     (cel, "_HAS_RULES"),
