@@ -1117,7 +1117,12 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
         entry["role_arn"] = account["role-arn"]
         entry["failed"] = bool(entry["leftovers"] or entry["errors"])
         if entry["msg"] == NOTHING_SWEPT and entry["errors"]:
-            entry["msg"] = summary(entry, job["mode"], job["check_mode"])
+            prefix = f"account {account_id}: "
+            entry["msg"] = "not swept (nothing listed or deleted there): {}".format(
+                "; ".join(
+                    e["error"][len(prefix) :] if e["error"].startswith(prefix) else e["error"] for e in entry["errors"]
+                )
+            )
         entry["msg"] = f"account {account_id}: {entry['msg']}"
         parts.append(entry)
     return _merge_accounts(parts, conn, targets, started, job)
