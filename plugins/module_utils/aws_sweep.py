@@ -1034,9 +1034,10 @@ def assume_role(base, account, environment, region):
 
 
 def account_targets(account, targets):
-    """The targets swept in an account: those in its regions (every target when it names none)."""
-    wanted = account.get("regions") or []
-    return [t for t in targets if not wanted or t.region in wanted]
+    """The targets swept in an account: its clusters (every cluster when it names none) in its regions (every
+    region when it names none)."""
+    regions, clusters = account.get("regions") or [], account.get("clusters") or []
+    return [t for t in targets if (not regions or t.region in regions) and (not clusters or t.cluster in clusters)]
 
 
 def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
@@ -1102,7 +1103,8 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
             entry["errors"].append({"region": "", "type": "account", "error": failed[account_id]})
         else:
             swept = _unique(t.region for t in mine)
-            covers = set(swept) >= set(account.get("regions") or all_regions)
+            every = account_targets(account, environment_targets(job["cfg"], environment, True))
+            covers = set(swept) >= {t.region for t in every}
             try:
                 entry = sweep_account(session, account_id, mine, covers, **job)
             except (ClientError, BotoCoreError, aws.AwsError) as exc:

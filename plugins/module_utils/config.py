@@ -706,6 +706,8 @@ _AWS_ACCOUNT = {
     "role-arn": (_role_arn, ""),
     "role-name": (_role_name, ""),
     "regions": (contract.unique(_matching(_REGION, "an AWS region name such as eu-north-1", limit=32), 64), []),
+    # the clusters (aws-workloads cluster-name, mgmt-cluster) that live in this account; unset: every cluster
+    "clusters": (contract.unique(_DNS_LABEL_NAME, MAX_ITEMS), []),
     "external-id": (
         _optional(_matching(_EXTERNAL_ID, "an STS external ID: 2 to 1224 of letters, digits and _+=,.@:/-", 1224)),
         "",
@@ -906,7 +908,27 @@ def _check_accounts(env, ctx, key, profile):
             accounts,
         )
     regions = [env["mgmt-region"]] + [w["region"] for w in env["teardown"]["aws-workloads"]]
+    clusters = [env["mgmt-cluster"]] + [w["cluster-name"] for w in env["teardown"]["aws-workloads"]]
+    placed = {}
     for index, account in enumerate(accounts):
+        for position, cluster in enumerate(account["clusters"]):
+            where = "%s.accounts[%d].clusters[%d]" % (key, index, position)
+            if cluster not in clusters:
+                ctx.fail(
+                    where,
+                    "a cluster of this environment: {} (mgmt-cluster and the aws-workloads cluster-name)".format(
+                        ", ".join(clusters[:20]) + (" and %d more" % (len(clusters) - 20) if len(clusters) > 20 else "")
+                    ),
+                    cluster,
+                )
+            if cluster in placed:
+                ctx.fail(
+                    where,
+                    "a cluster that no other account lists (a cluster lives in one account)",
+                    cluster,
+                    detail=f"account {placed[cluster]} lists it too",
+                )
+            placed[cluster] = account["account-id"]
         for position, region in enumerate(account["regions"]):
             if region not in regions:
                 ctx.fail(

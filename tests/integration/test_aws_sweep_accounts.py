@@ -193,6 +193,45 @@ def test_each_configured_account_loses_only_what_it_owns_and_decoys_and_other_ac
     assert again_report["report"]["json"]["count"] == 0
 
 
+def test_each_account_owns_only_the_clusters_it_lists(run_module, moto, tmp_path, fast, monkeypatch):
+    """clusters = [...] places clusters in accounts: each account's proof is its own clusters' tags, so the same
+    tags of another cluster in that account prove nothing there."""
+    path = tmp_path / "bootstrap.toml"
+    path.write_text(
+        with_accounts(
+            f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-name = "krops-teardown"\n'
+            'clusters = ["eu-west-1-workload"]\n\n'
+            f'[[environments.aws.accounts]]\naccount-id = "{B}"\nrole-name = "krops-teardown"\n'
+            'clusters = ["eu-north-1-workload", "eu-north-1-management"]\n\n'
+        )
+    )
+    seeded = {account: seed_account(monkeypatch, moto, account) for account in (A, B)}
+    before = {account: inventory(monkeypatch, moto, account) for account in (A, B)}
+    clusters_a, globals_a, dummy = seeded[A]
+    owned_a = clusters_a["eu-west-1-workload"] | {g for g in globals_a if g[0] in ("global", "eu-west-1")}
+    clusters_b, globals_b, dummy = seeded[B]
+    owned_b = (
+        clusters_b["eu-north-1-workload"]
+        | clusters_b["eu-north-1-management"]
+        | {g for g in globals_b if g[0] in ("global", "eu-north-1")}
+    )
+    expected = {A: normalise(_entries(owned_a)), B: normalise(_entries(owned_b))}
+    gone = {account: defaults(monkeypatch, moto, account, owned) for account, owned in ((A, owned_a), (B, owned_b))}
+    result = sweep(run_module, moto, str(path))
+    assert not result.failed, result["msg"]
+    assert [(t["account_id"], t["cluster"]) for t in result["targets"]] == [
+        (A, "eu-west-1-workload"),
+        (B, "eu-north-1-workload"),
+        (B, "eu-north-1-management"),
+    ]
+    for account in (A, B):
+        assert per_account(result, "results", account, "deleted") == expected[account], account
+        assert inventory(monkeypatch, moto, account) == before[account] - expected[account] - gone[account], account
+    # the other clusters' identically tagged resources survive in each account
+    assert normalise(_entries(clusters_a["eu-north-1-workload"])) <= inventory(monkeypatch, moto, A)
+    assert normalise(_entries(clusters_b["eu-west-1-workload"])) <= inventory(monkeypatch, moto, B)
+
+
 def _entries(owned):
     return [{"region": r, "type": t, "id": i} for r, t, i in owned]
 
@@ -313,8 +352,8 @@ def test_without_accounts_the_sweep_is_the_callers_one_account(run_module, moto,
 BAD = [
     (
         f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-nam = "x"\n',
-        "environments.aws.accounts[0].role-nam: expected one of the known keys: account-id, duration, external-id, "
-        "regions, role-arn, role-name, session-name; unknown key 'role-nam'",
+        "environments.aws.accounts[0].role-nam: expected one of the known keys: account-id, clusters, duration, "
+        "external-id, regions, role-arn, role-name, session-name; unknown key 'role-nam'",
     ),
     (
         '[[environments.aws.accounts]]\naccount-id = 111111111111\nrole-name = "x"\n',
@@ -355,6 +394,18 @@ BAD = [
         f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-name = "x"\nregions = ["us-east-1"]\n',
         "environments.aws.accounts[0].regions[0]: expected a region of this environment: eu-north-1, eu-west-1 "
         "(mgmt-region and the aws-workloads regions), got 'us-east-1'",
+    ),
+    (
+        f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-name = "x"\nclusters = ["eu-west-1-workloadx"]\n',
+        "environments.aws.accounts[0].clusters[0]: expected a cluster of this environment: eu-north-1-management, "
+        "eu-north-1-workload, eu-west-1-workload (mgmt-cluster and the aws-workloads cluster-name), got "
+        "'eu-west-1-workloadx'",
+    ),
+    (
+        f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-name = "x"\nclusters = ["eu-west-1-workload"]\n'
+        f'[[environments.aws.accounts]]\naccount-id = "{B}"\nrole-name = "x"\nclusters = ["eu-west-1-workload"]\n',
+        "environments.aws.accounts[1].clusters[0]: expected a cluster that no other account lists (a cluster lives "
+        f"in one account), got 'eu-west-1-workload'; account {A} lists it too",
     ),
     (
         f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-name = "x"\nduration = "10m"\n',
