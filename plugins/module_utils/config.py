@@ -701,13 +701,29 @@ def _role_duration(value, ctx, key):
     return seconds
 
 
+def _not_empty(rule, what):
+    """rule, but an empty array is refused: it must not silently mean every {what} of the environment."""
+
+    def check(value, ctx, key):
+        if value == []:
+            ctx.fail(key, f"at least one {what} (leave the key out for every {what} of the environment)", value)
+        return rule(value, ctx, key)
+
+    return check
+
+
 _AWS_ACCOUNT = {
     "account-id": (_account_id, _REQUIRED),
     "role-arn": (_role_arn, ""),
     "role-name": (_role_name, ""),
-    "regions": (contract.unique(_matching(_REGION, "an AWS region name such as eu-north-1", limit=32), 64), []),
+    "regions": (
+        _not_empty(
+            contract.unique(_matching(_REGION, "an AWS region name such as eu-north-1", limit=32), 64), "region"
+        ),
+        [],
+    ),
     # the clusters (aws-workloads cluster-name, mgmt-cluster) that live in this account; unset: every cluster
-    "clusters": (contract.unique(_DNS_LABEL_NAME, MAX_ITEMS), []),
+    "clusters": (_not_empty(contract.unique(_DNS_LABEL_NAME, MAX_ITEMS), "cluster"), []),
     "external-id": (
         _optional(_matching(_EXTERNAL_ID, "an STS external ID: 2 to 1224 of letters, digits and _+=,.@:/-", 1224)),
         "",

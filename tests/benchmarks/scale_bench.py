@@ -299,10 +299,14 @@ def sweep_config(n):
 SWEEP_ACCOUNTS = ("000000000000", "111111111111", "222222222222")
 
 
-def sweep_accounts_config(text):
-    """The bootstrap.toml of sweep_config with the three accounts listed, each through role krops-teardown."""
-    accounts = "".join(
-        '[[environments.aws.accounts]]\naccount-id = "%s"\nrole-name = "krops-teardown"\n\n' % a for a in SWEEP_ACCOUNTS
+def sweep_accounts_config(text, clusters):
+    """The bootstrap.toml of sweep_config with the three accounts listed, each through role krops-teardown and
+    with its clusters (cluster i, the management cluster first, in account i mod 3)."""
+    accounts = "".join(  # an account without a cluster (n=1: the third) is not listed
+        '[[environments.aws.accounts]]\naccount-id = "%s"\nrole-name = "krops-teardown"\nclusters = [%s]\n\n'
+        % (account, ", ".join('"%s"' % c[0] for c in clusters[index :: len(SWEEP_ACCOUNTS)]))
+        for index, account in enumerate(SWEEP_ACCOUNTS)
+        if clusters[index :: len(SWEEP_ACCOUNTS)]
     )
     return text.replace("[environments.aws.teardown]\n", accounts + "[environments.aws.teardown]\n", 1)
 
@@ -334,16 +338,20 @@ def _account_clients(url, account):
 
 
 def _seed_accounts(url, clusters):
-    """Cluster i (the management cluster first) in account i mod 3, and the global user and stacks in each."""
+    """Cluster i (the management cluster first) in account i mod 3, and the global user and the stacks of its
+    regions in each account that has a cluster."""
     import test_aws_sweep_world as world
 
     owned, original = set(), world.clients
-    regions = sorted({c[1] for c in clusters})
     try:
         for index, account in enumerate(SWEEP_ACCOUNTS):
+            mine = clusters[index :: len(SWEEP_ACCOUNTS)]
+            if not mine:
+                continue
             world.clients = _account_clients(url, account)
-            for name, region, eks, rds in clusters[index :: len(SWEEP_ACCOUNTS)]:
+            for name, region, eks, rds in mine:
                 owned |= {(account,) + item for item in world.seed_cluster(url, name, region, eks, rds, name, account)}
+            regions = sorted({c[1] for c in mine})  # the stack in each of the account's regions
             owned |= {(account,) + item for item in world.seed_global(url, regions=regions)}
     finally:
         world.clients = original
@@ -389,7 +397,7 @@ def work_sweep(n, repeat, workdir):
         # the same clusters spread over 3 accounts (cluster i in account i mod 3), each swept through its role
         toml3 = os.path.join(workdir, "bootstrap-accounts.toml")
         with open(toml3, "w", encoding="utf-8") as handle:
-            handle.write(sweep_accounts_config(text))
+            handle.write(sweep_accounts_config(text, clusters))
         runs3 = []
         for _number in range(max(1, repeat - 1)):
             aws_sweep_bench.reset(url)
@@ -399,7 +407,8 @@ def work_sweep(n, repeat, workdir):
             result = aws_sweep.run(params)
             wall = time.monotonic() - started
             deleted = [r for r in result["results"] if r["outcome"] == "deleted"]
-            if result["failed"] or len(deleted) != len(owned) or result["account_ids"] != list(SWEEP_ACCOUNTS):
+            listed = list(SWEEP_ACCOUNTS[: len(clusters)])
+            if result["failed"] or len(deleted) != len(owned) or result["account_ids"] != listed:
                 raise SystemExit(
                     "sweep of 3 accounts at n=%d: %d of %d deleted: %s"
                     % (n, len(deleted), len(owned), result.get("msg"))

@@ -408,6 +408,16 @@ BAD = [
         f"in one account), got 'eu-west-1-workload'; account {A} lists it too",
     ),
     (
+        f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-name = "x"\nclusters = []\n',
+        "environments.aws.accounts[0].clusters: expected at least one cluster (leave the key out for every cluster "
+        "of the environment), got an array",
+    ),
+    (
+        f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-name = "x"\nregions = []\n',
+        "environments.aws.accounts[0].regions: expected at least one region (leave the key out for every region "
+        "of the environment), got an array",
+    ),
+    (
         f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-name = "x"\nduration = "10m"\n',
         "environments.aws.accounts[0].duration: expected an STS role session duration from 900s to 43200s (15m to "
         "12h) such as \"1h\" (AssumeRole DurationSeconds), got '10m'",
