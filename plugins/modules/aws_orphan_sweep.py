@@ -44,8 +44,8 @@ description:
     role is assumed and its identity checked (STS GetCallerIdentity equals the configured C(account-id)) before
     anything is listed: a role that lands in another account refuses the whole run. An account whose role cannot
     be assumed is an error of that account (nothing is listed or deleted there); the others are swept. Each
-    account sweeps the targets in its C(regions) (every region of the environment when it names none), with its own
-    ownership proof. Results, the report and RV(accounts) are grouped by account; the task fails when anything
+    account sweeps its C(clusters) in its C(regions) (every cluster and region of the environment when it names
+    none), with the ownership proof of those clusters only. Results, the report and RV(accounts) are grouped by account; the task fails when anything
     owned is left, or anything failed, in any account. A sweep of several accounts runs in one step."
   - With O(mode=report) nothing is changed; owned resources older than O(min_age_hours) are returned as Markdown
     and JSON (and written to O(report_path)). The task fails only when listing failed.
