@@ -10,6 +10,7 @@ clusters (same tags, same names) and the same decoys.
 from __future__ import annotations
 
 import contextlib
+import json
 import textwrap
 
 import boto3
@@ -130,7 +131,7 @@ def per_account(result, key, account, outcome=None):
 
 
 def test_each_configured_account_loses_only_what_it_owns_and_decoys_and_other_accounts_survive(
-    run_module, moto, toml, fast, monkeypatch
+    run_module, moto, toml, fast, monkeypatch, tmp_path
 ):
     seeded = {account: seed_account(monkeypatch, moto, account) for account in (A, B, C, CALLER)}
     before = {account: inventory(monkeypatch, moto, account) for account in seeded}
@@ -144,9 +145,11 @@ def test_each_configured_account_loses_only_what_it_owns_and_decoys_and_other_ac
     gone_with_vpcs = {A: defaults(monkeypatch, moto, A, owned_a), B: defaults(monkeypatch, moto, B, owned_b)}
     assert len(gone_with_vpcs[A]) == 2 * 3 and len(gone_with_vpcs[B]) == 2
 
-    report = sweep(run_module, moto, toml, mode="report", min_age_hours=0)
+    report = sweep(run_module, moto, toml, mode="report", min_age_hours=0, report_path=str(tmp_path / "orphans.md"))
     assert not report.failed, report["msg"]
     data = report["report"]["json"]
+    assert json.loads((tmp_path / "orphans.json").read_text())["account_ids"] == [A, B]
+    assert (tmp_path / "orphans.md").read_text() == report["report"]["markdown"]
     assert [a["account_id"] for a in data["accounts"]] == [A, B]
     for entry in data["accounts"]:
         account = entry["account_id"]
