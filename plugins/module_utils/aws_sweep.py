@@ -838,6 +838,9 @@ def report_json(data):
 def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress=None):
     """Run the sweep described by the module parameters; the module's result dict.
 
+    With ``[[environments.<env>.accounts]]`` in bootstrap.toml each account is swept through its own role
+    (run_accounts); without, the one account of the caller's credentials.
+
     Raises SweepError, config.ConfigError or aws.AwsError when it cannot start.
     """
     started = time.monotonic()
@@ -868,10 +871,60 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     resume = params.get("_sweep_state") or None
     if resume is not None and (not isinstance(resume, dict) or mode != "delete" or check_mode):
         raise SweepError("_sweep_state is internal to the action plugin's steps (delete mode only); do not set it")
+    job = dict(
+        cfg=cfg,
+        environment=environment,
+        mode=mode,
+        check_mode=check_mode,
+        params=params,
+        wait_timeout=wait_timeout,
+        sleep=sleep,
+        progress=progress,
+    )
+    accounts = cfg.environment(environment).get("accounts") or []
+    if accounts:
+        return run_accounts(conn, accounts, targets, all_regions, started, resume, **job)
     if params.get("account_id") and resume is None:  # before any listing or deletion (contract.caller_account)
         contract.caller_account("aws_orphan_sweep", params["account_id"], conn.account_id(regions[0]))
     account_id = params.get("account_id") or (resume or {}).get("account_id") or conn.account_id(regions[0])
-    covers_all = set(regions) >= set(all_regions)
+    result = sweep_account(
+        conn,
+        account_id,
+        targets,
+        set(regions) >= set(all_regions),
+        budget=params.get("_wait_budget"),
+        resume=resume,
+        **job,
+    )
+    result["api_calls"] = conn.counter.total
+    result["api_calls_by_operation"] = dict(sorted(conn.counter.by_operation.items()))
+    result["duration"] = round(time.monotonic() - started, 3)
+    if mode == "report" and params.get("report_path") and not check_mode:
+        result["report_files"] = write_report(
+            params["report_path"], result["report"]["markdown"], result["report"]["json"]
+        )
+    return result
+
+
+def sweep_account(
+    conn,
+    account_id,
+    targets,
+    covers_all,
+    cfg,
+    environment,
+    mode,
+    check_mode,
+    params,
+    wait_timeout,
+    sleep,
+    progress,
+    budget=None,
+    resume=None,
+):
+    """Sweep (delete, plan or report) one account through ``conn``, whose account is ``account_id`` (checked by
+    the caller); the module's result for that account (msg and failed included, no report files written)."""
+    regions = _unique(t.region for t in targets)
     sweep = Sweep(
         conn,
         targets,
@@ -883,7 +936,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
         sweep_global_users=covers_all,
         sleep=sleep,
         progress=progress,
-        budget=params.get("_wait_budget"),
+        budget=budget,
         resume=resume,
     )
     result = {
@@ -916,11 +969,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
             "candidates": [public(c, "candidate") for c in sweep.candidates],
             "kept": list(sweep.kept),
         }
-        markdown = render_markdown(data)
-        result["report"] = {"markdown": markdown, "json": data}
-        path = params.get("report_path")
-        if path and not check_mode:
-            result["report_files"] = write_report(path, markdown, data)
+        result["report"] = {"markdown": render_markdown(data), "json": data}
     elif check_mode:
         result["plan"] = sweep.plan()
         result["changed"] = bool(result["plan"])
@@ -939,9 +988,6 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     result["kept"] = sweep.kept
     result["progress"] = sweep.progress_lines
     result["candidates"] = [public(c, "candidate") for c in sweep.candidates]
-    result["api_calls"] = conn.counter.total
-    result["api_calls_by_operation"] = dict(sorted(conn.counter.by_operation.items()))
-    result["duration"] = round(time.monotonic() - started, 3)
     result["msg"] = summary(result, mode, check_mode)
     if result.get("_krops_pending"):
         result["msg"] = "sweep in progress, still deleting: {}".format(", ".join(result["waiting"][:10]))
@@ -949,6 +995,253 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     # failed step whose resource went anyway (an automated RDS snapshot going with its instance) is not a failure
     result["failed"] = bool(result["leftovers"] or result["errors"])
     return result
+
+
+# --- several accounts ------------------------------------------------------------------
+
+
+def session_name(account, environment):
+    r"""The RoleSessionName: the account's session-name, else krops-<environment>-sweep (2-64 of [\w+=,.@-])."""
+    return account.get("session-name") or ("krops-%s-sweep" % environment)[:64]
+
+
+def assume_role(base, account, environment, region):
+    """A new Connection in ``account`` (a bootstrap.toml [[accounts]] table): STS AssumeRole of its role with the
+    base credentials. Its own session and clients, never shared with another account; the API calls are counted
+    with the base connection's."""
+    args = dict(RoleArn=account["role-arn"], RoleSessionName=session_name(account, environment))
+    if account.get("external-id"):
+        args["ExternalId"] = account["external-id"]
+    if account.get("duration"):
+        args["DurationSeconds"] = account["duration"]
+    try:
+        found = aws.call(base.client("sts", region), "assume_role", **args)["Credentials"]
+    except (ClientError, BotoCoreError, KeyError, TypeError) as exc:
+        raise aws.AwsError(
+            "account {}: cannot assume role {} (sts assume-role in {}): {}; check that the role exists, that its "
+            "trust policy lets the caller assume it (and the external-id, when it asks for one) and that the "
+            "caller may call sts:AssumeRole".format(
+                account["account-id"], account["role-arn"], region, aws.error_message(exc)
+            )
+        )
+    return aws.Connection(
+        endpoint_url=base.endpoint_url,
+        access_key=found["AccessKeyId"],
+        secret_key=found["SecretAccessKey"],
+        session_token=found["SessionToken"],
+        counter=base.counter,
+    )
+
+
+def account_targets(account, targets):
+    """The targets swept in an account: its clusters (every cluster when it names none) in its regions (every
+    region when it names none)."""
+    regions, clusters = account.get("regions") or [], account.get("clusters") or []
+    return [t for t in targets if (not regions or t.region in regions) and (not clusters or t.cluster in clusters)]
+
+
+def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
+    """Sweep every configured account (or the one account_id names), one after another, each through its own
+    role, and group the result by account.
+
+    First every account's role is assumed and its identity checked (STS GetCallerIdentity of the assumed
+    credentials equals the configured account-id, contract.caller_account): a role that lands in another account
+    refuses the whole run before anything is listed or deleted in any account. An account whose role cannot be
+    assumed, or whose sweep stops, is an error of that account (nothing is listed or deleted there); the others
+    are swept with their own ownership proof. Several accounts run in one step (no resume)."""
+    params, environment = job["params"], job["environment"]
+    if resume is not None:
+        raise SweepError("_sweep_state is internal to the action plugin's steps; a sweep of several accounts has none")
+    configured = [a["account-id"] for a in accounts]
+    wanted = params.get("account_id")
+    if wanted:
+        if wanted not in configured:
+            raise SweepError(
+                "account_id {} is not an account of environment {} (its accounts: {}); name one of them, or leave "
+                "account_id out to sweep them all".format(wanted, environment, ", ".join(configured))
+            )
+        accounts = [a for a in accounts if a["account-id"] == wanted]
+    # phase 1: assume every role and prove every identity before any listing
+    plans, failed = [], {}
+    for account in accounts:
+        mine = account_targets(account, targets)
+        if not mine:
+            plans.append((account, mine, None))
+            continue
+        home = mine[0].region
+        try:
+            session = assume_role(conn, account, environment, home)
+            actual = session.account_id(home)
+        except aws.AwsError as exc:
+            text = str(exc)
+            failed[account["account-id"]] = (
+                text if text.startswith("account ") else f"account {account['account-id']}: {text}"
+            )
+            plans.append((account, mine, None))
+            continue
+        try:
+            contract.caller_account("aws_orphan_sweep", account["account-id"], actual)
+        except contract.ContractError as exc:
+            raise SweepError(
+                "account {} (role {}): the assumed role's credentials belong to account {} (sts "
+                "get-caller-identity), not {}; nothing was listed or deleted in any account; fix role-arn or "
+                "account-id of that [[environments.{}.accounts]] table ({})".format(
+                    account["account-id"], account["role-arn"], actual, account["account-id"], environment, exc
+                )
+            )
+        plans.append((account, mine, session))
+    # phase 2: sweep each account with its own connection and ownership proof
+    parts = []
+    for account, mine, session in plans:
+        account_id = account["account-id"]
+        entry = None
+        if not mine:
+            entry = _empty_account(account, environment, job["mode"])
+            entry["warnings"].append(f"account {account_id}: no target of the sweep is in its regions; skipped")
+        elif session is None:
+            entry = _empty_account(account, environment, job["mode"])
+            entry["errors"].append({"region": "", "type": "account", "error": failed[account_id]})
+        else:
+            swept = _unique(t.region for t in mine)
+            every = account_targets(account, environment_targets(job["cfg"], environment, True))
+            covers = set(swept) >= {t.region for t in every}
+            try:
+                entry = sweep_account(session, account_id, mine, covers, **job)
+            except (ClientError, BotoCoreError, aws.AwsError) as exc:
+                entry = _empty_account(account, environment, job["mode"])
+                entry["errors"].append(
+                    {
+                        "region": "",
+                        "type": "account",
+                        "error": f"account {account_id}: sweep stopped: {aws.error_message(exc)}",
+                    }
+                )
+        entry["role_arn"] = account["role-arn"]
+        entry["failed"] = bool(entry["leftovers"] or entry["errors"])
+        if entry["msg"] == NOTHING_SWEPT and entry["errors"]:
+            prefix = f"account {account_id}: "
+            entry["msg"] = "not swept (nothing listed or deleted there): {}".format(
+                "; ".join(
+                    e["error"][len(prefix) :] if e["error"].startswith(prefix) else e["error"] for e in entry["errors"]
+                )
+            )
+        entry["msg"] = f"account {account_id}: {entry['msg']}"
+        parts.append(entry)
+    return _merge_accounts(parts, conn, targets, started, job)
+
+
+NOTHING_SWEPT = "nothing swept"
+
+
+def _empty_account(account, environment, mode):
+    entry = {
+        "changed": False,
+        "environment": environment,
+        "account_id": account["account-id"],
+        "regions": list(account.get("regions") or []),
+        "targets": [],
+        "results": [],
+        "plan": [],
+        "leftovers": [],
+        "errors": [],
+        "warnings": [],
+        "kept": [],
+        "candidates": [],
+        "progress": [],
+        "msg": NOTHING_SWEPT,
+    }
+    if mode == "report":
+        entry["report"] = {"markdown": "", "json": {"count": 0, "resources": [], "errors": entry["errors"]}}
+    return entry
+
+
+LISTS = ("results", "plan", "leftovers", "errors", "warnings", "kept", "candidates")
+
+
+def _merge_accounts(parts, conn, targets, started, job):
+    """One result of several accounts: per account under ``accounts``; the lists also flat, each entry with its
+    account_id; failed when anything owned is left, or anything failed, in any account."""
+    mode, environment = job["mode"], job["environment"]
+    result = {
+        "changed": any(p["changed"] for p in parts),
+        "environment": environment,
+        "account_id": "",
+        "account_ids": [p["account_id"] for p in parts],
+        "regions": _unique(r for p in parts for r in p["regions"]),
+        "targets": [dict(t, account_id=p["account_id"]) for p in parts for t in p["targets"]],
+        "wait_timeout": job["wait_timeout"],
+        "accounts": [],
+    }
+    for key in LISTS:
+        if key == "warnings":
+            result[key] = [w for p in parts for w in p[key]]
+        else:
+            result[key] = [dict(item, account_id=p["account_id"]) for p in parts for item in p[key]]
+    result["progress"] = [f"{p['account_id']} {line}" for p in parts for line in p["progress"]]
+    for part in parts:
+        summary_entry = {key: part[key] for key in ("account_id", "role_arn", "regions", "failed", "msg") + LISTS}
+        summary_entry["changed"] = part["changed"]
+        result["accounts"].append(summary_entry)
+    if mode == "report":
+        data = {
+            "environment": environment,
+            "account_ids": result["account_ids"],
+            "regions": result["regions"],
+            "generated_at": _now().replace(microsecond=0).isoformat(),
+            "min_age_hours": 6 if job["params"].get("min_age_hours") is None else job["params"]["min_age_hours"],
+            "accounts": [],
+        }
+        for part in parts:
+            one = part["report"]["json"]
+            data["accounts"].append(
+                {
+                    "account_id": part["account_id"],
+                    "role_arn": part["role_arn"],
+                    "regions": part["regions"],
+                    "count": one.get("count", 0),
+                    "resources": one.get("resources", []),
+                    "errors": part["errors"],
+                    "candidates": one.get("candidates", []),
+                    "kept": one.get("kept", []),
+                }
+            )
+        for key in ("resources", "errors", "candidates", "kept"):
+            data[key] = [dict(item, account_id=a["account_id"]) for a in data["accounts"] for item in a[key]]
+        data["count"] = len(data["resources"])
+        result["report"] = {"markdown": render_accounts_markdown(data), "json": data}
+        params = job["params"]
+        if params.get("report_path") and not job["check_mode"]:
+            result["report_files"] = write_report(params["report_path"], result["report"]["markdown"], data)
+    result["api_calls"] = conn.counter.total
+    result["api_calls_by_operation"] = dict(sorted(conn.counter.by_operation.items()))
+    result["duration"] = round(time.monotonic() - started, 3)
+    result["msg"] = "; ".join(p["msg"] for p in parts)
+    result["failed"] = any(p["failed"] for p in parts)
+    return result
+
+
+def render_accounts_markdown(data):
+    """The orphan report of several accounts: a header, then one section per account (render_markdown's)."""
+    lines = [
+        "# krops AWS orphan report",
+        "",
+        "- Environment: `{}`".format(data["environment"]),
+        "- Accounts: {}".format(", ".join(f"`{a}`" for a in data["account_ids"])),
+        "- Generated: {}".format(data["generated_at"]),
+        "- Found {} orphaned resources in all.".format(data["count"]),
+        "",
+    ]
+    for account in data["accounts"]:
+        section = dict(account, environment=data["environment"], generated_at=data["generated_at"])
+        section["min_age_hours"] = data["min_age_hours"]
+        body = render_markdown(section).splitlines()
+        body[0] = "## Account `{}` (role `{}`)".format(account["account_id"], account["role_arn"])
+        body = [line for line in body if not line.startswith(("- Environment:", "- Generated:", "- Account:"))]
+        lines += [
+            line.replace("## ", "### ", 1) if line.startswith("## ") and i else line for i, line in enumerate(body)
+        ]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def summary(result, mode, check_mode):

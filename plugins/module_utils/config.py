@@ -653,6 +653,119 @@ def _distinct_by(field, rule):
     return check
 
 
+# --- AWS accounts ([[environments.<env>.accounts]]) -----------------------------------
+# STS AssumeRole's request shapes (botocore data sts/2011-06-15 service-2.json, docs/upstream-facts.md):
+# RoleSessionName 2-64 of [\w+=,.@-]; ExternalId 2-1224 of [\w+=,.@:/-]; DurationSeconds 900-43200.
+# IAM (iam/2010-05-08): role names 1-64 of [\w+=,.@-], paths "/" or "/.../" of 1-512 printable ASCII.
+_ACCOUNT_ID = re.compile(r"^\d{12}$", re.ASCII)
+_ROLE_ARN = re.compile(r"^arn:(aws(?:-[a-z]+)*):iam::(\d{12}):role(/(?:[\x21-\x7e]*/)?)?([\w+=,.@-]{1,64})$", re.ASCII)
+_ROLE_NAME = re.compile(r"^(/(?:[\x21-\x7e]*/)?)?[\w+=,.@-]{1,64}$", re.ASCII)
+_SESSION_NAME = re.compile(r"^[\w+=,.@-]{2,64}$", re.ASCII)
+_EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$", re.ASCII)
+ROLE_SESSION_DURATION = (900, 43200)
+
+
+def _account_id(value, ctx, key):
+    if not isinstance(value, str) or not _ACCOUNT_ID.match(value):
+        ctx.fail(key, 'a 12-digit AWS account ID as a string such as "123456789012"', value)
+    return value
+
+
+def _role_arn(value, ctx, key):
+    _plain(value, ctx, key, "an IAM role ARN", limit=2048)
+    if not _ROLE_ARN.match(value):
+        ctx.fail(key, "an IAM role ARN such as arn:aws:iam::123456789012:role/krops-teardown", value)
+    return value
+
+
+def _role_name(value, ctx, key):
+    _plain(value, ctx, key, "an IAM role name", limit=576)
+    if not _ROLE_NAME.match(value):
+        ctx.fail(
+            key,
+            "an IAM role name (1 to 64 of letters, digits and _+=,.@-, optionally after a path such as /krops/)",
+            value,
+        )
+    return value
+
+
+def _role_duration(value, ctx, key):
+    low, high = ROLE_SESSION_DURATION
+    seconds = parse_duration(value)
+    if seconds is None or not low <= seconds <= high:
+        ctx.fail(
+            key,
+            'an STS role session duration from 900s to 43200s (15m to 12h) such as "1h" (AssumeRole DurationSeconds)',
+            value,
+        )
+    return seconds
+
+
+def _not_empty(rule, what):
+    """rule, but an empty array is refused: it must not silently mean every {what} of the environment."""
+
+    def check(value, ctx, key):
+        if value == []:
+            ctx.fail(key, f"at least one {what} (leave the key out for every {what} of the environment)", value)
+        return rule(value, ctx, key)
+
+    return check
+
+
+_AWS_ACCOUNT = {
+    "account-id": (_account_id, _REQUIRED),
+    "role-arn": (_role_arn, ""),
+    "role-name": (_role_name, ""),
+    "regions": (
+        _not_empty(
+            contract.unique(_matching(_REGION, "an AWS region name such as eu-north-1", limit=32), 64), "region"
+        ),
+        [],
+    ),
+    # the clusters (aws-workloads cluster-name, mgmt-cluster) that live in this account; unset: every cluster
+    "clusters": (_not_empty(contract.unique(_DNS_LABEL_NAME, MAX_ITEMS), "cluster"), []),
+    "external-id": (
+        _optional(_matching(_EXTERNAL_ID, "an STS external ID: 2 to 1224 of letters, digits and _+=,.@:/-", 1224)),
+        "",
+    ),
+    "session-name": (
+        _optional(_matching(_SESSION_NAME, "an STS role session name: 2 to 64 of letters, digits and _+=,.@-", 64)),
+        "",
+    ),
+    "duration": (_role_duration, None),
+}
+
+
+def _accounts(value, ctx, key):
+    """[[accounts]]: distinct account ids, each with exactly one of role-arn and role-name; the account of a
+    role ARN is the account-id given. The role ARN is completed from role-name (partition aws)."""
+    tables = _distinct_by("account-id", _table_list(_AWS_ACCOUNT, limit=MAX_ITEMS))(value, ctx, key)
+    for index, account in enumerate(tables):
+        where = "%s[%d]" % (key, index)
+        if bool(account["role-arn"]) == bool(account["role-name"]):
+            ctx.fail(
+                f"{where}.role-arn",
+                "exactly one of role-arn and role-name (the IAM role krops assumes in account {})".format(
+                    account["account-id"]
+                ),
+                detail="both are given" if account["role-arn"] else "neither is given",
+            )
+        if account["role-arn"]:
+            in_arn = _ROLE_ARN.match(account["role-arn"]).group(2)
+            if in_arn != account["account-id"]:
+                ctx.fail(
+                    f"{where}.role-arn",
+                    "a role of account {} (the account-id of this table)".format(account["account-id"]),
+                    account["role-arn"],
+                    detail=f"the ARN names account {in_arn}; fix role-arn or account-id",
+                )
+        else:
+            name = account["role-name"]
+            path, base = (name.rsplit("/", 1)[0] + "/", name.rsplit("/", 1)[1]) if "/" in name else ("/", name)
+            account["role-arn"] = "arn:aws:iam::{}:role{}{}".format(account["account-id"], path, base)
+    return tables
+
+
 _ENV_TEARDOWN = _table(
     {
         "capi-workloads": (contract.unique(_DNS_LABEL_NAME, MAX_ITEMS), []),
@@ -710,6 +823,9 @@ _ENVIRONMENT = _table(
         "pivot-manifests": (_list_of(_repo_path), []),
         "pivot-manifest-vars": (_var_map, {}),
         "teardown": (_ENV_TEARDOWN, {}),
+        # aws: the accounts the sweep and the orphan report work in, each through a role krops assumes (unset:
+        # the one account of the caller's credentials).
+        "accounts": (_accounts, []),
         # Operator providers ("<Kind>/<name>") whose Cluster API base is past its end of life, accepted knowingly:
         # validate reports them as warnings instead of findings (module_utils/contracts.py).
         "accepted-end-of-life": (
@@ -775,6 +891,7 @@ def _check_environment(env, ctx, key, data):
             ),
             env["sync"],
         )
+    _check_accounts(env, ctx, key, profile)
     # The teardown patterns must give valid AWS names for every real workload cluster name.
     down = data["teardown"]
     for index, workload in enumerate(env["teardown"]["aws-workloads"]):
@@ -791,6 +908,52 @@ def _check_environment(env, ctx, key, data):
                 ctx,
                 f"teardown.global-iam-roles (rendered with {where} = {name})",
             )
+
+
+def _check_accounts(env, ctx, key, profile):
+    """accounts only on aws; each account's regions are regions of the environment."""
+    accounts = env["accounts"]
+    if not accounts:
+        return
+    if profile.cloud != "aws":
+        ctx.fail(
+            _join(key, "accounts"),
+            "no accounts (only an environment of platform aws sweeps several accounts; this one is {})".format(
+                env["platform"]
+            ),
+            accounts,
+        )
+    regions = [env["mgmt-region"]] + [w["region"] for w in env["teardown"]["aws-workloads"]]
+    clusters = [env["mgmt-cluster"]] + [w["cluster-name"] for w in env["teardown"]["aws-workloads"]]
+    placed = {}
+    for index, account in enumerate(accounts):
+        for position, cluster in enumerate(account["clusters"]):
+            where = "%s.accounts[%d].clusters[%d]" % (key, index, position)
+            if cluster not in clusters:
+                ctx.fail(
+                    where,
+                    "a cluster of this environment: {} (mgmt-cluster and the aws-workloads cluster-name)".format(
+                        ", ".join(clusters[:20]) + (" and %d more" % (len(clusters) - 20) if len(clusters) > 20 else "")
+                    ),
+                    cluster,
+                )
+            if cluster in placed:
+                ctx.fail(
+                    where,
+                    "a cluster that no other account lists (a cluster lives in one account)",
+                    cluster,
+                    detail=f"account {placed[cluster]} lists it too",
+                )
+            placed[cluster] = account["account-id"]
+        for position, region in enumerate(account["regions"]):
+            if region not in regions:
+                ctx.fail(
+                    "%s.accounts[%d].regions[%d]" % (key, index, position),
+                    "a region of this environment: {} (mgmt-region and the aws-workloads regions)".format(
+                        ", ".join(dict.fromkeys(regions))
+                    ),
+                    region,
+                )
 
 
 def _as_int(text):

@@ -39,6 +39,14 @@ description:
     8 attempts per call, the only retry layer); "not found" counts as already gone, so a re-run is a no-op. Each
     resource's outcome is returned.
     A final pass lists everything again and the task fails when anything owned is left, naming it.
+  - "Several accounts: when the environment lists C([[environments.<env>.accounts]]) in bootstrap.toml, each account is
+    swept through its own role (STS AssumeRole with the caller's credentials; its own session and clients). Every
+    role is assumed and its identity checked (STS GetCallerIdentity equals the configured C(account-id)) before
+    anything is listed: a role that lands in another account refuses the whole run. An account whose role cannot
+    be assumed is an error of that account (nothing is listed or deleted there); the others are swept. Each
+    account sweeps its C(clusters) in its C(regions) (every cluster and region of the environment when it names
+    none), with the ownership proof of those clusters only. Results, the report and RV(accounts) are grouped by account; the task fails when anything
+    owned is left, or anything failed, in any account. A sweep of several accounts runs in one step."
   - With O(mode=report) nothing is changed; owned resources older than O(min_age_hours) are returned as Markdown
     and JSON (and written to O(report_path)). The task fails only when listing failed.
 author:
@@ -98,7 +106,11 @@ options:
     type: int
     default: 1200
   account_id:
-    description: AWS account ID for C(s3-bucket-pattern). Default is the caller's account (STS C(GetCallerIdentity)).
+    description:
+      - Without C(accounts) in bootstrap.toml, the AWS account of the credentials (checked with STS
+        C(GetCallerIdentity) before anything is listed; also used for C(s3-bucket-pattern)). Default is the
+        caller's account.
+      - With C(accounts), sweep only this one of the configured accounts (another ID is refused).
     type: str
   progress_interval:
     description:
@@ -277,10 +289,38 @@ regions:
   elements: str
   sample: [eu-north-1, eu-west-1]
 account_id:
-  description: Account swept.
+  description: Account swept (empty when the environment lists several C(accounts); see RV(account_ids)).
   returned: always
   type: str
   sample: "123456789012"
+account_ids:
+  description: The accounts swept, in the order of C([[environments.<env>.accounts]]).
+  returned: when the environment lists accounts
+  type: list
+  elements: str
+  sample: ["111111111111", "222222222222"]
+accounts:
+  description:
+    - Per account (when the environment lists accounts), its own results, plan, leftovers, errors, warnings, kept
+      and candidates, whether it failed and its summary. The flat lists (RV(results) and the others) hold the same
+      entries, each with its C(account_id).
+  returned: when the environment lists accounts
+  type: list
+  elements: dict
+  sample:
+    - account_id: "111111111111"
+      role_arn: arn:aws:iam::111111111111:role/krops-teardown
+      regions: [eu-north-1, eu-west-1]
+      failed: false
+      changed: true
+      msg: "account 111111111111: sweep of eu-north-1, eu-west-1: 23 deleted"
+      results: []
+      plan: []
+      leftovers: []
+      errors: []
+      warnings: []
+      kept: []
+      candidates: []
 kept:
   description: Owned account-global resources left on purpose, with the reason (outcome V(kept)).
   returned: always

@@ -20,7 +20,8 @@ its peak memory (ru_maxrss of that Python process) is its own:
   measures krops' own pivot work against the object count, not real clusterctl's move;
 - sweep: krops.platform.aws_orphan_sweep over moto seeded with n workload clusters and the management cluster
   (full resource sets, up to 10 regions, one account): its wall time and the AWS API calls per deleted
-  resource (target: at most 3).
+  resource (target: at most 3); sweep-3-accounts: the same clusters spread over 3 accounts
+  ([[environments.aws.accounts]], cluster i in account i mod 3), each account swept through its assumed role.
 
 Prints one line per measure, ``scale: <measure> n=1 <s> n=10 <s> n=50 <s> growth <k>`` where k is the
 least-squares slope of log(seconds) over log(n), then the peak memory per measure and n. Targets:
@@ -294,10 +295,74 @@ def sweep_config(n):
     return head + teardown + entries + "\n" + tail, clusters
 
 
+# The scale generator's accounts (tests/substrate/scale_env.py ACCOUNTS): cluster i in account i mod 3.
+SWEEP_ACCOUNTS = ("000000000000", "111111111111", "222222222222")
+
+
+def sweep_accounts_config(text, clusters):
+    """The bootstrap.toml of sweep_config with the three accounts listed, each through role krops-teardown and
+    with its clusters (cluster i, the management cluster first, in account i mod 3)."""
+    accounts = "".join(  # an account without a cluster (n=1: the third) is not listed
+        '[[environments.aws.accounts]]\naccount-id = "%s"\nrole-name = "krops-teardown"\nclusters = [%s]\n\n'
+        % (account, ", ".join('"%s"' % c[0] for c in clusters[index :: len(SWEEP_ACCOUNTS)]))
+        for index, account in enumerate(SWEEP_ACCOUNTS)
+        if clusters[index :: len(SWEEP_ACCOUNTS)]
+    )
+    return text.replace("[environments.aws.teardown]\n", accounts + "[environments.aws.teardown]\n", 1)
+
+
+def _account_clients(url, account):
+    """test_aws_sweep_world.clients for ``account`` (moto: credentials of an assumed role in that account)."""
+    import boto3
+
+    sts = boto3.client(
+        "sts", endpoint_url=url, region_name="eu-north-1", aws_access_key_id="bench", aws_secret_access_key="bench"
+    )
+    found = sts.assume_role(RoleArn="arn:aws:iam::%s:role/seed" % account, RoleSessionName="seed")["Credentials"]
+    session = boto3.session.Session(
+        aws_access_key_id=found["AccessKeyId"],
+        aws_secret_access_key=found["SecretAccessKey"],
+        aws_session_token=found["SessionToken"],
+    )
+    cache = {}
+
+    def clients(endpoint, region):
+        def make(service):
+            if (region, service) not in cache:
+                cache[(region, service)] = session.client(service, endpoint_url=endpoint, region_name=region)
+            return cache[(region, service)]
+
+        return make
+
+    return clients
+
+
+def _seed_accounts(url, clusters):
+    """Cluster i (the management cluster first) in account i mod 3, and the global user and the stacks of its
+    regions in each account that has a cluster."""
+    import test_aws_sweep_world as world
+
+    owned, original = set(), world.clients
+    try:
+        for index, account in enumerate(SWEEP_ACCOUNTS):
+            mine = clusters[index :: len(SWEEP_ACCOUNTS)]
+            if not mine:
+                continue
+            world.clients = _account_clients(url, account)
+            for name, region, eks, rds in mine:
+                owned |= {(account,) + item for item in world.seed_cluster(url, name, region, eks, rds, name, account)}
+            regions = sorted({c[1] for c in mine})  # the stack in each of the account's regions
+            owned |= {(account,) + item for item in world.seed_global(url, regions=regions)}
+    finally:
+        world.clients = original
+    return owned
+
+
 def work_sweep(n, repeat, workdir):
     """krops.platform.aws_orphan_sweep (aws_sweep.run, in-process) over moto seeded with n workload clusters and
     the management cluster, each with its full resource set, in up to 10 regions and one account: wall time and
-    AWS API calls per deleted resource (target at most 3). The 3-account form waits for issue 26 item 4."""
+    AWS API calls per deleted resource (target at most 3). Then the same clusters over 3 accounts (cluster i in
+    account i mod 3, each account listed in bootstrap.toml and swept through its role): sweep-3-accounts."""
     sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
     import aws_sweep_bench
 
@@ -329,11 +394,39 @@ def work_sweep(n, repeat, workdir):
                     "sweep at n=%d: %d of %d deleted: %s" % (n, len(deleted), len(owned), result.get("msg"))
                 )
             runs.append((wall, result["api_calls"] / float(len(deleted)), len(deleted)))
+        # the same clusters spread over 3 accounts (cluster i in account i mod 3), each swept through its role
+        toml3 = os.path.join(workdir, "bootstrap-accounts.toml")
+        with open(toml3, "w", encoding="utf-8") as handle:
+            handle.write(sweep_accounts_config(text, clusters))
+        runs3 = []
+        for _number in range(max(1, repeat - 1)):
+            aws_sweep_bench.reset(url)
+            owned = _seed_accounts(url, clusters)
+            params = aws_sweep_bench.sweep_params(url, toml3, 2, wait_timeout=120)
+            started = time.monotonic()
+            result = aws_sweep.run(params)
+            wall = time.monotonic() - started
+            deleted = [r for r in result["results"] if r["outcome"] == "deleted"]
+            listed = list(SWEEP_ACCOUNTS[: len(clusters)])
+            if result["failed"] or len(deleted) != len(owned) or result["account_ids"] != listed:
+                raise SystemExit(
+                    "sweep of 3 accounts at n=%d: %d of %d deleted: %s"
+                    % (n, len(deleted), len(owned), result.get("msg"))
+                )
+            runs3.append((wall, result["api_calls"] / float(len(deleted)), len(deleted)))
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(10)
     wall, per_resource, resources = sorted(runs)[len(runs) // 2]
-    return {"sweep": wall, "sweep-calls-per-resource": per_resource, "objects": resources}
+    wall3, per_resource3, resources3 = sorted(runs3)[len(runs3) // 2]
+    return {
+        "sweep": wall,
+        "sweep-calls-per-resource": per_resource,
+        "objects": resources,
+        "sweep-3-accounts": wall3,
+        "sweep-3-accounts-calls-per-resource": per_resource3,
+        "objects-3-accounts": resources3,
+    }
 
 
 WORKERS = {
@@ -401,7 +494,7 @@ def main():
             for key, value in figures.items():
                 if key == "peak_mib":
                     continue
-                if key in ("objects", "directories"):
+                if key in ("objects", "directories", "objects-3-accounts"):
                     notes.append("%s n=%d: %s %d" % (measure, n, key, value))
                     continue
                 table.setdefault(key, []).append((n, value))
@@ -411,10 +504,10 @@ def main():
     for key, points in table.items():
         k = growth(points) if len(points) > 1 else 0.0
         line = "scale: %s %s growth %.2f" % (key, " ".join("n=%d %.2f" % (n, s) for n, s in points), k)
-        if key == "sweep-calls-per-resource":
+        if key.startswith("sweep") and key.endswith("-calls-per-resource"):
             worst = max(s for _n, s in points)
             if worst > MAX_CALLS_PER_RESOURCE:
-                missed.append("sweep calls per resource %.2f" % worst)
+                missed.append("%s %.2f" % (key.replace("-", " "), worst))
             print(
                 "scale: %s %s (at most %.0f)" % (key, " ".join("n=%d %.2f" % p for p in points), MAX_CALLS_PER_RESOURCE)
             )

@@ -73,7 +73,7 @@ def test_unknown_key_names_file_path_and_known_keys():
     with pytest.raises(config.ConfigError) as err:
         load(data)
     assert str(err.value).startswith(
-        "bootstrap.toml: environments.aws.mgmt-clustr: expected one of the known keys: accepted-end-of-life, infra-provider-name,"
+        "bootstrap.toml: environments.aws.mgmt-clustr: expected one of the known keys: accepted-end-of-life, accounts, infra-provider-name,"
     )
     assert str(err.value).endswith("; unknown key 'mgmt-clustr' " + ENVS)
 
