@@ -41,7 +41,6 @@ from ansible_collections.krops.platform.plugins.module_utils import profiles
 
 DEFAULT_FILE = "bootstrap.toml"
 
-ENVIRONMENT_KINDS = profiles.PLATFORMS  # kept for older readers; the platforms of module_utils.profiles
 SYNC_KINDS = ("git", "oci")
 POST_KIND_CREATE_HOOKS = ("arc-federate", "wif-federate")
 

@@ -937,7 +937,7 @@ def test_aws_credentials_are_copied_from_the_kind_cluster_when_not_given(world, 
 def test_lb_port_comes_from_docker_inspect(world, tmp_path):
     world.bins.answer("docker", "inspect", stdout="43121\n")
     cfg = krops_config.load(str(world.repo / "bootstrap.toml"))
-    pv = pivot.Pivot(cfg, {"environment": "local-host"})
+    pv = pivot.PivotState(cfg, {"environment": "local-host"})
     assert pivot.lb_port_from_docker(pv) == 43121
     assert world.bins.calls("docker")[0]["argv"][-1] == "local-management-lb"
     rendered = yaml.safe_load(

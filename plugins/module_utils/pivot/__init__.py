@@ -46,7 +46,6 @@ from ansible_collections.krops.platform.plugins.module_utils.pivot.common import
     API_ERRORS,
     CHARTS,
     Pending,
-    Pivot,
     PivotError,
     PivotState,
     SubstitutionError,

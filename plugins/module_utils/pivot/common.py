@@ -348,6 +348,3 @@ def mgmt_on_target(pv):
 
 def registry_url(pv):
     return pv.options.get("registry_url") or "http://127.0.0.1:%d" % pv.boot["registry-port"]
-
-
-Pivot = PivotState  # the older name
