@@ -32,8 +32,11 @@ CRASH_ARGS ?= --limit 12
 # docs site share the cores with it. The other checks run one after another (the two ansible-test
 # runs share the collection copy; docs, the only one that needs Chromium, comes last). Each side's output is printed whole when it ends; any failure fails make test.
 TEST_JOBS ?= 2
+# stdin is /dev/null: the two sides' Node.js processes (the docs site, Renovate) would otherwise leave the
+# stdin they share with every ansible process non-blocking (nodejs/node#14752), and ansible then refuses to
+# start (ansible/ansible#77639: "Ansible requires blocking IO on stdin/stdout/stderr").
 test: setup
-	@$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target integration static
+	@$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target integration static < /dev/null
 	@echo "make test: all checks passed"
 
 static:
@@ -68,7 +71,7 @@ integration:
 # The quick tier, for the inner loop: no ansible-playbook process, no emulated lifecycle
 # (tests/conftest.py marks those slow). Needs a set-up checkout (make setup).
 check:
-	@$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target units ruff quick
+	@$(MAKE) --no-print-directory -j $(TEST_JOBS) --output-sync=target units ruff quick < /dev/null
 	@echo "make check: quick tier passed"
 
 quick:

@@ -162,6 +162,7 @@ def mermaid_cli(cache):
     run = subprocess.run(
         ["npm", "install", "--prefix", str(cache), "--no-audit", "--no-fund", MERMAID_CLI],
         env=env,
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         check=False,
@@ -188,6 +189,7 @@ def render_diagrams(diagrams, out, cache, browser):
         run = subprocess.run(
             [str(mermaid_cli(cache)), "-q", "-p", "puppeteer.json", "-i", "all.md", "-o", "all.out.md"],
             cwd=work,
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             check=False,
@@ -241,6 +243,7 @@ def run_sphinx(source, html, doctrees, conf_dir, env):
         [_tool("sphinx-build"), "-b", "html", "-a", "-W", "--keep-going", "-n", "-q", "-c", str(conf_dir)]
         + ["-d", str(doctrees), str(source), str(html)],
         env=env,
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         check=False,
@@ -274,6 +277,10 @@ def build(output, cache, browser=None, root=ROOT):
         [_tool("antsibull-docs"), "--config-file", str(HERE / "antsibull-docs.cfg"), "collection", "--use-current"]
         + ["--dest-dir", str(rst), "krops.platform"],
         env=env,
+        # Its own stdin, not the one it shares with the Node.js processes beside it: Node leaves an
+        # inherited pipe non-blocking (nodejs/node#14752) and ansible then refuses to start ("Ansible
+        # requires blocking IO", ansible/ansible#77639), which antsibull-docs meets as `ansible --version` rc 1.
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -2,6 +2,7 @@
 build is make docs (in make test's static side, and .github/workflows/docs.yml); these tests hold the
 parts that decide whether a broken link fails it."""
 
+import ast
 import importlib.util
 import os
 import re
@@ -156,3 +157,37 @@ def test_the_filter_plugin_lists_without_importing_the_kubernetes_client():
     ).format(str(ROOT / ".collections"))
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "['render_kubeconfig'] False"
+
+
+def test_every_tool_the_site_starts_gets_its_own_stdin():
+    """The first fresh-clone run of round 9 failed make docs: antsibull-docs' `ansible --version` exited 1.
+    npm and mermaid-cli ran beside it on the stdin they shared, Node.js leaves an inherited pipe
+    non-blocking (nodejs/node#14752), and ansible refuses a non-blocking stdin (ansible/ansible#77639).
+    So each process make_site.py starts reads /dev/null."""
+    read_end, write_end = os.pipe()
+    try:
+        os.set_blocking(read_end, False)
+        refused = subprocess.run(
+            [str(Path(sys.executable).with_name("ansible")), "--version"],
+            stdin=read_end,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert refused.returncode == 1 and "requires blocking IO" in refused.stderr, refused.stderr
+    tree = ast.parse((ROOT / "docs" / "docsite" / "make_site.py").read_text(encoding="utf-8"))
+    starts = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("subprocess.run", "subprocess.Popen")
+    ]
+    assert len(starts) >= 4
+    lacking = [
+        node.lineno
+        for node in starts
+        if not any(k.arg == "stdin" and ast.unparse(k.value) == "subprocess.DEVNULL" for k in node.keywords)
+    ]
+    assert not lacking, f"make_site.py lines {lacking} start a process on the shared stdin"
