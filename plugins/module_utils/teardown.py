@@ -53,7 +53,7 @@ HARDWARE_FINALIZERS = (
 TINKERBELL_MACHINE_KINDS = ("TinkerbellMachine", "TinkerbellCluster")
 
 # CAPI operator provider kinds, in the order they are deleted (kube.PROVIDER_DELETE_ORDER).
-PROVIDER_KINDS = tuple(kind for kind, _ in kube.PROVIDER_DELETE_ORDER)
+PROVIDER_KINDS = tuple(row[0] for row in kube.PROVIDER_DELETE_ORDER)
 PROVIDER_API = "operator.cluster.x-k8s.io/v1alpha2"
 
 HOST_KIND, HOST_MGMT, HOST_UNREACHABLE = "kind", "mgmt", "unreachable"
@@ -792,7 +792,7 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
             _step(
                 "capi-providers",
                 "delete the CAPI providers ({}) so nothing recreates cloud resources".format(
-                    ", ".join(label for _, label in kube.PROVIDER_DELETE_ORDER)
+                    ", ".join(row[1] for row in kube.PROVIDER_DELETE_ORDER)
                 ),
                 kinds=list(PROVIDER_KINDS),
                 timeout=boot["provider-delete-timeout"],
