@@ -50,6 +50,19 @@ FEDERATED_NAME = k.segment(
     re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{2,119}$"),
     "a federated identity credential name: 3 to 120 letters, digits, '-' and '_', starting with a letter or digit",
 )
+# A CRD's group/version: the group a DNS-1123 subdomain, the version a DNS-1035 label (what apiextensions
+# requires of spec.group and spec.versions[].name).
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _group_version(value, ctx, key):
+    group, _slash, version = value.partition("/") if isinstance(value, str) else ("", "", "")
+    if len(group) > 253 or not _DNS1123_SUBDOMAIN.match(group) or not _DNS1035_LABEL.match(version):
+        ctx.fail(key, "a Kubernetes group/version such as operator.cluster.x-k8s.io/v1alpha2", value)
+    return value
+
+
 API_VERSION = k.segment(re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$"), "an ARM api-version such as 2024-07-15-preview")
 # GCP project ids: Resource Manager's character rule (a-z, 0-9 and -, letter first, no trailing -, at most 30;
 # its minimum of 6 it enforces itself), optionally domain-scoped (example.com:my-project)
@@ -146,6 +159,7 @@ OPTIONS = {
         kustomizations=k.unique(KS_NAME),
         wait_timeout=TIMEOUT,
     ),
+    "capi_provider_delete": dict(KUBE, api_version=_group_version, wait_timeout=TIMEOUT),
     "capi_pivot": dict(
         KUBE,
         source_kubeconfig=PATH,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import time
 
 from ansible_collections.krops.platform.plugins.module_utils.errors import TeardownError  # the error teardown raises
 from ansible_collections.krops.platform.plugins.module_utils import kube
@@ -388,6 +389,103 @@ def delete_clusters(
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
         raise TeardownError(f"lost the watch on Clusters in {namespace} on {target}: {kube.error_text(exc)}", result)
     return result
+
+
+# --- cluster-api-operator providers ---------------------------------------------------
+
+
+def delete_providers(
+    kubeconfig,
+    context,
+    api_version=PROVIDER_API,
+    kinds=PROVIDER_KINDS,
+    wait=True,
+    wait_timeout=600,
+    check_mode=False,
+    connect_options=None,
+    on_progress=None,
+    clock=None,
+):
+    """Delete every provider object of ``kinds`` in kube.PROVIDER_DELETE_ORDER (add-on first, core last), and
+    wait until each kind's objects are gone before the next kind: a provider never outlives one it needs.
+
+    Every kind is listed before anything is deleted; a listing the API cannot answer (any error but an unserved
+    kind) aborts with nothing deleted. Check mode sends each delete as a server-side dry run (what
+    kubernetes.core.k8s does), so admission and RBAC still answer. ``wait_timeout`` is the budget of the whole
+    step. Returns plan, deleted ({kind, namespace, name}), remaining and changed; a timeout raises TeardownError
+    naming the providers still present.
+    """
+    clock = clock or time.monotonic
+    deadline = clock() + wait_timeout
+    target = kube.describe_target(kubeconfig, context)
+    client = kube.connect(kubeconfig, context, **(connect_options or {}))
+    wanted = set(kinds)
+    listed = [
+        (kind, sorted(probe_or_abort(client, api_version, kind, None, f"{kind} objects", target), key=_provider))
+        for kind, _label in kube.PROVIDER_DELETE_ORDER
+        if kind in wanted
+    ]
+    result = {
+        "plan": [f"delete {_provider(o)} and wait until it is gone" for _kind, objs in listed for o in objs],
+        "target": target,
+        "api_version": api_version,
+        "deleted": [kube.identity(o) for _kind, objs in listed for o in objs],
+        "remaining": [],
+        "progress": [],
+        "changed": any(objs for _kind, objs in listed),
+    }
+    for kind, objs in listed:
+        if not objs:
+            continue
+        res = kube.resource(client, api_version, kind)
+        for obj in objs:
+            meta = obj["metadata"]
+            try:
+                res.delete(name=meta["name"], namespace=meta.get("namespace"), dry_run="All" if check_mode else None)
+            except NotFoundError:
+                continue
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+                raise TeardownError(f"cannot delete {_provider(obj)} on {target}: {kube.error_text(exc)}", result)
+        if check_mode or not wait:
+            continue
+        _wait_gone(client, api_version, kind, objs, deadline - clock(), target, result, on_progress)
+    return result
+
+
+def _provider(obj):
+    meta = obj["metadata"]
+    return "{} {}/{}".format(obj["kind"], meta.get("namespace") or "", meta["name"])
+
+
+def _wait_gone(client, api_version, kind, objs, budget, target, result, on_progress):
+    """Watch ``kind`` until none of ``objs`` is left; TeardownError naming those left when ``budget`` runs out."""
+    waiting = {(o["metadata"].get("namespace") or "", o["metadata"]["name"]) for o in objs}
+
+    def evaluate(objects):
+        left = {
+            f"{kind} {ns}/{name}": _cluster_state(obj) for (ns, name), obj in objects.items() if (ns, name) in waiting
+        }
+        return not left, left
+
+    def progress(state):
+        result["progress"].append(state)
+        if on_progress is not None:
+            on_progress(state)
+
+    try:
+        kube.watch_until(client, api_version, kind, None, evaluate, max(budget, 0.001), on_progress=progress)
+    except kube.WaitTimeout as exc:
+        result["remaining"] = sorted(exc.state or {})
+        raise TeardownError(
+            "timed out waiting for the providers to be deleted on {}; still present: {}. The providers after "
+            "them were not deleted and nothing after this step ran; check the cluster-api-operator's logs and "
+            "run the teardown again".format(
+                target, "; ".join(f"{k} ({v})" for k, v in sorted((exc.state or {}).items()))
+            ),
+            result,
+        )
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise TeardownError(f"lost the watch on {kind} objects on {target}: {kube.error_text(exc)}", result)
 
 
 # --- Tinkerbell Hardware --------------------------------------------------------------

@@ -436,6 +436,50 @@ CASES = [
         tenant="..",
     ),
     c(
+        "providers-api-version-no-version",
+        "capi_provider_delete",
+        CD,
+        (
+            "option api_version: expected a Kubernetes group/version such as operator.cluster.x-k8s.io/v1alpha2, "
+            "got 'operator.cluster.x-k8s.io'"
+        ),
+        api_version="operator.cluster.x-k8s.io",
+    ),
+    c(
+        "providers-api-version-dotdot",
+        "capi_provider_delete",
+        CD,
+        "option api_version: expected a Kubernetes group/version such as operator.cluster.x-k8s.io/v1alpha2, got '../v1'",
+        api_version="../v1",
+    ),
+    c(
+        "providers-api-version-query",
+        "capi_provider_delete",
+        CD,
+        (
+            "option api_version: expected a Kubernetes group/version such as operator.cluster.x-k8s.io/v1alpha2, "
+            "got 'x.io/v1?watch=1'"
+        ),
+        api_version="x.io/v1?watch=1",
+    ),
+    c(
+        "providers-wait-negative",
+        "capi_provider_delete",
+        CD,
+        "option wait_timeout: expected an integer from 0 to 604800, got -1",
+        wait_timeout=-1,
+    ),
+    c(
+        "providers-host-file",
+        "capi_provider_delete",
+        CD,
+        (
+            "option host: expected an https:// URL, got 'file:///x'; the scheme file: is never accepted "
+            "(only https or http)"
+        ),
+        host="file:///x",
+    ),
+    c(
         "delete-namespace-path",
         "capi_cluster_delete",
         CD,
@@ -1271,7 +1315,7 @@ def module_of(name):
 
 def test_the_table_covers_every_module_with_at_least_100_cases():
     assert len(CASES) >= 100
-    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 16
+    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 17
     assert len({case[0] for case in CASES}) == len(CASES)
 
 

@@ -488,3 +488,104 @@ def test_with_kind_the_host_and_no_exported_kubeconfig_the_plan_removes_none():
     }
     plan = teardown.build_plan(cfg.data, "azure", host)
     assert [s["action"] for s in plan][-2:] == ["azure-teardown", "delete-kind"]
+
+
+# --- capi_provider_delete: the providers, add-on first, core last ---------------------------
+
+PROVIDER_ROWS = (
+    ("CoreProvider", "capi-system", "cluster-api"),
+    ("InfrastructureProvider", "capa-system", "aws"),
+    ("RuntimeExtensionProvider", "rx-system", "rx"),
+    ("AddonProvider", "caaph-system", "helm"),
+)
+PROVIDER_PATH = "/apis/operator.cluster.x-k8s.io/v1alpha2/namespaces/{}/{}s/{}"
+
+
+def _providers(kind_api, finalizers=()):
+    from ansible_collections.krops.platform.plugins.module_utils import kube
+
+    client = kube.connect(kind_api.kubeconfig_path, "kind-mgmt")
+    for kind, namespace, name in PROVIDER_ROWS:
+        kube.ensure_namespace(client, namespace)
+        meta = {"name": name, "namespace": namespace, "finalizers": list(finalizers)}
+        kind_api.create({"apiVersion": teardown.PROVIDER_API, "kind": kind, "metadata": meta, "spec": {}})
+    return {"kubeconfig": str(kind_api.kubeconfig_path), "context": "kind-mgmt"}
+
+
+def _provider_deletes(kind_api, log):
+    return [(m, p) for m, p in log if m == "DELETE" and "operator.cluster.x-k8s.io" in p]
+
+
+def test_providers_go_add_on_first_core_last_and_check_mode_dry_runs_every_delete(kind_api, run_module):
+    from ansible_collections.krops.platform.plugins.modules import capi_provider_delete
+
+    args = _providers(kind_api)
+    order = [PROVIDER_ROWS[i] for i in (3, 2, 1, 0)]
+    paths = [("DELETE", PROVIDER_PATH.format(ns, kind.lower(), name)) for kind, ns, name in order]
+    planned = run_module(capi_provider_delete, args, check_mode=True)
+    assert not planned.failed, planned.get("msg")
+    assert planned["plan"] == [f"delete {kind} {ns}/{name} and wait until it is gone" for kind, ns, name in order]
+    assert planned["changed"] is True
+    assert kind_api.dry_runs == paths  # server-side dry run: admission answers, nothing is applied
+    assert _provider_deletes(kind_api, kind_api.requests) == []
+    assert all(kind_api.exists(teardown.PROVIDER_API, kind, name, ns) for kind, ns, name in PROVIDER_ROWS)
+
+    result = run_module(capi_provider_delete, args)
+    assert not result.failed, result.get("msg")
+    assert result["deleted"] == [{"kind": kind, "namespace": ns, "name": name} for kind, ns, name in order]
+    assert _provider_deletes(kind_api, kind_api.requests) == paths
+    assert not [1 for kind, ns, name in PROVIDER_ROWS if kind_api.exists(teardown.PROVIDER_API, kind, name, ns)]
+    again = run_module(capi_provider_delete, args)
+    assert again["changed"] is False and again["plan"] == [] and again["deleted"] == []
+
+
+def test_a_provider_that_never_goes_stops_the_step_before_the_next_kind(kind_api, run_module):
+    """The add-on provider keeps its finalizer: the step names it and deletes nothing after it."""
+    from ansible_collections.krops.platform.plugins.modules import capi_provider_delete
+
+    args = _providers(kind_api, finalizers=["example.com/hold"])
+    result = run_module(capi_provider_delete, dict(args, wait_timeout=1))
+    assert result.failed
+    assert result["msg"].startswith("timed out waiting for the providers to be deleted on context kind-mgmt in ")
+    assert "still present: AddonProvider caaph-system/helm (Unknown (finalizers example.com/hold))" in result["msg"]
+    assert result["remaining"] == ["AddonProvider caaph-system/helm"]
+    assert _provider_deletes(kind_api, kind_api.requests) == [
+        ("DELETE", PROVIDER_PATH.format("caaph-system", "addonprovider", "helm"))
+    ]
+
+
+def test_a_provider_listing_the_server_cannot_answer_deletes_nothing(kind_api, run_module):
+    from ansible_collections.krops.platform.plugins.modules import capi_provider_delete
+
+    args = _providers(kind_api)
+    kind_api.inject_failure("GET", r"/coreproviders$", 500, "etcd is down", times=5)
+    result = run_module(capi_provider_delete, args)
+    assert result.failed
+    assert result["msg"].startswith(
+        "cannot list CoreProvider objects operator.cluster.x-k8s.io/v1alpha2 on context kind-mgmt"
+    )
+    assert "nothing was deleted" in result["msg"]
+    assert _provider_deletes(kind_api, kind_api.requests) == []
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"kinds": ["Provider"]}, "value of kinds must be one or more of"),
+        (
+            {"api_version": "operator.cluster.x-k8s.io"},
+            "option api_version: expected a Kubernetes group/version such as operator.cluster.x-k8s.io/v1alpha2, "
+            "got 'operator.cluster.x-k8s.io'",
+        ),
+        ({"api_version": "../v1"}, "option api_version: expected a Kubernetes group/version"),
+        ({"wait_timeout": 0}, "wait_timeout must be at least 1 second, got 0"),
+    ],
+)
+def test_provider_delete_refuses_bad_options_before_any_request(kind_api, run_module, options, message):
+    from ansible_collections.krops.platform.plugins.modules import capi_provider_delete
+
+    args = _providers(kind_api)
+    before = len(kind_api.requests)
+    result = run_module(capi_provider_delete, dict(args, **options))
+    assert result.failed and message in result["msg"], result["msg"]
+    assert len(kind_api.requests) == before

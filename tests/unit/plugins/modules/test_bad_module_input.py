@@ -49,6 +49,13 @@ MODULE_CASES = [
         {"request_timeout": 0, "kubeconfig": NO_KUBECONFIG},
         "request_timeout must be at least 1 second, got 0",
     ),
+    below_one("capi_provider_delete", "wait_timeout", -1, low=0, kubeconfig=NO_KUBECONFIG),
+    (
+        "capi_provider_delete-wait-timeout-0",
+        "capi_provider_delete",
+        {"wait_timeout": 0, "kubeconfig": NO_KUBECONFIG},
+        "wait_timeout must be at least 1 second, got 0",
+    ),
     below_one("tinkerbell_release", "wait_timeout", -1, low=0, clusters=["x"], kubeconfig=NO_KUBECONFIG),
     below_one("kind_cluster", "wait_timeout", -1, name="mgmt", **NO_KIND),
     below_one("kind_cluster", "wait_timeout", 0, name="mgmt", **NO_KIND),

@@ -25,6 +25,7 @@ from ansible_collections.krops.platform.plugins.module_utils import (
 from ansible_collections.krops.platform.plugins.modules import (
     airgap_config_archive,
     capi_cluster_delete,
+    capi_provider_delete,
     flux_handoff,
     kind_cluster,
     oci_artifact_push,
@@ -42,6 +43,7 @@ PUSH = {"registry": "127.0.0.1:5000", "paths": ["."]}
 MODULES = [
     (airgap_config_archive, airgap, "config_archive", ARCHIVE, "packing the configuration archive"),
     (capi_cluster_delete, teardown, "delete_clusters", {}, "deleting the Clusters"),
+    (capi_provider_delete, teardown, "delete_providers", {}, "deleting the providers"),
     (flux_handoff, flux, "handoff", {}, "handing the cluster to Flux"),
     (
         kind_cluster,

@@ -1,0 +1,137 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: capi_provider_delete
+author:
+  - krops developers (@krops)
+version_added: 0.1.0
+short_description: Delete the cluster-api-operator provider objects, add-on first and core last, each kind waited for
+description:
+  - Lists the provider objects of every kind in O(kinds) (every namespace) before it deletes anything; a
+    listing the API server cannot answer (any error but a kind it does not serve) fails with nothing deleted.
+  - Deletes them kind by kind in the order add-on, runtime extension, IPAM, control plane, bootstrap,
+    infrastructure, core, and waits with an event-driven watch until the objects of a kind are gone before the
+    next kind, so that no provider outlives one it needs.
+  - The teardown role runs it on the cluster krops created (the kind cluster that carries krops' marker, or
+    the management cluster), where every provider object is krops'.
+options:
+  api_version:
+    description: API version of the provider objects.
+    type: str
+    default: operator.cluster.x-k8s.io/v1alpha2
+  kinds:
+    description: Provider kinds to delete. Their order is always the deletion order above.
+    type: list
+    elements: str
+    choices: [AddonProvider, RuntimeExtensionProvider, IPAMProvider, ControlPlaneProvider, BootstrapProvider,
+              InfrastructureProvider, CoreProvider]
+    default: [AddonProvider, RuntimeExtensionProvider, IPAMProvider, ControlPlaneProvider, BootstrapProvider,
+              InfrastructureProvider, CoreProvider]
+  wait:
+    description: Wait until the objects of each kind are gone before deleting the next kind.
+    type: bool
+    default: true
+  wait_timeout:
+    description:
+      - Seconds the whole step may wait. A timeout fails, names the providers still present with their state,
+        and deletes no later kind. At least 1.
+    type: int
+    default: 600
+extends_documentation_fragment:
+  - krops.platform.kube
+attributes:
+  check_mode:
+    support: full
+    description: Lists, returns RV(plan) and sends each delete as a server-side dry run; changes nothing.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost)."""
+
+EXAMPLES = r"""
+- name: Delete the CAPI providers on the kind cluster
+  krops.platform.capi_provider_delete:
+    kubeconfig: ~/.kube/config
+    context: kind-mgmt
+    wait_timeout: 600
+"""
+
+RETURN = r"""
+plan:
+  description: The deletions, in order (in check mode, the ones that would be made).
+  returned: always
+  type: list
+  elements: str
+  sample: ["delete AddonProvider caaph-system/helm and wait until it is gone"]
+deleted:
+  description: The provider objects deleted (and gone, when waiting).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{kind: AddonProvider, namespace: caaph-system, name: helm}]
+remaining:
+  description: Providers still present when the wait timed out.
+  returned: on timeout
+  type: list
+  elements: str
+  sample: ["CoreProvider capi-system/cluster-api"]
+progress:
+  description: Periodic snapshots of the providers still being deleted, with their state.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - "AddonProvider caaph-system/helm": "Unknown (finalizers provider.cluster.x-k8s.io)"
+target:
+  description: The cluster the module acted on.
+  returned: always
+  type: str
+  sample: context kind-mgmt in ~/.kube/config
+"""
+
+from ansible_collections.krops.platform.plugins.module_utils import contract
+from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import shell
+from ansible_collections.krops.platform.plugins.module_utils import teardown
+
+NAME = "krops.platform.capi_provider_delete"
+
+
+def argument_spec():
+    spec = dict(kube.KUBE_ARGS)
+    kinds = list(teardown.PROVIDER_KINDS)
+    spec.update(
+        api_version=dict(type="str", default=teardown.PROVIDER_API),
+        kinds=dict(type="list", elements="str", choices=kinds, default=kinds),
+        wait=dict(type="bool", default=True),
+        wait_timeout=dict(type="int", default=600),
+    )
+    return spec
+
+
+def body(module, step):
+    contract.check("capi_provider_delete", module.params)  # the input contract first: before any file or network call
+    p = module.params
+    step("checking the options")
+    shell.positive(p, "wait_timeout request_timeout", unit=" second")
+    step("deleting the providers")
+    verb = shell.options(p, "api_version kinds wait wait_timeout")
+    return teardown.delete_providers(
+        p["kubeconfig"], p["context"], check_mode=module.check_mode, connect_options=kube.connect_options(p), **verb
+    )
+
+
+def main():
+    shell.run(NAME, argument_spec(), body)
+
+
+if __name__ == "__main__":
+    main()
