@@ -21,6 +21,7 @@ TEXT = k.text()
 PATH = k.text(4096, "a path")
 ENVIRONMENT = c._DNS_LABEL_NAME  # pylint: disable=protected-access  # an [environments.<name>] key
 DNS_LABEL = c._DNS_LABEL_NAME  # pylint: disable=protected-access
+K8S_NAME = c._DNS_SUBDOMAIN_NAME  # pylint: disable=protected-access  # a Secret, ConfigMap, Deployment or HelmRelease name
 GIT_REF = c.git_ref
 TIMEOUT = k.number(0, MAX_TIMEOUT, integer=True)
 POSITIVE_TIMEOUT = k.number(1, MAX_TIMEOUT, integer=True)
@@ -52,7 +53,7 @@ FEDERATED_NAME = k.segment(
 )
 # A CRD's group/version: the group a DNS-1123 subdomain, the version a DNS-1035 label (what apiextensions
 # requires of spec.group and spec.versions[].name).
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_SUBDOMAIN = c._DNS_SUBDOMAIN  # pylint: disable=protected-access
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -160,6 +161,10 @@ OPTIONS = {
         wait_timeout=TIMEOUT,
     ),
     "capi_provider_delete": dict(KUBE, api_version=_group_version, wait_timeout=TIMEOUT),
+    "flux_release_quiesce": dict(KUBE, namespace=DNS_LABEL, releases=k.unique(K8S_NAME)),
+    "bootstrap_secrets_delete": dict(
+        KUBE, namespace=DNS_LABEL, secrets=k.unique(K8S_NAME), configmaps=k.unique(K8S_NAME)
+    ),
     "capi_pivot": dict(
         KUBE,
         source_kubeconfig=PATH,

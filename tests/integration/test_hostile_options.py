@@ -54,6 +54,10 @@ AZ = {
     "endpoint": "http://127.0.0.1:1",
 }
 CD = {"kubeconfig": NOK}
+SUBDOMAIN_RULE = (
+    "expected a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' and '.' "
+    "(the rule Kubernetes enforces on Secret and ConfigMap names), got "
+)
 PV = {"config_file": CONFIG, "environment": "local-host", "source_kubeconfig": NOK, "target_kubeconfig": NOK}
 FX = {"config_file": CONFIG, "environment": "local-host", "kubeconfig": NOK}
 GC = {
@@ -461,6 +465,37 @@ CASES = [
             "got 'x.io/v1?watch=1'"
         ),
         api_version="x.io/v1?watch=1",
+    ),
+    c(
+        "quiesce-release-uppercase",
+        "flux_release_quiesce",
+        dict(CD, namespace="ack-system", releases=["ack-s3"]),
+        "option releases[0]: " + SUBDOMAIN_RULE + "'ACK-S3'",
+        releases=["ACK-S3"],
+    ),
+    c(
+        "quiesce-namespace-slash",
+        "flux_release_quiesce",
+        dict(CD, releases=["ack-s3"]),
+        (
+            "option namespace: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and "
+            "ending with a letter or digit (the rule Kubernetes enforces on this name), got 'ack-system/x'"
+        ),
+        namespace="ack-system/x",
+    ),
+    c(
+        "bootstrap-secrets-name-traversal",
+        "bootstrap_secrets_delete",
+        dict(CD, namespace="flux-system"),
+        "option secrets[0]: " + SUBDOMAIN_RULE + "'../../etc'",
+        secrets=["../../etc"],
+    ),
+    c(
+        "bootstrap-secrets-configmap-repeated",
+        "bootstrap_secrets_delete",
+        dict(CD, namespace="flux-system"),
+        "option configmaps[1]: expected distinct entries, got 'krops-run'; it repeats an earlier entry",
+        configmaps=["krops-run", "krops-run"],
     ),
     c(
         "providers-wait-negative",
@@ -1315,7 +1350,7 @@ def module_of(name):
 
 def test_the_table_covers_every_module_with_at_least_100_cases():
     assert len(CASES) >= 100
-    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 17
+    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 19
     assert len({case[0] for case in CASES}) == len(CASES)
 
 

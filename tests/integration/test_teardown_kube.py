@@ -589,3 +589,218 @@ def test_provider_delete_refuses_bad_options_before_any_request(kind_api, run_mo
     result = run_module(capi_provider_delete, dict(args, **options))
     assert result.failed and message in result["msg"], result["msg"]
     assert len(kind_api.requests) == before
+
+
+# --- the ACK controllers stopped before the sweep (flux_release_quiesce) ------------------------------------
+
+HR_PATH = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/ack-system/helmreleases/{}"
+DEPLOY_PATH = "/apis/apps/v1/namespaces/ack-system/deployments/{}"
+QUIESCE = {"namespace": "ack-system", "releases": ["ack-s3", "ack-rds"]}
+
+
+def _ack(kind_api):
+    """Two ACK releases (ack-rds suspended already), a lookalike release and the Deployments Helm made."""
+    from ansible_collections.krops.platform.plugins.module_utils import kube
+
+    client = kube.connect(kind_api.kubeconfig_path, "kind-mgmt")
+    kube.ensure_namespace(client, "ack-system")
+    for name, suspended in (("ack-s3", False), ("ack-rds", True), ("ack-s3-extra", False)):
+        meta = {"name": name, "namespace": "ack-system"}
+        spec = {
+            "interval": "10m",
+            "chart": {"spec": {"chart": name, "sourceRef": {"kind": "HelmRepository", "name": "ack"}}},
+        }
+        kind_api.create(
+            {
+                "apiVersion": "helm.toolkit.fluxcd.io/v2",
+                "kind": "HelmRelease",
+                "metadata": meta,
+                "spec": dict(spec, suspend=suspended),
+            }
+        )
+    for name, release, replicas in (
+        ("ack-s3-controller", "ack-s3", 1),
+        ("ack-rds-controller", "ack-rds", 0),
+        ("ack-s3-extra-controller", "ack-s3-extra", 1),  # a lookalike release's: stays
+        ("metrics", None, 1),  # no Helm mark: stays
+    ):
+        meta = {"name": name, "namespace": "ack-system"}
+        if release:
+            meta["annotations"] = {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": "ack-system"}
+        pod = {
+            "metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "c", "image": "example.com/c:1"}]},
+        }
+        spec = {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": pod}
+        kind_api.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec})
+    return {"kubeconfig": str(kind_api.kubeconfig_path), "context": "kind-mgmt"}
+
+
+def _writes(log, *prefixes):
+    return [(m, p) for m, p in log if m != "GET" and p.startswith(prefixes)]
+
+
+def _state(kind_api):
+    releases = {
+        o["metadata"]["name"]: o["spec"].get("suspend")
+        for o in kind_api.list("helm.toolkit.fluxcd.io/v2", "HelmRelease")
+    }
+    replicas = {o["metadata"]["name"]: o["spec"]["replicas"] for o in kind_api.list("apps/v1", "Deployment")}
+    return releases, replicas
+
+
+def test_quiesce_suspends_the_named_releases_and_scales_only_their_deployments(kind_api, run_module):
+    from ansible_collections.krops.platform.plugins.modules import flux_release_quiesce
+
+    args = dict(_ack(kind_api), **QUIESCE)
+    before = _state(kind_api)
+    planned = run_module(flux_release_quiesce, args, check_mode=True)
+    assert not planned.failed, planned.get("msg")
+    assert planned["plan"] == [
+        "suspend HelmRelease ack-system/ack-s3",
+        "scale Deployment ack-system/ack-s3-controller to 0 replicas",
+    ]
+    patches = [("PATCH", HR_PATH.format("ack-s3")), ("PATCH", DEPLOY_PATH.format("ack-s3-controller"))]
+    assert kind_api.dry_runs == patches  # server-side dry runs only
+    assert _writes(kind_api.requests, "/apis/") == [] and _state(kind_api) == before
+
+    result = run_module(flux_release_quiesce, args)
+    assert not result.failed, result.get("msg")
+    assert (result["suspended"], result["scaled"], result["changed"]) == (["ack-s3"], ["ack-s3-controller"], True)
+    assert _writes(kind_api.requests, "/apis/") == patches
+    assert _state(kind_api) == (
+        {"ack-s3": True, "ack-rds": True, "ack-s3-extra": False},
+        {"ack-s3-controller": 0, "ack-rds-controller": 0, "ack-s3-extra-controller": 1, "metrics": 1},
+    )
+    again = run_module(flux_release_quiesce, args)
+    assert (again["changed"], again["plan"]) == (False, [])
+
+
+def test_quiesce_changes_nothing_when_a_listing_cannot_be_answered(kind_api, run_module):
+    from ansible_collections.krops.platform.plugins.modules import flux_release_quiesce
+
+    args = dict(_ack(kind_api), **QUIESCE)
+    kind_api.inject_failure("GET", r"/namespaces/ack-system/deployments$", 500, "etcd is down", times=5)
+    result = run_module(flux_release_quiesce, args)
+    assert result.failed
+    assert result["msg"].startswith("cannot list the Deployments apps/v1 in namespace ack-system on context kind-mgmt")
+    assert _writes(kind_api.requests, "/apis/") == []  # the HelmReleases were listed, not one suspended
+
+
+def test_quiesce_without_flux_on_the_cluster_scales_the_deployments(kube_cluster, run_module):
+    """No HelmRelease kind served (Flux gone or never there): the Deployments still go to zero."""
+    from ansible_collections.krops.platform.plugins.modules import flux_release_quiesce
+
+    api = kube_cluster("bare", crds=False)
+    pod = {"metadata": {"labels": {"app": "c"}}, "spec": {"containers": [{"name": "c", "image": "example.com/c:1"}]}}
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ack-system"}})
+    meta = {
+        "name": "ack-s3-controller",
+        "namespace": "ack-system",
+        "annotations": {"meta.helm.sh/release-name": "ack-s3"},
+    }
+    api.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "c"}}, "template": pod},
+        }
+    )
+    result = run_module(flux_release_quiesce, dict(QUIESCE, kubeconfig=str(api.kubeconfig_path), context="bare"))
+    assert not result.failed, result.get("msg")
+    assert (result["suspended"], result["scaled"]) == ([], ["ack-s3-controller"])
+
+
+# --- the bootstrap secrets and run tags (bootstrap_secrets_delete) ---------------------------------------------
+
+NAMED = {"namespace": "flux-system", "secrets": ["flux-github-pat", "sops-age"], "configmaps": ["krops-run"]}
+
+
+def _bootstrap_objects(kind_api):
+    from ansible_collections.krops.platform.plugins.module_utils import kube
+
+    client = kube.connect(kind_api.kubeconfig_path, "kind-mgmt")
+    kube.ensure_namespace(client, "flux-system")
+    for kind, name in (
+        ("Secret", "flux-github-pat"),
+        ("Secret", "sops-age-backup"),
+        ("ConfigMap", "krops-run"),
+        ("ConfigMap", "krops-run-2"),
+        ("Secret", "flux-system"),
+    ):
+        kind_api.create({"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": "flux-system"}})
+    return {"kubeconfig": str(kind_api.kubeconfig_path), "context": "kind-mgmt"}
+
+
+def _left(kind_api):
+    return sorted(
+        f"{o['kind']} {o['metadata']['name']}"
+        for kind in ("Secret", "ConfigMap")
+        for o in kind_api.list("v1", kind)
+        if o["metadata"].get("namespace") == "flux-system"
+    )
+
+
+def test_bootstrap_secrets_go_by_exact_name_lookalikes_stay(kind_api, run_module):
+    from ansible_collections.krops.platform.plugins.modules import bootstrap_secrets_delete
+
+    args = dict(_bootstrap_objects(kind_api), **NAMED)
+    planned = run_module(bootstrap_secrets_delete, args, check_mode=True)
+    assert not planned.failed, planned.get("msg")
+    assert planned["plan"] == ["delete Secret flux-system/flux-github-pat", "delete ConfigMap flux-system/krops-run"]
+    assert planned["absent"] == ["Secret flux-system/sops-age"]
+    assert kind_api.dry_runs == [
+        ("DELETE", "/api/v1/namespaces/flux-system/secrets/flux-github-pat"),
+        ("DELETE", "/api/v1/namespaces/flux-system/configmaps/krops-run"),
+    ]
+    kept = ["ConfigMap krops-run-2", "Secret flux-system", "Secret sops-age-backup"]
+    assert _left(kind_api) == sorted(kept + ["ConfigMap krops-run", "Secret flux-github-pat"])
+
+    result = run_module(bootstrap_secrets_delete, args)
+    assert not result.failed, result.get("msg")
+    assert result["deleted"] == ["Secret flux-system/flux-github-pat", "ConfigMap flux-system/krops-run"]
+    assert _left(kind_api) == kept
+    again = run_module(bootstrap_secrets_delete, args)
+    assert (again["changed"], again["deleted"]) == (False, [])
+    assert again["absent"] == [
+        "Secret flux-system/flux-github-pat",
+        "Secret flux-system/sops-age",
+        "ConfigMap flux-system/krops-run",
+    ]
+
+
+def test_bootstrap_secrets_delete_nothing_when_a_listing_cannot_be_answered(kind_api, run_module):
+    from ansible_collections.krops.platform.plugins.modules import bootstrap_secrets_delete
+
+    args = dict(_bootstrap_objects(kind_api), **NAMED)
+    kind_api.inject_failure("GET", r"/namespaces/flux-system/configmaps$", 500, "etcd is down", times=5)
+    before = len(kind_api.requests)
+    result = run_module(bootstrap_secrets_delete, args)
+    assert result.failed
+    assert result["msg"].startswith("cannot list ConfigMap v1 in namespace flux-system on context kind-mgmt")
+    assert "nothing was deleted" in result["msg"]
+    assert _writes(kind_api.requests[before:], "/api/") == []  # the Secrets were listed, not one deleted
+
+
+@pytest.mark.parametrize(
+    "module, options, message",
+    [
+        ("flux_release_quiesce", {"releases": ["ACK_S3"]}, "option releases[0]: expected a DNS-1123 subdomain"),
+        ("flux_release_quiesce", {"namespace": "ack system"}, "option namespace: expected a DNS-1123 label"),
+        ("flux_release_quiesce", {"releases": ["ack-s3", "ack-s3"]}, "option releases[1]: expected distinct entries"),
+        ("bootstrap_secrets_delete", {"secrets": ["../x"]}, "option secrets[0]: expected a DNS-1123 subdomain"),
+        ("bootstrap_secrets_delete", {"configmaps": ["krops-run."]}, "option configmaps[0]: expected a DNS-1123"),
+        ("bootstrap_secrets_delete", {"request_timeout": 0}, "request_timeout must be at least 1 second, got 0"),
+    ],
+)
+def test_named_object_steps_refuse_bad_options_before_any_request(kind_api, run_module, module, options, message):
+    import importlib
+
+    mod = importlib.import_module(f"ansible_collections.krops.platform.plugins.modules.{module}")
+    base = QUIESCE if module == "flux_release_quiesce" else NAMED
+    args = dict({"kubeconfig": str(kind_api.kubeconfig_path), "context": "kind-mgmt"}, **base)
+    before = len(kind_api.requests)
+    result = run_module(mod, dict(args, **options))
+    assert result.failed and message in result["msg"], result["msg"]
+    assert len(kind_api.requests) == before

@@ -20,13 +20,16 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     preflight,
     render_diff,
     teardown,
+    teardown_objects,
     validate,
 )
 from ansible_collections.krops.platform.plugins.modules import (
     airgap_config_archive,
+    bootstrap_secrets_delete,
     capi_cluster_delete,
     capi_provider_delete,
     flux_handoff,
+    flux_release_quiesce,
     kind_cluster,
     oci_artifact_push,
     preflight_check,
@@ -45,6 +48,20 @@ MODULES = [
     (capi_cluster_delete, teardown, "delete_clusters", {}, "deleting the Clusters"),
     (capi_provider_delete, teardown, "delete_providers", {}, "deleting the providers"),
     (flux_handoff, flux, "handoff", {}, "handing the cluster to Flux"),
+    (
+        flux_release_quiesce,
+        teardown_objects,
+        "quiesce_releases",
+        {"namespace": "ack-system", "releases": ["ack-s3"]},
+        "stopping the releases' controllers",
+    ),
+    (
+        bootstrap_secrets_delete,
+        teardown_objects,
+        "delete_named",
+        {"namespace": "flux-system", "secrets": ["sops-age"]},
+        "deleting the bootstrap secrets and run tags",
+    ),
     (
         kind_cluster,
         kind,

@@ -1,0 +1,135 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""Teardown steps on named Kubernetes objects, each one module process for the whole step:
+
+- ``quiesce_releases``: before the AWS sweep, suspend the ACK controllers' Flux HelmReleases (so helm-controller
+  does not bring them back) and scale the Deployments Helm made for those releases to zero (so no controller
+  recreates what the sweep deletes);
+- ``delete_named``: the bootstrap secrets and the run tags, by exact name.
+
+Each lists or reads everything it will change before its first write, so an API that cannot answer changes
+nothing. Check mode sends every write as a server-side dry run (what kubernetes.core.k8s does in check mode), so
+admission and RBAC still answer.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils.errors import TeardownError
+from ansible_collections.krops.platform.plugins.module_utils.teardown import probe_or_abort
+
+try:
+    import urllib3
+    from kubernetes.dynamic.exceptions import ApiException, NotFoundError
+except ImportError:  # reported through kube.connect
+    urllib3 = None
+    ApiException, NotFoundError = kube.ApiException, kube.NotFoundError
+
+HELM_RELEASE = ("helm.toolkit.fluxcd.io/v2", "HelmRelease")
+DEPLOYMENT = ("apps/v1", "Deployment")
+# Helm's mark on every object of a release (helm/helm pkg/action: the release-name annotation)
+HELM_RELEASE_ANNOTATION = "meta.helm.sh/release-name"
+# What delete_named deletes: option name -> (apiVersion, kind)
+NAMED_KINDS = {"secrets": ("v1", "Secret"), "configmaps": ("v1", "ConfigMap")}
+
+_WRITE_ERRORS = (ApiException, OSError) + ((urllib3.exceptions.HTTPError,) if urllib3 else ())
+
+
+def _write(call, what, target, result, check_mode):
+    """One write (patch or delete); False when the object is gone already, TeardownError on any other error."""
+    try:
+        call(dry_run="All" if check_mode else None)
+    except NotFoundError:
+        return False
+    except _WRITE_ERRORS as exc:
+        raise TeardownError(f"cannot {what} on {target}: {kube.error_text(exc)}", result)
+    return True
+
+
+def quiesce_releases(kubeconfig, context, namespace, releases, check_mode=False, connect_options=None):
+    """Suspend the HelmReleases named in ``releases`` and scale their Deployments to zero, in ``namespace``.
+
+    A Deployment is a release's when Helm's release-name annotation names it; nothing else is touched. A
+    HelmRelease already suspended and a Deployment already at zero replicas are left as they are, so a second
+    run changes nothing. Returns plan, suspended, scaled, target and changed.
+    """
+    target = kube.describe_target(kubeconfig, context)
+    client = kube.connect(kubeconfig, context, **(connect_options or {}))
+    wanted = set(releases)
+    found = probe_or_abort(client, *HELM_RELEASE, namespace, "the HelmReleases", target)
+    to_suspend = sorted(
+        o["metadata"]["name"]
+        for o in found
+        if o["metadata"]["name"] in wanted and not (o.get("spec") or {}).get("suspend")
+    )
+    deployments = probe_or_abort(client, *DEPLOYMENT, namespace, "the Deployments", target)
+    to_scale = sorted(
+        o["metadata"]["name"]
+        for o in deployments
+        if ((o["metadata"].get("annotations") or {}).get(HELM_RELEASE_ANNOTATION) in wanted)
+        and (o.get("spec") or {}).get("replicas", 1) != 0
+    )
+    result = {
+        "plan": [f"suspend HelmRelease {namespace}/{name}" for name in to_suspend]
+        + [f"scale Deployment {namespace}/{name} to 0 replicas" for name in to_scale],
+        "suspended": [],
+        "scaled": [],
+        "target": target,
+        "changed": bool(to_suspend or to_scale),
+    }
+    for (api_version, kind), names, body, key in (
+        (HELM_RELEASE, to_suspend, {"spec": {"suspend": True}}, "suspended"),
+        (DEPLOYMENT, to_scale, {"spec": {"replicas": 0}}, "scaled"),
+    ):
+        res = kube.resource(client, api_version, kind) if names else None
+        for name in names:
+            if _write(
+                lambda dry_run, name=name, res=res, body=body: res.patch(
+                    body=body,
+                    name=name,
+                    namespace=namespace,
+                    content_type="application/merge-patch+json",
+                    dry_run=dry_run,
+                ),
+                f"patch {kind} {namespace}/{name}",
+                target,
+                result,
+                check_mode,
+            ):
+                result[key].append(name)
+    return result
+
+
+def delete_named(kubeconfig, context, namespace, check_mode=False, connect_options=None, **names):
+    """Delete the objects named in ``names`` (``secrets=[...]``, ``configmaps=[...]``: NAMED_KINDS) in
+    ``namespace``; an object already gone is reported as absent. Returns plan, deleted, absent, target, changed."""
+    target = kube.describe_target(kubeconfig, context)
+    client = kube.connect(kubeconfig, context, **(connect_options or {}))
+    result = {"plan": [], "deleted": [], "absent": [], "target": target, "changed": False}
+    present = []
+    for option, (api_version, kind) in NAMED_KINDS.items():
+        wanted = set(names.get(option) or ())
+        if not wanted:
+            continue
+        listed = {o["metadata"]["name"] for o in probe_or_abort(client, api_version, kind, namespace, None, target)}
+        for name in sorted(wanted):
+            if name in listed:
+                present.append((api_version, kind, name))
+                result["plan"].append(f"delete {kind} {namespace}/{name}")
+            else:
+                result["absent"].append(f"{kind} {namespace}/{name}")
+    result["changed"] = bool(present)
+    for api_version, kind, name in present:
+        res = kube.resource(client, api_version, kind)
+        label = f"{kind} {namespace}/{name}"
+        if _write(
+            lambda dry_run, res=res, name=name: res.delete(name=name, namespace=namespace, dry_run=dry_run),
+            f"delete {label}",
+            target,
+            result,
+            check_mode,
+        ):
+            result["deleted"].append(label)
+        else:
+            result["absent"].append(label)
+    return result

@@ -1,0 +1,121 @@
+#!/usr/bin/python
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: flux_release_quiesce
+author:
+  - krops developers (@krops)
+version_added: 0.1.0
+short_description: Suspend named Flux HelmReleases and scale their controllers to zero
+description:
+  - Stops the controllers a set of Flux HelmReleases runs, in one namespace, so that none of them recreates a
+    cloud resource while a sweep deletes it. The teardown role runs it on the ACK controllers before the AWS
+    sweep.
+  - Lists the HelmReleases (helm.toolkit.fluxcd.io/v2) and the Deployments of the namespace before any write; a
+    listing the API server cannot answer fails with nothing changed.
+  - Sets C(spec.suspend=true) on each named HelmRelease that is not suspended yet, so helm-controller does not
+    scale the controllers back up, then sets C(spec.replicas=0) on each Deployment whose
+    C(meta.helm.sh/release-name) annotation names one of the releases and that is not at zero already. Nothing
+    else in the namespace is touched.
+options:
+  namespace:
+    description: Namespace of the HelmReleases and their Deployments.
+    type: str
+    required: true
+  releases:
+    description: Names of the HelmReleases (and of the Helm releases their Deployments are annotated with).
+    type: list
+    elements: str
+    required: true
+extends_documentation_fragment:
+  - krops.platform.kube
+attributes:
+  check_mode:
+    support: full
+    description: Lists, returns RV(plan) and sends each patch as a server-side dry run; changes nothing.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+    details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost)."""
+
+EXAMPLES = r"""
+- name: Stop the ACK controllers before the AWS sweep
+  krops.platform.flux_release_quiesce:
+    kubeconfig: ~/.kube/krops-mgmt.yaml
+    context: mgmt-admin@mgmt
+    namespace: ack-system
+    releases: [ack-s3, ack-rds, ack-iam, ack-ec2]
+"""
+
+RETURN = r"""
+plan:
+  description: The writes, in order (in check mode, the ones that would be made).
+  returned: always
+  type: list
+  elements: str
+  sample: ["suspend HelmRelease ack-system/ack-s3", "scale Deployment ack-system/ack-s3-controller to 0 replicas"]
+suspended:
+  description: The HelmReleases this run suspended (in check mode, that it would suspend).
+  returned: always
+  type: list
+  elements: str
+  sample: [ack-s3]
+scaled:
+  description: The Deployments this run scaled to zero (in check mode, that it would scale).
+  returned: always
+  type: list
+  elements: str
+  sample: [ack-s3-controller]
+target:
+  description: The cluster the module acted on.
+  returned: always
+  type: str
+  sample: context kind-mgmt in ~/.kube/config
+"""
+
+from ansible_collections.krops.platform.plugins.module_utils import contract
+from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import shell
+from ansible_collections.krops.platform.plugins.module_utils import teardown_objects
+
+NAME = "krops.platform.flux_release_quiesce"
+
+
+def argument_spec():
+    spec = dict(kube.KUBE_ARGS)
+    spec.update(
+        namespace=dict(type="str", required=True),
+        releases=dict(type="list", elements="str", required=True),
+    )
+    return spec
+
+
+def body(module, step):
+    contract.check("flux_release_quiesce", module.params)  # the input contract first: before any file or network call
+    p = module.params
+    step("checking the options")
+    shell.positive(p, "request_timeout", unit=" second")
+    step("stopping the releases' controllers")
+    return teardown_objects.quiesce_releases(
+        p["kubeconfig"],
+        p["context"],
+        p["namespace"],
+        p["releases"],
+        check_mode=module.check_mode,
+        connect_options=kube.connect_options(p),
+    )
+
+
+def main():
+    shell.run(NAME, argument_spec(), body)
+
+
+if __name__ == "__main__":
+    main()
