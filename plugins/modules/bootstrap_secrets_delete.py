@@ -11,7 +11,7 @@ author:
 version_added: 0.1.0
 short_description: Delete the bootstrap Secrets and run-tag ConfigMaps krops created, by exact name
 description:
-  - Deletes the Secrets and ConfigMaps named, in one namespace, and nothing else: the teardown role names the
+  - Deletes the Secrets and ConfigMaps named, in one namespace, and nothing else. The teardown role names the
     Git token and age key Secrets and the run-tag ConfigMap that the bootstrap created (bootstrap.toml
     C(github-pat-secret), C(sops-age-secret), C(run-configmap)).
   - Lists each kind in the namespace before any delete; a listing the API server cannot answer fails with
