@@ -94,7 +94,7 @@ def argument_spec():
     spec = dict(kube.KUBE_ARGS)
     spec.update(
         namespace=dict(type="str", required=True),
-        secrets=dict(type="list", elements="str", default=[]),
+        secrets=dict(type="list", elements="str", default=[], no_log=False),  # Secret names, not secret values
         configmaps=dict(type="list", elements="str", default=[]),
     )
     return spec

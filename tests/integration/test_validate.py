@@ -25,7 +25,7 @@ from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.modules import validate as validate_module
 from tests.substrate.fixtures import REPO, VENV_BIN, copy_playbook, free_port, task_results
-from tests.substrate.trees import SCHEMAS, copy_repo, edit, findings as found
+from tests.substrate.trees import SCHEMAS, SECRET_GENERATOR_PLAINTEXT, copy_repo, edit, findings as found
 
 LH = "mgmt/local-host"
 
@@ -174,16 +174,7 @@ PLANTED = [
     ),
     (
         "secret_generator_is_plaintext",
-        LH + "/cni/kustomization.yaml",
-        "configMapGenerator:",
-        "secretGenerator:\n  - name: token\n    namespace: default\n    literals: [token=hunter2]\n"
-        "    options:\n      disableNameSuffixHash: true\nconfigMapGenerator:",
-        (
-            LH + "/cni/kustomization.yaml",
-            "Secret/default/token",
-            "secrets",
-            "Secret rendered in plaintext by mgmt/local-host/cni/kustomization.yaml (secretGenerator?): commit it as a *.sops.yaml file instead",
-        ),
+        *SECRET_GENERATOR_PLAINTEXT,
     ),
     (
         "yamllint_finding",

@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from ansible_collections.krops.platform.plugins.module_utils import validate
-from tests.substrate.trees import REPO_FILES, SCHEMAS, copy_repo, edit, findings
+from tests.substrate.trees import REPO_FILES, SCHEMAS, SECRET_GENERATOR_PLAINTEXT, copy_repo, edit, findings
 
 TREES = {
     "local-host": ("mgmt/local-host", "workload/local-host"),
@@ -681,23 +681,8 @@ ROWS = [
     (
         "secrets.rendered-plaintext",
         "local-host",
-        [
-            _edit(
-                LH + "/cni/kustomization.yaml",
-                "configMapGenerator:",
-                "secretGenerator:\n  - name: token\n    namespace: default\n    literals: [token=hunter2]\n"
-                "    options:\n      disableNameSuffixHash: true\nconfigMapGenerator:",
-            )
-        ],
-        [
-            (
-                LH + "/cni/kustomization.yaml",
-                "Secret/default/token",
-                "secrets",
-                "Secret rendered in plaintext by mgmt/local-host/cni/kustomization.yaml (secretGenerator?): commit it "
-                "as a *.sops.yaml file instead",
-            )
-        ],
+        [_edit(*SECRET_GENERATOR_PLAINTEXT[:3])],
+        [SECRET_GENERATOR_PLAINTEXT[3]],
     ),
     (
         "tags.ownership",

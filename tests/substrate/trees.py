@@ -41,3 +41,20 @@ def edit(root, rel, old, new, count=1):
 def findings(result):
     """validate's findings as (file, object, rule, message) tuples."""
     return [(f["file"], f["object"], f["rule"], f["message"]) for f in result["findings"]]
+
+
+# A defect both validate tables plant (test_validate.PLANTED, test_validate_rules.RULES): a secretGenerator in a
+# kustomization renders a plaintext Secret. (file, text, replacement, the one finding validate reports)
+SECRET_GENERATOR_PLAINTEXT = (
+    "mgmt/local-host/cni/kustomization.yaml",
+    "configMapGenerator:",
+    "secretGenerator:\n  - name: token\n    namespace: default\n    literals: [token=hunter2]\n"
+    "    options:\n      disableNameSuffixHash: true\nconfigMapGenerator:",
+    (
+        "mgmt/local-host/cni/kustomization.yaml",
+        "Secret/default/token",
+        "secrets",
+        "Secret rendered in plaintext by mgmt/local-host/cni/kustomization.yaml (secretGenerator?): commit it "
+        "as a *.sops.yaml file instead",
+    ),
+)
