@@ -489,8 +489,9 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
     pkg = tmp_path / "airgap"
     shutil.copytree(REPO / "airgap", pkg, ignore=shutil.ignore_patterns("build"))
     (pkg / "build").mkdir()
-    for name in ("host-images.tar", "krops-config.tar"):
-        (pkg / "build" / name).write_text("x")
+    (pkg / "build" / "host-images.tar").write_text("x")
+    layout, _digest = airgap.config_archive(str(REPO), ["mgmt/local-host"], "krops-registry:5000/krops:latest")
+    (pkg / "build" / "krops-config.tar").write_bytes(layout)
     doc = yaml.safe_load((pkg / "zarf.yaml").read_text())
     layouts = [f["source"] for f in doc["components"][0]["files"] if f["source"].startswith(airgap.PROVIDER_BUILD)]
     assert len(layouts) == 5  # the operator providers' components travel with the host component
