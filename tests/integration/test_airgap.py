@@ -287,6 +287,18 @@ def test_pin_check_rejects_a_digest_that_differs_from_the_lock(tree):
             "images:\n  docker.io/library/registry:3: {digest: 'sha256:%s'}\n" % ("a" * 64),
             "airgap/digests.yaml: images.docker.io/library/registry:3 needs digest (sha256:<64 hex>) and source (where it was read)",
         ),
+        (
+            "images:\n  docker.io/library/registry:3:\n    digest: 'sha256:%s'\n    source: crane\n"
+            "    platforms: {linux/s390x: 'sha256:%s'}\n" % ("a" * 64, "b" * 64),
+            "airgap/digests.yaml: images.docker.io/library/registry:3.platforms maps linux/amd64 and linux/arm64 to a "
+            "digest (sha256:<64 hex>)",
+        ),
+        (
+            "images:\n  docker.io/library/registry:3:\n    digest: 'sha256:%s'\n    source: crane\n"
+            "    platforms: {linux/arm64: sha256:1}\n" % ("a" * 64),
+            "airgap/digests.yaml: images.docker.io/library/registry:3.platforms maps linux/amd64 and linux/arm64 to a "
+            "digest (sha256:<64 hex>)",
+        ),
         ("images: [\n", None),
     ],
 )
