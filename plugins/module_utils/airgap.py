@@ -137,6 +137,9 @@ REGISTRY_DEFAULTS = "roles/bootstrap/defaults/main.yml"
 VERSIONED = {("KubeadmControlPlane", "spec"), ("MachineDeployment", "template")}
 COMPONENT_ORDER = ("host", "cert-manager", "capi-operator", "krops-config", "flux", "capi", "capd", "caaph", "workload")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# the platforms --resolve records a digest for (playbooks/airgap.yml airgap_architectures)
+PLATFORMS = ("linux/amd64", "linux/arm64")
+RESOLVED_SOURCE = "crane digest (registry), --resolve"
 _SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
 
 
@@ -527,6 +530,13 @@ def load_lock(root):
         if not isinstance(entry, dict) or not _DIGEST.match(str(entry.get("digest", ""))) or not entry.get("source"):
             raise AirgapError(
                 f"{LOCK_FILE}: images.{ref} needs digest (sha256:<64 hex>) and source (where it was read)"
+            )
+        platforms = entry.get("platforms", {})
+        if not isinstance(platforms, dict) or any(
+            p not in PLATFORMS or not _DIGEST.match(str(d)) for p, d in platforms.items()
+        ):
+            raise AirgapError(
+                f"{LOCK_FILE}: images.{ref}.platforms maps {' and '.join(PLATFORMS)} to a digest (sha256:<64 hex>)"
             )
     for version, dist in (lock.get("flux-distributions") or {}).items():
         for name, entry in ((dist or {}).get("images") or {}).items():
@@ -1211,25 +1221,57 @@ def write(root, inv):
             handle.write(text)
 
 
+def _crane_digest(crane, ref, platform=None):
+    """(digest, None) or (None, why): crane digest [--platform P] REF (go-containerregistry pkg/crane/digest.go:
+    with a platform, an index's child for it; a plain manifest's own digest)."""
+    argv = [crane, "digest"] + (["--platform", platform] if platform else []) + [ref]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)  # pylint: disable=ansible-bad-function
+    digest = proc.stdout.strip()
+    if proc.returncode == 0 and _DIGEST.match(digest):
+        return digest, None
+    return None, " ".join((proc.stderr or proc.stdout or "no digest printed").split())
+
+
 def resolve(inv, tool=None):
-    """Ask the registry for unconfirmed digests (connected machine only): crane digest <ref>."""
+    """Ask the registries for the unconfirmed digests (connected machine only): the reference's digest and one
+    per platform of PLATFORMS. Returns [(ref, digest, {platform: digest})] and [(ref, why not)]: an image is
+    resolved only when every platform is."""
     crane = tool or shutil.which("crane")
     if not crane:
         raise AirgapError("--resolve needs crane (github.com/google/go-containerregistry) on PATH")
-    resolved = []
+    resolved, failed = [], []
     for k in inv.unconfirmed:
-        proc = subprocess.run(  # pylint: disable=ansible-bad-function
-            [crane, "digest", k],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
-        digest = proc.stdout.strip()
-        if proc.returncode == 0 and _DIGEST.match(digest):
-            inv.images[k].digest, inv.images[k].source = digest, "crane digest (registry)"
-            resolved.append((k, digest))
-    return resolved
+        digest, why = _crane_digest(crane, k)
+        platforms = {}
+        for platform in PLATFORMS if digest else ():
+            platforms[platform], why = _crane_digest(crane, k, platform)
+            if why:
+                why = f"{platform}: {why}"
+                break
+        if why:
+            failed.append((k, why))
+            continue
+        inv.images[k].digest, inv.images[k].source = digest, RESOLVED_SOURCE
+        resolved.append((k, digest, platforms))
+    return resolved, failed
+
+
+def record_resolved(root, resolved):
+    """Add resolved images to airgap/digests.yaml under ``images:`` (text insertion: the comments stay)."""
+    if not resolved:
+        return
+    path = os.path.join(root, LOCK_FILE)
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.read().splitlines(keepends=True)
+    if "images:\n" not in lines:
+        raise AirgapError(f"{LOCK_FILE} has no top-level images: mapping to record resolved digests in")
+    at = lines.index("images:\n") + 1
+    block = []
+    for ref, digest, platforms in resolved:
+        block += [f"  {ref}:\n", f"    digest: {digest}\n", f"    source: {RESOLVED_SOURCE}\n", "    platforms:\n"]
+        block += [f"      {p}: {platforms[p]}\n" for p in PLATFORMS]
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("".join(lines[:at] + block + lines[at:]))
 
 
 # --- the configuration artifact as an OCI layout (Zarf imageArchives) ----------------------------
@@ -1312,7 +1354,14 @@ def main(argv=None):
                 sys.stdout.write(f"wrote {path}\n")
             return 0
         if args.resolve:
-            resolve(inv)
+            if not args.write:
+                raise AirgapError(
+                    "--resolve records into airgap/digests.yaml and rewrites the inventory: give --write too"
+                )
+            resolved, failed = resolve(inv)
+            record_resolved(args.path, resolved)
+            for ref, why in failed:
+                sys.stderr.write(f"{ref}: not resolved: {why}\n")
         if args.write:
             write(args.path, inv)
         findings, unconfirmed = check(args.path, inv)

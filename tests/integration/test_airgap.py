@@ -287,6 +287,18 @@ def test_pin_check_rejects_a_digest_that_differs_from_the_lock(tree):
             "images:\n  docker.io/library/registry:3: {digest: 'sha256:%s'}\n" % ("a" * 64),
             "airgap/digests.yaml: images.docker.io/library/registry:3 needs digest (sha256:<64 hex>) and source (where it was read)",
         ),
+        (
+            "images:\n  docker.io/library/registry:3:\n    digest: 'sha256:%s'\n    source: crane\n"
+            "    platforms: {linux/s390x: 'sha256:%s'}\n" % ("a" * 64, "b" * 64),
+            "airgap/digests.yaml: images.docker.io/library/registry:3.platforms maps linux/amd64 and linux/arm64 to a "
+            "digest (sha256:<64 hex>)",
+        ),
+        (
+            "images:\n  docker.io/library/registry:3:\n    digest: 'sha256:%s'\n    source: crane\n"
+            "    platforms: {linux/arm64: sha256:1}\n" % ("a" * 64),
+            "airgap/digests.yaml: images.docker.io/library/registry:3.platforms maps linux/amd64 and linux/arm64 to a "
+            "digest (sha256:<64 hex>)",
+        ),
         ("images: [\n", None),
     ],
 )
@@ -489,8 +501,9 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
     pkg = tmp_path / "airgap"
     shutil.copytree(REPO / "airgap", pkg, ignore=shutil.ignore_patterns("build"))
     (pkg / "build").mkdir()
-    for name in ("host-images.tar", "krops-config.tar"):
-        (pkg / "build" / name).write_text("x")
+    (pkg / "build" / "host-images.tar").write_text("x")
+    layout, _digest = airgap.config_archive(str(REPO), ["mgmt/local-host"], "krops-registry:5000/krops:latest")
+    (pkg / "build" / "krops-config.tar").write_bytes(layout)
     doc = yaml.safe_load((pkg / "zarf.yaml").read_text())
     layouts = [f["source"] for f in doc["components"][0]["files"] if f["source"].startswith(airgap.PROVIDER_BUILD)]
     assert len(layouts) == 5  # the operator providers' components travel with the host component

@@ -13,7 +13,8 @@
   in-cluster hosts such as krops-registry:5000 to the test's 127.0.0.1 port) with krops' own OCI
   client; a GitRepository is read with ``git archive`` from a local checkout (``git_checkouts`` maps
   URLs to folders). Sources on the internet (charts on ghcr.io, jetstack) cannot be reached here:
-  they are marked Ready with a message that says they are stand-ins.
+  they are marked Ready with a message that says they are stand-ins; with ``offline=True`` (the network
+  cut, tests/substrate/airgap_world.py) they fail as an unresolvable host instead.
 - kustomize-controller: a Kustomization waits for its dependsOn and its source, renders spec.path
   with the kubectl kustomize binary itself (not krops' render module; a folder without kustomization.yaml gets one listing
   its files, as Flux generates it), applies postBuild substitute/substituteFrom as kustomize-controller does (text envsubst on the
@@ -280,8 +281,10 @@ def _served(api, group, plural):
 class FluxController:
     """Flux Operator, source-, kustomize- and helm-controller of the emulated world."""
 
-    def __init__(self, world, workdir, registry_aliases=None, git_checkouts=None, renderer=None):
+    def __init__(self, world, workdir, registry_aliases=None, git_checkouts=None, renderer=None, offline=False):
         self.world = world
+        # offline: the network is cut; a source outside registry_aliases fails as an unresolvable host
+        self.offline = offline
         self.workdir = str(workdir)
         self.registry_aliases = dict(registry_aliases or {})
         self.git_checkouts = dict(git_checkouts or {})
@@ -461,6 +464,13 @@ class FluxController:
         parsed = urllib.parse.urlparse(spec["url"])
         host = self.registry_aliases.get(parsed.netloc)
         ref = spec.get("ref") or {}
+        if host is None and self.offline:
+            raise Failure(
+                "OCIArtifactPullFailed",
+                "failed to determine artifact digest: {}: dial tcp: lookup {}: no such host".format(
+                    spec["url"], parsed.hostname
+                ),
+            )
         if host is None:
             set_status(
                 api,
@@ -557,6 +567,18 @@ class FluxController:
         set_status(api, obj, True, "Succeeded", f"stored artifact for revision '{revision}'", artifact=artifact)
 
     def helm_repository(self, api, obj):
+        url = obj["spec"].get("url") or ""
+        # an HTTP index is fetched by source-controller (IndexationFailed, source-controller
+        # internal/controller/helmrepository_controller.go); an OCI one is only read when a chart is pulled
+        if (
+            self.offline
+            and obj["spec"].get("type") != "oci"
+            and urllib.parse.urlparse(url).netloc not in self.registry_aliases
+        ):
+            raise Failure(
+                "IndexationFailed",
+                f"failed to fetch Helm repository index: {url}: dial tcp: lookup {urllib.parse.urlparse(url).hostname}: no such host",
+            )
         set_status(
             api, obj, True, "Succeeded", "stand-in: {} is outside the emulated world".format(obj["spec"].get("url"))
         )

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import sys
+import tarfile
 
 VERSION = "v0.84.0"
 
@@ -336,6 +337,27 @@ def _normalized(identifier):
     return re.sub(r"[/:@]", "_", identifier)
 
 
+def _pulled_digest(ref):
+    """The digest the build pulled: the reference's own, else what the connected registry answered (stand-in:
+    a digest derived from the reference, the same at every build)."""
+    if "@sha256:" in ref:
+        return ref.rsplit("@", 1)[1]
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(ref.encode()).hexdigest()
+
+
+def _layout_digests(path):
+    """{reference: manifest digest} of an OCI layout tarball (what zarf reads from an imageArchive)."""
+    with tarfile.open(path) as tar:
+        index = json.load(tar.extractfile("index.json"))
+    return {
+        m["annotations"]["org.opencontainers.image.ref.name"]: m["digest"]
+        for m in index["manifests"]
+        if "org.opencontainers.image.ref.name" in (m.get("annotations") or {})
+    }
+
+
 def create(flags, args):
     import yaml  # the stand-in runs with the test venv's Python
 
@@ -352,7 +374,7 @@ def create(flags, args):
     text = re.sub(r"###ZARF_PKG_TMPL_([A-Z0-9_]+)###", lambda m: sets[m.group(1)], text)
     doc = yaml.safe_load(text)
     arch = _last(flags, "architecture") or "amd64"
-    kept, images, definition = [], [], []
+    kept, images, definition, digests = [], [], [], {}
     for component in doc.get("components") or []:
         only = ((component.get("only") or {}).get("cluster") or {}).get("architecture")
         if only and only != arch:
@@ -371,7 +393,16 @@ def create(flags, args):
                     )
                 )
             images.extend(archive["images"])
+            try:
+                digests.update(_layout_digests(os.path.join(directory, archive["path"])))
+            except (OSError, ValueError, KeyError, tarfile.TarError):  # zarf reads index.json (images/unpack.go)
+                raise Refused(
+                    "unable to create package: component {}: image archive {} is not an OCI image layout".format(
+                        component["name"], archive["path"]
+                    )
+                )
         images.extend(component.get("images") or [])
+        digests.update({ref: _pulled_digest(ref) for ref in component.get("images") or []})
         kept.append(component["name"])
         definition.append(component)
     signed = (
@@ -387,6 +418,7 @@ def create(flags, args):
         "components": kept,
         "definition": definition,
         "images": images,
+        "digests": digests,
         "sboms": sboms,
         "signed_with": signed,
     }

@@ -1,0 +1,302 @@
+"""The network cut: what the air-gapped cluster runs comes from the bundle's registry, by digest, or not at all.
+
+In-process (no ansible-playbook): the package is built from the ``ready`` tree by the zarf stand-in, its
+cluster components are deployed by tests/substrate/airgap_world.zarf_deploy into an emulated kind cluster
+whose kubelet pulls only from the Zarf registry stand-in. The pods' images come from the charts' own
+workloads (airgap_world.CHART_WORKLOADS), never from krops' inventory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+import yaml
+
+from tests.integration.test_airgap_playbook import ready  # noqa: F401  # pylint: disable=unused-import
+from tests.substrate import zarf_standin
+from tests.substrate.airgap_world import (
+    ZARF_REGISTRY,
+    DeployFailed,
+    Kubelet,
+    ZarfRegistry,
+    transform_host,
+    zarf_deploy,
+)
+from tests.substrate.flux_world import FluxController, World, condition
+
+# zarf src/pkg/transform/image_test.go @ v0.84.0: (reference, ImageTransformHost, ...WithoutChecksum) to gitlab.com/project
+ZARF_CASES = [
+    ("nginx", "gitlab.com/project/library/nginx:latest-zarf-3793515731", "gitlab.com/project/library/nginx:latest"),
+    (
+        "nginx:1.23.3",
+        "gitlab.com/project/library/nginx:1.23.3-zarf-3793515731",
+        "gitlab.com/project/library/nginx:1.23.3",
+    ),
+    (
+        "zarf-dev/zarf-agent:v0.22.1",
+        "gitlab.com/project/zarf-dev/zarf-agent:v0.22.1-zarf-2183797434",
+        "gitlab.com/project/zarf-dev/zarf-agent:v0.22.1",
+    ),
+    (
+        "busybox:latest@sha256:3fbc632167424a6d997e74f52b878d7cc478225cffac6bc977eedfe51c7f4e79",
+        "gitlab.com/project/library/busybox@sha256:3fbc632167424a6d997e74f52b878d7cc478225cffac6bc977eedfe51c7f4e79",
+        "gitlab.com/project/library/busybox@sha256:3fbc632167424a6d997e74f52b878d7cc478225cffac6bc977eedfe51c7f4e79",
+    ),
+    (
+        "ghcr.io/stefanprodan/podinfo:6.3.3",
+        "gitlab.com/project/stefanprodan/podinfo:6.3.3-zarf-2985051089",
+        "gitlab.com/project/stefanprodan/podinfo:6.3.3",
+    ),
+    (
+        "registry1.dso.mil/ironbank/opensource/zarf-dev/zarf/zarf-agent:v0.25.0",
+        "gitlab.com/project/ironbank/opensource/zarf-dev/zarf/zarf-agent:v0.25.0-zarf-1211467612",
+        "gitlab.com/project/ironbank/opensource/zarf-dev/zarf/zarf-agent:v0.25.0",
+    ),
+    (
+        "gitlab.com/project/gitea/gitea:1.19.3-rootless-zarf-3431384023",
+        "gitlab.com/project/gitea/gitea:1.19.3-rootless-zarf-3431384023",
+        "gitlab.com/project/gitea/gitea:1.19.3-rootless-zarf-3431384023",
+    ),
+    (
+        "oci://10.43.130.183:5000/stefanprodan/manifests/podinfo",
+        "gitlab.com/project/stefanprodan/manifests/podinfo:latest-zarf-531355090",
+        "gitlab.com/project/stefanprodan/manifests/podinfo:latest",
+    ),
+]
+
+
+@pytest.mark.parametrize("ref,with_crc,plain", ZARF_CASES)
+def test_the_image_transform_is_zarfs(ref, with_crc, plain):
+    assert transform_host("gitlab.com/project", ref) == with_crc
+    assert transform_host("gitlab.com/project", ref, checksum=False) == plain
+
+
+def _layout(reference):
+    manifest = json.dumps({"schemaVersion": 2, "layers": []}).encode()
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    index = {
+        "schemaVersion": 2,
+        "manifests": [{"digest": digest, "annotations": {"org.opencontainers.image.ref.name": reference}}],
+    }
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for name, body in (("index.json", json.dumps(index).encode()), ("blobs/sha256/" + digest[7:], manifest)):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    return data.getvalue()
+
+
+def build(root, tmp_path, drop=None, tags_only=()):
+    """The package zarf create makes of the ready tree (stand-in), optionally with one image line removed and
+    the images of the ``tags_only`` components listed without their digest."""
+    airgap = root / "airgap"
+    if tags_only:
+        doc = yaml.safe_load((airgap / "zarf.yaml").read_text())
+        for component in doc["components"]:
+            if component["name"] in tags_only:
+                component["images"] = [i.split("@")[0] for i in component["images"]]
+        (airgap / "zarf.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    for name in ("host-images.tar", "krops-config.tar"):
+        (airgap / "build" / "providers").mkdir(parents=True, exist_ok=True)
+        (airgap / "build" / name).write_bytes(_layout("krops-registry:5000/krops:latest"))
+    for provider in (
+        "addon-helm",
+        "bootstrap-kubeadm",
+        "control-plane-kubeadm",
+        "core-cluster-api",
+        "infrastructure-docker",
+    ):
+        (airgap / "build" / "providers" / f"{provider}.tar").write_bytes(b"")
+    if drop:
+        text = (airgap / "zarf.yaml").read_text()
+        line = f"  - {drop}\n"
+        assert text.count(line) == 1, drop
+        (airgap / "zarf.yaml").write_text(text.replace(line, ""))
+    key = tmp_path / "zarf.key"
+    key.write_text("PRIVATE krops-test")
+    out = tmp_path / "out"
+    flags = {
+        "architecture": ["amd64"],
+        "output": [str(out)],
+        "set": ["VERSION=0.1.0", "KIND_VERSION=v0.32.0"],
+        "signing-key": [str(key)],
+    }
+    zarf_standin.create(flags, [str(airgap)])
+    [package] = out.glob("zarf-package-*.tar.zst")
+    return json.loads(package.read_text())
+
+
+@pytest.fixture
+def airgapped(strict_cluster):
+    """An emulated kind cluster whose kubelet pulls only from the Zarf registry (the agent on)."""
+    world = World()
+    api = strict_cluster("kind-airgap")
+    world.add_cluster(api)
+    registry = ZarfRegistry()
+    Kubelet(world, api, registry)
+    world.start(interval=0.01, idle=0.2)
+    yield api, registry
+    assert world.stop() == []
+
+
+CHART_COMPONENTS = ["cert-manager", "capi-operator"]
+
+
+def test_the_bundle_runs_every_chart_workload_from_the_zarf_registry_by_digest(ready, tmp_path, airgapped):  # noqa: F811
+    api, registry = airgapped
+    package = build(ready, tmp_path, tags_only=CHART_COMPONENTS)
+    zarf_deploy(api, package, CHART_COMPONENTS, registry)
+    pods = {p["metadata"]["name"].rsplit("-", 1)[0]: p for p in api.list("v1", "Pod")}
+    assert sorted(pods) == [
+        "capi-operator-cluster-api-operator",
+        "cert-manager",
+        "cert-manager-cainjector",
+        "cert-manager-webhook",
+    ]
+    for pod in pods.values():
+        [status] = pod["status"]["containerStatuses"]
+        original = pod["metadata"]["annotations"]["zarf.dev/original-image-" + status["name"]]
+        assert status["image"].startswith(ZARF_REGISTRY + "/") and status["state"] == {"running": {}}
+        # the digest the build recorded for the image the chart runs
+        assert (
+            status["imageID"] == package["digests"][next(r for r in package["images"] if r.split("@")[0] == original)]
+        )
+    for deployment in api.list("apps/v1", "Deployment"):
+        assert condition(deployment, "Available")["status"] == "True"
+
+
+def test_one_image_missing_from_the_bundle_fails_the_deploy_naming_it(ready, tmp_path, airgapped):  # noqa: F811
+    api, registry = airgapped
+    package = build(ready, tmp_path, drop="quay.io/jetstack/cert-manager-webhook:v1.21.1", tags_only=CHART_COMPONENTS)
+    with pytest.raises(DeployFailed) as failed:
+        zarf_deploy(api, package, CHART_COMPONENTS, registry, timeout=2)
+    image = "127.0.0.1:31999/jetstack/cert-manager-webhook:v1.21.1-zarf-1456110539"
+    pod = next(
+        p["metadata"]["name"]
+        for p in api.list("v1", "Pod")
+        if p["metadata"]["name"].startswith("cert-manager-webhook-")
+    )
+    assert str(failed.value) == (
+        "component cert-manager: health checks did not pass: Deployment cert-manager/cert-manager-webhook: "
+        f'pod {pod}: ErrImagePull: failed to pull and unpack image "{image}": failed to resolve reference '
+        f'"{image}": {image}: not found'
+    )
+
+
+def test_images_pinned_by_digest_in_the_package_do_not_serve_charts_that_run_tags(ready, tmp_path, airgapped):  # noqa: F811
+    """zarf pushes an image listed with a digest under the digest only (ImageTransformHost drops the tag), and the
+    agent rewrites a pod's tag to the crc32 tag: a chart that runs tags finds nothing (docs/airgap.md, findings)."""
+    api, registry = airgapped
+    package = build(ready, tmp_path)
+    with pytest.raises(DeployFailed) as failed:
+        zarf_deploy(api, package, CHART_COMPONENTS, registry, timeout=2)
+    pods = {p["metadata"]["name"].rsplit("-", 1)[0]: p["metadata"]["name"] for p in api.list("v1", "Pod")}
+    reasons = []
+    for name, crc in (
+        ("cert-manager", 1554577349),
+        ("cert-manager-webhook", 1456110539),
+        ("cert-manager-cainjector", 1217229965),
+    ):
+        image = "127.0.0.1:31999/jetstack/{}:v1.21.1-zarf-{}".format(
+            name.replace("cert-manager", "cert-manager-controller", 1) if name == "cert-manager" else name, crc
+        )
+        reasons.append(
+            f"Deployment cert-manager/{name}: pod {pods[name]}: ErrImagePull: failed to pull and unpack image "
+            f'"{image}": failed to resolve reference "{image}": {image}: not found'
+        )
+    assert str(failed.value) == "component cert-manager: health checks did not pass: " + "; ".join(reasons)
+    assert "jetstack/cert-manager-webhook" in registry.digests and "jetstack/cert-manager-webhook" not in registry.tags
+
+
+def test_the_kubelet_refuses_a_digest_the_registry_does_not_hold_and_any_other_host(airgapped):
+    api, registry = airgapped
+    held = "sha256:" + "a" * 64
+    registry.push("ghcr.io/fluxcd/source-controller:v1.9.4@" + held, held)
+    registry.push("ghcr.io/fluxcd/helm-controller:v1.6.3", "sha256:" + "b" * 64)
+    other = "ghcr.io/fluxcd/source-controller@sha256:" + "c" * 64
+    for name, namespace, image in [
+        ("held", "default", "ghcr.io/fluxcd/source-controller:v1.9.4@" + held),
+        ("by-tag", "default", "ghcr.io/fluxcd/helm-controller:v1.6.3"),
+        ("other-digest", "default", other),
+        ("unmutated", "kube-system", "ghcr.io/fluxcd/helm-controller:v1.6.3"),
+    ]:
+        api.create(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "c", "image": image}]},
+                    },
+                },
+            }
+        )
+
+    def waiting():
+        return {
+            p["metadata"]["name"].rsplit("-", 1)[0]: ((p.get("status") or {}).get("containerStatuses") or [{}])[0].get(
+                "state"
+            )
+            for p in api.list("v1", "Pod")
+        }
+
+    import time
+
+    deadline = time.monotonic() + 10
+    while len([s for s in waiting().values() if s]) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    states = waiting()
+    assert states["held"] == {"running": {}} and states["by-tag"] == {"running": {}}
+    missing = "127.0.0.1:31999/fluxcd/source-controller@sha256:" + "c" * 64
+    assert states["other-digest"]["waiting"]["message"] == (
+        f'failed to pull and unpack image "{missing}": failed to resolve reference "{missing}": {missing}: not found'
+    )
+    plain = "ghcr.io/fluxcd/helm-controller:v1.6.3"
+    assert states["unmutated"]["waiting"]["message"] == (
+        f'failed to pull and unpack image "{plain}": failed to resolve reference "{plain}": failed to do request: '
+        'Head "https://ghcr.io/v2/fluxcd/helm-controller/manifests/v1.6.3": dial tcp: lookup ghcr.io: no such host'
+    )
+
+
+def test_offline_flux_refuses_sources_outside_the_bundle(strict_cluster, tmp_path):
+    api = strict_cluster("kind-offline", bundles=("flux",))
+    world = World()
+    world.add_cluster(api)
+    FluxController(world, tmp_path, registry_aliases={"krops-registry:5000": "127.0.0.1:1"}, offline=True)
+    for kind, name, spec in [
+        (
+            "OCIRepository",
+            "podinfo",
+            {"interval": "1m", "url": "oci://ghcr.io/stefanprodan/charts/podinfo", "ref": {"tag": "6.9.0"}},
+        ),
+        ("HelmRepository", "jetstack", {"interval": "1h", "url": "https://charts.jetstack.io"}),
+    ]:
+        api.create(
+            {
+                "apiVersion": "source.toolkit.fluxcd.io/v1",
+                "kind": kind,
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": spec,
+            }
+        )
+    world.settle()
+    oci = condition(api.get("source.toolkit.fluxcd.io/v1", "OCIRepository", "podinfo", "default"))
+    helm = condition(api.get("source.toolkit.fluxcd.io/v1", "HelmRepository", "jetstack", "default"))
+    assert (oci["status"], oci["reason"], oci["message"]) == (
+        "False",
+        "OCIArtifactPullFailed",
+        "failed to determine artifact digest: oci://ghcr.io/stefanprodan/charts/podinfo: dial tcp: lookup ghcr.io: no such host",
+    )
+    assert (helm["status"], helm["reason"], helm["message"]) == (
+        "False",
+        "IndexationFailed",
+        "failed to fetch Helm repository index: https://charts.jetstack.io: dial tcp: lookup charts.jetstack.io: no such host",
+    )

@@ -1,0 +1,349 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The air-gapped host's cluster side, with the network cut: Zarf's registry, its agent and a kubelet.
+
+Nothing here reads krops' inventory (plugins/module_utils/airgap.py, airgap/images.txt): what a pod runs
+comes from the Deployments in the cluster (the charts' own workloads, ``CHART_WORKLOADS`` below, written
+from upstream's charts), and whether it runs comes from what the registry holds.
+
+- ``ZarfRegistry``: the registry ``zarf init`` starts (NodePort 127.0.0.1:31999). It holds exactly what
+  a deploy pushed: each image under both names zarf v0.84.0 pushes (src/pkg/images/push.go: the
+  ``ImageTransformHost`` name with the crc32 tag, and the ``...WithoutChecksum`` name), with the digest the
+  package recorded when it was built. Nothing else is reachable: another host is "no such host".
+- ``transform_host``: zarf's ``transform.ImageTransformHost`` / ``ImageTransformHostWithoutChecksum``
+  (src/pkg/transform/image.go @ v0.84.0; docker reference normalisation of distribution/reference:
+  ``nginx`` is ``docker.io/library/nginx:latest``). The agent's pod hook (src/internal/agent/hooks/pods.go)
+  rewrites every container and init container image with it.
+- ``Kubelet``: kube-controller-manager and the kubelet of one cluster. A Deployment gets one Pod from its
+  template (the agent's mutation applied on creation unless the namespace is ``AGENT_IGNORED``); each
+  container image is pulled from the registry: a reference by digest must name a digest the registry
+  holds for that repository, a tag must be a tag it holds. A pull that fails leaves the Pod Pending with
+  the container Waiting ``ErrImagePull`` and containerd's message, and the Deployment not Available.
+- ``zarf_deploy``: what ``zarf package deploy`` does in the cluster for the chosen components of a
+  stand-in package (tests/substrate/zarf_standin.py): push the component's images, install its charts
+  (the charts' Deployments from ``CHART_WORKLOADS``), then wait for its healthChecks; a health check that
+  does not pass fails the deploy with the object and the Pod's reason.
+
+The containerd messages are the form containerd 2.x logs through the kubelet (``failed to pull and unpack
+image``, ``failed to resolve reference``); their exact text at a tag is not confirmed here.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+import threading
+import time
+import zlib
+
+from tests.substrate.flux_world import condition
+from tests.substrate.kube_emulator import ApiError
+
+ZARF_REGISTRY = "127.0.0.1:31999"  # zarf init's NodePort registry (src/config/lang/english.go examples @ v0.84.0)
+AGENT_IGNORED = ("kube-system", "zarf")  # kind's own pods come from the node image; zarf's namespace is ignored
+
+# chart -> [(Deployment name ({release} is the release name), image ({v}: chart version without "v")]. The
+# charts reference their images by tag (no digest in their default values).: the charts' own
+# workloads. cert-manager chart v1.21.1 (deploy/charts/cert-manager/values.yaml: quay.io/jetstack/
+# cert-manager-{controller,webhook,cainjector}, tag = appVersion = chart version; templates name the
+# Deployments {release}, {release}-webhook, {release}-cainjector); cluster-api-operator chart 0.28.0
+# ({release}-cluster-api-operator; the release image name is an inference, see docs/airgap.md);
+# flux-operator chart 0.58.1 (Deployment flux-operator, ghcr.io/controlplaneio-fluxcd/flux-operator:v{v}).
+CHART_WORKLOADS = {
+    "cert-manager": [
+        ("{release}", "quay.io/jetstack/cert-manager-controller:v{v}"),
+        ("{release}-webhook", "quay.io/jetstack/cert-manager-webhook:v{v}"),
+        ("{release}-cainjector", "quay.io/jetstack/cert-manager-cainjector:v{v}"),
+    ],
+    "cluster-api-operator": [
+        ("{release}-cluster-api-operator", "registry.k8s.io/capi-operator/cluster-api-operator:v{v}")
+    ],
+    "flux-operator": [("flux-operator", "ghcr.io/controlplaneio-fluxcd/flux-operator:v{v}")],
+}
+
+_REFERENCE = re.compile(
+    r"^(?P<name>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+
+
+class RefError(ValueError):
+    pass
+
+
+def parse_ref(ref):
+    """{name, host, path, tag, digest} of an image reference, normalised as distribution/reference does."""
+    ref = ref[len("oci://") :] if ref.startswith("oci://") else ref
+    match = _REFERENCE.match(ref)
+    if not match:
+        raise RefError(f"unable to parse ref {ref}")
+    name, tag, digest = match.group("name"), match.group("tag"), match.group("digest")
+    first, rest = name.split("/", 1) if "/" in name else ("", name)
+    if "." in first or ":" in first or first == "localhost":
+        host, path = first, rest
+    else:  # Docker Hub: a bare name is an official image
+        host, path = "docker.io", name if "/" in name else "library/" + name
+    if not tag and not digest:
+        tag = "latest"
+    return {"name": f"{host}/{path}", "host": host, "path": path, "tag": tag, "digest": digest}
+
+
+def crc_tag(name, tag):
+    return "%s-zarf-%d" % (tag, zlib.crc32(name.encode()) & 0xFFFFFFFF)
+
+
+def transform_host(target, ref, checksum=True):
+    """zarf's ImageTransformHost (checksum) or ImageTransformHostWithoutChecksum."""
+    image = parse_ref(ref)
+    if target.startswith(image["host"]):
+        return ref
+    if image["digest"]:
+        return "{}/{}@{}".format(target, image["path"], image["digest"])
+    if not checksum:
+        return "{}/{}:{}".format(target, image["path"], image["tag"])
+    return "{}/{}:{}".format(target, image["path"], crc_tag(image["name"], image["tag"]))
+
+
+class ZarfRegistry:
+    """What the Zarf registry holds: repository path -> {tag: digest} and the digests of each repository."""
+
+    def __init__(self, host=ZARF_REGISTRY):
+        self.host = host
+        self.tags = {}
+        self.digests = {}
+        self._lock = threading.Lock()
+
+    def push(self, ref, digest):
+        """Push one packaged image as zarf does: under the crc32 name and the plain name."""
+        with self._lock:
+            for name in (transform_host(self.host, ref), transform_host(self.host, ref, checksum=False)):
+                image = parse_ref(name)
+                self.digests.setdefault(image["path"], set()).add(digest)
+                if image["tag"] and not image["digest"]:
+                    self.tags.setdefault(image["path"], {})[image["tag"]] = digest
+
+    def pull(self, ref):
+        """The digest a pull of ``ref`` gets, or raise RefError with containerd's reason."""
+        image = parse_ref(ref)
+        if image["host"] != self.host:
+            raise RefError(
+                'failed to do request: Head "https://{}/v2/{}/manifests/{}": dial tcp: lookup {}: no such host'.format(
+                    image["host"], image["path"], image["digest"] or image["tag"], image["host"].split(":")[0]
+                )
+            )
+        with self._lock:
+            if image["digest"]:
+                if image["digest"] in self.digests.get(image["path"], ()):
+                    return image["digest"]
+            elif image["tag"] in self.tags.get(image["path"], {}):
+                return self.tags[image["path"]][image["tag"]]
+        raise RefError(f"{ref}: not found")
+
+
+def agent_mutate(pod, registry_host):
+    """The Zarf agent's pod hook (hooks/pods.go @ v0.84.0): every (init) container image to the Zarf registry, the
+    original kept in an annotation, the pull secret private-registry, the label zarf-agent: patched."""
+    pod = copy.deepcopy(pod)
+    spec = pod["spec"]
+    annotations = pod["metadata"].setdefault("annotations", {})
+    for field in ("initContainers", "containers"):
+        for container in spec.get(field) or []:
+            # hooks/pods.go getAnnotationKey: the name part cut to 63 characters, no trailing hyphen
+            annotations["zarf.dev/" + ("original-image-" + container["name"])[:63].rstrip("-")] = container["image"]
+            container["image"] = transform_host(registry_host, container["image"])
+    pod["metadata"].setdefault("labels", {})["zarf-agent"] = "patched"
+    spec["imagePullSecrets"] = [{"name": "private-registry"}]
+    return pod
+
+
+class Kubelet:
+    """Deployment -> Pod -> image pull from the registry, for one emulated cluster (see the module docstring)."""
+
+    def __init__(self, world, api, registry, agent=True):
+        self.api = api
+        self.registry = registry
+        self.agent = agent
+        world.controllers.append(self)
+
+    def reconcile(self, api):
+        if api is not self.api:
+            return
+        for deployment in api.list("apps/v1", "Deployment"):
+            self._run(api, deployment)
+
+    def _run(self, api, deployment):
+        ns, name = deployment["metadata"]["namespace"], deployment["metadata"]["name"]
+        template = deployment["spec"]["template"]
+        suffix = hashlib.sha256(repr(template).encode()).hexdigest()[:10]
+        pod_name = f"{name}-{suffix}"
+        pods = api.resource_for("v1", "Pod")
+        try:
+            pod = api.get("v1", "Pod", pod_name, ns)
+        except ApiError:
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": dict(copy.deepcopy(template.get("metadata") or {}), name=pod_name, namespace=ns),
+                "spec": copy.deepcopy(template["spec"]),
+            }
+            if self.agent and ns not in AGENT_IGNORED:
+                pod = agent_mutate(pod, self.registry.host)
+            pod = api.create(pod)
+        statuses, waiting = [], None
+        for container in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]:
+            image = container["image"]
+            try:
+                digest = self.registry.pull(image)
+                statuses.append(
+                    {
+                        "name": container["name"],
+                        "image": image,
+                        "imageID": digest,
+                        "ready": True,
+                        "restartCount": 0,
+                        "state": {"running": {}},
+                    }
+                )
+            except RefError as exc:
+                waiting = waiting or {
+                    "reason": "ErrImagePull",
+                    "message": f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": {exc}',
+                }
+                statuses.append(
+                    {
+                        "name": container["name"],
+                        "image": image,
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {"waiting": waiting},
+                    }
+                )
+        status = {"phase": "Pending" if waiting else "Running", "containerStatuses": statuses}
+        if (pod.get("status") or {}) != status:
+            api.patch(pods, ns, pod_name, "merge", {"status": status}, "status", "kubelet")
+        replicas = deployment["spec"].get("replicas", 1)
+        ready = 0 if waiting else replicas
+        available = {"type": "Available", "status": "False" if waiting else "True"}
+        available.update(
+            {"reason": "MinimumReplicasUnavailable", "message": "Deployment does not have minimum availability."}
+            if waiting
+            else {"reason": "MinimumReplicasAvailable", "message": "Deployment has minimum availability."}
+        )
+        wanted = {
+            "observedGeneration": deployment["metadata"].get("generation", 1),
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "unavailableReplicas": replicas - ready,
+            "conditions": [available],
+        }
+        if (deployment.get("status") or {}) != wanted:
+            api.patch(
+                api.resource_for("apps/v1", "Deployment"),
+                ns,
+                name,
+                "merge",
+                {"status": wanted},
+                "status",
+                "kube-controller-manager",
+            )
+
+
+class DeployFailed(Exception):
+    pass
+
+
+def _chart_deployments(chart):
+    release = chart.get("releaseName") or chart["name"]
+    for name, image in CHART_WORKLOADS.get(chart["name"], ()):
+        version = str(chart["version"]).lstrip("v")
+        labels = {"app.kubernetes.io/name": name.format(release=release), "app.kubernetes.io/instance": release}
+        yield {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": name.format(release=release),
+                "namespace": chart["namespace"],
+                "labels": dict(labels, **{"app.kubernetes.io/managed-by": "Helm"}),
+                "annotations": {
+                    "meta.helm.sh/release-name": release,
+                    "meta.helm.sh/release-namespace": chart["namespace"],
+                },
+            },
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": name.format(release=release), "image": image.format(v=version)}]},
+                },
+            },
+        }
+
+
+def _pending_reason(api, check):
+    """Why a health check does not pass yet (None: it passes)."""
+    try:
+        obj = api.get(check["apiVersion"], check["kind"], check["name"], check.get("namespace"))
+    except ApiError:
+        return "{} {}/{} not found".format(check["kind"], check.get("namespace"), check["name"])
+    if check["kind"] != "Deployment":
+        ready = condition(obj) or {}
+        return (
+            None
+            if ready.get("status") == "True"
+            else "{} {}/{}: {}".format(
+                check["kind"], check.get("namespace"), check["name"], ready.get("message") or "not Ready"
+            )
+        )
+    if (condition(obj, "Available") or {}).get("status") == "True":
+        return None
+    for pod in api.list("v1", "Pod", check.get("namespace")):
+        if not re.fullmatch(
+            re.escape(check["name"]) + "-[0-9a-f]{10}", pod["metadata"]["name"]
+        ):  # the Kubelet's pod names
+            continue
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting")
+            if waiting:
+                return "Deployment {}/{}: pod {}: {}: {}".format(
+                    check["namespace"], check["name"], pod["metadata"]["name"], waiting["reason"], waiting["message"]
+                )
+    return "Deployment {}/{} is not Available".format(check.get("namespace"), check["name"])
+
+
+def zarf_deploy(api, package, components, registry, timeout=10.0):
+    """The cluster side of ``zarf package deploy`` for ``components`` of a stand-in package (see the docstring)."""
+    chosen = [c for c in package["definition"] if c["name"] in components]
+    for component in chosen:
+        for ref in component.get("images") or []:
+            registry.push(ref, package["digests"][ref])
+        for archive in component.get("imageArchives") or []:
+            for ref in archive["images"]:
+                registry.push(ref, package["digests"][ref])
+        for chart in component.get("charts") or []:
+            if not api.exists("v1", "Namespace", chart["namespace"]):
+                api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": chart["namespace"]}})
+            for deployment in _chart_deployments(chart):
+                api.patch(
+                    api.resource_for("apps/v1", "Deployment"),
+                    deployment["metadata"]["namespace"],
+                    deployment["metadata"]["name"],
+                    "apply",
+                    deployment,
+                    None,
+                    "helm",
+                )
+        deadline = time.monotonic() + timeout
+        while True:
+            reasons = [r for r in (_pending_reason(api, c) for c in component.get("healthChecks") or []) if r]
+            if not reasons:
+                break
+            if time.monotonic() > deadline:
+                raise DeployFailed(
+                    "component {}: health checks did not pass: {}".format(component["name"], "; ".join(reasons))
+                )
+            time.sleep(0.05)
