@@ -1,8 +1,9 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
 """Teardown on the Kubernetes side: controller-host discovery, probes, Flux suspension,
-Cluster deletion with an event-driven wait, Tinkerbell Hardware release and the ordered
-per-environment plan that roles/teardown follows.
+Cluster deletion with an event-driven wait and the provider deletion. The ordered per-environment
+plan that roles/teardown follows is in teardown_plan.py, the Tinkerbell Hardware release in
+tinkerbell.py.
 
 Every function takes the cluster it acts on explicitly (kubeconfig and context); nothing
 here uses the operator's current context. Probes classify present / absent / unknown
@@ -18,7 +19,6 @@ import time
 from ansible_collections.krops.platform.plugins.module_utils.errors import TeardownError  # the error teardown raises
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import ownership
-from ansible_collections.krops.platform.plugins.module_utils import profiles
 
 try:
     import urllib3
@@ -35,23 +35,6 @@ CLUSTER_GROUP = "cluster.x-k8s.io"
 KUSTOMIZATION = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
 FLUX_OPERATOR_KINDS = (("fluxcd.controlplane.io/v1", "FluxInstance"), ("fluxcd.controlplane.io/v1", "ResourceSet"))
 FLUX_OPERATOR_RECONCILE = "fluxcd.controlplane.io/reconcile"
-HARDWARE = ("tinkerbell.org/v1alpha1", "Hardware")
-
-# Ownership marks CAPT puts on a Hardware it uses (labels, annotation, finalizers),
-# across CAPT versions; releasing a Hardware means none of them is left.
-HARDWARE_OWNER_LABELS = (
-    "v1alpha1.tinkerbell.org/ownerName",
-    "v1alpha1.tinkerbell.org/ownerNamespace",
-    "v1alpha1.tinkerbell.org/clusterName",
-    "v1alpha1.tinkerbell.org/clusterNamespace",
-)
-HARDWARE_OWNER_ANNOTATIONS = ("v1alpha1.tinkerbell.org/provisioned",)
-HARDWARE_FINALIZERS = (
-    "infrastructure.cluster.x-k8s.io/tinkerbellmachine",
-    "tinkerbellmachine.infrastructure.cluster.x-k8s.io",
-    "tinkerbellcluster.infrastructure.cluster.x-k8s.io",
-)
-TINKERBELL_MACHINE_KINDS = ("TinkerbellMachine", "TinkerbellCluster")
 
 # CAPI operator provider kinds, in the order they are deleted (kube.PROVIDER_DELETE_ORDER).
 PROVIDER_KINDS = tuple(row[0] for row in kube.PROVIDER_DELETE_ORDER)
@@ -199,7 +182,7 @@ def probe_or_abort(client, api_version, kind, namespace=None, what=None, target=
     return objects
 
 
-def _name(obj):
+def object_name(obj):
     meta = obj.get("metadata") or {}
     return "{}/{}".format(meta.get("namespace"), meta.get("name")) if meta.get("namespace") else meta.get("name")
 
@@ -209,7 +192,7 @@ def _name(obj):
 
 def _matches(obj, patterns):
     meta = obj.get("metadata") or {}
-    names = (meta.get("name", ""), _name(obj))
+    names = (meta.get("name", ""), object_name(obj))
     return any(fnmatch.fnmatchcase(n, p) for p in patterns for n in names)
 
 
@@ -220,12 +203,12 @@ def plan_suspend(client, patterns, target=None):
         if not _matches(obj, patterns):
             continue
         key = "already_suspended" if (obj.get("spec") or {}).get("suspend") else "kustomizations"
-        planned[key].append(_name(obj))
+        planned[key].append(object_name(obj))
     for api_version, kind in FLUX_OPERATOR_KINDS:
         for obj in probe_or_abort(client, api_version, kind, target=target):
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
             if annotations.get(FLUX_OPERATOR_RECONCILE) != "disabled":
-                planned["flux_operator"].append({"kind": kind, "name": _name(obj)})
+                planned["flux_operator"].append({"kind": kind, "name": object_name(obj)})
     return planned
 
 
@@ -486,494 +469,6 @@ def _wait_gone(client, api_version, kind, objs, budget, target, result, on_progr
         )
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
         raise TeardownError(f"lost the watch on {kind} objects on {target}: {kube.error_text(exc)}", result)
-
-
-# --- Tinkerbell Hardware --------------------------------------------------------------
-
-
-def ownership_marks(hardware):
-    """The CAPT ownership labels, annotations and finalizers a Hardware still carries."""
-    meta = hardware.get("metadata") or {}
-    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k in HARDWARE_OWNER_LABELS}
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in HARDWARE_OWNER_ANNOTATIONS}
-    finalizers = [f for f in meta.get("finalizers") or [] if f in HARDWARE_FINALIZERS]
-    return {"labels": labels, "annotations": annotations, "finalizers": finalizers}
-
-
-def _has_marks(marks):
-    return bool(marks["labels"] or marks["annotations"] or marks["finalizers"])
-
-
-def _owner_exists(client, hardware, marks, owners):
-    """True when the object named by the ownership labels (a TinkerbellMachine/Cluster or a Cluster) exists."""
-    labels = marks["labels"]
-    candidates = []
-    if labels.get("v1alpha1.tinkerbell.org/ownerName"):
-        candidates.append(
-            (
-                labels["v1alpha1.tinkerbell.org/ownerNamespace"]
-                if labels.get("v1alpha1.tinkerbell.org/ownerNamespace")
-                else hardware["metadata"].get("namespace"),
-                labels["v1alpha1.tinkerbell.org/ownerName"],
-            )
-        )
-    if labels.get("v1alpha1.tinkerbell.org/clusterName"):
-        candidates.append(
-            (
-                labels.get("v1alpha1.tinkerbell.org/clusterNamespace") or hardware["metadata"].get("namespace"),
-                labels["v1alpha1.tinkerbell.org/clusterName"],
-            )
-        )
-    return any(candidate in owners for candidate in candidates)
-
-
-def _owner_index(client, target):
-    """(namespace, name) of every TinkerbellMachine, TinkerbellCluster and Cluster on the host."""
-    owners = set()
-    for kind in TINKERBELL_MACHINE_KINDS:
-        try:
-            found = client.resources.search(group="infrastructure.cluster.x-k8s.io", kind=kind)
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise UnknownState(f"cannot discover {kind} on {target}: {kube.error_text(exc)}")
-        for res in found[:1]:
-            for obj in probe_or_abort(client, res.group_version, kind, target=target):
-                owners.add((obj["metadata"].get("namespace"), obj["metadata"]["name"]))
-    res = served_cluster(client)
-    if res is not None:
-        for obj in probe_or_abort(client, res.group_version, "Cluster", target=target):
-            owners.add((obj["metadata"].get("namespace"), obj["metadata"]["name"]))
-    return owners
-
-
-def release_hardware(
-    kubeconfig,
-    context,
-    namespace="default",
-    hardware_namespace=None,
-    clusters=(),
-    keep=(),
-    suspend=True,
-    wait_timeout=1200,
-    remove_stale=True,
-    check_mode=False,
-    connect_options=None,
-    on_progress=None,
-):
-    """Give the Hardware back to the Tinkerbell pool by deleting the Clusters that use it.
-
-    Suspends Flux, deletes the named Clusters (bootstrap.toml's, never every Cluster in the
-    namespace; keep wins), waits until no Hardware carries their marks, removes marks whose
-    owner no longer exists (left by an older CAPT) and reports per Hardware. Hardware whose
-    clusterName label names any other Cluster is kept. The Hardware spec, the machine and the
-    Tinkerbell stack are never touched.
-    """
-    target = kube.describe_target(kubeconfig, context)
-    client = kube.connect(kubeconfig, context, **(connect_options or {}))
-    hardware = probe_or_abort(client, *HARDWARE, namespace=hardware_namespace, what="Hardware", target=target)
-    names = [c for c in clusters if c not in set(keep)]
-    live = _owner_index(client, target)
-    kept_marks = {}
-    for hw in hardware:
-        marks = ownership_marks(hw)
-        cluster = marks["labels"].get("v1alpha1.tinkerbell.org/clusterName")
-        cluster_ns = marks["labels"].get("v1alpha1.tinkerbell.org/clusterNamespace") or namespace
-        owner = marks["labels"].get("v1alpha1.tinkerbell.org/ownerName", "")
-        if _has_marks(marks) and cluster and cluster not in names and (cluster_ns, cluster) in live:
-            # another Cluster (not named for this environment) still uses it
-            kept_marks[_name(hw)] = cluster
-        elif _has_marks(marks) and any(owner.startswith(k + "-") for k in keep):
-            # protective only: a machine name starting with a kept Cluster's name keeps its Hardware
-            kept_marks[_name(hw)] = owner
-    deletion = delete_clusters(
-        kubeconfig,
-        context,
-        namespace,
-        names=names,
-        keep=keep,
-        suspend=suspend,
-        wait=True,
-        wait_timeout=wait_timeout,
-        check_mode=check_mode,
-        on_progress=on_progress,
-    )
-    result = {
-        "plan": list(deletion["plan"]),
-        "clusters_deleted": deletion["deleted"],
-        "suspended": deletion["suspended"],
-        "hardware": [],
-        "changed": deletion["changed"],
-        "target": target,
-    }
-    owners = set() if check_mode else _owner_index(client, target)
-    stale = []
-    for hw in hardware:
-        ident = _name(hw)
-        marks = ownership_marks(hw)
-        if ident in kept_marks:
-            result["hardware"].append({"name": ident, "outcome": "kept", "owner": kept_marks[ident], "marks": marks})
-            continue
-        if not _has_marks(marks):
-            result["hardware"].append({"name": ident, "outcome": "free", "marks": marks})
-            continue
-        if check_mode:
-            result["plan"].append(f"wait until Hardware {ident} carries no ownership marks ({_marks_text(marks)})")
-            result["hardware"].append({"name": ident, "outcome": "would-release", "marks": marks})
-            continue
-        stale.append(ident)
-    if check_mode or not stale:
-        return result
-    outcomes = _wait_released(client, hardware_namespace, stale, owners, wait_timeout, remove_stale, target, result)
-    result["hardware"].extend(outcomes)
-    result["changed"] = True
-    return result
-
-
-def _marks_text(marks):
-    parts = ["label {}={}".format(*kv) for kv in sorted(marks["labels"].items())]
-    parts += [f"annotation {k}" for k in sorted(marks["annotations"])]
-    parts += [f"finalizer {f}" for f in marks["finalizers"]]
-    return ", ".join(parts) or "none"
-
-
-def _wait_released(client, hardware_namespace, names, owners, wait_timeout, remove_stale, target, result):
-    """Wait (watch) until the named Hardware carry no marks; clear marks whose owner is gone."""
-    outcomes = {}
-    cleared = set()
-
-    def evaluate(objects):
-        pending = {}
-        for (dummy, name), hw in objects.items():
-            ident = _name(hw)
-            if ident not in names:
-                continue
-            marks = ownership_marks(hw)
-            if not _has_marks(marks):
-                outcomes.setdefault(ident, "released")
-                continue
-            if remove_stale and ident not in cleared and not _owner_exists(client, hw, marks, owners):
-                cleared.add(ident)
-                _clear_marks(client, hw, marks, target)
-                outcomes[ident] = "stale-marks-removed"
-            pending[ident] = _marks_text(marks)
-        for ident in names:
-            if ident not in {_name(h) for h in objects.values()}:
-                outcomes.setdefault(ident, "gone")
-        return not pending, pending
-
-    try:
-        kube.watch_until(
-            client,
-            HARDWARE[0],
-            HARDWARE[1],
-            hardware_namespace,
-            evaluate,
-            wait_timeout,
-            on_progress=result.setdefault("progress", []).append,
-        )
-    except kube.WaitTimeout as exc:
-        result["hardware"].extend(
-            {"name": n, "outcome": outcomes.get(n, "released")} for n in names if n not in (exc.state or {})
-        )
-        result["hardware"].extend(
-            {"name": n, "outcome": "not-released", "marks_left": text} for n, text in sorted((exc.state or {}).items())
-        )
-        raise TeardownError(
-            "timed out after {}s waiting for CAPT to release Hardware on {}: {}. The machines were "
-            "not touched; check the CAPT controller logs, then run the teardown again".format(
-                int(wait_timeout),
-                target,
-                "; ".join("{} still has {}".format(*kv) for kv in sorted((exc.state or {}).items())),
-            ),
-            result,
-        )
-    return [{"name": n, "outcome": outcomes.get(n, "released")} for n in names]
-
-
-def _clear_marks(client, hw, marks, target):
-    """Remove only CAPT's ownership marks (merge patch for labels/annotations, JSON patch for finalizers)."""
-    meta = hw["metadata"]
-    body = {"metadata": {}}
-    if marks["labels"]:
-        body["metadata"]["labels"] = {k: None for k in marks["labels"]}
-    if marks["annotations"]:
-        body["metadata"]["annotations"] = {k: None for k in marks["annotations"]}
-    res = kube.resource(client, *HARDWARE)
-    try:
-        if body["metadata"]:
-            res.patch(
-                name=meta["name"],
-                namespace=meta.get("namespace"),
-                body=body,
-                content_type="application/merge-patch+json",
-            )
-        if marks["finalizers"]:
-            current = res.get(name=meta["name"], namespace=meta.get("namespace")).to_dict()
-            finalizers = current["metadata"].get("finalizers") or []
-            ops = [
-                {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
-                {
-                    "op": "replace",
-                    "path": "/metadata/finalizers",
-                    "value": [f for f in finalizers if f not in HARDWARE_FINALIZERS],
-                },
-            ]
-            res.patch(
-                name=meta["name"], namespace=meta.get("namespace"), body=ops, content_type="application/json-patch+json"
-            )
-    except NotFoundError:
-        return
-    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-        raise TeardownError(
-            f"cannot remove stale ownership marks from Hardware {_name(hw)} on {target}: {kube.error_text(exc)}"
-        )
-
-
-# --- ordered plans --------------------------------------------------------------------
-
-
-def _step(action, description, **params):
-    return dict(action=action, description=description, **params)
-
-
-def _kind_step(boot, host, kept, description):
-    """delete-kind only when the kind cluster answered and its marker proves krops created it for this environment."""
-    if host["kind_reachable"] and host["kind_marker"]["owned"]:
-        return [_step("delete-kind", description, name=boot["kind-cluster"], proof=host["kind_marker"]["reason"])]
-    kept.append(
-        {
-            "what": "kind cluster {}".format(boot["kind-cluster"]),
-            "reason": host["kind_marker"]["reason"]
-            if host["kind_reachable"]
-            else "the kind cluster did not answer, so nothing proves krops created it",
-        }
-    )
-    return []
-
-
-def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=None):
-    """The ordered teardown steps for an environment, given find_host's result.
-
-    Plain data: roles/teardown walks it step by step and check mode prints it. What the teardown
-    leaves because krops cannot prove it owns it is appended to ``kept`` ({what, reason}).
-    """
-    kept = [] if kept is None else kept
-    boot = config_data["bootstrap"]
-    env = config_data["environments"][environment]
-    profile = profiles.of(env)
-    down = env.get("teardown") or {}
-    mgmt = env["mgmt-cluster"]
-    namespace = boot["mgmt-namespace"]
-    pivoted = host["pivoted"]
-    workloads = list(down.get("capi-workloads") or [])
-    reachable = host["host"] != HOST_UNREACHABLE
-    steps = []
-    if reachable:
-        steps.append(
-            _step(
-                "suspend-flux",
-                "suspend every Flux Kustomization and Flux Operator object on the %s cluster"
-                % ("management" if pivoted else "kind"),
-            )
-        )
-    if not reachable and profile.cloud_teardown_step:
-        # forced: nothing answers, so only the cloud side can be removed
-        return _number(
-            [
-                _step(
-                    profile.cloud_teardown_step,
-                    f"remove the {profile.cloud} resources this environment created, the management cluster "
-                    "included (ownership-filtered; forced: no controller host answers)",
-                )
-            ]
-        )
-    if not reachable and profile.hardware_release:
-        return []
-    if reachable and profile.hardware_release:
-        names = ownership.owned_cluster_names(env, pivoted)
-        steps.append(
-            _step(
-                "tinkerbell-release",
-                "delete the Clusters %s named by bootstrap.toml so CAPT returns their "
-                "Hardware to the Tinkerbell pool; wait until no Hardware carries ownership marks"
-                % (", ".join(names) or "(none)"),
-                namespace=namespace,
-                clusters=names,
-                keep=[mgmt] if pivoted else [],
-                timeout=boot["cluster-delete-timeout"],
-            )
-        )
-    elif reachable and workloads:
-        # workload Clusters made of local containers get the local timeout
-        timeout = local_cluster_timeout if profile.local_containers else boot["cluster-delete-timeout"]
-        if profile.cloud_teardown_before_clusters:
-            steps.append(
-                _step(
-                    profile.cloud_teardown_step,
-                    f"remove the {profile.cloud} resources the workload Clusters' deletion waits for "
-                    f"({profile.cloud_teardown_before_clusters}; ownership-filtered)",
-                    phase="before-clusters",
-                    timeout=boot["cluster-delete-timeout"],
-                )
-            )
-        steps.append(
-            _step(
-                "delete-clusters",
-                "delete the workload Clusters {} through the provider and wait ({}s)".format(
-                    ", ".join(workloads), timeout
-                ),
-                namespace=namespace,
-                clusters=workloads,
-                keep=[mgmt],
-                timeout=timeout,
-            )
-        )
-    if profile.local_containers:
-        if not pivoted:
-            steps += _kind_step(
-                boot,
-                host,
-                kept,
-                "delete the kind cluster {} (the controller host; {})".format(
-                    boot["kind-cluster"], host["kind_marker"]["reason"]
-                ),
-            )
-        clusters = [mgmt] + workloads
-        steps.append(
-            _step(
-                "remove-containers",
-                "remove the Docker containers labelled {}={} and their anonymous volumes".format(
-                    ownership.KIND_CLUSTER_LABEL, "|".join(clusters)
-                ),
-                label_key=ownership.KIND_CLUSTER_LABEL,
-                clusters=clusters,
-                filters=[ownership.docker_label_filter(c) for c in clusters],
-            )
-        )
-        if pivoted:
-            steps += _kind_step(
-                boot,
-                host,
-                kept,
-                "delete the leftover kind cluster {} ({})".format(boot["kind-cluster"], host["kind_marker"]["reason"]),
-            )
-        kept.append(
-            {
-                "what": "Docker network {}".format(boot["kind-network"]),
-                "reason": "kind creates it without a label for every kind cluster on the host and never "
-                "deletes it; nothing proves krops owns it",
-            }
-        )
-        if profile.local_registry:
-            steps.append(
-                _step(
-                    "remove-registry",
-                    "remove the registry container {} (exact name from bootstrap.toml)".format(boot["registry-name"]),
-                    name=boot["registry-name"],
-                )
-            )
-        if profile.local_workload:
-            # the bootstrap wrote each workload's kubeconfig (roles/bootstrap/tasks/workload.yml) with its
-            # context, cluster and user named krops-<cluster>; its cluster is gone now
-            for cluster in workloads:
-                path, context = WORKLOAD_KUBECONFIG.format(cluster=cluster), f"krops-{cluster}"
-                steps.append(
-                    _step(
-                        "remove-kubeconfig",
-                        f"remove the context {context} (and the cluster and user only it uses) from {path}; "
-                        "the file goes only when nothing else is left",
-                        path=path,
-                        context=context,
-                    )
-                )
-    elif profile.cloud_teardown_step:
-        steps.append(
-            _step(
-                "capi-providers",
-                "delete the CAPI providers ({}) so nothing recreates cloud resources".format(
-                    ", ".join(row[1] for row in kube.PROVIDER_DELETE_ORDER)
-                ),
-                kinds=list(PROVIDER_KINDS),
-                timeout=boot["provider-delete-timeout"],
-            )
-        )
-        steps.append(
-            _step(
-                "flux-uninstall",
-                "helm uninstall flux and flux-operator in {}".format(boot["flux-namespace"]),
-                namespace=boot["flux-namespace"],
-                releases=["flux", "flux-operator"],
-            )
-        )
-        steps.append(
-            _step(
-                "bootstrap-secrets",
-                "delete the bootstrap secrets and run tags in {}".format(boot["flux-namespace"]),
-                namespace=boot["flux-namespace"],
-                secrets=[boot["github-pat-secret"], boot["sops-age-secret"]],
-                configmaps=[boot["run-configmap"]],
-            )
-        )
-        steps.append(
-            _step(
-                profile.cloud_teardown_step,
-                f"remove the {profile.cloud} resources this environment created, the management cluster "
-                "included (ownership-filtered)",
-                timeout=boot["cluster-delete-timeout"],
-            )
-        )
-        steps += _kind_step(
-            boot,
-            host,
-            kept,
-            "delete the kind cluster {} ({})".format(boot["kind-cluster"], host["kind_marker"]["reason"]),
-        )
-    elif profile.hardware_release and not pivoted:
-        steps += _kind_step(
-            boot,
-            host,
-            kept,
-            "delete the kind cluster {} (the controller host; {})".format(
-                boot["kind-cluster"], host["kind_marker"]["reason"]
-            ),
-        )
-    # a management cluster on bare-metal Hardware stays after the teardown, and so does its context. Elsewhere the
-    # steps above remove the management cluster, pivoted or not: a pivot that died after its export phase left the
-    # kubeconfig with kind still the host, and a teardown that kept it would exit 0 with krops' file on disk (issue 30).
-    if not profile.hardware_release and (pivoted or host.get("mgmt_kubeconfig_present")):
-        steps.append(
-            _step(
-                "remove-kubeconfig",
-                "remove krops' context {} (and the cluster and user only it uses) "
-                "from {}; the file goes only when nothing else is left".format(
-                    boot["mgmt-context"], boot["mgmt-kubeconfig"]
-                ),
-                path=boot["mgmt-kubeconfig"],
-                context=boot["mgmt-context"],
-            )
-        )
-    return _number(steps)
-
-
-# The workload kubeconfig the bootstrap writes for a local workload cluster (roles/bootstrap/defaults).
-WORKLOAD_KUBECONFIG = "~/.kube/krops-{cluster}.yaml"
-
-# Executables the steps of a plan need.
-STEP_TOOLS = {"delete-kind": ("kind",), "flux-uninstall": ("helm",)}
-
-
-def plan_tools(plan):
-    tools = []
-    for step in plan:
-        for tool in STEP_TOOLS.get(step["action"], ()):
-            if tool not in tools:
-                tools.append(tool)
-    return tools
-
-
-def _number(steps):
-    for number, step in enumerate(steps, 1):
-        step["step"] = number
-    return steps
 
 
 # --- kubeconfig -----------------------------------------------------------------------

@@ -218,6 +218,8 @@ from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import shell
 from ansible_collections.krops.platform.plugins.module_utils import teardown
+from ansible_collections.krops.platform.plugins.module_utils import teardown_plan
+from ansible_collections.krops.platform.plugins.module_utils import tinkerbell
 
 NAME = "krops.platform.teardown_host"
 
@@ -277,7 +279,7 @@ def run(params, get_bin_path, check_mode=False):
             teardown.probe_or_abort(client, res.group_version, "Cluster", boot["mgmt-namespace"], "Clusters", where)
         teardown.probe_or_abort(client, *teardown.KUSTOMIZATION, what="Kustomizations", target=where)
         if profiles.of(env).hardware_release:
-            teardown.probe_or_abort(client, *teardown.HARDWARE, what="Hardware", target=where)
+            teardown.probe_or_abort(client, *tinkerbell.HARDWARE, what="Hardware", target=where)
     # a cloud side or bare-metal Hardware needs a controller host (or force); local containers do not
     elif (profiles.of(env).cloud or profiles.of(env).hardware_release) and not params["force"]:
         raise teardown.TeardownError(
@@ -295,8 +297,8 @@ def run(params, get_bin_path, check_mode=False):
     # krops' exported management kubeconfig on disk: with kind still the host, a pivot died after exporting it
     host["mgmt_kubeconfig_present"] = teardown.on_disk(boot["mgmt-kubeconfig"])
     host["kept"] = []
-    host["plan"] = teardown.build_plan(cfg.data, cfg.selected, host, params["local_cluster_timeout"], host["kept"])
-    missing = [tool for tool in teardown.plan_tools(host["plan"]) if not get_bin_path(tool)]
+    host["plan"] = teardown_plan.build_plan(cfg.data, cfg.selected, host, params["local_cluster_timeout"], host["kept"])
+    missing = [tool for tool in teardown_plan.plan_tools(host["plan"]) if not get_bin_path(tool)]
     if missing:
         raise teardown.TeardownError(
             "missing tools needed by the teardown of {}: {}; install them and run again (nothing was changed)".format(

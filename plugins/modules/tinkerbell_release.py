@@ -121,7 +121,7 @@ target:
 from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import shell
-from ansible_collections.krops.platform.plugins.module_utils import teardown
+from ansible_collections.krops.platform.plugins.module_utils import tinkerbell
 
 NAME = "krops.platform.tinkerbell_release"
 
@@ -147,7 +147,7 @@ def body(module, step):
     shell.positive(p, "wait_timeout request_timeout", unit=" second")
     step("releasing the Hardware")
     verb = shell.options(p, "namespace hardware_namespace clusters keep suspend wait_timeout remove_stale")
-    return teardown.release_hardware(
+    return tinkerbell.release_hardware(
         p["kubeconfig"], p["context"], check_mode=module.check_mode, connect_options=kube.connect_options(p), **verb
     )
 

@@ -9,6 +9,7 @@ import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import teardown
+from ansible_collections.krops.platform.plugins.module_utils import teardown_plan
 from ansible_collections.krops.platform.plugins.modules import capi_cluster_delete, teardown_host
 from tests.substrate.fixtures import REPO
 from tests.substrate.bootstrapped import CLUSTER, KS, make_cluster, make_ks
@@ -416,7 +417,7 @@ def test_plans_per_environment(environment, pivoted, actions):
         "kind_marker": {"owned": True, "reason": "marker"},
         "mgmt_kubeconfig_present": True,
     }
-    plan = teardown.build_plan(cfg.data, environment, host)
+    plan = teardown_plan.build_plan(cfg.data, environment, host)
     assert [s["action"] for s in plan] == actions
     assert [s["step"] for s in plan] == list(range(1, len(actions) + 1))
     if environment == "local-talos":
@@ -486,7 +487,7 @@ def test_with_kind_the_host_and_no_exported_kubeconfig_the_plan_removes_none():
         "kind_marker": {"owned": True, "reason": "marker"},
         "mgmt_kubeconfig_present": False,
     }
-    plan = teardown.build_plan(cfg.data, "azure", host)
+    plan = teardown_plan.build_plan(cfg.data, "azure", host)
     assert [s["action"] for s in plan][-2:] == ["azure-teardown", "delete-kind"]
 
 

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from ansible_collections.krops.platform.plugins.module_utils import aws_sweep, flux, ownership, profiles, teardown
+from ansible_collections.krops.platform.plugins.module_utils import aws_sweep, flux, ownership, profiles, teardown_plan
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 
 REPO_FILE = os.path.join(os.path.dirname(__file__), *([os.pardir] * 4), "bootstrap.toml")
@@ -48,20 +48,20 @@ def _clone(monkeypatch, cfg, environment, new_name, **changes):
 @pytest.mark.parametrize("host", list(HOSTS))
 def test_teardown_plan_follows_the_profile_not_the_name(monkeypatch, cfg, environment, host):
     expected_kept, kept = [], []
-    expected = teardown.build_plan(cfg.data, environment, _host(host), kept=expected_kept)
+    expected = teardown_plan.build_plan(cfg.data, environment, _host(host), kept=expected_kept)
     _clone(monkeypatch, cfg, environment, "lab")
-    assert teardown.build_plan(cfg.data, "lab", _host(host), kept=kept) == expected
+    assert teardown_plan.build_plan(cfg.data, "lab", _host(host), kept=kept) == expected
     assert kept == expected_kept
 
 
 def test_teardown_plan_reads_each_capability(monkeypatch, cfg):
     # local containers without a local registry: the containers go, no registry step
     _clone(monkeypatch, cfg, "local-host", "lab", local_registry=False)
-    actions = [s["action"] for s in teardown.build_plan(cfg.data, "lab", _host("kind"))]
+    actions = [s["action"] for s in teardown_plan.build_plan(cfg.data, "lab", _host("kind"))]
     assert "remove-containers" in actions and "remove-registry" not in actions
     # a cloud profile with another teardown step: that step, named by the profile
     _clone(monkeypatch, cfg, "gcp", "lab2", cloud="othercloud", cloud_teardown_step="aws-orphan-sweep")
-    plan = teardown.build_plan(cfg.data, "lab2", _host("unreachable"))
+    plan = teardown_plan.build_plan(cfg.data, "lab2", _host("unreachable"))
     assert [(s["action"], s["description"].split(" resources")[0]) for s in plan] == [
         ("aws-orphan-sweep", "remove the othercloud")
     ]

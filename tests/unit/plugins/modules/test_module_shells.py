@@ -21,6 +21,7 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     render_diff,
     teardown,
     teardown_objects,
+    tinkerbell,
     validate,
 )
 from ansible_collections.krops.platform.plugins.modules import (
@@ -73,7 +74,7 @@ MODULES = [
     (preflight_check, preflight, "run", {}, "running the checks"),
     (render_diff_module, render_diff, "run", {"base": "HEAD"}, "rendering and comparing the revisions"),
     (teardown_host, teardown_host, "run", {}, "finding the controller host and planning the teardown"),
-    (tinkerbell_release, teardown, "release_hardware", {"clusters": ["x"]}, "releasing the Hardware"),
+    (tinkerbell_release, tinkerbell, "release_hardware", {"clusters": ["x"]}, "releasing the Hardware"),
     (validate_module, validate, "run", {}, "validating the trees"),
 ]
 
