@@ -53,8 +53,6 @@ DEBT = {
     ("module_utils/render_diff.py", "compare", "lines"): 135,
     ("module_utils/render_diff.py", "compare", "complexity"): 33,
     ("module_utils/render_diff.py", "markdown", "complexity"): 37,
-    ("module_utils/teardown.py", "delete_clusters", "lines"): 104,
-    ("module_utils/teardown.py", "delete_clusters", "complexity"): 36,
     ("module_utils/teardown_plan.py", "build_plan", "lines"): 202,
     ("module_utils/teardown_plan.py", "build_plan", "complexity"): 32,
 }
