@@ -248,7 +248,6 @@ def check_engine(engine, tool=None):
 def check_age_key(path, expected_public_key=None, age_keygen=None):
     """Facts {path, public_key, derived} and problems for an age key file."""
     facts = {"path": path, "public_key": None, "derived": False}
-    problems = []
     if not path:
         return facts, ["no age key file given: set AGE_KEY_FILE or bootstrap.age-key-file"]
     path = os.path.expanduser(path)
@@ -262,24 +261,7 @@ def check_age_key(path, expected_public_key=None, age_keygen=None):
             text = handle.read()
     except (OSError, UnicodeDecodeError) as exc:
         return facts, [f"age key file {path} cannot be read: {exc}"]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    created = [line for line in lines if line.startswith("# created:")]
-    public = [line.split(":", 1)[1].strip() for line in lines if line.startswith("# public key:")]
-    secrets = [line for line in lines if line.startswith("AGE-SECRET-KEY-")]
-    missing = []
-    if not created:
-        missing.append("a '# created:' line")
-    if not public:
-        missing.append("a '# public key: age1...' line")
-    if not secrets:
-        missing.append("an 'AGE-SECRET-KEY-1...' line")
-    if missing:
-        problems.append("age key file {} is not an age-keygen key file: it lacks {}".format(path, ", ".join(missing)))
-    if secrets and not _AGE_SECRET.match(secrets[0]):
-        problems.append(
-            f"age key file {path}: the AGE-SECRET-KEY line is malformed (expected AGE-SECRET-KEY-1 and 58 "
-            "bech32 characters)"
-        )
+    public, secrets, problems = _age_key_lines(path, text)
     if public:
         facts["public_key"] = public[0]
         if not _AGE_PUBLIC.match(public[0]):
@@ -306,6 +288,30 @@ def check_age_key(path, expected_public_key=None, age_keygen=None):
     mode = os.stat(path).st_mode & 0o777
     facts["mode"] = f"{mode:04o}"
     return facts, problems
+
+
+def _age_key_lines(path, text):
+    """The public-key comments, the secret-key lines and the format problems of an age-keygen key file's text."""
+    problems = []
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    created = [line for line in lines if line.startswith("# created:")]
+    public = [line.split(":", 1)[1].strip() for line in lines if line.startswith("# public key:")]
+    secrets = [line for line in lines if line.startswith("AGE-SECRET-KEY-")]
+    missing = []
+    if not created:
+        missing.append("a '# created:' line")
+    if not public:
+        missing.append("a '# public key: age1...' line")
+    if not secrets:
+        missing.append("an 'AGE-SECRET-KEY-1...' line")
+    if missing:
+        problems.append("age key file {} is not an age-keygen key file: it lacks {}".format(path, ", ".join(missing)))
+    if secrets and not _AGE_SECRET.match(secrets[0]):
+        problems.append(
+            f"age key file {path}: the AGE-SECRET-KEY line is malformed (expected AGE-SECRET-KEY-1 and 58 "
+            "bech32 characters)"
+        )
+    return public, secrets, problems
 
 
 def _derive_public_key(secret_line, age_keygen=None):

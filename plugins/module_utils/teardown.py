@@ -305,14 +305,9 @@ def delete_clusters(
             "refusing to delete Cluster {} in {} on {}: it is the management cluster that runs "
             "the providers (remove it from the cloud side instead)".format(", ".join(refused), namespace, target)
         )
+    paused = _paused_by_pivot(client, clusters, chosen, target)
     plan = [f"suspend Kustomization {k}" for k in planned["kustomizations"]]
     plan += ["disable reconciliation of {} {}".format(i["kind"], i["name"]) for i in planned["flux_operator"]]
-    # A Cluster clusterctl paused during a pivot move that died is never reconciled, its deletion included; the
-    # pivot's mark on the Kustomizations proves the pause is krops' (issue 30). A pause without it is the user's.
-    by_name = {c["metadata"]["name"]: c for c in clusters}
-    paused = [n for n in chosen if (by_name[n].get("spec") or {}).get("paused")]
-    if paused and not any(kube.held_by_pivot(o) for o in probe_or_abort(client, *KUSTOMIZATION, target=target)):
-        paused = []
     plan += [f"unpause Cluster {namespace}/{n} (paused by an interrupted pivot move)" for n in paused]
     plan += [f"delete Cluster {namespace}/{n} and wait until it is gone" for n in chosen]
     result = {
@@ -341,12 +336,42 @@ def delete_clusters(
             continue
         except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise TeardownError(f"cannot delete Cluster {namespace}/{name} on {target}: {kube.error_text(exc)}", result)
-    if not wait or not chosen:
-        return result
-    wanted = set(chosen)
+    if wait and chosen:
+        _watch_gone(
+            client,
+            (api, "Cluster", namespace),
+            {(namespace, name): name for name in chosen},
+            wait_timeout,
+            result,
+            on_progress,
+            lambda left: (
+                f"timed out after {int(wait_timeout)}s waiting for Cluster deletion in {namespace} on {target}; still present: {left}. "
+                "Nothing after this step ran (the controller host is left running); check the "
+                "provider's logs and run the teardown again"
+            ),
+            f"lost the watch on Clusters in {namespace} on {target}",
+        )
+    return result
+
+
+def _paused_by_pivot(client, clusters, chosen, target):
+    """The chosen Clusters a pivot move that died left paused. CAPI never reconciles a paused Cluster, its deletion
+    included; the pivot's mark on the Kustomizations proves the pause is krops' (issue 30). A pause without it is
+    the user's, and stays."""
+    by_name = {c["metadata"]["name"]: c for c in clusters}
+    paused = [n for n in chosen if (by_name[n].get("spec") or {}).get("paused")]
+    if paused and any(kube.held_by_pivot(o) for o in probe_or_abort(client, *KUSTOMIZATION, target=target)):
+        return paused
+    return []
+
+
+def _watch_gone(client, watched, labels, budget, result, on_progress, timed_out, lost):
+    """Watch ``watched`` (api_version, kind, namespace or None for every namespace) until none of ``labels``
+    {(namespace or "", name): label} is left. On timeout, result["remaining"] lists the labels still there and the
+    TeardownError says ``timed_out(what is left, with its state)``; a lost watch raises ``lost: <error>``."""
 
     def evaluate(objects):
-        left = {name: _cluster_state(obj) for (dummy, name), obj in objects.items() if name in wanted}
+        left = {labels[key]: _cluster_state(obj) for key, obj in objects.items() if key in labels}
         return not left, left
 
     def progress(state):
@@ -355,23 +380,13 @@ def delete_clusters(
             on_progress(state)
 
     try:
-        kube.watch_until(client, api, "Cluster", namespace, evaluate, wait_timeout, on_progress=progress)
+        kube.watch_until(client, *watched, evaluate, max(budget, 0.001), on_progress=progress)
     except kube.WaitTimeout as exc:
         result["remaining"] = sorted(exc.state or {})
-        raise TeardownError(
-            "timed out after {}s waiting for Cluster deletion in {} on {}; still present: {}. "
-            "Nothing after this step ran (the controller host is left running); check the "
-            "provider's logs and run the teardown again".format(
-                int(wait_timeout),
-                namespace,
-                target,
-                "; ".join(f"{k} ({v})" for k, v in sorted((exc.state or {}).items())),
-            ),
-            result,
-        )
+        left = "; ".join(f"{k} ({v})" for k, v in sorted((exc.state or {}).items()))
+        raise TeardownError(timed_out(left), result)
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-        raise TeardownError(f"lost the watch on Clusters in {namespace} on {target}: {kube.error_text(exc)}", result)
-    return result
+        raise TeardownError(f"{lost}: {kube.error_text(exc)}", result)
 
 
 # --- cluster-api-operator providers ---------------------------------------------------
@@ -431,44 +446,26 @@ def delete_providers(
                 raise TeardownError(f"cannot delete {_provider(obj)} on {target}: {kube.error_text(exc)}", result)
         if check_mode or not wait:
             continue
-        _wait_gone(client, api_version, kind, objs, deadline - clock(), target, result, on_progress)
+        _watch_gone(
+            client,
+            (api_version, kind, None),
+            {(o["metadata"].get("namespace") or "", o["metadata"]["name"]): _provider(o) for o in objs},
+            deadline - clock(),
+            result,
+            on_progress,
+            lambda left: (
+                f"timed out waiting for the providers to be deleted on {target}; still present: {left}. "
+                "The providers after them were not deleted and nothing after this step ran; check the "
+                "cluster-api-operator's logs and run the teardown again"
+            ),
+            f"lost the watch on {kind} objects on {target}",
+        )
     return result
 
 
 def _provider(obj):
     meta = obj["metadata"]
     return "{} {}/{}".format(obj["kind"], meta.get("namespace") or "", meta["name"])
-
-
-def _wait_gone(client, api_version, kind, objs, budget, target, result, on_progress):
-    """Watch ``kind`` until none of ``objs`` is left; TeardownError naming those left when ``budget`` runs out."""
-    waiting = {(o["metadata"].get("namespace") or "", o["metadata"]["name"]) for o in objs}
-
-    def evaluate(objects):
-        left = {
-            f"{kind} {ns}/{name}": _cluster_state(obj) for (ns, name), obj in objects.items() if (ns, name) in waiting
-        }
-        return not left, left
-
-    def progress(state):
-        result["progress"].append(state)
-        if on_progress is not None:
-            on_progress(state)
-
-    try:
-        kube.watch_until(client, api_version, kind, None, evaluate, max(budget, 0.001), on_progress=progress)
-    except kube.WaitTimeout as exc:
-        result["remaining"] = sorted(exc.state or {})
-        raise TeardownError(
-            "timed out waiting for the providers to be deleted on {}; still present: {}. The providers after "
-            "them were not deleted and nothing after this step ran; check the cluster-api-operator's logs and "
-            "run the teardown again".format(
-                target, "; ".join(f"{k} ({v})" for k, v in sorted((exc.state or {}).items()))
-            ),
-            result,
-        )
-    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-        raise TeardownError(f"lost the watch on {kind} objects on {target}: {kube.error_text(exc)}", result)
 
 
 # --- kubeconfig -----------------------------------------------------------------------

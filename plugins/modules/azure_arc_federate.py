@@ -129,7 +129,7 @@ credentials:
 import os
 
 from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown, errors, shell
+from ansible_collections.krops.platform.plugins.module_utils import azure, cloud_teardown, errors, shell
 
 NAME = "azure_arc_federate"
 
@@ -180,15 +180,15 @@ def run(p, check_mode, environ=None, step=None):
     if not subscription:
         raise errors.CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")
     step("logging in to Azure")
-    http = cloud_teardown.azure_client(
+    http = azure.azure_client(
         p["access_token"], p["client_id"], p["secret"], p["tenant"], p["login_endpoint"], p["endpoint"], environ
     )
     step("reading the connected cluster")
     args = (http, p["endpoint"], subscription, p["resource_group"], p["cluster_name"], p["arc_api_version"])
     if p["lookup_only"]:
-        exists, issuer = cloud_teardown.azure_arc_issuer(*args)
+        exists, issuer = azure.azure_arc_issuer(*args)
         return {"changed": False, "exists": exists, "issuer": issuer, "credentials": []}
-    exists, issuer = cloud_teardown.azure_arc_issuer(
+    exists, issuer = azure.azure_arc_issuer(
         *args, timeout=p["issuer_timeout"], poll_interval=p["poll_interval"]
     )
     if not exists:
@@ -198,7 +198,7 @@ def run(p, check_mode, environ=None, step=None):
             )
         )
     step("writing the federated identity credentials")
-    creds = cloud_teardown.azure_federate(
+    creds = azure.azure_federate(
         http, p["endpoint"], subscription, p["resource_group"], p["identity_name"], issuer, subjects, check_mode
     )
     return {

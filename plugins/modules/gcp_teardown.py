@@ -180,7 +180,7 @@ stopped_at:
 import os
 
 from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown, errors, shell
+from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown, errors, gcp, gcp_iam, shell
 
 NAME = "gcp_teardown"
 
@@ -195,7 +195,7 @@ def argument_spec():
         clusters=dict(type="list", elements="str"),
         service_accounts=dict(type="list", elements="str"),
         workload_identity_providers=dict(type="list", elements="str"),
-        phase=dict(type="str", choices=list(cloud_teardown.GCP_PHASES), default="all"),
+        phase=dict(type="str", choices=list(gcp.GCP_PHASES), default="all"),
         base_url=dict(type="str"),
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=1800),
@@ -216,7 +216,7 @@ def run(p, check_mode, environ=None):
     )
     accounts = p["service_accounts"] if p["service_accounts"] is not None else down.get("service-accounts") or []
     for name in accounts:
-        if not cloud_teardown.GCP_ACCOUNT_ID.match(name):
+        if not gcp_iam.GCP_ACCOUNT_ID.match(name):
             raise errors.CloudError(
                 f"service_accounts entry {name!r} is not a service account id (6 to 30 of a-z, 0-9 and -, "
                 "starting with a letter; the part before @)"
@@ -225,16 +225,16 @@ def run(p, check_mode, environ=None):
     if providers is None:
         providers = down.get("workload-identity-providers") or []
     for name in providers:
-        if not cloud_teardown.GCP_PROVIDER_NAME.match(name):
+        if not gcp_iam.GCP_PROVIDER_NAME.match(name):
             raise errors.CloudError(
                 f"workload_identity_providers entry {name!r} is not <pool>/<provider> (IDs of 4 to 32 of a-z, 0-9 and -)"
             )
-    cloud_teardown.gcp_iam_refusals(cfg, env, accounts, providers)
-    token = cloud_teardown.gcp_token(p["access_token"] or environ.get("GCP_ACCESS_TOKEN"))
+    gcp_iam.gcp_iam_refusals(cfg, env, accounts, providers)
+    token = gcp.gcp_token(p["access_token"] or environ.get("GCP_ACCESS_TOKEN"))
     http = cloud_teardown.Http(token, what="Google API")
-    result = cloud_teardown.gcp_teardown(
+    result = gcp.gcp_teardown(
         http,
-        cloud_teardown.gcp_roots(p["base_url"]),
+        gcp.gcp_roots(p["base_url"]),
         project,
         cfg.selected,
         networks,

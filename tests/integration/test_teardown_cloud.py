@@ -975,26 +975,26 @@ def test_gcp_without_credentials_says_how_to_give_them(run_module, monkeypatch, 
 
 
 def test_azure_ownership_another_environments_tag_vetoes_a_capz_tag():
-    from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown
+    from ansible_collections.krops.platform.plugins.module_utils import azure
 
     capz = {"sigs.k8s.io_cluster-api-provider-azure_cluster_swedencentral-workload": "owned"}
-    assert cloud_teardown.azure_owned({"tags": capz}, "azure", ["swedencentral-workload"])
+    assert azure.azure_owned({"tags": capz}, "azure", ["swedencentral-workload"])
     assert (
-        cloud_teardown.azure_owned(
+        azure.azure_owned(
             {"tags": dict(capz, **{"krops-environment": "azure-staging"})}, "azure", ["swedencentral-workload"]
         )
         is None
     )
-    assert cloud_teardown.azure_owned({"tags": {"krops-environment": "azure"}}, "azure", []) == (
+    assert azure.azure_owned({"tags": {"krops-environment": "azure"}}, "azure", []) == (
         "tag krops-environment=azure"
     )
     # a name alone, or a CAPZ tag for a cluster that merely shares a prefix, proves nothing
     assert (
-        cloud_teardown.azure_owned({"name": "swedencentral-workload", "tags": {}}, "azure", ["swedencentral-workload"])
+        azure.azure_owned({"name": "swedencentral-workload", "tags": {}}, "azure", ["swedencentral-workload"])
         is None
     )
     assert (
-        cloud_teardown.azure_owned(
+        azure.azure_owned(
             {"tags": {"sigs.k8s.io_cluster-api-provider-azure_cluster_swedencentral-workload-2": "owned"}},
             "azure",
             ["swedencentral-workload"],

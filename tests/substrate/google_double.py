@@ -2,7 +2,7 @@
 
 One threaded server on 127.0.0.1 serves every API under a path prefix (``<url>/compute``,
 ``/container``, ``/sqladmin``, ``/storage``, ``/iam``, ``/servicenetworking``,
-``/cloudresourcemanager``), which is what ``cloud_teardown.gcp_roots(base_url)`` and the hook's
+``/cloudresourcemanager``), which is what ``gcp.gcp_roots(base_url)`` and the hook's
 ``bootstrap_gcp_iam_url`` point at. It keeps state and refuses what the real APIs refuse:
 
 - Compute Engine v1 (reference: cloud.google.com/compute/docs/reference/rest/v1, the

@@ -46,6 +46,38 @@ def render_kubeconfig(raw, context, server=None):
         raise PivotError("export", f"the management kubeconfig Secret is not usable: {exc}")
 
 
+def _await_kubeconfig_secret(pv, phase, secret_name):
+    """The management cluster's kubeconfig Secret on the kind cluster, waited for within mgmt-ready-timeout (CAPI
+    writes it once the control plane is up); PivotError when it does not appear in time."""
+    total = pv.options.get("mgmt_ready_timeout") or pv.env["mgmt-ready-timeout"]
+    deadline = pv.mgmt_deadline or pv.clock() + pv.wait_left("mgmt", total)
+    pv.say(f">>> waiting for Secret {pv.namespace}/{secret_name}")
+    try:
+        pv.budgeted_wait(
+            "mgmt",
+            phase,
+            "management cluster",
+            total,
+            pv.remaining(deadline),
+            lambda limit: kube.watch_until(
+                pv.source,
+                "v1",
+                "Secret",
+                pv.namespace,
+                lambda objs: ((pv.namespace, secret_name) in objs, None),
+                limit,
+            ),
+            lambda state: f"Secret {pv.namespace}/{secret_name} not found yet",
+        )
+    except kube.WaitTimeout:
+        raise PivotError(
+            phase,
+            f"Secret {pv.namespace}/{secret_name} (the management cluster's kubeconfig) did not appear on the kind cluster "
+            f"within mgmt-ready-timeout; check `clusterctl describe cluster {pv.mgmt} -n {pv.namespace}`",
+        )
+    return kube.get(pv.source, "v1", "Secret", secret_name, pv.namespace)
+
+
 def run(pv):
     phase = "export"
     if pv.already_moved:
@@ -56,33 +88,7 @@ def run(pv):
         pv.say(f"Secret {pv.namespace}/{secret_name} already moved; using {pv.target_kubeconfig}")
     else:
         if secret is None and not pv.check_mode:
-            total = pv.options.get("mgmt_ready_timeout") or pv.env["mgmt-ready-timeout"]
-            deadline = pv.mgmt_deadline or pv.clock() + pv.wait_left("mgmt", total)
-            pv.say(f">>> waiting for Secret {pv.namespace}/{secret_name}")
-            try:
-                pv.budgeted_wait(
-                    "mgmt",
-                    phase,
-                    "management cluster",
-                    total,
-                    pv.remaining(deadline),
-                    lambda limit: kube.watch_until(
-                        pv.source,
-                        "v1",
-                        "Secret",
-                        pv.namespace,
-                        lambda objs: ((pv.namespace, secret_name) in objs, None),
-                        limit,
-                    ),
-                    lambda state: f"Secret {pv.namespace}/{secret_name} not found yet",
-                )
-            except kube.WaitTimeout:
-                raise PivotError(
-                    phase,
-                    f"Secret {pv.namespace}/{secret_name} (the management cluster's kubeconfig) did not appear on the kind cluster "
-                    f"within mgmt-ready-timeout; check `clusterctl describe cluster {pv.mgmt} -n {pv.namespace}`",
-                )
-            secret = kube.get(pv.source, "v1", "Secret", secret_name, pv.namespace)
+            secret = _await_kubeconfig_secret(pv, phase, secret_name)
         if secret is None:
             raise PivotError(
                 phase,
