@@ -188,9 +188,7 @@ def run(p, check_mode, environ=None, step=None):
     if p["lookup_only"]:
         exists, issuer = azure.azure_arc_issuer(*args)
         return {"changed": False, "exists": exists, "issuer": issuer, "credentials": []}
-    exists, issuer = azure.azure_arc_issuer(
-        *args, timeout=p["issuer_timeout"], poll_interval=p["poll_interval"]
-    )
+    exists, issuer = azure.azure_arc_issuer(*args, timeout=p["issuer_timeout"], poll_interval=p["poll_interval"])
     if not exists:
         raise errors.CloudError(
             "Arc connected cluster {}/{} not found: connect the kind cluster first (az connectedk8s connect)".format(

@@ -985,13 +985,10 @@ def test_azure_ownership_another_environments_tag_vetoes_a_capz_tag():
         )
         is None
     )
-    assert azure.azure_owned({"tags": {"krops-environment": "azure"}}, "azure", []) == (
-        "tag krops-environment=azure"
-    )
+    assert azure.azure_owned({"tags": {"krops-environment": "azure"}}, "azure", []) == ("tag krops-environment=azure")
     # a name alone, or a CAPZ tag for a cluster that merely shares a prefix, proves nothing
     assert (
-        azure.azure_owned({"name": "swedencentral-workload", "tags": {}}, "azure", ["swedencentral-workload"])
-        is None
+        azure.azure_owned({"name": "swedencentral-workload", "tags": {}}, "azure", ["swedencentral-workload"]) is None
     )
     assert (
         azure.azure_owned(
