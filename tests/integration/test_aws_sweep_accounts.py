@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import textwrap
+import threading
 
 import boto3
 import pytest
@@ -254,23 +256,122 @@ def test_a_role_that_lands_in_another_account_refuses_the_run_before_anything_is
             world.seed_cluster(moto, *world.CLUSTERS[1], account=account)
     before = {account: inventory(monkeypatch, moto, account) for account in (A, B, C)}
 
-    def lands_in_c(parsed=None, **_kwargs):  # B's role answers as account C's (a trust or ARN mix-up)
-        if parsed and parsed.get("Account") == B:
-            parsed["Account"] = C
+    def lands_in_c(parsed=None, **_kwargs):  # B's role answers as account C's (an endpoint that is not STS's)
+        user = (parsed or {}).get("AssumedRoleUser") or {}
+        if f":{B}:" in user.get("Arn", ""):
+            user["Arn"] = user["Arn"].replace(f":{B}:", f":{C}:")
 
     calls = []
-    fast.extend([("after-call.sts.GetCallerIdentity", lands_in_c), ("after-call", _recorder(calls))])
+    fast.extend([("after-call.sts.AssumeRole", lands_in_c), ("after-call", _recorder(calls))])
     result = sweep(run_module, moto, toml)
     assert result.failed
     assert result["msg"] == (
         f"aws_orphan_sweep: account {B} (role {ROLE_B}): the assumed role's credentials belong to account {C} "
-        f"(sts get-caller-identity), not {B}; nothing was listed or deleted in any account; fix role-arn or "
-        "account-id of that [[environments.aws.accounts]] table (option account_id: expected the account of the "
-        f"credentials ({C}, sts get-caller-identity), got '{B}'; the credentials belong to another account; fix the "
-        "credentials or account_id)"
+        f"(the AssumedRoleUser ARN of sts assume-role), not {B}; nothing was listed or deleted in any account; fix "
+        "role-arn or account-id of that [[environments.aws.accounts]] table"
     )
-    assert set(calls) == {"sts.AssumeRole", "sts.GetCallerIdentity"}, calls
+    # one identity proof per account: the AssumeRole answer, no GetCallerIdentity; A's role (fine) was assumed
+    # too, and nothing was listed in A either
+    assert calls == ["sts.AssumeRole", "sts.AssumeRole"], calls
     assert {account: inventory(monkeypatch, moto, account) for account in (A, B, C)} == before
+
+
+class _AccountsSeen:
+    """Which account each request is in: the assumed credentials' access key (AssumeRole's answer) against the
+    Credential of the request's SigV4 Authorization header."""
+
+    def __init__(self):
+        self.keys, self.calls, self.lock = {}, [], threading.Lock()
+        self.b_called = threading.Event()
+        self.a_waited_for_b, self.a_started = [], False
+
+    def assumed(self, parsed=None, **_kwargs):
+        arn = (parsed.get("AssumedRoleUser") or {}).get("Arn", "")
+        self.keys[parsed["Credentials"]["AccessKeyId"]] = arn.split(":")[4]
+
+    def account(self, request):
+        found = re.search(r"Credential=([^/]+)/", request.headers.get("Authorization", b"").decode())
+        return self.keys.get(found.group(1)) if found else None
+
+    def sent(self, request=None, event_name="", **_kwargs):
+        account = self.account(request) or "caller"  # the caller's own credentials: AssumeRole
+        with self.lock:
+            self.calls.append((account, event_name.split(".", 1)[1]))
+        if account == B:
+            self.b_called.set()
+        return None
+
+    def first_a_listing(self, request=None, **_kwargs):
+        """A's first EC2 tag walk waits (at most 10 s) for a call of B: only an account swept beside it makes one."""
+        if self.account(request) != A:
+            return None
+        with self.lock:  # A's two regions list at the same time: only the first waits
+            first, self.a_started = not self.a_started, True
+        if first:
+            self.a_waited_for_b.append(self.b_called.wait(10))
+        return None
+
+
+@pytest.mark.parametrize("concurrency", [None, 1])
+def test_accounts_are_swept_side_by_side_up_to_concurrency_and_grouped_in_bootstrap_order(
+    run_module, moto, toml, fast, monkeypatch, concurrency
+):
+    owned = {}
+    for account in (A, B):
+        with in_account(monkeypatch, moto, account):
+            owned[account] = world.seed_cluster(moto, *world.CLUSTERS[1], account=account)
+    seen = _AccountsSeen()
+    fast.extend(
+        [
+            ("after-call.sts.AssumeRole", seen.assumed),
+            ("before-send.ec2.DescribeTags", seen.first_a_listing),
+            ("before-send", seen.sent),
+        ]
+    )
+    extra = {} if concurrency is None else {"concurrency": concurrency}
+    result = sweep(run_module, moto, toml, **extra)
+    assert not result.failed, result["msg"]
+    # A's sections first whatever finished first: the order of bootstrap.toml, in every list
+    assert [a["account_id"] for a in result["accounts"]] == [A, B] and result["account_ids"] == [A, B]
+    assert [r["account_id"] for r in result["results"]] == sorted(
+        (r["account_id"] for r in result["results"]), key=[A, B].index
+    )
+    assert [line.split(" ", 1)[0] for line in result["progress"]] == sorted(
+        (line.split(" ", 1)[0] for line in result["progress"]), key=[A, B].index
+    )
+    for account in (A, B):
+        assert per_account(result, "results", account, "deleted") == normalise(_entries(owned[account])), account
+    listings = [account for account, dummy in seen.calls if account != "caller"]
+    if concurrency is None:  # B was swept while A's first listing waited
+        assert seen.a_waited_for_b == [True]
+        assert listings.index(B) < len(listings) - listings[::-1].index(A) - 1
+    else:  # one account at a time: every call of B after the last of A
+        assert seen.a_waited_for_b == [False]
+        assert listings == sorted(listings, key=[A, B].index)
+    # phase 1 (both roles assumed, nothing else) before any listing in either account
+    assert seen.calls[:2] == [("caller", "sts.AssumeRole")] * 2
+    assert "caller" not in [account for account, dummy in seen.calls[2:]]
+
+
+def test_an_assume_role_answer_without_an_assumed_role_arn_is_an_error_of_that_account(
+    run_module, moto, toml, fast, monkeypatch
+):
+    with in_account(monkeypatch, moto, A):
+        owned = world.seed_cluster(moto, *world.CLUSTERS[1], account=A)
+
+    def no_identity(parsed=None, **_kwargs):  # an endpoint that is not STS's: credentials, but whose?
+        if f":{B}:" in (parsed.get("AssumedRoleUser") or {}).get("Arn", ""):
+            del parsed["AssumedRoleUser"]
+
+    fast.append(("after-call.sts.AssumeRole", no_identity))
+    result = sweep(run_module, moto, toml)
+    assert result.failed
+    assert [e["error"] for e in result["errors"]] == [
+        f"account {B}: sts assume-role of {ROLE_B} in eu-west-1 answered AssumedRoleUser '', not an assumed-role "
+        "ARN, so the account of its credentials is unknown; check the endpoint (endpoint_url, AWS_ENDPOINT_URL)"
+    ]
+    assert per_account(result, "results", A, "deleted") == normalise(_entries(owned))
+    assert [a["failed"] for a in result["accounts"]] == [False, True]
 
 
 def test_an_account_whose_role_cannot_be_assumed_fails_by_name_and_the_others_are_swept(
