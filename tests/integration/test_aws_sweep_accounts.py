@@ -23,6 +23,7 @@ from test_aws_sweep import sweep
 from test_aws_sweep_world import BOOTSTRAP_TOML, normalise
 
 from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config
+from tests.substrate.fixtures import task_results
 
 A, B, C, CALLER = "111111111111", "222222222222", "333333333333", world.ACCOUNT
 ROLE_A = f"arn:aws:iam::{A}:role/krops-teardown"
@@ -196,6 +197,56 @@ def test_each_configured_account_loses_only_what_it_owns_and_decoys_and_other_ac
     assert {(r["type"], r["outcome"]) for r in again["results"]} <= {("subnet", "absent"), ("vpc", "absent")}
     again_report = sweep(run_module, moto, toml, mode="report", min_age_hours=0)
     assert again_report["report"]["json"]["count"] == 0
+
+
+@pytest.mark.playbook
+def test_the_orphan_report_playbook_reports_each_account_through_its_role_and_nothing_of_another(
+    ansible_playbook, moto, toml, monkeypatch, tmp_path
+):
+    """playbooks/orphan-report.yml (ansible-playbook, the module through its action plugin) with two configured
+    accounts: each is reported through its assumed role, in its own section; account C, which holds the same owned
+    clusters and decoys but is not configured, is neither reported nor touched, nor are the decoys anywhere."""
+    seeded = {account: seed_account(monkeypatch, moto, account) for account in (A, B, C)}
+    before = {account: inventory(monkeypatch, moto, account) for account in seeded}
+    clusters_a, globals_a, decoys_a = seeded[A]
+    clusters_b, globals_b, decoys_b = seeded[B]
+    expected = {
+        A: normalise(_entries(set().union(*clusters_a.values()) | globals_a)),
+        B: normalise(
+            _entries(clusters_b["eu-west-1-workload"] | {g for g in globals_b if g[0] in ("global", "eu-west-1")})
+        ),
+    }
+    out = tmp_path / "reports"
+    rc, output, stderr = ansible_playbook(
+        "playbooks/orphan-report.yml",
+        "-e",
+        f"orphan_report_endpoint_url={moto}",
+        env={"BOOTSTRAP_CONFIG": toml, "ORPHAN_MIN_AGE_HOURS": "0", "ORPHAN_REPORT_DIR": str(out), "KROPS_PROFILE": ""},
+    )
+    assert rc == 0, (output, stderr)
+    results = task_results(output)
+    report = results["List owned resources older than the threshold (read-only)"]
+    assert report["changed"] is False and report["account_ids"] == [A, B]
+    data = json.loads((out / "orphans-aws.json").read_text())
+    markdown = (out / "orphans-aws.md").read_text()
+    assert data["account_ids"] == [A, B] and [a["account_id"] for a in data["accounts"]] == [A, B]
+    assert [a["role_arn"] for a in data["accounts"]] == [ROLE_A, ROLE_B]
+    for entry in data["accounts"]:
+        assert normalise(entry["resources"]) == expected[entry["account_id"]], entry["account_id"]
+    assert {r["account_id"] for r in data["resources"]} == {A, B}
+    assert data["count"] == len(expected[A]) + len(expected[B])
+    reported = {r["id"] for r in data["resources"]} | {c["id"] for c in data["candidates"]}
+    for decoys in (decoys_a, decoys_b):  # not ours in either configured account
+        assert not reported & set(decoys.values()), sorted(reported & set(decoys.values()))
+    # C's resources carry the same tags and names as A's; its VPCs, subnets and the rest have their own ids
+    c_ids = {item[2] for item in before[C]} - {item[2] for item in before[A] | before[B]}
+    assert c_ids and not reported & c_ids
+    sections = markdown.split("\n## Account ")
+    assert [section.split("`", 2)[1] for section in sections[1:]] == [A, B]
+    assert C not in markdown and f"- Accounts: `{A}`, `{B}`" in markdown
+    assert results["Summarise the report"]["msg"].startswith(f"account {A}: orphan report: {len(expected[A])} owned ")
+    assert f"; account {B}: orphan report: {len(expected[B])} owned " in results["Summarise the report"]["msg"]
+    assert {account: inventory(monkeypatch, moto, account) for account in seeded} == before, "the report changed AWS"
 
 
 def test_each_account_owns_only_the_clusters_it_lists(run_module, moto, tmp_path, fast, monkeypatch):
