@@ -239,6 +239,17 @@ class Discovery:
     def seed(self, key, value):
         self._cache[key] = (True, value)
 
+    def listing(self, key, func, region=None):
+        """func(): a whole listing (one API call and its pages). In the final pass, the last poll of a wait that made
+        the same call after the row's last deletion there instead (Sweep.watched): nothing of the sweep deletes
+        that type after it, so listing it again only repeats the answer."""
+        if self.sweep.final:
+            with self.sweep._lock:  # pylint: disable=protected-access
+                found = self.sweep.watched.pop((region or self.region, key), None)
+            if found is not None:
+                return found
+        return func()
+
     def guard(self, rtype, func, empty=()):
         empty = list(empty) if isinstance(empty, tuple) else empty
         try:
@@ -323,6 +334,10 @@ class Sweep:
         self._lock = threading.Lock()
         self._others_alive = None
         self.gone = set()  # (region, id) of what this run deleted or found gone: set by leftovers()
+        # (region, listing key): the last answer of a wait's whole listing, made after that row's deletions there;
+        # the final pass uses it once instead of the same call (Discovery.listing, Deleter.watch)
+        self.watched = {}
+        self.final = False
 
     def progress(self, text):
         """A progress line: kept in the result, and passed to the caller's hook (the benchmark prints them)."""
@@ -507,6 +522,7 @@ class Sweep:
         earlier steps' included) tell the rows what this run saw go: aws_ec2 does not describe those again."""
         # only what this run deleted: an 'absent' answer alone (EC2 is eventually consistent) is described again
         self.gone = {(r["region"], r["id"]) for r in results if r["outcome"] == "deleted"}
+        self.final = True
         regional, global_resources = self.discover()
         return [
             public(r, "left", r.get("reason") or "still present after the sweep") for r in regional + global_resources
@@ -562,6 +578,12 @@ class Deleter:
     def discovery(self):
         return Discovery(self.sweep, self.region)
 
+    def watch(self, key, value, region=None):
+        """A wait_state's whole listing (Discovery.listing): the final pass takes the last one instead of listing
+        again. Only a wait calls it: its polls come after every deletion of its row in the region."""
+        with self.sweep._lock:  # pylint: disable=protected-access
+            self.sweep.watched[(region or self.region, key)] = value
+
     def run(self, resources, types):
         """Delete resources type by type in table order; regional chains run side by side, then the rows without
         a chain (volumes, the network), unless a chain is still waiting when the step budget runs out."""
@@ -591,8 +613,8 @@ class Deleter:
                 batch = rtype.refresh(self, batch, resources)
             if not batch:
                 continue
-            if rtype.before:
-                rtype.before(self, batch)
+            if rtype.before:  # it may also give the order to delete the batch in (security groups)
+                batch = rtype.before(self, batch) or batch
             if self.parallel and self.sweep.concurrency > 1 and len(batch) > 1:
                 with ThreadPoolExecutor(max_workers=min(self.sweep.concurrency, len(batch))) as pool:
                     outcomes = list(pool.map(lambda r, t=rtype: self._delete_one(t, r), batch))

@@ -56,7 +56,10 @@ def fast(monkeypatch):
     monkeypatch.setattr(aws_sweep, "POLL_FIRST", 0.05)
     monkeypatch.setattr(aws_sweep, "POLL_MAX", 0.2)
     monkeypatch.setattr(aws_sweep, "EXPECTED_SCALE", 0.0)
-    hooks = [("before-call", sweeps._no_service_specific_credentials)]  # pylint: disable=protected-access
+    hooks = [
+        ("before-call", sweeps._no_service_specific_credentials),  # pylint: disable=protected-access
+        ("before-send.ec2.DeleteSecurityGroup", sweeps.referenced),
+    ]
     monkeypatch.setattr(aws, "CLIENT_HOOKS", hooks)
     return hooks
 
@@ -194,7 +197,11 @@ def test_each_configured_account_loses_only_what_it_owns_and_decoys_and_other_ac
     again = sweep(run_module, moto, toml)
     assert not again.failed, again["msg"]
     assert again["changed"] is False and again["leftovers"] == []
-    assert {(r["type"], r["outcome"]) for r in again["results"]} <= {("subnet", "absent"), ("vpc", "absent")}
+    assert {(r["type"], r["outcome"]) for r in again["results"]} <= {
+        ("subnet", "absent"),
+        ("vpc", "absent"),
+        ("elastic-ip", "absent"),
+    }
     again_report = sweep(run_module, moto, toml, mode="report", min_age_hours=0)
     assert again_report["report"]["json"]["count"] == 0
 
