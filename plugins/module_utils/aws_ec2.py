@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws, ownership
 from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, ResourceType, resource
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import ABSENT, REGION, ResourceType, resource
 
 # EC2 id prefixes (before the first '-') of the types with a row: ids are stable across endpoints, the
 # ResourceType strings of DescribeTags are not (moto answers 'vpc-elastic-ip' where AWS says 'elastic-ip').
@@ -254,7 +254,10 @@ def release_address(x, res):
             found = aws.paginate(
                 client, "describe_addresses", "Addresses", Filters=[{"Name": "allocation-id", "Values": [res["id"]]}]
             )
-            association = next((a.get("AssociationId") for a in found if a.get("AllocationId") == res["id"]), None)
+            found = [a for a in found if a.get("AllocationId") == res["id"]]
+            if not found:  # no longer ours: released meanwhile (AuthFailure: its address is another account's now)
+                return ABSENT
+            association = found[0].get("AssociationId")
         if not association:
             raise
         try:
@@ -263,6 +266,7 @@ def release_address(x, res):
             if not aws.is_not_found(again):
                 raise
         aws.call(client, "release_address", AllocationId=res["id"])
+    return None
 
 
 # --- network interfaces ----------------------------------------------------------------------------

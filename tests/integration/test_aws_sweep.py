@@ -1198,6 +1198,27 @@ def test_an_address_still_associated_is_described_then_disassociated_and_release
     assert ops[-1] == "ReleaseAddress" and ops[start - 1] == "ReleaseAddress"
 
 
+def test_an_address_released_meanwhile_is_absent_not_a_failure(run_module, moto, toml, fast):
+    """Releasing an address already released answers AuthFailure when its IP went to another account (EC2 API
+    reference, ReleaseAddress): the address is then not described as ours any more, so it is absent."""
+    ec2 = clients(moto, "eu-west-1")("ec2")
+    tag = [{"ResourceType": "elastic-ip", "Tags": [{"Key": CAPA % "eu-west-1-workload", "Value": "owned"}]}]
+    gone = ec2.allocate_address(Domain="vpc", TagSpecifications=tag)["AllocationId"]
+
+    def released_meanwhile(request=None, event_name="", **_kwargs):
+        if ec2.describe_addresses()["Addresses"]:
+            ec2.release_address(AllocationId=gone)
+        return wire_error(request, event_name, "AuthFailure", "Address is not allocated to you", 400)
+
+    fast.append(("before-send.ec2.ReleaseAddress", released_meanwhile))
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-west-1"])
+    assert not result.failed, result["msg"]
+    assert [(r["id"], r["outcome"], r["reason"]) for r in result["results"] if r["type"] == "elastic-ip"] == [
+        (gone, "absent", "already gone")
+    ]
+    assert result["api_calls_by_operation"]["ec2.ReleaseAddress"] == 1
+
+
 def test_the_reader_user_goes_with_its_groups_and_policies_and_what_was_added_after_the_listing(
     run_module, moto, toml, fast
 ):
