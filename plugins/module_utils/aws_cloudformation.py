@@ -5,7 +5,8 @@
 Looked up by its exact name in each target region; kept (with the reason) while another environment of
 bootstrap.toml names it or still has clusters. Its deletion is awaited (one DescribeStacks per stack and
 poll): a deletion that ends in DELETE_FAILED fails the run naming the stack, and one still in progress
-when wait_timeout ends does too, so rc=0 means the stack is gone.
+when wait_timeout ends does too, so rc=0 means the stack is gone. The final pass takes the wait's last
+DescribeStacks of a region instead of making it again (aws_sweep Discovery.listing).
 """
 
 from __future__ import annotations
@@ -21,12 +22,7 @@ def stacks(d, with_age):
     found = []
     for region in d.sweep.regions:
         client = d.sweep.conn.client("cloudformation", region)
-        try:
-            listed = aws.call(client, "describe_stacks", StackName=d.sweep.stack_name).get("Stacks") or []
-        except ClientError as exc:
-            if aws.is_not_found(exc):
-                continue
-            raise
+        listed = d.listing(("stack", d.sweep.stack_name), lambda c=client: _describe(c, d.sweep.stack_name), region)
         for stack in listed:
             # a stack still DELETE_IN_PROGRESS (an earlier run's deletion) is listed: the sweep awaits it
             if stack.get("StackStatus") == "DELETE_COMPLETE":
@@ -48,6 +44,16 @@ def stacks(d, with_age):
     return found
 
 
+def _describe(client, name):
+    """The stacks DescribeStacks answers for ``name`` ([] when there is none)."""
+    try:
+        return aws.call(client, "describe_stacks", StackName=name).get("Stacks") or []
+    except ClientError as exc:
+        if aws.is_not_found(exc):
+            return []
+        raise
+
+
 def delete_stack(x, res):
     if res["meta"].get("status") == "DELETE_IN_PROGRESS":
         return  # already deleting: awaited like a deletion this run started, not requested again
@@ -58,17 +64,8 @@ def state_stack(x, pending):
     """{region|type|name: status} (the same stack name is looked up in several regions), 'gone' once deleted."""
     states = {}
     for res in pending:
-        try:
-            listed = (
-                aws.call(x.client("cloudformation", res["region"]), "describe_stacks", StackName=res["id"]).get(
-                    "Stacks"
-                )
-                or []
-            )
-        except ClientError as exc:
-            if not aws.is_not_found(exc):
-                raise
-            listed = []
+        listed = _describe(x.client("cloudformation", res["region"]), res["id"])
+        x.watch(("stack", res["id"]), listed, res["region"])
         status = listed[0].get("StackStatus", "?") if listed else "DELETE_COMPLETE"
         states[key(res)] = "gone" if status == "DELETE_COMPLETE" else status
     return states

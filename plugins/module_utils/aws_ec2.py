@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws, ownership
 from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, ResourceType, resource
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import ABSENT, REGION, ResourceType, resource
 
 # EC2 id prefixes (before the first '-') of the types with a row: ids are stable across endpoints, the
 # ResourceType strings of DescribeTags are not (moto answers 'vpc-elastic-ip' where AWS says 'elastic-ip').
@@ -227,9 +227,14 @@ def state_nat_gateway(x, pending):
 
 
 def elastic_ips(d, with_age):
+    """Delete mode lists only the ids: an address is released by id (absent when gone) and described only when
+    AWS says it is still associated (release_address). Its NAT gateway went before it (the nat chain), which
+    frees a NAT's address without a call."""
     ids = owned(d, EIP)
     if not ids:
         return []
+    if not d.confirm:
+        return [resource(d.region, "elastic-ip", rid, owner) for rid, owner in ids.items()]
     return [
         resource(d.region, "elastic-ip", a["AllocationId"], ids[a["AllocationId"]], association=a.get("AssociationId"))
         for a in describe(d, "describe_addresses", "Addresses", "allocation-id", ids)
@@ -242,14 +247,26 @@ def release_address(x, res):
     try:
         aws.call(client, "release_address", AllocationId=res["id"])
     except ClientError as exc:
-        if aws.error_code(exc) not in ("InvalidIPAddress.InUse", "AuthFailure") or not res["meta"].get("association"):
+        if aws.error_code(exc) not in ("InvalidIPAddress.InUse", "AuthFailure"):
+            raise
+        association = res["meta"].get("association")
+        if "association" not in res["meta"]:  # listed by id only (delete mode): its association now
+            found = aws.paginate(
+                client, "describe_addresses", "Addresses", Filters=[{"Name": "allocation-id", "Values": [res["id"]]}]
+            )
+            found = [a for a in found if a.get("AllocationId") == res["id"]]
+            if not found:  # no longer ours: released meanwhile (AuthFailure: its address is another account's now)
+                return ABSENT
+            association = found[0].get("AssociationId")
+        if not association:
             raise
         try:
-            aws.call(client, "disassociate_address", AssociationId=res["meta"]["association"])
+            aws.call(client, "disassociate_address", AssociationId=association)
         except ClientError as again:
             if not aws.is_not_found(again):
                 raise
         aws.call(client, "release_address", AllocationId=res["id"])
+    return None
 
 
 # --- network interfaces ----------------------------------------------------------------------------
@@ -404,12 +421,41 @@ def security_groups(d, with_age):
     ]
 
 
+def deletion_order(groups):
+    """(groups in an order each can be deleted in, the groups whose rules must be revoked first). AWS refuses to
+    delete a group another group's rule references (DeleteSecurityGroup: DependencyViolation), not one whose own
+    rules reference others: so a group that no remaining group references goes first, and only where groups
+    reference each other in a cycle are the rules of one of them revoked, which frees a group it references."""
+    ids = {g["id"] for g in groups}
+    refs = {
+        g["id"]: {
+            pair.get("GroupId")
+            for rule in (g["meta"].get("ingress") or []) + (g["meta"].get("egress") or [])
+            for pair in rule.get("UserIdGroupPairs") or []
+            if pair.get("GroupId") in ids and pair.get("GroupId") != g["id"]
+        }
+        for g in groups
+    }
+    order, revoke, remaining = [], [], list(groups)
+    while remaining:
+        referenced = {r for g in remaining for r in refs[g["id"]]}
+        free = [g for g in remaining if g["id"] not in referenced]
+        if not free:  # every group left is referenced: a cycle
+            revoke.append(remaining[0])
+            refs[remaining[0]["id"]] = set()
+            continue
+        order += free
+        remaining = [g for g in remaining if g not in free]
+    return order, revoke
+
+
 def revoke_rules(x, groups):
-    """Revoke every rule of every owned group first (the rules came with the listing), so groups that reference
-    each other can go."""
+    """The groups in their deletion order, once the rules of the groups in reference cycles are revoked (the rules
+    came with the listing): groups that only reference others need no revoke."""
+    order, revoke = deletion_order(groups)
     client = x.client("ec2")
     try:
-        for group in groups:
+        for group in revoke:
             for field, operation in (
                 ("ingress", "revoke_security_group_ingress"),
                 ("egress", "revoke_security_group_egress"),
@@ -424,9 +470,10 @@ def revoke_rules(x, groups):
     except (ClientError, aws.BotoCoreError, aws.AwsError) as exc:
         x.sweep.warnings.append(
             "{}: revoking the rules of security groups {} failed: {}; their deletion may fail on references".format(
-                x.region, ", ".join(g["id"] for g in groups), aws.error_message(exc)
+                x.region, ", ".join(g["id"] for g in revoke), aws.error_message(exc)
             )
         )
+    return order
 
 
 def delete_security_group(x, res):

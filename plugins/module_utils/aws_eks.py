@@ -5,7 +5,8 @@
 A cluster named by bootstrap.toml (``eks-cluster-name``) is owned by its name and not described; any
 other cluster is described once for its tags. Node groups and pod identity associations carry no
 ownership of their own here: they go with their owned cluster. A wait polls one ListNodegroups per
-cluster and one ListClusters per region, not one describe per resource.
+cluster and one ListClusters per region, not one describe per resource; the final pass takes the cluster wait's
+last ListClusters instead of making it again (aws_sweep Discovery.listing).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def clusters(d, with_age=False):
         client = d.client("eks")
         named = {t.eks_name: t.cluster for t in d.targets if t.eks_name}
         found = []
-        for name in aws.paginate(client, "list_clusters", "clusters"):
+        for name in d.listing("eks-clusters", lambda: aws.paginate(client, "list_clusters", "clusters")):
             owner, reason, info = named.get(name), "named by bootstrap.toml", {}
             if owner is None or with_age:
                 try:
@@ -124,7 +125,9 @@ def state_nodegroup(x, pending):
 
 
 def state_cluster(x, pending):
-    present = set(aws.paginate(x.client("eks"), "list_clusters", "clusters"))
+    listed = aws.paginate(x.client("eks"), "list_clusters", "clusters")
+    x.watch("eks-clusters", listed)
+    present = set(listed)
     return {r["id"]: "DELETING" if r["id"] in present else "gone" for r in pending}
 
 

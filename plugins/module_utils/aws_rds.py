@@ -4,7 +4,8 @@
 
 One DescribeDBInstances gives the instances with their tags (TagList) and subnet groups; a subnet group
 goes with its swept instance unless another instance still uses it. A wait polls one
-DescribeDBInstances per region.
+DescribeDBInstances per region; the final pass takes its last answer instead of listing again (aws_sweep
+Discovery.listing).
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ def _listing(d):
     def listing():
         named = {t.rds_instance: t.cluster for t in d.targets if t.rds_instance}
         found, kept_groups = [], set()
-        for inst in aws.paginate(d.client("rds"), "describe_db_instances", "DBInstances"):
+        listed = d.listing(
+            "rds-instances", lambda: aws.paginate(d.client("rds"), "describe_db_instances", "DBInstances")
+        )
+        for inst in listed:
             ident = inst["DBInstanceIdentifier"]
             owner = named.get(ident)
             reason = "named by bootstrap.toml" if owner else ""
@@ -92,10 +96,9 @@ def delete_subnet_group(x, res):
 
 
 def state_instance(x, pending):
-    found = {
-        i["DBInstanceIdentifier"]: i.get("DBInstanceStatus", "?")
-        for i in aws.paginate(x.client("rds"), "describe_db_instances", "DBInstances")
-    }
+    listed = aws.paginate(x.client("rds"), "describe_db_instances", "DBInstances")
+    x.watch("rds-instances", listed)
+    found = {i["DBInstanceIdentifier"]: i.get("DBInstanceStatus", "?") for i in listed}
     return {r["id"]: found.get(r["id"], "gone") for r in pending}
 
 

@@ -27,8 +27,8 @@ class ResourceType:
     ``chain`` groups regional types that depend on each other and on nothing else: chains run side by
     side, rows without a chain (volumes, the network) after all of them. ``expected`` (typical seconds a
     deletion takes; tests/benchmarks/aws_latency_proxy.py cites the sources) delays the first poll.
-    ``before`` runs once per batch (security group rules), ``refresh`` re-lists a batch right before its
-    deletion (interfaces detach meanwhile).
+    ``before`` runs once per batch and may return the batch in the order to delete it (security groups: their
+    rules), ``refresh`` re-lists a batch right before its deletion (interfaces detach meanwhile).
     """
 
     def __init__(self, name, scope, list, delete, wait_state=None, chain=None, before=None, refresh=None, expected=0):

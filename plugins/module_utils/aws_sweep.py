@@ -239,6 +239,17 @@ class Discovery:
     def seed(self, key, value):
         self._cache[key] = (True, value)
 
+    def listing(self, key, func, region=None):
+        """func(): a whole listing (one API call and its pages). In the final pass, the last poll of a wait that made
+        the same call after the row's last deletion there instead (Sweep.watched): nothing of the sweep deletes
+        that type after it, so listing it again only repeats the answer."""
+        if self.sweep.final:
+            with self.sweep._lock:  # pylint: disable=protected-access
+                found = self.sweep.watched.pop((region or self.region, key), None)
+            if found is not None:
+                return found
+        return func()
+
     def guard(self, rtype, func, empty=()):
         empty = list(empty) if isinstance(empty, tuple) else empty
         try:
@@ -323,6 +334,10 @@ class Sweep:
         self._lock = threading.Lock()
         self._others_alive = None
         self.gone = set()  # (region, id) of what this run deleted or found gone: set by leftovers()
+        # (region, listing key): the last answer of a wait's whole listing, made after that row's deletions there;
+        # the final pass uses it once instead of the same call (Discovery.listing, Deleter.watch)
+        self.watched = {}
+        self.final = False
 
     def progress(self, text):
         """A progress line: kept in the result, and passed to the caller's hook (the benchmark prints them)."""
@@ -507,6 +522,7 @@ class Sweep:
         earlier steps' included) tell the rows what this run saw go: aws_ec2 does not describe those again."""
         # only what this run deleted: an 'absent' answer alone (EC2 is eventually consistent) is described again
         self.gone = {(r["region"], r["id"]) for r in results if r["outcome"] == "deleted"}
+        self.final = True
         regional, global_resources = self.discover()
         return [
             public(r, "left", r.get("reason") or "still present after the sweep") for r in regional + global_resources
@@ -562,6 +578,12 @@ class Deleter:
     def discovery(self):
         return Discovery(self.sweep, self.region)
 
+    def watch(self, key, value, region=None):
+        """A wait_state's whole listing (Discovery.listing): the final pass takes the last one instead of listing
+        again. Only a wait calls it: its polls come after every deletion of its row in the region."""
+        with self.sweep._lock:  # pylint: disable=protected-access
+            self.sweep.watched[(region or self.region, key)] = value
+
     def run(self, resources, types):
         """Delete resources type by type in table order; regional chains run side by side, then the rows without
         a chain (volumes, the network), unless a chain is still waiting when the step budget runs out."""
@@ -591,8 +613,8 @@ class Deleter:
                 batch = rtype.refresh(self, batch, resources)
             if not batch:
                 continue
-            if rtype.before:
-                rtype.before(self, batch)
+            if rtype.before:  # it may also give the order to delete the batch in (security groups)
+                batch = rtype.before(self, batch) or batch
             if self.parallel and self.sweep.concurrency > 1 and len(batch) > 1:
                 with ThreadPoolExecutor(max_workers=min(self.sweep.concurrency, len(batch))) as pool:
                     outcomes = list(pool.map(lambda r, t=rtype: self._delete_one(t, r), batch))
@@ -1006,16 +1028,22 @@ def session_name(account, environment):
 
 
 def assume_role(base, account, environment, region):
-    """A new Connection in ``account`` (a bootstrap.toml [[accounts]] table): STS AssumeRole of its role with the
-    base credentials. Its own session and clients, never shared with another account; the API calls are counted
-    with the base connection's."""
+    """(a new Connection in ``account`` (a bootstrap.toml [[accounts]] table), the account its credentials belong to):
+    STS AssumeRole of its role with the base credentials. The connection's session and clients are its own, never
+    shared with another account; the API calls are counted with the base connection's.
+
+    The account is read from the answer's AssumedRoleUser ARN, which STS documents as the ARN of the temporary
+    credentials it returns (arn:<partition>:sts::<account>:assumed-role/<role>/<session>): that is the one identity
+    proof per account, so no GetCallerIdentity follows (docs/upstream-facts.md, "STS AssumeRole")."""
     args = dict(RoleArn=account["role-arn"], RoleSessionName=session_name(account, environment))
     if account.get("external-id"):
         args["ExternalId"] = account["external-id"]
     if account.get("duration"):
         args["DurationSeconds"] = account["duration"]
     try:
-        found = aws.call(base.client("sts", region), "assume_role", **args)["Credentials"]
+        answer = aws.call(base.client("sts", region), "assume_role", **args)
+        found = answer["Credentials"]
+        identity = (answer.get("AssumedRoleUser") or {}).get("Arn") or ""
     except (ClientError, BotoCoreError, KeyError, TypeError) as exc:
         raise aws.AwsError(
             "account {}: cannot assume role {} (sts assume-role in {}): {}; check that the role exists, that its "
@@ -1024,13 +1052,22 @@ def assume_role(base, account, environment, region):
                 account["account-id"], account["role-arn"], region, aws.error_message(exc)
             )
         )
-    return aws.Connection(
+    parts = str(identity).split(":", 5)
+    if len(parts) < 6 or parts[2] != "sts" or not parts[5].startswith("assumed-role/"):
+        raise aws.AwsError(
+            "account {}: sts assume-role of {} in {} answered AssumedRoleUser {!r}, not an assumed-role ARN, so the "
+            "account of its credentials is unknown; check the endpoint (endpoint_url, AWS_ENDPOINT_URL)".format(
+                account["account-id"], account["role-arn"], region, identity
+            )
+        )
+    session = aws.Connection(
         endpoint_url=base.endpoint_url,
         access_key=found["AccessKeyId"],
         secret_key=found["SecretAccessKey"],
         session_token=found["SessionToken"],
         counter=base.counter,
     )
+    return session, parts[4]
 
 
 def account_targets(account, targets):
@@ -1040,15 +1077,31 @@ def account_targets(account, targets):
     return [t for t in targets if (not regions or t.region in regions) and (not clusters or t.cluster in clusters)]
 
 
-def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
-    """Sweep every configured account (or the one account_id names), one after another, each through its own
-    role, and group the result by account.
+# Accounts swept at the same time when the concurrency option does not say: each account has its own session,
+# clients and AWS request-rate budget, so the bound is only there to keep the threads (accounts x regions x
+# chains) and sockets of one process in check.
+ACCOUNTS_AT_ONCE = 8
 
-    First every account's role is assumed and its identity checked (STS GetCallerIdentity of the assumed
-    credentials equals the configured account-id, contract.caller_account): a role that lands in another account
-    refuses the whole run before anything is listed or deleted in any account. An account whose role cannot be
-    assumed, or whose sweep stops, is an error of that account (nothing is listed or deleted there); the others
-    are swept with their own ownership proof. Several accounts run in one step (no resume)."""
+
+def _in_order(func, items, workers):
+    """[func(item) for item in items], up to ``workers`` at a time; results in the order of items."""
+    if workers <= 1 or len(items) <= 1:
+        return [func(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(func, items))
+
+
+def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
+    """Sweep every configured account (or the one account_id names), each through its own role, up to
+    ``concurrency`` (default ACCOUNTS_AT_ONCE) accounts at a time, and group the result by account in the order of
+    bootstrap.toml.
+
+    Phase 1, for every account: its role is assumed and the account of the credentials read from STS's answer
+    (assume_role). Only when every account has been through phase 1 does phase 2 list or delete anything: a role
+    whose credentials belong to another account than its account-id refuses the whole run, before anything is
+    listed or deleted in any account. An account whose role cannot be assumed, or whose sweep stops, is an error of
+    that account (nothing is listed or deleted there); the others are swept with their own ownership proof, each
+    with its own connection (session and clients). Several accounts run in one step (no resume)."""
     params, environment = job["params"], job["environment"]
     if resume is not None:
         raise SweepError("_sweep_state is internal to the action plugin's steps; a sweep of several accounts has none")
@@ -1061,52 +1114,52 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
                 "account_id out to sweep them all".format(wanted, environment, ", ".join(configured))
             )
         accounts = [a for a in accounts if a["account-id"] == wanted]
-    # phase 1: assume every role and prove every identity before any listing
-    plans, failed = [], {}
-    for account in accounts:
+    workers = params.get("concurrency") or ACCOUNTS_AT_ONCE
+
+    def prove(account):
+        """(account, its targets, its connection or None, the account its credentials belong to, the error)"""
         mine = account_targets(account, targets)
         if not mine:
-            plans.append((account, mine, None))
-            continue
-        home = mine[0].region
+            return account, mine, None, None, None
         try:
-            session = assume_role(conn, account, environment, home)
-            actual = session.account_id(home)
+            session, actual = assume_role(conn, account, environment, mine[0].region)
         except aws.AwsError as exc:
             text = str(exc)
-            failed[account["account-id"]] = (
-                text if text.startswith("account ") else f"account {account['account-id']}: {text}"
-            )
-            plans.append((account, mine, None))
-            continue
-        try:
-            contract.caller_account("aws_orphan_sweep", account["account-id"], actual)
-        except contract.ContractError as exc:
+            if not text.startswith("account "):
+                text = f"account {account['account-id']}: {text}"
+            return account, mine, None, None, text
+        return account, mine, session, actual, None
+
+    # phase 1: every role assumed and every identity read before any listing (in the order of bootstrap.toml, so
+    # the first mismatch named is always the same one)
+    plans = _in_order(prove, accounts, workers)
+    for account, dummy, session, actual, dummy in plans:
+        if session is not None and actual != account["account-id"]:
             raise SweepError(
-                "account {} (role {}): the assumed role's credentials belong to account {} (sts "
-                "get-caller-identity), not {}; nothing was listed or deleted in any account; fix role-arn or "
-                "account-id of that [[environments.{}.accounts]] table ({})".format(
-                    account["account-id"], account["role-arn"], actual, account["account-id"], environment, exc
+                "account {} (role {}): the assumed role's credentials belong to account {} (the AssumedRoleUser ARN "
+                "of sts assume-role), not {}; nothing was listed or deleted in any account; fix role-arn or "
+                "account-id of that [[environments.{}.accounts]] table".format(
+                    account["account-id"], account["role-arn"], actual, account["account-id"], environment
                 )
             )
-        plans.append((account, mine, session))
-    # phase 2: sweep each account with its own connection and ownership proof
-    parts = []
-    for account, mine, session in plans:
+    hook = job["progress"]
+
+    def sweep_one(plan):
+        account, mine, session, dummy, failure = plan
         account_id = account["account-id"]
-        entry = None
         if not mine:
             entry = _empty_account(account, environment, job["mode"])
             entry["warnings"].append(f"account {account_id}: no target of the sweep is in its regions; skipped")
         elif session is None:
             entry = _empty_account(account, environment, job["mode"])
-            entry["errors"].append({"region": "", "type": "account", "error": failed[account_id]})
+            entry["errors"].append({"region": "", "type": "account", "error": failure})
         else:
             swept = _unique(t.region for t in mine)
             every = account_targets(account, environment_targets(job["cfg"], environment, True))
             covers = set(swept) >= {t.region for t in every}
+            mine_job = dict(job, progress=None if hook is None else lambda text: hook(f"account {account_id}: {text}"))
             try:
-                entry = sweep_account(session, account_id, mine, covers, **job)
+                entry = sweep_account(session, account_id, mine, covers, **mine_job)
             except (ClientError, BotoCoreError, aws.AwsError) as exc:
                 entry = _empty_account(account, environment, job["mode"])
                 entry["errors"].append(
@@ -1126,7 +1179,10 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
                 )
             )
         entry["msg"] = f"account {account_id}: {entry['msg']}"
-        parts.append(entry)
+        return entry
+
+    # phase 2: each account with its own connection and ownership proof, several at a time
+    parts = _in_order(sweep_one, plans, workers)
     return _merge_accounts(parts, conn, targets, started, job)
 
 

@@ -96,6 +96,8 @@ options:
     description:
       - Regions swept at the same time, and global resources of one type (S3 buckets, IAM roles) deleted side by side.
       - Default is the number of regions. V(1) does everything one after another.
+      - With C([[environments.<env>.accounts]]) in bootstrap.toml, also the accounts swept at the same time (default
+        8), each account with its own regions at the same time up to this number.
     type: int
   wait_timeout:
     description:

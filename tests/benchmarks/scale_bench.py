@@ -413,12 +413,14 @@ def work_sweep(n, repeat, workdir):
                     "sweep of 3 accounts at n=%d: %d of %d deleted: %s"
                     % (n, len(deleted), len(owned), result.get("msg"))
                 )
-            runs3.append((wall, result["api_calls"] / float(len(deleted)), len(deleted)))
+            runs3.append(
+                (wall, result["api_calls"] / float(len(deleted)), len(deleted), result["api_calls_by_operation"])
+            )
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(10)
     wall, per_resource, resources = sorted(runs)[len(runs) // 2]
-    wall3, per_resource3, resources3 = sorted(runs3)[len(runs3) // 2]
+    wall3, per_resource3, resources3, by_operation = sorted(runs3, key=lambda r: r[:3])[len(runs3) // 2]
     return {
         "sweep": wall,
         "sweep-calls-per-resource": per_resource,
@@ -426,6 +428,8 @@ def work_sweep(n, repeat, workdir):
         "sweep-3-accounts": wall3,
         "sweep-3-accounts-calls-per-resource": per_resource3,
         "objects-3-accounts": resources3,
+        # where the calls went (the ten most frequent operations): the fixed per-account ones show at n=1
+        "calls-3-accounts": dict(sorted(by_operation.items(), key=lambda kv: (-kv[1], kv[0]))[:10]),
     }
 
 
@@ -496,6 +500,9 @@ def main():
                     continue
                 if key in ("objects", "directories", "objects-3-accounts"):
                     notes.append("%s n=%d: %s %d" % (measure, n, key, value))
+                    continue
+                if isinstance(value, dict):
+                    notes.append("%s n=%d: %s %s" % (measure, n, key, " ".join("%s=%d" % kv for kv in value.items())))
                     continue
                 table.setdefault(key, []).append((n, value))
             memory.append((measure, n, figures["peak_mib"]))

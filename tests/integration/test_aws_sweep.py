@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+import urllib.parse
 
+import boto3
 import pytest
 from test_aws_sweep_world import (
     ACCOUNT,
@@ -22,7 +25,7 @@ from test_aws_sweep_world import (
     vpc_defaults,
 )
 
-from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_ec2, aws_sweep
 from ansible_collections.krops.platform.plugins.modules import aws_orphan_sweep
 from tests.substrate.fixtures import REPO, task_results
 
@@ -85,9 +88,41 @@ def fast(monkeypatch):
     monkeypatch.setattr(aws_sweep, "POLL_FIRST", 0.05)
     monkeypatch.setattr(aws_sweep, "POLL_MAX", 0.2)
     monkeypatch.setattr(aws_sweep, "EXPECTED_SCALE", 0.0)  # moto deletes at once: no quiet time before the first poll
-    hooks = [("before-call", _no_service_specific_credentials)]
+    hooks = [("before-call", _no_service_specific_credentials), ("before-send.ec2.DeleteSecurityGroup", referenced)]
     monkeypatch.setattr(aws, "CLIENT_HOOKS", hooks)
     return hooks
+
+
+def referenced(request=None, event_name="", **_kwargs):
+    """moto deletes a security group that another group's rule references; AWS answers DependencyViolation
+    (EC2 API reference, DeleteSecurityGroup). The group's region and account are the request's (its SigV4
+    credential scope, access key and session token), asked of the same endpoint."""
+    body = request.body.decode() if isinstance(request.body, bytes) else str(request.body or "")
+    group = re.search(r"GroupId=([\w-]+)", body)
+    scope = re.search(r"Credential=([^/]+)/[^/]+/([^/]+)/", request.headers.get("Authorization", b"").decode())
+    if not group or not scope:
+        return None
+    token = request.headers.get("X-Amz-Security-Token")
+    ec2 = boto3.client(
+        "ec2",
+        endpoint_url="{0.scheme}://{0.netloc}".format(urllib.parse.urlsplit(request.url)),
+        region_name=scope.group(2),
+        aws_access_key_id=scope.group(1),
+        aws_secret_access_key="testing",
+        aws_session_token=token.decode() if isinstance(token, bytes) else token,
+    )
+    for other in ec2.describe_security_groups()["SecurityGroups"]:
+        rules = (other.get("IpPermissions") or []) + (other.get("IpPermissionsEgress") or [])
+        if other["GroupId"] != group.group(1) and any(
+            pair.get("GroupId") == group.group(1) for rule in rules for pair in rule.get("UserIdGroupPairs") or []
+        ):
+            return wire_error(
+                request,
+                event_name,
+                "DependencyViolation",
+                f"resource {group.group(1)} has a dependent object",
+            )
+    return None
 
 
 def _no_service_specific_credentials(model, **_kwargs):
@@ -153,7 +188,11 @@ def test_sweep_deletes_everything_owned_keeps_every_decoy_and_a_rerun_finds_noth
     assert not again.failed, again["msg"]
     assert again["changed"] is False and again["leftovers"] == []
     # moto keeps the tags of deleted EC2 resources: delete mode tries those ids once and finds them gone
-    assert {(r["type"], r["outcome"]) for r in again["results"]} <= {("subnet", "absent"), ("vpc", "absent")}
+    assert {(r["type"], r["outcome"]) for r in again["results"]} <= {
+        ("subnet", "absent"),
+        ("vpc", "absent"),
+        ("elastic-ip", "absent"),
+    }
     assert inventory(moto) == after
 
 
@@ -1060,6 +1099,124 @@ def test_the_final_pass_still_finds_an_owned_resource_created_during_the_sweep(r
     assert {r["outcome"] for r in result["results"]} == {"deleted"}
     assert [(r["type"], r["id"], r["outcome"]) for r in result["leftovers"]] == [("vpc", late[0], "left")]
     assert f"still owned after the sweep: vpc {late[0]} in eu-north-1" in result["msg"]
+
+
+def test_the_final_pass_takes_each_waits_last_listing_instead_of_listing_again(run_module, moto, toml, fast):
+    """EKS clusters, RDS instances and the clusterawsadm stack are awaited with the same whole listing the final
+    pass makes (ListClusters, DescribeDBInstances, DescribeStacks), after every deletion of that row: the final
+    pass takes that answer. The other listings are made again (DescribeTags, the Tagging API, the IAM walk)."""
+    seed_cluster(moto, *WORKLOAD)
+    seed_global(moto)
+    order = []
+    fast.append(
+        ("after-call", lambda model=None, **_kwargs: order.append(f"{model.service_model.service_name}.{model.name}"))
+    )
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-north-1"])
+    assert not result.failed, result["msg"]
+    calls = result["api_calls_by_operation"]
+    # one discovery and one wait poll each; the final pass made none of them
+    assert (calls["eks.ListClusters"], calls["rds.DescribeDBInstances"], calls["cloudformation.DescribeStacks"]) == (
+        2,
+        2,
+        2,
+    )
+    final = len(order) - order[::-1].index("cloudformation.DescribeStacks")  # after the stack's wait: the final pass
+    assert {"ec2.DescribeTags", "resourcegroupstaggingapi.GetResources", "iam.GetAccountAuthorizationDetails"} <= set(
+        order[final:]
+    )
+    assert not {"eks.ListClusters", "rds.DescribeDBInstances", "cloudformation.DescribeStacks"} & set(order[final:])
+
+
+def _group(gid, *references):
+    rules = [{"IpProtocol": "tcp", "UserIdGroupPairs": [{"GroupId": r}]} for r in references]
+    return {"id": gid, "meta": {"ingress": rules, "egress": []}}
+
+
+@pytest.mark.parametrize(
+    "groups,order,revoked",
+    [
+        ([_group("a", "b"), _group("b", "c"), _group("c")], ["a", "b", "c"], []),  # a chain: no revoke
+        ([_group("a", "b"), _group("b", "a")], ["b", "a"], ["a"]),  # a pair: one group's rules
+        ([_group("a", "b"), _group("b", "c"), _group("c", "a")], ["b", "c", "a"], ["a"]),
+        ([_group("a", "a", "sg-outside"), _group("b")], ["a", "b"], []),  # itself and others' groups: no block
+        ([_group("a", "b"), _group("b", "a"), _group("c", "d"), _group("d", "c")], ["b", "a", "d", "c"], ["a", "c"]),
+    ],
+)
+def test_security_groups_go_in_reference_order_and_only_a_cycle_is_revoked(groups, order, revoked):
+    done, revoke = aws_ec2.deletion_order(groups)
+    assert [g["id"] for g in done] == order and [g["id"] for g in revoke] == revoked
+    # each group, when its turn comes, is referenced by no group still there (rules of revoked groups gone)
+    left = {
+        g["id"]: set() if g in revoke else {p["GroupId"] for r in g["meta"]["ingress"] for p in r["UserIdGroupPairs"]}
+        for g in groups
+    }
+    for group in done:
+        assert not [other for other, refs in left.items() if other != group["id"] and group["id"] in refs]
+        del left[group["id"]]
+
+
+def test_an_address_still_associated_is_described_then_disassociated_and_released(run_module, moto, toml, fast):
+    """Delete mode releases owned addresses by id without describing them first; AWS refuses to release an
+    address that is still associated (ReleaseAddress: InvalidIPAddress.InUse, which moto does not enforce: the hook
+    answers as AWS does), and only then is it described, disassociated and released."""
+    ec2 = clients(moto, "eu-west-1")("ec2")
+    tag = [{"ResourceType": "elastic-ip", "Tags": [{"Key": CAPA % "eu-west-1-workload", "Value": "owned"}]}]
+    vpc = ec2.create_vpc(CidrBlock="10.60.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.60.1.0/24")["Subnet"]["SubnetId"]
+    eni = ec2.create_network_interface(SubnetId=subnet)["NetworkInterface"]["NetworkInterfaceId"]
+    owned = ec2.allocate_address(Domain="vpc", TagSpecifications=tag)["AllocationId"]
+    ec2.associate_address(AllocationId=owned, NetworkInterfaceId=eni)
+    free = ec2.allocate_address(Domain="vpc", TagSpecifications=tag)["AllocationId"]
+
+    def in_use(request=None, event_name="", **_kwargs):
+        body = request.body.decode() if isinstance(request.body, bytes) else str(request.body or "")
+        for address in ec2.describe_addresses()["Addresses"]:
+            if f"AllocationId={address['AllocationId']}" in body and address.get("AssociationId"):
+                return wire_error(request, event_name, "InvalidIPAddress.InUse", "Address is in use", 400)
+        return None
+
+    ops = []
+
+    def record(model=None, **_kwargs):
+        if model.name.endswith("Address") or model.name.endswith("Addresses"):
+            ops.append(model.name)
+
+    fast.extend([("before-send.ec2.ReleaseAddress", in_use), ("after-call", record)])
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-west-1"])
+    assert not result.failed, result["msg"]
+    assert sorted(r["id"] for r in result["results"] if r["type"] == "elastic-ip" and r["outcome"] == "deleted") == (
+        sorted([owned, free])
+    )
+    assert ec2.describe_addresses()["Addresses"] == []
+    # no describe before the first release; the associated address: release, describe, disassociate, release (the
+    # free one's release comes before or after); the final pass does not describe the ids this run deleted
+    assert ops[0] == "ReleaseAddress" and sorted(ops) == sorted(
+        ["ReleaseAddress"] * 3 + ["DescribeAddresses", "DisassociateAddress"]
+    )
+    start = ops.index("DescribeAddresses")
+    assert [op for op in ops[start:] if op != "ReleaseAddress"] == ["DescribeAddresses", "DisassociateAddress"]
+    assert ops[-1] == "ReleaseAddress" and ops[start - 1] == "ReleaseAddress"
+
+
+def test_an_address_released_meanwhile_is_absent_not_a_failure(run_module, moto, toml, fast):
+    """Releasing an address already released answers AuthFailure when its IP went to another account (EC2 API
+    reference, ReleaseAddress): the address is then not described as ours any more, so it is absent."""
+    ec2 = clients(moto, "eu-west-1")("ec2")
+    tag = [{"ResourceType": "elastic-ip", "Tags": [{"Key": CAPA % "eu-west-1-workload", "Value": "owned"}]}]
+    gone = ec2.allocate_address(Domain="vpc", TagSpecifications=tag)["AllocationId"]
+
+    def released_meanwhile(request=None, event_name="", **_kwargs):
+        if ec2.describe_addresses()["Addresses"]:
+            ec2.release_address(AllocationId=gone)
+        return wire_error(request, event_name, "AuthFailure", "Address is not allocated to you", 400)
+
+    fast.append(("before-send.ec2.ReleaseAddress", released_meanwhile))
+    result = sweep(run_module, moto, toml, include_management=False, regions=["eu-west-1"])
+    assert not result.failed, result["msg"]
+    assert [(r["id"], r["outcome"], r["reason"]) for r in result["results"] if r["type"] == "elastic-ip"] == [
+        (gone, "absent", "already gone")
+    ]
+    assert result["api_calls_by_operation"]["ec2.ReleaseAddress"] == 1
 
 
 def test_the_reader_user_goes_with_its_groups_and_policies_and_what_was_added_after_the_listing(

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import textwrap
+import threading
 
 import boto3
 import pytest
@@ -21,6 +23,7 @@ from test_aws_sweep import sweep
 from test_aws_sweep_world import BOOTSTRAP_TOML, normalise
 
 from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config
+from tests.substrate.fixtures import task_results
 
 A, B, C, CALLER = "111111111111", "222222222222", "333333333333", world.ACCOUNT
 ROLE_A = f"arn:aws:iam::{A}:role/krops-teardown"
@@ -53,7 +56,10 @@ def fast(monkeypatch):
     monkeypatch.setattr(aws_sweep, "POLL_FIRST", 0.05)
     monkeypatch.setattr(aws_sweep, "POLL_MAX", 0.2)
     monkeypatch.setattr(aws_sweep, "EXPECTED_SCALE", 0.0)
-    hooks = [("before-call", sweeps._no_service_specific_credentials)]  # pylint: disable=protected-access
+    hooks = [
+        ("before-call", sweeps._no_service_specific_credentials),  # pylint: disable=protected-access
+        ("before-send.ec2.DeleteSecurityGroup", sweeps.referenced),
+    ]
     monkeypatch.setattr(aws, "CLIENT_HOOKS", hooks)
     return hooks
 
@@ -191,9 +197,63 @@ def test_each_configured_account_loses_only_what_it_owns_and_decoys_and_other_ac
     again = sweep(run_module, moto, toml)
     assert not again.failed, again["msg"]
     assert again["changed"] is False and again["leftovers"] == []
-    assert {(r["type"], r["outcome"]) for r in again["results"]} <= {("subnet", "absent"), ("vpc", "absent")}
+    assert {(r["type"], r["outcome"]) for r in again["results"]} <= {
+        ("subnet", "absent"),
+        ("vpc", "absent"),
+        ("elastic-ip", "absent"),
+    }
     again_report = sweep(run_module, moto, toml, mode="report", min_age_hours=0)
     assert again_report["report"]["json"]["count"] == 0
+
+
+@pytest.mark.playbook
+def test_the_orphan_report_playbook_reports_each_account_through_its_role_and_nothing_of_another(
+    ansible_playbook, moto, toml, monkeypatch, tmp_path
+):
+    """playbooks/orphan-report.yml (ansible-playbook, the module through its action plugin) with two configured
+    accounts: each is reported through its assumed role, in its own section; account C, which holds the same owned
+    clusters and decoys but is not configured, is neither reported nor touched, nor are the decoys anywhere."""
+    seeded = {account: seed_account(monkeypatch, moto, account) for account in (A, B, C)}
+    before = {account: inventory(monkeypatch, moto, account) for account in seeded}
+    clusters_a, globals_a, decoys_a = seeded[A]
+    clusters_b, globals_b, decoys_b = seeded[B]
+    expected = {
+        A: normalise(_entries(set().union(*clusters_a.values()) | globals_a)),
+        B: normalise(
+            _entries(clusters_b["eu-west-1-workload"] | {g for g in globals_b if g[0] in ("global", "eu-west-1")})
+        ),
+    }
+    out = tmp_path / "reports"
+    rc, output, stderr = ansible_playbook(
+        "playbooks/orphan-report.yml",
+        "-e",
+        f"orphan_report_endpoint_url={moto}",
+        env={"BOOTSTRAP_CONFIG": toml, "ORPHAN_MIN_AGE_HOURS": "0", "ORPHAN_REPORT_DIR": str(out), "KROPS_PROFILE": ""},
+    )
+    assert rc == 0, (output, stderr)
+    results = task_results(output)
+    report = results["List owned resources older than the threshold (read-only)"]
+    assert report["changed"] is False and report["account_ids"] == [A, B]
+    data = json.loads((out / "orphans-aws.json").read_text())
+    markdown = (out / "orphans-aws.md").read_text()
+    assert data["account_ids"] == [A, B] and [a["account_id"] for a in data["accounts"]] == [A, B]
+    assert [a["role_arn"] for a in data["accounts"]] == [ROLE_A, ROLE_B]
+    for entry in data["accounts"]:
+        assert normalise(entry["resources"]) == expected[entry["account_id"]], entry["account_id"]
+    assert {r["account_id"] for r in data["resources"]} == {A, B}
+    assert data["count"] == len(expected[A]) + len(expected[B])
+    reported = {r["id"] for r in data["resources"]} | {c["id"] for c in data["candidates"]}
+    for decoys in (decoys_a, decoys_b):  # not ours in either configured account
+        assert not reported & set(decoys.values()), sorted(reported & set(decoys.values()))
+    # C's resources carry the same tags and names as A's; its VPCs, subnets and the rest have their own ids
+    c_ids = {item[2] for item in before[C]} - {item[2] for item in before[A] | before[B]}
+    assert c_ids and not reported & c_ids
+    sections = markdown.split("\n## Account ")
+    assert [section.split("`", 2)[1] for section in sections[1:]] == [A, B]
+    assert C not in markdown and f"- Accounts: `{A}`, `{B}`" in markdown
+    assert results["Summarise the report"]["msg"].startswith(f"account {A}: orphan report: {len(expected[A])} owned ")
+    assert f"; account {B}: orphan report: {len(expected[B])} owned " in results["Summarise the report"]["msg"]
+    assert {account: inventory(monkeypatch, moto, account) for account in seeded} == before, "the report changed AWS"
 
 
 def test_each_account_owns_only_the_clusters_it_lists(run_module, moto, tmp_path, fast, monkeypatch):
@@ -254,23 +314,122 @@ def test_a_role_that_lands_in_another_account_refuses_the_run_before_anything_is
             world.seed_cluster(moto, *world.CLUSTERS[1], account=account)
     before = {account: inventory(monkeypatch, moto, account) for account in (A, B, C)}
 
-    def lands_in_c(parsed=None, **_kwargs):  # B's role answers as account C's (a trust or ARN mix-up)
-        if parsed and parsed.get("Account") == B:
-            parsed["Account"] = C
+    def lands_in_c(parsed=None, **_kwargs):  # B's role answers as account C's (an endpoint that is not STS's)
+        user = (parsed or {}).get("AssumedRoleUser") or {}
+        if f":{B}:" in user.get("Arn", ""):
+            user["Arn"] = user["Arn"].replace(f":{B}:", f":{C}:")
 
     calls = []
-    fast.extend([("after-call.sts.GetCallerIdentity", lands_in_c), ("after-call", _recorder(calls))])
+    fast.extend([("after-call.sts.AssumeRole", lands_in_c), ("after-call", _recorder(calls))])
     result = sweep(run_module, moto, toml)
     assert result.failed
     assert result["msg"] == (
         f"aws_orphan_sweep: account {B} (role {ROLE_B}): the assumed role's credentials belong to account {C} "
-        f"(sts get-caller-identity), not {B}; nothing was listed or deleted in any account; fix role-arn or "
-        "account-id of that [[environments.aws.accounts]] table (option account_id: expected the account of the "
-        f"credentials ({C}, sts get-caller-identity), got '{B}'; the credentials belong to another account; fix the "
-        "credentials or account_id)"
+        f"(the AssumedRoleUser ARN of sts assume-role), not {B}; nothing was listed or deleted in any account; fix "
+        "role-arn or account-id of that [[environments.aws.accounts]] table"
     )
-    assert set(calls) == {"sts.AssumeRole", "sts.GetCallerIdentity"}, calls
+    # one identity proof per account: the AssumeRole answer, no GetCallerIdentity; A's role (fine) was assumed
+    # too, and nothing was listed in A either
+    assert calls == ["sts.AssumeRole", "sts.AssumeRole"], calls
     assert {account: inventory(monkeypatch, moto, account) for account in (A, B, C)} == before
+
+
+class _AccountsSeen:
+    """Which account each request is in: the assumed credentials' access key (AssumeRole's answer) against the
+    Credential of the request's SigV4 Authorization header."""
+
+    def __init__(self):
+        self.keys, self.calls, self.lock = {}, [], threading.Lock()
+        self.b_called = threading.Event()
+        self.a_waited_for_b, self.a_started = [], False
+
+    def assumed(self, parsed=None, **_kwargs):
+        arn = (parsed.get("AssumedRoleUser") or {}).get("Arn", "")
+        self.keys[parsed["Credentials"]["AccessKeyId"]] = arn.split(":")[4]
+
+    def account(self, request):
+        found = re.search(r"Credential=([^/]+)/", request.headers.get("Authorization", b"").decode())
+        return self.keys.get(found.group(1)) if found else None
+
+    def sent(self, request=None, event_name="", **_kwargs):
+        account = self.account(request) or "caller"  # the caller's own credentials: AssumeRole
+        with self.lock:
+            self.calls.append((account, event_name.split(".", 1)[1]))
+        if account == B:
+            self.b_called.set()
+        return None
+
+    def first_a_listing(self, request=None, **_kwargs):
+        """A's first EC2 tag walk waits (at most 10 s) for a call of B: only an account swept beside it makes one."""
+        if self.account(request) != A:
+            return None
+        with self.lock:  # A's two regions list at the same time: only the first waits
+            first, self.a_started = not self.a_started, True
+        if first:
+            self.a_waited_for_b.append(self.b_called.wait(10))
+        return None
+
+
+@pytest.mark.parametrize("concurrency", [None, 1])
+def test_accounts_are_swept_side_by_side_up_to_concurrency_and_grouped_in_bootstrap_order(
+    run_module, moto, toml, fast, monkeypatch, concurrency
+):
+    owned = {}
+    for account in (A, B):
+        with in_account(monkeypatch, moto, account):
+            owned[account] = world.seed_cluster(moto, *world.CLUSTERS[1], account=account)
+    seen = _AccountsSeen()
+    fast.extend(
+        [
+            ("after-call.sts.AssumeRole", seen.assumed),
+            ("before-send.ec2.DescribeTags", seen.first_a_listing),
+            ("before-send", seen.sent),
+        ]
+    )
+    extra = {} if concurrency is None else {"concurrency": concurrency}
+    result = sweep(run_module, moto, toml, **extra)
+    assert not result.failed, result["msg"]
+    # A's sections first whatever finished first: the order of bootstrap.toml, in every list
+    assert [a["account_id"] for a in result["accounts"]] == [A, B] and result["account_ids"] == [A, B]
+    assert [r["account_id"] for r in result["results"]] == sorted(
+        (r["account_id"] for r in result["results"]), key=[A, B].index
+    )
+    assert [line.split(" ", 1)[0] for line in result["progress"]] == sorted(
+        (line.split(" ", 1)[0] for line in result["progress"]), key=[A, B].index
+    )
+    for account in (A, B):
+        assert per_account(result, "results", account, "deleted") == normalise(_entries(owned[account])), account
+    listings = [account for account, dummy in seen.calls if account != "caller"]
+    if concurrency is None:  # B was swept while A's first listing waited
+        assert seen.a_waited_for_b == [True]
+        assert listings.index(B) < len(listings) - listings[::-1].index(A) - 1
+    else:  # one account at a time: every call of B after the last of A
+        assert seen.a_waited_for_b == [False]
+        assert listings == sorted(listings, key=[A, B].index)
+    # phase 1 (both roles assumed, nothing else) before any listing in either account
+    assert seen.calls[:2] == [("caller", "sts.AssumeRole")] * 2
+    assert "caller" not in [account for account, dummy in seen.calls[2:]]
+
+
+def test_an_assume_role_answer_without_an_assumed_role_arn_is_an_error_of_that_account(
+    run_module, moto, toml, fast, monkeypatch
+):
+    with in_account(monkeypatch, moto, A):
+        owned = world.seed_cluster(moto, *world.CLUSTERS[1], account=A)
+
+    def no_identity(parsed=None, **_kwargs):  # an endpoint that is not STS's: credentials, but whose?
+        if f":{B}:" in (parsed.get("AssumedRoleUser") or {}).get("Arn", ""):
+            del parsed["AssumedRoleUser"]
+
+    fast.append(("after-call.sts.AssumeRole", no_identity))
+    result = sweep(run_module, moto, toml)
+    assert result.failed
+    assert [e["error"] for e in result["errors"]] == [
+        f"account {B}: sts assume-role of {ROLE_B} in eu-west-1 answered AssumedRoleUser '', not an assumed-role "
+        "ARN, so the account of its credentials is unknown; check the endpoint (endpoint_url, AWS_ENDPOINT_URL)"
+    ]
+    assert per_account(result, "results", A, "deleted") == normalise(_entries(owned))
+    assert [a["failed"] for a in result["accounts"]] == [False, True]
 
 
 def test_an_account_whose_role_cannot_be_assumed_fails_by_name_and_the_others_are_swept(
