@@ -362,7 +362,8 @@ def work_sweep(n, repeat, workdir):
     """krops.platform.aws_orphan_sweep (aws_sweep.run, in-process) over moto seeded with n workload clusters and
     the management cluster, each with its full resource set, in up to 10 regions and one account: wall time and
     AWS API calls per deleted resource (target at most 3). Then the same clusters over 3 accounts (cluster i in
-    account i mod 3, each account listed in bootstrap.toml and swept through its role): sweep-3-accounts."""
+    account i mod 3, each account listed in bootstrap.toml and swept through its role): sweep-3-accounts, after
+    the orphan report of those accounts (mode report, every owned resource reported): report-3-accounts."""
     sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
     import aws_sweep_bench
 
@@ -403,6 +404,16 @@ def work_sweep(n, repeat, workdir):
             aws_sweep_bench.reset(url)
             owned = _seed_accounts(url, clusters)
             params = aws_sweep_bench.sweep_params(url, toml3, 2, wait_timeout=120)
+            # the orphan report first, over the same accounts (each through its role): read-only
+            started = time.monotonic()
+            report = aws_sweep.run(dict(params, mode="report", min_age_hours=0))
+            report_wall = time.monotonic() - started
+            reported = report["report"]["json"]["count"]
+            if report["failed"] or reported != len(owned):
+                raise SystemExit(
+                    "orphan report of 3 accounts at n=%d: %d of %d owned reported: %s"
+                    % (n, reported, len(owned), report.get("msg"))
+                )
             started = time.monotonic()
             result = aws_sweep.run(params)
             wall = time.monotonic() - started
@@ -414,13 +425,22 @@ def work_sweep(n, repeat, workdir):
                     % (n, len(deleted), len(owned), result.get("msg"))
                 )
             runs3.append(
-                (wall, result["api_calls"] / float(len(deleted)), len(deleted), result["api_calls_by_operation"])
+                (
+                    wall,
+                    result["api_calls"] / float(len(deleted)),
+                    len(deleted),
+                    result["api_calls_by_operation"],
+                    report_wall,
+                    report["api_calls"] / float(reported),
+                )
             )
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(10)
     wall, per_resource, resources = sorted(runs)[len(runs) // 2]
-    wall3, per_resource3, resources3, by_operation = sorted(runs3, key=lambda r: r[:3])[len(runs3) // 2]
+    wall3, per_resource3, resources3, by_operation, report3, report_calls3 = sorted(runs3, key=lambda r: r[:3])[
+        len(runs3) // 2
+    ]
     return {
         "sweep": wall,
         "sweep-calls-per-resource": per_resource,
@@ -428,6 +448,8 @@ def work_sweep(n, repeat, workdir):
         "sweep-3-accounts": wall3,
         "sweep-3-accounts-calls-per-resource": per_resource3,
         "objects-3-accounts": resources3,
+        "report-3-accounts": report3,
+        "report-3-accounts-calls-per-resource": report_calls3,
         # where the calls went (the ten most frequent operations): the fixed per-account ones show at n=1
         "calls-3-accounts": dict(sorted(by_operation.items(), key=lambda kv: (-kv[1], kv[0]))[:10]),
     }
@@ -511,7 +533,7 @@ def main():
     for key, points in table.items():
         k = growth(points) if len(points) > 1 else 0.0
         line = "scale: %s %s growth %.2f" % (key, " ".join("n=%d %.2f" % (n, s) for n, s in points), k)
-        if key.startswith("sweep") and key.endswith("-calls-per-resource"):
+        if key.endswith("-calls-per-resource"):
             worst = max(s for _n, s in points)
             if worst > MAX_CALLS_PER_RESOURCE:
                 missed.append("%s %.2f" % (key.replace("-", " "), worst))
