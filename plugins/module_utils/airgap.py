@@ -70,6 +70,32 @@ CHARTS = {
     "flux-operator": ("flux", ["ghcr.io/controlplaneio-fluxcd/flux-operator:{v}"]),
     "podinfo": ("workload", ["ghcr.io/stefanprodan/podinfo:{bare}"]),
 }
+# chart -> {image repository: where its chart values take the image}: the air-gapped package names each
+# image's digest there, so the pods run repo@digest. Zarf pushes an image listed with a digest under the
+# digest only, and its agent rewrites a pod's repo:tag to repo:tag-zarf-<crc32> but keeps repo@digest
+# (src/pkg/images/push.go, src/pkg/transform/image.go ImageTransformHost @ zarf v0.84.0), so a chart
+# that runs a tag finds nothing once the image is pinned.
+# cert-manager v1.21.1: values.yaml image/webhook.image/cainjector.image/startupapicheck.image take
+#   repository (full override), tag and digest; _helpers.tpl "cert-manager.image" renders repo:tag@digest.
+# cluster-api-operator 0.28.0: templates/deployment.yaml renders image.manager as repository@digest when
+#   digest is set, else repository:tag (tag defaults to appVersion).
+# flux-operator: its chart renders repository:tag only (no digest value; charts/flux-operator at 0.49.0,
+#   the newest readable): not pinned here (docs/airgap.md, findings).
+CHART_IMAGE_VALUES = {
+    "cert-manager": {
+        "quay.io/jetstack/cert-manager-controller": ("image",),
+        "quay.io/jetstack/cert-manager-webhook": ("webhook", "image"),
+        "quay.io/jetstack/cert-manager-cainjector": ("cainjector", "image"),
+        "quay.io/jetstack/cert-manager-startupapicheck": ("startupapicheck", "image"),
+    },
+    "cluster-api-operator": {"registry.k8s.io/capi-operator/cluster-api-operator": ("image", "manager")},
+}
+VALUES_DIR = "airgap/values"
+# The container of every CAPI provider's controller Deployment (config/manager/manager.yaml of cluster-api
+# v1.13.5 core, kubeadm bootstrap and control plane, CAPD; cluster-api-addon-provider-helm v0.6.4); the
+# operator sets its image from spec.deployment.containers[name].imageUrl (internal/controller/
+# component_customizer.go customizeContainer @ cluster-api-operator v0.28.0: an unknown name is an error).
+PROVIDER_CONTAINER = "manager"
 # bootstrap.toml [charts] key -> chart name (installed before Flux; same images as the tree's releases).
 BOOTSTRAP_CHARTS = {
     "cert-manager": "cert-manager",
@@ -643,12 +669,64 @@ def _provider_key(obj):
     return k if k in PROVIDER_RELEASES else None
 
 
-def stage_offline_tree(root, paths, dest):
-    """Copy ``paths`` of ``root`` to ``dest`` with every known operator provider's fetchConfig.oci set.
+def _release_chart(obj):
+    """The chart name of a HelmRelease whose images the package pins by value (CHART_IMAGE_VALUES), else None."""
+    if not isinstance(obj, dict) or obj.get("kind") != "HelmRelease":
+        return None
+    chart = (((obj.get("spec") or {}).get("chart") or {}).get("spec") or {}).get("chart")
+    return chart if chart in CHART_IMAGE_VALUES else None
 
-    Returns the relative files rewritten. The local registry's name comes from root's bootstrap.toml.
+
+def with_image(obj, ref):
+    """A copy of the provider object whose controller container runs ``ref`` (spec.deployment.containers)."""
+    obj = json.loads(json.dumps(obj))
+    deployment = obj.setdefault("spec", {}).setdefault("deployment", {})
+    containers = deployment.setdefault("containers", [])
+    for container in containers:
+        if container.get("name") == PROVIDER_CONTAINER:
+            container["imageUrl"] = ref
+            break
+    else:
+        containers.append({"name": PROVIDER_CONTAINER, "imageUrl": ref})
+    return obj
+
+
+class _Pins:
+    """What the air-gapped configuration pins, read from the generated files of root (airgap/)."""
+
+    def __init__(self, root):
+        self.root = root
+        self._listed = None
+        self._values = {}
+
+    def provider_image(self, kind, name, version):
+        """repo:tag@digest of the provider's controller image, or None while its digest is unconfirmed."""
+        if self._listed is None:
+            self._listed = read_inventory(os.path.join(self.root, INVENTORY))
+        [repo] = PROVIDERS[(kind, name)][1]
+        k = f"{repo}:{version}"
+        digest = (self._listed.get(k) or (None, 0))[0]
+        return f"{k}@{digest}" if digest else None
+
+    def chart_values(self, chart):
+        if chart not in self._values:
+            rel = values_file(chart)
+            if not os.path.isfile(os.path.join(self.root, rel)):
+                raise AirgapError(f"{rel} is missing: generate it with scripts/airgap-inventory --write")
+            self._values[chart] = _read_yaml(self.root, rel)
+        return self._values[chart]
+
+
+def stage_offline_tree(root, paths, dest):
+    """Copy ``paths`` of ``root`` to ``dest`` as the disconnected host runs them.
+
+    Every known operator provider gets fetchConfig.oci and, when the image's digest is known, its
+    controller image by digest; every HelmRelease of a chart in CHART_IMAGE_VALUES gets the chart's
+    image values (airgap/values/<chart>-images.yaml). Returns the relative files rewritten. The local
+    registry's name comes from root's bootstrap.toml.
     """
     boot = None
+    pins = _Pins(root)
     rewritten = []
     for rel in paths:
         src = os.path.join(root, rel)
@@ -670,9 +748,9 @@ def stage_offline_tree(root, paths, dest):
                         docs = list(yaml.safe_load_all(handle))
                 except (yaml.YAMLError, UnicodeDecodeError):
                     continue  # not ours to judge here: validate reports it
-                if not any(_provider_key(d) for d in docs):
+                if not any(_provider_key(d) or _release_chart(d) for d in docs):
                     continue
-                if boot is None:
+                if boot is None and any(_provider_key(d) for d in docs):
                     try:
                         cfg = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={})
                     except krops_config.ConfigError as exc:
@@ -684,10 +762,18 @@ def stage_offline_tree(root, paths, dest):
                     if pkey:
                         entry = provider_entry(boot, pkey[0], pkey[1], (doc.get("spec") or {}).get("version"))
                         doc = with_fetch_config(doc, entry)
+                        image = pins.provider_image(pkey[0], pkey[1], entry["version"])
+                        if image:
+                            doc = with_image(doc, image)
+                    chart = _release_chart(doc)
+                    if chart:
+                        doc = json.loads(json.dumps(doc))
+                        doc["spec"]["values"] = merge_values(doc["spec"].get("values"), pins.chart_values(chart))
                     out.append(doc)
                 with open(path, "w", encoding="utf-8") as handle:
                     handle.write(
-                        "# air-gapped bundle: spec.fetchConfig set by krops (plugins/module_utils/airgap.py)\n"
+                        "# air-gapped bundle: provider fetchConfig and images, chart image values set by krops "
+                        "(plugins/module_utils/airgap.py)\n"
                     )
                     yaml.safe_dump_all([d for d in out if d is not None], handle, sort_keys=False)
                 rewritten.append(os.path.relpath(path, dest))
@@ -974,7 +1060,7 @@ def zarf_package(inv, boot):
                         "namespace": "cert-manager",
                         "url": "oci://quay.io/jetstack/charts/cert-manager",
                         "version": inv.charts.get("cert-manager", "unpinned"),
-                        "valuesFiles": ["values/cert-manager.yaml"],
+                        "valuesFiles": ["values/cert-manager.yaml", values_file("cert-manager")[len("airgap/") :]],
                     }
                 ],
                 "images": images("cert-manager"),
@@ -992,6 +1078,7 @@ def zarf_package(inv, boot):
                         "namespace": "capi-operator-system",
                         "url": "https://kubernetes-sigs.github.io/cluster-api-operator",
                         "version": inv.charts.get("cluster-api-operator", "unpinned"),
+                        "valuesFiles": [values_file("cluster-api-operator")[len("airgap/") :]],
                     }
                 ],
                 "images": images("capi-operator"),
@@ -1090,6 +1177,49 @@ ZARF_HEADER = f"""\
 
 def format_zarf(inv, boot):
     return ZARF_HEADER + yaml.safe_dump(zarf_package(inv, boot), sort_keys=False, width=120)
+
+
+VALUES_HEADER = """\
+# Images of the {chart} chart for the air-gapped package, by digest where one is known (see
+# CHART_IMAGE_VALUES in plugins/module_utils/airgap.py). Generated by scripts/airgap-inventory --write: do not
+# edit. Zarf installs the chart with it (airgap/zarf.yaml valuesFiles) and the air-gapped configuration
+# merges it into the chart's HelmRelease, so Flux's upgrade keeps the digests.
+"""
+
+
+def values_file(chart):
+    return f"{VALUES_DIR}/{chart}-images.yaml"
+
+
+def image_values(inv, chart):
+    """The chart values naming each of ``chart``'s images: repository, tag and, when known, digest."""
+    values = {}
+    for k in sorted(inv.images):
+        image = inv.images[k]
+        where = CHART_IMAGE_VALUES[chart].get(image.repo)
+        if where is None or image.tag != "v" + str(inv.charts.get(chart, "")).lstrip("v"):
+            continue
+        node = values
+        for part in where:
+            node = node.setdefault(part, {})
+        node.update({"repository": image.repo, "tag": image.tag})
+        if image.digest:
+            node["digest"] = image.digest
+    return values
+
+
+def format_values(inv, chart):
+    return VALUES_HEADER.format(chart=chart) + yaml.safe_dump(image_values(inv, chart), sort_keys=True)
+
+
+def merge_values(base, extra):
+    """``base`` with ``extra`` merged in (nested mappings merged, everything else replaced)."""
+    out = dict(base or {})
+    for name, value in extra.items():
+        out[name] = (
+            merge_values(out.get(name), value) if isinstance(value, dict) and isinstance(out.get(name), dict) else value
+        )
+    return out
 
 
 def zarf_images(doc):
@@ -1200,6 +1330,21 @@ def check(root, inv=None, renderer=None, pin=True):
                 "with scripts/airgap-inventory --write",
             )
         )
+    for chart in sorted(CHART_IMAGE_VALUES):
+        vpath = os.path.join(root, values_file(chart))
+        text = None
+        if os.path.isfile(vpath):
+            with open(vpath, encoding="utf-8") as handle:
+                text = handle.read()
+        if chart in inv.charts and text != format_values(inv, chart):
+            findings.append(
+                (
+                    values_file(chart),
+                    "-",
+                    f"does not name the {chart} chart's images with the digests of {INVENTORY}: regenerate it with "
+                    "scripts/airgap-inventory --write",
+                )
+            )
     unconfirmed = sorted(k for k, (digest, _n) in listed.items() if digest is None)
     if pin:
         unconfirmed += sorted(unconfirmed_provider_files(inv, recorded))
@@ -1213,7 +1358,7 @@ def write(root, inv):
         (INVENTORY, format_inventory(inv)),
         (ZARF_FILE, format_zarf(inv, cfg.data["bootstrap"])),
         (PROVIDER_LOCK, format_provider_lock(inv, load_provider_lock(root))),
-    )
+    ) + tuple((values_file(chart), format_values(inv, chart)) for chart in sorted(CHART_IMAGE_VALUES))
     for rel, text in outputs:
         path = os.path.join(root, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -12,10 +12,12 @@ import hashlib
 import io
 import json
 import tarfile
+import zlib
 
 import pytest
 import yaml
 
+from ansible_collections.krops.platform.plugins.module_utils import airgap
 from tests.integration.test_airgap_playbook import ready  # noqa: F401  # pylint: disable=unused-import
 from tests.substrate import zarf_standin
 from tests.substrate.airgap_world import (
@@ -91,16 +93,9 @@ def _layout(reference):
     return data.getvalue()
 
 
-def build(root, tmp_path, drop=None, tags_only=()):
-    """The package zarf create makes of the ready tree (stand-in), optionally with one image line removed and
-    the images of the ``tags_only`` components listed without their digest."""
+def build(root, tmp_path, drop=None):
+    """The package zarf create makes of the ready tree (stand-in), optionally with one image line removed."""
     airgap = root / "airgap"
-    if tags_only:
-        doc = yaml.safe_load((airgap / "zarf.yaml").read_text())
-        for component in doc["components"]:
-            if component["name"] in tags_only:
-                component["images"] = [i.split("@")[0] for i in component["images"]]
-        (airgap / "zarf.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     for name in ("host-images.tar", "krops-config.tar"):
         (airgap / "build" / "providers").mkdir(parents=True, exist_ok=True)
         (airgap / "build" / name).write_bytes(_layout("krops-registry:5000/krops:latest"))
@@ -145,42 +140,49 @@ def airgapped(strict_cluster):
 
 
 CHART_COMPONENTS = ["cert-manager", "capi-operator"]
+CHART_PODS = ["capi-operator-cluster-api-operator", "cert-manager", "cert-manager-cainjector", "cert-manager-webhook"]
+
+
+def _pods(api):
+    return {p["metadata"]["name"].rsplit("-", 1)[0]: p for p in api.list("v1", "Pod")}
 
 
 def test_the_bundle_runs_every_chart_workload_from_the_zarf_registry_by_digest(ready, tmp_path, airgapped):  # noqa: F811
+    """Every image is in the package by digest; the charts' image values name the digests, so each pod runs
+    127.0.0.1:31999/<path>@<digest> (zarf pushes a digest-listed image under the digest only)."""
     api, registry = airgapped
-    package = build(ready, tmp_path, tags_only=CHART_COMPONENTS)
+    package = build(ready, tmp_path)
+    assert all("@sha256:" in ref for ref in package["images"] if "krops-registry" not in ref)
     zarf_deploy(api, package, CHART_COMPONENTS, registry)
-    pods = {p["metadata"]["name"].rsplit("-", 1)[0]: p for p in api.list("v1", "Pod")}
-    assert sorted(pods) == [
-        "capi-operator-cluster-api-operator",
-        "cert-manager",
-        "cert-manager-cainjector",
-        "cert-manager-webhook",
-    ]
+    pods = _pods(api)
+    assert sorted(pods) == CHART_PODS
     for pod in pods.values():
         [status] = pod["status"]["containerStatuses"]
         original = pod["metadata"]["annotations"]["zarf.dev/original-image-" + status["name"]]
-        assert status["image"].startswith(ZARF_REGISTRY + "/") and status["state"] == {"running": {}}
-        # the digest the build recorded for the image the chart runs
-        assert (
-            status["imageID"] == package["digests"][next(r for r in package["images"] if r.split("@")[0] == original)]
-        )
+        # the chart ran the packaged image by its digest (cert-manager renders repo:tag@digest, the operator's
+        # chart repo@digest)
+        repo, digest = original.split("@")
+        [packaged] = [r for r in package["images"] if r.split(":")[0] == repo.split(":")[0]]
+        assert packaged.split("@")[1] == digest == package["digests"][packaged]
+        assert status["image"] == "{}/{}@{}".format(ZARF_REGISTRY, repo.split("/", 1)[1].split(":")[0], digest)
+        assert status["imageID"] == digest and status["state"] == {"running": {}}
+    assert "jetstack/cert-manager-webhook" not in registry.tags  # pushed by digest only: the tag is not served
     for deployment in api.list("apps/v1", "Deployment"):
         assert condition(deployment, "Available")["status"] == "True"
 
 
 def test_one_image_missing_from_the_bundle_fails_the_deploy_naming_it(ready, tmp_path, airgapped):  # noqa: F811
     api, registry = airgapped
-    package = build(ready, tmp_path, drop="quay.io/jetstack/cert-manager-webhook:v1.21.1", tags_only=CHART_COMPONENTS)
+    [ref] = [
+        line.split()[0]
+        for line in (ready / "airgap" / "images.txt").read_text().splitlines()
+        if line.startswith("quay.io/jetstack/cert-manager-webhook:v1.21.1@sha256:")
+    ]
+    package = build(ready, tmp_path, drop=ref)
     with pytest.raises(DeployFailed) as failed:
         zarf_deploy(api, package, CHART_COMPONENTS, registry, timeout=2)
-    image = "127.0.0.1:31999/jetstack/cert-manager-webhook:v1.21.1-zarf-1456110539"
-    pod = next(
-        p["metadata"]["name"]
-        for p in api.list("v1", "Pod")
-        if p["metadata"]["name"].startswith("cert-manager-webhook-")
-    )
+    image = "127.0.0.1:31999/jetstack/cert-manager-webhook@" + ref.split("@")[1]
+    pod = _pods(api)["cert-manager-webhook"]["metadata"]["name"]
     assert str(failed.value) == (
         "component cert-manager: health checks did not pass: Deployment cert-manager/cert-manager-webhook: "
         f'pod {pod}: ErrImagePull: failed to pull and unpack image "{image}": failed to resolve reference '
@@ -188,29 +190,50 @@ def test_one_image_missing_from_the_bundle_fails_the_deploy_naming_it(ready, tmp
     )
 
 
-def test_images_pinned_by_digest_in_the_package_do_not_serve_charts_that_run_tags(ready, tmp_path, airgapped):  # noqa: F811
-    """zarf pushes an image listed with a digest under the digest only (ImageTransformHost drops the tag), and the
-    agent rewrites a pod's tag to the crc32 tag: a chart that runs tags finds nothing (docs/airgap.md, findings)."""
+def test_without_the_image_values_a_chart_that_runs_tags_finds_nothing(ready, tmp_path, airgapped):  # noqa: F811
+    """Why the values files exist: zarf pushes a digest-listed image under the digest only and the agent rewrites a
+    pod's tag to the crc32 tag, so the chart's default (a tag) is not in the registry."""
     api, registry = airgapped
+    values = ready / "airgap" / "values" / "cert-manager-images.yaml"
+    values.write_text("{}\n")
     package = build(ready, tmp_path)
     with pytest.raises(DeployFailed) as failed:
-        zarf_deploy(api, package, CHART_COMPONENTS, registry, timeout=2)
-    pods = {p["metadata"]["name"].rsplit("-", 1)[0]: p["metadata"]["name"] for p in api.list("v1", "Pod")}
+        zarf_deploy(api, package, ["cert-manager"], registry, timeout=2)
+    pods = _pods(api)
     reasons = []
-    for name, crc in (
-        ("cert-manager", 1554577349),
-        ("cert-manager-webhook", 1456110539),
-        ("cert-manager-cainjector", 1217229965),
+    for name, image_name, crc in (
+        ("cert-manager", "cert-manager-controller", 1554577349),
+        ("cert-manager-webhook", "cert-manager-webhook", 1456110539),
+        ("cert-manager-cainjector", "cert-manager-cainjector", 1217229965),
     ):
-        image = "127.0.0.1:31999/jetstack/{}:v1.21.1-zarf-{}".format(
-            name.replace("cert-manager", "cert-manager-controller", 1) if name == "cert-manager" else name, crc
-        )
+        image = f"127.0.0.1:31999/jetstack/{image_name}:v1.21.1-zarf-{crc}"
         reasons.append(
-            f"Deployment cert-manager/{name}: pod {pods[name]}: ErrImagePull: failed to pull and unpack image "
-            f'"{image}": failed to resolve reference "{image}": {image}: not found'
+            f"Deployment cert-manager/{name}: pod {pods[name]['metadata']['name']}: ErrImagePull: failed to pull and "
+            f'unpack image "{image}": failed to resolve reference "{image}": {image}: not found'
         )
     assert str(failed.value) == "component cert-manager: health checks did not pass: " + "; ".join(reasons)
-    assert "jetstack/cert-manager-webhook" in registry.digests and "jetstack/cert-manager-webhook" not in registry.tags
+
+
+def test_unconfirmed_images_are_packaged_and_run_by_tag(ready, tmp_path, airgapped):  # noqa: F811
+    """Before --resolve (no digest known), zarf.yaml and the values name the tag: zarf pushes the tag and the crc32
+    tag, and the agent's crc32 tag is found."""
+    api, registry = airgapped
+    lock_path = ready / airgap.LOCK_FILE
+    lock = yaml.safe_load(lock_path.read_text())
+    for key in list(lock["images"]):
+        if key.startswith(("quay.io/jetstack/", "registry.k8s.io/capi-operator/")):
+            del lock["images"][key]
+    lock_path.write_text(yaml.safe_dump(lock))
+    airgap.write(str(ready), airgap.derive(str(ready)))
+    package = build(ready, tmp_path)
+    zarf_deploy(api, package, CHART_COMPONENTS, registry)
+    pods = _pods(api)
+    [status] = pods["capi-operator-cluster-api-operator"]["status"]["containerStatuses"]
+    assert status["image"] == "127.0.0.1:31999/capi-operator/cluster-api-operator:v0.28.0-zarf-{}".format(
+        zlib.crc32(b"registry.k8s.io/capi-operator/cluster-api-operator") & 0xFFFFFFFF
+    )
+    assert status["imageID"] == package["digests"]["registry.k8s.io/capi-operator/cluster-api-operator:v0.28.0"]
+    assert sorted(pods) == CHART_PODS
 
 
 def test_the_kubelet_refuses_a_digest_the_registry_does_not_hold_and_any_other_host(airgapped):
