@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import tarfile
+import time
 import zlib
 
 import pytest
@@ -28,6 +29,7 @@ from tests.substrate.airgap_world import (
     transform_host,
     zarf_deploy,
 )
+from tests.substrate.capi_world import CapiController, ProviderRegistry
 from tests.substrate.flux_world import FluxController, World, condition
 
 # zarf src/pkg/transform/image_test.go @ v0.84.0: (reference, ImageTransformHost, ...WithoutChecksum) to gitlab.com/project
@@ -271,8 +273,6 @@ def test_the_kubelet_refuses_a_digest_the_registry_does_not_hold_and_any_other_h
             for p in api.list("v1", "Pod")
         }
 
-    import time
-
     deadline = time.monotonic() + 10
     while len([s for s in waiting().values() if s]) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -323,3 +323,101 @@ def test_offline_flux_refuses_sources_outside_the_bundle(strict_cluster, tmp_pat
         "IndexationFailed",
         "failed to fetch Helm repository index: https://charts.jetstack.io: dial tcp: lookup charts.jetstack.io: no such host",
     )
+
+
+PROVIDER_COMPONENTS = ["capi", "capd", "caaph"]
+MANAGERS = {  # the providers' controller Deployments (tests/substrate/capi_world.PROVIDER_MANAGERS)
+    "capi-system": "capi-controller-manager",
+    "capi-kubeadm-bootstrap-system": "capi-kubeadm-bootstrap-controller-manager",
+    "capi-kubeadm-control-plane-system": "capi-kubeadm-control-plane-controller-manager",
+    "capd-system": "capd-controller-manager",
+    "caaph-system": "caaph-controller-manager",
+}
+
+
+def _pulled_pod(api, ns, prefix, timeout=5.0):
+    """The Kubelet's pod of the Deployment ``prefix`` once its pull was tried."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = [p for p in api.list("v1", "Pod", ns) if p["metadata"]["name"].startswith(prefix + "-")]
+        if (pods and pods[0].get("status")) or time.monotonic() > deadline:
+            [pod] = pods
+            return pod
+        time.sleep(0.05)
+
+
+def _provider_world(root, tmp_path, strict_cluster, pinned=True):
+    """The air-gapped management cluster: the operator reads components only from the bundle's artifacts and the
+    kubelet pulls only from the Zarf registry. The providers are the offline configuration's (``pinned``) or the
+    tree's own objects with fetchConfig.oci only."""
+    inv = airgap.derive(str(root))
+    served = {f["url"]: f["url"].encode() for e in inv.providers for f in e["files"]}  # recorded by the fixture
+    written, _recorded = airgap.fetch_providers(str(root), inv, download=served.__getitem__)
+    artifacts = ProviderRegistry()
+    for path in written:
+        with open(path, "rb") as handle:
+            artifacts.push_layout(handle.read())
+    staged = tmp_path / "staged"
+    airgap.stage_offline_tree(str(root), ["mgmt/local-host"], str(staged))
+    api = strict_cluster("kind-airgap-mgmt", bundles=("capi-operator",))
+    world = World()
+    world.add_cluster(api)
+    registry = ZarfRegistry()
+    Kubelet(world, api, registry)
+    CapiController(world, spawn=strict_cluster, registry=artifacts)
+    world.start(interval=0.01, idle=0.2)
+    boot = {"registry-name": "krops-registry", "registry-container-port": 5000}
+    for rel in sorted((root / "mgmt" / "local-host").rglob("*-provider.yaml")):
+        if pinned:
+            (doc,) = yaml.safe_load_all((staged / rel.relative_to(root)).read_text())
+        else:
+            (doc,) = yaml.safe_load_all(rel.read_text())
+            entry = airgap.provider_entry(boot, doc["kind"], doc["metadata"]["name"], doc["spec"]["version"])
+            doc = airgap.with_fetch_config(doc, entry)
+        ns = doc["metadata"]["namespace"]
+        if not api.exists("v1", "Namespace", ns):
+            api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        api.create(doc)
+    return world, api, registry
+
+
+def test_the_providers_run_their_controllers_from_the_zarf_registry_by_digest(ready, tmp_path, strict_cluster):  # noqa: F811
+    world, api, registry = _provider_world(ready, tmp_path, strict_cluster)
+    try:
+        package = build(ready, tmp_path)
+        zarf_deploy(api, package, PROVIDER_COMPONENTS, registry)  # health checks: the five providers Ready
+        listed = airgap.read_inventory(str(ready / airgap.INVENTORY))
+        for ns, name in MANAGERS.items():
+            deployment = api.get("apps/v1", "Deployment", name, ns)
+            [container] = deployment["spec"]["template"]["spec"]["containers"]
+            repo_tag, digest = container["image"].split("@")
+            assert listed[repo_tag][0] == digest  # the operator applied imageUrl = the packaged repo:tag@digest
+            [status] = _pulled_pod(api, ns, name)["status"]["containerStatuses"]
+            path = repo_tag.split("/", 1)[1].split(":")[0]
+            assert (status["image"], status["imageID"]) == (f"{ZARF_REGISTRY}/{path}@{digest}", digest)
+            deadline = time.monotonic() + 5
+            while (
+                not condition(api.get("apps/v1", "Deployment", name, ns), "Available") and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+            assert condition(api.get("apps/v1", "Deployment", name, ns), "Available")["status"] == "True"
+    finally:
+        assert world.stop() == []
+
+
+def test_providers_without_the_pinned_image_do_not_pull(ready, tmp_path, strict_cluster):  # noqa: F811
+    """The release's components run repo:tag; zarf pushed the digest-listed image under the digest only."""
+    world, api, registry = _provider_world(ready, tmp_path, strict_cluster, pinned=False)
+    try:
+        package = build(ready, tmp_path)
+        zarf_deploy(api, package, PROVIDER_COMPONENTS, registry)  # the providers are Ready: the operator installed
+        image = "127.0.0.1:31999/cluster-api/capd-manager:v1.13.5-zarf-{}".format(
+            zlib.crc32(b"registry.k8s.io/cluster-api/capd-manager") & 0xFFFFFFFF
+        )
+        [status] = _pulled_pod(api, "capd-system", "capd-controller-manager")["status"]["containerStatuses"]
+        assert status["state"]["waiting"] == {
+            "reason": "ErrImagePull",
+            "message": f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": {image}: not found',
+        }
+    finally:
+        assert world.stop() == []
