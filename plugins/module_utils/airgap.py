@@ -91,6 +91,17 @@ CHART_IMAGE_VALUES = {
     "cluster-api-operator": {"registry.k8s.io/capi-operator/cluster-api-operator": ("image", "manager")},
 }
 VALUES_DIR = "airgap/values"
+# Charts Flux reads from an HTTP index in the tree that upstream also publishes as OCI artifacts: the
+# air-gapped configuration points the HelmRepository at the OCI repository (type: oci, which the Zarf agent
+# rewrites to its registry: src/internal/agent/hooks/flux-helmrepo.go @ v0.84.0 skips other types), and the
+# package carries the chart as an OCI artifact (component images, as zarf's examples/podinfo-flux does).
+# The artifact is listed by tag, never by digest: zarf would push a digest-listed one under the digest only,
+# and Helm pulls <repository>/<chart>:<version>. cert-manager: RELEASE.md @ v1.21.1 ("published to
+# quay.io/jetstack/charts/cert-manager on each cert-manager release"). cluster-api-operator publishes no OCI
+# chart (v0.28.0): still a pin-check problem (docs/airgap.md).
+OFFLINE_HELM_REPOSITORIES = {"https://charts.jetstack.io": "oci://quay.io/jetstack/charts"}
+# chart -> (zarf component, OCI repository of the chart artifact)
+CHART_ARTIFACTS = {"cert-manager": ("cert-manager", "quay.io/jetstack/charts/cert-manager")}
 # The container of every CAPI provider's controller Deployment (config/manager/manager.yaml of cluster-api
 # v1.13.5 core, kubeadm bootstrap and control plane, CAPD; cluster-api-addon-provider-helm v0.6.4); the
 # operator sets its image from spec.deployment.containers[name].imageUrl (internal/controller/
@@ -500,7 +511,11 @@ def _offline_source(inv, boot, directory, obj, spec):
                 ),
             )
         )
-    elif obj.get("kind") == "HelmRepository" and str(spec.get("type", "default")) != "oci":
+    elif (
+        obj.get("kind") == "HelmRepository"
+        and str(spec.get("type", "default")) != "oci"
+        and url.rstrip("/") not in OFFLINE_HELM_REPOSITORIES
+    ):
         inv.problems.append(
             (
                 directory,
@@ -669,6 +684,16 @@ def _provider_key(obj):
     return k if k in PROVIDER_RELEASES else None
 
 
+def _offline_repository(obj):
+    """The OCI repository that replaces a HelmRepository's HTTP index offline (OFFLINE_HELM_REPOSITORIES), else None."""
+    if not isinstance(obj, dict) or obj.get("kind") != "HelmRepository":
+        return None
+    spec = obj.get("spec") or {}
+    if str(spec.get("type", "default")) == "oci":
+        return None
+    return OFFLINE_HELM_REPOSITORIES.get(str(spec.get("url", "")).rstrip("/"))
+
+
 def _release_chart(obj):
     """The chart name of a HelmRelease whose images the package pins by value (CHART_IMAGE_VALUES), else None."""
     if not isinstance(obj, dict) or obj.get("kind") != "HelmRelease":
@@ -722,7 +747,8 @@ def stage_offline_tree(root, paths, dest):
 
     Every known operator provider gets fetchConfig.oci and, when the image's digest is known, its
     controller image by digest; every HelmRelease of a chart in CHART_IMAGE_VALUES gets the chart's
-    image values (airgap/values/<chart>-images.yaml). Returns the relative files rewritten. The local
+    image values (airgap/values/<chart>-images.yaml); every HelmRepository of OFFLINE_HELM_REPOSITORIES
+    reads the chart's OCI repository. Returns the relative files rewritten. The local
     registry's name comes from root's bootstrap.toml.
     """
     boot = None
@@ -748,7 +774,7 @@ def stage_offline_tree(root, paths, dest):
                         docs = list(yaml.safe_load_all(handle))
                 except (yaml.YAMLError, UnicodeDecodeError):
                     continue  # not ours to judge here: validate reports it
-                if not any(_provider_key(d) or _release_chart(d) for d in docs):
+                if not any(_provider_key(d) or _release_chart(d) or _offline_repository(d) for d in docs):
                     continue
                 if boot is None and any(_provider_key(d) for d in docs):
                     try:
@@ -765,6 +791,10 @@ def stage_offline_tree(root, paths, dest):
                         image = pins.provider_image(pkey[0], pkey[1], entry["version"])
                         if image:
                             doc = with_image(doc, image)
+                    oci_url = _offline_repository(doc)
+                    if oci_url:
+                        doc = json.loads(json.dumps(doc))
+                        doc["spec"].update(type="oci", url=oci_url)
                     chart = _release_chart(doc)
                     if chart:
                         doc = json.loads(json.dumps(doc))
@@ -1009,7 +1039,9 @@ def zarf_package(inv, boot):
     """
 
     def images(component):
-        return [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].component == component]
+        return [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].component == component] + sorted(
+            ref for c, ref in chart_artifacts(inv) if c == component
+        )
 
     def health(api, kind, namespace, name):
         return {"apiVersion": api, "kind": kind, "namespace": namespace, "name": name}
@@ -1222,13 +1254,23 @@ def merge_values(base, extra):
     return out
 
 
-def zarf_images(doc):
-    """(component, image) of every image a zarf.yaml lists (x-host-images included)."""
+def chart_artifacts(inv):
+    """(component, repository:version) of the chart artifacts the package carries (CHART_ARTIFACTS)."""
+    return [
+        (component, f"{repository}:{inv.charts[chart]}")
+        for chart, (component, repository) in sorted(CHART_ARTIFACTS.items())
+        if chart in inv.charts
+    ]
+
+
+def zarf_images(doc, charts=()):
+    """(component, image) of every image a zarf.yaml lists (x-host-images included), but the chart artifacts
+    ``charts`` (listed by tag on purpose, see CHART_ARTIFACTS)."""
     for component in doc.get("components") or []:
         if isinstance(component, dict):
             for field in ("images", "x-host-images", "x-workload-import"):
                 for image in component.get(field) or []:
-                    if isinstance(image, str) and "###" not in image:
+                    if isinstance(image, str) and "###" not in image and image not in charts:
                         yield component.get("name", "?"), image
 
 
@@ -1283,7 +1325,7 @@ def check(root, inv=None, renderer=None, pin=True):
     except (OSError, yaml.YAMLError) as exc:
         findings.append((ZARF_FILE, "-", "cannot read: {}".format(" ".join(str(exc).split()))))
         doc = {}
-    for component, ref in zarf_images(doc):
+    for component, ref in zarf_images(doc, {ref for _c, ref in chart_artifacts(inv)}):
         repo, tag, digest = normalize(ref)
         k = f"{repo}:{tag}"
         if k not in listed:

@@ -25,7 +25,10 @@ from tests.substrate.airgap_world import (
     ZARF_REGISTRY,
     DeployFailed,
     Kubelet,
+    RefError,
     ZarfRegistry,
+    agent_mutate_helm_repository,
+    pull_chart,
     transform_host,
     zarf_deploy,
 )
@@ -154,7 +157,11 @@ def test_the_bundle_runs_every_chart_workload_from_the_zarf_registry_by_digest(r
     127.0.0.1:31999/<path>@<digest> (zarf pushes a digest-listed image under the digest only)."""
     api, registry = airgapped
     package = build(ready, tmp_path)
-    assert all("@sha256:" in ref for ref in package["images"] if "krops-registry" not in ref)
+    # every image by digest; the configuration and the chart artifact by tag (their pulls name a tag)
+    assert [r for r in package["images"] if "@sha256:" not in r] == [
+        "quay.io/jetstack/charts/cert-manager:v1.21.1",
+        "krops-registry:5000/krops:latest",
+    ]
     zarf_deploy(api, package, CHART_COMPONENTS, registry)
     pods = _pods(api)
     assert sorted(pods) == CHART_PODS
@@ -421,3 +428,53 @@ def test_providers_without_the_pinned_image_do_not_pull(ready, tmp_path, strict_
         }
     finally:
         assert world.stop() == []
+
+
+def _staged_doc(root, tmp_path, rel):
+    staged = tmp_path / "staged-config"
+    if not staged.exists():
+        airgap.stage_offline_tree(str(root), ["mgmt/local-host"], str(staged))
+    (doc,) = yaml.safe_load_all((staged / rel).read_text())
+    return doc
+
+
+def test_flux_pulls_the_cert_manager_chart_from_the_zarf_registry(ready, tmp_path, airgapped):  # noqa: F811
+    """The offline configuration reads cert-manager's OCI chart; the package carries it by tag, zarf pushes it, the
+    agent rewrites the HelmRepository to its registry and the HelmRelease's chart and version are found there."""
+    api, registry = airgapped
+    repository = _staged_doc(ready, tmp_path, "mgmt/local-host/cert-manager/helmrepository.yaml")
+    assert repository["spec"] == {"interval": "1h", "url": "oci://quay.io/jetstack/charts", "type": "oci"}
+    release = _staged_doc(ready, tmp_path, "mgmt/local-host/cert-manager/helmrelease.yaml")
+    chart = release["spec"]["chart"]["spec"]
+    package = build(ready, tmp_path)
+    artifact = "quay.io/jetstack/charts/cert-manager:v1.21.1"
+    assert artifact in package["images"]  # by tag: a digest-listed artifact would be pushed under the digest only
+    zarf_deploy(api, package, ["cert-manager"], registry)
+    mutated = agent_mutate_helm_repository(repository, registry.host)
+    assert mutated["spec"]["url"] == "oci://127.0.0.1:31999/jetstack/charts" and mutated["spec"]["insecure"] is True
+    assert pull_chart(registry, mutated, chart["chart"], chart["version"]) == package["digests"][artifact]
+    # the tree's own HelmRepository (an HTTP index) is not rewritten by the agent and is unreachable offline
+    (tree,) = yaml.safe_load_all((ready / "mgmt/local-host/cert-manager/helmrepository.yaml").read_text())
+    with pytest.raises(RefError) as failed:
+        pull_chart(registry, agent_mutate_helm_repository(tree, registry.host), "cert-manager", "v1.21.1")
+    assert str(failed.value) == (
+        "failed to fetch Helm repository index: https://charts.jetstack.io: dial tcp: lookup charts.jetstack.io: "
+        "no such host"
+    )
+
+
+def test_a_chart_artifact_listed_by_digest_is_not_found_by_its_version(ready, tmp_path, airgapped):  # noqa: F811
+    api, registry = airgapped
+    text = (ready / "airgap" / "zarf.yaml").read_text()
+    artifact = "quay.io/jetstack/charts/cert-manager:v1.21.1"
+    (ready / "airgap" / "zarf.yaml").write_text(
+        text.replace(f"  - {artifact}\n", f"  - {artifact}@sha256:{'d' * 64}\n")
+    )
+    package = build(ready, tmp_path)
+    zarf_deploy(api, package, ["cert-manager"], registry)
+    mutated = agent_mutate_helm_repository(
+        _staged_doc(ready, tmp_path, "mgmt/local-host/cert-manager/helmrepository.yaml"), registry.host
+    )
+    with pytest.raises(RefError) as failed:
+        pull_chart(registry, mutated, "cert-manager", "v1.21.1")
+    assert str(failed.value) == "127.0.0.1:31999/jetstack/charts/cert-manager:v1.21.1: not found"

@@ -76,7 +76,9 @@ def calls(zarf):
 
 @pytest.fixture
 def ready(tmp_path):
-    """A checkout whose tree the disconnected host can serve, with every digest present (test data only)."""
+    """A checkout whose tree the disconnected host can serve, with every digest present (test data only).
+
+    cert-manager's HTTP index stays: the air-gapped configuration replaces it (airgap.OFFLINE_HELM_REPOSITORIES)."""
     root = tmp_path / "repo"
     for part in (
         "mgmt/local-host",
@@ -93,11 +95,6 @@ def ready(tmp_path):
     os.symlink(REPO / ".collections", root / ".collections")
     lh = root / "mgmt" / "local-host"
     for rel, old, new in [
-        (
-            "cert-manager/helmrepository.yaml",
-            "url: https://charts.jetstack.io",
-            "type: oci\n  url: oci://quay.io/jetstack/charts",
-        ),
         (
             "capi-operator/helmrepository.yaml",
             "url: https://kubernetes-sigs.github.io/cluster-api-operator",

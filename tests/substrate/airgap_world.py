@@ -184,6 +184,31 @@ def agent_mutate(pod, registry_host):
     return pod
 
 
+def agent_mutate_helm_repository(obj, registry_host):
+    """The Zarf agent's HelmRepository hook (hooks/flux-helmrepo.go @ v0.84.0): only ``type: oci`` is rewritten, to
+    ``oci://`` + the name of ImageTransformHost(url) (the crc32 tag dropped), insecure for the internal registry, the
+    pull secret private-registry; a URL already on the registry is left alone."""
+    obj = copy.deepcopy(obj)
+    spec = obj["spec"]
+    if str(spec.get("type", "")).lower() != "oci" or parse_ref(spec["url"])["host"] == registry_host:
+        return obj
+    spec["url"] = "oci://" + parse_ref(transform_host(registry_host, spec["url"]))["name"]
+    spec["insecure"] = True
+    spec["secretRef"] = {"name": "private-registry"}
+    obj["metadata"].setdefault("labels", {})["zarf-agent"] = "patched"
+    return obj
+
+
+def pull_chart(registry, helm_repository, chart, version):
+    """The digest helm-controller gets pulling ``chart`` ``version`` from an OCI HelmRepository (Helm pulls
+    <url>/<chart>:<version>), or RefError; an HTTP index is an unreachable host offline."""
+    spec = helm_repository["spec"]
+    if str(spec.get("type", "")).lower() != "oci":
+        host = spec["url"].split("://", 1)[-1].split("/", 1)[0]
+        raise RefError(f"failed to fetch Helm repository index: {spec['url']}: dial tcp: lookup {host}: no such host")
+    return registry.pull("{}/{}:{}".format(spec["url"][len("oci://") :], chart, version))
+
+
 class Kubelet:
     """Deployment -> Pod -> image pull from the registry, for one emulated cluster (see the module docstring)."""
 
