@@ -102,6 +102,25 @@ VALUES_DIR = "airgap/values"
 OFFLINE_HELM_REPOSITORIES = {"https://charts.jetstack.io": "oci://quay.io/jetstack/charts"}
 # chart -> (zarf component, OCI repository of the chart artifact)
 CHART_ARTIFACTS = {"cert-manager": ("cert-manager", "quay.io/jetstack/charts/cert-manager")}
+# Charts upstream serves only from an HTTP index: the package packs them. chart -> (zarf component, index URL,
+# release archive URL). The build downloads the archive (the index's urls), refuses it unless its sha256 is the
+# one digests.yaml chart-archives records (the index's digest), and wraps it as a Helm OCI artifact (config
+# application/vnd.cncf.helm.config.v1+json: Chart.yaml as JSON; one layer
+# application/vnd.cncf.helm.chart.content.v1.tar+gzip; helm pkg/registry/constants.go) in an OCI layout named
+# <local registry>/charts/<chart>:<version>, carried by the component's imageArchives. The offline configuration's
+# HelmRepository reads oci://<local registry>/charts, which the Zarf agent rewrites to its registry.
+# cluster-api-operator: index.yaml (urls, digest) @ commit adb7166, hack/chart-update/main.go @ v0.28.0.
+PACKED_CHARTS = {
+    "cluster-api-operator": (
+        "capi-operator",
+        "https://kubernetes-sigs.github.io/cluster-api-operator",
+        "https://github.com/kubernetes-sigs/cluster-api-operator/releases/download/v{v}/cluster-api-operator-{v}.tgz",
+    ),
+}
+CHART_BUILD = "build/charts"
+CHART_REPOSITORY = "charts"
+HELM_CONFIG_TYPE = "application/vnd.cncf.helm.config.v1+json"
+HELM_CHART_TYPE = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 # The container of every CAPI provider's controller Deployment (config/manager/manager.yaml of cluster-api
 # v1.13.5 core, kubeadm bootstrap and control plane, CAPD; cluster-api-addon-provider-helm v0.6.4); the
 # operator sets its image from spec.deployment.containers[name].imageUrl (internal/controller/
@@ -515,6 +534,7 @@ def _offline_source(inv, boot, directory, obj, spec):
         obj.get("kind") == "HelmRepository"
         and str(spec.get("type", "default")) != "oci"
         and url.rstrip("/") not in OFFLINE_HELM_REPOSITORIES
+        and url.rstrip("/") not in {index for _c, index, _a in PACKED_CHARTS.values()}
     ):
         inv.problems.append(
             (
@@ -579,6 +599,9 @@ def load_lock(root):
             raise AirgapError(
                 f"{LOCK_FILE}: images.{ref}.platforms maps {' and '.join(PLATFORMS)} to a digest (sha256:<64 hex>)"
             )
+    for url, entry in (lock.get("chart-archives") or {}).items():
+        if not isinstance(entry, dict) or not _SHA256.match(str(entry.get("sha256", ""))) or not entry.get("source"):
+            raise AirgapError(f"{LOCK_FILE}: chart-archives.{url} needs sha256 (64 hex) and source (where it was read)")
     for version, dist in (lock.get("flux-distributions") or {}).items():
         for name, entry in ((dist or {}).get("images") or {}).items():
             if not isinstance(entry, dict) or not entry.get("tag") or not _DIGEST.match(str(entry.get("digest", ""))):
@@ -684,14 +707,23 @@ def _provider_key(obj):
     return k if k in PROVIDER_RELEASES else None
 
 
-def _offline_repository(obj):
-    """The OCI repository that replaces a HelmRepository's HTTP index offline (OFFLINE_HELM_REPOSITORIES), else None."""
+def packed_chart_repository(boot):
+    """<registry name>:<container port>/charts: where the packed charts are, as the kind network reaches them."""
+    return "{}:{}/{}".format(boot["registry-name"], boot.get("registry-container-port", 5000), CHART_REPOSITORY)
+
+
+def _offline_repository(obj, boot=None):
+    """The OCI repository that replaces a HelmRepository's HTTP index offline (OFFLINE_HELM_REPOSITORIES,
+    PACKED_CHARTS), else None. ``boot``: bootstrap.toml [bootstrap] (None: True for a packed chart's index)."""
     if not isinstance(obj, dict) or obj.get("kind") != "HelmRepository":
         return None
     spec = obj.get("spec") or {}
     if str(spec.get("type", "default")) == "oci":
         return None
-    return OFFLINE_HELM_REPOSITORIES.get(str(spec.get("url", "")).rstrip("/"))
+    url = str(spec.get("url", "")).rstrip("/")
+    if url in {index for _c, index, _a in PACKED_CHARTS.values()}:
+        return "oci://" + packed_chart_repository(boot) if boot else True
+    return OFFLINE_HELM_REPOSITORIES.get(url)
 
 
 def _release_chart(obj):
@@ -776,7 +808,7 @@ def stage_offline_tree(root, paths, dest):
                     continue  # not ours to judge here: validate reports it
                 if not any(_provider_key(d) or _release_chart(d) or _offline_repository(d) for d in docs):
                     continue
-                if boot is None and any(_provider_key(d) for d in docs):
+                if boot is None and any(_provider_key(d) or _offline_repository(d) is True for d in docs):
                     try:
                         cfg = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={})
                     except krops_config.ConfigError as exc:
@@ -791,7 +823,7 @@ def stage_offline_tree(root, paths, dest):
                         image = pins.provider_image(pkey[0], pkey[1], entry["version"])
                         if image:
                             doc = with_image(doc, image)
-                    oci_url = _offline_repository(doc)
+                    oci_url = _offline_repository(doc, boot)
                     if oci_url:
                         doc = json.loads(json.dumps(doc))
                         doc["spec"].update(type="oci", url=oci_url)
@@ -1114,6 +1146,7 @@ def zarf_package(inv, boot):
                     }
                 ],
                 "images": images("capi-operator"),
+                "imageArchives": packed_archives(inv, boot, "capi-operator"),
                 "healthChecks": [
                     health("apps/v1", "Deployment", "capi-operator-system", "capi-operator-cluster-api-operator")
                 ],
@@ -1178,8 +1211,9 @@ def zarf_package(inv, boot):
         ]
     )
     for component in components:
-        if "images" in component and not component["images"]:
-            del component["images"]
+        for field in ("images", "imageArchives"):
+            if field in component and not component[field]:
+                del component[field]
     return {
         "kind": "ZarfPackageConfig",
         "metadata": {
@@ -1252,6 +1286,96 @@ def merge_values(base, extra):
             merge_values(out.get(name), value) if isinstance(value, dict) and isinstance(out.get(name), dict) else value
         )
     return out
+
+
+def packed_archives(inv, boot, component):
+    """imageArchives of ``component``: one OCI layout per packed chart (PACKED_CHARTS) the tree installs."""
+    return [
+        {
+            "path": f"{CHART_BUILD}/{chart}.tar",
+            "images": [f"{packed_chart_repository(boot)}/{chart}:{inv.charts[chart]}"],
+        }
+        for chart, (comp, _index, _archive) in sorted(PACKED_CHARTS.items())
+        if comp == component and chart in inv.charts
+    ]
+
+
+def chart_archive(reference, tgz):
+    """(tar bytes, manifest digest): an OCI layout holding the Helm chart archive ``tgz`` as Helm pushes it."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
+            member = next(m for m in tar.getmembers() if m.name.count("/") == 1 and m.name.endswith("/Chart.yaml"))
+            metadata = yaml.safe_load(tar.extractfile(member).read())
+    except (tarfile.TarError, StopIteration, yaml.YAMLError, OSError) as exc:
+        raise AirgapError(f"{reference}: not a Helm chart archive (no <chart>/Chart.yaml): {exc}")
+    config = json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": HELM_CONFIG_TYPE, "digest": _sha256(config), "size": len(config)},
+        "layers": [{"mediaType": HELM_CHART_TYPE, "digest": _sha256(tgz), "size": len(tgz)}],
+    }
+    body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    digest = _sha256(body)
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": manifest["mediaType"],
+                "digest": digest,
+                "size": len(body),
+                "annotations": {"org.opencontainers.image.ref.name": reference},
+            }
+        ],
+    }
+    files = [
+        ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+        ("index.json", json.dumps(index, sort_keys=True, separators=(",", ":")).encode("utf-8")),
+    ]
+    blobs = {_sha256(b): b for b in (config, tgz, body)}
+    for d in sorted(blobs):
+        files.append(("blobs/sha256/" + d.split(":", 1)[1], blobs[d]))
+    return _layout_tar(files), digest
+
+
+def fetch_charts(root, inv, download=None):
+    """Download each packed chart's archive (connected build), check its sha256 against digests.yaml
+    chart-archives and write its OCI layout to airgap/build/charts/<chart>.tar. Returns the paths written."""
+    download = download or _download
+    root = os.path.abspath(root)
+    lock = load_lock(root)
+    boot = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={}).data["bootstrap"]
+    problems, written = [], []
+    for chart, (_component, _index, archive) in sorted(PACKED_CHARTS.items()):
+        if chart not in inv.charts:
+            continue
+        url = archive.format(v=str(inv.charts[chart]).lstrip("v"))
+        want = ((lock.get("chart-archives") or {}).get(url) or {}).get("sha256")
+        try:
+            data = download(url)
+        except Exception as exc:  # pylint: disable=broad-except  # any transport error: one message
+            problems.append(f"{url}: download failed: {exc}")
+            continue
+        got = _sha256(data).split(":", 1)[1]
+        if want != got:
+            problems.append(
+                f"{url}: sha256 {got} differs from {want} recorded in {LOCK_FILE} chart-archives"
+                if want
+                else f"{url}: no sha256 in {LOCK_FILE} chart-archives (UNCONFIRMED); got {got}: read the chart "
+                "index's digest and record it"
+            )
+            continue
+        reference = f"{packed_chart_repository(boot)}/{chart}:{inv.charts[chart]}"
+        data, _digest = chart_archive(reference, data)
+        path = os.path.join(root, "airgap", CHART_BUILD, f"{chart}.tar")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+        written.append(path)
+    if problems:
+        raise AirgapError("charts not bundled:\n  " + "\n  ".join(problems))
+    return written
 
 
 def chart_artifacts(inv):
@@ -1537,6 +1661,7 @@ def main(argv=None):
         inv = derive(args.path)
         if args.fetch_providers:
             written, _recorded = fetch_providers(args.path, inv, record=args.record)
+            written += fetch_charts(args.path, inv)
             for path in written:
                 sys.stdout.write(f"wrote {path}\n")
             return 0

@@ -104,6 +104,10 @@ def build(root, tmp_path, drop=None):
     for name in ("host-images.tar", "krops-config.tar"):
         (airgap / "build" / "providers").mkdir(parents=True, exist_ok=True)
         (airgap / "build" / name).write_bytes(_layout("krops-registry:5000/krops:latest"))
+    (airgap / "build" / "charts").mkdir(parents=True, exist_ok=True)
+    (airgap / "build" / "charts" / "cluster-api-operator.tar").write_bytes(
+        _layout("krops-registry:5000/charts/cluster-api-operator:0.28.0")
+    )
     for provider in (
         "addon-helm",
         "bootstrap-kubeadm",
@@ -160,6 +164,7 @@ def test_the_bundle_runs_every_chart_workload_from_the_zarf_registry_by_digest(r
     # every image by digest; the configuration and the chart artifact by tag (their pulls name a tag)
     assert [r for r in package["images"] if "@sha256:" not in r] == [
         "quay.io/jetstack/charts/cert-manager:v1.21.1",
+        "krops-registry:5000/charts/cluster-api-operator:0.28.0",
         "krops-registry:5000/krops:latest",
     ]
     zarf_deploy(api, package, CHART_COMPONENTS, registry)
@@ -342,12 +347,14 @@ MANAGERS = {  # the providers' controller Deployments (tests/substrate/capi_worl
 }
 
 
-def _pulled_pod(api, ns, prefix, timeout=5.0):
-    """The Kubelet's pod of the Deployment ``prefix`` once its pull was tried."""
+def _pulled_pod(api, ns, prefix, state="running", timeout=5.0):
+    """The Kubelet's pod of the Deployment ``prefix`` once its container is in ``state`` (or at the timeout): the
+    kubelet retries a failed pull, as a pod that started before its image was pushed does."""
     deadline = time.monotonic() + timeout
     while True:
         pods = [p for p in api.list("v1", "Pod", ns) if p["metadata"]["name"].startswith(prefix + "-")]
-        if (pods and pods[0].get("status")) or time.monotonic() > deadline:
+        statuses = pods and ((pods[0].get("status") or {}).get("containerStatuses") or [{}])
+        if (statuses and state in (statuses[0].get("state") or {})) or time.monotonic() > deadline:
             [pod] = pods
             return pod
         time.sleep(0.05)
@@ -421,7 +428,7 @@ def test_providers_without_the_pinned_image_do_not_pull(ready, tmp_path, strict_
         image = "127.0.0.1:31999/cluster-api/capd-manager:v1.13.5-zarf-{}".format(
             zlib.crc32(b"registry.k8s.io/cluster-api/capd-manager") & 0xFFFFFFFF
         )
-        [status] = _pulled_pod(api, "capd-system", "capd-controller-manager")["status"]["containerStatuses"]
+        [status] = _pulled_pod(api, "capd-system", "capd-controller-manager", "waiting")["status"]["containerStatuses"]
         assert status["state"]["waiting"] == {
             "reason": "ErrImagePull",
             "message": f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": {image}: not found',
@@ -478,3 +485,59 @@ def test_a_chart_artifact_listed_by_digest_is_not_found_by_its_version(ready, tm
     with pytest.raises(RefError) as failed:
         pull_chart(registry, mutated, "cert-manager", "v1.21.1")
     assert str(failed.value) == "127.0.0.1:31999/jetstack/charts/cert-manager:v1.21.1: not found"
+
+
+def test_flux_pulls_the_packed_cluster_api_operator_chart_from_the_zarf_registry(ready, tmp_path, airgapped):  # noqa: F811
+    """Upstream serves this chart only from an HTTP index: the package carries it as an OCI layout named
+    krops-registry:5000/charts/cluster-api-operator:<version>, and the offline HelmRepository reads that repository."""
+    api, registry = airgapped
+    repository = _staged_doc(ready, tmp_path, "mgmt/local-host/capi-operator/helmrepository.yaml")
+    assert (repository["spec"]["type"], repository["spec"]["url"]) == ("oci", "oci://krops-registry:5000/charts")
+    chart = _staged_doc(ready, tmp_path, "mgmt/local-host/capi-operator/helmrelease.yaml")["spec"]["chart"]["spec"]
+    package = build(ready, tmp_path)
+    zarf_deploy(api, package, ["capi-operator"], registry)
+    mutated = agent_mutate_helm_repository(repository, registry.host)
+    assert mutated["spec"]["url"] == "oci://127.0.0.1:31999/charts"
+    artifact = "krops-registry:5000/charts/cluster-api-operator:0.28.0"
+    assert pull_chart(registry, mutated, chart["chart"], chart["version"]) == package["digests"][artifact]
+
+
+def _chart_tgz(name, version):
+    body = yaml.safe_dump({"apiVersion": "v2", "name": name, "version": version, "appVersion": version}).encode()
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tar:
+        info = tarfile.TarInfo(f"{name}/Chart.yaml")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    return data.getvalue()
+
+
+def test_the_build_packs_the_chart_archive_only_with_the_recorded_sha256(ready):  # noqa: F811
+    inv = airgap.derive(str(ready))
+    url = "https://github.com/kubernetes-sigs/cluster-api-operator/releases/download/v0.28.0/cluster-api-operator-0.28.0.tgz"
+    tgz = _chart_tgz("cluster-api-operator", "0.28.0")
+    got = hashlib.sha256(tgz).hexdigest()
+    with pytest.raises(airgap.AirgapError) as refused:  # the committed lock holds the upstream index's digest
+        airgap.fetch_charts(str(ready), inv, download={url: tgz}.__getitem__)
+    assert str(refused.value) == (
+        f"charts not bundled:\n  {url}: sha256 {got} differs from "
+        "992d05cdc6a053688ce1edc711596aadff5eea7efa0024f42db90f0322de13ef recorded in airgap/digests.yaml chart-archives"
+    )
+    lock = yaml.safe_load((ready / airgap.LOCK_FILE).read_text())
+    lock["chart-archives"][url]["sha256"] = got  # test data, never a pin
+    (ready / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
+    [path] = airgap.fetch_charts(str(ready), inv, download={url: tgz}.__getitem__)
+    with tarfile.open(path) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    [entry] = json.loads(files["index.json"])["manifests"]
+    assert entry["annotations"] == {
+        "org.opencontainers.image.ref.name": "krops-registry:5000/charts/cluster-api-operator:0.28.0"
+    }
+    manifest = json.loads(files["blobs/sha256/" + entry["digest"].split(":")[1]])
+    assert manifest["config"]["mediaType"] == "application/vnd.cncf.helm.config.v1+json"
+    assert json.loads(files["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])["version"] == "0.28.0"
+    [layer] = manifest["layers"]
+    assert (layer["mediaType"], files["blobs/sha256/" + layer["digest"].split(":")[1]]) == (
+        "application/vnd.cncf.helm.chart.content.v1.tar+gzip",
+        tgz,
+    )

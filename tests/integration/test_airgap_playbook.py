@@ -78,7 +78,8 @@ def calls(zarf):
 def ready(tmp_path):
     """A checkout whose tree the disconnected host can serve, with every digest present (test data only).
 
-    cert-manager's HTTP index stays: the air-gapped configuration replaces it (airgap.OFFLINE_HELM_REPOSITORIES)."""
+    cert-manager's and cluster-api-operator's HTTP indexes stay: the air-gapped configuration replaces them
+    (airgap.OFFLINE_HELM_REPOSITORIES, PACKED_CHARTS)."""
     root = tmp_path / "repo"
     for part in (
         "mgmt/local-host",
@@ -95,11 +96,6 @@ def ready(tmp_path):
     os.symlink(REPO / ".collections", root / ".collections")
     lh = root / "mgmt" / "local-host"
     for rel, old, new in [
-        (
-            "capi-operator/helmrepository.yaml",
-            "url: https://kubernetes-sigs.github.io/cluster-api-operator",
-            "type: oci\n  url: oci://krops-registry:5000/charts",
-        ),
         (
             "flux-apps/helmchartproxy.yaml",
             "oci://ghcr.io/controlplaneio-fluxcd/charts",

@@ -76,6 +76,10 @@ RELEASES = {  # the HelmReleases whose chart takes the images' values (airgap/va
     "cert-manager/helmrelease.yaml": "cert-manager",
     "capi-operator/helmrelease.yaml": "cluster-api-operator",
 }
+OFFLINE_REPOSITORIES = {
+    "cert-manager/helmrepository.yaml": "oci://quay.io/jetstack/charts",  # upstream's OCI chart
+    "capi-operator/helmrepository.yaml": "oci://krops-registry:5000/charts",  # the chart the package packs
+}
 PROVIDER_IMAGES = {  # controller images: cluster-api Makefile @ v1.13.5, cluster-api-addon-provider-helm @ v0.6.4
     "CoreProvider": "registry.k8s.io/cluster-api/cluster-api-controller",
     "BootstrapProvider": "registry.k8s.io/cluster-api/kubeadm-bootstrap-controller",
@@ -117,14 +121,14 @@ def test_offline_configuration_sets_fetch_config_on_every_provider_and_changes_n
             values = yaml.safe_load((tree / "airgap" / "values" / f"{RELEASES[short]}-images.yaml").read_text())
             assert values and doc["spec"] == dict(before["spec"], values={**before["spec"]["values"], **values})
             seen.add(short)
-        elif short == "cert-manager/helmrepository.yaml":  # its chart's OCI repository (OFFLINE_HELM_REPOSITORIES)
+        elif short in OFFLINE_REPOSITORIES:  # OCI repositories instead of the HTTP indexes
             (doc,) = list(yaml.safe_load_all(data))
             (before,) = list(yaml.safe_load_all(original))
-            assert doc["spec"] == dict(before["spec"], type="oci", url="oci://quay.io/jetstack/charts")
+            assert doc["spec"] == dict(before["spec"], type="oci", url=OFFLINE_REPOSITORIES[short])
             seen.add(short)
         else:
             assert data == original, rel
-    assert seen == set(PROVIDER_FILES) | set(RELEASES) | {"cert-manager/helmrepository.yaml"}
+    assert seen == set(PROVIDER_FILES) | set(RELEASES) | set(OFFLINE_REPOSITORIES)
     # the tree itself is untouched: the connected profile keeps fetching from the releases
     assert "fetchConfig" not in (tree / "mgmt/local-host/capi-system/core-provider.yaml").read_text()
 
