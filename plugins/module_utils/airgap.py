@@ -98,7 +98,7 @@ VALUES_DIR = "airgap/values"
 # The artifact is listed by tag, never by digest: zarf would push a digest-listed one under the digest only,
 # and Helm pulls <repository>/<chart>:<version>. cert-manager: RELEASE.md @ v1.21.1 ("published to
 # quay.io/jetstack/charts/cert-manager on each cert-manager release"). cluster-api-operator publishes no OCI
-# chart (v0.28.0): still a pin-check problem (docs/airgap.md).
+# chart (v0.28.0): the package packs it (PACKED_CHARTS).
 OFFLINE_HELM_REPOSITORIES = {"https://charts.jetstack.io": "oci://quay.io/jetstack/charts"}
 # chart -> (zarf component, OCI repository of the chart artifact)
 CHART_ARTIFACTS = {"cert-manager": ("cert-manager", "quay.io/jetstack/charts/cert-manager")}
@@ -121,6 +121,7 @@ CHART_BUILD = "build/charts"
 CHART_REPOSITORY = "charts"
 HELM_CONFIG_TYPE = "application/vnd.cncf.helm.config.v1+json"
 HELM_CHART_TYPE = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+PACKED_INDEXES = frozenset(index for _component, index, _archive in PACKED_CHARTS.values())
 # The container of every CAPI provider's controller Deployment (config/manager/manager.yaml of cluster-api
 # v1.13.5 core, kubeadm bootstrap and control plane, CAPD; cluster-api-addon-provider-helm v0.6.4); the
 # operator sets its image from spec.deployment.containers[name].imageUrl (internal/controller/
@@ -534,7 +535,7 @@ def _offline_source(inv, boot, directory, obj, spec):
         obj.get("kind") == "HelmRepository"
         and str(spec.get("type", "default")) != "oci"
         and url.rstrip("/") not in OFFLINE_HELM_REPOSITORIES
-        and url.rstrip("/") not in {index for _c, index, _a in PACKED_CHARTS.values()}
+        and url.rstrip("/") not in PACKED_INDEXES
     ):
         inv.problems.append(
             (
@@ -721,7 +722,7 @@ def _offline_repository(obj, boot=None):
     if str(spec.get("type", "default")) == "oci":
         return None
     url = str(spec.get("url", "")).rstrip("/")
-    if url in {index for _c, index, _a in PACKED_CHARTS.values()}:
+    if url in PACKED_INDEXES:
         return "oci://" + packed_chart_repository(boot) if boot else True
     return OFFLINE_HELM_REPOSITORIES.get(url)
 
@@ -780,7 +781,7 @@ def stage_offline_tree(root, paths, dest):
     Every known operator provider gets fetchConfig.oci and, when the image's digest is known, its
     controller image by digest; every HelmRelease of a chart in CHART_IMAGE_VALUES gets the chart's
     image values (airgap/values/<chart>-images.yaml); every HelmRepository of OFFLINE_HELM_REPOSITORIES
-    reads the chart's OCI repository. Returns the relative files rewritten. The local
+    reads the chart's OCI repository, and one of a PACKED_CHARTS index the local registry's charts. Returns the relative files rewritten. The local
     registry's name comes from root's bootstrap.toml.
     """
     boot = None
