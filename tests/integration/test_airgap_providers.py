@@ -212,7 +212,7 @@ def test_offline_configuration_runs_every_pinned_image_by_digest(tree):
     (release,) = list(yaml.safe_load_all(files["mgmt/local-host/cert-manager/helmrelease.yaml"]))
     webhook = "quay.io/jetstack/cert-manager-webhook:v1.21.1"
     assert release["spec"]["values"]["webhook"]["image"] == {
-        "repository": webhook.split(":")[0],
+        "repository": "quay.io/jetstack/cert-manager-webhook",
         "tag": "v1.21.1",
         "digest": digests[webhook],
     }
