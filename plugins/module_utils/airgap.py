@@ -70,6 +70,63 @@ CHARTS = {
     "flux-operator": ("flux", ["ghcr.io/controlplaneio-fluxcd/flux-operator:{v}"]),
     "podinfo": ("workload", ["ghcr.io/stefanprodan/podinfo:{bare}"]),
 }
+# chart -> {image repository: where its chart values take the image}: the air-gapped package names each
+# image's digest there, so the pods run repo@digest. Zarf pushes an image listed with a digest under the
+# digest only, and its agent rewrites a pod's repo:tag to repo:tag-zarf-<crc32> but keeps repo@digest
+# (src/pkg/images/push.go, src/pkg/transform/image.go ImageTransformHost @ zarf v0.84.0), so a chart
+# that runs a tag finds nothing once the image is pinned.
+# cert-manager v1.21.1: values.yaml image/webhook.image/cainjector.image/startupapicheck.image take
+#   repository (full override), tag and digest; _helpers.tpl "cert-manager.image" renders repo:tag@digest.
+# cluster-api-operator 0.28.0: templates/deployment.yaml renders image.manager as repository@digest when
+#   digest is set, else repository:tag (tag defaults to appVersion).
+# flux-operator: its chart renders repository:tag only (no digest value; charts/flux-operator at 0.49.0,
+#   the newest readable): not pinned here (docs/airgap.md, findings).
+CHART_IMAGE_VALUES = {
+    "cert-manager": {
+        "quay.io/jetstack/cert-manager-controller": ("image",),
+        "quay.io/jetstack/cert-manager-webhook": ("webhook", "image"),
+        "quay.io/jetstack/cert-manager-cainjector": ("cainjector", "image"),
+        "quay.io/jetstack/cert-manager-startupapicheck": ("startupapicheck", "image"),
+    },
+    "cluster-api-operator": {"registry.k8s.io/capi-operator/cluster-api-operator": ("image", "manager")},
+}
+VALUES_DIR = "airgap/values"
+# Charts Flux reads from an HTTP index in the tree that upstream also publishes as OCI artifacts: the
+# air-gapped configuration points the HelmRepository at the OCI repository (type: oci, which the Zarf agent
+# rewrites to its registry: src/internal/agent/hooks/flux-helmrepo.go @ v0.84.0 skips other types), and the
+# package carries the chart as an OCI artifact (component images, as zarf's examples/podinfo-flux does).
+# The artifact is listed by tag, never by digest: zarf would push a digest-listed one under the digest only,
+# and Helm pulls <repository>/<chart>:<version>. cert-manager: RELEASE.md @ v1.21.1 ("published to
+# quay.io/jetstack/charts/cert-manager on each cert-manager release"). cluster-api-operator publishes no OCI
+# chart (v0.28.0): the package packs it (PACKED_CHARTS).
+OFFLINE_HELM_REPOSITORIES = {"https://charts.jetstack.io": "oci://quay.io/jetstack/charts"}
+# chart -> (zarf component, OCI repository of the chart artifact)
+CHART_ARTIFACTS = {"cert-manager": ("cert-manager", "quay.io/jetstack/charts/cert-manager")}
+# Charts upstream serves only from an HTTP index: the package packs them. chart -> (zarf component, index URL,
+# release archive URL). The build downloads the archive (the index's urls), refuses it unless its sha256 is the
+# one digests.yaml chart-archives records (the index's digest), and wraps it as a Helm OCI artifact (config
+# application/vnd.cncf.helm.config.v1+json: Chart.yaml as JSON; one layer
+# application/vnd.cncf.helm.chart.content.v1.tar+gzip; helm pkg/registry/constants.go) in an OCI layout named
+# <local registry>/charts/<chart>:<version>, carried by the component's imageArchives. The offline configuration's
+# HelmRepository reads oci://<local registry>/charts, which the Zarf agent rewrites to its registry.
+# cluster-api-operator: index.yaml (urls, digest) @ commit adb7166, hack/chart-update/main.go @ v0.28.0.
+PACKED_CHARTS = {
+    "cluster-api-operator": (
+        "capi-operator",
+        "https://kubernetes-sigs.github.io/cluster-api-operator",
+        "https://github.com/kubernetes-sigs/cluster-api-operator/releases/download/v{v}/cluster-api-operator-{v}.tgz",
+    ),
+}
+CHART_BUILD = "build/charts"
+CHART_REPOSITORY = "charts"
+HELM_CONFIG_TYPE = "application/vnd.cncf.helm.config.v1+json"
+HELM_CHART_TYPE = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+PACKED_INDEXES = frozenset(index for _component, index, _archive in PACKED_CHARTS.values())
+# The container of every CAPI provider's controller Deployment (config/manager/manager.yaml of cluster-api
+# v1.13.5 core, kubeadm bootstrap and control plane, CAPD; cluster-api-addon-provider-helm v0.6.4); the
+# operator sets its image from spec.deployment.containers[name].imageUrl (internal/controller/
+# component_customizer.go customizeContainer @ cluster-api-operator v0.28.0: an unknown name is an error).
+PROVIDER_CONTAINER = "manager"
 # bootstrap.toml [charts] key -> chart name (installed before Flux; same images as the tree's releases).
 BOOTSTRAP_CHARTS = {
     "cert-manager": "cert-manager",
@@ -474,7 +531,12 @@ def _offline_source(inv, boot, directory, obj, spec):
                 ),
             )
         )
-    elif obj.get("kind") == "HelmRepository" and str(spec.get("type", "default")) != "oci":
+    elif (
+        obj.get("kind") == "HelmRepository"
+        and str(spec.get("type", "default")) != "oci"
+        and url.rstrip("/") not in OFFLINE_HELM_REPOSITORIES
+        and url.rstrip("/") not in PACKED_INDEXES
+    ):
         inv.problems.append(
             (
                 directory,
@@ -538,6 +600,9 @@ def load_lock(root):
             raise AirgapError(
                 f"{LOCK_FILE}: images.{ref}.platforms maps {' and '.join(PLATFORMS)} to a digest (sha256:<64 hex>)"
             )
+    for url, entry in (lock.get("chart-archives") or {}).items():
+        if not isinstance(entry, dict) or not _SHA256.match(str(entry.get("sha256", ""))) or not entry.get("source"):
+            raise AirgapError(f"{LOCK_FILE}: chart-archives.{url} needs sha256 (64 hex) and source (where it was read)")
     for version, dist in (lock.get("flux-distributions") or {}).items():
         for name, entry in ((dist or {}).get("images") or {}).items():
             if not isinstance(entry, dict) or not entry.get("tag") or not _DIGEST.match(str(entry.get("digest", ""))):
@@ -643,12 +708,84 @@ def _provider_key(obj):
     return k if k in PROVIDER_RELEASES else None
 
 
-def stage_offline_tree(root, paths, dest):
-    """Copy ``paths`` of ``root`` to ``dest`` with every known operator provider's fetchConfig.oci set.
+def packed_chart_repository(boot):
+    """<registry name>:<container port>/charts: where the packed charts are, as the kind network reaches them."""
+    return "{}:{}/{}".format(boot["registry-name"], boot.get("registry-container-port", 5000), CHART_REPOSITORY)
 
-    Returns the relative files rewritten. The local registry's name comes from root's bootstrap.toml.
+
+def _offline_repository(obj, boot=None):
+    """The OCI repository that replaces a HelmRepository's HTTP index offline (OFFLINE_HELM_REPOSITORIES,
+    PACKED_CHARTS), else None. ``boot``: bootstrap.toml [bootstrap] (None: True for a packed chart's index)."""
+    if not isinstance(obj, dict) or obj.get("kind") != "HelmRepository":
+        return None
+    spec = obj.get("spec") or {}
+    if str(spec.get("type", "default")) == "oci":
+        return None
+    url = str(spec.get("url", "")).rstrip("/")
+    if url in PACKED_INDEXES:
+        return "oci://" + packed_chart_repository(boot) if boot else True
+    return OFFLINE_HELM_REPOSITORIES.get(url)
+
+
+def _release_chart(obj):
+    """The chart name of a HelmRelease whose images the package pins by value (CHART_IMAGE_VALUES), else None."""
+    if not isinstance(obj, dict) or obj.get("kind") != "HelmRelease":
+        return None
+    chart = (((obj.get("spec") or {}).get("chart") or {}).get("spec") or {}).get("chart")
+    return chart if chart in CHART_IMAGE_VALUES else None
+
+
+def with_image(obj, ref):
+    """A copy of the provider object whose controller container runs ``ref`` (spec.deployment.containers)."""
+    obj = json.loads(json.dumps(obj))
+    deployment = obj.setdefault("spec", {}).setdefault("deployment", {})
+    containers = deployment.setdefault("containers", [])
+    for container in containers:
+        if container.get("name") == PROVIDER_CONTAINER:
+            container["imageUrl"] = ref
+            break
+    else:
+        containers.append({"name": PROVIDER_CONTAINER, "imageUrl": ref})
+    return obj
+
+
+class _Pins:
+    """What the air-gapped configuration pins, read from the generated files of root (airgap/)."""
+
+    def __init__(self, root):
+        self.root = root
+        self._listed = None
+        self._values = {}
+
+    def provider_image(self, kind, name, version):
+        """repo:tag@digest of the provider's controller image, or None while its digest is unconfirmed."""
+        if self._listed is None:
+            self._listed = read_inventory(os.path.join(self.root, INVENTORY))
+        [repo] = PROVIDERS[(kind, name)][1]
+        k = f"{repo}:{version}"
+        digest = (self._listed.get(k) or (None, 0))[0]
+        return f"{k}@{digest}" if digest else None
+
+    def chart_values(self, chart):
+        if chart not in self._values:
+            rel = values_file(chart)
+            if not os.path.isfile(os.path.join(self.root, rel)):
+                raise AirgapError(f"{rel} is missing: generate it with scripts/airgap-inventory --write")
+            self._values[chart] = _read_yaml(self.root, rel)
+        return self._values[chart]
+
+
+def stage_offline_tree(root, paths, dest):
+    """Copy ``paths`` of ``root`` to ``dest`` as the disconnected host runs them.
+
+    Every known operator provider gets fetchConfig.oci and, when the image's digest is known, its
+    controller image by digest; every HelmRelease of a chart in CHART_IMAGE_VALUES gets the chart's
+    image values (airgap/values/<chart>-images.yaml); every HelmRepository of OFFLINE_HELM_REPOSITORIES
+    reads the chart's OCI repository, and one of a PACKED_CHARTS index the local registry's charts. Returns the relative files rewritten. The local
+    registry's name comes from root's bootstrap.toml.
     """
     boot = None
+    pins = _Pins(root)
     rewritten = []
     for rel in paths:
         src = os.path.join(root, rel)
@@ -670,9 +807,9 @@ def stage_offline_tree(root, paths, dest):
                         docs = list(yaml.safe_load_all(handle))
                 except (yaml.YAMLError, UnicodeDecodeError):
                     continue  # not ours to judge here: validate reports it
-                if not any(_provider_key(d) for d in docs):
+                if not any(_provider_key(d) or _release_chart(d) or _offline_repository(d) for d in docs):
                     continue
-                if boot is None:
+                if boot is None and any(_provider_key(d) or _offline_repository(d) is True for d in docs):
                     try:
                         cfg = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={})
                     except krops_config.ConfigError as exc:
@@ -684,10 +821,22 @@ def stage_offline_tree(root, paths, dest):
                     if pkey:
                         entry = provider_entry(boot, pkey[0], pkey[1], (doc.get("spec") or {}).get("version"))
                         doc = with_fetch_config(doc, entry)
+                        image = pins.provider_image(pkey[0], pkey[1], entry["version"])
+                        if image:
+                            doc = with_image(doc, image)
+                    oci_url = _offline_repository(doc, boot)
+                    if oci_url:
+                        doc = json.loads(json.dumps(doc))
+                        doc["spec"].update(type="oci", url=oci_url)
+                    chart = _release_chart(doc)
+                    if chart:
+                        doc = json.loads(json.dumps(doc))
+                        doc["spec"]["values"] = merge_values(doc["spec"].get("values"), pins.chart_values(chart))
                     out.append(doc)
                 with open(path, "w", encoding="utf-8") as handle:
                     handle.write(
-                        "# air-gapped bundle: spec.fetchConfig set by krops (plugins/module_utils/airgap.py)\n"
+                        "# air-gapped bundle: provider fetchConfig and images, chart image values set by krops "
+                        "(plugins/module_utils/airgap.py)\n"
                     )
                     yaml.safe_dump_all([d for d in out if d is not None], handle, sort_keys=False)
                 rewritten.append(os.path.relpath(path, dest))
@@ -923,7 +1072,9 @@ def zarf_package(inv, boot):
     """
 
     def images(component):
-        return [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].component == component]
+        return [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].component == component] + sorted(
+            ref for c, ref in chart_artifacts(inv) if c == component
+        )
 
     def health(api, kind, namespace, name):
         return {"apiVersion": api, "kind": kind, "namespace": namespace, "name": name}
@@ -974,7 +1125,7 @@ def zarf_package(inv, boot):
                         "namespace": "cert-manager",
                         "url": "oci://quay.io/jetstack/charts/cert-manager",
                         "version": inv.charts.get("cert-manager", "unpinned"),
-                        "valuesFiles": ["values/cert-manager.yaml"],
+                        "valuesFiles": ["values/cert-manager.yaml", values_file("cert-manager")[len("airgap/") :]],
                     }
                 ],
                 "images": images("cert-manager"),
@@ -992,9 +1143,11 @@ def zarf_package(inv, boot):
                         "namespace": "capi-operator-system",
                         "url": "https://kubernetes-sigs.github.io/cluster-api-operator",
                         "version": inv.charts.get("cluster-api-operator", "unpinned"),
+                        "valuesFiles": [values_file("cluster-api-operator")[len("airgap/") :]],
                     }
                 ],
                 "images": images("capi-operator"),
+                "imageArchives": packed_archives(inv, boot, "capi-operator"),
                 "healthChecks": [
                     health("apps/v1", "Deployment", "capi-operator-system", "capi-operator-cluster-api-operator")
                 ],
@@ -1059,8 +1212,9 @@ def zarf_package(inv, boot):
         ]
     )
     for component in components:
-        if "images" in component and not component["images"]:
-            del component["images"]
+        for field in ("images", "imageArchives"):
+            if field in component and not component[field]:
+                del component[field]
     return {
         "kind": "ZarfPackageConfig",
         "metadata": {
@@ -1092,13 +1246,156 @@ def format_zarf(inv, boot):
     return ZARF_HEADER + yaml.safe_dump(zarf_package(inv, boot), sort_keys=False, width=120)
 
 
-def zarf_images(doc):
-    """(component, image) of every image a zarf.yaml lists (x-host-images included)."""
+VALUES_HEADER = """\
+# Images of the {chart} chart for the air-gapped package, by digest where one is known (see
+# CHART_IMAGE_VALUES in plugins/module_utils/airgap.py). Generated by scripts/airgap-inventory --write: do not
+# edit. Zarf installs the chart with it (airgap/zarf.yaml valuesFiles) and the air-gapped configuration
+# merges it into the chart's HelmRelease, so Flux's upgrade keeps the digests.
+"""
+
+
+def values_file(chart):
+    return f"{VALUES_DIR}/{chart}-images.yaml"
+
+
+def image_values(inv, chart):
+    """The chart values naming each of ``chart``'s images: repository, tag and, when known, digest."""
+    values = {}
+    for k in sorted(inv.images):
+        image = inv.images[k]
+        where = CHART_IMAGE_VALUES[chart].get(image.repo)
+        if where is None or image.tag != "v" + str(inv.charts.get(chart, "")).lstrip("v"):
+            continue
+        node = values
+        for part in where:
+            node = node.setdefault(part, {})
+        node.update({"repository": image.repo, "tag": image.tag})
+        if image.digest:
+            node["digest"] = image.digest
+    return values
+
+
+def format_values(inv, chart):
+    return VALUES_HEADER.format(chart=chart) + yaml.safe_dump(image_values(inv, chart), sort_keys=True)
+
+
+def merge_values(base, extra):
+    """``base`` with ``extra`` merged in (nested mappings merged, everything else replaced)."""
+    out = dict(base or {})
+    for name, value in extra.items():
+        out[name] = (
+            merge_values(out.get(name), value) if isinstance(value, dict) and isinstance(out.get(name), dict) else value
+        )
+    return out
+
+
+def packed_archives(inv, boot, component):
+    """imageArchives of ``component``: one OCI layout per packed chart (PACKED_CHARTS) the tree installs."""
+    return [
+        {
+            "path": f"{CHART_BUILD}/{chart}.tar",
+            "images": [f"{packed_chart_repository(boot)}/{chart}:{inv.charts[chart]}"],
+        }
+        for chart, (comp, _index, _archive) in sorted(PACKED_CHARTS.items())
+        if comp == component and chart in inv.charts
+    ]
+
+
+def chart_archive(reference, tgz):
+    """(tar bytes, manifest digest): an OCI layout holding the Helm chart archive ``tgz`` as Helm pushes it."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
+            member = next(m for m in tar.getmembers() if m.name.count("/") == 1 and m.name.endswith("/Chart.yaml"))
+            metadata = yaml.safe_load(tar.extractfile(member).read())
+    except (tarfile.TarError, StopIteration, yaml.YAMLError, OSError) as exc:
+        raise AirgapError(f"{reference}: not a Helm chart archive (no <chart>/Chart.yaml): {exc}")
+    config = json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": HELM_CONFIG_TYPE, "digest": _sha256(config), "size": len(config)},
+        "layers": [{"mediaType": HELM_CHART_TYPE, "digest": _sha256(tgz), "size": len(tgz)}],
+    }
+    body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    digest = _sha256(body)
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": manifest["mediaType"],
+                "digest": digest,
+                "size": len(body),
+                "annotations": {"org.opencontainers.image.ref.name": reference},
+            }
+        ],
+    }
+    files = [
+        ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+        ("index.json", json.dumps(index, sort_keys=True, separators=(",", ":")).encode("utf-8")),
+    ]
+    blobs = {_sha256(b): b for b in (config, tgz, body)}
+    for d in sorted(blobs):
+        files.append(("blobs/sha256/" + d.split(":", 1)[1], blobs[d]))
+    return _layout_tar(files), digest
+
+
+def fetch_charts(root, inv, download=None):
+    """Download each packed chart's archive (connected build), check its sha256 against digests.yaml
+    chart-archives and write its OCI layout to airgap/build/charts/<chart>.tar. Returns the paths written."""
+    download = download or _download
+    root = os.path.abspath(root)
+    lock = load_lock(root)
+    boot = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={}).data["bootstrap"]
+    problems, written = [], []
+    for chart, (_component, _index, archive) in sorted(PACKED_CHARTS.items()):
+        if chart not in inv.charts:
+            continue
+        url = archive.format(v=str(inv.charts[chart]).lstrip("v"))
+        want = ((lock.get("chart-archives") or {}).get(url) or {}).get("sha256")
+        try:
+            data = download(url)
+        except Exception as exc:  # pylint: disable=broad-except  # any transport error: one message
+            problems.append(f"{url}: download failed: {exc}")
+            continue
+        got = _sha256(data).split(":", 1)[1]
+        if want != got:
+            problems.append(
+                f"{url}: sha256 {got} differs from {want} recorded in {LOCK_FILE} chart-archives"
+                if want
+                else f"{url}: no sha256 in {LOCK_FILE} chart-archives (UNCONFIRMED); got {got}: read the chart "
+                "index's digest and record it"
+            )
+            continue
+        reference = f"{packed_chart_repository(boot)}/{chart}:{inv.charts[chart]}"
+        data, _digest = chart_archive(reference, data)
+        path = os.path.join(root, "airgap", CHART_BUILD, f"{chart}.tar")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+        written.append(path)
+    if problems:
+        raise AirgapError("charts not bundled:\n  " + "\n  ".join(problems))
+    return written
+
+
+def chart_artifacts(inv):
+    """(component, repository:version) of the chart artifacts the package carries (CHART_ARTIFACTS)."""
+    return [
+        (component, f"{repository}:{inv.charts[chart]}")
+        for chart, (component, repository) in sorted(CHART_ARTIFACTS.items())
+        if chart in inv.charts
+    ]
+
+
+def zarf_images(doc, charts=()):
+    """(component, image) of every image a zarf.yaml lists (x-host-images included), but the chart artifacts
+    ``charts`` (listed by tag on purpose, see CHART_ARTIFACTS)."""
     for component in doc.get("components") or []:
         if isinstance(component, dict):
             for field in ("images", "x-host-images", "x-workload-import"):
                 for image in component.get(field) or []:
-                    if isinstance(image, str) and "###" not in image:
+                    if isinstance(image, str) and "###" not in image and image not in charts:
                         yield component.get("name", "?"), image
 
 
@@ -1153,7 +1450,7 @@ def check(root, inv=None, renderer=None, pin=True):
     except (OSError, yaml.YAMLError) as exc:
         findings.append((ZARF_FILE, "-", "cannot read: {}".format(" ".join(str(exc).split()))))
         doc = {}
-    for component, ref in zarf_images(doc):
+    for component, ref in zarf_images(doc, {ref for _c, ref in chart_artifacts(inv)}):
         repo, tag, digest = normalize(ref)
         k = f"{repo}:{tag}"
         if k not in listed:
@@ -1200,6 +1497,21 @@ def check(root, inv=None, renderer=None, pin=True):
                 "with scripts/airgap-inventory --write",
             )
         )
+    for chart in sorted(CHART_IMAGE_VALUES):
+        vpath = os.path.join(root, values_file(chart))
+        text = None
+        if os.path.isfile(vpath):
+            with open(vpath, encoding="utf-8") as handle:
+                text = handle.read()
+        if chart in inv.charts and text != format_values(inv, chart):
+            findings.append(
+                (
+                    values_file(chart),
+                    "-",
+                    f"does not name the {chart} chart's images with the digests of {INVENTORY}: regenerate it with "
+                    "scripts/airgap-inventory --write",
+                )
+            )
     unconfirmed = sorted(k for k, (digest, _n) in listed.items() if digest is None)
     if pin:
         unconfirmed += sorted(unconfirmed_provider_files(inv, recorded))
@@ -1213,7 +1525,7 @@ def write(root, inv):
         (INVENTORY, format_inventory(inv)),
         (ZARF_FILE, format_zarf(inv, cfg.data["bootstrap"])),
         (PROVIDER_LOCK, format_provider_lock(inv, load_provider_lock(root))),
-    )
+    ) + tuple((values_file(chart), format_values(inv, chart)) for chart in sorted(CHART_IMAGE_VALUES))
     for rel, text in outputs:
         path = os.path.join(root, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -1350,6 +1662,7 @@ def main(argv=None):
         inv = derive(args.path)
         if args.fetch_providers:
             written, _recorded = fetch_providers(args.path, inv, record=args.record)
+            written += fetch_charts(args.path, inv)
             for path in written:
                 sys.stdout.write(f"wrote {path}\n")
             return 0

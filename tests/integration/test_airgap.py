@@ -184,13 +184,27 @@ def test_unpinnable_and_unreachable_sources_are_problems_of_the_pin_check_only(t
     assert problems[("workload/local-host", "HelmRelease/podinfo/podinfo")] == (
         "chart podinfo version '6.x' is not an exact version: its images cannot be pinned; pin the chart to one release"
     )
-    assert (
-        "Zarf agent rewrites only type: oci"
-        in problems[("mgmt/local-host/cert-manager", "HelmRepository/cert-manager/jetstack")]
-    )
+    # the air-gapped configuration replaces both HTTP indexes: cert-manager's by its OCI repository, the
+    # operator's by the chart the package packs
+    assert ("mgmt/local-host/cert-manager", "HelmRepository/cert-manager/jetstack") not in problems
+    assert ("mgmt/local-host/capi-operator", "HelmRepository/capi-operator-system/capi-operator") not in problems
     assert ("mgmt/local-host/flux-apps", "HelmChartProxy/default/flux-operator") in problems
     assert airgap.check(str(tree), inv, pin=False)[0] == []
-    assert len(airgap.check(str(tree), inv)[0]) == len(inv.problems) == 5
+    assert len(airgap.check(str(tree), inv)[0]) == len(inv.problems) == 3
+
+
+def test_an_http_index_the_offline_configuration_does_not_replace_is_a_problem(tree):
+    edit(
+        tree,
+        "mgmt/local-host/capi-operator/helmrepository.yaml",
+        "https://kubernetes-sigs.github.io/cluster-api-operator",
+        "https://example.org/charts",
+    )
+    problems = {(f, o): m for f, o, m in airgap.derive(str(tree)).problems}
+    assert problems[("mgmt/local-host/capi-operator", "HelmRepository/capi-operator-system/capi-operator")] == (
+        "HelmRepository https://example.org/charts is an HTTP index: the Zarf agent rewrites only type: oci "
+        "HelmRepositories, so Flux cannot fetch it offline; use the chart's OCI repository"
+    )
 
 
 def test_flux_version_outside_the_known_distributions_is_reported(tree):
@@ -332,13 +346,13 @@ def test_cli_check_fails_on_unconfirmed_digests_and_write_is_idempotent(tree):
     env = {"PYTHONPATH": "{}:{}".format(REPO, REPO / ".collections"), "PATH": "/usr/bin:/bin"}
     before = (tree / airgap.INVENTORY).read_text()
     proc = subprocess.run(script + ["--write"], capture_output=True, text=True, env=env, check=False)
-    assert proc.returncode == 1 and (tree / airgap.INVENTORY).read_text() == before  # 5 problems of the tree
+    assert proc.returncode == 1 and (tree / airgap.INVENTORY).read_text() == before  # 3 problems of the tree
     proc = subprocess.run(
         script + ["--check", "--format", "json"], capture_output=True, text=True, env=env, check=False
     )
     report = json.loads(proc.stdout)
     assert proc.returncode == 1
-    assert len(report["findings"]) == 5 and "docker.io/library/registry:3" in report["unconfirmed"]
+    assert len(report["findings"]) == 3 and "docker.io/library/registry:3" in report["unconfirmed"]
     (tree / "bootstrap.toml").write_text("[bootstrap\n")
     proc = subprocess.run(script + ["--check"], capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 2 and proc.stderr.startswith("ERROR: ") and "Traceback" not in proc.stderr
@@ -496,6 +510,16 @@ def test_zarf_stand_in_signs_verifies_and_extracts_sboms(tmp_path, capsys):
     assert [p.name for p in (tmp_path / "sb" / "demo").iterdir()] == ["quay.io_a_1-linux-arm64.json"]
 
 
+def _chart_tgz(name, version):
+    body = yaml.safe_dump({"apiVersion": "v2", "name": name, "version": version}).encode()
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tar:
+        info = tarfile.TarInfo(f"{name}/Chart.yaml")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    return data.getvalue()
+
+
 def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_path, capsys):
     """zarf always deploys required components (filters/deploy.go): with any required, staging would need a cluster."""
     pkg = tmp_path / "airgap"
@@ -504,6 +528,11 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
     (pkg / "build" / "host-images.tar").write_text("x")
     layout, _digest = airgap.config_archive(str(REPO), ["mgmt/local-host"], "krops-registry:5000/krops:latest")
     (pkg / "build" / "krops-config.tar").write_bytes(layout)
+    (pkg / airgap.CHART_BUILD).mkdir(parents=True)
+    chart, _digest = airgap.chart_archive(
+        "krops-registry:5000/charts/cluster-api-operator:0.28.0", _chart_tgz("cluster-api-operator", "0.28.0")
+    )
+    (pkg / airgap.CHART_BUILD / "cluster-api-operator.tar").write_bytes(chart)
     doc = yaml.safe_load((pkg / "zarf.yaml").read_text())
     layouts = [f["source"] for f in doc["components"][0]["files"] if f["source"].startswith(airgap.PROVIDER_BUILD)]
     assert len(layouts) == 5  # the operator providers' components travel with the host component

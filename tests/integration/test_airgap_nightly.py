@@ -160,6 +160,9 @@ def test_the_nightly_dry_run_resolves_every_digest_and_builds_in_check_mode(read
             f"+  {ref}:\n+    digest: {digest}\n" in diff
             and f"+      linux/arm64: {platforms['linux/arm64']}\n" in diff
         )
+    # the charts' image values follow the lock, so their diff is reviewed too
+    webhook = "quay.io/jetstack/cert-manager-webhook:v1.21.1"
+    assert "+++ b/airgap/values/cert-manager-images.yaml" in diff and f"+    digest: {served[webhook][0]}\n" in diff
     assert _summary(build) == [
         [
             "zarf v0.84.0: PASS",

@@ -76,7 +76,10 @@ def calls(zarf):
 
 @pytest.fixture
 def ready(tmp_path):
-    """A checkout whose tree the disconnected host can serve, with every digest present (test data only)."""
+    """A checkout whose tree the disconnected host can serve, with every digest present (test data only).
+
+    cert-manager's and cluster-api-operator's HTTP indexes stay: the air-gapped configuration replaces them
+    (airgap.OFFLINE_HELM_REPOSITORIES, PACKED_CHARTS)."""
     root = tmp_path / "repo"
     for part in (
         "mgmt/local-host",
@@ -93,16 +96,6 @@ def ready(tmp_path):
     os.symlink(REPO / ".collections", root / ".collections")
     lh = root / "mgmt" / "local-host"
     for rel, old, new in [
-        (
-            "cert-manager/helmrepository.yaml",
-            "url: https://charts.jetstack.io",
-            "type: oci\n  url: oci://quay.io/jetstack/charts",
-        ),
-        (
-            "capi-operator/helmrepository.yaml",
-            "url: https://kubernetes-sigs.github.io/cluster-api-operator",
-            "type: oci\n  url: oci://krops-registry:5000/charts",
-        ),
         (
             "flux-apps/helmchartproxy.yaml",
             "oci://ghcr.io/controlplaneio-fluxcd/charts",

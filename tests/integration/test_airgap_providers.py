@@ -72,11 +72,32 @@ def _layer_files(archive):
         return {m.name: inner.extractfile(m).read() for m in inner.getmembers() if m.isfile()}
 
 
-def test_offline_configuration_sets_fetch_config_on_every_provider_and_changes_nothing_else(tree):
+RELEASES = {  # the HelmReleases whose chart takes the images' values (airgap/values/<chart>-images.yaml)
+    "cert-manager/helmrelease.yaml": "cert-manager",
+    "capi-operator/helmrelease.yaml": "cluster-api-operator",
+}
+OFFLINE_REPOSITORIES = {
+    "cert-manager/helmrepository.yaml": "oci://quay.io/jetstack/charts",  # upstream's OCI chart
+    "capi-operator/helmrepository.yaml": "oci://krops-registry:5000/charts",  # the chart the package packs
+}
+PROVIDER_IMAGES = {  # controller images: cluster-api Makefile @ v1.13.5, cluster-api-addon-provider-helm @ v0.6.4
+    "CoreProvider": "registry.k8s.io/cluster-api/cluster-api-controller",
+    "BootstrapProvider": "registry.k8s.io/cluster-api/kubeadm-bootstrap-controller",
+    "ControlPlaneProvider": "registry.k8s.io/cluster-api/kubeadm-control-plane-controller",
+    "InfrastructureProvider": "registry.k8s.io/cluster-api/capd-manager",
+    "AddonProvider": "registry.k8s.io/cluster-api-helm/cluster-api-helm-controller",
+}
+
+
+def _offline_files(tree):
     archive, _digest = airgap.config_archive(
         str(tree), ["mgmt/local-host", "workload/local-host"], "krops-registry:5000/krops:latest", revision="x"
     )
-    files = _layer_files(archive)
+    return _layer_files(archive)
+
+
+def test_offline_configuration_sets_fetch_config_on_every_provider_and_changes_nothing_else(tree):
+    files = _offline_files(tree)
     seen = set()
     for rel, data in files.items():
         original = (tree / rel).read_bytes()
@@ -94,9 +115,20 @@ def test_offline_configuration_sets_fetch_config_on_every_provider_and_changes_n
                 fetchConfig={"oci": f"http://krops-registry:5000/capi-providers/{ptype}-{name}:{version}"},
             )
             seen.add(short)
+        elif short in RELEASES:
+            (doc,) = list(yaml.safe_load_all(data))
+            (before,) = list(yaml.safe_load_all(original))
+            values = yaml.safe_load((tree / "airgap" / "values" / f"{RELEASES[short]}-images.yaml").read_text())
+            assert values and doc["spec"] == dict(before["spec"], values={**before["spec"]["values"], **values})
+            seen.add(short)
+        elif short in OFFLINE_REPOSITORIES:  # OCI repositories instead of the HTTP indexes
+            (doc,) = list(yaml.safe_load_all(data))
+            (before,) = list(yaml.safe_load_all(original))
+            assert doc["spec"] == dict(before["spec"], type="oci", url=OFFLINE_REPOSITORIES[short])
+            seen.add(short)
         else:
             assert data == original, rel
-    assert seen == set(PROVIDER_FILES)
+    assert seen == set(PROVIDER_FILES) | set(RELEASES) | set(OFFLINE_REPOSITORIES)
     # the tree itself is untouched: the connected profile keeps fetching from the releases
     assert "fetchConfig" not in (tree / "mgmt/local-host/capi-system/core-provider.yaml").read_text()
 
@@ -160,6 +192,44 @@ def _apply_providers(api, root, offline):
             )
             doc = airgap.with_fetch_config(doc, entry)
         api.create(doc)
+
+
+def test_offline_configuration_runs_every_pinned_image_by_digest(tree):
+    """With the digests known, each provider's controller container and each chart's images name them: zarf pushes
+    a digest-listed image under the digest only, and the agent keeps repo@digest (docs/airgap.md)."""
+    lock = yaml.safe_load((tree / airgap.LOCK_FILE).read_text())
+    digests = {}
+    for key in airgap.derive(str(tree)).unconfirmed:  # test data, never a pin
+        digests[key] = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+        lock["images"][key] = {"digest": digests[key], "source": "test fixture"}
+    (tree / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
+    airgap.write(str(tree), airgap.derive(str(tree)))
+    files = _offline_files(tree)
+    for short, (kind, _name, _namespace) in PROVIDER_FILES.items():
+        (doc,) = list(yaml.safe_load_all(files["mgmt/local-host/" + short]))
+        ref = "{}:{}".format(PROVIDER_IMAGES[kind], doc["spec"]["version"])
+        assert doc["spec"]["deployment"] == {"containers": [{"name": "manager", "imageUrl": f"{ref}@{digests[ref]}"}]}
+    (release,) = list(yaml.safe_load_all(files["mgmt/local-host/cert-manager/helmrelease.yaml"]))
+    webhook = "quay.io/jetstack/cert-manager-webhook:v1.21.1"
+    assert release["spec"]["values"]["webhook"]["image"] == {
+        "repository": "quay.io/jetstack/cert-manager-webhook",
+        "tag": "v1.21.1",
+        "digest": digests[webhook],
+    }
+    assert release["spec"]["values"]["crds"] == {"enabled": True}  # the tree's own values stay
+    (release,) = list(yaml.safe_load_all(files["mgmt/local-host/capi-operator/helmrelease.yaml"]))
+    operator = "registry.k8s.io/capi-operator/cluster-api-operator:v0.28.0"
+    assert release["spec"]["values"]["image"]["manager"]["digest"] == digests[operator]
+    # stale values files are drift until regenerated
+    path = tree / "airgap" / "values" / "cert-manager-images.yaml"
+    path.write_text(path.read_text().replace(digests[webhook], "sha256:" + "0" * 64))
+    findings, _unconfirmed = airgap.check(str(tree))
+    assert (
+        "airgap/values/cert-manager-images.yaml",
+        "-",
+        "does not name the cert-manager chart's images with the digests of airgap/images.txt: regenerate it with "
+        "scripts/airgap-inventory --write",
+    ) in findings
 
 
 def _reasons(api):

@@ -43,24 +43,51 @@ from tests.substrate.kube_emulator import ApiError
 ZARF_REGISTRY = "127.0.0.1:31999"  # zarf init's NodePort registry (src/config/lang/english.go examples @ v0.84.0)
 AGENT_IGNORED = ("kube-system", "zarf")  # kind's own pods come from the node image; zarf's namespace is ignored
 
-# chart -> [(Deployment name ({release} is the release name), image ({v}: chart version without "v")]. The
-# charts reference their images by tag (no digest in their default values).: the charts' own
-# workloads. cert-manager chart v1.21.1 (deploy/charts/cert-manager/values.yaml: quay.io/jetstack/
-# cert-manager-{controller,webhook,cainjector}, tag = appVersion = chart version; templates name the
-# Deployments {release}, {release}-webhook, {release}-cainjector); cluster-api-operator chart 0.28.0
-# ({release}-cluster-api-operator; the release image name is an inference, see docs/airgap.md);
-# flux-operator chart 0.58.1 (Deployment flux-operator, ghcr.io/controlplaneio-fluxcd/flux-operator:v{v}).
+# chart -> [(Deployment name ({release}: the release name), where the values take the image, default image)]: the
+# charts' own workloads, their image rendered from the release's values as the chart's template does
+# (``render_image``), ``{v}`` the chart version without "v".
+# cert-manager chart v1.21.1 (deploy/charts/cert-manager/values.yaml: image/webhook.image/cainjector.image, default
+#   quay.io/jetstack/cert-manager-<name>, tag = appVersion = chart version; templates name the Deployments
+#   {release}, {release}-webhook, {release}-cainjector; _helpers.tpl "cert-manager.image").
+# cluster-api-operator chart 0.28.0 ({release}-cluster-api-operator; templates/deployment.yaml image.manager;
+#   the default is the values.yaml in git, the staging image: the released chart's values are not readable here).
+# flux-operator chart (Deployment flux-operator, repository:tag, ghcr.io/controlplaneio-fluxcd/flux-operator:v{v};
+#   charts/flux-operator at 0.49.0, the newest readable).
 CHART_WORKLOADS = {
     "cert-manager": [
-        ("{release}", "quay.io/jetstack/cert-manager-controller:v{v}"),
-        ("{release}-webhook", "quay.io/jetstack/cert-manager-webhook:v{v}"),
-        ("{release}-cainjector", "quay.io/jetstack/cert-manager-cainjector:v{v}"),
+        ("{release}", ("image",), "quay.io/jetstack/cert-manager-controller:v{v}"),
+        ("{release}-webhook", ("webhook", "image"), "quay.io/jetstack/cert-manager-webhook:v{v}"),
+        ("{release}-cainjector", ("cainjector", "image"), "quay.io/jetstack/cert-manager-cainjector:v{v}"),
     ],
     "cluster-api-operator": [
-        ("{release}-cluster-api-operator", "registry.k8s.io/capi-operator/cluster-api-operator:v{v}")
+        (
+            "{release}-cluster-api-operator",
+            ("image", "manager"),
+            "gcr.io/k8s-staging-capi-operator/cluster-api-operator:dev",
+        )
     ],
-    "flux-operator": [("flux-operator", "ghcr.io/controlplaneio-fluxcd/flux-operator:v{v}")],
+    "flux-operator": [("flux-operator", ("image",), "ghcr.io/controlplaneio-fluxcd/flux-operator:v{v}")],
 }
+
+
+def render_image(chart, values, default):
+    """The image a chart's template renders from ``values`` (the mapping at the chart's image path)."""
+    repository, tag = default.rsplit(":", 1)
+    digest = values.get("digest")
+    if chart == "cert-manager":  # "cert-manager.image": repository, then :tag@digest, :tag, @digest or :appVersion
+        repository = values.get("repository") or repository
+        if values.get("tag") and digest:
+            return "{}:{}@{}".format(repository, values["tag"], digest)
+        if digest and not values.get("tag"):
+            return f"{repository}@{digest}"
+        return "{}:{}".format(repository, values.get("tag") or tag)
+    if chart == "cluster-api-operator":  # image.manager: [registry/]repository, then @digest or :tag
+        repository = values.get("repository", repository)
+        if values.get("registry"):
+            repository = "{}/{}".format(values["registry"], repository)
+        return f"{repository}@{digest}" if digest else "{}:{}".format(repository, values.get("tag", tag))
+    return "{}:{}".format(values.get("repository", repository), values.get("tag", tag))  # flux-operator
+
 
 _REFERENCE = re.compile(
     r"^(?P<name>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
@@ -155,6 +182,31 @@ def agent_mutate(pod, registry_host):
     pod["metadata"].setdefault("labels", {})["zarf-agent"] = "patched"
     spec["imagePullSecrets"] = [{"name": "private-registry"}]
     return pod
+
+
+def agent_mutate_helm_repository(obj, registry_host):
+    """The Zarf agent's HelmRepository hook (hooks/flux-helmrepo.go @ v0.84.0): only ``type: oci`` is rewritten, to
+    ``oci://`` + the name of ImageTransformHost(url) (the crc32 tag dropped), insecure for the internal registry, the
+    pull secret private-registry; a URL already on the registry is left alone."""
+    obj = copy.deepcopy(obj)
+    spec = obj["spec"]
+    if str(spec.get("type", "")).lower() != "oci" or parse_ref(spec["url"])["host"] == registry_host:
+        return obj
+    spec["url"] = "oci://" + parse_ref(transform_host(registry_host, spec["url"]))["name"]
+    spec["insecure"] = True
+    spec["secretRef"] = {"name": "private-registry"}
+    obj["metadata"].setdefault("labels", {})["zarf-agent"] = "patched"
+    return obj
+
+
+def pull_chart(registry, helm_repository, chart, version):
+    """The digest helm-controller gets pulling ``chart`` ``version`` from an OCI HelmRepository (Helm pulls
+    <url>/<chart>:<version>), or RefError; an HTTP index is an unreachable host offline."""
+    spec = helm_repository["spec"]
+    if str(spec.get("type", "")).lower() != "oci":
+        host = spec["url"].split("://", 1)[-1].split("/", 1)[0]
+        raise RefError(f"failed to fetch Helm repository index: {spec['url']}: dial tcp: lookup {host}: no such host")
+    return registry.pull("{}/{}:{}".format(spec["url"][len("oci://") :], chart, version))
 
 
 class Kubelet:
@@ -256,10 +308,14 @@ class DeployFailed(Exception):
     pass
 
 
-def _chart_deployments(chart):
+def _chart_deployments(chart, values):
     release = chart.get("releaseName") or chart["name"]
-    for name, image in CHART_WORKLOADS.get(chart["name"], ()):
+    for name, where, default in CHART_WORKLOADS.get(chart["name"], ()):
         version = str(chart["version"]).lstrip("v")
+        node = values
+        for part in where:
+            node = (node or {}).get(part) or {}
+        image = render_image(chart["name"], node, default.format(v=version))
         labels = {"app.kubernetes.io/name": name.format(release=release), "app.kubernetes.io/instance": release}
         yield {
             "apiVersion": "apps/v1",
@@ -278,7 +334,7 @@ def _chart_deployments(chart):
                 "selector": {"matchLabels": labels},
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": name.format(release=release), "image": image.format(v=version)}]},
+                    "spec": {"containers": [{"name": name.format(release=release), "image": image}]},
                 },
             },
         }
@@ -327,7 +383,8 @@ def zarf_deploy(api, package, components, registry, timeout=10.0):
         for chart in component.get("charts") or []:
             if not api.exists("v1", "Namespace", chart["namespace"]):
                 api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": chart["namespace"]}})
-            for deployment in _chart_deployments(chart):
+            values = package.get("values", {}).get("{}/{}".format(component["name"], chart["name"]), {})
+            for deployment in _chart_deployments(chart, values):
                 api.patch(
                     api.resource_for("apps/v1", "Deployment"),
                     deployment["metadata"]["namespace"],

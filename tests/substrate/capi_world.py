@@ -37,6 +37,10 @@
   ``<type>-components.yaml`` or ``components.yaml``; metadata as ``<type>-<name>-<version>-metadata.yaml``
   or ``metadata.yaml``; the reference parsed as parseOCISource does: an ``http://`` prefix, the tag
   from the reference or else spec.version). Anything else stays not Ready, with the reason.
+  An installed provider's controller Deployment (``PROVIDER_MANAGERS``) is applied in its namespace, its
+  ``manager`` container running the release's image unless spec.deployment.containers names an imageUrl
+  for it (customizeContainer, internal/controller/component_customizer.go @ v0.28.0: a container name the
+  Deployment lacks fails the install with upstream's message); a Kubelet of the world then pulls it.
 
 Names and fields are CAPI v1beta2 / CAAPH v1alpha1 as vendored in schemas/crds; the time a real
 cluster takes is not emulated. The upstream facts are listed in docs/testing.md.
@@ -64,6 +68,51 @@ CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 MANAGER = "capi-controller-manager"
 
 # (provider kind, provider name) -> CRD bundles it installs.
+# (kind, name) -> (Deployment, image repository) of the provider's controller in its release components:
+# kustomize namePrefix + controller-manager (config/default/kustomization.yaml) and the Makefile's image of
+# cluster-api v1.13.5 (core, kubeadm bootstrap and control plane, CAPD) and cluster-api-addon-provider-helm
+# v0.6.4; the image's tag is the release version. The container is "manager" (config/manager/manager.yaml).
+PROVIDER_MANAGERS = {
+    ("CoreProvider", "cluster-api"): ("capi-controller-manager", "registry.k8s.io/cluster-api/cluster-api-controller"),
+    ("BootstrapProvider", "kubeadm"): (
+        "capi-kubeadm-bootstrap-controller-manager",
+        "registry.k8s.io/cluster-api/kubeadm-bootstrap-controller",
+    ),
+    ("ControlPlaneProvider", "kubeadm"): (
+        "capi-kubeadm-control-plane-controller-manager",
+        "registry.k8s.io/cluster-api/kubeadm-control-plane-controller",
+    ),
+    ("InfrastructureProvider", "docker"): ("capd-controller-manager", "registry.k8s.io/cluster-api/capd-manager"),
+    ("AddonProvider", "helm"): (
+        "caaph-controller-manager",
+        "registry.k8s.io/cluster-api-helm/cluster-api-helm-controller",
+    ),
+}
+
+
+def _manager_deployment(obj):
+    """(Deployment, None) the operator applies for an installed provider, or (None, why it cannot)."""
+    kind, name, ns = obj["kind"], obj["metadata"]["name"], obj["metadata"]["namespace"]
+    deployment_name, repository = PROVIDER_MANAGERS[(kind, name)]
+    container = {"name": "manager", "image": "{}:{}".format(repository, (obj.get("spec") or {}).get("version"))}
+    for spec in ((obj.get("spec") or {}).get("deployment") or {}).get("containers") or []:
+        if spec.get("name") != container["name"]:
+            return None, f'cannot find container "{spec.get("name")}" in deployment "{deployment_name}"'
+        if spec.get("imageUrl"):
+            container["image"] = spec["imageUrl"]
+    labels = {"cluster.x-k8s.io/provider": name, "control-plane": "controller-manager"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": deployment_name, "namespace": ns, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    }, None
+
+
 PROVIDER_CRDS = {
     ("CoreProvider", "cluster-api"): ("cluster-api",),
     ("BootstrapProvider", "kubeadm"): ("kubeadm-bootstrap",),
@@ -257,6 +306,10 @@ class CapiController:
             problem = installer(api, obj)
         else:
             api.install_bundle(*bundles)
+        if not problem and self.registry is not None and (kind, name) in PROVIDER_MANAGERS:
+            deployment, problem = _manager_deployment(obj)
+            if deployment:
+                ssa_apply(api, deployment, "cluster-api-operator")
         if problem:
             set_status(api, obj, False, "InstallFailed", problem)
             return

@@ -337,6 +337,14 @@ def _normalized(identifier):
     return re.sub(r"[/:@]", "_", identifier)
 
 
+def _merge(base, extra):
+    """Helm's values merge of valuesFiles: later files win, nested mappings are merged."""
+    out = dict(base)
+    for name, value in extra.items():
+        out[name] = _merge(out[name], value) if isinstance(value, dict) and isinstance(out.get(name), dict) else value
+    return out
+
+
 def _pulled_digest(ref):
     """The digest the build pulled: the reference's own, else what the connected registry answered (stand-in:
     a digest derived from the reference, the same at every build)."""
@@ -374,7 +382,7 @@ def create(flags, args):
     text = re.sub(r"###ZARF_PKG_TMPL_([A-Z0-9_]+)###", lambda m: sets[m.group(1)], text)
     doc = yaml.safe_load(text)
     arch = _last(flags, "architecture") or "amd64"
-    kept, images, definition, digests = [], [], [], {}
+    kept, images, definition, digests, values = [], [], [], {}, {}
     for component in doc.get("components") or []:
         only = ((component.get("only") or {}).get("cluster") or {}).get("architecture")
         if only and only != arch:
@@ -385,6 +393,19 @@ def create(flags, args):
                 raise Refused(
                     "unable to create package: component {}: file {} does not exist".format(component["name"], source)
                 )
+        for chart in component.get("charts") or []:
+            merged = {}
+            for rel in chart.get("valuesFiles") or []:  # zarf copies them into the package at create
+                try:
+                    with open(os.path.join(directory, rel), encoding="utf-8") as handle:
+                        merged = _merge(merged, yaml.safe_load(handle) or {})
+                except OSError:
+                    raise Refused(
+                        "unable to create package: component {}: chart {}: values file {} does not exist".format(
+                            component["name"], chart["name"], rel
+                        )
+                    )
+            values["{}/{}".format(component["name"], chart["name"])] = merged
         for archive in component.get("imageArchives") or []:
             if not os.path.exists(os.path.join(directory, archive["path"])):
                 raise Refused(
@@ -419,6 +440,7 @@ def create(flags, args):
         "definition": definition,
         "images": images,
         "digests": digests,
+        "values": values,
         "sboms": sboms,
         "signed_with": signed,
     }
