@@ -1,0 +1,141 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The AWS orphan sweep's words: the orphan report (Markdown and JSON, one account or several) and the one-line
+summary of a sweep, a plan or a report. aws_sweep.py decides what is there; this file only says it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.krops.platform.plugins.module_utils import aws
+
+
+def render_markdown(data):
+    lines = [
+        "# krops AWS orphan report",
+        "",
+        "- Environment: `{}`".format(data["environment"]),
+        "- Account: `{}`".format(data["account_id"]),
+        "- Regions: {}".format(", ".join(f"`{r}`" for r in data["regions"])),
+        "- Generated: {}".format(data["generated_at"]),
+        "- Threshold: owned resources older than {} hours (no creation time: the cluster's oldest resource)".format(
+            _number(data["min_age_hours"])
+        ),
+        "",
+    ]
+    if data["errors"]:
+        lines += ["## Discovery errors", ""]
+        lines += ["- {}".format(e["error"]) for e in data["errors"]]
+        lines.append("")
+    if data.get("candidates"):
+        lines += ["## Candidates (names that resemble a cluster; nothing proves them owned, never deleted)", ""]
+        lines += ["- {} `{}` (like {})".format(c["type"], c["id"], c["cluster"]) for c in data["candidates"]]
+        lines.append("")
+    if not data["resources"]:
+        lines.append("No orphaned resources found.")
+        return "\n".join(lines) + "\n"
+    lines += [
+        "Found %d orphaned resources." % len(data["resources"]),
+        "",
+        "| Region | Cluster | Type | ID | Age (hours) | Note |",
+        "|---|---|---|---|---|---|",
+    ]
+    for item in data["resources"]:
+        age = "unknown" if item["age_hours"] is None else _number(item["age_hours"])
+        if item["age_from_cluster"]:
+            age += " (cluster)"
+        note = (item["reason"] or "").replace("|", "/")
+        lines.append(
+            "| {} | {} | {} | `{}` | {} | {} |".format(
+                item["region"], item["cluster"] or "-", item["type"], item["id"], age, note
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _number(value):
+    return (f"{value:g}") if isinstance(value, float) else str(value)
+
+
+def report_json(data):
+    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def render_accounts_markdown(data):
+    """The orphan report of several accounts: a header, then one section per account (render_markdown's)."""
+    lines = [
+        "# krops AWS orphan report",
+        "",
+        "- Environment: `{}`".format(data["environment"]),
+        "- Accounts: {}".format(", ".join(f"`{a}`" for a in data["account_ids"])),
+        "- Generated: {}".format(data["generated_at"]),
+        "- Found {} orphaned resources in all.".format(data["count"]),
+        "",
+    ]
+    for account in data["accounts"]:
+        section = dict(account, environment=data["environment"], generated_at=data["generated_at"])
+        section["min_age_hours"] = data["min_age_hours"]
+        body = render_markdown(section).splitlines()
+        body[0] = "## Account `{}` (role `{}`)".format(account["account_id"], account["role_arn"])
+        body = [line for line in body if not line.startswith(("- Environment:", "- Generated:", "- Account:"))]
+        lines += [
+            line.replace("## ", "### ", 1) if line.startswith("## ") and i else line for i, line in enumerate(body)
+        ]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def summary(result, mode, check_mode):
+    if mode == "report":
+        text = "orphan report: %d owned resources older than the threshold in %s" % (
+            result["report"]["json"]["count"],
+            ", ".join(result["regions"]),
+        )
+        if result.get("candidates"):
+            text += "; %d resources whose names resemble a cluster, not proven owned (candidates)" % len(
+                result["candidates"]
+            )
+    elif check_mode:
+        text = "plan: %d resources would be deleted in %s" % (len(result["plan"]), ", ".join(result["regions"]))
+    else:
+        counts = {}
+        for item in result["results"]:
+            counts[item["outcome"]] = counts.get(item["outcome"], 0) + 1
+        text = "sweep of {}: {}".format(
+            ", ".join(result["regions"]),
+            ", ".join("%d %s" % (n, o) for o, n in sorted(counts.items())) or "nothing owned found",
+        )
+        failed = [r for r in result["results"] if r["outcome"] == "failed"]
+        if failed:
+            text += "; failed: {}".format(
+                "; ".join("{} {} in {} ({})".format(r["type"], r["id"], r["region"], r["reason"]) for r in failed[:10])
+            )
+        if result["leftovers"]:
+            text += "; still owned after the sweep: {}; fix the causes above and run the sweep again".format(
+                ", ".join("{} {} in {}".format(r["type"], r["id"], r["region"]) for r in result["leftovers"][:20])
+            )
+    if result.get("kept"):
+        text += "; kept: {}".format(
+            "; ".join("{} {} ({})".format(k["type"], k["id"], k["reason"]) for k in result["kept"])
+        )
+    if result["errors"]:
+        text += "; discovery errors: {}".format("; ".join(e["error"] for e in result["errors"][:10]))
+    return text
+
+
+def write_report(path, markdown, data):
+    """Write the Markdown to path and the JSON beside it (.json); both 0644. Returns the two paths."""
+    path = os.path.expanduser(path)
+    base = path[:-3] if path.endswith(".md") else path
+    json_path = base + ".json"
+    folder = os.path.dirname(path)
+    try:
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        for target, text in ((path, markdown), (json_path, report_json(data))):
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(text)
+    except OSError as exc:
+        raise aws.AwsError(f"report_path {path}: cannot write the report ({exc}); give a path in a writable folder")
+    return {"markdown": path, "json": json_path}
