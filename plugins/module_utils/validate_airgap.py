@@ -2,13 +2,13 @@
 # Apache License 2.0 (see LICENSE)
 """validate's ``airgap`` rule (local-host, when airgap/zarf.yaml exists): the image lists agree.
 
-The checks are airgap.validate_hook's (module_utils/airgap.py, docs/airgap.md); registered in
+The checks are airgap_package.validate_hook's (module_utils/airgap_package.py, docs/airgap.md); registered in
 validate.REGISTRY.
 """
 
 from __future__ import annotations
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap
+from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package
 
 RULE = "airgap"
 
@@ -25,5 +25,5 @@ def check(env):
     Enforces Zarf's package contract (docs/airgap.md): an air-gapped cluster pulls only the images the
     package carries, by the digest it recorded.
     """
-    for file, obj, message in airgap.validate_hook(env.root, env.renderer):
+    for file, obj, message in airgap_package.validate_hook(env.root, env.renderer):
         env.add(file, obj, RULE, message)

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap
+from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import flux
 from ansible_collections.krops.platform.plugins.module_utils import profiles
@@ -53,7 +53,7 @@ def test_committed_inventory_and_package_are_what_the_generator_writes():
     inv = airgap.derive(str(REPO))
     boot = krops_config.load(path=str(REPO / "bootstrap.toml"), environ={}).data["bootstrap"]
     assert (REPO / airgap.INVENTORY).read_text() == airgap.format_inventory(inv)
-    assert (REPO / airgap.ZARF_FILE).read_text() == airgap.format_zarf(inv, boot)
+    assert (REPO / airgap.ZARF_FILE).read_text() == airgap_package.format_zarf(inv, boot)
 
 
 def test_zarf_yaml_validates_against_the_published_schema():
@@ -146,15 +146,15 @@ def test_generator_follows_the_tree_and_bootstrap_toml(tree, monkeypatch):
     )  # airgap/manifests
     assert "registry.k8s.io/cluster-api/cluster-api-controller:v1.13.4" in inv.unconfirmed
     # the committed inventory no longer covers the tree: the pin check and validate say so
-    findings, _unconfirmed = airgap.check(str(tree), inv, pin=False)
+    findings, _unconfirmed = airgap_package.check(str(tree), inv, pin=False)
     messages = [m for _f, _o, m in findings]
     assert (
         "registry.k8s.io/cluster-api/cluster-api-controller:v1.13.4 (mgmt/local-host/capi-system "
         "CoreProvider/capi-system/cluster-api) is not in airgap/images.txt: regenerate it with "
         "scripts/airgap-inventory --write"
     ) in messages
-    airgap.write(str(tree), inv)
-    assert airgap.check(str(tree), pin=False)[0] == []
+    airgap_package.write(str(tree), inv)
+    assert airgap_package.check(str(tree), pin=False)[0] == []
 
 
 def test_devmachinetemplate_custom_image_and_configmap_manifests_are_found(tree):
@@ -189,8 +189,8 @@ def test_unpinnable_and_unreachable_sources_are_problems_of_the_pin_check_only(t
     assert ("mgmt/local-host/cert-manager", "HelmRepository/cert-manager/jetstack") not in problems
     assert ("mgmt/local-host/capi-operator", "HelmRepository/capi-operator-system/capi-operator") not in problems
     assert ("mgmt/local-host/flux-apps", "HelmChartProxy/default/flux-operator") in problems
-    assert airgap.check(str(tree), inv, pin=False)[0] == []
-    assert len(airgap.check(str(tree), inv)[0]) == len(inv.problems) == 3
+    assert airgap_package.check(str(tree), inv, pin=False)[0] == []
+    assert len(airgap_package.check(str(tree), inv)[0]) == len(inv.problems) == 3
 
 
 def test_an_http_index_the_offline_configuration_does_not_replace_is_a_problem(tree):
@@ -243,7 +243,7 @@ def test_pin_check_reports_drift_between_zarf_yaml_and_images_txt(tree):
         "",
         count=-1,
     )
-    findings, unconfirmed = airgap.check(str(tree), pin=False)
+    findings, unconfirmed = airgap_package.check(str(tree), pin=False)
     assert sorted(findings) == sorted(
         [
             (
@@ -278,7 +278,7 @@ def test_pin_check_rejects_a_digest_that_differs_from_the_lock(tree):
         "ghcr.io/fluxcd/source-controller:v1.9.4@sha256:9a8ed0a5",
         count=-1,
     )
-    findings, _images = airgap.check(str(tree), pin=False)
+    findings, _images = airgap_package.check(str(tree), pin=False)
     # the lock disagrees, and so does zarf.yaml in both components that carry the image
     assert [f[0:2] for f in findings] == [
         ("airgap/images.txt", "ghcr.io/fluxcd/source-controller:v1.9.4"),
@@ -329,7 +329,7 @@ def test_a_lock_entry_without_a_real_digest_or_a_source_is_refused(tree, lock, m
 def test_a_malformed_inventory_line_is_named(tree):
     (tree / airgap.INVENTORY).write_text("# header\nquay.io/a:b@sha256:xyz\n")
     with pytest.raises(airgap.AirgapError) as caught:
-        airgap.check(str(tree))
+        airgap_package.check(str(tree))
     assert str(caught.value) == "%s:2: digest sha256:xyz of quay.io/a:b is not sha256:<64 hex>" % (
         tree / airgap.INVENTORY
     )
@@ -339,7 +339,7 @@ def test_cli_check_fails_on_unconfirmed_digests_and_write_is_idempotent(tree):
     script = [
         sys.executable,
         "-m",
-        "ansible_collections.krops.platform.plugins.module_utils.airgap",
+        "ansible_collections.krops.platform.plugins.module_utils.airgap_package",
         "--path",
         str(tree),
     ]
@@ -529,7 +529,7 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
     layout, _digest = airgap.config_archive(str(REPO), ["mgmt/local-host"], "krops-registry:5000/krops:latest")
     (pkg / "build" / "krops-config.tar").write_bytes(layout)
     (pkg / airgap.CHART_BUILD).mkdir(parents=True)
-    chart, _digest = airgap.chart_archive(
+    chart, _digest = airgap_package.chart_archive(
         "krops-registry:5000/charts/cluster-api-operator:0.28.0", _chart_tgz("cluster-api-operator", "0.28.0")
     )
     (pkg / airgap.CHART_BUILD / "cluster-api-operator.tar").write_bytes(chart)

@@ -15,7 +15,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap, oci
+from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package, oci
 from tests.integration.test_airgap_playbook import ready, zarf  # noqa: F401  # pylint: disable=unused-import
 from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env
 
@@ -32,7 +32,7 @@ def _unresolve(root):
     for key in made_up:
         del lock["images"][key]
     lock_path.write_text(yaml.safe_dump(lock))
-    airgap.write(str(root), airgap.derive(str(root)))
+    airgap_package.write(str(root), airgap.derive(str(root)))
     return made_up
 
 

@@ -18,7 +18,7 @@ import zlib
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap
+from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package
 from tests.integration.test_airgap_playbook import ready  # noqa: F401  # pylint: disable=unused-import
 from tests.substrate import zarf_standin
 from tests.substrate.airgap_world import (
@@ -238,7 +238,7 @@ def test_unconfirmed_images_are_packaged_and_run_by_tag(ready, tmp_path, airgapp
         if key.startswith(("quay.io/jetstack/", "registry.k8s.io/capi-operator/")):
             del lock["images"][key]
     lock_path.write_text(yaml.safe_dump(lock))
-    airgap.write(str(ready), airgap.derive(str(ready)))
+    airgap_package.write(str(ready), airgap.derive(str(ready)))
     package = build(ready, tmp_path)
     zarf_deploy(api, package, CHART_COMPONENTS, registry)
     pods = _pods(api)
@@ -518,7 +518,7 @@ def test_the_build_packs_the_chart_archive_only_with_the_recorded_sha256(ready):
     tgz = _chart_tgz("cluster-api-operator", "0.28.0")
     got = hashlib.sha256(tgz).hexdigest()
     with pytest.raises(airgap.AirgapError) as refused:  # the committed lock holds the upstream index's digest
-        airgap.fetch_charts(str(ready), inv, download={url: tgz}.__getitem__)
+        airgap_package.fetch_charts(str(ready), inv, download={url: tgz}.__getitem__)
     assert str(refused.value) == (
         f"charts not bundled:\n  {url}: sha256 {got} differs from "
         "992d05cdc6a053688ce1edc711596aadff5eea7efa0024f42db90f0322de13ef recorded in airgap/digests.yaml chart-archives"
@@ -526,7 +526,7 @@ def test_the_build_packs_the_chart_archive_only_with_the_recorded_sha256(ready):
     lock = yaml.safe_load((ready / airgap.LOCK_FILE).read_text())
     lock["chart-archives"][url]["sha256"] = got  # test data, never a pin
     (ready / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
-    [path] = airgap.fetch_charts(str(ready), inv, download={url: tgz}.__getitem__)
+    [path] = airgap_package.fetch_charts(str(ready), inv, download={url: tgz}.__getitem__)
     with tarfile.open(path) as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
     [entry] = json.loads(files["index.json"])["manifests"]

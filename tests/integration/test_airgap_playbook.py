@@ -15,7 +15,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap
+from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package
 from tests.substrate.fixtures import REPO
 
 pytestmark = pytest.mark.slow
@@ -121,7 +121,7 @@ def ready(tmp_path):
     served = {f["url"]: f["url"].encode() for e in inv.providers for f in e["files"]}
     airgap.fetch_providers(str(root), inv, download=served.__getitem__, record=True)
     shutil.rmtree(root / "airgap" / "build")
-    airgap.write(str(root), inv)
+    airgap_package.write(str(root), inv)
     return root
 
 

@@ -17,7 +17,7 @@ import tarfile
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap
+from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package
 from tests.substrate.capi_world import CapiController, ProviderRegistry, parse_oci_source
 from tests.substrate.fixtures import REPO
 from tests.substrate.flux_world import World, condition
@@ -146,7 +146,7 @@ def test_committed_provider_lock_is_what_the_generator_writes():
 def test_a_provider_version_change_is_drift_until_regenerated(tree):
     path = tree / "mgmt/local-host/caaph-system/addon-provider.yaml"
     path.write_text(path.read_text().replace("v0.6.4", "v0.6.5"))
-    findings, _unconfirmed = airgap.check(str(tree), pin=False)
+    findings, _unconfirmed = airgap_package.check(str(tree), pin=False)
     assert any(f[0] == airgap.PROVIDER_LOCK for f in findings)
 
 
@@ -203,7 +203,7 @@ def test_offline_configuration_runs_every_pinned_image_by_digest(tree):
         digests[key] = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
         lock["images"][key] = {"digest": digests[key], "source": "test fixture"}
     (tree / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
-    airgap.write(str(tree), airgap.derive(str(tree)))
+    airgap_package.write(str(tree), airgap.derive(str(tree)))
     files = _offline_files(tree)
     for short, (kind, _name, _namespace) in PROVIDER_FILES.items():
         (doc,) = list(yaml.safe_load_all(files["mgmt/local-host/" + short]))
@@ -223,7 +223,7 @@ def test_offline_configuration_runs_every_pinned_image_by_digest(tree):
     # stale values files are drift until regenerated
     path = tree / "airgap" / "values" / "cert-manager-images.yaml"
     path.write_text(path.read_text().replace(digests[webhook], "sha256:" + "0" * 64))
-    findings, _unconfirmed = airgap.check(str(tree))
+    findings, _unconfirmed = airgap_package.check(str(tree))
     assert (
         "airgap/values/cert-manager-images.yaml",
         "-",
@@ -291,7 +291,7 @@ def test_air_gapped_operator_refuses_an_artifact_without_the_names_it_reads(mgmt
 def test_images_txt_line_no_object_uses_is_reported(tree):
     path = tree / airgap.INVENTORY
     path.write_text(path.read_text() + "docker.io/library/unused:1  # workload: nobody\n")
-    findings, _unconfirmed = airgap.check(str(tree), pin=False)
+    findings, _unconfirmed = airgap_package.check(str(tree), pin=False)
     assert any("used by no object" in f[2] and f[1] == "docker.io/library/unused:1" for f in findings)
 
 
