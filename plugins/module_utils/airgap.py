@@ -894,26 +894,26 @@ def provider_archive(reference, contents):
         "layers": layers,
         "annotations": {"org.opencontainers.image.created": "1970-01-01T00:00:00Z"},
     }
+    return oci_layout(manifest, blobs, reference)
+
+
+def oci_layout(manifest, blobs, reference):
+    """(tar bytes, manifest digest): an OCI layout of ``manifest`` and ``blobs`` {digest: bytes}, named ``reference``."""
     body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8")
     digest = _sha256(body)
-    blobs[digest] = body
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [
-            {
-                "mediaType": manifest["mediaType"],
-                "artifactType": PROVIDER_ARTIFACT_TYPE,
-                "digest": digest,
-                "size": len(body),
-                "annotations": {"org.opencontainers.image.ref.name": reference},
-            }
-        ],
+    entry = {
+        "mediaType": manifest["mediaType"],
+        "digest": digest,
+        "size": len(body),
+        "annotations": {"org.opencontainers.image.ref.name": reference},
     }
+    entry.update({k: manifest[k] for k in ("artifactType",) if k in manifest})
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [entry]}
     files = [
         ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
         ("index.json", json.dumps(index, sort_keys=True, separators=(",", ":")).encode("utf-8")),
     ]
+    blobs = dict(blobs, **{digest: body})
     for d in sorted(blobs):
         files.append(("blobs/sha256/" + d.split(":", 1)[1], blobs[d]))
     return _layout_tar(files), digest

@@ -38,7 +38,6 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     ZARF_VERSION,
     _DIGEST,
     _download,
-    _layout_tar,
     _sha256,
     derive,
     fetch_providers,
@@ -47,6 +46,7 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     load_lock,
     load_provider_lock,
     normalize,
+    oci_layout,
     packed_chart_repository,
     push_provider_layouts,
     read_inventory,
@@ -314,28 +314,7 @@ def chart_archive(reference, tgz):
         "config": {"mediaType": HELM_CONFIG_TYPE, "digest": _sha256(config), "size": len(config)},
         "layers": [{"mediaType": HELM_CHART_TYPE, "digest": _sha256(tgz), "size": len(tgz)}],
     }
-    body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    digest = _sha256(body)
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [
-            {
-                "mediaType": manifest["mediaType"],
-                "digest": digest,
-                "size": len(body),
-                "annotations": {"org.opencontainers.image.ref.name": reference},
-            }
-        ],
-    }
-    files = [
-        ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
-        ("index.json", json.dumps(index, sort_keys=True, separators=(",", ":")).encode("utf-8")),
-    ]
-    blobs = {_sha256(b): b for b in (config, tgz, body)}
-    for d in sorted(blobs):
-        files.append(("blobs/sha256/" + d.split(":", 1)[1], blobs[d]))
-    return _layout_tar(files), digest
+    return oci_layout(manifest, {_sha256(b): b for b in (config, tgz)}, reference)
 
 
 def fetch_charts(root, inv, download=None):
