@@ -590,10 +590,13 @@ def apply(client, obj, check_mode=False, where="the cluster"):
         raise KubeError(f"cannot apply {label(obj)} on {where}: {error_text(exc)}")
 
 
-def merge_patch(client, api_version, kind, name, namespace, body, res=None):
-    """JSON merge patch (RFC 7386) of one object; the patched object as a dict."""
+def merge_patch(client, api_version, kind, name, namespace, body, res=None, dry_run=None):
+    """JSON merge patch (RFC 7386) of one object; the patched object as a dict. ``dry_run="All"`` sends it as a
+    server-side dry run (admission and RBAC answer, nothing is stored)."""
     res = res or resource(client, api_version, kind)
-    return res.patch(body=body, name=name, namespace=namespace, content_type="application/merge-patch+json").to_dict()
+    return res.patch(
+        body=body, name=name, namespace=namespace, content_type="application/merge-patch+json", dry_run=dry_run
+    ).to_dict()
 
 
 def ensure_namespace(client, name):

@@ -212,7 +212,7 @@ def plan_suspend(client, patterns, target=None):
     return planned
 
 
-def apply_suspend(client, planned):
+def apply_suspend(client, planned, target=None):
     """Suspend what plan_suspend found: Flux stops recreating what the teardown deletes."""
     for api_version, kind in FLUX_OPERATOR_KINDS:
         for item in planned["flux_operator"]:
@@ -225,21 +225,34 @@ def apply_suspend(client, planned):
                     name,
                     namespace,
                     {"metadata": {"annotations": {FLUX_OPERATOR_RECONCILE: "disabled"}}},
+                    target,
                 )
     for ident in planned["kustomizations"]:
         namespace, name = ident.split("/", 1)
-        _patch(client, KUSTOMIZATION[0], KUSTOMIZATION[1], name, namespace, {"spec": {"suspend": True}})
+        _patch(client, KUSTOMIZATION[0], KUSTOMIZATION[1], name, namespace, {"spec": {"suspend": True}}, target)
 
 
-def _patch(client, api_version, kind, name, namespace, body):
+def write(call, what, target=None, result=None, check_mode=False):
+    """One teardown write (a patch or a delete): ``call(dry_run)`` sends it, as a server-side dry run in check
+    mode. False when the object is gone already; any other API error is a TeardownError naming ``what`` and
+    the target, carrying the partial ``result``."""
     try:
-        kube.resource(client, api_version, kind).patch(
-            name=name, namespace=namespace, body=body, content_type="application/merge-patch+json"
-        )
+        call("All" if check_mode else None)
     except NotFoundError:
-        return
+        return False
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-        raise TeardownError(f"cannot patch {kind} {namespace}/{name}: {kube.error_text(exc)}")
+        where = f" on {target}" if target else ""
+        raise TeardownError(f"cannot {what}{where}: {kube.error_text(exc)}", result)
+    return True
+
+
+def _patch(client, api_version, kind, name, namespace, body, target=None):
+    res = kube.resource(client, api_version, kind)
+    write(
+        lambda dry_run: kube.merge_patch(client, api_version, kind, name, namespace, body, res=res, dry_run=dry_run),
+        f"patch {kind} {namespace}/{name}",
+        target,
+    )
 
 
 # --- Clusters -------------------------------------------------------------------------
@@ -326,16 +339,17 @@ def delete_clusters(
     }
     if check_mode or not plan:
         return result
-    apply_suspend(client, planned)
+    apply_suspend(client, planned, target)
     for name in paused:
-        _patch(client, api, "Cluster", name, namespace, {"spec": {"paused": None}})
+        _patch(client, api, "Cluster", name, namespace, {"spec": {"paused": None}}, target)
+    res = kube.resource(client, api, "Cluster") if chosen else None
     for name in chosen:
-        try:
-            kube.resource(client, api, "Cluster").delete(name=name, namespace=namespace)
-        except NotFoundError:
-            continue
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TeardownError(f"cannot delete Cluster {namespace}/{name} on {target}: {kube.error_text(exc)}", result)
+        write(
+            lambda dry_run, name=name: res.delete(name=name, namespace=namespace, dry_run=dry_run),
+            f"delete Cluster {namespace}/{name}",
+            target,
+            result,
+        )
     if wait and chosen:
         _watch_gone(
             client,
@@ -438,12 +452,15 @@ def delete_providers(
         res = kube.resource(client, api_version, kind)
         for obj in objs:
             meta = obj["metadata"]
-            try:
-                res.delete(name=meta["name"], namespace=meta.get("namespace"), dry_run="All" if check_mode else None)
-            except NotFoundError:
-                continue
-            except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-                raise TeardownError(f"cannot delete {_provider(obj)} on {target}: {kube.error_text(exc)}", result)
+            write(
+                lambda dry_run, meta=meta, res=res: res.delete(
+                    name=meta["name"], namespace=meta.get("namespace"), dry_run=dry_run
+                ),
+                f"delete {_provider(obj)}",
+                target,
+                result,
+                check_mode,
+            )
         if check_mode or not wait:
             continue
         _watch_gone(

@@ -15,15 +15,7 @@ admission and RBAC still answer.
 from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import kube
-from ansible_collections.krops.platform.plugins.module_utils.errors import TeardownError
-from ansible_collections.krops.platform.plugins.module_utils.teardown import probe_or_abort
-
-try:
-    import urllib3
-    from kubernetes.dynamic.exceptions import ApiException, NotFoundError
-except ImportError:  # reported through kube.connect
-    urllib3 = None
-    ApiException, NotFoundError = kube.ApiException, kube.NotFoundError
+from ansible_collections.krops.platform.plugins.module_utils.teardown import probe_or_abort, write
 
 HELM_RELEASE = ("helm.toolkit.fluxcd.io/v2", "HelmRelease")
 DEPLOYMENT = ("apps/v1", "Deployment")
@@ -31,19 +23,6 @@ DEPLOYMENT = ("apps/v1", "Deployment")
 HELM_RELEASE_ANNOTATION = "meta.helm.sh/release-name"
 # What delete_named deletes: option name -> (apiVersion, kind)
 NAMED_KINDS = {"secrets": ("v1", "Secret"), "configmaps": ("v1", "ConfigMap")}
-
-_WRITE_ERRORS = (ApiException, OSError) + ((urllib3.exceptions.HTTPError,) if urllib3 else ())
-
-
-def _write(call, what, target, result, check_mode):
-    """One write (patch or delete); False when the object is gone already, TeardownError on any other error."""
-    try:
-        call(dry_run="All" if check_mode else None)
-    except NotFoundError:
-        return False
-    except _WRITE_ERRORS as exc:
-        raise TeardownError(f"cannot {what} on {target}: {kube.error_text(exc)}", result)
-    return True
 
 
 def quiesce_releases(kubeconfig, context, namespace, releases, check_mode=False, connect_options=None):
@@ -83,13 +62,9 @@ def quiesce_releases(kubeconfig, context, namespace, releases, check_mode=False,
     ):
         res = kube.resource(client, api_version, kind) if names else None
         for name in names:
-            if _write(
-                lambda dry_run, name=name, res=res, body=body: res.patch(
-                    body=body,
-                    name=name,
-                    namespace=namespace,
-                    content_type="application/merge-patch+json",
-                    dry_run=dry_run,
+            if write(
+                lambda dry_run, name=name, res=res, body=body, api=(api_version, kind): kube.merge_patch(
+                    client, *api, name, namespace, body, res=res, dry_run=dry_run
                 ),
                 f"patch {kind} {namespace}/{name}",
                 target,
@@ -122,7 +97,7 @@ def delete_named(kubeconfig, context, namespace, check_mode=False, connect_optio
     for api_version, kind, name in present:
         res = kube.resource(client, api_version, kind)
         label = f"{kind} {namespace}/{name}"
-        if _write(
+        if write(
             lambda dry_run, res=res, name=name: res.delete(name=name, namespace=namespace, dry_run=dry_run),
             f"delete {label}",
             target,

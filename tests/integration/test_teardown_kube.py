@@ -467,8 +467,8 @@ def test_a_stalled_write_ends_at_the_modules_request_timeout_naming_the_call(kin
     assert (
         result["msg"]
         == {
-            "PATCH": "cannot patch Kustomization flux-system/flux-system: HTTPConnectionPool(host='127.0.0.1', "
-            f"port={kind_api.port}): Read timed out. (read timeout=2)",
+            "PATCH": f"cannot patch Kustomization flux-system/flux-system on context kind-mgmt in {kind_api.kubeconfig_path}: "
+            f"HTTPConnectionPool(host='127.0.0.1', port={kind_api.port}): Read timed out. (read timeout=2)",
             "DELETE": f"cannot delete Cluster default/local-workload on context kind-mgmt in {kind_api.kubeconfig_path}: "
             f"HTTPConnectionPool(host='127.0.0.1', port={kind_api.port}): Read timed out. (read timeout=2)",
         }[method]
