@@ -240,15 +240,10 @@ class Discovery:
         self._cache[key] = (True, value)
 
     def listing(self, key, func, region=None):
-        """func(): a whole listing (one API call and its pages). In the final pass, the last poll of a wait that made
-        the same call after the row's last deletion there instead (Sweep.watched): nothing of the sweep deletes
-        that type after it, so listing it again only repeats the answer."""
-        if self.sweep.final:
-            with self.sweep._lock:  # pylint: disable=protected-access
-                found = self.sweep.watched.pop((region or self.region, key), None)
-            if found is not None:
-                return found
-        return func()
+        """func(): a whole listing (one call and its pages); in the final pass, the last poll of a wait that made the
+        same call after the row's last deletion there (Sweep.take_watched): a second listing repeats it."""
+        found = self.sweep.take_watched((region or self.region, key)) if self.sweep.final else None
+        return func() if found is None else found
 
     def guard(self, rtype, func, empty=()):
         empty = list(empty) if isinstance(empty, tuple) else empty
@@ -334,10 +329,16 @@ class Sweep:
         self._lock = threading.Lock()
         self._others_alive = None
         self.gone = set()  # (region, id) of what this run deleted or found gone: set by leftovers()
-        # (region, listing key): the last answer of a wait's whole listing, made after that row's deletions there;
-        # the final pass uses it once instead of the same call (Discovery.listing, Deleter.watch)
-        self.watched = {}
+        self.watched = {}  # (region, listing key): a wait's last whole listing, for the final pass (take_watched)
         self.final = False
+
+    def remember_watched(self, key, value):
+        with self._lock:
+            self.watched[key] = value
+
+    def take_watched(self, key):
+        with self._lock:  # once: None when nothing was remembered under key
+            return self.watched.pop(key, None)
 
     def progress(self, text):
         """A progress line: kept in the result, and passed to the caller's hook (the benchmark prints them)."""
@@ -579,10 +580,8 @@ class Deleter:
         return Discovery(self.sweep, self.region)
 
     def watch(self, key, value, region=None):
-        """A wait_state's whole listing (Discovery.listing): the final pass takes the last one instead of listing
-        again. Only a wait calls it: its polls come after every deletion of its row in the region."""
-        with self.sweep._lock:  # pylint: disable=protected-access
-            self.sweep.watched[(region or self.region, key)] = value
+        """A wait's whole listing, made after every deletion of its row in the region, for the final pass."""
+        self.sweep.remember_watched((region or self.region, key), value)
 
     def run(self, resources, types):
         """Delete resources type by type in table order; regional chains run side by side, then the rows without

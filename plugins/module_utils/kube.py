@@ -41,11 +41,7 @@ try:
     from kubernetes import config as kube_config
     from kubernetes import dynamic
     from kubernetes.dynamic.resource import ResourceList as _ResourceList
-    from kubernetes.dynamic.exceptions import (
-        ApiException,
-        NotFoundError,
-        ResourceNotFoundError,
-    )
+    from kubernetes.dynamic.exceptions import ApiException, NotFoundError, ResourceNotFoundError
 
     HAS_KUBERNETES = True
     KUBERNETES_IMPORT_ERROR = None
@@ -559,8 +555,8 @@ CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
 def apply(client, obj, check_mode=False, where="the cluster"):
     """Create or merge-patch obj; 'created', 'updated' or 'unchanged'. Never deletes. KubeError naming the object.
 
-    In check mode nothing is written; an object whose kind the cluster does not serve yet
-    (its CRD comes with a chart or provider check mode does not install) counts as created.
+    In check mode nothing is written; an object whose kind the cluster does not serve yet (its CRD comes with a
+    chart or provider check mode does not install) counts as created.
     """
     obj = {k: v for k, v in _normalise_secret(obj).items() if k != "status"}
     try:
@@ -584,19 +580,17 @@ def apply(client, obj, check_mode=False, where="the cluster"):
         if _contains(existing, obj):
             return UNCHANGED
         if not check_mode:
-            res.patch(body=obj, name=meta["name"], namespace=namespace, content_type="application/merge-patch+json")
+            merge_patch(client, obj["apiVersion"], obj["kind"], meta["name"], namespace, obj, res=res)
         return UPDATED
     except API_ERRORS as exc:
         raise KubeError(f"cannot apply {label(obj)} on {where}: {error_text(exc)}")
 
 
 def merge_patch(client, api_version, kind, name, namespace, body, res=None, dry_run=None):
-    """JSON merge patch (RFC 7386) of one object; the patched object as a dict. ``dry_run="All"`` sends it as a
-    server-side dry run (admission and RBAC answer, nothing is stored)."""
+    """JSON merge patch (RFC 7386) of one object, a server-side dry run when dry_run="All"; the object as a dict."""
     res = res or resource(client, api_version, kind)
-    return res.patch(
-        body=body, name=name, namespace=namespace, content_type="application/merge-patch+json", dry_run=dry_run
-    ).to_dict()
+    patch = {"content_type": "application/merge-patch+json", "dry_run": dry_run}
+    return res.patch(body=body, name=name, namespace=namespace, **patch).to_dict()
 
 
 def ensure_namespace(client, name):

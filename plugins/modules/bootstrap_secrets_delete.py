@@ -82,45 +82,28 @@ target:
   sample: context kind-mgmt in ~/.kube/config
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import kube
-from ansible_collections.krops.platform.plugins.module_utils import shell
+from ansible_collections.krops.platform.plugins.module_utils import kube_shell
 from ansible_collections.krops.platform.plugins.module_utils import teardown_objects
 
 NAME = "krops.platform.bootstrap_secrets_delete"
 
 
 def argument_spec():
-    spec = dict(kube.KUBE_ARGS)
-    spec.update(
+    return kube_shell.spec(
         namespace=dict(type="str", required=True),
         secrets=dict(type="list", elements="str", default=[], no_log=False),  # Secret names, not secret values
         configmaps=dict(type="list", elements="str", default=[]),
     )
-    return spec
-
-
-def body(module, step):
-    contract.check(
-        "bootstrap_secrets_delete", module.params
-    )  # the input contract first: before any file or network call
-    p = module.params
-    step("checking the options")
-    shell.positive(p, "request_timeout", unit=" second")
-    step("deleting the bootstrap secrets and run tags")
-    names = {option: p[option] for option in teardown_objects.NAMED_KINDS}
-    return teardown_objects.delete_named(
-        p["kubeconfig"],
-        p["context"],
-        p["namespace"],
-        check_mode=module.check_mode,
-        connect_options=kube.connect_options(p),
-        **names,
-    )
 
 
 def main():
-    shell.run(NAME, argument_spec(), body)
+    kube_shell.run(
+        NAME,
+        argument_spec(),
+        teardown_objects.delete_named,
+        "deleting the bootstrap secrets and run tags",
+        passed="namespace secrets configmaps",
+    )
 
 
 if __name__ == "__main__":

@@ -144,17 +144,14 @@ target:
   sample: context kind-mgmt in ~/.kube/config
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import kube
-from ansible_collections.krops.platform.plugins.module_utils import shell
+from ansible_collections.krops.platform.plugins.module_utils import kube_shell
 from ansible_collections.krops.platform.plugins.module_utils import teardown
 
 NAME = "krops.platform.capi_cluster_delete"
 
 
 def argument_spec():
-    spec = dict(kube.KUBE_ARGS)
-    spec.update(
+    return kube_shell.spec(
         namespace=dict(type="str", default="default"),
         clusters=dict(type="list", elements="str", default=[]),
         keep=dict(type="list", elements="str", default=[]),
@@ -163,23 +160,18 @@ def argument_spec():
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=1200),
     )
-    return spec
-
-
-def body(module, step):
-    contract.check("capi_cluster_delete", module.params)  # the input contract first: before any file or network call
-    p = module.params
-    step("checking the options")
-    shell.positive(p, "wait_timeout request_timeout", unit=" second")
-    step("deleting the Clusters")
-    verb = shell.options(p, "namespace keep suspend kustomizations wait wait_timeout", names="clusters")
-    return teardown.delete_clusters(
-        p["kubeconfig"], p["context"], check_mode=module.check_mode, connect_options=kube.connect_options(p), **verb
-    )
 
 
 def main():
-    shell.run(NAME, argument_spec(), body)
+    kube_shell.run(
+        NAME,
+        argument_spec(),
+        teardown.delete_clusters,
+        "deleting the Clusters",
+        durations="wait_timeout request_timeout",
+        passed="namespace keep suspend kustomizations wait wait_timeout",
+        names="clusters",
+    )
 
 
 if __name__ == "__main__":

@@ -97,40 +97,31 @@ target:
   sample: context kind-mgmt in ~/.kube/config
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import kube
-from ansible_collections.krops.platform.plugins.module_utils import shell
+from ansible_collections.krops.platform.plugins.module_utils import kube_shell
 from ansible_collections.krops.platform.plugins.module_utils import teardown
 
 NAME = "krops.platform.capi_provider_delete"
 
 
 def argument_spec():
-    spec = dict(kube.KUBE_ARGS)
     kinds = list(teardown.PROVIDER_KINDS)
-    spec.update(
+    return kube_shell.spec(
         api_version=dict(type="str", default=teardown.PROVIDER_API),
         kinds=dict(type="list", elements="str", choices=kinds, default=kinds),
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=600),
     )
-    return spec
-
-
-def body(module, step):
-    contract.check("capi_provider_delete", module.params)  # the input contract first: before any file or network call
-    p = module.params
-    step("checking the options")
-    shell.positive(p, "wait_timeout request_timeout", unit=" second")
-    step("deleting the providers")
-    verb = shell.options(p, "api_version kinds wait wait_timeout")
-    return teardown.delete_providers(
-        p["kubeconfig"], p["context"], check_mode=module.check_mode, connect_options=kube.connect_options(p), **verb
-    )
 
 
 def main():
-    shell.run(NAME, argument_spec(), body)
+    kube_shell.run(
+        NAME,
+        argument_spec(),
+        teardown.delete_providers,
+        "deleting the providers",
+        durations="wait_timeout request_timeout",
+        passed="api_version kinds wait wait_timeout",
+    )
 
 
 if __name__ == "__main__":

@@ -80,41 +80,27 @@ target:
   sample: context kind-mgmt in ~/.kube/config
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import kube
-from ansible_collections.krops.platform.plugins.module_utils import shell
+from ansible_collections.krops.platform.plugins.module_utils import kube_shell
 from ansible_collections.krops.platform.plugins.module_utils import teardown_objects
 
 NAME = "krops.platform.flux_release_quiesce"
 
 
 def argument_spec():
-    spec = dict(kube.KUBE_ARGS)
-    spec.update(
+    return kube_shell.spec(
         namespace=dict(type="str", required=True),
         releases=dict(type="list", elements="str", required=True),
-    )
-    return spec
-
-
-def body(module, step):
-    contract.check("flux_release_quiesce", module.params)  # the input contract first: before any file or network call
-    p = module.params
-    step("checking the options")
-    shell.positive(p, "request_timeout", unit=" second")
-    step("stopping the releases' controllers")
-    return teardown_objects.quiesce_releases(
-        p["kubeconfig"],
-        p["context"],
-        p["namespace"],
-        p["releases"],
-        check_mode=module.check_mode,
-        connect_options=kube.connect_options(p),
     )
 
 
 def main():
-    shell.run(NAME, argument_spec(), body)
+    kube_shell.run(
+        NAME,
+        argument_spec(),
+        teardown_objects.quiesce_releases,
+        "stopping the releases' controllers",
+        passed="namespace releases",
+    )
 
 
 if __name__ == "__main__":

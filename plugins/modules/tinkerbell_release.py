@@ -118,17 +118,14 @@ target:
   sample: context kind-mgmt in ~/.kube/config
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import kube
-from ansible_collections.krops.platform.plugins.module_utils import shell
+from ansible_collections.krops.platform.plugins.module_utils import kube_shell
 from ansible_collections.krops.platform.plugins.module_utils import tinkerbell
 
 NAME = "krops.platform.tinkerbell_release"
 
 
 def argument_spec():
-    spec = dict(kube.KUBE_ARGS)
-    spec.update(
+    return kube_shell.spec(
         namespace=dict(type="str", default="default"),
         hardware_namespace=dict(type="str"),
         clusters=dict(type="list", elements="str", required=True),
@@ -137,23 +134,17 @@ def argument_spec():
         remove_stale=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=1200),
     )
-    return spec
-
-
-def body(module, step):
-    contract.check("tinkerbell_release", module.params)  # the input contract first: before any file or network call
-    p = module.params
-    step("checking the options")
-    shell.positive(p, "wait_timeout request_timeout", unit=" second")
-    step("releasing the Hardware")
-    verb = shell.options(p, "namespace hardware_namespace clusters keep suspend wait_timeout remove_stale")
-    return tinkerbell.release_hardware(
-        p["kubeconfig"], p["context"], check_mode=module.check_mode, connect_options=kube.connect_options(p), **verb
-    )
 
 
 def main():
-    shell.run(NAME, argument_spec(), body)
+    kube_shell.run(
+        NAME,
+        argument_spec(),
+        tinkerbell.release_hardware,
+        "releasing the Hardware",
+        durations="wait_timeout request_timeout",
+        passed="namespace hardware_namespace clusters keep suspend wait_timeout remove_stale",
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,39 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The shell of a krops module that is one verb on one cluster (the Kubernetes-side teardown steps).
+
+Its options are the kubeconfig options (kube.KUBE_ARGS) and its own. It checks the input contract first, before
+any file or network call, then that each duration is at least 1 second, then calls
+``verb(kubeconfig, context, check_mode=..., connect_options=..., **the options it passes)``: the cluster is
+always named, never the operator's current context. Errors are the module shell's (module_utils.shell.run).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.krops.platform.plugins.module_utils import contract, kube, shell
+
+
+def spec(**options):
+    """The argument_spec of such a module: KUBE_ARGS and ``options``."""
+    return dict(kube.KUBE_ARGS, **options)
+
+
+def run(name, argument_spec, verb, doing, durations="request_timeout", passed="", **renamed):
+    """Run module ``name``: ``doing`` is the step the verb runs in, ``passed`` the space-separated options the
+    verb takes as they are and ``renamed`` {verb argument: option}."""
+
+    def body(module, step):
+        params = module.params
+        contract.check(name.rsplit(".", 1)[-1], params)
+        step("checking the options")
+        shell.positive(params, durations, unit=" second")
+        step(doing)
+        return verb(
+            params["kubeconfig"],
+            params["context"],
+            check_mode=module.check_mode,
+            connect_options=kube.connect_options(params),
+            **shell.options(params, passed, **renamed),
+        )
+
+    shell.run(name, argument_spec, body)
