@@ -93,7 +93,6 @@ def delete_named(kubeconfig, context, namespace, check_mode=False, connect_optio
                 result["plan"].append(f"delete {kind} {namespace}/{name}")
             else:
                 result["absent"].append(f"{kind} {namespace}/{name}")
-    result["changed"] = bool(present)
     for api_version, kind, name in present:
         res = kube.resource(client, api_version, kind)
         label = f"{kind} {namespace}/{name}"
@@ -105,6 +104,7 @@ def delete_named(kubeconfig, context, namespace, check_mode=False, connect_optio
             check_mode,
         ):
             result["deleted"].append(label)
+            result["changed"] = True  # by the write, not the listing: one deleted meanwhile is absent, no change
         else:
             result["absent"].append(label)
     return result

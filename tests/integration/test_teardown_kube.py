@@ -771,6 +771,24 @@ def test_bootstrap_secrets_go_by_exact_name_lookalikes_stay(kind_api, run_module
     ]
 
 
+def test_a_secret_deleted_by_someone_else_after_the_listing_is_absent_not_a_change(kind_api, run_module):
+    from ansible_collections.krops.platform.plugins.modules import bootstrap_secrets_delete
+
+    args = dict(_bootstrap_objects(kind_api), namespace="flux-system", secrets=["flux-github-pat"], configmaps=[])
+    # listed present, then gone when its delete arrives: the API server answers 404 (what it sends then)
+    kind_api.inject_failure(
+        "DELETE", r"/namespaces/flux-system/secrets/flux-github-pat$", 404, 'secrets "flux-github-pat" not found'
+    )
+    result = run_module(bootstrap_secrets_delete, args)
+    assert not result.failed, result.get("msg")
+    assert result["plan"] == ["delete Secret flux-system/flux-github-pat"]
+    assert (result["changed"], result["deleted"], result["absent"]) == (
+        False,
+        [],
+        ["Secret flux-system/flux-github-pat"],
+    )
+
+
 def test_bootstrap_secrets_delete_nothing_when_a_listing_cannot_be_answered(kind_api, run_module):
     from ansible_collections.krops.platform.plugins.modules import bootstrap_secrets_delete
 
