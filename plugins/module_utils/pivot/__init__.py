@@ -96,15 +96,14 @@ def run(config, options, check_mode=False):
                 raise PivotError(phase.name, str(exc), pv.result)
             except API_ERRORS as exc:
                 raise PivotError(phase.name, f"Kubernetes API error: {kube.error_text(exc)}", pv.result)
+            if pv.pending:  # a wait ran out of the step budget: nothing failed, the next step resumes
+                pv.result["_krops_pending"] = True
+                info = pv.pending.info
+                pv.result["_krops_wait"] = dict(info, phase_number=PHASES.index(info["phase"]))
+                return pv.result
             pv.result["phase_reached"] = phase.name
             if phase.name == stop_after:
                 break
-    except Pending as pending:
-        # Only raised between steps of the action plugin: nothing failed, the next step resumes.
-        pv.result["_krops_pending"] = True
-        pv.result["_krops_wait"] = dict(pending.info, phase_number=PHASES.index(pending.info["phase"]))
-        return pv.result
-    else:
         pv.result["already_moved"] = pv.already_moved
         if pv.connect_kubeconfig and not check_mode:
             pv.result["target_kubeconfig"] = pv.connect_kubeconfig

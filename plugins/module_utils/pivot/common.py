@@ -16,7 +16,6 @@ except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
 
 from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
-from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils.errors import PivotError  # the error the phases raise
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.oci import registry_serves  # noqa: F401  # pylint: disable=unused-import
@@ -47,15 +46,12 @@ CHARTS = {
 }
 
 
-class Pending(errors.KropsError):
-    """A wait ran out of its step budget (not of its timeout); the action plugin runs the next step.
-
-    Not an error: run() turns it into a pending result, and it never leaves run(). It is a KropsError
-    only so that the error tree keeps one root; issue 24's step engine returns it as a value instead.
-    """
+class Pending:
+    """A wait that ran out of its step budget (not of its timeout): a value, not an error. budgeted_wait returns
+    it and keeps it in PivotState.pending; the waiting phase returns at once, and run() turns it into a pending
+    result, so the action plugin runs the next step."""
 
     def __init__(self, key, phase, title, waited, total, state):
-        super().__init__(state)
         # phase_number is filled in by run(), which owns the phase table.
         self.info = {
             "key": key,
@@ -234,6 +230,7 @@ class PivotState:
         budget = options.get("_wait_budget")
         self.budget_deadline = None if budget is None else self.clock() + max(0.0, float(budget))
         self.spent = dict(options.get("_wait_spent") or {})
+        self.pending = None  # a Pending once a wait ran out of the step budget: the phases stop there
         self.result = {
             "changed": False,
             "phase_reached": None,
@@ -295,22 +292,24 @@ class PivotState:
         return timeout if spent <= 0 else max(0.0, timeout - spent)
 
     def budgeted_wait(self, key, phase, title, total, seconds, watch, describe):
-        """watch(timeout) for a wait that may still take ``seconds`` (of ``total``, its whole timeout).
+        """watch(timeout) for a wait that may still take ``seconds`` (of ``total``, its whole timeout); None when
+        it ended in time.
 
         Without a step budget, or when the budget left covers ``seconds``, this is watch(seconds) and
-        kube.WaitTimeout propagates as in a single call. Otherwise the wait stops when the budget runs
-        out and raises Pending with describe(state) and the time spent on this wait so far.
+        kube.WaitTimeout propagates as in a single call. Otherwise the wait stops when the budget runs out and
+        returns (and keeps in self.pending) a Pending with describe(state) and the time spent on it so far: the
+        caller returns at once, and so does each caller up to the phase.
         """
-        if self.budget_deadline is None:
-            return watch(seconds)
-        left = self.budget_deadline - self.clock()
-        if left >= seconds:
-            return watch(seconds)
+        if self.budget_deadline is None or self.budget_deadline - self.clock() >= seconds:
+            watch(seconds)
+            return None
         began = self.clock()
         try:
-            return watch(max(0.1, left))
+            watch(max(0.1, self.budget_deadline - began))
         except kube.WaitTimeout as exc:
-            raise Pending(key, phase, title, total - seconds + (self.clock() - began), total, describe(exc.state))
+            waited = total - seconds + (self.clock() - began)
+            self.pending = Pending(key, phase, title, waited, total, describe(exc.state))
+        return self.pending
 
 
 # --- the management cluster, when it is already reachable ----------------------------------

@@ -53,7 +53,7 @@ def _await_kubeconfig_secret(pv, phase, secret_name):
     deadline = pv.mgmt_deadline or pv.clock() + pv.wait_left("mgmt", total)
     pv.say(f">>> waiting for Secret {pv.namespace}/{secret_name}")
     try:
-        pv.budgeted_wait(
+        pending = pv.budgeted_wait(
             "mgmt",
             phase,
             "management cluster",
@@ -75,7 +75,7 @@ def _await_kubeconfig_secret(pv, phase, secret_name):
             f"Secret {pv.namespace}/{secret_name} (the management cluster's kubeconfig) did not appear on the kind cluster "
             f"within mgmt-ready-timeout; check `clusterctl describe cluster {pv.mgmt} -n {pv.namespace}`",
         )
-    return kube.get(pv.source, "v1", "Secret", secret_name, pv.namespace)
+    return None if pending else kube.get(pv.source, "v1", "Secret", secret_name, pv.namespace)
 
 
 def run(pv):
@@ -89,6 +89,8 @@ def run(pv):
     else:
         if secret is None and not pv.check_mode:
             secret = _await_kubeconfig_secret(pv, phase, secret_name)
+            if pv.pending:
+                return
         if secret is None:
             raise PivotError(
                 phase,
@@ -157,7 +159,7 @@ def wait_nodes(pv):
     timeout = pv.timeout("node")
     pv.say(f">>> waiting up to {timeout}s for the management cluster's nodes")
     try:
-        pv.budgeted_wait(
+        if pv.budgeted_wait(
             "nodes",
             "export",
             "nodes",
@@ -165,7 +167,8 @@ def wait_nodes(pv):
             pv.wait_left("nodes", timeout),
             lambda limit: kube.watch_until(pv.target, "v1", "Node", None, _node_states, limit, on_progress=pv.say),
             lambda state: f"nodes of {pv.mgmt}: {state}",
-        )
+        ):
+            return
     except kube.WaitTimeout as exc:
         nodes = kube.list_objects(pv.target, "v1", "Node")
         if any(kube.readiness(n)[0] for n in nodes):

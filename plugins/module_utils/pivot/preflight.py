@@ -110,6 +110,8 @@ def run(pv):
     if pv.source is None:
         return
     wait_kustomizations(pv)
+    if pv.pending:
+        return
     objects = capi_objects(pv.source, pv.namespace, phase="preflight")
     earlier_move = _earlier_move(pv)
     if earlier_move:

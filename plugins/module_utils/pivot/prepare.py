@@ -235,7 +235,8 @@ def wait_providers(pv, providers):
 
             key = f"provider {label}"
             try:
-                pv.budgeted_wait(key, "prepare", "providers", timeout, pv.wait_left(key, timeout), watch, describe)
+                if pv.budgeted_wait(key, "prepare", "providers", timeout, pv.wait_left(key, timeout), watch, describe):
+                    return
             except kube.WaitTimeout as exc:
                 raise PivotError(
                     "prepare",
