@@ -570,10 +570,9 @@ class _Http:
         self.content = b""
 
 
-@pytest.mark.slow
-def test_orphan_report_playbook_writes_markdown_and_json(ansible_playbook, moto, toml, tmp_path):
-    seed_cluster(moto, *WORKLOAD)
-    out = tmp_path / "reports"
+def orphan_report_playbook(ansible_playbook, moto, toml, out):
+    """playbooks/orphan-report.yml against moto, every owned resource old enough: (task results, the report's
+    JSON, its markdown), after asserting it exited 0 and its listing changed nothing."""
     rc, output, stderr = ansible_playbook(
         "playbooks/orphan-report.yml",
         "-e",
@@ -582,10 +581,14 @@ def test_orphan_report_playbook_writes_markdown_and_json(ansible_playbook, moto,
     )
     assert rc == 0, (output, stderr)
     results = task_results(output)
-    report = results["List owned resources older than the threshold (read-only)"]
-    assert report["changed"] is False
-    markdown = (out / "orphans-aws.md").read_text()
-    data = json.loads((out / "orphans-aws.json").read_text())
+    assert results["List owned resources older than the threshold (read-only)"]["changed"] is False
+    return results, json.loads((out / "orphans-aws.json").read_text()), (out / "orphans-aws.md").read_text()
+
+
+@pytest.mark.slow
+def test_orphan_report_playbook_writes_markdown_and_json(ansible_playbook, moto, toml, tmp_path):
+    seed_cluster(moto, *WORKLOAD)
+    results, data, markdown = orphan_report_playbook(ansible_playbook, moto, toml, tmp_path / "reports")
     assert data["environment"] == "aws" and data["min_age_hours"] == 0.0
     assert ("eu-north-1", "eks-cluster", WORKLOAD[2]) in normalise(data["resources"])
     assert f"| eu-north-1 | eu-north-1-workload | eks-cluster | `{WORKLOAD[2]}` |" in markdown

@@ -23,7 +23,6 @@ from test_aws_sweep import sweep
 from test_aws_sweep_world import BOOTSTRAP_TOML, normalise
 
 from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config
-from tests.substrate.fixtures import task_results
 
 A, B, C, CALLER = "111111111111", "222222222222", "333333333333", world.ACCOUNT
 ROLE_A = f"arn:aws:iam::{A}:role/krops-teardown"
@@ -223,19 +222,8 @@ def test_the_orphan_report_playbook_reports_each_account_through_its_role_and_no
             _entries(clusters_b["eu-west-1-workload"] | {g for g in globals_b if g[0] in ("global", "eu-west-1")})
         ),
     }
-    out = tmp_path / "reports"
-    rc, output, stderr = ansible_playbook(
-        "playbooks/orphan-report.yml",
-        "-e",
-        f"orphan_report_endpoint_url={moto}",
-        env={"BOOTSTRAP_CONFIG": toml, "ORPHAN_MIN_AGE_HOURS": "0", "ORPHAN_REPORT_DIR": str(out), "KROPS_PROFILE": ""},
-    )
-    assert rc == 0, (output, stderr)
-    results = task_results(output)
-    report = results["List owned resources older than the threshold (read-only)"]
-    assert report["changed"] is False and report["account_ids"] == [A, B]
-    data = json.loads((out / "orphans-aws.json").read_text())
-    markdown = (out / "orphans-aws.md").read_text()
+    results, data, markdown = sweeps.orphan_report_playbook(ansible_playbook, moto, toml, tmp_path / "reports")
+    assert results["List owned resources older than the threshold (read-only)"]["account_ids"] == [A, B]
     assert data["account_ids"] == [A, B] and [a["account_id"] for a in data["accounts"]] == [A, B]
     assert [a["role_arn"] for a in data["accounts"]] == [ROLE_A, ROLE_B]
     for entry in data["accounts"]:
