@@ -17,6 +17,9 @@ also gives the pytest summary of the tier (how many tests passed).
                     fixtures.py keeps each ansible_playbook run's JSON output there): seconds summed
                     per task name over every run, with how many runs and loop items it took
     --record        store this run's figures in tests/benchmarks/suite_time.json (committed)
+    --durations-from FILE  the seconds of the playbook and lifecycle tests of a whole-suite pytest --junitxml
+                    file into tests/benchmarks/durations.json, which `make durations` (the other tests, on an
+                    idle machine) leaves out: conftest then orders the files by measured cost, not by estimate
 
 Run from the repository root: .venv/bin/python tests/benchmarks/suite_time.py [--tier check] [--count]
 """
@@ -117,6 +120,43 @@ def profile(junit):
     print(f"| total | {sum(r[0] for r in per_file.values())} | {total:.0f} | |")
 
 
+def _nodeid(case):
+    """The pytest node id of a junit testcase (the suite has no test classes: classname is the module)."""
+    return case.get("classname").replace(".", "/") + ".py::" + case.get("name")
+
+
+def durations_from(junit):
+    """Record the playbook and lifecycle tests' seconds from a whole-suite junit file (see the docstring)."""
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "playbook or lifecycle",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    wanted = {line for line in listed if "::" in line}
+    measured = {
+        _nodeid(case): round(float(case.get("time") or 0), 2)
+        for case in ET.parse(junit).iter("testcase")
+        if case.get("classname") and _nodeid(case) in wanted
+    }
+    path = REPO / "tests" / "benchmarks" / "durations.json"
+    recorded = json.loads(path.read_text())
+    recorded["seconds"] = dict(sorted({**recorded["seconds"], **measured}.items()))
+    path.write_text(json.dumps(recorded, indent=0) + "\n")
+    print(f"durations: {len(measured)} of {len(wanted)} playbook and lifecycle tests recorded from {junit}")
+
+
 def _seconds(duration):
     start, end = (datetime.fromisoformat(duration[k].replace("Z", "+00:00")) for k in ("start", "end"))
     return (end - start).total_seconds()
@@ -153,7 +193,11 @@ def main(argv=None):
     parser.add_argument("--profile", metavar="JUNIT_XML")
     parser.add_argument("--tasks", metavar="DIR")
     parser.add_argument("--record", action="store_true")
+    parser.add_argument("--durations-from", metavar="JUNIT_XML")
     args = parser.parse_args(argv)
+    if args.durations_from:
+        durations_from(args.durations_from)
+        return 0
     if args.profile:
         profile(args.profile)
         return 0
