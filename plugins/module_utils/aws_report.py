@@ -139,3 +139,38 @@ def write_report(path, markdown, data):
     except OSError as exc:
         raise aws.AwsError(f"report_path {path}: cannot write the report ({exc}); give a path in a writable folder")
     return {"markdown": path, "json": json_path}
+
+
+def accounts_report(parts, result, job, generated_at):
+    """The report of several accounts (aws_sweep's parts, one per account) into result: markdown and JSON, with
+    each account's section and the flat lists, each entry with its account_id; its files written unless in check
+    mode."""
+    data = {
+        "environment": job["environment"],
+        "account_ids": result["account_ids"],
+        "regions": result["regions"],
+        "generated_at": generated_at,
+        "min_age_hours": 6 if job["params"].get("min_age_hours") is None else job["params"]["min_age_hours"],
+        "accounts": [],
+    }
+    for part in parts:
+        one = part["report"]["json"]
+        data["accounts"].append(
+            {
+                "account_id": part["account_id"],
+                "role_arn": part["role_arn"],
+                "regions": part["regions"],
+                "count": one.get("count", 0),
+                "resources": one.get("resources", []),
+                "errors": part["errors"],
+                "candidates": one.get("candidates", []),
+                "kept": one.get("kept", []),
+            }
+        )
+    for key in ("resources", "errors", "candidates", "kept"):
+        data[key] = [dict(item, account_id=a["account_id"]) for a in data["accounts"] for item in a[key]]
+    data["count"] = len(data["resources"])
+    result["report"] = {"markdown": render_accounts_markdown(data), "json": data}
+    params = job["params"]
+    if params.get("report_path") and not job["check_mode"]:
+        result["report_files"] = write_report(params["report_path"], result["report"]["markdown"], data)

@@ -818,15 +818,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     targets, all_regions = targets_from_config(
         cfg, environment, params.get("include_management", True), params.get("regions")
     )
-    if (params.get("min_age_hours") or 0) < 0:
-        raise SweepError("min_age_hours must be >= 0 (got {})".format(params["min_age_hours"]))
-    wait_timeout = 1200 if params.get("wait_timeout") is None else params["wait_timeout"]
-    if wait_timeout < 0 or (params.get("concurrency") is not None and params["concurrency"] < 1):
-        raise SweepError(
-            "wait_timeout must be >= 0 and concurrency >= 1 (got {} and {})".format(
-                wait_timeout, params.get("concurrency")
-            )
-        )
+    wait_timeout, resume = _checked_options(params, mode, check_mode)
     conn = aws.Connection(
         profile=params.get("profile"),
         endpoint_url=params.get("endpoint_url"),
@@ -835,9 +827,6 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
         session_token=params.get("session_token"),
     )
     regions = _unique(t.region for t in targets)
-    resume = params.get("_sweep_state") or None
-    if resume is not None and (not isinstance(resume, dict) or mode != "delete" or check_mode):
-        raise SweepError("_sweep_state is internal to the action plugin's steps (delete mode only); do not set it")
     job = dict(
         cfg=cfg,
         environment=environment,
@@ -871,6 +860,23 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
             params["report_path"], result["report"]["markdown"], result["report"]["json"]
         )
     return result
+
+
+def _checked_options(params, mode, check_mode):
+    """(wait_timeout, resume state) of the module parameters; SweepError naming an option no sweep can start with."""
+    if (params.get("min_age_hours") or 0) < 0:
+        raise SweepError("min_age_hours must be >= 0 (got {})".format(params["min_age_hours"]))
+    wait_timeout = 1200 if params.get("wait_timeout") is None else params["wait_timeout"]
+    if wait_timeout < 0 or (params.get("concurrency") is not None and params["concurrency"] < 1):
+        raise SweepError(
+            "wait_timeout must be >= 0 and concurrency >= 1 (got {} and {})".format(
+                wait_timeout, params.get("concurrency")
+            )
+        )
+    resume = params.get("_sweep_state") or None
+    if resume is not None and (not isinstance(resume, dict) or mode != "delete" or check_mode):
+        raise SweepError("_sweep_state is internal to the action plugin's steps (delete mode only); do not set it")
+    return wait_timeout, resume
 
 
 def sweep_account(
@@ -1184,35 +1190,7 @@ def _merge_accounts(parts, conn, targets, started, job):
         summary_entry["changed"] = part["changed"]
         result["accounts"].append(summary_entry)
     if mode == "report":
-        data = {
-            "environment": environment,
-            "account_ids": result["account_ids"],
-            "regions": result["regions"],
-            "generated_at": _now().replace(microsecond=0).isoformat(),
-            "min_age_hours": 6 if job["params"].get("min_age_hours") is None else job["params"]["min_age_hours"],
-            "accounts": [],
-        }
-        for part in parts:
-            one = part["report"]["json"]
-            data["accounts"].append(
-                {
-                    "account_id": part["account_id"],
-                    "role_arn": part["role_arn"],
-                    "regions": part["regions"],
-                    "count": one.get("count", 0),
-                    "resources": one.get("resources", []),
-                    "errors": part["errors"],
-                    "candidates": one.get("candidates", []),
-                    "kept": one.get("kept", []),
-                }
-            )
-        for key in ("resources", "errors", "candidates", "kept"):
-            data[key] = [dict(item, account_id=a["account_id"]) for a in data["accounts"] for item in a[key]]
-        data["count"] = len(data["resources"])
-        result["report"] = {"markdown": aws_report.render_accounts_markdown(data), "json": data}
-        params = job["params"]
-        if params.get("report_path") and not job["check_mode"]:
-            result["report_files"] = aws_report.write_report(params["report_path"], result["report"]["markdown"], data)
+        aws_report.accounts_report(parts, result, job, _now().replace(microsecond=0).isoformat())
     result["api_calls"] = conn.counter.total
     result["api_calls_by_operation"] = dict(sorted(conn.counter.by_operation.items()))
     result["duration"] = round(time.monotonic() - started, 3)
