@@ -41,26 +41,27 @@ _FORMATTED = ("duration", "date", "date-time", "byte")
 
 Verdict = namedtuple("Verdict", "outcome message reason schema_type")
 
-_ENV = celpy.Environment()
+
+class _Evaluator(celpy.evaluation.Evaluator):
+    """cel-python's evaluator, less its own ``.min()`` and ``.reduce()`` macros: CEL has none, and ``min`` is the
+    Kubernetes lists library's function (an error on an empty list, comparable elements only)."""
+
+    def member_dot_arg(self, tree):
+        if tree.children[1].value in ("min", "reduce"):
+            return self.method_eval(*self.visit_children(tree))
+        return super().member_dot_arg(tree)
+
+
+class _Runner(celpy.InterpretedRunner):
+    def evaluate(self, context):
+        return _Evaluator(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
+_ENV = celpy.Environment(runner_class=_Runner)
 _PROGRAMS = {}
 
 
-class Unsupported(Exception):  # noqa: N818 - not an error of the rule: the engine cannot run it
-    """Raised (through cel-python, which lets it pass) when a rule reads a value this path does not build."""
-
-
-class FormattedString:
-    """A ``format: duration/date/date-time/byte`` string: reading it is :class:`Unsupported`, never a guess."""
-
-    def __init__(self, fmt):
-        self.fmt = fmt
-
-    def _refuse(self, *args):
-        raise Unsupported(f"a format: {self.fmt} string (CEL sees a typed value there)")
-
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __len__ = __iter__ = __contains__ = _refuse
-    __add__ = __radd__ = __str__ = __bool__ = __getitem__ = __getattr__ = _refuse
-    __hash__ = None
+Unsupported, FormattedString = cel_k8s_library.Unsupported, cel_k8s_library.FormattedString
 
 
 def _program(rule):
@@ -120,7 +121,8 @@ def _cel(value, schema):
             return FormattedString(schema["format"])
         return celtypes.StringType(value)
     if isinstance(value, list):
-        return celtypes.ListType([_cel(v, schema.get("items")) for v in value])
+        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        return cel_k8s_library.TypedList([_cel(v, items) for v in value], items.get("type"))
     if isinstance(value, dict):
         props = schema.get("properties") or {}
         extra = schema.get("additionalProperties")

@@ -35,6 +35,32 @@ _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
 
 
+class Unsupported(Exception):  # noqa: N818 - not an error of the rule: the engine cannot run it
+    """Raised (through cel-python, which lets it pass) when a rule reads a value this path does not build."""
+
+
+class FormattedString:
+    """A ``format: duration/date/date-time/byte`` string: reading it is :class:`Unsupported`, never a guess."""
+
+    def __init__(self, fmt):
+        self.fmt = fmt
+
+    def _refuse(self, *args):
+        raise Unsupported(f"a format: {self.fmt} string (CEL sees a typed value there)")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __len__ = __iter__ = __contains__ = _refuse
+    __add__ = __radd__ = __str__ = __bool__ = __getitem__ = __getattr__ = _refuse
+    __hash__ = None
+
+
+def _refuse_formatted(args):
+    for arg in args:
+        if isinstance(arg, FormattedString):
+            arg._refuse()
+        if isinstance(arg, list):
+            _refuse_formatted(arg)
+
+
 class Namespace:
     def __init__(self, name):
         self.name = name
@@ -58,6 +84,7 @@ def _cel_function(fn):
         for arg in args:
             if isinstance(arg, CELEvalError):
                 return arg
+        _refuse_formatted(args)
         try:
             return fn(*args)
         except CelError as exc:
@@ -87,12 +114,24 @@ B, I, S = celtypes.BoolType, celtypes.IntType, celtypes.StringType  # noqa: E741
 # --- optional types (cel-go cel.OptionalTypes) ------------------------------------------------------------------
 
 
-class Optional:
+class Optional(celtypes.MessageType):
+    """optional.of(v) / optional.none(). A MessageType only so that cel-python hands field selection to
+    :meth:`get`: selecting a field of an optional gives an optional (none for none, or for a missing key)."""
+
     def __init__(self, present, value=None):
+        super().__init__()
         self.present, self.value = present, value
+
+    def get(self, field, default=None):
+        if self.present and isinstance(self.value, dict) and field in self.value:
+            return Optional(True, self.value[field])
+        return NONE
 
     def __eq__(self, other):
         return isinstance(other, Optional) and (self.present, self.value) == (other.present, other.value)
+
+    def __ne__(self, other):
+        return not self == other
 
     def __hash__(self):
         return hash(self.present)
@@ -107,6 +146,8 @@ NONE = Optional(False)
 def _is_zero(value):
     if value is None:
         return True
+    if isinstance(value, Optional):
+        return False
     if isinstance(value, celtypes.TimestampType):
         return value == celtypes.TimestampType("0001-01-01T00:00:00Z")
     if isinstance(value, celtypes.DurationType):
@@ -320,7 +361,7 @@ def _compare_to(a, b):
 
 
 def _semver(text, normalize=False):
-    if not isinstance(normalize, bool):
+    if not isinstance(normalize, bool | celtypes.BoolType):
         raise TypeError(normalize)
     return v.parse_semver(_str(text), bool(normalize))
 
@@ -409,6 +450,14 @@ def _find_all(text, pattern, limit=-1):
 # --- lists (pkg/cel/library/lists.go; cel-go ext/lists.go version 3) --------------------------------------------
 
 
+class TypedList(celtypes.ListType):
+    """A list of an object's data, which knows its schema's item type (what cel-go's type checker knows)."""
+
+    def __init__(self, items, item_type=None):
+        super().__init__(items)
+        self.item_type = item_type
+
+
 def _list(value):
     if not isinstance(value, list):
         raise TypeError(value)
@@ -429,8 +478,8 @@ def _is_sorted(values):
 
 def _sum(values):
     items = _list(values)
-    if not items:
-        return I(0)
+    if not items:  # the zero of the list's type: double for a list of numbers, else int (lists.go sum)
+        return celtypes.DoubleType(0) if getattr(values, "item_type", None) == "number" else I(0)
     total = items[0]
     for item in items[1:]:
         total = total + item
