@@ -381,9 +381,30 @@ STRING_CASES = [
 ]
 
 
+# --- cases read from upstream's sources where its tests are silent ------------------------------------------------
+SOURCE_CASES = [
+    # apimachinery pkg/api/validation maskTrailingDash drops the last two characters and appends "a"
+    ('format.dns1123SubdomainPrefix().validate("a-.-")', _NONE),
+    # validation.IsQualifiedName: an empty name part fails both the emptiness and the regex check
+    ('format.qualifiedName().validate("x/").value().size()', ("==", "2")),
+    ('format.qualifiedName().validate("a/b/c").value().size()', ("==", "1")),
+    # kube-openapi strfmt UUIDPattern: each dash is optional
+    ('format.uuid().validate("123e4567e89b-12d3-a456-426614174000")', _NONE),
+    # govalidator's Base64 pattern needs one quantum at least
+    ('format.byte().validate("")', _of("invalid base64")),
+    # strfmt.IsDateTime: split at "t", fields bounded above only
+    ('format.datetime().validate("2021-01-01 00:00:00Z")', _of("invalid datetime")),
+    ('format.datetime().validate("2021-01-01T00:00:00+25:00")', _NONE),
+    ('format.datetime().validate("2021-01-01T00:00:00,5Z")', _NONE),
+    # url.Parse splits the fragment off before the query is read
+    ("url('https://x/p?k=a#frag').getQuery() == {'k': ['a']}", True),
+    ("url('https://x/a%2Fb').getEscapedPath() == '/a%2Fb'", True),
+]
+
+
 @pytest.mark.parametrize(
     "expr, expected",
-    IP_CASES + CIDR_CASES + QUANTITY_CASES + SEMVER_CASES + FORMAT_CASES + STRING_CASES,
+    IP_CASES + CIDR_CASES + QUANTITY_CASES + SEMVER_CASES + FORMAT_CASES + STRING_CASES + SOURCE_CASES,
 )
 def test_library_case(expr, expected):
     _check(expr, expected)
