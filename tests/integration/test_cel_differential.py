@@ -281,6 +281,10 @@ KNOWN_PRODUCT_GAPS = {
     "'gums'.reverse() == 'smug'",
     # RE2 refuses the pattern (an evaluation error); the Rust engine's matches() returns false
     "self.str.matches('x++')",
+    # RE2's Perl classes are ASCII-only; the Rust engine's matches() and Python's re (find) are Unicode-aware
+    "'\u0663'.matches('^\\\\d$')",
+    "'a\u00e9'.matches('^\\\\w+$')",
+    "'\u0663'.find('\\\\d') == ''",
 }
 
 

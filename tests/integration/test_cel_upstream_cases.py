@@ -399,6 +399,11 @@ SOURCE_CASES = [
     # url.Parse splits the fragment off before the query is read
     ("url('https://x/p?k=a#frag').getQuery() == {'k': ['a']}", True),
     ("url('https://x/a%2Fb').getEscapedPath() == '/a%2Fb'", True),
+    # RE2 (google/re2 doc/syntax.txt): the Perl classes are ASCII-only, \\d == [0-9], \\w == [0-9A-Za-z_]
+    ("'\u0663'.matches('^\\\\d$')", False),
+    ("'a\u00e9'.matches('^\\\\w+$')", False),
+    ("'\u0663'.find('\\\\d') == ''", True),
+    ("'AB'.matches('(?i)ab')", True),
 ]
 
 
