@@ -27,7 +27,6 @@ Importable without Ansible.
 
 from __future__ import annotations
 
-import base64
 import copy
 import datetime
 import decimal
@@ -36,6 +35,8 @@ import logging
 import re
 import threading
 import urllib.parse
+
+from ansible_collections.krops.platform.plugins.module_utils import cel_formats
 
 try:
     import cel as _cel
@@ -97,6 +98,8 @@ BUILTINS = frozenset(
 
 
 def _index_of(target, item, offset=None):
+    if isinstance(target, str) and item and offset is not None and offset >= len(target):
+        return -1  # cel-go ext/strings.go indexOfOffset: an offset past the end finds nothing (no error)
     if isinstance(target, str):
         return _cel_stdlib.index_of(target, item, 0 if offset is None else offset)
     for index, value in enumerate(target):
@@ -106,6 +109,8 @@ def _index_of(target, item, offset=None):
 
 
 def _last_index_of(target, item, offset=None):
+    if isinstance(target, str) and item and offset is not None and offset >= len(target):
+        return -1  # lastIndexOfOffset likewise
     if isinstance(target, str):
         return _cel_stdlib.last_index_of(target, item, offset)
     for index in range(len(target) - 1, -1, -1):
@@ -226,9 +231,18 @@ def _url(text):
 
 
 def _url_parts(value):
+    """The URL as url.Parse splits it: the fragment apart (url() checked it as ParseRequestURI does)."""
     if isinstance(value, dict) and _URL in value:
-        return _parse_url(value[_URL])
+        return urllib.parse.urlsplit(value[_URL])
     raise TypeError(f"not a URL: {value!r}")
+
+
+def _escaped_path(value):
+    """URL.EscapedPath: the path as written when it is a valid encoding, else the path escaped as Go does."""
+    raw = _url_parts(value).path
+    if all(c in "!$&'()*+,;=:@[]%-_.~/" or (c.isascii() and c.isalnum()) for c in raw):
+        return raw
+    return urllib.parse.quote(urllib.parse.unquote(raw), safe="-_.~$&+,/:;=@")
 
 
 def _host(value):
@@ -271,7 +285,7 @@ URL_FUNCTIONS = {
     "getHost": _host,
     "getHostname": _hostname,
     "getPort": _port,
-    "getEscapedPath": lambda u: _url_parts(u).path,
+    "getEscapedPath": _escaped_path,
     "getQuery": _query,
 }
 
@@ -314,127 +328,19 @@ IP_FUNCTIONS = {"isIP": _is_ip, "isCIDR": _is_cidr}
 
 # --- Kubernetes format library ----------------------------------------------------------------
 # format.<name>() / format.named(name) give a Format ({_FMT: name}); <format>.validate(s) is
-# optional.none() when s is valid, else optional.of([messages]). Name formats follow
-# k8s.io/apimachinery validation (regexes and lengths); uri, uuid, byte, date and datetime
-# approximate kube-openapi's strfmt.
+# optional.none() when s is valid, else optional.of([messages]): the validators and their messages are
+# upstream's (cel_formats.py says which).
 _FMT = "__krops_format__"
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = _DNS1123_LABEL + r"(\." + _DNS1123_LABEL + r")*"
-_DNS1035_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"
-_QUALIFIED = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_UUID = re.compile(r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})$", re.I)
 
 
-def _pattern(regex, max_length, what):
-    compiled = re.compile(f"^{regex}$")
-
-    def check(value):
-        problems = []
-        if len(value) > max_length:
-            problems.append("must be no more than %d characters" % max_length)
-        if not compiled.match(value):
-            problems.append(f"{what} (regex used for validation is '{regex}')")
-        return problems
-
-    return check
+def _request_uri(value):
+    try:
+        _parse_url(value)
+    except ValueError:
+        raise ValueError("invalid URI for request") from None
 
 
-_LABEL = _pattern(
-    _DNS1123_LABEL,
-    63,
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
-    "or '-', and must start and end with an alphanumeric character",
-)
-_SUBDOMAIN = _pattern(
-    _DNS1123_SUBDOMAIN,
-    253,
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-    "characters, '-' or '.', and must start and end with an alphanumeric character",
-)
-_LABEL1035 = _pattern(
-    _DNS1035_LABEL,
-    63,
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
-    "start with an alphabetic character, and end with an alphanumeric character",
-)
-_NAME = _pattern(
-    _QUALIFIED,
-    63,
-    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start "
-    "and end with an alphanumeric character",
-)
-
-
-def _prefix(check):
-    # A generateName prefix may end with '-': the server masks it before checking.
-    return lambda value: check(value[:-1] + "a" if len(value) > 1 and value.endswith("-") else value)
-
-
-def _qualified_name(value):
-    prefix, slash, name = value.rpartition("/")
-    problems = []
-    if slash:
-        if not prefix:
-            problems.append("prefix part must be non-empty")
-        else:
-            problems.extend(f"prefix part {p}" for p in _SUBDOMAIN(prefix))
-    if not name:
-        return problems + ["name part must be non-empty"]
-    return problems + _NAME(name)
-
-
-def _label_value(value):
-    return (
-        []
-        if value == ""
-        else _pattern(
-            _QUALIFIED,
-            63,
-            "a valid label must be an empty string or consist of "
-            "alphanumeric characters, '-', '_' or '.', and must start and end with an "
-            "alphanumeric character",
-        )(value)
-    )
-
-
-def _strict(parse, message):
-    def check(value):
-        try:
-            parse(value)
-        except (ValueError, TypeError):
-            return [message]
-        return []
-
-    return check
-
-
-def _parse_date(value):
-    if not re.match(r"^\d{4}-\d{2}-\d{2}$", value):
-        raise ValueError(value)
-    datetime.date.fromisoformat(value)
-
-
-def _parse_datetime(value):
-    if not re.match(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$", value):
-        raise ValueError(value)
-    datetime.datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00").replace("t", "T"))
-
-
-FORMATS = {
-    "dns1123Label": _LABEL,
-    "dns1123Subdomain": _SUBDOMAIN,
-    "dns1035Label": _LABEL1035,
-    "qualifiedName": _qualified_name,
-    "dns1123LabelPrefix": _prefix(_LABEL),
-    "dns1123SubdomainPrefix": _prefix(_SUBDOMAIN),
-    "dns1035LabelPrefix": _prefix(_LABEL1035),
-    "labelValue": _label_value,
-    "uri": lambda value: _strict(_parse_url, f"parse {value!r}: invalid URI for request")(value),
-    "uuid": lambda value: [] if _UUID.match(value) else ["does not match the UUID format"],
-    "byte": _strict(lambda v: base64.b64decode(v, validate=True), "invalid base64"),
-    "date": _strict(_parse_date, "invalid date"),
-    "datetime": _strict(_parse_datetime, "invalid datetime"),
-}
+FORMATS = cel_formats.validators(_request_uri)
 
 
 def _format_validate(fmt, value):

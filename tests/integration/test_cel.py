@@ -309,6 +309,24 @@ def test_every_builtin_the_static_check_trusts_exists_in_the_engine(name):
         ("format.uri().validate('https://x/y').hasValue()", False),
         ("format.uri().validate('x y').hasValue()", True),
         ("optional.of(1).orValue(2)", 1),
+        # found by the emulator's own CEL path against upstream (tests/integration/test_cel_upstream_cases.py)
+        ("'tacocat'.indexOf('a', 30)", -1),
+        ("'tacocat'.lastIndexOf('a', 30)", -1),
+        ("url('https://example.com/with space/').getEscapedPath()", "/with%20space/"),
+        ("url('https://x/p?k=a#frag').getQuery()", {"k": ["a"]}),
+        ("format.dns1123SubdomainPrefix().validate('a-.-').hasValue()", False),
+        ("format.qualifiedName().validate('x/').value().size()", 2),
+        ("format.uuid().validate('123e4567e89b-12d3-a456-426614174000').hasValue()", False),
+        ("format.byte().validate('').hasValue()", True),
+        ("format.datetime().validate('2021-01-01 00:00:00Z').hasValue()", True),
+        (
+            "format.dns1123Label().validate('a b').value()",
+            [
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must"
+                " start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for"
+                " validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+            ],
+        ),
     ],
 )
 def test_kubernetes_extensions(expression, expected):

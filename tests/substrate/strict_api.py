@@ -33,7 +33,9 @@ k8s.io/apiserver v0.34.10 (pkg/endpoints/handlers/rest.go transformDecodeError a
 directive Warn, pkg/registry/generic/registry/store.go), k8s.io/apiextensions-apiserver v0.34.10
 (pkg/apiserver/validation/validation.go) and kube-openapi (pkg/validation/errors/schema.go).
 CEL rules (x-kubernetes-validations) are judged by the emulator's own path (tests/substrate/cel_independent.py,
-cel-python), with plugins/module_utils/cel.py as a differential; transition rules (oldSelf) do not run.
+cel-python with tests/substrate/cel_k8s_library.py), with plugins/module_utils/cel.py as a differential that
+never decides; a rule the own path cannot run refuses the write. Transition rules (oldSelf) run only with
+optionalOldSelf, oldSelf being optional.none().
 Built-in kinds are judged by tests/substrate/core_schemas.py, with validate_schema as a differential.
 Simplifications: lists are atomic for field ownership; a CRD's versions share one store, read in the
 version asked for (strategy None); GC is synchronous.
@@ -1241,29 +1243,30 @@ def _go_string_slice(values):
 
 
 # --- CEL rules (x-kubernetes-validations) ------------------------------------------------
-# The verdict is the emulator's own CEL path (tests/substrate/cel_independent.py: cel-python and its own schema
-# walk); krops' evaluator (plugins/module_utils/cel.py, the one validate uses) runs beside it as a differential.
-# Where cel-python cannot run a rule (a Kubernetes CEL library it lacks), krops' verdict is taken and the
-# rule is listed in PRODUCT_VERDICTS; a rule neither engine can run is listed in UNEVALUATED, never guessed.
+# The verdict is the emulator's own CEL path (tests/substrate/cel_independent.py: cel-python, the Kubernetes CEL
+# libraries written for it from upstream's Go sources in tests/substrate/cel_k8s_library.py, and its own schema
+# walk); krops' evaluator (plugins/module_utils/cel.py, the one validate uses) runs beside it as a differential
+# and never decides. A rule the emulator's path cannot run is listed in UNEVALUATED and the write is refused
+# (500), never guessed and never taken on krops' word.
 
-UNEVALUATED = set()  # rules neither engine could run
-PRODUCT_VERDICTS = set()  # rules only krops' evaluator could run: their verdict is not independent
+UNEVALUATED = set()  # rules the emulator's own path could not run: every write that reached one was refused
 
 
 def cel_errors(schema, obj):
     """Field errors of the CEL rules of a CRD schema, as apiextensions reports them.
 
     A failing rule is ``<path>: Invalid value: "<type>": <message or 'failed rule: <rule>'>`` (the root
-    path prints as ``<nil>``), or Forbidden/Required when the rule names that reason
-    (apiextensions-apiserver v0.34.10 pkg/apiserver/schema/cel/validation.go). Transition rules
-    (``oldSelf``) run only on update, and the emulator evaluates creates and replaces alike, so they do not run.
+    path prints as ``<nil>``), or Forbidden/Required when the rule names that reason; a rule whose evaluation
+    fails is ``<path>: Invalid value: "<type>": <error> evaluating rule: <rule>``
+    (apiextensions-apiserver v0.34.10 pkg/apiserver/schema/cel/validation.go). Transition rules (``oldSelf``)
+    run only with ``optionalOldSelf``, with oldSelf = optional.none(): the emulator hands no old object.
     """
     from tests.substrate import cel_independent
 
     verdicts = cel_independent.verdicts(obj, schema)
     results = krops_cel.evaluate(obj, schema)
     _cel_differential(obj, schema, results, {key: v.outcome for key, v in verdicts.items()})
-    product = {(r.path, r.rule): r for r in results if not r.transition}
+    product = {(r.path, r.rule): r for r in results}
     unwalked = sorted(k for k, r in product.items() if r.outcome == krops_cel.VIOLATED and k not in verdicts)
     if unwalked:  # krops' walk reached a rule the emulator's walk did not: the walks disagree
         meta = obj.get("metadata") or {}
@@ -1271,26 +1274,17 @@ def cel_errors(schema, obj):
             (obj.get("kind"), meta.get("name"), path, rule, "violated", None) for path, rule in unwalked
         )
         raise ApiError(500, "InternalError", f"the emulator's two CEL walks disagree on where rules run: {unwalked}")
-    failed = []
-    for key, verdict in verdicts.items():
-        if verdict.outcome == cel_independent.VIOLATED:
-            failed.append((key[0], verdict.message, verdict.reason, verdict.schema_type))
-        elif verdict.outcome == cel_independent.ERROR:
-            PRODUCT_VERDICTS.add(key[1])
-            theirs = product.get(key)
-            if theirs is None:  # krops' evaluator passed it
-                continue
-            if theirs.outcome != krops_cel.VIOLATED:
-                UNEVALUATED.add(theirs.rule)
-                continue
-            message = theirs.message.strip() or f"failed rule: {theirs.rule.strip()}"
-            failed.append((key[0], message, theirs.reason or "FieldValueInvalid", theirs.schema_type or "object"))
-    # optionalOldSelf rules run on create too (krops' evaluator runs them; the emulator's path skips oldSelf)
-    for theirs in results:
-        if theirs.transition and theirs.outcome == krops_cel.VIOLATED:
-            PRODUCT_VERDICTS.add(theirs.rule)
-            message = theirs.message.strip() or f"failed rule: {theirs.rule.strip()}"
-            failed.append((theirs.path, message, theirs.reason or "FieldValueInvalid", theirs.schema_type or "object"))
+    refused = sorted((key[1], v.message) for key, v in verdicts.items() if v.outcome == cel_independent.UNSUPPORTED)
+    if refused:
+        UNEVALUATED.update(rule for rule, _why in refused)
+        raise ApiError(
+            500, "InternalError", f"the emulator cannot evaluate these CEL rules, so it judges nothing: {refused}"
+        )
+    failed = [
+        (key[0], v.message, v.reason, v.schema_type)
+        for key, v in verdicts.items()
+        if v.outcome in (cel_independent.VIOLATED, cel_independent.ERROR)
+    ]
     return [
         FieldError(reason, path or "<nil>", schema_type, message)
         if reason == "FieldValueInvalid"
