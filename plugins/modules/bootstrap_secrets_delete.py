@@ -33,18 +33,11 @@ options:
     default: []
 extends_documentation_fragment:
   - krops.platform.kube
+  - krops.platform.kube.teardown_step
 attributes:
   check_mode:
     support: full
-    description: Lists, returns RV(plan) and sends each delete as a server-side dry run; changes nothing.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
-  platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
-    details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost)."""
+    description: Lists, returns RV(plan) and sends each delete as a server-side dry run; changes nothing."""
 
 EXAMPLES = r"""
 - name: Delete the bootstrap secrets and the run tags

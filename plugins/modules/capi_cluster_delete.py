@@ -58,19 +58,11 @@ options:
     default: 1200
 extends_documentation_fragment:
   - krops.platform.kube
+  - krops.platform.kube.teardown_step
 attributes:
   check_mode:
     support: full
-    description: Probes and returns RV(plan); changes nothing and does not wait.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
-
-  platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
-    details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost)."""
+    description: Probes and returns RV(plan); changes nothing and does not wait."""
 
 EXAMPLES = r"""
 - name: Delete the local-host workload cluster on the kind cluster

@@ -32,18 +32,11 @@ options:
     required: true
 extends_documentation_fragment:
   - krops.platform.kube
+  - krops.platform.kube.teardown_step
 attributes:
   check_mode:
     support: full
-    description: Lists, returns RV(plan) and sends each patch as a server-side dry run; changes nothing.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
-  platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
-    details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost)."""
+    description: Lists, returns RV(plan) and sends each patch as a server-side dry run; changes nothing."""
 
 EXAMPLES = r"""
 - name: Stop the ACK controllers before the AWS sweep

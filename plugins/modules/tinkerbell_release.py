@@ -57,19 +57,11 @@ options:
     default: 1200
 extends_documentation_fragment:
   - krops.platform.kube
+  - krops.platform.kube.teardown_step
 attributes:
   check_mode:
     support: full
-    description: Probes and returns RV(plan) and the Hardware that would be released; changes nothing.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
-
-  platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
-    details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost)."""
+    description: Probes and returns RV(plan) and the Hardware that would be released; changes nothing."""
 
 EXAMPLES = r"""
 - name: Release the Hardware of every workload cluster
