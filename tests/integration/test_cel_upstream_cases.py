@@ -26,8 +26,9 @@ from tests.substrate import cel_independent as ci
 def _verdict(rule, obj=None, schema=None, **entry):
     node = dict(schema or {"type": "object"})
     node["x-kubernetes-validations"] = [{"rule": rule, **entry}]
-    [verdict] = ci.verdicts({} if obj is None else obj, node).values()
-    return verdict
+    verdicts = list(ci.verdicts({} if obj is None else obj, node).values())
+    assert len(verdicts) == 1, verdicts
+    return verdicts[0]
 
 
 def _check(expr, expected, obj=None, schema=None):

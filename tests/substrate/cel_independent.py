@@ -80,7 +80,7 @@ def unsupported_reason(rule):
         return str(program)
     known = set(cel_k8s_library.FUNCTIONS) | set(celpy.evaluation.base_functions)
     known |= {"has", "all", "exists", "exists_one", "map", "filter", "dyn"}
-    missing = sorted({m for m in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(", _without_strings(rule))} - known)
+    missing = sorted(set(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(", _without_strings(rule))) - known)
     return f"no function {', '.join(missing)}" if missing else None
 
 

@@ -833,9 +833,9 @@ def _uri_errors(text):
 
 
 FORMATS = {
-    "dns1123Label": lambda s: is_dns1123_label(s),
-    "dns1123Subdomain": lambda s: is_dns1123_subdomain(s),
-    "dns1035Label": lambda s: is_dns1035_label(s),
+    "dns1123Label": is_dns1123_label,
+    "dns1123Subdomain": is_dns1123_subdomain,
+    "dns1035Label": is_dns1035_label,
     "qualifiedName": is_qualified_name,
     "dns1123LabelPrefix": lambda s: is_dns1123_label(_mask_trailing_dash(s)),
     "dns1123SubdomainPrefix": lambda s: is_dns1123_subdomain(_mask_trailing_dash(s)),
