@@ -76,6 +76,39 @@ WRITE_FAULTS = {
 }
 
 
+def parse_write_point(point):
+    """``<kind>:<api>:<METHOD> <path>`` -> (kind, api name, method, anchored path regex)."""
+    kind, api_name, request = point.split(":", 2)
+    method, path = request.split(" ", 1)
+    return kind, api_name, method, "^%s$" % re.escape(path)
+
+
+def arm(api, point):
+    """Make the write of ``point`` fail once on ``api`` (WRITE_FAULTS by the point's kind)."""
+    kind, _name, method, pattern = parse_write_point(point)
+    WRITE_FAULTS[kind](api, method, pattern)
+
+
+def distinct_writes(apis, seen=None):
+    """``write:<api>:<METHOD> <path>`` of every distinct mutating request the API servers logged (no dry runs)."""
+    seen = [] if seen is None else seen
+    for api in apis:
+        for method, path in list(api.requests):
+            if method in WRITES and "dryRun" not in path:
+                item = "write:%s:%s %s" % (api.name, method, path.split("?", 1)[0])
+                if item not in seen:
+                    seen.append(item)
+    return seen
+
+
+def summary(rows):
+    """The matrix line: points, converged, torn down clean, lost."""
+    converged = sum(1 for r in rows if r["converged"])
+    clean = sum(1 for r in rows if r["torn_down"])
+    lost = sum(1 for r in rows if r["lost"])
+    return "crash matrix: %d points, %d converged, %d torn down clean, %d lost" % (len(rows), converged, clean, lost)
+
+
 class Host:
     """A fresh emulated host with the decoys and the user's kubeconfig, and a fault to arm."""
 
@@ -90,9 +123,7 @@ class Host:
         self.point = point
         self._armed = []
         if point and point.split(":", 1)[0] in WRITE_FAULTS:
-            kind, api_name, request = point.split(":", 2)
-            method, path = request.split(" ", 1)
-            self._armed.append((kind, api_name, method, "^%s$" % re.escape(path)))
+            self._armed.append(parse_write_point(point))
             original = self.world._new_api
 
             def new_api(name):
@@ -132,14 +163,7 @@ class Host:
         return state
 
     def writes(self):
-        seen = []
-        for api in self.world._apis:
-            for method, path in api.requests:
-                if method in WRITES and "dryRun" not in path:
-                    item = "write:%s:%s %s" % (api.name, method, path.split("?", 1)[0])
-                    if item not in seen:
-                        seen.append(item)
-        return seen
+        return distinct_writes(self.world._apis)
 
     def tasks(self):
         if not self.log.exists():
@@ -242,12 +266,12 @@ def check_point(root, point, expected, checks):
                 row["converged"] = False
                 row["notes"].append("re-run rc=%d: %s" % (rc, _short(failed_tasks(out), err)))
             else:
-                diff = _diff(expected, host.snapshot())
+                differs = diff(expected, host.snapshot())
                 rc2, out2, err2, _s = host.run()
                 changed = changed_tasks(out2) if rc2 == 0 else ["rc=%d" % rc2]
-                row["converged"] = not diff and not changed
-                if diff:
-                    row["notes"].append("end state differs: " + "; ".join(diff[:4]))
+                row["converged"] = not differs and not changed
+                if differs:
+                    row["notes"].append("end state differs: " + "; ".join(differs[:4]))
                 if changed:
                     row["notes"].append("run after: changed " + ", ".join(changed[:4]))
             row["lost"] += host.lost(after_rerun=row["converged"])
@@ -303,7 +327,7 @@ def _short(failed, err):
     return " ".join(err.split())[-300:]
 
 
-def _diff(expected, actual):
+def diff(expected, actual):
     problems = []
     for name in sorted(set(expected) | set(actual)):
         want, got = set(expected.get(name, [])), set(actual.get(name, []))
@@ -367,11 +391,8 @@ def main(argv=None):
         started = time.monotonic()
         rows.append(check_point(root / ("p%03d" % index), point, expected, checks))
         print("  %s: %.0fs %s" % (point, time.monotonic() - started, rows[-1]["notes"] or "ok"), flush=True)
-    converged = sum(1 for r in rows if r["converged"])
-    clean = sum(1 for r in rows if r["torn_down"])
-    lost = sum(1 for r in rows if r["lost"])
     print(table(rows))
-    print("crash matrix: %d points, %d converged, %d torn down clean, %d lost" % (len(rows), converged, clean, lost))
+    print(summary(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     failed = [
