@@ -342,14 +342,19 @@ class CrashWorld:
             kubeconfig = self.target_kubeconfig.read_text() if self.target_kubeconfig.exists() else None
             return apis, dict(self.capi.workloads), kubeconfig
 
+    def disarm(self):
+        """Clear the faults a run did not reach and the request logs, keeping the state."""
+        for api in self._started:
+            api.clear_stalls()
+            with api._cond:
+                api._failures, api._resets, api.requests[:] = [], [], []
+
     def restore(self, saved):
         """Back to a checkpoint: API servers started since are stopped, faults and request logs cleared."""
         apis, workloads, kubeconfig = saved
+        self.disarm()
         with self._paused():
             for api in list(self._started):
-                api.clear_stalls()
-                with api._cond:
-                    api._failures, api._resets, api.requests[:] = [], [], []
                 if id(api) not in apis:
                     self.world.clusters.pop(api.url, None)
                     self._started.remove(api)
