@@ -27,7 +27,7 @@ import time
 import pytest
 
 from tests.benchmarks.crash_matrix import WRITE_FAULTS, arm, diff, distinct_writes, spread, summary, table
-from tests.substrate.crash_world import DECOYS, KS, MGMT, OPERATOR, RUN_TAGS, WORKLOAD, CrashWorld
+from tests.substrate.crash_world import DECOY_CLUSTER, DECOYS, KS, MGMT, OPERATOR, RUN_TAGS, WORKLOAD, CrashWorld
 
 # Fault kinds of the fast form: a stall waits out krops' 30 s request timeout, so it is the full form's.
 KINDS = ("write", "reset")
@@ -98,6 +98,12 @@ def owned_left(world):
         for api in (world.kind, mgmt)
     ):
         problems.append("the kept management Cluster %s is gone" % MGMT)
+    if not any(
+        ("cluster.x-k8s.io", "clusters") in api.resources
+        and api.exists("cluster.x-k8s.io/v1beta2", "Cluster", DECOY_CLUSTER, "default")
+        for api in (world.kind, mgmt)
+    ):
+        problems.append("the user's Cluster %s is gone" % DECOY_CLUSTER)
     return problems
 
 

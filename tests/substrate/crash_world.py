@@ -8,7 +8,8 @@ API servers and ``<cluster>-kubeconfig`` Secrets) reconciling in flux_world.Worl
 starts as the bootstrap leaves it: the providers, ``mgmt/local-host/clusters/{local-management,local-workload}``
 provisioned, Flux's Kustomizations, the krops-run ConfigMap and the kind marker. ``helm`` and ``clusterctl``
 are the stand-ins of tests/substrate/standins (state in the clusters). The management cluster also holds decoys
-that look like ours (a Secret and a ConfigMap whose names are near krops' ones).
+that look like ours (a Secret and a ConfigMap whose names are near krops' ones), and the kind cluster a user's
+Cluster named like the workload one, in the same namespace (clusterctl moves it with ours).
 
 ``steps(world)`` are the runs of the lifecycle, generated from bootstrap.toml and the teardown plan
 (module_utils.teardown_plan.build_plan): capi_pivot, flux_handoff on the management cluster, then the
@@ -51,6 +52,7 @@ OPERATOR = "operator.cluster.x-k8s.io/v1alpha2"
 CLUSTER = ("cluster.x-k8s.io/v1beta2", "Cluster")
 KS = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
 MGMT, WORKLOAD = "local-management", "local-workload"
+DECOY_CLUSTER = "local-workload-2"
 RUN_TAGS = {"KROPS_RUN_ID": "local-host-20261203", "KROPS_RUN_KIND": "manual"}
 AGE_KEY = (
     "# created: 2026-12-03T05:00:00Z\n# public key: age1qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq\n"
@@ -185,9 +187,12 @@ class CrashWorld:
                 if doc:
                     ssa_apply(kind, doc, "kustomize-controller")
         self.world.settle()
-        for cluster in (MGMT, WORKLOAD):
+        # and a user's Cluster in the same namespace, named like ours (the workload one's files under its name):
+        # clusterctl moves it with ours, the teardown must keep it
+        for cluster, name in ((MGMT, MGMT), (WORKLOAD, WORKLOAD), (WORKLOAD, DECOY_CLUSTER)):
             for rel in CLUSTER_FILES:
-                for doc in yaml.safe_load_all((REPO / "mgmt/local-host/clusters" / cluster / rel).read_text()):
+                text = (REPO / "mgmt/local-host/clusters" / cluster / rel).read_text().replace(cluster, name)
+                for doc in yaml.safe_load_all(text):
                     if doc:
                         ssa_apply(kind, doc, "kustomize-controller")
         self.world.settle()
@@ -279,10 +284,11 @@ class CrashWorld:
                     "registry_url": self.registry_url,
                     "clusterctl_binary": str(self.bin / "clusterctl"),
                     "helm_binary": str(self.bin / "helm"),
-                    "wait_timeout": 10,
-                    "node_timeout": 5,
-                    "mgmt_ready_timeout": 5,
-                    "move_timeout": 20,
+                    # the world is provisioned already: the waits end at once unless a machine is overloaded
+                    "wait_timeout": 30,
+                    "node_timeout": 15,
+                    "mgmt_ready_timeout": 15,
+                    "move_timeout": 60,
                 },
             ),
             (
@@ -322,9 +328,9 @@ class CrashWorld:
                 )
             elif action == "delete-clusters":
                 args = dict(kube, namespace=step["namespace"], clusters=step["clusters"], keep=step["keep"])
-                steps.append((name, capi_cluster_delete, dict(args, kustomizations=["*"], wait_timeout=20)))
+                steps.append((name, capi_cluster_delete, dict(args, kustomizations=["*"], wait_timeout=60)))
             elif action == "capi-providers":
-                args = dict(kube, api_version=OPERATOR, kinds=step["kinds"], wait_timeout=20)
+                args = dict(kube, api_version=OPERATOR, kinds=step["kinds"], wait_timeout=60)
                 steps.append((name, capi_provider_delete, args))
             elif action == "bootstrap-secrets":
                 args = dict(kube, namespace=step["namespace"], secrets=step["secrets"], configmaps=step["configmaps"])
