@@ -6,6 +6,7 @@
     .venv/bin/python tests/benchmarks/crash_matrix.py --limit 12        # 12 points spread over the list
     .venv/bin/python tests/benchmarks/crash_matrix.py --only clusterctl:before task:120
     .venv/bin/python tests/benchmarks/crash_matrix.py --env aws --only aws:ec2.DeleteVpc   # the aws lifecycle
+    .venv/bin/python tests/benchmarks/crash_matrix.py --limit 40 --shard 2/4  # the 2nd of 4 CI jobs' points
     make crash-matrix [CRASH_ARGS='--limit 12']
 
 One uninterrupted baseline run (tests/substrate/lifecycle.py, with the decoys of
@@ -305,7 +306,10 @@ class Host:
         problems += ["volume " + v for v in left["volumes"] if v not in self.decoy_volumes]
         problems += ["decoy volume %s deleted" % v for v in sorted(self.decoy_volumes - set(left["volumes"]))]
         problems += ["kind cluster " + k for k in left["kind_clusters"] if k != "other"]
-        problems += ["API server " + a for a in left["api_servers"] if a != "kind-other"]
+        # aws: the management cluster's emulated API server stands for an EKS cluster, whose deletion the moto
+        # inventory shows (SITE.owned_left); nothing in the emulated world stops it
+        kept = {"kind-other"} | ({MGMT} if SITE else set())
+        problems += ["API server " + a for a in left["api_servers"] if a not in kept]
         if left["registry_answers"]:
             problems.append("the registry still answers")
         problems += ["file ~/" + f for f in KROPS_FILES if (self.world.home / f).exists()]
@@ -425,8 +429,14 @@ def check_point(root, point, expected, checks):
 
 
 def tear_down(host, row):
-    """``--tags teardown`` on the host: torn down clean when it exits 0 with nothing owned left."""
+    """``--tags teardown`` on the host: torn down clean when it exits 0 with nothing owned left.
+
+    aws: once neither kind nor the management cluster answers, a teardown refuses the cloud side unless forced
+    (docs/teardown.md, ``teardown_force``); that refusal is followed by the forced teardown a user would run."""
     rc, out, err, _s = host.run("--tags", "teardown")
+    if rc != 0 and SITE and "no controller host answers" in json.dumps(failed_tasks(out)):
+        row["notes"].append("no controller host answers: teardown_force=true")
+        rc, out, err, _s = host.run("--tags", "teardown", "-e", "teardown_force=true")
     left = host.owned_left()
     row["torn_down"] = rc == 0 and not left
     if rc == 0 and left:
@@ -453,7 +463,13 @@ def check_teardown_point(root, point, row):
         row["fault_rc"] = rc
         if kind in AWS_FAULTS and any(f[2] for f in SITE.proxy.faults):
             row["notes"].append("the fault never fired: the teardown sent no %s" % operation)
-        tear_down(host, row)
+        if rc == 0:  # the faulted teardown finished (the fault retried away): it must have left nothing
+            left = host.owned_left()
+            row["torn_down"] = not left
+            row["notes"] += ["BUG teardown rc=0 but left: " + ", ".join(left[:5])] if left else ["finished despite it"]
+            row["lost"] += host.lost(after_rerun=False)
+        else:
+            tear_down(host, row)
     finally:
         host.stop()
     return row
@@ -510,6 +526,7 @@ def main(argv=None):
     parser.add_argument("--checks", default="rerun,teardown", help="rerun, teardown or both (default)")
     parser.add_argument("--json", help="write the rows to this file")
     parser.add_argument("--env", choices=sorted(ENVS), default="local-host", help="the lifecycle (default local-host)")
+    parser.add_argument("--shard", default="1/1", help="K/N: only every N-th chosen point, from the K-th (CI jobs)")
     args = parser.parse_args(argv)
     checks = set(args.checks.split(","))
     # a short folder: ansible's local RPC server puts unix sockets (at most 108 bytes) under it
@@ -548,6 +565,8 @@ def _matrix(args, checks, root):
             print(point + ("  (%s)" % names[point] if point in names else ""))
         return 0
     chosen = args.only if args.only else spread(points, args.limit)
+    shard, shards = (int(n) for n in args.shard.split("/"))
+    chosen = chosen[shard - 1 :: shards]
     rows = []
     for index, point in enumerate(chosen):
         started = time.monotonic()

@@ -27,7 +27,17 @@ import time
 import pytest
 
 from tests.benchmarks.crash_matrix import WRITE_FAULTS, arm, diff, distinct_writes, spread, summary, table
-from tests.substrate.crash_world import DECOY_CLUSTER, DECOYS, KS, MGMT, OPERATOR, RUN_TAGS, WORKLOAD, CrashWorld
+from tests.substrate.crash_world import (
+    AGE_KEY,
+    DECOY_CLUSTER,
+    DECOYS,
+    KS,
+    MGMT,
+    OPERATOR,
+    RUN_TAGS,
+    WORKLOAD,
+    CrashWorld,
+)
 
 # Fault kinds of the fast form: a stall waits out krops' 30 s request timeout, so it is the full form's.
 KINDS = ("write", "reset")
@@ -108,7 +118,7 @@ def owned_left(world):
 
 
 def lost(world, after_rerun):
-    """(c): the run tags on the kind cluster (the pivot's source state), each Cluster on exactly one side, and
+    """(c): the age key, the run tags on the kind cluster (the pivot's source state), each Cluster on exactly one side, and
     after the re-run the Flux secrets and run tags on the management cluster."""
     problems = []
     kind, mgmt = world.kind, world.mgmt
@@ -119,6 +129,8 @@ def lost(world, after_rerun):
     )
     if not tags or tags.get("data") != RUN_TAGS:
         problems.append("the run tags on the kind cluster are gone or changed")
+    if not world.age_key.exists() or world.age_key.read_text() != AGE_KEY:
+        problems.append("the age key file is gone or changed")
     for name in (MGMT, WORKLOAD):
         sides = [
             api.name
