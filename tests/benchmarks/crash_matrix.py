@@ -406,7 +406,7 @@ def check_point(root, point, expected, checks):
             else:
                 differs = diff(expected, host.snapshot())
                 rc2, out2, err2, _s = host.run()
-                changed = changed_tasks(out2) if rc2 == 0 else ["rc=%d" % rc2]
+                changed = changed_tasks(out2) if rc2 == 0 else ["rc=%d: %s" % (rc2, _short(failed_tasks(out2), err2))]
                 row["converged"] = not differs and not changed
                 if differs:
                     row["notes"].append("end state differs: " + "; ".join(differs[:4]))
