@@ -181,7 +181,8 @@ docs-setup:
 # The crash matrix (tests/benchmarks/crash_matrix.py, issue 30): the local-host playbook killed at task
 # boundaries, inside clusterctl move, or with one failed Kubernetes write; then a re-run must converge
 # (changed=0 after it) and a teardown from the partial state must leave nothing owned. About 8 minutes a
-# point on 2 cores, so not in make test; CRASH_ARGS='--list' prints the points, '--only task:40' runs one.
+# point on 2 cores, so not in make test (its fast form is: tests/integration/test_crash_matrix.py);
+# CRASH_ARGS='--list' prints the points, '--only task:40' runs one, '--env aws' runs the aws lifecycle.
 crash-matrix:
 	$(BIN)/python tests/benchmarks/crash_matrix.py $(CRASH_ARGS)
 

@@ -136,6 +136,7 @@ class LatencyProxy:
         self.calls = 0
         self.by_operation = {}  # 'service.Operation' -> calls (the benchmark's call table)
         self.held = []  # (type, started, released)
+        self.faults = []  # [operation, "error" or "reset", remaining]: inject_failure / inject_reset
         self._lock = threading.Lock()
         proxy = self
 
@@ -167,6 +168,13 @@ class LatencyProxy:
                 with proxy._lock:
                     proxy.calls += 1
                     proxy.by_operation[name] = proxy.by_operation.get(name, 0) + 1
+                fault = proxy._fault(name)
+                if fault == "reset":  # read, then closed with no answer: the caller cannot tell what happened
+                    self.close_connection = True
+                    return
+                if fault == "error":
+                    self._error()
+                    return
                 if proxy.latency:
                     time.sleep(proxy.latency)
                 held = classify(self.command, self.path.split("?")[0], body)
@@ -184,11 +192,43 @@ class LatencyProxy:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _error(self):
+                # AWS's answer to an internal error, in the query protocol's shape (botocore retries a 500 by
+                # its status whatever the body: retryhandler's general_server_error, 500/502/503/504)
+                data = (
+                    b"<ErrorResponse><Error><Type>Receiver</Type><Code>InternalFailure</Code>"
+                    b"<Message>injected by the crash matrix</Message></Error><RequestId>crash</RequestId></ErrorResponse>"
+                )
+                self.send_response(500)
+                self.send_header("Content-Type", "text/xml")
+                self.send_header("x-amzn-ErrorType", "InternalFailure")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             do_GET = do_POST = do_DELETE = do_PUT = do_HEAD = _do
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+
+    def inject_failure(self, operation, times=1):
+        """The next ``times`` calls of ``operation`` ('service.Operation', as ``operation()`` names it) answer 500."""
+        with self._lock:
+            self.faults.append([operation, "error", times])
+
+    def inject_reset(self, operation, times=1):
+        """The next ``times`` calls of ``operation`` are read, then the connection is closed with no answer."""
+        with self._lock:
+            self.faults.append([operation, "reset", times])
+
+    def _fault(self, name):
+        with self._lock:
+            for fault in self.faults:
+                if fault[2] > 0 and fault[0] == name:
+                    fault[2] -= 1
+                    return fault[1]
+        return None
 
     def _forward(self, method, path, headers, body):
         headers = dict(headers)

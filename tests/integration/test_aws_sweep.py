@@ -940,6 +940,32 @@ def held(moto, monkeypatch):
     proxy.stop()
 
 
+def test_the_proxy_fails_a_named_call_once_as_a_500_or_a_reset_then_forwards_it(held):
+    """The crash matrix's AWS delete faults (tests/benchmarks/crash_matrix.py --env aws): one call, once."""
+    import botocore.config
+    import botocore.exceptions
+
+    ec2 = boto3.client(
+        "ec2",
+        region_name="eu-north-1",
+        endpoint_url=held.url,
+        config=botocore.config.Config(retries={"total_max_attempts": 1}),  # botocore would retry a 500
+    )
+    vpcs = [ec2.create_vpc(CidrBlock="10.%d.0.0/16" % i)["Vpc"]["VpcId"] for i in (1, 2)]
+    held.inject_failure("ec2.DeleteVpc")
+    with pytest.raises(botocore.exceptions.ClientError) as err:
+        ec2.delete_vpc(VpcId=vpcs[0])
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+    assert err.value.response["Error"]["Code"] == "InternalFailure"
+    ec2.delete_vpc(VpcId=vpcs[0])  # once only
+    held.inject_reset("ec2.DeleteVpc")
+    with pytest.raises(botocore.exceptions.ConnectionClosedError):
+        ec2.delete_vpc(VpcId=vpcs[1])
+    ec2.delete_vpc(VpcId=vpcs[1])
+    left = {v["VpcId"] for v in ec2.describe_vpcs()["Vpcs"]}
+    assert not left & set(vpcs)
+
+
 def test_steps_resume_from_the_plan_without_listing_again_and_end_like_one_run(moto, toml, fast, held):
     seed_cluster(moto, *WORKLOAD)
     params = {

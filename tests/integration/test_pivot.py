@@ -1008,6 +1008,59 @@ def gate_play(world, tmp_path, **extra):
     ]
 
 
+def adoption_play(world, tmp_path, source_kubeconfig):
+    """The ACK adoption tasks alone (tasks_from ack_adoption.yml) of an aws pivot into the target."""
+    kubeconfig = world.mgmt.write_kubeconfig(tmp_path / "target.yaml", context="krops-mgmt")
+    variables = dict(
+        role_play(world, krops_environment="aws")[0]["vars"],
+        pivot_source_kubeconfig=source_kubeconfig,
+        pivot_result={"target_kubeconfig": kubeconfig, "already_moved": True},
+    )
+    adoption = {"name": "krops.platform.pivot", "tasks_from": "ack_adoption.yml"}
+    return [
+        {
+            "name": "adoption",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": variables,
+            "tasks": [{"name": "adoption", "ansible.builtin.include_role": adoption}],
+        }
+    ]
+
+
+@pytest.mark.slow
+def test_a_rerun_after_the_pivot_keeps_the_ack_adoption_fields_once_kind_is_gone(world, ansible_playbook, tmp_path):
+    """A plain re-run of the aws playbook after a pivot failed here (kind is gone, its ACK objects unreadable),
+    rc=2, found by the crash matrix (issue 30); writing the ConfigMap from nothing would have emptied it."""
+    for kind, plural in (("VPC", "vpcs"), ("Subnet", "subnets"), ("SecurityGroup", "securitygroups")):
+        world.kind.add_resource("ec2.services.k8s.aws", "v1alpha1", kind, plural)
+    world.kind.create(
+        {
+            "apiVersion": "ec2.services.k8s.aws/v1alpha1",
+            "kind": "VPC",
+            "metadata": {"name": "eu-west-1-workload-db", "namespace": "default"},
+            "spec": {"cidrBlocks": ["10.130.0.0/16"]},
+        }
+    )
+    world.kind.apply_object(
+        {
+            "apiVersion": "ec2.services.k8s.aws/v1alpha1",
+            "kind": "VPC",
+            "metadata": {"name": "eu-west-1-workload-db", "namespace": "default"},
+            "status": {"vpcID": "vpc-0123"},
+        }
+    )
+    # the run that moved: kind answers, its ids go to the management cluster
+    rc, output, stderr = ansible_playbook(adoption_play(world, tmp_path, world.kind.kubeconfig_path))
+    assert rc == 0, (stderr, json.dumps(task_results(output), indent=1)[-3000:])
+    carried = world.mgmt.get("v1", "ConfigMap", "krops-ack-adoption", "flux-system")["data"]
+    assert carried == {"KROPS_ADOPT_VPC_EU_WEST_1_WORKLOAD_DB": '"vpcID":"vpc-0123"'}
+    # a re-run once kind is deleted: nothing to read, the ConfigMap stays as the run that moved wrote it
+    rc, output, stderr = ansible_playbook(adoption_play(world, tmp_path, str(tmp_path / "kind-is-gone.yaml")))
+    assert rc == 0, (stderr, json.dumps(task_results(output), indent=1)[-3000:])
+    assert world.mgmt.get("v1", "ConfigMap", "krops-ack-adoption", "flux-system")["data"] == carried
+
+
 @pytest.mark.slow
 def test_role_refuses_to_delete_kind_when_the_target_lacks_the_clusters(world, ansible_playbook, tmp_path):
     """The deletion gate, after a pivot whose Clusters are not on the target."""
