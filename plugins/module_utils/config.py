@@ -42,6 +42,11 @@ from ansible_collections.krops.platform.plugins.module_utils import profiles
 DEFAULT_FILE = "bootstrap.toml"
 
 SYNC_KINDS = ("git", "oci")
+# The resource plane that makes an environment's cloud resources (docs/environments/crossplane.md): the cloud's
+# own operator (ACK, ASO, Config Connector) or Crossplane with its provider family; never both.
+RESOURCE_PLANES = ("native", "crossplane")
+# The platforms whose trees krops ships with a Crossplane plane (issue 27: aws first).
+CROSSPLANE_PLATFORMS = ("aws",)
 POST_KIND_CREATE_HOOKS = ("arc-federate", "wif-federate")
 
 # The one default of each timeout that is not a bootstrap.toml key (module options fall back to these).
@@ -805,6 +810,7 @@ _ENVIRONMENT = _table(
         "kind": (_choice(*profiles.PLATFORMS), None),
         "platform": (_choice(*profiles.PLATFORMS), None),
         "sync": (_choice(*SYNC_KINDS), _REQUIRED),
+        "resource-plane": (_choice(*RESOURCE_PLANES), "native"),
         "sync-path": (_repo_path, _REQUIRED),
         "workload-path": (_optional(_repo_path), ""),
         "mgmt-cluster": (_DNS_LABEL_NAME, _REQUIRED),
@@ -889,6 +895,14 @@ def _check_environment(env, ctx, key, data):
                 ", ".join(p for p, prof in profiles.PROFILES.items() if prof.local_registry)
             ),
             env["sync"],
+        )
+    if env["resource-plane"] == "crossplane" and platform not in CROSSPLANE_PLATFORMS:
+        ctx.fail(
+            _join(key, "resource-plane"),
+            'native (krops ships a Crossplane tree only for platform {}; this environment is {})'.format(
+                ", ".join(CROSSPLANE_PLATFORMS), platform
+            ),
+            env["resource-plane"],
         )
     _check_accounts(env, ctx, key, profile)
     # The teardown patterns must give valid AWS names for every real workload cluster name.
