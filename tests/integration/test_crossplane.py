@@ -1,0 +1,288 @@
+"""The Crossplane resource plane (aws-crossplane): the emulated providers on moto, the teardown's ordered deletion
+with decoys, and the quiesce of Crossplane and its providers.
+
+The cluster is a StrictKubeEmulator serving the vendored CRDs of provider-upjet-aws v2.6.0 (schemas and CEL);
+tests/substrate/crossplane_world.CrossplaneProviders reconciles the managed resources against moto.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.krops.platform.plugins.modules import crossplane_resources_delete, flux_release_quiesce
+from tests.substrate import aws_world
+from tests.substrate.aws_world import ACCOUNT, clients
+from tests.substrate.crossplane_world import CRD_KINDS, EXTERNAL_NAME, FINALIZER, CrossplaneProviders
+from tests.substrate.flux_world import World, ssa_apply
+
+TREE = ["mgmt/aws-crossplane/crossplane-resources", "mgmt/aws-crossplane/crossplane-global-iam"]
+RUN = {
+    "AWS_ACCOUNT_ID": ACCOUNT,
+    "KROPS_RUN_ID": "xp-1",
+    "KROPS_REVISION": "main@sha1:" + "b" * 40,
+    "KROPS_EXPIRES_AT": "2026-12-02T00:00:00Z",
+    "KROPS_RUN_KIND": "ci",
+}
+XP = "aws.m.upbound.io/v1beta1"
+DB = "krops-eu-west-1-workload-db"
+BUCKET = f"krops-{ACCOUNT}-eu-west-1-workload-data"
+
+
+def _world(strict_cluster, moto, name="xp-mgmt", objects=None, needs_deployment=False):
+    world = World()
+    api = world.add_cluster(strict_cluster(name, bundles=()))
+    providers = CrossplaneProviders(world, moto, needs_deployment=needs_deployment)
+    aws_world.install_crds(api, CRD_KINDS)
+    for obj in aws_world.tree_objects(TREE, RUN) if objects is None else objects:
+        ssa_apply(api, obj, "kustomize-controller")
+    world.settle()
+    return world, api, providers
+
+
+def _mrs(api):
+    found = {}
+    for group, kind in CRD_KINDS:
+        if group == "aws.m.upbound.io":
+            continue
+        for obj in api.list(f"{group}/v1beta1", kind):
+            found[(kind, obj["metadata"]["name"])] = obj
+    return found
+
+
+def _vpcs(moto, region="eu-west-1", cidr="10.130.0.0/16"):
+    ec2 = clients(moto, region)("ec2")
+    return [v["VpcId"] for v in ec2.describe_vpcs(Filters=[{"Name": "cidr", "Values": [cidr]}])["Vpcs"]]
+
+
+def _decoy_vpc():
+    """A VPC of the same kind and a lookalike name, in the same namespace, without krops' label: not ours."""
+    return {
+        "apiVersion": "ec2.aws.m.upbound.io/v1beta1",
+        "kind": "VPC",
+        "metadata": {"name": DB + "-2", "namespace": "default", "labels": {"krops.io/environment": "aws"}},
+        "spec": {"forProvider": {"region": "eu-west-1", "cidrBlock": "10.140.0.0/16"}},
+    }
+
+
+def test_the_providers_build_in_moto_what_the_tree_declares(strict_cluster, moto):
+    _world_, api, providers = _world(strict_cluster, moto)
+    mrs = _mrs(api)
+    assert len(mrs) == 31  # 14 per workload cluster, the policy, user and attachment of the reader
+    for obj in mrs.values():
+        conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+        assert conditions == {"Synced": "True", "Ready": "True"}, (obj["kind"], obj["metadata"]["name"], obj["status"])
+        assert FINALIZER in obj["metadata"]["finalizers"]
+        assert obj["metadata"]["annotations"][EXTERNAL_NAME]
+    # the ids AWS assigned are written into the external names (IdentifierFromProvider)
+    vpc = mrs[("VPC", DB)]
+    assert _vpcs(moto) == [vpc["metadata"]["annotations"][EXTERNAL_NAME]]
+    ec2 = clients(moto, "eu-west-1")("ec2")
+    tags = {t["Key"]: t["Value"] for t in ec2.describe_vpcs(VpcIds=_vpcs(moto))["Vpcs"][0]["Tags"]}
+    assert tags["krops.io/environment"] == "aws-crossplane" and tags["krops.io/run-id"] == "xp-1"
+    rds = clients(moto, "eu-west-1")("rds")
+    (instance,) = [i for i in rds.describe_db_instances()["DBInstances"] if i["DBInstanceIdentifier"] == DB]
+    assert instance["DBSubnetGroup"]["DBSubnetGroupName"] == DB
+    assert [g["VpcSecurityGroupId"] for g in instance["VpcSecurityGroups"]] == [
+        mrs[("SecurityGroup", DB)]["metadata"]["annotations"][EXTERNAL_NAME]
+    ]
+    s3 = clients(moto, "eu-west-1")("s3")
+    assert s3.get_bucket_versioning(Bucket=BUCKET)["Status"] == "Enabled"
+    assert s3.get_public_access_block(Bucket=BUCKET)["PublicAccessBlockConfiguration"]["BlockPublicPolicy"] is True
+    iam = clients(moto, "eu-north-1")("iam")
+    assert [p["PolicyName"] for p in iam.list_attached_user_policies(UserName="krops-reader")["AttachedPolicies"]] == [
+        "krops-reader-assume"
+    ]
+    assert iam.get_role(RoleName="krops-eu-west-1-workload-reader")["Role"]["MaxSessionDuration"] == 3600
+    made = [(k, n) for k, n, _id in providers.creations]
+    assert len(made) == len(set(made)) == 31
+    assert providers.skipped == [
+        "attach arn:aws:iam::aws:policy/ReadOnlyAccess to role krops-eu-north-1-workload-reader: moto serves no AWS "
+        "managed policies",
+        "attach arn:aws:iam::aws:policy/ReadOnlyAccess to role krops-eu-west-1-workload-reader: moto serves no AWS "
+        "managed policies",
+    ]
+
+
+def test_a_second_cluster_creates_a_second_vpc_unless_the_external_names_come_along(strict_cluster, moto):
+    """The pivot's gap, shown: the management cluster's providers given the tree without kind's external names
+    create a second VPC; with them they take kind's over (what krops-crossplane-adoption must carry)."""
+    world, kind, providers = _world(strict_cluster, moto, "xp-kind")
+    names = {
+        "KROPS_XP_{}_{}".format(o["kind"].upper(), o["metadata"]["name"].upper().replace("-", "_")): o["metadata"][
+            "annotations"
+        ][EXTERNAL_NAME]
+        for o in _mrs(kind).values()
+        if o["kind"] in ("VPC", "Subnet", "SecurityGroup", "Instance")
+    }
+    assert len(names) == 10  # per workload cluster: VPC, two subnets, security group, DB instance
+    adopting = world.add_cluster(strict_cluster("xp-mgmt-adopting", bundles=()))
+    aws_world.install_crds(adopting, CRD_KINDS)
+    for obj in aws_world.tree_objects(TREE, dict(RUN, **names)):
+        ssa_apply(adopting, obj, "kustomize-controller")
+    world.settle()
+    assert len(_vpcs(moto)) == 1
+    vpcs = [(k, n) for k, n, _i in providers.creations if k == "VPC"]
+    assert len(vpcs) == 2  # each VPC once, on kind
+    without = world.add_cluster(strict_cluster("xp-mgmt-without", bundles=()))
+    aws_world.install_crds(without, CRD_KINDS)
+    for obj in aws_world.tree_objects(TREE, RUN):
+        ssa_apply(without, obj, "kustomize-controller")
+    world.settle()
+    assert len(_vpcs(moto)) == 2  # the duplicate the external names prevent
+
+
+def test_removing_the_db_instance_from_git_leaves_the_database(strict_cluster, moto):
+    """managementPolicies without Delete: a Flux prune (or a mistaken change) deletes the object, never the data."""
+    _world_, api, providers = _world(strict_cluster, moto)
+    api.delete(api.resource_for("rds.aws.m.upbound.io/v1beta1", "Instance"), "default", DB)
+    _world_.settle()
+    assert not api.exists("rds.aws.m.upbound.io/v1beta1", "Instance", DB, "default")
+    rds = clients(moto, "eu-west-1")("rds")
+    assert DB in [i["DBInstanceIdentifier"] for i in rds.describe_db_instances()["DBInstances"]]
+    assert providers.orphaned == [("Instance", DB)]
+
+
+def _args(api, **extra):
+    return dict(
+        {"kubeconfig": str(api.kubeconfig_path), "context": api.name, "environment": "aws-crossplane"}, **extra
+    )
+
+
+def test_teardown_deletes_in_dependency_order_with_crossplane_running_and_keeps_the_decoys(
+    strict_cluster, moto, run_module
+):
+    objects = aws_world.tree_objects(TREE, RUN) + [_decoy_vpc()]
+    world, api, providers = _world(strict_cluster, moto, objects=objects)
+    decoy_id = _mrs(api)[("VPC", DB + "-2")]["metadata"]["annotations"][EXTERNAL_NAME]
+    before = set(_mrs(api))
+
+    planned = run_module(crossplane_resources_delete, _args(api), check_mode=True)
+    assert not planned.failed, planned.get("msg")
+    assert planned["opted_in"] == [
+        "Instance default/krops-eu-north-1-workload-db",
+        "Instance default/krops-eu-west-1-workload-db",
+        "Bucket default/krops-eu-north-1-workload-data",
+        "Bucket default/krops-eu-west-1-workload-data",
+    ]
+    assert len(planned["deleted"]) == 31
+    world.settle()
+    assert set(_mrs(api)) == before and providers.deletions == []  # check mode: dry runs only
+
+    world.start()
+    try:
+        result = run_module(crossplane_resources_delete, _args(api, wait_timeout=60))
+    finally:
+        world.stop()
+    assert not result.failed, result.get("msg")
+    assert set(_mrs(api)) == {("VPC", DB + "-2")}  # the decoy (another environment's label) stays
+    assert providers.orphaned == []  # the DB instances and buckets were deleted, not left behind
+    assert providers.refused == []  # in dependency order AWS never finds a dependant still there
+    order = [k for k, _n in providers.deletions]
+    stage = {"Instance": 1, "SecurityGroupIngressRule": 1, "SubnetGroup": 2, "Bucket": 2, "SecurityGroup": 3}
+    stage.update({"Subnet": 3, "VPC": 4, "BucketVersioning": 1, "Role": 2, "RolePolicyAttachment": 1})
+    ranks = [stage[k] for k in order if k in stage]
+    assert ranks == sorted(ranks), order
+    assert _vpcs(moto) == [] and _vpcs(moto, cidr="10.140.0.0/16") == [decoy_id]
+    rds = clients(moto, "eu-west-1")("rds")
+    assert rds.describe_db_instances()["DBInstances"] == []
+    assert BUCKET not in [b["Name"] for b in clients(moto, "eu-west-1")("s3").list_buckets()["Buckets"]]
+    again = run_module(crossplane_resources_delete, _args(api, wait_timeout=5))
+    assert (again["changed"], again["plan"]) == (False, [])
+
+
+def test_teardown_times_out_naming_what_a_stopped_provider_leaves(strict_cluster, moto, run_module):
+    world, api, providers = _world(strict_cluster, moto)
+    world.controllers.remove(providers)  # the providers stopped: nothing removes the finalizers
+    result = run_module(crossplane_resources_delete, _args(api, wait_timeout=1))
+    assert result.failed
+    assert result["msg"].startswith(
+        "timed out waiting for the Crossplane managed resources of stage 1 to be deleted on context xp-mgmt"
+    )
+    assert "Instance default/krops-eu-north-1-workload-db" in result["msg"]
+    assert "The later stages did not run and Crossplane still runs" in result["msg"]
+    assert api.exists("ec2.aws.m.upbound.io/v1beta1", "VPC", DB, "default")  # stage 4 never started
+
+
+def test_a_listing_the_api_cannot_answer_changes_nothing(strict_cluster, moto, run_module):
+    _world_, api, _providers = _world(strict_cluster, moto)
+    api.inject_failure("GET", r"/namespaces/default/vpcs$", 500, "etcd is down", times=5)
+    result = run_module(crossplane_resources_delete, _args(api))
+    assert result.failed
+    assert result["msg"].startswith(
+        "cannot list the VPC objects ec2.aws.m.upbound.io/v1beta1 in namespace default on context xp-mgmt"
+    )
+    assert len(_mrs(api)) == 31
+
+
+def _deployment(api, name, labels, replicas=1):
+    pod = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "example.com/c:1"}]}}
+    api.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "crossplane-system"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": pod},
+        }
+    )
+
+
+def test_quiesce_stops_crossplane_and_exactly_its_named_providers(kind_api, run_module):
+    kind_api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "crossplane-system"}})
+    _deployment(kind_api, "provider-aws-s3-1a2b3c", {"pkg.crossplane.io/provider": "provider-aws-s3"})
+    _deployment(kind_api, "provider-aws-s3x-9z", {"pkg.crossplane.io/provider": "provider-aws-s3x"})  # lookalike
+    _deployment(kind_api, "metrics", {"app": "provider-aws-s3"})  # no Crossplane label
+    args = {
+        "kubeconfig": str(kind_api.kubeconfig_path),
+        "context": "kind-mgmt",
+        "namespace": "crossplane-system",
+        "releases": ["crossplane"],
+        "providers": ["provider-aws-s3", "provider-aws-rds"],
+    }
+    result = run_module(flux_release_quiesce, args)
+    assert not result.failed, result.get("msg")
+    assert result["scaled"] == ["provider-aws-s3-1a2b3c"]
+    replicas = {o["metadata"]["name"]: o["spec"]["replicas"] for o in kind_api.list("apps/v1", "Deployment")}
+    assert replicas == {"provider-aws-s3-1a2b3c": 0, "provider-aws-s3x-9z": 1, "metrics": 1}
+
+
+def test_a_stopped_provider_creates_nothing(strict_cluster, moto):
+    _world_, api, providers = _world(strict_cluster, moto, needs_deployment=True)
+    assert providers.creations == [] and _vpcs(moto) == []
+    assert all("status" not in o or o["status"].get("conditions") is None for o in _mrs(api).values())
+
+
+@pytest.mark.parametrize(
+    "plane,platform,message",
+    [
+        (
+            "crossplan",
+            "aws",
+            "bootstrap.toml: environments.aws-crossplane.resource-plane: expected one of native, crossplane, got "
+            "'crossplan'",
+        ),
+        (
+            "crossplane",
+            "azure",
+            "bootstrap.toml: environments.aws-crossplane.resource-plane: expected native (krops ships a Crossplane "
+            "tree only for platform aws; this environment is azure), got 'crossplane'",
+        ),
+    ],
+)
+def test_the_loader_refuses_an_unknown_resource_plane(plane, platform, message):
+    import tomllib
+
+    import tomli_w
+
+    from ansible_collections.krops.platform.plugins.module_utils import config
+    from tests.substrate.fixtures import REPO
+
+    data = tomllib.loads((REPO / "bootstrap.toml").read_text())
+    env = data["environments"]["aws-crossplane"]
+    env["resource-plane"] = plane
+    if platform == "azure":
+        env.update(kind="azure", **{"mgmt-region": "swedencentral"})
+        env["teardown"].pop("aws-workloads")
+        env.pop("accepted-end-of-life")
+    with pytest.raises(config.ConfigKeyError) as err:
+        config.loads(tomli_w.dumps(data), path="bootstrap.toml")
+    assert str(err.value).startswith(message)
