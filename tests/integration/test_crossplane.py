@@ -143,9 +143,7 @@ def test_removing_the_db_instance_from_git_leaves_the_database(strict_cluster, m
 
 
 def _args(api, **extra):
-    return dict(
-        {"kubeconfig": str(api.kubeconfig_path), "context": api.name, "environment": "aws-crossplane"}, **extra
-    )
+    return dict({"kubeconfig": str(api.kubeconfig_path), "context": api.name, "environment": "aws-crossplane"}, **extra)
 
 
 def test_teardown_deletes_in_dependency_order_with_crossplane_running_and_keeps_the_decoys(
@@ -263,7 +261,7 @@ def test_a_stopped_provider_creates_nothing(strict_cluster, moto):
         (
             "crossplane",
             "azure",
-            "bootstrap.toml: environments.aws-crossplane.resource-plane: expected native (krops ships a Crossplane "
+            "bootstrap.toml: environments.aws-crossplane.resource-plane: expected native (krops ships a crossplane "
             "tree only for platform aws; this environment is azure), got 'crossplane'",
         ),
     ],

@@ -256,7 +256,10 @@ class CrossplaneProviders:
             return bool(found["SecurityGroups"])
         vpc = self.ref(api, obj, "ec2.aws.m.upbound.io", "VPC", fp["vpcIdRef"])
         record["id"] = ec2.create_security_group(
-            GroupName=fp["name"], Description=fp["description"], VpcId=vpc, TagSpecifications=_spec("security-group", fp)
+            GroupName=fp["name"],
+            Description=fp["description"],
+            VpcId=vpc,
+            TagSpecifications=_spec("security-group", fp),
         )["GroupId"]
         return record["id"]
 
@@ -297,9 +300,7 @@ class CrossplaneProviders:
         identifier = fp["identifier"]
 
         def delete():
-            rds.delete_db_instance(
-                DBInstanceIdentifier=identifier, SkipFinalSnapshot=bool(fp.get("skipFinalSnapshot"))
-            )
+            rds.delete_db_instance(DBInstanceIdentifier=identifier, SkipFinalSnapshot=bool(fp.get("skipFinalSnapshot")))
 
         record["delete"] = delete
         if observe:
