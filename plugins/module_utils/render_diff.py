@@ -433,8 +433,8 @@ def compare(base, head, store=None, cel=True):
                 continue
             change = None
             if before is None:
-                bucket(after)["added"].append({"object": label(key), "file": after.file})
-                change = _crossplane(env, key, None, after, findings) or "added"
+                _added(env, key, after, bucket(after), findings)
+                change = "added"
             elif after is None:
                 bucket(before)["removed"].append({"object": label(key), "file": before.file})
                 change = "removed"
@@ -538,6 +538,11 @@ def compare(base, head, store=None, cel=True):
 
 def _precious(key):
     return PRECIOUS.get(key[:2])
+
+
+def _added(env, key, after, kustomization, findings):
+    kustomization["added"].append({"object": label(key), "file": after.file})
+    _crossplane(env, key, None, after, findings)
 
 
 def _crossplane(env, key, before, after, findings):
