@@ -284,3 +284,30 @@ def test_the_loader_refuses_an_unknown_resource_plane(plane, platform, message):
     with pytest.raises(config.ConfigKeyError) as err:
         config.loads(tomli_w.dumps(data), path="bootstrap.toml")
     assert str(err.value).startswith(message)
+
+
+def test_validate_holds_the_crossplane_tree_to_the_schemas_cel_and_the_ownership_tags(tmp_path):
+    from ansible_collections.krops.platform.plugins.module_utils import validate
+    from tests.substrate.trees import copy_repo, edit, findings
+
+    root = copy_repo(tmp_path, ("mgmt/aws-crossplane", "workload/aws"))
+    assert findings(validate.run(path=str(root), environments=["aws-crossplane"])) == []
+    res = "mgmt/aws-crossplane/crossplane-resources/eu-west-1-workload.yaml"
+    edit(root, res, "      krops.io/environment: aws-crossplane\n", "      krops.io/environment: aws\n")
+    edit(root, res, "    instanceClass: db.t4g.micro\n", "")
+    edit(root, "mgmt/aws-crossplane/crossplane-config/clusterproviderconfig.yaml", "source: IRSA", "source: Irsa")
+    found = {(f[1], f[2]): f[3] for f in findings(validate.run(path=str(root), environments=["aws-crossplane"]))}
+    assert found == {
+        ("Bucket/default/krops-eu-west-1-workload-data", "tags"): (
+            "spec.forProvider.tags: krops.io/environment is 'aws', expected 'aws-crossplane'"
+        ),
+        ("Instance/default/krops-eu-west-1-workload-db", "cel"): (
+            "spec: spec.forProvider.instanceClass is a required parameter (rule: !('*' in self.managementPolicies || "
+            "'Create' in self.managementPolicies || 'Update' in self.managementPolicies) || "
+            "has(self.forProvider.instanceClass) || (has(self.initProvider) && has(self.initProvider.instanceClass)))"
+        ),
+        ("ClusterProviderConfig/default", "schema"): (
+            "spec.credentials.source: 'Irsa' is not one of 'None', 'Secret', 'IRSA', 'WebIdentity', 'PodIdentity', "
+            "'Upbound'"
+        ),
+    }
