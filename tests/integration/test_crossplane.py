@@ -112,9 +112,9 @@ def test_a_second_cluster_creates_a_second_vpc_unless_the_external_names_come_al
             "annotations"
         ][EXTERNAL_NAME]
         for o in _mrs(kind).values()
-        if o["kind"] in ("VPC", "Subnet", "SecurityGroup", "Instance")
+        if o["kind"] in ("VPC", "Subnet", "SecurityGroup", "SecurityGroupIngressRule", "Instance")
     }
-    assert len(names) == 10  # per workload cluster: VPC, two subnets, security group, DB instance
+    assert len(names) == 12  # per workload cluster: VPC, two subnets, security group and its rule, DB instance
     adopting = world.add_cluster(strict_cluster("xp-mgmt-adopting", bundles=()))
     aws_world.install_crds(adopting, CRD_KINDS)
     for obj in aws_world.tree_objects(TREE, dict(RUN, **names)):
@@ -311,3 +311,46 @@ def test_validate_holds_the_crossplane_tree_to_the_schemas_cel_and_the_ownership
             "'Upbound'"
         ),
     }
+
+
+@pytest.mark.playbook
+def test_the_pivot_carries_the_external_names_so_the_management_cluster_makes_no_second_vpc(
+    strict_cluster, kube_cluster, moto, ansible_playbook
+):
+    """roles/pivot/tasks/crossplane_adoption.yml on kind's managed resources, then the tree on the target with the
+    ConfigMap it wrote: the target's providers take kind's VPC, subnets, group and DB instance over."""
+    world, kind, providers = _world(strict_cluster, moto, "xp-kind")
+    target = kube_cluster("xp-target", crds=False)
+    play = {
+        "hosts": "localhost",
+        "gather_facts": False,
+        "vars": {
+            "pivot_source_kubeconfig": str(kind.kubeconfig_path),
+            "pivot_source_context": "xp-kind",
+            "pivot_result": {"target_kubeconfig": str(target.kubeconfig_path)},
+            "pivot_target_context": "xp-target",
+            "pivot_bootstrap_config": {"flux-namespace": "flux-system"},
+        },
+        "tasks": [
+            {"ansible.builtin.import_role": {"name": "krops.platform.pivot", "tasks_from": "crossplane_adoption"}}
+        ],
+    }
+    rc, output, stderr = ansible_playbook([play])
+    assert rc == 0, (output, stderr[-2000:])
+    data = target.get("v1", "ConfigMap", "krops-crossplane-adoption", "flux-system")["data"]
+    vpc = kind.get("ec2.aws.m.upbound.io/v1beta1", "VPC", DB, "default")["metadata"]["annotations"][EXTERNAL_NAME]
+    assert len(data) == 12 and data["KROPS_XP_VPC_KROPS_EU_WEST_1_WORKLOAD_DB"] == vpc
+    assert data["KROPS_XP_INSTANCE_KROPS_EU_WEST_1_WORKLOAD_DB"].startswith("db-")
+    mgmt = world.add_cluster(strict_cluster("xp-mgmt", bundles=()))
+    aws_world.install_crds(mgmt, CRD_KINDS)
+    for obj in aws_world.tree_objects(TREE, dict(RUN, **data)):
+        ssa_apply(mgmt, obj, "kustomize-controller")
+    world.settle()
+    assert _vpcs(moto) == [vpc]
+    assert all(c["status"] == "True" for o in _mrs(mgmt).values() for c in o["status"]["conditions"])
+    # each AWS resource is created once, on kind; the attachments and the bucket's settings are PUTs of
+    # their owner's settings (their external name carries no id of their own), so the target writes them again
+    again = {"BucketOwnershipControls", "BucketPublicAccessBlock", "BucketServerSideEncryptionConfiguration"}
+    again |= {"BucketVersioning", "RolePolicyAttachment", "UserPolicyAttachment"}
+    made = [(k, n) for k, n, _i in providers.creations if k not in again]
+    assert len(made) == len(set(made)) == 20

@@ -265,8 +265,18 @@ class CrossplaneProviders:
 
     def _SecurityGroupIngressRule(self, api, obj, fp, record, external, observe):  # noqa: N802
         ec2 = self.client(fp["region"], "ec2")
-        if observe:
-            return False  # observed by the rule id only; the tree never sets one
+
+        def delete():
+            ec2.revoke_security_group_ingress(GroupId=record["group"], SecurityGroupRuleIds=[record["id"]])
+
+        record["delete"] = delete
+        if observe:  # the rule id (IdentifierFromProvider)
+            try:
+                rules = ec2.describe_security_group_rules(SecurityGroupRuleIds=[external])["SecurityGroupRules"]
+            except ClientError:
+                return False
+            record["id"], record["group"] = external, rules[0]["GroupId"]
+            return True
         group = self.ref(api, obj, "ec2.aws.m.upbound.io", "SecurityGroup", fp["securityGroupIdRef"])
         permission = {
             "IpProtocol": fp["ipProtocol"],
@@ -275,9 +285,8 @@ class CrossplaneProviders:
             "IpRanges": [{"CidrIp": fp["cidrIpv4"], "Description": fp.get("description", "")}],
         }
         answer = ec2.authorize_security_group_ingress(GroupId=group, IpPermissions=[permission])
-        record["delete"] = lambda: ec2.revoke_security_group_ingress(GroupId=group, IpPermissions=[permission])
-        rules = answer.get("SecurityGroupRules") or [{}]
-        return rules[0].get("SecurityGroupRuleId") or f"{group}-ingress"
+        record["id"], record["group"] = answer["SecurityGroupRules"][0]["SecurityGroupRuleId"], group
+        return record["id"]
 
     # --- rds ------------------------------------------------------------------------------------
     def _SubnetGroup(self, api, obj, fp, record, external, observe):  # noqa: N802
