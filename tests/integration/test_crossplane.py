@@ -7,6 +7,8 @@ tests/substrate/crossplane_world.CrossplaneProviders reconciles the managed reso
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ansible_collections.krops.platform.plugins.modules import crossplane_resources_delete, flux_release_quiesce
@@ -354,3 +356,91 @@ def test_the_pivot_carries_the_external_names_so_the_management_cluster_makes_no
     again |= {"BucketVersioning", "RolePolicyAttachment", "UserPolicyAttachment"}
     made = [(k, n) for k, n, _i in providers.creations if k not in again]
     assert len(made) == len(set(made)) == 20
+
+
+@pytest.mark.slow
+@pytest.mark.playbook
+def test_aws_crossplane_teardown_role_deletes_then_quiesces_then_sweeps(
+    kind_api, fake_bins, moto, ansible_playbook, tmp_path
+):
+    """`ansible-playbook -i inventories/aws-crossplane playbooks/aws-crossplane.yml --tags teardown` on a kind
+    cluster whose Crossplane providers made the tree's resources in moto; a decoy VPC object (another
+    environment's label) and its VPC stay."""
+    from tests.integration.test_teardown_aws_role import PROVIDERS, capa, failed, ran
+    from tests.substrate.bootstrapped import install_bootstrapped_tools, seed_bootstrapped_kind
+    from tests.substrate.fixtures import REPO
+    from tests.substrate.strict_api import plural_of
+
+    seed_bootstrapped_kind(
+        kind_api,
+        "aws-crossplane",
+        [(*p, "v2.8.1") for p in PROVIDERS],
+        clusters=("eu-north-1-management", "eu-north-1-workload", "eu-west-1-workload"),
+        run_tags={"run": "1"},
+        namespaces=("crossplane-system",),
+    )
+    install_bootstrapped_tools(fake_bins, kind_api)
+    for group, kind in CRD_KINDS:
+        kind_api.add_resource(group, "v1beta1", kind, plural_of(group, kind), namespaced=group != "aws.m.upbound.io")
+    kind_api.create(
+        {
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "metadata": {"name": "crossplane", "namespace": "crossplane-system"},
+            "spec": {"interval": "30m", "chart": {"spec": {"chart": "crossplane", "version": "2.3.4"}}},
+        }
+    )
+    _deployment(kind_api, "provider-aws-ec2-5f1c", {"pkg.crossplane.io/provider": "provider-aws-ec2"})
+    world = World()
+    world.add_cluster(kind_api)
+    providers = CrossplaneProviders(world, moto)
+    for obj in aws_world.tree_objects(TREE, RUN) + [_decoy_vpc()]:
+        kind_api.create(obj)  # the plain emulator (teardown's kind cluster): no server-side apply
+    world.settle()
+    decoy = kind_api.get("ec2.aws.m.upbound.io/v1beta1", "VPC", DB + "-2", "default")["metadata"]["annotations"]
+    assert len(_vpcs(moto)) == 1
+    threads = capa(kind_api, ("eu-north-1-workload", "eu-west-1-workload"))
+    world.start()
+    try:
+        rc, out, err = ansible_playbook(
+            REPO / "playbooks" / "aws-crossplane.yml",
+            "--tags",
+            "teardown",
+            "-e",
+            json.dumps(
+                {
+                    "teardown_kind_kubeconfig": str(kind_api.kubeconfig_path),
+                    "teardown_mgmt_kubeconfig": str(tmp_path / "no-mgmt.yaml"),
+                    "teardown_aws_endpoint_url": moto,
+                }
+            ),
+            inventory=REPO / "inventories" / "aws-crossplane",
+            env={
+                "PATH": fake_bins.path_env,
+                "HOME": str(tmp_path),
+                "BOOTSTRAP_CONFIG": str(REPO / "bootstrap.toml"),
+                "KROPS_AWS_SWEEP_TIME_SCALE": "0",
+            },
+        )
+    finally:
+        world.stop()
+    for t in threads:
+        t.join(5)
+    assert rc == 0, (failed(out), err[-3000:])
+    deleted = ran(out, "Delete the Crossplane managed resources krops owns, with Crossplane running")
+    assert len(deleted["deleted"]) == 31 and providers.orphaned == [] and providers.refused == []
+    quiesced = ran(
+        out, "Stop the resource plane's controllers before the sweep (suspend their HelmReleases, scale them to zero)"
+    )
+    assert (quiesced["suspended"], quiesced["scaled"]) == (["crossplane"], ["provider-aws-ec2-5f1c"])
+    ran(out, "Sweep the workload targets and the management cluster (ownership-filtered)")
+    assert _vpcs(moto) == [] and _vpcs(moto, cidr="10.140.0.0/16") == [decoy[EXTERNAL_NAME]]
+    assert rds_instances(moto) == []
+
+
+def rds_instances(moto):
+    return [
+        i["DBInstanceIdentifier"]
+        for region in ("eu-north-1", "eu-west-1")
+        for i in clients(moto, region)("rds").describe_db_instances()["DBInstances"]
+    ]
