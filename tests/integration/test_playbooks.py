@@ -204,7 +204,8 @@ def test_installed_collection_runs_by_name_and_asks_for_the_repository(installed
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "name", ["local_host", "aws", "azure", "gcp", "local_talos", "validate", "orphan_report", "environment"]
+    "name",
+    ["local_host", "aws", "aws_crossplane", "azure", "gcp", "local_talos", "validate", "orphan_report", "environment"],
 )
 def test_every_playbook_resolves_by_name(installed, tmp_path, name):
     rc, output, stderr = run(
@@ -274,7 +275,7 @@ PROBES = {
     ),
     **{
         name: (lambda ctx, name=name: (_checks_only(name)[0], lambda rc, out: rc == 0))
-        for name in ("local_host", "aws", "azure", "gcp", "local_talos", "environment")
+        for name in ("local_host", "aws", "aws_crossplane", "azure", "gcp", "local_talos", "environment")
     },
 }
 
