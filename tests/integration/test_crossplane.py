@@ -91,9 +91,8 @@ def test_the_providers_build_in_moto_what_the_tree_declares(strict_cluster, moto
     assert s3.get_bucket_versioning(Bucket=BUCKET)["Status"] == "Enabled"
     assert s3.get_public_access_block(Bucket=BUCKET)["PublicAccessBlockConfiguration"]["BlockPublicPolicy"] is True
     iam = clients(moto, "eu-north-1")("iam")
-    assert [p["PolicyName"] for p in iam.list_attached_user_policies(UserName="krops-reader")["AttachedPolicies"]] == [
-        "krops-reader-assume"
-    ]
+    attached = iam.list_attached_user_policies(UserName="krops-crossplane-reader")["AttachedPolicies"]
+    assert [p["PolicyName"] for p in attached] == ["krops-crossplane-reader-assume"]
     assert iam.get_role(RoleName="krops-eu-west-1-workload-reader")["Role"]["MaxSessionDuration"] == 3600
     made = [(k, n) for k, n, _id in providers.creations]
     assert len(made) == len(set(made)) == 31

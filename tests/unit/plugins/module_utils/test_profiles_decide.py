@@ -81,7 +81,7 @@ def test_aws_sweep_and_ownership_follow_the_cloud(monkeypatch, cfg):
     assert regions == aws_sweep.targets_from_config(cfg, "aws")[1] and targets
     # the clone names the same account-global IAM user as aws: another aws-cloud environment that needs it
     (user,) = ownership.effective_globals(cfg.data, "aws")["iam-user"]
-    assert ownership.aws_account_global(cfg, "aws", "iam-user", user) == ["aws-crossplane", "lab"]
+    assert ownership.aws_account_global(cfg, "aws", "iam-user", user) == ["lab"]
     _clone(monkeypatch, cfg, "aws", "lab2", cloud=None)
     with pytest.raises(aws_sweep.SweepError) as err:
         aws_sweep.targets_from_config(cfg, "lab2")
