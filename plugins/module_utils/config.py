@@ -805,6 +805,7 @@ _ENVIRONMENT = _table(
         "kind": (_choice(*profiles.PLATFORMS), None),
         "platform": (_choice(*profiles.PLATFORMS), None),
         "sync": (_choice(*SYNC_KINDS), _REQUIRED),
+        "resource-plane": (_choice(*profiles.RESOURCE_PLANES), "native"),  # profiles.py: which platform has which
         "sync-path": (_repo_path, _REQUIRED),
         "workload-path": (_optional(_repo_path), ""),
         "mgmt-cluster": (_DNS_LABEL_NAME, _REQUIRED),
@@ -890,23 +891,21 @@ def _check_environment(env, ctx, key, data):
             ),
             env["sync"],
         )
+    if env["resource-plane"] not in profile.resource_planes:
+        plane = env["resource-plane"]
+        only = ", ".join(p for p, f in profiles.PROFILES.items() if plane in f.resource_planes)
+        why = f"krops ships a {plane} tree only for platform {only}; this environment is {platform}"
+        ctx.fail(_join(key, "resource-plane"), f"native ({why})", plane)
     _check_accounts(env, ctx, key, profile)
     # The teardown patterns must give valid AWS names for every real workload cluster name.
     down = data["teardown"]
     for index, workload in enumerate(env["teardown"]["aws-workloads"]):
-        where = "%s.teardown.aws-workloads[%d].cluster-name" % (key, index)
         name = workload["cluster-name"]
-        _s3_bucket(
-            down["s3-bucket-pattern"].format(account_id=_SAMPLE["account_id"], cluster_name=name),
-            ctx,
-            f"teardown.s3-bucket-pattern (rendered with {where} = {name})",
-        )
+        how = "(rendered with %s.teardown.aws-workloads[%d].cluster-name = %s)" % (key, index, name)
+        bucket = down["s3-bucket-pattern"].format(account_id=_SAMPLE["account_id"], cluster_name=name)
+        _s3_bucket(bucket, ctx, f"teardown.s3-bucket-pattern {how}")
         for pattern in down["global-iam-roles"]:
-            _IAM(
-                pattern.format(cluster_name=name),
-                ctx,
-                f"teardown.global-iam-roles (rendered with {where} = {name})",
-            )
+            _IAM(pattern.format(cluster_name=name), ctx, f"teardown.global-iam-roles {how}")
 
 
 def _check_accounts(env, ctx, key, profile):

@@ -161,7 +161,8 @@ OPTIONS = {
         wait_timeout=TIMEOUT,
     ),
     "capi_provider_delete": dict(KUBE, api_version=_group_version, wait_timeout=TIMEOUT),
-    "flux_release_quiesce": dict(KUBE, namespace=DNS_LABEL, releases=k.unique(K8S_NAME)),
+    "flux_release_quiesce": dict(KUBE, namespace=DNS_LABEL, releases=k.unique(K8S_NAME), providers=k.unique(K8S_NAME)),
+    "crossplane_resources_delete": dict(KUBE, namespace=DNS_LABEL, environment=ENVIRONMENT, wait_timeout=TIMEOUT),
     "bootstrap_secrets_delete": dict(
         KUBE, namespace=DNS_LABEL, secrets=k.unique(K8S_NAME), configmaps=k.unique(K8S_NAME)
     ),

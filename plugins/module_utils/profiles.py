@@ -56,7 +56,12 @@ FIELDS = (
     # The management cluster's region (mgmt-region) is required, and must match this pattern.
     "region_pattern",
     "region_example",
+    # The resource planes (bootstrap.toml resource-plane) krops ships a tree for on this platform: the cloud's own
+    # operator, and for aws Crossplane too (docs/environments/crossplane.md).
+    "resource_planes",
 )
+# Every value of resource-plane: the native operator (ACK, ASO, Config Connector) or Crossplane, never both.
+RESOURCE_PLANES = ("native", "crossplane")
 
 Profile = namedtuple("Profile", FIELDS)
 
@@ -78,6 +83,7 @@ _LOCAL = dict(
     local_workload=False,
     region_pattern=None,
     region_example=None,
+    resource_planes=("native",),
 )
 
 PROFILES = {
@@ -96,6 +102,7 @@ PROFILES = {
         **dict(
             _LOCAL,
             platform="aws",
+            resource_planes=RESOURCE_PLANES,
             pivot_credentials="aws",
             cloud="aws",
             cloud_teardown_step="aws-orphan-sweep",

@@ -33,6 +33,7 @@ from ansible_collections.krops.platform.plugins.module_utils import cel as krops
 from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import render
+from ansible_collections.krops.platform.plugins.module_utils import render_diff_rules as rules
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.module_utils import validate_schema
 
@@ -40,58 +41,9 @@ MARKER = "<!-- krops-render-diff -->"
 DEFAULT_ACCEPT_LABEL = "render-diff/accept"
 COMMENT_LIMIT = 60000  # GitHub rejects comments over 65536 characters
 
-# Kinds whose removal or replacement destroys something that outlives the pull request.
-# (group, kind) -> what it is. A group ending in "." matches every group with that suffix.
-PRECIOUS = {
-    ("cluster.x-k8s.io", "Cluster"): "CAPI cluster",
-    ("cluster.x-k8s.io", "MachinePool"): "machine pool",
-    ("controlplane.cluster.x-k8s.io", "AWSManagedControlPlane"): "managed control plane",
-    ("infrastructure.cluster.x-k8s.io", "AzureManagedControlPlane"): "managed control plane",
-    ("infrastructure.cluster.x-k8s.io", "GCPManagedControlPlane"): "managed control plane",
-    ("infrastructure.cluster.x-k8s.io", "AWSManagedMachinePool"): "machine pool",
-    ("infrastructure.cluster.x-k8s.io", "AzureManagedMachinePool"): "machine pool",
-    ("infrastructure.cluster.x-k8s.io", "GCPManagedMachinePool"): "machine pool",
-    ("s3.services.k8s.aws", "Bucket"): "S3 bucket",
-    ("storage.cnrm.cloud.google.com", "StorageBucket"): "GCS bucket",
-    ("rds.services.k8s.aws", "DBInstance"): "RDS instance",
-    ("sql.cnrm.cloud.google.com", "SQLInstance"): "Cloud SQL instance",
-    ("dbforpostgresql.azure.com", "FlexibleServer"): "Azure PostgreSQL server",
-    ("tinkerbell.org", "Hardware"): "Tinkerbell hardware",
-    ("", "Namespace"): "namespace",
-}
-# Fields whose change makes the operator create a new cloud resource (the old one is orphaned or deleted).
-IDENTITY_FIELDS = {
-    ("s3.services.k8s.aws", "Bucket"): ("spec.name",),
-    ("rds.services.k8s.aws", "DBInstance"): ("spec.dbInstanceIdentifier",),
-    ("controlplane.cluster.x-k8s.io", "AWSManagedControlPlane"): ("spec.eksClusterName",),
-    ("storage.cnrm.cloud.google.com", "StorageBucket"): ("spec.resourceID",),
-    ("sql.cnrm.cloud.google.com", "SQLInstance"): ("spec.resourceID",),
-    ("dbforpostgresql.azure.com", "FlexibleServer"): ("spec.azureName",),
-    ("tinkerbell.org", "Hardware"): ("spec.interfaces",),
-}
-# Annotations (and one field) that decide what deleting an object does to what it manages.
-POLICIES = (
-    ("deletion-policy", "metadata.annotations.services.k8s.aws/deletion-policy"),  # ACK: delete|retain
-    ("deletion-policy", "metadata.annotations.cnrm.cloud.google.com/deletion-policy"),  # Config Connector: none|abandon
-    ("deletion-policy", "metadata.annotations.kustomize.toolkit.fluxcd.io/prune"),  # Flux: disabled keeps it
-    ("deletion-policy", "spec.deletionPolicy@kustomize.toolkit.fluxcd.io/Kustomization"),
-    ("reconcile-policy", "metadata.annotations.serviceoperator.azure.com/reconcile-policy"),  # ASO
-    ("reconcile-policy", "metadata.annotations.kustomize.toolkit.fluxcd.io/reconcile"),
-    ("adoption-policy", "metadata.annotations.services.k8s.aws/adoption-policy"),  # ACK: adopt|adopt-or-create
-)
-# Cloud operators: group suffix -> cloud. Their objects are cloud resources.
-CLOUD_GROUPS = (
-    ("services.k8s.aws", "AWS (ACK)"),
-    ("azure.com", "Azure (ASO)"),
-    ("cnrm.cloud.google.com", "GCP (Config Connector)"),
-    ("tinkerbell.org", "bare metal (Tinkerbell)"),
-    ("infrastructure.cluster.x-k8s.io", "CAPI infrastructure"),
-)
-# Ownership marks (docs/ownership.md): where each cloud keeps tags/labels, and the key.
-OWNERSHIP_KEYS = ("krops.io/environment", "krops-environment")
-# Where the cloud tags are in the spec: ACK spec.tags [{key, value}] (S3: spec.tagging.tagSet),
-# CAPA additionalTags {k: v}, ASO spec.tags {k: v}; Config Connector takes metadata.labels.
-TAG_FIELDS = ("spec.tags", "spec.tagging.tagSet", "spec.additionalTags", "spec.resourceLabels", "spec.labels")
+# The danger rules' tables (module_utils/render_diff_rules.py).
+PRECIOUS, IDENTITY_FIELDS, POLICIES = rules.PRECIOUS, rules.IDENTITY_FIELDS, rules.POLICIES
+CLOUD_GROUPS, OWNERSHIP_KEYS, TAG_FIELDS = rules.CLOUD_GROUPS, rules.OWNERSHIP_KEYS, rules.TAG_FIELDS
 # Version pins reported as "image and chart versions": (group, kind) -> field paths.
 VERSION_FIELDS = {
     ("helm.toolkit.fluxcd.io", "HelmRelease"): ("spec.chart.spec.version",),
@@ -481,7 +433,7 @@ def compare(base, head, store=None, cel=True):
                 continue
             change = None
             if before is None:
-                bucket(after)["added"].append({"object": label(key), "file": after.file})
+                _added(env, key, after, bucket(after), findings)
                 change = "added"
             elif after is None:
                 bucket(before)["removed"].append({"object": label(key), "file": before.file})
@@ -588,7 +540,18 @@ def _precious(key):
     return PRECIOUS.get(key[:2])
 
 
+def _added(env, key, after, kustomization, findings):
+    kustomization["added"].append({"object": label(key), "file": after.file})
+    _crossplane(env, key, None, after, findings)
+
+
+def _crossplane(env, key, before, after, findings):
+    for kind, message in rules.crossplane_dangers(label(key), before and before.obj, after.obj):
+        findings.append(DiffFinding(kind, env, after.kustomization, label(key), message))
+
+
 def _check_change(env, key, before, after, findings):
+    _crossplane(env, key, before, after, findings)
     group_kind = key[:2]
     for path in IDENTITY_FIELDS.get(group_kind, ()):
         old_value, new_value = _get(before.obj, path), _get(after.obj, path)
@@ -682,6 +645,8 @@ FINDING_KINDS = (
     "deletion-policy",
     "reconcile-policy",
     "adoption-policy",
+    "deletes-data",
+    "management-policies",
 )
 FINDING_ID = re.compile(
     r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?/(?:%s)(?:/[A-Za-z0-9._:@-]*){0,8}$" % "|".join(FINDING_KINDS)

@@ -21,14 +21,26 @@ HELM_RELEASE = ("helm.toolkit.fluxcd.io/v2", "HelmRelease")
 DEPLOYMENT = ("apps/v1", "Deployment")
 # Helm's mark on every object of a release (helm/helm pkg/action: the release-name annotation)
 HELM_RELEASE_ANNOTATION = "meta.helm.sh/release-name"
+# Crossplane's label on the Deployment of a Provider package, in its selector: the Provider's name
+# (crossplane/crossplane v2.3.4 apis/pkg/v1/interfaces.go LabelProvider; internal/controller/pkg/runtime/migration.go
+# reads it from spec.selector.matchLabels)
+CROSSPLANE_PROVIDER_LABEL = "pkg.crossplane.io/provider"
 # What delete_named deletes: option name -> (apiVersion, kind)
 NAMED_KINDS = {"secrets": ("v1", "Secret"), "configmaps": ("v1", "ConfigMap")}
 
 
-def quiesce_releases(kubeconfig, context, namespace, releases, check_mode=False, connect_options=None):
+def _providers_deployment(obj, providers):
+    """True when the Deployment runs one of the Crossplane Providers named in ``providers``."""
+    selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return selector.get(CROSSPLANE_PROVIDER_LABEL) in providers
+
+
+def quiesce_releases(kubeconfig, context, namespace, releases, check_mode=False, connect_options=None, providers=()):
     """Suspend the HelmReleases named in ``releases`` and scale their Deployments to zero, in ``namespace``.
 
-    A Deployment is a release's when Helm's release-name annotation names it; nothing else is touched. A
+    A Deployment is a release's when Helm's release-name annotation names it; it is a Crossplane Provider's (named
+    in ``providers``) when its selector carries Crossplane's provider label with that name. Nothing else is
+    touched. A
     HelmRelease already suspended and a Deployment already at zero replicas are left as they are, so a second
     run changes nothing. Returns plan, suspended, scaled, target and changed.
     """
@@ -45,7 +57,10 @@ def quiesce_releases(kubeconfig, context, namespace, releases, check_mode=False,
     to_scale = sorted(
         o["metadata"]["name"]
         for o in deployments
-        if ((o["metadata"].get("annotations") or {}).get(HELM_RELEASE_ANNOTATION) in wanted)
+        if (
+            (o["metadata"].get("annotations") or {}).get(HELM_RELEASE_ANNOTATION) in wanted
+            or _providers_deployment(o, set(providers))
+        )
         and (o.get("spec") or {}).get("replicas", 1) != 0
     )
     result = {

@@ -36,13 +36,36 @@ GCP_LABELLED = {
 }
 
 
+# Crossplane's provider-aws family (mgmt/aws-crossplane): spec.forProvider.tags, a map; these kinds take no tags
+# (their forProvider has no tags field in provider-upjet-aws v2.6.0 package/crds).
+CROSSPLANE_GROUPS = (".aws.m.upbound.io", ".aws.upbound.io")
+_CROSSPLANE_UNTAGGED = {
+    "RolePolicyAttachment",
+    "UserPolicyAttachment",
+    "BucketOwnershipControls",
+    "BucketPublicAccessBlock",
+    "BucketServerSideEncryptionConfiguration",
+    "BucketVersioning",
+}
+
+
+def _where(item):
+    """(path under spec, shape) of a taggable cloud resource's tags, or None when the kind takes no tags."""
+    where = TAGGED_KINDS.get((item.group, item.kind))
+    if where is not None:
+        return where
+    if item.group.endswith(CROSSPLANE_GROUPS):
+        return None if item.kind in _CROSSPLANE_UNTAGGED else (("forProvider", "tags"), "map")
+    if not item.group.endswith(".services.k8s.aws") or item.kind in _ACK_UNTAGGED:
+        return None
+    return (("tags",), "list")
+
+
 def tags_of(item):
     """{key: value} of a taggable cloud resource, or None when the kind takes no tags."""
-    where = TAGGED_KINDS.get((item.group, item.kind))
+    where = _where(item)
     if where is None:
-        if not item.group.endswith(".services.k8s.aws") or item.kind in _ACK_UNTAGGED:
-            return None
-        where = (("tags",), "list")
+        return None
     value = item.spec
     for part in where[0]:
         value = value.get(part) if isinstance(value, dict) else None
@@ -60,7 +83,7 @@ def _tagged(env):
     for item in env.items:
         tags = None if item.fallback else tags_of(item)
         if tags is not None:
-            yield item, "spec." + ".".join(TAGGED_KINDS.get((item.group, item.kind), (("tags",),))[0]), tags
+            yield item, "spec." + ".".join(_where(item)[0]), tags
 
 
 def check_ownership_tag(env):

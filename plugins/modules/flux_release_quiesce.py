@@ -30,6 +30,15 @@ options:
     type: list
     elements: str
     required: true
+  providers:
+    description:
+      - Names of Crossplane Providers (C(pkg.crossplane.io/v1)) whose Deployments in O(namespace) are scaled to zero
+        too. Crossplane's package manager, not Helm, makes them; a Deployment is a Provider's when its
+        C(spec.selector.matchLabels) carries C(pkg.crossplane.io/provider) with the Provider's name.
+      - List the Crossplane core release in O(releases) as well, so that nothing scales the providers back up.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - krops.platform.kube
   - krops.platform.kube.teardown_step
@@ -45,6 +54,13 @@ EXAMPLES = r"""
     context: mgmt-admin@mgmt
     namespace: ack-system
     releases: [ack-s3, ack-rds, ack-iam, ack-ec2]
+
+- name: Stop Crossplane and its AWS providers before the AWS sweep
+  krops.platform.flux_release_quiesce:
+    kubeconfig: ~/.kube/krops-mgmt.yaml
+    namespace: crossplane-system
+    releases: [crossplane]
+    providers: [provider-aws-s3, provider-aws-rds, provider-aws-iam, provider-aws-ec2]
 """
 
 RETURN = r"""
@@ -83,6 +99,7 @@ def argument_spec():
     return kube_shell.spec(
         namespace=dict(type="str", required=True),
         releases=dict(type="list", elements="str", required=True),
+        providers=dict(type="list", elements="str", default=[]),
     )
 
 
@@ -92,7 +109,7 @@ def main():
         argument_spec(),
         teardown_objects.quiesce_releases,
         "stopping the releases' controllers",
-        passed="namespace releases",
+        passed="namespace releases providers",
     )
 
 

@@ -147,6 +147,10 @@ environment:
       description: Environment kind (local-host, aws, azure, gcp, local-talos).
       type: str
       sample: local-host
+    resource_plane:
+      description: The environment's C(resource-plane), C(native) or C(crossplane).
+      type: str
+      sample: native
     mgmt_cluster:
       description: Name of the management Cluster.
       type: str
@@ -166,6 +170,7 @@ environment:
   sample:
     name: local-host
     kind: local-host
+    resource_plane: native
     mgmt_cluster: local-management
     mgmt_namespace: default
     bootstrap: {kind-cluster: mgmt, kind-context: kind-mgmt, mgmt-namespace: default, mgmt-kubeconfig: ~/.kube/krops-mgmt.yaml}
@@ -309,6 +314,7 @@ def run(params, get_bin_path, check_mode=False):
     host["environment"] = {
         "name": cfg.selected,
         "kind": env["kind"],
+        "resource_plane": env.get("resource-plane", "native"),
         "mgmt_cluster": env["mgmt-cluster"],
         "mgmt_namespace": boot["mgmt-namespace"],
         "bootstrap": boot,

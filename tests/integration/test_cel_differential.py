@@ -22,7 +22,7 @@ from tests.substrate import cel_independent
 from tests.substrate.fixtures import REPO
 
 SCHEMAS = REPO / "schemas" / "crds"
-ENVIRONMENTS = ("local-host", "aws", "azure", "gcp", "local-talos")
+ENVIRONMENTS = ("local-host", "aws", "aws-crossplane", "azure", "gcp", "local-talos")
 
 
 def _kubectl_kustomize(directory):

@@ -386,7 +386,8 @@ def test_aws_teardown_check_then_real_removes_what_the_run_created_and_keeps_the
     assert errors == []
     print(f"aws teardown: --check {check_time:.1f}s, real {real_time:.1f}s")
 
-    # AWS: nothing the run created is left but what aws-staging still names; every decoy survives
+    # AWS: nothing the run created is left but what aws-staging still names (and the clusterawsadm stack, which
+    # aws-crossplane, the shipped alternative of aws, names too); every decoy survives
     after = inventory(moto)
     assert created & after == shared, sorted(created & after)
     assert decoys <= after, sorted(decoys - after)
@@ -399,7 +400,7 @@ def test_aws_teardown_check_then_real_removes_what_the_run_created_and_keeps_the
             f"arn:aws:iam::{ACCOUNT}:policy/krops-reader-assume",
             "attached to the account-global user krops-reader, which stays",
         ),
-        ("cloudformation-stack", STACK_NAME, f"environment aws-staging in {config} also names it"),
+        ("cloudformation-stack", STACK_NAME, f"environment aws-crossplane, aws-staging in {config} also names it"),
     ]
     # CAPA deleted the workload clusters' infrastructure when their Clusters went; the sweep took the rest
     deleted = normalise([r for r in sweep["results"] if r["outcome"] == "deleted"])

@@ -180,7 +180,7 @@ def test_the_loader_refuses_duplicate_workloads(tmp_path):
         krops_config.load(path=str(path), environ={})
     assert str(caught.value) == (
         f"{path}: environments.local-host.teardown.capi-workloads[1]: expected distinct entries, got "
-        "'local-workload'; it repeats an earlier entry (valid environments: local-host, aws, azure, gcp, local-talos)"
+        "'local-workload'; it repeats an earlier entry (valid environments: local-host, aws, aws-crossplane, azure, gcp, local-talos)"
     )
     block = text[text.index("[[environments.aws.teardown.aws-workloads]]") :]
     block = block[: block.index("\n\n") + 1]

@@ -484,6 +484,30 @@ CASES = [
         namespace="ack-system/x",
     ),
     c(
+        "quiesce-provider-uppercase",
+        "flux_release_quiesce",
+        dict(CD, namespace="crossplane-system", releases=["crossplane"]),
+        "option providers[0]: " + SUBDOMAIN_RULE + "'Provider-AWS-S3'",
+        providers=["Provider-AWS-S3"],
+    ),
+    c(
+        "crossplane-delete-environment-path",
+        "crossplane_resources_delete",
+        dict(CD, namespace="default"),
+        (
+            "option environment: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting "
+            "and ending with a letter or digit (the rule Kubernetes enforces on this name), got '../aws'"
+        ),
+        environment="../aws",
+    ),
+    c(
+        "crossplane-delete-timeout-negative",
+        "crossplane_resources_delete",
+        dict(CD, namespace="default", environment="aws-crossplane"),
+        "option wait_timeout: expected an integer from 0 to 604800, got -1",
+        wait_timeout=-1,
+    ),
+    c(
         "bootstrap-secrets-name-traversal",
         "bootstrap_secrets_delete",
         dict(CD, namespace="flux-system"),
@@ -1350,7 +1374,7 @@ def module_of(name):
 
 def test_the_table_covers_every_module_with_at_least_100_cases():
     assert len(CASES) >= 100
-    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 19
+    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 20
     assert len({case[0] for case in CASES}) == len(CASES)
 
 

@@ -47,5 +47,5 @@ def test_lookup_reads_values_overrides_and_fails_clearly(ansible_playbook):
     assert failed["failed"] is True
     assert (
         "environments.prod: expected a defined environment; unknown environment 'prod' "
-        "(valid environments: local-host, aws, azure, gcp, local-talos)"
+        "(valid environments: local-host, aws, aws-crossplane, azure, gcp, local-talos)"
     ) in failed["msg"]

@@ -17,7 +17,7 @@ import yaml
 
 from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env, task_results
 
-ENVIRONMENTS = ("local-host", "aws", "azure", "gcp", "local-talos")
+ENVIRONMENTS = ("local-host", "aws", "aws-crossplane", "azure", "gcp", "local-talos")
 VALID_TAGS = "validate, bootstrap, pivot, secrets, kubeconfigs, oci-push, teardown"
 # ansible-core's AnsibleCollectionRef.VALID_FQCR_RE: a playbook's name must be made of \w characters.
 FQCR_NAME = re.compile(r"^\w+$")
@@ -65,7 +65,7 @@ def test_every_packed_playbook_has_a_name_ansible_can_resolve():
     galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
     checkout_only = {p.split("/", 1)[1] for p in galaxy["build_ignore"] if p.startswith("playbooks/")}
     # The hyphenated spellings are checkout shims of the underscored playbooks, never packed.
-    assert checkout_only == {"local-host.yml", "local-talos.yml", "orphan-report.yml"}
+    assert checkout_only == {"aws-crossplane.yml", "local-host.yml", "local-talos.yml", "orphan-report.yml"}
     for name in checkout_only:
         body = name.replace("-", "_")
         assert [p["ansible.builtin.import_playbook"] for p in load(name)] == [body], name
@@ -104,7 +104,7 @@ def test_body_without_environment_says_which_playbooks_exist(tmp_path):
     rc, output, _err = run(["-i", str(inventory), "playbooks/environment.yml", "--tags", "validate"], tmp_path)
     assert rc == 2
     assert failed_msg(output) == (
-        "no environment: run one of the playbooks krops.platform.local_host, aws, azure, gcp or local_talos "
+        "no environment: run one of the playbooks krops.platform.local_host, aws, aws_crossplane, azure, gcp or local_talos "
         "(playbooks/<environment>.yml in a checkout), or pass -e krops_environment=<environment>"
     )
 
@@ -204,7 +204,8 @@ def test_installed_collection_runs_by_name_and_asks_for_the_repository(installed
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "name", ["local_host", "aws", "azure", "gcp", "local_talos", "validate", "orphan_report", "environment"]
+    "name",
+    ["local_host", "aws", "aws_crossplane", "azure", "gcp", "local_talos", "validate", "orphan_report", "environment"],
 )
 def test_every_playbook_resolves_by_name(installed, tmp_path, name):
     rc, output, stderr = run(
@@ -265,7 +266,7 @@ PROBES = {
                 for line in task_results(out)["krops.platform.validate : Show the validation summary"]["msg"]
                 if ": [" not in line  # the environment lines; the warnings (path: object: [group] ...) follow
             ]
-            == ["aws", "azure", "gcp", "local-host", "local-talos"]
+            == ["aws", "aws-crossplane", "azure", "gcp", "local-host", "local-talos"]
         ),
     ),
     "orphan_report": lambda ctx: (
@@ -274,7 +275,7 @@ PROBES = {
     ),
     **{
         name: (lambda ctx, name=name: (_checks_only(name)[0], lambda rc, out: rc == 0))
-        for name in ("local_host", "aws", "azure", "gcp", "local_talos", "environment")
+        for name in ("local_host", "aws", "aws_crossplane", "azure", "gcp", "local_talos", "environment")
     },
 }
 

@@ -542,3 +542,69 @@ def test_not_a_repository_and_option_like_revisions_are_refused(tmp_path, repo):
     with pytest.raises(render_diff.RenderDiffError) as caught:
         render_diff.run(str(repo[0]), "--output=/tmp/x")
     assert str(caught.value) == "revision '--output=/tmp/x' is not a branch, tag or commit name"
+
+
+XP_DB = """apiVersion: rds.aws.m.upbound.io/v1beta1
+kind: Instance
+metadata:
+  name: krops-db
+  namespace: default
+spec:
+  managementPolicies: [Observe, Create, Update, LateInitialize]
+  forProvider:
+    region: eu-north-1
+    identifier: krops-db
+    engine: postgres
+    instanceClass: db.t4g.micro
+    tags:
+      krops.io/environment: local-host
+"""
+XP_VPC = """apiVersion: ec2.aws.m.upbound.io/v1beta1
+kind: VPC
+metadata:
+  name: krops-net
+  namespace: default
+spec:
+  forProvider:
+    region: eu-north-1
+    cidrBlock: 10.1.0.0/16
+"""
+
+
+def _with_crossplane(root):
+    (root / DATA / "db.yaml").write_text(XP_DB)
+    (root / DATA / "vpc.yaml").write_text(XP_VPC)
+    edit(root, DATA + "/kustomization.yaml", "  - app.yaml\n", "  - app.yaml\n  - db.yaml\n  - vpc.yaml\n")
+
+
+def test_crossplane_db_instance_that_deletion_would_destroy_is_a_danger(repo):
+    root, base = repo
+    _with_crossplane(root)
+    base = commit(root, "a crossplane db without Delete, and a vpc")
+    assert ids(diff(root, base)) == []
+    edit(root, DATA + "/db.yaml", "  managementPolicies: [Observe, Create, Update, LateInitialize]\n", "")
+    edit(root, DATA + "/vpc.yaml", "spec:\n", "spec:\n  managementPolicies: [Observe]\n")
+    commit(root, "default policies on the db, observe-only vpc")
+    report = diff(root, base)
+    assert ids(report) == [
+        ("local-host/deletes-data/Instance/default/krops-db", False),
+        ("local-host/management-policies/Instance/default/krops-db/managementPolicies", False),
+        ("local-host/management-policies/VPC/default/krops-net/managementPolicies", False),
+    ]
+    messages = [f["message"] for f in report["findings"]]
+    assert messages[0] == (
+        "Instance/default/krops-db: deleting this object deletes the RDS instance and its data (managementPolicies "
+        "allow Delete); leave Delete out of spec.managementPolicies (and set deletionPolicy: Orphan on the "
+        "cluster-scoped form) so a change in Git cannot destroy it, as mgmt/aws-crossplane does"
+    )
+    assert messages[1] == (
+        "Instance/default/krops-db spec.managementPolicies: ['Observe', 'Create', 'Update', 'LateInitialize'] -> (unset)"
+    )
+
+
+def test_an_added_crossplane_db_instance_with_delete_is_a_danger_and_the_vpc_is_not(repo):
+    root, base = repo
+    _with_crossplane(root)
+    edit(root, DATA + "/db.yaml", "LateInitialize]", "Delete]")
+    commit(root, "add them")
+    assert ids(diff(root, base)) == [("local-host/deletes-data/Instance/default/krops-db", False)]

@@ -537,7 +537,7 @@ def test_environment_missing_from_bootstrap_toml(tree):
             "environments.staging",
             "bootstrap",
             "mgmt/staging has no [environments.staging] table in bootstrap.toml "
-            "(defined: local-host, aws, azure, gcp, local-talos)",
+            "(defined: local-host, aws, aws-crossplane, azure, gcp, local-talos)",
         )
     ]
     assert result["summary"]["local-host"]["findings"] == 0

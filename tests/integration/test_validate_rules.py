@@ -289,7 +289,7 @@ ROWS = [
                 "environments.staging",
                 "bootstrap",
                 "mgmt/staging has no [environments.staging] table in bootstrap.toml "
-                "(defined: local-host, aws, azure, gcp, local-talos)",
+                "(defined: local-host, aws, aws-crossplane, azure, gcp, local-talos)",
             )
         ],
     ),

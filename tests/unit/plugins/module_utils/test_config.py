@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ansible_collections.krops.platform.plugins.module_utils import config
 
 REPO_FILE = os.path.join(os.path.dirname(__file__), *([os.pardir] * 4), "bootstrap.toml")
-ENVS = "(valid environments: local-host, aws, azure, gcp, local-talos)"
+ENVS = "(valid environments: local-host, aws, aws-crossplane, azure, gcp, local-talos)"
 
 
 def real_text():
@@ -33,7 +33,7 @@ def load(data, **kwargs):
 
 def test_repository_file_is_valid_and_normalised():
     loaded = config.load(REPO_FILE, environ={})
-    assert loaded.environment_names == ["local-host", "aws", "azure", "gcp", "local-talos"]
+    assert loaded.environment_names == ["local-host", "aws", "aws-crossplane", "azure", "gcp", "local-talos"]
     assert loaded.selected == "local-host"
     assert loaded.lookup("environments.aws.mgmt-cluster") == "eu-north-1-management"
     assert loaded.lookup("environments.aws.mgmt-ready-timeout") == 2400

@@ -85,4 +85,4 @@ def test_aws_sweep_and_ownership_follow_the_cloud(monkeypatch, cfg):
     _clone(monkeypatch, cfg, "aws", "lab2", cloud=None)
     with pytest.raises(aws_sweep.SweepError) as err:
         aws_sweep.targets_from_config(cfg, "lab2")
-    assert "sweeps only environments of kind aws (valid: aws, lab)" in str(err.value)
+    assert "sweeps only environments of kind aws (valid: aws, aws-crossplane, lab)" in str(err.value)
