@@ -1,0 +1,298 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""One engine for stepped deletions (issue 24): a table of rows (``Row``, one step each), run by a ``Run``.
+
+A row says what one resource type is: how its owned resources are found (``discover``), how one is
+deleted (``act``), the line check mode prints for it (``plan``), how a deletion that takes time is
+followed (``poll``), which rows must be finished first (``after``) and what share of the wait timeout
+its wait may take (``budget``). The rows files (gcp_rows.py; aws_rows.ResourceType is the AWS sweep's
+older form of the same row) hold the rows; the engine owns the rest:
+
+- order: rows in table order, each after the rows it names in ``after``;
+- check mode: discovery only, the plan and ``planned`` results, nothing is written;
+- waits: a row's deletions are followed (``poll``) before any row that depends on it starts, and
+  the rest at the end; a row whose dependency left anything does not run (``stopped_at`` names the
+  ``group`` of the first that did);
+- the budget: with ``budget`` seconds, a wait still running when they are spent is cut, and the
+  result's ``resume`` is the one resume state that lets the next call go on from there without
+  discovering again (``Run(..., resume=state)``);
+- progress lines (``progress``) and partial results: an expected error (errors.KropsError) raised
+  after the first discovery carries the result so far;
+- the verification pass: once everything ran, discovery runs again, and whatever it still finds is
+  a leftover (``left``), which fails the run.
+
+Importable without Ansible and without any cloud SDK.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.krops.platform.plugins.module_utils import errors, ownership
+
+DONE, PENDING, FAILED = "done", "pending", "failed"  # what a row's poll answers about one deletion
+
+
+class Row:
+    """One row: a resource type, how it is found, deleted and followed. See the module docstring.
+
+    ``discover(scan)`` returns the owned items (dicts with ``type``, ``name`` and ``reason``);
+    ``act(run, item)`` returns ``(outcome, handle)``, where ``handle`` (JSON) is what ``poll(run,
+    handle)`` follows, or None when the deletion is final; it raises an errors.KropsError when the
+    item cannot go. ``poll`` answers ``(DONE | PENDING | FAILED, error)``. ``plan`` is a format string
+    over the item, or a callable of the item.
+    """
+
+    def __init__(self, name, discover, act, plan="delete {type} {name} ({reason})", poll=None, after=(), **kw):
+        self.name = name
+        self.discover = discover
+        self.act = act
+        self.plan = plan
+        self.poll = poll
+        self.after = tuple(after)
+        self.group = kw.pop("group", None) or name  # the name a stop is reported by (stopped_at)
+        self.budget = float(kw.pop("budget", 1.0))  # the share of the wait timeout this row's wait may take
+        if kw:
+            raise TypeError("Row {}: unknown {}".format(name, ", ".join(sorted(kw))))
+        if not 0 < self.budget <= 1:
+            raise ValueError(f"Row {name}: budget is a share of the wait timeout, above 0 and at most 1")
+
+    def plan_line(self, item):
+        return self.plan(item) if callable(self.plan) else self.plan.format_map(item)
+
+    def __repr__(self):
+        return f"Row({self.name!r})"
+
+
+def ordered(steps):
+    """The rows in table order, each moved after the rows it depends on; a cycle or unknown name refuses."""
+    by_name = {s.name: s for s in steps}
+    out, placing = [], []
+
+    def place(step):
+        if step in out:
+            return
+        if step in placing:
+            raise ValueError("steps {} depend on each other".format(" -> ".join(s.name for s in placing + [step])))
+        placing.append(step)
+        for name in step.after:
+            if name not in by_name:
+                raise ValueError(f"step {step.name} runs after {name!r}, which is no step")
+            place(by_name[name])
+        placing.pop()
+        out.append(step)
+
+    for step in steps:
+        place(step)
+    return out
+
+
+def _seconds(value):
+    return int(value) if float(value).is_integer() else round(value, 3)
+
+
+class Run:
+    """One run over a table of rows (see the module docstring).
+
+    ``ctx`` is what the rows' ``act`` and ``poll`` use (``run.ctx``: the API client); ``scan()`` makes
+    a fresh discovery context, which each row's ``discover`` gets. ``settle(scan, plan)`` may take
+    items out of ``plan`` ({row: items}) once every row is discovered, and returns ``[(row, label)]``
+    of what stays although owned (each a leftover); ``facts(scan)`` adds keys to the result. Rows
+    outside ``only`` are discovered (settle sees them) but never acted on; rows outside ``listed`` are
+    not even discovered. ``public(item, outcome, **extra)`` is an item's result entry, ``label(item)``
+    its name in ``leftovers`` and its identity. The options: check_mode, wait, timeout (seconds a wait
+    may take, each row's ``budget`` share of it), poll_interval, budget (seconds this call may spend),
+    resume (the ``resume`` of an earlier result), progress (a hook given each line), sleep, clock.
+    """
+
+    def __init__(self, steps, ctx, scan, only=None, listed=None, settle=None, facts=None, **options):
+        self.steps = ordered(steps)
+        self.ctx, self.scan, self.settle, self.facts = ctx, scan, settle, facts
+        names = [s.name for s in self.steps]
+        self.only, self.listed = list(names if only is None else only), list(names if listed is None else listed)
+        public, label = options.pop("public", None), options.pop("label", None)
+        self.public = public or (lambda item, outcome, **extra: dict(item, outcome=outcome, **extra))
+        self.label = label or (lambda item: "{}/{}".format(item["type"], item["name"]))
+        self.check_mode = options.pop("check_mode", False)
+        self.wait = options.pop("wait", True)
+        self.timeout = options.pop("timeout", 1800)
+        self.poll_interval = options.pop("poll_interval", 10)
+        self.sleep = options.pop("sleep", time.sleep)
+        self.clock = options.pop("clock", time.monotonic)
+        self._hook = options.pop("progress", None)
+        budget = options.pop("budget", None)
+        self.resume = dict(options.pop("resume", None) or {})
+        if options:
+            raise TypeError("Run: unknown {}".format(", ".join(sorted(options))))
+        self.started = self.clock()
+        self.deadline = None if budget is None else self.started + max(0.0, float(budget))
+        self.plan, self.held, self.result, self.progress_lines = {}, [], {}, []
+        self.acted = list(self.resume.get("acted") or ())
+        self.pending = [list(p) for p in self.resume.get("pending") or ()]  # [row, item index, handle, waited]
+
+    def progress(self, text):
+        self.progress_lines.append(f"{self.clock() - self.started:.1f}s {text}")
+        if self._hook is not None:
+            self._hook(text)
+
+    def discover(self):
+        """(scan, {row: items}, held): every row's owned items, in table order, then settled."""
+        scan = self.scan()
+        plan = {s.name: list(s.discover(scan)) if s.name in self.listed else [] for s in self.steps}
+        held = [tuple(h) for h in self.settle(scan, plan) or ()] if self.settle else []
+        return scan, plan, held
+
+    def acting(self):
+        return [s for s in self.steps if s.name in self.only]
+
+    def execute(self):
+        """The result: plan, results, leftovers, changed (and stopped_at, resume, the facts)."""
+        if self.resume:  # a later call of a run the budget cut: no discovery, the state says where it was
+            self.plan, self.held = self.resume["plan"], [tuple(h) for h in self.resume["held"]]
+            self.result = dict(self.resume["result"])
+        else:
+            scan, self.plan, self.held = self.discover()
+            self.result = dict(self.facts(scan) if self.facts else {})
+            self.result["plan"] = [s.plan_line(i) for s in self.acting() for i in self.plan[s.name]]
+            self.result.update(results=[], leftovers=[], changed=bool(self.result["plan"]))
+        if self.check_mode:
+            items = [i for s in self.acting() for i in self.plan[s.name]]
+            self.result["results"] = [self.public(i, ownership.PLANNED) for i in items]
+            return self.result
+        try:
+            if self._steps():
+                self._keep_held()
+                if self.wait and self.result["changed"]:
+                    self._verify()
+        except errors.KropsError as exc:
+            if not exc.result:
+                exc.result = dict(self.result)
+            raise
+        return self.result
+
+    def _steps(self):
+        """Act on every row in order; False when one stopped the run or the budget cut a wait."""
+        for step in self.acting():
+            before = self._before(step)
+            if not self._await(before):
+                return False
+            blocked = [d for d in before if self._left(d)]
+            if blocked:
+                self.result["stopped_at"] = self._step(blocked[0]).group
+                return False
+            if step.name not in self.acted:
+                self._act(step)
+        if not self._await([s.name for s in self.acting()]):
+            return False
+        left = [s for s in self.acting() if self._left(s.name)]
+        if left:
+            self.result["stopped_at"] = left[0].group
+        return not left
+
+    def _before(self, step):
+        """Every acting row ``step`` depends on, directly or through another, nearest first."""
+        names, todo = [], list(step.after)
+        while todo:
+            name = todo.pop(0)
+            if name not in names:
+                names.append(name)
+                todo.extend(self._step(name).after)
+        return [n for n in names if n in self.only]
+
+    def _step(self, name):
+        return next(s for s in self.steps if s.name == name)
+
+    def _left(self, name):
+        labels = {self.label(i) for i in self.plan[name]}
+        return any(label in labels for label in self.result["leftovers"])
+
+    def _act(self, step):
+        self.progress(f"{step.name}: deleting {len(self.plan[step.name])}")
+        for index, item in enumerate(self.plan[step.name]):
+            try:
+                outcome, handle = step.act(self, item)
+            except errors.KropsError as exc:
+                self._fail(item, str(exc), add=True)
+                continue
+            self.result["results"].append(self.public(item, outcome))
+            if handle is not None and step.poll is not None:
+                self.pending.append([step.name, index, handle, 0.0])
+        self.acted.append(step.name)
+
+    def _fail(self, item, error, add=False, outcome=ownership.FAILED):
+        if add:
+            self.result["results"].append(self.public(item, outcome, error=error))
+        else:
+            for entry in self.result["results"]:
+                if self.label(entry) == self.label(item):
+                    entry.update(outcome=outcome, error=error)
+        self.result["leftovers"].append(self.label(item))
+
+    def _await(self, names):
+        """Follow the pending deletions of rows ``names`` to their end; False when the budget cut the wait
+        (``resume`` in the result is then the state the next call goes on from)."""
+        mine = [p for p in self.pending if p[0] in names]
+        self.pending = [p for p in self.pending if p[0] not in names]
+        if not mine or not self.wait:
+            return True
+        self.progress(f"waiting for {len(mine)} deletion(s)")
+        failed, cut = self.wait_for(mine)
+        for error, entry in failed:
+            self._fail(self.plan[entry[0]][entry[1]], error)
+        if not cut:
+            return True
+        self.pending += cut
+        self.result["resume"] = {
+            "plan": self.plan,
+            "held": self.held,
+            "acted": self.acted,
+            "pending": self.pending,
+            "result": {k: v for k, v in self.result.items() if k != "resume"},
+        }
+        self.progress(f"budget spent: {len(self.pending)} deletion(s) still running, the next call goes on")
+        return False
+
+    def wait_for(self, entries):
+        """Poll [row, index, handle, seconds waited] until each is done: ([(error, entry)] of those that failed or
+        ran out of their row's share of the timeout, [entry] the budget cut, with the seconds each waited)."""
+        start = self.clock()
+        left = [(e, self.timeout * self._step(e[0]).budget) for e in entries]
+        failed, cut = [], []
+        while left:
+            still = []
+            for entry, limit in left:
+                state, error = self._step(entry[0]).poll(self, entry[2])
+                if state == FAILED:
+                    failed.append((error, entry))
+                elif state != DONE:
+                    still.append((entry, limit))
+            now = self.clock()
+            left = []
+            for entry, limit in still:
+                if now - start + entry[3] >= limit:
+                    failed.append((f"still deleting after {_seconds(limit)}s (wait_timeout)", entry))
+                elif self.deadline is not None and now >= self.deadline:
+                    cut.append(entry[:3] + [round(entry[3] + now - start, 3)])
+                else:
+                    left.append((entry, limit))
+            if left:
+                self.sleep(self.poll_interval)
+        return failed, cut
+
+    def _keep_held(self):
+        for name, label in self.held:
+            self.result["leftovers"].append(label)
+            self.result["stopped_at"] = self.result.get("stopped_at") or self._step(name).group
+
+    def _verify(self):
+        """Discover again: every owned item still there is a leftover (``left``), or one that appeared meanwhile."""
+        self.progress("verifying: discovering again")
+        dummy, again, dummy2 = self.discover()
+        seen = {self.label(e) for e in self.result["results"]}
+        for step in self.acting():
+            for item in again[step.name]:
+                self.result["stopped_at"] = self.result.get("stopped_at") or step.group
+                if self.label(item) in seen:
+                    self._fail(item, "still present after the teardown", outcome=ownership.LEFT)
+                else:
+                    self._fail(item, "appeared during the teardown", add=True, outcome=ownership.LEFT)
