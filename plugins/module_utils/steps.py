@@ -11,8 +11,10 @@ older form of the same row) hold the rows; the engine owns the rest:
 - order: rows in table order, each after the rows it names in ``after``;
 - check mode: discovery only, the plan and ``planned`` results, nothing is written;
 - waits: a row's deletions are followed (``poll``) before any row that depends on it starts, and
-  the rest at the end; a row whose dependency left anything does not run (``stopped_at`` names the
-  ``group`` of the first that did);
+  the rest at the end; a deletion that failed on an item gone since (``gone``) left nothing;
+- stops: with ``stop`` (the default), a row whose dependency left anything does not run, nor the
+  verification pass (``stopped_at`` names the ``group`` of the first row that left anything); without
+  it every row runs and the verification pass decides;
 - the budget: with ``budget`` seconds, a wait still running when they are spent is cut, and the
   result's ``resume`` is the one resume state that lets the next call go on from there without
   discovering again (``Run(..., resume=state)``);
@@ -39,8 +41,9 @@ class Row:
     ``discover(scan)`` returns the owned items (dicts with ``type``, ``name`` and ``reason``);
     ``act(run, item)`` returns ``(outcome, handle)``, where ``handle`` (JSON) is what ``poll(run,
     handle)`` follows, or None when the deletion is final; it raises an errors.KropsError when the
-    item cannot go. ``poll`` answers ``(DONE | PENDING | FAILED, error)``. ``plan`` is a format string
-    over the item, or a callable of the item.
+    item cannot go. ``poll`` answers ``(DONE | PENDING | FAILED, error)``; ``gone(run, item)``, asked
+    after the wait about an item whose deletion failed, says it is gone all the same. ``plan`` is a
+    format string over the item, or a callable of the item.
     """
 
     def __init__(self, name, discover, act, plan="delete {type} {name} ({reason})", poll=None, after=(), **kw):
@@ -52,6 +55,7 @@ class Row:
         self.after = tuple(after)
         self.group = kw.pop("group", None) or name  # the name a stop is reported by (stopped_at)
         self.budget = float(kw.pop("budget", 1.0))  # the share of the wait timeout this row's wait may take
+        self.gone = kw.pop("gone", None)
         if kw:
             raise TypeError("Row {}: unknown {}".format(name, ", ".join(sorted(kw))))
         if not 0 < self.budget <= 1:
@@ -102,7 +106,10 @@ class Run:
     not even discovered. ``public(item, outcome, **extra)`` is an item's result entry, ``label(item)``
     its name in ``leftovers`` and its identity. The options: check_mode, wait, timeout (seconds a wait
     may take, each row's ``budget`` share of it), poll_interval, budget (seconds this call may spend),
-    resume (the ``resume`` of an earlier result), progress (a hook given each line), sleep, clock.
+    resume (the ``resume`` of an earlier result), progress (a hook given each line), sleep, clock,
+    stop (see the module docstring), left (the outcome of an item still there at the verification
+    pass) and appeared (whether an item that appeared meanwhile gets a result entry, or is only a
+    leftover).
     """
 
     def __init__(self, steps, ctx, scan, only=None, listed=None, settle=None, facts=None, **options):
@@ -120,6 +127,9 @@ class Run:
         self.sleep = options.pop("sleep", time.sleep)
         self.clock = options.pop("clock", time.monotonic)
         self._hook = options.pop("progress", None)
+        self.stop = options.pop("stop", True)
+        self.left = options.pop("left", ownership.LEFT)
+        self.appeared = options.pop("appeared", True)
         budget = options.pop("budget", None)
         self.resume = dict(options.pop("resume", None) or {})
         if options:
@@ -176,7 +186,7 @@ class Run:
             before = self._before(step)
             if not self._await(before):
                 return False
-            blocked = [d for d in before if self._left(d)]
+            blocked = [d for d in before if self.stop and self._left(d)]
             if blocked:
                 self.result["stopped_at"] = self._step(blocked[0]).group
                 return False
@@ -184,7 +194,7 @@ class Run:
                 self._act(step)
         if not self._await([s.name for s in self.acting()]):
             return False
-        left = [s for s in self.acting() if self._left(s.name)]
+        left = [s for s in self.acting() if self.stop and self._left(s.name)]
         if left:
             self.result["stopped_at"] = left[0].group
         return not left
@@ -238,7 +248,9 @@ class Run:
         self.progress(f"waiting for {len(mine)} deletion(s)")
         failed, cut = self.wait_for(mine)
         for error, entry in failed:
-            self._fail(self.plan[entry[0]][entry[1]], error)
+            item, gone = self.plan[entry[0]][entry[1]], self._step(entry[0]).gone
+            if gone is None or not gone(self, item):
+                self._fail(item, error)
         if not cut:
             return True
         self.pending += cut
@@ -291,8 +303,13 @@ class Run:
         seen = {self.label(e) for e in self.result["results"]}
         for step in self.acting():
             for item in again[step.name]:
-                self.result["stopped_at"] = self.result.get("stopped_at") or step.group
+                if self.label(item) in self.result["leftovers"]:
+                    continue  # failed already, and says why
+                if self.stop:
+                    self.result["stopped_at"] = self.result.get("stopped_at") or step.group
                 if self.label(item) in seen:
-                    self._fail(item, "still present after the teardown", outcome=ownership.LEFT)
+                    self._fail(item, "still present after the teardown", outcome=self.left)
+                elif self.appeared:
+                    self._fail(item, "appeared during the teardown", add=True, outcome=self.left)
                 else:
-                    self._fail(item, "appeared during the teardown", add=True, outcome=ownership.LEFT)
+                    self.result["leftovers"].append(self.label(item))
