@@ -594,6 +594,34 @@ def test_gcp_an_operation_that_never_finishes_fails_the_stage(google, run_module
     assert entry["outcome"] == "failed" and entry["error"] == "still deleting after 0s (wait_timeout)"
 
 
+def test_gcp_what_is_still_there_or_appeared_after_the_stages_fails_the_run(google, run_module, tmp_path, monkeypatch):
+    """After the last stage discovery runs again: a bucket recreated after its delete is left (still present), a
+    labelled bucket that appeared meanwhile is left too, with its own result entry; stopped_at names their stage."""
+    gcp_world(google)
+    storage = google._storage
+
+    def recreating(method, path, query, body):
+        answer = storage(method, path, query, body)
+        if method == "DELETE" and path == "/storage/b/krops-p1-data":  # a controller puts it back, and one more
+            google.add_bucket("krops-p1-data", labels={"krops-environment": "gcp"})
+            google.add_bucket("krops-late", labels={"krops-environment": "gcp"})
+        return answer
+
+    monkeypatch.setattr(google, "_storage", recreating)
+    result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path)))
+    assert result.failed
+    assert result["stopped_at"] == "buckets"
+    assert result["leftovers"] == ["bucket/krops-late", "bucket/krops-p1-data"]  # in the order discovery lists them
+    assert [(r["name"], r["outcome"], r.get("error")) for r in result["results"] if r["outcome"] != "deleted"] == [
+        ("krops-p1-data", "left", "still present after the teardown"),
+        ("krops-late", "left", "appeared during the teardown"),
+    ]
+    assert result["msg"] == (
+        "GCP resources of project p1 left behind at stage buckets: bucket/krops-late, bucket/krops-p1-data; see "
+        "results for the reason of each, then run the teardown again"
+    )
+
+
 def test_gcp_unauthenticated_calls_are_refused_by_the_double(google, run_module, tmp_path):
     gcp_world(google)
     result = run_module(gcp_teardown, gcp_args(google, access_token="wrong"))
