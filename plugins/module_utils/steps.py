@@ -47,12 +47,7 @@ class Row:
     """
 
     def __init__(self, name, discover, act, plan="delete {type} {name} ({reason})", poll=None, after=(), **kw):
-        self.name = name
-        self.discover = discover
-        self.act = act
-        self.plan = plan
-        self.poll = poll
-        self.after = tuple(after)
+        self.name, self.discover, self.act, self.plan, self.poll, self.after = name, discover, act, plan, poll, after
         self.group = kw.pop("group", None) or name  # the name a stop is reported by (stopped_at)
         self.budget = float(kw.pop("budget", 1.0))  # the share of the wait timeout this row's wait may take
         self.gone = kw.pop("gone", None)
@@ -64,9 +59,6 @@ class Row:
     def plan_line(self, item):
         return self.plan(item) if callable(self.plan) else self.plan.format_map(item)
 
-    def __repr__(self):
-        return f"Row({self.name!r})"
-
 
 def ordered(steps):
     """The rows in table order, each moved after the rows it depends on; a cycle or unknown name refuses."""
@@ -77,11 +69,11 @@ def ordered(steps):
         if step in out:
             return
         if step in placing:
-            raise ValueError("steps {} depend on each other".format(" -> ".join(s.name for s in placing + [step])))
+            raise ValueError("rows {} depend on each other".format(" -> ".join(s.name for s in placing + [step])))
         placing.append(step)
         for name in step.after:
             if name not in by_name:
-                raise ValueError(f"step {step.name} runs after {name!r}, which is no step")
+                raise ValueError(f"row {step.name} runs after {name!r}, which is no row")
             place(by_name[name])
         placing.pop()
         out.append(step)
@@ -95,6 +87,11 @@ def _seconds(value):
     return int(value) if float(value).is_integer() else round(value, 3)
 
 
+_OPTIONS = dict(check_mode=False, wait=True, timeout=1800, poll_interval=10, budget=None, resume=None, progress=None)
+_OPTIONS.update(sleep=time.sleep, clock=time.monotonic, stop=True, left=ownership.LEFT, appeared=True, public=None)
+_OPTIONS.update(label=None)
+
+
 class Run:
     """One run over a table of rows (see the module docstring).
 
@@ -104,38 +101,28 @@ class Run:
     of what stays although owned (each a leftover); ``facts(scan)`` adds keys to the result. Rows
     outside ``only`` are discovered (settle sees them) but never acted on; rows outside ``listed`` are
     not even discovered. ``public(item, outcome, **extra)`` is an item's result entry, ``label(item)``
-    its name in ``leftovers`` and its identity. The options: check_mode, wait, timeout (seconds a wait
-    may take, each row's ``budget`` share of it), poll_interval, budget (seconds this call may spend),
-    resume (the ``resume`` of an earlier result), progress (a hook given each line), sleep, clock,
-    stop (see the module docstring), left (the outcome of an item still there at the verification
-    pass) and appeared (whether an item that appeared meanwhile gets a result entry, or is only a
-    leftover).
+    its name in ``leftovers`` and its identity. ``_OPTIONS`` are the options: timeout is what a wait may
+    take (each row's ``budget`` share of it), budget what this call may spend, resume an earlier result's
+    ``resume``, progress a hook given each line, left the outcome of an item still there at the
+    verification pass, appeared whether one that appeared meanwhile gets a result entry.
     """
 
     def __init__(self, steps, ctx, scan, only=None, listed=None, settle=None, facts=None, **options):
         self.steps = ordered(steps)
+        self.by_name = {s.name: s for s in self.steps}
         self.ctx, self.scan, self.settle, self.facts = ctx, scan, settle, facts
         names = [s.name for s in self.steps]
         self.only, self.listed = list(names if only is None else only), list(names if listed is None else listed)
-        public, label = options.pop("public", None), options.pop("label", None)
-        self.public = public or (lambda item, outcome, **extra: dict(item, outcome=outcome, **extra))
-        self.label = label or (lambda item: "{}/{}".format(item["type"], item["name"]))
-        self.check_mode = options.pop("check_mode", False)
-        self.wait = options.pop("wait", True)
-        self.timeout = options.pop("timeout", 1800)
-        self.poll_interval = options.pop("poll_interval", 10)
-        self.sleep = options.pop("sleep", time.sleep)
-        self.clock = options.pop("clock", time.monotonic)
-        self._hook = options.pop("progress", None)
-        self.stop = options.pop("stop", True)
-        self.left = options.pop("left", ownership.LEFT)
-        self.appeared = options.pop("appeared", True)
-        budget = options.pop("budget", None)
-        self.resume = dict(options.pop("resume", None) or {})
-        if options:
-            raise TypeError("Run: unknown {}".format(", ".join(sorted(options))))
+        self.acting = [s for s in self.steps if s.name in self.only]
+        if set(options) - set(_OPTIONS):
+            raise TypeError("Run: unknown {}".format(", ".join(sorted(set(options) - set(_OPTIONS)))))
+        for name, default in _OPTIONS.items():
+            setattr(self, "_hook" if name == "progress" else name, options.get(name, default))
+        self.public = self.public or (lambda item, outcome, **extra: dict(item, outcome=outcome, **extra))
+        self.label = self.label or (lambda item: "{}/{}".format(item["type"], item["name"]))
+        self.resume = dict(self.resume or {})
         self.started = self.clock()
-        self.deadline = None if budget is None else self.started + max(0.0, float(budget))
+        self.deadline = None if self.budget is None else self.started + max(0.0, float(self.budget))
         self.plan, self.held, self.result, self.progress_lines = {}, [], {}, []
         self.acted = list(self.resume.get("acted") or ())
         self.pending = [list(p) for p in self.resume.get("pending") or ()]  # [row, item index, handle, waited]
@@ -152,9 +139,6 @@ class Run:
         held = [tuple(h) for h in self.settle(scan, plan) or ()] if self.settle else []
         return scan, plan, held
 
-    def acting(self):
-        return [s for s in self.steps if s.name in self.only]
-
     def execute(self):
         """The result: plan, results, leftovers, changed (and stopped_at, resume, the facts)."""
         if self.resume:  # a later call of a run the budget cut: no discovery, the state says where it was
@@ -163,11 +147,10 @@ class Run:
         else:
             scan, self.plan, self.held = self.discover()
             self.result = dict(self.facts(scan) if self.facts else {})
-            self.result["plan"] = [s.plan_line(i) for s in self.acting() for i in self.plan[s.name]]
+            self.result["plan"] = [s.plan_line(i) for s in self.acting for i in self.plan[s.name]]
             self.result.update(results=[], leftovers=[], changed=bool(self.result["plan"]))
         if self.check_mode:
-            items = [i for s in self.acting() for i in self.plan[s.name]]
-            self.result["results"] = [self.public(i, ownership.PLANNED) for i in items]
+            self.result["results"] = [self.public(i, ownership.PLANNED) for s in self.acting for i in self.plan[s.name]]
             return self.result
         try:
             if self._steps():
@@ -182,19 +165,19 @@ class Run:
 
     def _steps(self):
         """Act on every row in order; False when one stopped the run or the budget cut a wait."""
-        for step in self.acting():
+        for step in self.acting:
             before = self._before(step)
             if not self._await(before):
                 return False
             blocked = [d for d in before if self.stop and self._left(d)]
             if blocked:
-                self.result["stopped_at"] = self._step(blocked[0]).group
+                self.result["stopped_at"] = self.by_name[blocked[0]].group
                 return False
             if step.name not in self.acted:
                 self._act(step)
-        if not self._await([s.name for s in self.acting()]):
+        if not self._await([s.name for s in self.acting]):
             return False
-        left = [s for s in self.acting() if self.stop and self._left(s.name)]
+        left = [s for s in self.acting if self.stop and self._left(s.name)]
         if left:
             self.result["stopped_at"] = left[0].group
         return not left
@@ -206,15 +189,11 @@ class Run:
             name = todo.pop(0)
             if name not in names:
                 names.append(name)
-                todo.extend(self._step(name).after)
+                todo.extend(self.by_name[name].after)
         return [n for n in names if n in self.only]
 
-    def _step(self, name):
-        return next(s for s in self.steps if s.name == name)
-
     def _left(self, name):
-        labels = {self.label(i) for i in self.plan[name]}
-        return any(label in labels for label in self.result["leftovers"])
+        return any(self.label(i) in self.result["leftovers"] for i in self.plan[name])
 
     def _act(self, step):
         self.progress(f"{step.name}: deleting {len(self.plan[step.name])}")
@@ -228,6 +207,9 @@ class Run:
             if handle is not None and step.poll is not None:
                 self.pending.append([step.name, index, handle, 0.0])
         self.acted.append(step.name)
+
+    def _gone(self, step, item):
+        return step.gone is not None and step.gone(self, item)
 
     def _fail(self, item, error, add=False, outcome=ownership.FAILED):
         if add:
@@ -247,10 +229,11 @@ class Run:
             return True
         self.progress(f"waiting for {len(mine)} deletion(s)")
         failed, cut = self.wait_for(mine)
+        failed_ids = {id(entry) for dummy, entry in failed}  # asked once every wait ended, in the order they began
+        gone = {id(e) for e in mine if id(e) in failed_ids and self._gone(self.by_name[e[0]], self.plan[e[0]][e[1]])}
         for error, entry in failed:
-            item, gone = self.plan[entry[0]][entry[1]], self._step(entry[0]).gone
-            if gone is None or not gone(self, item):
-                self._fail(item, error)
+            if id(entry) not in gone:
+                self._fail(self.plan[entry[0]][entry[1]], error)
         if not cut:
             return True
         self.pending += cut
@@ -268,12 +251,12 @@ class Run:
         """Poll [row, index, handle, seconds waited] until each is done: ([(error, entry)] of those that failed or
         ran out of their row's share of the timeout, [entry] the budget cut, with the seconds each waited)."""
         start = self.clock()
-        left = [(e, self.timeout * self._step(e[0]).budget) for e in entries]
+        left = [(e, self.timeout * self.by_name[e[0]].budget) for e in entries]
         failed, cut = [], []
         while left:
             still = []
             for entry, limit in left:
-                state, error = self._step(entry[0]).poll(self, entry[2])
+                state, error = self.by_name[entry[0]].poll(self, entry[2])
                 if state == FAILED:
                     failed.append((error, entry))
                 elif state != DONE:
@@ -294,14 +277,14 @@ class Run:
     def _keep_held(self):
         for name, label in self.held:
             self.result["leftovers"].append(label)
-            self.result["stopped_at"] = self.result.get("stopped_at") or self._step(name).group
+            self.result["stopped_at"] = self.result.get("stopped_at") or self.by_name[name].group
 
     def _verify(self):
         """Discover again: every owned item still there is a leftover (``left``), or one that appeared meanwhile."""
         self.progress("verifying: discovering again")
         dummy, again, dummy2 = self.discover()
         seen = {self.label(e) for e in self.result["results"]}
-        for step in self.acting():
+        for step in self.acting:
             for item in again[step.name]:
                 if self.label(item) in self.result["leftovers"]:
                     continue  # failed already, and says why
