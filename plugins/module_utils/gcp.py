@@ -107,22 +107,16 @@ def gcp_taint(plan, not_owned, owned_names):
     return sorted(tainted)
 
 
-# the loader's rules for teardown.workload-identity-providers (<pool>/<provider>) and .service-accounts
-
-
-# collection -> regional (listed through aggregated/<collection>) or global
-_GCP_REGIONAL = {"routers": True, "subnetworks": True, "firewalls": False, "addresses": False}
-
-
-def vpc_parts(scan, collection, rtype, what, keep=None):
+def vpc_parts(scan, collection, rtype, what, regional=False, keep=None):
     """The items of one compute collection inside an owned VPC (not labelled for another environment);
-    what is not is refused on ``scan`` (gcp_rows.GcpScan).
+    what is not is refused on ``scan`` (gcp_rows.GcpScan). A regional collection is listed through
+    aggregated/<collection>, a global one through global/<collection>.
 
     The delete URL is built from the API root, never taken from a selfLink the API returned, so the
     token goes only where the roots say.
     """
     http, compute = scan.http, scan.compute
-    if _GCP_REGIONAL[collection]:
+    if regional:
         found = _aggregated(http, f"{compute}/aggregated/{collection}", collection)
     else:
         found = http.pages(f"{compute}/global/{collection}", "items", "nextPageToken")
@@ -133,7 +127,7 @@ def vpc_parts(scan, collection, rtype, what, keep=None):
         if not scan.in_owned(r.get("network")) or scan.verdict(r.get("labels")) == "other":
             scan.refuse(rtype, r["name"], r.get("labels"), r.get("network"))
             continue
-        scope = "regions/{}".format(_last(r.get("region"))) if _GCP_REGIONAL[collection] else "global"
+        scope = "regions/{}".format(_last(r.get("region"))) if regional else "global"
         items.append(
             {
                 "type": rtype,

@@ -111,8 +111,8 @@ class GcpScan:
     def labelled(self):
         return f"label {OWNER_TAG}={self.environment}"
 
-    def vpc_parts(self, collection, rtype, what, keep=None):
-        return gcp.vpc_parts(self, collection, rtype, what, keep)
+    def vpc_parts(self, collection, rtype, what, regional=False, keep=None):
+        return gcp.vpc_parts(self, collection, rtype, what, regional, keep)
 
 
 def item(rtype, name, url, reason, **private):
@@ -240,7 +240,7 @@ ROWS = (
         "private-services-range",
         "private-services-ranges",
         lambda s: s.vpc_parts(
-            "addresses", "private-services-range", "VPC_PEERING range", lambda a: a.get("purpose") == "VPC_PEERING"
+            "addresses", "private-services-range", "VPC_PEERING range", keep=lambda a: a.get("purpose") == "VPC_PEERING"
         ),
         ["private-services-connection"],
     ),
@@ -253,11 +253,16 @@ ROWS = (
         lambda s: s.vpc_parts("firewalls", "firewall-rule", "rule"),
         ["bucket"],
     ),
-    _row("router", "firewalls-routers-peerings", lambda s: s.vpc_parts("routers", "router", "router"), ["bucket"]),
+    _row(
+        "router",
+        "firewalls-routers-peerings",
+        lambda s: s.vpc_parts("routers", "router", "router", regional=True),
+        ["bucket"],
+    ),
     _row(
         "subnetwork",
         "subnetworks",
-        lambda s: s.vpc_parts("subnetworks", "subnetwork", "subnet"),
+        lambda s: s.vpc_parts("subnetworks", "subnetwork", "subnet", regional=True),
         ["vpc-peering", "firewall-rule", "router"],
     ),
     _row("network", "networks", _networks, ["subnetwork"]),
