@@ -113,11 +113,6 @@ def locked_message(item):
     )
 
 
-AZURE_ITEM_API = {
-    "resource-group": AZURE_API["resourcegroups"],
-    "arc-connected-cluster": AZURE_API["connectedClusters"],
-    "federated-credential": AZURE_API["userAssignedIdentities"],
-}
 # Terminal states of an Azure-AsyncOperation status resource (Learn: Track asynchronous Azure operations).
 AZURE_DONE, AZURE_FAILED = ("Succeeded",), ("Failed", "Canceled")
 

@@ -94,7 +94,7 @@ def _groups(s):
 
 
 def _url(run, item):
-    return "{}{}?api-version={}".format(run.ctx.arm, item["id"], azure.AZURE_ITEM_API[item["type"]])
+    return "{}{}?api-version={}".format(run.ctx.arm, item["id"], ITEM_API[item["type"]])
 
 
 def _delete(run, item):
@@ -127,14 +127,14 @@ def _plan(item):
     return "delete {} {} ({}){}".format(item["type"], item["id"], item["reason"], locked)
 
 
-ROWS = tuple(
-    steps.Row(name, discover, _delete, plan=_plan, poll=_poll, gone=_gone)
-    for name, discover in (
-        ("federated-credential", _credentials),
-        ("arc-connected-cluster", _arcs),
-        ("resource-group", _groups),
-    )
+# (type, discovery, the AZURE_API entry its DELETE and GET use), in deletion order
+TABLE = (
+    ("federated-credential", _credentials, "userAssignedIdentities"),
+    ("arc-connected-cluster", _arcs, "connectedClusters"),
+    ("resource-group", _groups, "resourcegroups"),
 )
+ROWS = tuple(steps.Row(name, discover, _delete, plan=_plan, poll=_poll, gone=_gone) for name, discover, dummy in TABLE)
+ITEM_API = {name: AZURE_API[api] for name, dummy, api in TABLE}
 
 
 class _Arm:
