@@ -1,15 +1,14 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
-"""Azure teardown through ARM: discover what an environment created (resource groups bootstrap.toml names that
-carry krops' or CAPZ's ownership tag, federated credentials, the Arc resource), refuse locks, delete and wait;
-and the Arc federation hook's ARM calls. Only what ownership.md proves owned is touched."""
+"""Azure through ARM: credentials, ownership (krops' or CAPZ's tag), locks and how an accepted deletion is
+followed, which the rows of an Azure teardown use (azure_rows.py, run by steps.py); and the Arc federation
+hook's ARM calls. Only what ownership.md proves owned is touched."""
 
 from __future__ import annotations
 
 import time
 import urllib.parse
 
-from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils.errors import CloudError
 from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown import (
     AZURE_API,
@@ -94,107 +93,7 @@ def azure_owned(resource, environment, clusters):
     return None
 
 
-def azure_discover(
-    http,
-    arm,
-    subscription,
-    environment,
-    resource_groups,
-    clusters,
-    credential_names,
-    credential_issuers,
-    mgmt_cluster=None,
-):
-    """Read-only: the ordered deletion plan and what was left alone because krops does not own it.
-
-    Federated identity credentials have no tags: one is krops' when it sits on a user-assigned
-    identity tagged for this environment and its name is exactly one the bootstrap hook creates
-    (credential_names) or its issuer is exactly one of credential_issuers. A name that merely
-    shares a prefix proves nothing.
-    """
-    arm = arm.rstrip("/")
-    sub = f"{arm}/subscriptions/{urllib.parse.quote(subscription)}"
-    names, issuers = set(credential_names or ()), set(credential_issuers or ())
-    plan, not_owned = [], []
-    identities = http.pages(
-        "{}/providers/Microsoft.ManagedIdentity/userAssignedIdentities?api-version={}".format(
-            sub, AZURE_API["userAssignedIdentities"]
-        ),
-        "value",
-        "nextLink",
-    )
-    for identity in identities:
-        if azure_owned(identity, environment, []) is None:
-            continue
-        creds = http.pages(
-            "{}{}/federatedIdentityCredentials?api-version={}".format(
-                arm, identity["id"], AZURE_API["userAssignedIdentities"]
-            ),
-            "value",
-            "nextLink",
-        )
-        for cred in creds:
-            issuer = (cred.get("properties") or {}).get("issuer")
-            if cred["name"] in names or issuer in issuers:
-                plan.append(
-                    {
-                        "type": "federated-credential",
-                        "id": cred["id"],
-                        "name": cred["name"],
-                        "reason": "{} on identity {} (tag {}={})".format(
-                            "bootstrap credential" if cred["name"] in names else f"credential for issuer {issuer}",
-                            identity["name"],
-                            OWNER_TAG,
-                            environment,
-                        ),
-                    }
-                )
-    arcs = http.pages(
-        "{}/providers/Microsoft.Kubernetes/connectedClusters?api-version={}".format(
-            sub, AZURE_API["connectedClusters"]
-        ),
-        "value",
-        "nextLink",
-    )
-    for arc in arcs:
-        why = azure_owned(arc, environment, [])
-        if why:
-            plan.append({"type": "arc-connected-cluster", "id": arc["id"], "name": arc["name"], "reason": why})
-    listed = http.pages(
-        "{}/resourcegroups?api-version={}".format(sub, AZURE_API["resourcegroups"]), "value", "nextLink"
-    )
-    groups = {g["name"].lower(): g for g in listed}
-    wanted = [n.lower() for n in resource_groups]
-    wanted += [n for n, g in sorted(groups.items()) if azure_owned(g, environment, []) and n not in wanted]
-    rg_plan = []
-    for name in wanted:
-        group = groups.get(name)
-        if group is None:
-            continue
-        why = azure_owned(group, environment, clusters)
-        if why:
-            rg_plan.append({"type": "resource-group", "id": group["id"], "name": group["name"], "reason": why})
-        else:
-            not_owned.append(
-                {
-                    "type": "resource-group",
-                    "id": group["id"],
-                    "name": group["name"],
-                    "reason": "named in bootstrap.toml but carries neither {}={} nor a CAPZ owned tag for {}".format(
-                        OWNER_TAG, environment, ", ".join(clusters)
-                    ),
-                }
-            )
-    for item in rg_plan:  # a management lock at or below the group makes ARM refuse its deletion
-        locks = _azure_locks(http, arm, item["id"])
-        if locks:
-            item["locks"] = locks
-    # workload groups first, the management cluster's group last
-    rg_plan.sort(key=lambda item: bool(mgmt_cluster) and mgmt_cluster.lower() == item["name"].lower())
-    return plan + rg_plan, not_owned
-
-
-def _azure_locks(http, arm, scope):
+def azure_locks(http, arm, scope):
     """Ids of the management locks on scope and everything inside it; [] when they cannot be read (ARM decides)."""
     try:
         found = http.pages(
@@ -207,23 +106,18 @@ def _azure_locks(http, arm, scope):
     return [lock["id"] for lock in found]
 
 
-def _locked_message(item):
+def locked_message(item):
     return (
         "{} {} is under management lock(s) {}; krops never removes a lock: remove it if the group should go, then "
         "run the teardown again".format(item["type"], item["name"], ", ".join(item["locks"]))
     )
 
 
-AZURE_ITEM_API = {
-    "resource-group": AZURE_API["resourcegroups"],
-    "arc-connected-cluster": AZURE_API["connectedClusters"],
-    "federated-credential": AZURE_API["userAssignedIdentities"],
-}
 # Terminal states of an Azure-AsyncOperation status resource (Learn: Track asynchronous Azure operations).
 AZURE_DONE, AZURE_FAILED = ("Succeeded",), ("Failed", "Canceled")
 
 
-def _azure_monitor(status, headers):
+def azure_monitor(status, headers):
     """How to follow an accepted ARM operation: Azure-AsyncOperation first, else Location, else the resource."""
     if status not in (201, 202):
         return None
@@ -234,8 +128,8 @@ def _azure_monitor(status, headers):
     return None
 
 
-def _azure_poll(http, url, monitor):
-    """One look at a pending deletion: ('done' | 'pending' | 'failed', error)."""
+def azure_poll(http, url, monitor):
+    """One look at a pending deletion: ('done' | 'pending' | 'failed', error), the values of steps.DONE, ..."""
     if monitor and monitor[0] == "async":
         dummy, body = http.request("GET", monitor[1], absent_ok=False)
         state = body.get("status")
@@ -257,109 +151,6 @@ def _azure_poll(http, url, monitor):
     if status == 404:
         return "done", None
     return "pending", None
-
-
-def azure_wait(http, pending, timeout, poll_interval, clock=time.monotonic, sleep=time.sleep):
-    """Follow accepted deletions [(item, url, monitor)] to their end; {id: error} of those that did not succeed."""
-    errors = {}
-    left = list(pending)
-    deadline = clock() + timeout
-    while left:
-        still = []
-        for item, url, monitor in left:
-            try:
-                state, error = _azure_poll(http, url, monitor)
-            except CloudError as exc:
-                state, error = "failed", str(exc)
-            if state == "failed":
-                errors[item["id"]] = error
-            elif state == "pending":
-                still.append((item, url, monitor))
-        left = still
-        if not left or clock() >= deadline:
-            break
-        sleep(poll_interval)
-    for item, dummy, dummy2 in left:
-        errors[item["id"]] = f"still deleting after {timeout}s (wait_timeout)"
-    return errors
-
-
-def azure_teardown(
-    http,
-    arm,
-    subscription,
-    environment,
-    resource_groups,
-    clusters,
-    credential_names,
-    credential_issuers=(),
-    mgmt_cluster=None,
-    check_mode=False,
-    wait=True,
-    wait_timeout=1800,
-    poll_interval=10,
-    sleep=time.sleep,
-    clock=time.monotonic,
-):
-    """Delete the plan azure_discover makes, follow each operation, then discover again: what is left fails."""
-    args = (http, arm, subscription, environment, resource_groups, clusters, list(credential_names or ()))
-    plan, not_owned = azure_discover(*args, list(credential_issuers), mgmt_cluster)
-    result = {
-        "plan": [
-            "delete {} {} ({}){}".format(
-                p["type"],
-                p["id"],
-                p["reason"],
-                " - locked by {}: this delete will fail".format(", ".join(p["locks"])) if p.get("locks") else "",
-            )
-            for p in plan
-        ],
-        "not_owned": not_owned,
-        "results": [],
-        "leftovers": [],
-        "changed": bool(plan),
-    }
-    if check_mode:
-        result["results"] = [dict(p, outcome=ownership.PLANNED) for p in plan]
-        return result
-    base = arm.rstrip("/")
-    pending = []
-    for item in plan:
-        url = "{}{}?api-version={}".format(base, item["id"], AZURE_ITEM_API[item["type"]])
-        if item.get("locks"):  # ARM would answer 409 ScopeLocked: say why without asking
-            result["results"].append(dict(item, outcome=ownership.FAILED, error=_locked_message(item)))
-            result["leftovers"].append(item["id"])
-            continue
-        headers = {}
-        try:
-            status, dummy = http.request("DELETE", url, headers_out=headers)
-        except CloudError as exc:  # 409 ScopeLocked (a management lock), 403, ...: krops never removes a lock
-            result["results"].append(dict(item, outcome=ownership.FAILED, error=str(exc)))
-            result["leftovers"].append(item["id"])
-            continue
-        if status in (204, 404):  # ARM answers 204 to a delete of an absent resource
-            result["results"].append(dict(item, outcome="absent"))
-            continue
-        result["results"].append(dict(item, outcome="deleted"))
-        if status in (201, 202):
-            pending.append((item, url, _azure_monitor(status, headers)))
-    if not wait:
-        return result
-    errors = azure_wait(http, pending, wait_timeout, poll_interval, clock=clock, sleep=sleep)
-    for item, url, dummy in pending:  # an operation that failed on a resource gone since (its group went) left nothing
-        if item["id"] in errors and http.get(url)[0] == 404:
-            del errors[item["id"]]
-    # rc=0 means nothing owned is left: discover again, every owned resource still there is a leftover
-    again, dummy = azure_discover(*args, list(credential_issuers), mgmt_cluster)
-    for item in again:
-        errors.setdefault(item["id"], "still present after the teardown")
-    for entry in result["results"]:
-        if entry["id"] in errors and entry["outcome"] != ownership.FAILED:
-            entry["outcome"], entry["error"] = ownership.FAILED, errors[entry["id"]]
-    for rid in errors:
-        if rid not in result["leftovers"]:
-            result["leftovers"].append(rid)
-    return result
 
 
 def azure_client(access_token, client_id, secret, tenant, login_endpoint, endpoint, environ):

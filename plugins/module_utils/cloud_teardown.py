@@ -1,7 +1,8 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
 """What the Azure and GCP teardowns share (azure.py, gcp.py, gcp_iam.py): the REST client with its retry
-policy, the endpoints and API versions, the secrets to mask, the environment loading and the wait for deletions.
+policy, the endpoints and API versions, the secrets to mask and the environment loading. Their deletions are rows
+(gcp_rows.py, azure_rows.py) run by one engine (steps.py).
 
 The reference design leaves both clouds manual; krops removes what an environment created,
 and only that. Ownership: a resource is removed when bootstrap.toml names it (resource
@@ -245,18 +246,6 @@ def _message(raw):
 def _redact(url):
     parts = urllib.parse.urlsplit(url)
     return urllib.parse.urlunsplit(parts._replace(query=""))
-
-
-def wait_gone(http, urls, timeout, poll_interval, clock=time.monotonic, sleep=time.sleep):
-    """Poll each URL until it answers 404; returns the URLs still present at the deadline."""
-    pending = list(urls)
-    deadline = clock() + timeout
-    while pending:
-        pending = [u for u in pending if http.get(u)[0] != 404]
-        if not pending or clock() >= deadline:
-            break
-        sleep(poll_interval)
-    return pending
 
 
 def first_line(exc):

@@ -152,7 +152,7 @@ leftovers:
 import os
 
 from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import azure, cloud_teardown, errors, shell
+from ansible_collections.krops.platform.plugins.module_utils import azure, azure_rows, cloud_teardown, errors, shell
 
 NAME = "azure_teardown"
 
@@ -199,7 +199,7 @@ def run(p, check_mode, environ=None, step=None):
     groups = p["resource_groups"] if p["resource_groups"] is not None else down.get("resource-groups") or []
     clusters = list(down.get("capi-workloads") or []) + [env["mgmt-cluster"]]
     step("deleting what the environment owns")
-    result = azure.azure_teardown(
+    result = azure_rows.azure_teardown(
         http,
         p["endpoint"],
         subscription,

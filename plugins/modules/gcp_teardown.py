@@ -180,7 +180,14 @@ stopped_at:
 import os
 
 from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import cloud_teardown, errors, gcp, gcp_iam, shell
+from ansible_collections.krops.platform.plugins.module_utils import (
+    cloud_teardown,
+    errors,
+    gcp,
+    gcp_iam,
+    gcp_rows,
+    shell,
+)
 
 NAME = "gcp_teardown"
 
@@ -232,7 +239,7 @@ def run(p, check_mode, environ=None):
     gcp_iam.gcp_iam_refusals(cfg, env, accounts, providers)
     token = gcp.gcp_token(p["access_token"] or environ.get("GCP_ACCESS_TOKEN"))
     http = cloud_teardown.Http(token, what="Google API")
-    result = gcp.gcp_teardown(
+    result = gcp_rows.gcp_teardown(
         http,
         gcp.gcp_roots(p["base_url"]),
         project,

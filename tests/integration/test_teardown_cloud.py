@@ -232,6 +232,50 @@ def test_azure_default_groups_come_from_bootstrap_toml_and_leftovers_fail(arm, r
     assert ("DELETE", rg("swedencentral-workload")) not in arm.writes()
 
 
+def test_azure_an_operation_that_failed_on_a_resource_its_group_took_along_leaves_nothing(arm, run_module):
+    """The Arc resource's delete ends Failed, but its group goes meanwhile (after the Arc operation ended):
+    gone is gone, asked once every wait has ended, so nothing is left and the run succeeds."""
+    arc, dummy = azure_world(arm)
+    arm.fail[arc.lower()] = ("Conflict", "the resource group is being deleted")
+    arm.slow[rg("krops-identities").lower()] = 3  # its group's deletion ends two polls after the Arc operation
+    result = run_module(azure_teardown, azure_args(arm))
+    assert not result.failed, result
+    assert result["leftovers"] == [] and {r["outcome"] for r in result["results"]} == {"deleted"}
+    assert not arm.exists(arc)
+
+
+def test_azure_what_is_still_there_or_appeared_after_the_deletions_fails_the_run(arm, run_module, monkeypatch):
+    """The final pass discovers again: a credential whose delete answered 200 but stays is failed (still present);
+    an owned Arc resource that appeared meanwhile is a leftover, without a result entry of its own."""
+    azure_world(arm)
+    ident = rg("team-billing") + "/providers/Microsoft.ManagedIdentity/userAssignedIdentities/kept"
+    arm.add(ident, tags={"krops-environment": "azure"})  # in a group that stays
+    kept = ident + "/federatedIdentityCredentials/krops-kind-capz-manager"
+    arm.add(kept, properties={"issuer": "https://kind.example/issuer"})
+    late = rg("team-billing") + "/providers/Microsoft.Kubernetes/connectedClusters/late-arc"
+    drop = arm._drop
+
+    def sticky(low):
+        if low != kept.lower():
+            return drop(low)
+        arm.add(late, tags={"krops-environment": "azure"})  # a controller made another one meanwhile
+        return None
+
+    monkeypatch.setattr(arm, "_drop", sticky)
+    result = run_module(azure_teardown, azure_args(arm))
+    assert result.failed
+    assert ("DELETE", kept) in arm.writes() and arm.exists(kept) and arm.exists(late)
+    assert [(r["id"], r["outcome"], r.get("error")) for r in result["results"] if r["outcome"] != "deleted"] == [
+        (kept, "failed", "still present after the teardown")
+    ]
+    assert late not in [r["id"] for r in result["results"]]
+    assert result["leftovers"] == [kept, late]
+    assert result["msg"] == (
+        f"Azure resources of azure left behind: {kept}, {late}; see results for the reason of each, then run "
+        "the teardown again"
+    )
+
+
 def test_azure_needs_a_subscription_and_the_right_environment(run_module, monkeypatch):
     monkeypatch.delenv("AZURE_SUBSCRIPTION_ID", raising=False)
     result = run_module(
@@ -548,6 +592,34 @@ def test_gcp_an_operation_that_never_finishes_fails_the_stage(google, run_module
     assert result.failed and result["stopped_at"] == "databases"
     [entry] = result["results"]
     assert entry["outcome"] == "failed" and entry["error"] == "still deleting after 0s (wait_timeout)"
+
+
+def test_gcp_what_is_still_there_or_appeared_after_the_stages_fails_the_run(google, run_module, tmp_path, monkeypatch):
+    """After the last stage discovery runs again: a bucket recreated after its delete is left (still present), a
+    labelled bucket that appeared meanwhile is left too, with its own result entry; stopped_at names their stage."""
+    gcp_world(google)
+    storage = google._storage
+
+    def recreating(method, path, query, body):
+        answer = storage(method, path, query, body)
+        if method == "DELETE" and path == "/storage/b/krops-p1-data":  # a controller puts it back, and one more
+            google.add_bucket("krops-p1-data", labels={"krops-environment": "gcp"})
+            google.add_bucket("krops-late", labels={"krops-environment": "gcp"})
+        return answer
+
+    monkeypatch.setattr(google, "_storage", recreating)
+    result = run_module(gcp_teardown, gcp_args(google, config_file=gcp_toml(tmp_path)))
+    assert result.failed
+    assert result["stopped_at"] == "buckets"
+    assert result["leftovers"] == ["bucket/krops-late", "bucket/krops-p1-data"]  # in the order discovery lists them
+    assert [(r["name"], r["outcome"], r.get("error")) for r in result["results"] if r["outcome"] != "deleted"] == [
+        ("krops-p1-data", "left", "still present after the teardown"),
+        ("krops-late", "left", "appeared during the teardown"),
+    ]
+    assert result["msg"] == (
+        "GCP resources of project p1 left behind at stage buckets: bucket/krops-late, bucket/krops-p1-data; see "
+        "results for the reason of each, then run the teardown again"
+    )
 
 
 def test_gcp_unauthenticated_calls_are_refused_by_the_double(google, run_module, tmp_path):

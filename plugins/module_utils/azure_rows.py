@@ -1,0 +1,181 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The rows of an Azure teardown: one ``steps.Row`` per resource type, in deletion order.
+
+Federated identity credentials, then the Arc connected cluster, then the resource groups (workload groups
+first, the management cluster's group last). No row depends on another: every deletion is started, then
+the engine (steps.py) follows each accepted operation to its end (Azure-AsyncOperation, else Location, else
+the resource itself), and discovers again: every owned resource still there is a leftover. A failed
+operation on a resource gone since (its group went) left nothing.
+
+Ownership (azure.azure_owned, ownership.md): a resource group bootstrap.toml names must carry krops' tag or
+CAPZ's owned tag for a cluster of the environment; one tagged for this environment is taken without being
+named. Federated identity credentials have no tags: one is krops' when it sits on a user-assigned identity
+tagged for this environment and its name is exactly one the bootstrap hook creates (credential_names) or its
+issuer is exactly one of credential_issuers. A name that merely shares a prefix proves nothing. A group
+under a management lock is never tried: krops never removes a lock.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+
+from ansible_collections.krops.platform.plugins.module_utils import azure, ownership, steps
+from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown import AZURE_API, OWNER_TAG
+from ansible_collections.krops.platform.plugins.module_utils.errors import CloudError
+
+
+class AzureScan:
+    """One discovery: the subscription's ARM root, the ownership inputs and what was left alone (``not_owned``)."""
+
+    def __init__(self, http, arm, subscription, environment, groups, clusters, names, issuers, mgmt_cluster):
+        self.http, self.arm = http, arm
+        self.sub = f"{arm}/subscriptions/{urllib.parse.quote(subscription)}"
+        self.environment, self.groups, self.clusters = environment, groups, clusters
+        self.names, self.issuers, self.mgmt_cluster = set(names or ()), set(issuers or ()), mgmt_cluster
+        self.not_owned = []
+
+    def pages(self, path, api):
+        return self.http.pages(f"{self.sub}{path}?api-version={AZURE_API[api]}", "value", "nextLink")
+
+
+def _credentials(s):
+    found = []
+    for identity in s.pages("/providers/Microsoft.ManagedIdentity/userAssignedIdentities", "userAssignedIdentities"):
+        if azure.azure_owned(identity, s.environment, []) is None:
+            continue
+        creds = s.http.pages(
+            "{}{}/federatedIdentityCredentials?api-version={}".format(
+                s.arm, identity["id"], AZURE_API["userAssignedIdentities"]
+            ),
+            "value",
+            "nextLink",
+        )
+        for cred in creds:
+            issuer = (cred.get("properties") or {}).get("issuer")
+            if cred["name"] in s.names or issuer in s.issuers:
+                why = "bootstrap credential" if cred["name"] in s.names else f"credential for issuer {issuer}"
+                reason = "{} on identity {} (tag {}={})".format(why, identity["name"], OWNER_TAG, s.environment)
+                found.append({"type": "federated-credential", "id": cred["id"], "name": cred["name"], "reason": reason})
+    return found
+
+
+def _arcs(s):
+    found = []
+    for arc in s.pages("/providers/Microsoft.Kubernetes/connectedClusters", "connectedClusters"):
+        why = azure.azure_owned(arc, s.environment, [])
+        if why:
+            found.append({"type": "arc-connected-cluster", "id": arc["id"], "name": arc["name"], "reason": why})
+    return found
+
+
+def _groups(s):
+    groups = {g["name"].lower(): g for g in s.pages("/resourcegroups", "resourcegroups")}
+    wanted = [n.lower() for n in s.groups]
+    wanted += [n for n, g in sorted(groups.items()) if azure.azure_owned(g, s.environment, []) and n not in wanted]
+    found = []
+    for group in (groups[name] for name in wanted if name in groups):
+        why = azure.azure_owned(group, s.environment, s.clusters)
+        if why:
+            found.append({"type": "resource-group", "id": group["id"], "name": group["name"], "reason": why})
+            continue
+        reason = "named in bootstrap.toml but carries neither {}={} nor a CAPZ owned tag for {}".format(
+            OWNER_TAG, s.environment, ", ".join(s.clusters)
+        )
+        s.not_owned.append({"type": "resource-group", "id": group["id"], "name": group["name"], "reason": reason})
+    for item in found:  # a management lock at or below the group makes ARM refuse its deletion
+        locks = azure.azure_locks(s.http, s.arm, item["id"])
+        if locks:
+            item["locks"] = locks
+    # workload groups first, the management cluster's group last
+    found.sort(key=lambda item: bool(s.mgmt_cluster) and s.mgmt_cluster.lower() == item["name"].lower())
+    return found
+
+
+def _url(run, item):
+    return "{}{}?api-version={}".format(run.ctx.arm, item["id"], ITEM_API[item["type"]])
+
+
+def _delete(run, item):
+    """DELETE one resource: (outcome, [url, monitor] of an accepted operation, or None when it is final)."""
+    if item.get("locks"):  # ARM would answer 409 ScopeLocked: say why without asking
+        raise CloudError(azure.locked_message(item))
+    headers = {}
+    # 409 ScopeLocked (a management lock), 403, ... raise: krops never removes a lock
+    status, dummy = run.ctx.http.request("DELETE", _url(run, item), headers_out=headers)
+    if status in (204, 404):  # ARM answers 204 to a delete of an absent resource
+        return ownership.ABSENT, None
+    return ownership.DELETED, (
+        [_url(run, item), azure.azure_monitor(status, headers)] if status in (201, 202) else None
+    )
+
+
+def _poll(run, handle):
+    try:
+        return azure.azure_poll(run.ctx.http, handle[0], handle[1])
+    except CloudError as exc:
+        return steps.FAILED, str(exc)
+
+
+def _gone(run, item):
+    return run.ctx.http.get(_url(run, item))[0] == 404
+
+
+def _plan(item):
+    locked = " - locked by {}: this delete will fail".format(", ".join(item["locks"])) if item.get("locks") else ""
+    return "delete {} {} ({}){}".format(item["type"], item["id"], item["reason"], locked)
+
+
+# (type, discovery, the AZURE_API entry its DELETE and GET use), in deletion order
+TABLE = (
+    ("federated-credential", _credentials, "userAssignedIdentities"),
+    ("arc-connected-cluster", _arcs, "connectedClusters"),
+    ("resource-group", _groups, "resourcegroups"),
+)
+ROWS = tuple(steps.Row(name, discover, _delete, plan=_plan, poll=_poll, gone=_gone) for name, discover, dummy in TABLE)
+ITEM_API = {name: AZURE_API[api] for name, dummy, api in TABLE}
+
+
+class _Arm:
+    def __init__(self, http, arm):
+        self.http, self.arm = http, arm
+
+
+def azure_teardown(
+    http,
+    arm,
+    subscription,
+    environment,
+    resource_groups,
+    clusters,
+    credential_names,
+    credential_issuers=(),
+    mgmt_cluster=None,
+    check_mode=False,
+    wait=True,
+    wait_timeout=1800,
+    poll_interval=10,
+    sleep=time.sleep,
+    clock=time.monotonic,
+):
+    """Delete what the rows discover, follow each operation, then discover again: what is left fails."""
+    arm = arm.rstrip("/")
+    args = (http, arm, subscription, environment, resource_groups, clusters, credential_names, credential_issuers)
+    run = steps.Run(
+        ROWS,
+        _Arm(http, arm),
+        lambda: AzureScan(*args, mgmt_cluster),
+        facts=lambda scan: {"not_owned": scan.not_owned},
+        label=lambda item: item["id"],
+        check_mode=check_mode,
+        wait=wait,
+        timeout=wait_timeout,
+        poll_interval=poll_interval,
+        sleep=sleep,
+        clock=clock,
+        stop=False,
+        left=ownership.FAILED,
+        appeared=False,
+    )
+    return run.execute()
