@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.substrate import prewarm
 from tests.substrate.kube_emulator import KubeEmulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -417,7 +418,7 @@ def ansible_playbook(tmp_path):
                 )
             )
         argv += ["-i", str(inventory)]
-        argv += list(args)
+        argv += list(args) + prewarm.playbook_args()
         proc = subprocess.run(
             argv, cwd=REPO, env=playbook_env(tmp_path, env), capture_output=True, text=True, timeout=600, check=False
         )
