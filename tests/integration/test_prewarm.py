@@ -221,14 +221,14 @@ def test_a_killed_client_takes_its_module_along(tmp_path, how):
         f"open({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
     )
     proc = subprocess.Popen([prewarm.start(), str(script)])
-    for _ in range(200):
+    for _attempt in range(200):
         if marker.exists() and marker.read_text():
             break
         time.sleep(0.05)
     child = int(marker.read_text())
     os.kill(proc.pid, getattr(signal, how))
     assert proc.wait(timeout=10) == -getattr(signal, how)
-    for _ in range(200):
+    for _attempt in range(200):
         try:
             os.kill(child, 0)
         except ProcessLookupError:

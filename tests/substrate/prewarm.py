@@ -137,7 +137,7 @@ def serve(sock_path, ready_fd):
     os.write(ready_fd, b"1")
     os.close(ready_fd)
     while True:
-        conn, _ = listener.accept()
+        conn, _address = listener.accept()
         if os.fork() == 0:
             listener.close()
             _child(conn)  # never returns
