@@ -443,3 +443,91 @@ def rds_instances(moto):
         for region in ("eu-north-1", "eu-west-1")
         for i in clients(moto, region)("rds").describe_db_instances()["DBInstances"]
     ]
+
+
+def _crossplane_core(strict_cluster, monkeypatch, name="xp-core"):
+    """A cluster with the Crossplane chart installed as helm-controller installs it: its CRDs, its Deployment."""
+    from tests.substrate.crossplane_world import PackageManager, register_crossplane_chart
+    from tests.substrate.flux_world import FluxController
+
+    register_crossplane_chart(monkeypatch)
+    world = World()
+    api = world.add_cluster(strict_cluster(name, bundles=()))
+    api.install_bundle("crossplane")
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "crossplane-system"}})
+    FluxController._run_workload(api, "crossplane-system", "crossplane", ("crossplane", "xpkg.crossplane.io/x"), 1)
+    return world, api, PackageManager(world)
+
+
+PROVIDER_TREE = ["mgmt/aws-crossplane/crossplane-providers"]
+
+
+def test_the_package_manager_installs_the_pinned_providers_their_crds_dependency_and_irsa_runtime(
+    strict_cluster, monkeypatch
+):
+    from tests.substrate.crossplane_world import PKG, friendly_id
+
+    world, api, manager = _crossplane_core(strict_cluster, monkeypatch)
+    assert ("ec2.aws.m.upbound.io", "vpcs") not in api.resources
+    for obj in aws_world.tree_objects(PROVIDER_TREE, RUN):
+        ssa_apply(api, obj, "kustomize-controller")
+    world.settle()
+    names = sorted(p["metadata"]["name"] for p in api.list(PKG, "Provider"))
+    assert names == sorted(
+        ["provider-aws-s3", "provider-aws-rds", "provider-aws-iam", "provider-aws-ec2", "upbound-provider-family-aws"]
+    )
+    s3 = api.get(PKG, "Provider", "provider-aws-s3")
+    revision = friendly_id("provider-aws-s3", manager.digest("xpkg.upbound.io/upbound/provider-aws-s3:v2.6.0"))
+    assert revision.startswith("provider-aws-s3-") and len(revision) == len("provider-aws-s3-") + 12
+    assert s3["status"]["currentRevision"] == revision
+    assert {c["type"]: (c["status"], c["reason"]) for c in s3["status"]["conditions"]} == {
+        "Installed": ("True", "ActivePackageRevision"),
+        "Healthy": ("True", "HealthyPackageRevision"),
+    }
+    for group, plural in (("ec2.aws.m.upbound.io", "vpcs"), ("aws.m.upbound.io", "clusterproviderconfigs")):
+        assert (group, plural) in api.resources
+    sa = api.get("v1", "ServiceAccount", revision, "crossplane-system")
+    assert sa["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": f"arn:aws:iam::{ACCOUNT}:role/krops-crossplane"
+    }
+    deployment = api.get("apps/v1", "Deployment", revision, "crossplane-system")
+    assert deployment["spec"]["selector"]["matchLabels"]["pkg.crossplane.io/provider"] == "provider-aws-s3"
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == revision
+    assert manager.refused == []
+
+
+def test_the_package_manager_refuses_a_package_or_tag_the_registry_does_not_serve(strict_cluster, monkeypatch):
+    from tests.substrate.crossplane_world import PKG
+
+    world, api, manager = _crossplane_core(strict_cluster, monkeypatch)
+    for name, ref in (
+        ("provider-aws-s3", "xpkg.upbound.io/upbound/provider-aws-s3:v2.5.9"),
+        ("provider-aws-eks", "xpkg.upbound.io/upbound/provider-aws-eks:v2.6.0"),
+    ):
+        api.create({"apiVersion": PKG, "kind": "Provider", "metadata": {"name": name}, "spec": {"package": ref}})
+    world.settle()
+    s3 = api.get(PKG, "Provider", "provider-aws-s3")
+    installed, healthy = s3["status"]["conditions"]
+    assert (installed["type"], installed["status"], installed["reason"]) == ("Installed", "False", "UnpackingPackage")
+    assert (healthy["type"], healthy["status"], healthy["reason"]) == ("Healthy", "False", "UnhealthyPackageRevision")
+    assert installed["message"].startswith(
+        "cannot unpack package: cannot resolve xpkg.upbound.io/upbound/provider-aws-s3:v2.5.9 to digest: "
+    )
+    assert "currentRevision" not in s3["status"]
+    assert ("s3.aws.m.upbound.io", "buckets") not in api.resources  # nothing installed from it
+    assert api.list("apps/v1", "Deployment", "crossplane-system") == [
+        api.get("apps/v1", "Deployment", "crossplane", "crossplane-system")
+    ]
+    assert sorted(n for n, _m in manager.refused) == ["provider-aws-eks", "provider-aws-s3"]
+
+
+def test_the_package_manager_does_nothing_while_crossplane_is_stopped(strict_cluster, monkeypatch):
+    from tests.substrate.crossplane_world import PKG
+
+    world, api, manager = _crossplane_core(strict_cluster, monkeypatch)
+    res = api.resource_for("apps/v1", "Deployment")
+    api.patch(res, "crossplane-system", "crossplane", "merge", {"spec": {"replicas": 0}}, None, "krops")
+    for obj in aws_world.tree_objects(PROVIDER_TREE, RUN):
+        ssa_apply(api, obj, "kustomize-controller")
+    world.settle()
+    assert all("status" not in p for p in api.list(PKG, "Provider")) and manager.installed == []
