@@ -108,14 +108,12 @@ def test_a_second_cluster_creates_a_second_vpc_unless_the_external_names_come_al
     """The pivot's gap, shown: the management cluster's providers given the tree without kind's external names
     create a second VPC; with them they take kind's over (what krops-crossplane-adoption must carry)."""
     world, kind, providers = _world(strict_cluster, moto, "xp-kind")
-    names = {
-        "KROPS_XP_{}_{}".format(o["kind"].upper(), o["metadata"]["name"].upper().replace("-", "_")): o["metadata"][
-            "annotations"
-        ][EXTERNAL_NAME]
-        for o in _mrs(kind).values()
-        if o["kind"] in ("VPC", "Subnet", "SecurityGroup", "SecurityGroupIngressRule", "Instance")
-    }
-    assert len(names) == 12  # per workload cluster: VPC, two subnets, security group and its rule, DB instance
+    names = {}
+    for o in _mrs(kind).values():
+        if o["kind"] in ("VPC", "Subnet", "SecurityGroup", "SecurityGroupIngressRule", "Instance"):
+            var = "KROPS_XP_{}_{}".format(o["kind"].upper(), o["metadata"]["name"].upper().replace("-", "_"))
+            names.update({var: o["metadata"]["annotations"][EXTERNAL_NAME], var + "_KEY": EXTERNAL_NAME})
+    assert len(names) == 24  # per workload cluster: VPC, two subnets, security group and its rule, DB instance
     adopting = world.add_cluster(strict_cluster("xp-mgmt-adopting", bundles=()))
     aws_world.install_crds(adopting, CRD_KINDS)
     for obj in aws_world.tree_objects(TREE, dict(RUN, **names)):
@@ -340,7 +338,8 @@ def test_the_pivot_carries_the_external_names_so_the_management_cluster_makes_no
     assert rc == 0, (output, stderr[-2000:])
     data = target.get("v1", "ConfigMap", "krops-crossplane-adoption", "flux-system")["data"]
     vpc = kind.get("ec2.aws.m.upbound.io/v1beta1", "VPC", DB, "default")["metadata"]["annotations"][EXTERNAL_NAME]
-    assert len(data) == 12 and data["KROPS_XP_VPC_KROPS_EU_WEST_1_WORKLOAD_DB"] == vpc
+    assert len(data) == 24 and data["KROPS_XP_VPC_KROPS_EU_WEST_1_WORKLOAD_DB"] == vpc
+    assert data["KROPS_XP_VPC_KROPS_EU_WEST_1_WORKLOAD_DB_KEY"] == EXTERNAL_NAME
     assert data["KROPS_XP_INSTANCE_KROPS_EU_WEST_1_WORKLOAD_DB"].startswith("db-")
     mgmt = world.add_cluster(strict_cluster("xp-mgmt", bundles=()))
     aws_world.install_crds(mgmt, CRD_KINDS)
@@ -531,3 +530,20 @@ def test_the_package_manager_does_nothing_while_crossplane_is_stopped(strict_clu
         ssa_apply(api, obj, "kustomize-controller")
     world.settle()
     assert all("status" not in p for p in api.list(PKG, "Provider")) and manager.installed == []
+
+
+def test_an_empty_external_name_applied_over_the_providers_makes_a_second_vpc(strict_cluster, moto):
+    """Why the tree applies crossplane.io/external-name only when the pivot carried one: an applier that owns the
+    annotation as "" (Flux, on every reconcile) wipes the id the provider wrote, and the provider, which looks the
+    resource up by its external name on every Observe, creates it again. The placeholder key leaves it alone."""
+    world, api, providers = _world(strict_cluster, moto, "xp-reapply")
+    vpc = api.get("ec2.aws.m.upbound.io/v1beta1", "VPC", DB, "default")
+    assert vpc["metadata"]["annotations"]["krops.io/no-external-name"] == "none"
+    for obj in aws_world.tree_objects(TREE, RUN):  # Flux's next reconcile
+        ssa_apply(api, obj, "kustomize-controller")
+    world.settle()
+    assert len(_vpcs(moto)) == 1  # the provider's external name stays: no second VPC
+    res = api.resource_for("ec2.aws.m.upbound.io/v1beta1", "VPC")
+    api.patch(res, "default", DB, "merge", {"metadata": {"annotations": {EXTERNAL_NAME: ""}}}, None, "someone")
+    world.settle()
+    assert len(_vpcs(moto)) == 2  # the defect: an empty external name applied over the provider's

@@ -449,7 +449,13 @@ class CrossplaneProviders:
         if FINALIZER not in finalizers:
             obj = self._finalizers(api, obj, finalizers + [FINALIZER])
         if key in self.records:
-            return
+            known = self.records[key].get("external")
+            if known is None or (meta.get("annotations") or {}).get(EXTERNAL_NAME) in (known, None):
+                return
+            # the external name changed under the provider (something applied another one, an empty one
+            # included): upjet reads it on every Observe, so the resource is looked up by it again and, where
+            # nothing exists by that name, created again (a duplicate, when the old one still exists)
+            self.records.pop(key)
         try:
             external, record = self._observe_or_create(api, obj)
         except NotReady as exc:
@@ -461,6 +467,7 @@ class CrossplaneProviders:
         if external is None:
             self._status(api, obj, False, "ReconcileError", "the resource does not exist and Create is not allowed")
             return
+        record["external"] = external
         self.records[key] = record
         if (meta.get("annotations") or {}).get(EXTERNAL_NAME) != external:
             obj = self._patch(api, obj, {"metadata": {"annotations": {EXTERNAL_NAME: external}}})
