@@ -534,8 +534,9 @@ def test_the_package_manager_does_nothing_while_crossplane_is_stopped(strict_clu
 
 def test_an_empty_external_name_applied_over_the_providers_makes_a_second_vpc(strict_cluster, moto):
     """Why the tree applies crossplane.io/external-name only when the pivot carried one: an applier that owns the
-    annotation as "" (Flux, on every reconcile) wipes the id the provider wrote, and the provider, which looks the
-    resource up by its external name on every Observe, creates it again. The placeholder key leaves it alone."""
+    annotation as "" (Flux, on every reconcile) wipes the id the provider wrote, and the emulated provider, which
+    looks the resource up by its external name (upjet's handling of a changed name was not read), creates it again.
+    The placeholder key leaves the provider's annotation alone."""
     world, api, providers = _world(strict_cluster, moto, "xp-reapply")
     vpc = api.get("ec2.aws.m.upbound.io/v1beta1", "VPC", DB, "default")
     assert vpc["metadata"]["annotations"]["krops.io/no-external-name"] == "none"

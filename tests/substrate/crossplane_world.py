@@ -453,8 +453,8 @@ class CrossplaneProviders:
             if known is None or (meta.get("annotations") or {}).get(EXTERNAL_NAME) in (known, None):
                 return
             # the external name changed under the provider (something applied another one, an empty one
-            # included): upjet reads it on every Observe, so the resource is looked up by it again and, where
-            # nothing exists by that name, created again (a duplicate, when the old one still exists)
+            # included): the resource is looked up by it again and, where nothing exists by that name, created
+            # again (a duplicate, when the old one still exists). Upjet's handling of this was not read.
             self.records.pop(key)
         try:
             external, record = self._observe_or_create(api, obj)
