@@ -548,3 +548,107 @@ def test_an_empty_external_name_applied_over_the_providers_makes_a_second_vpc(st
     api.patch(res, "default", DB, "merge", {"metadata": {"annotations": {EXTERNAL_NAME: ""}}}, None, "someone")
     world.settle()
     assert len(_vpcs(moto)) == 2  # the defect: an empty external name applied over the provider's
+
+
+EKS = "default_eu-north-1-management-control-plane"
+ROOT_TRUST = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+)
+
+
+def _eks_with_issuer(moto, associate=True):
+    """The management EKS cluster in moto and, as CAPA makes it with associateOIDCProvider, its IAM OIDC provider."""
+    eks, iam = clients(moto, "eu-north-1")("eks"), clients(moto, "eu-north-1")("iam")
+    eks.create_cluster(
+        name=EKS, roleArn=f"arn:aws:iam::{ACCOUNT}:role/cp", resourcesVpcConfig={"subnetIds": []}, version="1.35"
+    )
+    issuer = eks.describe_cluster(name=EKS)["cluster"]["identity"]["oidc"]["issuer"]
+    if associate:
+        iam.create_open_id_connect_provider(Url=issuer, ClientIDList=["sts.amazonaws.com"], ThumbprintList=["9" * 40])
+    return issuer
+
+
+def _irsa_args(moto, **extra):
+    args = {"environment": "aws-crossplane", "eks_cluster": EKS, "region": "eu-north-1", "endpoint_url": moto}
+    return dict(args, **extra)
+
+
+def test_the_irsa_role_trusts_the_management_clusters_oidc_provider_for_the_providers(moto, run_module):
+    from ansible_collections.krops.platform.plugins.modules import crossplane_irsa_role
+
+    issuer = _eks_with_issuer(moto)
+    host = issuer.removeprefix("https://")
+    iam = clients(moto, "eu-north-1")("iam")
+    planned = run_module(crossplane_irsa_role, _irsa_args(moto), check_mode=True)
+    assert not planned.failed, planned.get("msg")
+    assert planned["changes"] == ["create role", "put policy krops-crossplane-providers"] and planned["changed"]
+    assert [r["RoleName"] for r in iam.list_roles()["Roles"]] == []  # check mode writes nothing
+    made = run_module(crossplane_irsa_role, _irsa_args(moto, tags={"krops.io/run-id": "xp-1"}))
+    assert not made.failed, made.get("msg")
+    assert made["role_arn"] == f"arn:aws:iam::{ACCOUNT}:role/krops-crossplane"
+    assert made["oidc_provider_arn"] == f"arn:aws:iam::{ACCOUNT}:oidc-provider/{host}"
+    role = iam.get_role(RoleName="krops-crossplane")["Role"]
+    assert role["AssumeRolePolicyDocument"]["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Principal": {"Federated": made["oidc_provider_arn"]},
+            "Action": "sts:AssumeRoleWithWebIdentity",
+            "Condition": {
+                "StringEquals": {f"{host}:aud": "sts.amazonaws.com"},
+                "StringLike": {f"{host}:sub": ["system:serviceaccount:crossplane-system:provider-aws-*"]},
+            },
+        }
+    ]
+    tags = {t["Key"]: t["Value"] for t in iam.list_role_tags(RoleName="krops-crossplane")["Tags"]}
+    assert tags == {"krops.io/environment": "aws-crossplane", "krops.io/run-id": "xp-1"}
+    policy = iam.get_role_policy(RoleName="krops-crossplane", PolicyName="krops-crossplane-providers")
+    assert policy["PolicyDocument"]["Statement"][0]["Action"] == ["s3:*", "rds:*", "iam:*", "ec2:*"]
+    again = run_module(crossplane_irsa_role, _irsa_args(moto, tags={"krops.io/run-id": "xp-1"}))
+    assert (again["changed"], again["changes"]) == (False, [])
+    # a trust policy changed behind krops' back is put right
+    iam.update_assume_role_policy(RoleName="krops-crossplane", PolicyDocument=ROOT_TRUST)
+    fixed = run_module(crossplane_irsa_role, _irsa_args(moto, tags={"krops.io/run-id": "xp-1"}))
+    assert fixed["changes"] == ["update trust policy"]
+
+
+@pytest.mark.parametrize("tags", [{}, {"krops.io/environment": "aws"}])
+def test_a_role_of_that_name_krops_cannot_prove_it_owns_is_refused_and_left(moto, run_module, tags):
+    from ansible_collections.krops.platform.plugins.modules import crossplane_irsa_role
+
+    _eks_with_issuer(moto)
+    iam = clients(moto, "eu-north-1")("iam")
+    iam.create_role(RoleName="krops-crossplane", AssumeRolePolicyDocument=ROOT_TRUST, Tags=aws_world._tag_list(tags))
+    result = run_module(crossplane_irsa_role, _irsa_args(moto))
+    assert result.failed
+    assert result["msg"].startswith(
+        "crossplane_irsa_role: the IAM role krops-crossplane exists and is not tagged "
+        "krops.io/environment=aws-crossplane (its tag is {}): krops changes no role it cannot prove it owns.".format(
+            repr(tags.get("krops.io/environment"))
+        )
+    )
+    role = iam.get_role(RoleName="krops-crossplane")["Role"]
+    assert role["AssumeRolePolicyDocument"] == json.loads(ROOT_TRUST)
+    assert iam.list_role_policies(RoleName="krops-crossplane")["PolicyNames"] == []
+
+
+def test_without_the_oidc_provider_capa_associates_the_role_is_not_made(moto, run_module):
+    from ansible_collections.krops.platform.plugins.modules import crossplane_irsa_role
+
+    issuer = _eks_with_issuer(moto, associate=False)
+    result = run_module(crossplane_irsa_role, _irsa_args(moto))
+    assert result.failed
+    assert result["msg"] == (
+        f"crossplane_irsa_role: the EKS cluster {EKS} has no IAM OIDC provider (arn:aws:iam::{ACCOUNT}:oidc-provider/"
+        f"{issuer.removeprefix('https://')}): set associateOIDCProvider: true on its AWSManagedControlPlane (CAPA "
+        "creates and tags the provider; feature gate EKSEnableIAM)"
+    )
+    assert clients(moto, "eu-north-1")("iam").list_roles()["Roles"] == []
+    missing = run_module(crossplane_irsa_role, _irsa_args(moto, eks_cluster="nope"))
+    assert missing.failed and missing["msg"].startswith(
+        "crossplane_irsa_role: cannot read the EKS cluster nope in eu-north-1: ResourceNotFoundException"
+    )
