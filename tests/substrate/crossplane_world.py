@@ -188,8 +188,8 @@ class PackageManager:
         name, ref = provider["metadata"]["name"], provider["spec"]["package"]
         status = provider.get("status") or {}
         if ref not in self.packages:
-            host, _, rest = ref.partition("/")
-            repo, _, tag = rest.rpartition(":")
+            host, rest = ref.split("/", 1) if "/" in ref else (ref, "")
+            repo, tag = rest.rsplit(":", 1) if ":" in rest else (rest, "latest")
             message = (
                 f"cannot unpack package: cannot resolve {ref} to digest: failed to fetch package descriptor with a "
                 f"GET request after a previous HEAD request failure: HEAD https://{host}/v2/{repo}/manifests/{tag}: "
