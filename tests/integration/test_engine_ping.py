@@ -21,9 +21,9 @@ import pytest
 
 from tests.substrate.docker_double import DockerDouble
 from tests.substrate import prewarm
-from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env, task_results
+from tests.substrate.fixtures import REPO, SHIPPED_ENVIRONMENTS, VENV_BIN, playbook_env, task_results
 
-ENVIRONMENTS = ("local-host", "aws", "azure", "gcp", "local-talos")
+ENVIRONMENTS = SHIPPED_ENVIRONMENTS
 
 
 def one_line(host):

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from tests.substrate import prewarm
-from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env, task_results
+from tests.substrate.fixtures import REPO, SHIPPED_ENVIRONMENTS, VENV_BIN, playbook_env, task_results
 
-ENVIRONMENTS = ("local-host", "aws", "aws-crossplane", "azure", "gcp", "local-talos")
+ENVIRONMENTS = SHIPPED_ENVIRONMENTS
 VALID_TAGS = "validate, bootstrap, pivot, secrets, kubeconfigs, oci-push, teardown"
 # ansible-core's AnsibleCollectionRef.VALID_FQCR_RE: a playbook's name must be made of \w characters.
 FQCR_NAME = re.compile(r"^\w+$")
