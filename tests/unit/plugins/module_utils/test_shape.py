@@ -27,7 +27,6 @@ _BRANCHES = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.IfExp, ast.ExceptHand
 
 # (file under plugins/, function or "" for the file, measure) -> the size it may not exceed
 DEBT = {
-    ("module_utils/admission.py", "", "lines"): 1458,
     ("module_utils/airgap.py", "", "lines"): 1110,
     ("module_utils/airgap.py", "derive", "lines"): 111,
     ("module_utils/airgap.py", "derive", "complexity"): 62,
