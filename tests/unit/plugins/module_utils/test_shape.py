@@ -32,8 +32,6 @@ DEBT = {
     ("module_utils/airgap.py", "derive", "complexity"): 62,
     ("module_utils/airgap_package.py", "zarf_package", "lines"): 157,
     ("module_utils/aws_sweep.py", "", "lines"): 1200,
-    ("module_utils/cel.py", "", "lines"): 717,
-    ("module_utils/cel.py", "_walk", "complexity"): 57,
     ("module_utils/config.py", "", "lines"): 1220,
     ("module_utils/config.py", "loads", "complexity"): 27,
     ("module_utils/flux.py", "", "lines"): 815,
