@@ -6,7 +6,7 @@ table of every kind's webhooks (``WEBHOOKS``), read by module_utils/admission.py
 
 from __future__ import annotations
 
-from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import capi
 from ansible_collections.krops.platform.plugins.module_utils.admission_checks import (
     ADDONS,
     BOOTSTRAP,
@@ -274,7 +274,7 @@ WEBHOOKS = {
 }
 # The operator's providers: defaulting only (their ValidateCreate returns nil), cluster-api-operator
 # internal/webhook/*provider_webhook.go and provider_webhook.go setDefaultProviderSpec @ v0.28.0.
-for _kind in kube.PROVIDER_KINDS:
+for _kind in capi.PROVIDER_KINDS:
     WEBHOOKS[("operator.cluster.x-k8s.io", _kind)] = (
         _default_provider,
         None,

@@ -21,7 +21,7 @@ try:
 except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
     HAS_YAML = False
 
-from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kube, ownership
+from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kube, kubeconfigs, ownership
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 
 KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
@@ -220,7 +220,7 @@ class KindCluster:
     def export_kubeconfig(self, path, check_mode=False):
         """Merge this cluster's entries into path (0600) and make its context the current one, as
         `kind export kubeconfig` does; True when the file changed (or would change, in check mode)."""
-        return kube.write_kubeconfig(
+        return kubeconfigs.write_kubeconfig(
             path, self.kubeconfig(), check_mode=check_mode, switch_context=True, option="kubeconfig_path"
         )
 
