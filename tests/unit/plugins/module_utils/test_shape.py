@@ -35,12 +35,6 @@ DEBT = {
     ("module_utils/config.py", "", "lines"): 1220,
     ("module_utils/config.py", "loads", "complexity"): 27,
     ("module_utils/flux.py", "", "lines"): 815,
-    ("module_utils/kube.py", "", "lines"): 835,
-    ("module_utils/render_diff.py", "", "lines"): 1052,
-    ("module_utils/render_diff.py", "_collect_env", "complexity"): 36,
-    ("module_utils/render_diff.py", "compare", "lines"): 135,
-    ("module_utils/render_diff.py", "compare", "complexity"): 33,
-    ("module_utils/render_diff.py", "markdown", "complexity"): 37,
     ("module_utils/teardown_plan.py", "build_plan", "lines"): 202,
     ("module_utils/teardown_plan.py", "build_plan", "complexity"): 32,
 }
