@@ -3,7 +3,9 @@
 """The one module shell: argument parsing, the steps of a run, and failure reporting.
 
 A module is ``shell.run(NAME, argument_spec(), body)`` where ``body(module, step)`` returns
-the result dict. Expected failures (errors.KropsError and its subclasses) become
+the result dict. The shell applies the module's input contract (contract.check, its row of options.OPTIONS)
+before the body, so before any file or network call; a stepped module passes ``resume`` (the argument spec of
+its action plugin's resume state, module_utils.stepping), read into the parameters before the contract. Expected failures (errors.KropsError and its subclasses) become
 ``fail_json(msg, **error.result)``; anything else becomes a clear failure naming the module
 and the step it was in (``step("exporting the kubeconfig")``), with the traceback in
 ``exception`` so that ansible-playbook shows it only at -vvv. No module repeats an except
@@ -28,7 +30,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils import contract, errors, stepping
 
 
 class Step:
@@ -99,16 +101,27 @@ def detailed(details, exc, params):
 
 
 def run(
-    name, argument_spec, body, supports_check_mode=True, requires=None, wording=None, details=None, **module_kwargs
+    name,
+    argument_spec,
+    body,
+    supports_check_mode=True,
+    requires=None,
+    wording=None,
+    details=None,
+    resume=None,
+    **module_kwargs,
 ):
     """Run a krops module. ``requires``: [(library name, has_it, import error)] checked before the body;
-    ``wording`` and ``details``: see the module docstring."""
+    ``resume``, ``wording`` and ``details``: see the module docstring."""
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=supports_check_mode, **module_kwargs)
     for library, present, error in requires or ():
         if not present:
             module.fail_json(msg=missing_required_lib(library), exception=str(error))
     step = Step()
     try:
+        if resume is not None:
+            module.params.update(stepping.read(resume))
+        contract.check(name.rsplit(".", 1)[-1], module.params)  # the input contract first
         result = body(module, step)
     except errors.KropsError as exc:
         module.fail_json(

@@ -93,7 +93,6 @@ revision:
 import os
 import re
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import airgap
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import oci
@@ -115,7 +114,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check("airgap_config_archive", module.params)  # the input contract first: before any file or network call
     p = module.params
     step("checking the options")
     if not _REFERENCE.match(p["reference"]):

@@ -396,8 +396,6 @@ duration:
   sample: 24.74
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import stepping
 from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config, errors, shell
 
 
@@ -424,8 +422,6 @@ def argument_spec():
 
 
 def body(module, step):
-    module.params.update(stepping.read(STEP_STATE))
-    contract.check("aws_orphan_sweep", module.params)  # the input contract first: before any file or network call
     step("sweeping")
     result = aws_sweep.run(module.params, check_mode=module.check_mode)
     if result.pop("failed"):
@@ -442,6 +438,7 @@ def main():
         "aws_orphan_sweep",
         argument_spec(),
         body,
+        resume=STEP_STATE,
         wording=WORDING,
         requires=[("boto3", aws.HAS_BOTO3, aws.BOTO3_IMPORT_ERROR)],
         mutually_exclusive=[("profile", "access_key"), ("profile", "secret_key")],

@@ -128,7 +128,6 @@ credentials:
 
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import azure, cloud_teardown, errors, shell
 
 NAME = "azure_arc_federate"
@@ -208,7 +207,6 @@ def run(p, check_mode, environ=None, step=None):
 
 
 def body(module, step):
-    contract.check("azure_arc_federate", module.params)  # the input contract first: before any file or network call
     cloud_teardown.mask(module, os.environ, cloud_teardown.AZURE_SECRET_VARS)
     return run(module.params, module.check_mode, step=step)
 

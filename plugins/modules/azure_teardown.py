@@ -151,7 +151,6 @@ leftovers:
 
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import azure, azure_rows, cloud_teardown, errors, shell
 
 NAME = "azure_teardown"
@@ -226,7 +225,6 @@ def run(p, check_mode, environ=None, step=None):
 
 
 def body(module, step):
-    contract.check("azure_teardown", module.params)  # the input contract first: before any file or network call
     cloud_teardown.mask(module, os.environ, cloud_teardown.AZURE_SECRET_VARS)
     return run(module.params, module.check_mode, step=step)
 

@@ -299,8 +299,6 @@ unresolved:
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import stepping
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
@@ -377,8 +375,6 @@ def check_params(params):
 
 
 def body(module, step):
-    module.params.update(stepping.read(STEP_STATE))
-    contract.check("capi_pivot", module.params)  # the input contract first: before any file or network call
     params = dict(module.params)
     step("checking the options")
     check_params(params)
@@ -403,6 +399,7 @@ def main():
         NAME,
         argument_spec(),
         body,
+        resume=STEP_STATE,
         requires=[("kubernetes", kube.HAS_KUBERNETES, kube.KUBERNETES_IMPORT_ERROR)],
         wording=WORDING,
         details=DETAILS,

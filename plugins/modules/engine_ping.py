@@ -72,7 +72,7 @@ probed:
   sample: true
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract, engine, shell
+from ansible_collections.krops.platform.plugins.module_utils import engine, shell
 
 NAME = "engine_ping"
 
@@ -82,7 +82,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check(NAME, module.params)
     shell.positive(module.params, "timeout", unit=" second")
     step("pinging the engine")
     result = engine.ping(engine.docker_host(module.params["docker_host"]), module.params["timeout"])

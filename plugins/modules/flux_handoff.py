@@ -227,8 +227,6 @@ wait_timeout:
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import stepping
 from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import flux
@@ -275,8 +273,6 @@ def argument_spec():
 
 
 def body(module, step):
-    module.params.update(stepping.read(STEP_STATE))
-    contract.check("flux_handoff", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("checking the options")
     shell.positive(params, "wait_timeout progress_interval request_timeout", unit=" second")
@@ -292,7 +288,7 @@ def body(module, step):
 
 
 def main():
-    shell.run(NAME, argument_spec(), body, wording=WORDING)
+    shell.run(NAME, argument_spec(), body, resume=STEP_STATE, wording=WORDING)
 
 
 if __name__ == "__main__":

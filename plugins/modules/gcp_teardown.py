@@ -179,7 +179,6 @@ stopped_at:
 
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import (
     cloud_teardown,
     errors,
@@ -261,7 +260,6 @@ def run(p, check_mode, environ=None):
 
 
 def body(module, step):
-    contract.check("gcp_teardown", module.params)  # the input contract first: before any file or network call
     step("masking the secrets of the environment")
     cloud_teardown.mask(module, os.environ, cloud_teardown.GCP_SECRET_VARS)
     step("removing the GCP resources")

@@ -231,7 +231,6 @@ mirror_nodes:
   sample: [mgmt-control-plane]
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kind, oci, shell
 
 NAME = "krops.platform.kind_cluster"
@@ -268,7 +267,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check("kind_cluster", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("checking the options")
     shell.positive(params, "wait_timeout", unit=" second")

@@ -142,7 +142,6 @@ skipped:
   sample: [mgmt/local-host/README.link]
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import oci
 from ansible_collections.krops.platform.plugins.module_utils import shell
 
@@ -168,7 +167,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check("oci_artifact_push", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("pushing the artifact")
     verb = shell.options(params, "repository tag root source revision insecure username password")

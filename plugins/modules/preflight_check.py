@@ -197,7 +197,6 @@ import re
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import aws, errors, preflight, shell
 
 NAME = "krops.platform.preflight_check"
@@ -234,7 +233,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check("preflight_check", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("checking the options")
     shell.positive(params, "eips_per_cluster")

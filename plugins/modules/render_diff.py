@@ -215,7 +215,6 @@ seconds:
   sample: {render_base: 3.68, render_head: 0.51, diff: 0.07, total: 4.26}
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import render_diff as krops_render_diff
 from ansible_collections.krops.platform.plugins.module_utils import shell
@@ -244,7 +243,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check("render_diff", module.params)  # the input contract first: before any file or network call
     p = module.params
     step("rendering and comparing the revisions")
     verb = shell.options(

@@ -217,7 +217,6 @@ plan:
     - {step: 2, action: delete-clusters, clusters: [local-workload], keep: [local-management], timeout: 300}
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import profiles
@@ -325,7 +324,6 @@ def run(params, get_bin_path, check_mode=False):
 
 
 def body(module, step):
-    contract.check("teardown_host", module.params)  # the input contract first: before any file or network call
     step("checking the options")
     shell.positive(module.params, "timeout local_cluster_timeout request_timeout", unit=" second")
     step("finding the controller host and planning the teardown")

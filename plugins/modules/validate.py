@@ -185,7 +185,6 @@ environments:
 
 import json
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import shell
 from ansible_collections.krops.platform.plugins.module_utils import validate as krops_validate
@@ -211,7 +210,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check("validate", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("validating the trees")
     result = krops_validate.run(
