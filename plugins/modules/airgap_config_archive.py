@@ -41,18 +41,12 @@ options:
   revision:
     description: The revision recorded in C(org.opencontainers.image.revision); default computed with git in O(root).
     type: str
+extends_documentation_fragment:
+  - krops.platform.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: Builds the archive in memory and compares it with O(dest); never writes.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Runs where the GitOps checkout is, in practice the controller.
 seealso:
   - module: krops.platform.oci_artifact_push

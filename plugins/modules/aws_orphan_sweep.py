@@ -122,25 +122,17 @@ options:
     type: int
     default: 30
 extends_documentation_fragment:
+  - krops.platform.attributes
+  - krops.platform.attributes.action
   - krops.platform.aws
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: >-
       In delete mode returns RV(plan), every resource that would be deleted (C(changed) when it is not empty);
       makes no call that changes anything and skips waits and the final pass.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Calls the AWS APIs with boto3 from the host it runs on (the orphan-report and teardown plays use localhost).
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
     details: The action plugin runs the module in bounded steps and shows what is still being deleted between them.
 seealso:
   - module: krops.platform.capi_cluster_delete

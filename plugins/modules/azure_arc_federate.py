@@ -74,17 +74,12 @@ options:
   login_endpoint:
     description: Microsoft Entra authority (an https URL), trusted as given.
     type: str
+extends_documentation_fragment:
+  - krops.platform.attributes
 attributes:
   check_mode:
-    support: full
-    description: Reads and waits for the issuer; reports C(planned-created) / C(planned-updated) without writing.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+    details: Reads and waits for the issuer; reports C(planned-created) / C(planned-updated) without writing.
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Calls Azure Resource Manager from the host it runs on.
 requirements:
   - azure-identity >= 1.27.0 (Python library), unless O(access_token) is given

@@ -35,6 +35,7 @@ description:
   - Call it after the workload Clusters were deleted through CAPZ and the CAPI providers removed, so
     nothing recreates what it deletes.
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.bootstrap_config
   - krops.platform.cloud_teardown
 options:
@@ -89,9 +90,6 @@ options:
     default: true
 attributes:
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Calls Azure Resource Manager from the host it runs on (the teardown role delegates to localhost).
 requirements:
   - azure-identity >= 1.27.0 (Python library), unless O(access_token) is given

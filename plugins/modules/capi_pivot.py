@@ -39,23 +39,14 @@ description:
 author:
   - krops developers (@krops)
 extends_documentation_fragment:
+  - krops.platform.attributes
+  - krops.platform.attributes.action
   - krops.platform.kube
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: Plans every phase without writing (the kubeconfig is exported to a private temporary file), skips the
       waits and runs C(clusterctl move --dry-run).
-  action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Runs clusterctl and helm and talks to both Kubernetes APIs from the host it runs on (the pivot role delegates to localhost).
 options:
   source_kubeconfig:

@@ -28,17 +28,12 @@ options:
     description: Seconds the engine gets to answer (at least 1).
     type: int
     default: 5
+extends_documentation_fragment:
+  - krops.platform.attributes
 attributes:
   check_mode:
-    support: full
-    description: The ping only reads, so it runs in check mode too.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+    details: The ping only reads, so it runs in check mode too.
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Probes the engine from the host it runs on (the playbooks use localhost).
 notes:
   - Reads only. A failure's message is one line that names the endpoint and the fix, start Docker or Podman's

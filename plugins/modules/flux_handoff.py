@@ -33,6 +33,8 @@ description:
 author:
   - krops developers (@krops)
 extends_documentation_fragment:
+  - krops.platform.attributes
+  - krops.platform.attributes.action
   - krops.platform.bootstrap_config
   - krops.platform.kube
 options:
@@ -102,21 +104,13 @@ options:
     default: 30
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: Reports in RV(actions) what would be installed, created or updated; never writes and never waits.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: partial
     details: Shows the run tags ConfigMap and the FluxInstance spec; for Secrets only the key names.
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
     details: The action plugin runs the module in bounded steps and shows progress between them.
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Talks to the Kubernetes API (and runs helm) from the host it runs on (the roles delegate to localhost).
 notes:
   - Kustomizations are reported in C(spec.dependsOn) order; a dependency that does not exist yet is listed as V(NotFound).

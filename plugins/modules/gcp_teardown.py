@@ -38,6 +38,7 @@ description:
     already in state DELETED counts as gone). Other members of the same role, other accounts and other
     providers are never touched. The pool itself stays (a one-time prerequisite, docs/environments/gcp.md)."
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.bootstrap_config
   - krops.platform.cloud_teardown
 options:
@@ -93,9 +94,6 @@ options:
     default: true
 attributes:
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Calls the Google Cloud APIs from the host it runs on (the teardown role delegates to localhost).
 requirements:
   - google-auth >= 2.63.0 (Python library), unless O(access_token) is given

@@ -104,18 +104,12 @@ options:
       - The pivot role sets it on platforms with a local registry, which Flux on the management cluster pulls
         from once kind is gone.
     type: str
+extends_documentation_fragment:
+  - krops.platform.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: Reports what would be created, recreated or deleted; never calls C(kind create/delete) and skips waits.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Runs kind against the container engine of the host it runs on (the bootstrap role uses localhost).
 requirements:
   - kind (binary)

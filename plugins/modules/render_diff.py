@@ -74,18 +74,14 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.render_bounds
 attributes:
   check_mode:
-    support: full
-    description: Read-only; runs the same way in check mode.
+    details: Read-only; runs the same way in check mode.
   diff_mode:
-    support: none
-    description: The report is the diff; nothing changes.
+    details: The report is the diff; nothing changes.
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Runs git and kustomize on the controller, where the checkout is.
 requirements:
   - git and kubectl (with kustomize) or kustomize on the controller

@@ -67,19 +67,13 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.bootstrap_config
   - krops.platform.kube
 attributes:
   check_mode:
-    support: full
-    description: Planning only reads; with O(cleanup_kubeconfig) check mode reports what would be removed.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+    details: Planning only reads; with O(cleanup_kubeconfig) check mode reports what would be removed.
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Reads bootstrap.toml and kubeconfig files of the host it runs on (the teardown role uses localhost).
 notes:
   - Planning is read-only; only O(cleanup_kubeconfig) changes anything.
