@@ -324,7 +324,22 @@ def acknowledge(findings, accepted, labels, accept_label):
 # --- entry point -------------------------------------------------------------------------
 
 
-def run(
+def run(repo, base, head="HEAD", deadline=None, memory=None, **options):
+    """The report (dict) of what changes from ``base`` to ``head`` in the Git repository ``repo``.
+
+    ``options``: ``use_merge_base``, ``environments``, ``schema_location``,
+    ``accept_file``, ``labels``, ``accept_label``, ``cel``, ``renderer`` and ``accept_from_base``, the accept
+    file's path as committed at ``base`` (the workflow's way); see _run.
+    ``deadline`` (s, default 300) and ``memory`` (bytes per kustomize run) bound the run (render.bounded).
+    """
+    try:
+        with render.bounded("render_diff", deadline, memory):
+            return _run(repo, base, head, **options)
+    except render.DeadlineExceeded as exc:
+        raise RenderDiffError(str(exc)) from None
+
+
+def _run(
     repo,
     base,
     head="HEAD",
@@ -337,47 +352,6 @@ def run(
     cel=True,
     renderer=None,
     accept_from_base=None,
-    deadline=None,
-    memory=None,
-):
-    """The report (dict) of what changes from ``base`` to ``head`` in the Git repository ``repo``.
-
-    ``accept_from_base``: the accept file's path as committed at ``base`` (the workflow's way).
-    ``deadline`` (s, default 300) and ``memory`` (bytes per kustomize run) bound the run (render.bounded).
-    """
-    try:
-        with render.bounded("render_diff", deadline, memory):
-            return _run(
-                repo,
-                base,
-                head,
-                use_merge_base,
-                environments,
-                schema_location,
-                accept_file,
-                labels,
-                accept_label,
-                cel,
-                renderer,
-                accept_from_base,
-            )
-    except render.DeadlineExceeded as exc:
-        raise RenderDiffError(str(exc)) from None
-
-
-def _run(
-    repo,
-    base,
-    head,
-    use_merge_base,
-    environments,
-    schema_location,
-    accept_file,
-    labels,
-    accept_label,
-    cel,
-    renderer,
-    accept_from_base,
 ):
     started = time.monotonic()
     repo = os.path.abspath(os.path.expanduser(repo or os.getcwd()))
@@ -503,13 +477,13 @@ def main(argv=None):
             args.repo,
             args.base,
             args.head,
-            args.merge_base,
-            args.environments,
-            args.schema_location,
-            args.accept_file,
-            labels,
-            args.accept_label,
-            args.cel,
+            use_merge_base=args.merge_base,
+            environments=args.environments,
+            schema_location=args.schema_location,
+            accept_file=args.accept_file,
+            labels=labels,
+            accept_label=args.accept_label,
+            cel=args.cel,
             accept_from_base=args.accept_from_base,
             deadline=args.deadline,
             memory=render.memory_limit({"KROPS_RENDER_MEMORY_LIMIT": args.memory_limit} if args.memory_limit else None),

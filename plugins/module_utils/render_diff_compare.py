@@ -269,15 +269,8 @@ def _compare_object(env, key, before, after, section, store, cel, findings, unev
         _bucket(section, before)["removed"].append({"object": label(key), "file": before.file})
         what = _precious(key)
         if what:
-            findings.append(
-                DiffFinding(
-                    "removed",
-                    env,
-                    before.kustomization,
-                    label(key),
-                    f"removes {what} {label(key)}: its controller deletes what it manages",
-                )
-            )
+            message = f"removes {what} {label(key)}: its controller deletes what it manages"
+            _flag(findings, "removed", env, before, key, message)
         return "removed"
     change = None
     changes = field_diff(before.obj, after.obj)
@@ -294,16 +287,11 @@ def _compare_object(env, key, before, after, section, store, cel, findings, unev
         if cel and store is not None:
             _transition_rules(env, key, before, after, store, findings, unevaluable)
     if before.kustomization != after.kustomization and _precious(key):
-        findings.append(
-            DiffFinding(
-                "replaced",
-                env,
-                after.kustomization,
-                label(key),
-                f"moves {label(key)} from Kustomization {before.kustomization} to {after.kustomization}: the old one prunes it before the new one "
-                "creates it",
-            )
+        message = (
+            f"moves {label(key)} from Kustomization {before.kustomization} to {after.kustomization}: the old one prunes it before the new one "
+            "creates it"
         )
+        _flag(findings, "replaced", env, after, key, message)
     return change
 
 
@@ -327,16 +315,9 @@ def _transition_rules(env, key, before, after, store, findings, unevaluable):
         if result.outcome == krops_cel.UNEVALUABLE:
             unevaluable.append({"environment": env, "object": label(key), "message": result.text()})
         else:
-            findings.append(
-                DiffFinding(
-                    "transition-rule",
-                    env,
-                    after.kustomization,
-                    label(key),
-                    f"the API server rejects this update: {result.text()}",
-                    ident="{}/transition-rule/{}/{}".format(env, label(key), result.path or "(root)"),
-                )
-            )
+            message = f"the API server rejects this update: {result.text()}"
+            ident = "{}/transition-rule/{}/{}".format(env, label(key), result.path or "(root)")
+            _flag(findings, "transition-rule", env, after, key, message, ident)
 
 
 def _touched(section, key, before, after, change):
@@ -359,6 +340,11 @@ def _touched(section, key, before, after, change):
             )
 
 
+def _flag(findings, kind, env, entry, key, message, ident=None):
+    """A finding on the object ``key``, in the Kustomization that applies ``entry`` (its state at one revision)."""
+    findings.append(DiffFinding(kind, env, entry.kustomization, label(key), message, ident=ident))
+
+
 def _precious(key):
     return rules.PRECIOUS.get(key[:2])
 
@@ -370,7 +356,7 @@ def _added(env, key, after, kustomization, findings):
 
 def _crossplane(env, key, before, after, findings):
     for kind, message in rules.crossplane_dangers(label(key), before and before.obj, after.obj):
-        findings.append(DiffFinding(kind, env, after.kustomization, label(key), message))
+        _flag(findings, kind, env, after, key, message)
 
 
 def _check_change(env, key, before, after, findings):
@@ -379,72 +365,48 @@ def _check_change(env, key, before, after, findings):
     for path in rules.IDENTITY_FIELDS.get(group_kind, ()):
         old_value, new_value = _get(before.obj, path), _get(after.obj, path)
         if old_value != new_value and old_value is not None:
-            findings.append(
-                DiffFinding(
-                    "replaced",
-                    env,
-                    after.kustomization,
-                    label(key),
-                    f"changes {path} of {rules.PRECIOUS.get(group_kind, key[1])} {label(key)}: the operator "
-                    "creates a new resource and leaves or deletes the old one",
-                )
+            message = (
+                f"changes {path} of {rules.PRECIOUS.get(group_kind, key[1])} {label(key)}: the operator "
+                "creates a new resource and leaves or deletes the old one"
             )
+            _flag(findings, "replaced", env, after, key, message)
     for kind, path in rules.POLICIES:
         path, _at, only = path.partition("@")
         if only and "{}/{}".format(*group_kind) != only:
             continue
         old_value, new_value = _get(before.obj, path), _get(after.obj, path)
         if old_value != new_value:
-            findings.append(
-                DiffFinding(
-                    kind,
-                    env,
-                    after.kustomization,
-                    label(key),
-                    "{} {}: {} -> {}".format(
-                        label(key),
-                        path.replace("metadata.annotations.", "annotation "),
-                        _shown(old_value),
-                        _shown(new_value),
-                    ),
-                    ident="{}/{}/{}/{}".format(
-                        env,
-                        kind,
-                        label(key),
-                        path.rsplit(".", 1)[-1] if "annotations" not in path else path[len("metadata.annotations.") :],
-                    ),
-                )
+            message = "{} {}: {} -> {}".format(
+                label(key),
+                path.replace("metadata.annotations.", "annotation "),
+                _shown(old_value),
+                _shown(new_value),
             )
+            ident = "{}/{}/{}/{}".format(
+                env,
+                kind,
+                label(key),
+                path.rsplit(".", 1)[-1] if "annotations" not in path else path[len("metadata.annotations.") :],
+            )
+            _flag(findings, kind, env, after, key, message, ident)
     if (
         group_kind == (validate.FLUX_KS, "Kustomization")
         and (after.obj.get("spec") or {}).get("prune") is True
         and (before.obj.get("spec") or {}).get("prune") is not True
     ):
-        findings.append(
-            DiffFinding(
-                "prune-enabled",
-                env,
-                after.kustomization,
-                label(key),
-                f"turns prune on for {label(key)}: objects that leave its path are deleted from the cluster",
-            )
-        )
+        message = f"turns prune on for {label(key)}: objects that leave its path are deleted from the cluster"
+        _flag(findings, "prune-enabled", env, after, key, message)
     if _cloud(key):
         old_marks, new_marks = _ownership(before.obj), _ownership(after.obj)
         lost = sorted(k for k in old_marks if new_marks.get(k) != old_marks[k])
         if lost:
-            findings.append(
-                DiffFinding(
-                    "ownership-dropped",
-                    env,
-                    after.kustomization,
-                    label(key),
-                    "drops the krops ownership mark "
-                    "{} from cloud resource {}: teardown and the orphan sweep can no longer prove krops owns it".format(
-                        ", ".join(f"{where} {mark}" for where, mark in lost), label(key)
-                    ),
+            message = (
+                "drops the krops ownership mark "
+                "{} from cloud resource {}: teardown and the orphan sweep can no longer prove krops owns it".format(
+                    ", ".join(f"{where} {mark}" for where, mark in lost), label(key)
                 )
             )
+            _flag(findings, "ownership-dropped", env, after, key, message)
 
 
 def _shown(value):

@@ -22,10 +22,16 @@ table {KropsError subclass: dict or callable ``(error, params) -> dict``}; the e
 specific class of the error is added to the error's own result. So no module catches a typed
 error to raise another with the same message: the shell is the one place that turns a krops
 error into fail_json.
+
+A foreign library's error that reaches a body (a raw kubernetes ``ApiException``) is translated by the shell
+too: ``translate`` is a table {exception class: callable ``(error, params) -> KropsError``}, so a body never
+catches an error to raise another. A module that writes a file it is given (``dest``) writes it through
+``write_output``, which names the option when the file cannot be written.
 """
 
 from __future__ import annotations
 
+import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -100,6 +106,34 @@ def detailed(details, exc, params):
     return dict((extra(exc, params) if callable(extra) else extra) or {})
 
 
+def write_output(option, path, data, check_mode=False):
+    """Write bytes ``data`` to the file ``path`` given by ``option`` when its content differs (through a temporary
+    file beside it, so a reader never sees half of it); True when it changed (or would, in check mode). A file that
+    cannot be written is an errors.ConfigError naming the option."""
+    current = None
+    if os.path.isfile(path):
+        with open(path, "rb") as handle:
+            current = handle.read()
+    changed = current != data
+    if changed and not check_mode:
+        temporary = path + ".tmp"
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, path)
+        except OSError as exc:
+            raise errors.ConfigError(f"option {option}: cannot write {path}: {exc.strerror}") from None
+    return changed
+
+
+def translated(translate, exc, params):
+    """The KropsError the ``translate`` entry of the most specific class of foreign error ``exc`` makes (None
+    without one)."""
+    make = _entry(translate, exc)
+    return None if make is None else make(exc, params)
+
+
 def run(
     name,
     argument_spec,
@@ -109,11 +143,16 @@ def run(
     wording=None,
     details=None,
     resume=None,
+    secret_env=(),
+    translate=None,
     **module_kwargs,
 ):
     """Run a krops module. ``requires``: [(library name, has_it, import error)] checked before the body;
-    ``resume``, ``wording`` and ``details``: see the module docstring."""
+    ``secret_env``: environment variables that hold secrets the module or an SDK reads, whose values are masked in
+    the result, messages and warnings like no_log options; ``resume``, ``wording``, ``details`` and ``translate``:
+    see the module docstring."""
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=supports_check_mode, **module_kwargs)
+    module.no_log_values.update(os.environ[var] for var in secret_env if os.environ.get(var))
     for library, present, error in requires or ():
         if not present:
             module.fail_json(msg=missing_required_lib(library), exception=str(error))
@@ -124,11 +163,19 @@ def run(
         contract.check(name.rsplit(".", 1)[-1], module.params)  # the input contract first
         result = body(module, step)
     except errors.KropsError as exc:
-        module.fail_json(
-            msg=worded(wording, exc, module.params), **failure_details(exc, detailed(details, exc, module.params))
-        )
+        _fail(module, exc, wording, details)
     except Exception as exc:  # pylint: disable=broad-except  # the shell is the one place that catches everything
-        module.fail_json(
-            msg=unexpected_message(name, step, exc), exception=traceback.format_exc(), failed_step=step.name
-        )
+        known = translated(translate, exc, module.params)
+        if known is not None:
+            _fail(module, known, wording, details)
+        else:
+            module.fail_json(
+                msg=unexpected_message(name, step, exc), exception=traceback.format_exc(), failed_step=step.name
+            )
     module.exit_json(**result)
+
+
+def _fail(module, exc, wording, details):
+    module.fail_json(
+        msg=worded(wording, exc, module.params), **failure_details(exc, detailed(details, exc, module.params))
+    )

@@ -122,20 +122,7 @@ def body(module, step):
     revision = p["revision"] or oci.git_revision(p["root"])
     data, digest = airgap.config_archive(p["root"], p["paths"], p["reference"], p["source"], revision)
     step("writing the archive")
-    current = None
-    if os.path.isfile(p["dest"]):
-        with open(p["dest"], "rb") as handle:
-            current = handle.read()
-    changed = current != data
-    if changed and not module.check_mode:
-        temporary = p["dest"] + ".tmp"
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(p["dest"])), exist_ok=True)
-            with open(temporary, "wb") as handle:
-                handle.write(data)
-            os.replace(temporary, p["dest"])
-        except OSError as exc:
-            raise errors.ConfigError(f"option dest: cannot write {p['dest']}: {exc.strerror}") from None
+    changed = shell.write_output("dest", p["dest"], data, module.check_mode)
     return dict(changed=changed, digest=digest, reference=p["reference"], dest=p["dest"], revision=revision)
 
 

@@ -271,18 +271,22 @@ def body(module, step):
     step("checking the options")
     shell.positive(params, "wait_timeout progress_interval request_timeout", unit=" second")
     step("handing the cluster to Flux")
-    try:
-        return flux.handoff(params, check_mode=module.check_mode)
-    except kube.ApiException as exc:  # an API answer no step expected: name the cluster that gave it
-        raise errors.KubeError(
-            "the Kubernetes API of {} answered an error: {}".format(
-                kube.describe_target(params["kubeconfig"], params["context"]), kube.error_text(exc)
-            )
+    return flux.handoff(params, check_mode=module.check_mode)
+
+
+def _api_error(exc, params):
+    """An API answer no step expected: name the cluster that gave it."""
+    return errors.KubeError(
+        "the Kubernetes API of {} answered an error: {}".format(
+            kube.describe_target(params["kubeconfig"], params["context"]), kube.error_text(exc)
         )
+    )
 
 
 def main():
-    shell.run(NAME, argument_spec(), body, resume=STEP_STATE, wording=WORDING)
+    shell.run(
+        NAME, argument_spec(), body, resume=STEP_STATE, wording=WORDING, translate={kube.ApiException: _api_error}
+    )
 
 
 if __name__ == "__main__":

@@ -202,8 +202,7 @@ def argument_spec():
         phase=dict(type="str", choices=list(gcp.GCP_PHASES), default="all"),
         base_url=dict(type="str"),
         wait=dict(type="bool", default=True),
-        wait_timeout=dict(type="int", default=1800),
-        poll_interval=dict(type="int", default=10),
+        **cloud_teardown.WAIT_ARGS,
     )
 
 
@@ -258,8 +257,6 @@ def run(p, check_mode, environ=None):
 
 
 def body(module, step):
-    step("masking the secrets of the environment")
-    cloud_teardown.mask(module, os.environ, cloud_teardown.GCP_SECRET_VARS)
     step("removing the GCP resources")
     result = run(module.params, module.check_mode)
     if result["leftovers"]:
@@ -272,7 +269,7 @@ def body(module, step):
 
 
 def main():
-    shell.run(NAME, argument_spec(), body)
+    shell.run(NAME, argument_spec(), body, secret_env=cloud_teardown.GCP_SECRET_VARS)
 
 
 if __name__ == "__main__":

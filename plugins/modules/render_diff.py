@@ -212,6 +212,7 @@ seconds:
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import render_diff as krops_render_diff
 from ansible_collections.krops.platform.plugins.module_utils import shell
 
@@ -233,8 +234,7 @@ def argument_spec():
         labels=dict(type="list", elements="str", default=[]),
         accept_label=dict(type="str", default=krops_render_diff.DEFAULT_ACCEPT_LABEL),
         cel=dict(type="bool", default=True),
-        deadline=dict(type="float", default=300),
-        memory_limit=dict(type="int"),
+        **render.BOUNDS_ARGS,
     )
 
 

@@ -183,6 +183,7 @@ environments:
 import json
 
 from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import shell
 from ansible_collections.krops.platform.plugins.module_utils import validate as krops_validate
 
@@ -201,8 +202,7 @@ def argument_spec():
         config_file=dict(type="path"),
         format=dict(type="str", choices=["text", "json"], default="text"),
         cel=dict(type="bool", default=True),
-        deadline=dict(type="float", default=300),
-        memory_limit=dict(type="int"),
+        **render.BOUNDS_ARGS,
     )
 
 

@@ -252,6 +252,8 @@ def test_every_finding_kind_render_diff_raises_is_an_accepted_id_shape():
     source = "".join(p.read_text() for p in sorted((REPO / "plugins" / "module_utils").glob("render_diff*.py")))
     emitted = set(_re.findall(r'Finding\(\s*"([a-z-]+)"', source)) | {kind for kind, dummy in render_diff_rules.POLICIES}
     emitted |= set(_re.findall(r'^\s+"([a-z]+(?:-[a-z]+)+)",\n\s+env', source, _re.M))
+    emitted |= set(_re.findall(r'_flag\(findings, "([a-z-]+)"', source))
+    assert {"removed", "replaced", "prune-enabled", "ownership-dropped", "plaintext-secret"} <= emitted, emitted
     assert emitted <= set(render_diff.FINDING_KINDS), emitted - set(render_diff.FINDING_KINDS)
     assert render_diff.FINDING_ID.match("local-host/deletion-policy/Bucket/default/data")
     assert render_diff.FINDING_ID.match("head/render-failure")
