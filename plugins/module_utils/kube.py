@@ -602,10 +602,14 @@ KUSTOMIZATION = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
 # a later run proves the suspension is krops' own (and which step's), never the user's.
 SUSPENDED_BY = "krops.io/suspended-by"
 PIVOT_SUSPENDER = "krops.platform.capi_pivot"
+# The teardown steps that suspend Flux before they delete (capi_cluster_delete, tinkerbell_release,
+# flux_release_quiesce); nothing resumes what they suspended.
+TEARDOWN_SUSPENDER = "krops.platform.teardown"
 
 
-def set_suspend(client, namespace, name, suspended, api=KUSTOMIZATION, by=None):
-    """Suspend (True) or resume (False) one Flux object through spec.suspend.
+def suspend_patch(suspended, by=None):
+    """The merge patch that suspends (True) or resumes (False) one Flux object through spec.suspend: the one
+    suspend verb of the pivot and the teardown.
 
     ``by`` names the suspender in the SUSPENDED_BY annotation (suspending), and resuming always
     removes that annotation, in the same patch.
@@ -615,7 +619,12 @@ def set_suspend(client, namespace, name, suspended, api=KUSTOMIZATION, by=None):
         patch["metadata"] = {"annotations": {SUSPENDED_BY: by}}
     elif not suspended:
         patch["metadata"] = {"annotations": {SUSPENDED_BY: None}}
-    merge_patch(client, api[0], api[1], name, namespace, patch)
+    return patch
+
+
+def set_suspend(client, namespace, name, suspended, api=KUSTOMIZATION, by=None):
+    """Suspend (True) or resume (False) one Flux object (suspend_patch)."""
+    merge_patch(client, api[0], api[1], name, namespace, suspend_patch(suspended, by))
 
 
 def suspended_by(obj):

@@ -230,7 +230,8 @@ def apply_suspend(client, planned, target=None):
                 )
     for ident in planned["kustomizations"]:
         namespace, name = ident.split("/", 1)
-        _patch(client, KUSTOMIZATION[0], KUSTOMIZATION[1], name, namespace, {"spec": {"suspend": True}}, target)
+        body = kube.suspend_patch(True, by=kube.TEARDOWN_SUSPENDER)
+        _patch(client, KUSTOMIZATION[0], KUSTOMIZATION[1], name, namespace, body, target)
 
 
 def write(call, what, target=None, result=None, check_mode=False):
