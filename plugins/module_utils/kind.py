@@ -225,14 +225,6 @@ class KindCluster:
         )
 
 
-def _node_states(objects):
-    nodes = []
-    for (dummy, name), obj in sorted(objects.items()):
-        ready, reason, message = kube.readiness(obj)
-        nodes.append({"name": name, "ready": bool(ready), "reason": reason, "message": message})
-    return bool(nodes) and all(n["ready"] for n in nodes), nodes
-
-
 def connect_when_up(kubeconfig, context, timeout, clock=time.monotonic, sleep=time.sleep):
     """kube.connect, retried: the API may refuse connections for a moment after `kind create`."""
     deadline = clock() + timeout
@@ -254,7 +246,7 @@ def wait_nodes_ready(kubeconfig, context, timeout, clock=time.monotonic, sleep=t
     deadline = clock() + timeout
     client = connect_when_up(kubeconfig, context, timeout, clock, sleep)
     remaining = max(1, deadline - clock())
-    state = kube.watch_until(client, "v1", "Node", None, _node_states, timeout=remaining)
+    state = kube.watch_until(client, "v1", "Node", None, kube.node_states, timeout=remaining)
     return _public_nodes(state)
 
 

@@ -400,6 +400,17 @@ def readiness(obj, type_="Ready"):
     return cond.get("status") == "True", cond.get("reason") or "", cond.get("message") or ""
 
 
+def node_states(objects):
+    """(all Ready, [{name, ready, reason, message}]) of the Nodes in ``objects`` {(namespace, name): Node}, sorted
+    by name: a watch_until evaluator, the one node-readiness rule (at least one Node, every one Ready) of kind_cluster
+    and the pivot."""
+    nodes = []
+    for (dummy, name), obj in sorted(objects.items()):
+        ready, reason, message = readiness(obj)
+        nodes.append({"name": name, "ready": bool(ready), "reason": reason, "message": message})
+    return bool(nodes) and all(n["ready"] for n in nodes), nodes
+
+
 def is_stalled(obj):
     """True when a Flux object reports a terminal failure (Stalled=True)."""
     cond = condition(obj, "Stalled")

@@ -146,12 +146,13 @@ def _same_cluster(pv):
 
 
 def _node_states(objects):
-    nodes = {name: kube.readiness(obj)[0] for (_ns, name), obj in objects.items()}
+    """kube.node_states, its state as the line the pivot prints."""
+    ready, nodes = kube.node_states(objects)
     if not nodes:
         return False, "Nodeless"
-    if all(nodes.values()):
+    if ready:
         return True, "Ready"
-    return False, "Pending: {} not Ready".format(", ".join(sorted(n for n, ready in nodes.items() if not ready)))
+    return False, "Pending: {} not Ready".format(", ".join(n["name"] for n in nodes if not n["ready"]))
 
 
 def wait_nodes(pv):
