@@ -248,9 +248,7 @@ def check_manifest_files(env):
 
 def _providers(docs):
     return [
-        d
-        for d in docs
-        if d.get("kind") in capi.PROVIDER_KINDS and common.group_of(d.get("apiVersion", "")) == OPERATOR
+        d for d in docs if d.get("kind") in capi.PROVIDER_KINDS and common.group_of(d.get("apiVersion", "")) == OPERATOR
     ]
 
 

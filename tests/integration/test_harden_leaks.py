@@ -18,7 +18,14 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 from test_render_diff import commit, repo  # noqa: F401  # pylint: disable=unused-import
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap, oci, render, render_diff, render_diff_rules, validate
+from ansible_collections.krops.platform.plugins.module_utils import (
+    airgap,
+    oci,
+    render,
+    render_diff,
+    render_diff_rules,
+    validate,
+)
 from tests.substrate.fixtures import REPO
 
 PLANTED = "planted-Secret-0xC0FFEE"
@@ -250,7 +257,9 @@ def test_every_finding_kind_render_diff_raises_is_an_accepted_id_shape():
     import re as _re
 
     source = "".join(p.read_text() for p in sorted((REPO / "plugins" / "module_utils").glob("render_diff*.py")))
-    emitted = set(_re.findall(r'Finding\(\s*"([a-z-]+)"', source)) | {kind for kind, dummy in render_diff_rules.POLICIES}
+    emitted = set(_re.findall(r'Finding\(\s*"([a-z-]+)"', source)) | {
+        kind for kind, dummy in render_diff_rules.POLICIES
+    }
     emitted |= set(_re.findall(r'^\s+"([a-z]+(?:-[a-z]+)+)",\n\s+env', source, _re.M))
     emitted |= set(_re.findall(r'_flag\(findings, "([a-z-]+)"', source))
     assert {"removed", "replaced", "prune-enabled", "ownership-dropped", "plaintext-secret"} <= emitted, emitted

@@ -255,7 +255,9 @@ KIND_EXPORTED = yaml.safe_dump(
 def test_one_merge_of_kubeconfigs_switches_the_context_only_when_asked(switch_context, current):
     # kind export kubeconfig (kind v0.32.0 merge.go) replaces an entry of the same name where it stands, appends a
     # new one and sets current-context: kind_cluster asks for that; capi_pivot keeps the user's current context.
-    data = yaml.safe_load(kubeconfigs.merge_kubeconfig(_user_config("work"), KIND_EXPORTED, switch_context=switch_context))
+    data = yaml.safe_load(
+        kubeconfigs.merge_kubeconfig(_user_config("work"), KIND_EXPORTED, switch_context=switch_context)
+    )
     assert data["current-context"] == current
     assert [(c["name"], c["cluster"]["server"]) for c in data["clusters"]] == [
         ("kind-mgmt", "https://127.0.0.1:6443"),
@@ -266,7 +268,9 @@ def test_one_merge_of_kubeconfigs_switches_the_context_only_when_asked(switch_co
 
 
 def test_one_merge_of_kubeconfigs_sets_a_missing_current_context_and_names_the_option():
-    assert yaml.safe_load(kubeconfigs.merge_kubeconfig(_user_config(""), KIND_EXPORTED))["current-context"] == "kind-mgmt"
+    assert (
+        yaml.safe_load(kubeconfigs.merge_kubeconfig(_user_config(""), KIND_EXPORTED))["current-context"] == "kind-mgmt"
+    )
     assert kubeconfigs.merge_kubeconfig(None, KIND_EXPORTED) == kubeconfigs.merge_kubeconfig("\n", KIND_EXPORTED)
     assert yaml.safe_load(kubeconfigs.merge_kubeconfig(None, KIND_EXPORTED)) == yaml.safe_load(KIND_EXPORTED)
     with pytest.raises(kube.KubeError, match="not a mapping[)]; move it away or choose another kubeconfig_path$"):
