@@ -5,8 +5,8 @@
 A module is ``shell.run(NAME, argument_spec(), body)`` where ``body(module, step)`` returns
 the result dict. The shell applies the module's input contract (contract.check, its row of options.OPTIONS)
 before the body, so before any file or network call; a stepped module passes ``resume`` (the argument spec of
-its action plugin's resume state, module_utils.stepping), read into the parameters before the contract. Expected failures (errors.KropsError and its subclasses) become
-``fail_json(msg, **error.result)``; anything else becomes a clear failure naming the module
+its action plugin's resume state, module_utils.stepping), read into the parameters before the contract.
+Expected failures (errors.KropsError and its subclasses) become ``fail_json(msg, **error.result)``; anything else becomes a clear failure naming the module
 and the step it was in (``step("exporting the kubeconfig")``), with the traceback in
 ``exception`` so that ansible-playbook shows it only at -vvv. No module repeats an except
 ladder.
