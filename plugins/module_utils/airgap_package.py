@@ -24,6 +24,7 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     CHART_ARTIFACTS,
     CHART_BUILD,
     CHART_IMAGE_VALUES,
+    DIGEST_IN_TAG,
     HELM_CHART_TYPE,
     HELM_CONFIG_TYPE,
     INVENTORY,
@@ -34,6 +35,7 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     PROVIDER_BUILD,
     PROVIDER_LOCK,
     RESOLVED_SOURCE,
+    WORKLOAD_CHARTS,
     ZARF_FILE,
     ZARF_VERSION,
     _DIGEST,
@@ -48,7 +50,7 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     normalize,
     oci_layout,
     packed_chart_repository,
-    push_provider_layouts,
+    push_layouts,
     read_inventory,
     unconfirmed_provider_files,
     values_file,
@@ -116,7 +118,15 @@ def zarf_package(inv, boot):
                 "description": "kind and the images the host's Docker daemon runs (kind nodes, CAPD load balancer, "
                 "registry), and the operator providers' components (OCI layouts pushed to the local registry); "
                 "files only, so it deploys before any cluster exists",
-                "files": [{"source": HOST_ARCHIVE, "target": "host-images.tar"}]
+                "files": [
+                    {"source": HOST_ARCHIVE, "target": "host-images.tar"},
+                    {"source": CONFIG_ARCHIVE, "target": "krops-config.tar"},
+                ]
+                + [
+                    {"source": f"{CHART_BUILD}/{chart}.tar", "target": f"charts/{chart}.tar"}
+                    for chart in sorted(WORKLOAD_CHARTS)
+                    if chart in inv.charts
+                ]
                 + [
                     {
                         "source": "{}/{}-{}.tar".format(PROVIDER_BUILD, e["type"], e["name"]),
@@ -183,6 +193,7 @@ def zarf_package(inv, boot):
                         "namespace": "flux-system",
                         "url": "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
                         "version": inv.charts.get("flux-operator", "unpinned"),
+                        "valuesFiles": [values_file("flux-operator")[len("airgap/") :]],
                     }
                 ],
                 "manifests": [
@@ -272,13 +283,16 @@ def image_values(inv, chart):
     for k in sorted(inv.images):
         image = inv.images[k]
         where = CHART_IMAGE_VALUES[chart].get(image.repo)
-        if where is None or image.tag != "v" + str(inv.charts.get(chart, "")).lstrip("v"):
+        version = str(inv.charts.get(chart, "")).lstrip("v")
+        if where is None or image.tag not in ("v" + version, version):
             continue
         node = values
         for part in where:
             node = node.setdefault(part, {})
         node.update({"repository": image.repo, "tag": image.tag})
-        if image.digest:
+        if image.digest and chart in DIGEST_IN_TAG:  # no digest value: tag@digest renders repo:tag@digest
+            node["tag"] = f"{image.tag}@{image.digest}"
+        elif image.digest:
             node["digest"] = image.digest
     return values
 
@@ -325,7 +339,9 @@ def fetch_charts(root, inv, download=None):
     lock = load_lock(root)
     boot = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={}).data["bootstrap"]
     problems, written = [], []
-    for chart, (_component, _index, archive) in sorted(PACKED_CHARTS.items()):
+    packed = {c: archive for c, (_component, _index, archive) in PACKED_CHARTS.items()}
+    packed.update({c: archive for c, (_source, _index, archive) in WORKLOAD_CHARTS.items()})
+    for chart, archive in sorted(packed.items()):
         if chart not in inv.charts:
             continue
         url = archive.format(v=str(inv.charts[chart]).lstrip("v"))
@@ -604,21 +620,22 @@ def main(argv=None):
         "airgap/build/providers/<type>-<name>.tar (OCI layouts)",
     )
     mode.add_argument(
-        "--push-providers",
-        metavar="DIR",
-        help="disconnected host: push the provider layouts of DIR to the local registry (--registry)",
+        "--push-layouts",
+        metavar="PATH",
+        nargs="+",
+        help="disconnected host: push the OCI layouts (files, or folders of them) to the local registry (--registry)",
     )
-    parser.add_argument("--registry", help="with --push-providers: host:port of the local registry (plain HTTP)")
+    parser.add_argument("--registry", help="with --push-layouts: host:port of the local registry (plain HTTP)")
     parser.add_argument(
         "--record", action="store_true", help="with --fetch-providers: record the sha256 of files that have none"
     )
     parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
     try:
-        if args.push_providers:
+        if args.push_layouts:
             if not args.registry:
-                raise AirgapError("--push-providers needs --registry host:port")
-            for ref in push_provider_layouts(args.push_providers, args.registry):
+                raise AirgapError("--push-layouts needs --registry host:port")
+            for ref in push_layouts(args.push_layouts, args.registry):
                 sys.stdout.write(f"pushed {ref}\n")
             return 0
         inv = derive(args.path)
