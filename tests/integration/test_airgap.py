@@ -548,7 +548,9 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
         "krops-registry:5000/charts/cluster-api-operator:0.28.0", _chart_tgz("cluster-api-operator", "0.28.0")
     )
     (pkg / airgap.CHART_BUILD / "cluster-api-operator.tar").write_bytes(chart)
-    chart, _digest = airgap_package.chart_archive("krops-registry:5000/charts/podinfo:6.14.1", _chart_tgz("podinfo", "6.14.1"))
+    chart, _digest = airgap_package.chart_archive(
+        "krops-registry:5000/charts/podinfo:6.14.1", _chart_tgz("podinfo", "6.14.1")
+    )
     (pkg / airgap.CHART_BUILD / "podinfo.tar").write_bytes(chart)
     doc = yaml.safe_load((pkg / "zarf.yaml").read_text())
     layouts = [f["source"] for f in doc["components"][0]["files"] if f["source"].startswith(airgap.PROVIDER_BUILD)]

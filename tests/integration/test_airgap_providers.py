@@ -176,7 +176,9 @@ def test_offline_configuration_sets_fetch_config_on_every_provider_and_changes_n
                 insecure=True,
             )
             values = yaml.safe_load((tree / "airgap" / "values" / "podinfo-images.yaml").read_text())
-            assert release["spec"] == dict(before_release["spec"], values={**before_release["spec"]["values"], **values})
+            assert release["spec"] == dict(
+                before_release["spec"], values={**before_release["spec"]["values"], **values}
+            )
             seen.add(rel)
         else:
             assert data == original, rel
@@ -390,7 +392,9 @@ def test_podinfo_range_is_pinned_offline_to_the_newest_known_release_and_its_lay
     assert "ghcr.io/stefanprodan/podinfo:6.14.1" in inv.images  # digests.yaml chart-releases, newest 6.x
     assert inv.charts["podinfo"] == "6.14.1" and inv.problems == []  # the offline configuration pins it
     # once the build packed the chart, the OCIRepository is pinned to the layout's manifest digest too
-    layout, digest = airgap_package.chart_archive("krops-registry:5000/charts/podinfo:6.14.1", _chart_tgz("podinfo", "6.14.1"))
+    layout, digest = airgap_package.chart_archive(
+        "krops-registry:5000/charts/podinfo:6.14.1", _chart_tgz("podinfo", "6.14.1")
+    )
     (tree / "airgap" / airgap.CHART_BUILD).mkdir(parents=True)
     (tree / "airgap" / airgap.CHART_BUILD / "podinfo.tar").write_bytes(layout)
     airgap_offline.stage_offline_tree(str(tree), ["workload/local-host"], str(tmp_path / "staged"))

@@ -18,7 +18,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 from test_render_diff import commit, repo  # noqa: F401  # pylint: disable=unused-import
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_offline, oci, render, render_diff, validate
+from ansible_collections.krops.platform.plugins.module_utils import airgap_offline, oci, render, render_diff, validate
 from tests.substrate.fixtures import REPO
 
 PLANTED = "planted-Secret-0xC0FFEE"

@@ -108,7 +108,10 @@ def save_archive(images):
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",
                 "digest": digest,
                 "size": 0,
-                "annotations": {"io.containerd.image.name": f"{image['name']}:{tag}", "org.opencontainers.image.ref.name": tag},
+                "annotations": {
+                    "io.containerd.image.name": f"{image['name']}:{tag}",
+                    "org.opencontainers.image.ref.name": tag,
+                },
             }
         )
         legacy.append({"Config": config_name, "RepoTags": [familiar(f"{image['name']}:{tag}")], "Layers": []})
@@ -247,7 +250,9 @@ class LocalProviders(ProviderRegistry):
         if manifest is None:
             return None
         return {
-            (layer.get("annotations") or {}).get("org.opencontainers.image.title"): client.get_blob(path, layer["digest"])
+            (layer.get("annotations") or {}).get("org.opencontainers.image.title"): client.get_blob(
+                path, layer["digest"]
+            )
             for layer in manifest.get("layers") or []
             if (layer.get("annotations") or {}).get("org.opencontainers.image.title")
         }
@@ -282,9 +287,14 @@ class AirgapFlux(FluxController):
         try:
             source = api.get("source.toolkit.fluxcd.io/v1", kind, ref.get("name"), ref.get("namespace") or ns)
         except ApiError:
-            raise Failure("ArtifactFailed", "could not get Source object: {} '{}/{}' not found".format(kind, ns, ref.get("name")))
+            raise Failure(
+                "ArtifactFailed", "could not get Source object: {} '{}/{}' not found".format(kind, ns, ref.get("name"))
+            )
         if not is_ready(source):
-            raise Failure("SourceNotReady", "could not get Source object: {} '{}/{}' is not ready".format(kind, ns, ref.get("name")))
+            raise Failure(
+                "SourceNotReady",
+                "could not get Source object: {} '{}/{}' is not ready".format(kind, ns, ref.get("name")),
+            )
         if kind == "HelmRepository":
             chart, version = chart_spec.get("chart"), chart_spec.get("version", "")
             try:
@@ -292,7 +302,9 @@ class AirgapFlux(FluxController):
             except RefError as exc:
                 raise Failure("ArtifactFailed", f"chart pull error: {exc}")
         else:  # the chart source-controller stored (layerSelector: the chart archive, unpacked here)
-            found = glob.glob(os.path.join((source.get("status") or {}).get("artifact", {}).get("path", ""), "*", "Chart.yaml"))
+            found = glob.glob(
+                os.path.join((source.get("status") or {}).get("artifact", {}).get("path", ""), "*", "Chart.yaml")
+            )
             if not found:
                 raise Failure("ArtifactFailed", "the artifact holds no chart")
             with open(found[0], encoding="utf-8") as handle:
@@ -324,9 +336,13 @@ class AirgapCapi(CapiController):
         url = str((obj.get("spec") or {}).get("repoURL", ""))
         host = url.split("://", 1)[-1].split("/", 1)[0]
         if host == "krops-registry:5000":  # plain HTTP: CAAPH v0.6.4's Helm registry client speaks HTTPS only
-            message = f'failed to do request: Head "https://{host}/v2/": http: server gave HTTP response to HTTPS client'
+            message = (
+                f'failed to do request: Head "https://{host}/v2/": http: server gave HTTP response to HTTPS client'
+            )
         else:
-            message = f'failed to do request: Head "https://{host}/v2/": dial tcp: lookup {host.split(":")[0]}: no such host'
+            message = (
+                f'failed to do request: Head "https://{host}/v2/": dial tcp: lookup {host.split(":")[0]}: no such host'
+            )
         set_status(api, obj, False, "HelmInstallOrUpgradeFailed", message)
 
 
@@ -354,9 +370,7 @@ class AirgapHost(EmulatedWorld):
         self.capi.on_provisioned = self._capd_provisioned
         self.capi.on_deleted = self._capd_deleted
         self.control_airgap = _AirgapControl(self)
-        self.env.update(
-            {"ZARF_STANDIN_WORLD": self.control_airgap.url, "AIRGAP_HOST_CONTROL": self.control_airgap.url}
-        )
+        self.env.update({"ZARF_STANDIN_WORLD": self.control_airgap.url, "AIRGAP_HOST_CONTROL": self.control_airgap.url})
         for tool, script in (("docker", STANDINS / "airgap_docker.py"), ("zarf", ZARF)):
             path = self.bin / tool
             path.write_text(
@@ -431,7 +445,11 @@ class AirgapHost(EmulatedWorld):
         cluster = container["labels"].get("io.x-k8s.kind.cluster")
         role = container["labels"].get(KIND_ROLE_LABEL)
         if node not in self.node_files or role == "external-load-balancer":
-            return 126, "", 'OCI runtime exec failed: exec failed: unable to start container process: exec: "ctr": executable file not found in $PATH\n'
+            return (
+                126,
+                "",
+                'OCI runtime exec failed: exec failed: unable to start container process: exec: "ctr": executable file not found in $PATH\n',
+            )
         try:
             images = read_archive(data)
         except ValueError as exc:
@@ -504,7 +522,14 @@ def _service_proxy(api, method, path):
 
 
 def _status(code, reason, message):
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 class _AirgapControl:
@@ -537,7 +562,9 @@ class _AirgapControl:
                     if self.path == "/docker/load":
                         return self._reply(200, {"loaded": host.docker_load(base64.b64decode(body["archive"]))})
                     if self.path == "/docker/save":
-                        return self._reply(200, {"archive": base64.b64encode(host.docker_save(body["images"])).decode()})
+                        return self._reply(
+                            200, {"archive": base64.b64encode(host.docker_save(body["images"])).decode()}
+                        )
                     if self.path == "/node/import":
                         rc, out, err = host.node_import(body["node"], base64.b64decode(body["archive"]))
                         return self._reply(200, {"rc": rc, "stdout": out, "stderr": err})
