@@ -15,7 +15,12 @@ import jsonschema
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_offline, airgap_package
+from ansible_collections.krops.platform.plugins.module_utils import (
+    airgap,
+    airgap_charts,
+    airgap_offline,
+    airgap_package,
+)
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import flux
 from ansible_collections.krops.platform.plugins.module_utils import profiles
@@ -544,11 +549,11 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
     layout, _digest = airgap_offline.config_archive(str(REPO), ["mgmt/local-host"], "krops-registry:5000/krops:latest")
     (pkg / "build" / "krops-config.tar").write_bytes(layout)
     (pkg / airgap.CHART_BUILD).mkdir(parents=True)
-    chart, _digest = airgap_package.chart_archive(
+    chart, _digest = airgap_charts.chart_archive(
         "krops-registry:5000/charts/cluster-api-operator:0.28.0", _chart_tgz("cluster-api-operator", "0.28.0")
     )
     (pkg / airgap.CHART_BUILD / "cluster-api-operator.tar").write_bytes(chart)
-    chart, _digest = airgap_package.chart_archive(
+    chart, _digest = airgap_charts.chart_archive(
         "krops-registry:5000/charts/podinfo:6.14.1", _chart_tgz("podinfo", "6.14.1")
     )
     (pkg / airgap.CHART_BUILD / "podinfo.tar").write_bytes(chart)

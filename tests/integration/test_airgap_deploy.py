@@ -18,7 +18,7 @@ import tarfile
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_offline, airgap_package
+from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_charts, airgap_offline
 from tests.integration.test_airgap_playbook import ready  # noqa: F401  # pylint: disable=unused-import
 from tests.substrate import zarf_standin
 from tests.substrate.airgap_host import AirgapHost, image_config, save_archive
@@ -69,7 +69,7 @@ def connected_build(root, host, tmp_path, monkeypatch, drop=None):
     for url, tgz in charts.items():  # test data, never a pin
         lock["chart-archives"][url]["sha256"] = hashlib.sha256(tgz).hexdigest()
     (root / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
-    airgap_package.fetch_charts(str(root), inv, download=charts.__getitem__)
+    airgap_charts.fetch_charts(str(root), inv, download=charts.__getitem__)
     layout, _digest = airgap_offline.config_archive(
         str(root), ["mgmt/local-host", "workload/local-host"], "krops-registry:5000/krops:latest", revision="test"
     )
@@ -90,7 +90,7 @@ def connected_build(root, host, tmp_path, monkeypatch, drop=None):
         ("ghcr.io/controlplaneio-fluxcd/charts/flux-operator:0.58.1", "flux-operator", "0.58.1"),
         ("quay.io/jetstack/charts/cert-manager:v1.21.1", "cert-manager", "v1.21.1"),
     ):
-        data, _digest = airgap_package.chart_archive(ref, chart_tgz(chart, version))
+        data, _digest = airgap_charts.chart_archive(ref, chart_tgz(chart, version))
         (artifacts / f"{chart}.tar").write_bytes(data)
         downloads["artifacts"][ref] = str(artifacts / f"{chart}.tar")
     (tmp_path / "downloads.json").write_text(json.dumps(downloads))

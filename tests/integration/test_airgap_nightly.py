@@ -256,6 +256,7 @@ def releases(tmp_path):
     for folder in (zarf_dir, crane_dir):
         lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in sorted(folder.iterdir())]
         (folder / "checksums.txt").write_text("".join(lines))
+
     class Quiet(SimpleHTTPRequestHandler):
         def log_message(self, *args):
             return

@@ -18,7 +18,12 @@ import zlib
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_offline, airgap_package
+from ansible_collections.krops.platform.plugins.module_utils import (
+    airgap,
+    airgap_charts,
+    airgap_offline,
+    airgap_package,
+)
 from tests.integration.test_airgap_playbook import ready  # noqa: F401  # pylint: disable=unused-import
 from tests.substrate import zarf_standin
 from tests.substrate.airgap_world import (
@@ -523,7 +528,7 @@ def test_the_build_packs_the_chart_archive_only_with_the_recorded_sha256(ready):
     podinfo = _chart_tgz("podinfo", "6.14.1")
     served = {url: tgz, podinfo_url: podinfo}
     with pytest.raises(airgap.AirgapError) as refused:  # the committed lock holds the upstream indexes' digests
-        airgap_package.fetch_charts(str(ready), inv, download=served.__getitem__)
+        airgap_charts.fetch_charts(str(ready), inv, download=served.__getitem__)
     assert str(refused.value) == (
         f"charts not bundled:\n  {url}: sha256 {got} differs from "
         "992d05cdc6a053688ce1edc711596aadff5eea7efa0024f42db90f0322de13ef recorded in airgap/digests.yaml chart-archives"
@@ -534,7 +539,7 @@ def test_the_build_packs_the_chart_archive_only_with_the_recorded_sha256(ready):
     lock["chart-archives"][url]["sha256"] = got  # test data, never a pin
     lock["chart-archives"][podinfo_url]["sha256"] = hashlib.sha256(podinfo).hexdigest()
     (ready / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
-    path, podinfo_path = airgap_package.fetch_charts(str(ready), inv, download=served.__getitem__)
+    path, podinfo_path = airgap_charts.fetch_charts(str(ready), inv, download=served.__getitem__)
     assert podinfo_path.endswith("build/charts/podinfo.tar")
     with tarfile.open(path) as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}

@@ -17,7 +17,12 @@ import tarfile
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_offline, airgap_package
+from ansible_collections.krops.platform.plugins.module_utils import (
+    airgap,
+    airgap_charts,
+    airgap_offline,
+    airgap_package,
+)
 from tests.substrate.capi_world import CapiController, ProviderRegistry, parse_oci_source
 from tests.substrate.fixtures import REPO
 from tests.substrate.flux_world import World, condition
@@ -392,7 +397,7 @@ def test_podinfo_range_is_pinned_offline_to_the_newest_known_release_and_its_lay
     assert "ghcr.io/stefanprodan/podinfo:6.14.1" in inv.images  # digests.yaml chart-releases, newest 6.x
     assert inv.charts["podinfo"] == "6.14.1" and inv.problems == []  # the offline configuration pins it
     # once the build packed the chart, the OCIRepository is pinned to the layout's manifest digest too
-    layout, digest = airgap_package.chart_archive(
+    layout, digest = airgap_charts.chart_archive(
         "krops-registry:5000/charts/podinfo:6.14.1", _chart_tgz("podinfo", "6.14.1")
     )
     (tree / "airgap" / airgap.CHART_BUILD).mkdir(parents=True)

@@ -374,7 +374,8 @@ class DockerDouble:
                 if image_ref in (ref, img["Id"])
                 or _reference_matches(ref, image_ref)
                 # by digest: the engine matches repo@digest against the image's RepoDigests (familiar names)
-                or image_ref.removeprefix("docker.io/library/").removeprefix("docker.io/") in (img.get("RepoDigests") or ())
+                or image_ref.removeprefix("docker.io/library/").removeprefix("docker.io/")
+                in (img.get("RepoDigests") or ())
             ),
             None,
         )
