@@ -36,6 +36,7 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     _read_yaml,
     load_lock,
     merge_values,
+    normalize,
     packed_chart_repository,
     provider_entry,
     read_inventory,
@@ -144,6 +145,14 @@ class _Staging:
         digest = (self._listed.get(k) or (None, 0))[0]
         return f"{k}@{digest}" if digest else None
 
+    def pinned(self, ref):
+        """``ref`` as repo:tag@digest when images.txt has its digest, else as it is."""
+        if self._listed is None:
+            self._listed = read_inventory(os.path.join(self.root, INVENTORY))
+        repo, tag, digest = normalize(ref)
+        found = (self._listed.get(f"{repo}:{tag}") or (None, 0))[0]
+        return ref if digest or not found else f"{ref}@{found}"
+
     def chart_values(self, chart):
         if chart not in self._values:
             rel = values_file(chart)
@@ -207,9 +216,29 @@ def _yaml_files(target):
                 yield path, docs
 
 
+def _containers(node):
+    if isinstance(node, dict):
+        for field in ("containers", "initContainers"):
+            for container in node.get(field) or []:
+                if isinstance(container, dict) and isinstance(container.get("image"), str):
+                    yield container
+        for value in node.values():
+            yield from _containers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _containers(value)
+
+
+def _unpinned_containers(doc, staging):
+    """The containers of ``doc`` whose image images.txt knows a digest for but the document names by tag (the
+    manifests a ClusterResourceSet's ConfigMap carries: kindnet)."""
+    return [c for c in _containers(doc) if staging.pinned(c["image"]) != c["image"]]
+
+
 def _touched(doc, staging):
     return bool(
-        _provider_key(doc)
+        _unpinned_containers(doc, staging)
+        or _provider_key(doc)
         or _release_chart(doc, staging)
         or _offline_repository(doc)
         or _workload_source(doc)
@@ -229,7 +258,9 @@ def stage_offline_tree(root, paths, dest):
     - a HelmChartProxy of PROXIED_CHARTS becomes an OCIRepository of the chart and one HelmRelease per Cluster
       of the paths its clusterSelector matches, installing into that cluster (spec.kubeConfig);
     - an OCIRepository of WORKLOAD_CHARTS reads the local registry, pinned to the release and, once the build
-      packed it, to the layout's digest.
+      packed it, to the layout's digest;
+    - a container that names its image by tag (the manifests a ClusterResourceSet's ConfigMap carries: kindnet)
+      runs it by digest when images.txt has one.
 
     The local registry's name comes from root's bootstrap.toml.
     """
@@ -292,6 +323,10 @@ def _offline_docs(doc, staging):
     if chart:
         doc = json.loads(json.dumps(doc))
         doc["spec"]["values"] = merge_values(doc["spec"].get("values"), staging.chart_values(chart))
+    if _unpinned_containers(doc, staging):
+        doc = json.loads(json.dumps(doc))
+        for container in _unpinned_containers(doc, staging):
+            container["image"] = staging.pinned(container["image"])
     return [doc]
 
 

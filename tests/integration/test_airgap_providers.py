@@ -428,3 +428,62 @@ def _chart_tgz(name, version):
         info.size = len(body)
         tar.addfile(info, io.BytesIO(body))
     return data.getvalue()
+
+
+def _pinned_refs(node):
+    """Every image reference an object names: container images, providers' imageUrl, and chart image values
+    (a mapping with repository and tag, the digest in it or in the tag)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("image"), str) and "name" in node:
+            yield node["image"]
+        if isinstance(node.get("imageUrl"), str):
+            yield node["imageUrl"]
+        if isinstance(node.get("repository"), str) and isinstance(node.get("tag"), str) and node["tag"]:
+            yield "{}:{}".format(node["repository"], node["tag"]) + (f"@{node['digest']}" if node.get("digest") else "")
+        for value in node.values():
+            yield from _pinned_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _pinned_refs(value)
+
+
+def test_every_image_the_offline_configuration_pins_is_in_the_inventory_with_its_digest(tree, tmp_path):
+    """The lock and the trees agree, the workload tree included: every image an object of the staged mgmt/ and
+    workload/ configuration runs or pins by value is a line of images.txt with the same digest, and every line of
+    the workload component is pinned by what the workload clusters run (read from the rendered objects, not from
+    the inventory's own derivation)."""
+    from ansible_collections.krops.platform.plugins.module_utils import render
+
+    lock = yaml.safe_load((tree / airgap.LOCK_FILE).read_text())
+    for key in airgap.derive(str(tree)).unconfirmed:  # test data, never a pin
+        lock["images"][key] = {"digest": "sha256:" + hashlib.sha256(key.encode()).hexdigest(), "source": "test fixture"}
+    (tree / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
+    airgap_package.write(str(tree), airgap.derive(str(tree)))
+    staged = tmp_path / "staged"
+    airgap_offline.stage_offline_tree(str(tree), ["mgmt/local-host", "workload/local-host"], str(staged))
+    listed = airgap.read_inventory(str(tree / airgap.INVENTORY))
+    pinned = {}
+    for top in ("mgmt/local-host", "workload/local-host"):
+        directories = render.find_kustomization_dirs(str(staged / top))
+        for directory, objects in render.render_directories(directories).items():
+            assert not isinstance(objects, render.RenderError), (directory, objects)
+            for obj in objects:
+                docs = [obj] + [
+                    d
+                    for v in ((obj.get("data") or {}).values() if obj.get("kind") == "ConfigMap" else ())
+                    for d in yaml.safe_load_all(v)
+                    if isinstance(d, dict)
+                ]
+                for ref in _pinned_refs(docs):
+                    pinned.setdefault(airgap.key(ref), set()).add(airgap.normalize(ref)[2])
+    for key, digests in sorted(pinned.items()):
+        assert key in listed, key
+        assert digests == {listed[key][0]}, (key, digests, listed[key][0])  # every one by the lock's digest
+    workload = {
+        line.split()[0].split("@")[0]
+        for line in (tree / airgap.INVENTORY).read_text().splitlines()
+        if "# workload:" in line or "# UNCONFIRMED workload:" in line
+    }
+    assert workload == {"docker.io/kindest/kindnetd:v20260528-9350166c", "ghcr.io/stefanprodan/podinfo:6.14.1"}
+    assert workload <= set(pinned)  # Podinfo by the workload tree's HelmRelease values, kindnet by its manifest
+    assert "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1" in pinned  # the workload clusters' HelmRelease
