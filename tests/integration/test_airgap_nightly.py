@@ -289,7 +289,10 @@ def test_the_tools_are_installed_only_when_their_release_checksums_match(release
     zarf_sha = hashlib.sha256((zarf_dir / "zarf_v0.84.0_Linux_amd64").read_bytes()).hexdigest()
     proc = _tools(tmp_path, url, ZARF_SHA256=zarf_sha)
     assert proc.returncode == 0, proc.stderr
-    assert subprocess.run([str(tmp_path / "bin" / "zarf")], capture_output=True, text=True).stdout == "v0.84.0\n"
+    assert (
+        subprocess.run([str(tmp_path / "bin" / "zarf")], capture_output=True, text=True, check=True).stdout
+        == "v0.84.0\n"
+    )
     assert (tmp_path / "bin" / "crane").is_file()
     assert (tmp_path / "bin" / "tools.sha256").read_text() == (
         (zarf_dir / "checksums.txt").read_text() + (crane_dir / "checksums.txt").read_text()

@@ -267,8 +267,10 @@ class AirgapFlux(FluxController):
     def __init__(self, host, **options):
         super().__init__(host.world, host.root / "work", offline=True, **options)
         self.host = host
+        self._apply = self.agent_apply  # every apply of the controllers (sources, Kustomizations, ResourceSets)
 
-    def _apply(self, api, obj, manager=MANAGER):
+    def agent_apply(self, api, obj, manager=MANAGER):
+        """Server-side apply, through the Zarf agent's hooks in a cluster zarf init ran in."""
         if api.url in self.host.agent_apis and (obj.get("metadata") or {}).get("namespace") not in AGENT_IGNORED:
             zarf = self.host.zarf
             if obj.get("kind") == "HelmRepository":
@@ -487,7 +489,7 @@ class AirgapHost(EmulatedWorld):
         with open(path, encoding="utf-8") as handle:
             package = json.load(handle)
         try:
-            zarf_deploy(api, package, components, self.zarf, timeout=timeout, apply=self.flux._apply)
+            zarf_deploy(api, package, components, self.zarf, timeout=timeout, apply=self.flux.agent_apply)
         except DeployFailed as exc:
             raise WorldError(str(exc), 500)
 
