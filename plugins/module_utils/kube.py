@@ -193,7 +193,8 @@ def describe_target(kubeconfig=None, context=None, host=None):
     if host and not kubeconfig and not context:
         return f"host {host}"
     kubeconfig, context = resolve_auth(kubeconfig, context)
-    return "context {} in {}".format(context or "(current)", kubeconfig or "~/.kube/config")
+    # without one given, the file the client reads: KUBECONFIG, else ~/.kube/config
+    return "context {} in {}".format(context or "(current)", kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION)
 
 
 def _in_cluster(configuration):
