@@ -27,7 +27,6 @@ import io
 import json
 import os
 import re
-import shutil
 import tarfile
 
 try:
@@ -76,8 +75,10 @@ CHARTS = {
 #   repository (full override), tag and digest; _helpers.tpl "cert-manager.image" renders repo:tag@digest.
 # cluster-api-operator 0.28.0: templates/deployment.yaml renders image.manager as repository@digest when
 #   digest is set, else repository:tag (tag defaults to appVersion).
-# flux-operator: its chart renders repository:tag only (no digest value; charts/flux-operator at 0.49.0,
-#   the newest readable): not pinned here (docs/airgap.md, findings).
+# flux-operator: templates/deployment.yaml renders "repository:tag" with tag defaulting to appVersion and has
+#   no digest value (charts/flux-operator at chart 0.49.0, the newest in any snapshot; values.schema.json: tag is
+#   any string), so the digest goes into the tag: tag "v0.58.1@sha256:..." renders repo:tag@digest.
+# podinfo 6.14.1: templates/deployment.yaml renders "image.repository:image.tag" (no digest value): the same.
 CHART_IMAGE_VALUES = {
     "cert-manager": {
         "quay.io/jetstack/cert-manager-controller": ("image",),
@@ -86,7 +87,11 @@ CHART_IMAGE_VALUES = {
         "quay.io/jetstack/cert-manager-startupapicheck": ("startupapicheck", "image"),
     },
     "cluster-api-operator": {"registry.k8s.io/capi-operator/cluster-api-operator": ("image", "manager")},
+    "flux-operator": {"ghcr.io/controlplaneio-fluxcd/flux-operator": ("image",)},
+    "podinfo": {"ghcr.io/stefanprodan/podinfo": ("image",)},
 }
+# charts whose template has no digest value: the digest is written into the tag (tag@digest)
+DIGEST_IN_TAG = frozenset({"flux-operator", "podinfo"})
 VALUES_DIR = "airgap/values"
 # Charts Flux reads from an HTTP index in the tree that upstream also publishes as OCI artifacts: the
 # air-gapped configuration points the HelmRepository at the OCI repository (type: oci, which the Zarf agent
@@ -98,7 +103,31 @@ VALUES_DIR = "airgap/values"
 # chart (v0.28.0): the package packs it (PACKED_CHARTS).
 OFFLINE_HELM_REPOSITORIES = {"https://charts.jetstack.io": "oci://quay.io/jetstack/charts"}
 # chart -> (zarf component, OCI repository of the chart artifact)
-CHART_ARTIFACTS = {"cert-manager": ("cert-manager", "quay.io/jetstack/charts/cert-manager")}
+CHART_ARTIFACTS = {
+    "cert-manager": ("cert-manager", "quay.io/jetstack/charts/cert-manager"),
+    "flux-operator": ("flux", "ghcr.io/controlplaneio-fluxcd/charts/flux-operator"),
+}
+# HelmChartProxy charts (CAAPH) the offline configuration installs with Flux instead. CAAPH v0.6.4's Helm registry
+# client speaks only HTTPS (internal/helm_client.go newDefaultRegistryClient sets no ClientOptPlainHTTP; helm v3.20
+# pkg/registry: plain HTTP only on that option), so it cannot pull from the plain-HTTP local registry, and the Zarf
+# agent has no hook for HelmChartProxy. Each becomes, per Cluster its clusterSelector matches, a Flux HelmRelease
+# with spec.kubeConfig (helm-controller installs into that cluster) reading an OCIRepository at the chart's OCI
+# repository, which the Zarf agent rewrites to its registry; the package lists the chart artifact by tag
+# (CHART_ARTIFACTS). chart -> OCI repository of the chart artifact.
+PROXIED_CHARTS = {"flux-operator": "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator"}
+# Charts the workload clusters' own Flux installs: they reach nothing but the local registry (no Zarf agent
+# there). The package packs each (as PACKED_CHARTS) and carries the layout as a file of the host component; the
+# deploy pushes it to the local registry and the offline configuration's OCIRepository reads it there, pinned to
+# the release (a range resolves to the newest release digests.yaml chart-releases names) and to the layout's
+# manifest digest. chart -> (OCI repository the tree reads, index URL, release archive URL).
+# podinfo: the chart index gh-pages index.yaml @ 9f32c08 (entries.podinfo 6.14.1 urls and digest).
+WORKLOAD_CHARTS = {
+    "podinfo": (
+        "oci://ghcr.io/stefanprodan/charts/podinfo",
+        "https://stefanprodan.github.io/podinfo",
+        "https://stefanprodan.github.io/podinfo/podinfo-{v}.tgz",
+    ),
+}
 # Charts upstream serves only from an HTTP index: the package packs them. chart -> (zarf component, index URL,
 # release archive URL). The build downloads the archive (the index's urls), refuses it unless its sha256 is the
 # one digests.yaml chart-archives records (the index's digest), and wraps it as a Helm OCI artifact (config
@@ -119,6 +148,7 @@ CHART_REPOSITORY = "charts"
 HELM_CONFIG_TYPE = "application/vnd.cncf.helm.config.v1+json"
 HELM_CHART_TYPE = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
 PACKED_INDEXES = frozenset(index for _component, index, _archive in PACKED_CHARTS.values())
+WORKLOAD_SOURCES = {source: chart for chart, (source, _index, _archive) in WORKLOAD_CHARTS.items()}
 # The container of every CAPI provider's controller Deployment (config/manager/manager.yaml of cluster-api
 # v1.13.5 core, kubeadm bootstrap and control plane, CAPD; cluster-api-addon-provider-helm v0.6.4); the
 # operator sets its image from spec.deployment.containers[name].imageUrl (internal/controller/
@@ -320,10 +350,13 @@ def _chart(inv, chart, version, origin, where, obj):
     component, templates = CHARTS[chart]
     if not version or not _SEMVER.match(str(version)):
         known = _newest_release(inv.lock, chart, version)
-        if known:  # the images of the newest known release in the range: still a problem of the pin check
+        if known:  # the images of the newest known release in the range
             for template in templates:
                 bare = known.lstrip("v")
                 inv.add(template.format(v="v" + bare, bare=bare), component, f"{origin} ({version} -> {known})")
+        if known and chart in WORKLOAD_CHARTS:  # the offline configuration pins the range to that release
+            inv.charts.setdefault(chart, known)
+            return
         inv.problems.append(
             (
                 where,
@@ -435,18 +468,7 @@ def derive(root, renderer=None, config_file=None):
             _offline_source(inv, boot_cfg, directory, obj, spec)
         elif kind == "HelmChartProxy":
             _chart(inv, spec.get("chartName"), spec.get("version"), origin, directory, obj)
-            # CAAPH's controller pulls the chart itself; the Zarf agent has no hook for HelmChartProxy.
-            if not _local(boot_cfg, spec.get("repoURL")):
-                inv.problems.append(
-                    (
-                        directory,
-                        _ident(obj),
-                        "HelmChartProxy chart {}/{} is pulled by the CAAPH controller, "
-                        "which the Zarf agent does not rewrite: point repoURL at the local registry {}".format(
-                            spec.get("repoURL"), spec.get("chartName"), boot_cfg["registry-name"]
-                        ),
-                    )
-                )
+            _proxy_problem(inv, boot_cfg, directory, obj, spec)
         elif (kind, meta.get("name")) in PROVIDERS:
             component, repos = PROVIDERS[(kind, meta.get("name"))]
             for repo in repos:
@@ -500,6 +522,23 @@ def derive(root, renderer=None, config_file=None):
     return inv
 
 
+def _proxy_problem(inv, boot, directory, obj, spec):
+    """CAAPH's controller pulls a HelmChartProxy's chart itself and the Zarf agent has no hook for it: a problem
+    unless the offline configuration installs the chart with Flux (PROXIED_CHARTS) or it is in the local registry."""
+    if spec.get("chartName") in PROXIED_CHARTS or _local(boot, spec.get("repoURL")):
+        return
+    inv.problems.append(
+        (
+            directory,
+            _ident(obj),
+            "HelmChartProxy chart {}/{} is pulled by the CAAPH controller, "
+            "which the Zarf agent does not rewrite: point repoURL at the local registry {}".format(
+                spec.get("repoURL"), spec.get("chartName"), boot["registry-name"]
+            ),
+        )
+    )
+
+
 def _local(boot, url):
     """Whether an oci:// URL names the local registry (served on the host and on the kind network)."""
     url = str(url or "")
@@ -517,7 +556,8 @@ def _offline_source(inv, boot, directory, obj, spec):
     clusters, which reach nothing but the local registry.
     """
     url = str(spec.get("url", ""))
-    if directory.startswith("workload/") and not _local(boot, url):
+    served = obj.get("kind") == "OCIRepository" and url.rstrip("/") in WORKLOAD_SOURCES
+    if directory.startswith("workload/") and not _local(boot, url) and not served:
         inv.problems.append(
             (
                 directory,
@@ -698,151 +738,9 @@ def with_fetch_config(obj, entry):
     return obj
 
 
-def _provider_key(obj):
-    if not isinstance(obj, dict) or obj.get("apiVersion") != OPERATOR_API:
-        return None
-    k = (obj.get("kind"), (obj.get("metadata") or {}).get("name"))
-    return k if k in PROVIDER_RELEASES else None
-
-
 def packed_chart_repository(boot):
     """<registry name>:<container port>/charts: where the packed charts are, as the kind network reaches them."""
     return "{}:{}/{}".format(boot["registry-name"], boot.get("registry-container-port", 5000), CHART_REPOSITORY)
-
-
-def _offline_repository(obj, boot=None):
-    """The OCI repository that replaces a HelmRepository's HTTP index offline (OFFLINE_HELM_REPOSITORIES,
-    PACKED_CHARTS), else None. ``boot``: bootstrap.toml [bootstrap] (None: True for a packed chart's index)."""
-    if not isinstance(obj, dict) or obj.get("kind") != "HelmRepository":
-        return None
-    spec = obj.get("spec") or {}
-    if str(spec.get("type", "default")) == "oci":
-        return None
-    url = str(spec.get("url", "")).rstrip("/")
-    if url in PACKED_INDEXES:
-        return "oci://" + packed_chart_repository(boot) if boot else True
-    return OFFLINE_HELM_REPOSITORIES.get(url)
-
-
-def _release_chart(obj):
-    """The chart name of a HelmRelease whose images the package pins by value (CHART_IMAGE_VALUES), else None."""
-    if not isinstance(obj, dict) or obj.get("kind") != "HelmRelease":
-        return None
-    chart = (((obj.get("spec") or {}).get("chart") or {}).get("spec") or {}).get("chart")
-    return chart if chart in CHART_IMAGE_VALUES else None
-
-
-def with_image(obj, ref):
-    """A copy of the provider object whose controller container runs ``ref`` (spec.deployment.containers)."""
-    obj = json.loads(json.dumps(obj))
-    deployment = obj.setdefault("spec", {}).setdefault("deployment", {})
-    containers = deployment.setdefault("containers", [])
-    for container in containers:
-        if container.get("name") == PROVIDER_CONTAINER:
-            container["imageUrl"] = ref
-            break
-    else:
-        containers.append({"name": PROVIDER_CONTAINER, "imageUrl": ref})
-    return obj
-
-
-class _Pins:
-    """What the air-gapped configuration pins, read from the generated files of root (airgap/)."""
-
-    def __init__(self, root):
-        self.root = root
-        self._listed = None
-        self._values = {}
-
-    def provider_image(self, kind, name, version):
-        """repo:tag@digest of the provider's controller image, or None while its digest is unconfirmed."""
-        if self._listed is None:
-            self._listed = read_inventory(os.path.join(self.root, INVENTORY))
-        [repo] = PROVIDERS[(kind, name)][1]
-        k = f"{repo}:{version}"
-        digest = (self._listed.get(k) or (None, 0))[0]
-        return f"{k}@{digest}" if digest else None
-
-    def chart_values(self, chart):
-        if chart not in self._values:
-            rel = values_file(chart)
-            if not os.path.isfile(os.path.join(self.root, rel)):
-                raise AirgapError(f"{rel} is missing: generate it with scripts/airgap-inventory --write")
-            self._values[chart] = _read_yaml(self.root, rel)
-        return self._values[chart]
-
-
-def stage_offline_tree(root, paths, dest):
-    """Copy ``paths`` of ``root`` to ``dest`` as the disconnected host runs them.
-
-    Every known operator provider gets fetchConfig.oci and, when the image's digest is known, its
-    controller image by digest; every HelmRelease of a chart in CHART_IMAGE_VALUES gets the chart's
-    image values (airgap/values/<chart>-images.yaml); every HelmRepository of OFFLINE_HELM_REPOSITORIES
-    reads the chart's OCI repository, and one of a PACKED_CHARTS index the local registry's charts. Returns the relative files rewritten. The local
-    registry's name comes from root's bootstrap.toml.
-    """
-    boot = None
-    pins = _Pins(root)
-    rewritten = []
-    for rel in paths:
-        src = os.path.join(root, rel)
-        target = os.path.join(dest, rel)
-        if os.path.isdir(src):
-            shutil.copytree(src, target, symlinks=True)
-        elif os.path.lexists(src):
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copy2(src, target, follow_symlinks=False)
-        else:
-            continue
-        for folder, _dirs, names in os.walk(target):
-            for fname in sorted(names):
-                path = os.path.join(folder, fname)
-                if not fname.endswith((".yaml", ".yml")) or os.path.islink(path):
-                    continue
-                try:
-                    with open(path, encoding="utf-8") as handle:
-                        docs = list(yaml.safe_load_all(handle))
-                except (yaml.YAMLError, UnicodeDecodeError):
-                    continue  # not ours to judge here: validate reports it
-                if not any(_provider_key(d) or _release_chart(d) or _offline_repository(d) for d in docs):
-                    continue
-                if boot is None and any(_provider_key(d) or _offline_repository(d) is True for d in docs):
-                    try:
-                        cfg = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={})
-                    except krops_config.ConfigError as exc:
-                        raise AirgapError(f"the providers' fetchConfig needs the local registry's name: {exc}")
-                    boot = cfg.data["bootstrap"]
-                out = [_offline_doc(doc, boot, pins) for doc in docs]
-                with open(path, "w", encoding="utf-8") as handle:
-                    handle.write(
-                        "# air-gapped bundle: provider fetchConfig and images, chart image values set by krops "
-                        "(plugins/module_utils/airgap.py)\n"
-                    )
-                    yaml.safe_dump_all([d for d in out if d is not None], handle, sort_keys=False)
-                rewritten.append(os.path.relpath(path, dest))
-    return sorted(rewritten)
-
-
-def _offline_doc(doc, boot, pins):
-    """One document as the disconnected host runs it: a provider with fetchConfig.oci (and its controller image by
-    digest when known), a HelmRepository reading the bundle's OCI repository, a HelmRelease with its chart's image
-    values; any other document as it is."""
-    pkey = _provider_key(doc)
-    if pkey:
-        entry = provider_entry(boot, pkey[0], pkey[1], (doc.get("spec") or {}).get("version"))
-        doc = with_fetch_config(doc, entry)
-        image = pins.provider_image(pkey[0], pkey[1], entry["version"])
-        if image:
-            doc = with_image(doc, image)
-    oci_url = _offline_repository(doc, boot)
-    if oci_url:
-        doc = json.loads(json.dumps(doc))
-        doc["spec"].update(type="oci", url=oci_url)
-    chart = _release_chart(doc)
-    if chart:
-        doc = json.loads(json.dumps(doc))
-        doc["spec"]["values"] = merge_values(doc["spec"].get("values"), pins.chart_values(chart))
-    return doc
 
 
 def _layout_tar(files):
@@ -973,25 +871,31 @@ def fetch_providers(root, inv, download=None, record=False):
     return written, recorded
 
 
-def push_provider_layouts(directory, registry, insecure=True, client=None):
-    """Push every provider layout (airgap/build/providers/*.tar, deployed by the host component) to the
-    local registry at ``registry`` (host:port as the host reaches it). Returns [repository:tag].
+def push_layouts(paths, registry, insecure=True, client=None):
+    """Push OCI layouts to the local registry at ``registry`` (host:port as the host reaches it): each path is a
+    layout (.tar) or a folder of them (the host component's providers/ and charts/, and krops-config.tar).
+    Returns [repository:tag].
 
-    The layouts name the artifact as the kind cluster's pods reach it (ref.name
-    <registry name>:<port>/<repository>:<tag>); the repository and tag are pushed unchanged.
+    A layout names its artifact as the kind network reaches it (ref.name <registry name>:<port>/<repository>:<tag>);
+    the repository and tag are pushed unchanged, blobs before the manifest.
     """
     if client is None:
         from ansible_collections.krops.platform.plugins.module_utils import oci
 
         client = oci.Registry(registry, insecure=insecure)
-    if not os.path.isdir(directory):
-        raise AirgapError(f"{directory} holds no provider layouts: deploy the host component first")
+    layouts = []
+    for path in paths:
+        if os.path.isdir(path):
+            layouts += [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".tar")]
+        elif os.path.isfile(path):
+            layouts.append(path)
+        else:
+            raise AirgapError(f"{path} holds no OCI layouts: deploy the host component first")
     pushed = []
-    for name in sorted(os.listdir(directory)):
-        if not name.endswith(".tar"):
-            continue
+    for path in layouts:
+        name = os.path.basename(path)
         try:
-            with tarfile.open(os.path.join(directory, name)) as tar:
+            with tarfile.open(path) as tar:
                 files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
             index = json.loads(files["index.json"])
         except (OSError, tarfile.TarError, KeyError, ValueError) as exc:
@@ -1066,45 +970,3 @@ def merge_values(base, extra):
             merge_values(out.get(name), value) if isinstance(value, dict) and isinstance(out.get(name), dict) else value
         )
     return out
-
-
-# --- the configuration artifact as an OCI layout (Zarf imageArchives) ----------------------------
-
-
-def config_archive(root, paths, reference, source=None, revision=None):
-    """(tar bytes, manifest digest): an OCI image layout holding the Flux artifact of ``paths``.
-
-    Zarf finds an archive's images by the index annotation org.opencontainers.image.ref.name
-    (src/pkg/images/unpack.go @ v0.84.0). Every entry is fixed (mtime 0, uid 0, sorted), so the
-    same content and revision give the same bytes.
-    """
-    # oci needs ansible-core (its HTTP client); imported here so validate stays importable without it
-    from ansible_collections.krops.platform.plugins.module_utils import oci
-
-    import tempfile
-
-    # the configuration Flux syncs offline: every operator provider takes its components from the bundle
-    with tempfile.TemporaryDirectory(prefix="krops-airgap-") as staged:
-        oci.build_layer(root, paths)  # refuses what the push refuses: paths outside root, symlinks out of it
-        stage_offline_tree(root, paths, staged)
-        layer, _names, _skipped = oci.build_layer(staged, paths)
-    manifest, digest = oci.build_manifest(layer, source, revision)
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [
-            {
-                "mediaType": oci.MANIFEST_TYPE,
-                "digest": digest,
-                "size": len(manifest),
-                "annotations": {"org.opencontainers.image.ref.name": reference},
-            }
-        ],
-    }
-    files = [
-        ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
-        ("index.json", json.dumps(index, sort_keys=True, separators=(",", ":")).encode("utf-8")),
-    ]
-    for blob in sorted((oci.CONFIG_BLOB, layer, manifest), key=oci.sha256_digest):
-        files.append(("blobs/sha256/" + oci.sha256_digest(blob).split(":", 1)[1], blob))
-    return _layout_tar(files), digest

@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-import io
 import json
 import os
 import shutil
 import subprocess
-import tarfile
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils.airgap_charts import fetch_charts
 from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     ARCHITECTURES,
     AirgapError,
     CHART_ARTIFACTS,
     CHART_BUILD,
     CHART_IMAGE_VALUES,
-    HELM_CHART_TYPE,
-    HELM_CONFIG_TYPE,
+    DIGEST_IN_TAG,
     INVENTORY,
     LOCK_FILE,
     PACKAGE_NAME,
@@ -34,21 +32,18 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     PROVIDER_BUILD,
     PROVIDER_LOCK,
     RESOLVED_SOURCE,
+    WORKLOAD_CHARTS,
     ZARF_FILE,
     ZARF_VERSION,
     _DIGEST,
-    _download,
-    _sha256,
     derive,
     fetch_providers,
     format_inventory,
     format_provider_lock,
-    load_lock,
     load_provider_lock,
     normalize,
-    oci_layout,
     packed_chart_repository,
-    push_provider_layouts,
+    push_layouts,
     read_inventory,
     unconfirmed_provider_files,
     values_file,
@@ -88,6 +83,144 @@ def _kind_components():
     ]
 
 
+def _health(api, kind, namespace, name):
+    return {"apiVersion": api, "kind": kind, "namespace": namespace, "name": name}
+
+
+def _host_component(inv, images):
+    """The files-only component: the host archive and the OCI layouts the deploy pushes to the local registry."""
+    return {
+        "name": "host",
+        "description": "kind and the images the host's Docker daemon runs (kind nodes, CAPD load balancer, "
+        "registry); and the OCI layouts the deploy pushes to the local registry (the operator providers' components, "
+        "the workload clusters' charts, the configuration); files only, so it deploys before any cluster exists",
+        "files": [
+            {"source": HOST_ARCHIVE, "target": "host-images.tar"},
+            {"source": CONFIG_ARCHIVE, "target": "krops-config.tar"},
+        ]
+        + [
+            {"source": f"{CHART_BUILD}/{chart}.tar", "target": f"charts/{chart}.tar"}
+            for chart in sorted(WORKLOAD_CHARTS)
+            if chart in inv.charts
+        ]
+        + [
+            {
+                "source": "{}/{}-{}.tar".format(PROVIDER_BUILD, e["type"], e["name"]),
+                "target": "providers/{}-{}.tar".format(e["type"], e["name"]),
+            }
+            for e in sorted(inv.providers, key=lambda e: (e["type"], e["name"]))
+        ],
+        "x-host-images": images("host"),
+    }
+
+
+def _chart_components(inv, boot, images):
+    """The components that install the charts Flux adopts, the configuration artifact and the FluxInstance."""
+    health = _health
+    return [
+        {
+            "name": "cert-manager",
+            "charts": [
+                {
+                    "name": "cert-manager",
+                    "namespace": "cert-manager",
+                    "url": "oci://quay.io/jetstack/charts/cert-manager",
+                    "version": inv.charts.get("cert-manager", "unpinned"),
+                    "valuesFiles": ["values/cert-manager.yaml", values_file("cert-manager")[len("airgap/") :]],
+                }
+            ],
+            "images": images("cert-manager"),
+            "healthChecks": [
+                health("apps/v1", "Deployment", "cert-manager", n)
+                for n in ("cert-manager", "cert-manager-webhook", "cert-manager-cainjector")
+            ],
+        },
+        {
+            "name": "capi-operator",
+            "charts": [
+                {
+                    "name": "cluster-api-operator",
+                    "releaseName": "capi-operator",
+                    "namespace": "capi-operator-system",
+                    "url": "https://kubernetes-sigs.github.io/cluster-api-operator",
+                    "version": inv.charts.get("cluster-api-operator", "unpinned"),
+                    "valuesFiles": [values_file("cluster-api-operator")[len("airgap/") :]],
+                }
+            ],
+            "images": images("capi-operator"),
+            "imageArchives": packed_archives(inv, boot, "capi-operator"),
+            "healthChecks": [
+                health("apps/v1", "Deployment", "capi-operator-system", "capi-operator-cluster-api-operator")
+            ],
+        },
+        {
+            "name": "krops-config",
+            "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs, and the "
+            "images its own manifests run",
+            "images": images("krops-config"),
+            "imageArchives": [
+                {"path": CONFIG_ARCHIVE, "images": ["{}:{}".format(config_repository(boot), boot["oci-tag"])]}
+            ],
+        },
+        {
+            "name": "flux",
+            "description": "the Flux Operator and the FluxInstance; the instance is a Zarf manifest so the Zarf "
+            "agent rewrites its controllers' images and its OCIRepository to the internal registry",
+            "charts": [
+                {
+                    "name": "flux-operator",
+                    "namespace": "flux-system",
+                    "url": "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
+                    "version": inv.charts.get("flux-operator", "unpinned"),
+                    "valuesFiles": [values_file("flux-operator")[len("airgap/") :]],
+                }
+            ],
+            "manifests": [
+                {"name": "flux-instance", "namespace": "flux-system", "files": ["manifests/fluxinstance.yaml"]}
+            ],
+            "images": images("flux"),
+            "healthChecks": [
+                health("apps/v1", "Deployment", "flux-system", "flux-operator"),
+                health("fluxcd.controlplane.io/v1", "FluxInstance", "flux-system", "flux"),
+            ],
+        },
+    ]
+
+
+def _provider_components(inv, images):
+    """The providers' controller images (health checks on the provider objects Flux applies) and the workload's."""
+    health, prov = _health, "operator.cluster.x-k8s.io/v1alpha2"
+    return [
+        {
+            "name": "capi",
+            "description": "Cluster API core and the kubeadm providers; Flux applies them from the krops configuration",
+            "images": images("capi"),
+            "healthChecks": [
+                health(prov, "CoreProvider", "capi-system", "cluster-api"),
+                health(prov, "BootstrapProvider", "capi-kubeadm-bootstrap-system", "kubeadm"),
+                health(prov, "ControlPlaneProvider", "capi-kubeadm-control-plane-system", "kubeadm"),
+            ],
+        },
+        {
+            "name": "capd",
+            "images": images("capd"),
+            "healthChecks": [health(prov, "InfrastructureProvider", "capd-system", "docker")],
+        },
+        {
+            "name": "caaph",
+            "images": images("caaph"),
+            "healthChecks": [health(prov, "AddonProvider", "caaph-system", "helm")],
+        },
+        {
+            "name": "workload",
+            "description": "images the workload clusters pull (CNI, Podinfo); the host archive carries them too and "
+            "the deploy imports them into the CAPD nodes, which no Zarf agent reaches",
+            "images": images("workload"),
+            "x-workload-import": [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].workload],
+        },
+    ]
+
+
 def zarf_package(inv, boot):
     """The ZarfPackageConfig (zarf.dev/v1alpha1) of the profile; images come from the inventory.
 
@@ -104,124 +237,11 @@ def zarf_package(inv, boot):
             ref for c, ref in chart_artifacts(inv) if c == component
         )
 
-    def health(api, kind, namespace, name):
-        return {"apiVersion": api, "kind": kind, "namespace": namespace, "name": name}
-
-    prov = "operator.cluster.x-k8s.io/v1alpha2"
-    kind = _kind_components()
     components = (
-        [
-            {
-                "name": "host",
-                "description": "kind and the images the host's Docker daemon runs (kind nodes, CAPD load balancer, "
-                "registry), and the operator providers' components (OCI layouts pushed to the local registry); "
-                "files only, so it deploys before any cluster exists",
-                "files": [{"source": HOST_ARCHIVE, "target": "host-images.tar"}]
-                + [
-                    {
-                        "source": "{}/{}-{}.tar".format(PROVIDER_BUILD, e["type"], e["name"]),
-                        "target": "providers/{}-{}.tar".format(e["type"], e["name"]),
-                    }
-                    for e in sorted(inv.providers, key=lambda e: (e["type"], e["name"]))
-                ],
-                "x-host-images": images("host"),
-            }
-        ]
-        + kind
-        + [
-            {
-                "name": "cert-manager",
-                "charts": [
-                    {
-                        "name": "cert-manager",
-                        "namespace": "cert-manager",
-                        "url": "oci://quay.io/jetstack/charts/cert-manager",
-                        "version": inv.charts.get("cert-manager", "unpinned"),
-                        "valuesFiles": ["values/cert-manager.yaml", values_file("cert-manager")[len("airgap/") :]],
-                    }
-                ],
-                "images": images("cert-manager"),
-                "healthChecks": [
-                    health("apps/v1", "Deployment", "cert-manager", n)
-                    for n in ("cert-manager", "cert-manager-webhook", "cert-manager-cainjector")
-                ],
-            },
-            {
-                "name": "capi-operator",
-                "charts": [
-                    {
-                        "name": "cluster-api-operator",
-                        "releaseName": "capi-operator",
-                        "namespace": "capi-operator-system",
-                        "url": "https://kubernetes-sigs.github.io/cluster-api-operator",
-                        "version": inv.charts.get("cluster-api-operator", "unpinned"),
-                        "valuesFiles": [values_file("cluster-api-operator")[len("airgap/") :]],
-                    }
-                ],
-                "images": images("capi-operator"),
-                "imageArchives": packed_archives(inv, boot, "capi-operator"),
-                "healthChecks": [
-                    health("apps/v1", "Deployment", "capi-operator-system", "capi-operator-cluster-api-operator")
-                ],
-            },
-            {
-                "name": "krops-config",
-                "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs, and the "
-                "images its own manifests run",
-                "images": images("krops-config"),
-                "imageArchives": [
-                    {"path": CONFIG_ARCHIVE, "images": ["{}:{}".format(config_repository(boot), boot["oci-tag"])]}
-                ],
-            },
-            {
-                "name": "flux",
-                "description": "the Flux Operator and the FluxInstance; the instance is a Zarf manifest so the Zarf "
-                "agent rewrites its controllers' images and its OCIRepository to the internal registry",
-                "charts": [
-                    {
-                        "name": "flux-operator",
-                        "namespace": "flux-system",
-                        "url": "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
-                        "version": inv.charts.get("flux-operator", "unpinned"),
-                    }
-                ],
-                "manifests": [
-                    {"name": "flux-instance", "namespace": "flux-system", "files": ["manifests/fluxinstance.yaml"]}
-                ],
-                "images": images("flux"),
-                "healthChecks": [
-                    health("apps/v1", "Deployment", "flux-system", "flux-operator"),
-                    health("fluxcd.controlplane.io/v1", "FluxInstance", "flux-system", "flux"),
-                ],
-            },
-            {
-                "name": "capi",
-                "description": "Cluster API core and the kubeadm providers; Flux applies them from the krops configuration",
-                "images": images("capi"),
-                "healthChecks": [
-                    health(prov, "CoreProvider", "capi-system", "cluster-api"),
-                    health(prov, "BootstrapProvider", "capi-kubeadm-bootstrap-system", "kubeadm"),
-                    health(prov, "ControlPlaneProvider", "capi-kubeadm-control-plane-system", "kubeadm"),
-                ],
-            },
-            {
-                "name": "capd",
-                "images": images("capd"),
-                "healthChecks": [health(prov, "InfrastructureProvider", "capd-system", "docker")],
-            },
-            {
-                "name": "caaph",
-                "images": images("caaph"),
-                "healthChecks": [health(prov, "AddonProvider", "caaph-system", "helm")],
-            },
-            {
-                "name": "workload",
-                "description": "images the workload clusters pull (CNI, Podinfo); the host archive carries them too and "
-                "the deploy imports them into the CAPD nodes, which no Zarf agent reaches",
-                "images": images("workload"),
-                "x-workload-import": [inv.images[k].ref for k in sorted(inv.images) if inv.images[k].workload],
-            },
-        ]
+        [_host_component(inv, images)]
+        + _kind_components()
+        + _chart_components(inv, boot, images)
+        + _provider_components(inv, images)
     )
     for component in components:
         for field in ("images", "imageArchives"):
@@ -272,13 +292,16 @@ def image_values(inv, chart):
     for k in sorted(inv.images):
         image = inv.images[k]
         where = CHART_IMAGE_VALUES[chart].get(image.repo)
-        if where is None or image.tag != "v" + str(inv.charts.get(chart, "")).lstrip("v"):
+        version = str(inv.charts.get(chart, "")).lstrip("v")
+        if where is None or image.tag not in ("v" + version, version):
             continue
         node = values
         for part in where:
             node = node.setdefault(part, {})
         node.update({"repository": image.repo, "tag": image.tag})
-        if image.digest:
+        if image.digest and chart in DIGEST_IN_TAG:  # no digest value: tag@digest renders repo:tag@digest
+            node["tag"] = f"{image.tag}@{image.digest}"
+        elif image.digest:
             node["digest"] = image.digest
     return values
 
@@ -297,63 +320,6 @@ def packed_archives(inv, boot, component):
         for chart, (comp, _index, _archive) in sorted(PACKED_CHARTS.items())
         if comp == component and chart in inv.charts
     ]
-
-
-def chart_archive(reference, tgz):
-    """(tar bytes, manifest digest): an OCI layout holding the Helm chart archive ``tgz`` as Helm pushes it."""
-    try:
-        with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
-            member = next(m for m in tar.getmembers() if m.name.count("/") == 1 and m.name.endswith("/Chart.yaml"))
-            metadata = yaml.safe_load(tar.extractfile(member).read())
-    except (tarfile.TarError, StopIteration, yaml.YAMLError, OSError) as exc:
-        raise AirgapError(f"{reference}: not a Helm chart archive (no <chart>/Chart.yaml): {exc}")
-    config = json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": HELM_CONFIG_TYPE, "digest": _sha256(config), "size": len(config)},
-        "layers": [{"mediaType": HELM_CHART_TYPE, "digest": _sha256(tgz), "size": len(tgz)}],
-    }
-    return oci_layout(manifest, {_sha256(b): b for b in (config, tgz)}, reference)
-
-
-def fetch_charts(root, inv, download=None):
-    """Download each packed chart's archive (connected build), check its sha256 against digests.yaml
-    chart-archives and write its OCI layout to airgap/build/charts/<chart>.tar. Returns the paths written."""
-    download = download or _download
-    root = os.path.abspath(root)
-    lock = load_lock(root)
-    boot = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={}).data["bootstrap"]
-    problems, written = [], []
-    for chart, (_component, _index, archive) in sorted(PACKED_CHARTS.items()):
-        if chart not in inv.charts:
-            continue
-        url = archive.format(v=str(inv.charts[chart]).lstrip("v"))
-        want = ((lock.get("chart-archives") or {}).get(url) or {}).get("sha256")
-        try:
-            data = download(url)
-        except Exception as exc:  # pylint: disable=broad-except  # any transport error: one message
-            problems.append(f"{url}: download failed: {exc}")
-            continue
-        got = _sha256(data).split(":", 1)[1]
-        if want != got:
-            problems.append(
-                f"{url}: sha256 {got} differs from {want} recorded in {LOCK_FILE} chart-archives"
-                if want
-                else f"{url}: no sha256 in {LOCK_FILE} chart-archives (UNCONFIRMED); got {got}: read the chart "
-                "index's digest and record it"
-            )
-            continue
-        reference = f"{packed_chart_repository(boot)}/{chart}:{inv.charts[chart]}"
-        data, _digest = chart_archive(reference, data)
-        path = os.path.join(root, "airgap", CHART_BUILD, f"{chart}.tar")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(data)
-        written.append(path)
-    if problems:
-        raise AirgapError("charts not bundled:\n  " + "\n  ".join(problems))
-    return written
 
 
 def chart_artifacts(inv):
@@ -604,21 +570,22 @@ def main(argv=None):
         "airgap/build/providers/<type>-<name>.tar (OCI layouts)",
     )
     mode.add_argument(
-        "--push-providers",
-        metavar="DIR",
-        help="disconnected host: push the provider layouts of DIR to the local registry (--registry)",
+        "--push-layouts",
+        metavar="PATH",
+        nargs="+",
+        help="disconnected host: push the OCI layouts (files, or folders of them) to the local registry (--registry)",
     )
-    parser.add_argument("--registry", help="with --push-providers: host:port of the local registry (plain HTTP)")
+    parser.add_argument("--registry", help="with --push-layouts: host:port of the local registry (plain HTTP)")
     parser.add_argument(
         "--record", action="store_true", help="with --fetch-providers: record the sha256 of files that have none"
     )
     parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
     try:
-        if args.push_providers:
+        if args.push_layouts:
             if not args.registry:
-                raise AirgapError("--push-providers needs --registry host:port")
-            for ref in push_provider_layouts(args.push_providers, args.registry):
+                raise AirgapError("--push-layouts needs --registry host:port")
+            for ref in push_layouts(args.push_layouts, args.registry):
                 sys.stdout.write(f"pushed {ref}\n")
             return 0
         inv = derive(args.path)

@@ -87,7 +87,7 @@ revision:
 import os
 import re
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap
+from ansible_collections.krops.platform.plugins.module_utils import airgap_offline
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import oci
 from ansible_collections.krops.platform.plugins.module_utils import shell
@@ -120,7 +120,7 @@ def body(module, step):
         raise errors.ConfigError("root {} is not a directory: point it at the krops checkout".format(p["root"]))
     step("packing the configuration archive")
     revision = p["revision"] or oci.git_revision(p["root"])
-    data, digest = airgap.config_archive(p["root"], p["paths"], p["reference"], p["source"], revision)
+    data, digest = airgap_offline.config_archive(p["root"], p["paths"], p["reference"], p["source"], revision)
     step("writing the archive")
     changed = shell.write_output("dest", p["dest"], data, module.check_mode)
     return dict(changed=changed, digest=digest, reference=p["reference"], dest=p["dest"], revision=revision)

@@ -182,7 +182,7 @@ def test_the_nightly_dry_run_resolves_every_digest_and_builds_in_check_mode(read
 
 def test_an_image_the_registry_does_not_hold_stops_the_nightly_at_the_pin_check(ready, zarf, oci_registry, tmp_path):  # noqa: F811
     unresolved = _unresolve(ready)
-    missing, amd64_only = "ghcr.io/stefanprodan/podinfo:6.9.0", "docker.io/kindest/kindnetd:v20260528-9350166c"
+    missing, amd64_only = "ghcr.io/stefanprodan/podinfo:6.14.1", "docker.io/kindest/kindnetd:v20260528-9350166c"
     assert {missing, amd64_only} <= set(unresolved)
     _seed(oci_registry, [ref for ref in unresolved if ref not in (missing, amd64_only)])
     _seed(oci_registry, [amd64_only], platforms=("amd64",))
@@ -206,7 +206,7 @@ def test_an_image_the_registry_does_not_hold_stops_the_nightly_at_the_pin_check(
         in stderr
     )
     assert (
-        f"{missing}: not resolved: Error: GET http://{oci_registry}/v2/ghcr.io/stefanprodan/podinfo/manifests/6.9.0"
+        f"{missing}: not resolved: Error: GET http://{oci_registry}/v2/ghcr.io/stefanprodan/podinfo/manifests/6.14.1"
         in stderr
     )
     assert amd64_only not in airgap.load_lock(str(ready))["images"]
@@ -224,3 +224,107 @@ def test_the_workflow_runs_the_script_for_both_architectures_and_publishes_the_b
     assert "--dry-run" not in build and '--architecture "$ARCHITECTURE"' in build
     uploads = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
     assert [u["with"]["name"] for u in uploads] == ["airgap-bundle-${{ matrix.architecture }}"]
+
+
+# --- scripts/airgap-tools: zarf and crane checked against their releases' checksums.txt --------------------
+
+
+@pytest.fixture
+def releases(tmp_path):
+    """The two releases the workflow downloads, served on 127.0.0.1: each asset with the release's checksums.txt
+    (goreleaser's format: "<sha256>  <asset>", one line an asset). Returns (URL, folder of each release)."""
+    import functools
+    import hashlib
+    import io
+    import tarfile
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    root = tmp_path / "releases"
+    zarf_dir = root / "zarf-dev/zarf/releases/download/v0.84.0"
+    crane_dir = root / "google/go-containerregistry/releases/download/v0.21.9"
+    for folder in (zarf_dir, crane_dir):
+        folder.mkdir(parents=True)
+    (zarf_dir / "zarf_v0.84.0_Linux_amd64").write_bytes(b"#!/bin/sh\necho v0.84.0\n")
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        body = b"#!/bin/sh\necho crane\n"
+        info = tarfile.TarInfo("crane")
+        info.size, info.mode = len(body), 0o755
+        tar.addfile(info, io.BytesIO(body))
+    (crane_dir / "go-containerregistry_Linux_x86_64.tar.gz").write_bytes(archive.getvalue())
+    for folder in (zarf_dir, crane_dir):
+        lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in sorted(folder.iterdir())]
+        (folder / "checksums.txt").write_text("".join(lines))
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            return
+
+    handler = functools.partial(Quiet, directory=str(root))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield "http://127.0.0.1:%d" % server.server_address[1], zarf_dir, crane_dir
+    server.shutdown()
+    server.server_close()
+
+
+def _tools(tmp_path, url, **pins):
+    env = {"PATH": "/usr/bin:/bin", "ZARF_VERSION": "v0.84.0", "CRANE_VERSION": "v0.21.9", "AIRGAP_RELEASES": url}
+    env.update(pins)
+    return subprocess.run(
+        [str(REPO / "scripts" / "airgap-tools"), "--bin", str(tmp_path / "bin")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_tools_are_installed_only_when_their_release_checksums_match(releases, tmp_path):
+    import hashlib
+
+    url, zarf_dir, crane_dir = releases
+    zarf_sha = hashlib.sha256((zarf_dir / "zarf_v0.84.0_Linux_amd64").read_bytes()).hexdigest()
+    proc = _tools(tmp_path, url, ZARF_SHA256=zarf_sha)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        subprocess.run([str(tmp_path / "bin" / "zarf")], capture_output=True, text=True, check=True).stdout
+        == "v0.84.0\n"
+    )
+    assert (tmp_path / "bin" / "crane").is_file()
+    assert (tmp_path / "bin" / "tools.sha256").read_text() == (
+        (zarf_dir / "checksums.txt").read_text() + (crane_dir / "checksums.txt").read_text()
+    )
+    # a pin that differs from the release's checksum
+    proc = _tools(tmp_path, url, CRANE_SHA256="0" * 64)
+    assert proc.returncode == 1
+    crane_sha = (crane_dir / "checksums.txt").read_text().split()[0]
+    assert proc.stderr == (
+        f"airgap-tools: go-containerregistry_Linux_x86_64.tar.gz has sha256 {crane_sha}, not the pinned {'0' * 64}\n"
+    )
+    # an asset changed after its checksum was published
+    (zarf_dir / "zarf_v0.84.0_Linux_amd64").write_bytes(b"#!/bin/sh\necho tampered\n")
+    proc = _tools(tmp_path, url)
+    assert proc.returncode == 1 and proc.stdout == "zarf_v0.84.0_Linux_amd64: FAILED\n"
+    assert proc.stderr == (
+        "sha256sum: WARNING: 1 computed checksum did NOT match\n"
+        f"airgap-tools: zarf_v0.84.0_Linux_amd64 does not match the sha256 of {url}/zarf-dev/zarf/releases/download/"
+        "v0.84.0/checksums.txt\n"
+    )
+    # an asset the release's checksums.txt does not list
+    (zarf_dir / "checksums.txt").write_text("")
+    proc = _tools(tmp_path, url)
+    assert proc.returncode == 1 and proc.stderr == (
+        f"airgap-tools: zarf_v0.84.0_Linux_amd64 is not listed in {url}/zarf-dev/zarf/releases/download/v0.84.0/"
+        "checksums.txt\n"
+    )
+
+
+def test_the_workflow_installs_the_tools_with_the_checked_script():
+    job = yaml.safe_load(WORKFLOW.read_text())["jobs"]["bundle"]
+    [install] = [s for s in job["steps"] if "scripts/airgap-tools" in s.get("run", "")]
+    assert install["run"].startswith('scripts/airgap-tools --bin "$RUNNER_TEMP/bin"\n')
+    assert install["env"] == {"ZARF_SHA256": "${{ vars.ZARF_SHA256 }}", "CRANE_SHA256": "${{ vars.CRANE_SHA256 }}"}
+    assert not any("curl" in s.get("run", "") for s in job["steps"])  # every download goes through the check

@@ -18,7 +18,12 @@ import zlib
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package
+from ansible_collections.krops.platform.plugins.module_utils import (
+    airgap,
+    airgap_charts,
+    airgap_offline,
+    airgap_package,
+)
 from tests.integration.test_airgap_playbook import ready  # noqa: F401  # pylint: disable=unused-import
 from tests.substrate import zarf_standin
 from tests.substrate.airgap_world import (
@@ -108,6 +113,7 @@ def build(root, tmp_path, drop=None):
     (airgap / "build" / "charts" / "cluster-api-operator.tar").write_bytes(
         _layout("krops-registry:5000/charts/cluster-api-operator:0.28.0")
     )
+    (airgap / "build" / "charts" / "podinfo.tar").write_bytes(_layout("krops-registry:5000/charts/podinfo:6.14.1"))
     for provider in (
         "addon-helm",
         "bootstrap-kubeadm",
@@ -166,6 +172,7 @@ def test_the_bundle_runs_every_chart_workload_from_the_zarf_registry_by_digest(r
         "quay.io/jetstack/charts/cert-manager:v1.21.1",
         "krops-registry:5000/charts/cluster-api-operator:0.28.0",
         "krops-registry:5000/krops:latest",
+        "ghcr.io/controlplaneio-fluxcd/charts/flux-operator:0.58.1",
     ]
     zarf_deploy(api, package, CHART_COMPONENTS, registry)
     pods = _pods(api)
@@ -372,7 +379,7 @@ def _provider_world(root, tmp_path, strict_cluster, pinned=True):
         with open(path, "rb") as handle:
             artifacts.push_layout(handle.read())
     staged = tmp_path / "staged"
-    airgap.stage_offline_tree(str(root), ["mgmt/local-host"], str(staged))
+    airgap_offline.stage_offline_tree(str(root), ["mgmt/local-host"], str(staged))
     api = strict_cluster("kind-airgap-mgmt", bundles=("capi-operator",))
     world = World()
     world.add_cluster(api)
@@ -440,7 +447,7 @@ def test_providers_without_the_pinned_image_do_not_pull(ready, tmp_path, strict_
 def _staged_doc(root, tmp_path, rel):
     staged = tmp_path / "staged-config"
     if not staged.exists():
-        airgap.stage_offline_tree(str(root), ["mgmt/local-host"], str(staged))
+        airgap_offline.stage_offline_tree(str(root), ["mgmt/local-host"], str(staged))
     (doc,) = yaml.safe_load_all((staged / rel).read_text())
     return doc
 
@@ -517,16 +524,23 @@ def test_the_build_packs_the_chart_archive_only_with_the_recorded_sha256(ready):
     url = "https://github.com/kubernetes-sigs/cluster-api-operator/releases/download/v0.28.0/cluster-api-operator-0.28.0.tgz"
     tgz = _chart_tgz("cluster-api-operator", "0.28.0")
     got = hashlib.sha256(tgz).hexdigest()
-    with pytest.raises(airgap.AirgapError) as refused:  # the committed lock holds the upstream index's digest
-        airgap_package.fetch_charts(str(ready), inv, download={url: tgz}.__getitem__)
+    podinfo_url = "https://stefanprodan.github.io/podinfo/podinfo-6.14.1.tgz"
+    podinfo = _chart_tgz("podinfo", "6.14.1")
+    served = {url: tgz, podinfo_url: podinfo}
+    with pytest.raises(airgap.AirgapError) as refused:  # the committed lock holds the upstream indexes' digests
+        airgap_charts.fetch_charts(str(ready), inv, download=served.__getitem__)
     assert str(refused.value) == (
         f"charts not bundled:\n  {url}: sha256 {got} differs from "
         "992d05cdc6a053688ce1edc711596aadff5eea7efa0024f42db90f0322de13ef recorded in airgap/digests.yaml chart-archives"
+        f"\n  {podinfo_url}: sha256 {hashlib.sha256(podinfo).hexdigest()} differs from "
+        "3d4a2ab092c83f39772de5f927aba6fb4f295a70e2b7302383edf249d44f78e3 recorded in airgap/digests.yaml chart-archives"
     )
     lock = yaml.safe_load((ready / airgap.LOCK_FILE).read_text())
     lock["chart-archives"][url]["sha256"] = got  # test data, never a pin
+    lock["chart-archives"][podinfo_url]["sha256"] = hashlib.sha256(podinfo).hexdigest()
     (ready / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
-    [path] = airgap_package.fetch_charts(str(ready), inv, download={url: tgz}.__getitem__)
+    path, podinfo_path = airgap_charts.fetch_charts(str(ready), inv, download=served.__getitem__)
+    assert podinfo_path.endswith("build/charts/podinfo.tar")
     with tarfile.open(path) as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
     [entry] = json.loads(files["index.json"])["manifests"]

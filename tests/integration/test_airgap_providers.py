@@ -17,7 +17,12 @@ import tarfile
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package
+from ansible_collections.krops.platform.plugins.module_utils import (
+    airgap,
+    airgap_charts,
+    airgap_offline,
+    airgap_package,
+)
 from tests.substrate.capi_world import CapiController, ProviderRegistry, parse_oci_source
 from tests.substrate.fixtures import REPO
 from tests.substrate.flux_world import World, condition
@@ -90,10 +95,43 @@ PROVIDER_IMAGES = {  # controller images: cluster-api Makefile @ v1.13.5, cluste
 
 
 def _offline_files(tree):
-    archive, _digest = airgap.config_archive(
+    archive, _digest = airgap_offline.config_archive(
         str(tree), ["mgmt/local-host", "workload/local-host"], "krops-registry:5000/krops:latest", revision="x"
     )
     return _layer_files(archive)
+
+
+# the HelmChartProxy of mgmt/local-host/flux-apps as the disconnected host runs it: Flux installs the chart into
+# each matching Cluster (local-workload carries fluxcd: enabled) from its OCI chart, which the Zarf agent rewrites
+FLUX_OPERATOR_OFFLINE = [
+    {
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "OCIRepository",
+        "metadata": {"name": "flux-operator-chart", "namespace": "default"},
+        "spec": {
+            "interval": "1h",
+            "url": "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator",
+            "ref": {"tag": "0.58.1"},
+            "layerSelector": {"mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip", "operation": "copy"},
+        },
+    },
+    {
+        "apiVersion": "helm.toolkit.fluxcd.io/v2",
+        "kind": "HelmRelease",
+        "metadata": {"name": "flux-operator-local-workload", "namespace": "default"},
+        "spec": {
+            "interval": "10m",
+            "releaseName": "flux-operator",
+            "targetNamespace": "flux-system",
+            "storageNamespace": "flux-system",
+            "chartRef": {"kind": "OCIRepository", "name": "flux-operator-chart"},
+            "kubeConfig": {"secretRef": {"name": "local-workload-kubeconfig", "key": "value"}},
+            "install": {"createNamespace": True},
+            "values": {"image": {"repository": "ghcr.io/controlplaneio-fluxcd/flux-operator", "tag": "v0.58.1"}},
+            "timeout": "5m",
+        },
+    },
+]
 
 
 def test_offline_configuration_sets_fetch_config_on_every_provider_and_changes_nothing_else(tree):
@@ -126,9 +164,33 @@ def test_offline_configuration_sets_fetch_config_on_every_provider_and_changes_n
             (before,) = list(yaml.safe_load_all(original))
             assert doc["spec"] == dict(before["spec"], type="oci", url=OFFLINE_REPOSITORIES[short])
             seen.add(short)
+        elif short == "flux-apps/helmchartproxy.yaml":  # CAAPH cannot pull from the plain-HTTP local registry
+            (before,) = list(yaml.safe_load_all(original))
+            assert list(yaml.safe_load_all(data)) == FLUX_OPERATOR_OFFLINE
+            assert before["spec"]["version"] == "0.58.1" and before["spec"]["clusterSelector"] == {
+                "matchLabels": {"fluxcd": "enabled"}
+            }
+            seen.add(short)
+        elif rel == "workload/local-host/podinfo.yaml":  # the workload clusters read the local registry only
+            source, release = list(yaml.safe_load_all(data))
+            before_source, before_release = list(yaml.safe_load_all(original))
+            assert source["spec"] == dict(
+                before_source["spec"],
+                url="oci://krops-registry:5000/charts/podinfo",
+                ref={"tag": "6.14.1"},  # the range pinned; the layout's digest once the build packed it
+                insecure=True,
+            )
+            values = yaml.safe_load((tree / "airgap" / "values" / "podinfo-images.yaml").read_text())
+            assert release["spec"] == dict(
+                before_release["spec"], values={**before_release["spec"]["values"], **values}
+            )
+            seen.add(rel)
         else:
             assert data == original, rel
-    assert seen == set(PROVIDER_FILES) | set(RELEASES) | set(OFFLINE_REPOSITORIES)
+    assert seen == set(PROVIDER_FILES) | set(RELEASES) | set(OFFLINE_REPOSITORIES) | {
+        "flux-apps/helmchartproxy.yaml",
+        "workload/local-host/podinfo.yaml",
+    }
     # the tree itself is untouched: the connected profile keeps fetching from the releases
     assert "fetchConfig" not in (tree / "mgmt/local-host/capi-system/core-provider.yaml").read_text()
 
@@ -318,9 +380,7 @@ def test_deploy_pushes_each_layout_under_the_reference_fetch_config_names(tree):
     served = release_files(inv)
     written, _recorded = airgap.fetch_providers(str(tree), inv, download=served.__getitem__, record=True)
     registry = _Registry()
-    pushed = airgap.push_provider_layouts(
-        str(tree / "airgap" / airgap.PROVIDER_BUILD), "localhost:5001", client=registry
-    )
+    pushed = airgap.push_layouts([str(tree / "airgap" / airgap.PROVIDER_BUILD)], "localhost:5001", client=registry)
     assert len(pushed) == len(written) == 5
     for entry in inv.providers:
         repository, tag, plain = parse_oci_source(entry["oci"], entry["version"])
@@ -329,18 +389,101 @@ def test_deploy_pushes_each_layout_under_the_reference_fetch_config_names(tree):
 
 def test_push_without_layouts_is_one_message(tmp_path):
     with pytest.raises(airgap.AirgapError, match="deploy the host component first"):
-        airgap.push_provider_layouts(str(tmp_path / "none"), "localhost:5001", client=_Registry())
+        airgap.push_layouts([str(tmp_path / "none")], "localhost:5001", client=_Registry())
 
 
-def test_podinfo_is_in_the_inventory_while_its_range_stays_a_pin_check_problem(tree):
+def test_podinfo_range_is_pinned_offline_to_the_newest_known_release_and_its_layout(tree, tmp_path):
     inv = airgap.derive(str(tree))
     assert "ghcr.io/stefanprodan/podinfo:6.14.1" in inv.images  # digests.yaml chart-releases, newest 6.x
-    assert any("chart podinfo version '6.x'" in p[2] for p in inv.problems)
+    assert inv.charts["podinfo"] == "6.14.1" and inv.problems == []  # the offline configuration pins it
+    # once the build packed the chart, the OCIRepository is pinned to the layout's manifest digest too
+    layout, digest = airgap_charts.chart_archive(
+        "krops-registry:5000/charts/podinfo:6.14.1", _chart_tgz("podinfo", "6.14.1")
+    )
+    (tree / "airgap" / airgap.CHART_BUILD).mkdir(parents=True)
+    (tree / "airgap" / airgap.CHART_BUILD / "podinfo.tar").write_bytes(layout)
+    airgap_offline.stage_offline_tree(str(tree), ["workload/local-host"], str(tmp_path / "staged"))
+    source, _release = yaml.safe_load_all((tmp_path / "staged" / "workload/local-host/podinfo.yaml").read_text())
+    assert source["spec"]["ref"] == {"tag": "6.14.1", "digest": digest}
     lock = tree / airgap.LOCK_FILE
     lock.write_text(lock.read_text().replace('versions: ["6.14.1"]', 'versions: ["6.14.1", "7.0.0", "6.9.0"]'))
     assert "ghcr.io/stefanprodan/podinfo:6.14.1" in airgap.derive(str(tree)).images
-    # an exact version needs no release list
+    # a range no known release matches stays a problem of the pin check
     pod = tree / "workload/local-host/podinfo.yaml"
-    pod.write_text(pod.read_text().replace('semver: "6.x"', 'tag: "6.9.0"'))
+    pod.write_text(pod.read_text().replace('semver: "6.x"', 'semver: "8.x"'))
+    assert [p[2] for p in airgap.derive(str(tree)).problems] == [
+        "chart podinfo version '8.x' is not an exact version: its images cannot be pinned; pin the chart to one release"
+    ]
+    # an exact version needs no release list
+    pod.write_text(pod.read_text().replace('semver: "8.x"', 'tag: "6.9.0"'))
     images = airgap.derive(str(tree)).images
     assert "ghcr.io/stefanprodan/podinfo:6.9.0" in images and "ghcr.io/stefanprodan/podinfo:6.14.1" not in images
+
+
+def _chart_tgz(name, version):
+    body = yaml.safe_dump({"apiVersion": "v2", "name": name, "version": version, "appVersion": version}).encode()
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tar:
+        info = tarfile.TarInfo(f"{name}/Chart.yaml")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    return data.getvalue()
+
+
+def _pinned_refs(node):
+    """Every image reference an object names: container images, providers' imageUrl, and chart image values
+    (a mapping with repository and tag, the digest in it or in the tag)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("image"), str) and "name" in node:
+            yield node["image"]
+        if isinstance(node.get("imageUrl"), str):
+            yield node["imageUrl"]
+        if isinstance(node.get("repository"), str) and isinstance(node.get("tag"), str) and node["tag"]:
+            yield "{}:{}".format(node["repository"], node["tag"]) + (f"@{node['digest']}" if node.get("digest") else "")
+        for value in node.values():
+            yield from _pinned_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _pinned_refs(value)
+
+
+def test_every_image_the_offline_configuration_pins_is_in_the_inventory_with_its_digest(tree, tmp_path):
+    """The lock and the trees agree, the workload tree included: every image an object of the staged mgmt/ and
+    workload/ configuration runs or pins by value is a line of images.txt with the same digest, and every line of
+    the workload component is pinned by what the workload clusters run (read from the rendered objects, not from
+    the inventory's own derivation)."""
+    from ansible_collections.krops.platform.plugins.module_utils import render
+
+    lock = yaml.safe_load((tree / airgap.LOCK_FILE).read_text())
+    for key in airgap.derive(str(tree)).unconfirmed:  # test data, never a pin
+        lock["images"][key] = {"digest": "sha256:" + hashlib.sha256(key.encode()).hexdigest(), "source": "test fixture"}
+    (tree / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
+    airgap_package.write(str(tree), airgap.derive(str(tree)))
+    staged = tmp_path / "staged"
+    airgap_offline.stage_offline_tree(str(tree), ["mgmt/local-host", "workload/local-host"], str(staged))
+    listed = airgap.read_inventory(str(tree / airgap.INVENTORY))
+    pinned = {}
+    for top in ("mgmt/local-host", "workload/local-host"):
+        directories = render.find_kustomization_dirs(str(staged / top))
+        for directory, objects in render.render_directories(directories).items():
+            assert not isinstance(objects, render.RenderError), (directory, objects)
+            for obj in objects:
+                docs = [obj] + [
+                    d
+                    for v in ((obj.get("data") or {}).values() if obj.get("kind") == "ConfigMap" else ())
+                    for d in yaml.safe_load_all(v)
+                    if isinstance(d, dict)
+                ]
+                for ref in _pinned_refs(docs):
+                    pinned.setdefault(airgap.key(ref), set()).add(airgap.normalize(ref)[2])
+    for key, digests in sorted(pinned.items()):
+        assert key in listed, key
+        assert digests == {listed[key][0]}, (key, digests, listed[key][0])  # every one by the lock's digest
+    workload = {
+        line.split()[0].split("@")[0]
+        for line in (tree / airgap.INVENTORY).read_text().splitlines()
+        if "# workload:" in line or "# UNCONFIRMED workload:" in line
+    }
+    assert workload == {"docker.io/kindest/kindnetd:v20260528-9350166c", "ghcr.io/stefanprodan/podinfo:6.14.1"}
+    assert workload <= set(pinned)  # Podinfo by the workload tree's HelmRelease values, kindnet by its manifest
+    assert "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1" in pinned  # the workload clusters' HelmRelease

@@ -19,7 +19,7 @@ import pytest
 from test_render_diff import commit, repo  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.krops.platform.plugins.module_utils import (
-    airgap,
+    airgap_offline,
     oci,
     render,
     render_diff,
@@ -68,7 +68,7 @@ def test_oci_layer_skips_a_linked_file_and_packs_nothing_it_points_at(tree):
 
 def test_airgap_config_archive_refuses_the_symlink_too(tree):
     with pytest.raises(oci.OciError):
-        airgap.config_archive(str(tree), ["mgmt", "workload"], "r:5000/krops:latest", revision="x")
+        airgap_offline.config_archive(str(tree), ["mgmt", "workload"], "r:5000/krops:latest", revision="x")
 
 
 def test_oci_module_refuses_the_symlink_before_any_request(run_module, tree):

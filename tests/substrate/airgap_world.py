@@ -30,6 +30,7 @@ image``, ``failed to resolve reference``); their exact text at a tag is not conf
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import re
@@ -37,7 +38,9 @@ import threading
 import time
 import zlib
 
-from tests.substrate.flux_world import condition
+import yaml
+
+from tests.substrate.flux_world import CHART_CRDS, condition, ssa_apply
 from tests.substrate.kube_emulator import ApiError
 
 ZARF_REGISTRY = "127.0.0.1:31999"  # zarf init's NodePort registry (src/config/lang/english.go examples @ v0.84.0)
@@ -67,7 +70,15 @@ CHART_WORKLOADS = {
         )
     ],
     "flux-operator": [("flux-operator", ("image",), "ghcr.io/controlplaneio-fluxcd/flux-operator:v{v}")],
+    # podinfo 6.14.1 (charts/podinfo/templates/deployment.yaml: "image.repository:image.tag", the Deployment named
+    # after the release when it contains "podinfo"; values.yaml tag = the chart version)
+    "podinfo": [("{release}", ("image",), "ghcr.io/stefanprodan/podinfo:{v}")],
 }
+# chart -> [(Service name, port, target port name)]: podinfo's templates/service.yaml (service.externalPort 9898)
+CHART_SERVICES = {"podinfo": [("{release}", 9898, "http")]}
+# the Helm chart's config media type (helm pkg/registry/constants.go ConfigMediaType): the agent's OCIRepository
+# hook drops the crc32 tag for a chart (hooks/flux-ocirepo.go isChart @ zarf v0.84.0)
+HELM_CONFIG_TYPE = "application/vnd.cncf.helm.config.v1+json"
 
 
 def render_image(chart, values, default):
@@ -86,7 +97,7 @@ def render_image(chart, values, default):
         if values.get("registry"):
             repository = "{}/{}".format(values["registry"], repository)
         return f"{repository}@{digest}" if digest else "{}:{}".format(repository, values.get("tag", tag))
-    return "{}:{}".format(values.get("repository", repository), values.get("tag", tag))  # flux-operator
+    return "{}:{}".format(values.get("repository", repository), values.get("tag", tag))  # flux-operator, podinfo
 
 
 _REFERENCE = re.compile(
@@ -193,6 +204,30 @@ def agent_mutate_helm_repository(obj, registry_host):
     if str(spec.get("type", "")).lower() != "oci" or parse_ref(spec["url"])["host"] == registry_host:
         return obj
     spec["url"] = "oci://" + parse_ref(transform_host(registry_host, spec["url"]))["name"]
+    spec["insecure"] = True
+    spec["secretRef"] = {"name": "private-registry"}
+    obj["metadata"].setdefault("labels", {})["zarf-agent"] = "patched"
+    return obj
+
+
+def agent_mutate_oci_repository(obj, registry_host, chart):
+    """The Zarf agent's OCIRepository hook (hooks/flux-ocirepo.go @ v0.84.0) on create: the URL plus its tag (or
+    digest) through ImageTransformHost, WithoutChecksum when the artifact is a Helm chart (``chart``: its config
+    media type is Helm's); the URL becomes oci://<name>, the ref its tag or digest, insecure for the internal
+    registry, the pull secret private-registry. A semver ref keeps its range; a URL on the registry is left alone."""
+    obj = copy.deepcopy(obj)
+    spec = obj["spec"]
+    if parse_ref(spec["url"])["host"] == registry_host:
+        return obj
+    ref = spec.get("ref") or {}
+    url = spec["url"][len("oci://") :]
+    url += "@" + ref["digest"] if ref.get("digest") else ":" + ref["tag"] if ref.get("tag") else ""
+    patched = parse_ref(transform_host(registry_host, url, checksum=not chart))
+    spec["url"] = "oci://" + patched["name"]
+    if ref.get("digest"):
+        ref["digest"] = patched["digest"]
+    elif ref.get("tag"):
+        ref["tag"] = patched["tag"]
     spec["insecure"] = True
     spec["secretRef"] = {"name": "private-registry"}
     obj["metadata"].setdefault("labels", {})["zarf-agent"] = "patched"
@@ -371,29 +406,82 @@ def _pending_reason(api, check):
     return "Deployment {}/{} is not Available".format(check.get("namespace"), check["name"])
 
 
-def zarf_deploy(api, package, components, registry, timeout=10.0):
-    """The cluster side of ``zarf package deploy`` for ``components`` of a stand-in package (see the docstring)."""
+def _manifests(package, component):
+    """The objects of a component's manifests, with zarf's ###ZARF_CONST_<NAME>### constants filled in."""
+    texts = (package.get("content", {}).get(component["name"]) or {}).get("manifests") or {}
+    for manifest in component.get("manifests") or []:
+        for rel in manifest.get("files") or []:
+            text = re.sub(r"###ZARF_CONST_([A-Z0-9_]+)###", lambda m: package["constants"][m.group(1)], texts[rel])
+            for doc in yaml.safe_load_all(text):
+                if doc:
+                    doc.setdefault("metadata", {}).setdefault("namespace", manifest.get("namespace"))
+                    yield doc
+
+
+def install_chart(api, chart, values, manager="helm"):
+    """What installing ``chart`` does in the emulated cluster: its CRDs (flux_world.CHART_CRDS), its Deployments
+    (CHART_WORKLOADS, the image rendered from ``values``) and Services (CHART_SERVICES). ``chart``: name, version,
+    namespace, releaseName."""
+    if not api.exists("v1", "Namespace", chart["namespace"]):
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": chart["namespace"]}})
+    api.install_bundle(*CHART_CRDS.get(chart["name"], ()))
+    for deployment in _chart_deployments(chart, values):
+        api.patch(
+            api.resource_for("apps/v1", "Deployment"),
+            deployment["metadata"]["namespace"],
+            deployment["metadata"]["name"],
+            "apply",
+            deployment,
+            None,
+            manager,
+        )
+    release = chart.get("releaseName") or chart["name"]
+    for name, port, target in CHART_SERVICES.get(chart["name"], ()):
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name.format(release=release), "namespace": chart["namespace"]},
+            "spec": {
+                "type": "ClusterIP",
+                "selector": {"app.kubernetes.io/name": name.format(release=release)},
+                "ports": [{"name": target, "port": port, "targetPort": target, "protocol": "TCP"}],
+            },
+        }
+        api.patch(
+            api.resource_for("v1", "Service"),
+            chart["namespace"],
+            service["metadata"]["name"],
+            "apply",
+            service,
+            None,
+            manager,
+        )
+
+
+def zarf_deploy(api, package, components, registry, timeout=10.0, apply=None):
+    """The cluster side of ``zarf package deploy`` for ``components`` of a stand-in package (see the docstring).
+
+    ``apply(api, obj)``: how a manifest is applied (the agent's hooks, in tests/substrate/airgap_host.py);
+    ``registry.push_layout(ref, data)``, when the registry has it, also stores an artifact's content."""
     chosen = [c for c in package["definition"] if c["name"] in components]
     for component in chosen:
-        for ref in component.get("images") or []:
+        layouts = (package.get("content", {}).get(component["name"]) or {}).get("layouts") or {}
+        refs = list(component.get("images") or []) + [
+            ref for archive in component.get("imageArchives") or [] for ref in archive["images"]
+        ]
+        for ref in refs:
             registry.push(ref, package["digests"][ref])
-        for archive in component.get("imageArchives") or []:
-            for ref in archive["images"]:
-                registry.push(ref, package["digests"][ref])
+            if ref in layouts and hasattr(registry, "push_layout"):
+                registry.push_layout(ref, base64.b64decode(layouts[ref]))
         for chart in component.get("charts") or []:
-            if not api.exists("v1", "Namespace", chart["namespace"]):
-                api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": chart["namespace"]}})
             values = package.get("values", {}).get("{}/{}".format(component["name"], chart["name"]), {})
-            for deployment in _chart_deployments(chart, values):
-                api.patch(
-                    api.resource_for("apps/v1", "Deployment"),
-                    deployment["metadata"]["namespace"],
-                    deployment["metadata"]["name"],
-                    "apply",
-                    deployment,
-                    None,
-                    "helm",
+            install_chart(api, chart, values)
+        for doc in _manifests(package, component):
+            if not api.exists("v1", "Namespace", doc["metadata"]["namespace"]):
+                api.create(
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": doc["metadata"]["namespace"]}}
                 )
+            (apply or (lambda target, obj: ssa_apply(target, obj, "zarf")))(api, doc)
         deadline = time.monotonic() + timeout
         while True:
             reasons = [r for r in (_pending_reason(api, c) for c in component.get("healthChecks") or []) if r]

@@ -371,7 +371,11 @@ class DockerDouble:
             (
                 img
                 for ref, img in self.images.items()
-                if image_ref in (ref, img["Id"]) or _reference_matches(ref, image_ref)
+                if image_ref in (ref, img["Id"])
+                or _reference_matches(ref, image_ref)
+                # by digest: the engine matches repo@digest against the image's RepoDigests (familiar names)
+                or image_ref.removeprefix("docker.io/library/").removeprefix("docker.io/")
+                in (img.get("RepoDigests") or ())
             ),
             None,
         )
@@ -463,7 +467,12 @@ class DockerDouble:
             filters = parse_filters(query, "images")
             wanted = filters.get("reference") or []
             return 200, [
-                {"Id": image["Id"], "RepoTags": list(image["RepoTags"]), "RepoDigests": [], "Labels": None}
+                {
+                    "Id": image["Id"],
+                    "RepoTags": list(image["RepoTags"]),
+                    "RepoDigests": list(image.get("RepoDigests") or []),  # a loaded image's, else none
+                    "Labels": None,
+                }
                 for ref, image in sorted(self.images.items())
                 if not wanted or any(_reference_matches(ref, w) for w in wanted)
             ]
@@ -484,7 +493,7 @@ class DockerDouble:
             for known, image in self.images.items():
                 if ref in (known, image["Id"]) or _reference_matches(known, ref):
                     body = {k: copy.deepcopy(v) for k, v in image.items() if k != "program"}
-                    body["RepoDigests"] = []
+                    body["RepoDigests"] = list(image.get("RepoDigests") or [])
                     return 200, body
             return 404, {"message": f"No such image: {ref}"}
         if path == "/containers/create" and method == "POST":

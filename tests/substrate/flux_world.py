@@ -511,11 +511,12 @@ class FluxController:
                 "OCIArtifactPullFailed",
                 "failed to determine artifact digest: {}:{}: MANIFEST_UNKNOWN".format(spec["url"], reference),
             )
-        layers = [layer for layer in manifest.get("layers") or [] if layer.get("mediaType") == oci.CONTENT_TYPE]
+        wanted = (spec.get("layerSelector") or {}).get("mediaType") or oci.CONTENT_TYPE  # Flux's own, unless selected
+        layers = [layer for layer in manifest.get("layers") or [] if layer.get("mediaType") == wanted]
         if not layers:
             raise Failure(
                 "OCIArtifactPullFailed",
-                "failed to pull artifact from '{}': no layer of type {}".format(spec["url"], oci.CONTENT_TYPE),
+                "failed to pull artifact from '{}': no layer of type {}".format(spec["url"], wanted),
             )
         revision = "{}@{}".format(ref.get("tag", "latest"), digest) if not ref.get("digest") else digest
         key = (api.url, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])

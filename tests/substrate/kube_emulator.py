@@ -892,6 +892,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method, path, query):
         emulator = self.emulator
+        proxy = getattr(emulator, "service_proxy", None)  # a callable (method, path) -> (code, body) or None
+        answer = proxy(method, path) if proxy is not None and "/proxy" in path else None
+        if answer is not None:
+            return self._send(*answer)
         if emulator._reset(method, path):
             self.close_connection = True
             try:

@@ -13,17 +13,30 @@ zarf itself would only print help, which does not do the work either.
 
 A "package" is a JSON file standing in for the .tar.zst: it records the architecture, the
 components kept, their images, the SBOMs and the signing key's id, so verify and inspect sbom can
-answer as zarf would. Key files are text: ``PRIVATE <id>`` / ``PUBLIC <id>``. Every call is
-appended to $ZARF_STANDIN_LOG (JSON lines) when set.
+answer as zarf would, and the content zarf carries: each component's files (local ones read at create,
+remote ones from $ZARF_STANDIN_DOWNLOADS, the connected host's "internet": a JSON file
+``{"files": {url: path}, "artifacts": {ref: OCI layout path}}``), its manifests, and the OCI layouts of
+its imageArchives and of the artifacts it lists. Key files are text: ``PRIVATE <id>`` / ``PUBLIC <id>``.
+Every call is appended to $ZARF_STANDIN_LOG (JSON lines) when set.
+
+With $ZARF_STANDIN_WORLD (the control URL of tests/substrate/airgap_host.py) the stand-in does the work:
+``package deploy`` writes the files of files-only components under the current folder (zarf's
+``files[].target``) and hands the cluster components to the emulated host with the cluster of
+$KUBECONFIG, which pushes the images, installs the charts and manifests and waits for the health checks
+(airgap_world.zarf_deploy); ``init`` starts the Zarf registry and agent in that cluster. Without it,
+deploy and init only check what they were given.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import sys
 import tarfile
+import urllib.error
+import urllib.request
 
 VERSION = "v0.84.0"
 
@@ -366,6 +379,42 @@ def _layout_digests(path):
     }
 
 
+def _downloads():
+    """The connected host's "internet" for create: {"files": {url: path}, "artifacts": {ref: layout path}}."""
+    path = os.environ.get("ZARF_STANDIN_DOWNLOADS")
+    if not path:
+        return {"files": {}, "artifacts": {}}
+    with open(path, encoding="utf-8") as handle:
+        found = json.load(handle)
+    return {"files": found.get("files") or {}, "artifacts": found.get("artifacts") or {}}
+
+
+def _b64(path):
+    with open(path, "rb") as handle:
+        return base64.b64encode(handle.read()).decode()
+
+
+def _carry(component, directory, downloads):
+    """What zarf copies into the package for ``component``: files (by target), manifests, layouts (by reference)."""
+    files, manifests, layouts = {}, {}, {}
+    for entry in component.get("files") or []:
+        source = str(entry.get("source", ""))
+        local = downloads["files"].get(source) if "://" in source else os.path.join(directory, source)
+        if local:
+            files[entry["target"]] = {"data": _b64(local), "executable": bool(entry.get("executable"))}
+    for manifest in component.get("manifests") or []:
+        for rel in manifest.get("files") or []:
+            with open(os.path.join(directory, rel), encoding="utf-8") as handle:
+                manifests[rel] = handle.read()
+    for archive in component.get("imageArchives") or []:
+        for ref in archive["images"]:
+            layouts[ref] = _b64(os.path.join(directory, archive["path"]))
+    for ref in component.get("images") or []:
+        if ref in downloads["artifacts"]:
+            layouts[ref] = _b64(downloads["artifacts"][ref])
+    return {"files": files, "manifests": manifests, "layouts": layouts}
+
+
 def create(flags, args):
     import yaml  # the stand-in runs with the test venv's Python
 
@@ -382,7 +431,8 @@ def create(flags, args):
     text = re.sub(r"###ZARF_PKG_TMPL_([A-Z0-9_]+)###", lambda m: sets[m.group(1)], text)
     doc = yaml.safe_load(text)
     arch = _last(flags, "architecture") or "amd64"
-    kept, images, definition, digests, values = [], [], [], {}, {}
+    kept, images, definition, digests, values, content = [], [], [], {}, {}, {}
+    downloads = _downloads()
     for component in doc.get("components") or []:
         only = ((component.get("only") or {}).get("cluster") or {}).get("architecture")
         if only and only != arch:
@@ -423,7 +473,11 @@ def create(flags, args):
                     )
                 )
         images.extend(component.get("images") or [])
+        content[component["name"]] = _carry(component, directory, downloads)
         digests.update({ref: _pulled_digest(ref) for ref in component.get("images") or []})
+        for ref in content[component["name"]]["layouts"]:  # an artifact's digest is its layout's manifest digest
+            if ref in downloads["artifacts"]:
+                digests[ref] = next(iter(_layout_digests(downloads["artifacts"][ref]).values()))
         kept.append(component["name"])
         definition.append(component)
     signed = (
@@ -441,6 +495,8 @@ def create(flags, args):
         "images": images,
         "digests": digests,
         "values": values,
+        "constants": {c["name"]: c["value"] for c in doc.get("constants") or []},
+        "content": content,
         "sboms": sboms,
         "signed_with": signed,
     }
@@ -540,7 +596,63 @@ def deploy(flags, args):
         raise Refused(
             "unable to connect to the Kubernetes cluster: components {} need one".format(", ".join(needs_cluster))
         )
+    if os.environ.get("ZARF_STANDIN_WORLD"):
+        for name in chosen:
+            for target, entry in (package.get("content", {}).get(name) or {}).get("files", {}).items():
+                path = os.path.abspath(target)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as handle:
+                    handle.write(base64.b64decode(entry["data"]))
+                if entry["executable"]:
+                    os.chmod(path, 0o755)
+        if needs_cluster:
+            _world(
+                "/zarf/deploy",
+                {
+                    "package": os.path.abspath(args[0]),
+                    "components": needs_cluster,
+                    "kubeconfig": kubeconfig,
+                    "timeout": _seconds(_last(flags, "timeout", "15m")),
+                },
+            )
     print("Deployed {}: {}".format(package["name"], ", ".join(chosen)))
+
+
+def _seconds(duration):
+    """A Go duration as zarf's --timeout takes it (1h2m3s), in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", duration)
+    if not parts or "".join(n + u for n, u in parts) != duration:
+        raise Refused(f'invalid argument "{duration}" for "--timeout" flag: time: invalid duration "{duration}"')
+    return sum(float(n) * (0.001 if u == "ms" else units[u]) for n, u in parts)
+
+
+def _world(path, body):
+    """Hand a cluster step to the emulated host (tests/substrate/airgap_host.py); its refusal is zarf's error."""
+    request = urllib.request.Request(
+        os.environ["ZARF_STANDIN_WORLD"] + path, data=json.dumps(body).encode(), method="POST"
+    )
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=body.get("timeout", 60) + 60) as reply:
+            return json.loads(reply.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        raise Refused(json.loads(exc.read() or b"{}").get("error", f"HTTP {exc.code}"))
+
+
+def init(flags, args):
+    if _last(flags, "confirm") != "true":
+        raise Refused("init needs --confirm when not interactive")
+    if args:
+        init_package = _load(args[0])
+        if init_package.get("name") != "init":
+            raise Refused(f"{args[0]} is not a zarf init package")
+    kubeconfig = os.environ.get("KUBECONFIG", "")
+    if not os.path.isfile(kubeconfig):
+        raise Refused("unable to connect to the Kubernetes cluster: zarf init needs one")
+    if os.environ.get("ZARF_STANDIN_WORLD"):
+        _world("/zarf/init", {"kubeconfig": kubeconfig, "timeout": 60})
+    print("Initialised")
 
 
 # ZarfComponent.RequiresCluster (src/api/v1alpha1/component.go @ v0.84.0)
@@ -553,7 +665,7 @@ ACTIONS = {
     ("package", "inspect", "sbom"): inspect_sbom,
     ("tools", "download-init"): download_init,
     ("package", "deploy"): deploy,
-    ("init",): lambda f, a: print("Initialised"),
+    ("init",): init,
 }
 
 

@@ -27,10 +27,8 @@ _BRANCHES = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.IfExp, ast.ExceptHand
 
 # (file under plugins/, function or "" for the file, measure) -> the size it may not exceed
 DEBT = {
-    ("module_utils/airgap.py", "", "lines"): 1110,
-    ("module_utils/airgap.py", "derive", "lines"): 111,
+    ("module_utils/airgap.py", "", "lines"): 972,
     ("module_utils/airgap.py", "derive", "complexity"): 62,
-    ("module_utils/airgap_package.py", "zarf_package", "lines"): 157,
     ("module_utils/aws_sweep.py", "", "lines"): 1200,
     ("module_utils/config.py", "", "lines"): 1220,
     ("module_utils/config.py", "loads", "complexity"): 27,

@@ -11,6 +11,7 @@ import pytest
 
 from ansible_collections.krops.platform.plugins.module_utils import (
     airgap,
+    airgap_offline,
     cli,
     errors,
     flux,
@@ -47,7 +48,7 @@ PUSH = {"registry": "127.0.0.1:5000", "paths": ["."]}
 
 # (module, where its verb lives, the verb, arguments, the step the verb runs in)
 MODULES = [
-    (airgap_config_archive, airgap, "config_archive", ARCHIVE, "packing the configuration archive"),
+    (airgap_config_archive, airgap_offline, "config_archive", ARCHIVE, "packing the configuration archive"),
     (capi_cluster_delete, teardown, "delete_clusters", {}, "deleting the Clusters"),
     (capi_provider_delete, teardown, "delete_providers", {}, "deleting the providers"),
     (
@@ -214,7 +215,7 @@ WORDED = [
         {},
     ),
     (validate_module, validate, "run", {}, validate.ValidateError("no tree"), "validate could not run: no tree", {}),
-    (airgap_config_archive, airgap, "config_archive", ARCHIVE, airgap.AirgapError("bad lock"), "bad lock", {}),
+    (airgap_config_archive, airgap_offline, "config_archive", ARCHIVE, airgap.AirgapError("bad lock"), "bad lock", {}),
 ]
 
 
