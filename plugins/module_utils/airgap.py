@@ -397,7 +397,7 @@ def derive(root, renderer=None, config_file=None):
     except krops_config.ConfigError as exc:
         raise AirgapError(str(exc))
     lock = load_lock(root)
-    boot_cfg = cfg.data["bootstrap"]
+    boot_cfg = cfg.bootstrap
     inv = Inventory()
     inv.lock = lock
     sources = {}
@@ -443,7 +443,7 @@ def derive(root, renderer=None, config_file=None):
                         _ident(obj),
                         "HelmChartProxy chart {}/{} is pulled by the CAAPH controller, "
                         "which the Zarf agent does not rewrite: point repoURL at the local registry {}".format(
-                            spec.get("repoURL"), spec.get("chartName"), boot_cfg["registry-name"]
+                            spec.get("repoURL"), spec.get("chartName"), boot_cfg.registry_name
                         ),
                     )
                 )
@@ -477,9 +477,9 @@ def derive(root, renderer=None, config_file=None):
             if custom:
                 inv.add(custom, "host", origin)
     inv.in_workload = False
-    boot = cfg.data["bootstrap"]
+    boot = cfg.bootstrap
     for pin_key, chart in BOOTSTRAP_CHARTS.items():
-        version = cfg.data["charts"].get(pin_key)
+        version = cfg.charts.pin(pin_key)
         _chart(
             inv,
             chart,
@@ -488,8 +488,8 @@ def derive(root, renderer=None, config_file=None):
             "bootstrap.toml",
             {"kind": "charts", "metadata": {"name": pin_key}},
         )
-    if boot.get("kind-node-image"):
-        inv.add(boot["kind-node-image"], "host", "bootstrap.toml [bootstrap] kind-node-image")
+    if boot.kind_node_image:
+        inv.add(boot.kind_node_image, "host", "bootstrap.toml [bootstrap] kind-node-image")
     for image in HOST_IMAGES:
         inv.add(image, "host", "CAPD load balancer")
     inv.add(_registry_image(root), "host", f"{REGISTRY_DEFAULTS} bootstrap_registry_image")
@@ -503,9 +503,7 @@ def derive(root, renderer=None, config_file=None):
 def _local(boot, url):
     """Whether an oci:// URL names the local registry (served on the host and on the kind network)."""
     url = str(url or "")
-    return url.startswith("oci://{}:".format(boot["registry-name"])) or url.startswith(
-        "oci://{}/".format(boot["registry-name"])
-    )
+    return url.startswith(f"oci://{boot.registry_name}:") or url.startswith(f"oci://{boot.registry_name}/")
 
 
 def _offline_source(inv, boot, directory, obj, spec):
@@ -524,7 +522,7 @@ def _offline_source(inv, boot, directory, obj, spec):
                 _ident(obj),
                 "{} {} is applied in a workload cluster, where no Zarf agent "
                 "rewrites it and nothing outside the local registry {} is reachable offline".format(
-                    obj.get("kind"), url, boot["registry-name"]
+                    obj.get("kind"), url, boot.registry_name
                 ),
             )
         )
@@ -615,9 +613,7 @@ def load_lock(root):
 def provider_artifact(boot, ptype, name, version):
     """<registry name>:<container port>/capi-providers/<type>-<name>:<version>: the provider's artifact in
     the local registry, as the kind cluster's pods reach it."""
-    return "{}:{}/{}/{}-{}:{}".format(
-        boot["registry-name"], boot.get("registry-container-port", 5000), PROVIDER_REPOSITORY, ptype, name, version
-    )
+    return f"{boot.registry_name}:{boot.registry_container_port}/{PROVIDER_REPOSITORY}/{ptype}-{name}:{version}"
 
 
 def provider_entry(boot, kind, name, version):
@@ -707,7 +703,7 @@ def _provider_key(obj):
 
 def packed_chart_repository(boot):
     """<registry name>:<container port>/charts: where the packed charts are, as the kind network reaches them."""
-    return "{}:{}/{}".format(boot["registry-name"], boot.get("registry-container-port", 5000), CHART_REPOSITORY)
+    return f"{boot.registry_name}:{boot.registry_container_port}/{CHART_REPOSITORY}"
 
 
 def _offline_repository(obj, boot=None):
@@ -811,7 +807,7 @@ def stage_offline_tree(root, paths, dest):
                         cfg = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={})
                     except krops_config.ConfigError as exc:
                         raise AirgapError(f"the providers' fetchConfig needs the local registry's name: {exc}")
-                    boot = cfg.data["bootstrap"]
+                    boot = cfg.bootstrap
                 out = [_offline_doc(doc, boot, pins) for doc in docs]
                 with open(path, "w", encoding="utf-8") as handle:
                     handle.write(

@@ -151,10 +151,10 @@ def _collect_env(env, out):
     that FluxInstance runs in). Objects of a directory nothing applies are not deployed: they are
     left out (and listed), so a Kustomization removed from the tree shows its objects as removed.
     """
-    settings = env.settings or {}
-    mgmt_cluster = settings.get("mgmt-cluster") or "(management cluster)"
+    settings = env.settings
+    mgmt_cluster = settings.mgmt_cluster if settings else "(management cluster)"
     owners = {
-        validate._norm_path(settings.get("sync-path") or f"mgmt/{env.name}"): (
+        validate._norm_path(settings.sync_path if settings else f"mgmt/{env.name}"): (
             "flux-system/flux-system",
             mgmt_cluster,
         )

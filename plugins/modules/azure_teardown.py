@@ -193,11 +193,11 @@ def run(p, check_mode, environ=None, step=None):
     subscription = p["subscription_id"] or environ.get("AZURE_SUBSCRIPTION_ID")
     if not subscription:
         raise errors.CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")
-    down = env.get("teardown") or {}
+    down = env.teardown
     step("logging in to Azure")
     http = http_for(p, environ)
-    groups = p["resource_groups"] if p["resource_groups"] is not None else down.get("resource-groups") or []
-    clusters = list(down.get("capi-workloads") or []) + [env["mgmt-cluster"]]
+    groups = p["resource_groups"] if p["resource_groups"] is not None else list(down.resource_groups)
+    clusters = list(down.capi_workloads) + [env.mgmt_cluster]
     step("deleting what the environment owns")
     result = azure_rows.azure_teardown(
         http,
@@ -208,7 +208,7 @@ def run(p, check_mode, environ=None, step=None):
         clusters,
         p["federated_credential_names"],
         p["federated_credential_issuers"],
-        env["mgmt-cluster"],
+        env.mgmt_cluster,
         check_mode=check_mode,
         wait=p["wait"],
         wait_timeout=p["wait_timeout"],
