@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from tests.integration.test_airgap_playbook import ready  # noqa: F401  # pylint: disable=unused-import
 from tests.substrate import zarf_standin
 from tests.substrate.airgap_world import (
@@ -380,7 +381,7 @@ def _provider_world(root, tmp_path, strict_cluster, pinned=True):
     Kubelet(world, api, registry)
     CapiController(world, spawn=strict_cluster, registry=artifacts)
     world.start(interval=0.01, idle=0.2)
-    boot = {"registry-name": "krops-registry", "registry-container-port": 5000}
+    boot = krops_config.load(str(root / "bootstrap.toml"), environ={}).bootstrap  # krops-registry, port 5000
     for rel in sorted((root / "mgmt" / "local-host").rglob("*-provider.yaml")):
         if pinned:
             (doc,) = yaml.safe_load_all((staged / rel.relative_to(root)).read_text())

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from tests.substrate.capi_world import CapiController, ProviderRegistry, parse_oci_source
 from tests.substrate.fixtures import REPO
 from tests.substrate.flux_world import World, condition
@@ -183,13 +184,16 @@ def mgmt(strict_cluster):
     return api
 
 
+def _boot():
+    """bootstrap.toml [bootstrap] (registry krops-registry, container port 5000)."""
+    return krops_config.load(str(REPO / "bootstrap.toml"), environ={}).bootstrap
+
+
 def _apply_providers(api, root, offline):
     for short, (kind, name, ns) in PROVIDER_FILES.items():
         (doc,) = list(yaml.safe_load_all((root / "mgmt/local-host" / short).read_text()))
         if offline:
-            entry = airgap.provider_entry(
-                {"registry-name": "krops-registry", "registry-container-port": 5000}, kind, name, doc["spec"]["version"]
-            )
+            entry = airgap.provider_entry(_boot(), kind, name, doc["spec"]["version"])
             doc = airgap.with_fetch_config(doc, entry)
         api.create(doc)
 
@@ -266,9 +270,7 @@ def test_air_gapped_operator_installs_from_the_bundled_artifacts(tree, mgmt, str
 
 def test_air_gapped_operator_refuses_an_artifact_without_the_names_it_reads(mgmt, strict_cluster):
     # CAPD's release file under its release name: the operator does not read it
-    entry = airgap.provider_entry(
-        {"registry-name": "krops-registry", "registry-container-port": 5000}, "CoreProvider", "cluster-api", "v1.13.5"
-    )
+    entry = airgap.provider_entry(_boot(), "CoreProvider", "cluster-api", "v1.13.5")
     registry = ProviderRegistry()
     data, _digest = airgap.provider_archive(
         entry["artifact"], {"metadata.yaml": b"x: 1\n", "core-components-release.yaml": b"kind: List\n"}
