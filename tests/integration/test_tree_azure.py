@@ -400,9 +400,7 @@ def test_no_azure_secret_at_rest(rendered, tmp_path):
     # namespace transformer in their kustomization would make decryption fail with "MAC mismatch")
     for directory, secret in secrets:
         raw = next(
-            r
-            for r in _settings().pivot_sops_secrets
-            if r.endswith("/{}.sops.yaml".format(secret["metadata"]["name"]))
+            r for r in _settings().pivot_sops_secrets if r.endswith("/{}.sops.yaml".format(secret["metadata"]["name"]))
         )
         assert secret == render.load_yaml_documents(str(REPO / raw))[0], directory
     assert sorted(decrypted["aso-credential"]) == ["AZURE_CLIENT_ID", "AZURE_SUBSCRIPTION_ID", "AZURE_TENANT_ID"]
