@@ -284,7 +284,7 @@ class Config:
         if dotted.startswith("profiles.") or dotted == "profiles":
             node = {"profiles": {name: profiles.as_dict(profiles.of(env)) for name, env in self.environments.items()}}
         else:
-            node = {name: T.as_toml_dict(getattr(self, name)) for name in T.TABLES}
+            node = self._plain_path(dotted.split("."))
         walked = []
         for part in dotted.split("."):
             walked.append(part)
@@ -304,6 +304,20 @@ class Config:
                 f"an existing key; available here: {choices}",
                 environments=self.environment_names,
             )
+        return node
+
+    def _plain_path(self, parts):
+        """The tables as plain data, converted only along ``parts`` (the other keys are there, as None, for the
+        listing of a missing key's siblings)."""
+        node = dict.fromkeys(T.TABLES)
+        if parts[0] not in T.TABLES:
+            return node
+        table = getattr(self, parts[0])
+        if parts[0] == "environments" and len(parts) > 1 and parts[1] in table:
+            node["environments"] = dict.fromkeys(table)
+            node["environments"][parts[1]] = T.as_toml_dict(table[parts[1]])
+        else:
+            node[parts[0]] = T.as_toml_dict(table)
         return node
 
 
