@@ -992,15 +992,16 @@ def assume_role(base, account, environment, region):
         identity = (answer.get("AssumedRoleUser") or {}).get("Arn") or ""
     except (ClientError, BotoCoreError, KeyError, TypeError) as exc:
         raise aws.AwsError(
-            f"account {account.account_id}: cannot assume role {account.role_arn} (sts assume-role in {region}): {aws.error_message(exc)}; check that the role exists, that its "
-            "trust policy lets the caller assume it (and the external-id, when it asks for one) and that the "
-            "caller may call sts:AssumeRole"
+            f"account {account.account_id}: cannot assume role {account.role_arn} (sts assume-role in {region}): "
+            f"{aws.error_message(exc)}; check that the role exists, that its trust policy lets the caller assume it "
+            "(and the external-id, when it asks for one) and that the caller may call sts:AssumeRole"
         )
     parts = str(identity).split(":", 5)
     if len(parts) < 6 or parts[2] != "sts" or not parts[5].startswith("assumed-role/"):
         raise aws.AwsError(
-            f"account {account.account_id}: sts assume-role of {account.role_arn} in {region} answered AssumedRoleUser {identity!r}, not an assumed-role ARN, so the "
-            "account of its credentials is unknown; check the endpoint (endpoint_url, AWS_ENDPOINT_URL)"
+            f"account {account.account_id}: sts assume-role of {account.role_arn} in {region} answered AssumedRoleUser "
+            f"{identity!r}, not an assumed-role ARN, so the account of its credentials is unknown; check the endpoint "
+            "(endpoint_url, AWS_ENDPOINT_URL)"
         )
     session = aws.Connection(
         endpoint_url=base.endpoint_url,
@@ -1078,9 +1079,10 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
     for account, dummy, session, actual, dummy in plans:
         if session is not None and actual != account.account_id:
             raise SweepError(
-                f"account {account.account_id} (role {account.role_arn}): the assumed role's credentials belong to account {actual} (the AssumedRoleUser ARN "
-                f"of sts assume-role), not {account.account_id}; nothing was listed or deleted in any account; fix role-arn or "
-                f"account-id of that [[environments.{environment}.accounts]] table"
+                f"account {account.account_id} (role {account.role_arn}): the assumed role's credentials belong to "
+                f"account {actual} (the AssumedRoleUser ARN of sts assume-role), not {account.account_id}; nothing was "
+                f"listed or deleted in any account; fix role-arn or account-id of that "
+                f"[[environments.{environment}.accounts]] table"
             )
     hook = job["progress"]
 

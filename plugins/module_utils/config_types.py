@@ -39,7 +39,8 @@ POST_KIND_CREATE_HOOKS = ("arc-federate", "wif-federate")
 def key(check, default=REQUIRED, nested=None):
     """One bootstrap.toml key: the checker the loader runs on its value and its default (REQUIRED: mandatory).
     ``nested``: the dataclass of a sub-table or of each table of an array of tables."""
-    return dataclasses.field(metadata={"check": check, "default": default, "nested": nested})
+    # called in the class bodies below, so each field is declared in one call
+    return dataclasses.field(metadata={"check": check, "default": default, "nested": nested})  # pylint: disable=invalid-field-call
 
 
 def toml_key(attribute):
