@@ -1,6 +1,7 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
-"""What azure_teardown and gcp_teardown share (module_utils.cloud_teardown): the wait and check mode."""
+"""What azure_teardown and gcp_teardown share (module_utils.cloud_teardown): the wait and check mode (the other
+attributes are krops.platform.attributes)."""
 
 
 class ModuleDocFragment:
@@ -18,9 +19,5 @@ options:
     default: 10
 attributes:
   check_mode:
-    support: full
-    description: Discovers and returns RV(plan); deletes nothing.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+    details: Discovers and returns RV(plan); deletes nothing.
 """

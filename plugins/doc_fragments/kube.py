@@ -81,16 +81,11 @@ requirements:
   - kubernetes >= 37.0.1 (Python library)
 """
 
-    # The attributes every teardown step on one cluster shares (module_utils.kube_shell); each module documents
-    # its own check_mode. Used as krops.platform.kube.teardown_step.
+    # The platform every teardown step on one cluster shares (module_utils.kube_shell); the other attributes are
+    # krops.platform.attributes, and each module documents its own check_mode. Used as
+    # krops.platform.kube.teardown_step.
     TEARDOWN_STEP = r"""
 attributes:
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost).
 """

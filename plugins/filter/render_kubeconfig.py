@@ -11,14 +11,14 @@ from ansible_collections.krops.platform.plugins.module_utils import errors
 
 
 def render_kubeconfig(raw, context, server=None):
-    # Imported on use: kube imports the kubernetes client (seconds: jsonschema's format checkers build
+    # Imported on use: kubeconfigs imports kube, which imports the kubernetes client (seconds: jsonschema's format checkers build
     # their grammars at import), and ansible-doc imports every filter file just to list its filters.
-    from ansible_collections.krops.platform.plugins.module_utils import kube
+    from ansible_collections.krops.platform.plugins.module_utils import kubeconfigs
 
     if not isinstance(raw, str) or not isinstance(context, str) or not context:
         raise AnsibleFilterError("render_kubeconfig takes kubeconfig text and a non-empty context name")
     try:
-        return kube.render_kubeconfig(raw, context, server or None)
+        return kubeconfigs.render_kubeconfig(raw, context, server or None)
     except errors.KropsError as exc:
         raise AnsibleFilterError(f"render_kubeconfig: {exc}") from None
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 import urllib.parse
 
+from ansible_collections.krops.platform.plugins.module_utils import shell
 from ansible_collections.krops.platform.plugins.module_utils.errors import CloudError
 from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown import (
     AZURE_API,
     AZURE_ARM,
+    AZURE_SECRET_VARS,
     CAPZ_OWNED_TAG,
     OWNER_TAG,
     Http,
@@ -151,6 +153,50 @@ def azure_poll(http, url, monitor):
     if status == 404:
         return "done", None
     return "pending", None
+
+
+# The subscription and login options of every module that calls ARM (doc fragment krops.platform.azure).
+LOGIN_ARGS = dict(
+    subscription_id=dict(type="str"),
+    access_token=dict(type="str", no_log=True),
+    client_id=dict(type="str"),
+    secret=dict(type="str", no_log=True),
+    tenant=dict(type="str"),
+    endpoint=dict(type="str", default=AZURE_ARM),
+    login_endpoint=dict(type="str"),
+)
+
+
+def run_module(name, argument_spec, run):
+    """The shell of a module that calls ARM: ``run(params, check_mode, step=)`` returns the result; the Azure
+    secrets of the environment (cloud_teardown.AZURE_SECRET_VARS) are masked."""
+    shell.run(
+        name,
+        argument_spec,
+        lambda module, step: run(module.params, module.check_mode, step=step),
+        secret_env=AZURE_SECRET_VARS,
+    )
+
+
+def subscription_of(params, environ):
+    """The subscription of LOGIN_ARGS' subscription_id, else AZURE_SUBSCRIPTION_ID; CloudError without one."""
+    subscription = params["subscription_id"] or environ.get("AZURE_SUBSCRIPTION_ID")
+    if not subscription:
+        raise CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")
+    return subscription
+
+
+def client_of(params, environ):
+    """azure_client of the LOGIN_ARGS options in ``params``."""
+    return azure_client(
+        params["access_token"],
+        params["client_id"],
+        params["secret"],
+        params["tenant"],
+        params["login_endpoint"],
+        params["endpoint"],
+        environ,
+    )
 
 
 def azure_client(access_token, client_id, secret, tenant, login_endpoint, endpoint, environ):

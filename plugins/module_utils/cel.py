@@ -4,7 +4,8 @@
 
 The CEL engine is the PyPI package ``common-expression-language`` (module ``cel``; a binding of
 the Rust ``cel`` crate). Kubernetes adds libraries to CEL; the ones registered here are listed in
-:data:`EXTENSIONS` (strings, lists, regex, quantity, URL, isIP/isCIDR, format). A rule that calls anything
+:data:`EXTENSIONS` (strings, lists, regex, quantity, URL, isIP/isCIDR, format; quantity, URL and IP are in
+cel_libraries.py). A rule that calls anything
 else (``ip()``, ``cidr()``, ``semver()``, ``authorizer``...) is *unevaluable*: it is
 reported as such, never counted as passed.
 
@@ -29,14 +30,17 @@ from __future__ import annotations
 
 import copy
 import datetime
-import decimal
-import ipaddress
 import logging
 import re
 import threading
-import urllib.parse
 
 from ansible_collections.krops.platform.plugins.module_utils import cel_formats
+from ansible_collections.krops.platform.plugins.module_utils.cel_libraries import (
+    IP_FUNCTIONS,
+    QUANTITY_FUNCTIONS,
+    URL_FUNCTIONS,
+    parse_url,
+)
 
 try:
     import cel as _cel
@@ -133,199 +137,6 @@ def _find_all(text, pattern, limit=-1):
     return found if limit is None or limit < 0 else found[:limit]
 
 
-# --- Kubernetes quantity library -------------------------------------------------------------
-# A Quantity travels through the engine as a map {_QTY: canonical decimal}: equal values are
-# equal maps, as Quantity equality compares values. Grammar of k8s.io/apimachinery resource.Quantity:
-# <sign><digits>[.<digits>]<suffix>, suffix binary (Ki..Ei), decimal (n u m "" k M G T P E) or e<int>.
-_QTY = "__krops_quantity__"
-_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-
-
-def _parse_quantity(text):
-    match = _QUANTITY.match(text) if isinstance(text, str) else None
-    if not match:
-        raise ValueError(f"invalid quantity {text!r}")
-    number, suffix = decimal.Decimal(match.group(1)), match.group(2) or ""
-    if suffix in _BINARY:
-        return number * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return number.scaleb(_DECIMAL[suffix])
-    return number.scaleb(int(suffix[1:])) if suffix else number
-
-
-def _quantity_value(value):
-    if isinstance(value, dict) and _QTY in value:
-        return decimal.Decimal(value[_QTY])
-    if isinstance(value, int) and not isinstance(value, bool):
-        return decimal.Decimal(value)
-    raise TypeError(f"not a quantity: {value!r}")
-
-
-def _quantity_of(number):
-    return {_QTY: str(number.normalize())}
-
-
-def _is_quantity(text):
-    try:
-        _parse_quantity(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _quantity_compare(a, b):
-    left, right = _quantity_value(a), _quantity_value(b)
-    return (left > right) - (left < right)
-
-
-def _as_integer(q):
-    value = _quantity_value(q)
-    if value != value.to_integral_value() or abs(value) >= 2**63:
-        raise ValueError("cannot convert value to integer")
-    return int(value)
-
-
-QUANTITY_FUNCTIONS = {
-    "quantity": lambda text: _quantity_of(_parse_quantity(text)),
-    "isQuantity": _is_quantity,
-    "sign": lambda q: _quantity_compare(q, 0),
-    "isGreaterThan": lambda a, b: _quantity_compare(a, b) > 0,
-    "isLessThan": lambda a, b: _quantity_compare(a, b) < 0,
-    "compareTo": _quantity_compare,
-    "add": lambda a, b: _quantity_of(_quantity_value(a) + _quantity_value(b)),
-    "sub": lambda a, b: _quantity_of(_quantity_value(a) - _quantity_value(b)),
-    "isInteger": lambda q: (
-        _quantity_value(q) == _quantity_value(q).to_integral_value() and abs(_quantity_value(q)) < 2**63
-    ),
-    "asInteger": _as_integer,
-    "asApproximateFloat": lambda q: float(_quantity_value(q)),
-}
-
-
-# --- Kubernetes URL library -------------------------------------------------------------------
-# url() accepts what Go's url.ParseRequestURI accepts: an absolute URI or an absolute path, no
-# control characters, a host of URL characters and a numeric port. A URL travels as {_URL: text}.
-_URL = "__krops_url__"
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(:[0-9]*)?$")
-
-
-def _parse_url(text):
-    if not isinstance(text, str) or not text or any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
-        raise ValueError(f"URL {text!r} is not valid")
-    if not _SCHEME.match(text) and not text.startswith("/"):
-        raise ValueError(f"URL {text!r} is not absolute")
-    parts = urllib.parse.urlsplit(text, allow_fragments=False)
-    if parts.netloc:
-        host = parts.netloc.rpartition("@")[2]
-        if not _HOST.match(host):
-            raise ValueError(f"URL {text!r} has an invalid host")
-    return parts
-
-
-def _url(text):
-    _parse_url(text)
-    return {_URL: text}
-
-
-def _url_parts(value):
-    """The URL as url.Parse splits it: the fragment apart (url() checked it as ParseRequestURI does)."""
-    if isinstance(value, dict) and _URL in value:
-        return urllib.parse.urlsplit(value[_URL])
-    raise TypeError(f"not a URL: {value!r}")
-
-
-def _escaped_path(value):
-    """URL.EscapedPath: the path as written when it is a valid encoding, else the path escaped as Go does."""
-    raw = _url_parts(value).path
-    if all(c in "!$&'()*+,;=:@[]%-_.~/" or (c.isascii() and c.isalnum()) for c in raw):
-        return raw
-    return urllib.parse.quote(urllib.parse.unquote(raw), safe="-_.~$&+,/:;=@")
-
-
-def _host(value):
-    parts = _url_parts(value)
-    return parts.netloc.rpartition("@")[2]
-
-
-def _hostname(value):
-    host = _host(value)
-    if host.startswith("["):
-        return host[1 : host.index("]")]
-    return host.rpartition(":")[0] if ":" in host else host
-
-
-def _port(value):
-    host = _host(value)
-    tail = host[host.index("]") + 1 :] if host.startswith("[") else host
-    return tail.rpartition(":")[2] if ":" in tail else ""
-
-
-def _query(value):
-    result = {}
-    for key, item in urllib.parse.parse_qsl(_url_parts(value).query, keep_blank_values=True):
-        result.setdefault(key, []).append(item)
-    return result
-
-
-def _is_url(text):
-    try:
-        _parse_url(text)
-    except ValueError:
-        return False
-    return True
-
-
-URL_FUNCTIONS = {
-    "url": _url,
-    "isURL": _is_url,
-    "getScheme": lambda u: _url_parts(u).scheme,
-    "getHost": _host,
-    "getHostname": _hostname,
-    "getPort": _port,
-    "getEscapedPath": _escaped_path,
-    "getQuery": _query,
-}
-
-
-# --- Kubernetes IP and CIDR library (isIP, isCIDR) -------------------------------------------
-# k8s.io/apiserver pkg/cel/library/ip.go and cidr.go: an IPv4 or IPv6 address (a prefix for
-# isCIDR); IPv4-mapped IPv6 addresses, zones and leading zeros are not valid. ip() and cidr()
-# objects are not modelled, so rules that use them stay unevaluable.
-def _address(text):
-    if not isinstance(text, str) or "%" in text:
-        raise ValueError(text)
-    address = ipaddress.ip_address(text)  # refuses leading zeros in IPv4 octets
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        raise ValueError(text)
-    return address
-
-
-def _is_ip(text):
-    try:
-        _address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_cidr(text):
-    if not isinstance(text, str) or text.count("/") != 1:
-        return False
-    address, bits = text.split("/")
-    if not bits.isdigit() or not bits.isascii() or (len(bits) > 1 and bits[0] == "0"):
-        return False
-    try:
-        return int(bits) <= _address(address).max_prefixlen
-    except ValueError:
-        return False
-
-
-IP_FUNCTIONS = {"isIP": _is_ip, "isCIDR": _is_cidr}
-
-
 # --- Kubernetes format library ----------------------------------------------------------------
 # format.<name>() / format.named(name) give a Format ({_FMT: name}); <format>.validate(s) is
 # optional.none() when s is valid, else optional.of([messages]): the validators and their messages are
@@ -335,7 +146,7 @@ _FMT = "__krops_format__"
 
 def _request_uri(value):
     try:
-        _parse_url(value)
+        parse_url(value)
     except ValueError:
         raise ValueError("invalid URI for request") from None
 
@@ -538,102 +349,94 @@ def _walk(value, old, has_old, schema, path, results, transition_only):
     if not isinstance(schema, dict) or value is None:
         return
     for entry in _rules_at(schema):
-        rule = compiled(str(entry["rule"]))
-        optional_old = bool(entry.get("optionalOldSelf"))  # such rules run on create too
-        if rule.transition and not has_old and not optional_old:
-            continue  # as on CREATE: no old value, the server skips transition rules
-        if transition_only and not rule.transition:
-            continue
-        message = str(entry.get("message") or "")
-        if not message and entry.get("messageExpression"):
-            message = "(messageExpression not evaluated: {})".format(entry["messageExpression"])
-        where = path + str(entry.get("fieldPath") or "") if entry.get("fieldPath") else path
-        if rule.program is None:
-            results.append(Result(where, rule.rule, message, UNEVALUABLE, rule.unsupported, rule.transition))
-            continue
-        variables = {"self": _root_view(value) if not path else value}
-        if rule.transition:
-            old_view = _root_view(old) if not path else old
-            if optional_old:  # oldSelf is a CEL optional: none on create or where no old value exists
-                old_view = _cel.OptionalValue.of(old_view) if has_old else _cel.OptionalValue.none()
-            variables["oldSelf"] = old_view
-        context = _cel.Context(variables=variables, functions=rule.functions)
-        try:
-            passed = rule.program.execute(context)
-        except (KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
-            detail = f"no such key: {exc.args[0]}" if isinstance(exc, KeyError) else _short(exc)
-            results.append(Result(where, rule.rule, message, ERROR, detail, rule.transition))
-            continue
-        except RuntimeError as exc:
-            text = _short(exc)
-            if text.startswith("Undefined variable or function"):
-                results.append(Result(where, rule.rule, message, UNEVALUABLE, text, rule.transition))
-            else:  # a function failed on its argument (bad duration, bad regex): the server fails too
-                results.append(Result(where, rule.rule, message, ERROR, text, rule.transition))
-            continue
-        except (TypeError, ValueError) as exc:  # "no such overload": likely a typing gap of krops, listed
-            results.append(
-                Result(
-                    where,
-                    rule.rule,
-                    message,
-                    UNEVALUABLE,
-                    f"the CEL library failed ({type(exc).__name__}: {_short(exc)})",
-                    rule.transition,
-                )
-            )
-            continue
-        if passed is not True:
-            results.append(
-                Result(
-                    where,
-                    rule.rule,
-                    message,
-                    VIOLATED,
-                    "",
-                    rule.transition,
-                    str(entry.get("reason") or ""),
-                    schema.get("type"),
-                )
-            )
-
+        result = _run_rule(entry, value, old, has_old, schema, path, transition_only)
+        if result is not None:
+            results.append(result)
     for sub in schema.get("allOf") or []:  # the server runs the rules of allOf branches at the same node
         _walk(value, old, has_old, sub, path, results, transition_only)
+    for item, old_item, has, sub, where in _children(value, old, has_old, schema, path):
+        _walk(item, old_item, has, sub, where, results, transition_only)
+
+
+def _run_rule(entry, value, old, has_old, schema, path, transition_only):
+    """The Result of one rule entry at this node, or None when it passed or does not run here."""
+    rule = compiled(str(entry["rule"]))
+    optional_old = bool(entry.get("optionalOldSelf"))  # such rules run on create too
+    if rule.transition and not has_old and not optional_old:
+        return None  # as on CREATE: no old value, the server skips transition rules
+    if transition_only and not rule.transition:
+        return None
+    message = str(entry.get("message") or "")
+    if not message and entry.get("messageExpression"):
+        message = "(messageExpression not evaluated: {})".format(entry["messageExpression"])
+    where = path + str(entry.get("fieldPath") or "") if entry.get("fieldPath") else path
+    if rule.program is None:
+        return Result(where, rule.rule, message, UNEVALUABLE, rule.unsupported, rule.transition)
+    variables = {"self": _root_view(value) if not path else value}
+    if rule.transition:
+        old_view = _root_view(old) if not path else old
+        if optional_old:  # oldSelf is a CEL optional: none on create or where no old value exists
+            old_view = _cel.OptionalValue.of(old_view) if has_old else _cel.OptionalValue.none()
+        variables["oldSelf"] = old_view
+    context = _cel.Context(variables=variables, functions=rule.functions)
+    try:
+        passed = rule.program.execute(context)
+    except (KeyError, IndexError, ZeroDivisionError, OverflowError, RuntimeError, TypeError, ValueError) as exc:
+        outcome, detail = _failure(exc)
+        return Result(where, rule.rule, message, outcome, detail, rule.transition)
+    if passed is not True:
+        reason = str(entry.get("reason") or "")
+        return Result(where, rule.rule, message, VIOLATED, "", rule.transition, reason, schema.get("type"))
+    return None
+
+
+def _failure(exc):
+    """(outcome, detail) of a rule whose evaluation raised ``exc``."""
+    if isinstance(exc, KeyError):
+        return ERROR, f"no such key: {exc.args[0]}"
+    if isinstance(exc, (IndexError, ZeroDivisionError, OverflowError)):
+        return ERROR, _short(exc)
+    if isinstance(exc, RuntimeError):
+        text = _short(exc)
+        if text.startswith("Undefined variable or function"):
+            return UNEVALUABLE, text
+        return ERROR, text  # a function failed on its argument (bad duration, bad regex): the server fails too
+    # TypeError, ValueError ("no such overload"): likely a typing gap of krops, listed
+    return UNEVALUABLE, f"the CEL library failed ({type(exc).__name__}: {_short(exc)})"
+
+
+def _children(value, old, has_old, schema, path):
+    """(value, old value, has old, schema, path) of each child node the rules descend to: object properties,
+    additionalProperties values, and list items (matched to their old items by the list-map keys)."""
     if isinstance(value, dict):
         properties = schema.get("properties")
         if isinstance(properties, dict):
             for key, sub in properties.items():
                 if key in value:
                     has = has_old and isinstance(old, dict) and key in old
-                    _walk(
-                        value[key],
-                        old.get(key) if has else None,
-                        has,
-                        sub,
-                        f"{path}.{key}" if path else key,
-                        results,
-                        transition_only,
-                    )
+                    yield value[key], old.get(key) if has else None, has, sub, f"{path}.{key}" if path else key
         extra = schema.get("additionalProperties")
         if isinstance(extra, dict):
             for key, item in value.items():
                 if isinstance(properties, dict) and key in properties:
                     continue
                 has = has_old and isinstance(old, dict) and key in old
-                _walk(item, old.get(key) if has else None, has, extra, f"{path}[{key}]", results, transition_only)
+                yield item, old.get(key) if has else None, has, extra, f"{path}[{key}]"
     elif isinstance(value, list):
         items = schema.get("items")
         if isinstance(items, dict):
-            keys = schema.get("x-kubernetes-list-map-keys") if schema.get("x-kubernetes-list-type") == "map" else None
-            olds = {}
-            if keys and has_old and isinstance(old, list):
-                olds = {_map_key(item, keys): item for item in old if isinstance(item, dict)}
-            for index, item in enumerate(value):
-                key = _map_key(item, keys) if keys and isinstance(item, dict) else None
-                has = key is not None and key in olds
-                _walk(
-                    item, olds.get(key) if has else None, has, items, "%s[%d]" % (path, index), results, transition_only
-                )
+            yield from _list_children(value, old, has_old, schema, items, path)
+
+
+def _list_children(value, old, has_old, schema, items, path):
+    keys = schema.get("x-kubernetes-list-map-keys") if schema.get("x-kubernetes-list-type") == "map" else None
+    olds = {}
+    if keys and has_old and isinstance(old, list):
+        olds = {_map_key(item, keys): item for item in old if isinstance(item, dict)}
+    for index, item in enumerate(value):
+        key = _map_key(item, keys) if keys and isinstance(item, dict) else None
+        has = key is not None and key in olds
+        yield item, olds.get(key) if has else None, has, items, "%s[%d]" % (path, index)
 
 
 def _map_key(item, keys):

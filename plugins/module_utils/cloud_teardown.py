@@ -40,9 +40,11 @@ CAPZ_OWNED_TAG = "sigs.k8s.io_cluster-api-provider-azure_cluster_%s"
 
 AZURE_ARM = "https://management.azure.com"
 GCP_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+# The wait options of the cloud teardowns (doc fragment krops.platform.cloud_teardown).
+WAIT_ARGS = dict(wait_timeout=dict(type="int", default=1800), poll_interval=dict(type="int", default=10))
 
 # Environment variables that hold secrets, read by krops or by the SDK chains: their values are
-# masked in every result, message and warning, like no_log parameters (env_secrets, mask).
+# masked in every result, message and warning, like no_log parameters (shell.run's secret_env).
 AZURE_SECRET_VARS = (
     "AZURE_ACCESS_TOKEN",
     "AZURE_SECRET",
@@ -210,16 +212,6 @@ def load_environment(config_file, environment, cloud):
     if profile.cloud != cloud:
         raise CloudError(f"environment {cfg.selected} is of kind {profile.platform}, not {cloud}")
     return cfg, env
-
-
-def env_secrets(environ, names):
-    """The non-empty values of the secret-holding environment variables among names."""
-    return {environ[name] for name in names if environ.get(name)}
-
-
-def mask(module, environ, names):
-    """Mask secrets taken from the environment like no_log parameters (AnsibleModule.no_log_values)."""
-    module.no_log_values.update(env_secrets(environ, names))
 
 
 def _json_or_empty(raw):

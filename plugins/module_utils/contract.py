@@ -252,12 +252,8 @@ def outside(root_option, paths_option, what="a file path outside the GitOps tree
     directories of ``paths_option`` (relative to ``root_option``): the tree Flux reconciles."""
 
     def check(value, ctx, key):
-        text(4096, "a file path")(value, ctx, key)
+        writable_file(what)(value, ctx, key)
         path = os.path.abspath(os.path.expanduser(value))
-        if _creatable(path) is None:
-            ctx.fail(key, what, value, detail="a part of its folder is a file, not a directory")
-        if os.path.isdir(path):
-            ctx.fail(key, f"{what}, not a directory", value)
         root = os.path.abspath(os.path.expanduser(ctx.params.get(root_option) or os.getcwd()))
         for tree in ctx.params.get(paths_option) or []:
             top = os.path.join(root, os.path.expanduser(str(tree)))

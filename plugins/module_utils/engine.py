@@ -24,8 +24,8 @@ from ansible_collections.krops.platform.plugins.module_utils import errors
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 
-class EngineError(errors.KropsError):
-    """No container engine answers at the endpoint."""
+class EngineError(errors.ToolError):
+    """No container engine answers at the endpoint (a tool error: the engine krops drives is not there)."""
 
 
 def docker_host(value=None, environ=None):

@@ -21,7 +21,7 @@ try:
 except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
     HAS_YAML = False
 
-from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kube, ownership
+from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kube, kubeconfigs, ownership
 from ansible_collections.krops.platform.plugins.module_utils import config_names
 
 KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
@@ -220,17 +220,9 @@ class KindCluster:
     def export_kubeconfig(self, path, check_mode=False):
         """Merge this cluster's entries into path (0600) and make its context the current one, as
         `kind export kubeconfig` does; True when the file changed (or would change, in check mode)."""
-        return kube.write_kubeconfig(
+        return kubeconfigs.write_kubeconfig(
             path, self.kubeconfig(), check_mode=check_mode, switch_context=True, option="kubeconfig_path"
         )
-
-
-def _node_states(objects):
-    nodes = []
-    for (dummy, name), obj in sorted(objects.items()):
-        ready, reason, message = kube.readiness(obj)
-        nodes.append({"name": name, "ready": bool(ready), "reason": reason, "message": message})
-    return bool(nodes) and all(n["ready"] for n in nodes), nodes
 
 
 def connect_when_up(kubeconfig, context, timeout, clock=time.monotonic, sleep=time.sleep):
@@ -254,7 +246,7 @@ def wait_nodes_ready(kubeconfig, context, timeout, clock=time.monotonic, sleep=t
     deadline = clock() + timeout
     client = connect_when_up(kubeconfig, context, timeout, clock, sleep)
     remaining = max(1, deadline - clock())
-    state = kube.watch_until(client, "v1", "Node", None, _node_states, timeout=remaining)
+    state = kube.watch_until(client, "v1", "Node", None, kube.node_states, timeout=remaining)
     return _public_nodes(state)
 
 

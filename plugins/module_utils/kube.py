@@ -14,8 +14,8 @@ Every API request carries a timeout (``request_timeout``, default config.TIMEOUT
 ["request"]): a watch is bounded by its own window plus one request timeout, so no wait
 outlives its budget by more than one request timeout, even against a stalled server.
 
-The verbs (apply, merge patch, served CAPI versions and provider kinds, Flux suspend and
-resume, object identity, kubeconfig export and merge) are written here once.
+The verbs (apply, merge patch, Flux suspend and resume, object identity) are written here once; the Cluster
+API vocabulary is in capi.py, kubeconfig export and merge in kubeconfig.py.
 """
 
 from __future__ import annotations
@@ -27,11 +27,6 @@ import re
 import tempfile
 import time
 
-try:
-    import yaml
-except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
-    yaml = None
-
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
 
@@ -40,7 +35,6 @@ try:
     from kubernetes import client as kube_client
     from kubernetes import config as kube_config
     from kubernetes import dynamic
-    from kubernetes.dynamic.resource import ResourceList as _ResourceList
     from kubernetes.dynamic.exceptions import ApiException, NotFoundError, ResourceNotFoundError
 
     HAS_KUBERNETES = True
@@ -61,7 +55,6 @@ except ImportError as exc:  # reported by the module through missing_required_li
     class _HTTPError(Exception):
         pass
 
-    _ResourceList = ()
 
 # Every error a Kubernetes API call can raise besides KubeError (the server answered
 # an error, the connection broke, the request timed out).
@@ -193,7 +186,8 @@ def describe_target(kubeconfig=None, context=None, host=None):
     if host and not kubeconfig and not context:
         return f"host {host}"
     kubeconfig, context = resolve_auth(kubeconfig, context)
-    return "context {} in {}".format(context or "(current)", kubeconfig or "~/.kube/config")
+    # without one given, the file the client reads: KUBECONFIG, else ~/.kube/config
+    return "context {} in {}".format(context or "(current)", kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION)
 
 
 def _in_cluster(configuration):
@@ -407,6 +401,17 @@ def readiness(obj, type_="Ready"):
     return cond.get("status") == "True", cond.get("reason") or "", cond.get("message") or ""
 
 
+def node_states(objects):
+    """(all Ready, [{name, ready, reason, message}]) of the Nodes in ``objects`` {(namespace, name): Node}, sorted
+    by name: a watch_until evaluator, the one node-readiness rule (at least one Node, every one Ready) of kind_cluster
+    and the pivot."""
+    nodes = []
+    for (dummy, name), obj in sorted(objects.items()):
+        ready, reason, message = readiness(obj)
+        nodes.append({"name": name, "ready": bool(ready), "reason": reason, "message": message})
+    return bool(nodes) and all(n["ready"] for n in nodes), nodes
+
+
 def is_stalled(obj):
     """True when a Flux object reports a terminal failure (Stalled=True)."""
     cond = condition(obj, "Stalled")
@@ -600,100 +605,6 @@ def ensure_namespace(client, name):
         )
 
 
-# --- Cluster API: served versions and provider kinds -----------------------------------------
-
-CAPI_GROUP_SUFFIX = "cluster.x-k8s.io"
-# Groups of the cluster.x-k8s.io family that clusterctl move never moves.
-NOT_MOVED_GROUPS = ("operator.cluster.x-k8s.io", "clusterctl.cluster.x-k8s.io", "runtime.cluster.x-k8s.io")
-PROVIDER_GROUP = "operator.cluster.x-k8s.io"
-PROVIDER_KINDS = (
-    "CoreProvider",
-    "BootstrapProvider",
-    "ControlPlaneProvider",
-    "InfrastructureProvider",
-    "AddonProvider",
-    "IPAMProvider",
-    "RuntimeExtensionProvider",
-)
-# The order teardown deletes them in: add-ons first and core last, so no provider outlives one it
-# needs; every kind above is in it (an IPAM or runtime-extension provider would otherwise stay).
-PROVIDER_DELETE_ORDER = (
-    ("AddonProvider", "add-on"),
-    ("RuntimeExtensionProvider", "runtime extension"),
-    ("IPAMProvider", "IPAM"),
-    ("ControlPlaneProvider", "control plane"),
-    ("BootstrapProvider", "bootstrap"),
-    ("InfrastructureProvider", "infrastructure"),
-    ("CoreProvider", "core"),
-)
-
-
-def capi_resources(client, namespaced=True):
-    """Served resources of the cluster.x-k8s.io family that clusterctl moves, one per kind (preferred version)."""
-    chosen = {}
-    # An unfiltered search never refreshes the discovery cache file, which another module may have
-    # written before Cluster API's CRDs existed (it is shared per API server URL): read it afresh.
-    client.resources.invalidate_cache()
-    for res in client.resources.search():
-        if isinstance(res, _ResourceList) or "/" in (res.name or "") or not res.group:
-            continue
-        if not res.group.endswith(CAPI_GROUP_SUFFIX) or res.group in NOT_MOVED_GROUPS:
-            continue
-        if bool(res.namespaced) != namespaced or "list" not in (res.verbs or []):
-            continue
-        key = (res.group, res.kind)
-        if key not in chosen or (res.preferred and not chosen[key].preferred):
-            chosen[key] = res
-    return [chosen[k] for k in sorted(chosen)]
-
-
-# Cluster API versions, newest first: the choice when discovery marks none of the served ones preferred.
-CLUSTER_VERSIONS = ("v1beta2", "v1beta1", "v1alpha4", "v1alpha3")
-
-
-def cluster_resource(client):
-    """The served cluster.x-k8s.io Cluster resource at the group's preferred version (else the newest of
-    CLUSTER_VERSIONS); None when Cluster API is not installed. The one lookup of capi_pivot, teardown and
-    teardown_host; an API error propagates (teardown.served_cluster turns it into an unknown state).
-
-    A search by group and kind reads discovery afresh when the cached one has no such resource (the
-    kubernetes client's LazyDiscoverer.search), as when Cluster API was installed after the cache was written.
-    """
-    found = [
-        res
-        for res in client.resources.search(group="cluster.x-k8s.io", kind="Cluster")
-        if not isinstance(res, _ResourceList) and not getattr(res, "subresource", None) and "/" not in (res.name or "")
-    ]
-    if not found:
-        return None
-
-    def rank(res):
-        version = res.api_version
-        return (
-            not res.preferred,
-            CLUSTER_VERSIONS.index(version) if version in CLUSTER_VERSIONS else len(CLUSTER_VERSIONS),
-        )
-
-    return min(found, key=rank)
-
-
-def api_version_of(res):
-    return f"{res.group}/{res.api_version}" if "/" not in res.api_version else res.api_version
-
-
-def provider_resources(client, kinds=PROVIDER_KINDS):
-    """{kind: preferred served resource} of the cluster-api-operator provider kinds in ``kinds``."""
-    return {
-        r.kind: r
-        for r in client.resources.search(group=PROVIDER_GROUP)
-        if not isinstance(r, _ResourceList) and r.kind in kinds and r.preferred
-    }
-
-
-def is_provider(obj):
-    return obj.get("apiVersion", "").startswith(PROVIDER_GROUP + "/") and obj.get("kind") in PROVIDER_KINDS
-
-
 # --- Flux suspend and resume ---------------------------------------------------------------
 
 KUSTOMIZATION = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
@@ -703,10 +614,14 @@ KUSTOMIZATION = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
 # a later run proves the suspension is krops' own (and which step's), never the user's.
 SUSPENDED_BY = "krops.io/suspended-by"
 PIVOT_SUSPENDER = "krops.platform.capi_pivot"
+# The teardown steps that suspend Flux before they delete (capi_cluster_delete, tinkerbell_release,
+# flux_release_quiesce); nothing resumes what they suspended.
+TEARDOWN_SUSPENDER = "krops.platform.teardown"
 
 
-def set_suspend(client, namespace, name, suspended, api=KUSTOMIZATION, by=None):
-    """Suspend (True) or resume (False) one Flux object through spec.suspend.
+def suspend_patch(suspended, by=None):
+    """The merge patch that suspends (True) or resumes (False) one Flux object through spec.suspend: the one
+    suspend verb of the pivot and the teardown.
 
     ``by`` names the suspender in the SUSPENDED_BY annotation (suspending), and resuming always
     removes that annotation, in the same patch.
@@ -716,7 +631,12 @@ def set_suspend(client, namespace, name, suspended, api=KUSTOMIZATION, by=None):
         patch["metadata"] = {"annotations": {SUSPENDED_BY: by}}
     elif not suspended:
         patch["metadata"] = {"annotations": {SUSPENDED_BY: None}}
-    merge_patch(client, api[0], api[1], name, namespace, patch)
+    return patch
+
+
+def set_suspend(client, namespace, name, suspended, api=KUSTOMIZATION, by=None):
+    """Suspend (True) or resume (False) one Flux object (suspend_patch)."""
+    merge_patch(client, api[0], api[1], name, namespace, suspend_patch(suspended, by))
 
 
 def suspended_by(obj):
@@ -729,107 +649,3 @@ def suspended_by(obj):
 def held_by_pivot(obj):
     """True when the pivot suspended this Flux object and has not resumed it (a run that died mid-move, issue 30)."""
     return suspended_by(obj) == PIVOT_SUSPENDER
-
-
-# --- kubeconfig export and merge ---------------------------------------------------------------
-
-
-def render_kubeconfig(raw, context, server=None):
-    """A kubeconfig (text) of ``raw``'s current context, its context, cluster and user all renamed to
-    ``context`` (so that merging it touches only entries of that name), the server rewritten when given.
-    KubeError when raw is not a kubeconfig with clusters, contexts and users.
-    """
-    try:
-        data = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        data = None
-    if not isinstance(data, dict) or not data.get("contexts") or not data.get("clusters"):
-        raise KubeError("the kubeconfig does not hold clusters and contexts")
-    current = data.get("current-context")
-    entry = next((c for c in data["contexts"] if c.get("name") == current), data["contexts"][0])
-    ctx = dict(entry.get("context") or {})
-    cluster = next((c for c in data["clusters"] if c.get("name") == ctx.get("cluster")), None)
-    if cluster is None and len(data["clusters"]) == 1:
-        cluster = data["clusters"][0]
-    user = next((u for u in data.get("users") or [] if u.get("name") == ctx.get("user")), None)
-    if cluster is None or user is None:
-        raise KubeError(
-            "the kubeconfig's context {} does not name one of its clusters and users".format(entry.get("name"))
-        )
-    cluster = copy.deepcopy(cluster)
-    cluster["name"] = context
-    if server:
-        cluster.setdefault("cluster", {})["server"] = server
-    user = dict(copy.deepcopy(user), name=context)
-    ctx.update(cluster=context, user=context)
-    out = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [user],
-        "contexts": [{"name": context, "context": ctx}],
-        "current-context": context,
-    }
-    return yaml.safe_dump(out, sort_keys=False)
-
-
-def merge_kubeconfig(existing, exported, switch_context=False, option="path"):
-    """Text of kubeconfig ``existing`` (text or None) with the clusters, users and contexts of ``exported``
-    merged in as ``kind export kubeconfig`` merges them (kind v0.32.0
-    pkg/cluster/internal/kubeconfig/internal/kubeconfig/merge.go): an entry of the same name is replaced
-    where it stands, a new one is appended; every other entry and the preferences survive.
-
-    The current context becomes ``exported``'s when ``switch_context`` (kind's behaviour, which kind_cluster
-    keeps); otherwise it is set only when there was none, so that krops writing its management context
-    into a user's ~/.kube/config never redirects their kubectl (capi_pivot). KubeError naming ``option``
-    (the option that chose the file) when ``existing`` is not a kubeconfig.
-    """
-    new = yaml.safe_load(exported) or {}
-    try:
-        base = yaml.safe_load(existing) if existing else None
-    except yaml.YAMLError as exc:
-        raise KubeError(
-            f"the existing kubeconfig is not YAML ({str(exc).splitlines()[0]}); move it away or choose another {option}"
-        )
-    if base is None:
-        return yaml.safe_dump(new, sort_keys=False)
-    if not isinstance(base, dict):
-        raise KubeError(
-            f"the existing kubeconfig is not a kubeconfig (not a mapping); move it away or choose another {option}"
-        )
-    merged = copy.deepcopy(base)
-    merged.setdefault("apiVersion", "v1")
-    merged.setdefault("kind", "Config")
-    for section in ("clusters", "users", "contexts"):
-        entries = [e for e in (merged.get(section) or []) if isinstance(e, dict)]
-        for entry in new.get(section) or []:
-            places = [i for i, old in enumerate(entries) if old.get("name") == entry.get("name")]
-            for index in places:
-                entries[index] = entry
-            if not places:
-                entries.append(entry)
-        merged[section] = entries
-    if new.get("current-context") and (switch_context or not merged.get("current-context")):
-        merged["current-context"] = new["current-context"]
-    return yaml.safe_dump(merged, sort_keys=False)
-
-
-def write_kubeconfig(path, exported, check_mode=False, switch_context=False, option="path"):
-    """Merge an exported kubeconfig into ``path`` (merge_kubeconfig; created 0600 when missing, an existing
-    file keeps its other contexts and becomes 0600). True when the file changed (or would change, in check
-    mode)."""
-    path = os.path.expanduser(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            existing = handle.read()
-    except FileNotFoundError:
-        existing = None
-    except OSError as exc:
-        raise KubeError(f"cannot read the kubeconfig {path}: {exc.strerror}")
-    text = merge_kubeconfig(existing, exported, switch_context, option)
-    if check_mode:
-        return existing is None or text != existing or (os.stat(path).st_mode & 0o777) != 0o600
-    try:
-        return write_private(path, text)
-    except OSError as exc:
-        raise KubeError(f"cannot write the kubeconfig {path}: {exc.strerror}")

@@ -2,15 +2,15 @@
 # Apache License 2.0 (see LICENSE)
 """The shell of a krops module that is one verb on one cluster (the Kubernetes-side teardown steps).
 
-Its options are the kubeconfig options (kube.KUBE_ARGS) and its own. It checks the input contract first, before
-any file or network call, then that each duration is at least 1 second, then calls
+Its options are the kubeconfig options (kube.KUBE_ARGS) and its own. The shell checks the input contract first,
+before any file or network call, then this checks that each duration is at least 1 second, then calls
 ``verb(kubeconfig, context, check_mode=..., connect_options=..., **the options it passes)``: the cluster is
 always named, never the operator's current context. Errors are the module shell's (module_utils.shell.run).
 """
 
 from __future__ import annotations
 
-from ansible_collections.krops.platform.plugins.module_utils import contract, kube, shell
+from ansible_collections.krops.platform.plugins.module_utils import kube, shell
 
 
 def spec(**options):
@@ -24,7 +24,6 @@ def run(name, argument_spec, verb, doing, durations="request_timeout", passed=""
 
     def body(module, step):
         params = module.params
-        contract.check(name.rsplit(".", 1)[-1], params)
         step("checking the options")
         shell.positive(params, durations, unit=" second")
         step(doing)

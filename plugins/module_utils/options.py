@@ -98,6 +98,11 @@ KIND = k.segment(re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$"), "a Kubernetes kind suc
 TOOL = k.segment(re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$"), "a tool name such as kubectl")
 AGE_PUBLIC = k.segment(re.compile(r"^age1[02-9ac-hj-np-z]{58}$"), "an age public key (age1 and 58 characters)")
 KS_NAME = k.text(253, "a Kustomization name, namespace/name, or *")
+# A ServiceAccount name as an IAM StringLike pattern: DNS-1123 characters and the wildcards * and ?
+SA_PATTERN = k.segment(
+    re.compile(r"^[a-z0-9*?](?:[-a-z0-9.*?]{0,251}[a-z0-9*?])?$"),
+    "a ServiceAccount name or IAM StringLike pattern such as provider-aws-* (lowercase letters, digits, '-', '.', * and ?)",
+)
 DEADLINE = k.number(1, 24 * 3600, what="a number of seconds from 1 to 86400")
 MEMORY = k.number(64 * 1024**2, 1024**4, integer=True, what="a number of bytes from 64 MiB to 1 TiB")
 
@@ -163,6 +168,15 @@ OPTIONS = {
     ),
     "capi_provider_delete": dict(KUBE, api_version=_group_version, wait_timeout=TIMEOUT),
     "flux_release_quiesce": dict(KUBE, namespace=DNS_LABEL, releases=k.unique(K8S_NAME), providers=k.unique(K8S_NAME)),
+    "crossplane_irsa_role": dict(
+        AWS,
+        environment=ENVIRONMENT,
+        eks_cluster=c.EKS,
+        region=REGION,
+        role_name=c.IAM,
+        namespace=DNS_LABEL,
+        service_accounts=k.unique(SA_PATTERN),
+    ),
     "crossplane_resources_delete": dict(KUBE, namespace=DNS_LABEL, environment=ENVIRONMENT, wait_timeout=TIMEOUT),
     "bootstrap_secrets_delete": dict(
         KUBE, namespace=DNS_LABEL, secrets=k.unique(K8S_NAME), configmaps=k.unique(K8S_NAME)

@@ -142,6 +142,8 @@ def check_tree_yaml(directory):
 
 
 DEFAULT_DEADLINE = 300  # seconds a whole validate or render_diff run may take (docs/configuration.md, Bounds)
+# The options of the modules that render under bounds (doc fragment krops.platform.render_bounds).
+BOUNDS_ARGS = dict(deadline=dict(type="float", default=DEFAULT_DEADLINE), memory_limit=dict(type="int"))
 
 
 class DeadlineExceeded(errors.ToolError):

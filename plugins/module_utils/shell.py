@@ -3,8 +3,10 @@
 """The one module shell: argument parsing, the steps of a run, and failure reporting.
 
 A module is ``shell.run(NAME, argument_spec(), body)`` where ``body(module, step)`` returns
-the result dict. Expected failures (errors.KropsError and its subclasses) become
-``fail_json(msg, **error.result)``; anything else becomes a clear failure naming the module
+the result dict. The shell applies the module's input contract (contract.check, its row of options.OPTIONS)
+before the body, so before any file or network call; a stepped module passes ``resume`` (the argument spec of
+its action plugin's resume state, module_utils.stepping), read into the parameters before the contract.
+Expected failures (errors.KropsError and its subclasses) become ``fail_json(msg, **error.result)``; anything else becomes a clear failure naming the module
 and the step it was in (``step("exporting the kubeconfig")``), with the traceback in
 ``exception`` so that ansible-playbook shows it only at -vvv. No module repeats an except
 ladder.
@@ -20,15 +22,21 @@ table {KropsError subclass: dict or callable ``(error, params) -> dict``}; the e
 specific class of the error is added to the error's own result. So no module catches a typed
 error to raise another with the same message: the shell is the one place that turns a krops
 error into fail_json.
+
+A foreign library's error that reaches a body (a raw kubernetes ``ApiException``) is translated by the shell
+too: ``translate`` is a table {exception class: callable ``(error, params) -> KropsError``}, so a body never
+catches an error to raise another. A module that writes a file it is given (``dest``) writes it through
+``write_output``, which names the option when the file cannot be written.
 """
 
 from __future__ import annotations
 
+import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils import contract, errors, stepping
 
 
 class Step:
@@ -98,24 +106,76 @@ def detailed(details, exc, params):
     return dict((extra(exc, params) if callable(extra) else extra) or {})
 
 
+def write_output(option, path, data, check_mode=False):
+    """Write bytes ``data`` to the file ``path`` given by ``option`` when its content differs (through a temporary
+    file beside it, so a reader never sees half of it); True when it changed (or would, in check mode). A file that
+    cannot be written is an errors.ConfigError naming the option."""
+    current = None
+    if os.path.isfile(path):
+        with open(path, "rb") as handle:
+            current = handle.read()
+    changed = current != data
+    if changed and not check_mode:
+        temporary = path + ".tmp"
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(temporary, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, path)
+        except OSError as exc:
+            raise errors.ConfigError(f"option {option}: cannot write {path}: {exc.strerror}") from None
+    return changed
+
+
+def translated(translate, exc, params):
+    """The KropsError the ``translate`` entry of the most specific class of foreign error ``exc`` makes (None
+    without one)."""
+    make = _entry(translate, exc)
+    return None if make is None else make(exc, params)
+
+
 def run(
-    name, argument_spec, body, supports_check_mode=True, requires=None, wording=None, details=None, **module_kwargs
+    name,
+    argument_spec,
+    body,
+    supports_check_mode=True,
+    requires=None,
+    wording=None,
+    details=None,
+    resume=None,
+    secret_env=(),
+    translate=None,
+    **module_kwargs,
 ):
     """Run a krops module. ``requires``: [(library name, has_it, import error)] checked before the body;
-    ``wording`` and ``details``: see the module docstring."""
+    ``secret_env``: environment variables that hold secrets the module or an SDK reads, whose values are masked in
+    the result, messages and warnings like no_log options; ``resume``, ``wording``, ``details`` and ``translate``:
+    see the module docstring."""
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=supports_check_mode, **module_kwargs)
+    module.no_log_values.update(os.environ[var] for var in secret_env if os.environ.get(var))
     for library, present, error in requires or ():
         if not present:
             module.fail_json(msg=missing_required_lib(library), exception=str(error))
     step = Step()
     try:
+        if resume is not None:
+            module.params.update(stepping.read(resume))
+        contract.check(name.rsplit(".", 1)[-1], module.params)  # the input contract first
         result = body(module, step)
     except errors.KropsError as exc:
-        module.fail_json(
-            msg=worded(wording, exc, module.params), **failure_details(exc, detailed(details, exc, module.params))
-        )
+        _fail(module, exc, wording, details)
     except Exception as exc:  # pylint: disable=broad-except  # the shell is the one place that catches everything
-        module.fail_json(
-            msg=unexpected_message(name, step, exc), exception=traceback.format_exc(), failed_step=step.name
-        )
+        known = translated(translate, exc, module.params)
+        if known is not None:
+            _fail(module, known, wording, details)
+        else:
+            module.fail_json(
+                msg=unexpected_message(name, step, exc), exception=traceback.format_exc(), failed_step=step.name
+            )
     module.exit_json(**result)
+
+
+def _fail(module, exc, wording, details):
+    module.fail_json(
+        msg=worded(wording, exc, module.params), **failure_details(exc, detailed(details, exc, module.params))
+    )

@@ -17,6 +17,7 @@ import os
 import time
 
 from ansible_collections.krops.platform.plugins.module_utils.errors import TeardownError  # the error teardown raises
+from ansible_collections.krops.platform.plugins.module_utils import capi
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 
@@ -36,8 +37,8 @@ KUSTOMIZATION = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
 FLUX_OPERATOR_KINDS = (("fluxcd.controlplane.io/v1", "FluxInstance"), ("fluxcd.controlplane.io/v1", "ResourceSet"))
 FLUX_OPERATOR_RECONCILE = "fluxcd.controlplane.io/reconcile"
 
-# CAPI operator provider kinds, in the order they are deleted (kube.PROVIDER_DELETE_ORDER).
-PROVIDER_KINDS = tuple(row[0] for row in kube.PROVIDER_DELETE_ORDER)
+# CAPI operator provider kinds, in the order they are deleted (capi.PROVIDER_DELETE_ORDER).
+PROVIDER_KINDS = tuple(row[0] for row in capi.PROVIDER_DELETE_ORDER)
 PROVIDER_API = "operator.cluster.x-k8s.io/v1alpha2"
 
 HOST_KIND, HOST_MGMT, HOST_UNREACHABLE = "kind", "mgmt", "unreachable"
@@ -72,9 +73,9 @@ def answers(kubeconfig, context, timeout=10.0):
 
 
 def served_cluster(client):
-    """kube.cluster_resource, a discovery that does not answer being an unknown state (nothing may be destroyed)."""
+    """capi.cluster_resource, a discovery that does not answer being an unknown state (nothing may be destroyed)."""
     try:
-        return kube.cluster_resource(client)
+        return capi.cluster_resource(client)
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
         raise UnknownState(f"cannot discover Cluster API resources: {kube.error_text(exc)}")
 
@@ -229,7 +230,8 @@ def apply_suspend(client, planned, target=None):
                 )
     for ident in planned["kustomizations"]:
         namespace, name = ident.split("/", 1)
-        _patch(client, KUSTOMIZATION[0], KUSTOMIZATION[1], name, namespace, {"spec": {"suspend": True}}, target)
+        body = kube.suspend_patch(True, by=kube.TEARDOWN_SUSPENDER)
+        _patch(client, KUSTOMIZATION[0], KUSTOMIZATION[1], name, namespace, body, target)
 
 
 def write(call, what, target=None, result=None, check_mode=False):
@@ -418,7 +420,7 @@ def delete_providers(
     on_progress=None,
     clock=None,
 ):
-    """Delete every provider object of ``kinds`` in kube.PROVIDER_DELETE_ORDER (add-on first, core last), and
+    """Delete every provider object of ``kinds`` in capi.PROVIDER_DELETE_ORDER (add-on first, core last), and
     wait until each kind's objects are gone before the next kind: a provider never outlives one it needs.
 
     Every kind is listed before anything is deleted; a listing the API cannot answer (any error but an unserved
@@ -434,7 +436,7 @@ def delete_providers(
     wanted = set(kinds)
     listed = [
         (kind, sorted(probe_or_abort(client, api_version, kind, None, f"{kind} objects", target), key=_provider))
-        for kind, _label in kube.PROVIDER_DELETE_ORDER
+        for kind, _label in capi.PROVIDER_DELETE_ORDER
         if kind in wanted
     ]
     result = {

@@ -72,7 +72,7 @@ def quiesce_releases(kubeconfig, context, namespace, releases, check_mode=False,
         "changed": bool(to_suspend or to_scale),
     }
     for (api_version, kind), names, body, key in (
-        (HELM_RELEASE, to_suspend, {"spec": {"suspend": True}}, "suspended"),
+        (HELM_RELEASE, to_suspend, kube.suspend_patch(True, by=kube.TEARDOWN_SUSPENDER), "suspended"),
         (DEPLOYMENT, to_scale, {"spec": {"replicas": 0}}, "scaled"),
     ):
         res = kube.resource(client, api_version, kind) if names else None

@@ -5,7 +5,7 @@ prints it), and the tools its steps need."""
 
 from __future__ import annotations
 
-from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import capi
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils.teardown import (
@@ -172,7 +172,7 @@ def build_plan(cfg, environment, host, local_cluster_timeout=300, kept=None):
             _step(
                 "capi-providers",
                 "delete the CAPI providers ({}) so nothing recreates cloud resources".format(
-                    ", ".join(row[1] for row in kube.PROVIDER_DELETE_ORDER)
+                    ", ".join(row[1] for row in capi.PROVIDER_DELETE_ORDER)
                 ),
                 kinds=list(PROVIDER_KINDS),
                 timeout=boot.provider_delete_timeout,

@@ -60,7 +60,6 @@ RULES = (
     "substitution",
 )
 FLUX_KS = validate_common.FLUX_KS
-PROVIDER_KINDS = validate_common.PROVIDER_KINDS
 SAMPLE_RUN_TAGS = validate_common.SAMPLE_RUN_TAGS
 ValidateError = validate_common.ValidateError
 object_id = validate_common.object_id

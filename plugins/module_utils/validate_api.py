@@ -12,6 +12,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.krops.platform.plugins.module_utils import admission
+from ansible_collections.krops.platform.plugins.module_utils import capi
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from ansible_collections.krops.platform.plugins.module_utils import contracts
 from ansible_collections.krops.platform.plugins.module_utils import validate_common as common
@@ -116,7 +117,7 @@ def check_contracts(env):
     """
     items = {}
     for item in env.items:
-        if item.group == "operator.cluster.x-k8s.io" and item.kind in common.PROVIDER_KINDS and not item.fallback:
+        if item.group == "operator.cluster.x-k8s.io" and item.kind in capi.PROVIDER_KINDS and not item.fallback:
             items.setdefault((item.kind, item.name), item)
     if not items:
         return

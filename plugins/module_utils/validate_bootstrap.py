@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.krops.platform.plugins.module_utils import capi
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
@@ -251,9 +252,7 @@ def check_manifest_files(env):
 
 def _providers(docs):
     return [
-        d
-        for d in docs
-        if d.get("kind") in common.PROVIDER_KINDS and common.group_of(d.get("apiVersion", "")) == OPERATOR
+        d for d in docs if d.get("kind") in capi.PROVIDER_KINDS and common.group_of(d.get("apiVersion", "")) == OPERATOR
     ]
 
 
@@ -272,7 +271,7 @@ def check_provider_manifest_kinds(env):
                 "-",
                 RULE,
                 "%s.provider-manifests[%d]: holds no operator.cluster.x-k8s.io provider "
-                "object (%s)" % (_key(env), index, ", ".join(common.PROVIDER_KINDS[:5])),
+                "object (%s)" % (_key(env), index, ", ".join(capi.PROVIDER_KINDS[:5])),
             )
 
 

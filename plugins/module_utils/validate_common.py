@@ -19,12 +19,10 @@ except ImportError:  # PyYAML comes with ansible-core; only bare sanity environm
     YAML_ERRORS = ()
 
 from ansible_collections.krops.platform.plugins.module_utils import errors
-from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import validate_schema
 
 FLUX_KS = "kustomize.toolkit.fluxcd.io"
-PROVIDER_KINDS = kube.PROVIDER_KINDS
 # Kinds whose CRD plural is not the English rule below (the CRD's spec.names.plural):
 # Hardware -> hardware (tinkerbell/tinkerbell crd/bases/v1alpha1/tinkerbell.org_hardware.yaml @ v0.25.0).
 IRREGULAR_PLURALS = {"hardware": "hardware"}

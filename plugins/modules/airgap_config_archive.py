@@ -41,18 +41,12 @@ options:
   revision:
     description: The revision recorded in C(org.opencontainers.image.revision); default computed with git in O(root).
     type: str
+extends_documentation_fragment:
+  - krops.platform.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: Builds the archive in memory and compares it with O(dest); never writes.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Runs where the GitOps checkout is, in practice the controller.
 seealso:
   - module: krops.platform.oci_artifact_push
@@ -93,7 +87,6 @@ revision:
 import os
 import re
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import airgap
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import oci
@@ -115,7 +108,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check("airgap_config_archive", module.params)  # the input contract first: before any file or network call
     p = module.params
     step("checking the options")
     if not _REFERENCE.match(p["reference"]):
@@ -130,20 +122,7 @@ def body(module, step):
     revision = p["revision"] or oci.git_revision(p["root"])
     data, digest = airgap.config_archive(p["root"], p["paths"], p["reference"], p["source"], revision)
     step("writing the archive")
-    current = None
-    if os.path.isfile(p["dest"]):
-        with open(p["dest"], "rb") as handle:
-            current = handle.read()
-    changed = current != data
-    if changed and not module.check_mode:
-        temporary = p["dest"] + ".tmp"
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(p["dest"])), exist_ok=True)
-            with open(temporary, "wb") as handle:
-                handle.write(data)
-            os.replace(temporary, p["dest"])
-        except OSError as exc:
-            raise errors.ConfigError(f"option dest: cannot write {p['dest']}: {exc.strerror}") from None
+    changed = shell.write_output("dest", p["dest"], data, module.check_mode)
     return dict(changed=changed, digest=digest, reference=p["reference"], dest=p["dest"], revision=revision)
 
 

@@ -122,25 +122,17 @@ options:
     type: int
     default: 30
 extends_documentation_fragment:
+  - krops.platform.attributes
+  - krops.platform.attributes.action
   - krops.platform.aws
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: >-
       In delete mode returns RV(plan), every resource that would be deleted (C(changed) when it is not empty);
       makes no call that changes anything and skips waits and the final pass.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Calls the AWS APIs with boto3 from the host it runs on (the orphan-report and teardown plays use localhost).
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
     details: The action plugin runs the module in bounded steps and shows what is still being deleted between them.
 seealso:
   - module: krops.platform.capi_cluster_delete
@@ -396,8 +388,6 @@ duration:
   sample: 24.74
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import stepping
 from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config, errors, shell
 
 
@@ -424,8 +414,6 @@ def argument_spec():
 
 
 def body(module, step):
-    module.params.update(stepping.read(STEP_STATE))
-    contract.check("aws_orphan_sweep", module.params)  # the input contract first: before any file or network call
     step("sweeping")
     result = aws_sweep.run(module.params, check_mode=module.check_mode)
     if result.pop("failed"):
@@ -442,6 +430,7 @@ def main():
         "aws_orphan_sweep",
         argument_spec(),
         body,
+        resume=STEP_STATE,
         wording=WORDING,
         requires=[("boto3", aws.HAS_BOTO3, aws.BOTO3_IMPORT_ERROR)],
         mutually_exclusive=[("profile", "access_key"), ("profile", "secret_key")],

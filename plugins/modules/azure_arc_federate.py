@@ -20,9 +20,6 @@ description:
   - Uses the ARM REST API; the token comes from azure-identity's C(DefaultAzureCredential) chain unless O(access_token)
     or a service principal is given (as krops.platform.azure_teardown).
 options:
-  subscription_id:
-    description: Azure subscription. Defaults to E(AZURE_SUBSCRIPTION_ID).
-    type: str
   resource_group:
     description: Resource group of the connected cluster and of the identity.
     type: str
@@ -55,39 +52,14 @@ options:
     description: Seconds between looks while waiting.
     type: int
     default: 10
-  endpoint:
-    description: ARM base URL.
-    type: str
-    default: https://management.azure.com
-  access_token:
-    description: ARM bearer token. Defaults to E(AZURE_ACCESS_TOKEN); without one the SDK chain logs in.
-    type: str
-  client_id:
-    description: Service principal (with O(secret) and O(tenant)); alone it selects the identity of the chain. Defaults to E(AZURE_CLIENT_ID).
-    type: str
-  secret:
-    description: Service principal secret. Defaults to E(AZURE_SECRET).
-    type: str
-  tenant:
-    description: Tenant of the service principal. Defaults to E(AZURE_TENANT).
-    type: str
-  login_endpoint:
-    description: Microsoft Entra authority (an https URL), trusted as given.
-    type: str
+extends_documentation_fragment:
+  - krops.platform.attributes
+  - krops.platform.azure
 attributes:
   check_mode:
-    support: full
-    description: Reads and waits for the issuer; reports C(planned-created) / C(planned-updated) without writing.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+    details: Reads and waits for the issuer; reports C(planned-created) / C(planned-updated) without writing.
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Calls Azure Resource Manager from the host it runs on.
-requirements:
-  - azure-identity >= 1.27.0 (Python library), unless O(access_token) is given
 notes:
   - Secrets read from environment variables are masked in results and messages like no_log options.
 """
@@ -128,15 +100,13 @@ credentials:
 
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import azure, cloud_teardown, errors, shell
+from ansible_collections.krops.platform.plugins.module_utils import azure, errors, shell
 
 NAME = "azure_arc_federate"
 
 
 def argument_spec():
     return dict(
-        subscription_id=dict(type="str"),
         resource_group=dict(type="str", required=True),
         cluster_name=dict(type="str", required=True),
         identity_name=dict(type="str"),
@@ -145,12 +115,7 @@ def argument_spec():
         arc_api_version=dict(type="str", default="2024-07-15-preview"),
         issuer_timeout=dict(type="int", default=300),
         poll_interval=dict(type="int", default=10),
-        endpoint=dict(type="str", default=cloud_teardown.AZURE_ARM),
-        access_token=dict(type="str", no_log=True),
-        client_id=dict(type="str"),
-        secret=dict(type="str", no_log=True),
-        tenant=dict(type="str"),
-        login_endpoint=dict(type="str"),
+        **azure.LOGIN_ARGS,
     )
 
 
@@ -176,13 +141,9 @@ def run(p, check_mode, environ=None, step=None):
     environ = os.environ if environ is None else environ
     step = step or shell.Step()
     subjects = _subjects(p)
-    subscription = p["subscription_id"] or environ.get("AZURE_SUBSCRIPTION_ID")
-    if not subscription:
-        raise errors.CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")
+    subscription = azure.subscription_of(p, environ)
     step("logging in to Azure")
-    http = azure.azure_client(
-        p["access_token"], p["client_id"], p["secret"], p["tenant"], p["login_endpoint"], p["endpoint"], environ
-    )
+    http = azure.client_of(p, environ)
     step("reading the connected cluster")
     args = (http, p["endpoint"], subscription, p["resource_group"], p["cluster_name"], p["arc_api_version"])
     if p["lookup_only"]:
@@ -207,14 +168,8 @@ def run(p, check_mode, environ=None, step=None):
     }
 
 
-def body(module, step):
-    contract.check("azure_arc_federate", module.params)  # the input contract first: before any file or network call
-    cloud_teardown.mask(module, os.environ, cloud_teardown.AZURE_SECRET_VARS)
-    return run(module.params, module.check_mode, step=step)
-
-
 def main():
-    shell.run(NAME, argument_spec(), body)
+    azure.run_module(NAME, argument_spec(), run)
 
 
 if __name__ == "__main__":

@@ -35,30 +35,11 @@ description:
   - Call it after the workload Clusters were deleted through CAPZ and the CAPI providers removed, so
     nothing recreates what it deletes.
 extends_documentation_fragment:
+  - krops.platform.attributes
+  - krops.platform.azure
   - krops.platform.bootstrap_config
   - krops.platform.cloud_teardown
 options:
-  subscription_id:
-    description: Azure subscription. Defaults to E(AZURE_SUBSCRIPTION_ID).
-    type: str
-  access_token:
-    description:
-      - ARM bearer token. Defaults to E(AZURE_ACCESS_TOKEN).
-      - Without a token and without a complete service principal (O(client_id), O(secret), O(tenant)),
-        the token comes from azure-identity's C(DefaultAzureCredential) chain (environment service principal,
-        workload identity, managed identity, the C(az) CLI login; see docs/teardown.md).
-    type: str
-  client_id:
-    description:
-      - Service principal for the client-credentials login. Defaults to E(AZURE_CLIENT_ID).
-      - Used with O(secret) and O(tenant); alone it only selects the identity of the chain.
-    type: str
-  secret:
-    description: Service principal secret. Defaults to E(AZURE_SECRET) (the name azure.azcollection and AWX use).
-    type: str
-  tenant:
-    description: Tenant of the service principal. Defaults to E(AZURE_TENANT) (the name azure.azcollection and AWX use).
-    type: str
   resource_groups:
     description: Resource groups to delete; defaults to C(teardown.resource-groups) of the environment.
     type: list
@@ -73,28 +54,13 @@ options:
     type: list
     elements: str
     default: []
-  endpoint:
-    description: ARM base URL.
-    type: str
-    default: https://management.azure.com
-  login_endpoint:
-    description:
-      - Microsoft Entra authority (an https URL) for the service principal and the chain, trusted as given
-        (no instance discovery).
-      - When not set, azure-identity uses E(AZURE_AUTHORITY_HOST), then V(login.microsoftonline.com).
-    type: str
   wait:
     description: Wait until the resource groups and the Arc resource are gone.
     type: bool
     default: true
 attributes:
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Calls Azure Resource Manager from the host it runs on (the teardown role delegates to localhost).
-requirements:
-  - azure-identity >= 1.27.0 (Python library), unless O(access_token) is given
 notes:
   - Credentials never reach a command line. Secrets read from environment variables (E(AZURE_ACCESS_TOKEN),
     E(AZURE_SECRET), E(AZURE_CLIENT_SECRET), E(AZURE_CLIENT_CERTIFICATE_PASSWORD), E(AZURE_PASSWORD)) are masked
@@ -151,7 +117,6 @@ leftovers:
 
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import azure, azure_rows, cloud_teardown, errors, shell
 
 NAME = "azure_teardown"
@@ -161,27 +126,14 @@ def argument_spec():
     return dict(
         environment=dict(type="str"),
         config_file=dict(type="path"),
-        subscription_id=dict(type="str"),
-        access_token=dict(type="str", no_log=True),
-        client_id=dict(type="str"),
-        secret=dict(type="str", no_log=True),
-        tenant=dict(type="str"),
         resource_groups=dict(type="list", elements="str"),
         federated_credential_names=dict(
             type="list", elements="str", default=["krops-kind-capz-manager", "krops-kind-azureserviceoperator-default"]
         ),
         federated_credential_issuers=dict(type="list", elements="str", default=[]),
-        endpoint=dict(type="str", default=cloud_teardown.AZURE_ARM),
-        login_endpoint=dict(type="str"),
         wait=dict(type="bool", default=True),
-        wait_timeout=dict(type="int", default=1800),
-        poll_interval=dict(type="int", default=10),
-    )
-
-
-def http_for(p, environ):
-    return azure.azure_client(
-        p["access_token"], p["client_id"], p["secret"], p["tenant"], p["login_endpoint"], p["endpoint"], environ
+        **cloud_teardown.WAIT_ARGS,
+        **azure.LOGIN_ARGS,
     )
 
 
@@ -190,12 +142,10 @@ def run(p, check_mode, environ=None, step=None):
     step = step or shell.Step()
     step("reading bootstrap.toml")
     cfg, env = cloud_teardown.load_environment(p["config_file"], p["environment"], "azure")
-    subscription = p["subscription_id"] or environ.get("AZURE_SUBSCRIPTION_ID")
-    if not subscription:
-        raise errors.CloudError("no Azure subscription: set subscription_id or AZURE_SUBSCRIPTION_ID")
+    subscription = azure.subscription_of(p, environ)
     down = env.teardown
     step("logging in to Azure")
-    http = http_for(p, environ)
+    http = azure.client_of(p, environ)
     groups = p["resource_groups"] if p["resource_groups"] is not None else list(down.resource_groups)
     clusters = list(down.capi_workloads) + [env.mgmt_cluster]
     step("deleting what the environment owns")
@@ -225,14 +175,8 @@ def run(p, check_mode, environ=None, step=None):
     return result
 
 
-def body(module, step):
-    contract.check("azure_teardown", module.params)  # the input contract first: before any file or network call
-    cloud_teardown.mask(module, os.environ, cloud_teardown.AZURE_SECRET_VARS)
-    return run(module.params, module.check_mode, step=step)
-
-
 def main():
-    shell.run(NAME, argument_spec(), body)
+    azure.run_module(NAME, argument_spec(), run)
 
 
 if __name__ == "__main__":

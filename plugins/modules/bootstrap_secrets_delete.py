@@ -32,12 +32,12 @@ options:
     elements: str
     default: []
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.kube
   - krops.platform.kube.teardown_step
 attributes:
   check_mode:
-    support: full
-    description: Lists, returns RV(plan) and sends each delete as a server-side dry run; changes nothing."""
+    details: Lists, returns RV(plan) and sends each delete as a server-side dry run; changes nothing."""
 
 EXAMPLES = r"""
 - name: Delete the bootstrap secrets and the run tags

@@ -57,12 +57,12 @@ options:
     type: int
     default: 1200
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.kube
   - krops.platform.kube.teardown_step
 attributes:
   check_mode:
-    support: full
-    description: Probes and returns RV(plan); changes nothing and does not wait."""
+    details: Probes and returns RV(plan); changes nothing and does not wait."""
 
 EXAMPLES = r"""
 - name: Delete the local-host workload cluster on the kind cluster

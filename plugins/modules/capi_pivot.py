@@ -39,23 +39,14 @@ description:
 author:
   - krops developers (@krops)
 extends_documentation_fragment:
+  - krops.platform.attributes
+  - krops.platform.attributes.action
   - krops.platform.kube
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: Plans every phase without writing (the kubeconfig is exported to a private temporary file), skips the
       waits and runs C(clusterctl move --dry-run).
-  action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Runs clusterctl and helm and talks to both Kubernetes APIs from the host it runs on (the pivot role delegates to localhost).
 options:
   source_kubeconfig:
@@ -299,8 +290,6 @@ unresolved:
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import stepping
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
@@ -377,8 +366,6 @@ def check_params(params):
 
 
 def body(module, step):
-    module.params.update(stepping.read(STEP_STATE))
-    contract.check("capi_pivot", module.params)  # the input contract first: before any file or network call
     params = dict(module.params)
     step("checking the options")
     check_params(params)
@@ -403,6 +390,7 @@ def main():
         NAME,
         argument_spec(),
         body,
+        resume=STEP_STATE,
         requires=[("kubernetes", kube.HAS_KUBERNETES, kube.KUBERNETES_IMPORT_ERROR)],
         wording=WORDING,
         details=DETAILS,

@@ -36,12 +36,12 @@ options:
     type: int
     default: 1800
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.kube
   - krops.platform.kube.teardown_step
 attributes:
   check_mode:
-    support: full
-    description: Lists, returns RV(plan) and sends each write as a server-side dry run; waits for nothing."""
+    details: Lists, returns RV(plan) and sends each write as a server-side dry run; waits for nothing."""
 
 EXAMPLES = r"""
 - name: Delete the Crossplane managed resources of aws-crossplane with Crossplane running

@@ -28,17 +28,12 @@ options:
     description: Seconds the engine gets to answer (at least 1).
     type: int
     default: 5
+extends_documentation_fragment:
+  - krops.platform.attributes
 attributes:
   check_mode:
-    support: full
-    description: The ping only reads, so it runs in check mode too.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+    details: The ping only reads, so it runs in check mode too.
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Probes the engine from the host it runs on (the playbooks use localhost).
 notes:
   - Reads only. A failure's message is one line that names the endpoint and the fix, start Docker or Podman's
@@ -72,7 +67,7 @@ probed:
   sample: true
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract, engine, shell
+from ansible_collections.krops.platform.plugins.module_utils import engine, shell
 
 NAME = "engine_ping"
 
@@ -82,7 +77,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check(NAME, module.params)
     shell.positive(module.params, "timeout", unit=" second")
     step("pinging the engine")
     result = engine.ping(engine.docker_host(module.params["docker_host"]), module.params["timeout"])

@@ -33,6 +33,8 @@ description:
 author:
   - krops developers (@krops)
 extends_documentation_fragment:
+  - krops.platform.attributes
+  - krops.platform.attributes.action
   - krops.platform.bootstrap_config
   - krops.platform.kube
 options:
@@ -102,21 +104,13 @@ options:
     default: 30
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: Reports in RV(actions) what would be installed, created or updated; never writes and never waits.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: partial
     details: Shows the run tags ConfigMap and the FluxInstance spec; for Secrets only the key names.
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
     details: The action plugin runs the module in bounded steps and shows progress between them.
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Talks to the Kubernetes API (and runs helm) from the host it runs on (the roles delegate to localhost).
 notes:
   - Kustomizations are reported in C(spec.dependsOn) order; a dependency that does not exist yet is listed as V(NotFound).
@@ -227,8 +221,6 @@ wait_timeout:
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import stepping
 from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import flux
@@ -275,24 +267,26 @@ def argument_spec():
 
 
 def body(module, step):
-    module.params.update(stepping.read(STEP_STATE))
-    contract.check("flux_handoff", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("checking the options")
     shell.positive(params, "wait_timeout progress_interval request_timeout", unit=" second")
     step("handing the cluster to Flux")
-    try:
-        return flux.handoff(params, check_mode=module.check_mode)
-    except kube.ApiException as exc:  # an API answer no step expected: name the cluster that gave it
-        raise errors.KubeError(
-            "the Kubernetes API of {} answered an error: {}".format(
-                kube.describe_target(params["kubeconfig"], params["context"]), kube.error_text(exc)
-            )
+    return flux.handoff(params, check_mode=module.check_mode)
+
+
+def _api_error(exc, params):
+    """An API answer no step expected: name the cluster that gave it."""
+    return errors.KubeError(
+        "the Kubernetes API of {} answered an error: {}".format(
+            kube.describe_target(params["kubeconfig"], params["context"]), kube.error_text(exc)
         )
+    )
 
 
 def main():
-    shell.run(NAME, argument_spec(), body, wording=WORDING)
+    shell.run(
+        NAME, argument_spec(), body, resume=STEP_STATE, wording=WORDING, translate={kube.ApiException: _api_error}
+    )
 
 
 if __name__ == "__main__":

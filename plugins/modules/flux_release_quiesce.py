@@ -40,12 +40,12 @@ options:
     elements: str
     default: []
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.kube
   - krops.platform.kube.teardown_step
 attributes:
   check_mode:
-    support: full
-    description: Lists, returns RV(plan) and sends each patch as a server-side dry run; changes nothing."""
+    details: Lists, returns RV(plan) and sends each patch as a server-side dry run; changes nothing."""
 
 EXAMPLES = r"""
 - name: Stop the ACK controllers before the AWS sweep

@@ -38,6 +38,7 @@ description:
     already in state DELETED counts as gone). Other members of the same role, other accounts and other
     providers are never touched. The pool itself stays (a one-time prerequisite, docs/environments/gcp.md)."
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.bootstrap_config
   - krops.platform.cloud_teardown
 options:
@@ -93,9 +94,6 @@ options:
     default: true
 attributes:
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Calls the Google Cloud APIs from the host it runs on (the teardown role delegates to localhost).
 requirements:
   - google-auth >= 2.63.0 (Python library), unless O(access_token) is given
@@ -179,7 +177,6 @@ stopped_at:
 
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import (
     cloud_teardown,
     errors,
@@ -205,8 +202,7 @@ def argument_spec():
         phase=dict(type="str", choices=list(gcp.GCP_PHASES), default="all"),
         base_url=dict(type="str"),
         wait=dict(type="bool", default=True),
-        wait_timeout=dict(type="int", default=1800),
-        poll_interval=dict(type="int", default=10),
+        **cloud_teardown.WAIT_ARGS,
     )
 
 
@@ -259,9 +255,6 @@ def run(p, check_mode, environ=None):
 
 
 def body(module, step):
-    contract.check("gcp_teardown", module.params)  # the input contract first: before any file or network call
-    step("masking the secrets of the environment")
-    cloud_teardown.mask(module, os.environ, cloud_teardown.GCP_SECRET_VARS)
     step("removing the GCP resources")
     result = run(module.params, module.check_mode)
     if result["leftovers"]:
@@ -274,7 +267,7 @@ def body(module, step):
 
 
 def main():
-    shell.run(NAME, argument_spec(), body)
+    shell.run(NAME, argument_spec(), body, secret_env=cloud_teardown.GCP_SECRET_VARS)
 
 
 if __name__ == "__main__":

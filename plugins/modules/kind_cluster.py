@@ -104,18 +104,12 @@ options:
       - The pivot role sets it on platforms with a local registry, which Flux on the management cluster pulls
         from once kind is gone.
     type: str
+extends_documentation_fragment:
+  - krops.platform.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: Reports what would be created, recreated or deleted; never calls C(kind create/delete) and skips waits.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Runs kind against the container engine of the host it runs on (the bootstrap role uses localhost).
 requirements:
   - kind (binary)
@@ -231,7 +225,6 @@ mirror_nodes:
   sample: [mgmt-control-plane]
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kind, oci, shell
 
 NAME = "krops.platform.kind_cluster"
@@ -268,7 +261,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check("kind_cluster", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("checking the options")
     shell.positive(params, "wait_timeout", unit=" second")

@@ -61,18 +61,12 @@ options:
   password:
     description: Registry password or token.
     type: str
+extends_documentation_fragment:
+  - krops.platform.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: Builds the artifact, computes its digest and compares it with the tag; never uploads.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Reads the tree and pushes to the registry from the host it runs on, in practice the controller.
 seealso:
   - module: krops.platform.kind_cluster
@@ -142,7 +136,6 @@ skipped:
   sample: [mgmt/local-host/README.link]
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import oci
 from ansible_collections.krops.platform.plugins.module_utils import shell
 
@@ -168,7 +161,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check("oci_artifact_push", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("pushing the artifact")
     verb = shell.options(params, "repository tag root source revision insecure username password")

@@ -32,6 +32,7 @@ description:
 author:
   - krops developers (@krops)
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.aws
 options:
   tools:
@@ -100,16 +101,8 @@ options:
     default: true
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: Every check is read-only and runs in check mode too.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Checks the tools, files and credentials of the host it runs on (the preflight role uses localhost).
 requirements:
   - boto3 >= 1.44.8 (Python library), only for O(aws_eip_checks)
@@ -197,7 +190,6 @@ import re
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import aws, errors, preflight, shell
 
 NAME = "krops.platform.preflight_check"
@@ -234,7 +226,6 @@ def argument_spec():
 
 
 def body(module, step):
-    contract.check("preflight_check", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("checking the options")
     shell.positive(params, "eips_per_cluster")

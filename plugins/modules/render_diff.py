@@ -74,18 +74,14 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.render_bounds
 attributes:
   check_mode:
-    support: full
-    description: Read-only; runs the same way in check mode.
+    details: Read-only; runs the same way in check mode.
   diff_mode:
-    support: none
-    description: The report is the diff; nothing changes.
+    details: The report is the diff; nothing changes.
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Runs git and kustomize on the controller, where the checkout is.
 requirements:
   - git and kubectl (with kustomize) or kustomize on the controller
@@ -215,8 +211,8 @@ seconds:
   sample: {render_base: 3.68, render_head: 0.51, diff: 0.07, total: 4.26}
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import render_diff as krops_render_diff
 from ansible_collections.krops.platform.plugins.module_utils import shell
 
@@ -238,13 +234,11 @@ def argument_spec():
         labels=dict(type="list", elements="str", default=[]),
         accept_label=dict(type="str", default=krops_render_diff.DEFAULT_ACCEPT_LABEL),
         cel=dict(type="bool", default=True),
-        deadline=dict(type="float", default=300),
-        memory_limit=dict(type="int"),
+        **render.BOUNDS_ARGS,
     )
 
 
 def body(module, step):
-    contract.check("render_diff", module.params)  # the input contract first: before any file or network call
     p = module.params
     step("rendering and comparing the revisions")
     verb = shell.options(

@@ -67,19 +67,13 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.bootstrap_config
   - krops.platform.kube
 attributes:
   check_mode:
-    support: full
-    description: Planning only reads; with O(cleanup_kubeconfig) check mode reports what would be removed.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+    details: Planning only reads; with O(cleanup_kubeconfig) check mode reports what would be removed.
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Reads bootstrap.toml and kubeconfig files of the host it runs on (the teardown role uses localhost).
 notes:
   - Planning is read-only; only O(cleanup_kubeconfig) changes anything.
@@ -217,7 +211,6 @@ plan:
     - {step: 2, action: delete-clusters, clusters: [local-workload], keep: [local-management], timeout: 300}
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import profiles
@@ -326,7 +319,6 @@ def run(params, get_bin_path, check_mode=False):
 
 
 def body(module, step):
-    contract.check("teardown_host", module.params)  # the input contract first: before any file or network call
     step("checking the options")
     shell.positive(module.params, "timeout local_cluster_timeout request_timeout", unit=" second")
     step("finding the controller host and planning the teardown")

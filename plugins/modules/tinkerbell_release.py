@@ -56,12 +56,12 @@ options:
     type: int
     default: 1200
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.kube
   - krops.platform.kube.teardown_step
 attributes:
   check_mode:
-    support: full
-    description: Probes and returns RV(plan) and the Hardware that would be released; changes nothing."""
+    details: Probes and returns RV(plan) and the Hardware that would be released; changes nothing."""
 
 EXAMPLES = r"""
 - name: Release the Hardware of every workload cluster

@@ -78,18 +78,15 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - krops.platform.attributes
   - krops.platform.render_bounds
 attributes:
   check_mode:
-    support: full
-    description: Read-only; runs the same way in check mode.
+    details: Read-only; runs the same way in check mode.
   diff_mode:
-    support: none
-    description: Nothing changes, so there is no diff.
+    details: Nothing changes, so there is no diff.
   platform:
-    support: full
-    platforms: posix
-    description: Runs on the controller, where the tree and the Python libraries are (the role delegates to localhost).
+    details: Runs on the controller, where the tree and the Python libraries are (the role delegates to localhost).
 requirements:
   - kubectl (with kustomize) or kustomize on the controller
   - jsonschema >= 4.26.0, referencing >= 0.37.0, kubernetes-validate >= 1.37.0 and yamllint >= 1.38.0 (Python libraries)
@@ -185,8 +182,8 @@ environments:
 
 import json
 
-from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import shell
 from ansible_collections.krops.platform.plugins.module_utils import validate as krops_validate
 
@@ -205,13 +202,11 @@ def argument_spec():
         config_file=dict(type="path"),
         format=dict(type="str", choices=["text", "json"], default="text"),
         cel=dict(type="bool", default=True),
-        deadline=dict(type="float", default=300),
-        memory_limit=dict(type="int"),
+        **render.BOUNDS_ARGS,
     )
 
 
 def body(module, step):
-    contract.check("validate", module.params)  # the input contract first: before any file or network call
     params = module.params
     step("validating the trees")
     result = krops_validate.run(

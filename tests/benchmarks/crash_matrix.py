@@ -528,6 +528,9 @@ def main(argv=None):
     parser.add_argument("--env", choices=sorted(ENVS), default="local-host", help="the lifecycle (default local-host)")
     parser.add_argument("--shard", default="1/1", help="K/N: only every N-th chosen point, from the K-th (CI jobs)")
     args = parser.parse_args(argv)
+    # the kill points kill the run's process tree (standins/common.kill_the_run): its modules must be children of
+    # ansible's workers, not of the warm interpreter (tests/substrate/prewarm.py)
+    os.environ["KROPS_PREWARM"] = "0"
     checks = set(args.checks.split(","))
     # a short folder: ansible's local RPC server puts unix sockets (at most 108 bytes) under it
     root = Path(tempfile.mkdtemp(prefix="krops-crash-", dir="/tmp"))

@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import tomllib
 
 import pytest
 import yaml
@@ -27,7 +28,12 @@ from tests.substrate.fixtures import REPO, task_results
 
 OBJECTS = yaml.safe_load((REPO / "awx" / "objects.yml").read_text())
 OPTIONS = json.loads((REPO / "tests" / "integration" / "fixtures" / "awx_module_options.json").read_text())
-ENVIRONMENTS = ("local-host", "aws", "azure", "gcp", "local-talos")
+# Every environment of the shipped bootstrap.toml, and its platform (kind): a new environment needs its AWX objects.
+PLATFORMS = {
+    name: env["kind"] for name, env in tomllib.loads((REPO / "bootstrap.toml").read_text())["environments"].items()
+}
+ENVIRONMENTS = tuple(PLATFORMS)
+CLOUDS = ("aws", "azure", "gcp")  # the platforms whose jobs get the AWX cloud credential of that platform
 PHASES = ("bootstrap", "pivot", "validate", "teardown")
 # awxkit 24.6.1, awxkit/api/pages/*.py: NATURAL_KEY of each page class the import file uses.
 NATURAL_KEYS = {
@@ -147,9 +153,9 @@ def test_playbook_declares_every_object(awx_stub, tmp_path):
         "execution_environment": 1,
         "project": 1,
         "instance_group": 1,
-        "inventory": 5,
-        "host": 5,
-        "job_template": 21,
+        "inventory": len(ENVIRONMENTS),
+        "host": len(ENVIRONMENTS),
+        "job_template": len(ENVIRONMENTS) * len(PHASES) + 1,  # and the orphan report
         "schedule": 1,
     }
     types = {c["name"]: c for c in by_module["credential_type"]}
@@ -233,7 +239,9 @@ def test_cloud_credentials_are_attached_and_the_schedule_enabled(awx_stub, tmp_p
     assert rc == 0, (output, stderr)
     made = calls(tmp_path)
     jts = {c["params"]["name"]: c["params"] for c in made if c["module"] == "job_template"}
-    for env_name, cred in (("aws", "ops aws"), ("azure", "ops azure"), ("gcp", "ops gcp")):
+    clouds = [(env_name, f"ops {PLATFORMS[env_name]}") for env_name in ENVIRONMENTS if PLATFORMS[env_name] in CLOUDS]
+    assert [c for _e, c in clouds].count("ops aws") >= 2  # aws and aws-crossplane: one AWX AWS credential
+    for env_name, cred in clouds:
         for phase in ("bootstrap", "pivot", "teardown"):
             assert jts[f"krops {env_name} {phase}"]["credentials"] == [
                 "krops GitHub PAT",
@@ -260,9 +268,11 @@ def test_a_credential_awx_refuses_on_a_job_template_fails_the_play(awx_stub, tmp
     failed = [r for r in task_results(output).values() if r.get("failed")]
     assert len(failed) == 1
     # The json callback keeps each failed item's msg (the loop's own msg is "One or more items failed").
+    aws_jobs = [
+        f"krops {e} {p}" for e in ENVIRONMENTS if PLATFORMS[e] == "aws" for p in ("bootstrap", "pivot", "teardown")
+    ]
     assert {i["item"]["name"]: i["msg"] for i in failed[0]["results"] if "msg" in i} == {
-        f"krops aws {phase}": "Cannot assign a Credential of kind `scm`."
-        for phase in ("bootstrap", "pivot", "teardown", "orphan report")
+        job: "Cannot assign a Credential of kind `scm`." for job in aws_jobs + ["krops aws orphan report"]
     }
 
 
@@ -447,8 +457,8 @@ def test_objects_cover_every_environment_and_phase():
                 assert "krops age key" in jt["credentials"]
                 assert ("krops GitHub PAT" in jt["credentials"]) == (env != "local-host")
             # The cloud environments' jobs that touch the cloud get its AWX credential.
-            cloud = env in ("aws", "azure", "gcp") and phase != "validate"
-            assert jt.get("cloud_credential") == (env if cloud else None), jt["name"]
+            cloud = PLATFORMS[env] in CLOUDS and phase != "validate"
+            assert jt.get("cloud_credential") == (PLATFORMS[env] if cloud else None), jt["name"]
             assert ("instance_groups" in jt) == (env == "local-host" and phase != "validate"), jt["name"]
     assert list(jts) == ["krops aws orphan report"]
     assert (REPO / jts["krops aws orphan report"]["playbook"]).is_file()

@@ -412,7 +412,7 @@ def write_workload_kubeconfig(ansible_playbook, tmp_path, value):
 
 def test_workload_kubeconfig_is_rendered_by_the_one_kubeconfig_verb(ansible_playbook, tmp_path):
     """The server points at the published load-balancer port, and context, cluster and user are named
-    krops-<cluster>, as capi_pivot names the management entries (kube.render_kubeconfig, one verb)."""
+    krops-<cluster>, as capi_pivot names the management entries (kubeconfigs.render_kubeconfig, one verb)."""
     rc, output, stderr, kubeconfig = write_workload_kubeconfig(
         ansible_playbook, tmp_path, yaml.safe_dump(_CAPI_KUBECONFIG)
     )

@@ -19,10 +19,10 @@ import yaml
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 
 from tests.substrate import cel_independent
-from tests.substrate.fixtures import REPO
+from tests.substrate.fixtures import REPO, SHIPPED_ENVIRONMENTS
 
 SCHEMAS = REPO / "schemas" / "crds"
-ENVIRONMENTS = ("local-host", "aws", "aws-crossplane", "azure", "gcp", "local-talos")
+ENVIRONMENTS = SHIPPED_ENVIRONMENTS
 
 
 def _kubectl_kustomize(directory):

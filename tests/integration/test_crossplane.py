@@ -108,14 +108,12 @@ def test_a_second_cluster_creates_a_second_vpc_unless_the_external_names_come_al
     """The pivot's gap, shown: the management cluster's providers given the tree without kind's external names
     create a second VPC; with them they take kind's over (what krops-crossplane-adoption must carry)."""
     world, kind, providers = _world(strict_cluster, moto, "xp-kind")
-    names = {
-        "KROPS_XP_{}_{}".format(o["kind"].upper(), o["metadata"]["name"].upper().replace("-", "_")): o["metadata"][
-            "annotations"
-        ][EXTERNAL_NAME]
-        for o in _mrs(kind).values()
-        if o["kind"] in ("VPC", "Subnet", "SecurityGroup", "SecurityGroupIngressRule", "Instance")
-    }
-    assert len(names) == 12  # per workload cluster: VPC, two subnets, security group and its rule, DB instance
+    names = {}
+    for o in _mrs(kind).values():
+        if o["kind"] in ("VPC", "Subnet", "SecurityGroup", "SecurityGroupIngressRule", "Instance"):
+            var = "KROPS_XP_{}_{}".format(o["kind"].upper(), o["metadata"]["name"].upper().replace("-", "_"))
+            names.update({var: o["metadata"]["annotations"][EXTERNAL_NAME], var + "_KEY": EXTERNAL_NAME})
+    assert len(names) == 24  # per workload cluster: VPC, two subnets, security group and its rule, DB instance
     adopting = world.add_cluster(strict_cluster("xp-mgmt-adopting", bundles=()))
     aws_world.install_crds(adopting, CRD_KINDS)
     for obj in aws_world.tree_objects(TREE, dict(RUN, **names)):
@@ -340,7 +338,8 @@ def test_the_pivot_carries_the_external_names_so_the_management_cluster_makes_no
     assert rc == 0, (output, stderr[-2000:])
     data = target.get("v1", "ConfigMap", "krops-crossplane-adoption", "flux-system")["data"]
     vpc = kind.get("ec2.aws.m.upbound.io/v1beta1", "VPC", DB, "default")["metadata"]["annotations"][EXTERNAL_NAME]
-    assert len(data) == 12 and data["KROPS_XP_VPC_KROPS_EU_WEST_1_WORKLOAD_DB"] == vpc
+    assert len(data) == 24 and data["KROPS_XP_VPC_KROPS_EU_WEST_1_WORKLOAD_DB"] == vpc
+    assert data["KROPS_XP_VPC_KROPS_EU_WEST_1_WORKLOAD_DB_KEY"] == EXTERNAL_NAME
     assert data["KROPS_XP_INSTANCE_KROPS_EU_WEST_1_WORKLOAD_DB"].startswith("db-")
     mgmt = world.add_cluster(strict_cluster("xp-mgmt", bundles=()))
     aws_world.install_crds(mgmt, CRD_KINDS)
@@ -443,3 +442,213 @@ def rds_instances(moto):
         for region in ("eu-north-1", "eu-west-1")
         for i in clients(moto, region)("rds").describe_db_instances()["DBInstances"]
     ]
+
+
+def _crossplane_core(strict_cluster, monkeypatch, name="xp-core"):
+    """A cluster with the Crossplane chart installed as helm-controller installs it: its CRDs, its Deployment."""
+    from tests.substrate.crossplane_world import PackageManager, register_crossplane_chart
+    from tests.substrate.flux_world import FluxController
+
+    register_crossplane_chart(monkeypatch)
+    world = World()
+    api = world.add_cluster(strict_cluster(name, bundles=()))
+    api.install_bundle("crossplane")
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "crossplane-system"}})
+    FluxController._run_workload(api, "crossplane-system", "crossplane", ("crossplane", "xpkg.crossplane.io/x"), 1)
+    return world, api, PackageManager(world)
+
+
+PROVIDER_TREE = ["mgmt/aws-crossplane/crossplane-providers"]
+
+
+def test_the_package_manager_installs_the_pinned_providers_their_crds_dependency_and_irsa_runtime(
+    strict_cluster, monkeypatch
+):
+    from tests.substrate.crossplane_world import PKG, friendly_id
+
+    world, api, manager = _crossplane_core(strict_cluster, monkeypatch)
+    assert ("ec2.aws.m.upbound.io", "vpcs") not in api.resources
+    for obj in aws_world.tree_objects(PROVIDER_TREE, RUN):
+        ssa_apply(api, obj, "kustomize-controller")
+    world.settle()
+    names = sorted(p["metadata"]["name"] for p in api.list(PKG, "Provider"))
+    assert names == sorted(
+        ["provider-aws-s3", "provider-aws-rds", "provider-aws-iam", "provider-aws-ec2", "upbound-provider-family-aws"]
+    )
+    s3 = api.get(PKG, "Provider", "provider-aws-s3")
+    revision = friendly_id("provider-aws-s3", manager.digest("xpkg.upbound.io/upbound/provider-aws-s3:v2.6.0"))
+    assert revision.startswith("provider-aws-s3-") and len(revision) == len("provider-aws-s3-") + 12
+    assert s3["status"]["currentRevision"] == revision
+    assert {c["type"]: (c["status"], c["reason"]) for c in s3["status"]["conditions"]} == {
+        "Installed": ("True", "ActivePackageRevision"),
+        "Healthy": ("True", "HealthyPackageRevision"),
+    }
+    for group, plural in (("ec2.aws.m.upbound.io", "vpcs"), ("aws.m.upbound.io", "clusterproviderconfigs")):
+        assert (group, plural) in api.resources
+    sa = api.get("v1", "ServiceAccount", revision, "crossplane-system")
+    assert sa["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": f"arn:aws:iam::{ACCOUNT}:role/krops-crossplane"
+    }
+    deployment = api.get("apps/v1", "Deployment", revision, "crossplane-system")
+    assert deployment["spec"]["selector"]["matchLabels"]["pkg.crossplane.io/provider"] == "provider-aws-s3"
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == revision
+    assert manager.refused == []
+
+
+def test_the_package_manager_refuses_a_package_or_tag_the_registry_does_not_serve(strict_cluster, monkeypatch):
+    from tests.substrate.crossplane_world import PKG
+
+    world, api, manager = _crossplane_core(strict_cluster, monkeypatch)
+    for name, ref in (
+        ("provider-aws-s3", "xpkg.upbound.io/upbound/provider-aws-s3:v2.5.9"),
+        ("provider-aws-eks", "xpkg.upbound.io/upbound/provider-aws-eks:v2.6.0"),
+    ):
+        api.create({"apiVersion": PKG, "kind": "Provider", "metadata": {"name": name}, "spec": {"package": ref}})
+    world.settle()
+    s3 = api.get(PKG, "Provider", "provider-aws-s3")
+    installed, healthy = s3["status"]["conditions"]
+    assert (installed["type"], installed["status"], installed["reason"]) == ("Installed", "False", "UnpackingPackage")
+    assert (healthy["type"], healthy["status"], healthy["reason"]) == ("Healthy", "False", "UnhealthyPackageRevision")
+    assert installed["message"].startswith(
+        "cannot unpack package: cannot resolve xpkg.upbound.io/upbound/provider-aws-s3:v2.5.9 to digest: "
+    )
+    assert "currentRevision" not in s3["status"]
+    assert ("s3.aws.m.upbound.io", "buckets") not in api.resources  # nothing installed from it
+    assert api.list("apps/v1", "Deployment", "crossplane-system") == [
+        api.get("apps/v1", "Deployment", "crossplane", "crossplane-system")
+    ]
+    assert sorted(n for n, _m in manager.refused) == ["provider-aws-eks", "provider-aws-s3"]
+
+
+def test_the_package_manager_does_nothing_while_crossplane_is_stopped(strict_cluster, monkeypatch):
+    from tests.substrate.crossplane_world import PKG
+
+    world, api, manager = _crossplane_core(strict_cluster, monkeypatch)
+    res = api.resource_for("apps/v1", "Deployment")
+    api.patch(res, "crossplane-system", "crossplane", "merge", {"spec": {"replicas": 0}}, None, "krops")
+    for obj in aws_world.tree_objects(PROVIDER_TREE, RUN):
+        ssa_apply(api, obj, "kustomize-controller")
+    world.settle()
+    assert all("status" not in p for p in api.list(PKG, "Provider")) and manager.installed == []
+
+
+def test_an_empty_external_name_applied_over_the_providers_makes_a_second_vpc(strict_cluster, moto):
+    """Why the tree applies crossplane.io/external-name only when the pivot carried one: an applier that owns the
+    annotation as "" (Flux, on every reconcile) wipes the id the provider wrote, and the emulated provider, which
+    looks the resource up by its external name (upjet's handling of a changed name was not read), creates it again.
+    The placeholder key leaves the provider's annotation alone."""
+    world, api, providers = _world(strict_cluster, moto, "xp-reapply")
+    vpc = api.get("ec2.aws.m.upbound.io/v1beta1", "VPC", DB, "default")
+    assert vpc["metadata"]["annotations"]["krops.io/no-external-name"] == "none"
+    for obj in aws_world.tree_objects(TREE, RUN):  # Flux's next reconcile
+        ssa_apply(api, obj, "kustomize-controller")
+    world.settle()
+    assert len(_vpcs(moto)) == 1  # the provider's external name stays: no second VPC
+    res = api.resource_for("ec2.aws.m.upbound.io/v1beta1", "VPC")
+    api.patch(res, "default", DB, "merge", {"metadata": {"annotations": {EXTERNAL_NAME: ""}}}, None, "someone")
+    world.settle()
+    assert len(_vpcs(moto)) == 2  # the defect: an empty external name applied over the provider's
+
+
+EKS = "default_eu-north-1-management-control-plane"
+ROOT_TRUST = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+)
+
+
+def _eks_with_issuer(moto, associate=True):
+    """The management EKS cluster in moto and, as CAPA makes it with associateOIDCProvider, its IAM OIDC provider."""
+    eks, iam = clients(moto, "eu-north-1")("eks"), clients(moto, "eu-north-1")("iam")
+    eks.create_cluster(
+        name=EKS, roleArn=f"arn:aws:iam::{ACCOUNT}:role/cp", resourcesVpcConfig={"subnetIds": []}, version="1.35"
+    )
+    issuer = eks.describe_cluster(name=EKS)["cluster"]["identity"]["oidc"]["issuer"]
+    if associate:
+        iam.create_open_id_connect_provider(Url=issuer, ClientIDList=["sts.amazonaws.com"], ThumbprintList=["9" * 40])
+    return issuer
+
+
+def _irsa_args(moto, **extra):
+    args = {"environment": "aws-crossplane", "eks_cluster": EKS, "region": "eu-north-1", "endpoint_url": moto}
+    return dict(args, **extra)
+
+
+def test_the_irsa_role_trusts_the_management_clusters_oidc_provider_for_the_providers(moto, run_module):
+    from ansible_collections.krops.platform.plugins.modules import crossplane_irsa_role
+
+    issuer = _eks_with_issuer(moto)
+    host = issuer.removeprefix("https://")
+    iam = clients(moto, "eu-north-1")("iam")
+    planned = run_module(crossplane_irsa_role, _irsa_args(moto), check_mode=True)
+    assert not planned.failed, planned.get("msg")
+    assert planned["changes"] == ["create role", "put policy krops-crossplane-providers"] and planned["changed"]
+    assert [r["RoleName"] for r in iam.list_roles()["Roles"]] == []  # check mode writes nothing
+    made = run_module(crossplane_irsa_role, _irsa_args(moto, tags={"krops.io/run-id": "xp-1"}))
+    assert not made.failed, made.get("msg")
+    assert made["role_arn"] == f"arn:aws:iam::{ACCOUNT}:role/krops-crossplane"
+    assert made["oidc_provider_arn"] == f"arn:aws:iam::{ACCOUNT}:oidc-provider/{host}"
+    role = iam.get_role(RoleName="krops-crossplane")["Role"]
+    assert role["AssumeRolePolicyDocument"]["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Principal": {"Federated": made["oidc_provider_arn"]},
+            "Action": "sts:AssumeRoleWithWebIdentity",
+            "Condition": {
+                "StringEquals": {f"{host}:aud": "sts.amazonaws.com"},
+                "StringLike": {f"{host}:sub": ["system:serviceaccount:crossplane-system:provider-aws-*"]},
+            },
+        }
+    ]
+    tags = {t["Key"]: t["Value"] for t in iam.list_role_tags(RoleName="krops-crossplane")["Tags"]}
+    assert tags == {"krops.io/environment": "aws-crossplane", "krops.io/run-id": "xp-1"}
+    policy = iam.get_role_policy(RoleName="krops-crossplane", PolicyName="krops-crossplane-providers")
+    assert policy["PolicyDocument"]["Statement"][0]["Action"] == ["s3:*", "rds:*", "iam:*", "ec2:*"]
+    again = run_module(crossplane_irsa_role, _irsa_args(moto, tags={"krops.io/run-id": "xp-1"}))
+    assert (again["changed"], again["changes"]) == (False, [])
+    # a trust policy changed behind krops' back is put right
+    iam.update_assume_role_policy(RoleName="krops-crossplane", PolicyDocument=ROOT_TRUST)
+    fixed = run_module(crossplane_irsa_role, _irsa_args(moto, tags={"krops.io/run-id": "xp-1"}))
+    assert fixed["changes"] == ["update trust policy"]
+
+
+@pytest.mark.parametrize("tags", [{}, {"krops.io/environment": "aws"}])
+def test_a_role_of_that_name_krops_cannot_prove_it_owns_is_refused_and_left(moto, run_module, tags):
+    from ansible_collections.krops.platform.plugins.modules import crossplane_irsa_role
+
+    _eks_with_issuer(moto)
+    iam = clients(moto, "eu-north-1")("iam")
+    iam.create_role(RoleName="krops-crossplane", AssumeRolePolicyDocument=ROOT_TRUST, Tags=aws_world._tag_list(tags))
+    result = run_module(crossplane_irsa_role, _irsa_args(moto))
+    assert result.failed
+    assert result["msg"].startswith(
+        "crossplane_irsa_role: the IAM role krops-crossplane exists and is not tagged "
+        "krops.io/environment=aws-crossplane (its tag is {}): krops changes no role it cannot prove it owns.".format(
+            repr(tags.get("krops.io/environment"))
+        )
+    )
+    role = iam.get_role(RoleName="krops-crossplane")["Role"]
+    assert role["AssumeRolePolicyDocument"] == json.loads(ROOT_TRUST)
+    assert iam.list_role_policies(RoleName="krops-crossplane")["PolicyNames"] == []
+
+
+def test_without_the_oidc_provider_capa_associates_the_role_is_not_made(moto, run_module):
+    from ansible_collections.krops.platform.plugins.modules import crossplane_irsa_role
+
+    issuer = _eks_with_issuer(moto, associate=False)
+    result = run_module(crossplane_irsa_role, _irsa_args(moto))
+    assert result.failed
+    assert result["msg"] == (
+        f"crossplane_irsa_role: the EKS cluster {EKS} has no IAM OIDC provider (arn:aws:iam::{ACCOUNT}:oidc-provider/"
+        f"{issuer.removeprefix('https://')}): set associateOIDCProvider: true on its AWSManagedControlPlane (CAPA "
+        "creates and tags the provider; feature gate EKSEnableIAM)"
+    )
+    assert clients(moto, "eu-north-1")("iam").list_roles()["Roles"] == []
+    missing = run_module(crossplane_irsa_role, _irsa_args(moto, eks_cluster="nope"))
+    assert missing.failed and missing["msg"].startswith(
+        "crossplane_irsa_role: cannot read the EKS cluster nope in eu-north-1: ResourceNotFoundException"
+    )

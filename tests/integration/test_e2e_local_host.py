@@ -19,6 +19,7 @@ import time
 
 import pytest
 import yaml
+from ansible_collections.krops.platform.plugins.module_utils import capi
 from ansible_collections.krops.platform.plugins.module_utils import kube, render
 
 from tests.substrate.capi_world import CapiController
@@ -39,9 +40,9 @@ def test_capi_discovery_sees_crds_installed_after_an_earlier_connection_cached_d
     """The discovery cache file is shared per API server URL: flux_handoff writes it before Cluster API exists,
     and capi_pivot must still find the Cluster kind afterwards (the full lifecycle failed on this)."""
     api = strict_cluster("kind-mgmt")
-    assert kube.cluster_resource(kube.connect(api.kubeconfig_path, "kind-mgmt")) is None
+    assert capi.cluster_resource(kube.connect(api.kubeconfig_path, "kind-mgmt")) is None
     api.install_bundle("cluster-api")
-    found = kube.cluster_resource(kube.connect(api.kubeconfig_path, "kind-mgmt"))
+    found = capi.cluster_resource(kube.connect(api.kubeconfig_path, "kind-mgmt"))
     assert found is not None and found.kind == "Cluster"
 
 

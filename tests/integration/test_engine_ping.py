@@ -20,9 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.substrate.docker_double import DockerDouble
-from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env, task_results
+from tests.substrate import prewarm
+from tests.substrate.fixtures import REPO, SHIPPED_ENVIRONMENTS, VENV_BIN, playbook_env, task_results
 
-ENVIRONMENTS = ("local-host", "aws", "azure", "gcp", "local-talos")
+ENVIRONMENTS = SHIPPED_ENVIRONMENTS
 
 
 def one_line(host):
@@ -48,7 +49,7 @@ def run(args, tmp_path, env):
     home.mkdir(exist_ok=True)
     base = {"HOME": str(home), "KUBECONFIG": str(home / ".kube" / "config"), "ENGINE_SOCK": ""}
     proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook")] + list(args),
+        [str(VENV_BIN / "ansible-playbook")] + list(args) + prewarm.playbook_args(),
         cwd=REPO,
         env=playbook_env(tmp_path, dict(base, **env)),
         capture_output=True,

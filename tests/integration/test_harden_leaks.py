@@ -18,7 +18,14 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 from test_render_diff import commit, repo  # noqa: F401  # pylint: disable=unused-import
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap, oci, render, render_diff, validate
+from ansible_collections.krops.platform.plugins.module_utils import (
+    airgap,
+    oci,
+    render,
+    render_diff,
+    render_diff_rules,
+    validate,
+)
 from tests.substrate.fixtures import REPO
 
 PLANTED = "planted-Secret-0xC0FFEE"
@@ -249,9 +256,13 @@ def test_memory_limit_setting_is_checked():
 def test_every_finding_kind_render_diff_raises_is_an_accepted_id_shape():
     import re as _re
 
-    source = (REPO / "plugins" / "module_utils" / "render_diff.py").read_text()
-    emitted = set(_re.findall(r'Finding\(\s*"([a-z-]+)"', source)) | {kind for kind, dummy in render_diff.POLICIES}
+    source = "".join(p.read_text() for p in sorted((REPO / "plugins" / "module_utils").glob("render_diff*.py")))
+    emitted = set(_re.findall(r'Finding\(\s*"([a-z-]+)"', source)) | {
+        kind for kind, dummy in render_diff_rules.POLICIES
+    }
     emitted |= set(_re.findall(r'^\s+"([a-z]+(?:-[a-z]+)+)",\n\s+env', source, _re.M))
+    emitted |= set(_re.findall(r'_flag\(findings, "([a-z-]+)"', source))
+    assert {"removed", "replaced", "prune-enabled", "ownership-dropped", "plaintext-secret"} <= emitted, emitted
     assert emitted <= set(render_diff.FINDING_KINDS), emitted - set(render_diff.FINDING_KINDS)
     assert render_diff.FINDING_ID.match("local-host/deletion-policy/Bucket/default/data")
     assert render_diff.FINDING_ID.match("head/render-failure")

@@ -54,6 +54,11 @@ AZ = {
     "endpoint": "http://127.0.0.1:1",
 }
 CD = {"kubeconfig": NOK}
+XR = {
+    "environment": "aws-crossplane",
+    "eks_cluster": "default_eu-north-1-management-control-plane",
+    "region": "eu-north-1",
+}
 SUBDOMAIN_RULE = (
     "expected a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' and '.' "
     "(the rule Kubernetes enforces on Secret and ConfigMap names), got "
@@ -489,6 +494,33 @@ CASES = [
         dict(CD, namespace="crossplane-system", releases=["crossplane"]),
         "option providers[0]: " + SUBDOMAIN_RULE + "'Provider-AWS-S3'",
         providers=["Provider-AWS-S3"],
+    ),
+    c(
+        "irsa-role-name-path",
+        "crossplane_irsa_role",
+        dict(XR, endpoint_url="http://127.0.0.1:1"),
+        (
+            "option role_name: expected an IAM name: 1 to 64 of letters, digits and _+=,.@- (IAM role and user name "
+            "rule), got '../admin'"
+        ),
+        role_name="../admin",
+    ),
+    c(
+        "irsa-service-account-space",
+        "crossplane_irsa_role",
+        dict(XR, endpoint_url="http://127.0.0.1:1"),
+        (
+            "option service_accounts[0]: expected a ServiceAccount name or IAM StringLike pattern such as "
+            "provider-aws-* (lowercase letters, digits, '-', '.', * and ?), got 'provider aws *'"
+        ),
+        service_accounts=["provider aws *"],
+    ),
+    c(
+        "irsa-region-bad",
+        "crossplane_irsa_role",
+        dict(XR, endpoint_url="http://127.0.0.1:1"),
+        "option region: expected an AWS region name such as eu-north-1, got 'eu-north-1; rm'",
+        region="eu-north-1; rm",
     ),
     c(
         "crossplane-delete-environment-path",
@@ -1374,7 +1406,7 @@ def module_of(name):
 
 def test_the_table_covers_every_module_with_at_least_100_cases():
     assert len(CASES) >= 100
-    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 20
+    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 21
     assert len({case[0] for case in CASES}) == len(CASES)
 
 

@@ -8,6 +8,9 @@ import time
 import pytest
 import yaml
 
+from ansible_collections.krops.platform.plugins.module_utils import capi
+
+from ansible_collections.krops.platform.plugins.module_utils import kubeconfigs
 from ansible_collections.krops.platform.plugins.module_utils import kube
 
 CLUSTER = ("cluster.x-k8s.io/v1beta2", "Cluster")
@@ -156,7 +159,7 @@ current-context: local-management-admin@local-management
 
 
 def test_export_renames_every_entry_to_the_context_and_rewrites_the_server():
-    text = kube.render_kubeconfig(EXPORTED, "krops-mgmt", "https://127.0.0.1:5555")
+    text = kubeconfigs.render_kubeconfig(EXPORTED, "krops-mgmt", "https://127.0.0.1:5555")
     data = yaml.safe_load(text)
     assert [c["name"] for c in data["clusters"]] == ["krops-mgmt"]
     assert data["clusters"][0]["cluster"] == {"server": "https://127.0.0.1:5555", "certificate-authority-data": "Q0E="}
@@ -165,7 +168,7 @@ def test_export_renames_every_entry_to_the_context_and_rewrites_the_server():
     ]
     assert data["contexts"] == [{"name": "krops-mgmt", "context": {"cluster": "krops-mgmt", "user": "krops-mgmt"}}]
     with pytest.raises(kube.KubeError, match="does not hold clusters and contexts"):
-        kube.render_kubeconfig("users: []", "krops-mgmt")
+        kubeconfigs.render_kubeconfig("users: []", "krops-mgmt")
 
 
 def test_merge_keeps_the_other_contexts_of_an_existing_kube_config(tmp_path):
@@ -189,10 +192,10 @@ def test_merge_keeps_the_other_contexts_of_an_existing_kube_config(tmp_path):
         )
     )
     config.chmod(0o644)
-    exported = kube.render_kubeconfig(EXPORTED, "krops-mgmt", "https://127.0.0.1:5555")
-    assert kube.write_kubeconfig(str(config), exported, check_mode=True) is True
+    exported = kubeconfigs.render_kubeconfig(EXPORTED, "krops-mgmt", "https://127.0.0.1:5555")
+    assert kubeconfigs.write_kubeconfig(str(config), exported, check_mode=True) is True
     assert "stale" in config.read_text()  # check mode wrote nothing
-    assert kube.write_kubeconfig(str(config), exported) is True
+    assert kubeconfigs.write_kubeconfig(str(config), exported) is True
     data = yaml.safe_load(config.read_text())
     assert data["current-context"] == "work" and data["preferences"] == {"colors": True}
     assert [c["name"] for c in data["contexts"]] == ["work", "krops-mgmt"]
@@ -202,9 +205,9 @@ def test_merge_keeps_the_other_contexts_of_an_existing_kube_config(tmp_path):
     }
     assert [u["name"] for u in data["users"]] == ["work", "krops-mgmt"]
     assert stat.S_IMODE(os.stat(config).st_mode) == 0o600
-    assert kube.write_kubeconfig(str(config), exported) is False  # idempotent
+    assert kubeconfigs.write_kubeconfig(str(config), exported) is False  # idempotent
     fresh = tmp_path / "new" / "mgmt.yaml"
-    assert kube.write_kubeconfig(str(fresh), exported) is True
+    assert kubeconfigs.write_kubeconfig(str(fresh), exported) is True
     assert yaml.safe_load(fresh.read_text())["current-context"] == "krops-mgmt"
     assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o600
 
@@ -213,11 +216,11 @@ def test_merge_refuses_an_existing_file_that_is_not_a_kubeconfig(tmp_path):
     path = tmp_path / "config"
     path.write_text("- a\n- b\n")
     with pytest.raises(kube.KubeError, match="the existing kubeconfig is not a kubeconfig"):
-        kube.write_kubeconfig(str(path), kube.render_kubeconfig(EXPORTED, "x"))
+        kubeconfigs.write_kubeconfig(str(path), kubeconfigs.render_kubeconfig(EXPORTED, "x"))
     blocker = tmp_path / "a-file"
     blocker.write_text("")  # a file where the kubeconfig's folder should be: unwritable even for root
     with pytest.raises(kube.KubeError, match="cannot read the kubeconfig .*a-file/config: Not a directory"):
-        kube.write_kubeconfig(str(blocker / "config"), kube.render_kubeconfig(EXPORTED, "x"))
+        kubeconfigs.write_kubeconfig(str(blocker / "config"), kubeconfigs.render_kubeconfig(EXPORTED, "x"))
 
 
 def _user_config(current):
@@ -252,7 +255,9 @@ KIND_EXPORTED = yaml.safe_dump(
 def test_one_merge_of_kubeconfigs_switches_the_context_only_when_asked(switch_context, current):
     # kind export kubeconfig (kind v0.32.0 merge.go) replaces an entry of the same name where it stands, appends a
     # new one and sets current-context: kind_cluster asks for that; capi_pivot keeps the user's current context.
-    data = yaml.safe_load(kube.merge_kubeconfig(_user_config("work"), KIND_EXPORTED, switch_context=switch_context))
+    data = yaml.safe_load(
+        kubeconfigs.merge_kubeconfig(_user_config("work"), KIND_EXPORTED, switch_context=switch_context)
+    )
     assert data["current-context"] == current
     assert [(c["name"], c["cluster"]["server"]) for c in data["clusters"]] == [
         ("kind-mgmt", "https://127.0.0.1:6443"),
@@ -263,13 +268,15 @@ def test_one_merge_of_kubeconfigs_switches_the_context_only_when_asked(switch_co
 
 
 def test_one_merge_of_kubeconfigs_sets_a_missing_current_context_and_names_the_option():
-    assert yaml.safe_load(kube.merge_kubeconfig(_user_config(""), KIND_EXPORTED))["current-context"] == "kind-mgmt"
-    assert kube.merge_kubeconfig(None, KIND_EXPORTED) == kube.merge_kubeconfig("\n", KIND_EXPORTED)
-    assert yaml.safe_load(kube.merge_kubeconfig(None, KIND_EXPORTED)) == yaml.safe_load(KIND_EXPORTED)
+    assert (
+        yaml.safe_load(kubeconfigs.merge_kubeconfig(_user_config(""), KIND_EXPORTED))["current-context"] == "kind-mgmt"
+    )
+    assert kubeconfigs.merge_kubeconfig(None, KIND_EXPORTED) == kubeconfigs.merge_kubeconfig("\n", KIND_EXPORTED)
+    assert yaml.safe_load(kubeconfigs.merge_kubeconfig(None, KIND_EXPORTED)) == yaml.safe_load(KIND_EXPORTED)
     with pytest.raises(kube.KubeError, match="not a mapping[)]; move it away or choose another kubeconfig_path$"):
-        kube.merge_kubeconfig("- a\n", KIND_EXPORTED, option="kubeconfig_path")
+        kubeconfigs.merge_kubeconfig("- a\n", KIND_EXPORTED, option="kubeconfig_path")
     with pytest.raises(kube.KubeError, match="is not YAML .*; move it away or choose another path$"):
-        kube.merge_kubeconfig("a: [", KIND_EXPORTED)
+        kubeconfigs.merge_kubeconfig("a: [", KIND_EXPORTED)
 
 
 class _Discovery:
@@ -296,7 +303,7 @@ class _Discovery:
 )
 def test_one_cluster_resource_lookup_takes_the_preferred_version(served, chosen):
     client = type("Client", (), {"resources": _Discovery(*served)})()
-    res = kube.cluster_resource(client)
+    res = capi.cluster_resource(client)
     assert (res.api_version if res is not None else None) == chosen
 
 

@@ -17,6 +17,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 
 from ansible_collections.krops.platform.plugins.module_utils import render_diff
+from ansible_collections.krops.platform.plugins.module_utils import render_diff_report
 from tests.substrate.fixtures import REPO, copy_playbook
 from tests.substrate.trees import SCHEMAS, edit
 
@@ -358,7 +359,7 @@ def test_accept_file_and_label_acknowledge_and_main_exits_accordingly(repo, tmp_
             == 1
         )
     assert out.getvalue() == md.read_text()
-    assert md.read_text().startswith(render_diff.MARKER + "\n")
+    assert md.read_text().startswith(render_diff_report.MARKER + "\n")
     assert f"| ❌ | `{finding}` |" in md.read_text()
     assert json.loads(js.read_text())["blocking"] == 1
     with redirect_stdout(io.StringIO()):
@@ -466,7 +467,7 @@ def test_module_fails_on_blocking_findings_passes_when_acknowledged(repo, run_mo
             "render_diff found 1 finding(s) not acknowledged:\nlocal-host/removed/Bucket/default/"
             "krops-data: removes S3 bucket Bucket/default/krops-data: its controller deletes what it manages"
         )
-        assert result["blocking"] == 1 and result["markdown"].startswith(render_diff.MARKER)
+        assert result["blocking"] == 1 and result["markdown"].startswith(render_diff_report.MARKER)
     result = run_module(module, dict(args, labels=["render-diff/accept"]))
     assert not result.failed and result["blocking"] == 0
     assert [f["acknowledged"] for f in result["findings"]] == [True]
@@ -504,7 +505,7 @@ def test_render_diff_playbook(repo, ansible_playbook, tmp_path):
     results = task_results(output)
     assert results["Render and compare both revisions"]["blocking"] == 1
     assert results["Fail on findings not acknowledged"]["failed"] is True
-    assert comment.read_text().startswith(render_diff.MARKER + "\n")
+    assert comment.read_text().startswith(render_diff_report.MARKER + "\n")
     assert "`local-host/ownership-dropped/Bucket/default/krops-data`" in comment.read_text()
     rc, output, stderr = ansible_playbook(
         root / "playbooks" / "render_diff.yml",

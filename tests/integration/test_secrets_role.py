@@ -19,6 +19,7 @@ import subprocess
 import pytest
 import yaml
 
+from tests.substrate import prewarm
 from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env, task_results
 
 SOPS_FILES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "mgmt").rglob("*.sops.yaml"))
@@ -78,6 +79,7 @@ def secrets_run(tmp_path, root, key, env, *extra):
         "-e",
         "krops_secrets_in_cluster=false",
         *extra,
+        *prewarm.playbook_args(),
     ]
     base = {name: "" for name in AWS_VARIABLES}
     base.update(env)

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import teardown
 from ansible_collections.krops.platform.plugins.module_utils import teardown_plan
 from ansible_collections.krops.platform.plugins.modules import capi_cluster_delete, teardown_host
@@ -86,6 +87,10 @@ def test_delete_clusters_suspends_first_deletes_named_and_waits(kind_api, capi, 
     left = sorted(c["metadata"]["name"] for c in kind_api.list(*CLUSTER))
     assert left == ["local-management", "other"]
     assert all(k["spec"]["suspend"] is True for k in kind_api.list(*KS))
+    # The teardown's suspensions say who made them, as the pivot's do (one suspend verb, kube.suspend_patch);
+    # the Kustomization the user had suspended keeps its own.
+    marks = {k["metadata"]["name"]: kube.suspended_by(k) for k in kind_api.list(*KS)}
+    assert marks == {"flux-system": kube.TEARDOWN_SUSPENDER, "clusters": kube.TEARDOWN_SUSPENDER, "done": None}
     again = run_module(
         capi_cluster_delete,
         {
@@ -105,7 +110,6 @@ def test_clusters_an_interrupted_pivot_move_paused_are_unpaused_before_deletion_
     """Issue 30 (crash matrix point clusterctl:paused): a run killed after clusterctl paused kind's Clusters left a
     teardown waiting 300 s for a deletion CAPI never reconciles. The pivot's mark on the Kustomizations proves the
     pause is krops' move: the teardown unpauses the Clusters it deletes. Without the mark the pause is the user's."""
-    from ansible_collections.krops.platform.plugins.module_utils import kube
 
     make_ks(kind_api, "flux-system")
     make_cluster(kind_api, "local-workload")
@@ -503,7 +507,6 @@ PROVIDER_PATH = "/apis/operator.cluster.x-k8s.io/v1alpha2/namespaces/{}/{}s/{}"
 
 
 def _providers(kind_api, finalizers=()):
-    from ansible_collections.krops.platform.plugins.module_utils import kube
 
     client = kube.connect(kind_api.kubeconfig_path, "kind-mgmt")
     for kind, namespace, name in PROVIDER_ROWS:
@@ -601,7 +604,6 @@ QUIESCE = {"namespace": "ack-system", "releases": ["ack-s3", "ack-rds"]}
 
 def _ack(kind_api):
     """Two ACK releases (ack-rds suspended already), a lookalike release and the Deployments Helm made."""
-    from ansible_collections.krops.platform.plugins.module_utils import kube
 
     client = kube.connect(kind_api.kubeconfig_path, "kind-mgmt")
     kube.ensure_namespace(client, "ack-system")
@@ -673,6 +675,10 @@ def test_quiesce_suspends_the_named_releases_and_scales_only_their_deployments(k
         {"ack-s3": True, "ack-rds": True, "ack-s3-extra": False},
         {"ack-s3-controller": 0, "ack-rds-controller": 0, "ack-s3-extra-controller": 1, "metrics": 1},
     )
+    marks = {
+        o["metadata"]["name"]: kube.suspended_by(o) for o in kind_api.list("helm.toolkit.fluxcd.io/v2", "HelmRelease")
+    }
+    assert marks == {"ack-s3": kube.TEARDOWN_SUSPENDER, "ack-rds": None, "ack-s3-extra": None}
     again = run_module(flux_release_quiesce, args)
     assert (again["changed"], again["plan"]) == (False, [])
 
@@ -719,7 +725,6 @@ NAMED = {"namespace": "flux-system", "secrets": ["flux-github-pat", "sops-age"],
 
 
 def _bootstrap_objects(kind_api):
-    from ansible_collections.krops.platform.plugins.module_utils import kube
 
     client = kube.connect(kind_api.kubeconfig_path, "kind-mgmt")
     kube.ensure_namespace(client, "flux-system")

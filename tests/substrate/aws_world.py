@@ -224,9 +224,13 @@ class Record:
         """(region, type, id) as tests/substrate/aws_world.inventory lists them."""
         found = set()
         for rtype, ids in self.ids.items():
-            region = {"s3-bucket": "bucket", "iam-role": "global", "iam-user": "global", "iam-policy": "global"}.get(
-                rtype, self.region
-            )
+            region = {
+                "s3-bucket": "bucket",
+                "iam-role": "global",
+                "iam-user": "global",
+                "iam-policy": "global",
+                "iam-oidc-provider": "global",
+            }.get(rtype, self.region)
             found |= {(region, rtype, i) for i in ids}
         return found
 
@@ -417,6 +421,17 @@ class Capa:
         )["cluster"]["arn"]
         eks.tag_resource(resourceArn=arn, tags=build_tags(eks_cluster, eks_cluster, "common", additional))
         record.add("eks-cluster", eks_cluster)
+        if spec.get("associateOIDCProvider"):
+            # pkg/cloud/services/eks/oidc.go reconcileOIDCProvider: the IAM OIDC provider of the cluster's issuer,
+            # tagged with the EKS cluster's tags (audience sts.amazonaws.com)
+            issuer = eks.describe_cluster(name=eks_cluster)["cluster"]["identity"]["oidc"]["issuer"]
+            tags = eks.describe_cluster(name=eks_cluster)["cluster"].get("tags") or {}
+            record.add(
+                "iam-oidc-provider",
+                iam.create_open_id_connect_provider(
+                    Url=issuer, ClientIDList=["sts.amazonaws.com"], ThumbprintList=["9" * 40], Tags=_tag_list(tags)
+                )["OpenIDConnectProviderArn"],
+            )
 
         private = [subnets[("private", z)] for z in zones]
         for pool, machine_pool in pools:
@@ -469,6 +484,8 @@ class Capa:
         control_plane_role, *node_roles = record.ids.get("iam-role", [])
         for role in node_roles:
             self._delete_role(iam, role)
+        for arn in record.ids.get("iam-oidc-provider", []):  # oidc.go deleteOIDCProvider
+            iam.delete_open_id_connect_provider(OpenIDConnectProviderArn=arn)
         for cluster in record.ids.get("eks-cluster", []):
             eks.delete_cluster(name=cluster)
         self._delete_role(iam, control_plane_role)
@@ -1086,4 +1103,8 @@ def inventory(endpoint):
         found |= {(region, "ebs-volume", v["VolumeId"]) for v in ec2.describe_volumes()["Volumes"]}
     iam = clients(endpoint, "eu-north-1")("iam")
     found |= {("global", "iam-policy", p["PolicyName"]) for p in iam.list_policies(Scope="Local")["Policies"]}
+    found |= {
+        ("global", "iam-oidc-provider", p["Arn"])
+        for p in iam.list_open_id_connect_providers()["OpenIDConnectProviderList"]
+    }
     return found

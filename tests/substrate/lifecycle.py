@@ -53,6 +53,7 @@ import pytest
 import yaml
 from ansible_collections.krops.platform.plugins.module_utils import render
 
+from tests.substrate import prewarm
 from tests.substrate import tool_contracts as contracts
 from tests.substrate.capi_world import CapiController
 from tests.substrate.docker_double import DockerDouble
@@ -170,7 +171,7 @@ class EmulatedWorld:
         argv = [str(VENV_BIN / "ansible-playbook"), str(playbook)]
         if inventory:
             argv += ["-i", str(inventory)]
-        argv += list(args)
+        argv += list(args) + prewarm.playbook_args()
         run_env = playbook_env(self.root, dict(self.env, **(env or {})))
         run_env["PATH"] = self.env["PATH"]
         # ansible's local RPC server listens on a unix socket under TMPDIR (multiprocessing's pymp-*

@@ -125,6 +125,11 @@ CLUSTER_SCOPED = {
     ("infrastructure.cluster.x-k8s.io", "AWSClusterStaticIdentity"),
     ("infrastructure.cluster.x-k8s.io", "AzureClusterIdentity"),
     ("runtime.cluster.x-k8s.io", "ExtensionConfig"),
+    # crossplane v2.3.4 cluster/crds/pkg.crossplane.io_{providers,deploymentruntimeconfigs}.yaml (scope: Cluster);
+    # provider-upjet-aws v2.6.0 package/crds/aws.m.upbound.io_clusterproviderconfigs.yaml
+    ("pkg.crossplane.io", "Provider"),
+    ("pkg.crossplane.io", "DeploymentRuntimeConfig"),
+    ("aws.m.upbound.io", "ClusterProviderConfig"),
 }
 # Plurals that are not kind + "s" (known ones from the emulator's table first).
 _PLURALS = {(g, k): p for g, _v, k, p, _n in KROPS_RESOURCES}

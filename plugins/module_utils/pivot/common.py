@@ -17,6 +17,7 @@ except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
 from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils.errors import PivotError  # the error the phases raise
+from ansible_collections.krops.platform.plugins.module_utils import capi
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.oci import registry_serves  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.krops.platform.plugins.module_utils import profiles
@@ -168,7 +169,7 @@ def capi_objects(client, namespace, where="source", phase="move"):
     """{key: object} of every CAPI object in namespace, plus the Secrets named after its Clusters."""
     found = {}
     try:
-        for res in kube.capi_resources(client):
+        for res in capi.capi_resources(client):
             for item in res.get(namespace=namespace).items:
                 obj = item.to_dict()
                 found[kube.object_key(obj)] = obj
@@ -335,8 +336,8 @@ def mgmt_on_target(pv):
         return False
     try:
         client = pv.connect(pv.target_kubeconfig, pv.target_context)
-        res = kube.cluster_resource(client)
-        if res is None or kube.get(client, kube.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None:
+        res = capi.cluster_resource(client)
+        if res is None or kube.get(client, capi.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None:
             return False
     except (kube.KubeError,) + API_ERRORS:
         return False

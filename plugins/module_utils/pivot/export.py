@@ -9,6 +9,7 @@ import base64
 import os
 import tempfile
 
+from ansible_collections.krops.platform.plugins.module_utils import kubeconfigs
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (
     API_ERRORS,
@@ -41,7 +42,7 @@ def lb_port_from_docker(pv):
 def render_kubeconfig(raw, context, server=None):
     """The exported kubeconfig with its context (and cluster and user) named ``context``, the server rewritten."""
     try:
-        return kube.render_kubeconfig(raw, context, server)
+        return kubeconfigs.render_kubeconfig(raw, context, server)
     except kube.KubeError as exc:
         raise PivotError("export", f"the management kubeconfig Secret is not usable: {exc}")
 
@@ -112,14 +113,14 @@ def run(pv):
             pv.connect_kubeconfig = os.path.join(pv._tempdir, "target.kubeconfig")
             kube.write_private(pv.connect_kubeconfig, text)
             try:
-                if kube.write_kubeconfig(pv.target_kubeconfig, text, check_mode=True):
+                if kubeconfigs.write_kubeconfig(pv.target_kubeconfig, text, check_mode=True):
                     pv.changed()
             except kube.KubeError as exc:
                 raise PivotError(phase, f"the management kubeconfig {pv.target_kubeconfig}: {exc}")
         else:
             # Merged: other contexts of an existing file (~/.kube/config) survive; the file is 0600.
             try:
-                if kube.write_kubeconfig(pv.target_kubeconfig, text):
+                if kubeconfigs.write_kubeconfig(pv.target_kubeconfig, text):
                     pv.changed()
                     pv.say(f"wrote {pv.target_kubeconfig} (context {pv.target_context})")
             except kube.KubeError as exc:
@@ -145,12 +146,13 @@ def _same_cluster(pv):
 
 
 def _node_states(objects):
-    nodes = {name: kube.readiness(obj)[0] for (_ns, name), obj in objects.items()}
+    """kube.node_states, its state as the line the pivot prints."""
+    ready, nodes = kube.node_states(objects)
     if not nodes:
         return False, "Nodeless"
-    if all(nodes.values()):
+    if ready:
         return True, "Ready"
-    return False, "Pending: {} not Ready".format(", ".join(sorted(n for n, ready in nodes.items() if not ready)))
+    return False, "Pending: {} not Ready".format(", ".join(n["name"] for n in nodes if not n["ready"]))
 
 
 def wait_nodes(pv):

@@ -5,6 +5,7 @@ target, move fallbacks; rollback on failure."""
 
 from __future__ import annotations
 
+from ansible_collections.krops.platform.plugins.module_utils import capi
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (
     API_ERRORS,
@@ -70,7 +71,7 @@ def rollback(pv, before, error):
     after = None
     try:
         after = capi_objects(pv.source, pv.namespace, phase="move")
-        res = kube.cluster_resource(pv.source)
+        res = capi.cluster_resource(pv.source)
     except PivotError as exc:
         notes.append(f"could not re-list the kind cluster ({exc})")
     left = [k for k in before if k not in after] if after is not None else list(before)
@@ -168,10 +169,10 @@ def apply_fallbacks(pv):
 
 
 def unpause_target(pv):
-    res = kube.cluster_resource(pv.target)
+    res = capi.cluster_resource(pv.target)
     if res is None:
         return
-    for obj in kube.list_objects(pv.target, kube.api_version_of(res), "Cluster", pv.namespace):
+    for obj in kube.list_objects(pv.target, capi.api_version_of(res), "Cluster", pv.namespace):
         if (obj.get("spec") or {}).get("paused"):
             pv.changed()
             if not pv.check_mode:
@@ -183,7 +184,7 @@ def _excluded(pv):
     """Cluster-scoped CAPI objects on the source: `clusterctl move -n` does not cover them (fallbacks do)."""
     excluded = []
     try:
-        for res in kube.capi_resources(pv.source, namespaced=False):
+        for res in capi.capi_resources(pv.source, namespaced=False):
             for item in res.get().items:
                 excluded.append(kube.identity(item.to_dict()))
     except API_ERRORS:
@@ -200,9 +201,9 @@ def run(pv):
     if not before:
         on_target = (
             pv.target is not None
-            and kube.cluster_resource(pv.target) is not None
+            and capi.cluster_resource(pv.target) is not None
             and kube.get(
-                pv.target, kube.api_version_of(kube.cluster_resource(pv.target)), "Cluster", pv.mgmt, pv.namespace
+                pv.target, capi.api_version_of(capi.cluster_resource(pv.target)), "Cluster", pv.mgmt, pv.namespace
             )
             is not None
         )

@@ -5,6 +5,7 @@ the management Cluster exists (on the source, or already on the target)."""
 
 from __future__ import annotations
 
+from ansible_collections.krops.platform.plugins.module_utils import capi
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (
     API_ERRORS,
@@ -45,19 +46,19 @@ def run(pv):
                 phase,
                 f"the local registry {pv.boot.registry_name} does not serve {url}/v2/; start it (bootstrap role) before pivoting",
             )
-    res = kube.cluster_resource(pv.source)
+    res = capi.cluster_resource(pv.source)
     if res is None:
         raise PivotError(
             phase,
             f"the kind cluster (context {context}) does not serve cluster.x-k8s.io Cluster: "
             "Cluster API is not installed there; run the bootstrap first",
         )
-    if kube.get(pv.source, kube.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None and mgmt_on_target(pv):
+    if kube.get(pv.source, capi.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None and mgmt_on_target(pv):
         pv.say(f"Cluster {pv.namespace}/{pv.mgmt} is already on the target")
         return
     timeout = pv.options.get("mgmt_ready_timeout") or pv.env.mgmt_ready_timeout
     pv.say(f">>> waiting up to {timeout}s for Cluster {pv.namespace}/{pv.mgmt} on the kind cluster")
-    if pv.check_mode and kube.get(pv.source, kube.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None:
+    if pv.check_mode and kube.get(pv.source, capi.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None:
         raise PivotError(
             phase,
             f"Cluster {pv.namespace}/{pv.mgmt} does not exist on the kind cluster (check mode does not wait)",
@@ -68,7 +69,7 @@ def run(pv):
     def watch(limit):
         return kube.watch_until(
             pv.source,
-            kube.api_version_of(res),
+            capi.api_version_of(res),
             "Cluster",
             pv.namespace,
             lambda objs: ((pv.namespace, pv.mgmt) in objs, sorted(key[1] for key in objs)),

@@ -9,6 +9,7 @@ import base64
 import json
 import os
 
+from ansible_collections.krops.platform.plugins.module_utils import capi
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (
     API_ERRORS,
@@ -205,7 +206,7 @@ def decrypt_sops_secrets(pv):
 
 
 def _provider_docs(docs):
-    return [d for d in docs if kube.is_provider(d)]
+    return [d for d in docs if capi.is_provider(d)]
 
 
 def _provider_version(obj):
@@ -263,7 +264,7 @@ def check_provider_versions(pv):
     source = {}
     wanted = {entry["kind"] for entry in pv.result["providers"]}
     # Only kinds the source serves: asking a DynamicClient for an unknown kind re-runs discovery.
-    served = kube.provider_resources(pv.source, wanted)
+    served = capi.provider_resources(pv.source, wanted)
     for kind, res in sorted(served.items()):
         for item in res.get().items:
             obj = item.to_dict()

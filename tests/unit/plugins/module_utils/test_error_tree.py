@@ -1,8 +1,10 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
 """One error tree (issue 24): an AST walk of plugins/ that fails when a class name is defined twice, when an
-exception class does not derive (through its bases, followed by name) from errors.KropsError, or when a krops
-exception other than that root takes Exception itself as a base.
+exception class does not derive (through its bases, followed by name) from errors.KropsError through exactly one
+of the area classes errors.py defines (ConfigError, KubeError, ...), or when a krops exception other than that
+root takes Exception itself as a base. A second walk holds the modules to the one shell: no module catches an
+error to raise another, and only module_utils/shell.py calls fail_json.
 
 Classes defined in an ``except ImportError`` block stand in for a library's exceptions when it is missing
 (kubernetes, ansible-core) and are not krops errors; the names Ansible's plugin loader requires of every
@@ -69,6 +71,7 @@ def problems(sources):
                 out_names |= ancestors(base, (*trail, name))
         return out_names
 
+    areas = {name for name, where, _bases, _stand_in in found if where == ROOT[1] and name != ROOT[0]}
     for name, where, bases, stand_in in found:
         if stand_in:
             continue
@@ -81,8 +84,34 @@ def problems(sources):
             out.append(f"{where}: exception {name} does not derive from errors.{ROOT[0]}")
         elif {"Exception", "BaseException"} & set(bases):
             out.append(f"{where}: exception {name} takes Exception as a base; only errors.{ROOT[0]} does")
+        elif where == ROOT[1] and bases != [ROOT[0]]:
+            out.append(f"{where}: area {name} derives from {', '.join(bases)}; an area class derives from {ROOT[0]}")
+        elif where != ROOT[1] and len(lineage & areas) != 1:
+            found_areas = ", ".join(sorted(lineage & areas)) or "none"
+            out.append(f"{where}: exception {name} derives from areas {found_areas}; it takes one area of errors.py")
     if not any((name, where) == ROOT for name, where, _bases, _stand_in in found):
         out.append(f"no {ROOT[0]} in {ROOT[1]}")
+    return out
+
+
+def shell_problems(sources):
+    """Modules that catch an error to raise another (a handler with a raise in it) or call fail_json, and
+    module_utils files other than the shell that call fail_json: what the one module shell alone does."""
+    out = []
+    for where, text in sources.items():
+        tree = ast.parse(text, where)
+        module = where.startswith("modules/")
+        for node in ast.walk(tree):
+            if module and isinstance(node, ast.ExceptHandler) and any(isinstance(n, ast.Raise) for n in ast.walk(node)):
+                out.append(f"{where}:{node.lineno}: a module catches an error and raises another; let it through")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "fail_json"
+                and where != "module_utils/shell.py"
+                and where.startswith(("modules/", "module_utils/"))
+            ):
+                out.append(f"{where}:{node.lineno}: fail_json outside the module shell (module_utils/shell.py)")
     return out
 
 
@@ -94,9 +123,31 @@ def test_plugins_have_one_error_root_and_no_class_defined_twice():
     assert problems(_plugins()) == []
 
 
+def test_modules_leave_errors_to_the_one_shell():
+    assert shell_problems(_plugins()) == []
+
+
+def test_the_shell_walk_sees_a_translation_and_a_fail_json():
+    sources = {
+        "modules/a.py": "try:\n    run()\nexcept OSError as exc:\n    raise errors.ConfigError(str(exc))\n",
+        "modules/b.py": "try:\n    run()\nexcept KeyError:\n    value = None\nmodule.fail_json(msg='x')\n",
+        "module_utils/c.py": "module.fail_json(msg='x')\n",
+        "module_utils/shell.py": "module.fail_json(msg='x')\n",
+        "filter/d.py": "try:\n    run()\nexcept errors.KropsError as exc:\n    raise AnsibleFilterError(exc)\n",
+    }
+    assert shell_problems(sources) == [
+        "modules/a.py:3: a module catches an error and raises another; let it through",
+        "modules/b.py:5: fail_json outside the module shell (module_utils/shell.py)",
+        "module_utils/c.py:1: fail_json outside the module shell (module_utils/shell.py)",
+    ]
+
+
 def test_the_walk_sees_every_breach():
     sources = {
-        ROOT[1]: "class KropsError(Exception):\n    pass\nclass CloudError(KropsError):\n    pass\n",
+        ROOT[1]: (
+            "class KropsError(Exception):\n    pass\nclass CloudError(KropsError):\n    pass\n"
+            "class ToolError(KropsError):\n    pass\nclass Nested(CloudError):\n    pass\n"  # an area under an area
+        ),
         "module_utils/a.py": (
             "class Finding:\n    pass\n"
             "class SecondRoot(Exception):\n    pass\n"  # a second root
@@ -104,6 +155,8 @@ def test_the_walk_sees_every_breach():
             "class Stray(ValueError):\n    pass\n"  # an exception outside the tree
             "class Twice(KropsError, Exception):\n    pass\n"  # Exception itself as a base
             "try:\n    import lib\nexcept ImportError:\n    class ApiException(Exception):\n        pass\n"
+            "class Bare(KropsError):\n    pass\n"  # no area
+            "class Both(errors.CloudError, ToolError):\n    pass\n"  # two areas
         ),
         "module_utils/b.py": "class Finding:\n    pass\n",  # a name defined twice
         "action/x.py": "class ActionModule(Base):\n    pass\n",
@@ -111,9 +164,12 @@ def test_the_walk_sees_every_breach():
     }
     assert problems(sources) == [
         "class Finding is defined twice: module_utils/a.py and module_utils/b.py",
+        "module_utils/errors.py: area Nested derives from CloudError; an area class derives from KropsError",
         "module_utils/a.py: exception SecondRoot does not derive from errors.KropsError",
         "module_utils/a.py: exception Stray does not derive from errors.KropsError",
         "module_utils/a.py: exception Twice takes Exception as a base; only errors.KropsError does",
+        "module_utils/a.py: exception Bare derives from areas none; it takes one area of errors.py",
+        "module_utils/a.py: exception Both derives from areas CloudError, ToolError; it takes one area of errors.py",
     ]
     assert problems({"module_utils/a.py": "class A:\n    pass\n"}) == ["no KropsError in module_utils/errors.py"]
 

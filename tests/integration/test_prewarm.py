@@ -1,0 +1,238 @@
+"""The warm interpreter (tests/substrate/prewarm.py) runs a module as a fresh Python would.
+
+The suite's playbook runs hand their module processes to it; these tests hold it to what a plain
+`python AnsiballZ_x.py` does, so that no test passes because of it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import os
+import signal
+import subprocess
+import time
+import sys
+
+import pytest
+import yaml
+
+from tests.substrate import prewarm
+from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env
+
+# Each task shows one thing a module process takes from the run: its environment (the task's `environment:`
+# included), the folder it starts in, its arguments, its exit status and stderr, and the kubeconfig default that
+# the kubernetes client reads from KUBECONFIG when it is imported.
+PLAY = [
+    {
+        "hosts": "localhost",
+        "gather_facts": False,
+        "tasks": [
+            {"name": "env", "ansible.builtin.command": "printenv KROPS_PROBE", "environment": {"KROPS_PROBE": "task"}},
+            {"name": "cwd", "ansible.builtin.command": {"cmd": "pwd", "chdir": "/tmp"}},
+            {"name": "args", "ansible.builtin.command": {"argv": ["echo", "a b", "$HOME"]}},
+            {"name": "rc", "ansible.builtin.command": "sh -c 'echo out; echo err >&2; exit 3'", "ignore_errors": True},
+            {
+                "name": "kubeconfig default",
+                "krops.platform.capi_cluster_delete": {"context": "task-ctx", "request_timeout": 5},
+                "environment": {"KUBECONFIG": "{{ task_kubeconfig }}"},
+                "ignore_errors": True,
+            },
+            {
+                "name": "bad option",
+                "krops.platform.capi_cluster_delete": {"kubeconfig": "/x", "no_such_option": 1},
+                "ignore_errors": True,
+            },
+        ],
+    }
+]
+KEYS = ("rc", "stdout", "stderr", "msg", "failed", "changed", "cmd")
+
+
+def _kubeconfig(path, context):
+    """A kubeconfig whose one context points at a closed port."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": context, "context": {"cluster": "c", "user": "u"}}],
+                "current-context": context,
+            }
+        )
+    )
+    return str(path)
+
+
+def _run(tmp_path, side, warm):
+    """The play from tmp_path/side; the kubeconfigs (the same files for both sides) in tmp_path."""
+    kubeconfigs, tmp_path = tmp_path, tmp_path / side
+    tmp_path.mkdir()
+    play = tmp_path / "play.yml"
+    play.write_text(yaml.safe_dump(PLAY, sort_keys=False))
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "localhost": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                        }
+                    }
+                }
+            }
+        )
+    )
+    task_kubeconfig = _kubeconfig(kubeconfigs / "task.yaml", "task-ctx")
+    argv = [
+        str(VENV_BIN / "ansible-playbook"),
+        str(play),
+        "-i",
+        str(inventory),
+        "-e",
+        f"task_kubeconfig={task_kubeconfig}",
+    ]
+    env = playbook_env(
+        tmp_path,
+        {"KROPS_PROBE": "controller", "KUBECONFIG": _kubeconfig(kubeconfigs / "controller.yaml", "controller-ctx")},
+    )
+    if warm:
+        argv += ["-e", "ansible_python_interpreter=" + prewarm.start()]
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    output = json.loads(proc.stdout)
+    results = {}
+    for task in output["plays"][0]["tasks"]:
+        result = task["hosts"]["localhost"]
+        results[task["task"]["name"]] = {k: result[k] for k in KEYS if k in result}
+    return proc.returncode, results
+
+
+@pytest.mark.slow
+def test_a_module_run_through_the_warm_interpreter_gives_what_a_fresh_python_gives(tmp_path):
+    cold = _run(tmp_path, "cold", warm=False)
+    warm = _run(tmp_path, "warm", warm=True)
+    assert warm == cold
+    rc, results = cold
+    assert rc == 0
+    assert results["env"]["stdout"] == "task"
+    assert results["cwd"]["stdout"] == "/tmp"
+    assert results["args"]["stdout"] == "a b " + os.environ["HOME"]  # the command module expands variables
+    assert (results["rc"]["rc"], results["rc"]["stdout"], results["rc"]["stderr"]) == (3, "out", "err")
+    # the kubeconfig the client read is the task's KUBECONFIG (the controller's has no task-ctx), and the message
+    # names that file
+    assert results["kubeconfig default"]["msg"].startswith(
+        f"cluster at https://127.0.0.1:1 (context task-ctx in {tmp_path / 'task.yaml'}) does not answer: "
+    ), results["kubeconfig default"]["msg"]
+    assert "no_such_option" in results["bad option"]["msg"]
+
+
+def _import_time_environment_reads(names):
+    """(module, line) of every os.environ / os.getenv read that runs when one of the modules is imported."""
+    for name in names:
+        importlib.import_module(name)
+    found = []
+    for name, module in sorted(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if not path.endswith(".py") or "site-packages" not in path:
+            continue
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            try:
+                tree = ast.parse(handle.read())
+            except SyntaxError:
+                continue
+        stack = list(ast.iter_child_nodes(tree))
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue  # runs when called, in the module's own process
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("environ", "getenv")
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+            ):
+                found.append((name, node.lineno))
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+@pytest.mark.slow  # starts a Python process (the scan) or the server
+def test_every_import_time_read_of_the_environment_is_redone_in_the_child():
+    """A library that reads the environment when imported would keep the server's value: each such read must be
+    in IMPORT_TIME_ENV, which the child redoes with the run's environment."""
+    scan = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json; from tests.integration import test_prewarm as t; from tests.substrate import prewarm; "
+            "print(json.dumps(t._import_time_environment_reads(prewarm.PRELOAD)))",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )  # a fresh process: pytest's own modules are not the server's
+    reads = json.loads(scan.stdout)
+    assert reads, "the scan found nothing: it no longer sees kubernetes.config.kube_config's KUBECONFIG read"
+    assert sorted({module for module, _line in reads}) == sorted(
+        m for m in prewarm.IMPORT_TIME_ENV if m != "kubernetes.config"
+    ), reads
+
+
+def test_the_child_takes_the_runs_kubeconfig_default(monkeypatch):
+    import kubernetes.config
+
+    monkeypatch.setenv("KUBECONFIG", "/from/the/run")
+    monkeypatch.setattr(kubernetes.config, "KUBE_CONFIG_DEFAULT_LOCATION", "/from/the/server")
+    monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", "/from/the/server")
+    prewarm._redo_import_time_env()  # pylint: disable=protected-access
+    assert kubernetes.config.KUBE_CONFIG_DEFAULT_LOCATION == "/from/the/run"
+    assert kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION == "/from/the/run"
+
+
+@pytest.mark.slow  # starts a Python process (the scan) or the server
+def test_anything_but_an_ansiballz_file_runs_on_the_real_python(tmp_path):
+    client = prewarm.start()
+    proc = subprocess.run(
+        [client, "-c", "import sys; print(sys.executable, sys.argv[1:])", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout.strip()) == (0, f"{sys.executable} ['x']")
+
+
+@pytest.mark.slow  # starts a Python process (the scan) or the server
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_a_killed_client_takes_its_module_along(tmp_path, how):
+    """A killed run ends the client: the forked module must not live on. A SIGTERM (ansible's worker ending)
+    reaches the module, and the client ends by it, as a plain Python would."""
+    marker = tmp_path / "alive"
+    script = tmp_path / "AnsiballZ_sleep.py"
+    script.write_text(
+        "_ANSIBALLZ_WRAPPER = True\nimport os, time\n"
+        f"open({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen([prewarm.start(), str(script)])
+    for _attempt in range(200):
+        if marker.exists() and marker.read_text():
+            break
+        time.sleep(0.05)
+    child = int(marker.read_text())
+    os.kill(proc.pid, getattr(signal, how))
+    assert proc.wait(timeout=10) == -getattr(signal, how)
+    for _attempt in range(200):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the module process {child} outlived its client")

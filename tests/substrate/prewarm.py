@@ -1,0 +1,235 @@
+"""A warm interpreter for the test suite's playbook runs: module processes without the import bill.
+
+Every krops module that talks to Kubernetes spends about 0.9 s of its 1.2 s importing the kubernetes client
+(pydantic, google-auth, the generated models; docs/testing.md), and a lifecycle test runs hundreds of them.
+Here one server process per test process imports those libraries once; each module run then forks from it:
+
+- ansible runs ``<interpreter> AnsiballZ_x.py`` as always; the interpreter is this file's client (``client()``),
+  which hands the server its argv, environment, working directory and its stdin/stdout/stderr (SCM_RIGHTS);
+- the server forks; the child takes that environment and those descriptors and runs the same AnsiballZ file
+  with the same Python, as ``python FILE`` would (``__main__``, sys.argv, sys.path[0]); its exit status goes back
+  to the client, which exits with it;
+- the libraries' import-time reads of the environment are redone in the child (``IMPORT_TIME_ENV``);
+- a signal the client gets goes to the child, and a child whose client is gone kills itself, so ansible's task
+  timeout and a killed run stop the module as they would a plain one.
+
+Only the AnsiballZ files run this way (anything else the client execs the real Python for), and only where the
+test suite opts in: ``playbook_args()`` gives ``-e ansible_python_interpreter=<client>`` when KROPS_PREWARM is
+not ``0``. The product never sees it. What stays different: the module's parent process is the server, not
+ansible's worker, so a stand-in that kills "the run" by walking up the process tree (standins/common.py
+``kill_the_run``) cannot find it; tests that kill a run set KROPS_PREWARM=0.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import importlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+
+# The libraries krops' modules import; importing them is most of a module's cost.
+PRELOAD = (
+    "kubernetes",
+    "kubernetes.dynamic",
+    "kubernetes.config",
+    "kubernetes_validate",
+    "boto3",
+    "botocore.session",
+    "yaml",
+    "jsonschema",
+    "requests",
+    "google.auth.transport.requests",
+)
+# module -> {attribute: its value from the environment}: what a preloaded library reads from the environment at
+# import time, found by an AST scan of every module the preload imports (test_prewarm keeps this list complete).
+IMPORT_TIME_ENV = {
+    "kubernetes.config.kube_config": {
+        "KUBE_CONFIG_DEFAULT_LOCATION": lambda env: env.get("KUBECONFIG", "~/.kube/config"),
+    },
+    "kubernetes.config": {"KUBE_CONFIG_DEFAULT_LOCATION": lambda env: env.get("KUBECONFIG", "~/.kube/config")},
+    # only where awscrt is installed (botocore.compat reads it inside its `import awscrt.auth` try)
+    "botocore.compat": {
+        "HAS_CRT": lambda env: "awscrt.auth" in sys.modules and env.get("BOTO_DISABLE_CRT", "false").lower() != "true"
+    },
+}
+_SERVER = {}
+
+
+def enabled():
+    return os.environ.get("KROPS_PREWARM", "1") != "0"
+
+
+def playbook_args():
+    """Extra ansible-playbook arguments that route module runs through the warm server (none when disabled)."""
+    if not enabled():
+        return []
+    return ["-e", "ansible_python_interpreter=" + start()]
+
+
+def start():
+    """Start this process's server (once) and return the path of its client interpreter."""
+    if _SERVER.get("pid") == os.getpid():
+        return _SERVER["client"]
+    folder = tempfile.mkdtemp(prefix="krops-warm-", dir="/tmp")  # a unix socket path has at most 108 bytes
+    sock_path = os.path.join(folder, "s")
+    client = os.path.join(folder, "python")
+    with open(client, "w", encoding="utf-8") as handle:
+        handle.write(
+            f"#!{sys.executable} -IS\n"
+            "import sys\n"
+            f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+            "import prewarm_client\n"
+            f"prewarm_client.main({sock_path!r}, {sys.executable!r})\n"
+        )
+    os.chmod(client, 0o755)
+    ready_r, ready_w = os.pipe()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tests.substrate import prewarm; prewarm.serve(sys.argv[1], int(sys.argv[2]))",
+            sock_path,
+            str(ready_w),
+        ],
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        pass_fds=(ready_w,),
+        stdin=subprocess.DEVNULL,
+    )
+    os.close(ready_w)
+    with os.fdopen(ready_r, "rb") as ready:
+        if ready.read(1) != b"1":
+            raise RuntimeError("the warm interpreter did not start (see its stderr)")
+    _SERVER.update(pid=os.getpid(), client=client, proc=proc, folder=folder)
+    atexit.register(stop)
+    return client
+
+
+def stop():
+    proc = _SERVER.pop("proc", None)
+    if proc is not None and _SERVER.get("pid") == os.getpid():
+        proc.terminate()
+        proc.wait(timeout=10)
+    folder = _SERVER.pop("folder", None)
+    if folder:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# ---- the server ------------------------------------------------------------------------------------
+
+
+def serve(sock_path, ready_fd):
+    for name in PRELOAD:
+        importlib.import_module(name)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sock_path)
+    listener.listen(64)
+    os.write(ready_fd, b"1")
+    os.close(ready_fd)
+    while True:
+        conn, _address = listener.accept()
+        if os.fork() == 0:
+            listener.close()
+            _child(conn)  # never returns
+        conn.close()
+
+
+def _recv_request(conn):
+    fds = array.array("i")
+    header, ancdata, _flags, _addr = conn.recvmsg(8, socket.CMSG_LEN(3 * fds.itemsize))
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    (size,) = struct.unpack("!Q", header)
+    body = b""
+    while len(body) < size:
+        chunk = conn.recv(size - len(body))
+        if not chunk:
+            raise EOFError
+        body += chunk
+    return json.loads(body), list(fds)
+
+
+def _child(conn):
+    code = 1
+    try:
+        request, fds = _recv_request(conn)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for target, fd in zip((0, 1, 2), fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        _redo_import_time_env()
+        conn.sendall(struct.pack("!q", os.getpid()))
+        threading.Thread(target=_die_with_client, args=(conn,), daemon=True).start()
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own descriptors
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        code = _run_file(request["argv"])
+    except BaseException:  # pylint: disable=broad-except
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        try:
+            conn.sendall(struct.pack("!q", code))
+        except OSError:
+            pass
+        os._exit(code)
+
+
+def _run_file(argv):
+    import runpy
+
+    path = argv[0]
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(path))  # as `python FILE` puts the file's folder first
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exit_:
+        if exit_.code is None:
+            return 0
+        if isinstance(exit_.code, int):
+            return exit_.code
+        print(exit_.code, file=sys.stderr)
+        return 1
+    except BaseException:  # pylint: disable=broad-except
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _redo_import_time_env():
+    for module, attributes in IMPORT_TIME_ENV.items():
+        loaded = sys.modules.get(module)
+        for attribute, value in attributes.items() if loaded is not None else ():
+            setattr(loaded, attribute, value(os.environ))
+
+
+def _die_with_client(conn):
+    """The client went away (killed with its run): so does this module."""
+    try:
+        while conn.recv(1):
+            pass
+    except OSError:
+        pass
+    os.kill(os.getpid(), signal.SIGKILL)
