@@ -430,7 +430,7 @@ def derive(root, renderer=None, config_file=None):
     except krops_config.ConfigError as exc:
         raise AirgapError(str(exc))
     lock = load_lock(root)
-    boot_cfg = cfg.data["bootstrap"]
+    boot_cfg = cfg.bootstrap
     inv = Inventory()
     inv.lock = lock
     sources = {}
@@ -499,9 +499,9 @@ def derive(root, renderer=None, config_file=None):
             if custom:
                 inv.add(custom, "host", origin)
     inv.in_workload = False
-    boot = cfg.data["bootstrap"]
+    boot = cfg.bootstrap
     for pin_key, chart in BOOTSTRAP_CHARTS.items():
-        version = cfg.data["charts"].get(pin_key)
+        version = cfg.charts.pin(pin_key)
         _chart(
             inv,
             chart,
@@ -510,8 +510,8 @@ def derive(root, renderer=None, config_file=None):
             "bootstrap.toml",
             {"kind": "charts", "metadata": {"name": pin_key}},
         )
-    if boot.get("kind-node-image"):
-        inv.add(boot["kind-node-image"], "host", "bootstrap.toml [bootstrap] kind-node-image")
+    if boot.kind_node_image:
+        inv.add(boot.kind_node_image, "host", "bootstrap.toml [bootstrap] kind-node-image")
     for image in HOST_IMAGES:
         inv.add(image, "host", "CAPD load balancer")
     inv.add(_registry_image(root), "host", f"{REGISTRY_DEFAULTS} bootstrap_registry_image")
@@ -533,7 +533,7 @@ def _proxy_problem(inv, boot, directory, obj, spec):
             _ident(obj),
             "HelmChartProxy chart {}/{} is pulled by the CAAPH controller, "
             "which the Zarf agent does not rewrite: point repoURL at the local registry {}".format(
-                spec.get("repoURL"), spec.get("chartName"), boot["registry-name"]
+                spec.get("repoURL"), spec.get("chartName"), boot.registry_name
             ),
         )
     )
@@ -542,9 +542,7 @@ def _proxy_problem(inv, boot, directory, obj, spec):
 def _local(boot, url):
     """Whether an oci:// URL names the local registry (served on the host and on the kind network)."""
     url = str(url or "")
-    return url.startswith("oci://{}:".format(boot["registry-name"])) or url.startswith(
-        "oci://{}/".format(boot["registry-name"])
-    )
+    return url.startswith(f"oci://{boot.registry_name}:") or url.startswith(f"oci://{boot.registry_name}/")
 
 
 def _offline_source(inv, boot, directory, obj, spec):
@@ -564,7 +562,7 @@ def _offline_source(inv, boot, directory, obj, spec):
                 _ident(obj),
                 "{} {} is applied in a workload cluster, where no Zarf agent "
                 "rewrites it and nothing outside the local registry {} is reachable offline".format(
-                    obj.get("kind"), url, boot["registry-name"]
+                    obj.get("kind"), url, boot.registry_name
                 ),
             )
         )
@@ -655,9 +653,7 @@ def load_lock(root):
 def provider_artifact(boot, ptype, name, version):
     """<registry name>:<container port>/capi-providers/<type>-<name>:<version>: the provider's artifact in
     the local registry, as the kind cluster's pods reach it."""
-    return "{}:{}/{}/{}-{}:{}".format(
-        boot["registry-name"], boot.get("registry-container-port", 5000), PROVIDER_REPOSITORY, ptype, name, version
-    )
+    return f"{boot.registry_name}:{boot.registry_container_port}/{PROVIDER_REPOSITORY}/{ptype}-{name}:{version}"
 
 
 def provider_entry(boot, kind, name, version):
@@ -740,7 +736,7 @@ def with_fetch_config(obj, entry):
 
 def packed_chart_repository(boot):
     """<registry name>:<container port>/charts: where the packed charts are, as the kind network reaches them."""
-    return "{}:{}/{}".format(boot["registry-name"], boot.get("registry-container-port", 5000), CHART_REPOSITORY)
+    return f"{boot.registry_name}:{boot.registry_container_port}/{CHART_REPOSITORY}"
 
 
 def _layout_tar(files):

@@ -54,7 +54,7 @@ def fetch_charts(root, inv, download=None):
     download = download or _download
     root = os.path.abspath(root)
     lock = load_lock(root)
-    boot = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={}).data["bootstrap"]
+    boot = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={}).bootstrap
     problems, written = [], []
     packed = {c: archive for c, (_component, _index, archive) in PACKED_CHARTS.items()}
     packed.update({c: archive for c, (_source, _index, archive) in WORKLOAD_CHARTS.items()})

@@ -123,7 +123,7 @@ class _Staging:
                 cfg = krops_config.load(path=os.path.join(self.root, krops_config.DEFAULT_FILE), environ={})
             except krops_config.ConfigError as exc:
                 raise AirgapError(f"the offline configuration needs the local registry's name: {exc}")
-            self._boot = cfg.data["bootstrap"]
+            self._boot = cfg.bootstrap
         return self._boot
 
     def note(self, doc):

@@ -59,7 +59,7 @@ HOST_ARCHIVE = "build/host-images.tar"
 
 def config_repository(boot):
     """<registry name>:<container port>/<repository>: where the kind network reaches the local registry."""
-    return "{}:{}/{}".format(boot["registry-name"], boot.get("registry-container-port", 5000), boot["oci-repository"])
+    return f"{boot.registry_name}:{boot.registry_container_port}/{boot.oci_repository}"
 
 
 def _kind_components():
@@ -158,9 +158,7 @@ def _chart_components(inv, boot, images):
             "description": "the krops configuration (mgmt/ and workload/) as the OCI artifact Flux syncs, and the "
             "images its own manifests run",
             "images": images("krops-config"),
-            "imageArchives": [
-                {"path": CONFIG_ARCHIVE, "images": ["{}:{}".format(config_repository(boot), boot["oci-tag"])]}
-            ],
+            "imageArchives": [{"path": CONFIG_ARCHIVE, "images": [f"{config_repository(boot)}:{boot.oci_tag}"]}],
         },
         {
             "name": "flux",
@@ -261,7 +259,7 @@ def zarf_package(inv, boot):
                 "description": "repository of the krops configuration artifact (the local registry's "
                 "name on the kind network), rewritten by the Zarf agent",
             },
-            {"name": "CONFIG_TAG", "value": boot["oci-tag"]},
+            {"name": "CONFIG_TAG", "value": boot.oci_tag},
         ],
         "components": components,
     }
@@ -493,7 +491,7 @@ def write(root, inv):
     cfg = krops_config.load(path=os.path.join(root, krops_config.DEFAULT_FILE), environ={})
     outputs = (
         (INVENTORY, format_inventory(inv)),
-        (ZARF_FILE, format_zarf(inv, cfg.data["bootstrap"])),
+        (ZARF_FILE, format_zarf(inv, cfg.bootstrap)),
         (PROVIDER_LOCK, format_provider_lock(inv, load_provider_lock(root))),
     ) + tuple((values_file(chart), format_values(inv, chart)) for chart in sorted(CHART_IMAGE_VALUES))
     for rel, text in outputs:

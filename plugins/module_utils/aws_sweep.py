@@ -110,17 +110,13 @@ def environment_targets(cfg, name, include_management=True):
     """Every cluster of environment ``name`` with its region: each aws-workloads entry in its own region,
     the management cluster in the environment's mgmt-region (checked by the loader)."""
     env = cfg.environment(name)
-    teardown = env.get("teardown") or {}
-    workloads = teardown.get("aws-workloads") or []
-    targets = [
-        Target(w["cluster-name"], w["region"], w["eks-cluster-name"], w.get("rds-instance", "")) for w in workloads
-    ]
+    targets = [Target(w.cluster_name, w.region, w.eks_cluster_name, w.rds_instance) for w in env.teardown.aws_workloads]
     if include_management:
         targets.append(
             Target(
-                env["mgmt-cluster"],
-                env.get("mgmt-region") or "",
-                teardown.get("mgmt-eks-cluster-name", ""),
+                env.mgmt_cluster,
+                env.mgmt_region,
+                env.teardown.mgmt_eks_cluster_name,
                 "",
                 role="management",
             )
@@ -138,7 +134,7 @@ def targets_from_config(cfg, environment=None, include_management=True, regions=
             "(valid: {})".format(
                 name,
                 cfg.path,
-                env["kind"],
+                env.platform,
                 ", ".join(n for n in cfg.environment_names if profiles.of(cfg.environment(n)).cloud == "aws") or "none",
             )
         )
@@ -289,7 +285,6 @@ class Sweep:
         budget=None,
         resume=None,
     ):
-        teardown = cfg.data.get("teardown") or {}
         self.conn = conn
         self.cfg = cfg
         self.environment = environment
@@ -302,9 +297,9 @@ class Sweep:
         self.ownership = ownership.AwsOwnership(
             environment, {t.cluster: t.names for t in targets}, environment_tag_owns=whole
         )
-        globals_ = ownership.effective_globals(cfg.data, environment)
-        self.bucket_pattern = teardown.get("s3-bucket-pattern") or "krops-{account_id}-{cluster_name}-data"
-        self.global_roles = teardown.get("global-iam-roles") or []
+        globals_ = ownership.effective_globals(cfg, environment)
+        self.bucket_pattern = cfg.teardown.s3_bucket_pattern
+        self.global_roles = list(cfg.teardown.global_iam_roles)
         self.global_users = globals_["iam-user"]
         self.stack_name = (globals_["cloudformation-stack"] or [""])[0]
         self.sweep_global_users = sweep_global_users
@@ -837,7 +832,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
         sleep=sleep,
         progress=progress,
     )
-    accounts = cfg.environment(environment).get("accounts") or []
+    accounts = cfg.environment(environment).accounts
     if accounts:
         return run_accounts(conn, accounts, targets, all_regions, started, resume, **job)
     if params.get("account_id") and resume is None:  # before any listing or deletion (contract.caller_account)
@@ -975,7 +970,7 @@ def sweep_account(
 
 def session_name(account, environment):
     r"""The RoleSessionName: the account's session-name, else krops-<environment>-sweep (2-64 of [\w+=,.@-])."""
-    return account.get("session-name") or ("krops-%s-sweep" % environment)[:64]
+    return account.session_name or ("krops-%s-sweep" % environment)[:64]
 
 
 def assume_role(base, account, environment, region):
@@ -986,30 +981,27 @@ def assume_role(base, account, environment, region):
     The account is read from the answer's AssumedRoleUser ARN, which STS documents as the ARN of the temporary
     credentials it returns (arn:<partition>:sts::<account>:assumed-role/<role>/<session>): that is the one identity
     proof per account, so no GetCallerIdentity follows (docs/upstream-facts.md, "STS AssumeRole")."""
-    args = dict(RoleArn=account["role-arn"], RoleSessionName=session_name(account, environment))
-    if account.get("external-id"):
-        args["ExternalId"] = account["external-id"]
-    if account.get("duration"):
-        args["DurationSeconds"] = account["duration"]
+    args = dict(RoleArn=account.role_arn, RoleSessionName=session_name(account, environment))
+    if account.external_id:
+        args["ExternalId"] = account.external_id
+    if account.duration:
+        args["DurationSeconds"] = account.duration
     try:
         answer = aws.call(base.client("sts", region), "assume_role", **args)
         found = answer["Credentials"]
         identity = (answer.get("AssumedRoleUser") or {}).get("Arn") or ""
     except (ClientError, BotoCoreError, KeyError, TypeError) as exc:
         raise aws.AwsError(
-            "account {}: cannot assume role {} (sts assume-role in {}): {}; check that the role exists, that its "
-            "trust policy lets the caller assume it (and the external-id, when it asks for one) and that the "
-            "caller may call sts:AssumeRole".format(
-                account["account-id"], account["role-arn"], region, aws.error_message(exc)
-            )
+            f"account {account.account_id}: cannot assume role {account.role_arn} (sts assume-role in {region}): "
+            f"{aws.error_message(exc)}; check that the role exists, that its trust policy lets the caller assume it "
+            "(and the external-id, when it asks for one) and that the caller may call sts:AssumeRole"
         )
     parts = str(identity).split(":", 5)
     if len(parts) < 6 or parts[2] != "sts" or not parts[5].startswith("assumed-role/"):
         raise aws.AwsError(
-            "account {}: sts assume-role of {} in {} answered AssumedRoleUser {!r}, not an assumed-role ARN, so the "
-            "account of its credentials is unknown; check the endpoint (endpoint_url, AWS_ENDPOINT_URL)".format(
-                account["account-id"], account["role-arn"], region, identity
-            )
+            f"account {account.account_id}: sts assume-role of {account.role_arn} in {region} answered AssumedRoleUser "
+            f"{identity!r}, not an assumed-role ARN, so the account of its credentials is unknown; check the endpoint "
+            "(endpoint_url, AWS_ENDPOINT_URL)"
         )
     session = aws.Connection(
         endpoint_url=base.endpoint_url,
@@ -1024,7 +1016,7 @@ def assume_role(base, account, environment, region):
 def account_targets(account, targets):
     """The targets swept in an account: its clusters (every cluster when it names none) in its regions (every
     region when it names none)."""
-    regions, clusters = account.get("regions") or [], account.get("clusters") or []
+    regions, clusters = account.regions, account.clusters
     return [t for t in targets if (not regions or t.region in regions) and (not clusters or t.cluster in clusters)]
 
 
@@ -1056,7 +1048,7 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
     params, environment = job["params"], job["environment"]
     if resume is not None:
         raise SweepError("_sweep_state is internal to the action plugin's steps; a sweep of several accounts has none")
-    configured = [a["account-id"] for a in accounts]
+    configured = [a.account_id for a in accounts]
     wanted = params.get("account_id")
     if wanted:
         if wanted not in configured:
@@ -1064,7 +1056,7 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
                 "account_id {} is not an account of environment {} (its accounts: {}); name one of them, or leave "
                 "account_id out to sweep them all".format(wanted, environment, ", ".join(configured))
             )
-        accounts = [a for a in accounts if a["account-id"] == wanted]
+        accounts = [a for a in accounts if a.account_id == wanted]
     workers = params.get("concurrency") or ACCOUNTS_AT_ONCE
 
     def prove(account):
@@ -1077,7 +1069,7 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
         except aws.AwsError as exc:
             text = str(exc)
             if not text.startswith("account "):
-                text = f"account {account['account-id']}: {text}"
+                text = f"account {account.account_id}: {text}"
             return account, mine, None, None, text
         return account, mine, session, actual, None
 
@@ -1085,19 +1077,18 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
     # the first mismatch named is always the same one)
     plans = _in_order(prove, accounts, workers)
     for account, dummy, session, actual, dummy in plans:
-        if session is not None and actual != account["account-id"]:
+        if session is not None and actual != account.account_id:
             raise SweepError(
-                "account {} (role {}): the assumed role's credentials belong to account {} (the AssumedRoleUser ARN "
-                "of sts assume-role), not {}; nothing was listed or deleted in any account; fix role-arn or "
-                "account-id of that [[environments.{}.accounts]] table".format(
-                    account["account-id"], account["role-arn"], actual, account["account-id"], environment
-                )
+                f"account {account.account_id} (role {account.role_arn}): the assumed role's credentials belong to "
+                f"account {actual} (the AssumedRoleUser ARN of sts assume-role), not {account.account_id}; nothing was "
+                f"listed or deleted in any account; fix role-arn or account-id of that "
+                f"[[environments.{environment}.accounts]] table"
             )
     hook = job["progress"]
 
     def sweep_one(plan):
         account, mine, session, dummy, failure = plan
-        account_id = account["account-id"]
+        account_id = account.account_id
         if not mine:
             entry = _empty_account(account, environment, job["mode"])
             entry["warnings"].append(f"account {account_id}: no target of the sweep is in its regions; skipped")
@@ -1120,7 +1111,7 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
                         "error": f"account {account_id}: sweep stopped: {aws.error_message(exc)}",
                     }
                 )
-        entry["role_arn"] = account["role-arn"]
+        entry["role_arn"] = account.role_arn
         entry["failed"] = bool(entry["leftovers"] or entry["errors"])
         if entry["msg"] == NOTHING_SWEPT and entry["errors"]:
             prefix = f"account {account_id}: "
@@ -1144,8 +1135,8 @@ def _empty_account(account, environment, mode):
     entry = {
         "changed": False,
         "environment": environment,
-        "account_id": account["account-id"],
-        "regions": list(account.get("regions") or []),
+        "account_id": account.account_id,
+        "regions": list(account.regions),
         "targets": [],
         "results": [],
         "plan": [],

@@ -90,35 +90,35 @@ def git_ref(ref):
 
 def in_cluster_registry(boot):
     """<registry-name>:<registry-container-port>: the local registry as pods on the kind network reach it."""
-    return "{}:{}".format(boot["registry-name"], boot["registry-container-port"])
+    return f"{boot.registry_name}:{boot.registry_container_port}"
 
 
 def sync_settings(cfg, environment, sync_url=None, sync_ref=None):
     """{kind, url, ref, path, pull_secret, insecure, flux_version} of the FluxInstance sync for an environment."""
-    boot = cfg.data["bootstrap"]
+    boot = cfg.bootstrap
     env = cfg.environment(environment)
     if krops_config.git_url_has_credentials(sync_url):
         raise FluxError("sync_url " + krops_config.GIT_URL_CREDENTIALS)
-    if env["sync"] == "oci":
-        url = sync_url or "oci://{}/{}".format(in_cluster_registry(boot), boot["oci-repository"])
+    if env.sync == "oci":
+        url = sync_url or f"oci://{in_cluster_registry(boot)}/{boot.oci_repository}"
         return {
             "kind": "OCIRepository",
             "url": url,
-            "ref": sync_ref or boot["oci-tag"],
-            "path": env["sync-path"],
+            "ref": sync_ref or boot.oci_tag,
+            "path": env.sync_path,
             "pull_secret": None,
             # The local registry speaks plain HTTP; any other OCI URL keeps TLS.
             "insecure": url.startswith(f"oci://{in_cluster_registry(boot)}/"),
-            "flux_version": boot["flux-version"],
+            "flux_version": boot.flux_version,
         }
     return {
         "kind": "GitRepository",
-        "url": sync_url or boot["git-url"],
-        "ref": git_ref(sync_ref or boot["git-branch"]),
-        "path": env["sync-path"],
-        "pull_secret": boot["github-pat-secret"],
+        "url": sync_url or boot.git_url,
+        "ref": git_ref(sync_ref or boot.git_branch),
+        "path": env.sync_path,
+        "pull_secret": boot.github_pat_secret,
         "insecure": False,
-        "flux_version": boot["flux-version"],
+        "flux_version": boot.flux_version,
     }
 
 
@@ -621,7 +621,7 @@ def _public_rows(rows):
 
 
 def default_timeout(cfg, environment):
-    return profiles.reconcile_timeout(cfg.data, cfg.environment(environment))
+    return profiles.reconcile_timeout(cfg, cfg.environment(environment))
 
 
 def read_age_key(path):
@@ -650,9 +650,9 @@ def handoff(params, check_mode=False, helm=None, environ=None):
     environ = os.environ if environ is None else environ
     cfg = krops_config.load(params.get("config_file"), environ=environ, environment=params.get("environment"))
     environment = cfg.selected
-    boot = cfg.data["bootstrap"]
+    boot = cfg.bootstrap
     env = cfg.environment(environment)
-    namespace = boot["flux-namespace"]
+    namespace = boot.flux_namespace
     scope = params.get("scope") or "all"
     phase = params.get("_phase") or "all"
     target = kube.describe_target(params.get("kubeconfig"), params.get("context"))
@@ -770,7 +770,7 @@ def _timeout_message(result, total, target, namespace):
 
 
 def _setup(params, cfg, env, environment, namespace, scope, client, writer, result, helm, target):
-    boot = cfg.data["bootstrap"]
+    boot = cfg.bootstrap
     sync = sync_settings(cfg, environment, params.get("sync_url"), params.get("sync_ref"))
     result["sync"] = dict(sync)
     if scope == "all" and params.get("install_operator", True):
@@ -778,24 +778,24 @@ def _setup(params, cfg, env, environment, namespace, scope, client, writer, resu
         result["operator"] = install_operator(
             helm,
             namespace,
-            cfg.data["charts"]["flux-operator"],
+            cfg.charts.flux_operator,
             helm_kube_args(params.get("kubeconfig"), params.get("context")),
             writer,
         )
     # Namespaces (the chart creates the Flux one; the pivot may skip the chart).
     sops_namespaces = params.get("sops_namespaces")
     if sops_namespaces is None:
-        sops_namespaces = [namespace, boot["mgmt-namespace"]]
+        sops_namespaces = [namespace, boot.mgmt_namespace]
     sops_namespaces = list(dict.fromkeys([namespace] + list(sops_namespaces)))
     age_text = read_age_key(params["age_key_file"]) if params.get("age_key_file") else None
     for ns in dict.fromkeys([namespace] + (sops_namespaces if age_text else [])):
         writer.namespace(ns)
 
-    existing = kube.get(client, "v1", "ConfigMap", boot["run-configmap"], namespace)
-    tags = run_tags((existing or {}).get("data"), params.get("run_tags"), environment, boot["run-ttl"])
+    existing = kube.get(client, "v1", "ConfigMap", boot.run_configmap, namespace)
+    tags = run_tags((existing or {}).get("data"), params.get("run_tags"), environment, boot.run_ttl)
     tags.update(ownership.gcp_run_labels(tags))  # GCP label values allow no upper case, ":" or "@"
     result["run_tags"] = tags
-    writer.config_map(namespace, boot["run-configmap"], tags)
+    writer.config_map(namespace, boot.run_configmap, tags)
 
     if sync["pull_secret"]:
         token = params.get("github_token")
@@ -806,10 +806,10 @@ def _setup(params, cfg, env, environment, namespace, scope, client, writer, resu
                     environment, sync["url"], namespace, sync["pull_secret"]
                 )
             )
-        writer.secret(namespace, sync["pull_secret"], {"username": boot["github-user"], "password": token})
+        writer.secret(namespace, sync["pull_secret"], {"username": boot.github_user, "password": token})
     if age_text:
         for ns in sops_namespaces:
-            writer.secret(ns, boot["sops-age-secret"], {AGE_KEY: age_text})
+            writer.secret(ns, boot.sops_age_secret, {AGE_KEY: age_text})
     result["sops_namespaces"] = sops_namespaces if age_text else []
     if scope == "all":
         writer.fluxinstance(namespace, sync)

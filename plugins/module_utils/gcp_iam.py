@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import urllib.parse
 
-from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import config_names
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils.errors import CloudError
 from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown import (
@@ -16,8 +16,8 @@ from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown impo
 )
 
 
-GCP_PROVIDER_NAME = krops_config.GCP_WIF_PROVIDER_NAME
-GCP_ACCOUNT_ID = krops_config.GCP_SERVICE_ACCOUNT_ID
+GCP_PROVIDER_NAME = config_names.GCP_WIF_PROVIDER_NAME
+GCP_ACCOUNT_ID = config_names.GCP_SERVICE_ACCOUNT_ID
 
 
 def gcp_iam_refusals(cfg, env, accounts, providers):
@@ -33,7 +33,7 @@ def gcp_iam_refusals(cfg, env, accounts, providers):
             "providers against the tree before it deletes any (run it from the krops checkout)"
         )
     objects = _tree_objects(top)
-    declared = ownership.gcp_iam_declared(objects, env.get("post-kind-create-hook"))
+    declared = ownership.gcp_iam_declared(objects, env.post_kind_create_hook)
     refused = [m for dummy, refuse, m in ownership.gcp_iam_problems(accounts, providers, declared) if refuse]
     if refused:
         raise CloudError(

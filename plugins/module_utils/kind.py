@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
     HAS_YAML = False
 
 from ansible_collections.krops.platform.plugins.module_utils import cli, errors, kube, kubeconfigs, ownership
-from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
+from ansible_collections.krops.platform.plugins.module_utils import config_names
 
 KIND_API_VERSION = "kind.x-k8s.io/v1alpha4"
 CERTS_DIR = "/etc/containerd/certs.d"
@@ -80,11 +80,11 @@ class KindError(errors.ToolError):
 def check_name(name):
     """KindError unless ``name`` satisfies kind's cluster-name rule (the one the loader checks kind-cluster
     against): checked before any kind command runs, so that a bad name never reaches kind."""
-    if isinstance(name, str) and len(name) <= krops_config.KIND_NAME_MAX and krops_config._KIND_NAME.match(name):
+    if isinstance(name, str) and len(name) <= config_names.KIND_NAME_MAX and config_names.KIND_NAME.match(name):
         return name
     shown = repr(name) if len(str(name)) <= 60 else f"{str(name)[:60]!r}... ({len(str(name))} characters)"
     raise KindError(
-        f"kind cluster name {shown} is not a kind cluster name: at most {krops_config.KIND_NAME_MAX} characters of "
+        f"kind cluster name {shown} is not a kind cluster name: at most {config_names.KIND_NAME_MAX} characters of "
         "a-z, 0-9, '.' and '-' (kind's cluster-name rule); give name= such a name"
     )
 

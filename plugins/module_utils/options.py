@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.krops.platform.plugins.module_utils import config as c
+from ansible_collections.krops.platform.plugins.module_utils import config_names as c
+from ansible_collections.krops.platform.plugins.module_utils import config_schema
 from ansible_collections.krops.platform.plugins.module_utils import contract as k
 
-MAX_TIMEOUT = c.MAX_TIMEOUT
+MAX_TIMEOUT = config_schema.MAX_TIMEOUT
 TEXT = k.text()
 PATH = k.text(4096, "a path")
-ENVIRONMENT = c._DNS_LABEL_NAME  # pylint: disable=protected-access  # an [environments.<name>] key
-DNS_LABEL = c._DNS_LABEL_NAME  # pylint: disable=protected-access
-K8S_NAME = c._DNS_SUBDOMAIN_NAME  # pylint: disable=protected-access  # a Secret, ConfigMap, Deployment or HelmRelease name
+ENVIRONMENT = c.DNS_LABEL_NAME  # an [environments.<name>] key
+DNS_LABEL = c.DNS_LABEL_NAME
+K8S_NAME = c.DNS_SUBDOMAIN_NAME  # a Secret, ConfigMap, Deployment or HelmRelease name
 GIT_REF = c.git_ref
 TIMEOUT = k.number(0, MAX_TIMEOUT, integer=True)
 POSITIVE_TIMEOUT = k.number(1, MAX_TIMEOUT, integer=True)
@@ -37,7 +38,7 @@ TENANT = k.segment(
     re.compile(r"^(?:[0-9a-fA-F-]{36}|[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9-]{1,63})+)$"),
     "an Azure tenant: its GUID or domain such as contoso.onmicrosoft.com",
 )
-AZURE_GROUP = c._AZURE_GROUP  # pylint: disable=protected-access
+AZURE_GROUP = c.AZURE_GROUP
 # Arc connected cluster and user-assigned identity names (ARM: letters, digits, '-', '_', 1-63 / 3-128).
 ARC_NAME = k.segment(
     re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$"),
@@ -53,7 +54,7 @@ FEDERATED_NAME = k.segment(
 )
 # A CRD's group/version: the group a DNS-1123 subdomain, the version a DNS-1035 label (what apiextensions
 # requires of spec.group and spec.versions[].name).
-_DNS1123_SUBDOMAIN = c._DNS_SUBDOMAIN  # pylint: disable=protected-access
+_DNS1123_SUBDOMAIN = c.DNS_SUBDOMAIN
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -75,17 +76,17 @@ GKE_CLUSTER = k.segment(
     re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$"),
     "a GKE cluster name: 1 to 40 lowercase letters, digits and '-', starting with a letter",
 )
-REGION = c._matching(c._REGION, "an AWS region name such as eu-north-1", limit=32)  # pylint: disable=protected-access
+REGION = c.AWS_REGION
 ACCOUNT_ID = k.segment(re.compile(r"^[0-9]{12}$"), "a 12-digit AWS account id")
 # A Git revision given to `git rev-parse`: never an option (leading '-'), no spaces or control characters.
 REVISION = k.segment(
     re.compile(r"^(?!-)[A-Za-z0-9._@^~{}+-]{1,255}$"), "a Git revision (a branch, tag or commit; no leading '-')"
 )
 REVISION_TEXT = k.text(255, "a revision such as main@sha1:<commit>")
-KIND_NAME = c._KIND_CLUSTER  # pylint: disable=protected-access
-OCI_REPO = c._OCI_REPO  # pylint: disable=protected-access
-OCI_TAG = c._OCI_REF  # pylint: disable=protected-access
-GIT_URL = c._GIT_URL_FORM  # pylint: disable=protected-access
+KIND_NAME = c.KIND_CLUSTER
+OCI_REPO = c.OCI_REPO
+OCI_TAG = c.OCI_REF
+GIT_URL = c.GIT_URL_FORM
 # An OCI registry as oci_artifact_push takes it: host[:port], no scheme (https, or http with insecure=true)
 OCI_REGISTRY = k.segment(
     re.compile(
@@ -105,7 +106,7 @@ SA_PATTERN = k.segment(
 DEADLINE = k.number(1, 24 * 3600, what="a number of seconds from 1 to 86400")
 MEMORY = k.number(64 * 1024**2, 1024**4, integer=True, what="a number of bytes from 64 MiB to 1 TiB")
 
-KUBE = {"kubeconfig": PATH, "context": c._CONTEXT, "host": HTTPS, "proxy": k.url(http="any", what="a proxy URL")}  # pylint: disable=protected-access
+KUBE = {"kubeconfig": PATH, "context": c.CONTEXT, "host": HTTPS, "proxy": k.url(http="any", what="a proxy URL")}
 AWS = {"profile": TEXT, "endpoint_url": HTTPS}
 
 OPTIONS = {
@@ -170,9 +171,9 @@ OPTIONS = {
     "crossplane_irsa_role": dict(
         AWS,
         environment=ENVIRONMENT,
-        eks_cluster=c._EKS,  # pylint: disable=protected-access
+        eks_cluster=c.EKS,
         region=REGION,
-        role_name=c._IAM,  # pylint: disable=protected-access
+        role_name=c.IAM,
         namespace=DNS_LABEL,
         service_accounts=k.unique(SA_PATTERN),
     ),
@@ -183,7 +184,7 @@ OPTIONS = {
     "capi_pivot": dict(
         KUBE,
         source_kubeconfig=PATH,
-        source_context=c._CONTEXT,  # pylint: disable=protected-access
+        source_context=c.CONTEXT,
         target_kubeconfig=PATH,
         environment=ENVIRONMENT,
         config_file=PATH,
@@ -216,10 +217,10 @@ OPTIONS = {
         "environment": ENVIRONMENT,
         "config_file": PATH,
         "project": GCP_PROJECT,
-        "networks": k.unique(c._GCP_NETWORK),  # pylint: disable=protected-access
+        "networks": k.unique(c.GCP_NETWORK),
         "clusters": k.unique(GKE_CLUSTER),
-        "service_accounts": k.unique(c._GCP_SERVICE_ACCOUNT),  # pylint: disable=protected-access
-        "workload_identity_providers": k.unique(c._GCP_WIF_PROVIDER),  # pylint: disable=protected-access
+        "service_accounts": k.unique(c.GCP_SERVICE_ACCOUNT),
+        "workload_identity_providers": k.unique(c.GCP_WIF_PROVIDER),
         "base_url": HTTPS,
         "wait_timeout": TIMEOUT,
         "poll_interval": POLL,
@@ -277,7 +278,7 @@ OPTIONS = {
     "teardown_host": dict(
         KUBE,
         mgmt_kubeconfig=PATH,
-        mgmt_context=c._CONTEXT,  # pylint: disable=protected-access
+        mgmt_context=c.CONTEXT,
         environment=ENVIRONMENT,
         config_file=PATH,
         timeout=POSITIVE_TIMEOUT,

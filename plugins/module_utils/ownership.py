@@ -142,19 +142,16 @@ def aws_account_global(cfg, environment, kind, name):
         env = cfg.environment(env_name)
         if profiles.of(env).cloud != "aws":
             continue
-        if name in effective_globals(cfg.data, env_name)[kind]:
+        if name in effective_globals(cfg, env_name)[kind]:
             others.append(env_name)
     return others
 
 
-def effective_globals(data, environment):
+def effective_globals(cfg, environment):
     """{'iam-user': [...], 'cloudformation-stack': [...]} an environment names (own table, else [teardown])."""
-    top = data.get("teardown") or {}
-    own = data["environments"][environment].get("teardown") or {}
-    users = own.get("global-iam-users")
-    stack = own.get("cfn-stack-name")
-    users = top.get("global-iam-users") or [] if users is None else users
-    stack = top.get("cfn-stack-name") or "" if stack is None else stack
+    own = cfg.environment(environment).teardown
+    users = cfg.teardown.global_iam_users if own.global_iam_users is None else own.global_iam_users
+    stack = cfg.teardown.cfn_stack_name if own.cfn_stack_name is None else own.cfn_stack_name
     return {"iam-user": list(users), "cloudformation-stack": [stack] if stack else []}
 
 
@@ -211,9 +208,9 @@ def owned_cluster_names(env, pivoted):
     The workloads (teardown.capi-workloads); the management Cluster only while it still lives on
     the kind cluster (before the pivot), where it is a workload of the bootstrap cluster.
     """
-    names = list((env.get("teardown") or {}).get("capi-workloads") or [])
-    if not pivoted and env["mgmt-cluster"] not in names:
-        names.append(env["mgmt-cluster"])
+    names = list(env.teardown.capi_workloads)
+    if not pivoted and env.mgmt_cluster not in names:
+        names.append(env.mgmt_cluster)
     return names
 
 

@@ -148,14 +148,15 @@ def get(platform):
 
 
 def of(env):
-    """The profile of an environment table of a loaded Config."""
-    return get(env.get("platform") or env.get("kind"))
+    """The profile of an environment (a config_types.Environment) of a loaded Config."""
+    return get(env.platform)
 
 
-def reconcile_timeout(config_data, env):
-    """Seconds Flux waits may take for this environment (the profile says which key holds it)."""
+def reconcile_timeout(cfg, env):
+    """Seconds Flux waits may take for this environment (the profile names the bootstrap.toml key that holds it;
+    its attribute is the key with '_' for '-', config_types)."""
     where, key = of(env).reconcile_timeout
-    return config_data["bootstrap"][key] if where == "bootstrap" else env[key]
+    return getattr(cfg.bootstrap if where == "bootstrap" else env, key.replace("-", "_"))
 
 
 def as_dict(profile):

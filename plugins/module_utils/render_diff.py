@@ -147,10 +147,10 @@ def _collect_env(env, out):
 def _owners(env):
     """{directory: (what applies it, the cluster it lands on)}: the sync path, each Flux Kustomization's
     spec.path, and each FluxInstance's spec.sync.path (on the cluster of the directory that holds it)."""
-    settings = env.settings or {}
-    mgmt_cluster = settings.get("mgmt-cluster") or "(management cluster)"
+    settings = env.settings
+    mgmt_cluster = settings.mgmt_cluster if settings else "(management cluster)"
     owners = {
-        validate._norm_path(settings.get("sync-path") or f"mgmt/{env.name}"): (
+        validate._norm_path(settings.sync_path if settings else f"mgmt/{env.name}"): (
             "flux-system/flux-system",
             mgmt_cluster,
         )

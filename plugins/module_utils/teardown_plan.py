@@ -21,10 +21,10 @@ def _step(action, description, **params):
 def _kind_step(boot, host, kept, description):
     """delete-kind only when the kind cluster answered and its marker proves krops created it for this environment."""
     if host["kind_reachable"] and host["kind_marker"]["owned"]:
-        return [_step("delete-kind", description, name=boot["kind-cluster"], proof=host["kind_marker"]["reason"])]
+        return [_step("delete-kind", description, name=boot.kind_cluster, proof=host["kind_marker"]["reason"])]
     kept.append(
         {
-            "what": "kind cluster {}".format(boot["kind-cluster"]),
+            "what": f"kind cluster {boot.kind_cluster}",
             "reason": host["kind_marker"]["reason"]
             if host["kind_reachable"]
             else "the kind cluster did not answer, so nothing proves krops created it",
@@ -33,21 +33,20 @@ def _kind_step(boot, host, kept, description):
     return []
 
 
-def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=None):
+def build_plan(cfg, environment, host, local_cluster_timeout=300, kept=None):
     """The ordered teardown steps for an environment, given find_host's result.
 
     Plain data: roles/teardown walks it step by step and check mode prints it. What the teardown
     leaves because krops cannot prove it owns it is appended to ``kept`` ({what, reason}).
     """
     kept = [] if kept is None else kept
-    boot = config_data["bootstrap"]
-    env = config_data["environments"][environment]
+    boot = cfg.bootstrap
+    env = cfg.environment(environment)
     profile = profiles.of(env)
-    down = env.get("teardown") or {}
-    mgmt = env["mgmt-cluster"]
-    namespace = boot["mgmt-namespace"]
+    mgmt = env.mgmt_cluster
+    namespace = boot.mgmt_namespace
     pivoted = host["pivoted"]
-    workloads = list(down.get("capi-workloads") or [])
+    workloads = list(env.teardown.capi_workloads)
     reachable = host["host"] != HOST_UNREACHABLE
     steps = []
     if reachable:
@@ -82,12 +81,12 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                 namespace=namespace,
                 clusters=names,
                 keep=[mgmt] if pivoted else [],
-                timeout=boot["cluster-delete-timeout"],
+                timeout=boot.cluster_delete_timeout,
             )
         )
     elif reachable and workloads:
         # workload Clusters made of local containers get the local timeout
-        timeout = local_cluster_timeout if profile.local_containers else boot["cluster-delete-timeout"]
+        timeout = local_cluster_timeout if profile.local_containers else boot.cluster_delete_timeout
         if profile.cloud_teardown_before_clusters:
             steps.append(
                 _step(
@@ -95,7 +94,7 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                     f"remove the {profile.cloud} resources the workload Clusters' deletion waits for "
                     f"({profile.cloud_teardown_before_clusters}; ownership-filtered)",
                     phase="before-clusters",
-                    timeout=boot["cluster-delete-timeout"],
+                    timeout=boot.cluster_delete_timeout,
                 )
             )
         steps.append(
@@ -117,7 +116,7 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                 host,
                 kept,
                 "delete the kind cluster {} (the controller host; {})".format(
-                    boot["kind-cluster"], host["kind_marker"]["reason"]
+                    boot.kind_cluster, host["kind_marker"]["reason"]
                 ),
             )
         clusters = [mgmt] + workloads
@@ -137,11 +136,11 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                 boot,
                 host,
                 kept,
-                "delete the leftover kind cluster {} ({})".format(boot["kind-cluster"], host["kind_marker"]["reason"]),
+                "delete the leftover kind cluster {} ({})".format(boot.kind_cluster, host["kind_marker"]["reason"]),
             )
         kept.append(
             {
-                "what": "Docker network {}".format(boot["kind-network"]),
+                "what": f"Docker network {boot.kind_network}",
                 "reason": "kind creates it without a label for every kind cluster on the host and never "
                 "deletes it; nothing proves krops owns it",
             }
@@ -150,8 +149,8 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
             steps.append(
                 _step(
                     "remove-registry",
-                    "remove the registry container {} (exact name from bootstrap.toml)".format(boot["registry-name"]),
-                    name=boot["registry-name"],
+                    f"remove the registry container {boot.registry_name} (exact name from bootstrap.toml)",
+                    name=boot.registry_name,
                 )
             )
         if profile.local_workload:
@@ -176,24 +175,24 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                     ", ".join(row[1] for row in capi.PROVIDER_DELETE_ORDER)
                 ),
                 kinds=list(PROVIDER_KINDS),
-                timeout=boot["provider-delete-timeout"],
+                timeout=boot.provider_delete_timeout,
             )
         )
         steps.append(
             _step(
                 "flux-uninstall",
-                "helm uninstall flux and flux-operator in {}".format(boot["flux-namespace"]),
-                namespace=boot["flux-namespace"],
+                f"helm uninstall flux and flux-operator in {boot.flux_namespace}",
+                namespace=boot.flux_namespace,
                 releases=["flux", "flux-operator"],
             )
         )
         steps.append(
             _step(
                 "bootstrap-secrets",
-                "delete the bootstrap secrets and run tags in {}".format(boot["flux-namespace"]),
-                namespace=boot["flux-namespace"],
-                secrets=[boot["github-pat-secret"], boot["sops-age-secret"]],
-                configmaps=[boot["run-configmap"]],
+                f"delete the bootstrap secrets and run tags in {boot.flux_namespace}",
+                namespace=boot.flux_namespace,
+                secrets=[boot.github_pat_secret, boot.sops_age_secret],
+                configmaps=[boot.run_configmap],
             )
         )
         steps.append(
@@ -201,14 +200,14 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
                 profile.cloud_teardown_step,
                 f"remove the {profile.cloud} resources this environment created, the management cluster "
                 "included (ownership-filtered)",
-                timeout=boot["cluster-delete-timeout"],
+                timeout=boot.cluster_delete_timeout,
             )
         )
         steps += _kind_step(
             boot,
             host,
             kept,
-            "delete the kind cluster {} ({})".format(boot["kind-cluster"], host["kind_marker"]["reason"]),
+            "delete the kind cluster {} ({})".format(boot.kind_cluster, host["kind_marker"]["reason"]),
         )
     elif profile.hardware_release and not pivoted:
         steps += _kind_step(
@@ -216,7 +215,7 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
             host,
             kept,
             "delete the kind cluster {} (the controller host; {})".format(
-                boot["kind-cluster"], host["kind_marker"]["reason"]
+                boot.kind_cluster, host["kind_marker"]["reason"]
             ),
         )
     # a management cluster on bare-metal Hardware stays after the teardown, and so does its context. Elsewhere the
@@ -226,12 +225,10 @@ def build_plan(config_data, environment, host, local_cluster_timeout=300, kept=N
         steps.append(
             _step(
                 "remove-kubeconfig",
-                "remove krops' context {} (and the cluster and user only it uses) "
-                "from {}; the file goes only when nothing else is left".format(
-                    boot["mgmt-context"], boot["mgmt-kubeconfig"]
-                ),
-                path=boot["mgmt-kubeconfig"],
-                context=boot["mgmt-context"],
+                f"remove krops' context {boot.mgmt_context} (and the cluster and user only it uses) "
+                f"from {boot.mgmt_kubeconfig}; the file goes only when nothing else is left",
+                path=boot.mgmt_kubeconfig,
+                context=boot.mgmt_context,
             )
         )
     return _number(steps)

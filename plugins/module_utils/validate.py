@@ -144,7 +144,7 @@ class _Env:
         self.file_index = {}  # (kind, name, ns) and (kind, name) -> relative file
         self.raw_docs = []  # (relative file, doc)
         self.lifecycle = set()  # (kind, namespace, name)
-        self.settings = None  # bootstrap.toml table of the environment, or None
+        self.settings = None  # the environment's bootstrap.toml table (a config_types.Environment), or None
         self.files = 0
         self.cel = None  # CEL rules not evaluated (a list when the cel rule runs)
         self.warnings = []  # {file, object, environment, message}: reported, never findings
@@ -446,9 +446,9 @@ def format_text(result):
 
 def _check_environment(env, cfg, jobs):
     root = env.root
-    env.settings = cfg.data["environments"].get(env.name)
+    env.settings = cfg.environments.get(env.name)
     env.tops = [f"mgmt/{env.name}"]
-    workload = (env.settings or {}).get("workload-path") or f"workload/{env.name}"
+    workload = (env.settings.workload_path if env.settings else "") or f"workload/{env.name}"
     if os.path.isdir(os.path.join(root, workload)):
         env.tops.append(_norm_path(workload))
 
@@ -602,23 +602,23 @@ def _expand_embedded(env):
 
 def _lifecycle(env, cfg):
     """Objects that bootstrap and CAPI create, which the tree may reference."""
-    boot = cfg.data["bootstrap"]
-    flux_ns = boot["flux-namespace"]
-    sync = (env.settings or {}).get("sync", "oci")
+    boot = cfg.bootstrap
+    flux_ns = boot.flux_namespace
+    sync = env.settings.sync if env.settings else "oci"
     source_kind = "OCIRepository" if sync == "oci" else "GitRepository"
     env.lifecycle.update(
         {
             (source_kind, flux_ns, "flux-system"),
             ("Kustomization", flux_ns, "flux-system"),
             ("FluxInstance", flux_ns, "flux"),
-            ("Secret", flux_ns, boot["sops-age-secret"]),
+            ("Secret", flux_ns, boot.sops_age_secret),
             # flux_handoff writes sops-age into the Flux and the mgmt namespace (remote-apply Kustomizations).
-            ("Secret", boot["mgmt-namespace"], boot["sops-age-secret"]),
-            ("ConfigMap", flux_ns, boot["run-configmap"]),
+            ("Secret", boot.mgmt_namespace, boot.sops_age_secret),
+            ("ConfigMap", flux_ns, boot.run_configmap),
         }
     )
     if sync == "git":
-        env.lifecycle.add(("Secret", flux_ns, boot["github-pat-secret"]))
+        env.lifecycle.add(("Secret", flux_ns, boot.github_pat_secret))
     for item in env.items:
         if item.kind == "Cluster" and item.group == "cluster.x-k8s.io":
             env.lifecycle.add(("Secret", item.namespace, f"{item.name}-kubeconfig"))

@@ -122,7 +122,7 @@ def check_contracts(env):
     if not items:
         return
     providers = [(kind, name, (item.spec or {}).get("version")) for (kind, name), item in items.items()]
-    accepted = (env.settings or {}).get("accepted-end-of-life") or []
+    accepted = list(env.settings.accepted_end_of_life) if env.settings else []
     problems, warnings = contracts.check(providers, accepted)
     for kind, name, message in problems:
         item = items.get((kind, name))

@@ -5,7 +5,8 @@
 bootstrap.toml holds what the lifecycle needs before Flux runs (chart pins, provider and pivot manifests,
 the management cluster, the teardown names); the tree is what Flux applies afterwards. Each rule is
 registered in validate.REGISTRY; a rule is ``check(env)``, reads ``env.settings`` (the environment's
-table, never None here: bootstrap.environment reports a missing table) and reports through ``env.add``.
+table, a config_types.Environment, never None here: bootstrap.environment reports a missing table) and
+reports through ``env.add``.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ def _key(env):
 
 
 def _boot(env):
-    return env.cfg.data["bootstrap"]
+    return env.cfg.bootstrap
 
 
 def _teardown(env):
-    return env.settings.get("teardown") or {}
+    return env.settings.teardown
 
 
 def _load(env, manifest):
@@ -59,16 +60,20 @@ def _load(env, manifest):
 def _manifest_fields(env):
     """(bootstrap.toml field, manifest path) of every manifest the environment's table names."""
     key, settings = _key(env), env.settings
-    for name in ("provider-manifests", "pivot-manifests", "pivot-sops-secrets"):
-        for index, manifest in enumerate(settings.get(name) or []):
+    for name, manifests in (
+        ("provider-manifests", settings.provider_manifests),
+        ("pivot-manifests", settings.pivot_manifests),
+        ("pivot-sops-secrets", settings.pivot_sops_secrets),
+    ):
+        for index, manifest in enumerate(manifests):
             yield "%s.%s[%d]" % (key, name, index), manifest
-    for index, fallback in enumerate(settings.get("move-fallbacks") or []):
-        yield "%s.move-fallbacks[%d]" % (key, index), fallback["manifest"]
+    for index, fallback in enumerate(settings.move_fallbacks):
+        yield "%s.move-fallbacks[%d]" % (key, index), fallback.manifest
 
 
 def _clusters(env):
     """Names of the CAPI Clusters in the management namespace, and that namespace."""
-    mgmt_ns = _boot(env)["mgmt-namespace"]
+    mgmt_ns = _boot(env).mgmt_namespace
     return {i.name for i in env.items if i.kind == "Cluster" and i.group == CAPI and i.namespace == mgmt_ns}, mgmt_ns
 
 
@@ -97,8 +102,7 @@ def check_paths(env):
     Enforces krops' contract: the Flux sync (FluxInstance spec.sync.path) and the workload overlay are
     these folders.
     """
-    for field in ("sync-path", "workload-path"):
-        value = env.settings.get(field)
+    for field, value in (("sync-path", env.settings.sync_path), ("workload-path", env.settings.workload_path)):
         if value and not os.path.isdir(os.path.join(env.root, value)):
             env.add(TOML, f"{_key(env)}.{field}", RULE, f"{value} does not exist in the repository")
 
@@ -130,14 +134,14 @@ def check_chart_pins(env):
     flux-operator charts imperatively at the [charts] pins, then Flux takes them over from the tree; the
     versions must agree or Flux up- or downgrades them at the hand-off.
     """
-    charts = env.cfg.data["charts"]
+    charts = env.cfg.charts
     sources = {(i.kind, i.namespace, i.name): i for i in env.items if i.group == "source.toolkit.fluxcd.io"}
     for item in env.items:
         chart, version = _chart_of(item, sources)
         pin_key = CHART_PINS.get(chart)
         if pin_key is None:
             continue
-        pin = charts[pin_key]
+        pin = charts.pin(pin_key)
         if str(version or "").lstrip("v") != str(pin).lstrip("v"):
             env.add(
                 item.file,
@@ -159,7 +163,7 @@ def check_flux_version(env):
     Enforces krops' contract: flux_handoff installs that version (management and workload run the same
     Flux; docs/upstream-facts.md "Version pins" for the flux-operator release that ships it).
     """
-    wanted = _boot(env)["flux-version"]
+    wanted = _boot(env).flux_version
     for item in _flux_instances(env):
         version = (item.spec.get("distribution") or {}).get("version")
         if version != wanted:
@@ -181,10 +185,10 @@ def check_flux_sync_url(env):
     cluster the registry is <registry-name>:<registry-container-port>, where bootstrap pushes the
     oci-repository artifact.
     """
-    if env.settings.get("sync") != "oci":
+    if env.settings.sync != "oci":
         return
     boot = _boot(env)
-    wanted = "oci://{}:{}/{}".format(boot["registry-name"], boot["registry-container-port"], boot["oci-repository"])
+    wanted = f"oci://{boot.registry_name}:{boot.registry_container_port}/{boot.oci_repository}"
     for item in _flux_instances(env):
         sync = item.spec.get("sync") or {}
         if sync.get("kind") == "OCIRepository" and sync.get("url") != wanted:
@@ -206,7 +210,7 @@ def check_kind_node_version(env):
     the Kubernetes version of the bootstrap cluster's node image kindest/node:<version>, whose digest is
     recorded in docs/upstream-facts.md "kind".
     """
-    image = _boot(env).get("kind-node-image") or ""
+    image = _boot(env).kind_node_image
     tag = image.split("@", 1)[0].rpartition(":")[2] if ":" in image.split("@", 1)[0] else ""
     if not profiles.of(env.settings).local_workload or not tag:
         return
@@ -259,7 +263,7 @@ def check_provider_manifest_kinds(env):
     provider kinds (CoreProvider, BootstrapProvider, ControlPlaneProvider, InfrastructureProvider,
     AddonProvider, ...), which bootstrap applies from these files.
     """
-    for index, manifest in enumerate(env.settings.get("provider-manifests") or []):
+    for index, manifest in enumerate(env.settings.provider_manifests):
         docs = _load(env, manifest)
         if docs is not None and not _providers(docs):
             env.add(
@@ -277,7 +281,7 @@ def check_provider_manifests_in_tree(env):
     Enforces krops' contract: bootstrap installs the providers before Flux, then Flux owns them; a
     provider the tree does not render would be left unmanaged (or pruned) after the hand-off.
     """
-    for manifest in env.settings.get("provider-manifests") or []:
+    for manifest in env.settings.provider_manifests:
         for doc in _providers(_load(env, manifest) or []):
             meta = doc.get("metadata") or {}
             if not env.defined(doc.get("kind"), meta.get("namespace") or "", meta.get("name")):
@@ -295,10 +299,10 @@ def check_infra_provider(env):
     Enforces krops' contract: bootstrap waits for that provider before it creates the management cluster.
     """
     settings = env.settings
-    if not settings.get("provider-manifests"):
+    if not settings.provider_manifests:
         return
-    infra = (settings["infra-provider-namespace"], settings["infra-provider-name"])
-    for manifest in settings["provider-manifests"]:
+    infra = (settings.infra_provider_namespace, settings.infra_provider_name)
+    for manifest in settings.provider_manifests:
         for doc in _providers(_load(env, manifest) or []):
             meta = doc.get("metadata") or {}
             if doc.get("kind") == "InfrastructureProvider" and (meta.get("namespace"), meta.get("name")) == infra:
@@ -318,7 +322,7 @@ def check_pivot_manifests(env):
 
     Enforces krops' contract: the pivot applies these to the target cluster before clusterctl move.
     """
-    for index, manifest in enumerate(env.settings.get("pivot-manifests") or []):
+    for index, manifest in enumerate(env.settings.pivot_manifests):
         docs = _load(env, manifest)
         if docs is not None and not docs:
             env.add(manifest, "-", RULE, "%s.pivot-manifests[%d]: holds no Kubernetes object" % (_key(env), index))
@@ -332,16 +336,16 @@ def check_pivot_manifest_vars(env):
     any of them the rule cannot tell and stays silent.
     """
     settings = env.settings
-    if settings.get("pivot-sops-secrets"):
+    if settings.pivot_sops_secrets:
         return
     texts = []
-    for manifest in settings.get("pivot-manifests") or []:
+    for manifest in settings.pivot_manifests:
         try:
             with open(os.path.join(env.root, manifest), encoding="utf-8") as handle:
                 texts.append(handle.read())
         except (OSError, UnicodeDecodeError):
             pass  # bootstrap.manifest-files reports it
-    for name in sorted(settings.get("pivot-manifest-vars") or {}):
+    for name in sorted(settings.pivot_manifest_vars):
         if not any(re.search(rf"\$\{{{re.escape(name)}(:?[=-][^}}]*)?\}}", text) for text in texts):
             env.add(
                 TOML,
@@ -357,7 +361,7 @@ def check_pivot_sops_secrets(env):
     Enforces krops' contract: the pivot decrypts these with the age key (sops) and applies the Secrets
     to the target cluster before clusterctl move.
     """
-    for index, manifest in enumerate(env.settings.get("pivot-sops-secrets") or []):
+    for index, manifest in enumerate(env.settings.pivot_sops_secrets):
         docs = _load(env, manifest)
         if docs is not None and not any(d.get("kind") == "Secret" and isinstance(d.get("sops"), dict) for d in docs):
             env.add(
@@ -371,24 +375,22 @@ def check_move_fallbacks(env):
     Enforces krops' contract: when clusterctl move leaves that object behind, the pivot applies it from
     this manifest; a CRD resource is named <plural>.<group> (the CRD's spec.names.plural).
     """
-    for index, fallback in enumerate(env.settings.get("move-fallbacks") or []):
-        docs = _load(env, fallback["manifest"])
+    for index, fallback in enumerate(env.settings.move_fallbacks):
+        docs = _load(env, fallback.manifest)
         if docs is None:
             continue
-        plural, _dot, group = fallback["resource"].partition(".")
+        plural, _dot, group = fallback.resource.partition(".")
         if not any(
             common.group_of(d.get("apiVersion", "")) == group
             and common.plural(str(d.get("kind", ""))) == plural
-            and (d.get("metadata") or {}).get("name") == fallback["name"]
+            and (d.get("metadata") or {}).get("name") == fallback.name
             for d in docs
         ):
             env.add(
-                fallback["manifest"],
+                fallback.manifest,
                 "-",
                 RULE,
-                "{}.move-fallbacks[{}]: holds no {} named {}".format(
-                    _key(env), index, fallback["resource"], fallback["name"]
-                ),
+                f"{_key(env)}.move-fallbacks[{index}]: holds no {fallback.resource} named {fallback.name}",
             )
 
 
@@ -401,13 +403,13 @@ def check_mgmt_cluster(env):
     Enforces krops' contract: the pivot moves to, and teardown spares, the Cluster of that name.
     """
     clusters, mgmt_ns = _clusters(env)
-    if env.settings["mgmt-cluster"] not in clusters:
+    if env.settings.mgmt_cluster not in clusters:
         env.add(
             TOML,
             f"{_key(env)}.mgmt-cluster",
             RULE,
             "mgmt-cluster {} is not a Cluster in namespace {} of the tree (Clusters there: {})".format(
-                env.settings["mgmt-cluster"], mgmt_ns, ", ".join(sorted(clusters)) or "none"
+                env.settings.mgmt_cluster, mgmt_ns, ", ".join(sorted(clusters)) or "none"
             ),
         )
 
@@ -420,7 +422,7 @@ def check_capi_workloads(env):
     """
     clusters, mgmt_ns = _clusters(env)
     where = ", ".join(sorted(clusters)) or "none"
-    for name in _teardown(env).get("capi-workloads") or []:
+    for name in _teardown(env).capi_workloads:
         if name not in clusters:
             env.add(
                 TOML,
@@ -428,7 +430,7 @@ def check_capi_workloads(env):
                 RULE,
                 f"capi-workload {name} is not a Cluster in namespace {mgmt_ns} of the tree (Clusters there: {where})",
             )
-        elif name == env.settings["mgmt-cluster"]:
+        elif name == env.settings.mgmt_cluster:
             env.add(
                 TOML,
                 f"{_key(env)}.teardown.capi-workloads",
@@ -444,20 +446,18 @@ def check_mgmt_container_prefix(env):
     Upstream fact: CAPD names the containers of a Cluster's machines after the Cluster, so teardown finds
     the management cluster's containers by this prefix.
     """
-    prefix = _teardown(env).get("mgmt-container-prefix")
-    if prefix and not env.settings["mgmt-cluster"].startswith(prefix):
+    prefix = _teardown(env).mgmt_container_prefix
+    if prefix and not env.settings.mgmt_cluster.startswith(prefix):
         env.add(
             TOML,
             f"{_key(env)}.teardown.mgmt-container-prefix",
             RULE,
-            "mgmt-container-prefix {} does not match mgmt-cluster {} (CAPD names containers after the Cluster)".format(
-                prefix, env.settings["mgmt-cluster"]
-            ),
+            f"mgmt-container-prefix {prefix} does not match mgmt-cluster {env.settings.mgmt_cluster} (CAPD names containers after the Cluster)",
         )
 
 
 def _aws_workloads(env):
-    for index, workload in enumerate(_teardown(env).get("aws-workloads") or []):
+    for index, workload in enumerate(_teardown(env).aws_workloads):
         yield "%s.teardown.aws-workloads[%d]" % (_key(env), index), workload
 
 
@@ -468,13 +468,13 @@ def check_aws_workload_clusters(env):
     """
     clusters, mgmt_ns = _clusters(env)
     for field, workload in _aws_workloads(env):
-        if workload["cluster-name"] not in clusters:
+        if workload.cluster_name not in clusters:
             env.add(
                 TOML,
                 field,
                 RULE,
                 "cluster-name {} is not a Cluster in namespace {} of the tree (Clusters there: {})".format(
-                    workload["cluster-name"], mgmt_ns, ", ".join(sorted(clusters)) or "none"
+                    workload.cluster_name, mgmt_ns, ", ".join(sorted(clusters)) or "none"
                 ),
             )
 
@@ -490,13 +490,13 @@ def check_aws_workload_eks(env):
     """
     eks_names = _spec_values(env, "AWSManagedControlPlane", "eksClusterName")
     for field, workload in _aws_workloads(env):
-        if eks_names and workload["eks-cluster-name"] not in eks_names:
+        if eks_names and workload.eks_cluster_name not in eks_names:
             env.add(
                 TOML,
                 field,
                 RULE,
                 "eks-cluster-name {} matches no AWSManagedControlPlane eksClusterName ({})".format(
-                    workload["eks-cluster-name"], ", ".join(sorted(eks_names))
+                    workload.eks_cluster_name, ", ".join(sorted(eks_names))
                 ),
             )
 
@@ -509,13 +509,13 @@ def check_aws_workload_rds(env):
     """
     rds_names = _spec_values(env, "DBInstance", "dbInstanceIdentifier")
     for field, workload in _aws_workloads(env):
-        if rds_names and workload.get("rds-instance") and workload["rds-instance"] not in rds_names:
+        if rds_names and workload.rds_instance and workload.rds_instance not in rds_names:
             env.add(
                 TOML,
                 field,
                 RULE,
                 "rds-instance {} matches no DBInstance dbInstanceIdentifier ({})".format(
-                    workload["rds-instance"], ", ".join(sorted(rds_names))
+                    workload.rds_instance, ", ".join(sorted(rds_names))
                 ),
             )
 
@@ -550,16 +550,16 @@ def check_mgmt_region(env):
 
     Enforces krops' contract: the lifecycle talks to the management cluster's cloud in mgmt-region.
     """
-    region = env.settings.get("mgmt-region")
+    region = env.settings.mgmt_region
     _clusters_found, mgmt_ns = _clusters(env)
-    found = _cluster_regions(env, env.settings["mgmt-cluster"], mgmt_ns)
+    found = _cluster_regions(env, env.settings.mgmt_cluster, mgmt_ns)
     if region and found and region not in found:
         env.add(
             TOML,
             f"{_key(env)}.mgmt-region",
             RULE,
             "mgmt-region {} differs from the region of mgmt-cluster {} in the tree ({})".format(
-                region, env.settings["mgmt-cluster"], ", ".join(sorted(found))
+                region, env.settings.mgmt_cluster, ", ".join(sorted(found))
             ),
         )
 
@@ -569,16 +569,16 @@ def check_aws_workload_regions(env):
 
     Enforces krops' contract: the AWS sweep of a workload runs in its region.
     """
-    mgmt_ns = _boot(env)["mgmt-namespace"]
+    mgmt_ns = _boot(env).mgmt_namespace
     for field, workload in _aws_workloads(env):
-        found = _cluster_regions(env, workload["cluster-name"], mgmt_ns)
-        if found and workload["region"] not in found:
+        found = _cluster_regions(env, workload.cluster_name, mgmt_ns)
+        if found and workload.region not in found:
             env.add(
                 TOML,
                 field,
                 RULE,
                 "region {} differs from the region of cluster {} in the tree ({})".format(
-                    workload["region"], workload["cluster-name"], ", ".join(sorted(found))
+                    workload.region, workload.cluster_name, ", ".join(sorted(found))
                 ),
             )
 
@@ -595,7 +595,7 @@ def check_networks(env):
         for i in env.items
         if i.kind == "GCPManagedCluster" and isinstance(i.spec.get("network"), dict) and i.spec["network"].get("name")
     } | {str(i.spec.get("resourceID") or i.name) for i in env.items if i.kind == "ComputeNetwork"}
-    listed = _teardown(env).get("networks") or []
+    listed = list(_teardown(env).networks)
     field = f"{_key(env)}.teardown.networks"
     for name in listed:
         if name not in vpcs:
@@ -624,8 +624,8 @@ def check_gcp_iam(env):
     ownership.gcp_iam_problems, the ones gcp_teardown enforces too (one rule set).
     """
     teardown = _teardown(env)
-    declared = ownership.gcp_iam_declared([i.obj for i in env.items], env.settings.get("post-kind-create-hook"))
-    listed = (teardown.get("service-accounts") or [], teardown.get("workload-identity-providers") or [])
+    declared = ownership.gcp_iam_declared([i.obj for i in env.items], env.settings.post_kind_create_hook)
+    listed = (list(teardown.service_accounts), list(teardown.workload_identity_providers))
     for field, _dummy, message in ownership.gcp_iam_problems(*listed, declared):
         env.add(TOML, f"{_key(env)}.teardown.{field}", RULE, message)
 
@@ -639,7 +639,7 @@ def check_resource_groups(env):
     groups = {i.name for i in env.items if i.kind == "ResourceGroup"} | {
         str(i.spec.get("azureName")) for i in env.items if i.kind == "ResourceGroup" and i.spec.get("azureName")
     }
-    for name in _teardown(env).get("resource-groups") or []:
+    for name in _teardown(env).resource_groups:
         if name not in groups:
             env.add(
                 TOML,

@@ -143,11 +143,11 @@ def run(p, check_mode, environ=None, step=None):
     step("reading bootstrap.toml")
     cfg, env = cloud_teardown.load_environment(p["config_file"], p["environment"], "azure")
     subscription = azure.subscription_of(p, environ)
-    down = env.get("teardown") or {}
+    down = env.teardown
     step("logging in to Azure")
     http = azure.client_of(p, environ)
-    groups = p["resource_groups"] if p["resource_groups"] is not None else down.get("resource-groups") or []
-    clusters = list(down.get("capi-workloads") or []) + [env["mgmt-cluster"]]
+    groups = p["resource_groups"] if p["resource_groups"] is not None else list(down.resource_groups)
+    clusters = list(down.capi_workloads) + [env.mgmt_cluster]
     step("deleting what the environment owns")
     result = azure_rows.azure_teardown(
         http,
@@ -158,7 +158,7 @@ def run(p, check_mode, environ=None, step=None):
         clusters,
         p["federated_credential_names"],
         p["federated_credential_issuers"],
-        env["mgmt-cluster"],
+        env.mgmt_cluster,
         check_mode=check_mode,
         wait=p["wait"],
         wait_timeout=p["wait_timeout"],

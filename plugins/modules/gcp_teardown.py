@@ -212,12 +212,10 @@ def run(p, check_mode, environ=None):
     project = p["project"] or environ.get("GCP_PROJECT") or environ.get("GOOGLE_CLOUD_PROJECT")
     if not project:
         raise errors.CloudError("no GCP project: set project, GCP_PROJECT or GOOGLE_CLOUD_PROJECT")
-    down = env.get("teardown") or {}
-    networks = p["networks"] if p["networks"] is not None else down.get("networks") or []
-    clusters = (
-        p["clusters"] if p["clusters"] is not None else [env["mgmt-cluster"]] + list(down.get("capi-workloads") or [])
-    )
-    accounts = p["service_accounts"] if p["service_accounts"] is not None else down.get("service-accounts") or []
+    down = env.teardown
+    networks = p["networks"] if p["networks"] is not None else list(down.networks)
+    clusters = p["clusters"] if p["clusters"] is not None else [env.mgmt_cluster] + list(down.capi_workloads)
+    accounts = p["service_accounts"] if p["service_accounts"] is not None else list(down.service_accounts)
     for name in accounts:
         if not gcp_iam.GCP_ACCOUNT_ID.match(name):
             raise errors.CloudError(
@@ -226,7 +224,7 @@ def run(p, check_mode, environ=None):
             )
     providers = p["workload_identity_providers"]
     if providers is None:
-        providers = down.get("workload-identity-providers") or []
+        providers = list(down.workload_identity_providers)
     for name in providers:
         if not gcp_iam.GCP_PROVIDER_NAME.match(name):
             raise errors.CloudError(
@@ -245,7 +243,7 @@ def run(p, check_mode, environ=None):
         wait=p["wait"],
         wait_timeout=p["wait_timeout"],
         poll_interval=p["poll_interval"],
-        unprotect=down.get("disable-deletion-protection") or [],
+        unprotect=list(down.disable_deletion_protection),
         clusters=clusters,
         phase=p["phase"],
         service_accounts=accounts,

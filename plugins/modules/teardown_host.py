@@ -241,10 +241,10 @@ def argument_spec():
 def run(params, get_bin_path, check_mode=False):
     cfg = krops_config.load(params["config_file"], environment=params["environment"])
     env = cfg.environment()
-    boot = cfg.data["bootstrap"]
+    boot = cfg.bootstrap
     if params.get("cleanup_kubeconfig"):
         return teardown.remove_kubeconfig_entries(
-            params["cleanup_kubeconfig"], params["mgmt_context"] or boot["mgmt-context"], check_mode
+            params["cleanup_kubeconfig"], params["mgmt_context"] or boot.mgmt_context, check_mode
         )
     missing = [tool for tool in params["required_tools"] if not get_bin_path(tool)]
     if missing:
@@ -254,19 +254,19 @@ def run(params, get_bin_path, check_mode=False):
             )
         )
     kind_kubeconfig, kind_context = kube.resolve_auth(params["kubeconfig"], params["context"])
-    kind_context = kind_context or boot["kind-context"]
-    mgmt_kubeconfig = params["mgmt_kubeconfig"] or boot["mgmt-kubeconfig"]
-    mgmt_context = params["mgmt_context"] or boot["mgmt-context"]
+    kind_context = kind_context or boot.kind_context
+    mgmt_kubeconfig = params["mgmt_kubeconfig"] or boot.mgmt_kubeconfig
+    mgmt_context = params["mgmt_context"] or boot.mgmt_context
     host = teardown.find_host(
         kind_kubeconfig,
         kind_context,
         mgmt_kubeconfig,
         mgmt_context,
-        env["mgmt-cluster"],
-        boot["mgmt-namespace"],
+        env.mgmt_cluster,
+        boot.mgmt_namespace,
         params["timeout"],
         environment=cfg.selected,
-        kind_cluster=boot["kind-cluster"],
+        kind_cluster=boot.kind_cluster,
     )
     if host["host"] != teardown.HOST_UNREACHABLE:
         # The host is kind or the management cluster, each with its own kubeconfig: only the timeout applies to both.
@@ -274,7 +274,7 @@ def run(params, get_bin_path, check_mode=False):
         where = "the {} cluster (context {})".format(host["host"], host["context"])
         res = teardown.served_cluster(client)
         if res is not None:
-            teardown.probe_or_abort(client, res.group_version, "Cluster", boot["mgmt-namespace"], "Clusters", where)
+            teardown.probe_or_abort(client, res.group_version, "Cluster", boot.mgmt_namespace, "Clusters", where)
         teardown.probe_or_abort(client, *teardown.KUSTOMIZATION, what="Kustomizations", target=where)
         if profiles.of(env).hardware_release:
             teardown.probe_or_abort(client, *tinkerbell.HARDWARE, what="Hardware", target=where)
@@ -293,9 +293,9 @@ def run(params, get_bin_path, check_mode=False):
             host,
         )
     # krops' exported management kubeconfig on disk: with kind still the host, a pivot died after exporting it
-    host["mgmt_kubeconfig_present"] = teardown.on_disk(boot["mgmt-kubeconfig"])
+    host["mgmt_kubeconfig_present"] = teardown.on_disk(boot.mgmt_kubeconfig)
     host["kept"] = []
-    host["plan"] = teardown_plan.build_plan(cfg.data, cfg.selected, host, params["local_cluster_timeout"], host["kept"])
+    host["plan"] = teardown_plan.build_plan(cfg, cfg.selected, host, params["local_cluster_timeout"], host["kept"])
     missing = [tool for tool in teardown_plan.plan_tools(host["plan"]) if not get_bin_path(tool)]
     if missing:
         raise teardown.TeardownError(
@@ -306,12 +306,13 @@ def run(params, get_bin_path, check_mode=False):
         )
     host["environment"] = {
         "name": cfg.selected,
-        "kind": env["kind"],
-        "resource_plane": env.get("resource-plane", "native"),
-        "mgmt_cluster": env["mgmt-cluster"],
-        "mgmt_namespace": boot["mgmt-namespace"],
-        "bootstrap": boot,
-        "teardown": env.get("teardown") or {},
+        "kind": env.platform,
+        "resource_plane": env.resource_plane,
+        "mgmt_cluster": env.mgmt_cluster,
+        "mgmt_namespace": boot.mgmt_namespace,
+        # the tables as the roles read them (TOML keys): the lookup's plain data
+        "bootstrap": cfg.lookup("bootstrap"),
+        "teardown": cfg.lookup("current.teardown"),
     }
     host["changed"] = False
     return host

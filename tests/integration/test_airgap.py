@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -56,7 +57,7 @@ def schema_errors(doc):
 
 def test_committed_inventory_and_package_are_what_the_generator_writes():
     inv = airgap.derive(str(REPO))
-    boot = krops_config.load(path=str(REPO / "bootstrap.toml"), environ={}).data["bootstrap"]
+    boot = krops_config.load(path=str(REPO / "bootstrap.toml"), environ={}).bootstrap
     assert (REPO / airgap.INVENTORY).read_text() == airgap.format_inventory(inv)
     assert (REPO / airgap.ZARF_FILE).read_text() == airgap_package.format_zarf(inv, boot)
 
@@ -132,8 +133,8 @@ def test_generator_follows_the_tree_and_bootstrap_toml(tree, monkeypatch):
 
     def with_node_image(*args, **kwargs):
         cfg = load(*args, **kwargs)
-        cfg.data["bootstrap"]["kind-node-image"] = "kindest/node:v1.36.1@sha256:" + "ab" * 32
-        return cfg
+        node = "kindest/node:v1.36.1@sha256:" + "ab" * 32
+        return dataclasses.replace(cfg, bootstrap=dataclasses.replace(cfg.bootstrap, kind_node_image=node))
 
     monkeypatch.setattr(krops_config, "load", with_node_image)
     inv = airgap.derive(str(tree))
@@ -635,7 +636,7 @@ def local_talos_pulls(root):
     pin names where the version is set (an object of the tree, a bootstrap.toml key or a site value);
     artifact is what the entry must name exactly (an image, a chart location or a file URL), or None.
     """
-    cfg = krops_config.load(path=str(root / "bootstrap.toml"), environ={}).data
+    cfg = krops_config.load(path=str(root / "bootstrap.toml"), environ={})
     built = render.render_directories(render.find_kustomization_dirs(str(root / LOCAL_TALOS)))
     objects = []
     for directory, result in built.items():
@@ -660,11 +661,11 @@ def local_talos_pulls(root):
         elif kind == "TinkerbellMachineTemplate":
             for image in _TEMPLATE_IMAGE.findall(spec["template"]["spec"]["templateOverride"]):
                 pulls.append((pin, airgap.normalize(image)[1], image))
-    boot = cfg["bootstrap"]
+    boot = cfg.bootstrap
     for key in ("flux-operator", "cert-manager", "capi-operator"):
-        pulls.append((f"bootstrap.toml [charts] {key}", cfg["charts"][key], None))
-    pulls.append(("bootstrap.toml [bootstrap] flux-version", boot["flux-version"], None))
-    node = boot["kind-node-image"]
+        pulls.append((f"bootstrap.toml [charts] {key}", cfg.charts.pin(key), None))
+    pulls.append(("bootstrap.toml [bootstrap] flux-version", boot.flux_version, None))
+    node = boot.kind_node_image
     pulls.append(("bootstrap.toml [bootstrap] kind-node-image", airgap.normalize(node)[1], node))
     installer = site["TALOS_INSTALLER_IMAGE"]
     pulls.append(("site value TALOS_INSTALLER_IMAGE", airgap.normalize(installer)[1], installer))

@@ -607,16 +607,16 @@ def test_accounts_on_another_platform_are_refused():
 
 def test_a_role_name_becomes_the_role_arn_of_its_account():
     loaded = config.loads(with_accounts(), path="bootstrap.toml")
-    accounts = loaded.environment("aws")["accounts"]
-    assert [(a["account-id"], a["role-arn"], a["regions"], a["duration"]) for a in accounts] == [
-        (A, ROLE_A, [], None),
-        (B, ROLE_B, ["eu-west-1"], 3600),
+    accounts = loaded.environment("aws").accounts
+    assert [(a.account_id, a.role_arn, a.regions, a.duration) for a in accounts] == [
+        (A, ROLE_A, (), None),
+        (B, ROLE_B, ("eu-west-1",), 3600),
     ]
     with_path = config.loads(
         with_accounts(f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-name = "/krops/sweeper"\n'),
         path="bootstrap.toml",
     )
-    assert with_path.environment("aws")["accounts"][0]["role-arn"] == f"arn:aws:iam::{A}:role/krops/sweeper"
+    assert with_path.environment("aws").accounts[0].role_arn == f"arn:aws:iam::{A}:role/krops/sweeper"
 
 
 def test_a_bad_account_line_fails_the_module_before_any_aws_call(run_module, moto, tmp_path):

@@ -23,7 +23,7 @@ NS = "flux-system"
 KS = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
 FI = ("fluxcd.controlplane.io/v1", "FluxInstance")
 CONFIG = str(REPO / "bootstrap.toml")
-PINNED = config.load(CONFIG).data["charts"]["flux-operator"]
+PINNED = config.load(CONFIG).charts.flux_operator
 AGE_KEY = (
     "# created: 2026-11-30T05:00:00Z\n# public key: age1qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq\n"
     "AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ\n"

@@ -421,7 +421,7 @@ def test_plans_per_environment(environment, pivoted, actions):
         "kind_marker": {"owned": True, "reason": "marker"},
         "mgmt_kubeconfig_present": True,
     }
-    plan = teardown_plan.build_plan(cfg.data, environment, host)
+    plan = teardown_plan.build_plan(cfg, environment, host)
     assert [s["action"] for s in plan] == actions
     assert [s["step"] for s in plan] == list(range(1, len(actions) + 1))
     if environment == "local-talos":
@@ -491,7 +491,7 @@ def test_with_kind_the_host_and_no_exported_kubeconfig_the_plan_removes_none():
         "kind_marker": {"owned": True, "reason": "marker"},
         "mgmt_kubeconfig_present": False,
     }
-    plan = teardown_plan.build_plan(cfg.data, "azure", host)
+    plan = teardown_plan.build_plan(cfg, "azure", host)
     assert [s["action"] for s in plan][-2:] == ["azure-teardown", "delete-kind"]
 
 

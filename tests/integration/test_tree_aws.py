@@ -289,7 +289,7 @@ def test_workload_clusters_run_no_controllers_and_hold_no_credentials():
 
 def test_bootstrap_toml_names_match_the_tree():
     cfg = krops_config.load(path=str(REPO / "bootstrap.toml"), environ={})
-    env, teardown = cfg.data["environments"]["aws"], cfg.data["teardown"]
+    env, teardown = cfg.environment("aws"), cfg.teardown
     objects = (
         _cloud_resources({"AWS_ACCOUNT_ID": "111122223333"})
         + _objects(CLUSTERS + "/eu-north-1")
@@ -298,25 +298,25 @@ def test_bootstrap_toml_names_match_the_tree():
     by_kind = {}
     for obj in objects:
         by_kind.setdefault(obj["kind"], {})[obj["metadata"]["name"]] = obj["spec"]
-    assert env["mgmt-cluster"] in by_kind["Cluster"] and env["mgmt-region"] == "eu-north-1"
-    assert by_kind["AWSManagedControlPlane"][env["mgmt-cluster"] + "-control-plane"]["region"] == env["mgmt-region"]
+    assert env.mgmt_cluster in by_kind["Cluster"] and env.mgmt_region == "eu-north-1"
+    assert by_kind["AWSManagedControlPlane"][env.mgmt_cluster + "-control-plane"]["region"] == env.mgmt_region
     assert {cp["eksClusterName"] for cp in by_kind["AWSManagedControlPlane"].values()} == {
-        env["teardown"]["mgmt-eks-cluster-name"]
-    } | {w["eks-cluster-name"] for w in env["teardown"]["aws-workloads"]}
-    for workload in env["teardown"]["aws-workloads"]:
-        name = workload["cluster-name"]
-        assert WORKLOADS[name] == workload["region"]
-        assert workload["rds-instance"] in {s["dbInstanceIdentifier"] for s in by_kind["DBInstance"].values()}
-        bucket = teardown["s3-bucket-pattern"].format(account_id="111122223333", cluster_name=name)
+        env.teardown.mgmt_eks_cluster_name
+    } | {w.eks_cluster_name for w in env.teardown.aws_workloads}
+    for workload in env.teardown.aws_workloads:
+        name = workload.cluster_name
+        assert WORKLOADS[name] == workload.region
+        assert workload.rds_instance in {s["dbInstanceIdentifier"] for s in by_kind["DBInstance"].values()}
+        bucket = teardown.s3_bucket_pattern.format(account_id="111122223333", cluster_name=name)
         assert bucket in {s["name"] for s in by_kind["Bucket"].values()}
-        roles = [r.format(cluster_name=name) for r in teardown["global-iam-roles"]]
+        roles = [r.format(cluster_name=name) for r in teardown.global_iam_roles]
         assert set(roles) <= {s["name"] for s in by_kind["Role"].values()}
-    assert set(env["teardown"]["capi-workloads"]) == set(WORKLOADS)
-    assert set(teardown["global-iam-users"]) == {s["name"] for s in by_kind["User"].values()}
-    fallback = env["move-fallbacks"][0]
-    doc = yaml.safe_load((REPO / fallback["manifest"]).read_text())
-    assert (doc["kind"], doc["metadata"]["name"]) == ("AWSClusterControllerIdentity", fallback["name"])
-    assert "${" not in (REPO / fallback["manifest"]).read_text()  # the pivot applies it without substitution
+    assert set(env.teardown.capi_workloads) == set(WORKLOADS)
+    assert set(teardown.global_iam_users) == {s["name"] for s in by_kind["User"].values()}
+    fallback = env.move_fallbacks[0]
+    doc = yaml.safe_load((REPO / fallback.manifest).read_text())
+    assert (doc["kind"], doc["metadata"]["name"]) == ("AWSClusterControllerIdentity", fallback.name)
+    assert "${" not in (REPO / fallback.manifest).read_text()  # the pivot applies it without substitution
 
 
 def test_wrong_mgmt_region_and_workload_region_are_found(tree):

@@ -128,7 +128,7 @@ def _kustomizations(rendered):
 
 
 def _settings():
-    return krops_config.load(path=str(REPO / "bootstrap.toml"), environ={}).data["environments"]["azure"]
+    return krops_config.load(path=str(REPO / "bootstrap.toml"), environ={}).environment("azure")
 
 
 # --- validate -----------------------------------------------------------------------------
@@ -304,23 +304,23 @@ def test_bootstrap_toml_agrees_with_the_tree(rendered):
         for d, o, p in objects
         if o["kind"] == "ResourceGroup"
     }
-    assert settings["mgmt-cluster"] == "swedencentral-management" and settings["mgmt-cluster"] in clusters
-    assert sorted(settings["teardown"]["capi-workloads"]) == sorted(clusters - {settings["mgmt-cluster"]})
+    assert settings.mgmt_cluster == "swedencentral-management" and settings.mgmt_cluster in clusters
+    assert sorted(settings.teardown.capi_workloads) == sorted(clusters - {settings.mgmt_cluster})
     # exactly the groups the tree creates: none left behind, none deleted that the tree does not create
-    assert sorted(settings["teardown"]["resource-groups"]) == sorted(groups)
+    assert sorted(settings.teardown.resource_groups) == sorted(groups)
     azure_vars = next(o for o in rendered[AZ] if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "azure-vars")
-    assert settings["mgmt-region"] == azure_vars["data"]["AZURE_LOCATION"] == "swedencentral"
+    assert settings.mgmt_region == azure_vars["data"]["AZURE_LOCATION"] == "swedencentral"
     locations = {o["spec"]["location"] for d, o, p in objects if o["apiVersion"].startswith("resources.azure.com/")}
     assert locations == {"${AZURE_LOCATION}"}
-    assert settings["workload-path"] == "workload/swedencentral-01"
+    assert settings.workload_path == "workload/swedencentral-01"
     fluxinstance = render.load_yaml_documents(str(REPO / AZ / "flux-apps/workload-flux/fluxinstance.yaml"))[0]
     assert fluxinstance["spec"]["sync"]["path"] == "workload/${REGION}-01"
     assert (
         fluxinstance["spec"]["sync"]["url"]
-        == krops_config.load(path=str(REPO / "bootstrap.toml"), environ={}).data["bootstrap"]["git-url"]
+        == krops_config.load(path=str(REPO / "bootstrap.toml"), environ={}).bootstrap.git_url
     )
-    assert settings["pivot-manifests"] == []
-    for rel in settings["pivot-sops-secrets"]:
+    assert settings.pivot_manifests == ()
+    for rel in settings.pivot_sops_secrets:
         docs = render.load_yaml_documents(str(REPO / rel))
         assert [d["kind"] for d in docs] == ["Secret"] and "sops" in docs[0]
         component = rel.rsplit("/", 2)[-2]
@@ -343,7 +343,7 @@ def test_identity_agrees_with_the_bootstrap_hook(rendered):
         == inventory["bootstrap_azure_identity_name"]
     )
     assert identity["spec"]["owner"] == {
-        "armId": "/subscriptions/${AZURE_SUBSCRIPTION_ID}/resourceGroups/" + _settings()["mgmt-cluster"]
+        "armId": "/subscriptions/${AZURE_SUBSCRIPTION_ID}/resourceGroups/" + _settings().mgmt_cluster
     }
     assert identity["metadata"]["annotations"]["serviceoperator.azure.com/reconcile-policy"] == "detach-on-delete"
     assert "mgmt-cluster" in defaults["bootstrap_azure_resource_group"]
@@ -370,8 +370,8 @@ def test_identity_agrees_with_the_bootstrap_hook(rendered):
     }
     assert {("FederatedIdentityCredential", c["metadata"]["name"]) for c in creds} <= checks
     # and the pivot waits for exactly that Kustomization (bootstrap.toml pivot-wait-kustomizations)
-    assert _settings()["pivot-wait-kustomizations"] == ["aso-workload-identity"]
-    assert set(_settings()["pivot-wait-kustomizations"]) <= set(_kustomizations(rendered))
+    assert _settings().pivot_wait_kustomizations == ("aso-workload-identity",)
+    assert set(_settings().pivot_wait_kustomizations) <= set(_kustomizations(rendered))
     # The AzureASOManaged* kinds take no identityRef (their CRDs at v1.25.1 have none): ASO authenticates
     # their resources with the namespace's aso-credential, so an AzureClusterIdentity would be referenced
     # by nothing.
@@ -385,7 +385,7 @@ def test_no_azure_secret_at_rest(rendered, tmp_path):
     secrets = [(d, o) for d, objs in rendered.items() for o in objs if o["kind"] == "Secret"]
     assert sorted(o["metadata"]["name"] for d, o in secrets) == ["aso-credential", "azure-variables"]
     decrypted = {}
-    for rel in _settings()["pivot-sops-secrets"]:
+    for rel in _settings().pivot_sops_secrets:
         proc = subprocess.run(
             [str(VENV_BIN / "sops"), "--decrypt", str(REPO / rel)],
             capture_output=True,
@@ -400,9 +400,7 @@ def test_no_azure_secret_at_rest(rendered, tmp_path):
     # namespace transformer in their kustomization would make decryption fail with "MAC mismatch")
     for directory, secret in secrets:
         raw = next(
-            r
-            for r in _settings()["pivot-sops-secrets"]
-            if r.endswith("/{}.sops.yaml".format(secret["metadata"]["name"]))
+            r for r in _settings().pivot_sops_secrets if r.endswith("/{}.sops.yaml".format(secret["metadata"]["name"]))
         )
         assert secret == render.load_yaml_documents(str(REPO / raw))[0], directory
     assert sorted(decrypted["aso-credential"]) == ["AZURE_CLIENT_ID", "AZURE_SUBSCRIPTION_ID", "AZURE_TENANT_ID"]
@@ -436,7 +434,7 @@ def test_no_azure_secret_at_rest(rendered, tmp_path):
 
 
 def test_mgmt_region_is_read_by_config():
-    assert _settings()["mgmt-region"] == "swedencentral"
+    assert _settings().mgmt_region == "swedencentral"
     text = (REPO / "bootstrap.toml").read_text()
     assert text.count('mgmt-region = "swedencentral"\n') == 1
     with pytest.raises(krops_config.ConfigError, match="environments.azure.mgmt-region: .*required for azure"):

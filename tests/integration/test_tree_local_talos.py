@@ -111,13 +111,13 @@ def test_dependson_graph_is_the_chain():
 def test_bootstrap_toml_cross_checks_hold():
     cfg = krops_config.load(path=str(REPO / "bootstrap.toml"), environ={})
     env = cfg.environment(ENV)
-    assert env["sync"] == "git" and env["sync-path"] == LT and not env.get("workload-path")
-    assert env["mgmt-cluster"] == "local-talos-management"
-    assert (env["infra-provider-namespace"], env["infra-provider-name"]) == ("capt-system", "tinkerbell-tinkerbell")
-    assert env["teardown"]["capi-workloads"] == [] and env["teardown"]["hardware-release"] is True
-    assert not env["pivot-sops-secrets"] and not env["move-fallbacks"]
+    assert env.sync == "git" and env.sync_path == LT and not env.workload_path
+    assert env.mgmt_cluster == "local-talos-management"
+    assert (env.infra_provider_namespace, env.infra_provider_name) == ("capt-system", "tinkerbell-tinkerbell")
+    assert env.teardown.capi_workloads == () and env.teardown.hardware_release is True
+    assert not env.pivot_sops_secrets and not env.move_fallbacks
     providers = []
-    for manifest in env["provider-manifests"]:
+    for manifest in env.provider_manifests:
         for doc in render.load_yaml_documents(str(REPO / manifest)):
             providers.append((doc["kind"], doc["metadata"]["namespace"], doc["metadata"]["name"]))
     # Exactly the providers this environment installs, each also part of the rendered tree.
@@ -142,8 +142,8 @@ def test_bootstrap_toml_cross_checks_hold():
         if o["kind"] == "HelmRelease" and "chart" in o["spec"]
     }
     assert charts == {
-        "cert-manager": cfg.data["charts"]["cert-manager"],
-        "cluster-api-operator": cfg.data["charts"]["capi-operator"],
+        "cert-manager": cfg.charts.cert_manager,
+        "cluster-api-operator": cfg.charts.capi_operator,
     }
 
 
@@ -233,7 +233,7 @@ def test_tinkerbell_stack_comes_from_the_oci_chart_with_site_values():
 
 def test_pivot_manifests_are_the_crds_of_what_clusterctl_move_carries():
     cfg = krops_config.load(path=str(REPO / "bootstrap.toml"), environ={})
-    crds = [d for m in cfg.environment(ENV)["pivot-manifests"] for d in render.load_yaml_documents(str(REPO / m))]
+    crds = [d for m in cfg.environment(ENV).pivot_manifests for d in render.load_yaml_documents(str(REPO / m))]
     assert all(d["kind"] == "CustomResourceDefinition" for d in crds)
     served = {(d["spec"]["group"], d["spec"]["names"]["kind"], v["name"]) for d in crds for v in d["spec"]["versions"]}
     assert all("clusterctl.cluster.x-k8s.io/move" in d["metadata"]["labels"] for d in crds)

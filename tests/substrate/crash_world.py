@@ -156,7 +156,7 @@ class CrashWorld:
         return api
 
     def _write_config(self):
-        cfg = krops_config.load(str(REPO / "bootstrap.toml"), environ={}).data
+        charts = krops_config.load(str(REPO / "bootstrap.toml"), environ={}).charts
         for rel in PROVIDER_FILES:
             target = self.repo / rel
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -166,11 +166,13 @@ class CrashWorld:
             kubeconfig=self.target_kubeconfig,
             workload=WORKLOAD,
             providers=json.dumps(PROVIDER_FILES),
-            **{key.replace("-", "_"): cfg["charts"][key] for key in ("flux-operator", "cert-manager", "capi-operator")},
+            flux_operator=charts.flux_operator,
+            cert_manager=charts.cert_manager,
+            capi_operator=charts.capi_operator,
         )
         self.config_file = self.repo / "bootstrap.toml"
         self.config_file.write_text(text)
-        self.config = krops_config.load(str(self.config_file), environ={}).data
+        self.config = krops_config.load(str(self.config_file), environ={})
 
     def _bootstrapped_kind(self):
         kind = self.kind
@@ -318,7 +320,7 @@ class CrashWorld:
             raise AssertionError("teardown_host: %s" % found.get("msg"))
         kube = {"kubeconfig": found["kubeconfig"], "context": found["context"]}
         self.teardown_api = self.kind if found["host"] == "kind" else self.mgmt
-        namespace = self.config["bootstrap"]["mgmt-namespace"]
+        namespace = self.config.bootstrap.mgmt_namespace
         steps = []
         for step in found["plan"]:
             action, name = step["action"], "%s:%s" % (step["step"], step["action"])

@@ -208,17 +208,17 @@ class PivotState:
         self.options = options
         self.check_mode = check_mode
         self.clock = clock
-        self.boot = config.data["bootstrap"]
+        self.boot = config.bootstrap
         self.env_name = options.get("environment") or config.selected
         self.env = config.environment(self.env_name)
         self.profile = profiles.of(self.env)  # what the platform needs (local registry, LB rewrite, credentials)
-        self.namespace = self.boot["mgmt-namespace"]
-        self.mgmt = self.env["mgmt-cluster"]
+        self.namespace = self.boot.mgmt_namespace
+        self.mgmt = self.env.mgmt_cluster
         self.repo_root = options.get("repo_root") or os.path.dirname(os.path.abspath(config.path))
         self.source = None
         self.target = None
-        self.target_kubeconfig = os.path.expanduser(options.get("target_kubeconfig") or self.boot["mgmt-kubeconfig"])
-        self.target_context = self.boot["mgmt-context"]
+        self.target_kubeconfig = os.path.expanduser(options.get("target_kubeconfig") or self.boot.mgmt_kubeconfig)
+        self.target_context = self.boot.mgmt_context
         self.connect_kubeconfig = None  # the file used to reach the target (temporary in check mode)
         self._tempdir = None
         self.variables = None  # prepare: ${VAR} values for the manifests
@@ -279,7 +279,7 @@ class PivotState:
         return kube.resolve_auth(self.options.get("source_kubeconfig"), None)[0] or os.path.expanduser("~/.kube/config")
 
     def source_context(self):
-        return self.options.get("source_context") or self.boot["kind-context"]
+        return self.options.get("source_context") or self.boot.kind_context
 
     def remaining(self, deadline):
         return max(1.0, deadline - self.clock())
@@ -347,4 +347,4 @@ def mgmt_on_target(pv):
 
 
 def registry_url(pv):
-    return pv.options.get("registry_url") or "http://127.0.0.1:%d" % pv.boot["registry-port"]
+    return pv.options.get("registry_url") or "http://127.0.0.1:%d" % pv.boot.registry_port

@@ -50,7 +50,7 @@ def render_kubeconfig(raw, context, server=None):
 def _await_kubeconfig_secret(pv, phase, secret_name):
     """The management cluster's kubeconfig Secret on the kind cluster, waited for within mgmt-ready-timeout (CAPI
     writes it once the control plane is up); PivotError when it does not appear in time."""
-    total = pv.options.get("mgmt_ready_timeout") or pv.env["mgmt-ready-timeout"]
+    total = pv.options.get("mgmt_ready_timeout") or pv.env.mgmt_ready_timeout
     deadline = pv.mgmt_deadline or pv.clock() + pv.wait_left("mgmt", total)
     pv.say(f">>> waiting for Secret {pv.namespace}/{secret_name}")
     try:

@@ -140,11 +140,11 @@ def _clusterctl_argv(pv, dry_run):
 
 
 def apply_fallbacks(pv):
-    for fb in pv.env.get("move-fallbacks") or []:
-        plural, dummy, group = fb["resource"].partition(".")
-        entry = {"resource": fb["resource"], "name": fb["name"], "manifest": fb["manifest"], "state": "present"}
-        docs = load_documents(pv.path(fb["manifest"]), None, phase="move")
-        if not any(d["metadata"]["name"] == fb["name"] and d["apiVersion"].startswith(group + "/") for d in docs):
+    for fb in pv.env.move_fallbacks:
+        plural, dummy, group = fb.resource.partition(".")
+        entry = {"resource": fb.resource, "name": fb.name, "manifest": fb.manifest, "state": "present"}
+        docs = load_documents(pv.path(fb.manifest), None, phase="move")
+        if not any(d["metadata"]["name"] == fb.name and d["apiVersion"].startswith(group + "/") for d in docs):
             raise PivotError(
                 "move",
                 "move fallback {}: manifest {} does not declare {} {}".format(

@@ -19,12 +19,10 @@ from ansible_collections.krops.platform.plugins.module_utils.pivot.common import
 def run(pv):
     phase = "preconditions"
     context = pv.source_context()
-    if context != pv.boot["kind-context"]:
+    if context != pv.boot.kind_context:
         raise PivotError(
             phase,
-            "the pivot source must be the kind cluster's context {}, not {}; pass source_context={}".format(
-                pv.boot["kind-context"], context, pv.boot["kind-context"]
-            ),
+            f"the pivot source must be the kind cluster's context {pv.boot.kind_context}, not {context}; pass source_context={pv.boot.kind_context}",
         )
     try:
         pv.source = pv.connect(pv.source_kubeconfig(), context, source=True)
@@ -46,9 +44,7 @@ def run(pv):
         if not registry_serves(url):
             raise PivotError(
                 phase,
-                "the local registry {} does not serve {}/v2/; start it (bootstrap role) before pivoting".format(
-                    pv.boot["registry-name"], url
-                ),
+                f"the local registry {pv.boot.registry_name} does not serve {url}/v2/; start it (bootstrap role) before pivoting",
             )
     res = capi.cluster_resource(pv.source)
     if res is None:
@@ -60,7 +56,7 @@ def run(pv):
     if kube.get(pv.source, capi.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None and mgmt_on_target(pv):
         pv.say(f"Cluster {pv.namespace}/{pv.mgmt} is already on the target")
         return
-    timeout = pv.options.get("mgmt_ready_timeout") or pv.env["mgmt-ready-timeout"]
+    timeout = pv.options.get("mgmt_ready_timeout") or pv.env.mgmt_ready_timeout
     pv.say(f">>> waiting up to {timeout}s for Cluster {pv.namespace}/{pv.mgmt} on the kind cluster")
     if pv.check_mode and kube.get(pv.source, capi.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None:
         raise PivotError(

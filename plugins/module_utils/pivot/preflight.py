@@ -57,7 +57,7 @@ def _gate_state(names, objects):
 
 def wait_kustomizations(pv):
     """Wait until every Kustomization of pivot-wait-kustomizations is Ready on the source (check mode: look once)."""
-    names = pv.env.get("pivot-wait-kustomizations") or []
+    names = list(pv.env.pivot_wait_kustomizations)
     if not names:
         return
     if pv.check_mode:
@@ -71,7 +71,7 @@ def wait_kustomizations(pv):
                 ),
             )
         return
-    timeout = pv.options.get("mgmt_ready_timeout") or pv.env["mgmt-ready-timeout"]
+    timeout = pv.options.get("mgmt_ready_timeout") or pv.env.mgmt_ready_timeout
     pv.say(">>> waiting up to {}s for Kustomizations {} on the kind cluster".format(timeout, ", ".join(names)))
     seconds = pv.wait_left("gates", timeout)
 

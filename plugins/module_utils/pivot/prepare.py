@@ -31,17 +31,15 @@ def source_variables(pv):
     variables = {}
     if pv.source is not None:
         try:
-            maps = kube.list_objects(pv.source, "v1", "ConfigMap", pv.boot["flux-namespace"])
+            maps = kube.list_objects(pv.source, "v1", "ConfigMap", pv.boot.flux_namespace)
         except (kube.KubeError,) + API_ERRORS as exc:
             raise PivotError(
                 "prepare",
-                "cannot read the ConfigMaps of {} on the kind cluster: {}".format(
-                    pv.boot["flux-namespace"], kube.error_text(exc)
-                ),
+                f"cannot read the ConfigMaps of {pv.boot.flux_namespace} on the kind cluster: {kube.error_text(exc)}",
             )
         for cm in sorted(maps, key=lambda o: o["metadata"]["name"]):
             variables.update({k: str(v) for k, v in (cm.get("data") or {}).items()})
-    variables.update(pv.env.get("pivot-manifest-vars") or {})
+    variables.update(pv.env.pivot_manifest_vars)
     variables.update(pv.options.get("manifest_vars") or {})
     return variables
 
@@ -51,7 +49,7 @@ def run_tags(pv):
     the GCP label forms there again)."""
     if pv.source is None:
         return {}
-    cm = kube.get(pv.source, "v1", "ConfigMap", pv.boot["run-configmap"], pv.boot["flux-namespace"])
+    cm = kube.get(pv.source, "v1", "ConfigMap", pv.boot.run_configmap, pv.boot.flux_namespace)
     return dict((cm or {}).get("data") or {})
 
 
@@ -90,7 +88,7 @@ def install_charts(pv):
     timeout = pv.timeout("wait")
     for key in ("cert-manager", "capi-operator"):
         release, chart, repo, namespace, values = CHARTS[key]
-        version = pv.config.data["charts"][key]
+        version = pv.config.charts.pin(key)
         if key == "cert-manager" and not version.startswith("v"):
             version = "v" + version
         current = _helm_installed(pv, helm, release, namespace)
@@ -183,11 +181,11 @@ CREDENTIALS = {"aws": aws_credentials}
 
 def decrypt_sops_secrets(pv):
     """(relative, documents) of every pivot-sops-secrets file: decrypted, then substituted."""
-    files = pv.env.get("pivot-sops-secrets") or []
+    files = list(pv.env.pivot_sops_secrets)
     if not files:
         return []
     sops = find_binary("sops", pv.options.get("sops_binary"))
-    key_file = os.path.expanduser(pv.options.get("age_key_file") or pv.boot["age-key-file"])
+    key_file = os.path.expanduser(pv.options.get("age_key_file") or pv.boot.age_key_file)
     if not os.path.isabs(key_file):
         key_file = pv.path(key_file)
     if not os.path.exists(key_file):
@@ -305,10 +303,10 @@ def run(pv):
     pv.result["run_tags"] = run_tags(pv)
     # Load and substitute every manifest first: a bad file fails before anything is written.
     provider_docs, pivot_docs = [], []
-    for relative in pv.env.get("provider-manifests") or []:
+    for relative in pv.env.provider_manifests:
         provider_docs.append((relative, load_documents(pv.path(relative), pv.variables)))
     unresolved, first = [], None
-    for relative in pv.env.get("pivot-manifests") or []:
+    for relative in pv.env.pivot_manifests:
         try:
             pivot_docs.append((relative, load_documents(pv.path(relative), pv.variables)))
         except SubstitutionError as exc:

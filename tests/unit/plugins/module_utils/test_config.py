@@ -78,6 +78,108 @@ def test_unknown_key_names_file_path_and_known_keys():
     assert str(err.value).endswith("; unknown key 'mgmt-clustr' " + ENVS)
 
 
+def _misspell(path, wrong):
+    """Rename the key at ``path`` (a/b/0/c) of the real file to ``wrong``."""
+
+    def mutate(data):
+        node = data
+        parts = path.split("/")
+        for part in parts[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        node[wrong] = node.pop(parts[-1])
+
+    return mutate
+
+
+def _add_account(data):
+    data["environments"]["aws"]["accounts"] = [{"account-id": "123456789012", "role-name": "r", "region": ["x"]}]
+
+
+_KNOWN = {
+    "bootstrap": "age-key-file, cluster-delete-timeout, default-environment, flux-namespace, flux-version, git-branch, "
+    "git-url, github-pat-secret, github-user, kind-cluster, kind-context, kind-network, kind-node-image, "
+    "local-reconcile-timeout, mgmt-context, mgmt-kubeconfig, mgmt-namespace, mgmt-poll-interval, oci-repository, "
+    "oci-tag, provider-delete-timeout, registry-container-port, registry-name, registry-port, registry-ready-retries, "
+    "run-configmap, run-ttl, sops-age-secret",
+    "environment": "accepted-end-of-life, accounts, infra-provider-name, infra-provider-namespace, kind, mgmt-cluster, "
+    "mgmt-ready-timeout, mgmt-region, move-fallbacks, pivot-manifest-vars, pivot-manifests, pivot-sops-secrets, "
+    "pivot-wait-kustomizations, platform, post-kind-create-hook, provider-manifests, resource-plane, sync, sync-path, "
+    "teardown, workload-path",
+    "environment teardown": "aws-workloads, capi-workloads, cfn-stack-name, disable-deletion-protection, "
+    "global-iam-users, hardware-release, mgmt-container-prefix, mgmt-eks-cluster-name, mgmt-iam-role-prefix, "
+    "networks, resource-groups, service-accounts, workload-identity-providers",
+}
+
+
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (
+            _misspell("teardown", "teardwon"),
+            "teardwon: expected one of the known tables: bootstrap, charts, teardown, environments; "
+            "unknown key 'teardwon'",
+        ),
+        (
+            _misspell("bootstrap/kind-cluster", "kind-clustre"),
+            "bootstrap.kind-clustre: expected one of the known keys: %s; unknown key 'kind-clustre'"
+            % _KNOWN["bootstrap"],
+        ),
+        (
+            _misspell("charts/cert-manager", "cert-manger"),
+            "charts.cert-manger: expected one of the known keys: capi-operator, cert-manager, flux-operator; "
+            "unknown key 'cert-manger'",
+        ),
+        (
+            _misspell("teardown/s3-bucket-pattern", "s3-bucket-patern"),
+            "teardown.s3-bucket-patern: expected one of the known keys: cfn-stack-name, global-iam-roles, "
+            "global-iam-users, s3-bucket-pattern; unknown key 's3-bucket-patern'",
+        ),
+        (
+            _misspell("environments/gcp/mgmt-region", "mgmt-regoin"),
+            "environments.gcp.mgmt-regoin: expected one of the known keys: %s; unknown key 'mgmt-regoin'"
+            % _KNOWN["environment"],
+        ),
+        (
+            _misspell("environments/azure/teardown/resource-groups", "resource-group"),
+            "environments.azure.teardown.resource-group: expected one of the known keys: %s; "
+            "unknown key 'resource-group'" % _KNOWN["environment teardown"],
+        ),
+        (
+            _misspell("environments/aws/teardown/aws-workloads/1/rds-instance", "rds-instanse"),
+            "environments.aws.teardown.aws-workloads[1].rds-instanse: expected one of the known keys: cluster-name, "
+            "eks-cluster-name, rds-instance, region; unknown key 'rds-instanse'",
+        ),
+        (
+            _misspell("environments/aws/move-fallbacks/0/manifest", "manfest"),
+            "environments.aws.move-fallbacks[0].manfest: expected one of the known keys: manifest, name, resource; "
+            "unknown key 'manfest'",
+        ),
+        (
+            _add_account,
+            "environments.aws.accounts[0].region: expected one of the known keys: account-id, clusters, duration, "
+            "external-id, regions, role-arn, role-name, session-name; unknown key 'region'",
+        ),
+    ],
+    ids=[
+        "top level",
+        "bootstrap",
+        "charts",
+        "teardown",
+        "environment",
+        "environment teardown",
+        "aws-workloads",
+        "move-fallbacks",
+        "accounts",
+    ],
+)
+def test_a_misspelt_key_of_each_table_fails_at_load_listing_the_valid_keys(mutate, message):
+    data = real_data()
+    mutate(data)
+    with pytest.raises(config.ConfigError) as err:
+        load(data)
+    assert str(err.value) == "bootstrap.toml: " + message + " " + ENVS
+
+
 def test_wrong_type():
     data = real_data()
     data["bootstrap"]["registry-port"] = "5001"
@@ -311,7 +413,7 @@ def _check(text, environ=None):
         return None
     assert loaded.selected in loaded.environment_names
     for name in loaded.environment_names:
-        assert loaded.environment(name)["mgmt-ready-timeout"] > 0
+        assert loaded.environment(name).mgmt_ready_timeout > 0
     return loaded
 
 

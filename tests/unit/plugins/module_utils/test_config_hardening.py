@@ -11,6 +11,7 @@ satisfies the name, path, pattern and range rules.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import string
@@ -413,8 +414,9 @@ def test_config_error_is_a_krops_error_with_a_result():
 def test_bom_and_platform_spelling_are_accepted(tmp_path):
     text = real_text().replace('[environments.gcp]\nkind = "gcp"', '[environments.gcp]\nplatform = "gcp"')
     loaded = config.loads("\ufeff" + text, path=PATH)
-    gcp = loaded.environment("gcp")
-    assert gcp["platform"] == gcp["kind"] == "gcp"
+    assert loaded.environment("gcp").platform == "gcp"
+    # the roles read the older name too (the lookup's plain data keeps it)
+    assert loaded.lookup("environments.gcp.platform") == loaded.lookup("environments.gcp.kind") == "gcp"
     assert loaded.profile("gcp").post_kind_hooks == ("wif-federate",)
     assert loaded.lookup("profiles.local-host.local-registry") is True
     assert loaded.lookup("profile")["platform"] == "local-host"
@@ -458,11 +460,18 @@ def test_load_reads_once_per_process(tmp_path, monkeypatch):
     first = config.load(str(path), environ={})
     second = config.load(str(path), environ={})
     assert len(calls) == 1
-    second.data["bootstrap"]["oci-tag"] = "changed"  # callers get their own copy
-    assert config.load(str(path), environ={}).data["bootstrap"]["oci-tag"] == first.data["bootstrap"]["oci-tag"]
+    # callers share one Config, which nothing can change: its tables are frozen and its arrays tuples
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        second.bootstrap.oci_tag = "changed"
+    with pytest.raises(TypeError):
+        second.environments["aws"] = second.environment("gcp")
+    assert isinstance(second.environment("aws").provider_manifests, tuple)
+    with pytest.raises(TypeError):
+        second.environment("gcp").pivot_manifest_vars["GCP_WIF_PROVIDER"] = "other"
+    assert config.load(str(path), environ={}).bootstrap.oci_tag == first.bootstrap.oci_tag == "latest"
     path.write_text(real_text().replace('oci-tag = "latest"', 'oci-tag = "v2"'))
-    assert config.load(str(path), environ={}).data["bootstrap"]["oci-tag"] == "v2"
-    assert config.load(str(path), environ={"OCI_TAG": "v3"}).data["bootstrap"]["oci-tag"] == "v3"
+    assert config.load(str(path), environ={}).bootstrap.oci_tag == "v2"
+    assert config.load(str(path), environ={"OCI_TAG": "v3"}).bootstrap.oci_tag == "v3"
     assert len(calls) == 3
 
 
@@ -535,32 +544,32 @@ _KEYS = [
 
 
 def _rules_hold(loaded):
-    boot = loaded.data["bootstrap"]
-    assert re.match(r"^[a-z0-9.-]{1,50}$", boot["kind-cluster"])
-    assert boot["kind-context"] == "kind-" + boot["kind-cluster"]
-    for key in ("mgmt-namespace", "flux-namespace"):
-        assert _K8S.match(boot[key]) and len(boot[key]) <= 63
-    assert 1 <= boot["registry-port"] <= 65535
-    assert boot["run-ttl"] == "none" or 0 < config.parse_duration(boot["run-ttl"]) <= config.MAX_TTL
-    down = loaded.data["teardown"]
-    fields = {f for _t, f, _s, _c in string.Formatter().parse(down["s3-bucket-pattern"]) if f is not None}
+    boot = loaded.bootstrap
+    assert re.match(r"^[a-z0-9.-]{1,50}$", boot.kind_cluster)
+    assert boot.kind_context == "kind-" + boot.kind_cluster
+    for value in (boot.mgmt_namespace, boot.flux_namespace):
+        assert _K8S.match(value) and len(value) <= 63
+    assert 1 <= boot.registry_port <= 65535
+    assert boot.run_ttl == "none" or 0 < config.parse_duration(boot.run_ttl) <= config.MAX_TTL
+    down = loaded.teardown
+    fields = {f for _t, f, _s, _c in string.Formatter().parse(down.s3_bucket_pattern) if f is not None}
     assert fields <= {"account_id", "cluster_name"}
-    for name, env in loaded.data["environments"].items():
+    for name, env in loaded.environments.items():
         assert _K8S.match(name) and len(name) <= 63
-        assert _K8S.match(env["mgmt-cluster"]) and len(env["mgmt-cluster"]) <= 63
-        assert 0 < env["mgmt-ready-timeout"] <= config.MAX_TIMEOUT
+        assert _K8S.match(env.mgmt_cluster) and len(env.mgmt_cluster) <= 63
+        assert 0 < env.mgmt_ready_timeout <= config.MAX_TIMEOUT
         profile = profiles.of(env)
-        assert bool(env["mgmt-region"]) == (profile.region_pattern is not None)
-        for path in [env["sync-path"], env["workload-path"]] + env["provider-manifests"] + env["pivot-manifests"]:
+        assert bool(env.mgmt_region) == (profile.region_pattern is not None)
+        for path in (env.sync_path, env.workload_path) + env.provider_manifests + env.pivot_manifests:
             assert not path.startswith(("/", "~")) and ".." not in path.split("/") and "\\" not in path
-        for workload in env["teardown"]["aws-workloads"]:
-            bucket = down["s3-bucket-pattern"].format(account_id="123456789012", cluster_name=workload["cluster-name"])
+        for workload in env.teardown.aws_workloads:
+            bucket = down.s3_bucket_pattern.format(account_id="123456789012", cluster_name=workload.cluster_name)
             assert 3 <= len(bucket) <= 63 and re.match(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$", bucket)
-            rds = workload["rds-instance"]
+            rds = workload.rds_instance
             assert rds == "" or (
                 re.match(r"^[A-Za-z][A-Za-z0-9-]{0,62}$", rds) and "--" not in rds and not rds.endswith("-")
             )
-            assert re.match(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$", workload["eks-cluster-name"])
+            assert re.match(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$", workload.eks_cluster_name)
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])

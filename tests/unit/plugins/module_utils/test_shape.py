@@ -30,8 +30,6 @@ DEBT = {
     ("module_utils/airgap.py", "", "lines"): 972,
     ("module_utils/airgap.py", "derive", "complexity"): 62,
     ("module_utils/aws_sweep.py", "", "lines"): 1200,
-    ("module_utils/config.py", "", "lines"): 1220,
-    ("module_utils/config.py", "loads", "complexity"): 27,
     ("module_utils/flux.py", "", "lines"): 815,
     ("module_utils/teardown_plan.py", "build_plan", "lines"): 202,
     ("module_utils/teardown_plan.py", "build_plan", "complexity"): 32,
