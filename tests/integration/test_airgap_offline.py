@@ -18,6 +18,7 @@ import zlib
 import pytest
 import yaml
 
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import (
     airgap,
     airgap_charts,
@@ -26,6 +27,7 @@ from ansible_collections.krops.platform.plugins.module_utils import (
 )
 from tests.integration.test_airgap_playbook import ready  # noqa: F401  # pylint: disable=unused-import
 from tests.substrate import zarf_standin
+from tests.substrate.fixtures import REPO
 from tests.substrate.airgap_world import (
     ZARF_REGISTRY,
     DeployFailed,
@@ -79,6 +81,11 @@ ZARF_CASES = [
         "gitlab.com/project/stefanprodan/manifests/podinfo:latest",
     ),
 ]
+
+
+def _boot():
+    """bootstrap.toml [bootstrap] (registry krops-registry, container port 5000)."""
+    return krops_config.load(str(REPO / "bootstrap.toml"), environ={}).bootstrap
 
 
 @pytest.mark.parametrize("ref,with_crc,plain", ZARF_CASES)
@@ -387,7 +394,7 @@ def _provider_world(root, tmp_path, strict_cluster, pinned=True):
     Kubelet(world, api, registry)
     CapiController(world, spawn=strict_cluster, registry=artifacts)
     world.start(interval=0.01, idle=0.2)
-    boot = {"registry-name": "krops-registry", "registry-container-port": 5000}
+    boot = _boot()
     for rel in sorted((root / "mgmt" / "local-host").rglob("*-provider.yaml")):
         if pinned:
             (doc,) = yaml.safe_load_all((staged / rel.relative_to(root)).read_text())

@@ -17,6 +17,7 @@ import tarfile
 import pytest
 import yaml
 
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import (
     airgap,
     airgap_charts,
@@ -40,6 +41,11 @@ PROVIDER_FILES = {
     "capd-system/infrastructure-provider.yaml": ("InfrastructureProvider", "docker", "capd-system"),
     "caaph-system/addon-provider.yaml": ("AddonProvider", "helm", "caaph-system"),
 }
+
+
+def _boot():
+    """bootstrap.toml [bootstrap] (registry krops-registry, container port 5000)."""
+    return krops_config.load(str(REPO / "bootstrap.toml"), environ={}).bootstrap
 
 
 @pytest.fixture
@@ -249,9 +255,7 @@ def _apply_providers(api, root, offline):
     for short, (kind, name, ns) in PROVIDER_FILES.items():
         (doc,) = list(yaml.safe_load_all((root / "mgmt/local-host" / short).read_text()))
         if offline:
-            entry = airgap.provider_entry(
-                {"registry-name": "krops-registry", "registry-container-port": 5000}, kind, name, doc["spec"]["version"]
-            )
+            entry = airgap.provider_entry(_boot(), kind, name, doc["spec"]["version"])
             doc = airgap.with_fetch_config(doc, entry)
         api.create(doc)
 
@@ -328,9 +332,7 @@ def test_air_gapped_operator_installs_from_the_bundled_artifacts(tree, mgmt, str
 
 def test_air_gapped_operator_refuses_an_artifact_without_the_names_it_reads(mgmt, strict_cluster):
     # CAPD's release file under its release name: the operator does not read it
-    entry = airgap.provider_entry(
-        {"registry-name": "krops-registry", "registry-container-port": 5000}, "CoreProvider", "cluster-api", "v1.13.5"
-    )
+    entry = airgap.provider_entry(_boot(), "CoreProvider", "cluster-api", "v1.13.5")
     registry = ProviderRegistry()
     data, _digest = airgap.provider_archive(
         entry["artifact"], {"metadata.yaml": b"x: 1\n", "core-components-release.yaml": b"kind: List\n"}
