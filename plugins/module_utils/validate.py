@@ -150,6 +150,8 @@ class _Env:
         self.cel = None  # CEL rules not evaluated (a list when the cel rule runs)
         self.warnings = []  # {file, object, environment, message}: reported, never findings
         self.yaml_files = []  # absolute paths of the YAML files (the file rules read them)
+        self.texts = {}  # absolute path -> text of the files read and within the YAML bounds (_index_files)
+        self.over_bounds = set()  # absolute paths of the files over a bound (reported once, as render)
         self.memo = {}  # what several rules derive once (validate_bootstrap: the manifests)
         # The run's inputs the rules read (None for the files outside every environment):
         self.cfg = None  # config.Config of bootstrap.toml
@@ -534,12 +536,18 @@ def _index_files(env, yaml_files):
     for path in yaml_files:
         rel = env.rel(path)
         try:
-            docs = render.load_yaml_documents(path)
+            text = render.check_yaml_file(path)
         except render.YAMLLimitError as exc:
             env.add(rel, "-", "render", str(exc))
+            env.over_bounds.add(path)
             continue
         except _YAML_ERRORS + (OSError, UnicodeDecodeError):
             continue  # yamllint reports the syntax error; kustomize reports it if the file is used
+        env.texts[path] = text  # read and bounded once: the file rules (yamllint) take it from here
+        try:
+            docs = render.load_yaml_text(text)
+        except _YAML_ERRORS:
+            continue
         for doc in docs:
             env.raw_docs.append((rel, doc))
             meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}

@@ -204,11 +204,16 @@ class SchemaStore:
     def validator(self, api_version, kind):
         """A compiled validator for apiVersion/kind; raises SchemaMissing or SchemaUnreachable (cached)."""
         key = (api_version, kind)
-        shared = self._shared_key(api_version, kind)
-        with self._lock:
-            cached = self._validators.get(key)
-            if cached is None and shared is not None:
-                cached = _SHARED.get(shared)
+        cached = self._validators.get(key)  # this store's own: no stat of the schema file again
+        shared = None
+        if cached is None:
+            shared = self._shared_key(api_version, kind)
+            with self._lock:
+                cached = self._validators.get(key)
+                if cached is None and shared is not None:
+                    cached = _SHARED.get(shared)
+                    if cached is not None:
+                        self._validators[key] = cached
         if cached is not None:
             if isinstance(cached, Exception):
                 raise cached

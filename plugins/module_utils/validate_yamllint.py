@@ -66,23 +66,26 @@ def check(env):
     if conf is None:
         env.add("-", "-", RULE, "the yamllint Python package is not installed")
         return
+    texts, over = getattr(env, "texts", {}), getattr(env, "over_bounds", set())
     for path in env.yaml_files:
         rel = env.rel(path)
-        if conf.is_file_ignored(rel):
-            continue
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            env.add(rel, "-", RULE, f"cannot read: {exc}")
-            continue
+        if path in over or conf.is_file_ignored(rel):
+            continue  # over a bound: reported once by validate._index_files; linting it would take as long
         render.check_deadline(f"linting {rel}")
-        try:
-            render.check_yaml_text(text, rel)
-        except render.YAMLLimitError:
-            continue  # reported once by validate._index_files; linting it would take as long as the bound prevents
-        except common.YAML_ERRORS:
-            pass  # yamllint reports it with its position
+        text = texts.get(path)
+        if text is None:  # not read and bounded by _index_files (unreadable, or not YAML to libyaml)
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    text = handle.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                env.add(rel, "-", RULE, f"cannot read: {exc}")
+                continue
+            try:
+                render.check_yaml_text(text, rel)
+            except render.YAMLLimitError:
+                continue
+            except common.YAML_ERRORS:
+                pass  # yamllint reports it with its position
         for line, column, level, desc, rule in _problems(conf, rel, text):
             env.add(
                 rel,
