@@ -150,8 +150,8 @@ class _Env:
         self.cel = None  # CEL rules not evaluated (a list when the cel rule runs)
         self.warnings = []  # {file, object, environment, message}: reported, never findings
         self.yaml_files = []  # absolute paths of the YAML files (the file rules read them)
-        self.texts = {}  # absolute path -> text of the files read and within the YAML bounds (_index_files)
-        self.over_bounds = set()  # absolute paths of the files over a bound (reported once, as render)
+        self.texts, self.over_bounds = {}, set()  # path -> text within the YAML bounds; paths over one
+        self.finish = []  # what a rule left running (yamllint's worker processes): called after the object rules
         self.memo = {}  # what several rules derive once (validate_bootstrap: the manifests)
         # The run's inputs the rules read (None for the files outside every environment):
         self.cfg = None  # config.Config of bootstrap.toml
@@ -507,6 +507,8 @@ def _check_environment(env, cfg, jobs):
     _substitute(env)
     _expand_embedded(env)
     _run_rules(env, "objects")
+    for finish in env.finish:
+        finish()
 
 
 def _check_other_files(root, covered, lint_conf):
@@ -521,6 +523,8 @@ def _check_other_files(root, covered, lint_conf):
     env.yaml_files, env.lint_conf = files, lint_conf
     _index_files(env, files)
     _run_rules(env, "files")
+    for finish in env.finish:
+        finish()
     return sorted(env.findings, key=lambda f: (f.file, f.object, RULES.index(f.rule), f.message))
 
 
