@@ -16,6 +16,7 @@ Importable without Ansible.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -25,6 +26,7 @@ except ImportError:  # PyYAML comes with ansible-core
     yaml = None
 
 from ansible_collections.krops.platform.plugins.module_utils import render
+from ansible_collections.krops.platform.plugins.module_utils.validate_schema import first_errors
 
 RULE = "substitution"
 
@@ -46,6 +48,7 @@ _FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 _DATE = re.compile(r"^\d{4}-\d{1,2}-\d{1,2}([Tt ].*)?$")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def go_yaml_v2_value(text):
     """The value go-yaml v2 (go.yaml.in/yaml/v2 v2.4.3 resolve.go) gives a plain scalar, after encoding/json."""
     if text in _BOOL:
@@ -81,7 +84,9 @@ def _construct(node):
 # libyaml's emitter and parser when PyYAML has them (as render.py reads the builds): the pure-Python
 # ones cost most of validate's time on a large tree (docs/scale.md), for the same text and nodes.
 _SafeDumper = getattr(yaml, "CSafeDumper", getattr(yaml, "SafeDumper", object))
-_SafeLoader = getattr(yaml, "CSafeLoader", getattr(yaml, "SafeLoader", None))
+# _construct types each scalar itself (go-yaml v2's rules) and never reads a node's tag, so the nodes are composed
+# with the base resolver: the safe resolver's regular expressions would tag every scalar for nothing.
+_SafeLoader = getattr(yaml, "CBaseLoader", getattr(yaml, "BaseLoader", None))
 
 
 def unsubstituted_text(obj):
@@ -123,14 +128,19 @@ def check(items, store, run_values, add, object_id):
             continue
         base = dict(run_values, **variables)
         try:
-            baseline = set(store.errors(flux_substitute(raw, base, text)))
+            base_obj = flux_substitute(raw, base, text)
+            parts = store.error_parts(base_obj)
         except Exception:  # noqa: BLE001 - no schema or invalid YAML: the schema rule reports it
             continue
+        baseline = set(first_errors(parts[0] + parts[1]))
         seen = set()
         for name in used:
             for value in SITE_VALUES.get(name, ()):
                 try:
-                    errors = store.errors(flux_substitute(raw, dict(base, **{name: value}), text))
+                    # the variant's errors from what its values change (validate_schema.variant_errors)
+                    errors = store.variant_errors(
+                        base_obj, parts, flux_substitute(raw, dict(base, **{name: value}), text)
+                    )
                 except (yaml.YAMLError, ValueError) as exc:
                     errors = [("-", f"the substituted YAML is invalid: {exc}")]
                 for path, message in errors:
