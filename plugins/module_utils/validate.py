@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import render
+from ansible_collections.krops.platform.plugins.module_utils import validate_ack
 from ansible_collections.krops.platform.plugins.module_utils import validate_airgap
 from ansible_collections.krops.platform.plugins.module_utils import validate_api
 from ansible_collections.krops.platform.plugins.module_utils import validate_bootstrap
@@ -236,6 +237,7 @@ REGISTRY = (
     ValidateRule("cel.rule", "cel", validate_api.check_cel, when=_cel_on),
     ValidateRule("admission.webhook", "admission", validate_api.check_admission),
     ValidateRule("contracts.provider", "contracts", validate_api.check_contracts),
+    ValidateRule("contracts.ack-carm", "contracts", validate_ack.check_carm),
     ValidateRule("flux-graph.depends-on", "flux-graph", _F.check_depends_on),
     ValidateRule("flux-graph.cycle", "flux-graph", _F.check_cycles),
     ValidateRule("flux-graph.source-ref", "flux-graph", _F.check_source_refs),
@@ -268,6 +270,7 @@ REGISTRY = (
     ValidateRule("bootstrap.networks", "bootstrap", _B.check_networks, when=_table),
     ValidateRule("bootstrap.gcp-iam", "bootstrap", _B.check_gcp_iam, when=_table),
     ValidateRule("bootstrap.resource-groups", "bootstrap", _B.check_resource_groups, when=_table),
+    ValidateRule("bootstrap.ack-accounts", "bootstrap", validate_ack.check_accounts, when=_table),
     ValidateRule("secrets.rendered-plaintext", "secrets", validate_secrets.check_rendered_plaintext),
     ValidateRule("tags.ownership", "tags", validate_tags.check_ownership_tag),
     ValidateRule("tags.run-tags", "tags", validate_tags.check_run_tags),
@@ -282,10 +285,13 @@ def rules(phase=None):
     return [rule for rule in REGISTRY if phase is None or rule.phase == phase]
 
 
-def _run_rules(env, phase):
+def _run_rules(env, phase, last=False):
+    """The rules of a phase; ``last``: then collect what they left running (env.finish: yamllint's workers)."""
     for rule in rules(phase):
         if rule.applies(env):
             rule.check(env)
+    for finish in env.finish if last else ():
+        finish()
 
 
 # --- entry point -------------------------------------------------------------------------
@@ -506,9 +512,7 @@ def _check_environment(env, cfg, jobs):
     _lifecycle(env, cfg)
     _substitute(env)
     _expand_embedded(env)
-    _run_rules(env, "objects")
-    for finish in env.finish:
-        finish()
+    _run_rules(env, "objects", last=True)
 
 
 def _check_other_files(root, covered, lint_conf):
@@ -522,9 +526,7 @@ def _check_other_files(root, covered, lint_conf):
                 files.append(path)
     env.yaml_files, env.lint_conf = files, lint_conf
     _index_files(env, files)
-    _run_rules(env, "files")
-    for finish in env.finish:
-        finish()
+    _run_rules(env, "files", last=True)
     return sorted(env.findings, key=lambda f: (f.file, f.object, RULES.index(f.rule), f.message))
 
 
