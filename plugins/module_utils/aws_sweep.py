@@ -330,6 +330,7 @@ class Sweep:
         self._others_alive = None
         self.gone = set()  # (region, id) of what this run deleted or found gone: set by leftovers()
         self.watched = {}  # (region, listing key): a wait's last whole listing, for the final pass (take_watched)
+        self.policy_tags = {}  # customer managed policy ARN -> its tags as discovery listed them (aws_iam.policies)
         self.final = False
 
     def remember_watched(self, key, value):
