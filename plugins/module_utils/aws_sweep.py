@@ -195,9 +195,8 @@ def public(resource, outcome, reason=None):
 
 
 class Discovery:
-    """Read-only listing of everything the targets own in one region (or globally): the rows' list handlers
-    read it. Listings several rows share (the EC2 tag walk, the Tagging API walk, EKS clusters, RDS) are made
-    once per discovery through cached()."""
+    """Read-only listing of everything the targets own in one region (or globally): the rows' list handlers read
+    it. Listings several rows share (EC2 tags, the Tagging API, EKS clusters, RDS) are made once (cached())."""
 
     def __init__(self, sweep, region, confirm=True):
         self.sweep = sweep
@@ -297,7 +296,9 @@ class Sweep:
         self.regions = _unique(t.region for t in targets)
         self.home_region = self.regions[0]
         self.account_id = account_id
-        every = environment_targets(cfg, environment, True)
+        every = environment_targets(cfg, environment, True)  # an account's sweep: its share of them (its clusters)
+        mine = [a for a in cfg.environment(environment).get("accounts") or [] if a["account-id"] == account_id]
+        every = account_targets(mine[0], every) if mine else every
         whole = {(t.cluster, t.region) for t in targets} == {(t.cluster, t.region) for t in every}
         self.ownership = ownership.AwsOwnership(
             environment, {t.cluster: t.names for t in targets}, environment_tag_owns=whole
@@ -1023,8 +1024,7 @@ def assume_role(base, account, environment, region):
 
 
 def account_targets(account, targets):
-    """The targets swept in an account: its clusters (every cluster when it names none) in its regions (every
-    region when it names none)."""
+    """The targets swept in an account: its clusters (every one when it names none) in its regions (ditto)."""
     regions, clusters = account.get("regions") or [], account.get("clusters") or []
     return [t for t in targets if (not regions or t.region in regions) and (not clusters or t.cluster in clusters)]
 
