@@ -193,31 +193,20 @@ def check_accounts(env):
         if cluster not in placed or item is None:
             continue
         owner = owned.get(item.namespace, (None, home))[1]
-        if owner != placed[cluster] and placed[cluster] not in dict(ack_accounts.mapped_accounts(settings)):
-            env.add(
-                item.file,
-                common.object_id(item.obj),
-                "bootstrap",
-                "bootstrap.toml lists cluster {} in account {}, which has no ack-role-arn: ACK manages its resources in "
-                "account {} (give the account an ack-role-arn, {} and put them in namespace {})".format(
-                    cluster,
-                    placed[cluster],
-                    owner or "of the controllers",
-                    fix,
-                    ack_accounts.namespace_of(placed[cluster]),
-                ),
+        managed = f"account {owner}" if owner else "the controllers' own account (no account lists mgmt-cluster)"
+        if owner == placed[cluster]:
+            continue
+        target = ack_accounts.namespace_of(placed[cluster])
+        if placed[cluster] not in dict(ack_accounts.mapped_accounts(settings)):
+            message = (
+                f"bootstrap.toml lists cluster {cluster} in account {placed[cluster]}, which has no ack-role-arn: ACK "
+                f"manages its resources in {managed} (give the account an ack-role-arn, {fix} and put them in "
+                f"namespace {target})"
             )
-        elif owner != placed[cluster]:
-            env.add(
-                item.file,
-                common.object_id(item.obj),
-                "bootstrap",
-                "the DBInstance of cluster {} is in namespace {}, which ACK manages in account {}, but bootstrap.toml "
-                "lists the cluster in account {}: put the cluster's ACK resources in namespace {}".format(
-                    cluster,
-                    item.namespace,
-                    owner or "the controllers' own (no account lists mgmt-cluster)",
-                    placed[cluster],
-                    ack_accounts.namespace_of(placed[cluster]),
-                ),
+        else:
+            message = (
+                f"the DBInstance of cluster {cluster} is in namespace {item.namespace}, which ACK manages in {managed}, "
+                f"but bootstrap.toml lists the cluster in account {placed[cluster]}: put the cluster's ACK resources "
+                f"in namespace {target}"
             )
+        env.add(item.file, common.object_id(item.obj), "bootstrap", message)

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -282,34 +283,27 @@ class SchemaStore:
         properties, patternProperties, additionalProperties and items do). Any other variant is validated whole.
         """
         changed = changed_scalars(base, variant)
-        if changed is None or any(path in (("apiVersion",), ("kind",)) for path in changed):
+        if changed is None:
             return self.errors(variant, limit)
-        if not changed:
+        return self.variant_errors_at(base, parts, {path: _at(variant, path) for path in changed}, limit)
+
+    def variant_errors_at(self, base, parts, values, limit=10):
+        """variant_errors for the variant that is ``base`` with ``values`` ({path of a scalar: its value}) put in."""
+        if not values:
             return first_errors(parts[0] + parts[1], limit)
-        compiled = self.validator(variant.get("apiVersion", ""), variant.get("kind", ""))
-        at_changed = set(changed)
-        found = [(path, message) for path, message in parts[0] if path not in at_changed]
-        for path in changed:
+        if ("apiVersion",) in values or ("kind",) in values or any(path[:1] == ("metadata",) for path in values):
+            return self.errors(_with(base, values), limit)  # another schema, or ObjectMeta's (all $ref): whole
+        compiled = self.validator(base.get("apiVersion", ""), base.get("kind", ""))
+        found = [(path, message) for path, message in parts[0] if path not in values]
+        for path, value in values.items():
             nodes = nodes_at(compiled.schema, path)
             if nodes is None:
-                return self.errors(variant, limit)
-            value = _at(variant, path)
+                return self.errors(_with(base, values), limit)
             for node in nodes:
                 found.extend(
                     (path + tuple(error.absolute_path), _message(error)) for error in compiled.descend(value, node)
                 )
-        meta = parts[1]
-        if any(path[:1] == ("metadata",) for path in changed):  # ObjectMeta's schema is all $ref: whole
-            group = split_api_version(variant.get("apiVersion", ""))[0]
-            meta = (
-                [
-                    (("metadata",) + tuple(error.absolute_path), _message(error))
-                    for error in self._metadata_validator().iter_errors(variant["metadata"])
-                ]
-                if not is_builtin_group(group)
-                else []
-            )
-        return first_errors(found + meta, limit)
+        return first_errors(found + parts[1], limit)
 
 
 def first_errors(parts, limit=10):
@@ -409,6 +403,14 @@ def _in_place(nodes):
 def _at(obj, path):
     for step in path:
         obj = obj[step]
+    return obj
+
+
+def _with(obj, values):
+    """A copy of ``obj`` with the scalars at the paths of ``values`` replaced."""
+    obj = copy.deepcopy(obj)
+    for path, value in values.items():
+        _at(obj, path[:-1])[path[-1]] = value
     return obj
 
 

@@ -107,3 +107,26 @@ def test_remote_bases_absolute_paths_and_symlinks_are_never_shared(tree):
     assert render._content_key(_dirs(root, "b")[0], ["kustomize"]) is None
     (root / "env" / "base" / "link.yaml").symlink_to(root / "env" / "base" / "namespace.yaml")
     assert render._content_key(_dirs(root, "c")[0], ["kustomize"]) is None
+
+
+@pytest.mark.parametrize("wrapper", ["prlimit", "python"])
+def test_a_renderer_that_cannot_start_is_named_the_same_through_either_memory_wrapper(tmp_path, monkeypatch, wrapper):
+    """kustomize runs under its address-space limit through util-linux's prlimit when it is on PATH, else a Python
+    interpreter; a renderer that cannot be executed is the same RenderError either way."""
+    import shutil
+
+    if wrapper == "prlimit" and not shutil.which("prlimit"):
+        pytest.skip("util-linux prlimit is not installed")
+    if wrapper == "python":
+        which = shutil.which
+        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "prlimit" else which(name, *a, **k))
+    folder = tmp_path / "tree"
+    folder.mkdir()
+    (folder / "kustomization.yaml").write_text("resources: []\n")
+    broken = tmp_path / "gone" / "kustomize"  # removed after find_kustomize found it, say
+    argv = render._limited([str(broken), "build"], 1 << 30)
+    assert argv[0].endswith("prlimit") == (wrapper == "prlimit")
+    with pytest.raises(render.RenderError) as caught:
+        render.build(str(folder), [str(broken), "build"])
+    assert caught.value.reason == f"cannot run {broken}: No such file or directory"
+    assert render.build(str(folder), render.find_kustomize()) == []  # and a real one builds

@@ -39,21 +39,30 @@ def _variants(item, drop_quotes=False):
     base = dict(common.SAMPLE_RUN_TAGS, **variables)
     for name in sorted(set(re.findall(r"\$\{([_a-zA-Z][_a-zA-Z0-9]*)", text))):
         for value in subst.SITE_VALUES.get(name, ()):
-            yield subst.flux_substitute(raw, base, text), subst.flux_substitute(raw, dict(base, **{name: value}), text)
+            yield text, base, dict(base, **{name: value})
 
 
 def _compare(store, items, drop_quotes=False):
+    """Each variant three ways: the whole validation (the reference), variant_errors on the objects, and the
+    rule's own path (value_set_errors: the changed nodes of the composed YAML)."""
     compared = differing = 0
     for item in items:
         if not item.unsubstituted or item.fallback:
             continue
         try:
-            pairs = list(_variants(item, drop_quotes))
-            for base, variant in pairs:
+            for text, base_vars, variant_vars in list(_variants(item, drop_quotes)):
+                base, variant = (
+                    subst.flux_substitute(None, base_vars, text),
+                    subst.flux_substitute(None, variant_vars, text),
+                )
                 parts = store.error_parts(base)
-                assert store.variant_errors(base, parts, variant) == store.errors(variant), common.object_id(item.obj)
+                reference = store.errors(variant)
+                assert store.variant_errors(base, parts, variant) == reference, common.object_id(item.obj)
+                base_node = subst.yaml.compose(subst.render.substitute_text(text, base_vars), Loader=subst._SafeLoader)
+                by_nodes = subst.value_set_errors(store, text, base_node, base, parts, variant_vars)
+                assert by_nodes == reference, common.object_id(item.obj)
                 compared += 1
-                differing += store.errors(variant) != validate_schema.first_errors(parts[0] + parts[1])
+                differing += reference != validate_schema.first_errors(parts[0] + parts[1])
         except validate_schema.SchemaError:
             continue
     return compared, differing
