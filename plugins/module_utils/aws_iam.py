@@ -207,25 +207,29 @@ def _delete_other_credentials(client, name):
 
 def delete_user(x, res):
     """What IAM's DeleteUser requires gone first (IAM API reference, DeleteUser): the login profile, access keys,
-    MFA devices (virtual ones deleted; listed: the walk does not carry them), then the groups and policies the
-    walk gave. On a DeleteConflict the rest goes too (_delete_other_credentials) and everything is listed afresh."""
+    then the groups and policies the walk gave. MFA devices and the rarer credentials are listed only on a
+    DeleteConflict (IAM refuses to delete a user that still has one): then they go (_delete_other_credentials)
+    and everything is listed afresh."""
     client = x.client("iam", x.sweep.home_region)
     name, meta = res["id"], res["meta"]
     _ignore_gone(aws.call, client=client, operation="delete_login_profile", UserName=name)
     for key in aws.paginate(client, "list_access_keys", "AccessKeyMetadata", UserName=name):
         aws.call(client, "delete_access_key", UserName=name, AccessKeyId=key["AccessKeyId"])
-    for device in aws.paginate(client, "list_mfa_devices", "MFADevices", UserName=name):
-        aws.call(client, "deactivate_mfa_device", UserName=name, SerialNumber=device["SerialNumber"])
-        if device["SerialNumber"].startswith("arn:"):  # a virtual device (an ARN) is the user's own; delete it
-            _ignore_gone(
-                aws.call, client=client, operation="delete_virtual_mfa_device", SerialNumber=device["SerialNumber"]
-            )
     _clean_user(client, name, meta.get("groups") or [], meta.get("attached") or [], meta.get("inline") or [])
     try:
         aws.call(client, "delete_user", UserName=name)
     except ClientError as exc:
         if aws.error_code(exc) != "DeleteConflict":
             raise
+        for device in aws.paginate(client, "list_mfa_devices", "MFADevices", UserName=name):
+            aws.call(client, "deactivate_mfa_device", UserName=name, SerialNumber=device["SerialNumber"])
+            if device["SerialNumber"].startswith("arn:"):  # a virtual device (an ARN) is the user's own; delete it
+                _ignore_gone(
+                    aws.call,
+                    client=client,
+                    operation="delete_virtual_mfa_device",
+                    SerialNumber=device["SerialNumber"],
+                )
         _delete_other_credentials(client, name)
         _clean_user(
             client,
@@ -248,9 +252,12 @@ USER_ROW = ResourceType("iam-user", GLOBAL, users, delete_user)
 def policies(d, with_age):
     """Customer managed policies tagged for the environment (ACK's iam-controller writes the tree's tags on the
     Policies it creates). The Tagging API does not cover IAM, and the authorization-details walk carries no
-    policy tags, so each local policy's tags are listed once. A policy attached to an account-global user that
-    stays (another environment names it) stays with it (the walk gives the users' attached policies)."""
+    policy tags, so each local policy's tags are listed once per sweep: the final pass lists only those of the
+    policies discovery did not see (a policy created during the sweep), and takes the others' from discovery
+    (a policy ARN names one policy; ACK and CAPA tag at creation). A policy attached to an account-global user
+    that stays (another environment names it) stays with it (the walk gives the users' attached policies)."""
     client = _iam(d)
+    known = d.sweep.policy_tags
     kept_users = {k["id"] for k in d.sweep.kept if k["type"] == "iam-user"}
     attached_to = {}
     for user in details(d)["UserDetailList"]:
@@ -259,7 +266,10 @@ def policies(d, with_age):
     found = []
     for policy in details(d)["Policies"]:
         arn = policy["Arn"]
-        owner = d.owner_of(aws.paginate(client, "list_policy_tags", "Tags", PolicyArn=arn))
+        tags = known.get(arn) if d.sweep.final else None
+        if tags is None:
+            tags = known[arn] = aws.paginate(client, "list_policy_tags", "Tags", PolicyArn=arn)
+        owner = d.owner_of(tags)
         if owner is None:
             continue
         res = resource(GLOBAL, "iam-policy", arn, owner, policy.get("CreateDate"))

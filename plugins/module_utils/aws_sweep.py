@@ -191,9 +191,8 @@ def public(resource, outcome, reason=None):
 
 
 class Discovery:
-    """Read-only listing of everything the targets own in one region (or globally): the rows' list handlers
-    read it. Listings several rows share (the EC2 tag walk, the Tagging API walk, EKS clusters, RDS) are made
-    once per discovery through cached()."""
+    """Read-only listing of everything the targets own in one region (or globally): the rows' list handlers read
+    it. Listings several rows share (EC2 tags, the Tagging API, EKS clusters, RDS) are made once (cached())."""
 
     def __init__(self, sweep, region, confirm=True):
         self.sweep = sweep
@@ -292,7 +291,9 @@ class Sweep:
         self.regions = _unique(t.region for t in targets)
         self.home_region = self.regions[0]
         self.account_id = account_id
-        every = environment_targets(cfg, environment, True)
+        every = environment_targets(cfg, environment, True)  # an account's sweep: its share of them (its clusters)
+        mine = [a for a in cfg.environment(environment).accounts if a.account_id == account_id]
+        every = account_targets(mine[0], every) if mine else every
         whole = {(t.cluster, t.region) for t in targets} == {(t.cluster, t.region) for t in every}
         self.ownership = ownership.AwsOwnership(
             environment, {t.cluster: t.names for t in targets}, environment_tag_owns=whole
@@ -325,6 +326,7 @@ class Sweep:
         self._others_alive = None
         self.gone = set()  # (region, id) of what this run deleted or found gone: set by leftovers()
         self.watched = {}  # (region, listing key): a wait's last whole listing, for the final pass (take_watched)
+        self.policy_tags = {}  # customer managed policy ARN -> its tags as discovery listed them (aws_iam.policies)
         self.final = False
 
     def remember_watched(self, key, value):

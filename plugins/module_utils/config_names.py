@@ -283,16 +283,16 @@ def accounts(fields):
                     ),
                     detail="both are given" if account["role-arn"] else "neither is given",
                 )
-            if account["role-arn"]:
-                in_arn = _ROLE_ARN.match(account["role-arn"]).group(2)
+            for field in ("role-arn", "ack-role-arn"):
+                in_arn = _ROLE_ARN.match(account[field]).group(2) if account[field] else account["account-id"]
                 if in_arn != account["account-id"]:
                     ctx.fail(
-                        f"{where}.role-arn",
+                        f"{where}.{field}",
                         "a role of account {} (the account-id of this table)".format(account["account-id"]),
-                        account["role-arn"],
-                        detail=f"the ARN names account {in_arn}; fix role-arn or account-id",
+                        account[field],
+                        detail=f"the ARN names account {in_arn}; fix {field} or account-id",
                     )
-            else:
+            if not account["role-arn"]:
                 name = account["role-name"]
                 path, base = (name.rsplit("/", 1)[0] + "/", name.rsplit("/", 1)[1]) if "/" in name else ("/", name)
                 account["role-arn"] = "arn:aws:iam::{}:role{}{}".format(account["account-id"], path, base)

@@ -144,6 +144,8 @@ class AwsAccount:
     external_id: str = key(S.optional(N.EXTERNAL_ID), "")
     session_name: str = key(S.optional(N.SESSION_NAME), "")
     duration: int | None = key(N.role_duration, None)  # seconds
+    # the role ACK's controllers assume to manage this account's resources (CARM: scripts/ack-accounts maps it)
+    ack_role_arn: str = key(S.optional(N.role_arn), "")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -106,12 +106,14 @@ def _count_events(text, name, max_depth, max_nodes):
 def check_yaml_file(path, **limits):
     """check_yaml_text for a file: its size is checked before it is read."""
     max_bytes = limits.get("max_bytes", MAX_YAML_BYTES)
-    size = os.path.getsize(path)
-    if size > max_bytes:
-        raise YAMLLimitError(f"{path}: {size} bytes, more than the limit of {max_bytes} for one YAML file")
+    st = os.stat(path)
+    if st.st_size > max_bytes:
+        raise YAMLLimitError(f"{path}: {st.st_size} bytes, more than the limit of {max_bytes} for one YAML file")
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
     check_yaml_text(text, path, **limits)
+    if not limits:
+        _CHECKED[(path, st.st_size, st.st_mtime_ns)] = True  # check_tree_yaml need not read it again
     return text
 
 
@@ -215,9 +217,29 @@ _LIMITED = (
 )
 
 
+_PRLIMIT_FAILED = "prlimit: failed to execute "
+
+
 def _limited(argv, limit):
-    """argv run with at most ``limit`` bytes of address space, so a runaway build fails instead of the host."""
+    """argv run with at most ``limit`` bytes of address space, so a runaway build fails instead of the host: through
+    util-linux's prlimit when it is on PATH (it sets the limit on itself and execs, in a few milliseconds), else
+    through a Python interpreter doing the same (a start of about 20 ms of CPU per build)."""
+    prlimit = shutil.which("prlimit")
+    if prlimit:
+        return [prlimit, f"--as={int(limit)}"] + list(argv)
     return [sys.executable, "-c", _LIMITED, str(int(limit))] + list(argv)
+
+
+def _exec_failure(proc, argv):
+    """The reason when the renderer could not be started (either wrapper's message), else None."""
+    stderr = proc.stderr or ""
+    if proc.returncode != 127:
+        return None
+    if stderr.startswith(_EXEC_FAILED):
+        return stderr[len(_EXEC_FAILED) :].strip()
+    if stderr.startswith(_PRLIMIT_FAILED):  # "prlimit: failed to execute <path>: <strerror>"
+        return "cannot run {}: {}".format(argv[0], stderr.strip().rsplit(": ", 1)[-1])
+    return None
 
 
 class RenderError(errors.ToolError):
@@ -324,8 +346,9 @@ def build(directory, renderer=None, timeout=120, memory=None):
         raise RenderError(directory, "kustomize did not finish within %d s" % timeout)
     except OSError as exc:
         raise RenderError(directory, f"cannot run {argv[0]}: {exc.strerror}")
-    if proc.returncode == 127 and (proc.stderr or "").startswith(_EXEC_FAILED):
-        raise RenderError(directory, proc.stderr[len(_EXEC_FAILED) :].strip())
+    failed = _exec_failure(proc, argv)
+    if failed is not None:
+        raise RenderError(directory, failed)
     if proc.returncode != 0:
         reason = _clean_reason(proc.stderr, directory)
         if re.search(
@@ -342,40 +365,135 @@ def build(directory, renderer=None, timeout=120, memory=None):
         raise RenderError(directory, f"kustomize output is not YAML: {exc}")
 
 
-# Builds of self-contained directories, keyed by renderer, directory and the content of every
-# file under it. A kustomization that reaches outside its folder ("..", absolute paths,
-# remote bases) is never cached.
+# Builds keyed by their inputs (``_content_key``): the renderer, the content of every file under the directory
+# (a kustomization file by its parsed YAML: comments and layout do not change a build) and, when a kustomization
+# reaches outside its folder with "..", the folder it reaches (the "reach", searched through every kustomization
+# file below it) with the content of every file there. Two sibling overlays with the same inputs (workload/<env>/*
+# with only ``resources: [../base]``) have the same key, so one build serves both. A kustomization naming an
+# absolute path or a remote base, and a symlink anywhere in the reach, make a directory uncacheable.
 _BUILD_CACHE = {}
-_OUTSIDE = re.compile(r"(^|[\s'\"/:=-])\.\.(/|$)|^\s*-?\s*/|://|git@", re.M)
+_REMOTE = re.compile(r"^\s*-?\s*/|://|git@", re.M)
+_UP = re.compile(r"(?:^|(?<=[\s'\"/:=-]))\.\.(?=/|$|[\s'\"])", re.M)
+_REACH_FILES = 5000  # files hashed for one reach at most; beyond it the directory is built uncached
 
 
-def _content_key(directory, renderer):
-    digest = hashlib.sha256()
-    for current, dirs, files in os.walk(directory):
+def _tree_files(top):
+    """(relative path, absolute path) of the files under ``top``, sorted; None when a symlink is among them."""
+    found = []
+    for current, dirs, files in os.walk(top):
+        if any(os.path.islink(os.path.join(current, d)) for d in dirs):
+            return None
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
         for name in sorted(files):
             path = os.path.join(current, name)
-            try:
-                with open(path, "rb") as handle:
-                    data = handle.read()
-            except OSError:
+            if os.path.islink(path):
                 return None
-            if name in KUSTOMIZATION_FILES and _OUTSIDE.search(data.decode("utf-8", "replace")):
+            found.append((os.path.relpath(path, top), path))
+    return found
+
+
+def _kustomization_digest(data):
+    """A kustomization file's inputs: its YAML events (each scalar's value, explicit tag and whether it is plain,
+    anchors and aliases), so comments, indentation, quote and flow styles do not count; any YAML reader types
+    the same events the same way."""
+    try:
+        events = [
+            (
+                type(event).__name__,
+                getattr(event, "anchor", None),
+                getattr(event, "tag", None),
+                getattr(event, "implicit", None),
+                getattr(event, "value", None),
+            )
+            for event in yaml.parse(data.decode("utf-8", "replace"), Loader=_BaseLoader)
+        ]
+    except yaml.YAMLError:
+        return hashlib.sha256(data).digest()  # kustomize reports it; the bytes are the input
+    return hashlib.sha256(repr(events).encode("utf-8")).digest()
+
+
+def _files_digest(top, kustomizations_parsed):
+    """Digest of every file under ``top`` (kustomization files parsed when asked), and the ".." depth each
+    kustomization file needs above ``top``; None when uncacheable."""
+    files = _tree_files(top)
+    if files is None or len(files) > _REACH_FILES:
+        return None
+    digest, need = hashlib.sha256(), 0
+    for rel, path in files:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return None
+        part = hashlib.sha256(data).digest()
+        if os.path.basename(path) in KUSTOMIZATION_FILES:
+            text = data.decode("utf-8", "replace")
+            if _REMOTE.search(text):
                 return None
-            digest.update(os.path.relpath(path, directory).encode("utf-8") + b"\0" + hashlib.sha256(data).digest())
-    return (tuple(renderer), digest.hexdigest())
+            depth = rel.count(os.sep)  # folders between top and this file's folder
+            need = max(need, len(_UP.findall(text)) - depth)
+            if kustomizations_parsed:
+                part = _kustomization_digest(data)
+        digest.update(rel.encode("utf-8") + b"\0" + part)
+    return digest.hexdigest(), need
+
+
+def _content_key(directory, renderer, reaches=None):
+    """The inputs of a build of ``directory`` (see _BUILD_CACHE), or None when it cannot be cached.
+
+    ``reaches``: {folder: digest} shared by the directories of one render_directories call.
+    """
+    directory = os.path.abspath(directory)
+    own = _files_digest(directory, True)
+    if own is None:
+        return None
+    own_digest, need = own
+    if need <= 0:
+        return (tuple(renderer), "self", own_digest)
+    reach = directory
+    while True:  # the folder every kustomization below it stays within
+        for _level in range(need):
+            parent = os.path.dirname(reach)
+            if parent == reach:
+                return None  # reaches above the filesystem's root
+            reach = parent
+        found = reaches.get(reach) if reaches is not None else None
+        if found is None:
+            found = _files_digest(reach, False)
+            if found is None:
+                return None
+            if reaches is not None:
+                reaches[reach] = found
+        need = found[1]
+        if need <= 0:
+            break
+    # siblings only: the same parent and reach, the same own inputs (their folder names may differ)
+    return (tuple(renderer), "reach", os.path.dirname(directory), reach, found[0], own_digest)
 
 
 def render_directories(directories, renderer=None, jobs=None, timeout=120, cache=True):
-    """{directory: list of objects or RenderError}, rendering in parallel (content-addressed cache)."""
+    """{directory: list of objects or RenderError}, rendering in parallel (content-addressed cache).
+
+    Directories with the same inputs (``_content_key``) are built once; a failed build is redone for each
+    directory, so every error names its own directory.
+    """
     directories = list(directories)
     if not directories:
         return {}
     renderer = renderer or find_kustomize()
-    jobs = jobs or min(8, (os.cpu_count() or 2) * 2, len(directories))
+    reaches = {}
+    keys = {d: (_content_key(d, renderer, reaches) if cache else None) for d in directories}
+    unique, seen = [], set()
+    for directory in directories:
+        key = keys[directory]
+        if key is None or key not in seen:
+            unique.append(directory)
+            if key is not None:
+                seen.add(key)
+    jobs = jobs or min(8, (os.cpu_count() or 2) * 2, len(unique))
 
     def one(directory):
-        key = _content_key(directory, renderer) if cache else None
+        key = keys[directory]
         if key is not None and key in _BUILD_CACHE:
             return copy.deepcopy(_BUILD_CACHE[key])
         try:
@@ -389,11 +507,19 @@ def render_directories(directories, renderer=None, jobs=None, timeout=120, cache
         return result
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(one, directories))
-    for result in results:
+        built = dict(zip(unique, pool.map(one, unique)))
+    results = {}
+    for directory in directories:
+        if directory in built:
+            results[directory] = built[directory]
+            continue
+        key = keys[directory]
+        cached = _BUILD_CACHE.get(key)
+        results[directory] = copy.deepcopy(cached) if cached is not None else one(directory)
+    for result in results.values():
         if isinstance(result, DeadlineExceeded):
             raise result
-    return dict(zip(directories, results))
+    return results
 
 
 class UnresolvedVariables(errors.ConfigError, ValueError):
@@ -435,10 +561,22 @@ def has_variables(text):
     return bool(_VARIABLE.search(text))
 
 
+def mentions_variables(value):
+    """Whether a string of ``value`` (a key or a value, at any depth) holds "${": without one, the YAML text of
+    the object holds no variable (has_variables) and substitution leaves it as it is."""
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, dict):
+        return any(mentions_variables(k) or mentions_variables(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(mentions_variables(v) for v in value)
+    return False
+
+
 def substitute(obj, variables):
     """A copy of ``obj`` with postBuild variables substituted (unless the object opts out)."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    if str(annotations.get(_SUBSTITUTE_ANNOTATION, "")).lower() == "disabled":
+    if str(annotations.get(_SUBSTITUTE_ANNOTATION, "")).lower() == "disabled" or not mentions_variables(obj):
         return obj
     text = yaml.dump(obj, Dumper=_Dumper, default_flow_style=False, sort_keys=False, width=1 << 30)
     if not has_variables(text):
@@ -467,5 +605,9 @@ class _Loader(_BaseLoader or object):  # pylint: disable=too-many-ancestors
 
 def load_yaml_documents(path):
     """Documents of a YAML file (dicts only), within the bounds. Raises YAMLLimitError / yaml.YAMLError / OSError."""
-    text = check_yaml_file(path)
+    return load_yaml_text(check_yaml_file(path))
+
+
+def load_yaml_text(text):
+    """Documents (dicts only) of YAML text already within the bounds (check_yaml_text). Raises yaml.YAMLError."""
     return [doc for doc in yaml.load_all(text, Loader=_Loader) if isinstance(doc, dict)]

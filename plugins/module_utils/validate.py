@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import render
+from ansible_collections.krops.platform.plugins.module_utils import validate_ack
 from ansible_collections.krops.platform.plugins.module_utils import validate_airgap
 from ansible_collections.krops.platform.plugins.module_utils import validate_api
 from ansible_collections.krops.platform.plugins.module_utils import validate_bootstrap
@@ -149,6 +150,8 @@ class _Env:
         self.cel = None  # CEL rules not evaluated (a list when the cel rule runs)
         self.warnings = []  # {file, object, environment, message}: reported, never findings
         self.yaml_files = []  # absolute paths of the YAML files (the file rules read them)
+        self.texts, self.over_bounds = {}, set()  # path -> text within the YAML bounds; paths over one
+        self.finish = []  # what a rule left running (yamllint's worker processes): called after the object rules
         self.memo = {}  # what several rules derive once (validate_bootstrap: the manifests)
         # The run's inputs the rules read (None for the files outside every environment):
         self.cfg = None  # config.Config of bootstrap.toml
@@ -233,6 +236,7 @@ REGISTRY = (
     ValidateRule("cel.rule", "cel", validate_api.check_cel, when=_cel_on),
     ValidateRule("admission.webhook", "admission", validate_api.check_admission),
     ValidateRule("contracts.provider", "contracts", validate_api.check_contracts),
+    ValidateRule("contracts.ack-carm", "contracts", validate_ack.check_carm),
     ValidateRule("flux-graph.depends-on", "flux-graph", _F.check_depends_on),
     ValidateRule("flux-graph.cycle", "flux-graph", _F.check_cycles),
     ValidateRule("flux-graph.source-ref", "flux-graph", _F.check_source_refs),
@@ -265,6 +269,7 @@ REGISTRY = (
     ValidateRule("bootstrap.networks", "bootstrap", _B.check_networks, when=_table),
     ValidateRule("bootstrap.gcp-iam", "bootstrap", _B.check_gcp_iam, when=_table),
     ValidateRule("bootstrap.resource-groups", "bootstrap", _B.check_resource_groups, when=_table),
+    ValidateRule("bootstrap.ack-accounts", "bootstrap", validate_ack.check_accounts, when=_table),
     ValidateRule("secrets.rendered-plaintext", "secrets", validate_secrets.check_rendered_plaintext),
     ValidateRule("tags.ownership", "tags", validate_tags.check_ownership_tag),
     ValidateRule("tags.run-tags", "tags", validate_tags.check_run_tags),
@@ -279,10 +284,13 @@ def rules(phase=None):
     return [rule for rule in REGISTRY if phase is None or rule.phase == phase]
 
 
-def _run_rules(env, phase):
+def _run_rules(env, phase, last=False):
+    """The rules of a phase; ``last``: then collect what they left running (env.finish: yamllint's workers)."""
     for rule in rules(phase):
         if rule.applies(env):
             rule.check(env)
+    for finish in env.finish if last else ():
+        finish()
 
 
 # --- entry point -------------------------------------------------------------------------
@@ -503,7 +511,7 @@ def _check_environment(env, cfg, jobs):
     _lifecycle(env, cfg)
     _substitute(env)
     _expand_embedded(env)
-    _run_rules(env, "objects")
+    _run_rules(env, "objects", last=True)
 
 
 def _check_other_files(root, covered, lint_conf):
@@ -517,7 +525,7 @@ def _check_other_files(root, covered, lint_conf):
                 files.append(path)
     env.yaml_files, env.lint_conf = files, lint_conf
     _index_files(env, files)
-    _run_rules(env, "files")
+    _run_rules(env, "files", last=True)
     return sorted(env.findings, key=lambda f: (f.file, f.object, RULES.index(f.rule), f.message))
 
 
@@ -533,12 +541,18 @@ def _index_files(env, yaml_files):
     for path in yaml_files:
         rel = env.rel(path)
         try:
-            docs = render.load_yaml_documents(path)
+            text = render.check_yaml_file(path)
         except render.YAMLLimitError as exc:
             env.add(rel, "-", "render", str(exc))
+            env.over_bounds.add(path)
             continue
         except _YAML_ERRORS + (OSError, UnicodeDecodeError):
             continue  # yamllint reports the syntax error; kustomize reports it if the file is used
+        env.texts[path] = text  # read and bounded once: the file rules (yamllint) take it from here
+        try:
+            docs = render.load_yaml_text(text)
+        except _YAML_ERRORS:
+            continue
         for doc in docs:
             env.raw_docs.append((rel, doc))
             meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}

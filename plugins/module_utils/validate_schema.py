@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -204,11 +205,16 @@ class SchemaStore:
     def validator(self, api_version, kind):
         """A compiled validator for apiVersion/kind; raises SchemaMissing or SchemaUnreachable (cached)."""
         key = (api_version, kind)
-        shared = self._shared_key(api_version, kind)
-        with self._lock:
-            cached = self._validators.get(key)
-            if cached is None and shared is not None:
-                cached = _SHARED.get(shared)
+        cached = self._validators.get(key)  # this store's own: no stat of the schema file again
+        shared = None
+        if cached is None:
+            shared = self._shared_key(api_version, kind)
+            with self._lock:
+                cached = self._validators.get(key)
+                if cached is None and shared is not None:
+                    cached = _SHARED.get(shared)
+                    if cached is not None:
+                        self._validators[key] = cached
         if cached is not None:
             if isinstance(cached, Exception):
                 raise cached
@@ -247,18 +253,165 @@ class SchemaStore:
                 _SHARED["object-meta"] = compiled
         return compiled
 
-    def errors(self, obj, limit=10):
-        """[(path, message)] of schema violations of ``obj`` (sorted, at most ``limit``)."""
+    def error_parts(self, obj):
+        """([(path parts, message)] of the kind's schema, the same of ObjectMeta): every violation of ``obj``."""
         compiled = self.validator(obj.get("apiVersion", ""), obj.get("kind", ""))
-        found = []
-        for error in compiled.iter_errors(obj):
-            found.append((_path(error.absolute_path), _message(error)))
+        own = [(tuple(error.absolute_path), _message(error)) for error in compiled.iter_errors(obj)]
+        meta = []
         group = split_api_version(obj.get("apiVersion", ""))[0]
         if not is_builtin_group(group) and isinstance(obj.get("metadata"), dict):
-            for error in self._metadata_validator().iter_errors(obj["metadata"]):
-                found.append((_path(["metadata"] + list(error.absolute_path)), _message(error)))
-        found.sort()
-        return found[:limit]
+            meta = [
+                (("metadata",) + tuple(error.absolute_path), _message(error))
+                for error in self._metadata_validator().iter_errors(obj["metadata"])
+            ]
+        return own, meta
+
+    def errors(self, obj, limit=10):
+        """[(path, message)] of schema violations of ``obj`` (sorted, at most ``limit``)."""
+        own, meta = self.error_parts(obj)
+        return first_errors(own + meta, limit)
+
+    def variant_errors(self, base, parts, variant, limit=10):
+        """``errors(variant)`` for an object that differs from ``base`` (whose ``error_parts`` are ``parts``) only
+        in scalar values, validating only what those values reach.
+
+        jsonschema reports an error at the place whose keyword fails. With the same keys, lengths and container
+        types, a keyword above a changed scalar gives the same errors unless it looks at values (anyOf, oneOf,
+        not, enum, const, uniqueItems, ...): when no schema node on the way down to a changed scalar has one (and
+        no $ref or $id changes the schema's base on the way), the variant's errors are the base's, minus those at
+        the changed scalars, plus the changed scalars' own against the nodes that apply there (descend, as
+        properties, patternProperties, additionalProperties and items do). Any other variant is validated whole.
+        """
+        changed = changed_scalars(base, variant)
+        if changed is None:
+            return self.errors(variant, limit)
+        return self.variant_errors_at(base, parts, {path: _at(variant, path) for path in changed}, limit)
+
+    def variant_errors_at(self, base, parts, values, limit=10):
+        """variant_errors for the variant that is ``base`` with ``values`` ({path of a scalar: its value}) put in."""
+        if not values:
+            return first_errors(parts[0] + parts[1], limit)
+        if ("apiVersion",) in values or ("kind",) in values or any(path[:1] == ("metadata",) for path in values):
+            return self.errors(_with(base, values), limit)  # another schema, or ObjectMeta's (all $ref): whole
+        compiled = self.validator(base.get("apiVersion", ""), base.get("kind", ""))
+        found = [(path, message) for path, message in parts[0] if path not in values]
+        for path, value in values.items():
+            nodes = nodes_at(compiled.schema, path)
+            if nodes is None:
+                return self.errors(_with(base, values), limit)
+            for node in nodes:
+                found.extend(
+                    (path + tuple(error.absolute_path), _message(error)) for error in compiled.descend(value, node)
+                )
+        return first_errors(found + parts[1], limit)
+
+
+def first_errors(parts, limit=10):
+    """The (path, message) of errors as ``errors`` reports them: sorted, the first ``limit``."""
+    return sorted((_path(path), message) for path, message in parts)[:limit]
+
+
+def changed_scalars(base, variant, path=()):
+    """The paths of the scalars that differ between two objects (a different type counts: 1, 1.0 and True differ),
+    or None when their shapes differ (a key, a length or a container type)."""
+    if isinstance(base, dict):
+        if not isinstance(variant, dict) or base.keys() != variant.keys():
+            return None
+        found = []
+        for key, value in base.items():
+            below = changed_scalars(value, variant[key], path + (key,))
+            if below is None:
+                return None
+            found.extend(below)
+        return found
+    if isinstance(base, list):
+        if not isinstance(variant, list) or len(base) != len(variant):
+            return None
+        found = []
+        for index, (value, other) in enumerate(zip(base, variant)):
+            below = changed_scalars(value, other, path + (index,))
+            if below is None:
+                return None
+            found.extend(below)
+        return found
+    if isinstance(variant, (dict, list)):
+        return None
+    return [] if type(base) is type(variant) and base == variant else [path]
+
+
+# Keywords whose errors above a changed scalar can depend on its value, or that move the schema's base or
+# apply subschemas by position (prefixItems, additionalItems, a list of items): nodes_at gives up on them.
+_VALUE_KEYWORDS = frozenset(
+    (
+        "anyOf", "oneOf", "not", "if", "then", "else", "enum", "const", "uniqueItems", "contains", "minContains",
+        "maxContains", "dependencies", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "$ref",
+        "$dynamicRef", "$recursiveRef", "$id", "id", "prefixItems", "additionalItems",
+    )
+)  # fmt: skip
+
+
+def nodes_at(schema, path):
+    """The schema nodes that apply to the value at ``path`` (one per way of reaching it, as jsonschema applies
+    them), or None when a node above it has a keyword of _VALUE_KEYWORDS."""
+    current = [schema]
+    for step in path:
+        below = []
+        for node in _in_place(current):
+            if node is None:
+                return None
+            if isinstance(step, int):
+                items = node.get("items")
+                if isinstance(items, list):
+                    return None
+                if isinstance(items, (dict, bool)):
+                    below.append(items)
+                continue
+            matched = False
+            properties = node.get("properties")
+            if isinstance(properties, dict) and step in properties:
+                below.append(properties[step])
+                matched = True
+            for pattern, sub in (node.get("patternProperties") or {}).items():
+                if re.search(pattern, step):
+                    below.append(sub)
+                    matched = True
+            extra = node.get("additionalProperties")
+            if not matched and isinstance(extra, dict):
+                below.append(extra)
+        current = below
+    return current
+
+
+def _in_place(nodes):
+    """The nodes with their allOf subschemas (applied at the same place); None for one with a value keyword.
+    true and false apply nothing below them (false's error is at its own place)."""
+    found = []
+    for node in nodes:
+        if not isinstance(node, dict):
+            continue
+        if _VALUE_KEYWORDS.intersection(node):
+            return [None]
+        found.append(node)
+        if "allOf" in node:
+            below = _in_place(node["allOf"])
+            if None in below:
+                return [None]
+            found.extend(below)
+    return found
+
+
+def _at(obj, path):
+    for step in path:
+        obj = obj[step]
+    return obj
+
+
+def _with(obj, values):
+    """A copy of ``obj`` with the scalars at the paths of ``values`` replaced."""
+    obj = copy.deepcopy(obj)
+    for path, value in values.items():
+        _at(obj, path[:-1])[path[-1]] = value
+    return obj
 
 
 def _path(parts):

@@ -16,6 +16,7 @@ Importable without Ansible.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -25,6 +26,7 @@ except ImportError:  # PyYAML comes with ansible-core
     yaml = None
 
 from ansible_collections.krops.platform.plugins.module_utils import render
+from ansible_collections.krops.platform.plugins.module_utils.validate_schema import first_errors
 
 RULE = "substitution"
 
@@ -46,6 +48,7 @@ _FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 _DATE = re.compile(r"^\d{4}-\d{1,2}-\d{1,2}([Tt ].*)?$")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def go_yaml_v2_value(text):
     """The value go-yaml v2 (go.yaml.in/yaml/v2 v2.4.3 resolve.go) gives a plain scalar, after encoding/json."""
     if text in _BOOL:
@@ -81,7 +84,9 @@ def _construct(node):
 # libyaml's emitter and parser when PyYAML has them (as render.py reads the builds): the pure-Python
 # ones cost most of validate's time on a large tree (docs/scale.md), for the same text and nodes.
 _SafeDumper = getattr(yaml, "CSafeDumper", getattr(yaml, "SafeDumper", object))
-_SafeLoader = getattr(yaml, "CSafeLoader", getattr(yaml, "SafeLoader", None))
+# _construct types each scalar itself (go-yaml v2's rules) and never reads a node's tag, so the nodes are composed
+# with the base resolver: the safe resolver's regular expressions would tag every scalar for nothing.
+_SafeLoader = getattr(yaml, "CBaseLoader", getattr(yaml, "BaseLoader", None))
 
 
 def unsubstituted_text(obj):
@@ -111,26 +116,92 @@ if yaml is not None:
     _Dumper.add_representer(str, _str)
 
 
+def _compose(text, variables):
+    return yaml.compose(render.substitute_text(text, variables), Loader=_SafeLoader)
+
+
+def changed_nodes(base, node):
+    """[(path, node)] of the scalar nodes of ``node`` whose value or plainness differs from ``base``'s (what
+    _construct types differently; a scalar typed the same all the same may be among them), or None when the two
+    differ in shape (a node kind, a length, a key). The text both come from is one object's dump (unique keys), so
+    equal keys give the same paths as _construct's dictionaries."""
+    scalar, sequence = yaml.ScalarNode, yaml.SequenceNode
+    found, links = [], [None]  # links[i]: (parent link, step node or index) of the i-th visited container child
+    stack = [(base, node, 0)]
+    while stack:
+        b, n, link = stack.pop()
+        kind = type(n)
+        if type(b) is not kind:
+            return None
+        if kind is scalar:
+            if b.value != n.value or (not b.style) != (not n.style):
+                found.append((link, n))
+            continue
+        bv, nv = b.value, n.value
+        if len(bv) != len(nv):
+            return None
+        if kind is sequence:
+            for index, (bi, ni) in enumerate(zip(bv, nv)):
+                links.append((link, index))
+                stack.append((bi, ni, len(links) - 1))
+            continue
+        for (bk, bval), (nk, nval) in zip(bv, nv):
+            if (
+                type(nk) is not scalar
+                or type(bk) is not scalar
+                or bk.value != nk.value
+                or (not bk.style) != (not nk.style)
+            ):
+                return None
+            links.append((link, nk))
+            stack.append((bval, nval, len(links) - 1))
+    return [(_path_of(links, link), n) for link, n in found]
+
+
+def _path_of(links, link):
+    steps = []
+    while link:
+        link, step = links[link]
+        steps.append(step if isinstance(step, int) else str(_construct(step)))
+    return tuple(reversed(steps))
+
+
+def value_set_errors(store, text, base_node, base_obj, parts, variables):
+    """``store.errors`` of the object ``text`` gives with ``variables``, validating only what they change from
+    ``base_node`` (SchemaStore.variant_errors_at; the whole object when its shape changes). Raises yaml.YAMLError,
+    ValueError."""
+    node = _compose(text, variables)
+    changed = changed_nodes(base_node, node)
+    if changed is None:
+        return store.errors(_construct(node))
+    return store.variant_errors_at(base_obj, parts, {path: _construct(n) for path, n in changed})
+
+
 def check(items, store, run_values, add, object_id):
     """Findings (via ``add(file, object, rule, message)``) for items with ``unsubstituted`` (object, variables)."""
     for item in items:
         if not item.unsubstituted or item.fallback:
             continue
         raw, variables = item.unsubstituted
+        if not render.mentions_variables(raw):
+            continue  # its text holds no "${": nothing to substitute
         text = unsubstituted_text(raw)  # once per object: each value set below substitutes the same text
         used = sorted(set(re.findall(r"\$\{([_a-zA-Z][_a-zA-Z0-9]*)", text)))
         if not used:
             continue
         base = dict(run_values, **variables)
         try:
-            baseline = set(store.errors(flux_substitute(raw, base, text)))
+            base_node = _compose(text, base)
+            base_obj = _construct(base_node)
+            parts = store.error_parts(base_obj)
         except Exception:  # noqa: BLE001 - no schema or invalid YAML: the schema rule reports it
             continue
+        baseline = set(first_errors(parts[0] + parts[1]))
         seen = set()
         for name in used:
             for value in SITE_VALUES.get(name, ()):
                 try:
-                    errors = store.errors(flux_substitute(raw, dict(base, **{name: value}), text))
+                    errors = value_set_errors(store, text, base_node, base_obj, parts, dict(base, **{name: value}))
                 except (yaml.YAMLError, ValueError) as exc:
                     errors = [("-", f"the substituted YAML is invalid: {exc}")]
                 for path, message in errors:

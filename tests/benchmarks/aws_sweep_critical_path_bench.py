@@ -14,7 +14,13 @@ factor). One run prints:
 
 Targets (issue 9): wall time within 15 % of the critical path, at most 3 calls per resource.
 
-    .venv/bin/python tests/benchmarks/aws_sweep_critical_path_bench.py [--latency-ms 20] [--scale 100]
+The world: test_aws_sweep_world's three clusters (two regions) and decoys, or with ``--clusters N`` (issue 26)
+the scale benchmark's world of N workload clusters and the management cluster over up to 10 regions
+(scale_bench.sweep_config: cluster i in region i mod 10, each with test_aws_sweep_world.seed_cluster's full
+resource set). It prints one ``scale: sweep-critical-path-ratio n=N <ratio>`` line (wall time over critical
+path) beside the table.
+
+    .venv/bin/python tests/benchmarks/aws_sweep_critical_path_bench.py [--latency-ms 20] [--scale 100] [--clusters 50]
 """
 
 from __future__ import annotations
@@ -35,7 +41,25 @@ from aws_sweep_bench import reset, start_moto  # noqa: E402
 from test_aws_sweep_world import BOOTSTRAP_TOML, CLUSTERS, seed_world  # noqa: E402
 
 
-def sweep(url, toml, proxy):
+def world(clusters):
+    """(bootstrap.toml text, [(cluster, region, has RDS)], seed(url) -> owned set) of the benchmark's world."""
+    if not clusters:
+        return BOOTSTRAP_TOML, [(c[0], c[1], bool(c[3])) for c in CLUSTERS], lambda url: seed_world(url)[0]
+    import scale_bench
+    from test_aws_sweep_world import seed_cluster, seed_global
+
+    text, planned = scale_bench.sweep_config(clusters)
+
+    def seed(url):
+        owned = set()
+        for name, region, eks, rds in planned:
+            owned |= seed_cluster(url, name, region, eks, rds, name)
+        return owned | seed_global(url, regions=sorted({c[1] for c in planned}))
+
+    return text, [(name, region, bool(rds)) for name, region, _eks, rds in planned], seed
+
+
+def sweep(url, toml, proxy, seed):
     params = {
         "config_file": toml,
         "environment": "aws",
@@ -45,7 +69,7 @@ def sweep(url, toml, proxy):
         "wait_timeout": 600,
     }
     reset(url)
-    owned = seed_world(url)[0]
+    owned = seed(url)
     calls_before, ops_before = proxy.calls, dict(proxy.by_operation)
     started = time.monotonic()
     result = aws_sweep.run(params)
@@ -71,34 +95,36 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency-ms", type=float, default=20.0, help="round trip added to every call")
     parser.add_argument("--scale", type=float, default=100.0, help="real deletion times are divided by this")
+    parser.add_argument("--clusters", type=int, default=0, help="the scale world of N workload clusters (issue 26)")
     args = parser.parse_args()
     os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
     aws_sweep.POLL_FIRST, aws_sweep.POLL_MAX = aws_sweep.POLL_FIRST / args.scale * 10, aws_sweep.POLL_MAX / args.scale
     aws_sweep.EXPECTED_SCALE = 1.0 / args.scale
     proc, url = start_moto()
     holds = {k: v / args.scale for k, v in HOLDS.items()}
+    text, clusters, seed = world(args.clusters)
     try:
         with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as handle:
-            handle.write(BOOTSTRAP_TOML)
+            handle.write(text)
         latency = args.latency_ms / 1000.0
         calls_only = LatencyProxy(url, latency=latency, scale=1e9)  # holds of about zero: the calls alone
         aws_sweep.EXPECTED_SCALE = 0.0  # and no quiet time before the first poll
-        sweep(url, handle.name, calls_only)  # warm-up (service models load once per process)
-        base = sweep(url, handle.name, calls_only)[0]
+        sweep(url, handle.name, calls_only, seed)  # warm-up (service models load once per process)
+        base = sweep(url, handle.name, calls_only, seed)[0]
         calls_only.stop()
         aws_sweep.EXPECTED_SCALE = 1.0 / args.scale
         proxy = LatencyProxy(url, latency=latency, scale=args.scale)
-        wall, calls, resources, ops = sweep(url, handle.name, proxy)
+        wall, calls, resources, ops = sweep(url, handle.name, proxy, seed)
         proxy.stop()
 
         # the reference: per cluster node groups, EKS, RDS, NAT gateway one after another
         reference = base + sum(
             holds["eks-nodegroup"] + holds["eks-cluster"] + holds["nat-gateway"] + (holds["rds-instance"] if rds else 0)
-            for dummy3, dummy4, dummy5, rds, dummy6 in CLUSTERS
+            for dummy3, dummy4, rds in clusters
         )
         # critical path: regions in parallel; per region the longest chain of holds
         per_region = {}
-        for dummy3, region, dummy4, rds, dummy5 in CLUSTERS:
+        for dummy3, region, rds in clusters:
             chains = [holds["eks-nodegroup"] + holds["eks-cluster"], holds["nat-gateway"]]
             if rds:
                 chains.append(holds["rds-instance"])
@@ -120,6 +146,10 @@ def main():
             % ("calls per resource", calls / float(resources), calls, resources)
         )
         print(call_table(ops, calls))
+        print(
+            "scale: sweep-critical-path-ratio n=%d %.3f (at most 1.15; %d clusters, %d regions, load %.1f)"
+            % (args.clusters or len(clusters), wall / critical, len(clusters), len(per_region), os.getloadavg()[0])
+        )
         os.unlink(handle.name)
     finally:
         os.killpg(proc.pid, 15)

@@ -4,11 +4,12 @@
 """Scale benchmark (issue 26): how validate, render_diff and the Flux hand-off wait grow with the number of clusters.
 
 For each n (default 1, 10, 50) tests/substrate/scale_env.py writes an aws environment of n workload
-clusters over 10 regions and 3 accounts into a temporary copy of this repository (a real config:
-the benchmark fails when validate finds anything in it). Each measure runs in its own process, so
+clusters over 10 regions and 3 accounts into a temporary copy of this repository (a real config, ACK's
+cross-account map and namespaces included: the benchmark fails when validate finds anything in it). Each measure runs in its own process, so
 its peak memory (ru_maxrss of that Python process) is its own:
 
-- validate-cold: validate of the aws environment with empty process caches;
+- validate-cold: validate of the aws environment with empty process caches (validate-cold-cpu: its CPU seconds,
+  the kustomize and yamllint worker processes included: the figure the machine's load does not change);
 - validate-cached: the median of the next runs in the same process (rendered builds and schemas reused);
 - render_diff: the n-cluster tree against the same tree with one pull request's change (cluster 0's
   x86 pool scaled from 2 to 3), both revisions extracted and rendered;
@@ -86,11 +87,15 @@ def work_validate(n, repeat, workdir):
     from ansible_collections.krops.platform.plugins.module_utils import validate
 
     root, _plan, _head = generated(n, workdir)
-    runs, result = [], None
+    runs, result, cpu = [], None, None
     for _number in range(repeat):
+        before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
         started = time.monotonic()
         result = validate.run(root, ["aws"], SCHEMAS)
         runs.append(time.monotonic() - started)
+        if cpu is None:  # the cold run's CPU seconds, its kustomize and yamllint processes included
+            after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+            cpu = sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before))
     if result["findings"]:
         raise SystemExit(
             "validate found %d problem(s) in the generated tree: %s" % (len(result["findings"]), result["findings"][:3])
@@ -98,6 +103,7 @@ def work_validate(n, repeat, workdir):
     summary = result["summary"]["aws"]
     return {
         "validate-cold": runs[0],
+        "validate-cold-cpu": cpu,
         "validate-cached": statistics.median(runs[1:] or runs),
         "objects": summary["objects"],
         "directories": summary["directories"],

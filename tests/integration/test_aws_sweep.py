@@ -75,6 +75,12 @@ def wire_error(request, event_name, code, message, status=400):
     elif service == "s3":
         body = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
         headers = {}
+    elif service == "iam":  # the query protocol's error document
+        body = (
+            f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>{message}</Message></Error>"
+            "<RequestId>r</RequestId></ErrorResponse>"
+        ).encode()
+        headers = {}
     else:  # rest-json services (eks): the code in x-amzn-ErrorType
         body = json.dumps({"message": message}).encode()
         headers = {"x-amzn-ErrorType": code, "Content-Type": "application/json"}
@@ -1280,6 +1286,69 @@ def test_the_reader_user_goes_with_its_groups_and_policies_and_what_was_added_af
     assert iam.get_policy(PolicyArn=team)["Policy"]["AttachmentCount"] == 0
     assert result["api_calls_by_operation"]["iam.ListUserPolicies"] == 1  # only after the conflict
     assert "iam.GetUser" not in result["api_calls_by_operation"]
+
+
+def test_a_users_mfa_devices_are_listed_only_when_iam_refuses_to_delete_the_user(run_module, moto, toml, fast):
+    """IAM's DeleteUser refuses a user with an MFA device (DeleteConflict; IAM API reference, DeleteUser: the
+    devices go first). A hook at the HTTP boundary answers so, as moto does not. The sweep deletes the user
+    with no MFA listing (the walk gives everything else), and lists, deactivates and deletes a device only when
+    IAM refuses."""
+    seed_global(moto)
+    iam = clients(moto, "eu-north-1")("iam")
+
+    def refuse_with_devices(request=None, event_name="", **_kwargs):
+        body = request.body.decode() if isinstance(request.body, bytes) else str(request.body or "")
+        name = urllib.parse.parse_qs(body).get("UserName", [""])[0]
+        if iam.list_mfa_devices(UserName=name)["MFADevices"]:
+            return wire_error(
+                request, event_name, "DeleteConflict", "Cannot delete entity, must delete MFA device first.", 409
+            )
+        return None
+
+    fast.append(("before-send.iam.DeleteUser", refuse_with_devices))
+    plain = sweep(run_module, moto, toml)
+    assert not plain.failed, plain["msg"]
+    assert ("iam-user", "krops-reader", "deleted") in {(r["type"], r["id"], r["outcome"]) for r in plain["results"]}
+    assert "iam.ListMFADevices" not in plain["api_calls_by_operation"]
+    seed_global(moto)
+    serial = iam.create_virtual_mfa_device(VirtualMFADeviceName="krops-reader")["VirtualMFADevice"]["SerialNumber"]
+    iam.enable_mfa_device(
+        UserName="krops-reader", SerialNumber=serial, AuthenticationCode1="123456", AuthenticationCode2="654321"
+    )
+    result = sweep(run_module, moto, toml)
+    assert not result.failed, result["msg"]
+    assert ("iam-user", "krops-reader", "deleted") in {(r["type"], r["id"], r["outcome"]) for r in result["results"]}
+    assert "krops-reader" not in [u["UserName"] for u in iam.list_users()["Users"]]
+    assert iam.list_virtual_mfa_devices()["VirtualMFADevices"] == []
+    calls = result["api_calls_by_operation"]
+    assert (calls["iam.DeleteUser"], calls["iam.ListMFADevices"], calls["iam.DeactivateMFADevice"]) == (2, 1, 1)
+
+
+def test_the_final_pass_lists_only_the_tags_of_policies_discovery_did_not_see(run_module, moto, toml, fast):
+    """A local policy's tags are listed once per sweep: the final pass takes discovery's for a policy it saw and
+    lists them for one created during the sweep, which is found as a leftover when it is ours."""
+    seed_global(moto)
+    iam = clients(moto, "eu-north-1")("iam")
+    document = json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*"}]}
+    )
+    theirs = iam.create_policy(PolicyName="team-read", PolicyDocument=document)["Policy"]["Arn"]
+    tagged = [{"Key": "krops.io/environment", "Value": "aws"}]
+    ours = iam.create_policy(PolicyName="krops-read", PolicyDocument=document, Tags=tagged)["Policy"]["Arn"]
+    late = []
+
+    def create_late(model, **_kwargs):
+        if model.name == "DeleteUser" and not late:
+            tags = [{"Key": "krops.io/environment", "Value": "aws"}]
+            late.append(iam.create_policy(PolicyName="late", PolicyDocument=document, Tags=tags)["Policy"]["Arn"])
+
+    fast.append(("before-call", create_late))
+    result = sweep(run_module, moto, toml)
+    assert result.failed and late[0] in result["msg"]  # made after discovery: a leftover the final pass names
+    assert [(r["id"], r["outcome"]) for r in result["results"] if r["type"] == "iam-policy"] == [(ours, "deleted")]
+    # discovery listed the tags of the two policies there (ours, theirs); the final pass only the late one's
+    assert result["api_calls_by_operation"]["iam.ListPolicyTags"] == 3
+    assert iam.get_policy(PolicyArn=theirs)
 
 
 # --- gaps of the issue 9 audit (docs/aws-orphan-sweep.md, "What proves it") ----------------------------------------

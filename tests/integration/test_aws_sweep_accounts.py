@@ -502,8 +502,13 @@ def test_without_accounts_the_sweep_is_the_callers_one_account(run_module, moto,
 BAD = [
     (
         f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-nam = "x"\n',
-        "environments.aws.accounts[0].role-nam: expected one of the known keys: account-id, clusters, duration, "
-        "external-id, regions, role-arn, role-name, session-name; unknown key 'role-nam'",
+        "environments.aws.accounts[0].role-nam: expected one of the known keys: account-id, ack-role-arn, clusters, "
+        "duration, external-id, regions, role-arn, role-name, session-name; unknown key 'role-nam'",
+    ),
+    (
+        f'[[environments.aws.accounts]]\naccount-id = "{A}"\nrole-name = "x"\nack-role-arn = "arn:aws:iam::{B}:role/ack"\n',
+        f"environments.aws.accounts[0].ack-role-arn: expected a role of account {A} (the account-id of this table), got "
+        f"'arn:aws:iam::{B}:role/ack'; the ARN names account {B}; fix ack-role-arn or account-id",
     ),
     (
         '[[environments.aws.accounts]]\naccount-id = 111111111111\nrole-name = "x"\n',

@@ -44,8 +44,9 @@ def test_generated_tree_validates(tree):
     result = validate.run(root, ["aws"], SCHEMAS)
     assert result["findings"] == []
     summary = result["summary"]["aws"]
-    # 16 objects a cluster (7 CAPI, 8 ACK, its ResourceSet bag) over the 56 the environment holds without any
-    assert (summary["objects"], summary["directories"]) == (104, 21)
+    # 16 objects a cluster (7 CAPI, 8 ACK, its ResourceSet bag) over the 57 the environment holds without any
+    # (the role-account map among them), and the namespaces of the two further accounts (CARM)
+    assert (summary["objects"], summary["directories"]) == (107, 21)
     assert sorted(o for o in _names(root, "AWSClusterRoleIdentity")) == ["krops-team-a", "krops-team-b"]
     assert [c.name for c in plan] == ["eu-north-1-workload-00", "eu-west-1-workload-01", "eu-west-2-workload-02"]
 

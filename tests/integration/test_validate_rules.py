@@ -40,6 +40,17 @@ GCP_LABEL_FIX = (
 )
 
 
+# ACK's cross-account mapping (validate_ack.py): a namespace owned by an account, and an account reached by a role
+ACK_NAMESPACE = (
+    "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ack-111111111111\n  annotations:\n"
+    "    services.k8s.aws/owner-account-id: '111111111111'\n"
+)
+ACK_ACCOUNT = (
+    '[[environments.aws.accounts]]\naccount-id = "111111111111"\nrole-name = "krops-teardown"\n'
+    'clusters = ["eu-west-1-workload"]\nack-role-arn = "arn:aws:iam::111111111111:role/krops-ack"\n\n'
+)
+
+
 def _edit(rel, old, new):
     return ("edit", rel, old, new)
 
@@ -163,6 +174,21 @@ ROWS = [
                 "InfrastructureProvider aws v2.11.1 (kubernetes-sigs/cluster-api-provider-aws) is built on Cluster API "
                 "v1.11 (EOL since 2026-08-18 in Cluster API's versions.md): pin a release built on a supported line, "
                 "or list InfrastructureProvider/aws in the environment's accepted-end-of-life in bootstrap.toml",
+            )
+        ],
+    ),
+    (
+        "contracts.ack-carm",
+        "aws",
+        [_edit(AWS + "/ack-controllers/role-account-map.yaml", "data: {}\n", "data: {}\n---\n" + ACK_NAMESPACE)],
+        [
+            (
+                AWS + "/ack-controllers/role-account-map.yaml",
+                "Namespace/ack-111111111111",
+                "contracts",
+                'its resources would never sync: retrieving role ARN for account/team ID "111111111111" from '
+                '"ack-role-account-map" configmap: key not found in CARM configmap (the ConfigMap ack-role-account-map '
+                "in ack-system, where the controllers run)",
             )
         ],
     ),
@@ -676,6 +702,35 @@ ROWS = [
                 "resource group swedencentral-dat is not a ResourceGroup of the tree (swedencentral-data, "
                 "swedencentral-management, swedencentral-workload)",
             )
+        ],
+    ),
+    (
+        "bootstrap.ack-accounts",
+        "aws",
+        [_edit(TOML, "[environments.aws.teardown]\n", ACK_ACCOUNT + "[environments.aws.teardown]\n")],
+        [
+            (
+                AWS + "/ack-controllers/role-account-map.yaml",
+                "ConfigMap/ack-system/ack-role-account-map",
+                "bootstrap",
+                "ack-role-account-map is {}, bootstrap.toml's accounts (ack-role-arn) give {'111111111111': "
+                "'arn:aws:iam::111111111111:role/krops-ack'}: run scripts/ack-accounts --write",
+            ),
+            (
+                AWS + "/ack-controllers/role-account-map.yaml",
+                "Namespace/ack-111111111111",
+                "bootstrap",
+                "namespace ack-111111111111 annotated services.k8s.aws/owner-account-id: 111111111111 is missing "
+                "(bootstrap.toml maps account 111111111111): run scripts/ack-accounts --write",
+            ),
+            (
+                AWS + "/workload-resources/eu-west-1-workload.yaml",
+                "DBInstance/default/krops-eu-west-1-workload-db",
+                "bootstrap",
+                "the DBInstance of cluster eu-west-1-workload is in namespace default, which ACK manages in the "
+                "controllers' own account (no account lists mgmt-cluster), but bootstrap.toml lists the cluster in "
+                "account 111111111111: put the cluster's ACK resources in namespace ack-111111111111",
+            ),
         ],
     ),
     (

@@ -53,6 +53,18 @@ Bucket's spec.tagging.tagSet) plus the controller's ``resourceTags`` from its He
 the ACK runtime expands them (``expand_resource_tags``). References (``vpcRef.from`` and the like)
 resolve to what the referenced object of that kind created; finalizers as ``AckController`` says.
 
+Several accounts (ACK's cross-account resource management, CARM), as aws-controllers-k8s/runtime v0.61.0's
+``Reconcile`` does it (``pkg/runtime/reconciler.go`` getOwnerAccountID, getRoleARN, handleCacheError;
+``pkg/runtime/cache/account.go``, ``namespace.go``; docs/upstream-facts.md): an object whose namespace is annotated
+``services.k8s.aws/owner-account-id`` is reconciled with the role that account maps to in the ConfigMap
+``ack-role-account-map`` of the controllers' namespace (``Ack.system_namespace``), in the role ARN's account
+(moto: an assumed role's credentials are its account's); without the annotation (or in kube-system, kube-public,
+kube-node-lease, which the namespace cache ignores) in the controllers' own account (``Ack.account``: the
+ack-aws-credentials Secret's; moto's default when None), or the account its status records. A failed lookup leaves
+the object unsynced, ACK.ResourceSynced False with the runtime's message ("IAM Role is not available") and reason;
+an object whose status records another account than the role's is a terminal error, as the runtime's account
+drift check makes it. ``enable_carm=False`` plays ``--enable-carm=false``: annotations are not read.
+
 Where moto lacks an API the reconciler says so and does less, never pretends: moto serves no AWS
 managed policies unless started with MOTO_IAM_LOAD_MANAGED_POLICIES (the shared fixture does not), so
 CAPA's and the Role's ``arn:aws:iam::aws:policy/...`` attachments are recorded in ``skipped``; EKS's
@@ -70,6 +82,8 @@ import threading
 import time
 from pathlib import Path
 
+import boto3
+import botocore.exceptions
 import yaml
 
 from tests.integration.test_aws_sweep_world import clients
@@ -211,8 +225,10 @@ def _spec(rtype, tags):
 class Record:
     """What was made in moto for one object: ids by type, in creation order, and what could not be made."""
 
-    def __init__(self, region):
+    def __init__(self, region, account=None, role=None):
         self.region = region
+        self.account = account  # the AWS account it was made in (status.ackResourceMetadata.ownerAccountID)
+        self.role = role  # the role it was reconciled with (CARM), None for the controllers' own credentials
         self.ids = {}
         self.skipped = []
 
@@ -598,9 +614,22 @@ def expand_resource_tags(entries, service, namespace):
 class Ack:
     """The ACK s3, ec2, rds and iam controllers, against moto."""
 
-    def __init__(self, endpoint, default_region="eu-north-1", resource_tags=None):
+    def __init__(
+        self,
+        endpoint,
+        default_region="eu-north-1",
+        resource_tags=None,
+        account=None,
+        system_namespace="ack-system",
+        enable_carm=True,
+    ):
         self.endpoint = endpoint
         self.default_region = default_region
+        self.account = account  # the controllers' own account (None: moto's default, ACCOUNT)
+        self.system_namespace = system_namespace  # ACK_SYSTEM_NAMESPACE: the charts set the release's namespace
+        self.enable_carm = enable_carm
+        self._carm_role = None  # the role of the object being reconciled (CARM), read by client()
+        self._sessions = {}
         self.resource_tags = resource_tags_from_tree() if resource_tags is None else dict(resource_tags)
         self._obj = None  # the object being created, for the tags of its controller
         self._cluster = None  # the cluster of that object (its references resolve there)
@@ -621,7 +650,70 @@ class Ack:
         }
 
     def client(self, region, service):
-        return clients(self.endpoint, region)(service)
+        if self._carm_role is None and self.account is None:
+            return clients(self.endpoint, region)(service)
+        return self._session(self._carm_role).client(service, endpoint_url=self.endpoint, region_name=region)
+
+    def _session(self, role):
+        """boto3 session of the controllers' own credentials (role None) or of a role they assume (sts AssumeRole
+        from their own credentials; moto gives an assumed role's credentials its account)."""
+        if role not in self._sessions:
+            if role is None:
+                base = clients(self.endpoint, self.default_region)("sts")
+                role_arn, name = f"arn:aws:iam::{self.account}:role/ack-controller", "ack-controller"
+            else:
+                base = self._session(None).client("sts", endpoint_url=self.endpoint, region_name=self.default_region)
+                role_arn, name = role, "ack"
+            found = base.assume_role(RoleArn=role_arn, RoleSessionName=name)["Credentials"]
+            self._sessions[role] = boto3.session.Session(
+                aws_access_key_id=found["AccessKeyId"],
+                aws_secret_access_key=found["SecretAccessKey"],
+                aws_session_token=found["SessionToken"],
+            )
+        return self._sessions[role]
+
+    def own_account(self):
+        return self.account or ACCOUNT
+
+    def resolve(self, api, obj):
+        """(account, role) ACK reconciles ``obj`` with; raises CarmError with the runtime's reason when the role the
+        namespace's account maps to is not available (runtime v0.61.0 Reconcile, getOwnerAccountID, getRoleARN)."""
+        namespace = obj["metadata"].get("namespace")
+        owner = None
+        if self.enable_carm and namespace not in IGNORED_NAMESPACES:
+            try:
+                annotations = api.get("v1", "Namespace", namespace)["metadata"].get("annotations") or {}
+            except Exception:  # noqa: BLE001 - no such namespace: not cached, no annotation
+                annotations = {}
+            owner = annotations.get(OWNER_ACCOUNT)
+        recorded = ((obj.get("status") or {}).get("ackResourceMetadata") or {}).get("ownerAccountID")
+        lookup = owner is not None or (recorded is not None and recorded != self.own_account())
+        account = owner if owner is not None else recorded or self.own_account()
+        role = None
+        if lookup and self.enable_carm:
+            role = self._role_of(api, account)
+            account = role.split(":")[4]  # arn.Parse: the account of the role ARN
+        if recorded is not None and recorded != account:
+            raise CarmError(
+                f"Resource already exists in account {recorded}, but the role used for reconciliation is in "
+                f"account {account}. ",
+                terminal=True,
+            )
+        return account, role
+
+    def _role_of(self, api, account):
+        """cache/account.go GetValue through reconciler.go getRoleARN: the error texts are the runtime's."""
+        try:
+            data = api.get("v1", "ConfigMap", ROLE_ACCOUNT_MAP, self.system_namespace).get("data") or {}
+            error = "key not found in CARM configmap" if account not in data else ""
+            error = error or ("role value is empty in CARM configmap" if not data[account] else "")
+        except Exception:  # noqa: BLE001 - the ConfigMap does not exist
+            error = "CARM configmap not found"
+        if error:
+            raise CarmError(
+                f'retrieving role ARN for account/team ID "{account}" from "{ROLE_ACCOUNT_MAP}" configmap: {error}'
+            )
+        return data[account]
 
     def region_of(self, obj):
         return (obj["metadata"].get("annotations") or {}).get("services.k8s.aws/region") or self.default_region
@@ -634,7 +726,7 @@ class Ack:
             raise LookupError(f"{kind} {name} referenced by {obj['kind']} {obj['metadata']['name']} is not synced yet")
         return record.primary
 
-    def apply(self, obj, cluster=None):
+    def apply(self, obj, cluster=None, carm=None):
         """Sync an ACK object of one cluster: adopt (services.k8s.aws/adoption-policy) or create its AWS resource.
 
         Each cluster's controller knows only its own objects (``cluster``: the API server's URL): after the pivot
@@ -644,12 +736,13 @@ class Ack:
         status.vpcID / subnetID / id is unset, and only the ``services.k8s.aws/adoption-fields`` annotation
         (``vpcID``, ``subnetID``, ``id``: each resource.go ``PopulateResourceFromAnnotation``) sets it. Kinds
         named in spec (Bucket, DBSubnetGroup, DBInstance, Role, Policy, User) are read by that name. Not found:
-        created (adopt-or-create) or AdoptedResourceNotFound (adopt)."""
+        created (adopt-or-create) or AdoptedResourceNotFound (adopt). ``carm``: the (account, role) of resolve()."""
         key = (cluster, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         with self.lock:
             if key not in self.records:
-                record = Record(self.region_of(obj))
-                self._obj, self._cluster = obj, cluster
+                account, role = carm if carm is not None else (self.own_account(), None)
+                record = Record(self.region_of(obj), account, role)
+                self._obj, self._cluster, self._carm_role = obj, cluster, role
                 annotations = obj["metadata"].get("annotations") or {}
                 policy = annotations.get("services.k8s.aws/adoption-policy")
                 found = None
@@ -735,10 +828,11 @@ class Ack:
             if record is None or record.primary is None:
                 return False
             rtype = next(iter(record.ids))
+            self._carm_role = record.role
             if self._exists(rtype, record.region, record.primary):
                 return False
             del self.records[key]
-        self.apply(obj, cluster)
+        self.apply(obj, cluster, (record.account, record.role))
         self.recreated.append((obj["kind"], obj["metadata"]["name"]))
         return True
 
@@ -747,12 +841,19 @@ class Ack:
         with self.lock:
             record = self.records.pop(key, None)
             if record is not None:
-                self.handlers[obj["kind"]][1](record)
+                self._carm_role = record.role  # deleted in the account it was made in
+                try:
+                    self.handlers[obj["kind"]][1](record)
+                except botocore.exceptions.ClientError:
+                    self.records[key] = record  # still there: the next reconcile tries again
+                    raise
 
-    def created(self):
+    def created(self, account=None):
+        """(region, type, id) of what the controllers made and have not deleted (in ``account`` only, if given)."""
         found = set()
         for record in self.records.values():
-            found |= record.items()
+            if account is None or record.account == account:
+                found |= record.items()
         return found
 
     def _controller_tags(self):
@@ -966,6 +1067,20 @@ class Ack:
         iam.delete_user(UserName=record.primary)
 
 
+OWNER_ACCOUNT = "services.k8s.aws/owner-account-id"  # apis/core/v1alpha1/annotations.go AnnotationOwnerAccountID
+ROLE_ACCOUNT_MAP = "ack-role-account-map"  # pkg/runtime/cache/account.go ACKRoleAccountMap
+IGNORED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")  # service_controller.go: cache Ignored
+UNAVAILABLE_ROLE = "IAM Role is not available"  # pkg/condition/condition.go UnavailableIAMRoleMessage
+
+
+class CarmError(LookupError):
+    """The role of an object's account is not available (or the object's account drifted: ``terminal``)."""
+
+    def __init__(self, reason, terminal=False):
+        super().__init__(reason)
+        self.reason, self.terminal = reason, terminal
+
+
 # Creation order: what a reference points at first (ACK retries until the reference is synced).
 ACK_ORDER = ("Policy", "Role", "User", "Bucket", "VPC", "Subnet", "SecurityGroup", "DBSubnetGroup", "DBInstance")
 
@@ -1020,7 +1135,10 @@ class AckController:
                 finalizers = obj["metadata"].get("finalizers") or []
                 if obj["metadata"].get("deletionTimestamp"):
                     if finalizer in finalizers:
-                        self.ack.delete(obj, api.url)
+                        try:
+                            self.ack.delete(obj, api.url)
+                        except botocore.exceptions.ClientError:
+                            continue  # AWS refused (a dependency not deleted yet): the finalizer stays, ACK requeues
                         self._finalizers(api, obj, [f for f in finalizers if f != finalizer])
                     continue
                 if finalizer not in finalizers:
@@ -1034,7 +1152,11 @@ class AckController:
                         self.ack.repair(obj, api.url)
                     continue
                 try:
-                    record = self.ack.apply(obj, api.url)
+                    record = self.ack.apply(obj, api.url, self.ack.resolve(api, obj))
+                except CarmError as exc:
+                    if not exc.terminal:  # handleCacheError: message and reason as the runtime sets them
+                        self._status(api, obj, "False", UNAVAILABLE_ROLE, reason=exc.reason)
+                    continue  # account drift: Reconcile returns the terminal error before any status patch
                 except LookupError as exc:
                     self._status(api, obj, "False", str(exc))
                     continue
@@ -1054,11 +1176,14 @@ class AckController:
         )
 
     @staticmethod
-    def _status(api, obj, value, message, record=None):
+    def _status(api, obj, value, message, record=None, reason=None):
         status = copy.deepcopy(obj.get("status") or {})
-        status["conditions"] = [{"type": "ACK.ResourceSynced", "status": value, "message": message}]
+        condition = {"type": "ACK.ResourceSynced", "status": value, "message": message}
+        if reason is not None:
+            condition["reason"] = reason
+        status["conditions"] = [condition]
         if record is not None:
-            status["ackResourceMetadata"] = {"ownerAccountID": ACCOUNT, "region": record.region}
+            status["ackResourceMetadata"] = {"ownerAccountID": record.account or ACCOUNT, "region": record.region}
             # the AWS-generated id in its status field (ec2-controller v1.20.0 apis/v1alpha1: VPCStatus.VPCID
             # json vpcID, SubnetStatus.SubnetID json subnetID, SecurityGroupStatus.ID json id)
             field = {"VPC": "vpcID", "Subnet": "subnetID", "SecurityGroup": "id"}.get(obj["kind"])
@@ -1093,6 +1218,42 @@ def tree_objects(paths, variables):
                 if isinstance(doc, dict) and doc.get("kind"):
                     found.append(flux_substitute(doc, variables))
     return found
+
+
+def account_clients(endpoint, account):
+    """test_aws_sweep_world.clients for ``account``: the credentials of a role assumed there (moto)."""
+    sts = clients(endpoint, "eu-north-1")("sts")
+    found = sts.assume_role(RoleArn=f"arn:aws:iam::{account}:role/inventory", RoleSessionName="inventory")
+    creds = found["Credentials"]
+    session = boto3.session.Session(
+        aws_access_key_id=creds["AccessKeyId"],
+        aws_secret_access_key=creds["SecretAccessKey"],
+        aws_session_token=creds["SessionToken"],
+    )
+    made = {}
+
+    def for_region(_endpoint, region):
+        def make(service):
+            if (region, service) not in made:
+                made[(region, service)] = session.client(service, endpoint_url=endpoint, region_name=region)
+            return made[(region, service)]
+
+        return make
+
+    return for_region
+
+
+def inventory_of(endpoint, account, regions=("eu-north-1", "eu-west-1", "eu-west-2")):
+    """inventory() of another account (through a role assumed there), in ``regions``."""
+    import tests.integration.test_aws_sweep_world as sweep_world  # pylint: disable=import-outside-toplevel
+
+    saved = (sweep_world.clients, globals()["clients"], sweep_world.REGIONS)
+    sweep_world.clients = globals()["clients"] = account_clients(endpoint, account)
+    sweep_world.REGIONS = tuple(regions)
+    try:
+        return inventory(endpoint)
+    finally:
+        sweep_world.clients, globals()["clients"], sweep_world.REGIONS = saved
 
 
 def inventory(endpoint):

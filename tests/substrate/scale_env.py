@@ -17,8 +17,11 @@ the shipped one is laid out, scaled to n workload clusters:
 Accounts: cluster i lives in ACCOUNTS[i % 3]. The first account is the management cluster's own
 (aws-account's AWS_ACCOUNT_ID); CAPA reaches the others through one AWSClusterRoleIdentity per
 account (chained from the controller identity), and the clusters' account is their
-``krops.io/account`` label. The ACK resources of every account are written in the same form as
-the shipped tree (one account): ACK's cross-account mapping (CARM) is issue 26 item 4, not here.
+``krops.io/account`` label. bootstrap.toml lists the three accounts (``[[environments.aws.accounts]]``:
+the role krops assumes, the clusters, and for the two further accounts the role ACK assumes,
+``ack-role-arn``); ``scripts/ack-accounts`` (module_utils/ack_accounts.py) writes ACK's role-account
+map and the further accounts' namespaces from them, and each cluster's ACK resources are in its
+account's namespace (ack_accounts.namespace_for_cluster), their bucket named for that account.
 
 The shipped files are the templates, so the generated tree follows the product's own layout and
 passes its validate; ``clusters(n)`` gives the plan (names, regions, accounts, CIDRs) for the
@@ -31,6 +34,8 @@ import os
 import re
 import shutil
 import subprocess
+
+from ansible_collections.krops.platform.plugins.module_utils import ack_accounts
 
 REGIONS = (
     "eu-north-1",
@@ -175,8 +180,31 @@ def _resource_set(text, plan):
     return text.replace("name: flux-apps-<< inputs.region >>", "name: flux-apps-<< inputs.cluster >>")
 
 
+ACK_ROLE = "arn:aws:iam::%s:role/krops-ack"
+
+
+def _accounts_section(plan):
+    lines = []
+    for key, account_id in ACCOUNTS:
+        members = (["eu-north-1-management"] if key == ACCOUNTS[0][0] else []) + [
+            c.name for c in plan if c.account_key == key
+        ]
+        if not members:
+            continue
+        lines += [
+            "[[environments.aws.accounts]]",
+            'account-id = "%s"' % account_id,
+            'role-name = "krops-teardown"',
+            "clusters = [%s]" % ", ".join('"%s"' % m for m in members),
+        ]
+        if key != ACCOUNTS[0][0]:
+            lines.append('ack-role-arn = "%s"' % (ACK_ROLE % account_id))
+        lines.append("")
+    return lines
+
+
 def _teardown_section(plan):
-    lines = [
+    lines = _accounts_section(plan) + [
         "[environments.aws.teardown]",
         "capi-workloads = [%s]" % ", ".join('"%s"' % c.name for c in plan),
         'mgmt-eks-cluster-name = "default_eu-north-1-management-control-plane"',
@@ -237,11 +265,7 @@ def write(root, n):
             _write(root, folder + "/eu-north-1-management.yaml", management)
         for c in members:
             _write(root, "%s/%s.yaml" % (folder, c.name), _cluster_manifest(cluster_template, c))
-            _write(
-                root,
-                "mgmt/aws/workload-resources/%s.yaml" % c.name,
-                _rename(resources_template, "eu-west-1", "eu-west-1-workload", c),
-            )
+            _write(root, "mgmt/aws/workload-resources/%s.yaml" % c.name, _resources(resources_template, c))
             _write(
                 root,
                 "workload/aws/%s/kustomization.yaml" % c.name,
@@ -274,4 +298,15 @@ def write(root, n):
         _resource_set(_read(root, "mgmt/aws/flux-apps/resourceset.yaml"), plan),
     )
     _write(root, "bootstrap.toml", _bootstrap(_read(root, "bootstrap.toml"), plan))
+    ack_accounts.write(root, only=["aws"])  # the role-account map and the namespaces of the further accounts
     return plan
+
+
+def _resources(template, cluster):
+    """The cluster's ACK resources; those of a further account in its namespace (CARM), the bucket named for it."""
+    text = _rename(template, "eu-west-1", "eu-west-1-workload", cluster)
+    if cluster.account_key == ACCOUNTS[0][0]:
+        return text
+    namespace = ack_accounts.namespace_of(cluster.account_id)
+    text = text.replace("  namespace: default\n", "  namespace: %s\n" % namespace)
+    return text.replace('"krops-${AWS_ACCOUNT_ID}-', '"krops-%s-' % cluster.account_id)
