@@ -30,6 +30,7 @@ import argparse
 import os
 import sys
 
+from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 
 try:
@@ -50,7 +51,7 @@ HEADER = (
 )
 
 
-class AckAccountsError(Exception):
+class AckAccountsError(errors.ConfigError):
     """The generated file cannot be written or is stale (the message says how to fix it)."""
 
 

@@ -156,7 +156,7 @@ _KNOWN = {
         ),
         (
             _add_account,
-            "environments.aws.accounts[0].region: expected one of the known keys: account-id, clusters, duration, "
+            "environments.aws.accounts[0].region: expected one of the known keys: account-id, ack-role-arn, clusters, duration, "
             "external-id, regions, role-arn, role-name, session-name; unknown key 'region'",
         ),
     ],
