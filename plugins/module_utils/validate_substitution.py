@@ -131,7 +131,7 @@ def changed_nodes(base, node):
     while stack:
         b, n, link = stack.pop()
         kind = type(n)
-        if type(b) is not kind:
+        if not isinstance(b, kind):  # the three node classes do not subclass one another
             return None
         if kind is scalar:
             if b.value != n.value or (not b.style) != (not n.style):
@@ -147,8 +147,8 @@ def changed_nodes(base, node):
             continue
         for (bk, bval), (nk, nval) in zip(bv, nv):
             if (
-                type(nk) is not scalar
-                or type(bk) is not scalar
+                not isinstance(nk, scalar)
+                or not isinstance(bk, scalar)
                 or bk.value != nk.value
                 or (not bk.style) != (not nk.style)
             ):

@@ -82,7 +82,8 @@ class _Worker:
         self.files, self.output, self.proc = files, None, None
         job = json.dumps({"path": sys.path, "config": conf.krops_file, "files": files})
         try:
-            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with  # waited for in result()
+            # waited for in result(); a worker of this process, not a command a module runs (run_command)
+            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with,ansible-bad-function
                 [sys.executable, "-c", _WORKER],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

@@ -109,7 +109,7 @@ def test_seeded_mutations_of_the_trees_files_lint_the_same():
     syntax = 0
     for path in rng.sample(files, min(40, len(files))):
         text = path.read_text(encoding="utf-8")
-        for _ in range(12):
+        for _mutation in range(12):
             at = rng.randrange(len(text) or 1)
             how = rng.choice(("delete", "double", "replace"))
             char = rng.choice(":-[]{}'\"#\t &*!|> \n")
