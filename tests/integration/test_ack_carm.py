@@ -22,6 +22,8 @@ from ansible_collections.krops.platform.plugins.module_utils import ack_accounts
 from tests.substrate import scale_env
 from tests.substrate.fixtures import REPO
 
+pytestmark = pytest.mark.slow  # validate runs of a generated tree and moto worlds (about 3 minutes in all)
+
 SCHEMAS = str(REPO / "schemas" / "crds")
 HOME, TEAM_A, TEAM_B = (account for _key, account in scale_env.ACCOUNTS)
 MAP_FILE = "mgmt/aws/ack-controllers/role-account-map.yaml"

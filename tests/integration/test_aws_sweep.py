@@ -1288,6 +1288,7 @@ def test_the_reader_user_goes_with_its_groups_and_policies_and_what_was_added_af
     assert "iam.GetUser" not in result["api_calls_by_operation"]
 
 
+@pytest.mark.slow  # two sweeps on moto
 def test_a_users_mfa_devices_are_listed_only_when_iam_refuses_to_delete_the_user(run_module, moto, toml, fast):
     """IAM's DeleteUser refuses a user with an MFA device (DeleteConflict; IAM API reference, DeleteUser: the
     devices go first). A hook at the HTTP boundary answers so, as moto does not. The sweep deletes the user
@@ -1324,6 +1325,7 @@ def test_a_users_mfa_devices_are_listed_only_when_iam_refuses_to_delete_the_user
     assert (calls["iam.DeleteUser"], calls["iam.ListMFADevices"], calls["iam.DeactivateMFADevice"]) == (2, 1, 1)
 
 
+@pytest.mark.slow  # a sweep on moto
 def test_the_final_pass_lists_only_the_tags_of_policies_discovery_did_not_see(run_module, moto, toml, fast):
     """A local policy's tags are listed once per sweep: the final pass takes discovery's for a policy it saw and
     lists them for one created during the sweep, which is found as a leftover when it is ours."""

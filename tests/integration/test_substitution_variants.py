@@ -21,6 +21,8 @@ from ansible_collections.krops.platform.plugins.module_utils import validate_com
 from ansible_collections.krops.platform.plugins.module_utils import validate_substitution as subst
 from tests.substrate.fixtures import REPO
 
+pytestmark = pytest.mark.slow  # validate of every environment, then every value set twice (about a minute)
+
 SCHEMAS = str(REPO / "schemas" / "crds")
 
 
