@@ -103,7 +103,10 @@ def _run(tmp_path, side, warm):
     )
     if warm:
         argv += ["-e", "ansible_python_interpreter=" + prewarm.start()]
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.stdout.lstrip().startswith("{"), (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     output = json.loads(proc.stdout)
     results = {}
     for task in output["plays"][0]["tasks"]:
