@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client, config, dynamic, watch
 from kubernetes.client.rest import ApiException
 
-from tests.substrate.fixtures import task_results
+from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env, task_results
 
 KS = ("kustomize.toolkit.fluxcd.io/v1", "Kustomization")
 CLUSTER = ("cluster.x-k8s.io/v1beta2", "Cluster")
@@ -330,3 +330,28 @@ def test_server_side_dry_run_answers_without_changing_anything(kind_api):
         ("POST", "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters"),
         ("DELETE", "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters/c"),
     ]
+
+
+def test_a_playbook_run_from_a_deep_test_folder_starts_ansibles_rpc_server(tmp_path):
+    """ansible-core's controller listens on a unix socket under TMPDIR (multiprocessing's
+    pymp-XXXXXXXX/listener-XXXXXXXX) and gives up after 5 s with "Local RPC server did not start"
+    when the bind fails. An xdist worker's tmp_path with a test's subfolder is longer than the 107
+    bytes a socket path may have: playbook_env must hand ansible a TMPDIR short enough to bind in."""
+    deep = tmp_path / ("d" * 60) / "cold"
+    deep.mkdir(parents=True)
+    play = deep / "play.yml"
+    play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n    - ansible.builtin.debug: {msg: up}\n")
+    env = playbook_env(deep)
+    assert len(env["TMPDIR"]) + len("/pymp-xxxxxxxx/listener-xxxxxxxx") < 108, env["TMPDIR"]
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), str(play), "-i", "localhost,", "-c", "local"],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, (proc.stdout[-1500:], proc.stderr[-1500:])
+    assert "Local RPC server" not in proc.stderr

@@ -16,6 +16,8 @@ process or a port.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import itertools
 import json
 import os
@@ -361,6 +363,28 @@ def run_module(monkeypatch):
     return run
 
 
+# multiprocessing's listener under TMPDIR: pymp-XXXXXXXX/listener-XXXXXXXX, and a unix socket path
+# has at most 107 bytes (sun_path[108] with its NUL)
+_SOCKET_ROOM = 107 - len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+
+
+@functools.lru_cache(maxsize=None)
+def _short_tempdir(folder):
+    short = tempfile.mkdtemp(prefix="krops-t-", dir="/tmp")
+    atexit.register(shutil.rmtree, short, ignore_errors=True)
+    return short
+
+
+def socket_safe_tempdir(folder):
+    """FOLDER, or a short folder under /tmp (removed when the test process ends) when a unix socket
+    made under FOLDER would have too long a path. ansible-core's controller binds its local RPC server
+    there and, when the bind fails, stops after 5 s with "Local RPC server did not start"."""
+    folder = str(folder)
+    if len(folder) <= _SOCKET_ROOM:
+        return folder
+    return _short_tempdir(folder)
+
+
 def playbook_env(tmp_path, extra=None):
     env = dict(os.environ)
     env.update(
@@ -371,7 +395,7 @@ def playbook_env(tmp_path, extra=None):
             "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
             "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
             "ANSIBLE_NOCOLOR": "1",
-            "TMPDIR": str(tmp_path),
+            "TMPDIR": socket_safe_tempdir(tmp_path),
             "PATH": "{}{}{}".format(VENV_BIN, os.pathsep, env.get("PATH", "")),
         }
     )
