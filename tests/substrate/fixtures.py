@@ -368,8 +368,8 @@ def run_module(monkeypatch):
 _SOCKET_ROOM = 107 - len("/pymp-xxxxxxxx/listener-xxxxxxxx")
 
 
-@functools.lru_cache(maxsize=None)
-def _short_tempdir(folder):
+@functools.cache
+def _short_tempdir(folder):  # noqa: ARG001 - the folder is the cache key: one short folder each
     short = tempfile.mkdtemp(prefix="krops-t-", dir="/tmp")
     atexit.register(shutil.rmtree, short, ignore_errors=True)
     return short
