@@ -35,6 +35,8 @@ import sys
 import tempfile
 import threading
 
+from tests.substrate.prewarm_client import recv_exact
+
 # The libraries krops' modules import; importing them is most of a module's cost.
 PRELOAD = (
     "kubernetes",
@@ -151,12 +153,9 @@ def _recv_request(conn):
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
     (size,) = struct.unpack("!Q", header)
-    body = b""
-    while len(body) < size:
-        chunk = conn.recv(size - len(body))
-        if not chunk:
-            raise EOFError
-        body += chunk
+    body = recv_exact(conn, size)
+    if body is None:
+        raise EOFError
     return json.loads(body), list(fds)
 
 

@@ -21,7 +21,8 @@ def _is_ansiballz(argv):
         return ANSIBALLZ_MARK in handle.read(4096)
 
 
-def _recv_exact(conn, size):
+def recv_exact(conn, size):
+    """SIZE bytes from CONN, or None when it closes first (the server's reader uses it too)."""
     data = b""
     while len(data) < size:
         chunk = conn.recv(size - len(data))
@@ -45,7 +46,7 @@ def main(sock_path, python):
     body = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
     conn.sendmsg([struct.pack("!Q", len(body))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", 0, 1, 2))])
     conn.sendall(body)
-    raw = _recv_exact(conn, 8)
+    raw = recv_exact(conn, 8)
     if raw is None:
         os.kill(os.getpid(), signal.SIGKILL)
     (child,) = struct.unpack("!q", raw)
@@ -61,7 +62,7 @@ def main(sock_path, python):
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(signum, forward)
-    raw = _recv_exact(conn, 8)
+    raw = recv_exact(conn, 8)
     if raw is None:  # the module died without a status (a signal): so does this process, by the same signal
         signum = forwarded[-1] if forwarded else signal.SIGKILL
         signal.signal(signum, signal.SIG_DFL)
