@@ -56,18 +56,11 @@ options:
     default: {}
 extends_documentation_fragment:
   - krops.platform.aws
+  - krops.platform.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
     details: Reads the EKS cluster, the OIDC provider and the role, and returns RV(changes) without writing.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   platform:
-    description: Target OS/families that can be operated against.
-    support: full
-    platforms: posix
     details: Talks to the AWS API from the host it runs on (the pivot role uses localhost).
 """
 
