@@ -13,7 +13,14 @@ import os
 import tarfile
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
-from ansible_collections.krops.platform.plugins.module_utils.airgap import (
+from ansible_collections.krops.platform.plugins.module_utils.airgap_artifacts import (
+    _download,
+    _sha256,
+    load_lock,
+    oci_layout,
+    packed_chart_repository,
+)
+from ansible_collections.krops.platform.plugins.module_utils.airgap_tables import (
     CHART_BUILD,
     HELM_CHART_TYPE,
     HELM_CONFIG_TYPE,
@@ -21,11 +28,6 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     PACKED_CHARTS,
     WORKLOAD_CHARTS,
     AirgapError,
-    _download,
-    _sha256,
-    load_lock,
-    oci_layout,
-    packed_chart_repository,
     yaml,
 )
 

@@ -256,6 +256,7 @@ def test_derive_follows_every_kind_it_reads(tree):
     ]
     assert after["charts"] == before["charts"] and after["providers"] == before["providers"]
 
+
 # --- the generator follows the tree ------------------------------------------------------------------
 
 
