@@ -79,8 +79,8 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap_tables impor
     _ident,
     key,
     normalize,
-    yaml,
 )
+from ansible_collections.krops.platform.plugins.module_utils.render import yaml  # None without PyYAML
 
 # airgap is the package's API: what the split files (airgap_tables, airgap_sources, airgap_artifacts) define
 # is offered here too, as it was before the split.

@@ -31,8 +31,8 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap_tables impor
     PROVIDER_RELEASES,
     PROVIDER_REPOSITORY,
     AirgapError,
-    yaml,
 )
+from ansible_collections.krops.platform.plugins.module_utils.render import yaml  # None without PyYAML
 
 # --- the locks --------------------------------------------------------------------------------------
 
@@ -245,6 +245,15 @@ def _download(url):
         return response.read()
 
 
+def write_build(root, folder, name, data):
+    """Write ``data`` (an OCI layout the connected build made) to root/airgap/<folder>/<name>; returns the path."""
+    path = os.path.join(root, "airgap", folder, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(data)
+    return path
+
+
 def fetch_providers(root, inv, download=None, record=False):
     """Download every provider's release files, check them against airgap/provider-components.yaml and
     write one OCI layout per provider under airgap/build/providers/ (connected build only).
@@ -279,11 +288,7 @@ def fetch_providers(root, inv, download=None, record=False):
         if len(contents) != len(entry["files"]):
             continue
         data, _digest = provider_archive(entry["artifact"], contents)
-        path = os.path.join(root, "airgap", PROVIDER_BUILD, "{}-{}.tar".format(entry["type"], entry["name"]))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(data)
-        written.append(path)
+        written.append(write_build(root, PROVIDER_BUILD, "{}-{}.tar".format(entry["type"], entry["name"]), data))
     if problems:
         raise AirgapError("provider components not bundled:\n  " + "\n  ".join(problems))
     if record:

@@ -19,6 +19,7 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap_artifacts im
     load_lock,
     oci_layout,
     packed_chart_repository,
+    write_build,
 )
 from ansible_collections.krops.platform.plugins.module_utils.airgap_tables import (
     CHART_BUILD,
@@ -28,8 +29,8 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap_tables impor
     PACKED_CHARTS,
     WORKLOAD_CHARTS,
     AirgapError,
-    yaml,
 )
+from ansible_collections.krops.platform.plugins.module_utils.render import yaml  # None without PyYAML
 
 
 def chart_archive(reference, tgz):
@@ -81,11 +82,7 @@ def fetch_charts(root, inv, download=None):
             continue
         reference = f"{packed_chart_repository(boot)}/{chart}:{inv.charts[chart]}"
         data, _digest = chart_archive(reference, data)
-        path = os.path.join(root, "airgap", CHART_BUILD, f"{chart}.tar")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(data)
-        written.append(path)
+        written.append(write_build(root, CHART_BUILD, f"{chart}.tar", data))
     if problems:
         raise AirgapError("charts not bundled:\n  " + "\n  ".join(problems))
     return written

@@ -46,8 +46,8 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap_tables impor
     WORKLOAD_SOURCES,
     AirgapError,
     normalize,
-    yaml,
 )
+from ansible_collections.krops.platform.plugins.module_utils.render import yaml  # None without PyYAML
 
 CLUSTER_API = "cluster.x-k8s.io"
 STAGED_HEADER = (

@@ -51,8 +51,8 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap_tables impor
     ZARF_VERSION,
     _DIGEST,
     normalize,
-    yaml,
 )
+from ansible_collections.krops.platform.plugins.module_utils.render import yaml  # None without PyYAML
 
 
 # --- zarf.yaml ---------------------------------------------------------------------------------

@@ -18,11 +18,6 @@ from __future__ import annotations
 
 import re
 
-try:
-    import yaml
-except ImportError:  # PyYAML comes with ansible-core
-    yaml = None
-
 from ansible_collections.krops.platform.plugins.module_utils import errors
 
 ENVIRONMENT = "local-host"
