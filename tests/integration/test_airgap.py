@@ -29,23 +29,17 @@ from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.modules import airgap_config_archive
 from tests.substrate import zarf_standin
+from tests.substrate import airgap_fixtures
+from tests.substrate.airgap_fixtures import chart_tgz
 from tests.substrate.fixtures import REPO
-from tests.substrate.trees import REPO_FILES, copy_repo, edit
+from tests.substrate.trees import copy_repo, edit
+
+# the shared fixtures of the air-gapped bundle's tests (tests/substrate/airgap_fixtures.py)
+tree = airgap_fixtures.tree
 
 SCHEMA = json.loads((REPO / "airgap" / "schema" / "zarf.schema.json").read_text())
 NODE_1355 = "docker.io/kindest/node:v1.35.5@sha256:ce977ae6d65918d0b58a5f8b5e940429c2ce42fa3a5619ec2bbc60b949c0ac95"
 KINDNET = "docker.io/kindest/kindnetd:v20260528-9350166c"  # mgmt/local-host/cni (kind v0.32.0's kindnet)
-
-
-@pytest.fixture
-def tree(tmp_path):
-    """A copy of what the generator reads: the local-host trees, bootstrap.toml, airgap/, the registry default."""
-    return copy_repo(
-        tmp_path,
-        ("mgmt/local-host", "workload/local-host", "airgap"),
-        files=(*REPO_FILES, "roles/bootstrap/defaults/main.yml"),
-        ignore=shutil.ignore_patterns("build"),
-    )
 
 
 def schema_errors(doc):
@@ -683,16 +677,6 @@ def test_zarf_stand_in_signs_verifies_and_extracts_sboms(tmp_path, capsys):
     assert [p.name for p in (tmp_path / "sb" / "demo").iterdir()] == ["quay.io_a_1-linux-arm64.json"]
 
 
-def _chart_tgz(name, version):
-    body = yaml.safe_dump({"apiVersion": "v2", "name": name, "version": version}).encode()
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w:gz") as tar:
-        info = tarfile.TarInfo(f"{name}/Chart.yaml")
-        info.size = len(body)
-        tar.addfile(info, io.BytesIO(body))
-    return data.getvalue()
-
-
 def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_path, capsys):
     """zarf always deploys required components (filters/deploy.go): with any required, staging would need a cluster."""
     pkg = tmp_path / "airgap"
@@ -703,11 +687,12 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
     (pkg / "build" / "krops-config.tar").write_bytes(layout)
     (pkg / airgap.CHART_BUILD).mkdir(parents=True)
     chart, _digest = airgap_charts.chart_archive(
-        "krops-registry:5000/charts/cluster-api-operator:0.28.0", _chart_tgz("cluster-api-operator", "0.28.0")
+        "krops-registry:5000/charts/cluster-api-operator:0.28.0",
+        chart_tgz("cluster-api-operator", "0.28.0", app_version=False),
     )
     (pkg / airgap.CHART_BUILD / "cluster-api-operator.tar").write_bytes(chart)
     chart, _digest = airgap_charts.chart_archive(
-        "krops-registry:5000/charts/podinfo:6.14.1", _chart_tgz("podinfo", "6.14.1")
+        "krops-registry:5000/charts/podinfo:6.14.1", chart_tgz("podinfo", "6.14.1", app_version=False)
     )
     (pkg / airgap.CHART_BUILD / "podinfo.tar").write_bytes(chart)
     doc = yaml.safe_load((pkg / "zarf.yaml").read_text())
