@@ -182,12 +182,20 @@ def kind_marker_verdict(configmap, environment, kind_cluster):
             False,
             f"ConfigMap {MARKER_NAMESPACE}/{MARKER_NAME} lacks the label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
         )
-    for field, what, wanted in (
-        ("environment", "environment", environment),
-        ("kind-cluster", "kind cluster", kind_cluster),
-    ):
-        if data.get(field) != wanted:
-            return False, f"ConfigMap {MARKER_NAMESPACE}/{MARKER_NAME} names {what} {data.get(field)!r}, not {wanted!r}"
+    if data.get("environment") != environment:
+        return False, "ConfigMap {}/{} names environment {!r}, not {!r}".format(
+            MARKER_NAMESPACE,
+            MARKER_NAME,
+            data.get("environment"),
+            environment,
+        )
+    if data.get("kind-cluster") != kind_cluster:
+        return False, "ConfigMap {}/{} names kind cluster {!r}, not {!r}".format(
+            MARKER_NAMESPACE,
+            MARKER_NAME,
+            data.get("kind-cluster"),
+            kind_cluster,
+        )
     return True, f"marker {MARKER_NAMESPACE}/{MARKER_NAME}: environment {environment}, kind cluster {kind_cluster}"
 
 
