@@ -297,10 +297,18 @@ def gke_both_versions(obj, _gates):
         yield "spec.ControlPlaneVersion", get_path(obj, "spec", "loggingService")
 
 
-def gke_name_length(obj, _gates):
-    name = get_path(obj, "spec", "clusterName") or ""
-    if len(name) > 40:
-        yield "spec.ClusterName", name
+def _name_over_40(field, reported):
+    """A check that spec.<field> is at most 40 characters (upstream reports it as ``reported``)."""
+
+    def check(obj, _gates):
+        name = get_path(obj, "spec", field) or ""
+        if len(name) > 40:
+            yield reported, name
+
+    return check
+
+
+gke_name_length = _name_over_40("clusterName", "spec.ClusterName")
 
 
 def gke_custom_subnet(obj, _gates):
@@ -325,10 +333,7 @@ def autopilot_check(key, when_set):
     return check
 
 
-def node_pool_name(obj, _gates):
-    name = get_path(obj, "spec", "nodePoolName") or ""
-    if len(name) > 40:
-        yield "spec.NodePoolName", name
+node_pool_name = _name_over_40("nodePoolName", "spec.NodePoolName")
 
 
 def autoscaling_off(obj, _gates):

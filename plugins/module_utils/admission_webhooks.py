@@ -58,35 +58,35 @@ def _default_machine_deployment(obj):
     _default_labels_cluster_name(obj)
     _default_replicas(obj)
     spec = obj["spec"]
-    selector = spec.setdefault("selector", {})
-    match = selector.setdefault("matchLabels", {})
+    spec.setdefault("selector", {})  # before spec.rollout, as upstream's defaulting orders the fields
     set_default(obj, ["spec", "rollout", "strategy", "type"], "RollingUpdate")
-    labels = spec.setdefault("template", {}).setdefault("metadata", {}).setdefault("labels", {})
     if spec["rollout"]["strategy"]["type"] == "RollingUpdate":
         rolling = spec["rollout"]["strategy"].setdefault("rollingUpdate", {})
         rolling.setdefault("maxSurge", 1)
         rolling.setdefault("maxUnavailable", 0)
-    if not match and not selector.get("matchExpressions"):
-        match["cluster.x-k8s.io/deployment-name"] = object_name(obj)
-        labels["cluster.x-k8s.io/deployment-name"] = object_name(obj)
-    match["cluster.x-k8s.io/cluster-name"] = spec.get("clusterName") or ""
-    labels["cluster.x-k8s.io/cluster-name"] = spec.get("clusterName") or ""
+    _default_selector(obj, "cluster.x-k8s.io/deployment-name", object_name(obj))
     _default_template_version(obj)
 
 
 def _default_machine_set(obj):
     _default_labels_cluster_name(obj)
     _default_replicas(obj)
+    _default_selector(obj, "cluster.x-k8s.io/set-name", object_name(obj)[:63])
+    _default_template_version(obj)
+
+
+def _default_selector(obj, name_label, name):
+    """spec.selector.matchLabels and spec.template.metadata.labels of a MachineDeployment or MachineSet: its own
+    name label when the selector is empty, and always the cluster's name."""
     spec = obj["spec"]
     selector = spec.setdefault("selector", {})
     match = selector.setdefault("matchLabels", {})
     labels = spec.setdefault("template", {}).setdefault("metadata", {}).setdefault("labels", {})
     if not match and not selector.get("matchExpressions"):
-        match["cluster.x-k8s.io/set-name"] = object_name(obj)[:63]
-        labels["cluster.x-k8s.io/set-name"] = object_name(obj)[:63]
+        match[name_label] = name
+        labels[name_label] = name
     match["cluster.x-k8s.io/cluster-name"] = spec.get("clusterName") or ""
     labels["cluster.x-k8s.io/cluster-name"] = spec.get("clusterName") or ""
-    _default_template_version(obj)
 
 
 def _default_mhc(obj):

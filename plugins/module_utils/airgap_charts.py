@@ -13,7 +13,15 @@ import os
 import tarfile
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
-from ansible_collections.krops.platform.plugins.module_utils.airgap import (
+from ansible_collections.krops.platform.plugins.module_utils.airgap_artifacts import (
+    _download,
+    _sha256,
+    load_lock,
+    oci_layout,
+    packed_chart_repository,
+    write_build,
+)
+from ansible_collections.krops.platform.plugins.module_utils.airgap_tables import (
     CHART_BUILD,
     HELM_CHART_TYPE,
     HELM_CONFIG_TYPE,
@@ -21,13 +29,8 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     PACKED_CHARTS,
     WORKLOAD_CHARTS,
     AirgapError,
-    _download,
-    _sha256,
-    load_lock,
-    oci_layout,
-    packed_chart_repository,
-    yaml,
 )
+from ansible_collections.krops.platform.plugins.module_utils.render import yaml  # None without PyYAML
 
 
 def chart_archive(reference, tgz):
@@ -79,11 +82,7 @@ def fetch_charts(root, inv, download=None):
             continue
         reference = f"{packed_chart_repository(boot)}/{chart}:{inv.charts[chart]}"
         data, _digest = chart_archive(reference, data)
-        path = os.path.join(root, "airgap", CHART_BUILD, f"{chart}.tar")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(data)
-        written.append(path)
+        written.append(write_build(root, CHART_BUILD, f"{chart}.tar", data))
     if problems:
         raise AirgapError("charts not bundled:\n  " + "\n  ".join(problems))
     return written

@@ -18,6 +18,20 @@ import tarfile
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils.airgap import (
+    _newest_release,
+    merge_values,
+    read_inventory,
+    values_file,
+)
+from ansible_collections.krops.platform.plugins.module_utils.airgap_artifacts import (
+    _layout_tar,
+    _read_yaml,
+    load_lock,
+    packed_chart_repository,
+    provider_entry,
+    with_fetch_config,
+)
+from ansible_collections.krops.platform.plugins.module_utils.airgap_tables import (
     CHART_BUILD,
     CHART_IMAGE_VALUES,
     HELM_CHART_TYPE,
@@ -31,19 +45,9 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     PROXIED_CHARTS,
     WORKLOAD_SOURCES,
     AirgapError,
-    _layout_tar,
-    _newest_release,
-    _read_yaml,
-    load_lock,
-    merge_values,
     normalize,
-    packed_chart_repository,
-    provider_entry,
-    read_inventory,
-    values_file,
-    with_fetch_config,
-    yaml,
 )
+from ansible_collections.krops.platform.plugins.module_utils.render import yaml  # None without PyYAML
 
 CLUSTER_API = "cluster.x-k8s.io"
 STAGED_HEADER = (

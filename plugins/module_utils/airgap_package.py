@@ -18,6 +18,20 @@ import subprocess
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils.airgap_charts import fetch_charts
 from ansible_collections.krops.platform.plugins.module_utils.airgap import (
+    derive,
+    format_inventory,
+    read_inventory,
+    values_file,
+)
+from ansible_collections.krops.platform.plugins.module_utils.airgap_artifacts import (
+    fetch_providers,
+    format_provider_lock,
+    load_provider_lock,
+    packed_chart_repository,
+    push_layouts,
+    unconfirmed_provider_files,
+)
+from ansible_collections.krops.platform.plugins.module_utils.airgap_tables import (
     ARCHITECTURES,
     AirgapError,
     CHART_ARTIFACTS,
@@ -36,19 +50,9 @@ from ansible_collections.krops.platform.plugins.module_utils.airgap import (
     ZARF_FILE,
     ZARF_VERSION,
     _DIGEST,
-    derive,
-    fetch_providers,
-    format_inventory,
-    format_provider_lock,
-    load_provider_lock,
     normalize,
-    packed_chart_repository,
-    push_layouts,
-    read_inventory,
-    unconfirmed_provider_files,
-    values_file,
-    yaml,
 )
+from ansible_collections.krops.platform.plugins.module_utils.render import yaml  # None without PyYAML
 
 
 # --- zarf.yaml ---------------------------------------------------------------------------------

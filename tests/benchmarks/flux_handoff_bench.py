@@ -29,7 +29,7 @@ sys.path[:0] = [str(REPO), str(REPO / ".collections")]
 
 import yaml  # noqa: E402
 
-from tests.substrate.fixtures import VENV_BIN, playbook_env  # noqa: E402
+from tests.substrate.fixtures import VENV_BIN, localhost_inventory, playbook_env  # noqa: E402
 from tests.substrate.kube_emulator import KubeEmulator  # noqa: E402
 
 NS = "flux-system"
@@ -97,21 +97,7 @@ def sample(api, tmp, task, spread):
     api.set_condition(*KS, "apps", NS, status="False", reason="Progressing")
     play = tmp / "play.yml"
     play.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [task]}], sort_keys=False))
-    inventory = tmp / "hosts.yml"
-    inventory.write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": {
-                        "localhost": {
-                            "ansible_connection": "local",
-                            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                        }
-                    }
-                }
-            }
-        )
-    )
+    inventory = localhost_inventory(tmp / "hosts.yml")
     seen = len(api.requests)
     flipped = {}
 

@@ -29,23 +29,17 @@ from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate
 from ansible_collections.krops.platform.plugins.modules import airgap_config_archive
 from tests.substrate import zarf_standin
+from tests.substrate import airgap_fixtures
+from tests.substrate.airgap_fixtures import chart_tgz
 from tests.substrate.fixtures import REPO
-from tests.substrate.trees import REPO_FILES, copy_repo, edit
+from tests.substrate.trees import copy_repo, edit
+
+# the shared fixtures of the air-gapped bundle's tests (tests/substrate/airgap_fixtures.py)
+tree = airgap_fixtures.tree
 
 SCHEMA = json.loads((REPO / "airgap" / "schema" / "zarf.schema.json").read_text())
 NODE_1355 = "docker.io/kindest/node:v1.35.5@sha256:ce977ae6d65918d0b58a5f8b5e940429c2ce42fa3a5619ec2bbc60b949c0ac95"
 KINDNET = "docker.io/kindest/kindnetd:v20260528-9350166c"  # mgmt/local-host/cni (kind v0.32.0's kindnet)
-
-
-@pytest.fixture
-def tree(tmp_path):
-    """A copy of what the generator reads: the local-host trees, bootstrap.toml, airgap/, the registry default."""
-    return copy_repo(
-        tmp_path,
-        ("mgmt/local-host", "workload/local-host", "airgap"),
-        files=(*REPO_FILES, "roles/bootstrap/defaults/main.yml"),
-        ignore=shutil.ignore_patterns("build"),
-    )
 
 
 def schema_errors(doc):
@@ -103,6 +97,158 @@ def test_inventory_pins_what_could_be_confirmed_and_marks_the_rest():
     assert all("@sha256:" in line for line in lines if line.startswith("ghcr.io/fluxcd/"))
     unconfirmed = [line for line in lines if "# UNCONFIRMED" in line]
     assert unconfirmed and all("@" not in line.split("#")[0] for line in unconfirmed)
+
+
+def inventory_view(inv):
+    """Everything derive returns, as plain data: what a rewrite of derive must leave unchanged."""
+    images = {k: (i.component, i.digest, i.source, i.workload, tuple(i.origins)) for k, i in inv.images.items()}
+    return {"images": images, "problems": inv.problems, "charts": inv.charts, "providers": inv.providers}
+
+
+def test_derive_on_the_shipped_tree_is_pinned():
+    """images.txt and provider-components.yaml pin the images' refs, components and origins and the providers;
+    this pins the rest of what derive returns on the shipped tree."""
+    inv = airgap.derive(str(REPO))
+    assert inv.problems == []
+    assert inv.charts == {
+        "cert-manager": "v1.21.1",
+        "cluster-api-operator": "0.28.0",
+        "flux-operator": "0.58.1",
+        "podinfo": "6.14.1",
+    }
+    assert sorted(k for k, i in inv.images.items() if i.workload) == [
+        KINDNET,
+        "ghcr.io/controlplaneio-fluxcd/flux-operator:v0.58.1",
+        "ghcr.io/fluxcd/helm-controller:v1.6.3",
+        "ghcr.io/fluxcd/kustomize-controller:v1.9.4",
+        "ghcr.io/fluxcd/notification-controller:v1.9.3",
+        "ghcr.io/fluxcd/source-controller:v1.9.4",
+        "ghcr.io/stefanprodan/podinfo:6.14.1",
+    ]
+    flux_source = (
+        "controlplaneio-fluxcd/flux-operator config/data/flux-images/v2.9.4/upstream-alpine.yaml @ v0.58.1 (b3b36020)"
+    )
+    assert {k: i.source for k, i in inv.images.items() if i.source} == {
+        "docker.io/kindest/node:v1.35.5": "kubernetes-sigs/cluster-api test/infrastructure/kind/mapper.go @ v1.13.5 "
+        "(30be34da)",
+        "ghcr.io/fluxcd/helm-controller:v1.6.3": flux_source,
+        "ghcr.io/fluxcd/kustomize-controller:v1.9.4": flux_source,
+        "ghcr.io/fluxcd/notification-controller:v1.9.3": flux_source,
+        "ghcr.io/fluxcd/source-controller:v1.9.4": flux_source,
+    }
+    assert inv.lock == airgap.load_lock(str(REPO))
+    assert [(p["kind"], p["name"], p["component"], [f["sha256"] for f in p["files"]]) for p in inv.providers] == [
+        ("AddonProvider", "helm", "caaph", [None, None]),  # the order of the tree's directories
+        ("InfrastructureProvider", "docker", "capd", [None, None]),
+        ("BootstrapProvider", "kubeadm", "capi", [None, None]),
+        ("ControlPlaneProvider", "kubeadm", "capi", [None, None]),
+        ("CoreProvider", "cluster-api", "capi", [None, None]),
+    ]
+
+
+EVERY_KIND = """\
+apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata: {name: git, namespace: flux-system}
+spec: {url: "https://example.org/repo.git"}
+---
+apiVersion: source.toolkit.fluxcd.io/v1
+kind: HelmRepository
+metadata: {name: index, namespace: flux-system}
+spec: {url: "https://example.org/charts"}
+---
+apiVersion: source.toolkit.fluxcd.io/v1
+kind: OCIRepository
+metadata: {name: manager-chart, namespace: flux-system}
+spec: {url: "oci://quay.io/jetstack/charts/cert-manager", ref: {semver: "1.x"}}
+---
+apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata: {name: by-ref, namespace: flux-system}
+spec: {chartRef: {kind: OCIRepository, name: manager-chart}}
+---
+apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata: {name: by-spec, namespace: flux-system}
+spec: {chart: {spec: {chart: cert-manager, version: "v1.20.0"}}}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: DockerMachineTemplate
+metadata: {name: nodes, namespace: default}
+spec: {template: {spec: {customImage: "example.org/nodes/custom:v2"}}}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1beta1
+kind: KubeadmControlPlane
+metadata: {name: cp, namespace: default}
+spec: {version: v1.99.0}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: applied, namespace: default}
+data:
+  pod.yaml: |
+    kind: Pod
+    spec: {containers: [{name: c, image: "example.org/inside:v1"}]}
+  broken.yaml: "{ not yaml"
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: tool, namespace: default}
+spec: {template: {spec: {initContainers: [{name: i, image: "tool:1"}]}}}
+---
+apiVersion: fluxcd.controlplane.io/v1
+kind: FluxInstance
+metadata: {name: extra, namespace: flux-system}
+spec:
+  distribution: {version: "2.9.x"}
+  components: [source-controller, tofu-controller]
+"""
+
+
+def test_derive_follows_every_kind_it_reads(tree):
+    """One object of every kind derive has a rule for, beside the shipped tree: the images, components and
+    problems each gives."""
+    before = inventory_view(airgap.derive(str(tree)))
+    (tree / airgap.MANIFESTS / "every-kind.yaml").write_text(EVERY_KIND)
+    after = inventory_view(airgap.derive(str(tree)))
+    added = {k: v[:4] for k, v in after["images"].items() if k not in before["images"]}
+    assert added == {
+        "quay.io/jetstack/cert-manager-controller:v1.20.0": ("cert-manager", None, None, False),
+        "quay.io/jetstack/cert-manager-webhook:v1.20.0": ("cert-manager", None, None, False),
+        "quay.io/jetstack/cert-manager-cainjector:v1.20.0": ("cert-manager", None, None, False),
+        "quay.io/jetstack/cert-manager-startupapicheck:v1.20.0": ("cert-manager", None, None, False),
+        "example.org/nodes/custom:v2": ("host", None, None, False),
+        "docker.io/kindest/node:v1.99.0": ("host", None, None, False),
+        "example.org/inside:v1": ("workload", None, None, True),
+        "docker.io/library/tool:1": ("krops-config", None, None, False),
+    }
+    origin = "airgap/manifests FluxInstance/flux-system/extra"
+    assert origin in after["images"]["ghcr.io/fluxcd/source-controller:v1.9.4"][4]
+    assert after["problems"] == [
+        (
+            "airgap/manifests",
+            "GitRepository/flux-system/git",
+            "GitRepository https://example.org/repo.git: the bundle carries no Git server",
+        ),
+        (
+            "airgap/manifests",
+            "HelmRepository/flux-system/index",
+            "HelmRepository https://example.org/charts is an HTTP index: the Zarf agent rewrites only type: oci "
+            "HelmRepositories, so Flux cannot fetch it offline; use the chart's OCI repository",
+        ),
+        (
+            "airgap/manifests",
+            "HelmRelease/flux-system/by-ref",
+            "chart cert-manager version '1.x' is not an exact version: its images cannot be pinned; pin the chart "
+            "to one release",
+        ),
+        (
+            "airgap/manifests",
+            "FluxInstance/flux-system/extra",
+            "Flux component tofu-controller is not in distribution v2.9.4 of airgap/digests.yaml",
+        ),
+    ]
+    assert after["charts"] == before["charts"] and after["providers"] == before["providers"]
 
 
 # --- the generator follows the tree ------------------------------------------------------------------
@@ -531,16 +677,6 @@ def test_zarf_stand_in_signs_verifies_and_extracts_sboms(tmp_path, capsys):
     assert [p.name for p in (tmp_path / "sb" / "demo").iterdir()] == ["quay.io_a_1-linux-arm64.json"]
 
 
-def _chart_tgz(name, version):
-    body = yaml.safe_dump({"apiVersion": "v2", "name": name, "version": version}).encode()
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w:gz") as tar:
-        info = tarfile.TarInfo(f"{name}/Chart.yaml")
-        info.size = len(body)
-        tar.addfile(info, io.BytesIO(body))
-    return data.getvalue()
-
-
 def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_path, capsys):
     """zarf always deploys required components (filters/deploy.go): with any required, staging would need a cluster."""
     pkg = tmp_path / "airgap"
@@ -551,11 +687,12 @@ def test_stand_in_stages_only_the_host_components_of_the_generated_package(tmp_p
     (pkg / "build" / "krops-config.tar").write_bytes(layout)
     (pkg / airgap.CHART_BUILD).mkdir(parents=True)
     chart, _digest = airgap_charts.chart_archive(
-        "krops-registry:5000/charts/cluster-api-operator:0.28.0", _chart_tgz("cluster-api-operator", "0.28.0")
+        "krops-registry:5000/charts/cluster-api-operator:0.28.0",
+        chart_tgz("cluster-api-operator", "0.28.0", app_version=False),
     )
     (pkg / airgap.CHART_BUILD / "cluster-api-operator.tar").write_bytes(chart)
     chart, _digest = airgap_charts.chart_archive(
-        "krops-registry:5000/charts/podinfo:6.14.1", _chart_tgz("podinfo", "6.14.1")
+        "krops-registry:5000/charts/podinfo:6.14.1", chart_tgz("podinfo", "6.14.1", app_version=False)
     )
     (pkg / airgap.CHART_BUILD / "podinfo.tar").write_bytes(chart)
     doc = yaml.safe_load((pkg / "zarf.yaml").read_text())

@@ -19,11 +19,14 @@ import pytest
 import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_charts, airgap_offline
-from tests.integration.test_airgap_playbook import ready  # noqa: F401  # pylint: disable=unused-import
+from tests.substrate import airgap_fixtures
 from tests.substrate import zarf_standin
 from tests.substrate.airgap_host import AirgapHost, image_config, save_archive
 from tests.substrate.fixtures import REPO
 from tests.substrate.lifecycle import failed_tasks
+
+# the shared fixtures of the air-gapped bundle's tests (tests/substrate/airgap_fixtures.py)
+ready = airgap_fixtures.ready
 
 pytestmark = pytest.mark.slow
 
@@ -143,7 +146,7 @@ def host(tmp_path):
     world.stop()
 
 
-def test_the_deploy_reaches_ready_and_podinfo_answers(ready, host, tmp_path, monkeypatch):  # noqa: F811
+def test_the_deploy_reaches_ready_and_podinfo_answers(ready, host, tmp_path, monkeypatch):
     """Every pod of the kind cluster runs from the Zarf registry by digest, the workload cluster's from its nodes."""
     package = connected_build(ready, host, tmp_path, monkeypatch)
     rc, output, stderr = deploy(host, ready, tmp_path, package)
@@ -185,7 +188,7 @@ def test_the_deploy_reaches_ready_and_podinfo_answers(ready, host, tmp_path, mon
     assert host.errors == []
 
 
-def test_one_image_missing_from_the_bundle_fails_the_deploy_naming_it(ready, host, tmp_path, monkeypatch):  # noqa: F811
+def test_one_image_missing_from_the_bundle_fails_the_deploy_naming_it(ready, host, tmp_path, monkeypatch):
     [ref] = [
         line.split()[0]
         for line in (ready / airgap.INVENTORY).read_text().splitlines()

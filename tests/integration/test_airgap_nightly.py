@@ -16,8 +16,12 @@ import pytest
 import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package, oci
-from tests.integration.test_airgap_playbook import ready, zarf  # noqa: F401  # pylint: disable=unused-import
+from tests.substrate import airgap_fixtures
 from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env
+
+# the shared fixtures of the air-gapped bundle's tests (tests/substrate/airgap_fixtures.py)
+ready = airgap_fixtures.ready
+zarf = airgap_fixtures.zarf
 
 pytestmark = pytest.mark.playbook
 
@@ -107,7 +111,7 @@ def _crane(tmp_path):
     return folder
 
 
-def nightly(root, tmp_path, zarf, registry):  # noqa: F811
+def nightly(root, tmp_path, zarf, registry):
     """scripts/airgap-nightly --dry-run as the workflow calls it -> (rc, stdout before the build, build JSON)."""
     out = tmp_path / "out"
     env = playbook_env(
@@ -140,7 +144,7 @@ def _summary(build):
     ]
 
 
-def test_the_nightly_dry_run_resolves_every_digest_and_builds_in_check_mode(ready, zarf, oci_registry, tmp_path):  # noqa: F811
+def test_the_nightly_dry_run_resolves_every_digest_and_builds_in_check_mode(ready, zarf, oci_registry, tmp_path):
     unresolved = _unresolve(ready)
     assert len(unresolved) >= 10  # every image the lock has no upstream digest for
     served = _seed(oci_registry, unresolved)
@@ -180,7 +184,7 @@ def test_the_nightly_dry_run_resolves_every_digest_and_builds_in_check_mode(read
     assert not (ready / "airgap" / "build").exists() and sorted(p.name for p in out.iterdir()) == ["lock.diff"]
 
 
-def test_an_image_the_registry_does_not_hold_stops_the_nightly_at_the_pin_check(ready, zarf, oci_registry, tmp_path):  # noqa: F811
+def test_an_image_the_registry_does_not_hold_stops_the_nightly_at_the_pin_check(ready, zarf, oci_registry, tmp_path):
     unresolved = _unresolve(ready)
     missing, amd64_only = "ghcr.io/stefanprodan/podinfo:6.14.1", "docker.io/kindest/kindnetd:v20260528-9350166c"
     assert {missing, amd64_only} <= set(unresolved)

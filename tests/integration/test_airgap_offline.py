@@ -25,7 +25,8 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     airgap_offline,
     airgap_package,
 )
-from tests.integration.test_airgap_playbook import ready  # noqa: F401  # pylint: disable=unused-import
+from tests.substrate import airgap_fixtures
+from tests.substrate.airgap_fixtures import chart_tgz
 from tests.substrate import zarf_standin
 from tests.substrate.fixtures import REPO
 from tests.substrate.airgap_world import (
@@ -41,6 +42,9 @@ from tests.substrate.airgap_world import (
 )
 from tests.substrate.capi_world import CapiController, ProviderRegistry
 from tests.substrate.flux_world import FluxController, World, condition
+
+# the shared fixtures of the air-gapped bundle's tests (tests/substrate/airgap_fixtures.py)
+ready = airgap_fixtures.ready
 
 # zarf src/pkg/transform/image_test.go @ v0.84.0: (reference, ImageTransformHost, ...WithoutChecksum) to gitlab.com/project
 ZARF_CASES = [
@@ -169,7 +173,7 @@ def _pods(api):
     return {p["metadata"]["name"].rsplit("-", 1)[0]: p for p in api.list("v1", "Pod")}
 
 
-def test_the_bundle_runs_every_chart_workload_from_the_zarf_registry_by_digest(ready, tmp_path, airgapped):  # noqa: F811
+def test_the_bundle_runs_every_chart_workload_from_the_zarf_registry_by_digest(ready, tmp_path, airgapped):
     """Every image is in the package by digest; the charts' image values name the digests, so each pod runs
     127.0.0.1:31999/<path>@<digest> (zarf pushes a digest-listed image under the digest only)."""
     api, registry = airgapped
@@ -199,7 +203,7 @@ def test_the_bundle_runs_every_chart_workload_from_the_zarf_registry_by_digest(r
         assert condition(deployment, "Available")["status"] == "True"
 
 
-def test_one_image_missing_from_the_bundle_fails_the_deploy_naming_it(ready, tmp_path, airgapped):  # noqa: F811
+def test_one_image_missing_from_the_bundle_fails_the_deploy_naming_it(ready, tmp_path, airgapped):
     api, registry = airgapped
     [ref] = [
         line.split()[0]
@@ -218,7 +222,7 @@ def test_one_image_missing_from_the_bundle_fails_the_deploy_naming_it(ready, tmp
     )
 
 
-def test_without_the_image_values_a_chart_that_runs_tags_finds_nothing(ready, tmp_path, airgapped):  # noqa: F811
+def test_without_the_image_values_a_chart_that_runs_tags_finds_nothing(ready, tmp_path, airgapped):
     """Why the values files exist: zarf pushes a digest-listed image under the digest only and the agent rewrites a
     pod's tag to the crc32 tag, so the chart's default (a tag) is not in the registry."""
     api, registry = airgapped
@@ -242,7 +246,7 @@ def test_without_the_image_values_a_chart_that_runs_tags_finds_nothing(ready, tm
     assert str(failed.value) == "component cert-manager: health checks did not pass: " + "; ".join(reasons)
 
 
-def test_unconfirmed_images_are_packaged_and_run_by_tag(ready, tmp_path, airgapped):  # noqa: F811
+def test_unconfirmed_images_are_packaged_and_run_by_tag(ready, tmp_path, airgapped):
     """Before --resolve (no digest known), zarf.yaml and the values name the tag: zarf pushes the tag and the crc32
     tag, and the agent's crc32 tag is found."""
     api, registry = airgapped
@@ -409,7 +413,7 @@ def _provider_world(root, tmp_path, strict_cluster, pinned=True):
     return world, api, registry
 
 
-def test_the_providers_run_their_controllers_from_the_zarf_registry_by_digest(ready, tmp_path, strict_cluster):  # noqa: F811
+def test_the_providers_run_their_controllers_from_the_zarf_registry_by_digest(ready, tmp_path, strict_cluster):
     world, api, registry = _provider_world(ready, tmp_path, strict_cluster)
     try:
         package = build(ready, tmp_path)
@@ -433,7 +437,7 @@ def test_the_providers_run_their_controllers_from_the_zarf_registry_by_digest(re
         assert world.stop() == []
 
 
-def test_providers_without_the_pinned_image_do_not_pull(ready, tmp_path, strict_cluster):  # noqa: F811
+def test_providers_without_the_pinned_image_do_not_pull(ready, tmp_path, strict_cluster):
     """The release's components run repo:tag; zarf pushed the digest-listed image under the digest only."""
     world, api, registry = _provider_world(ready, tmp_path, strict_cluster, pinned=False)
     try:
@@ -459,7 +463,7 @@ def _staged_doc(root, tmp_path, rel):
     return doc
 
 
-def test_flux_pulls_the_cert_manager_chart_from_the_zarf_registry(ready, tmp_path, airgapped):  # noqa: F811
+def test_flux_pulls_the_cert_manager_chart_from_the_zarf_registry(ready, tmp_path, airgapped):
     """The offline configuration reads cert-manager's OCI chart; the package carries it by tag, zarf pushes it, the
     agent rewrites the HelmRepository to its registry and the HelmRelease's chart and version are found there."""
     api, registry = airgapped
@@ -484,7 +488,7 @@ def test_flux_pulls_the_cert_manager_chart_from_the_zarf_registry(ready, tmp_pat
     )
 
 
-def test_a_chart_artifact_listed_by_digest_is_not_found_by_its_version(ready, tmp_path, airgapped):  # noqa: F811
+def test_a_chart_artifact_listed_by_digest_is_not_found_by_its_version(ready, tmp_path, airgapped):
     api, registry = airgapped
     text = (ready / "airgap" / "zarf.yaml").read_text()
     artifact = "quay.io/jetstack/charts/cert-manager:v1.21.1"
@@ -501,7 +505,7 @@ def test_a_chart_artifact_listed_by_digest_is_not_found_by_its_version(ready, tm
     assert str(failed.value) == "127.0.0.1:31999/jetstack/charts/cert-manager:v1.21.1: not found"
 
 
-def test_flux_pulls_the_packed_cluster_api_operator_chart_from_the_zarf_registry(ready, tmp_path, airgapped):  # noqa: F811
+def test_flux_pulls_the_packed_cluster_api_operator_chart_from_the_zarf_registry(ready, tmp_path, airgapped):
     """Upstream serves this chart only from an HTTP index: the package carries it as an OCI layout named
     krops-registry:5000/charts/cluster-api-operator:<version>, and the offline HelmRepository reads that repository."""
     api, registry = airgapped
@@ -516,23 +520,13 @@ def test_flux_pulls_the_packed_cluster_api_operator_chart_from_the_zarf_registry
     assert pull_chart(registry, mutated, chart["chart"], chart["version"]) == package["digests"][artifact]
 
 
-def _chart_tgz(name, version):
-    body = yaml.safe_dump({"apiVersion": "v2", "name": name, "version": version, "appVersion": version}).encode()
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w:gz") as tar:
-        info = tarfile.TarInfo(f"{name}/Chart.yaml")
-        info.size = len(body)
-        tar.addfile(info, io.BytesIO(body))
-    return data.getvalue()
-
-
-def test_the_build_packs_the_chart_archive_only_with_the_recorded_sha256(ready):  # noqa: F811
+def test_the_build_packs_the_chart_archive_only_with_the_recorded_sha256(ready):
     inv = airgap.derive(str(ready))
     url = "https://github.com/kubernetes-sigs/cluster-api-operator/releases/download/v0.28.0/cluster-api-operator-0.28.0.tgz"
-    tgz = _chart_tgz("cluster-api-operator", "0.28.0")
+    tgz = chart_tgz("cluster-api-operator", "0.28.0")
     got = hashlib.sha256(tgz).hexdigest()
     podinfo_url = "https://stefanprodan.github.io/podinfo/podinfo-6.14.1.tgz"
-    podinfo = _chart_tgz("podinfo", "6.14.1")
+    podinfo = chart_tgz("podinfo", "6.14.1")
     served = {url: tgz, podinfo_url: podinfo}
     with pytest.raises(airgap.AirgapError) as refused:  # the committed lock holds the upstream indexes' digests
         airgap_charts.fetch_charts(str(ready), inv, download=served.__getitem__)

@@ -6,17 +6,18 @@ against the strict stand-in (tests/substrate/zarf_standin.py), which refuses wha
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import sys
 
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package
+from tests.substrate import airgap_fixtures
 from tests.substrate.fixtures import REPO
+
+# the shared fixtures of the air-gapped bundle's tests (tests/substrate/airgap_fixtures.py)
+ready = airgap_fixtures.ready
+zarf = airgap_fixtures.zarf
 
 pytestmark = pytest.mark.slow
 
@@ -40,23 +41,6 @@ def results(output):
     }
 
 
-@pytest.fixture
-def zarf(tmp_path):
-    """The stand-in as an executable plus a key pair it understands; calls land in zarf.jsonl."""
-    folder = tmp_path / "zarf-bin"
-    folder.mkdir()
-    path = folder / "zarf"
-    path.write_text(
-        "#!{}\nimport runpy, sys\nsys.argv[0] = 'zarf'\nrunpy.run_path({!r}, run_name='__main__')\n".format(
-            sys.executable, str(REPO / "tests" / "substrate" / "zarf_standin.py")
-        )
-    )
-    path.chmod(0o755)
-    (folder / "zarf.key").write_text("PRIVATE krops-test")
-    (folder / "zarf.pub").write_text("PUBLIC krops-test")
-    return folder
-
-
 def run(ansible_playbook, zarf, playbook, *args):
     env = {"ZARF_STANDIN_LOG": str(zarf / "zarf.jsonl"), "KROPS_PYTHON": sys.executable}
     return ansible_playbook(
@@ -72,39 +56,6 @@ def run(ansible_playbook, zarf, playbook, *args):
 def calls(zarf):
     log = zarf / "zarf.jsonl"
     return [json.loads(line)["argv"] for line in log.read_text().splitlines()] if log.exists() else []
-
-
-@pytest.fixture
-def ready(tmp_path):
-    """A checkout of the tree as it is, with every digest present (test data only): the air-gapped configuration
-    serves what the connected tree reads from outside (airgap.OFFLINE_HELM_REPOSITORIES, PACKED_CHARTS,
-    PROXIED_CHARTS, WORKLOAD_CHARTS), so the tree itself needs no edit."""
-    root = tmp_path / "repo"
-    for part in (
-        "mgmt/local-host",
-        "workload/local-host",
-        "airgap",
-        "playbooks",
-        "scripts",
-        "roles/bootstrap/defaults",
-    ):
-        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("build"))
-    for name in ("bootstrap.toml", ".yamllint", "galaxy.yml", "ansible.cfg"):
-        shutil.copy(REPO / name, root / name)
-    os.symlink(REPO / "schemas", root / "schemas")
-    os.symlink(REPO / ".collections", root / ".collections")
-    lock = yaml.safe_load((root / airgap.LOCK_FILE).read_text())
-    for key in airgap.derive(str(root)).unconfirmed:  # not real digests: a fixture, never a pin
-        lock["images"][key] = {"digest": "sha256:" + hashlib.sha256(key.encode()).hexdigest(), "source": "test fixture"}
-    (root / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
-    inv = airgap.derive(str(root))
-    assert inv.problems == [] and inv.unconfirmed == []
-    # the providers' release files "recorded" by a connected build: not real checksums, a fixture
-    served = {f["url"]: f["url"].encode() for e in inv.providers for f in e["files"]}
-    airgap.fetch_providers(str(root), inv, download=served.__getitem__, record=True)
-    shutil.rmtree(root / "airgap" / "build")
-    airgap_package.write(str(root), inv)
-    return root
 
 
 def test_syntax_check(ansible_playbook):

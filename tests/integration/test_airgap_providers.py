@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import shutil
 import tarfile
 
 import pytest
@@ -24,10 +23,14 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     airgap_offline,
     airgap_package,
 )
+from tests.substrate import airgap_fixtures
+from tests.substrate.airgap_fixtures import chart_tgz, pin_made_up_digests
 from tests.substrate.capi_world import CapiController, ProviderRegistry, parse_oci_source
 from tests.substrate.fixtures import REPO
 from tests.substrate.flux_world import World, condition
-from tests.substrate.trees import REPO_FILES, copy_repo
+
+# the shared fixtures of the air-gapped bundle's tests (tests/substrate/airgap_fixtures.py)
+tree = airgap_fixtures.tree
 
 OP = "operator.cluster.x-k8s.io/v1alpha2"
 PROVIDER_FILES = {
@@ -46,16 +49,6 @@ PROVIDER_FILES = {
 def _boot():
     """bootstrap.toml [bootstrap] (registry krops-registry, container port 5000)."""
     return krops_config.load(str(REPO / "bootstrap.toml"), environ={}).bootstrap
-
-
-@pytest.fixture
-def tree(tmp_path):
-    return copy_repo(
-        tmp_path,
-        ("mgmt/local-host", "workload/local-host", "airgap"),
-        files=(*REPO_FILES, "roles/bootstrap/defaults/main.yml"),
-        ignore=shutil.ignore_patterns("build"),
-    )
 
 
 # the cases of internal/controller/oci_source_parse_test.go @ cluster-api-operator v0.28.0
@@ -263,12 +256,7 @@ def _apply_providers(api, root, offline):
 def test_offline_configuration_runs_every_pinned_image_by_digest(tree):
     """With the digests known, each provider's controller container and each chart's images name them: zarf pushes
     a digest-listed image under the digest only, and the agent keeps repo@digest (docs/airgap.md)."""
-    lock = yaml.safe_load((tree / airgap.LOCK_FILE).read_text())
-    digests = {}
-    for key in airgap.derive(str(tree)).unconfirmed:  # test data, never a pin
-        digests[key] = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
-        lock["images"][key] = {"digest": digests[key], "source": "test fixture"}
-    (tree / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
+    digests = pin_made_up_digests(tree)
     airgap_package.write(str(tree), airgap.derive(str(tree)))
     files = _offline_files(tree)
     for short, (kind, _name, _namespace) in PROVIDER_FILES.items():
@@ -400,7 +388,7 @@ def test_podinfo_range_is_pinned_offline_to_the_newest_known_release_and_its_lay
     assert inv.charts["podinfo"] == "6.14.1" and inv.problems == []  # the offline configuration pins it
     # once the build packed the chart, the OCIRepository is pinned to the layout's manifest digest too
     layout, digest = airgap_charts.chart_archive(
-        "krops-registry:5000/charts/podinfo:6.14.1", _chart_tgz("podinfo", "6.14.1")
+        "krops-registry:5000/charts/podinfo:6.14.1", chart_tgz("podinfo", "6.14.1")
     )
     (tree / "airgap" / airgap.CHART_BUILD).mkdir(parents=True)
     (tree / "airgap" / airgap.CHART_BUILD / "podinfo.tar").write_bytes(layout)
@@ -420,16 +408,6 @@ def test_podinfo_range_is_pinned_offline_to_the_newest_known_release_and_its_lay
     pod.write_text(pod.read_text().replace('semver: "8.x"', 'tag: "6.9.0"'))
     images = airgap.derive(str(tree)).images
     assert "ghcr.io/stefanprodan/podinfo:6.9.0" in images and "ghcr.io/stefanprodan/podinfo:6.14.1" not in images
-
-
-def _chart_tgz(name, version):
-    body = yaml.safe_dump({"apiVersion": "v2", "name": name, "version": version, "appVersion": version}).encode()
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w:gz") as tar:
-        info = tarfile.TarInfo(f"{name}/Chart.yaml")
-        info.size = len(body)
-        tar.addfile(info, io.BytesIO(body))
-    return data.getvalue()
 
 
 def _pinned_refs(node):
@@ -456,10 +434,7 @@ def test_every_image_the_offline_configuration_pins_is_in_the_inventory_with_its
     the inventory's own derivation)."""
     from ansible_collections.krops.platform.plugins.module_utils import render
 
-    lock = yaml.safe_load((tree / airgap.LOCK_FILE).read_text())
-    for key in airgap.derive(str(tree)).unconfirmed:  # test data, never a pin
-        lock["images"][key] = {"digest": "sha256:" + hashlib.sha256(key.encode()).hexdigest(), "source": "test fixture"}
-    (tree / airgap.LOCK_FILE).write_text(yaml.safe_dump(lock))
+    pin_made_up_digests(tree)
     airgap_package.write(str(tree), airgap.derive(str(tree)))
     staged = tmp_path / "staged"
     airgap_offline.stage_offline_tree(str(tree), ["mgmt/local-host", "workload/local-host"], str(staged))

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.substrate import prewarm
-from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env
+from tests.substrate.fixtures import REPO, VENV_BIN, localhost_inventory, playbook_env
 
 # Each task shows one thing a module process takes from the run: its environment (the task's `environment:`
 # included), the folder it starts in, its arguments, its exit status and stderr, and the kubeconfig default that
@@ -73,21 +73,7 @@ def _run(tmp_path, side, warm):
     tmp_path.mkdir()
     play = tmp_path / "play.yml"
     play.write_text(yaml.safe_dump(PLAY, sort_keys=False))
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": {
-                        "localhost": {
-                            "ansible_connection": "local",
-                            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                        }
-                    }
-                }
-            }
-        )
-    )
+    inventory = localhost_inventory(tmp_path / "hosts.yml")
     task_kubeconfig = _kubeconfig(kubeconfigs / "task.yaml", "task-ctx")
     argv = [
         str(VENV_BIN / "ansible-playbook"),

@@ -51,7 +51,6 @@ import shutil
 import sys
 import tarfile
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
@@ -78,7 +77,7 @@ from tests.substrate.docker_double import IMAGES
 from tests.substrate.fixtures import ManagedProcess, free_port, wait_until_answers
 from tests.substrate.flux_world import MANAGER, Failure, FluxController, is_ready, set_status, ssa_apply
 from tests.substrate.kube_emulator import ApiError
-from tests.substrate.lifecycle import KIND_ROLE_LABEL, EmulatedWorld, WorldError
+from tests.substrate.lifecycle import KIND_ROLE_LABEL, ControlServer, EmulatedWorld, WorldError
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 ZARF = Path(__file__).resolve().parent / "zarf_standin.py"
@@ -371,7 +370,7 @@ class AirgapHost(EmulatedWorld):
         self.capi = AirgapCapi(self.world, spawn=self._spawn_capi, registry=LocalProviders(self))
         self.capi.on_provisioned = self._capd_provisioned
         self.capi.on_deleted = self._capd_deleted
-        self.control_airgap = _AirgapControl(self)
+        self.control_airgap = _airgap_control(self)
         self.env.update({"ZARF_STANDIN_WORLD": self.control_airgap.url, "AIRGAP_HOST_CONTROL": self.control_airgap.url})
         for tool, script in (("docker", STANDINS / "airgap_docker.py"), ("zarf", ZARF)):
             path = self.bin / tool
@@ -534,57 +533,32 @@ def _status(code, reason, message):
     }
 
 
-class _AirgapControl:
-    """The host side of the zarf and docker stand-ins: JSON over HTTP on 127.0.0.1."""
+def _airgap_control(host):
+    """The host side of the zarf and docker stand-ins (standins/airgap_docker.py, zarf_standin.py)."""
 
-    def __init__(self, host):
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    def done(action):
+        def route(body):
+            action(body)
+            return {}
 
-            def log_message(self, *args):
-                return
+        return route
 
-            def _reply(self, status, body):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+    def node_import(body):
+        rc, out, err = host.node_import(body["node"], base64.b64decode(body["archive"]))
+        return {"rc": rc, "stdout": out, "stderr": err}
 
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                try:
-                    if self.path == "/zarf/init":
-                        host.zarf_init(body["kubeconfig"])
-                        return self._reply(200, {})
-                    if self.path == "/zarf/deploy":
-                        host.zarf_deploy(body["package"], body["components"], body["kubeconfig"], body["timeout"])
-                        return self._reply(200, {})
-                    if self.path == "/docker/load":
-                        return self._reply(200, {"loaded": host.docker_load(base64.b64decode(body["archive"]))})
-                    if self.path == "/docker/save":
-                        return self._reply(
-                            200, {"archive": base64.b64encode(host.docker_save(body["images"])).decode()}
-                        )
-                    if self.path == "/node/import":
-                        rc, out, err = host.node_import(body["node"], base64.b64decode(body["archive"]))
-                        return self._reply(200, {"rc": rc, "stdout": out, "stderr": err})
-                except WorldError as exc:
-                    return self._reply(exc.status, {"error": str(exc)})
-                except Exception as exc:  # the stand-in prints it; the test sees it in host.errors
-                    host.errors.append(repr(exc))
-                    return self._reply(500, {"error": repr(exc)})
-                return self._reply(404, {"error": "unknown path " + self.path})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+    return ControlServer(
+        host,
+        post={
+            "/zarf/init": done(lambda body: host.zarf_init(body["kubeconfig"])),
+            "/zarf/deploy": done(
+                lambda body: host.zarf_deploy(body["package"], body["components"], body["kubeconfig"], body["timeout"])
+            ),
+            "/docker/load": lambda body: {"loaded": host.docker_load(base64.b64decode(body["archive"]))},
+            "/docker/save": lambda body: {"archive": base64.b64encode(host.docker_save(body["images"])).decode()},
+            "/node/import": node_import,
+        },
+    )
 
 
 __all__ = ["AirgapHost", "save_archive", "image_config", "zarf_standin"]

@@ -430,21 +430,7 @@ def ansible_playbook(tmp_path):
             playbook = path
         argv = [str(VENV_BIN / "ansible-playbook"), str(playbook)]
         if inventory is None:
-            inventory = tmp_path / "hosts.yml"
-            inventory.write_text(
-                yaml.safe_dump(
-                    {
-                        "all": {
-                            "hosts": {
-                                "localhost": {
-                                    "ansible_connection": "local",
-                                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                                }
-                            }
-                        }
-                    }
-                )
-            )
+            inventory = localhost_inventory(tmp_path / "hosts.yml")
         argv += ["-i", str(inventory)]
         argv += list(args) + prewarm.playbook_args()
         proc = subprocess.run(
@@ -496,3 +482,27 @@ def strict_cluster(tmp_path):
     yield make
     for emulator in started.values():
         emulator.stop()
+
+
+# --- inventories -------------------------------------------------------------------------------
+
+
+def localhost_inventory(path):
+    """Write the inventory of the one host the tests' plays run on (localhost, the local connection, the play's
+    own Python) to ``path`` and return it."""
+    path = Path(path)
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "localhost": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                        }
+                    }
+                }
+            }
+        )
+    )
+    return path

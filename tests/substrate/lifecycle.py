@@ -122,7 +122,7 @@ class EmulatedWorld:
         self.capi = CapiController(self.world, spawn=self._spawn_capi)
         self.capi.on_provisioned = self._capd_provisioned
         self.capi.on_deleted = self._capd_deleted
-        self.control = _ControlServer(self)
+        self.control = _kind_control(self)
         self._install_bins()
         self.env = {
             "PATH": f"{self.bin}{os.pathsep}{VENV_BIN}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
@@ -438,11 +438,17 @@ def _suffix(name):
     return "%05x" % (sum(ord(c) * (i + 1) for i, c in enumerate(name)) % 0xFFFFF)
 
 
-class _ControlServer:
-    """The host side of the kind stand-in: JSON over HTTP on 127.0.0.1."""
+class ControlServer:
+    """The host side of a stand-in: JSON over HTTP on 127.0.0.1 (``url``), started at once, ``stop()`` to end it.
 
-    def __init__(self, host):
-        world = host
+    ``get`` and ``post`` map a path to a function of the query (GET, last value of each name) or of the JSON body
+    (POST) that returns the reply's body. A WorldError replies with its status; any other error of a POST is
+    recorded in ``world.errors`` and replies 500 (the stand-in prints it, the test sees it there); an unknown path
+    is a 404. Without ``get`` the server has no GET at all (501).
+    """
+
+    def __init__(self, world, get=None, post=None):
+        get, post = dict(get or {}), dict(post or {})
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -459,36 +465,29 @@ class _ControlServer:
                 self.wfile.write(data)
 
             def do_GET(self):
+                if not get:  # what http.server answers a method its handler has no do_ for
+                    return self.send_error(501, f"Unsupported method ({self.command!r})")
                 parts = urlsplit(self.path)
                 query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+                if parts.path not in get:
+                    return self._reply(404, {"error": "unknown path " + parts.path})
                 try:
-                    if parts.path == "/world/leftovers":
-                        return self._reply(200, world.leftovers())
-                    if parts.path == "/kind/clusters":
-                        return self._reply(200, sorted(world.kind_clusters))
-                    if parts.path == "/kind/nodes":
-                        return self._reply(200, world.kind_nodes(query.get("name", "kind")))
-                    if parts.path == "/kind/kubeconfig":
-                        return self._reply(200, world.kind_kubeconfig(query.get("name", "kind")))
+                    return self._reply(200, get[parts.path](query))
                 except WorldError as exc:
                     return self._reply(exc.status, {"error": str(exc)})
-                return self._reply(404, {"error": "unknown path " + parts.path})
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path not in post:
+                    return self._reply(404, {"error": "unknown path " + self.path})
                 try:
-                    if self.path == "/kind/create":
-                        return self._reply(200, world.kind_create(body["name"], body["config"], body.get("image")))
-                    if self.path == "/kind/delete":
-                        world.kind_delete(body["name"])
-                        return self._reply(200, {})
+                    return self._reply(200, post[self.path](body))
                 except WorldError as exc:
                     return self._reply(exc.status, {"error": str(exc)})
                 except Exception as exc:  # the stand-in prints it; the test sees it in world.errors
                     world.errors.append(repr(exc))
                     return self._reply(500, {"error": repr(exc)})
-                return self._reply(404, {"error": "unknown path " + self.path})
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -498,6 +497,28 @@ class _ControlServer:
     def stop(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+def _kind_control(world):
+    """The kind stand-in's ControlServer (standins/kind.py asks it)."""
+
+    def delete(body):
+        world.kind_delete(body["name"])
+        return {}
+
+    return ControlServer(
+        world,
+        get={
+            "/world/leftovers": lambda _query: world.leftovers(),
+            "/kind/clusters": lambda _query: sorted(world.kind_clusters),
+            "/kind/nodes": lambda query: world.kind_nodes(query.get("name", "kind")),
+            "/kind/kubeconfig": lambda query: world.kind_kubeconfig(query.get("name", "kind")),
+        },
+        post={
+            "/kind/create": lambda body: world.kind_create(body["name"], body["config"], body.get("image")),
+            "/kind/delete": delete,
+        },
+    )
 
 
 @contextlib.contextmanager
