@@ -109,6 +109,8 @@ def _reaches(obj, depth=0):
             else:
                 targets = [target]
             for found in targets:
+                # a decorated helper (contextlib.contextmanager, functools.wraps): its own source
+                found = inspect.unwrap(found) if isinstance(found, types.FunctionType) else found
                 if isinstance(found, (types.FunctionType, type)) and _source_file(found):
                     more = _reaches(found, depth + 1)
                     spawns, lifecycle = spawns or more[0], lifecycle or more[1]

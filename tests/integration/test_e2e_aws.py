@@ -21,11 +21,16 @@ emulated host of tests/substrate/lifecycle.py with the same CAPA and ACK over mo
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.integration.test_aws_sweep_world import ASSUME, CAPA, CCM, STACK, normalise, vpc_defaults
 from tests.integration.test_teardown_aws_role import PROVIDERS, failed, ran
@@ -594,43 +599,36 @@ def assert_one_database_network_per_workload(endpoint):
         ]
 
 
-def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
-    """ansible-playbook -i inventories/aws playbooks/aws.yml --tags bootstrap, --tags pivot, then --tags teardown
-    --check and --tags teardown, on the emulated host (tests/substrate/lifecycle.py: kind, Flux with SOPS
-    decryption, CAPI, clusterctl move) with aws_world's CAPA and ACK over moto.
-
-    The check run changes nothing in moto nor on any cluster; after the real teardown every AWS resource the run
-    created is gone, the decoys created beforehand survive, and of the kubeconfigs only the user's own is left."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    import yaml
-
+@contextlib.contextmanager
+def aws_lifecycle(tmp_path, moto, environment, label):
+    """The emulated host (tests/substrate/lifecycle.py) for ``playbooks/<environment>.yml`` with moto as AWS and
+    CAPA plugged in: the tree checked out from a GitHub double with the test account's id, the test age key,
+    the user's own kubeconfig in ~/.kube/config. Yields (host, capa, run); ``run(*args)`` runs the playbook with
+    ARGS and asserts rc 0. The phases' and roles' seconds are printed as "<label> lifecycle: ..." at the end."""
     from tests.integration.test_e2e_azure import GitHubDouble
     from tests.substrate.lifecycle import emulated_world, role_times
 
-    aws_world.register_ack_charts(monkeypatch)
     repo, head = gitops_checkout(
-        tmp_path, ("mgmt/aws/aws-account.yaml", 'AWS_ACCOUNT_ID: "000000000000"', f'AWS_ACCOUNT_ID: "{ACCOUNT}"')
+        tmp_path,
+        (
+            f"mgmt/{environment}/aws-account.yaml",
+            'AWS_ACCOUNT_ID: "000000000000"',
+            f'AWS_ACCOUNT_ID: "{ACCOUNT}"',
+        ),
     )
     github = GitHubDouble("krops/krops", "main", head, "ghp_test")
-    decoys = seed_decoys(moto, None)
     times = {}
     # a short host folder: ansible's local RPC server puts unix sockets (at most 108 bytes) under it
-    root = Path(tempfile.mkdtemp(prefix="krops-aws-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix=f"krops-{environment}-", dir="/tmp"))
     try:
         with emulated_world(
             root,
-            environment="aws",
+            environment=environment,
             git_checkouts={"https://github.com/krops/krops": str(repo)},
             env={"GITHUB_TOKEN": "ghp_test", "AWS_ENDPOINT_URL": moto},
         ) as host:
             capa = Capa(moto)
             host.capi.plug_in("AWSManagedCluster", capa)
-            ack = Ack(moto)
-            # ACK acts only while its controllers run, and creates again what vanishes behind its back (resync)
-            AckController(host.world, ack, needs_deployment=True, resync=0.2)
             key = host.home / ".config" / "krops" / "age.agekey"
             key.parent.mkdir(parents=True)
             shutil.copy(REPO / "tests" / "integration" / "fixtures" / "aws-sops-test.agekey", key)
@@ -646,11 +644,11 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
                 started = time.monotonic()
                 # moto deletes at once: the sweep polls from the start (docs/aws-orphan-sweep.md)
                 rc, out, err = host.playbook(
-                    "playbooks/aws.yml",
+                    f"playbooks/{environment}.yml",
                     "-e",
                     extra,
                     *args,
-                    inventory="inventories/aws",
+                    inventory=f"inventories/{environment}",
                     env={"KROPS_AWS_SWEEP_TIME_SCALE": "0"},
                 )
                 phase = " ".join(args[1:])
@@ -659,49 +657,67 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
                 assert rc == 0, (failed(out), err[-3000:])
                 return out
 
-            run("--tags", "bootstrap")
-            kind = host.cluster("mgmt")
-            chain = sorted(k["metadata"]["name"] for k in kind.list(*KS, "flux-system"))
-            assert chain and ready_kustomizations(kind) == chain
-
-            run("--tags", "pivot")
-            assert host.kind_clusters == {} and host.leftovers()["kind_clusters"] == []
-            mgmt = host.cluster(MGMT)
-            assert sorted(c["metadata"]["name"] for c in mgmt.list(*CLUSTER)) == sorted((MGMT,) + WORKLOADS)
-            assert ready_kustomizations(mgmt) == chain
-            # kind's kubeconfig went with kind; the management cluster's is exported
-            assert sorted(p.name for p in kube_dir.iterdir()) == ["config", "krops-mgmt.yaml"]
-            # what runs inside a workload cluster leaves in AWS (a Service's load balancer, a volume)
-            leftovers = capa.workload_leftovers(capa.records[("default", WORKLOADS[0])])
-            created = capa.created() | ack.created() | leftovers
-            assert ("bucket", "s3-bucket", f"krops-{ACCOUNT}-eu-north-1-workload-data") in created
-            assert {r for r, t, i in capa.created() if t == "eks-cluster"} == {"eu-north-1", "eu-west-1"}
-            before = inventory(moto)
-            assert created <= before and decoys <= before and not created & decoys
-            # the management cluster's ACK adopted what kind's created (adoption-fields from the pivot): nothing twice
-            assert_one_database_network_per_workload(moto)
-            made = [(kind, name) for kind, name, _id in ack.creations]
-            assert made and len(made) == len(set(made)), sorted(made)
-
-            rvs = _resource_versions(host.world)
-            run("--tags", "teardown", "--check")
-            assert inventory(moto) == before
-            assert _resource_versions(host.world) == rvs
-
-            run("--tags", "teardown")
-            assert ack.recreated == []  # the controllers were stopped before the sweep
-            after = inventory(moto)
-            assert not created & after, sorted(created & after)
-            assert decoys <= after, sorted(decoys - after)
-            assert after == before - created, sorted(after - (before - created))
-            assert host.kind_clusters == {}
-            assert sorted(p.name for p in kube_dir.iterdir()) == ["config"]
-            assert yaml.safe_load((kube_dir / "config").read_text()) == USER_KUBECONFIG
+            yield host, capa, run
         assert host.world.errors == []
     finally:
         github.stop()
         shutil.rmtree(root, ignore_errors=True)
-    print("aws lifecycle: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()))
+        print(f"{label} lifecycle: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()))
+
+
+def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
+    """ansible-playbook -i inventories/aws playbooks/aws.yml --tags bootstrap, --tags pivot, then --tags teardown
+    --check and --tags teardown, on the emulated host (tests/substrate/lifecycle.py: kind, Flux with SOPS
+    decryption, CAPI, clusterctl move) with aws_world's CAPA and ACK over moto.
+
+    The check run changes nothing in moto nor on any cluster; after the real teardown every AWS resource the run
+    created is gone, the decoys created beforehand survive, and of the kubeconfigs only the user's own is left."""
+    aws_world.register_ack_charts(monkeypatch)
+    decoys = seed_decoys(moto, None)
+    with aws_lifecycle(tmp_path, moto, "aws", "aws") as (host, capa, run):
+        ack = Ack(moto)
+        # ACK acts only while its controllers run, and creates again what vanishes behind its back (resync)
+        AckController(host.world, ack, needs_deployment=True, resync=0.2)
+        kube_dir = host.home / ".kube"
+
+        run("--tags", "bootstrap")
+        kind = host.cluster("mgmt")
+        chain = sorted(k["metadata"]["name"] for k in kind.list(*KS, "flux-system"))
+        assert chain and ready_kustomizations(kind) == chain
+
+        run("--tags", "pivot")
+        assert host.kind_clusters == {} and host.leftovers()["kind_clusters"] == []
+        mgmt = host.cluster(MGMT)
+        assert sorted(c["metadata"]["name"] for c in mgmt.list(*CLUSTER)) == sorted((MGMT,) + WORKLOADS)
+        assert ready_kustomizations(mgmt) == chain
+        # kind's kubeconfig went with kind; the management cluster's is exported
+        assert sorted(p.name for p in kube_dir.iterdir()) == ["config", "krops-mgmt.yaml"]
+        # what runs inside a workload cluster leaves in AWS (a Service's load balancer, a volume)
+        leftovers = capa.workload_leftovers(capa.records[("default", WORKLOADS[0])])
+        created = capa.created() | ack.created() | leftovers
+        assert ("bucket", "s3-bucket", f"krops-{ACCOUNT}-eu-north-1-workload-data") in created
+        assert {r for r, t, i in capa.created() if t == "eks-cluster"} == {"eu-north-1", "eu-west-1"}
+        before = inventory(moto)
+        assert created <= before and decoys <= before and not created & decoys
+        # the management cluster's ACK adopted what kind's created (adoption-fields from the pivot): nothing twice
+        assert_one_database_network_per_workload(moto)
+        made = [(kind, name) for kind, name, _id in ack.creations]
+        assert made and len(made) == len(set(made)), sorted(made)
+
+        rvs = _resource_versions(host.world)
+        run("--tags", "teardown", "--check")
+        assert inventory(moto) == before
+        assert _resource_versions(host.world) == rvs
+
+        run("--tags", "teardown")
+        assert ack.recreated == []  # the controllers were stopped before the sweep
+        after = inventory(moto)
+        assert not created & after, sorted(created & after)
+        assert decoys <= after, sorted(decoys - after)
+        assert after == before - created, sorted(after - (before - created))
+        assert host.kind_clusters == {}
+        assert sorted(p.name for p in kube_dir.iterdir()) == ["config"]
+        assert yaml.safe_load((kube_dir / "config").read_text()) == USER_KUBECONFIG
 
 
 def _db_vpcs(endpoint, region="eu-west-1"):

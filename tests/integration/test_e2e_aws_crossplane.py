@@ -17,18 +17,13 @@ aws_world.Capa over moto for the EKS clusters, and Crossplane from tests/substra
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.integration.test_e2e_aws import USER_KUBECONFIG, _resource_versions, seed_decoys
-from tests.integration.test_teardown_aws_role import failed
+from tests.integration.test_e2e_aws import _resource_versions, aws_lifecycle, seed_decoys
 from tests.substrate import aws_world
-from tests.substrate.aws_world import ACCOUNT, Capa, clients, inventory
+from tests.substrate.aws_world import ACCOUNT, clients, inventory
 from tests.substrate.bootstrapped import CLUSTER, KS
 from tests.substrate.crossplane_world import (
     EXTERNAL_NAME,
@@ -38,14 +33,12 @@ from tests.substrate.crossplane_world import (
     PackageManager,
     register_crossplane_chart,
 )
-from tests.substrate.fixtures import REPO
-from tests.substrate.gitops import gitops_checkout, ready_kustomizations
+from tests.substrate.gitops import ready_kustomizations
 
 pytestmark = pytest.mark.slow
 
 MGMT = "eu-north-1-management"
 WORKLOADS = ("eu-north-1-workload", "eu-west-1-workload")
-PLAYBOOK = "playbooks/aws-crossplane.yml"
 ROLE = "krops-crossplane"
 PROVIDERS = ("provider-aws-s3", "provider-aws-rds", "provider-aws-iam", "provider-aws-ec2")
 XP_KINDS = (
@@ -117,130 +110,84 @@ def test_aws_crossplane_playbook_bootstrap_pivot_and_teardown_on_the_emulated_ho
     krops-crossplane is made trusting the management cluster's OIDC provider, and the management cluster's
     providers make each cloud resource once. Teardown: the check run changes nothing; the real one leaves in moto
     exactly what was there before the bootstrap (the decoys, the lookalike roles among them)."""
-    from tests.integration.test_e2e_azure import GitHubDouble
-    from tests.substrate.lifecycle import emulated_world, role_times
-
     register_crossplane_chart(monkeypatch)
-    repo, head = gitops_checkout(
-        tmp_path,
-        ("mgmt/aws-crossplane/aws-account.yaml", 'AWS_ACCOUNT_ID: "000000000000"', f'AWS_ACCOUNT_ID: "{ACCOUNT}"'),
-    )
-    github = GitHubDouble("krops/krops", "main", head, "ghp_test")
     decoys = seed_decoys(moto, None) | _decoy_roles(moto)
     initial = inventory(moto)
-    times = {}
-    root = Path(tempfile.mkdtemp(prefix="krops-xp-", dir="/tmp"))  # short: unix sockets under it
-    try:
-        with emulated_world(
-            root,
-            environment="aws-crossplane",
-            git_checkouts={"https://github.com/krops/krops": str(repo)},
-            env={"GITHUB_TOKEN": "ghp_test", "AWS_ENDPOINT_URL": moto},
-        ) as host:
-            capa = Capa(moto)
-            host.capi.plug_in("AWSManagedCluster", capa)
-            manager = PackageManager(host.world)
-            irsa = Irsa(moto)
-            issuers = {}
+    with aws_lifecycle(tmp_path, moto, "aws-crossplane", "aws-crossplane") as (host, capa, run):
+        manager = PackageManager(host.world)
+        irsa = Irsa(moto)
+        issuers = {}
 
-            def issuer_of(api):
-                """The OIDC issuer of an EKS cluster's API server (None for kind, which is no EKS cluster)."""
-                if api.url not in issuers:
-                    name = next((n for n, a in list(host.capd.items()) if a is api), None)
-                    record = capa.records.get(("default", name)) if name else None
-                    if record is None:
-                        return None
-                    eks = clients(moto, record.region)("eks")
-                    issuers[api.url] = eks.describe_cluster(name=record.eks)["cluster"]["identity"]["oidc"]["issuer"]
-                return issuers[api.url]
+        def issuer_of(api):
+            """The OIDC issuer of an EKS cluster's API server (None for kind, which is no EKS cluster)."""
+            if api.url not in issuers:
+                name = next((n for n, a in list(host.capd.items()) if a is api), None)
+                record = capa.records.get(("default", name)) if name else None
+                if record is None:
+                    return None
+                eks = clients(moto, record.region)("eks")
+                issuers[api.url] = eks.describe_cluster(name=record.eks)["cluster"]["identity"]["oidc"]["issuer"]
+            return issuers[api.url]
 
-            irsa.issuer_of = issuer_of
-            providers = CrossplaneProviders(host.world, moto, needs_deployment=True, identity=irsa)
-            key = host.home / ".config" / "krops" / "age.agekey"
-            key.parent.mkdir(parents=True)
-            shutil.copy(REPO / "tests" / "integration" / "fixtures" / "aws-sops-test.agekey", key)
-            key.chmod(0o600)
-            kube_dir = host.home / ".kube"
-            kube_dir.mkdir(parents=True, exist_ok=True)
-            (kube_dir / "config").write_text(yaml.safe_dump(USER_KUBECONFIG))
-            extra = json.dumps({"preflight_github_api_url": github.url, "preflight_check_aws_quota": False})
+        irsa.issuer_of = issuer_of
+        providers = CrossplaneProviders(host.world, moto, needs_deployment=True, identity=irsa)
+        kube_dir = host.home / ".kube"
 
-            def run(*args):
-                started = time.monotonic()
-                rc, out, err = host.playbook(
-                    PLAYBOOK,
-                    "-e",
-                    extra,
-                    *args,
-                    inventory="inventories/aws-crossplane",
-                    env={"KROPS_AWS_SWEEP_TIME_SCALE": "0"},
-                )
-                phase = " ".join(args[1:])
-                times[phase] = time.monotonic() - started
-                times.update({f"{phase}: {role}": t for role, t in role_times(out).items() if role != phase})
-                assert rc == 0, (failed(out), err[-3000:])
-                return out
+        run("--tags", "bootstrap")
+        kind = host.cluster("mgmt")
+        chain = sorted(k["metadata"]["name"] for k in kind.list(*KS, "flux-system"))
+        assert {"crossplane", "crossplane-providers", "crossplane-config", "crossplane-resources"} <= set(chain)
+        assert ready_kustomizations(kind) == chain
+        for name in PROVIDERS:
+            provider = kind.get(PKG, "Provider", name)
+            assert _conditions(provider) == {
+                "Installed": ("True", "ActivePackageRevision"),
+                "Healthy": ("True", "HealthyPackageRevision"),
+            }, provider.get("status")
+        assert kind.exists(PKG, "Provider", "upbound-provider-family-aws")  # the family, as their dependency
+        # the managed resources wait on kind: IRSA gives its providers no identity, so nothing is made in AWS
+        on_kind = _managed(kind)
+        assert len(on_kind) == 15 and providers.creations == []
+        vpc = on_kind[("VPC", "krops-eu-west-1-workload-db")]
+        assert _conditions(vpc)["Synced"] == ("False", "ReconcileError")
+        assert "no web identity token" in vpc["status"]["conditions"][0]["message"]
 
-            run("--tags", "bootstrap")
-            kind = host.cluster("mgmt")
-            chain = sorted(k["metadata"]["name"] for k in kind.list(*KS, "flux-system"))
-            assert {"crossplane", "crossplane-providers", "crossplane-config", "crossplane-resources"} <= set(chain)
-            assert ready_kustomizations(kind) == chain
-            for name in PROVIDERS:
-                provider = kind.get(PKG, "Provider", name)
-                assert _conditions(provider) == {
-                    "Installed": ("True", "ActivePackageRevision"),
-                    "Healthy": ("True", "HealthyPackageRevision"),
-                }, provider.get("status")
-            assert kind.exists(PKG, "Provider", "upbound-provider-family-aws")  # the family, as their dependency
-            # the managed resources wait on kind: IRSA gives its providers no identity, so nothing is made in AWS
-            on_kind = _managed(kind)
-            assert len(on_kind) == 15 and providers.creations == []
-            vpc = on_kind[("VPC", "krops-eu-west-1-workload-db")]
-            assert _conditions(vpc)["Synced"] == ("False", "ReconcileError")
-            assert "no web identity token" in vpc["status"]["conditions"][0]["message"]
+        run("--tags", "pivot")
+        assert host.kind_clusters == {}
+        mgmt = host.cluster(MGMT)
+        assert sorted(c["metadata"]["name"] for c in mgmt.list(*CLUSTER)) == sorted((MGMT,) + WORKLOADS)
+        assert ready_kustomizations(mgmt) == chain
+        # the pivot's Crossplane adoption step ran inside the run: its ConfigMap is on the management cluster
+        # (empty: kind's providers made nothing, so there is no external name to carry)
+        assert mgmt.get("v1", "ConfigMap", "krops-crossplane-adoption", "flux-system").get("data") in (None, {})
+        iam = clients(moto, "eu-north-1")("iam")
+        role = iam.get_role(RoleName=ROLE)["Role"]
+        tags = {t["Key"]: t["Value"] for t in iam.list_role_tags(RoleName=ROLE)["Tags"]}
+        assert tags["krops.io/environment"] == "aws-crossplane"
+        [statement] = role["AssumeRolePolicyDocument"]["Statement"]
+        assert statement["Principal"]["Federated"].startswith(f"arn:aws:iam::{ACCOUNT}:oidc-provider/oidc.eks.")
+        # the management cluster's providers authenticate and make every managed resource, each once
+        _wait(lambda: len(providers.creations) >= 31, timeout=180)
+        assert_one_of_each(moto)
+        made = [(k, n) for k, n, _i in providers.creations]
+        assert len(made) == len(set(made)) == 31, sorted(made)
+        for obj in _managed(mgmt).values():
+            assert _conditions(obj)["Ready"][0] == "True" and obj["metadata"]["annotations"][EXTERNAL_NAME]
+        assert manager.refused == []
+        leftovers = capa.workload_leftovers(capa.records[("default", WORKLOADS[0])])
+        before = inventory(moto)
+        assert decoys <= before and leftovers <= before
+        assert ("global", "iam-role", ROLE) in before
 
-            run("--tags", "pivot")
-            assert host.kind_clusters == {}
-            mgmt = host.cluster(MGMT)
-            assert sorted(c["metadata"]["name"] for c in mgmt.list(*CLUSTER)) == sorted((MGMT,) + WORKLOADS)
-            assert ready_kustomizations(mgmt) == chain
-            # the pivot's Crossplane adoption step ran inside the run: its ConfigMap is on the management cluster
-            # (empty: kind's providers made nothing, so there is no external name to carry)
-            assert mgmt.get("v1", "ConfigMap", "krops-crossplane-adoption", "flux-system").get("data") in (None, {})
-            iam = clients(moto, "eu-north-1")("iam")
-            role = iam.get_role(RoleName=ROLE)["Role"]
-            tags = {t["Key"]: t["Value"] for t in iam.list_role_tags(RoleName=ROLE)["Tags"]}
-            assert tags["krops.io/environment"] == "aws-crossplane"
-            [statement] = role["AssumeRolePolicyDocument"]["Statement"]
-            assert statement["Principal"]["Federated"].startswith(f"arn:aws:iam::{ACCOUNT}:oidc-provider/oidc.eks.")
-            # the management cluster's providers authenticate and make every managed resource, each once
-            _wait(lambda: len(providers.creations) >= 31, timeout=180)
-            assert_one_of_each(moto)
-            made = [(k, n) for k, n, _i in providers.creations]
-            assert len(made) == len(set(made)) == 31, sorted(made)
-            for obj in _managed(mgmt).values():
-                assert _conditions(obj)["Ready"][0] == "True" and obj["metadata"]["annotations"][EXTERNAL_NAME]
-            assert manager.refused == []
-            leftovers = capa.workload_leftovers(capa.records[("default", WORKLOADS[0])])
-            before = inventory(moto)
-            assert decoys <= before and leftovers <= before
-            assert ("global", "iam-role", ROLE) in before
+        rvs = _resource_versions(host.world)
+        run("--tags", "teardown", "--check")
+        assert inventory(moto) == before
+        assert _resource_versions(host.world) == rvs
 
-            rvs = _resource_versions(host.world)
-            run("--tags", "teardown", "--check")
-            assert inventory(moto) == before
-            assert _resource_versions(host.world) == rvs
-
-            run("--tags", "teardown")
-            after = inventory(moto)
-            assert after == initial, (sorted(after - initial), sorted(initial - after))
-            assert decoys <= after and ("global", "iam-role", ROLE) not in after
-            assert providers.orphaned == [] and providers.refused == []
-            assert host.kind_clusters == {}
-            assert sorted(p.name for p in kube_dir.iterdir()) == ["config"]
-        assert host.world.errors == []
-    finally:
-        github.stop()
-        shutil.rmtree(root, ignore_errors=True)
-    print("aws-crossplane lifecycle: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()))
+        run("--tags", "teardown")
+        after = inventory(moto)
+        assert after == initial, (sorted(after - initial), sorted(initial - after))
+        assert decoys <= after and ("global", "iam-role", ROLE) not in after
+        assert providers.orphaned == [] and providers.refused == []
+        assert host.kind_clusters == {}
+        assert sorted(p.name for p in kube_dir.iterdir()) == ["config"]
