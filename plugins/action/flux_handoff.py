@@ -17,7 +17,7 @@ import time
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.krops.platform.plugins.module_utils import flux
+from ansible_collections.krops.platform.plugins.module_utils import flux_status
 from ansible_collections.krops.platform.plugins.plugin_utils.stepped import SteppedAction
 
 _FROM_FIRST_STEP = ("changed", "actions", "operator", "sync", "sops_namespaces", "run_tags", "diff", "environment")
@@ -51,7 +51,7 @@ class ActionModule(SteppedAction):
             host,
             int(time.monotonic() - self.wait_started),
             self.total,
-            flux.summary(step),
+            flux_status.summary(step),
         )
 
     def next_args(self, args, step, budget):

@@ -29,15 +29,11 @@ import time
 from ansible_collections.krops.platform.plugins.module_utils import cli as krops_cli
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils.errors import FluxError  # the error the handoff raises
+from ansible_collections.krops.platform.plugins.module_utils import flux_status
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 
-FLUX_API = "fluxcd.controlplane.io/v1"
-FLUX_KIND = "FluxInstance"
-FLUX_NAME = "flux"
-KS_API = "kustomize.toolkit.fluxcd.io/v1"
-KS_KIND = "Kustomization"
 
 OPERATOR_RELEASE = "flux-operator"
 OPERATOR_CHART = "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator"
@@ -59,23 +55,6 @@ CLUSTER = {
     "domain": "cluster.local",
 }
 OCI_INSECURE_PATCH = "- op: add\n  path: /spec/insecure\n  value: true\n"
-
-# Ready=False reasons that mean "failing" (shown as such) rather than "still progressing".
-# Flux retries them, so only Stalled=True ends the wait early.
-FAILURE_REASONS = frozenset(
-    (
-        "BuildFailed",
-        "ReconciliationFailed",
-        "HealthCheckFailed",
-        "ArtifactFailed",
-        "PruneFailed",
-        "DecryptionFailed",
-        "VarsSubstitutionFailed",
-        "InvalidPath",
-        "InstallFailed",
-        "UpgradeFailed",
-    )
-)
 
 SCOPES = ("all", "secrets", "wait")
 
@@ -148,9 +127,9 @@ def fluxinstance_spec(sync):
 
 def fluxinstance_manifest(namespace, sync):
     return {
-        "apiVersion": FLUX_API,
-        "kind": FLUX_KIND,
-        "metadata": {"name": FLUX_NAME, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "apiVersion": flux_status.FLUX_API,
+        "kind": flux_status.FLUX_KIND,
+        "metadata": {"name": flux_status.FLUX_NAME, "namespace": namespace, "labels": dict(MANAGED_BY)},
         "spec": _prune_none(fluxinstance_spec(sync)),
     }
 
@@ -205,132 +184,6 @@ def run_tags(existing, overrides, profile, ttl, now=None):
     for key in RUN_TAG_KEYS:
         tags[key] = overrides.get(key) or existing.get(key) or generated[key]
     return tags
-
-
-# --- readiness table ----------------------------------------------------------------
-
-
-def depends_on(obj, namespace):
-    """Names of the Kustomizations obj depends on in namespace (other namespaces ignored)."""
-    names = []
-    for ref in ((obj or {}).get("spec") or {}).get("dependsOn") or []:
-        if isinstance(ref, dict) and ref.get("name") and (ref.get("namespace") or namespace) == namespace:
-            names.append(ref["name"])
-    return names
-
-
-def order_kustomizations(objects, namespace, root=None):
-    """Names in dependsOn order (Kahn's algorithm; root first, ties by name, cycles last).
-
-    objects: {name: object}. Names that are depended on but do not exist are included.
-    """
-    deps = {name: [d for d in depends_on(obj, namespace) if d != name] for name, obj in objects.items()}
-    for name in [d for ds in list(deps.values()) for d in ds]:
-        deps.setdefault(name, [])
-    if root in deps:
-        for name in deps:
-            if name != root and root not in deps[name]:
-                deps[name] = deps[name] + [root]
-    order, done = [], set()
-    remaining = set(deps)
-    while remaining:
-        ready = sorted(n for n in remaining if all(d in done for d in deps[n]))
-        if not ready:  # a cycle: keep going by name so every object is listed
-            ready = [sorted(remaining)[0]]
-        for name in ready:
-            order.append(name)
-            done.add(name)
-            remaining.discard(name)
-    return order
-
-
-def kustomization_row(name, obj, namespace):
-    if obj is None:
-        return {
-            "name": name,
-            "ready": False,
-            "reason": "NotFound",
-            "message": f"Kustomization {namespace}/{name} does not exist yet",
-            "depends_on": [],
-            "stalled": False,
-        }
-    ready, reason, message = kube.readiness(obj)
-    stalled = kube.is_stalled(obj)
-    if stalled and not ready:
-        cond = kube.condition(obj, "Stalled") or {}
-        reason = cond.get("reason") or reason
-        message = cond.get("message") or message
-    held = kube.held_by_pivot(obj)
-    if held:
-        message = ("(suspended by the pivot) " + message).strip()
-    elif (obj.get("spec") or {}).get("suspend"):
-        message = ("(suspended) " + message).strip()
-    return {
-        "name": name,
-        "ready": bool(ready),
-        "reason": reason,
-        "message": message,
-        "depends_on": depends_on(obj, namespace),
-        "stalled": bool(stalled and not ready),
-        "held": held,
-    }
-
-
-def kustomization_rows(objects, namespace, root):
-    """Rows {name, ready, reason, message, depends_on, stalled} in dependsOn order."""
-    by_name = dict(objects)
-    return [
-        kustomization_row(name, by_name.get(name), namespace) for name in order_kustomizations(by_name, namespace, root)
-    ]
-
-
-def is_failing(row):
-    return bool(row.get("stalled")) or (not row["ready"] and row.get("reason") in FAILURE_REASONS)
-
-
-def format_table(rows, width=100):
-    """A plain-text table: NAME READY REASON MESSAGE (messages cut to width)."""
-    if not rows:
-        return "  (no Kustomizations yet)"
-    name_w = max(len("KUSTOMIZATION"), max(len(r["name"]) for r in rows))
-    reason_w = max(len("REASON"), max(len(r.get("reason") or "") for r in rows))
-    lines = ["  %-*s  %-7s  %-*s  %s" % (name_w, "KUSTOMIZATION", "READY", reason_w, "REASON", "MESSAGE")]
-    for row in rows:
-        state = "True" if row["ready"] else ("Stalled" if row.get("stalled") else "False")
-        message = " ".join((row.get("message") or "").split())
-        if len(message) > width:
-            message = message[: width - 3] + "..."
-        lines.append(
-            "  %-*s  %-7s  %-*s  %s" % (name_w, row["name"], state, reason_w, row.get("reason") or "", message)
-        )
-    return "\n".join(lines)
-
-
-def summary(result):
-    """One progress line plus the table, for the controller display."""
-    fi = result.get("fluxinstance") or {}
-    rows = result.get("kustomizations") or []
-    ready = sum(1 for r in rows if r["ready"])
-    head = "FluxInstance {} {}".format(
-        fi.get("name", FLUX_NAME),
-        "Ready"
-        if fi.get("ready")
-        else "not Ready ({}: {})".format(fi.get("reason") or "Pending", fi.get("message") or "no status yet"),
-    )
-    if fi.get("ready"):
-        head += "; Kustomizations Ready: %d of %d" % (ready, len(rows))
-        pending = [r["name"] for r in rows if not r["ready"]]
-        if pending:
-            head += "; pending: {}".format(", ".join(pending))
-        return head + "\n" + format_table(rows)
-    return head
-
-
-def failure_details(rows):
-    """'name: reason: message' for every failing row."""
-    return [
-        "{}: {}: {}".format(r["name"], r.get("reason") or "", r.get("message") or "") for r in rows if is_failing(r)
-    ]
 
 
 # --- cluster writes -----------------------------------------------------------------
@@ -411,19 +264,19 @@ class _Writer:
     def fluxinstance(self, namespace, sync):
         manifest = fluxinstance_manifest(namespace, sync)
         desired = fluxinstance_spec(sync)
-        current = kube.get(self.client, FLUX_API, FLUX_KIND, FLUX_NAME, namespace)
+        current = kube.get(self.client, flux_status.FLUX_API, flux_status.FLUX_KIND, flux_status.FLUX_NAME, namespace)
         if current is not None and not _differs(desired, current.get("spec") or {}):
             return manifest
-        key = f"fluxinstance/{namespace}/{FLUX_NAME}"
+        key = f"fluxinstance/{namespace}/{flux_status.FLUX_NAME}"
         self.diff["before"][key] = (current or {}).get("spec")
         self.diff["after"][key] = manifest["spec"]
         self._write(
             current,
             manifest,
             {"spec": desired},
-            f"FluxInstance {namespace}/{FLUX_NAME}",
-            api_version=FLUX_API,
-            kind=FLUX_KIND,
+            f"FluxInstance {namespace}/{flux_status.FLUX_NAME}",
+            api_version=flux_status.FLUX_API,
+            kind=flux_status.FLUX_KIND,
         )
         return manifest
 
@@ -538,85 +391,6 @@ def helm_kube_args(kubeconfig, context):
     return args
 
 
-# --- wait ---------------------------------------------------------------------------
-
-
-def _fluxinstance_state(obj):
-    ready, reason, message = kube.readiness(obj)
-    return {
-        "name": FLUX_NAME,
-        "ready": bool(ready),
-        "reason": reason,
-        "message": message,
-        "stalled": bool(obj is not None and kube.is_stalled(obj) and not ready),
-    }
-
-
-def wait_ready(client, namespace, timeout, result, on_progress=None, progress_every=30.0, clock=time.monotonic):
-    """Wait for the FluxInstance then every Kustomization of namespace; fill result as it goes.
-
-    Returns True when everything is Ready; raises kube.WaitTimeout when timeout passes, and
-    FluxError at once when an object reports Stalled=True.
-    """
-    deadline = clock() + timeout
-    root = namespace  # FluxInstance sync.name defaults to the namespace name
-
-    def on_fi(objects):
-        state = _fluxinstance_state(objects.get((namespace, FLUX_NAME)))
-        result["fluxinstance"] = {k: v for k, v in state.items() if k != "stalled"}
-        if state["stalled"]:
-            raise FluxError(
-                "FluxInstance {}/{} is stalled: {}: {}".format(namespace, FLUX_NAME, state["reason"], state["message"])
-            )
-        return state["ready"], result
-
-    def on_ks(objects):
-        rows = kustomization_rows({name: obj for (_ns, name), obj in objects.items()}, namespace, root)
-        if root not in [r["name"] for r in rows]:
-            rows.insert(0, kustomization_row(root, None, namespace))
-        result["kustomizations"] = rows
-        stalled = [r for r in rows if r["stalled"]]
-        if stalled:
-            raise FluxError(
-                "Kustomization {} is stalled (Flux will not retry it): {}: {}".format(
-                    ", ".join("{}/{}".format(namespace, r["name"]) for r in stalled),
-                    stalled[0]["reason"],
-                    stalled[0]["message"],
-                )
-            )
-        # A Kustomization the pivot suspended (a pivot run died during the move) is the pivot's: nothing
-        # here resumes it, so it is not waited for; the pivot's re-run resumes it or completes the move.
-        return all(r["ready"] or r.get("held") for r in rows), result
-
-    kube.watch_until(
-        client,
-        FLUX_API,
-        FLUX_KIND,
-        namespace,
-        on_fi,
-        max(deadline - clock(), 0.001),
-        on_progress=on_progress,
-        progress_every=progress_every,
-        clock=clock,
-    )
-    kube.watch_until(
-        client,
-        KS_API,
-        KS_KIND,
-        namespace,
-        on_ks,
-        max(deadline - clock(), 0.001),
-        on_progress=on_progress,
-        progress_every=progress_every,
-        clock=clock,
-    )
-    return True
-
-
-def _public_rows(rows):
-    return [{k: r[k] for k in ("name", "ready", "reason", "message", "depends_on")} for r in rows or []]
-
-
 # --- entry point --------------------------------------------------------------------
 
 
@@ -665,7 +439,7 @@ def handoff(params, check_mode=False, helm=None, environ=None):
         "environment": environment,
         "actions": [],
         "run_tags": {},
-        "fluxinstance": {"name": FLUX_NAME, "ready": False, "reason": "", "message": ""},
+        "fluxinstance": {"name": flux_status.FLUX_NAME, "ready": False, "reason": "", "message": ""},
         "kustomizations": [],
         "ready": False,
         "wait_timeout": total,
@@ -680,14 +454,14 @@ def handoff(params, check_mode=False, helm=None, environ=None):
         result["diff"] = writer.diff
     if check_mode or scope == "secrets" or not params.get("wait", True):
         if scope != "secrets" and not check_mode:
-            _observe(client, namespace, result)
+            flux_status.observe(client, namespace, result)
         return result
 
     step = timeout if budget is None else min(budget, timeout)
     final = budget is None or budget >= timeout
     started = time.monotonic()
     try:
-        wait_ready(client, namespace, step, result, progress_every=max(step, 1))
+        flux_status.wait_ready(client, namespace, step, result, progress_every=max(step, 1))
         result["held_by_pivot"] = [r["name"] for r in result["kustomizations"] if r.get("held")]
         result["ready"] = not result["held_by_pivot"]
         if result["held_by_pivot"]:
@@ -706,9 +480,12 @@ def handoff(params, check_mode=False, helm=None, environ=None):
         if not final:
             result["_krops_pending"] = True
         else:
-            raise FluxError(_timeout_message(result, total, target, namespace), _finish(result))
+            raise FluxError(flux_status.timeout_message(result, total, target, namespace), _finish(result))
     except FluxError as exc:
-        raise FluxError(f"{exc}\n{summary(_finish(result))}\non {target}. {_advice(namespace)}", _finish(result))
+        raise FluxError(
+            f"{exc}\n{flux_status.summary(_finish(result))}\non {target}. {flux_status.advice(namespace)}",
+            _finish(result),
+        )
     except kube.KubeError as exc:
         raise FluxError(f"waiting for Flux on {target} failed: {exc}", _finish(result))
     result["_krops_waited"] = time.monotonic() - started
@@ -716,57 +493,8 @@ def handoff(params, check_mode=False, helm=None, environ=None):
 
 
 def _finish(result):
-    result["kustomizations"] = _public_rows(result.get("kustomizations"))
+    result["kustomizations"] = flux_status.public_rows(result.get("kustomizations"))
     return result
-
-
-def _observe(client, namespace, result):
-    """Fill the current readiness without waiting (wait=false)."""
-    try:
-        fi = kube.get(client, FLUX_API, FLUX_KIND, FLUX_NAME, namespace)
-        result["fluxinstance"] = {k: v for k, v in _fluxinstance_state(fi).items() if k != "stalled"}
-        objects = {o["metadata"]["name"]: o for o in kube.list_objects(client, KS_API, KS_KIND, namespace)}
-    except (kube.KubeError, kube.ApiException):
-        return
-    rows = kustomization_rows(objects, namespace, namespace) if objects else []
-    result["kustomizations"] = _public_rows(rows)
-    result["ready"] = bool(result["fluxinstance"]["ready"] and rows and all(r["ready"] for r in rows))
-
-
-def _advice(namespace):
-    return (
-        f"Inspect with `kubectl -n {namespace} get fluxinstance,kustomizations` and "
-        f"`kubectl -n {namespace} describe kustomization <name>`; fix the tree or the cluster and run the play again "
-        "(it reuses what exists)."
-    )
-
-
-def _timeout_message(result, total, target, namespace):
-    fi = result.get("fluxinstance") or {}
-    rows = result.get("kustomizations") or []
-    if not fi.get("ready"):
-        head = "timed out after {}s waiting for FluxInstance {}/{} to be Ready on {}: {}: {}".format(
-            total,
-            namespace,
-            FLUX_NAME,
-            target,
-            fi.get("reason") or "Pending",
-            fi.get("message") or "no status",
-        )
-    else:
-        ready = sum(1 for r in rows if r["ready"])
-        head = "timed out after %ss waiting for the Flux Kustomizations on %s: %d of %d Ready" % (
-            total,
-            target,
-            ready,
-            len(rows),
-        )
-    parts = [head, summary(result)]
-    failing = failure_details(rows)
-    if failing:
-        parts.append("Failing:\n" + "\n".join("  " + line for line in failing))
-    parts.append(_advice(namespace))
-    return "\n".join(parts)
 
 
 def _setup(params, cfg, env, environment, namespace, scope, client, writer, result, helm, target):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.krops.platform.plugins.module_utils import config, flux, stepping
+from ansible_collections.krops.platform.plugins.module_utils import config, flux, flux_status, stepping
 from ansible_collections.krops.platform.plugins.modules import flux_handoff
 from tests.substrate.fixtures import REPO, task_results
 
@@ -459,11 +459,14 @@ def test_dependency_order_is_topological():
         }.items()
     }
     objects["remote"]["spec"]["dependsOn"] = [{"name": "other", "namespace": "default"}]
-    order = flux.order_kustomizations(objects, NS, "flux-system")
+    order = flux_status.order_kustomizations(objects, NS, "flux-system")
     assert order[0] == "flux-system"
     assert order.index("infra") < order.index("capi") < order.index("apps")
     assert set(order) == set(objects) and order[-2:] == ["cycle-a", "cycle-b"]
-    assert flux.order_kustomizations({"b": {"spec": {"dependsOn": [{"name": "a"}]}}}, NS, "flux-system") == ["a", "b"]
+    assert flux_status.order_kustomizations({"b": {"spec": {"dependsOn": [{"name": "a"}]}}}, NS, "flux-system") == [
+        "a",
+        "b",
+    ]
 
 
 def handoff_play(ansible_playbook, kind_api, fake_bins, wait_timeout):
