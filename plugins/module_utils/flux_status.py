@@ -211,28 +211,18 @@ def wait_ready(client, namespace, timeout, result, on_progress=None, progress_ev
         # here resumes it, so it is not waited for; the pivot's re-run resumes it or completes the move.
         return all(r["ready"] or r.get("held") for r in rows), result
 
-    kube.watch_until(
-        client,
-        FLUX_API,
-        FLUX_KIND,
-        namespace,
-        on_fi,
-        max(deadline - clock(), 0.001),
-        on_progress=on_progress,
-        progress_every=progress_every,
-        clock=clock,
-    )
-    kube.watch_until(
-        client,
-        KS_API,
-        KS_KIND,
-        namespace,
-        on_ks,
-        max(deadline - clock(), 0.001),
-        on_progress=on_progress,
-        progress_every=progress_every,
-        clock=clock,
-    )
+    for api_version, kind, on_change in ((FLUX_API, FLUX_KIND, on_fi), (KS_API, KS_KIND, on_ks)):
+        kube.watch_until(
+            client,
+            api_version,
+            kind,
+            namespace,
+            on_change,
+            max(deadline - clock(), 0.001),
+            on_progress=on_progress,
+            progress_every=progress_every,
+            clock=clock,
+        )
     return True
 
 
