@@ -90,3 +90,21 @@ def unique(items):
         if item not in seen:
             seen.append(item)
     return seen
+
+
+def public(resource, outcome, reason=None):
+    """The result entry users see for a resource."""
+    return {
+        "region": resource["region"],
+        "type": resource["type"],
+        "id": resource["id"],
+        "cluster": resource["cluster"],
+        "outcome": outcome,
+        "reason": resource.get("reason", "") if reason is None else reason,
+    }
+
+
+def in_table_order(results, types):
+    """results sorted by the order of their types in the table (types); a type not in it last."""
+    order = {t.name: i for i, t in enumerate(types)}
+    return sorted(results, key=lambda r: order.get(r["type"], len(order)))

@@ -31,14 +31,15 @@ Report mode lists the same candidates read-only and keeps those older than N hou
 from __future__ import annotations
 
 import datetime
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.krops.platform.plugins.module_utils import (
     aws,
+    aws_accounts,
     aws_cloudformation,
+    aws_delete,
     aws_ec2,
     aws_eks,
     aws_logs,
@@ -48,146 +49,18 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     aws_report,
     aws_s3,
     aws_tagging,
+    aws_targets,
 )
 from ansible_collections.krops.platform.plugins.module_utils import aws_rows as rows
 from ansible_collections.krops.platform.plugins.module_utils import config as config_mod
 from ansible_collections.krops.platform.plugins.module_utils import contract
-from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
 
-ARN_TYPES = aws_tagging.ARN_TYPES
-GLOBAL, ABSENT = rows.GLOBAL, rows.ABSENT
-arn_type = rows.arn_type
-
-# Poll delays while waiting for a deletion or retrying a DependencyViolation (seconds).
-POLL_FIRST = 0.5
-POLL_MAX = 30.0
-# The first poll of a wait comes after this part of the type's expected deletion time (times EXPECTED_SCALE,
-# which the benchmark lowers with its scaled-down deletions): fewer calls, little lateness.
-FIRST_POLL_SHARE = 1.0
-# Then every this part of it (within POLL_FIRST..POLL_MAX).
-POLL_SHARE = 0.05
-EXPECTED_SCALE = 1.0
-try:  # tests and benchmarks that hold deletions for a scaled-down time say so (a bad value is ignored)
-    EXPECTED_SCALE = max(0.0, float(os.environ.get("KROPS_AWS_SWEEP_TIME_SCALE") or 1.0))
-except ValueError:
-    pass
-DEPENDENCY_BUDGET = 180
-
-
-class SweepError(errors.ConfigError):
-    """The sweep cannot start: bad options or configuration. The message says what to fix."""
-
-
-class Target:
-    """One cluster whose AWS resources the sweep owns."""
-
-    def __init__(self, cluster, region, eks_name="", rds_instance="", role="workload"):
-        self.cluster = cluster
-        self.region = region
-        self.eks_name = eks_name
-        self.rds_instance = rds_instance
-        self.role = role
-
-    @property
-    def names(self):
-        """The exact names CAPA tags this cluster's resources with: the CAPI cluster and its EKS cluster."""
-        return [n for n in (self.cluster, self.eks_name) if n]
-
-    def as_dict(self):
-        return {
-            "cluster": self.cluster,
-            "region": self.region,
-            "eks_cluster_name": self.eks_name,
-            "rds_instance": self.rds_instance,
-            "role": self.role,
-        }
-
-
-def environment_targets(cfg, name, include_management=True):
-    """Every cluster of environment ``name`` with its region: each aws-workloads entry in its own region,
-    the management cluster in the environment's mgmt-region (checked by the loader)."""
-    env = cfg.environment(name)
-    targets = [Target(w.cluster_name, w.region, w.eks_cluster_name, w.rds_instance) for w in env.teardown.aws_workloads]
-    if include_management:
-        targets.append(
-            Target(
-                env.mgmt_cluster,
-                env.mgmt_region,
-                env.teardown.mgmt_eks_cluster_name,
-                "",
-                role="management",
-            )
-        )
-    return targets
-
-
-def targets_from_config(cfg, environment=None, include_management=True, regions=None):
-    """(targets, all_regions_of_the_environment) from a loaded Config; SweepError on bad input."""
-    name = environment or cfg.selected
-    env = cfg.environment(name)
-    if profiles.of(env).cloud != "aws":
-        raise SweepError(
-            "environment {!r} in {} is of kind {}; aws_orphan_sweep sweeps only environments of kind aws "
-            "(valid: {})".format(
-                name,
-                cfg.path,
-                env.platform,
-                ", ".join(n for n in cfg.environment_names if profiles.of(cfg.environment(n)).cloud == "aws") or "none",
-            )
-        )
-    every = environment_targets(cfg, name, True)
-    all_regions = _unique(t.region for t in every)
-    targets = every if include_management else [t for t in every if t.role != "management"]
-    if regions is not None and not regions:  # an empty list must not silently mean every region
-        raise SweepError(
-            "regions is an empty list; leave it out to sweep every region of environment {!r} ({}), "
-            "or name the regions".format(name, ", ".join(all_regions) or "none")
-        )
-    if regions:
-        unknown = [r for r in regions if r not in all_regions]
-        if unknown:
-            raise SweepError(
-                "regions {} are not regions of environment {!r} (its regions: {}); fix the regions option".format(
-                    ", ".join(unknown), name, ", ".join(all_regions) or "none"
-                )
-            )
-        targets = [t for t in targets if t.region in regions]
-    if not targets:
-        raise SweepError(
-            f"environment {name!r} in {cfg.path} names no AWS cluster to sweep (no aws-workloads and "
-            "include_management is false)"
-        )
-    return targets, all_regions
-
-
-def _unique(items):
-    seen = []
-    for item in items:
-        if item not in seen:
-            seen.append(item)
-    return seen
-
 
 def _now():
     return datetime.datetime.now(datetime.UTC)
-
-
-_resource = rows.resource
-
-
-def public(resource, outcome, reason=None):
-    """The result entry users see for a resource."""
-    return {
-        "region": resource["region"],
-        "type": resource["type"],
-        "id": resource["id"],
-        "cluster": resource["cluster"],
-        "outcome": outcome,
-        "reason": resource.get("reason", "") if reason is None else reason,
-    }
 
 
 class Discovery:
@@ -288,12 +161,14 @@ class Sweep:
         self.cfg = cfg
         self.environment = environment
         self.targets = targets
-        self.regions = _unique(t.region for t in targets)
+        self.regions = rows.unique(t.region for t in targets)
         self.home_region = self.regions[0]
         self.account_id = account_id
-        every = environment_targets(cfg, environment, True)  # an account's sweep: its share of them (its clusters)
+        every = aws_targets.environment_targets(
+            cfg, environment, True
+        )  # an account's sweep: its share of them (its clusters)
         mine = [a for a in cfg.environment(environment).accounts if a.account_id == account_id]
-        every = account_targets(mine[0], every) if mine else every
+        every = aws_targets.account_targets(mine[0], every) if mine else every
         whole = {(t.cluster, t.region) for t in targets} == {(t.cluster, t.region) for t in every}
         self.ownership = ownership.AwsOwnership(
             environment, {t.cluster: t.names for t in targets}, environment_tag_owns=whole
@@ -350,7 +225,7 @@ class Sweep:
             if not any(
                 k["type"] == res["type"] and k["id"] == res["id"] and k["region"] == res["region"] for k in self.kept
             ):
-                self.kept.append(public(res, "kept", why))
+                self.kept.append(rows.public(res, "kept", why))
 
     def global_kept_reason(self, kind, name):
         """Why an account-global resource must stay, or "" when this environment alone may delete it."""
@@ -374,9 +249,9 @@ class Sweep:
             for other in self.cfg.environment_names:
                 if other == self.environment or profiles.of(self.cfg.environment(other)).cloud != "aws":
                     continue
-                targets = environment_targets(self.cfg, other, True)
+                targets = aws_targets.environment_targets(self.cfg, other, True)
                 owner = ownership.AwsOwnership(other, {t.cluster: t.names for t in targets})
-                for region in _unique(t.region for t in targets):
+                for region in rows.unique(t.region for t in targets):
                     eks_names = {t.eks_name: t.cluster for t in targets if t.eks_name and t.region == region}
                     try:
                         listed = aws.paginate(self.conn.client("eks", region), "list_clusters", "clusters")
@@ -403,8 +278,12 @@ class Sweep:
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(self.regions))) as pool:
             return list(pool.map(func, self.regions))
 
+    def discovery(self, region, confirm=True):
+        """A fresh listing of one region (the deleters' rows read it too)."""
+        return Discovery(self, region, confirm)
+
     def _discover_region(self, region, with_age=False, confirm=True):
-        found = Discovery(self, region, confirm)
+        found = self.discovery(region, confirm)
         return found.resources(REGION_TYPES, with_age), found
 
     def _region_failed(self, region, exc):
@@ -449,7 +328,8 @@ class Sweep:
     def plan(self):
         regional, global_resources = self.discover()
         return [
-            public(r, "undeletable" if r["type"] == "unsupported" else "planned") for r in regional + global_resources
+            rows.public(r, "undeletable" if r["type"] == "unsupported" else "planned")
+            for r in regional + global_resources
         ]
 
     def delete(self):
@@ -459,7 +339,7 @@ class Sweep:
         results, pending, plan = [], [], {}
         for region, (region_results, region_pending, resources) in zip(self.regions, per_region):
             carried = [r for r in self.resume.get("done", []) if r["region"] == region]
-            results.extend(_in_table_order(carried + region_results, REGION_TYPES))
+            results.extend(rows.in_table_order(carried + region_results, REGION_TYPES))
             pending.extend(region_pending)
             plan[region] = resources
         if pending:
@@ -486,12 +366,12 @@ class Sweep:
         kept = [r for r in global_resources if r["type"] == "iam-role" and r["cluster"] in blocked]
         # global resources of one type are independent of each other: deleted side by side
         results.extend(
-            Deleter(self, self.home_region, parallel=True).run(
+            aws_delete.Deleter(self, self.home_region, parallel=True).run(
                 [r for r in global_resources if r not in kept], GLOBAL_TYPES
             )
         )
         results.extend(
-            public(
+            rows.public(
                 r,
                 "failed",
                 "kept: {} is not deleted yet and may need this role; run the sweep again".format(blocked[r["cluster"]]),
@@ -509,7 +389,7 @@ class Sweep:
                 self._collect(found)
             done = {rows.key(r) for r in self.resume.get("done", [])}
             resources = [r for r in planned if rows.key(r) not in done]
-            deleter = Deleter(self, region)
+            deleter = aws_delete.Deleter(self, region)
             return deleter.run(resources, REGION_TYPES), deleter.pending, planned
         except (ClientError, BotoCoreError, aws.AwsError) as exc:
             self._region_failed(region, exc)
@@ -523,7 +403,8 @@ class Sweep:
         self.final = True
         regional, global_resources = self.discover()
         return [
-            public(r, "left", r.get("reason") or "still present after the sweep") for r in regional + global_resources
+            rows.public(r, "left", r.get("reason") or "still present after the sweep")
+            for r in regional + global_resources
         ]
 
     def report(self, min_age_hours, now=None):
@@ -543,7 +424,7 @@ class Sweep:
             age = round((now - created).total_seconds() / 3600.0, 1) if created else None
             if age is not None and age < min_age_hours:
                 continue
-            entry = public(res, "orphan")
+            entry = rows.public(res, "orphan")
             entry.update(created=created.isoformat() if created else None, age_hours=age, age_from_cluster=inherited)
             entries.append(entry)
         return entries
@@ -552,207 +433,6 @@ class Sweep:
 def _portable(res):
     """A planned resource as the next step gets it back (JSON: no datetimes; delete mode needs no creation time)."""
     return dict(res, created=None)
-
-
-def _in_table_order(results, types):
-    order = {t.name: i for i, t in enumerate(types)}
-    return sorted(results, key=lambda r: order.get(r["type"], len(order)))
-
-
-class Deleter:
-    """Deletes discovered resources of one region (or the global phase) in table order; the rows' delete and
-    wait_state handlers get it (client(), retry_dependency(), discovery(), sweep, region)."""
-
-    def __init__(self, sweep, region, parallel=False):
-        self.sweep = sweep
-        self.region = region
-        self.parallel = parallel
-        self.pending = []  # (resource, seconds waited) of waits the step budget cut
-        self._lock = threading.Lock()
-
-    def client(self, service, region=None):
-        return self.sweep.conn.client(service, region or self.region)
-
-    def discovery(self):
-        return Discovery(self.sweep, self.region)
-
-    def watch(self, key, value, region=None):
-        """A wait's whole listing, made after every deletion of its row in the region, for the final pass."""
-        self.sweep.remember_watched((region or self.region, key), value)
-
-    def run(self, resources, types):
-        """Delete resources type by type in table order; regional chains run side by side, then the rows without
-        a chain (volumes, the network), unless a chain is still waiting when the step budget runs out."""
-        if self.region == GLOBAL:
-            return self._run_types(resources, types)
-        chains = {}
-        for rtype in types:
-            if rtype.chain:
-                chains.setdefault(rtype.chain, []).append(rtype)
-        rest = [t for t in types if not t.chain]
-        busy = [c for c in chains.values() if any(r["type"] in {t.name for t in c} for r in resources)]
-        if len(busy) > 1:
-            with ThreadPoolExecutor(max_workers=len(busy)) as pool:
-                done = list(pool.map(lambda c: self._run_types(resources, c), busy))
-        else:
-            done = [self._run_types(resources, c) for c in busy]
-        results = [item for chunk in done for item in chunk]
-        if not self.pending:
-            results += self._run_types(resources, rest)
-        return _in_table_order(results, types)
-
-    def _run_types(self, resources, types):
-        results = []
-        for rtype in types:
-            batch = [r for r in resources if r["type"] == rtype.name]
-            if rtype.refresh:
-                batch = rtype.refresh(self, batch, resources)
-            if not batch:
-                continue
-            if rtype.before:  # it may also give the order to delete the batch in (security groups)
-                batch = rtype.before(self, batch) or batch
-            if self.parallel and self.sweep.concurrency > 1 and len(batch) > 1:
-                with ThreadPoolExecutor(max_workers=min(self.sweep.concurrency, len(batch))) as pool:
-                    outcomes = list(pool.map(lambda r, t=rtype: self._delete_one(t, r), batch))
-            else:
-                outcomes = [self._delete_one(rtype, res) for res in batch]
-            waiting = [res for res, outcome in zip(batch, outcomes) if outcome == "wait"]
-            results.extend(o for o in outcomes if o != "wait")
-            if waiting:
-                self.sweep.progress(
-                    "%s: waiting for %d %s deletion(s): %s"
-                    % (self.region, len(waiting), rtype.name, ", ".join(r["id"] for r in waiting[:5]))
-                )
-                finished, cut = self._wait(rtype, waiting)
-                results.extend(finished)
-                if cut:
-                    with self._lock:
-                        self.pending.extend(cut)
-                    return results  # the rest of this chain depends on what is still deleting
-        return results
-
-    def _delete_one(self, rtype, res):
-        """'wait' when the deletion must be awaited (only rows with a wait_state), else the public outcome."""
-        if rtype.waited and rows.key(res) in self.sweep.started_keys:
-            return "wait"  # started in an earlier step
-        try:
-            answer = rtype.delete(self, res)
-        except (ClientError, BotoCoreError, aws.AwsError) as exc:
-            if aws.is_not_found(exc):
-                return public(res, "absent", "already gone")
-            return public(res, "failed", f"delete failed: {aws.error_message(exc)}")
-        if answer == ABSENT:
-            return public(res, "absent", "already gone")
-        return "wait" if rtype.waited else public(res, "deleted")
-
-    # --- retries and waits -------------------------------------------------------------
-    def _delays(self, budget):
-        """Sleep between attempts until budget seconds have passed; yields before each new attempt."""
-        deadline = self.sweep.clock() + budget
-        delay = POLL_FIRST
-        while True:
-            remaining = deadline - self.sweep.clock()
-            if remaining <= 0:
-                return
-            self.sweep.sleep(min(delay, remaining))
-            delay = min(delay * 2, POLL_MAX)
-            yield
-
-    def retry_dependency(self, res, func, codes=("DependencyViolation",)):
-        """Run func, retrying while AWS says something still depends on the resource."""
-        try:
-            return func()
-        except ClientError as exc:
-            if aws.error_code(exc) not in codes:
-                raise
-            last = exc
-        budget = min(self.sweep.wait_timeout, DEPENDENCY_BUDGET)
-        for dummy in self._delays(budget):
-            try:
-                return func()
-            except ClientError as exc:
-                if aws.error_code(exc) not in codes:
-                    raise
-                last = exc
-        raise aws.AwsError(
-            "%s (still after %ds: something outside the sweep may depend on %s %s)"
-            % (aws.error_message(last), budget, res["type"], res["id"])
-        )
-
-    def _wait(self, rtype, pending):
-        """Poll the pending deletions of one row, all of them in one wait_state call per poll, until each is gone,
-        has failed or wait_timeout passes; (final results, [(resource, seconds waited)] cut by the step budget).
-
-        A deletion with a typical duration is first polled after FIRST_POLL_SHARE of it, then every POLL_SHARE
-        of it (within POLL_FIRST..POLL_MAX); one without is polled with doubling delays."""
-        if not rtype.waited:
-            raise ValueError(f"sweep row {rtype.name} has no wait_state: its deletions cannot be awaited")
-        sweep = self.sweep
-        clock, timeout = sweep.clock, sweep.wait_timeout
-        start = clock() - max(sweep.waited.get(rows.key(r), 0.0) for r in pending)
-        deadline = start + timeout
-        expected = rtype.expected * EXPECTED_SCALE
-        quiet_until = start + min(expected * FIRST_POLL_SHARE, timeout)
-        # the global phase runs to its end within one step (its resources are not in the steps' plan)
-        budget = None if rtype.scope == GLOBAL else sweep.budget_deadline
-        stop = deadline if budget is None else min(deadline, budget)
-        interval = max(POLL_FIRST, min(POLL_MAX, expected * POLL_SHARE)) if expected else POLL_FIRST
-        results, states, remaining = [], {}, list(pending)
-        polls = 0
-        while remaining:
-            now = clock()
-            if now < quiet_until:
-                if now >= stop:
-                    break
-                sweep.sleep(min(quiet_until, stop) - now)
-                continue
-            try:
-                found = rtype.wait_state(self, list(remaining))
-            except (ClientError, BotoCoreError, aws.AwsError) as exc:
-                found = {r["id"]: f"unknown ({aws.error_message(exc)})" for r in remaining}
-            polls += 1
-            for res in list(remaining):
-                # by id, or by region|type|id where one id is in several regions (the clusterawsadm stack)
-                state = found.get(rows.key(res), found.get(res["id"], "?"))
-                states[rows.key(res)] = state
-                if state == "gone":
-                    remaining.remove(res)
-                    results.append(public(res, "deleted"))
-                elif state in ("DELETE_FAILED", "FAILED", "failed"):
-                    remaining.remove(res)
-                    results.append(public(res, "failed", f"deletion failed: status {state}"))
-            if not remaining:
-                break
-            if polls > 1:
-                sweep.progress(
-                    "{}: still deleting {}".format(
-                        self.region,
-                        ", ".join(
-                            "{} {} ({})".format(rtype.name, r["id"], states.get(rows.key(r), "?"))
-                            for r in remaining[:5]
-                        ),
-                    )
-                )
-            now = clock()
-            if now >= stop:
-                break
-            sweep.sleep(min(interval, stop - now))
-            if not expected:
-                interval = min(interval * 2, POLL_MAX)
-        cut = []
-        if remaining and clock() < deadline and budget is not None:  # the step budget ran out: the next step goes on
-            waited = clock() - start
-            cut = [(dict(r, state=states.get(rows.key(r), "deleting")), waited) for r in remaining]
-        else:
-            results.extend(
-                public(
-                    res, "failed", "still %s after %ds (wait_timeout)" % (states.get(rows.key(res), "present"), timeout)
-                )
-                for res in remaining
-            )
-        order = {r["id"]: i for i, r in enumerate(pending)}
-        results.sort(key=lambda r: order[r["id"]])
-        return results, cut
 
 
 # The one table of the sweep: its order is the deletion order (within a chain, and for the rows without a chain
@@ -803,16 +483,16 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     """Run the sweep described by the module parameters; the module's result dict.
 
     With ``[[environments.<env>.accounts]]`` in bootstrap.toml each account is swept through its own role
-    (run_accounts); without, the one account of the caller's credentials.
+    (aws_accounts.run_accounts); without, the one account of the caller's credentials.
 
-    Raises SweepError, config.ConfigError or aws.AwsError when it cannot start.
+    Raises aws_targets.SweepError, config.ConfigError or aws.AwsError when it cannot start.
     """
     started = time.monotonic()
     loader = config_loader or config_mod.load
     cfg = loader(path=params.get("config_file"), environment=params.get("environment"))
     environment = params.get("environment") or cfg.selected
     mode = params.get("mode") or "delete"
-    targets, all_regions = targets_from_config(
+    targets, all_regions = aws_targets.targets_from_config(
         cfg, environment, params.get("include_management", True), params.get("regions")
     )
     wait_timeout, resume = _checked_options(params, mode, check_mode)
@@ -823,7 +503,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
         secret_key=params.get("secret_key"),
         session_token=params.get("session_token"),
     )
-    regions = _unique(t.region for t in targets)
+    regions = rows.unique(t.region for t in targets)
     job = dict(
         cfg=cfg,
         environment=environment,
@@ -836,7 +516,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     )
     accounts = cfg.environment(environment).accounts
     if accounts:
-        return run_accounts(conn, accounts, targets, all_regions, started, resume, **job)
+        return aws_accounts.run_accounts(conn, accounts, targets, all_regions, started, resume, sweep_account, **job)
     if params.get("account_id") and resume is None:  # before any listing or deletion (contract.caller_account)
         contract.caller_account("aws_orphan_sweep", params["account_id"], conn.account_id(regions[0]))
     account_id = params.get("account_id") or (resume or {}).get("account_id") or conn.account_id(regions[0])
@@ -860,19 +540,21 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
 
 
 def _checked_options(params, mode, check_mode):
-    """(wait_timeout, resume state) of the module parameters; SweepError naming an option no sweep can start with."""
+    """(wait_timeout, resume state) of the module parameters; aws_targets.SweepError naming an option no sweep can start with."""
     if (params.get("min_age_hours") or 0) < 0:
-        raise SweepError("min_age_hours must be >= 0 (got {})".format(params["min_age_hours"]))
+        raise aws_targets.SweepError("min_age_hours must be >= 0 (got {})".format(params["min_age_hours"]))
     wait_timeout = 1200 if params.get("wait_timeout") is None else params["wait_timeout"]
     if wait_timeout < 0 or (params.get("concurrency") is not None and params["concurrency"] < 1):
-        raise SweepError(
+        raise aws_targets.SweepError(
             "wait_timeout must be >= 0 and concurrency >= 1 (got {} and {})".format(
                 wait_timeout, params.get("concurrency")
             )
         )
     resume = params.get("_sweep_state") or None
     if resume is not None and (not isinstance(resume, dict) or mode != "delete" or check_mode):
-        raise SweepError("_sweep_state is internal to the action plugin's steps (delete mode only); do not set it")
+        raise aws_targets.SweepError(
+            "_sweep_state is internal to the action plugin's steps (delete mode only); do not set it"
+        )
     return wait_timeout, resume
 
 
@@ -894,7 +576,7 @@ def sweep_account(
 ):
     """Sweep (delete, plan or report) one account through ``conn``, whose account is ``account_id`` (checked by
     the caller); the module's result for that account (msg and failed included, no report files written)."""
-    regions = _unique(t.region for t in targets)
+    regions = rows.unique(t.region for t in targets)
     sweep = Sweep(
         conn,
         targets,
@@ -936,7 +618,7 @@ def sweep_account(
             "count": len(entries),
             "resources": entries,
             "errors": list(sweep.errors),
-            "candidates": [public(c, "candidate") for c in sweep.candidates],
+            "candidates": [rows.public(c, "candidate") for c in sweep.candidates],
             "kept": list(sweep.kept),
         }
         result["report"] = {"markdown": aws_report.render_markdown(data), "json": data}
@@ -957,236 +639,11 @@ def sweep_account(
     result["warnings"] = sweep.warnings
     result["kept"] = sweep.kept
     result["progress"] = sweep.progress_lines
-    result["candidates"] = [public(c, "candidate") for c in sweep.candidates]
+    result["candidates"] = [rows.public(c, "candidate") for c in sweep.candidates]
     result["msg"] = aws_report.summary(result, mode, check_mode)
     if result.get("_krops_pending"):
         result["msg"] = "sweep in progress, still deleting: {}".format(", ".join(result["waiting"][:10]))
     # rc=0 means nothing owned is left: the final pass decides (a stack still deleting is listed there too), so a
     # failed step whose resource went anyway (an automated RDS snapshot going with its instance) is not a failure
     result["failed"] = bool(result["leftovers"] or result["errors"])
-    return result
-
-
-# --- several accounts ------------------------------------------------------------------
-
-
-def session_name(account, environment):
-    r"""The RoleSessionName: the account's session-name, else krops-<environment>-sweep (2-64 of [\w+=,.@-])."""
-    return account.session_name or ("krops-%s-sweep" % environment)[:64]
-
-
-def assume_role(base, account, environment, region):
-    """(a new Connection in ``account`` (a bootstrap.toml [[accounts]] table), the account its credentials belong to):
-    STS AssumeRole of its role with the base credentials. The connection's session and clients are its own, never
-    shared with another account; the API calls are counted with the base connection's.
-
-    The account is read from the answer's AssumedRoleUser ARN, which STS documents as the ARN of the temporary
-    credentials it returns (arn:<partition>:sts::<account>:assumed-role/<role>/<session>): that is the one identity
-    proof per account, so no GetCallerIdentity follows (docs/upstream-facts.md, "STS AssumeRole")."""
-    args = dict(RoleArn=account.role_arn, RoleSessionName=session_name(account, environment))
-    if account.external_id:
-        args["ExternalId"] = account.external_id
-    if account.duration:
-        args["DurationSeconds"] = account.duration
-    try:
-        answer = aws.call(base.client("sts", region), "assume_role", **args)
-        found = answer["Credentials"]
-        identity = (answer.get("AssumedRoleUser") or {}).get("Arn") or ""
-    except (ClientError, BotoCoreError, KeyError, TypeError) as exc:
-        raise aws.AwsError(
-            f"account {account.account_id}: cannot assume role {account.role_arn} (sts assume-role in {region}): "
-            f"{aws.error_message(exc)}; check that the role exists, that its trust policy lets the caller assume it "
-            "(and the external-id, when it asks for one) and that the caller may call sts:AssumeRole"
-        )
-    parts = str(identity).split(":", 5)
-    if len(parts) < 6 or parts[2] != "sts" or not parts[5].startswith("assumed-role/"):
-        raise aws.AwsError(
-            f"account {account.account_id}: sts assume-role of {account.role_arn} in {region} answered AssumedRoleUser "
-            f"{identity!r}, not an assumed-role ARN, so the account of its credentials is unknown; check the endpoint "
-            "(endpoint_url, AWS_ENDPOINT_URL)"
-        )
-    session = aws.Connection(
-        endpoint_url=base.endpoint_url,
-        access_key=found["AccessKeyId"],
-        secret_key=found["SecretAccessKey"],
-        session_token=found["SessionToken"],
-        counter=base.counter,
-    )
-    return session, parts[4]
-
-
-def account_targets(account, targets):
-    """The targets swept in an account: its clusters (every cluster when it names none) in its regions (every
-    region when it names none)."""
-    regions, clusters = account.regions, account.clusters
-    return [t for t in targets if (not regions or t.region in regions) and (not clusters or t.cluster in clusters)]
-
-
-# Accounts swept at the same time when the concurrency option does not say: each account has its own session,
-# clients and AWS request-rate budget, so the bound is only there to keep the threads (accounts x regions x
-# chains) and sockets of one process in check.
-ACCOUNTS_AT_ONCE = 8
-
-
-def _in_order(func, items, workers):
-    """[func(item) for item in items], up to ``workers`` at a time; results in the order of items."""
-    if workers <= 1 or len(items) <= 1:
-        return [func(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        return list(pool.map(func, items))
-
-
-def run_accounts(conn, accounts, targets, all_regions, started, resume, **job):
-    """Sweep every configured account (or the one account_id names), each through its own role, up to
-    ``concurrency`` (default ACCOUNTS_AT_ONCE) accounts at a time, and group the result by account in the order of
-    bootstrap.toml.
-
-    Phase 1, for every account: its role is assumed and the account of the credentials read from STS's answer
-    (assume_role). Only when every account has been through phase 1 does phase 2 list or delete anything: a role
-    whose credentials belong to another account than its account-id refuses the whole run, before anything is
-    listed or deleted in any account. An account whose role cannot be assumed, or whose sweep stops, is an error of
-    that account (nothing is listed or deleted there); the others are swept with their own ownership proof, each
-    with its own connection (session and clients). Several accounts run in one step (no resume)."""
-    params, environment = job["params"], job["environment"]
-    if resume is not None:
-        raise SweepError("_sweep_state is internal to the action plugin's steps; a sweep of several accounts has none")
-    configured = [a.account_id for a in accounts]
-    wanted = params.get("account_id")
-    if wanted:
-        if wanted not in configured:
-            raise SweepError(
-                "account_id {} is not an account of environment {} (its accounts: {}); name one of them, or leave "
-                "account_id out to sweep them all".format(wanted, environment, ", ".join(configured))
-            )
-        accounts = [a for a in accounts if a.account_id == wanted]
-    workers = params.get("concurrency") or ACCOUNTS_AT_ONCE
-
-    def prove(account):
-        """(account, its targets, its connection or None, the account its credentials belong to, the error)"""
-        mine = account_targets(account, targets)
-        if not mine:
-            return account, mine, None, None, None
-        try:
-            session, actual = assume_role(conn, account, environment, mine[0].region)
-        except aws.AwsError as exc:
-            text = str(exc)
-            if not text.startswith("account "):
-                text = f"account {account.account_id}: {text}"
-            return account, mine, None, None, text
-        return account, mine, session, actual, None
-
-    # phase 1: every role assumed and every identity read before any listing (in the order of bootstrap.toml, so
-    # the first mismatch named is always the same one)
-    plans = _in_order(prove, accounts, workers)
-    for account, dummy, session, actual, dummy in plans:
-        if session is not None and actual != account.account_id:
-            raise SweepError(
-                f"account {account.account_id} (role {account.role_arn}): the assumed role's credentials belong to "
-                f"account {actual} (the AssumedRoleUser ARN of sts assume-role), not {account.account_id}; nothing was "
-                f"listed or deleted in any account; fix role-arn or account-id of that "
-                f"[[environments.{environment}.accounts]] table"
-            )
-    hook = job["progress"]
-
-    def sweep_one(plan):
-        account, mine, session, dummy, failure = plan
-        account_id = account.account_id
-        if not mine:
-            entry = _empty_account(account, environment, job["mode"])
-            entry["warnings"].append(f"account {account_id}: no target of the sweep is in its regions; skipped")
-        elif session is None:
-            entry = _empty_account(account, environment, job["mode"])
-            entry["errors"].append({"region": "", "type": "account", "error": failure})
-        else:
-            swept = _unique(t.region for t in mine)
-            every = account_targets(account, environment_targets(job["cfg"], environment, True))
-            covers = set(swept) >= {t.region for t in every}
-            mine_job = dict(job, progress=None if hook is None else lambda text: hook(f"account {account_id}: {text}"))
-            try:
-                entry = sweep_account(session, account_id, mine, covers, **mine_job)
-            except (ClientError, BotoCoreError, aws.AwsError) as exc:
-                entry = _empty_account(account, environment, job["mode"])
-                entry["errors"].append(
-                    {
-                        "region": "",
-                        "type": "account",
-                        "error": f"account {account_id}: sweep stopped: {aws.error_message(exc)}",
-                    }
-                )
-        entry["role_arn"] = account.role_arn
-        entry["failed"] = bool(entry["leftovers"] or entry["errors"])
-        if entry["msg"] == NOTHING_SWEPT and entry["errors"]:
-            prefix = f"account {account_id}: "
-            entry["msg"] = "not swept (nothing listed or deleted there): {}".format(
-                "; ".join(
-                    e["error"][len(prefix) :] if e["error"].startswith(prefix) else e["error"] for e in entry["errors"]
-                )
-            )
-        entry["msg"] = f"account {account_id}: {entry['msg']}"
-        return entry
-
-    # phase 2: each account with its own connection and ownership proof, several at a time
-    parts = _in_order(sweep_one, plans, workers)
-    return _merge_accounts(parts, conn, targets, started, job)
-
-
-NOTHING_SWEPT = "nothing swept"
-
-
-def _empty_account(account, environment, mode):
-    entry = {
-        "changed": False,
-        "environment": environment,
-        "account_id": account.account_id,
-        "regions": list(account.regions),
-        "targets": [],
-        "results": [],
-        "plan": [],
-        "leftovers": [],
-        "errors": [],
-        "warnings": [],
-        "kept": [],
-        "candidates": [],
-        "progress": [],
-        "msg": NOTHING_SWEPT,
-    }
-    if mode == "report":
-        entry["report"] = {"markdown": "", "json": {"count": 0, "resources": [], "errors": entry["errors"]}}
-    return entry
-
-
-LISTS = ("results", "plan", "leftovers", "errors", "warnings", "kept", "candidates")
-
-
-def _merge_accounts(parts, conn, targets, started, job):
-    """One result of several accounts: per account under ``accounts``; the lists also flat, each entry with its
-    account_id; failed when anything owned is left, or anything failed, in any account."""
-    mode, environment = job["mode"], job["environment"]
-    result = {
-        "changed": any(p["changed"] for p in parts),
-        "environment": environment,
-        "account_id": "",
-        "account_ids": [p["account_id"] for p in parts],
-        "regions": _unique(r for p in parts for r in p["regions"]),
-        "targets": [dict(t, account_id=p["account_id"]) for p in parts for t in p["targets"]],
-        "wait_timeout": job["wait_timeout"],
-        "accounts": [],
-    }
-    for key in LISTS:
-        if key == "warnings":
-            result[key] = [w for p in parts for w in p[key]]
-        else:
-            result[key] = [dict(item, account_id=p["account_id"]) for p in parts for item in p[key]]
-    result["progress"] = [f"{p['account_id']} {line}" for p in parts for line in p["progress"]]
-    for part in parts:
-        summary_entry = {key: part[key] for key in ("account_id", "role_arn", "regions", "failed", "msg") + LISTS}
-        summary_entry["changed"] = part["changed"]
-        result["accounts"].append(summary_entry)
-    if mode == "report":
-        aws_report.accounts_report(parts, result, job, _now().replace(microsecond=0).isoformat())
-    result["api_calls"] = conn.counter.total
-    result["api_calls_by_operation"] = dict(sorted(conn.counter.by_operation.items()))
-    result["duration"] = round(time.monotonic() - started, 3)
-    result["msg"] = "; ".join(p["msg"] for p in parts)
-    result["failed"] = any(p["failed"] for p in parts)
     return result

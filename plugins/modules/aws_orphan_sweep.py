@@ -388,7 +388,7 @@ duration:
   sample: 24.74
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config, errors, shell
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, aws_targets, config, errors, shell
 
 
 # The resume state of the stepped sweep (module_utils/stepping.py): set by the action plugin, never an option.
@@ -422,7 +422,7 @@ def body(module, step):
 
 
 # The errors of a sweep that cannot start (bad configuration or options, an AWS call) name the module.
-WORDING = dict.fromkeys((config.ConfigKeyError, aws_sweep.SweepError, aws.AwsError), "aws_orphan_sweep: {error}")
+WORDING = dict.fromkeys((config.ConfigKeyError, aws_targets.SweepError, aws.AwsError), "aws_orphan_sweep: {error}")
 
 
 def main():

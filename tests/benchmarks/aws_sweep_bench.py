@@ -25,7 +25,7 @@ import urllib.request
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path[:0] = [REPO, os.path.join(REPO, ".collections"), os.path.join(REPO, "tests", "integration")]
 
-from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep  # noqa: E402
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_delete, aws_sweep  # noqa: E402
 from test_aws_sweep_world import BOOTSTRAP_TOML, seed_world  # noqa: E402
 
 
@@ -99,7 +99,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=1, help="runs per configuration (the best is kept)")
     args = parser.parse_args()
     os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
-    aws_sweep.EXPECTED_SCALE = 0.0  # moto deletes at once: poll from the start, not after AWS's usual durations
+    aws_delete.EXPECTED_SCALE = 0.0  # moto deletes at once: poll from the start, not after AWS's usual durations
     proc, url = start_moto()
     try:
         with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as handle:

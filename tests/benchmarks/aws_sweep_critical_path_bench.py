@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [REPO, os.path.join(REPO, ".collections"), os.path.join(REPO, "tests", "integration"), HERE]
 
-from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep  # noqa: E402
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_delete, aws_sweep  # noqa: E402
 from aws_latency_proxy import HOLDS, LatencyProxy  # noqa: E402
 from aws_sweep_bench import reset, start_moto  # noqa: E402
 from test_aws_sweep_world import BOOTSTRAP_TOML, CLUSTERS, seed_world  # noqa: E402
@@ -98,8 +98,11 @@ def main():
     parser.add_argument("--clusters", type=int, default=0, help="the scale world of N workload clusters (issue 26)")
     args = parser.parse_args()
     os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
-    aws_sweep.POLL_FIRST, aws_sweep.POLL_MAX = aws_sweep.POLL_FIRST / args.scale * 10, aws_sweep.POLL_MAX / args.scale
-    aws_sweep.EXPECTED_SCALE = 1.0 / args.scale
+    aws_delete.POLL_FIRST, aws_delete.POLL_MAX = (
+        aws_delete.POLL_FIRST / args.scale * 10,
+        aws_delete.POLL_MAX / args.scale,
+    )
+    aws_delete.EXPECTED_SCALE = 1.0 / args.scale
     proc, url = start_moto()
     holds = {k: v / args.scale for k, v in HOLDS.items()}
     text, clusters, seed = world(args.clusters)
@@ -108,11 +111,11 @@ def main():
             handle.write(text)
         latency = args.latency_ms / 1000.0
         calls_only = LatencyProxy(url, latency=latency, scale=1e9)  # holds of about zero: the calls alone
-        aws_sweep.EXPECTED_SCALE = 0.0  # and no quiet time before the first poll
+        aws_delete.EXPECTED_SCALE = 0.0  # and no quiet time before the first poll
         sweep(url, handle.name, calls_only, seed)  # warm-up (service models load once per process)
         base = sweep(url, handle.name, calls_only, seed)[0]
         calls_only.stop()
-        aws_sweep.EXPECTED_SCALE = 1.0 / args.scale
+        aws_delete.EXPECTED_SCALE = 1.0 / args.scale
         proxy = LatencyProxy(url, latency=latency, scale=args.scale)
         wall, calls, resources, ops = sweep(url, handle.name, proxy, seed)
         proxy.stop()

@@ -373,11 +373,11 @@ def work_sweep(n, repeat, workdir):
     sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
     import aws_sweep_bench
 
-    from ansible_collections.krops.platform.plugins.module_utils import aws_sweep
+    from ansible_collections.krops.platform.plugins.module_utils import aws_delete, aws_sweep
     from test_aws_sweep_world import seed_cluster, seed_global
 
     os.environ.update({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"})
-    aws_sweep.EXPECTED_SCALE = 0.0  # moto deletes at once: poll from the start
+    aws_delete.EXPECTED_SCALE = 0.0  # moto deletes at once: poll from the start
     text, clusters = sweep_config(n)
     toml = os.path.join(workdir, "bootstrap.toml")
     with open(toml, "w", encoding="utf-8") as handle:

@@ -388,7 +388,7 @@ def test_deleting_one_accounts_objects_and_sweeping_one_account_leave_the_others
     only; the sweep of a bootstrap.toml that lists only team-b deletes team-b's owned resources only. Every other
     account keeps its resources and its decoys (named and tagged as team-b's), and team-b its other-environment
     decoy."""
-    from ansible_collections.krops.platform.plugins.module_utils import aws_sweep
+    from ansible_collections.krops.platform.plugins.module_utils import aws_delete, aws_sweep
     from tests.substrate.aws_world import inventory_of
 
     world, ack, api, moto = carm_world
@@ -413,9 +413,9 @@ def test_deleting_one_accounts_objects_and_sweeping_one_account_leave_the_others
     only_b = head + next(t for t in tables if f'"{TEAM_B}"' in t) + "\n" + tail
     toml = tmp_path / "bootstrap.toml"
     toml.write_text(only_b)
-    monkeypatch.setattr(aws_sweep, "EXPECTED_SCALE", 0.0)
-    monkeypatch.setattr(aws_sweep, "POLL_FIRST", 0.05)
-    monkeypatch.setattr(aws_sweep, "POLL_MAX", 0.2)
+    monkeypatch.setattr(aws_delete, "EXPECTED_SCALE", 0.0)
+    monkeypatch.setattr(aws_delete, "POLL_FIRST", 0.05)
+    monkeypatch.setattr(aws_delete, "POLL_MAX", 0.2)
     team_b = ack.created(TEAM_B)
     result = aws_sweep.run({"config_file": str(toml), "environment": "aws", "endpoint_url": moto, "wait_timeout": 30})
     assert not result["failed"], result["msg"]

@@ -25,7 +25,7 @@ from test_aws_sweep_world import (
     vpc_defaults,
 )
 
-from ansible_collections.krops.platform.plugins.module_utils import aws, aws_ec2, aws_sweep
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_delete, aws_ec2, aws_sweep
 from ansible_collections.krops.platform.plugins.modules import aws_orphan_sweep
 from tests.substrate.fixtures import REPO, task_results
 
@@ -91,9 +91,9 @@ def wire_error(request, event_name, code, message, status=400):
 def fast(monkeypatch):
     """Short backoff and polls, and a place for HTTP-boundary hooks on every client the module builds."""
     short_backoff(monkeypatch)
-    monkeypatch.setattr(aws_sweep, "POLL_FIRST", 0.05)
-    monkeypatch.setattr(aws_sweep, "POLL_MAX", 0.2)
-    monkeypatch.setattr(aws_sweep, "EXPECTED_SCALE", 0.0)  # moto deletes at once: no quiet time before the first poll
+    monkeypatch.setattr(aws_delete, "POLL_FIRST", 0.05)
+    monkeypatch.setattr(aws_delete, "POLL_MAX", 0.2)
+    monkeypatch.setattr(aws_delete, "EXPECTED_SCALE", 0.0)  # moto deletes at once: no quiet time before the first poll
     hooks = [("before-call", _no_service_specific_credentials), ("before-send.ec2.DeleteSecurityGroup", referenced)]
     monkeypatch.setattr(aws, "CLIENT_HOOKS", hooks)
     return hooks
@@ -917,7 +917,7 @@ def test_a_row_without_a_wait_state_cannot_be_waited_on():
     with pytest.raises(ValueError, match="an expected deletion time needs a wait_state"):
         aws_rows.ResourceType("x", aws_rows.REGION, lambda d, a: [], lambda x, r: None, expected=60)
     row = aws_rows.ResourceType("x", aws_rows.REGION, lambda d, a: [], lambda x, r: None)
-    deleter = aws_sweep.Deleter(sweep=None, region="eu-north-1")
+    deleter = aws_delete.Deleter(sweep=None, region="eu-north-1")
     with pytest.raises(ValueError, match="sweep row x has no wait_state"):
         deleter._wait(row, [{"id": "x"}])  # pylint: disable=protected-access
     waited = [t.name for t in aws_sweep.REGION_TYPES + aws_sweep.GLOBAL_TYPES if t.waited]
@@ -941,7 +941,7 @@ def held(moto, monkeypatch):
     from aws_latency_proxy import LatencyProxy  # pylint: disable=import-outside-toplevel
 
     proxy = LatencyProxy(moto, latency=0.0, scale=200.0)
-    monkeypatch.setattr(aws_sweep, "EXPECTED_SCALE", 1.0 / 200)
+    monkeypatch.setattr(aws_delete, "EXPECTED_SCALE", 1.0 / 200)
     yield proxy
     proxy.stop()
 

@@ -22,7 +22,7 @@ import test_aws_sweep as sweeps
 from test_aws_sweep import sweep
 from test_aws_sweep_world import BOOTSTRAP_TOML, normalise
 
-from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, config
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_delete, config
 
 A, B, C, CALLER = "111111111111", "222222222222", "333333333333", world.ACCOUNT
 ROLE_A = f"arn:aws:iam::{A}:role/krops-teardown"
@@ -52,9 +52,9 @@ def with_accounts(text=ACCOUNTS):
 def fast(monkeypatch):
     """test_aws_sweep's fast: short backoff and polls, and HTTP-boundary hooks on every client the module builds."""
     sweeps.short_backoff(monkeypatch)
-    monkeypatch.setattr(aws_sweep, "POLL_FIRST", 0.05)
-    monkeypatch.setattr(aws_sweep, "POLL_MAX", 0.2)
-    monkeypatch.setattr(aws_sweep, "EXPECTED_SCALE", 0.0)
+    monkeypatch.setattr(aws_delete, "POLL_FIRST", 0.05)
+    monkeypatch.setattr(aws_delete, "POLL_MAX", 0.2)
+    monkeypatch.setattr(aws_delete, "EXPECTED_SCALE", 0.0)
     hooks = [
         ("before-call", sweeps._no_service_specific_credentials),  # pylint: disable=protected-access
         ("before-send.ec2.DeleteSecurityGroup", sweeps.referenced),

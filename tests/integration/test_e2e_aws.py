@@ -437,11 +437,11 @@ def _automated_snapshots(endpoint, instances):
 
 
 def test_the_sweep_removes_the_iam_policy_ack_created_for_the_reader_user(run_module, moto, monkeypatch):
-    from ansible_collections.krops.platform.plugins.module_utils import aws_sweep
+    from ansible_collections.krops.platform.plugins.module_utils import aws_delete
     from ansible_collections.krops.platform.plugins.modules import aws_orphan_sweep
 
     monkeypatch.setattr(
-        aws_sweep, "EXPECTED_SCALE", 0.0
+        aws_delete, "EXPECTED_SCALE", 0.0
     )  # moto deletes at once (as tests/integration/test_aws_sweep.py)
 
     ack = Ack(moto)

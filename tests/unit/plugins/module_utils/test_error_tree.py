@@ -177,7 +177,7 @@ def test_the_walk_sees_every_breach():
 def test_the_tree_holds_when_imported():
     from ansible_collections.krops.platform.plugins.module_utils import (
         aws,
-        aws_sweep,
+        aws_targets,
         cloud_teardown,
         config,
         errors,
@@ -190,7 +190,7 @@ def test_the_tree_holds_when_imported():
     for cls in (
         aws.AwsError,
         aws.UnsupportedOperation,
-        aws_sweep.SweepError,
+        aws_targets.SweepError,
         config.ConfigKeyError,
         validate_schema.SchemaError,
         validate_schema.SchemaMissing,

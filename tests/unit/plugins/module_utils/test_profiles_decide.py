@@ -14,7 +14,13 @@ import types
 
 import pytest
 
-from ansible_collections.krops.platform.plugins.module_utils import aws_sweep, flux, ownership, profiles, teardown_plan
+from ansible_collections.krops.platform.plugins.module_utils import (
+    aws_targets,
+    flux,
+    ownership,
+    profiles,
+    teardown_plan,
+)
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 
 REPO_FILE = os.path.join(os.path.dirname(__file__), *([os.pardir] * 4), "bootstrap.toml")
@@ -81,12 +87,12 @@ def test_reconcile_timeout_follows_the_profile(monkeypatch, cfg):
 
 def test_aws_sweep_and_ownership_follow_the_cloud(monkeypatch, cfg):
     cfg = _clone(monkeypatch, cfg, "aws", "lab")
-    targets, regions = aws_sweep.targets_from_config(cfg, "lab")
-    assert regions == aws_sweep.targets_from_config(cfg, "aws")[1] and targets
+    targets, regions = aws_targets.targets_from_config(cfg, "lab")
+    assert regions == aws_targets.targets_from_config(cfg, "aws")[1] and targets
     # the clone names the same account-global IAM user as aws: another aws-cloud environment that needs it
     (user,) = ownership.effective_globals(cfg, "aws")["iam-user"]
     assert ownership.aws_account_global(cfg, "aws", "iam-user", user) == ["lab"]
     cfg = _clone(monkeypatch, cfg, "aws", "lab2", cloud=None)
-    with pytest.raises(aws_sweep.SweepError) as err:
-        aws_sweep.targets_from_config(cfg, "lab2")
+    with pytest.raises(aws_targets.SweepError) as err:
+        aws_targets.targets_from_config(cfg, "lab2")
     assert "sweeps only environments of kind aws (valid: aws, aws-crossplane, lab)" in str(err.value)
