@@ -17,7 +17,7 @@ import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package, oci
 from tests.substrate import airgap_fixtures
-from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env
+from tests.substrate.fixtures import REPO, VENV_BIN, playbook_env, python_executable
 
 # the shared fixtures of the air-gapped bundle's tests (tests/substrate/airgap_fixtures.py)
 ready = airgap_fixtures.ready
@@ -101,13 +101,7 @@ def _seed(registry, refs, platforms=("amd64", "arm64")):
 def _crane(tmp_path):
     folder = tmp_path / "crane-bin"
     folder.mkdir()
-    path = folder / "crane"
-    path.write_text(
-        "#!{}\nimport runpy\nrunpy.run_path({!r}, run_name='__main__')\n".format(
-            sys.executable, str(REPO / "tests" / "substrate" / "standins" / "crane.py")
-        )
-    )
-    path.chmod(0o755)
+    python_executable(folder / "crane", REPO / "tests" / "substrate" / "standins" / "crane.py")
     return folder
 
 

@@ -15,14 +15,13 @@ import hashlib
 import io
 import os
 import shutil
-import sys
 import tarfile
 
 import pytest
 import yaml
 from ansible_collections.krops.platform.plugins.module_utils import airgap, airgap_package
 
-from tests.substrate.fixtures import REPO
+from tests.substrate.fixtures import REPO, python_executable
 from tests.substrate.trees import REPO_FILES, copy_repo
 
 
@@ -84,13 +83,7 @@ def zarf(tmp_path):
     """The stand-in as an executable plus a key pair it understands; calls land in zarf.jsonl."""
     folder = tmp_path / "zarf-bin"
     folder.mkdir()
-    path = folder / "zarf"
-    path.write_text(
-        "#!{}\nimport runpy, sys\nsys.argv[0] = 'zarf'\nrunpy.run_path({!r}, run_name='__main__')\n".format(
-            sys.executable, str(REPO / "tests" / "substrate" / "zarf_standin.py")
-        )
-    )
-    path.chmod(0o755)
+    python_executable(folder / "zarf", REPO / "tests" / "substrate" / "zarf_standin.py")
     (folder / "zarf.key").write_text("PRIVATE krops-test")
     (folder / "zarf.pub").write_text("PUBLIC krops-test")
     return folder

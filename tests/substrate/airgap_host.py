@@ -48,7 +48,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import tarfile
 import threading
 from pathlib import Path
@@ -74,7 +73,7 @@ from tests.substrate.airgap_world import (
 )
 from tests.substrate.capi_world import CapiController, ProviderRegistry
 from tests.substrate.docker_double import IMAGES
-from tests.substrate.fixtures import ManagedProcess, free_port, wait_until_answers
+from tests.substrate.fixtures import ManagedProcess, free_port, python_executable, wait_until_answers
 from tests.substrate.flux_world import MANAGER, Failure, FluxController, is_ready, set_status, ssa_apply
 from tests.substrate.kube_emulator import ApiError
 from tests.substrate.lifecycle import KIND_ROLE_LABEL, ControlServer, EmulatedWorld, WorldError
@@ -373,12 +372,7 @@ class AirgapHost(EmulatedWorld):
         self.control_airgap = _airgap_control(self)
         self.env.update({"ZARF_STANDIN_WORLD": self.control_airgap.url, "AIRGAP_HOST_CONTROL": self.control_airgap.url})
         for tool, script in (("docker", STANDINS / "airgap_docker.py"), ("zarf", ZARF)):
-            path = self.bin / tool
-            path.write_text(
-                f"#!{sys.executable}\nimport os, runpy, sys\nos.environ['KROPS_STANDIN_BIN'] = {str(self.bin)!r}\n"
-                f"sys.argv[0] = {tool!r}\nrunpy.run_path({str(script)!r}, run_name='__main__')\n"
-            )
-            path.chmod(0o755)
+            python_executable(self.bin / tool, script, {"KROPS_STANDIN_BIN": self.bin})
 
     def stop(self):
         errors = super().stop()

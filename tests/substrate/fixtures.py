@@ -57,6 +57,19 @@ def copy_playbook(name, root):
     return target / name
 
 
+def python_executable(path, script, environ=None):
+    """Make ``path`` an executable that runs the Python ``script`` as __main__ with this interpreter (a stand-in
+    for a command-line tool), with ``environ`` set first. runpy puts the script's own path in sys.argv[0], so a
+    stand-in finds its folder through the environment, not its argv."""
+    lines = [f"#!{sys.executable}", "import os, runpy"]
+    lines += [f"os.environ[{key!r}] = {str(value)!r}" for key, value in (environ or {}).items()]
+    lines.append(f"runpy.run_path({str(script)!r}, run_name='__main__')")
+    path = Path(path)
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o755)
+    return path
+
+
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

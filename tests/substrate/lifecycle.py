@@ -41,7 +41,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -64,6 +63,7 @@ from tests.substrate.fixtures import (
     free_port,
     keep_for_profile,
     playbook_env,
+    python_executable,
     wait_until_answers,
 )
 from tests.substrate.flux_world import FluxController, World
@@ -412,16 +412,7 @@ class EmulatedWorld:
 
 def install_standin(folder, tool):
     """Put the stand-in for ``tool`` (TOOLS) into ``folder`` as an executable named ``tool``; returns its path."""
-    path = Path(folder) / tool
-    path.write_text(
-        f"#!{sys.executable}\n"
-        "import os, runpy\n"
-        "# runpy puts the script's own path in sys.argv[0]: the stand-in finds its folder here\n"
-        f"os.environ['KROPS_STANDIN_BIN'] = {str(folder)!r}\n"
-        f"runpy.run_path({str(STANDINS / TOOLS[tool])!r}, run_name='__main__')\n"
-    )
-    path.chmod(0o755)
-    return path
+    return python_executable(Path(folder) / tool, STANDINS / TOOLS[tool], {"KROPS_STANDIN_BIN": folder})
 
 
 def install_clusterctl(folder, mode="move", resume=True, kill=None):
