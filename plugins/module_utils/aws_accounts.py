@@ -5,9 +5,7 @@ role (STS AssumeRole), every identity proved before anything is listed, the resu
 
 from __future__ import annotations
 
-import datetime
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils import aws_report
@@ -67,14 +65,6 @@ def assume_role(base, account, environment, region):
 ACCOUNTS_AT_ONCE = 8
 
 
-def _in_order(func, items, workers):
-    """[func(item) for item in items], up to ``workers`` at a time; results in the order of items."""
-    if workers <= 1 or len(items) <= 1:
-        return [func(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        return list(pool.map(func, items))
-
-
 def run_accounts(conn, accounts, targets, all_regions, started, resume, sweep_account, **job):
     """Sweep every configured account (or the one account_id names), each through its own role, up to
     ``concurrency`` (default ACCOUNTS_AT_ONCE) accounts at a time, and group the result by account in the order of
@@ -120,7 +110,7 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, sweep_ac
 
     # phase 1: every role assumed and every identity read before any listing (in the order of bootstrap.toml, so
     # the first mismatch named is always the same one)
-    plans = _in_order(prove, accounts, workers)
+    plans = rows.in_order(prove, accounts, workers)
     for account, dummy, session, actual, dummy in plans:
         if session is not None and actual != account.account_id:
             raise aws_targets.SweepError(
@@ -169,7 +159,7 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, sweep_ac
         return entry
 
     # phase 2: each account with its own connection and ownership proof, several at a time
-    parts = _in_order(sweep_one, plans, workers)
+    parts = rows.in_order(sweep_one, plans, workers)
     return _merge_accounts(parts, conn, targets, started, job)
 
 
@@ -226,9 +216,7 @@ def _merge_accounts(parts, conn, targets, started, job):
         summary_entry["changed"] = part["changed"]
         result["accounts"].append(summary_entry)
     if mode == "report":
-        aws_report.accounts_report(
-            parts, result, job, datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
-        )
+        aws_report.accounts_report(parts, result, job)
     result["api_calls"] = conn.counter.total
     result["api_calls_by_operation"] = dict(sorted(conn.counter.by_operation.items()))
     result["duration"] = round(time.monotonic() - started, 3)

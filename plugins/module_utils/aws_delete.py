@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils import aws_rows as rows
@@ -63,11 +62,7 @@ class Deleter:
                 chains.setdefault(rtype.chain, []).append(rtype)
         rest = [t for t in types if not t.chain]
         busy = [c for c in chains.values() if any(r["type"] in {t.name for t in c} for r in resources)]
-        if len(busy) > 1:
-            with ThreadPoolExecutor(max_workers=len(busy)) as pool:
-                done = list(pool.map(lambda c: self._run_types(resources, c), busy))
-        else:
-            done = [self._run_types(resources, c) for c in busy]
+        done = rows.in_order(lambda c: self._run_types(resources, c), busy, len(busy))
         results = [item for chunk in done for item in chunk]
         if not self.pending:
             results += self._run_types(resources, rest)
@@ -83,11 +78,8 @@ class Deleter:
                 continue
             if rtype.before:  # it may also give the order to delete the batch in (security groups)
                 batch = rtype.before(self, batch) or batch
-            if self.parallel and self.sweep.concurrency > 1 and len(batch) > 1:
-                with ThreadPoolExecutor(max_workers=min(self.sweep.concurrency, len(batch))) as pool:
-                    outcomes = list(pool.map(lambda r, t=rtype: self._delete_one(t, r), batch))
-            else:
-                outcomes = [self._delete_one(rtype, res) for res in batch]
+            workers = self.sweep.concurrency if self.parallel else 1
+            outcomes = rows.in_order(lambda r, t=rtype: self._delete_one(t, r), batch, workers)
             waiting = [res for res, outcome in zip(batch, outcomes) if outcome == "wait"]
             results.extend(o for o in outcomes if o != "wait")
             if waiting:

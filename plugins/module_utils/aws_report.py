@@ -5,10 +5,16 @@ summary of a sweep, a plan or a report. aws_sweep.py decides what is there; this
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
+
+
+def generated_at():
+    """The report's time stamp: now, in UTC, to the second (ISO 8601)."""
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
 
 
 def render_markdown(data):
@@ -141,7 +147,7 @@ def write_report(path, markdown, data):
     return {"markdown": path, "json": json_path}
 
 
-def accounts_report(parts, result, job, generated_at):
+def accounts_report(parts, result, job):
     """The report of several accounts (aws_sweep's parts, one per account) into result: markdown and JSON, with
     each account's section and the flat lists, each entry with its account_id; its files written unless in check
     mode."""
@@ -149,7 +155,7 @@ def accounts_report(parts, result, job, generated_at):
         "environment": job["environment"],
         "account_ids": result["account_ids"],
         "regions": result["regions"],
-        "generated_at": generated_at,
+        "generated_at": generated_at(),
         "min_age_hours": 6 if job["params"].get("min_age_hours") is None else job["params"]["min_age_hours"],
         "accounts": [],
     }

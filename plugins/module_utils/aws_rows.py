@@ -16,6 +16,8 @@ Importable without Ansible.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 GLOBAL = "global"
 REGION = "region"
 ABSENT = "absent"  # what a delete handler answers when there was nothing to delete
@@ -108,3 +110,13 @@ def in_table_order(results, types):
     """results sorted by the order of their types in the table (types); a type not in it last."""
     order = {t.name: i for i, t in enumerate(types)}
     return sorted(results, key=lambda r: order.get(r["type"], len(order)))
+
+
+def in_order(func, items, workers):
+    """[func(item) for item in items], up to ``workers`` at a time (in this thread when 1); results in the order of
+    items, and the first item's error in that order raised."""
+    items = list(items)
+    if workers <= 1 or len(items) <= 1:
+        return [func(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(func, items))

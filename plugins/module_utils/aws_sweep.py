@@ -33,7 +33,6 @@ from __future__ import annotations
 import datetime
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.krops.platform.plugins.module_utils import (
     aws,
@@ -164,9 +163,8 @@ class Sweep:
         self.regions = rows.unique(t.region for t in targets)
         self.home_region = self.regions[0]
         self.account_id = account_id
-        every = aws_targets.environment_targets(
-            cfg, environment, True
-        )  # an account's sweep: its share of them (its clusters)
+        # an account's sweep: its share of them (its clusters)
+        every = aws_targets.environment_targets(cfg, environment, True)
         mine = [a for a in cfg.environment(environment).accounts if a.account_id == account_id]
         every = aws_targets.account_targets(mine[0], every) if mine else every
         whole = {(t.cluster, t.region) for t in targets} == {(t.cluster, t.region) for t in every}
@@ -273,10 +271,7 @@ class Sweep:
     # --- discovery -----------------------------------------------------------------
     def _per_region(self, func):
         """func(region) for every region, concurrently; results in region order."""
-        if self.concurrency == 1 or len(self.regions) == 1:
-            return [func(region) for region in self.regions]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(self.regions))) as pool:
-            return list(pool.map(func, self.regions))
+        return rows.in_order(func, self.regions, self.concurrency)
 
     def discovery(self, region, confirm=True):
         """A fresh listing of one region (the deleters' rows read it too)."""
@@ -311,11 +306,7 @@ class Sweep:
         listing runs beside the regions when concurrency allows."""
         jobs = [lambda r=region: self._discover_region(r, with_age) for region in self.regions]
         jobs.append(lambda: self._discover_global(with_age))
-        if self.concurrency == 1:
-            done = [job() for job in jobs]
-        else:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency + 1, len(jobs))) as pool:
-                done = [future.result() for future in [pool.submit(job) for job in jobs]]
+        done = rows.in_order(lambda job: job(), jobs, 1 if self.concurrency == 1 else self.concurrency + 1)
         regional = []
         for resources, found in done[:-1]:
             self._collect(found)
@@ -613,7 +604,7 @@ def sweep_account(
             "environment": environment,
             "account_id": account_id,
             "regions": regions,
-            "generated_at": _now().replace(microsecond=0).isoformat(),
+            "generated_at": aws_report.generated_at(),
             "min_age_hours": min_age,
             "count": len(entries),
             "resources": entries,
