@@ -20,21 +20,6 @@ def _step(action, description, **params):
     return dict(action=action, description=description, **params)
 
 
-def _kind_step(boot, host, kept, description):
-    """delete-kind only when the kind cluster answered and its marker proves krops created it for this environment."""
-    if host["kind_reachable"] and host["kind_marker"]["owned"]:
-        return [_step("delete-kind", description, name=boot.kind_cluster, proof=host["kind_marker"]["reason"])]
-    kept.append(
-        {
-            "what": f"kind cluster {boot.kind_cluster}",
-            "reason": host["kind_marker"]["reason"]
-            if host["kind_reachable"]
-            else "the kind cluster did not answer, so nothing proves krops created it",
-        }
-    )
-    return []
-
-
 @dataclasses.dataclass(frozen=True)
 class _Plan:
     """What every stage of the plan reads: the environment, its profile and find_host's result."""
@@ -55,7 +40,20 @@ class _Plan:
         return list(self.env.teardown.capi_workloads)
 
     def kind_step(self, description):
-        return _kind_step(self.boot, self.host, self.kept, description)
+        """delete-kind only when the kind cluster answered and its marker proves krops created it for this
+        environment; else the kind cluster is kept, and why."""
+        boot, host = self.boot, self.host
+        if host["kind_reachable"] and host["kind_marker"]["owned"]:
+            return [_step("delete-kind", description, name=boot.kind_cluster, proof=host["kind_marker"]["reason"])]
+        self.kept.append(
+            {
+                "what": f"kind cluster {boot.kind_cluster}",
+                "reason": host["kind_marker"]["reason"]
+                if host["kind_reachable"]
+                else "the kind cluster did not answer, so nothing proves krops created it",
+            }
+        )
+        return []
 
 
 def build_plan(cfg, environment, host, local_cluster_timeout=300, kept=None):
