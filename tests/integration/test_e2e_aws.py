@@ -600,11 +600,11 @@ def assert_one_database_network_per_workload(endpoint):
 
 
 @contextlib.contextmanager
-def aws_lifecycle(tmp_path, moto, environment, label):
+def aws_lifecycle(tmp_path, moto, environment):
     """The emulated host (tests/substrate/lifecycle.py) for ``playbooks/<environment>.yml`` with moto as AWS and
     CAPA plugged in: the tree checked out from a GitHub double with the test account's id, the test age key,
     the user's own kubeconfig in ~/.kube/config. Yields (host, capa, run); ``run(*args)`` runs the playbook with
-    ARGS and asserts rc 0. The phases' and roles' seconds are printed as "<label> lifecycle: ..." at the end."""
+    ARGS and asserts rc 0. The phases' and roles' seconds are printed as "<environment> lifecycle: ..." at the end."""
     from tests.integration.test_e2e_azure import GitHubDouble
     from tests.substrate.lifecycle import emulated_world, role_times
 
@@ -662,7 +662,7 @@ def aws_lifecycle(tmp_path, moto, environment, label):
     finally:
         github.stop()
         shutil.rmtree(root, ignore_errors=True)
-        print(f"{label} lifecycle: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()))
+        print(f"{environment} lifecycle: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()))
 
 
 def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path, moto, monkeypatch):
@@ -674,7 +674,7 @@ def test_aws_playbook_bootstrap_pivot_and_teardown_on_the_emulated_host(tmp_path
     created is gone, the decoys created beforehand survive, and of the kubeconfigs only the user's own is left."""
     aws_world.register_ack_charts(monkeypatch)
     decoys = seed_decoys(moto, None)
-    with aws_lifecycle(tmp_path, moto, "aws", "aws") as (host, capa, run):
+    with aws_lifecycle(tmp_path, moto, "aws") as (host, capa, run):
         ack = Ack(moto)
         # ACK acts only while its controllers run, and creates again what vanishes behind its back (resync)
         AckController(host.world, ack, needs_deployment=True, resync=0.2)

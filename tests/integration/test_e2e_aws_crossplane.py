@@ -113,7 +113,7 @@ def test_aws_crossplane_playbook_bootstrap_pivot_and_teardown_on_the_emulated_ho
     register_crossplane_chart(monkeypatch)
     decoys = seed_decoys(moto, None) | _decoy_roles(moto)
     initial = inventory(moto)
-    with aws_lifecycle(tmp_path, moto, "aws-crossplane", "aws-crossplane") as (host, capa, run):
+    with aws_lifecycle(tmp_path, moto, "aws-crossplane") as (host, capa, run):
         manager = PackageManager(host.world)
         irsa = Irsa(moto)
         issuers = {}
