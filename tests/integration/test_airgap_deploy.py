@@ -14,6 +14,7 @@ import io
 import json
 import sys
 import tarfile
+import time
 
 import pytest
 import yaml
@@ -23,6 +24,7 @@ from tests.substrate import airgap_fixtures
 from tests.substrate import zarf_standin
 from tests.substrate.airgap_host import AirgapHost, image_config, save_archive
 from tests.substrate.fixtures import REPO
+from tests.substrate.kube_emulator import ApiError
 from tests.substrate.lifecycle import failed_tasks
 
 # the shared fixtures of the air-gapped bundle's tests (tests/substrate/airgap_fixtures.py)
@@ -146,9 +148,29 @@ def host(tmp_path):
     world.stop()
 
 
+def hold_the_workload_cluster(host, seconds):
+    """Flux's first applies of the workload Cluster fail for ``seconds`` (its Kustomization is retried), as on a
+    loaded host where Flux creates the Cluster some time after `zarf package deploy` has returned."""
+    apply, since = host.flux._apply, []
+
+    def late(api, obj, *args):
+        if obj.get("kind") == "Cluster" and obj["metadata"]["name"] == "local-workload":
+            since.append(since[0] if since else time.monotonic())
+            if time.monotonic() - since[0] < seconds:
+                raise ApiError(503, "ServiceUnavailable", "held by the test: the Cluster comes late")
+        return apply(api, obj, *args)
+
+    host.flux._apply = late
+    return since
+
+
 def test_the_deploy_reaches_ready_and_podinfo_answers(ready, host, tmp_path, monkeypatch):
-    """Every pod of the kind cluster runs from the Zarf registry by digest, the workload cluster's from its nodes."""
+    """Every pod of the kind cluster runs from the Zarf registry by digest, the workload cluster's from its nodes.
+
+    The workload Cluster comes late: the deploy waits for it to exist before it waits for it to be Available
+    (`kubectl wait --for=condition` alone fails at once, NotFound, on an object not there yet)."""
     package = connected_build(ready, host, tmp_path, monkeypatch)
+    held = hold_the_workload_cluster(host, 8)
     rc, output, stderr = deploy(host, ready, tmp_path, package)
     done = results(output)
     assert rc == 0, (
@@ -157,6 +179,7 @@ def test_the_deploy_reaches_ready_and_podinfo_answers(ready, host, tmp_path, mon
         host.errors,
         {k: v.held for k, v in host.node_images.items()},
     )
+    assert len(held) > 1  # the Cluster was refused at least once before Flux created it
     summary = done["PASS/FAIL summary"]["msg"]
     assert summary[0] == "signature and SBOMs verified: PASS"
     assert summary[1].startswith("pod images from 127.0.0.1:31999: PASS (")
