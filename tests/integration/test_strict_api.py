@@ -220,6 +220,32 @@ def test_the_same_apply_again_changes_nothing_but_drift_is_applied_over(api):
     assert api.get(KS, "Kustomization", "apps", "flux-system") == forced
 
 
+def test_the_same_apply_a_second_later_after_a_status_write_is_still_a_no_op(api, monkeypatch):
+    """kube-apiserver keeps managedFields sorted (operation, time, manager: apimachinery's
+    sortEncodedManagedFields) and an unchanged apply keeps its entry's time, so applying the same object again,
+    after another manager's status write and in a later second, stores nothing and bumps no resourceVersion
+    (kustomize-controller re-applies at every interval)."""
+    from tests.substrate import strict_api
+
+    res = api.resource_for(KS, "Kustomization")
+    seconds = iter(range(10, 60))
+    monkeypatch.setattr(strict_api, "_now", lambda: "2026-12-04T21:00:%02dZ" % next(seconds))
+
+    def apply():
+        return api.patch(res, "flux-system", "apps", "apply", kustomization(), None, "kustomize-controller")
+
+    apply()
+    status = {"status": {"observedGeneration": 1}}
+    written = api.patch(res, "flux-system", "apps", "merge", status, "status", "kustomize-controller")
+    assert [(e["operation"], e.get("subresource")) for e in written["metadata"]["managedFields"]] == [
+        ("Apply", None),
+        ("Update", "status"),
+    ]
+    again = apply()
+    assert again["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
+    assert again["metadata"]["managedFields"] == written["metadata"]["managedFields"]
+
+
 def test_stale_resource_version_is_a_conflict(api):
     created = api.create(kustomization())
     api.patch(api.resource_for(KS, "Kustomization"), "flux-system", "apps", "merge", {"spec": {"suspend": True}})

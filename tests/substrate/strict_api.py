@@ -907,7 +907,7 @@ class StrictKubeEmulator(KubeEmulator):
                 entries.append(dict(entry, fieldsV1=_fields_v1(owned)))
         if changed:
             entries.append(self._entry(manager, "Update", res, changed, subresource))
-        live["metadata"]["managedFields"] = entries
+        live["metadata"]["managedFields"] = _in_upstream_order(entries)
         return copy.deepcopy(live)
 
     def _apply(self, res, current, patch, manager, force, subresource):
@@ -977,7 +977,9 @@ class StrictKubeEmulator(KubeEmulator):
         entry = self._entry(manager, "Apply", res, applied, subresource)
         if mine and mine.get("fieldsV1") == entry["fieldsV1"]:
             entry["time"] = mine.get("time")  # the same apply again changes nothing, not even the time
-        new["metadata"]["managedFields"] = [e for e in entries if e is not mine and e.get("fieldsV1")] + [entry]
+        new["metadata"]["managedFields"] = _in_upstream_order(
+            [e for e in entries if e is not mine and e.get("fieldsV1")] + [entry]
+        )
         if new["metadata"].get("deletionTimestamp"):
             added = set(new["metadata"].get("finalizers") or []) - set(current["metadata"].get("finalizers") or [])
             if added:
@@ -1357,6 +1359,22 @@ def _fields_v1(leaves):
         for part in path:
             node = node.setdefault(f"f:{part}", {})
     return tree
+
+
+def _in_upstream_order(entries):
+    """managedFields as kube-apiserver stores them: by operation (Apply before Update), time, manager, apiVersion,
+    subresource (k8s.io/apimachinery pkg/util/managedfields/internal/managedfields.go sortEncodedManagedFields).
+    So the same apply again stores the same list: a no-op, with no new resourceVersion."""
+    return sorted(
+        entries,
+        key=lambda e: (
+            e.get("operation") or "",
+            e.get("time") or "",
+            e.get("manager") or "",
+            e.get("apiVersion") or "",
+            e.get("subresource") or "",
+        ),
+    )
 
 
 def _from_fields_v1(tree, prefix=()):
