@@ -72,7 +72,8 @@ NAMESPACE_LABEL = "kustomize.toolkit.fluxcd.io/namespace"
 PRUNE_ANNOTATION = "kustomize.toolkit.fluxcd.io/prune"
 FINALIZER = "finalizers.fluxcd.io"  # kustomize-controller v1.9.4 api/v1/kustomization_types.go
 REQUEUE = "30s"  # kustomize-controller's default --requeue-dependency interval
-POLL_SECONDS = 1.0  # how often a Ready OCIRepository asks the registry again (emulated time)
+POLL_SECONDS = 1.0  # how often a Ready source asks its registry or Git checkout again (emulated time)
+RESYNC_TICKS = 5  # a running world's emulated spec.interval, in idle ticks (World.start)
 
 # Which CRD bundles (strict_api.CRD_BUNDLES) a chart installs when its HelmRelease is installed.
 CHART_CRDS = {
@@ -206,6 +207,10 @@ class World:
     def __init__(self):
         self.clusters = {}
         self.controllers = []
+        # Seconds a controller leaves a Ready object whose inputs have not changed (its emulated spec.interval);
+        # None: every pass acts on every object. start() sets it to RESYNC_TICKS idle ticks: a real controller does not
+        # act on every write to the cluster; settle() stays exhaustive.
+        self.resync = None
 
     def add_cluster(self, api):
         self.clusters[api.url] = api
@@ -233,6 +238,7 @@ class World:
         source polls), so an idle world costs little CPU."""
         self._stop = threading.Event()
         self.errors = []
+        self.resync = RESYNC_TICKS * max(idle, interval)
 
         def versions():
             return {url: api._last_rv for url, api in list(self.clusters.items())}
@@ -290,7 +296,8 @@ class FluxController:
         self.git_checkouts = dict(git_checkouts or {})
         self.artifacts = {}  # (api url, kind, ns, name) -> (revision, folder)
         self._builds = {}  # artifact folder -> rendered objects
-        self._polled = {}  # OCIRepository key -> when the registry was last asked
+        self._polled = {}  # OCIRepository and GitRepository key -> when the source was last asked
+        self._applied = {}  # (api url, Kustomization uid) -> (its inputs at the last apply, when)
         # the kustomize binary itself (never krops' render module), resolved now: stand-ins on PATH come later
         self.renderer = renderer or _find_kustomize()
         world.controllers.append(self)
@@ -534,6 +541,15 @@ class FluxController:
                 "failed to checkout and determine revision: unable to clone '{}': "
                 "not reachable from the emulated world".format(spec["url"]),
             )
+        key = (api.url, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if (
+            self.world.resync is not None
+            and is_ready(obj)
+            and key in self.artifacts
+            and time.monotonic() - self._polled.get(key, 0) < POLL_SECONDS
+        ):
+            return  # a running world asks Git again every POLL_SECONDS, not on every pass; settle() asks every pass
+        self._polled[key] = time.monotonic()
         ref = spec.get("ref") or {}
         rev = (
             ref.get("commit")
@@ -557,7 +573,6 @@ class FluxController:
         commit = proc.stdout.strip()
         label = ref.get("branch") or ref.get("tag") or ref.get("name") or "HEAD"
         revision = f"{label}@sha1:{commit}"
-        key = (api.url, obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         if self.artifacts.get(key, (None,))[0] != revision:
             tar_bytes = subprocess.run(
                 ["git", "-C", checkout, "archive", "--format=tar", commit], capture_output=True, check=True
@@ -702,6 +717,9 @@ class FluxController:
         if not is_ready(source) or key not in self.artifacts or plural is None:
             raise Failure("ArtifactFailed", f"Source is not ready, artifact not found, retrying in {REQUEUE}")
         revision, folder = self.artifacts[key]
+        stamp = self._inputs(api, obj, revision)
+        if self._unchanged(api, obj, stamp, revision):
+            return
         target_dir = os.path.normpath(os.path.join(folder, spec.get("path") or "."))
         if not (target_dir + os.sep).startswith(folder + os.sep) and target_dir != folder:
             raise Failure("ArtifactFailed", "path {} is outside the artifact".format(spec.get("path")))
@@ -749,6 +767,33 @@ class FluxController:
             lastAttemptedRevision=revision,
             inventory={"entries": entries},
         )
+        if stamp is not None:
+            self._applied[(api.url,) + stamp[:1]] = (stamp, time.monotonic())
+
+    def _inputs(self, api, obj, revision):
+        """What kustomize-controller reconciles anew on: the object itself (uid, generation, a reconcile request),
+        the source revision, the substitution values and the target cluster; None when they cannot be read
+        (the full reconcile then reports why, in kustomize-controller's order)."""
+        meta = obj["metadata"]
+        try:
+            variables = self._variables(api, obj)
+            secret_ref = (obj["spec"].get("kubeConfig") or {}).get("secretRef")
+            target = self._remote(api, meta["namespace"], secret_ref) if secret_ref else api
+        except Failure:
+            return None
+        requested = (meta.get("annotations") or {}).get("reconcile.fluxcd.io/requestedAt")
+        values = None if variables is None else tuple(sorted(variables.items()))
+        return (meta["uid"], meta.get("generation"), requested, revision, values, target.url)
+
+    def _unchanged(self, api, obj, stamp, revision):
+        """A Ready Kustomization whose inputs are those of its last apply, within the world's resync window, is
+        left alone: kustomize-controller applies on a change or at spec.interval, not on every cluster write."""
+        if stamp is None or self.world.resync is None or not is_ready(obj):
+            return False
+        if (obj.get("status") or {}).get("lastAppliedRevision") != revision:
+            return False
+        last = self._applied.get((api.url, stamp[0]))
+        return last is not None and last[0] == stamp and time.monotonic() - last[1] < self.world.resync
 
     def _build(self, folder):
         if any(
