@@ -96,6 +96,7 @@ def run_teardown(ansible_playbook, kind_api, fake_bins, arm, tmp_path, *args, en
         "teardown_kind_kubeconfig": str(kind_api.kubeconfig_path),
         "teardown_mgmt_kubeconfig": str(tmp_path / "no-mgmt.yaml"),
         "teardown_azure_endpoint": arm.url,
+        "teardown_azure_poll_interval": 1,
     }
     full_env = {
         "PATH": fake_bins.path_env,
@@ -724,6 +725,7 @@ def test_azure_lifecycle_bootstrap_pivot_teardown_on_the_emulated_host(arm, tmp_
                 "bootstrap_azure_issuer_timeout": 20,
                 "preflight_github_api_url": github.url,
                 "teardown_azure_endpoint": arm.url,
+                "teardown_azure_poll_interval": 1,
             }
             publish_issuer(arm, arm.rg_id(MGMT) + ARC + "krops-mgmt")
 
