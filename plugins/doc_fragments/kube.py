@@ -89,3 +89,17 @@ attributes:
   platform:
     details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost).
 """
+
+    # The options capi_cluster_delete and tinkerbell_release both hand to teardown.delete_clusters. Used as
+    # krops.platform.kube.cluster_delete.
+    CLUSTER_DELETE = r"""
+options:
+  namespace:
+    description: Namespace of the Cluster objects.
+    type: str
+    default: default
+  suspend:
+    description: Suspend Flux before deleting.
+    type: bool
+    default: true
+"""

@@ -255,6 +255,11 @@ class Connection:
             max_pool_connections=20,
         )
 
+    @classmethod
+    def from_options(cls, params):
+        """The connection a module's AWS_ARGS options describe (one not given is left to boto3's own chain)."""
+        return cls(**{name: params.get(name) for name in AWS_ARGS})
+
     def client(self, service, region):
         key = (service, region)
         found = self._clients.get(key)

@@ -76,28 +76,27 @@ def roles(d, with_age):
     return found
 
 
-def _ignore_gone(func, **kwargs):
+def _ignore_gone(client, operation, **kwargs):
+    """aws.call, where an entity already gone counts as done."""
     try:
-        func(**kwargs)
+        aws.call(client, operation, **kwargs)
     except ClientError as exc:
         if not aws.is_not_found(exc):
             raise
 
 
+def _ignore_gone_each(client, operation, key, values, **owner):
+    """_ignore_gone once per value, given as ``key`` beside ``owner`` (the role or the user), in order."""
+    for value in values:
+        _ignore_gone(client, operation, **owner, **{key: value})
+
+
 def _clean_role(client, name, attached, inline, profiles):
-    for arn in attached:
-        _ignore_gone(aws.call, client=client, operation="detach_role_policy", RoleName=name, PolicyArn=arn)
-    for policy in inline:
-        _ignore_gone(aws.call, client=client, operation="delete_role_policy", RoleName=name, PolicyName=policy)
+    _ignore_gone_each(client, "detach_role_policy", "PolicyArn", attached, RoleName=name)
+    _ignore_gone_each(client, "delete_role_policy", "PolicyName", inline, RoleName=name)
     for profile in profiles:
-        _ignore_gone(
-            aws.call,
-            client=client,
-            operation="remove_role_from_instance_profile",
-            RoleName=name,
-            InstanceProfileName=profile,
-        )
-        _ignore_gone(aws.call, client=client, operation="delete_instance_profile", InstanceProfileName=profile)
+        _ignore_gone(client, "remove_role_from_instance_profile", RoleName=name, InstanceProfileName=profile)
+        _ignore_gone(client, "delete_instance_profile", InstanceProfileName=profile)
 
 
 def delete_role(x, res):
@@ -176,12 +175,9 @@ def users(d, with_age):
 
 
 def _clean_user(client, name, groups, attached, inline):
-    for group in groups:
-        _ignore_gone(aws.call, client=client, operation="remove_user_from_group", UserName=name, GroupName=group)
-    for arn in attached:
-        _ignore_gone(aws.call, client=client, operation="detach_user_policy", UserName=name, PolicyArn=arn)
-    for policy in inline:
-        _ignore_gone(aws.call, client=client, operation="delete_user_policy", UserName=name, PolicyName=policy)
+    _ignore_gone_each(client, "remove_user_from_group", "GroupName", groups, UserName=name)
+    _ignore_gone_each(client, "detach_user_policy", "PolicyArn", attached, UserName=name)
+    _ignore_gone_each(client, "delete_user_policy", "PolicyName", inline, UserName=name)
 
 
 def _delete_other_credentials(client, name):
@@ -212,7 +208,7 @@ def delete_user(x, res):
     and everything is listed afresh."""
     client = x.client("iam", x.sweep.home_region)
     name, meta = res["id"], res["meta"]
-    _ignore_gone(aws.call, client=client, operation="delete_login_profile", UserName=name)
+    _ignore_gone(client, "delete_login_profile", UserName=name)
     for key in aws.paginate(client, "list_access_keys", "AccessKeyMetadata", UserName=name):
         aws.call(client, "delete_access_key", UserName=name, AccessKeyId=key["AccessKeyId"])
     _clean_user(client, name, meta.get("groups") or [], meta.get("attached") or [], meta.get("inline") or [])
@@ -224,12 +220,7 @@ def delete_user(x, res):
         for device in aws.paginate(client, "list_mfa_devices", "MFADevices", UserName=name):
             aws.call(client, "deactivate_mfa_device", UserName=name, SerialNumber=device["SerialNumber"])
             if device["SerialNumber"].startswith("arn:"):  # a virtual device (an ARN) is the user's own; delete it
-                _ignore_gone(
-                    aws.call,
-                    client=client,
-                    operation="delete_virtual_mfa_device",
-                    SerialNumber=device["SerialNumber"],
-                )
+                _ignore_gone(client, "delete_virtual_mfa_device", SerialNumber=device["SerialNumber"])
         _delete_other_credentials(client, name)
         _clean_user(
             client,

@@ -487,13 +487,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
         cfg, environment, params.get("include_management", True), params.get("regions")
     )
     wait_timeout, resume = _checked_options(params, mode, check_mode)
-    conn = aws.Connection(
-        profile=params.get("profile"),
-        endpoint_url=params.get("endpoint_url"),
-        access_key=params.get("access_key"),
-        secret_key=params.get("secret_key"),
-        session_token=params.get("session_token"),
-    )
+    conn = aws.Connection.from_options(params)
     regions = rows.unique(t.region for t in targets)
     job = dict(
         cfg=cfg,

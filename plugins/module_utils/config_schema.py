@@ -28,7 +28,6 @@ MAX_TTL = 366 * 24 * 3600
 
 _DURATION = re.compile(r"^(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?$")
 DIGITS = re.compile(r"^[0-9]+$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _VAR_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
 
 
@@ -89,14 +88,8 @@ class Ctx:
 
 
 def plain(value, ctx, key, what="a non-empty string", limit=MAX_STRING):
-    """A non-empty single-line string of at most ``limit`` characters."""
-    if not isinstance(value, str) or not value.strip():
-        ctx.fail(key, what, value)
-    if len(value) > limit:
-        ctx.fail(key, "%s of at most %d characters" % (what, limit), value)
-    if _CONTROL.search(value):
-        ctx.fail(key, f"{what} without control characters (NUL, newline, tab...)", value)
-    return value
+    """A non-empty single-line string of at most ``limit`` characters (the module options' rule, contract.text)."""
+    return contract.single_line(value, ctx, key, what, limit)
 
 
 def string(value, ctx, key):

@@ -77,17 +77,23 @@ class OptionCtx:
 # --- primitives -----------------------------------------------------------------------------
 
 
+def single_line(value, ctx, key, what="a non-empty string", limit=1024):
+    """A non-empty single-line string of at most ``limit`` characters, without control characters (the loader's
+    config_schema.plain is this check too)."""
+    if not isinstance(value, str) or not value.strip():
+        ctx.fail(key, what, value)
+    if len(value) > limit:
+        ctx.fail(key, "%s of at most %d characters" % (what, limit), value)
+    if CONTROL.search(value):
+        ctx.fail(key, f"{what} without control characters (NUL, newline, tab...)", value)
+    return value
+
+
 def text(limit=1024, what="a non-empty string"):
     """A non-empty single-line string without control characters."""
 
     def check(value, ctx, key):
-        if not isinstance(value, str) or not value.strip():
-            ctx.fail(key, what, value)
-        if len(value) > limit:
-            ctx.fail(key, "%s of at most %d characters" % (what, limit), value)
-        if CONTROL.search(value):
-            ctx.fail(key, f"{what} without control characters (NUL, newline, tab...)", value)
-        return value
+        return single_line(value, ctx, key, what, limit)
 
     return check
 

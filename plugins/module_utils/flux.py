@@ -482,10 +482,7 @@ def handoff(params, check_mode=False, helm=None, environ=None):
         else:
             raise FluxError(flux_status.timeout_message(result, total, target, namespace), _finish(result))
     except FluxError as exc:
-        raise FluxError(
-            f"{exc}\n{flux_status.summary(_finish(result))}\non {target}. {flux_status.advice(namespace)}",
-            _finish(result),
-        )
+        raise FluxError(flux_status.stalled_message(exc, _finish(result), target, namespace), _finish(result))
     except kube.KubeError as exc:
         raise FluxError(f"waiting for Flux on {target} failed: {exc}", _finish(result))
     result["_krops_waited"] = time.monotonic() - started

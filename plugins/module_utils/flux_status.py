@@ -274,9 +274,19 @@ def timeout_message(result, total, target, namespace):
             ready,
             len(rows),
         )
+    return failed_wait_message(head, result, namespace, failing=failure_details(rows))
+
+
+def stalled_message(error, result, target, namespace):
+    """The message of a wait that an object reporting Stalled=True ended (``error``: wait_ready's FluxError)."""
+    return failed_wait_message(str(error), result, namespace, before_advice=f"on {target}. ")
+
+
+def failed_wait_message(head, result, namespace, failing=(), before_advice=""):
+    """What a failed wait tells the user, whether it timed out or stalled: ``head``, the state of Flux, the failing
+    Kustomizations and what to do next."""
     parts = [head, summary(result)]
-    failing = failure_details(rows)
     if failing:
         parts.append("Failing:\n" + "\n".join("  " + line for line in failing))
-    parts.append(advice(namespace))
+    parts.append(before_advice + advice(namespace))
     return "\n".join(parts)

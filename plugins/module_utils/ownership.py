@@ -169,6 +169,10 @@ def docker_owned(labels, clusters):
     return value if value in clusters else None
 
 
+def _marker_names(what, named, wanted):
+    return f"ConfigMap {MARKER_NAMESPACE}/{MARKER_NAME} names {what} {named!r}, not {wanted!r}"
+
+
 def kind_marker_verdict(configmap, environment, kind_cluster):
     """(True, why) when the marker ConfigMap proves krops created kind cluster ``kind_cluster`` for ``environment``."""
     if not configmap:
@@ -183,19 +187,9 @@ def kind_marker_verdict(configmap, environment, kind_cluster):
             f"ConfigMap {MARKER_NAMESPACE}/{MARKER_NAME} lacks the label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
         )
     if data.get("environment") != environment:
-        return False, "ConfigMap {}/{} names environment {!r}, not {!r}".format(
-            MARKER_NAMESPACE,
-            MARKER_NAME,
-            data.get("environment"),
-            environment,
-        )
+        return False, _marker_names("environment", data.get("environment"), environment)
     if data.get("kind-cluster") != kind_cluster:
-        return False, "ConfigMap {}/{} names kind cluster {!r}, not {!r}".format(
-            MARKER_NAMESPACE,
-            MARKER_NAME,
-            data.get("kind-cluster"),
-            kind_cluster,
-        )
+        return False, _marker_names("kind cluster", data.get("kind-cluster"), kind_cluster)
     return True, f"marker {MARKER_NAMESPACE}/{MARKER_NAME}: environment {environment}, kind cluster {kind_cluster}"
 
 

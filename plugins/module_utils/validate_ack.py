@@ -87,9 +87,9 @@ def check_carm(env):
     for item, _namespace, values in controllers:
         gates = values.get("featureGates") if isinstance(values.get("featureGates"), dict) else {}
         if str(gates.get("IAMRoleSelector")).lower() == "true" and values.get("enableCARM", True) is not False:
-            env.add(
-                item.file,
-                common.object_id(item.obj),
+            common.flag(
+                env,
+                item,
                 "contracts",
                 "the controller would not start: cannot enable feature gate 'IAMRoleSelector' when flag 'enable-carm' "
                 "is set to true (aws-controllers-k8s/runtime pkg/config/config.go); set enableCARM: false beside it",
@@ -106,7 +106,7 @@ def check_carm(env):
             elif _ROLE_ARN.match(role).group(1) != str(account):
                 problem = f"maps to {role}, a role of account {_ROLE_ARN.match(role).group(1)}: the runtime manages the namespace in the role's account"
             if problem:
-                env.add(item.file, common.object_id(item.obj), "contracts", f"account {account} {problem}")
+                common.flag(env, item, "contracts", f"account {account} {problem}")
     owned = _owned_namespaces(env)
     if not owned or not controllers:
         return
@@ -209,4 +209,4 @@ def check_accounts(env):
                 f"but bootstrap.toml lists the cluster in account {placed[cluster]}: put the cluster's ACK resources "
                 f"in namespace {target}"
             )
-        env.add(item.file, common.object_id(item.obj), "bootstrap", message)
+        common.flag(env, item, "bootstrap", message)

@@ -105,7 +105,7 @@ def check_admission(env):
             continue
         denial = admission.review(item.obj, gates)
         if denial is not None:
-            env.add(item.file, common.object_id(item.obj), "admission", denial.message)
+            common.flag(env, item, "admission", denial.message)
 
 
 def check_contracts(env):
@@ -129,7 +129,7 @@ def check_contracts(env):
         if item is None:  # a stale accepted-end-of-life entry
             env.add("bootstrap.toml", f"environments.{env.name}.accepted-end-of-life", "contracts", message)
         else:
-            env.add(item.file, common.object_id(item.obj), "contracts", message)
+            common.flag(env, item, "contracts", message)
     for kind, name, message in warnings:
         item = items[(kind, name)]
         env.warnings.append(

@@ -143,9 +143,9 @@ def check_chart_pins(env):
             continue
         pin = charts.pin(pin_key)
         if str(version or "").lstrip("v") != str(pin).lstrip("v"):
-            env.add(
-                item.file,
-                common.object_id(item.obj),
+            common.flag(
+                env,
+                item,
                 RULE,
                 "chart {} version {} differs from bootstrap.toml [charts] {} = {}".format(
                     chart, version or "(unset)", pin_key, pin
@@ -167,9 +167,9 @@ def check_flux_version(env):
     for item in _flux_instances(env):
         version = (item.spec.get("distribution") or {}).get("version")
         if version != wanted:
-            env.add(
-                item.file,
-                common.object_id(item.obj),
+            common.flag(
+                env,
+                item,
                 RULE,
                 "FluxInstance distribution.version {} differs from "
                 "bootstrap.toml bootstrap.flux-version = {} (management and workload run the same Flux)".format(
@@ -192,9 +192,9 @@ def check_flux_sync_url(env):
     for item in _flux_instances(env):
         sync = item.spec.get("sync") or {}
         if sync.get("kind") == "OCIRepository" and sync.get("url") != wanted:
-            env.add(
-                item.file,
-                common.object_id(item.obj),
+            common.flag(
+                env,
+                item,
                 RULE,
                 "FluxInstance sync.url {} differs from {} "
                 "(bootstrap.toml registry-name, registry-container-port, oci-repository)".format(
@@ -222,9 +222,9 @@ def check_kind_node_version(env):
         else:
             continue
         if version != tag:
-            env.add(
-                item.file,
-                common.object_id(item.obj),
+            common.flag(
+                env,
+                item,
                 RULE,
                 "Kubernetes version {} differs from the kind "
                 "node image {} (bootstrap.toml bootstrap.kind-node-image)".format(version or "(unset)", tag),

@@ -49,6 +49,11 @@ def object_id(obj):
     return "{}/{}{}".format(obj.get("kind", "?"), f"{ns}/" if ns else "", meta.get("name", "?"))
 
 
+def flag(env, item, rule, message):
+    """Add a finding about the rendered object ``item``, named by its file and object_id."""
+    env.add(item.file, object_id(item.obj), rule, message)
+
+
 def group_of(api_version):
     """The API group of an apiVersion ("" for the core group)."""
     return validate_schema.split_api_version(api_version)[0]

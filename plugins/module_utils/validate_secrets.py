@@ -89,9 +89,9 @@ def check_rendered_plaintext(env):
             continue
         if item.obj.get("data") or item.obj.get("stringData"):
             kustomization = env.rel(render.kustomization_file(os.path.join(env.root, item.directory)))
-            env.add(
-                item.file,
-                common.object_id(item.obj),
+            common.flag(
+                env,
+                item,
                 RULE,
                 f"Secret rendered in plaintext by {kustomization} (secretGenerator?): "
                 "commit it as a *.sops.yaml file instead",

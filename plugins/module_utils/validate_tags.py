@@ -94,9 +94,9 @@ def check_ownership_tag(env):
     """
     for item, field, tags in _tagged(env):
         if tags.get(OWNERSHIP_TAG) != env.name:
-            env.add(
-                item.file,
-                common.object_id(item.obj),
+            common.flag(
+                env,
+                item,
                 RULE,
                 f"{field} lacks the ownership tag {OWNERSHIP_TAG}={env.name} (teardown finds what it owns by this tag)"
                 if OWNERSHIP_TAG not in tags
@@ -113,9 +113,9 @@ def check_run_tags(env):
     for item, field, tags in _tagged(env):
         missing = [t for t in RUN_TAGS if not tags.get(t)]
         if missing:
-            env.add(
-                item.file,
-                common.object_id(item.obj),
+            common.flag(
+                env,
+                item,
                 RULE,
                 "{} lacks the run tags {}: add them from the krops-run ConfigMap "
                 '(postBuild substituteFrom, e.g. "${{KROPS_RUN_ID:=unset}}")'.format(field, ", ".join(missing)),
@@ -162,9 +162,9 @@ def check_gcp_label_keys(env):
     for item, field, labels, at_run in _labelled(env):
         for key in sorted(set(labels) | set(at_run)):
             if not ownership.GCP_LABEL_KEY.match(key):
-                env.add(
-                    item.file,
-                    common.object_id(item.obj),
+                common.flag(
+                    env,
+                    item,
                     RULE,
                     f"{field}: {key!r} is not a valid GCP label key (a lower-case letter, then at most 62 of "
                     "lower-case letters, digits, _ and -)",
@@ -187,9 +187,9 @@ def check_gcp_label_values(env):
                     continue
                 if hasattr(value, "strftime"):  # YAML read an unquoted RFC 3339 time as a timestamp
                     value = value.strftime("%Y-%m-%dT%H:%M:%SZ")
-                env.add(
-                    item.file,
-                    common.object_id(item.obj),
+                common.flag(
+                    env,
+                    item,
                     RULE,
                     f"{field}.{key}: {str(value)!r}{when} is not a valid GCP label value (at most 63 lower-case "
                     "letters, digits, _ and -); take the run tags' label forms (${KROPS_EXPIRES_AT_LABEL} and the "

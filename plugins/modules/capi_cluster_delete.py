@@ -23,10 +23,6 @@ description:
   - Never deletes a Cluster named in O(keep). A management cluster cannot delete its own Cluster object
     (its provider would die mid-delete).
 options:
-  namespace:
-    description: Namespace of the Cluster objects.
-    type: str
-    default: default
   clusters:
     description: Names of the Clusters to delete. Absent ones are reported in RV(already_absent).
     type: list
@@ -37,10 +33,6 @@ options:
     type: list
     elements: str
     default: []
-  suspend:
-    description: Suspend Flux before deleting.
-    type: bool
-    default: true
   kustomizations:
     description: Shell patterns (C(name) or C(namespace/name)) of the Kustomizations to suspend.
     type: list
@@ -60,6 +52,7 @@ extends_documentation_fragment:
   - krops.platform.attributes
   - krops.platform.kube
   - krops.platform.kube.teardown_step
+  - krops.platform.kube.cluster_delete
 attributes:
   check_mode:
     details: Probes and returns RV(plan); changes nothing and does not wait."""

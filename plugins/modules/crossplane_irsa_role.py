@@ -124,13 +124,7 @@ def body(module, step):
     contract.check("crossplane_irsa_role", module.params)
     params = module.params
     step("connecting to AWS")
-    connection = aws.Connection(
-        profile=params["profile"],
-        endpoint_url=params["endpoint_url"],
-        access_key=params["access_key"],
-        secret_key=params["secret_key"],
-        session_token=params["session_token"],
-    )
+    connection = aws.Connection.from_options(params)
     step("making the IRSA role")
     return crossplane_identity.ensure_role(
         connection,

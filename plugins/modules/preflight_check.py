@@ -237,13 +237,7 @@ def body(module, step):
     connection = None
     if params["aws_eip_checks"]:
         step("connecting to AWS")
-        connection = aws.Connection(
-            profile=params["profile"],
-            endpoint_url=params["endpoint_url"],
-            access_key=params["access_key"],
-            secret_key=params["secret_key"],
-            session_token=params["session_token"],
-        )
+        connection = aws.Connection.from_options(params)
     capi_version, version_problems = None, []
     if params["provider_manifests"]:
         step("reading the provider manifests")

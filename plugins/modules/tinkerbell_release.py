@@ -22,10 +22,6 @@ description:
     Hardware spec (user data included) and the Tinkerbell stack are not modified beyond those marks.
   - Probes first; an error listing Hardware, Clusters or Kustomizations fails before anything changes.
 options:
-  namespace:
-    description: Namespace of the Cluster objects.
-    type: str
-    default: default
   hardware_namespace:
     description: Namespace of the Hardware objects; all namespaces when not set.
     type: str
@@ -43,10 +39,6 @@ options:
     type: list
     elements: str
     default: []
-  suspend:
-    description: Suspend Flux before deleting.
-    type: bool
-    default: true
   remove_stale:
     description: Remove ownership marks whose owner no longer exists once the Clusters are gone.
     type: bool
@@ -59,6 +51,7 @@ extends_documentation_fragment:
   - krops.platform.attributes
   - krops.platform.kube
   - krops.platform.kube.teardown_step
+  - krops.platform.kube.cluster_delete
 attributes:
   check_mode:
     details: Probes and returns RV(plan) and the Hardware that would be released; changes nothing."""

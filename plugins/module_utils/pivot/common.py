@@ -316,13 +316,15 @@ class PivotState:
 # --- the management cluster, when it is already reachable ----------------------------------
 
 
-def existing_target(pv):
-    """A client for an already exported target kubeconfig that answers; None otherwise."""
+def _adopt_target(pv, accepts):
+    """Connect to an already exported target kubeconfig and make it pv.target when ``accepts(client)``; the
+    client, or None when there is no such kubeconfig, the API answers an error or ``accepts`` is false."""
     if not os.path.exists(pv.target_kubeconfig):
         return None
     try:
         client = pv.connect(pv.target_kubeconfig, pv.target_context)
-        client.resources.get(api_version="v1", kind="Namespace").get(name="default")
+        if not accepts(client):
+            return None
     except (kube.KubeError,) + API_ERRORS:
         return None
     pv.target = client
@@ -330,20 +332,26 @@ def existing_target(pv):
     return client
 
 
+def _reads_default_namespace(client):
+    client.resources.get(api_version="v1", kind="Namespace").get(name="default")
+    return True
+
+
+def existing_target(pv):
+    """A client for an already exported target kubeconfig that answers; None otherwise."""
+    return _adopt_target(pv, _reads_default_namespace)
+
+
 def mgmt_on_target(pv):
     """Connect to an already exported target kubeconfig; True when it lists the management Cluster."""
-    if not os.path.exists(pv.target_kubeconfig):
-        return False
-    try:
-        client = pv.connect(pv.target_kubeconfig, pv.target_context)
+
+    def lists_mgmt(client):
         res = capi.cluster_resource(client)
-        if res is None or kube.get(client, capi.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is None:
-            return False
-    except (kube.KubeError,) + API_ERRORS:
-        return False
-    pv.target = client
-    pv.connect_kubeconfig = pv.target_kubeconfig
-    return True
+        return (
+            res is not None and kube.get(client, capi.api_version_of(res), "Cluster", pv.mgmt, pv.namespace) is not None
+        )
+
+    return _adopt_target(pv, lists_mgmt) is not None
 
 
 def registry_url(pv):
