@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from tests.integration.test_e2e_aws import _resource_versions, aws_lifecycle, seed_decoys
+from tests.integration.test_e2e_aws import _writes, aws_lifecycle, seed_decoys
 from tests.substrate import aws_world
 from tests.substrate.aws_world import ACCOUNT, clients, inventory
 from tests.substrate.bootstrapped import CLUSTER, KS
@@ -179,10 +179,10 @@ def test_aws_crossplane_playbook_bootstrap_pivot_and_teardown_on_the_emulated_ho
         assert decoys <= before and leftovers <= before
         assert ("global", "iam-role", ROLE) in before
 
-        rvs = _resource_versions(host.world)
+        writes = _writes(host.world)
         run("--tags", "teardown", "--check")
         assert inventory(moto) == before
-        assert _resource_versions(host.world) == rvs
+        assert _writes(host.world) == writes
 
         run("--tags", "teardown")
         after = inventory(moto)
