@@ -306,7 +306,7 @@ class KubeEmulator:
 
     def resource_for(self, api_version, kind):
         group = api_version.rpartition("/")[0]
-        for res in self.resources.values():
+        for res in tuple(self.resources.values()):  # a snapshot: a request thread may register a CRD meanwhile
             if res.group == group and res.kind == kind:
                 return res
         raise ApiError(404, "NotFound", f"no matches for kind {kind!r} in version {api_version!r}")
@@ -757,7 +757,7 @@ class KubeEmulator:
             }
         if path == "/apis":
             groups = {}
-            for res in self.resources.values():
+            for res in tuple(self.resources.values()):  # a snapshot, as in resource_for
                 if res.group:
                     groups.setdefault(res.group, set()).add(res.version)
             return {

@@ -473,7 +473,7 @@ class StrictKubeEmulator(KubeEmulator):
 
     def resource_for(self, api_version, kind):
         group, _sep, version = api_version.rpartition("/")
-        for res in self.resources.values():
+        for res in tuple(self.resources.values()):  # a snapshot: a request thread may register a CRD meanwhile
             if res.group == group and res.kind == kind:
                 return (
                     self._resource(group, version, res.plural)
