@@ -15,7 +15,6 @@ import re
 import textwrap
 import threading
 
-import boto3
 import pytest
 import test_aws_sweep_world as world
 import test_aws_sweep as sweeps
@@ -23,6 +22,7 @@ from test_aws_sweep import sweep
 from test_aws_sweep_world import BOOTSTRAP_TOML, normalise
 
 from ansible_collections.krops.platform.plugins.module_utils import aws, aws_delete, config
+from tests.substrate.aws_world import account_clients
 
 A, B, C, CALLER = "111111111111", "222222222222", "333333333333", world.ACCOUNT
 ROLE_A = f"arn:aws:iam::{A}:role/krops-teardown"
@@ -70,40 +70,11 @@ def toml(tmp_path):
     return str(path)
 
 
-def _account_session(endpoint, account):
-    """A boto3 session in ``account`` (assumed anew: moto's reset between tests forgets earlier credentials)."""
-    if account == CALLER:
-        return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
-    sts = boto3.client(
-        "sts",
-        endpoint_url=endpoint,
-        region_name="eu-north-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    found = sts.assume_role(RoleArn=f"arn:aws:iam::{account}:role/seed", RoleSessionName="seed")["Credentials"]
-    return boto3.session.Session(
-        aws_access_key_id=found["AccessKeyId"],
-        aws_secret_access_key=found["SecretAccessKey"],
-        aws_session_token=found["SessionToken"],
-    )
-
-
 @contextlib.contextmanager
 def in_account(monkeypatch, endpoint, account):
-    """The world's helpers (seed_*, inventory, vpc_defaults) act in ``account`` inside this block."""
-    session = _account_session(endpoint, account)
-    cache = {}
-
-    def clients(endpoint_, region):
-        def make(service):
-            key = (region, service)
-            if key not in cache:
-                cache[key] = session.client(service, endpoint_url=endpoint_, region_name=region)
-            return cache[key]
-
-        return make
-
+    """The world's helpers (seed_*, inventory, vpc_defaults) act in ``account`` inside this block (a role assumed
+    anew each time: moto's reset between tests forgets earlier credentials)."""
+    clients = account_clients(endpoint, account, role="seed", assume=account != CALLER)
     with monkeypatch.context() as patch:
         patch.setattr(world, "clients", clients)
         patch.setattr(world, "ACCOUNT", account)  # the decoys' bucket names (the S3 namespace is shared)

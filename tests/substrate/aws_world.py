@@ -86,7 +86,7 @@ import boto3
 import botocore.exceptions
 import yaml
 
-from tests.integration.test_aws_sweep_world import clients
+from tests.integration.test_aws_sweep_world import _SESSION, clients
 from tests.integration.test_aws_sweep_world import inventory as _sweep_inventory
 from tests.substrate.strict_api import catalog, plural_of
 
@@ -805,8 +805,11 @@ class Ack:
             return any(g["DBSubnetGroupName"] == rid for g in client.describe_db_subnet_groups()["DBSubnetGroups"])
         if rtype == "rds-instance":
             return any(i["DBInstanceIdentifier"] == rid for i in client.describe_db_instances()["DBInstances"])
-        if rtype == "iam-role":
-            return any(r["RoleName"] == rid for r in client.list_roles()["Roles"])
+        if rtype == "iam-role":  # iam-controller's sdkFind: GetRole, NoSuchEntity -> NotFound
+            try:
+                return bool(client.get_role(RoleName=rid)["Role"])
+            except client.exceptions.NoSuchEntityException:
+                return False
         if rtype == "iam-user":
             return any(u["UserName"] == rid for u in client.list_users()["Users"])
         if rtype == "iam-policy":
@@ -1220,23 +1223,32 @@ def tree_objects(paths, variables):
     return found
 
 
-def account_clients(endpoint, account):
-    """test_aws_sweep_world.clients for ``account``: the credentials of a role assumed there (moto)."""
-    sts = clients(endpoint, "eu-north-1")("sts")
-    found = sts.assume_role(RoleArn=f"arn:aws:iam::{account}:role/inventory", RoleSessionName="inventory")
-    creds = found["Credentials"]
-    session = boto3.session.Session(
-        aws_access_key_id=creds["AccessKeyId"],
-        aws_secret_access_key=creds["SecretAccessKey"],
-        aws_session_token=creds["SessionToken"],
-    )
+_SESSION_LOCK = threading.Lock()
+
+
+def account_clients(endpoint, account, role="inventory", assume=True):
+    """test_aws_sweep_world.clients for ``account``: the credentials of ``role`` assumed there (moto; with
+    ``assume`` false, the default caller's). The clients come from one shared session with the credentials given
+    per client: a new boto3 session would load every service model again (a quarter of a several-account test)."""
+    creds = {}
+    if assume:
+        sts = _SESSION.client("sts", endpoint_url=endpoint, region_name="eu-north-1")
+        found = sts.assume_role(RoleArn=f"arn:aws:iam::{account}:role/{role}", RoleSessionName=role)["Credentials"]
+        creds = {
+            "aws_access_key_id": found["AccessKeyId"],
+            "aws_secret_access_key": found["SecretAccessKey"],
+            "aws_session_token": found["SessionToken"],
+        }
     made = {}
 
     def for_region(_endpoint, region):
         def make(service):
-            if (region, service) not in made:
-                made[(region, service)] = session.client(service, endpoint_url=endpoint, region_name=region)
-            return made[(region, service)]
+            with _SESSION_LOCK:  # a boto3 session is not thread-safe, and the emulated controllers use it too
+                if (region, service) not in made:
+                    made[(region, service)] = _SESSION.client(
+                        service, endpoint_url=endpoint, region_name=region, **creds
+                    )
+                return made[(region, service)]
 
         return make
 
