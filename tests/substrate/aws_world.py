@@ -630,6 +630,7 @@ class Ack:
         self.enable_carm = enable_carm
         self._carm_role = None  # the role of the object being reconciled (CARM), read by client()
         self._sessions = {}
+        self._clients = {}  # (role, region, service) -> client: making one costs more than most calls
         self.resource_tags = resource_tags_from_tree() if resource_tags is None else dict(resource_tags)
         self._obj = None  # the object being created, for the tags of its controller
         self._cluster = None  # the cluster of that object (its references resolve there)
@@ -652,7 +653,13 @@ class Ack:
     def client(self, region, service):
         if self._carm_role is None and self.account is None:
             return clients(self.endpoint, region)(service)
-        return self._session(self._carm_role).client(service, endpoint_url=self.endpoint, region_name=region)
+        key = (self._carm_role, region, service)
+        with _SESSION_LOCK:
+            if key not in self._clients:
+                self._clients[key] = self._session(self._carm_role).client(
+                    service, endpoint_url=self.endpoint, region_name=region
+                )
+            return self._clients[key]
 
     def _session(self, role):
         """boto3 session of the controllers' own credentials (role None) or of a role they assume (sts AssumeRole
