@@ -339,6 +339,16 @@ def run(repo, base, head="HEAD", deadline=None, memory=None, **options):
         raise RenderDiffError(str(exc)) from None
 
 
+def _refuse_unknown(environments, present):
+    """An environment asked for that neither revision has is a typo, not an empty comparison."""
+    for name in environments or ():
+        if name not in present:
+            raise RenderDiffError(
+                f"environment {name!r} is at neither revision (no mgmt/{name}); the revisions have: "
+                f"{', '.join(sorted(present)) or 'none'}; name one of them, or none to compare all"
+            )
+
+
 def _run(
     repo,
     base,
@@ -372,15 +382,18 @@ def _run(
         # keeps a revision without schemas renderable and skips the JSON-schema work.
         no_schemas = os.path.join(work, "no-schemas")
         os.makedirs(no_schemas)
+        present = set()
         for name, sha in (("base", base_sha), ("head", head_sha)):
             t0 = time.monotonic()
             root = os.path.join(work, name)
             extract(repo, sha, root)
+            present.update(validate.environments_present(root))
             try:
                 states[name] = render_revision(root, environments, no_schemas, renderer)
             except RenderDiffError as exc:
                 states[name], errors[name] = {}, str(exc)
             timings[f"render_{name}"] = round(time.monotonic() - t0, 3)
+        _refuse_unknown(environments, present)
         t0 = time.monotonic()
         store, no_store = None, None
         if cel:

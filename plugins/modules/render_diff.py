@@ -45,7 +45,8 @@ options:
     default: true
   environments:
     description:
-      - Environments to compare. Defaults to every C(mgmt/<env>) folder present at either revision.
+      - Environments to compare. Defaults to every C(mgmt/<env>) folder present at either revision; one at neither
+        revision fails the module, naming those there.
     type: list
     elements: str
   schema_location:

@@ -391,6 +391,17 @@ def test_unknown_revision_is_a_clear_error_and_exit_2(repo):
     )
 
 
+def test_an_environment_at_neither_revision_is_refused_naming_those_there(repo):
+    """An environment asked for that neither revision has (a typo) is an error, not an empty comparison."""
+    root, base = repo
+    with pytest.raises(render_diff.RenderDiffError) as caught:
+        diff(root, base, environments=["local-host", "local-hots"])
+    assert str(caught.value) == (
+        "environment 'local-hots' is at neither revision (no mgmt/local-hots); the revisions have: local-host; "
+        "name one of them, or none to compare all"
+    )
+
+
 def test_environment_added_at_head_lists_every_object_added(repo):
     root, base = repo
     shutil.copytree(root / "mgmt/local-host", root / "mgmt/local-copy")
