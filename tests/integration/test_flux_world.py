@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -232,6 +233,17 @@ def test_git_source_postbuild_prune_and_suspend(strict_cluster, tmp_path):
     assert condition(api.get(KS, "Kustomization", "apps", "flux-system"))["message"].startswith(
         "Applied revision: main@sha1:"
     )
+    # a running world leaves the Ready, unchanged Kustomization alone within its resync window (5 idle ticks, as
+    # kustomize-controller waits for spec.interval); a settle() after the run acts at once again
+    world.start(interval=0.01, idle=1.0)
+    try:
+        api.remove("v1", "ConfigMap", "a", "default")
+        time.sleep(0.3)
+        assert not api.exists("v1", "ConfigMap", "a", "default")
+    finally:
+        assert world.stop() == []
+    world.settle()
+    assert api.get("v1", "ConfigMap", "a", "default")["data"] == {"run": "run-42", "kept": "${LITERAL}"}
     # b leaves the tree: pruned; a decoy with the same labels but not in the inventory survives
     api.create(
         {

@@ -264,6 +264,7 @@ class World:
     def stop(self):
         self._stop.set()
         self._thread.join(10)
+        self.resync = None  # a settle() after the run is exhaustive again
         return self.errors
 
     def settle(self, max_rounds=40):
