@@ -560,15 +560,13 @@ WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
 def _writes(world):
-    """(cluster, method, path) of every write request the API servers of the world were sent (a server-side dry
-    run is not one). The emulated controllers write in-process, so this is what the playbook changed: a running
-    world may still converge while check mode runs, which is no change of the playbook's."""
-    return [
-        (api.name, method, path)
-        for api in list(world.clusters.values())
-        for method, path in list(api.requests)
-        if method in WRITES
-    ]
+    """The API servers of the world, and (cluster, method, path) of every write request they were sent (a
+    server-side dry run is not one). The emulated controllers write in-process, so the requests are what the
+    playbook changed: a running world may still converge while check mode runs, which is no change of the
+    playbook's. A cluster made or deleted (kind goes through the control server, not an API) changes the names."""
+    servers = list(world.clusters.values())
+    writes = [(api.name, method, path) for api in servers for method, path in list(api.requests) if method in WRITES]
+    return sorted(api.name for api in servers), writes
 
 
 USER_KUBECONFIG = {
