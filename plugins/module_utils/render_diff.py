@@ -382,18 +382,21 @@ def _run(
         # keeps a revision without schemas renderable and skips the JSON-schema work.
         no_schemas = os.path.join(work, "no-schemas")
         os.makedirs(no_schemas)
-        present = set()
-        for name, sha in (("base", base_sha), ("head", head_sha)):
+        revisions = (("base", base_sha), ("head", head_sha))
+        for name, sha in revisions:  # render_<name> counts the extraction too
             t0 = time.monotonic()
-            root = os.path.join(work, name)
-            extract(repo, sha, root)
-            present.update(validate.environments_present(root))
+            extract(repo, sha, os.path.join(work, name))
+            timings[f"render_{name}"] = time.monotonic() - t0
+        # before any render: a name neither revision has is refused at once
+        present = {e for name, _sha in revisions for e in validate.environments_present(os.path.join(work, name))}
+        _refuse_unknown(environments, present)
+        for name, _sha in revisions:
+            t0 = time.monotonic()
             try:
-                states[name] = render_revision(root, environments, no_schemas, renderer)
+                states[name] = render_revision(os.path.join(work, name), environments, no_schemas, renderer)
             except RenderDiffError as exc:
                 states[name], errors[name] = {}, str(exc)
-            timings[f"render_{name}"] = round(time.monotonic() - t0, 3)
-        _refuse_unknown(environments, present)
+            timings[f"render_{name}"] = round(timings[f"render_{name}"] + time.monotonic() - t0, 3)
         t0 = time.monotonic()
         store, no_store = None, None
         if cel:
