@@ -718,7 +718,7 @@ class FluxController:
         if not is_ready(source) or key not in self.artifacts or plural is None:
             raise Failure("ArtifactFailed", f"Source is not ready, artifact not found, retrying in {REQUEUE}")
         revision, folder = self.artifacts[key]
-        stamp = self._inputs(api, obj, revision)
+        stamp, variables, target = self._inputs(api, obj, revision)
         if self._unchanged(api, obj, stamp, revision):
             return
         target_dir = os.path.normpath(os.path.join(folder, spec.get("path") or "."))
@@ -736,10 +736,11 @@ class FluxController:
             from tests.substrate.flux_sops import decrypt_objects
 
             objects = decrypt_objects(api, obj, objects, Failure)
-        variables = self._variables(api, obj)
-        target = api
-        if (spec.get("kubeConfig") or {}).get("secretRef"):
-            target = self._remote(api, ns, spec["kubeConfig"]["secretRef"])
+        if stamp is None:  # the inputs could not be read: read them again, to fail in kustomize-controller's order
+            variables = self._variables(api, obj)
+            target = api
+            if (spec.get("kubeConfig") or {}).get("secretRef"):
+                target = self._remote(api, ns, spec["kubeConfig"]["secretRef"])
         final = []
         always = ((spec.get("postBuild") or {}).get("substituteStrategy") or "WithVariables") == "Always"
         for item in objects:
@@ -773,18 +774,19 @@ class FluxController:
 
     def _inputs(self, api, obj, revision):
         """What kustomize-controller reconciles anew on: the object itself (uid, generation, a reconcile request),
-        the source revision, the substitution values and the target cluster; None when they cannot be read
-        (the full reconcile then reports why, in kustomize-controller's order)."""
+        the source revision, the substitution values and the target cluster. Returns (stamp, variables, target),
+        the last two for the apply; (None, None, None) when they cannot be read (the full reconcile then reports
+        why, in kustomize-controller's order)."""
         meta = obj["metadata"]
         try:
             variables = self._variables(api, obj)
             secret_ref = (obj["spec"].get("kubeConfig") or {}).get("secretRef")
             target = self._remote(api, meta["namespace"], secret_ref) if secret_ref else api
         except Failure:
-            return None
+            return None, None, None
         requested = (meta.get("annotations") or {}).get("reconcile.fluxcd.io/requestedAt")
         values = None if variables is None else tuple(sorted(variables.items()))
-        return (meta["uid"], meta.get("generation"), requested, revision, values, target.url)
+        return (meta["uid"], meta.get("generation"), requested, revision, values, target.url), variables, target
 
     def _unchanged(self, api, obj, stamp, revision):
         """A Ready Kustomization whose inputs are those of its last apply, within the world's resync window, is
