@@ -15,6 +15,7 @@ BIN := $(abspath $(VENV)/bin)
 # ansible-test ignores files that git ignores, so the copy lives outside the checkout.
 BUILD ?= /tmp/krops-build$(subst /,-,$(CURDIR))
 COLLECTION := $(BUILD)/ansible_collections/krops/platform
+DIST := $(BUILD)/dist
 PYTEST_ARGS ?=
 # pytest-xdist workers; each test file stays on one worker (module-scoped fixtures, shared folders).
 PYTEST_WORKERS ?= 2
@@ -23,9 +24,14 @@ XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loa
 # ansible-test runs on the virtual environment's Python (its bin folder comes first on PATH).
 PYVER = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 export KROPS_SCHEMA_LOCATION ?=
+# The pytest runs let Python cache what it compiles (__pycache__): a machine that sets PYTHONDONTWRITEBYTECODE
+# would otherwise compile ansible, the kubernetes client, boto and moto from source again in each of the suite's
+# thousands of processes (setup.sh installs with --no-compile). Only there: ansible-test reads a compile warning
+# on stderr as a failure, and its own venvs are compiled by pip.
+PYTEST = env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
 CRASH_ARGS ?= --limit 12
-.PHONY: crash-matrix test static check quick durations setup sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench scale-bench clean
+.PHONY: crash-matrix test static check quick durations setup shipped sanity sanity-matrix units integration lint ruff yamllint ansible-lint shellcheck docs-lint zizmor renovate docs docs-setup collection build importer ee-context bench scale-bench clean
 
 # After set-up, the integration suite runs beside the other checks (TEST_JOBS=1: one after the
 # other): it waits on its emulators more than it computes, so sanity, units, lint, importer and the
@@ -45,16 +51,24 @@ static:
 setup:
 	@./scripts/setup.sh
 
-# ansible-test needs the collection at .../ansible_collections/krops/platform. It tests what
-# galaxy.yml builds: the GitOps trees are left out (validate and yamllint check them).
+# ansible-test needs the collection at .../ansible_collections/krops/platform. ansible-test units runs on a
+# copy of the checkout (the unit tests read bootstrap.toml and the trees); the GitOps trees are left out.
 collection:
 	@mkdir -p $(COLLECTION)
 	@rsync -a --delete --delete-excluded --exclude .git --exclude .venv --exclude .sanity-venvs --exclude .collections --exclude 'build*' \
 	  --exclude /mgmt --exclude /workload --exclude /schemas --exclude /extensions --exclude /airgap --exclude /.github \
 	  --exclude tests/output --exclude .ruff_cache --exclude .hypothesis --exclude '__pycache__' ./ $(COLLECTION)/
 
-sanity: collection
-	cd $(COLLECTION) && PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --venv --python $(PYVER) --color no
+# ansible-test sanity runs on what users install: the tarball `make build` packs (galaxy.yml's build_ignore),
+# unpacked, as Galaxy's import does; the development-only files (the emulator suites, scripts, CI) are not
+# collection content, and ruff checks them.
+SHIPPED := $(BUILD)/shipped/ansible_collections/krops/platform
+shipped: build
+	@rm -rf $(SHIPPED) && mkdir -p $(SHIPPED)
+	@tar -xzf "$$(cat $(DIST)/tarball.txt)" -C $(SHIPPED)
+
+sanity: shipped
+	cd $(SHIPPED) && PATH=$(BIN):$$PATH $(BIN)/ansible-test sanity --venv --python $(PYVER) --color no
 
 # One release at a time, each in its own .sanity-venvs/X.Y (SANITY_ARGS passes ansible-test options).
 sanity-matrix:
@@ -65,7 +79,7 @@ units: collection
 
 integration:
 	@mkdir -p tests/output
-	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS) | tee tests/output/pytest.log
+	$(PYTEST) $(XDIST) $(PYTEST_ARGS) | tee tests/output/pytest.log
 	@grep -E '^=+ .*(passed|failed).* =+$$' tests/output/pytest.log | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$$//' > tests/output/pytest-summary.txt
 
 # The quick tier, for the inner loop: no ansible-playbook process, no emulated lifecycle
@@ -76,12 +90,12 @@ check:
 
 quick:
 	@mkdir -p tests/output
-	$(BIN)/python -m pytest $(XDIST) -m 'not slow' $(PYTEST_ARGS) | tee tests/output/pytest-quick.log
+	$(PYTEST) $(XDIST) -m 'not slow' $(PYTEST_ARGS) | tee tests/output/pytest-quick.log
 
 # Each test's seconds into tests/benchmarks/durations.json: a test recorded over tests/conftest.py's
 # QUICK_SECONDS is slow, so make check stays quick. Run it on an idle machine after adding tests.
 durations:
-	$(BIN)/python -m pytest $(XDIST) -m 'not playbook and not lifecycle' --record-durations -q $(PYTEST_ARGS)
+	$(PYTEST) $(XDIST) -m 'not playbook and not lifecycle' --record-durations -q $(PYTEST_ARGS)
 
 lint: ruff yamllint ansible-lint shellcheck docs-lint zizmor
 
@@ -111,7 +125,6 @@ ansible-lint:
 	PATH=$(BIN):$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.collections $(BIN)/ansible-lint --profile production
 
 # The tarball users install: galaxy.yml's build_ignore, then a content check for age keys.
-DIST := $(BUILD)/dist
 build:
 	@mkdir -p $(DIST)
 	$(BIN)/python scripts/build_collection.py --output $(DIST) > $(DIST)/tarball.txt

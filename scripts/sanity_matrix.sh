@@ -10,7 +10,7 @@
 # newest ansible-core X.Y.* from PyPI; SANITY_UPGRADE=1 re-checks PyPI for a newer patch.
 # SANITY_PYTHON names the interpreter (default: a Python 3.12, which every release from 2.18 to
 # 2.21 supports as a controller); the script refuses one the release does not support.
-# The collection is copied by `make collection` (outside the checkout: ansible-test skips files
+# The collection is the tarball unpacked by `make shipped` (outside the checkout: ansible-test skips files
 # git ignores). ansible-test's --venv mode installs each test's pinned tools, so PyPI must answer.
 # The shellcheck tool must be on PATH (scripts/setup.sh installs it), or that test is skipped.
 set -euo pipefail
@@ -60,7 +60,7 @@ pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 command -v shellcheck >/dev/null 2>&1 || say "warning: shellcheck is not on PATH, ansible-test will skip its shellcheck test (scripts/setup.sh installs it)"
 
 build=${SANITY_BUILD:-/tmp/krops-sanity$(printf '%s' "$root" | tr / -)}
-collection=$build/ansible_collections/krops/platform
+collection=$build/shipped/ansible_collections/krops/platform
 failed=()
 for release in "${releases[@]}"; do
   venv=$root/.sanity-venvs/$release
@@ -88,7 +88,7 @@ EOF
       cp scripts/get-pip-offline.py "$cache"
     fi
   fi
-  make -s collection BUILD="$build"
+  make -s shipped BUILD="$build"
   say "ansible-core $("$venv/bin/python" -c 'from ansible.release import __version__; print(__version__)'): ansible-test sanity --python $pyver ${extra[*]}"
   if (cd "$collection" && PATH="$venv/bin:$PATH" "$venv/bin/ansible-test" sanity --venv --python "$pyver" --color no "${extra[@]}"); then
     say "ansible-core $release: sanity passed"
