@@ -35,6 +35,22 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def clone(value):
+    """A deep copy of JSON-shaped data (dicts, lists, scalars), about four times faster than copy.deepcopy,
+    which the API servers called on every read and write (a fifth of a lifecycle test's samples); any other
+    type is left to copy.deepcopy."""
+    kind = type(value)
+    if kind is dict:
+        return {key: clone(item) for key, item in value.items()}
+    if kind is list:
+        return [clone(item) for item in value]
+    if kind in _SCALARS:
+        return value
+    return copy.deepcopy(value)
+
 
 def _now():
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -214,8 +230,8 @@ def field_matcher(selector):
 def merge_patch(target, patch):
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return clone(patch)
+    result = clone(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -230,7 +246,7 @@ def _pointer(path):
 
 def json_patch(target, operations):
     """RFC 6902 JSON patch (add, remove, replace, test, copy, move)."""
-    doc = copy.deepcopy(target)
+    doc = clone(target)
     for op in operations:
         parts = _pointer(op.get("path", ""))
         parent = doc
@@ -366,7 +382,7 @@ class KubeEmulator:
 
     # ---- state helpers -----------------------------------------------------------
     def _snapshot(self):
-        return copy.deepcopy(self.objects), len(self.events), self._last_rv, dict(self.resources)
+        return clone(self.objects), len(self.events), self._last_rv, dict(self.resources)
 
     def _restore(self, saved):
         self.objects, events, self._last_rv, self.resources = saved
@@ -381,7 +397,7 @@ class KubeEmulator:
 
     def _record(self, event_type, res, obj):
         rv = int(obj["metadata"]["resourceVersion"])
-        self.events.append((rv, event_type, res.group, res.plural, copy.deepcopy(obj)))
+        self.events.append((rv, event_type, res.group, res.plural, clone(obj)))
         self._cond.notify_all()
 
     def _key(self, res, namespace, name):
@@ -397,7 +413,7 @@ class KubeEmulator:
     # ---- verbs (Python API, also used by the HTTP front end) ---------------------
     def create(self, obj, namespace=None, res=None):
         with self._cond:
-            obj = copy.deepcopy(obj)
+            obj = clone(obj)
             res = res or self.resource_for(obj.get("apiVersion", ""), obj.get("kind", ""))
             meta = obj.setdefault("metadata", {})
             if res.namespaced:
@@ -422,7 +438,7 @@ class KubeEmulator:
             if res.group == "apiextensions.k8s.io" and res.kind == "CustomResourceDefinition":
                 self._register_crd(obj)
             self._record("ADDED", res, obj)
-            return copy.deepcopy(obj)
+            return clone(obj)
 
     def _register_crd(self, crd):
         spec = crd.get("spec", {})
@@ -445,7 +461,7 @@ class KubeEmulator:
     def get(self, api_version, kind, name, namespace=None):
         with self._cond:
             res = self.resource_for(api_version, kind)
-            return copy.deepcopy(self._get(res, namespace, name))
+            return clone(self._get(res, namespace, name))
 
     def _get(self, res, namespace, name):
         obj = self.objects.get(self._key(res, namespace, name))
@@ -456,16 +472,16 @@ class KubeEmulator:
         return obj
 
     def exists(self, api_version, kind, name, namespace=None):
-        try:
-            self.get(api_version, kind, name, namespace)
-            return True
-        except ApiError:
-            return False
+        with self._cond:  # no copy: get() would copy the object only to throw it away
+            try:
+                return self._key(self.resource_for(api_version, kind), namespace, name) in self.objects
+            except ApiError:  # a kind this server does not serve
+                return False
 
     def list(self, api_version, kind, namespace=None, label_selector=None, field_selector=None):
         with self._cond:
             res = self.resource_for(api_version, kind)
-            return [copy.deepcopy(o) for o in self._list(res, namespace, label_selector, field_selector)]
+            return [clone(o) for o in self._list(res, namespace, label_selector, field_selector)]
 
     def _list(self, res, namespace, label_selector, field_selector):
         labels_ok, fields_ok = label_matcher(label_selector), field_matcher(field_selector)
@@ -499,7 +515,7 @@ class KubeEmulator:
             except ApiError:
                 if patch_type != "apply":
                     raise
-                body = copy.deepcopy(patch)
+                body = clone(patch)
                 body.setdefault("metadata", {})["name"] = name
                 return self.create(body, namespace, res)
             if patch_type == "json":
@@ -509,9 +525,9 @@ class KubeEmulator:
             return self._store(res, current, updated, subresource)
 
     def _store(self, res, current, body, subresource):
-        new = copy.deepcopy(current)
+        new = clone(current)
         if subresource == "status":
-            new["status"] = copy.deepcopy(body.get("status"))
+            new["status"] = clone(body.get("status"))
         else:
             keep_meta = {
                 k: current["metadata"].get(k)
@@ -520,9 +536,9 @@ class KubeEmulator:
             for key, value in body.items():
                 if key == "status" and "status" in res.subresources:
                     continue
-                new[key] = copy.deepcopy(value)
+                new[key] = clone(value)
             if "status" in res.subresources:
-                new["status"] = copy.deepcopy(current.get("status"))
+                new["status"] = clone(current.get("status"))
             new["metadata"] = dict(body.get("metadata") or {})
             new["metadata"].update({k: v for k, v in keep_meta.items() if v is not None})
             new["apiVersion"], new["kind"] = res.api_version, res.kind
@@ -531,31 +547,31 @@ class KubeEmulator:
             }:
                 new["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
         if new == current:
-            return copy.deepcopy(current)
+            return clone(current)
         self._bump(new)
         key = self._key(res, new["metadata"].get("namespace"), new["metadata"]["name"])
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             del self.objects[key]
             self._record("DELETED", res, new)
-            return copy.deepcopy(new)
+            return clone(new)
         self.objects[key] = new
         self._record("MODIFIED", res, new)
-        return copy.deepcopy(new)
+        return clone(new)
 
     def delete(self, res, namespace, name):
         with self._cond:
             current = self._get(res, namespace, name)
             if current["metadata"].get("finalizers"):
                 if not current["metadata"].get("deletionTimestamp"):
-                    new = copy.deepcopy(current)
+                    new = clone(current)
                     new["metadata"]["deletionTimestamp"] = _now()
                     self._bump(new)
                     self.objects[self._key(res, namespace, name)] = new
                     self._record("MODIFIED", res, new)
-                    return copy.deepcopy(new)
-                return copy.deepcopy(current)
+                    return clone(new)
+                return clone(current)
             del self.objects[self._key(res, namespace, name)]
-            gone = copy.deepcopy(current)
+            gone = clone(current)
             self._bump(gone)
             self._record("DELETED", res, gone)
             if res.plural == "namespaces" and not res.group:
@@ -641,9 +657,7 @@ class KubeEmulator:
         end = time.monotonic() + timeout
         with self._cond:
             if since_rv in (None, "", "0"):
-                initial = [
-                    ("ADDED", copy.deepcopy(o)) for o in self._list(res, namespace, label_selector, field_selector)
-                ]
+                initial = [("ADDED", clone(o)) for o in self._list(res, namespace, label_selector, field_selector)]
                 cursor = self._last_rv
             else:
                 initial, cursor = [], int(since_rv)
@@ -922,7 +936,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(200, self._list_body(res, namespace, query))
             if method == "GET":
                 with emulator._cond:
-                    return self._send(200, copy.deepcopy(emulator._get(res, namespace, name)))
+                    return self._send(200, clone(emulator._get(res, namespace, name)))
             if method == "POST" and name is None:
                 body = self._body()
                 return self._send(201, emulator.create(body, namespace, res))
@@ -961,7 +975,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _list_body(self, res, namespace, query):
         with self.emulator._cond:
             items = [
-                copy.deepcopy(o)
+                clone(o)
                 for o in self.emulator._list(res, namespace, query.get("labelSelector"), query.get("fieldSelector"))
             ]
             rv = str(self.emulator._last_rv)

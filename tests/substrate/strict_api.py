@@ -61,6 +61,7 @@ from pathlib import Path
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from tests.substrate import webhooks
 from tests.substrate.kube_emulator import (
+    clone,
     KROPS_RESOURCES,
     ApiError,
     KubeEmulator,
@@ -387,7 +388,7 @@ def _secret_string_data(res, obj):
     (core/v1 Secret API reference, field stringData)."""
     if res.group or res.plural != "secrets" or "stringData" not in obj:
         return obj
-    obj = copy.deepcopy(obj)
+    obj = clone(obj)
     data = dict(obj.get("data") or {})
     for key, value in (obj.pop("stringData") or {}).items():
         data[key] = base64.b64encode(str(value).encode()).decode()
@@ -559,7 +560,7 @@ class StrictKubeEmulator(KubeEmulator):
 
     def validate(self, res, obj, directive="Strict", apply=False):
         """The object as stored (unknown fields dropped unless refused); raises ApiError like the server."""
-        obj = copy.deepcopy(obj)
+        obj = clone(obj)
         if "status" in obj and obj["status"] is None:  # the emulator's placeholder for "no status yet"
             del obj["status"]
         name = (obj.get("metadata") or {}).get("name") or ""
@@ -650,7 +651,7 @@ class StrictKubeEmulator(KubeEmulator):
 
     @staticmethod
     def _prune(obj, unknown):
-        pruned = copy.deepcopy(obj)
+        pruned = clone(obj)
         for dotted in unknown:
             parts = re.findall(r"[^.\[\]]+|\[\d+\]", dotted)
             node = pruned
@@ -740,7 +741,7 @@ class StrictKubeEmulator(KubeEmulator):
             stored = self.objects[self._key(res, created["metadata"].get("namespace"), created["metadata"]["name"])]
             if manager:
                 stored["metadata"]["managedFields"] = [self._entry(manager, operation, res, _leaves(obj))]
-            return copy.deepcopy(stored)
+            return clone(stored)
 
     def replace(self, res, namespace, name, body, subresource=None, directive=None, manager=None):
         with self._cond:
@@ -780,19 +781,19 @@ class StrictKubeEmulator(KubeEmulator):
                         [FieldError("FieldValueRequired", "fieldManager", detail="is required for apply patch")],
                     )
                 if key not in self.objects:
-                    body = copy.deepcopy(patch)
+                    body = clone(patch)
                     body.setdefault("metadata", {})["name"] = name
                     if subresource:
                         raise ApiError(404, "NotFound", f'{res.plural}.{res.group} "{name}" not found')
                     return self.create(body, namespace, res, directive, field_manager, "Apply")
                 if self.reapplies(key, patch, field_manager, subresource, force):
-                    return copy.deepcopy(self.objects[key])
+                    return clone(self.objects[key])
                 result = self._apply(res, self.objects[key], patch, field_manager, force, subresource)
                 if key in self.objects:
                     self._applied[(key, field_manager, subresource, bool(force))] = (
                         self._schema_epoch,
                         json.dumps(patch, sort_keys=True),
-                        copy.deepcopy(self.objects[key]),
+                        clone(self.objects[key]),
                     )
                 return result
             current = self._get(res, namespace, name)
@@ -832,9 +833,9 @@ class StrictKubeEmulator(KubeEmulator):
 
     def _checked(self, res, current, body, subresource, directive):
         """Validate the object that would result from a write (status writes check the status schema)."""
-        candidate = copy.deepcopy(current)
+        candidate = clone(current)
         if subresource == "status":
-            candidate["status"] = copy.deepcopy(body.get("status"))
+            candidate["status"] = clone(body.get("status"))
         else:
             candidate.update({k: v for k, v in body.items() if k != "status"})
         checked = self.validate(res, candidate, directive)
@@ -858,7 +859,7 @@ class StrictKubeEmulator(KubeEmulator):
                     )
                 ],
             )
-        result = copy.deepcopy(body)
+        result = clone(body)
         if subresource == "status":
             result["status"] = checked.get("status")
         else:
@@ -908,10 +909,10 @@ class StrictKubeEmulator(KubeEmulator):
         if changed:
             entries.append(self._entry(manager, "Update", res, changed, subresource))
         live["metadata"]["managedFields"] = _in_upstream_order(entries)
-        return copy.deepcopy(live)
+        return clone(live)
 
     def _apply(self, res, current, patch, manager, force, subresource):
-        patch = copy.deepcopy(patch)
+        patch = clone(patch)
         merged = self.validate(
             res, dict(current, **{k: v for k, v in patch.items() if k != "metadata"}), "Strict", apply=True
         )
@@ -925,7 +926,7 @@ class StrictKubeEmulator(KubeEmulator):
         else:
             patch.pop("status", None) if "status" in res.subresources else None
         applied = _leaves(patch)
-        entries = copy.deepcopy(current["metadata"].get("managedFields") or [])
+        entries = clone(current["metadata"].get("managedFields") or [])
         mine = next(
             (
                 e
@@ -970,7 +971,7 @@ class StrictKubeEmulator(KubeEmulator):
                     taken = {p for e, p in conflicts if e is entry}
                     entry["fieldsV1"] = _fields_v1(_from_fields_v1(entry.get("fieldsV1") or {}) - taken)
                 others |= _from_fields_v1(entry.get("fieldsV1") or {})
-        new = copy.deepcopy(current)
+        new = clone(current)
         for path in sorted(previously - applied - others, key=len, reverse=True):
             _del_path(new, path)
         new = merge_patch(new, _strip_nulls(patch))
@@ -988,7 +989,7 @@ class StrictKubeEmulator(KubeEmulator):
         live = self.objects.get(self._key(res, stored["metadata"].get("namespace"), stored["metadata"]["name"]))
         if live is not None and live["metadata"].get("managedFields") != new["metadata"]["managedFields"]:
             live["metadata"]["managedFields"] = new["metadata"]["managedFields"]
-        return copy.deepcopy(live if live is not None else stored)
+        return clone(live if live is not None else stored)
 
     # ---- deletion and garbage collection ------------------------------------------------
     def delete(self, res, namespace, name, propagation=None, preconditions=None):
@@ -1022,9 +1023,7 @@ class StrictKubeEmulator(KubeEmulator):
                 self._collect(uid, "Foreground")  # finishes the owner once its dependents are gone
                 obj = self.objects.get(key)
                 return (
-                    copy.deepcopy(obj)
-                    if obj
-                    else dict(current, metadata=dict(current["metadata"], deletionTimestamp=_now()))
+                    clone(obj) if obj else dict(current, metadata=dict(current["metadata"], deletionTimestamp=_now()))
                 )
             if propagation == "Orphan":
                 self._orphan(uid)
@@ -1052,11 +1051,11 @@ class StrictKubeEmulator(KubeEmulator):
         if obj["metadata"].get("finalizers"):
             self._bump(obj)
             self._record("MODIFIED", res, obj)
-            return copy.deepcopy(obj)
+            return clone(obj)
         del self.objects[key]
         self._bump(obj)
         self._record("DELETED", res, obj)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def _delete_namespace(self, res, current):
         """Namespace deletion: terminating while its content goes, then removed (namespace controller)."""
@@ -1074,7 +1073,7 @@ class StrictKubeEmulator(KubeEmulator):
                 self.delete(inner, name, obj_key[3])
         left = [k for k in self.objects if k[2] == name and self.resources[(k[0], k[1])].namespaced]
         if left:
-            return copy.deepcopy(ns)
+            return clone(ns)
         return self._finish(res, key)
 
     def _dependents(self, uid):
@@ -1464,7 +1463,7 @@ class _StrictHandler(_Handler):
                 res, namespace, name, _sub = routed
                 try:  # conversion strategy None: the object in the version asked for
                     with emulator._cond:
-                        obj = copy.deepcopy(emulator._get(res, namespace, name))
+                        obj = clone(emulator._get(res, namespace, name))
                 except ApiError as exc:
                     return self._send_error(exc)
                 obj["apiVersion"] = res.api_version
