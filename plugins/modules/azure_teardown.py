@@ -34,10 +34,10 @@ description:
     is a leftover and the module fails naming it and the lock.
   - Call it after the workload Clusters were deleted through CAPZ and the CAPI providers removed, so
     nothing recreates what it deletes.
-  - With O(mode=report) nothing is changed, in or out of check mode: the same discovery runs (as in check mode)
+  - "With O(mode=report) nothing is changed, in or out of check mode: the same discovery runs (as in check mode)
     and the owned resources at least O(min_age_hours) old are returned as Markdown and JSON in RV(report) (and
     written to O(report_path)), the orphan report of C(playbooks/orphan_report.yml). The age comes from ARM's
-    C(systemData.createdAt); a resource without it (resource groups declare none) is always reported.
+    C(systemData.createdAt); a resource without it (resource groups declare none) is always reported."
 extends_documentation_fragment:
   - krops.platform.attributes
   - krops.platform.azure

@@ -37,11 +37,11 @@ description:
     accounts, then the workload identity providers of O(workload_identity_providers) (soft-deleted; a provider
     already in state DELETED counts as gone). Other members of the same role, other accounts and other
     providers are never touched. The pool itself stays (a one-time prerequisite, docs/environments/gcp.md)."
-  - With O(mode=report) nothing is changed, in or out of check mode: the same discovery runs (as in check mode)
+  - "With O(mode=report) nothing is changed, in or out of check mode: the same discovery runs (as in check mode)
     and the owned resources at least O(min_age_hours) old are returned as Markdown and JSON in RV(report) (and
     written to O(report_path)), the orphan report of C(playbooks/orphan_report.yml). The age comes from
     C(creationTimestamp) (Compute Engine), C(createTime) (GKE, Cloud SQL) or C(timeCreated) (Cloud Storage); a
-    resource without one (peerings, connections, IAM grants, service accounts, providers) is always reported.
+    resource without one (peerings, connections, IAM grants, service accounts, providers) is always reported."
 extends_documentation_fragment:
   - krops.platform.attributes
   - krops.platform.bootstrap_config

@@ -17,6 +17,8 @@ import pytest
 
 from ansible_collections.krops.platform.plugins.module_utils import cloud_report
 from ansible_collections.krops.platform.plugins.modules import azure_teardown, gcp_teardown
+from tests.integration import test_teardown_cloud as cloud
+from tests.integration.test_e2e_azure import seed_azure
 from tests.substrate.arm_double import ArmDouble
 from tests.substrate.fixtures import REPO, task_results
 from tests.substrate.google_double import GoogleDouble
@@ -598,6 +600,44 @@ def test_gcp_report_of_phase_before_clusters_lists_only_those_stages(google, run
         ("private-services-range", "krops-psa"),
     ]
     assert read_only(google)
+
+
+# --- the report is the teardown's plan ---------------------------------------------------------------------------
+
+
+def test_at_threshold_zero_the_report_is_exactly_what_the_teardown_would_delete(run_module, fixed_now):
+    """Over the teardown tests' worlds (test_teardown_cloud.py) and the azure lifecycle's seed (test_e2e_azure.py):
+    the report lists the check-mode plan's resources, in its order, and neither call writes."""
+    for seed in (cloud.azure_world, seed_azure):
+        arm = ArmDouble(token="arm-token", subscription=SUB)
+        try:
+            seed(arm)
+            planned = run_module(azure_teardown, azure_args(arm, mode="delete"), check_mode=True)
+            report = run_module(azure_teardown, azure_args(arm, min_age_hours=0))
+            assert not planned.failed and not report.failed, (planned, report)
+            assert planned["results"], seed
+            assert [(r["type"], r["id"]) for r in report["report"]["json"]["resources"]] == [
+                (r["type"], r["id"]) for r in planned["results"]
+            ]
+            assert report["not_owned"] == planned["not_owned"] and report["plan"] == planned["plan"]
+            assert arm.writes() == []
+        finally:
+            arm.stop()
+    google = GoogleDouble(polls=2, page_size=2)
+    try:
+        cloud.gcp_world(google)
+        cloud.gcp_iam_world(google)
+        planned = run_module(gcp_teardown, gcp_args(google, mode="delete"), check_mode=True)
+        report = run_module(gcp_teardown, gcp_args(google, min_age_hours=0))
+        assert not planned.failed and not report.failed, (planned, report)
+        assert len(planned["results"]) == 18
+        assert [(r["type"], r["id"]) for r in report["report"]["json"]["resources"]] == [
+            (r["type"], r["id"]) for r in planned["results"]
+        ]
+        assert report["not_owned"] == planned["not_owned"] and report["plan"] == planned["plan"]
+        assert read_only(google)
+    finally:
+        google.stop()
 
 
 # --- bad input: a clear message, nothing called ------------------------------------------------------------------
