@@ -652,7 +652,10 @@ def test_a_report_of_an_unknown_environment_or_another_clouds_fails_clearly_befo
     other = run_module(gcp_teardown, gcp_args(google, environment="azure"))
     assert other.failed and other["msg"] == "environment azure is of kind azure, not gcp"
     negative = run_module(azure_teardown, azure_args(arm, min_age_hours=-1))
-    assert negative.failed and negative["msg"].startswith("option min_age_hours: expected a number of hours from 0 ")
+    assert (
+        negative.failed
+        and negative["msg"] == "option min_age_hours: expected a number of hours from 0 to 8784, got -1.0"
+    )
     assert arm.calls == [] and google.calls == []
     assert "exception" not in unknown and "exception" not in other and "exception" not in negative
 
@@ -730,7 +733,9 @@ def test_the_orphan_report_playbook_reports_a_gcp_environment_through_its_rows(g
     assert read_only(google) and google.inventory_objects() == before
 
 
-def test_the_orphan_report_playbook_refuses_an_unknown_environment_and_one_without_a_cloud(ansible_playbook, tmp_path):
+def test_the_orphan_report_playbook_refuses_an_unknown_environment_and_a_cloud_without_a_report(
+    ansible_playbook, tmp_path
+):
     rc, output, stderr, out = report_playbook(ansible_playbook, tmp_path, "nope")
     assert rc == 2, (output, stderr)
     failed = [r for r in task_results(output).values() if r.get("failed")]
@@ -745,5 +750,14 @@ def test_the_orphan_report_playbook_refuses_an_unknown_environment_and_one_witho
     assert [r["msg"] for r in failed] == [
         "orphan report: environment local-talos (platform local-talos) creates no cloud resources, so there is "
         "nothing to report; the orphan report covers the environments on aws, azure, gcp"
+    ]
+    # a cloud the registry has no report for (here the registry narrowed to aws by an extra variable)
+    only_aws = json.dumps({"orphan_report_task_files": {"aws": "tasks/orphan-report-aws.yml"}})
+    rc, output, stderr, out = report_playbook(ansible_playbook, tmp_path, "gcp", args=("-e", only_aws))
+    assert rc == 2, (output, stderr)
+    failed = [r for r in task_results(output).values() if r.get("failed")]
+    assert [r["msg"] for r in failed] == [
+        "orphan report: environment gcp (platform gcp) is on cloud gcp, which has no orphan report; the orphan report "
+        "covers the environments on aws"
     ]
     assert not out.exists()
