@@ -14,6 +14,11 @@ named. Federated identity credentials have no tags: one is krops' when it sits o
 tagged for this environment and its name is exactly one the bootstrap hook creates (credential_names) or its
 issuer is exactly one of credential_issuers. A name that merely shares a prefix proves nothing. A group
 under a management lock is never tried: krops never removes a lock.
+
+Each item carries its resource's creation time for the orphan report (``_created``): ARM's
+``systemData.createdAt`` (common-types Resource.systemData), which identities, federated credentials and Arc
+connected clusters declare; a resource group (Microsoft.Resources 2021-04-01) declares none, so its age is
+unknown unless ARM sends systemData all the same (docs/upstream-facts.md).
 """
 
 from __future__ import annotations
@@ -40,6 +45,12 @@ class AzureScan:
         return self.http.pages(f"{self.sub}{path}?api-version={AZURE_API[api]}", "value", "nextLink")
 
 
+def _item(rtype, resource, reason):
+    """A row's item: the resource's type, id, name, ownership reason and creation time (``_created``)."""
+    created = (resource.get("systemData") or {}).get("createdAt")
+    return {"type": rtype, "id": resource["id"], "name": resource["name"], "reason": reason, "_created": created}
+
+
 def _credentials(s):
     found = []
     for identity in s.pages("/providers/Microsoft.ManagedIdentity/userAssignedIdentities", "userAssignedIdentities"):
@@ -57,7 +68,7 @@ def _credentials(s):
             if cred["name"] in s.names or issuer in s.issuers:
                 why = "bootstrap credential" if cred["name"] in s.names else f"credential for issuer {issuer}"
                 reason = "{} on identity {} (tag {}={})".format(why, identity["name"], OWNER_TAG, s.environment)
-                found.append({"type": "federated-credential", "id": cred["id"], "name": cred["name"], "reason": reason})
+                found.append(_item("federated-credential", cred, reason))
     return found
 
 
@@ -66,7 +77,7 @@ def _arcs(s):
     for arc in s.pages("/providers/Microsoft.Kubernetes/connectedClusters", "connectedClusters"):
         why = azure.azure_owned(arc, s.environment, [])
         if why:
-            found.append({"type": "arc-connected-cluster", "id": arc["id"], "name": arc["name"], "reason": why})
+            found.append(_item("arc-connected-cluster", arc, why))
     return found
 
 
@@ -78,7 +89,7 @@ def _groups(s):
     for group in (groups[name] for name in wanted if name in groups):
         why = azure.azure_owned(group, s.environment, s.clusters)
         if why:
-            found.append({"type": "resource-group", "id": group["id"], "name": group["name"], "reason": why})
+            found.append(_item("resource-group", group, why))
             continue
         reason = "named in bootstrap.toml but carries neither {}={} nor a CAPZ owned tag for {}".format(
             OWNER_TAG, s.environment, ", ".join(s.clusters)
@@ -142,7 +153,13 @@ class _Arm:
         self.http, self.arm = http, arm
 
 
-def azure_teardown(
+def azure_teardown(*args, **options):
+    """Delete what the rows discover, follow each operation, then discover again: what is left fails
+    (the arguments are azure_run's)."""
+    return azure_run(*args, **options).execute()
+
+
+def azure_run(
     http,
     arm,
     subscription,
@@ -159,10 +176,10 @@ def azure_teardown(
     sleep=time.sleep,
     clock=time.monotonic,
 ):
-    """Delete what the rows discover, follow each operation, then discover again: what is left fails."""
+    """The steps.Run of an Azure teardown (azure_teardown runs it; in check mode it is the orphan report's)."""
     arm = arm.rstrip("/")
     args = (http, arm, subscription, environment, resource_groups, clusters, credential_names, credential_issuers)
-    run = steps.Run(
+    return steps.Run(
         ROWS,
         _Arm(http, arm),
         lambda: AzureScan(*args, mgmt_cluster),
@@ -178,4 +195,3 @@ def azure_teardown(
         left=ownership.FAILED,
         appeared=False,
     )
-    return run.execute()

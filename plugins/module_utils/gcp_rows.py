@@ -21,6 +21,11 @@ environment is never ours, and an owned VPC holding anything krops does not own 
 teardown.disable-deletion-protection. Service accounts, their project grants and workload identity
 providers carry no labels: only the exact account ids and <pool>/<provider> names of bootstrap.toml
 (teardown.service-accounts, teardown.workload-identity-providers) are owned (gcp_iam.py).
+
+Each item carries its resource's creation time for the orphan report (``_created``, steps.report): Compute
+Engine's ``creationTimestamp`` (VPCs and their parts), GKE's and Cloud SQL's ``createTime``, Cloud Storage's
+``timeCreated``. Peerings, private services access connections, IAM grants, service accounts and workload
+identity providers state none (docs/upstream-facts.md).
 """
 
 from __future__ import annotations
@@ -137,6 +142,7 @@ def _databases(s):
                 deletion_protection=bool(settings.get("deletionProtectionEnabled")),
                 unprotect=inst["name"] in s.unprotect,
                 network=_last(private) or None,
+                _created=inst.get("createTime"),
             )
         )
     return found
@@ -181,13 +187,29 @@ def _gke_clusters(s):
             continue
         url = "{}/projects/{}/locations/{}/clusters/{}".format(s.roots["container"], s.p, c["location"], c["name"])
         network = _last(c.get("network")) or None
-        found.append(item("gke-cluster", c["name"], url, why, _location=c["location"], network=network))
+        found.append(
+            item(
+                "gke-cluster",
+                c["name"],
+                url,
+                why,
+                _location=c["location"],
+                network=network,
+                _created=c.get("createTime"),
+            )
+        )
     return found
 
 
 def _buckets(s):
     return [
-        item("bucket", b["name"], "{}/b/{}".format(s.roots["storage"], urllib.parse.quote(b["name"])), s.labelled())
+        item(
+            "bucket",
+            b["name"],
+            "{}/b/{}".format(s.roots["storage"], urllib.parse.quote(b["name"])),
+            s.labelled(),
+            _created=b.get("timeCreated"),
+        )
         for b in s.http.pages("{}/b?project={}".format(s.roots["storage"], s.p), "items", "nextPageToken")
         if s.verdict(b.get("labels")) == "owned"
     ]
@@ -217,6 +239,7 @@ def _networks(s):
             n["name"],
             "{}/global/networks/{}".format(s.compute, urllib.parse.quote(n["name"])),
             "named in bootstrap.toml (teardown.networks)",
+            _created=n.get("creationTimestamp"),
         )
         for n in s.owned_networks
     ]
@@ -278,7 +301,16 @@ ROWS = (
 GCP_STAGES = tuple(dict.fromkeys(r.group for r in ROWS))  # the stages, in order
 
 
-def gcp_teardown(
+def gcp_teardown(*args, **options):
+    """Delete stage by stage, waiting for each stage's operations; a stage that leaves anything stops the run.
+
+    After the last stage, discovery runs again: whatever it still finds is a leftover (rc=0 means
+    nothing owned is left). The arguments are gcp_run's.
+    """
+    return gcp_run(*args, **options).execute()
+
+
+def gcp_run(
     http,
     roots,
     project,
@@ -296,11 +328,7 @@ def gcp_teardown(
     service_accounts=(),
     providers=(),
 ):
-    """Delete stage by stage, waiting for each stage's operations; a stage that leaves anything stops the run.
-
-    After the last stage, discovery runs again: whatever it still finds is a leftover (rc=0 means
-    nothing owned is left).
-    """
+    """The steps.Run of a GCP teardown (gcp_teardown runs it; in check mode it is the orphan report's)."""
     if phase not in gcp.GCP_PHASES:
         raise CloudError("phase must be one of {}, got {!r}".format(", ".join(gcp.GCP_PHASES), phase))
     stages = [s for s in GCP_STAGES if phase == "all" or s in BEFORE_CLUSTERS]
@@ -311,7 +339,7 @@ def gcp_teardown(
         scan.held = gcp.gcp_taint(plan, scan.not_owned, scan.owned_names)
         return [("network", f"network/{name}") for name in scan.held] if whole else []
 
-    run = steps.Run(
+    return steps.Run(
         ROWS,
         ops,
         lambda: GcpScan(ops, environment, networks, clusters, unprotect, service_accounts, providers),
@@ -327,4 +355,3 @@ def gcp_teardown(
         sleep=sleep,
         clock=clock,
     )
-    return run.execute()

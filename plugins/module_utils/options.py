@@ -29,6 +29,7 @@ POSITIVE_TIMEOUT = k.number(1, MAX_TIMEOUT, integer=True)
 POLL = k.number(0, 3600, integer=True)
 PROGRESS = k.number(1, 3600, integer=True)  # seconds between progress lines: 0 would print without end
 HTTPS = k.url()  # https, http only to loopback
+MIN_AGE_HOURS = k.number(0, 24 * 366, what="a number of hours from 0 to 8784")  # the orphan reports' threshold
 REGISTRY = k.url(http="any", what="an https:// (or, for a registry on the local network, http://) URL")
 
 _GUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
@@ -123,7 +124,7 @@ OPTIONS = {
         environment=ENVIRONMENT,
         config_file=PATH,
         regions=k.unique(REGION, 64),
-        min_age_hours=k.number(0, 24 * 366, what="a number of hours from 0 to 8784"),
+        min_age_hours=MIN_AGE_HOURS,
         report_path=k.writable_file(),  # its folder is created when missing
         concurrency=k.number(1, 64, integer=True),
         wait_timeout=TIMEOUT,
@@ -157,6 +158,8 @@ OPTIONS = {
         "login_endpoint": HTTPS,
         "wait_timeout": TIMEOUT,
         "poll_interval": POLL,
+        "min_age_hours": MIN_AGE_HOURS,
+        "report_path": k.writable_file(),  # its folder is created when missing
     },
     "capi_cluster_delete": dict(
         KUBE,
@@ -224,6 +227,8 @@ OPTIONS = {
         "base_url": HTTPS,
         "wait_timeout": TIMEOUT,
         "poll_interval": POLL,
+        "min_age_hours": MIN_AGE_HOURS,
+        "report_path": k.writable_file(),
     },
     "kind_cluster": {
         "name": KIND_NAME,

@@ -23,11 +23,17 @@ older form of the same row) hold the rows; the engine owns the rest:
 - the verification pass: once everything ran, discovery runs again, and whatever it still finds is
   a leftover (``left``), which fails the run.
 
+The orphan report (``report``) is the same table read only: a run in check mode gives every owned item the
+discovery found, and each one's age comes from the creation time its row put in the item (``_created``, the
+cloud's own text: RFC 3339). Every cloud on this engine gets its report from this one function.
+
 Importable without Ansible and without any cloud SDK.
 """
 
 from __future__ import annotations
 
+import datetime
+import re
 import time
 
 from ansible_collections.krops.platform.plugins.module_utils import errors, ownership
@@ -43,7 +49,8 @@ class Row:
     handle)`` follows, or None when the deletion is final; it raises an errors.KropsError when the
     item cannot go. ``poll`` answers ``(DONE | PENDING | FAILED, error)``; ``gone(run, item)``, asked
     after the wait about an item whose deletion failed, says it is gone all the same. ``plan`` is a
-    format string over the item, or a callable of the item.
+    format string over the item, or a callable of the item. An item may carry ``_created``, the resource's
+    creation time as its cloud states it, for the orphan report (``report``); no result entry shows it.
     """
 
     def __init__(self, name, discover, act, plan="delete {type} {name} ({reason})", poll=None, after=(), **kw):
@@ -58,6 +65,11 @@ class Row:
 
     def plan_line(self, item):
         return self.plan(item) if callable(self.plan) else self.plan.format_map(item)
+
+
+def _shown(item):
+    """An item without its creation time (``_created``, which only the orphan report reads)."""
+    return {k: v for k, v in item.items() if k != "_created"}
 
 
 def ordered(steps):
@@ -118,7 +130,7 @@ class Run:
             raise TypeError("Run: unknown {}".format(", ".join(sorted(set(options) - set(_OPTIONS)))))
         for name, default in _OPTIONS.items():
             setattr(self, "_hook" if name == "progress" else name, options.get(name, default))
-        self.public = self.public or (lambda item, outcome, **extra: dict(item, outcome=outcome, **extra))
+        self.public = self.public or (lambda item, outcome, **extra: dict(_shown(item), outcome=outcome, **extra))
         self.label = self.label or (lambda item: "{}/{}".format(item["type"], item["name"]))
         self.resume = dict(self.resume or {})
         self.started = self.clock()
@@ -296,3 +308,53 @@ class Run:
                     self._fail(item, "appeared during the teardown", add=True, outcome=self.left)
                 else:
                     self.result["leftovers"].append(self.label(item))
+
+
+# --- the orphan report: discovery only, with each owned item's age --------------------------------------------
+
+ORPHAN = "orphan"  # the outcome of an entry of an orphan report (the AWS sweep's report says the same)
+_RFC3339 = re.compile(r"^(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?([Zz]|[+-]\d\d:\d\d)$")
+
+
+def created_at(text):
+    """An aware UTC datetime of a creation time as a cloud states it (RFC 3339: ARM's systemData.createdAt with
+    seven fractional digits, Google's creationTimestamp with an offset); None when absent or not such a time."""
+    match = _RFC3339.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zone = match.groups()
+    try:
+        zone_of = datetime.UTC
+        if zone not in "Zz":
+            sign = -1 if zone[0] == "-" else 1
+            zone_of = datetime.timezone(sign * datetime.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
+        micro = int((fraction or "0")[:6].ljust(6, "0"))
+        when = datetime.datetime(*map(int, (year, month, day, hour, minute, second)), micro, tzinfo=zone_of)
+    except ValueError:  # a month 13, an offset of 25 hours: not a time
+        return None
+    return when.astimezone(datetime.UTC)
+
+
+def report(run, now, min_age_hours):
+    """The orphan report of a table of rows: (the run's result, the entries).
+
+    ``run`` must be in check mode: it discovers and plans, and writes nothing. Each owned item of an acting row
+    that is at least ``min_age_hours`` old (``now``: an aware datetime) is an entry, in the table's order: its
+    result entry (``run.public``) with outcome ``orphan``, its row's ``stage`` (``group``), ``created`` (UTC, ISO
+    8601) and ``age_hours`` (to a tenth). An item whose row found no creation time (the cloud gives none for
+    that type, or gave none) has both None and is always reported: the report does not know it is young.
+    """
+    if not run.check_mode:
+        raise ValueError("steps.report needs a run in check mode: a report writes nothing")
+    result = run.execute()
+    entries = []
+    for step in run.acting:
+        for item in run.plan[step.name]:
+            created = created_at(item.get("_created"))
+            age = None if created is None else round((now - created).total_seconds() / 3600.0, 1)
+            if age is not None and age < min_age_hours:
+                continue
+            entry = run.public(item, ORPHAN)
+            entry.update(stage=step.group, created=created.isoformat() if created else None, age_hours=age)
+            entries.append(entry)
+    return result, entries

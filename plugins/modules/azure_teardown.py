@@ -34,6 +34,10 @@ description:
     is a leftover and the module fails naming it and the lock.
   - Call it after the workload Clusters were deleted through CAPZ and the CAPI providers removed, so
     nothing recreates what it deletes.
+  - "With O(mode=report) nothing is changed, in or out of check mode: the same discovery runs (as in check mode)
+    and the owned resources at least O(min_age_hours) old are returned as Markdown and JSON in RV(report) (and
+    written to O(report_path)), the orphan report of C(playbooks/orphan_report.yml). The age comes from ARM's
+    C(systemData.createdAt); a resource without it (resource groups declare none) is always reported."
 extends_documentation_fragment:
   - krops.platform.attributes
   - krops.platform.azure
@@ -58,6 +62,25 @@ options:
     description: Wait until the resource groups and the Arc resource are gone.
     type: bool
     default: true
+  mode:
+    description:
+      - V(delete) deletes every owned resource (in check mode it returns the plan and changes nothing).
+      - V(report) only lists the owned resources at least O(min_age_hours) old (the orphan report); it writes
+        nothing to Azure.
+    type: str
+    choices: [delete, report]
+    default: delete
+  min_age_hours:
+    description:
+      - With O(mode=report), report owned resources at least this old (V(0) or more). A resource without a creation
+        time is always reported.
+    type: float
+    default: 6
+  report_path:
+    description:
+      - With O(mode=report), write the Markdown report to this file and the JSON beside it (same name, C(.json)).
+        Not written in check mode.
+    type: path
 attributes:
   platform:
     details: Calls Azure Resource Manager from the host it runs on (the teardown role delegates to localhost).
@@ -113,11 +136,36 @@ leftovers:
   type: list
   elements: str
   sample: []
+report:
+  description:
+    - With O(mode=report), the orphan report as C(markdown) and C(json) (cloud, environment, subscription_id,
+      generated_at, min_age_hours, count, resources, not_owned, held_networks); each resource has type, id, name,
+      reason, outcome V(orphan), stage, created (UTC, or null) and age_hours (or null when ARM gives no creation
+      time).
+  returned: when O(mode=report)
+  type: dict
+  sample:
+    markdown: "# krops Azure orphan report ..."
+    json: {cloud: azure, environment: azure, subscription_id: 00000000-0000-0000-0000-000000000000, count: 0}
+report_files:
+  description: Paths written (markdown, json) when O(report_path) is set.
+  returned: when O(mode=report), O(report_path) is set and not in check mode
+  type: dict
+  sample:
+    markdown: reports/orphans-azure.md
+    json: reports/orphans-azure.json
 """
 
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import azure, azure_rows, cloud_teardown, errors, shell
+from ansible_collections.krops.platform.plugins.module_utils import (
+    azure,
+    azure_rows,
+    cloud_report,
+    cloud_teardown,
+    errors,
+    shell,
+)
 
 NAME = "azure_teardown"
 
@@ -132,6 +180,9 @@ def argument_spec():
         ),
         federated_credential_issuers=dict(type="list", elements="str", default=[]),
         wait=dict(type="bool", default=True),
+        mode=dict(type="str", default="delete", choices=["delete", "report"]),
+        min_age_hours=dict(type="float", default=6),
+        report_path=dict(type="path"),
         **cloud_teardown.WAIT_ARGS,
         **azure.LOGIN_ARGS,
     )
@@ -148,6 +199,15 @@ def run(p, check_mode, environ=None, step=None):
     http = azure.client_of(p, environ)
     groups = p["resource_groups"] if p["resource_groups"] is not None else list(down.resource_groups)
     clusters = list(down.capi_workloads) + [env.mgmt_cluster]
+    names = (p["federated_credential_names"], p["federated_credential_issuers"], env.mgmt_cluster)
+    if p["mode"] == "report":
+        step("listing what the environment owns (report)")
+        run = azure_rows.azure_run(
+            http, p["endpoint"], subscription, cfg.selected, groups, clusters, *names, check_mode=True
+        )
+        return cloud_report.orphan_report(
+            run, "azure", cfg.selected, subscription, p["min_age_hours"], p["report_path"], check_mode
+        )
     step("deleting what the environment owns")
     result = azure_rows.azure_teardown(
         http,
@@ -156,9 +216,7 @@ def run(p, check_mode, environ=None, step=None):
         cfg.selected,
         groups,
         clusters,
-        p["federated_credential_names"],
-        p["federated_credential_issuers"],
-        env.mgmt_cluster,
+        *names,
         check_mode=check_mode,
         wait=p["wait"],
         wait_timeout=p["wait_timeout"],

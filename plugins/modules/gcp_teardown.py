@@ -37,6 +37,11 @@ description:
     accounts, then the workload identity providers of O(workload_identity_providers) (soft-deleted; a provider
     already in state DELETED counts as gone). Other members of the same role, other accounts and other
     providers are never touched. The pool itself stays (a one-time prerequisite, docs/environments/gcp.md)."
+  - "With O(mode=report) nothing is changed, in or out of check mode: the same discovery runs (as in check mode)
+    and the owned resources at least O(min_age_hours) old are returned as Markdown and JSON in RV(report) (and
+    written to O(report_path)), the orphan report of C(playbooks/orphan_report.yml). The age comes from
+    C(creationTimestamp) (Compute Engine), C(createTime) (GKE, Cloud SQL) or C(timeCreated) (Cloud Storage); a
+    resource without one (peerings, connections, IAM grants, service accounts, providers) is always reported."
 extends_documentation_fragment:
   - krops.platform.attributes
   - krops.platform.bootstrap_config
@@ -92,6 +97,25 @@ options:
     description: Wait for each stage's deletions before the next stage.
     type: bool
     default: true
+  mode:
+    description:
+      - V(delete) deletes every owned resource of O(phase) (in check mode it returns the plan and changes nothing).
+      - V(report) only lists the owned resources of O(phase) at least O(min_age_hours) old (the orphan report); it
+        writes nothing to Google Cloud.
+    type: str
+    choices: [delete, report]
+    default: delete
+  min_age_hours:
+    description:
+      - With O(mode=report), report owned resources at least this old (V(0) or more). A resource without a creation
+        time is always reported.
+    type: float
+    default: 6
+  report_path:
+    description:
+      - With O(mode=report), write the Markdown report to this file and the JSON beside it (same name, C(.json)).
+        Not written in check mode.
+    type: path
 attributes:
   platform:
     details: Calls the Google Cloud APIs from the host it runs on (the teardown role delegates to localhost).
@@ -173,11 +197,29 @@ stopped_at:
   returned: when leftovers is not empty
   type: str
   sample: firewalls-routers-peerings
+report:
+  description:
+    - With O(mode=report), the orphan report as C(markdown) and C(json) (cloud, environment, project, generated_at,
+      min_age_hours, count, resources, not_owned, held_networks); each resource has type, name, id, reason, outcome
+      V(orphan), stage, created (UTC, or null) and age_hours (or null when the API gives no creation time).
+  returned: when O(mode=report)
+  type: dict
+  sample:
+    markdown: "# krops GCP orphan report ..."
+    json: {cloud: gcp, environment: gcp, project: krops-example, count: 0}
+report_files:
+  description: Paths written (markdown, json) when O(report_path) is set.
+  returned: when O(mode=report), O(report_path) is set and not in check mode
+  type: dict
+  sample:
+    markdown: reports/orphans-gcp.md
+    json: reports/orphans-gcp.json
 """
 
 import os
 
 from ansible_collections.krops.platform.plugins.module_utils import (
+    cloud_report,
     cloud_teardown,
     errors,
     gcp,
@@ -202,6 +244,9 @@ def argument_spec():
         phase=dict(type="str", choices=list(gcp.GCP_PHASES), default="all"),
         base_url=dict(type="str"),
         wait=dict(type="bool", default=True),
+        mode=dict(type="str", default="delete", choices=["delete", "report"]),
+        min_age_hours=dict(type="float", default=6),
+        report_path=dict(type="path"),
         **cloud_teardown.WAIT_ARGS,
     )
 
@@ -233,13 +278,14 @@ def run(p, check_mode, environ=None):
     gcp_iam.gcp_iam_refusals(cfg, env, accounts, providers)
     token = gcp.gcp_token(p["access_token"] or environ.get("GCP_ACCESS_TOKEN"))
     http = cloud_teardown.Http(token, what="Google API")
-    result = gcp_rows.gcp_teardown(
+    report = p["mode"] == "report"
+    run = gcp_rows.gcp_run(
         http,
         gcp.gcp_roots(p["base_url"]),
         project,
         cfg.selected,
         networks,
-        check_mode=check_mode,
+        check_mode=check_mode or report,  # a report is the discovery of check mode: it writes nothing
         wait=p["wait"],
         wait_timeout=p["wait_timeout"],
         poll_interval=p["poll_interval"],
@@ -249,13 +295,18 @@ def run(p, check_mode, environ=None):
         service_accounts=accounts,
         providers=providers,
     )
+    if report:
+        return cloud_report.orphan_report(
+            run, "gcp", cfg.selected, project, p["min_age_hours"], p["report_path"], check_mode
+        )
+    result = run.execute()
     result["project"] = project
     result["environment"] = cfg.selected
     return result
 
 
 def body(module, step):
-    step("removing the GCP resources")
+    step("listing the GCP resources (report)" if module.params["mode"] == "report" else "removing the GCP resources")
     result = run(module.params, module.check_mode)
     if result["leftovers"]:
         msg = (

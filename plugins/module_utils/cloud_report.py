@@ -1,0 +1,136 @@
+# Copyright: krops developers
+# Apache License 2.0 (see LICENSE)
+"""The orphan report of a cloud whose teardown is a table of rows (azure_rows.py, gcp_rows.py): its words.
+
+What is there comes from the engine (steps.report: the rows' discovery in check mode, each owned item with the
+age its cloud gives); this file only says it, as Markdown and JSON in the shape of the AWS report (aws_report.py),
+and writes the two files. Importing it needs no cloud SDK.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+from ansible_collections.krops.platform.plugins.module_utils import shell, steps
+
+# cloud -> (its name in the title, the JSON key and the label of where the report looked)
+WHERE = {
+    "azure": ("Azure", "subscription_id", "Subscription"),
+    "gcp": ("GCP", "project", "Project"),
+}
+
+
+def now():
+    """The report's time: now, in UTC, to the second."""
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+
+def orphan_report(run, cloud, environment, scope, min_age_hours, report_path=None, check_mode=False, at=None):
+    """The module result of an orphan report over ``run`` (a steps.Run in check mode): ``report`` (markdown and
+    json), ``report_files`` when written (``report_path``, not in check mode), ``msg``, ``not_owned`` and the
+    run's plan. Nothing in the cloud is written: the run discovers only."""
+    at = at or now()
+    result, entries = steps.report(run, at, min_age_hours)
+    title, key, dummy = WHERE[cloud]
+    data = {
+        "cloud": cloud,
+        "environment": environment,
+        key: scope,
+        "generated_at": at.isoformat(),
+        "min_age_hours": min_age_hours,
+        "count": len(entries),
+        "resources": entries,
+        "not_owned": list(result.get("not_owned") or []),
+        "held_networks": list(result.get("held_networks") or []),
+    }
+    out = {
+        "changed": False,
+        "environment": environment,
+        key: scope,
+        "plan": result["plan"],
+        "results": [],  # a report deletes nothing (as the AWS sweep's report mode)
+        "leftovers": [],
+        "not_owned": data["not_owned"],
+        "report": {"markdown": render_markdown(data), "json": data},
+        "msg": summary(data),
+    }
+    if report_path and not check_mode:
+        out["report_files"] = write_report(report_path, out["report"]["markdown"], data)
+    return out
+
+
+def render_markdown(data):
+    title, key, label = WHERE[data["cloud"]]
+    lines = [
+        f"# krops {title} orphan report",
+        "",
+        "- Environment: `{}`".format(data["environment"]),
+        f"- {label}: `{data[key]}`",
+        "- Generated: {}".format(data["generated_at"]),
+        "- Threshold: owned resources older than {} hours (no creation time: always reported)".format(
+            _number(data["min_age_hours"])
+        ),
+        "",
+    ]
+    if not data["resources"]:
+        lines += ["No orphaned resources found.", ""]
+    else:
+        lines += [
+            "Found %d orphaned resources." % len(data["resources"]),
+            "",
+            "| Type | Name | Created | Age (hours) | Reason |",
+            "|---|---|---|---|---|",
+        ]
+        for item in data["resources"]:
+            age = "unknown" if item["age_hours"] is None else _number(item["age_hours"])
+            lines.append(
+                "| {} | `{}` | {} | {} | {} |".format(
+                    item["type"], item["name"], item["created"] or "unknown", age, _cell(item["reason"])
+                )
+            )
+        lines.append("")
+    if data["held_networks"]:
+        lines += [
+            "## Owned VPCs left whole",
+            "",
+            "They hold what krops does not own (below), so no teardown deletes them or anything in them: "
+            + ", ".join(f"`{name}`" for name in data["held_networks"]),
+            "",
+        ]
+    if data["not_owned"]:
+        lines += ["## Not proven owned (never deleted)", ""]
+        lines += ["- {} `{}`: {}".format(n["type"], n["name"], n["reason"]) for n in data["not_owned"]]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def summary(data):
+    title, key, label = WHERE[data["cloud"]]
+    text = "orphan report: %d owned resources older than the threshold in %s %s" % (
+        data["count"],
+        label.lower(),
+        data[key],
+    )
+    if data["held_networks"]:
+        text += "; owned VPCs left whole: {}".format(", ".join(data["held_networks"]))
+    if data["not_owned"]:
+        text += "; %d resources not proven owned, left alone (not_owned)" % len(data["not_owned"])
+    return text
+
+
+def write_report(path, markdown, data):
+    """Write the Markdown to ``path`` and the JSON beside it (``.md`` replaced by ``.json``); the two paths."""
+    base = path[:-3] if path.endswith(".md") else path
+    json_path = base + ".json"
+    shell.write_output("report_path", path, markdown.encode())
+    shell.write_output("report_path", json_path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+    return {"markdown": path, "json": json_path}
+
+
+def _number(value):
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _cell(text):
+    return (text or "").replace("|", "/")
