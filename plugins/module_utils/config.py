@@ -54,6 +54,9 @@ from ansible_collections.krops.platform.plugins.module_utils.config_names import
 )
 
 DEFAULT_FILE = "bootstrap.toml"
+# The options of every module that reads an environment from bootstrap.toml (doc fragment
+# krops.platform.bootstrap_config): load(config_file, environment=environment).
+ARGS = dict(environment=dict(type="str"), config_file=dict(type="path"))
 
 # The one default of each timeout that is not a bootstrap.toml key (module options fall back to these).
 TIMEOUTS = {

@@ -13,9 +13,7 @@ from __future__ import annotations
 from ansible_collections.krops.platform.plugins.module_utils import kube, shell
 
 
-def spec(**options):
-    """The argument_spec of such a module: KUBE_ARGS and ``options``."""
-    return dict(kube.KUBE_ARGS, **options)
+spec = kube.argument_spec  # the argument_spec of such a module: KUBE_ARGS and its own options
 
 
 def run(name, argument_spec, verb, doing, durations="request_timeout", passed="", **renamed):
