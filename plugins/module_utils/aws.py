@@ -139,6 +139,18 @@ def call(client, operation, **kwargs):
         raise
 
 
+def call_unless_gone(client, operation, also=(), **kwargs):
+    """call(), where a resource already gone (is_not_found, or an error code of ``also`` that means the same for
+    this operation) counts as done: True when the call went through, False when there was nothing to act on."""
+    try:
+        call(client, operation, **kwargs)
+    except ClientError as exc:
+        if not is_not_found(exc) and error_code(exc) not in also:
+            raise
+        return False
+    return True
+
+
 def pages(client, operation, **kwargs):
     """Each page of ``operation`` (a botocore paginator driven page by page, each page retried on throttling)."""
     if not client.can_paginate(operation):

@@ -168,19 +168,11 @@ def volumes(d, with_age):
 
 def delete_volume(x, res):
     # a volume detaches once its node is gone (instances, node groups and clusters are deleted before)
-    x.retry_dependency(
-        res,
-        lambda: aws.call(x.client("ec2"), "delete_volume", VolumeId=res["id"]),
-        codes=("VolumeInUse", "IncorrectState"),
-    )
+    x.delete_dependent(res, "ec2", "delete_volume", "VolumeId", codes=("VolumeInUse", "IncorrectState"))
 
 
 def delete_snapshot(x, res):
-    x.retry_dependency(
-        res,
-        lambda: aws.call(x.client("ec2"), "delete_snapshot", SnapshotId=res["id"]),
-        codes=("InvalidSnapshot.InUse",),
-    )
+    x.delete_dependent(res, "ec2", "delete_snapshot", "SnapshotId", codes=("InvalidSnapshot.InUse",))
 
 
 def delete_launch_template(x, res):
@@ -338,7 +330,7 @@ def delete_network_interface(x, res):
 
 
 def delete_subnet(x, res):
-    x.retry_dependency(res, lambda: aws.call(x.client("ec2"), "delete_subnet", SubnetId=res["id"]))
+    x.delete_dependent(res, "ec2", "delete_subnet", "SubnetId")
 
 
 def internet_gateways(d, with_age):
@@ -361,12 +353,10 @@ def internet_gateways(d, with_age):
 def delete_internet_gateway(x, res):
     client = x.client("ec2")
     for vpc in res["meta"].get("attachments") or []:
-        try:
-            aws.call(client, "detach_internet_gateway", InternetGatewayId=res["id"], VpcId=vpc)
-        except ClientError as exc:
-            if not aws.is_not_found(exc) and aws.error_code(exc) != "Gateway.NotAttached":
-                raise
-    x.retry_dependency(res, lambda: aws.call(client, "delete_internet_gateway", InternetGatewayId=res["id"]))
+        aws.call_unless_gone(
+            client, "detach_internet_gateway", also=("Gateway.NotAttached",), InternetGatewayId=res["id"], VpcId=vpc
+        )
+    x.delete_dependent(res, "ec2", "delete_internet_gateway", "InternetGatewayId")
 
 
 def route_tables(d, with_age):
@@ -394,12 +384,8 @@ def route_tables(d, with_age):
 def delete_route_table(x, res):
     client = x.client("ec2")
     for association in res["meta"].get("associations") or []:
-        try:
-            aws.call(client, "disassociate_route_table", AssociationId=association)
-        except ClientError as exc:
-            if not aws.is_not_found(exc):
-                raise
-    x.retry_dependency(res, lambda: aws.call(client, "delete_route_table", RouteTableId=res["id"]))
+        aws.call_unless_gone(client, "disassociate_route_table", AssociationId=association)
+    x.delete_dependent(res, "ec2", "delete_route_table", "RouteTableId")
 
 
 def security_groups(d, with_age):
@@ -462,11 +448,7 @@ def revoke_rules(x, groups):
             ):
                 rules = group["meta"].get(field) or []
                 if rules:
-                    try:
-                        aws.call(client, operation, GroupId=group["id"], IpPermissions=rules)
-                    except ClientError as exc:
-                        if not aws.is_not_found(exc):
-                            raise
+                    aws.call_unless_gone(client, operation, GroupId=group["id"], IpPermissions=rules)
     except (ClientError, aws.BotoCoreError, aws.AwsError) as exc:
         x.sweep.warnings.append(
             "{}: revoking the rules of security groups {} failed: {}; their deletion may fail on references".format(
@@ -477,11 +459,11 @@ def revoke_rules(x, groups):
 
 
 def delete_security_group(x, res):
-    x.retry_dependency(res, lambda: aws.call(x.client("ec2"), "delete_security_group", GroupId=res["id"]))
+    x.delete_dependent(res, "ec2", "delete_security_group", "GroupId")
 
 
 def delete_vpc(x, res):
-    x.retry_dependency(res, lambda: aws.call(x.client("ec2"), "delete_vpc", VpcId=res["id"]))
+    x.delete_dependent(res, "ec2", "delete_vpc", "VpcId")
 
 
 def _references(permissions):

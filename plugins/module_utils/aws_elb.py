@@ -120,11 +120,7 @@ def delete_classic(x, res):
 
 
 def delete_target_group(x, res):
-    x.retry_dependency(
-        res,
-        lambda: aws.call(x.client("elbv2"), "delete_target_group", TargetGroupArn=res["id"]),
-        codes=("ResourceInUse",),
-    )
+    x.delete_dependent(res, "elbv2", "delete_target_group", "TargetGroupArn", codes=("ResourceInUse",))
 
 
 ELBV2_ROW = ResourceType("elbv2-load-balancer", REGION, load_balancers, delete_load_balancer, chain="lb")

@@ -76,27 +76,18 @@ def roles(d, with_age):
     return found
 
 
-def _ignore_gone(client, operation, **kwargs):
-    """aws.call, where an entity already gone counts as done."""
-    try:
-        aws.call(client, operation, **kwargs)
-    except ClientError as exc:
-        if not aws.is_not_found(exc):
-            raise
-
-
 def _ignore_gone_each(client, operation, key, values, **owner):
-    """_ignore_gone once per value, given as ``key`` beside ``owner`` (the role or the user), in order."""
+    """aws.call_unless_gone once per value, given as ``key`` beside ``owner`` (the role or the user), in order."""
     for value in values:
-        _ignore_gone(client, operation, **owner, **{key: value})
+        aws.call_unless_gone(client, operation, **owner, **{key: value})
 
 
 def _clean_role(client, name, attached, inline, profiles):
     _ignore_gone_each(client, "detach_role_policy", "PolicyArn", attached, RoleName=name)
     _ignore_gone_each(client, "delete_role_policy", "PolicyName", inline, RoleName=name)
     for profile in profiles:
-        _ignore_gone(client, "remove_role_from_instance_profile", RoleName=name, InstanceProfileName=profile)
-        _ignore_gone(client, "delete_instance_profile", InstanceProfileName=profile)
+        aws.call_unless_gone(client, "remove_role_from_instance_profile", RoleName=name, InstanceProfileName=profile)
+        aws.call_unless_gone(client, "delete_instance_profile", InstanceProfileName=profile)
 
 
 def _delete_cleaned(client, operation, clean, **owner):
@@ -222,7 +213,7 @@ def delete_user(x, res):
     and everything is listed afresh."""
     client = x.client("iam", x.sweep.home_region)
     name, meta = res["id"], res["meta"]
-    _ignore_gone(client, "delete_login_profile", UserName=name)
+    aws.call_unless_gone(client, "delete_login_profile", UserName=name)
     for key in aws.paginate(client, "list_access_keys", "AccessKeyMetadata", UserName=name):
         aws.call(client, "delete_access_key", UserName=name, AccessKeyId=key["AccessKeyId"])
 
@@ -233,7 +224,7 @@ def delete_user(x, res):
         for device in aws.paginate(client, "list_mfa_devices", "MFADevices", UserName=name):
             aws.call(client, "deactivate_mfa_device", UserName=name, SerialNumber=device["SerialNumber"])
             if device["SerialNumber"].startswith("arn:"):  # a virtual device (an ARN) is the user's own; delete it
-                _ignore_gone(client, "delete_virtual_mfa_device", SerialNumber=device["SerialNumber"])
+                aws.call_unless_gone(client, "delete_virtual_mfa_device", SerialNumber=device["SerialNumber"])
         _delete_other_credentials(client, name)
         _clean_user(
             client,
