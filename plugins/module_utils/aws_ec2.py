@@ -57,6 +57,15 @@ def owned(d, prefix):
     return owned_index(d).get(prefix) or {}
 
 
+def owned_items(d, prefix, operation, key, name, id_key):
+    """(the owned {id: owning cluster} of ``prefix``, the items ``operation`` describes of them); nothing is
+    described when nothing is owned."""
+    ids = owned(d, prefix)
+    if not ids:
+        return ids, []
+    return ids, [item for item in describe(d, operation, key, name, ids) if item[id_key] in ids]
+
+
 def describe(d, operation, key, name, ids, filter_arg="Filters"):
     """Items of ``operation`` for ``ids``, by id filter (a filter, unlike an id list, never fails on one gone id);
     without a filter name (DescribeLaunchTemplates has no id filter) the whole listing."""
@@ -334,9 +343,9 @@ def delete_subnet(x, res):
 
 
 def internet_gateways(d, with_age):
-    ids = owned(d, IGW)
-    if not ids:
-        return []
+    ids, gateways = owned_items(
+        d, IGW, "describe_internet_gateways", "InternetGateways", "internet-gateway-id", "InternetGatewayId"
+    )
     return [
         resource(
             d.region,
@@ -345,8 +354,7 @@ def internet_gateways(d, with_age):
             ids[g["InternetGatewayId"]],
             attachments=[a["VpcId"] for a in g.get("Attachments") or [] if a.get("VpcId")],
         )
-        for g in describe(d, "describe_internet_gateways", "InternetGateways", "internet-gateway-id", ids)
-        if g["InternetGatewayId"] in ids
+        for g in gateways
     ]
 
 
@@ -360,13 +368,11 @@ def delete_internet_gateway(x, res):
 
 
 def route_tables(d, with_age):
-    ids = owned(d, RTB)
-    if not ids:
-        return []
+    ids, tables = owned_items(d, RTB, "describe_route_tables", "RouteTables", "route-table-id", "RouteTableId")
     found = []
-    for table in describe(d, "describe_route_tables", "RouteTables", "route-table-id", ids):
+    for table in tables:
         associations = table.get("Associations") or []
-        if table["RouteTableId"] in ids and not any(a.get("Main") for a in associations):
+        if not any(a.get("Main") for a in associations):
             found.append(
                 resource(
                     d.region,
@@ -389,9 +395,7 @@ def delete_route_table(x, res):
 
 
 def security_groups(d, with_age):
-    ids = owned(d, SG)
-    if not ids:
-        return []
+    ids, groups = owned_items(d, SG, "describe_security_groups", "SecurityGroups", "group-id", "GroupId")
     return [
         resource(
             d.region,
@@ -402,8 +406,8 @@ def security_groups(d, with_age):
             ingress=_references(g.get("IpPermissions")),
             egress=_references(g.get("IpPermissionsEgress")),
         )
-        for g in describe(d, "describe_security_groups", "SecurityGroups", "group-id", ids)
-        if g["GroupId"] in ids and g.get("GroupName") != "default"
+        for g in groups
+        if g.get("GroupName") != "default"
     ]
 
 
