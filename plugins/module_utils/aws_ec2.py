@@ -33,14 +33,8 @@ def owned_index(d):
     def walk():
         keys = sorted({k for k, _v, _c in d.sweep.ownership.keys()} | {ownership.KROPS_ENV_TAG})
         tags = {}
-        for start in range(0, len(keys), FILTER_LIMIT):
-            for tag in aws.paginate(
-                d.client("ec2"),
-                "describe_tags",
-                "Tags",
-                Filters=[{"Name": "key", "Values": keys[start : start + FILTER_LIMIT]}],
-            ):
-                tags.setdefault(tag["ResourceId"], []).append({"Key": tag["Key"], "Value": tag.get("Value", "")})
+        for tag in describe(d, "describe_tags", "Tags", "key", keys):
+            tags.setdefault(tag["ResourceId"], []).append({"Key": tag["Key"], "Value": tag.get("Value", "")})
         index = {}
         for rid, found in tags.items():
             if (d.region, rid) in d.sweep.gone:
@@ -67,7 +61,7 @@ def owned_items(d, prefix, operation, key, name, id_key):
 
 
 def describe(d, operation, key, name, ids, filter_arg="Filters"):
-    """Items of ``operation`` for ``ids``, by id filter (a filter, unlike an id list, never fails on one gone id);
+    """Items of ``operation`` for ``ids`` (``d``: a sweep's discovery or deleter), by id filter (a filter, unlike an id list, never fails on one gone id);
     without a filter name (DescribeLaunchTemplates has no id filter) the whole listing."""
     ids = list(ids)
     if name is None:
@@ -141,16 +135,9 @@ def delete_instance(x, res):
 
 def state_instance(x, pending):
     found = {}
-    ids = [r["id"] for r in pending]
-    for start in range(0, len(ids), FILTER_LIMIT):
-        for reservation in aws.paginate(
-            x.client("ec2"),
-            "describe_instances",
-            "Reservations",
-            Filters=[{"Name": "instance-id", "Values": ids[start : start + FILTER_LIMIT]}],
-        ):
-            for inst in reservation.get("Instances") or []:
-                found[inst["InstanceId"]] = (inst.get("State") or {}).get("Name", "?")
+    for reservation in describe(x, "describe_instances", "Reservations", "instance-id", [r["id"] for r in pending]):
+        for inst in reservation.get("Instances") or []:
+            found[inst["InstanceId"]] = (inst.get("State") or {}).get("Name", "?")
     return {r["id"]: "gone" if found.get(r["id"], "terminated") == "terminated" else found[r["id"]] for r in pending}
 
 
