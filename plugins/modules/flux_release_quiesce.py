@@ -104,13 +104,7 @@ def argument_spec():
 
 
 def main():
-    kube_shell.run(
-        NAME,
-        argument_spec(),
-        teardown_objects.quiesce_releases,
-        "stopping the releases' controllers",
-        passed="namespace releases providers",
-    )
+    kube_shell.run(NAME, argument_spec(), teardown_objects.quiesce_releases, "stopping the releases' controllers")
 
 
 if __name__ == "__main__":
