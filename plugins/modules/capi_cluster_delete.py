@@ -50,7 +50,6 @@ options:
     default: 1200
 extends_documentation_fragment:
   - krops.platform.attributes
-  - krops.platform.kube
   - krops.platform.kube.teardown_step
   - krops.platform.kube.cluster_delete
 attributes:

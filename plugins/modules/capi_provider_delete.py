@@ -43,7 +43,6 @@ options:
     default: 600
 extends_documentation_fragment:
   - krops.platform.attributes
-  - krops.platform.kube
   - krops.platform.kube.teardown_step
 attributes:
   check_mode:
