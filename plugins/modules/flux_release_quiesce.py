@@ -85,7 +85,7 @@ target:
   description: The cluster the module acted on.
   returned: always
   type: str
-  sample: context kind-mgmt in ~/.kube/config
+  sample: context mgmt-admin@mgmt in ~/.kube/krops-mgmt.yaml
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import kube_shell
