@@ -15,6 +15,7 @@ import os
 import re
 
 from ansible_collections.krops.platform.plugins.module_utils import capi
+from ansible_collections.krops.platform.plugins.module_utils import config_types
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
@@ -22,12 +23,10 @@ from ansible_collections.krops.platform.plugins.module_utils import validate_com
 
 RULE = "bootstrap"
 TOML = "bootstrap.toml"
-# Chart name in Git -> key of bootstrap.toml [charts].
-CHART_PINS = {
-    "cert-manager": "cert-manager",
-    "cluster-api-operator": "capi-operator",
-    "flux-operator": "flux-operator",
-    "flux-instance": "flux-operator",
+# Chart name in Git -> key of bootstrap.toml [charts] (config_types.CHART_NAMES the other way round); the
+# flux-instance chart ships with the flux-operator and follows its pin.
+CHART_PINS = {chart: pin_key for pin_key, chart in config_types.CHART_NAMES.items()} | {
+    "flux-instance": "flux-operator"
 }
 CAPI = "cluster.x-k8s.io"
 OPERATOR = "operator.cluster.x-k8s.io"
