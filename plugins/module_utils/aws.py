@@ -24,6 +24,7 @@ import os
 import threading
 
 from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils import paths
 
 try:
     import boto3
@@ -166,7 +167,7 @@ def pages(client, operation, **kwargs):
             args.update((name, value) for name, value in zip(input_token, token) if value)
         page = call(client, operation, **args)
         yield page
-        token = [_dig(page, name) for name in output_token]
+        token = [paths.dig(page, *name.split(".")) for name in output_token]
         if not any(token) or page.get("IsTruncated") is False:
             return
 
@@ -177,15 +178,6 @@ def paginate(client, operation, key, **kwargs):
     for page in pages(client, operation, **kwargs):
         items.extend(page.get(key) or [])
     return items
-
-
-def _dig(page, path):
-    node = page
-    for part in path.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node
 
 
 def owned_by(tags, clusters):
