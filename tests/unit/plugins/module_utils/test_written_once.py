@@ -11,7 +11,8 @@ need it read it there, so two copies cannot drift apart again. The list, and whe
 - the Flux suspend patch: kube.suspend_patch (the pivot's and the teardown's, each marking its suspender);
 - node readiness: kube.node_states (kind_cluster's wait and the pivot's);
 - the chart each bootstrap.toml [charts] key pins: config_types.CHART_NAMES (airgap's BOOTSTRAP_CHARTS is it,
-  validate's CHART_PINS its inverse, the pivot's CHARTS rows name the same charts).
+  validate's CHART_PINS its inverse, the pivot's CHARTS rows name the same charts);
+- the run tag keys: ownership.RUN_TAG_KEYS (flux writes them, the GCP-safe label keys are derived from them).
 
 A stdlib ``ast`` walk, like test_shape.py and test_error_tree.py.
 """
@@ -34,6 +35,7 @@ ONCE = {
     "suspend_patch": "module_utils/kube.py",
     "node_states": "module_utils/kube.py",
     "CHART_NAMES": "module_utils/config_types.py",
+    "RUN_TAG_KEYS": "module_utils/ownership.py",
 }
 # (name, file) -> what that definition must call or read: derived from the one definition, on purpose (the
 # delete order's kinds; the filter and the pivot's export wrap the one render, each wording its own error)
@@ -41,6 +43,7 @@ DERIVED = {
     ("PROVIDER_KINDS", "module_utils/teardown.py"): "capi.PROVIDER_DELETE_ORDER",
     ("render_kubeconfig", "filter/render_kubeconfig.py"): "kubeconfigs.render_kubeconfig(",
     ("render_kubeconfig", "module_utils/pivot/export.py"): "kubeconfigs.render_kubeconfig(",
+    ("RUN_TAG_KEYS", "module_utils/flux.py"): "ownership.RUN_TAG_KEYS",
 }
 
 
