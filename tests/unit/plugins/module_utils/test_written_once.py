@@ -118,6 +118,8 @@ def test_the_walk_sees_a_second_copy_and_a_hand_written_suspend():
     }
     assert problems(sources) == [
         "PROVIDER_KINDS is defined again in module_utils/validate.py; read it from module_utils/capi.py",
+        "CHART_NAMES is not defined in module_utils/config_types.py",
+        "RUN_TAG_KEYS is not defined in module_utils/ownership.py",
         "cluster_resource is not defined in module_utils/capi.py",
         "merge_kubeconfig is not defined in module_utils/kubeconfigs.py",
         "render_kubeconfig is not defined in module_utils/kubeconfigs.py",
