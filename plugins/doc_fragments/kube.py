@@ -85,14 +85,11 @@ requirements:
     # the options of kube_shell.spec (KUBE_ARGS: this class's DOCUMENTATION) and the platform; each module
     # documents its own options and check_mode. Used as krops.platform.kube.teardown_step (instead of
     # krops.platform.kube).
-    TEARDOWN_STEP = (
-        DOCUMENTATION
-        + r"""
+    TEARDOWN_STEP = DOCUMENTATION + r"""
 attributes:
   platform:
     details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost).
 """
-    )
 
     # The options capi_cluster_delete and tinkerbell_release both hand to teardown.delete_clusters. Used as
     # krops.platform.kube.cluster_delete.
