@@ -81,11 +81,10 @@ requirements:
   - kubernetes >= 37.0.1 (Python library)
 """
 
-    # What every teardown step on one cluster (module_utils.kube_shell) shares beyond krops.platform.attributes:
-    # the options of kube_shell.spec (KUBE_ARGS: this class's DOCUMENTATION) and the platform; each module
-    # documents its own options and check_mode. Used as krops.platform.kube.teardown_step (instead of
-    # krops.platform.kube).
-    TEARDOWN_STEP = DOCUMENTATION + r"""
+    # The platform every teardown step on one cluster shares (module_utils.kube_shell); the other attributes are
+    # krops.platform.attributes, and each module documents its own check_mode. Used as
+    # krops.platform.kube.teardown_step.
+    TEARDOWN_STEP = r"""
 attributes:
   platform:
     details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost).

@@ -50,6 +50,7 @@ options:
     default: 1200
 extends_documentation_fragment:
   - krops.platform.attributes
+  - krops.platform.kube
   - krops.platform.kube.teardown_step
   - krops.platform.kube.cluster_delete
 attributes:

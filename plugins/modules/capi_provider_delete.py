@@ -43,6 +43,7 @@ options:
     default: 600
 extends_documentation_fragment:
   - krops.platform.attributes
+  - krops.platform.kube
   - krops.platform.kube.teardown_step
 attributes:
   check_mode:

@@ -37,6 +37,7 @@ options:
     default: 1800
 extends_documentation_fragment:
   - krops.platform.attributes
+  - krops.platform.kube
   - krops.platform.kube.teardown_step
 attributes:
   check_mode:

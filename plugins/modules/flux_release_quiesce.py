@@ -41,6 +41,7 @@ options:
     default: []
 extends_documentation_fragment:
   - krops.platform.attributes
+  - krops.platform.kube
   - krops.platform.kube.teardown_step
 attributes:
   check_mode:
