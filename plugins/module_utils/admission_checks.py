@@ -11,6 +11,8 @@ import ipaddress
 import re
 import json
 
+from ansible_collections.krops.platform.plugins.module_utils import paths
+
 CAPI = ("kubernetes-sigs/cluster-api", "v1.13.5")
 CAPA = ("kubernetes-sigs/cluster-api-provider-aws", "v2.11.1")
 CAPZ = ("kubernetes-sigs/cluster-api-provider-azure", "v1.25.1")
@@ -64,12 +66,7 @@ def label_value_errors(value):
 # --- object access -----------------------------------------------------------------------------
 
 
-def get_path(obj, *path):
-    for key in path:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
+get_path = paths.dig
 
 
 def set_default(obj, path, value):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.krops.platform.plugins.module_utils import config_types
 from ansible_collections.krops.platform.plugins.module_utils import errors
 
 ENVIRONMENT = "local-host"
@@ -137,11 +138,7 @@ WORKLOAD_SOURCES = {source: chart for chart, (source, _index, _archive) in WORKL
 # component_customizer.go customizeContainer @ cluster-api-operator v0.28.0: an unknown name is an error).
 PROVIDER_CONTAINER = "manager"
 # bootstrap.toml [charts] key -> chart name (installed before Flux; same images as the tree's releases).
-BOOTSTRAP_CHARTS = {
-    "cert-manager": "cert-manager",
-    "capi-operator": "cluster-api-operator",
-    "flux-operator": "flux-operator",
-}
+BOOTSTRAP_CHARTS = config_types.CHART_NAMES
 # (provider kind, name) -> (component, image repositories). cluster-api Makefile @ v1.13.5: PROD_REGISTRY
 # registry.k8s.io/cluster-api, IMAGE_NAME cluster-api-controller, KUBEADM_*_IMAGE_NAME, CAPD_IMAGE_NAME
 # capd-manager; cluster-api-addon-provider-helm Makefile @ v0.6.4: registry.k8s.io/cluster-api-helm,

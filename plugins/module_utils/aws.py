@@ -24,6 +24,7 @@ import os
 import threading
 
 from ansible_collections.krops.platform.plugins.module_utils import errors
+from ansible_collections.krops.platform.plugins.module_utils import paths
 
 try:
     import boto3
@@ -139,6 +140,18 @@ def call(client, operation, **kwargs):
         raise
 
 
+def call_unless_gone(client, operation, also=(), **kwargs):
+    """call(), where a resource already gone (is_not_found, or an error code of ``also`` that means the same for
+    this operation) counts as done: True when the call went through, False when there was nothing to act on."""
+    try:
+        call(client, operation, **kwargs)
+    except ClientError as exc:
+        if not is_not_found(exc) and error_code(exc) not in also:
+            raise
+        return False
+    return True
+
+
 def pages(client, operation, **kwargs):
     """Each page of ``operation`` (a botocore paginator driven page by page, each page retried on throttling)."""
     if not client.can_paginate(operation):
@@ -154,7 +167,7 @@ def pages(client, operation, **kwargs):
             args.update((name, value) for name, value in zip(input_token, token) if value)
         page = call(client, operation, **args)
         yield page
-        token = [_dig(page, name) for name in output_token]
+        token = [paths.dig(page, *name.split(".")) for name in output_token]
         if not any(token) or page.get("IsTruncated") is False:
             return
 
@@ -165,15 +178,6 @@ def paginate(client, operation, key, **kwargs):
     for page in pages(client, operation, **kwargs):
         items.extend(page.get(key) or [])
     return items
-
-
-def _dig(page, path):
-    node = page
-    for part in path.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node
 
 
 def owned_by(tags, clusters):

@@ -138,6 +138,13 @@ class Deleter:
             % (aws.error_message(last), budget, res["type"], res["id"])
         )
 
+    def delete_dependent(self, res, service, operation, id_key, codes=("DependencyViolation",)):
+        """``service``'s ``operation`` on ``res`` (its id as ``id_key``), retried while AWS answers one of ``codes``:
+        something still depends on the resource (retry_dependency)."""
+        return self.retry_dependency(
+            res, lambda: aws.call(self.client(service), operation, **{id_key: res["id"]}), codes=codes
+        )
+
     def _wait(self, rtype, pending):
         """Poll the pending deletions of one row, all of them in one wait_state call per poll, until each is gone,
         has failed or wait_timeout passes; (final results, [(resource, seconds waited)] cut by the step budget).

@@ -33,14 +33,8 @@ def owned_index(d):
     def walk():
         keys = sorted({k for k, _v, _c in d.sweep.ownership.keys()} | {ownership.KROPS_ENV_TAG})
         tags = {}
-        for start in range(0, len(keys), FILTER_LIMIT):
-            for tag in aws.paginate(
-                d.client("ec2"),
-                "describe_tags",
-                "Tags",
-                Filters=[{"Name": "key", "Values": keys[start : start + FILTER_LIMIT]}],
-            ):
-                tags.setdefault(tag["ResourceId"], []).append({"Key": tag["Key"], "Value": tag.get("Value", "")})
+        for tag in describe(d, "describe_tags", "Tags", "key", keys):
+            tags.setdefault(tag["ResourceId"], []).append({"Key": tag["Key"], "Value": tag.get("Value", "")})
         index = {}
         for rid, found in tags.items():
             if (d.region, rid) in d.sweep.gone:
@@ -57,8 +51,17 @@ def owned(d, prefix):
     return owned_index(d).get(prefix) or {}
 
 
+def owned_items(d, prefix, operation, key, name, id_key):
+    """(the owned {id: owning cluster} of ``prefix``, the items ``operation`` describes of them); nothing is
+    described when nothing is owned."""
+    ids = owned(d, prefix)
+    if not ids:
+        return ids, []
+    return ids, [item for item in describe(d, operation, key, name, ids) if item[id_key] in ids]
+
+
 def describe(d, operation, key, name, ids, filter_arg="Filters"):
-    """Items of ``operation`` for ``ids``, by id filter (a filter, unlike an id list, never fails on one gone id);
+    """Items of ``operation`` for ``ids`` (``d``: a sweep's discovery or deleter), by id filter (a filter, unlike an id list, never fails on one gone id);
     without a filter name (DescribeLaunchTemplates has no id filter) the whole listing."""
     ids = list(ids)
     if name is None:
@@ -132,16 +135,9 @@ def delete_instance(x, res):
 
 def state_instance(x, pending):
     found = {}
-    ids = [r["id"] for r in pending]
-    for start in range(0, len(ids), FILTER_LIMIT):
-        for reservation in aws.paginate(
-            x.client("ec2"),
-            "describe_instances",
-            "Reservations",
-            Filters=[{"Name": "instance-id", "Values": ids[start : start + FILTER_LIMIT]}],
-        ):
-            for inst in reservation.get("Instances") or []:
-                found[inst["InstanceId"]] = (inst.get("State") or {}).get("Name", "?")
+    for reservation in describe(x, "describe_instances", "Reservations", "instance-id", [r["id"] for r in pending]):
+        for inst in reservation.get("Instances") or []:
+            found[inst["InstanceId"]] = (inst.get("State") or {}).get("Name", "?")
     return {r["id"]: "gone" if found.get(r["id"], "terminated") == "terminated" else found[r["id"]] for r in pending}
 
 
@@ -168,19 +164,11 @@ def volumes(d, with_age):
 
 def delete_volume(x, res):
     # a volume detaches once its node is gone (instances, node groups and clusters are deleted before)
-    x.retry_dependency(
-        res,
-        lambda: aws.call(x.client("ec2"), "delete_volume", VolumeId=res["id"]),
-        codes=("VolumeInUse", "IncorrectState"),
-    )
+    x.delete_dependent(res, "ec2", "delete_volume", "VolumeId", codes=("VolumeInUse", "IncorrectState"))
 
 
 def delete_snapshot(x, res):
-    x.retry_dependency(
-        res,
-        lambda: aws.call(x.client("ec2"), "delete_snapshot", SnapshotId=res["id"]),
-        codes=("InvalidSnapshot.InUse",),
-    )
+    x.delete_dependent(res, "ec2", "delete_snapshot", "SnapshotId", codes=("InvalidSnapshot.InUse",))
 
 
 def delete_launch_template(x, res):
@@ -338,13 +326,13 @@ def delete_network_interface(x, res):
 
 
 def delete_subnet(x, res):
-    x.retry_dependency(res, lambda: aws.call(x.client("ec2"), "delete_subnet", SubnetId=res["id"]))
+    x.delete_dependent(res, "ec2", "delete_subnet", "SubnetId")
 
 
 def internet_gateways(d, with_age):
-    ids = owned(d, IGW)
-    if not ids:
-        return []
+    ids, gateways = owned_items(
+        d, IGW, "describe_internet_gateways", "InternetGateways", "internet-gateway-id", "InternetGatewayId"
+    )
     return [
         resource(
             d.region,
@@ -353,30 +341,25 @@ def internet_gateways(d, with_age):
             ids[g["InternetGatewayId"]],
             attachments=[a["VpcId"] for a in g.get("Attachments") or [] if a.get("VpcId")],
         )
-        for g in describe(d, "describe_internet_gateways", "InternetGateways", "internet-gateway-id", ids)
-        if g["InternetGatewayId"] in ids
+        for g in gateways
     ]
 
 
 def delete_internet_gateway(x, res):
     client = x.client("ec2")
     for vpc in res["meta"].get("attachments") or []:
-        try:
-            aws.call(client, "detach_internet_gateway", InternetGatewayId=res["id"], VpcId=vpc)
-        except ClientError as exc:
-            if not aws.is_not_found(exc) and aws.error_code(exc) != "Gateway.NotAttached":
-                raise
-    x.retry_dependency(res, lambda: aws.call(client, "delete_internet_gateway", InternetGatewayId=res["id"]))
+        aws.call_unless_gone(
+            client, "detach_internet_gateway", also=("Gateway.NotAttached",), InternetGatewayId=res["id"], VpcId=vpc
+        )
+    x.delete_dependent(res, "ec2", "delete_internet_gateway", "InternetGatewayId")
 
 
 def route_tables(d, with_age):
-    ids = owned(d, RTB)
-    if not ids:
-        return []
+    ids, tables = owned_items(d, RTB, "describe_route_tables", "RouteTables", "route-table-id", "RouteTableId")
     found = []
-    for table in describe(d, "describe_route_tables", "RouteTables", "route-table-id", ids):
+    for table in tables:
         associations = table.get("Associations") or []
-        if table["RouteTableId"] in ids and not any(a.get("Main") for a in associations):
+        if not any(a.get("Main") for a in associations):
             found.append(
                 resource(
                     d.region,
@@ -394,18 +377,12 @@ def route_tables(d, with_age):
 def delete_route_table(x, res):
     client = x.client("ec2")
     for association in res["meta"].get("associations") or []:
-        try:
-            aws.call(client, "disassociate_route_table", AssociationId=association)
-        except ClientError as exc:
-            if not aws.is_not_found(exc):
-                raise
-    x.retry_dependency(res, lambda: aws.call(client, "delete_route_table", RouteTableId=res["id"]))
+        aws.call_unless_gone(client, "disassociate_route_table", AssociationId=association)
+    x.delete_dependent(res, "ec2", "delete_route_table", "RouteTableId")
 
 
 def security_groups(d, with_age):
-    ids = owned(d, SG)
-    if not ids:
-        return []
+    ids, groups = owned_items(d, SG, "describe_security_groups", "SecurityGroups", "group-id", "GroupId")
     return [
         resource(
             d.region,
@@ -416,8 +393,8 @@ def security_groups(d, with_age):
             ingress=_references(g.get("IpPermissions")),
             egress=_references(g.get("IpPermissionsEgress")),
         )
-        for g in describe(d, "describe_security_groups", "SecurityGroups", "group-id", ids)
-        if g["GroupId"] in ids and g.get("GroupName") != "default"
+        for g in groups
+        if g.get("GroupName") != "default"
     ]
 
 
@@ -462,11 +439,7 @@ def revoke_rules(x, groups):
             ):
                 rules = group["meta"].get(field) or []
                 if rules:
-                    try:
-                        aws.call(client, operation, GroupId=group["id"], IpPermissions=rules)
-                    except ClientError as exc:
-                        if not aws.is_not_found(exc):
-                            raise
+                    aws.call_unless_gone(client, operation, GroupId=group["id"], IpPermissions=rules)
     except (ClientError, aws.BotoCoreError, aws.AwsError) as exc:
         x.sweep.warnings.append(
             "{}: revoking the rules of security groups {} failed: {}; their deletion may fail on references".format(
@@ -477,11 +450,11 @@ def revoke_rules(x, groups):
 
 
 def delete_security_group(x, res):
-    x.retry_dependency(res, lambda: aws.call(x.client("ec2"), "delete_security_group", GroupId=res["id"]))
+    x.delete_dependent(res, "ec2", "delete_security_group", "GroupId")
 
 
 def delete_vpc(x, res):
-    x.retry_dependency(res, lambda: aws.call(x.client("ec2"), "delete_vpc", VpcId=res["id"]))
+    x.delete_dependent(res, "ec2", "delete_vpc", "VpcId")
 
 
 def _references(permissions):

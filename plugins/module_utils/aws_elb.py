@@ -47,18 +47,20 @@ def _described_owned(d, client, arns, batch_key):
     return owned
 
 
-def _unconfirmed(d, rtype, owned, name=lambda arn: arn):
-    """Delete mode: the owned ARNs of the tag walk as they are (None when there is no Tagging API)."""
+def _from_tags(d, rtype, kind, classic=None, name=lambda arn: arn):
+    """(listing, owned) from the Tagging API walk: the listing when the walk settles it (nothing owned: none;
+    delete mode: the owned ARNs as they are), else None and the owned ARNs to confirm against the service's own
+    listing (None without a Tagging API)."""
+    owned = _owned(d, kind, classic)
+    if owned == {}:
+        return [], owned
     if owned is None or d.confirm:
-        return None
-    return [resource(d.region, rtype, name(arn), owner) for arn, owner in owned.items()]
+        return None, owned
+    return [resource(d.region, rtype, name(arn), owner) for arn, owner in owned.items()], owned
 
 
 def load_balancers(d, with_age):
-    owned = _owned(d, "loadbalancer", classic=False)
-    if owned == {}:
-        return []
-    found = _unconfirmed(d, "elbv2-load-balancer", owned)
+    found, owned = _from_tags(d, "elbv2-load-balancer", "loadbalancer", classic=False)
     if found is not None:
         return found
     client = d.client("elbv2")
@@ -80,10 +82,7 @@ def load_balancers(d, with_age):
 
 
 def classic_load_balancers(d, with_age):
-    owned = _owned(d, "loadbalancer", classic=True)
-    if owned == {}:
-        return []
-    found = _unconfirmed(d, "elb-load-balancer", owned, lambda arn: arn.rsplit("/", 1)[1])
+    found, owned = _from_tags(d, "elb-load-balancer", "loadbalancer", True, lambda arn: arn.rsplit("/", 1)[1])
     if found is not None:
         return found
     client = d.client("elb")
@@ -102,10 +101,7 @@ def classic_load_balancers(d, with_age):
 
 
 def target_groups(d, with_age):
-    owned = _owned(d, "targetgroup")
-    if owned == {}:
-        return []
-    found = _unconfirmed(d, "elbv2-target-group", owned)
+    found, owned = _from_tags(d, "elbv2-target-group", "targetgroup")
     if found is not None:
         return found
     client = d.client("elbv2")
@@ -124,11 +120,7 @@ def delete_classic(x, res):
 
 
 def delete_target_group(x, res):
-    x.retry_dependency(
-        res,
-        lambda: aws.call(x.client("elbv2"), "delete_target_group", TargetGroupArn=res["id"]),
-        codes=("ResourceInUse",),
-    )
+    x.delete_dependent(res, "elbv2", "delete_target_group", "TargetGroupArn", codes=("ResourceInUse",))
 
 
 ELBV2_ROW = ResourceType("elbv2-load-balancer", REGION, load_balancers, delete_load_balancer, chain="lb")

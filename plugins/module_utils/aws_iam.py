@@ -76,38 +76,42 @@ def roles(d, with_age):
     return found
 
 
-def _ignore_gone(client, operation, **kwargs):
-    """aws.call, where an entity already gone counts as done."""
-    try:
-        aws.call(client, operation, **kwargs)
-    except ClientError as exc:
-        if not aws.is_not_found(exc):
-            raise
-
-
 def _ignore_gone_each(client, operation, key, values, **owner):
-    """_ignore_gone once per value, given as ``key`` beside ``owner`` (the role or the user), in order."""
+    """aws.call_unless_gone once per value, given as ``key`` beside ``owner`` (the role or the user), in order."""
     for value in values:
-        _ignore_gone(client, operation, **owner, **{key: value})
+        aws.call_unless_gone(client, operation, **owner, **{key: value})
 
 
 def _clean_role(client, name, attached, inline, profiles):
     _ignore_gone_each(client, "detach_role_policy", "PolicyArn", attached, RoleName=name)
     _ignore_gone_each(client, "delete_role_policy", "PolicyName", inline, RoleName=name)
     for profile in profiles:
-        _ignore_gone(client, "remove_role_from_instance_profile", RoleName=name, InstanceProfileName=profile)
-        _ignore_gone(client, "delete_instance_profile", InstanceProfileName=profile)
+        aws.call_unless_gone(client, "remove_role_from_instance_profile", RoleName=name, InstanceProfileName=profile)
+        aws.call_unless_gone(client, "delete_instance_profile", InstanceProfileName=profile)
+
+
+def _delete_cleaned(client, operation, clean, **owner):
+    """``operation`` (delete_role, delete_user) once ``clean(afresh)`` has removed what IAM requires gone first:
+    what the walk gave (afresh False); on a DeleteConflict (IAM refuses while anything is left), everything listed
+    afresh (afresh True), then ``operation`` once more."""
+    clean(False)
+    try:
+        aws.call(client, operation, **owner)
+    except ClientError as exc:
+        if aws.error_code(exc) != "DeleteConflict":
+            raise
+        clean(True)
+        aws.call(client, operation, **owner)
 
 
 def delete_role(x, res):
     client = x.client("iam", x.sweep.home_region)
     name, meta = res["id"], res["meta"]
-    _clean_role(client, name, meta.get("attached") or [], meta.get("inline") or [], meta.get("profiles") or [])
-    try:
-        aws.call(client, "delete_role", RoleName=name)
-    except ClientError as exc:
-        if aws.error_code(exc) != "DeleteConflict":
-            raise
+
+    def clean(afresh):
+        if not afresh:
+            _clean_role(client, name, meta.get("attached") or [], meta.get("inline") or [], meta.get("profiles") or [])
+            return
         _clean_role(
             client,
             name,
@@ -121,7 +125,8 @@ def delete_role(x, res):
                 for p in aws.paginate(client, "list_instance_profiles_for_role", "InstanceProfiles", RoleName=name)
             ],
         )
-        aws.call(client, "delete_role", RoleName=name)
+
+    _delete_cleaned(client, "delete_role", clean, RoleName=name)
 
 
 def oidc_providers(d, with_age):
@@ -208,19 +213,18 @@ def delete_user(x, res):
     and everything is listed afresh."""
     client = x.client("iam", x.sweep.home_region)
     name, meta = res["id"], res["meta"]
-    _ignore_gone(client, "delete_login_profile", UserName=name)
+    aws.call_unless_gone(client, "delete_login_profile", UserName=name)
     for key in aws.paginate(client, "list_access_keys", "AccessKeyMetadata", UserName=name):
         aws.call(client, "delete_access_key", UserName=name, AccessKeyId=key["AccessKeyId"])
-    _clean_user(client, name, meta.get("groups") or [], meta.get("attached") or [], meta.get("inline") or [])
-    try:
-        aws.call(client, "delete_user", UserName=name)
-    except ClientError as exc:
-        if aws.error_code(exc) != "DeleteConflict":
-            raise
+
+    def clean(afresh):
+        if not afresh:
+            _clean_user(client, name, meta.get("groups") or [], meta.get("attached") or [], meta.get("inline") or [])
+            return
         for device in aws.paginate(client, "list_mfa_devices", "MFADevices", UserName=name):
             aws.call(client, "deactivate_mfa_device", UserName=name, SerialNumber=device["SerialNumber"])
             if device["SerialNumber"].startswith("arn:"):  # a virtual device (an ARN) is the user's own; delete it
-                _ignore_gone(client, "delete_virtual_mfa_device", SerialNumber=device["SerialNumber"])
+                aws.call_unless_gone(client, "delete_virtual_mfa_device", SerialNumber=device["SerialNumber"])
         _delete_other_credentials(client, name)
         _clean_user(
             client,
@@ -232,7 +236,8 @@ def delete_user(x, res):
             ],
             aws.paginate(client, "list_user_policies", "PolicyNames", UserName=name),
         )
-        aws.call(client, "delete_user", UserName=name)
+
+    _delete_cleaned(client, "delete_user", clean, UserName=name)
 
 
 ROLE_ROW = ResourceType("iam-role", GLOBAL, roles, delete_role)

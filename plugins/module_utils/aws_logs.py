@@ -67,13 +67,7 @@ def log_groups(d, with_age=False):
 
 
 def delete_log_group(x, res):
-    try:
-        aws.call(x.client("logs"), "delete_log_group", logGroupName=res["id"])
-    except ClientError as exc:
-        if not aws.is_not_found(exc):
-            raise
-        return ABSENT
-    return None
+    return None if aws.call_unless_gone(x.client("logs"), "delete_log_group", logGroupName=res["id"]) else ABSENT
 
 
 LOG_GROUP_ROW = ResourceType(LOG_GROUP_TYPE, REGION, log_groups, delete_log_group, chain="eks")

@@ -88,10 +88,8 @@ def delete_instance(x, res):
 
 
 def delete_subnet_group(x, res):
-    x.retry_dependency(
-        res,
-        lambda: aws.call(x.client("rds"), "delete_db_subnet_group", DBSubnetGroupName=res["id"]),
-        codes=("InvalidDBSubnetGroupStateFault",),
+    x.delete_dependent(
+        res, "rds", "delete_db_subnet_group", "DBSubnetGroupName", codes=("InvalidDBSubnetGroupStateFault",)
     )
 
 

@@ -16,6 +16,7 @@ Importable without Ansible.
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 
 GLOBAL = "global"
@@ -23,6 +24,7 @@ REGION = "region"
 ABSENT = "absent"  # what a delete handler answers when there was nothing to delete
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class ResourceType:
     """One row of the sweep's type table: what it is, how it is listed, deleted and (optionally) awaited.
 
@@ -33,21 +35,21 @@ class ResourceType:
     rules), ``refresh`` re-lists a batch right before its deletion (interfaces detach meanwhile).
     """
 
-    def __init__(self, name, scope, list, delete, wait_state=None, chain=None, before=None, refresh=None, expected=0):
-        # pylint: disable=redefined-builtin
-        if expected and wait_state is None:
-            raise ValueError(f"sweep row {name}: an expected deletion time needs a wait_state")
-        if scope not in (REGION, GLOBAL):
-            raise ValueError(f"sweep row {name}: scope must be {REGION!r} or {GLOBAL!r}")
-        self.name = name
-        self.scope = scope
-        self.list = list
-        self.delete = delete
-        self.wait_state = wait_state
-        self.chain = chain
-        self.before = before
-        self.refresh = refresh
-        self.expected = expected
+    name: str
+    scope: str
+    list: object  # pylint: disable=redefined-builtin
+    delete: object
+    wait_state: str | None = None
+    chain: str | None = None
+    before: object = None
+    refresh: object = None
+    expected: int = 0
+
+    def __post_init__(self):
+        if self.expected and self.wait_state is None:
+            raise ValueError(f"sweep row {self.name}: an expected deletion time needs a wait_state")
+        if self.scope not in (REGION, GLOBAL):
+            raise ValueError(f"sweep row {self.name}: scope must be {REGION!r} or {GLOBAL!r}")
 
     @property
     def waited(self):

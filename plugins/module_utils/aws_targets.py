@@ -5,6 +5,8 @@ bootstrap.toml, and the error of a sweep that cannot start."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import aws_rows as rows
@@ -14,15 +16,15 @@ class SweepError(errors.ConfigError):
     """The sweep cannot start: bad options or configuration. The message says what to fix."""
 
 
+@dataclasses.dataclass(eq=False)
 class Target:
     """One cluster whose AWS resources the sweep owns."""
 
-    def __init__(self, cluster, region, eks_name="", rds_instance="", role="workload"):
-        self.cluster = cluster
-        self.region = region
-        self.eks_name = eks_name
-        self.rds_instance = rds_instance
-        self.role = role
+    cluster: str
+    region: str
+    eks_name: str = ""
+    rds_instance: str = ""
+    role: str = "workload"
 
     @property
     def names(self):

@@ -29,6 +29,7 @@ Importable without Ansible.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import logging
 import re
@@ -259,22 +260,20 @@ def _short(exc):
     return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
+@dataclasses.dataclass(eq=False, slots=True)
 class Result:
-    """A rule that did not pass: violated, errored or could not be evaluated."""
+    """A rule that did not pass: violated, errored or could not be evaluated. ``reason`` (FieldValueInvalid,
+    FieldValueForbidden, ...) is the rule's own and ``schema_type`` the schema type of the node it sits on: what
+    an API server's field error carries."""
 
-    __slots__ = ("detail", "message", "outcome", "path", "reason", "rule", "schema_type", "transition")
-
-    def __init__(self, path, rule, message, outcome, detail="", transition=False, reason="", schema_type=None):
-        self.path = path
-        self.rule = rule
-        self.message = message
-        self.outcome = outcome
-        self.detail = detail
-        self.transition = transition
-        # The rule's own reason (FieldValueInvalid, FieldValueForbidden, ...) and the schema type of the
-        # node it sits on: what an API server's field error carries.
-        self.reason = reason
-        self.schema_type = schema_type
+    path: str
+    rule: str
+    message: str
+    outcome: str
+    detail: str = ""
+    transition: bool = False
+    reason: str = ""
+    schema_type: str | None = None
 
     def text(self):
         where = self.path or "(root)"

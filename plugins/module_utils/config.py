@@ -54,6 +54,9 @@ from ansible_collections.krops.platform.plugins.module_utils.config_names import
 )
 
 DEFAULT_FILE = "bootstrap.toml"
+# The options of every module that reads an environment from bootstrap.toml (doc fragment
+# krops.platform.bootstrap_config): load(config_file, environment=environment).
+ARGS = dict(environment=dict(type="str"), config_file=dict(type="path"))
 
 # The one default of each timeout that is not a bootstrap.toml key (module options fall back to these).
 TIMEOUTS = {
@@ -194,26 +197,31 @@ def _as_int(text):
         return text
 
 
-_B = _BOOTSTRAP.fields
+def _override(key, parse=str):
+    """(key path, the checker of that bootstrap.toml key, parse) of an environment-variable override of ``key``:
+    ``bootstrap.<key>``, or ``environments.*.<key>`` for every environment."""
+    table = _ENVIRONMENT if key.startswith("environments.") else _BOOTSTRAP
+    return key, table.fields[key.rsplit(".", maxsplit=1)[-1]][0], parse
+
 
 # Documented environment-variable overrides: variable -> (key path, checker, parse).
 # The checkers are those of the file's keys. An empty variable counts as unset.
 # MGMT_READY_TIMEOUT applies to every environment.
 OVERRIDES = {
-    "REGISTRY_PORT": ("bootstrap.registry-port", _B["registry-port"][0], _as_int),
-    "REGISTRY_READY_RETRIES": ("bootstrap.registry-ready-retries", _B["registry-ready-retries"][0], _as_int),
-    "GIT_REPO_URL": ("bootstrap.git-url", _B["git-url"][0], str),
-    "GIT_BRANCH": ("bootstrap.git-branch", _B["git-branch"][0], str),
-    "GITHUB_USER": ("bootstrap.github-user", _B["github-user"][0], str),
-    "OCI_REPOSITORY": ("bootstrap.oci-repository", _B["oci-repository"][0], str),
-    "OCI_TAG": ("bootstrap.oci-tag", _B["oci-tag"][0], str),
-    "AGE_KEY_FILE": ("bootstrap.age-key-file", _B["age-key-file"][0], str),
-    "MGMT_KUBECONFIG": ("bootstrap.mgmt-kubeconfig", _B["mgmt-kubeconfig"][0], str),
-    "MGMT_POLL_INTERVAL": ("bootstrap.mgmt-poll-interval", _B["mgmt-poll-interval"][0], str),
-    "LOCAL_RECONCILE_TIMEOUT": ("bootstrap.local-reconcile-timeout", _B["local-reconcile-timeout"][0], str),
-    "CLUSTER_DELETE_TIMEOUT": ("bootstrap.cluster-delete-timeout", _B["cluster-delete-timeout"][0], str),
-    "PROVIDER_DELETE_TIMEOUT": ("bootstrap.provider-delete-timeout", _B["provider-delete-timeout"][0], str),
-    "MGMT_READY_TIMEOUT": ("environments.*.mgmt-ready-timeout", _ENVIRONMENT.fields["mgmt-ready-timeout"][0], str),
+    "REGISTRY_PORT": _override("bootstrap.registry-port", _as_int),
+    "REGISTRY_READY_RETRIES": _override("bootstrap.registry-ready-retries", _as_int),
+    "GIT_REPO_URL": _override("bootstrap.git-url"),
+    "GIT_BRANCH": _override("bootstrap.git-branch"),
+    "GITHUB_USER": _override("bootstrap.github-user"),
+    "OCI_REPOSITORY": _override("bootstrap.oci-repository"),
+    "OCI_TAG": _override("bootstrap.oci-tag"),
+    "AGE_KEY_FILE": _override("bootstrap.age-key-file"),
+    "MGMT_KUBECONFIG": _override("bootstrap.mgmt-kubeconfig"),
+    "MGMT_POLL_INTERVAL": _override("bootstrap.mgmt-poll-interval"),
+    "LOCAL_RECONCILE_TIMEOUT": _override("bootstrap.local-reconcile-timeout"),
+    "CLUSTER_DELETE_TIMEOUT": _override("bootstrap.cluster-delete-timeout"),
+    "PROVIDER_DELETE_TIMEOUT": _override("bootstrap.provider-delete-timeout"),
+    "MGMT_READY_TIMEOUT": _override("environments.*.mgmt-ready-timeout"),
 }
 
 

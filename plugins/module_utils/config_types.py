@@ -110,6 +110,16 @@ class Charts:
         raise KeyError("no [charts] key {!r} (known: {})".format(name, ", ".join(fields_of(Charts))))
 
 
+# [charts] key -> the Helm chart it pins: the bootstrap installs that chart before Flux exists, and the trees'
+# releases of it must follow the same version. The one table of it (airgap_tables.BOOTSTRAP_CHARTS is this table,
+# validate_bootstrap.CHART_PINS its inverse; the pivot's CHARTS rows name the same charts).
+CHART_NAMES = {
+    "cert-manager": "cert-manager",
+    "capi-operator": "cluster-api-operator",
+    "flux-operator": "flux-operator",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Teardown:
     """[teardown]: the account-global AWS names of every environment (an environment's own table may override

@@ -40,7 +40,7 @@ OPERATOR_CHART = "oci://ghcr.io/controlplaneio-fluxcd/charts/flux-operator"
 OPERATOR_HELM_TIMEOUT = "10m"
 
 AGE_KEY = "age.agekey"
-RUN_TAG_KEYS = ("KROPS_RUN_ID", "KROPS_REVISION", "KROPS_EXPIRES_AT", "KROPS_RUN_KIND")
+RUN_TAG_KEYS = ownership.RUN_TAG_KEYS
 MANAGED_BY = {"app.kubernetes.io/managed-by": "krops"}
 
 # The distribution version comes from bootstrap.toml (bootstrap.flux-version), the same on the

@@ -82,6 +82,12 @@ KUBE_ARGS = dict(
     request_timeout=dict(type="int"),
 )
 
+
+def argument_spec(**options):
+    """The argument_spec of a module that talks to a cluster: KUBE_ARGS and the module's own ``options``."""
+    return dict(KUBE_ARGS, **options)
+
+
 # Module option -> kubernetes.client.Configuration attribute (kubernetes.core AUTH_ARG_MAP).
 AUTH_MAP = {
     "kubeconfig": "kubeconfig",

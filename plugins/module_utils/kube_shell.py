@@ -4,7 +4,7 @@
 
 Its options are the kubeconfig options (kube.KUBE_ARGS) and its own. The shell checks the input contract first,
 before any file or network call, then this checks that each duration is at least 1 second, then calls
-``verb(kubeconfig, context, check_mode=..., connect_options=..., **the options it passes)``: the cluster is
+``verb(kubeconfig, context, check_mode=..., connect_options=..., **the module's own options)``: the cluster is
 always named, never the operator's current context. Errors are the module shell's (module_utils.shell.run).
 """
 
@@ -13,14 +13,16 @@ from __future__ import annotations
 from ansible_collections.krops.platform.plugins.module_utils import kube, shell
 
 
-def spec(**options):
-    """The argument_spec of such a module: KUBE_ARGS and ``options``."""
-    return dict(kube.KUBE_ARGS, **options)
+spec = kube.argument_spec  # the argument_spec of such a module: KUBE_ARGS and its own options
 
 
-def run(name, argument_spec, verb, doing, durations="request_timeout", passed="", **renamed):
-    """Run module ``name``: ``doing`` is the step the verb runs in, ``passed`` the space-separated options the
-    verb takes as they are and ``renamed`` {verb argument: option}."""
+def run(name, argument_spec, verb, doing, **renamed):
+    """Run module ``name``: ``doing`` is the step the verb runs in. The verb takes each of the module's own options
+    (all but KUBE_ARGS) under its name, or under the verb argument ``renamed`` gives it ({verb argument: option});
+    request_timeout and each ``*_timeout`` option of its own is a duration, at least 1 second."""
+    own = [option for option in argument_spec if option not in kube.KUBE_ARGS]
+    durations = " ".join([option for option in own if option.endswith("_timeout")] + ["request_timeout"])
+    passed = " ".join(option for option in own if option not in renamed.values())
 
     def body(module, step):
         params = module.params

@@ -224,13 +224,11 @@ def cloud_label_verdict(labels, environment):
 # writes, are allowed too). An RFC 3339 time or a Git revision is no valid value.
 GCP_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 GCP_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+# The run tags: the keys of the krops-run ConfigMap that the trees substitute into every resource they declare
+# (flux.run_tags writes them).
+RUN_TAG_KEYS = ("KROPS_RUN_ID", "KROPS_REVISION", "KROPS_EXPIRES_AT", "KROPS_RUN_KIND")
 # The krops-run ConfigMap carries each run tag a second time in a GCP-safe form, under these keys.
-GCP_RUN_LABEL_VARS = {
-    "KROPS_RUN_ID": "KROPS_RUN_ID_LABEL",
-    "KROPS_REVISION": "KROPS_REVISION_LABEL",
-    "KROPS_EXPIRES_AT": "KROPS_EXPIRES_AT_LABEL",
-    "KROPS_RUN_KIND": "KROPS_RUN_KIND_LABEL",
-}
+GCP_RUN_LABEL_VARS = {key: f"{key}_LABEL" for key in RUN_TAG_KEYS}
 
 
 def gcp_label_value(value):

@@ -86,6 +86,23 @@ _LOCAL = dict(
     resource_planes=("native",),
 )
 
+
+def _cloud(platform, teardown_step, region_pattern=None, region_example=None, **capabilities):
+    """The profile of a cloud platform: its cloud is the platform itself, torn down by ``teardown_step``, in the
+    regions ``region_pattern`` matches; ``capabilities`` are its other fields."""
+    return Profile(
+        **dict(
+            _LOCAL,
+            platform=platform,
+            cloud=platform,
+            cloud_teardown_step=teardown_step,
+            region_pattern=region_pattern,
+            region_example=region_example,
+            **capabilities,
+        )
+    )
+
+
 PROFILES = {
     "local-host": Profile(
         **dict(
@@ -98,40 +115,17 @@ PROFILES = {
             reconcile_timeout=("bootstrap", "local-reconcile-timeout"),
         )
     ),
-    "aws": Profile(
-        **dict(
-            _LOCAL,
-            platform="aws",
-            resource_planes=RESOURCE_PLANES,
-            pivot_credentials="aws",
-            cloud="aws",
-            cloud_teardown_step="aws-orphan-sweep",
-            region_pattern=_AWS_REGION,
-            region_example="eu-north-1",
-        )
+    "aws": _cloud(
+        "aws", "aws-orphan-sweep", _AWS_REGION, "eu-north-1", resource_planes=RESOURCE_PLANES, pivot_credentials="aws"
     ),
-    "azure": Profile(
-        **dict(
-            _LOCAL,
-            platform="azure",
-            cloud="azure",
-            cloud_teardown_step="azure-teardown",
-            post_kind_hooks=("arc-federate",),
-            region_pattern=_AZURE_LOCATION,
-            region_example="swedencentral",
-        )
-    ),
-    "gcp": Profile(
-        **dict(
-            _LOCAL,
-            platform="gcp",
-            cloud="gcp",
-            cloud_teardown_step="gcp-teardown",
-            cloud_teardown_before_clusters="Cloud SQL instances, private services access connections and their ranges",
-            post_kind_hooks=("wif-federate",),
-            region_pattern=_GCP_REGION,
-            region_example="europe-north1",
-        )
+    "azure": _cloud("azure", "azure-teardown", _AZURE_LOCATION, "swedencentral", post_kind_hooks=("arc-federate",)),
+    "gcp": _cloud(
+        "gcp",
+        "gcp-teardown",
+        _GCP_REGION,
+        "europe-north1",
+        cloud_teardown_before_clusters="Cloud SQL instances, private services access connections and their ranges",
+        post_kind_hooks=("wif-federate",),
     ),
     "local-talos": Profile(**dict(_LOCAL, platform="local-talos", hardware_release=True)),
 }

@@ -8,6 +8,7 @@ findings (their tables are render_diff_rules.py). module_utils/render_diff.py re
 from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import capi
+from ansible_collections.krops.platform.plugins.module_utils import paths
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from ansible_collections.krops.platform.plugins.module_utils import render_diff_rules as rules
 from ansible_collections.krops.platform.plugins.module_utils import validate
@@ -46,12 +47,7 @@ def _get(obj, dotted):
     """Value at a path of _ANNOTATION-aware dotted keys (annotation keys contain dots and slashes)."""
     if dotted.startswith("metadata.annotations."):
         return ((obj.get("metadata") or {}).get("annotations") or {}).get(dotted[len("metadata.annotations.") :])
-    value = obj
-    for part in dotted.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
+    return paths.dig(obj, *dotted.split("."))
 
 
 def field_diff(old, new, path=""):

@@ -21,6 +21,7 @@ Importable without Ansible; ``python -m ...validate --help`` runs it standalone.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -70,24 +71,16 @@ _norm_path = validate_common.norm_path
 _RS_INPUT = re.compile(r"<<-?\s*inputs\.([A-Za-z_][A-Za-z0-9_]*)\s*-?>>")
 
 
+@dataclasses.dataclass(eq=False, slots=True)
 class Finding:
-    __slots__ = ("environment", "file", "message", "object", "rule")
-
-    def __init__(self, file, obj, rule, message, environment):
-        self.file = file
-        self.object = obj
-        self.rule = rule
-        self.message = message
-        self.environment = environment
+    file: str
+    object: str
+    rule: str
+    message: str
+    environment: str
 
     def as_dict(self):
-        return {
-            "file": self.file,
-            "object": self.object,
-            "rule": self.rule,
-            "message": self.message,
-            "environment": self.environment,
-        }
+        return dataclasses.asdict(self)
 
     def line(self):
         return f"{self.file}: {self.object}: [{self.rule}] {self.message}"
@@ -184,6 +177,7 @@ class _Env:
 # --- the rules ---------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(eq=False, slots=True)
 class ValidateRule:
     """One rule of the registry: ``check(env)`` reports findings of ``category`` through ``env.add``.
 
@@ -193,16 +187,15 @@ class ValidateRule:
     rule applies to the environment. ``doc`` is the function's docstring: the fact the rule enforces.
     """
 
-    __slots__ = ("category", "check", "id", "phase", "when")
+    id: str
+    category: str
+    check: object
+    phase: str = "objects"
+    when: object = None
 
-    def __init__(self, rule_id, category, check, phase="objects", when=None):
-        if category not in RULES:
-            raise ValueError(f"rule {rule_id}: category {category!r} is not one of RULES")
-        self.id = rule_id
-        self.category = category
-        self.check = check
-        self.phase = phase
-        self.when = when
+    def __post_init__(self):
+        if self.category not in RULES:
+            raise ValueError(f"rule {self.id}: category {self.category!r} is not one of RULES")
 
     @property
     def doc(self):

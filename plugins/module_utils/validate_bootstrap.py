@@ -15,6 +15,7 @@ import os
 import re
 
 from ansible_collections.krops.platform.plugins.module_utils import capi
+from ansible_collections.krops.platform.plugins.module_utils import config_types
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
@@ -22,12 +23,10 @@ from ansible_collections.krops.platform.plugins.module_utils import validate_com
 
 RULE = "bootstrap"
 TOML = "bootstrap.toml"
-# Chart name in Git -> key of bootstrap.toml [charts].
-CHART_PINS = {
-    "cert-manager": "cert-manager",
-    "cluster-api-operator": "capi-operator",
-    "flux-operator": "flux-operator",
-    "flux-instance": "flux-operator",
+# Chart name in Git -> key of bootstrap.toml [charts] (config_types.CHART_NAMES the other way round); the
+# flux-instance chart ships with the flux-operator and follows its pin.
+CHART_PINS = {chart: pin_key for pin_key, chart in config_types.CHART_NAMES.items()} | {
+    "flux-instance": "flux-operator"
 }
 CAPI = "cluster.x-k8s.io"
 OPERATOR = "operator.cluster.x-k8s.io"
@@ -35,6 +34,11 @@ OPERATOR = "operator.cluster.x-k8s.io"
 
 def _key(env):
     return f"environments.{env.name}"
+
+
+def _toml(env, key, message):
+    """A finding about the environment's key ``key`` of bootstrap.toml (its table itself when empty)."""
+    env.add(TOML, f"{_key(env)}.{key}" if key else _key(env), RULE, message)
 
 
 def _boot(env):
@@ -86,10 +90,9 @@ def check_environment(env):
     Enforces krops' contract (docs/configuration.md): bootstrap, pivot and teardown read the
     environment's names from that table; without it the lifecycle cannot run the environment.
     """
-    env.add(
-        TOML,
-        _key(env),
-        RULE,
+    _toml(
+        env,
+        "",
         "mgmt/{} has no [environments.{}] table in bootstrap.toml (defined: {})".format(
             env.name, env.name, ", ".join(env.cfg.environment_names)
         ),
@@ -104,7 +107,7 @@ def check_paths(env):
     """
     for field, value in (("sync-path", env.settings.sync_path), ("workload-path", env.settings.workload_path)):
         if value and not os.path.isdir(os.path.join(env.root, value)):
-            env.add(TOML, f"{_key(env)}.{field}", RULE, f"{value} does not exist in the repository")
+            _toml(env, field, f"{value} does not exist in the repository")
 
 
 # --- pins: charts, Flux, Kubernetes --------------------------------------------------------
@@ -307,10 +310,9 @@ def check_infra_provider(env):
             meta = doc.get("metadata") or {}
             if doc.get("kind") == "InfrastructureProvider" and (meta.get("namespace"), meta.get("name")) == infra:
                 return
-    env.add(
-        TOML,
-        f"{_key(env)}.infra-provider-name",
-        RULE,
+    _toml(
+        env,
+        "infra-provider-name",
         "no provider manifest holds InfrastructureProvider {}/{} (infra-provider-namespace/infra-provider-name)".format(
             *infra
         ),
@@ -404,10 +406,9 @@ def check_mgmt_cluster(env):
     """
     clusters, mgmt_ns = _clusters(env)
     if env.settings.mgmt_cluster not in clusters:
-        env.add(
-            TOML,
-            f"{_key(env)}.mgmt-cluster",
-            RULE,
+        _toml(
+            env,
+            "mgmt-cluster",
             "mgmt-cluster {} is not a Cluster in namespace {} of the tree (Clusters there: {})".format(
                 env.settings.mgmt_cluster, mgmt_ns, ", ".join(sorted(clusters)) or "none"
             ),
@@ -424,17 +425,15 @@ def check_capi_workloads(env):
     where = ", ".join(sorted(clusters)) or "none"
     for name in _teardown(env).capi_workloads:
         if name not in clusters:
-            env.add(
-                TOML,
-                f"{_key(env)}.teardown.capi-workloads",
-                RULE,
+            _toml(
+                env,
+                "teardown.capi-workloads",
                 f"capi-workload {name} is not a Cluster in namespace {mgmt_ns} of the tree (Clusters there: {where})",
             )
         elif name == env.settings.mgmt_cluster:
-            env.add(
-                TOML,
-                f"{_key(env)}.teardown.capi-workloads",
-                RULE,
+            _toml(
+                env,
+                "teardown.capi-workloads",
                 f"capi-workload {name} is the "
                 "management cluster; teardown must never delete it through its Cluster object",
             )
@@ -448,10 +447,9 @@ def check_mgmt_container_prefix(env):
     """
     prefix = _teardown(env).mgmt_container_prefix
     if prefix and not env.settings.mgmt_cluster.startswith(prefix):
-        env.add(
-            TOML,
-            f"{_key(env)}.teardown.mgmt-container-prefix",
-            RULE,
+        _toml(
+            env,
+            "teardown.mgmt-container-prefix",
             f"mgmt-container-prefix {prefix} does not match mgmt-cluster {env.settings.mgmt_cluster} (CAPD names containers after the Cluster)",
         )
 
@@ -554,10 +552,9 @@ def check_mgmt_region(env):
     _clusters_found, mgmt_ns = _clusters(env)
     found = _cluster_regions(env, env.settings.mgmt_cluster, mgmt_ns)
     if region and found and region not in found:
-        env.add(
-            TOML,
-            f"{_key(env)}.mgmt-region",
-            RULE,
+        _toml(
+            env,
+            "mgmt-region",
             "mgmt-region {} differs from the region of mgmt-cluster {} in the tree ({})".format(
                 region, env.settings.mgmt_cluster, ", ".join(sorted(found))
             ),
@@ -627,7 +624,7 @@ def check_gcp_iam(env):
     declared = ownership.gcp_iam_declared([i.obj for i in env.items], env.settings.post_kind_create_hook)
     listed = (list(teardown.service_accounts), list(teardown.workload_identity_providers))
     for field, _dummy, message in ownership.gcp_iam_problems(*listed, declared):
-        env.add(TOML, f"{_key(env)}.teardown.{field}", RULE, message)
+        _toml(env, f"teardown.{field}", message)
 
 
 def check_resource_groups(env):
@@ -641,10 +638,9 @@ def check_resource_groups(env):
     }
     for name in _teardown(env).resource_groups:
         if name not in groups:
-            env.add(
-                TOML,
-                f"{_key(env)}.teardown.resource-groups",
-                RULE,
+            _toml(
+                env,
+                "teardown.resource-groups",
                 "resource group {} is not a ResourceGroup of the tree ({})".format(
                     name, ", ".join(sorted(groups)) or "none"
                 ),

@@ -10,6 +10,7 @@ rule is registered in validate.REGISTRY; a rule is ``check(env)`` and reports th
 from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import ownership
+from ansible_collections.krops.platform.plugins.module_utils import paths
 from ansible_collections.krops.platform.plugins.module_utils import render
 from ansible_collections.krops.platform.plugins.module_utils import validate_common as common
 
@@ -66,9 +67,7 @@ def tags_of(item):
     where = _where(item)
     if where is None:
         return None
-    value = item.spec
-    for part in where[0]:
-        value = value.get(part) if isinstance(value, dict) else None
+    value = paths.dig(item.spec, *where[0])
     if where[1] == "map":
         return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
     return (
@@ -130,9 +129,7 @@ def gcp_labels(group, kind, obj):
     path = GCP_LABELLED.get((group, kind))
     if path is None:
         return None
-    value = obj
-    for part in path:
-        value = value.get(part) if isinstance(value, dict) else None
+    value = paths.dig(obj, *path)
     return ".".join(path), {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
 
 

@@ -166,14 +166,14 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     errors,
     shell,
 )
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 
 NAME = "azure_teardown"
 
 
 def argument_spec():
     return dict(
-        environment=dict(type="str"),
-        config_file=dict(type="path"),
+        **krops_config.ARGS,
         resource_groups=dict(type="list", elements="str"),
         federated_credential_names=dict(
             type="list", elements="str", default=["krops-kind-capz-manager", "krops-kind-azureserviceoperator-default"]

@@ -90,13 +90,7 @@ def argument_spec():
 
 
 def main():
-    kube_shell.run(
-        NAME,
-        argument_spec(),
-        teardown_objects.delete_named,
-        "deleting the bootstrap secrets and run tags",
-        passed="namespace secrets configmaps",
-    )
+    kube_shell.run(NAME, argument_spec(), teardown_objects.delete_named, "deleting the bootstrap secrets and run tags")
 
 
 if __name__ == "__main__":

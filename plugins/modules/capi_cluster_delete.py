@@ -148,15 +148,7 @@ def argument_spec():
 
 
 def main():
-    kube_shell.run(
-        NAME,
-        argument_spec(),
-        teardown.delete_clusters,
-        "deleting the Clusters",
-        durations="wait_timeout request_timeout",
-        passed="namespace keep suspend kustomizations wait wait_timeout",
-        names="clusters",
-    )
+    kube_shell.run(NAME, argument_spec(), teardown.delete_clusters, "deleting the Clusters", names="clusters")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ extends_documentation_fragment:
   - krops.platform.attributes
   - krops.platform.attributes.action
   - krops.platform.kube
+  - krops.platform.bootstrap_config
 attributes:
   check_mode:
     details: Plans every phase without writing (the kubeconfig is exported to a private temporary file), skips the
@@ -60,14 +61,6 @@ options:
   target_kubeconfig:
     description:
       - Where to write the exported management kubeconfig. Defaults to C(mgmt-kubeconfig) of bootstrap.toml.
-    type: path
-  environment:
-    description:
-      - Environment of bootstrap.toml. Defaults to E(KROPS_PROFILE), then C(default-environment).
-    type: str
-  config_file:
-    description:
-      - bootstrap.toml to read. Defaults to E(BOOTSTRAP_CONFIG), then C(bootstrap.toml) in the current directory.
     type: path
   repo_root:
     description:
@@ -306,13 +299,11 @@ STEP_STATE = dict(_wait_budget=dict(type="int"), _wait_spent=dict(type="dict"))
 def argument_spec():
     # The auth options reach the source (the kind cluster); the target is reached through the exported
     # kubeconfig, with the same request_timeout.
-    spec = dict(kube.KUBE_ARGS)
-    spec.update(
+    return kube.argument_spec(
         source_kubeconfig=dict(type="path"),
         source_context=dict(type="str"),
         target_kubeconfig=dict(type="path"),
-        environment=dict(type="str"),
-        config_file=dict(type="path"),
+        **krops_config.ARGS,
         repo_root=dict(type="path"),
         stop_after=dict(type="str", choices=list(pivot.PHASES), default="move"),
         lb_port=dict(type="int"),
@@ -334,7 +325,6 @@ def argument_spec():
         move_timeout=dict(type="int"),
         progress_interval=dict(type="int", default=krops_config.TIMEOUTS["progress_interval"]),
     )
-    return spec
 
 
 # Options that must be positive when given (0 or less would end a wait at once or never).

@@ -107,14 +107,7 @@ def argument_spec():
 
 
 def main():
-    kube_shell.run(
-        NAME,
-        argument_spec(),
-        teardown.delete_providers,
-        "deleting the providers",
-        durations="wait_timeout request_timeout",
-        passed="api_version kinds wait wait_timeout",
-    )
+    kube_shell.run(NAME, argument_spec(), teardown.delete_providers, "deleting the providers")
 
 
 if __name__ == "__main__":

@@ -98,14 +98,7 @@ def argument_spec():
 
 
 def main():
-    kube_shell.run(
-        NAME,
-        argument_spec(),
-        teardown_crossplane.delete_managed,
-        "deleting the managed resources",
-        durations="wait_timeout request_timeout",
-        passed="namespace environment wait_timeout",
-    )
+    kube_shell.run(NAME, argument_spec(), teardown_crossplane.delete_managed, "deleting the managed resources")
 
 
 if __name__ == "__main__":

@@ -222,6 +222,7 @@ wait_timeout:
 from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.krops.platform.plugins.module_utils import cli
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import flux
 from ansible_collections.krops.platform.plugins.module_utils import kube
@@ -246,10 +247,8 @@ STEP_STATE = dict(
 
 
 def argument_spec():
-    spec = dict(kube.KUBE_ARGS)
-    spec.update(
-        environment=dict(type="str"),
-        config_file=dict(type="path"),
+    return kube.argument_spec(
+        **krops_config.ARGS,
         scope=dict(type="str", default="all", choices=list(flux.SCOPES)),
         sync_url=dict(type="str"),
         sync_ref=dict(type="str"),
@@ -263,7 +262,6 @@ def argument_spec():
         wait_timeout=dict(type="int"),
         progress_interval=dict(type="int", default=30),
     )
-    return spec
 
 
 def body(module, step):

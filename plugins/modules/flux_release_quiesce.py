@@ -86,7 +86,7 @@ target:
   description: The cluster the module acted on.
   returned: always
   type: str
-  sample: context kind-mgmt in ~/.kube/config
+  sample: context mgmt-admin@mgmt in ~/.kube/krops-mgmt.yaml
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import kube_shell
@@ -104,13 +104,7 @@ def argument_spec():
 
 
 def main():
-    kube_shell.run(
-        NAME,
-        argument_spec(),
-        teardown_objects.quiesce_releases,
-        "stopping the releases' controllers",
-        passed="namespace releases providers",
-    )
+    kube_shell.run(NAME, argument_spec(), teardown_objects.quiesce_releases, "stopping the releases' controllers")
 
 
 if __name__ == "__main__":

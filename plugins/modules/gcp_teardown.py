@@ -227,14 +227,14 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     gcp_rows,
     shell,
 )
+from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 
 NAME = "gcp_teardown"
 
 
 def argument_spec():
     return dict(
-        environment=dict(type="str"),
-        config_file=dict(type="path"),
+        **krops_config.ARGS,
         project=dict(type="str"),
         access_token=dict(type="str", no_log=True),
         networks=dict(type="list", elements="str"),

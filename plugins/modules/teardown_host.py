@@ -223,19 +223,16 @@ NAME = "krops.platform.teardown_host"
 
 
 def argument_spec():
-    spec = dict(kube.KUBE_ARGS)
-    spec.update(
+    return kube.argument_spec(
         mgmt_kubeconfig=dict(type="path"),
         mgmt_context=dict(type="str"),
-        environment=dict(type="str"),
-        config_file=dict(type="path"),
+        **krops_config.ARGS,
         timeout=dict(type="int", default=10),
         local_cluster_timeout=dict(type="int", default=300),
         required_tools=dict(type="list", elements="str", default=[]),
         force=dict(type="bool", default=False),
         cleanup_kubeconfig=dict(type="path"),
     )
-    return spec
 
 
 def run(params, get_bin_path, check_mode=False):

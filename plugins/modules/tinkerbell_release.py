@@ -122,14 +122,7 @@ def argument_spec():
 
 
 def main():
-    kube_shell.run(
-        NAME,
-        argument_spec(),
-        tinkerbell.release_hardware,
-        "releasing the Hardware",
-        durations="wait_timeout request_timeout",
-        passed="namespace hardware_namespace clusters keep suspend wait_timeout remove_stale",
-    )
+    kube_shell.run(NAME, argument_spec(), tinkerbell.release_hardware, "releasing the Hardware")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ need it read it there, so two copies cannot drift apart again. The list, and whe
 - kubeconfig export and merge: kubeconfigs.render_kubeconfig and merge_kubeconfig (kind's merge switches the
   current context, capi_pivot's keeps the user's: one function, ``switch_context``);
 - the Flux suspend patch: kube.suspend_patch (the pivot's and the teardown's, each marking its suspender);
-- node readiness: kube.node_states (kind_cluster's wait and the pivot's).
+- node readiness: kube.node_states (kind_cluster's wait and the pivot's);
+- the chart each bootstrap.toml [charts] key pins: config_types.CHART_NAMES (airgap's BOOTSTRAP_CHARTS is it,
+  validate's CHART_PINS its inverse, the pivot's CHARTS rows name the same charts);
+- the run tag keys: ownership.RUN_TAG_KEYS (flux writes them, the GCP-safe label keys are derived from them).
 
 A stdlib ``ast`` walk, like test_shape.py and test_error_tree.py.
 """
@@ -31,6 +34,8 @@ ONCE = {
     "write_kubeconfig": "module_utils/kubeconfigs.py",
     "suspend_patch": "module_utils/kube.py",
     "node_states": "module_utils/kube.py",
+    "CHART_NAMES": "module_utils/config_types.py",
+    "RUN_TAG_KEYS": "module_utils/ownership.py",
 }
 # (name, file) -> what that definition must call or read: derived from the one definition, on purpose (the
 # delete order's kinds; the filter and the pivot's export wrap the one render, each wording its own error)
@@ -38,6 +43,7 @@ DERIVED = {
     ("PROVIDER_KINDS", "module_utils/teardown.py"): "capi.PROVIDER_DELETE_ORDER",
     ("render_kubeconfig", "filter/render_kubeconfig.py"): "kubeconfigs.render_kubeconfig(",
     ("render_kubeconfig", "module_utils/pivot/export.py"): "kubeconfigs.render_kubeconfig(",
+    ("RUN_TAG_KEYS", "module_utils/flux.py"): "ownership.RUN_TAG_KEYS",
 }
 
 
@@ -112,6 +118,8 @@ def test_the_walk_sees_a_second_copy_and_a_hand_written_suspend():
     }
     assert problems(sources) == [
         "PROVIDER_KINDS is defined again in module_utils/validate.py; read it from module_utils/capi.py",
+        "CHART_NAMES is not defined in module_utils/config_types.py",
+        "RUN_TAG_KEYS is not defined in module_utils/ownership.py",
         "cluster_resource is not defined in module_utils/capi.py",
         "merge_kubeconfig is not defined in module_utils/kubeconfigs.py",
         "render_kubeconfig is not defined in module_utils/kubeconfigs.py",
@@ -140,3 +148,24 @@ def test_node_readiness_needs_a_node_and_every_node_ready():
     ready, nodes = kube.node_states({("", "b"): node("b", "True"), ("", "a"): node("a", "False")})
     assert not ready and [(n["name"], n["ready"]) for n in nodes] == [("a", False), ("b", True)]
     assert kube.node_states({("", "a"): node("a", "True")})[0] is True
+
+
+def test_the_chart_of_each_charts_key_is_one_table():
+    """airgap packs, validate checks and the pivot installs the charts the [charts] keys pin: the same charts."""
+    from ansible_collections.krops.platform.plugins.module_utils import airgap_tables, config_types
+    from ansible_collections.krops.platform.plugins.module_utils import validate_bootstrap
+    from ansible_collections.krops.platform.plugins.module_utils.pivot import common as pivot_common
+
+    names = config_types.CHART_NAMES
+    assert sorted(names) == sorted(config_types.fields_of(config_types.Charts))  # every [charts] key, no other
+    assert airgap_tables.BOOTSTRAP_CHARTS is names
+    assert validate_bootstrap.CHART_PINS == {
+        "cert-manager": "cert-manager",
+        "cluster-api-operator": "capi-operator",
+        "flux-operator": "flux-operator",
+        "flux-instance": "flux-operator",
+    }
+    # the pivot's rows: [charts] key -> (release, chart, repository, namespace, values)
+    assert {key: row[1] for key, row in pivot_common.CHARTS.items()} == {
+        key: chart for key, chart in names.items() if key in pivot_common.CHARTS
+    }

@@ -260,3 +260,35 @@ def test_module_level_refusals_are_expected_errors(run_module, tmp_path):
     )
     result = run_module(flux_handoff, {"wait_timeout": 0})
     assert result["msg"] == "flux_handoff: wait_timeout must be at least 1 second, got 0"
+
+
+# The one-verb modules (module_utils.kube_shell): (module, verb owner, verb, arguments, {verb argument: option})
+ONE_VERB = [
+    (m[0], m[1], m[2], m[3], {"names": "clusters"} if m[0] is capi_cluster_delete else {})
+    for m in MODULES
+    if hasattr(m[0], "kube_shell")
+]
+
+
+@pytest.mark.parametrize(
+    "module, owner, verb, args, renamed", ONE_VERB, ids=[m[0].__name__.rsplit(".")[-1] for m in ONE_VERB]
+)
+def test_a_one_verb_module_hands_every_option_of_its_own_to_its_verb(
+    run_module, monkeypatch, module, owner, verb, args, renamed
+):
+    """kube_shell passes each option the module declares beyond KUBE_ARGS (under the verb's name for it where
+    renamed) and checks request_timeout and each *_timeout option of its own: no module lists its option names a
+    second time."""
+    calls = []
+    monkeypatch.setattr(owner, verb, lambda *a, **k: calls.append((a, k)) or {"changed": False})
+    args = dict(args, **{option: ["w"] for option in renamed.values()})
+    result = run_module(module, dict(args, kubeconfig="/k", context="c"))
+    assert not result.failed and len(calls) == 1
+    positional, keywords = calls[0]
+    own = set(module.argument_spec()) - set(kube.KUBE_ARGS)
+    assert positional == ("/k", "c")
+    assert set(keywords) == {"check_mode", "connect_options"} | (own - set(renamed.values())) | set(renamed)
+    assert all(keywords[argument] == ["w"] for argument in renamed)
+    for option in sorted(o for o in own if o.endswith("_timeout")) + ["request_timeout"]:
+        refused = run_module(module, dict(args, **{option: 0}))
+        assert refused.failed and refused["msg"].endswith(f"{option} must be at least 1 second, got 0"), option
