@@ -1,7 +1,7 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
 """What azure_teardown and gcp_teardown share (module_utils.cloud_teardown): the wait and check mode (the other
-attributes are krops.platform.attributes)."""
+attributes are krops.platform.attributes), and their orphan report mode (steps.report)."""
 
 
 class ModuleDocFragment:
@@ -17,6 +17,25 @@ options:
     description: Seconds between checks while waiting.
     type: int
     default: 10
+  mode:
+    description:
+      - V(delete) deletes every owned resource (in check mode it returns the plan and changes nothing).
+      - V(report) only lists the owned resources at least O(min_age_hours) old (the orphan report); it writes
+        nothing to the cloud.
+    type: str
+    choices: [delete, report]
+    default: delete
+  min_age_hours:
+    description:
+      - With O(mode=report), report owned resources at least this old (V(0) or more). A resource without a creation
+        time is always reported.
+    type: float
+    default: 6
+  report_path:
+    description:
+      - With O(mode=report), write the Markdown report to this file and the JSON beside it (same name, C(.json)).
+        Not written in check mode.
+    type: path
 attributes:
   check_mode:
     details: Discovers and returns RV(plan); deletes nothing.

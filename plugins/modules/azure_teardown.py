@@ -62,25 +62,6 @@ options:
     description: Wait until the resource groups and the Arc resource are gone.
     type: bool
     default: true
-  mode:
-    description:
-      - V(delete) deletes every owned resource (in check mode it returns the plan and changes nothing).
-      - V(report) only lists the owned resources at least O(min_age_hours) old (the orphan report); it writes
-        nothing to Azure.
-    type: str
-    choices: [delete, report]
-    default: delete
-  min_age_hours:
-    description:
-      - With O(mode=report), report owned resources at least this old (V(0) or more). A resource without a creation
-        time is always reported.
-    type: float
-    default: 6
-  report_path:
-    description:
-      - With O(mode=report), write the Markdown report to this file and the JSON beside it (same name, C(.json)).
-        Not written in check mode.
-    type: path
 attributes:
   platform:
     details: Calls Azure Resource Manager from the host it runs on (the teardown role delegates to localhost).
@@ -180,9 +161,7 @@ def argument_spec():
         ),
         federated_credential_issuers=dict(type="list", elements="str", default=[]),
         wait=dict(type="bool", default=True),
-        mode=dict(type="str", default="delete", choices=["delete", "report"]),
-        min_age_hours=dict(type="float", default=6),
-        report_path=dict(type="path"),
+        **cloud_teardown.REPORT_ARGS,
         **cloud_teardown.WAIT_ARGS,
         **azure.LOGIN_ARGS,
     )

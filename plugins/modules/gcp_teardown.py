@@ -97,25 +97,6 @@ options:
     description: Wait for each stage's deletions before the next stage.
     type: bool
     default: true
-  mode:
-    description:
-      - V(delete) deletes every owned resource of O(phase) (in check mode it returns the plan and changes nothing).
-      - V(report) only lists the owned resources of O(phase) at least O(min_age_hours) old (the orphan report); it
-        writes nothing to Google Cloud.
-    type: str
-    choices: [delete, report]
-    default: delete
-  min_age_hours:
-    description:
-      - With O(mode=report), report owned resources at least this old (V(0) or more). A resource without a creation
-        time is always reported.
-    type: float
-    default: 6
-  report_path:
-    description:
-      - With O(mode=report), write the Markdown report to this file and the JSON beside it (same name, C(.json)).
-        Not written in check mode.
-    type: path
 attributes:
   platform:
     details: Calls the Google Cloud APIs from the host it runs on (the teardown role delegates to localhost).
@@ -244,9 +225,7 @@ def argument_spec():
         phase=dict(type="str", choices=list(gcp.GCP_PHASES), default="all"),
         base_url=dict(type="str"),
         wait=dict(type="bool", default=True),
-        mode=dict(type="str", default="delete", choices=["delete", "report"]),
-        min_age_hours=dict(type="float", default=6),
-        report_path=dict(type="path"),
+        **cloud_teardown.REPORT_ARGS,
         **cloud_teardown.WAIT_ARGS,
     )
 
