@@ -17,8 +17,10 @@ BUILD ?= /tmp/krops-build$(subst /,-,$(CURDIR))
 COLLECTION := $(BUILD)/ansible_collections/krops/platform
 DIST := $(BUILD)/dist
 PYTEST_ARGS ?=
-# pytest-xdist workers; each test file stays on one worker (module-scoped fixtures, shared folders).
-PYTEST_WORKERS ?= 2
+# pytest-xdist workers; each test file stays on one worker (module-scoped fixtures, shared folders). Three on two
+# cores: a lifecycle test waits on its emulated controllers and on ansible-playbook's polls part of the time, and a
+# third worker fills those waits (docs/testing.md, round 17).
+PYTEST_WORKERS ?= 3
 # Files go out in tests/conftest.py's order, costliest first (not xdist's default: most tests first).
 XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder,)
 # ansible-test runs on the virtual environment's Python (its bin folder comes first on PATH).
@@ -80,7 +82,7 @@ units: collection
 integration:
 	@mkdir -p tests/output
 	$(PYTEST) $(XDIST) $(PYTEST_ARGS) | tee tests/output/pytest.log
-	@grep -E '^=+ .*(passed|failed).* =+$$' tests/output/pytest.log | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$$//' > tests/output/pytest-summary.txt
+	@grep -E '^(=+ )?[0-9]+ (passed|failed).*' tests/output/pytest.log | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$$//' > tests/output/pytest-summary.txt
 
 # The quick tier, for the inner loop: no ansible-playbook process, no emulated lifecycle
 # (tests/conftest.py marks those slow). Needs a set-up checkout (make setup).
