@@ -9,7 +9,7 @@ import datetime
 import json
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import aws
+from ansible_collections.krops.platform.plugins.module_utils import aws, cloud_report
 
 
 def generated_at():
@@ -26,7 +26,7 @@ def render_markdown(data):
         "- Regions: {}".format(", ".join(f"`{r}`" for r in data["regions"])),
         "- Generated: {}".format(data["generated_at"]),
         "- Threshold: owned resources older than {} hours (no creation time: the cluster's oldest resource)".format(
-            _number(data["min_age_hours"])
+            cloud_report.number(data["min_age_hours"])
         ),
         "",
     ]
@@ -41,27 +41,22 @@ def render_markdown(data):
     if not data["resources"]:
         lines.append("No orphaned resources found.")
         return "\n".join(lines) + "\n"
-    lines += [
-        "Found %d orphaned resources." % len(data["resources"]),
-        "",
-        "| Region | Cluster | Type | ID | Age (hours) | Note |",
-        "|---|---|---|---|---|---|",
-    ]
-    for item in data["resources"]:
-        age = "unknown" if item["age_hours"] is None else _number(item["age_hours"])
-        if item["age_from_cluster"]:
-            age += " (cluster)"
-        note = (item["reason"] or "").replace("|", "/")
-        lines.append(
-            "| {} | {} | {} | `{}` | {} | {} |".format(
-                item["region"], item["cluster"] or "-", item["type"], item["id"], age, note
-            )
-        )
+    lines += cloud_report.orphan_table(
+        data["resources"], ("Region", "Cluster", "Type", "ID", "Age (hours)", "Note"), _cells
+    )
     return "\n".join(lines) + "\n"
 
 
-def _number(value):
-    return (f"{value:g}") if isinstance(value, float) else str(value)
+def _cells(item):
+    age = cloud_report.age(item) + (" (cluster)" if item["age_from_cluster"] else "")
+    return (
+        item["region"],
+        item["cluster"] or "-",
+        item["type"],
+        f"`{item['id']}`",
+        age,
+        cloud_report.cell(item["reason"]),
+    )
 
 
 def report_json(data):

@@ -69,26 +69,24 @@ def render_markdown(data):
         f"- {label}: `{data[key]}`",
         "- Generated: {}".format(data["generated_at"]),
         "- Threshold: owned resources older than {} hours (no creation time: always reported)".format(
-            _number(data["min_age_hours"])
+            number(data["min_age_hours"])
         ),
         "",
     ]
     if not data["resources"]:
         lines += ["No orphaned resources found.", ""]
     else:
-        lines += [
-            "Found %d orphaned resources." % len(data["resources"]),
-            "",
-            "| Type | Name | Created | Age (hours) | Reason |",
-            "|---|---|---|---|---|",
-        ]
-        for item in data["resources"]:
-            age = "unknown" if item["age_hours"] is None else _number(item["age_hours"])
-            lines.append(
-                "| {} | `{}` | {} | {} | {} |".format(
-                    item["type"], item["name"], item["created"] or "unknown", age, _cell(item["reason"])
-                )
-            )
+        lines += orphan_table(
+            data["resources"],
+            ("Type", "Name", "Created", "Age (hours)", "Reason"),
+            lambda item: (
+                item["type"],
+                f"`{item['name']}`",
+                item["created"] or "unknown",
+                age(item),
+                cell(item["reason"]),
+            ),
+        )
         lines.append("")
     if data["held_networks"]:
         lines += [
@@ -128,9 +126,23 @@ def write_report(path, markdown, data):
     return {"markdown": path, "json": json_path}
 
 
-def _number(value):
+def orphan_table(resources, columns, cells):
+    """The count line and the Markdown table of an orphan report (this one's and aws_report's): ``columns`` the
+    headings, ``cells(item)`` the cells of one resource's row."""
+    lines = ["Found %d orphaned resources." % len(resources), "", "| " + " | ".join(columns) + " |"]
+    lines.append("|" + "---|" * len(columns))
+    return lines + ["| " + " | ".join(cells(item)) + " |" for item in resources]
+
+
+def age(item):
+    """A resource's age in hours as the report prints it (``unknown`` when its cloud gave no creation time)."""
+    return "unknown" if item["age_hours"] is None else number(item["age_hours"])
+
+
+def number(value):
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _cell(text):
+def cell(text):
+    """Text that cannot end a Markdown table cell."""
     return (text or "").replace("|", "/")
