@@ -32,6 +32,7 @@ catches an error to raise another. A module that writes a file it is given (``de
 from __future__ import annotations
 
 import os
+import tempfile
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -116,13 +117,21 @@ def write_output(option, path, data, check_mode=False):
             current = handle.read()
     changed = current != data
     if changed and not check_mode:
-        temporary = path + ".tmp"
+        folder = os.path.dirname(os.path.abspath(path))
+        temporary = None
         try:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(temporary, "wb") as handle:
+            os.makedirs(folder, exist_ok=True)
+            # a new file of a random name (O_EXCL): a symlink planted at a predictable temporary name is never followed
+            descriptor, temporary = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".")
+            with os.fdopen(descriptor, "wb") as handle:
                 handle.write(data)
+            umask = os.umask(0)  # mkstemp makes it 0600: give it the mode open() would have
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
             os.replace(temporary, path)
         except OSError as exc:
+            if temporary and os.path.exists(temporary):
+                os.unlink(temporary)
             raise errors.ConfigError(f"option {option}: cannot write {path}: {exc.strerror}") from None
     return changed
 

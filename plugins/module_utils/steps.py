@@ -330,9 +330,9 @@ def created_at(text):
             zone_of = datetime.timezone(sign * datetime.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
         micro = int((fraction or "0")[:6].ljust(6, "0"))
         when = datetime.datetime(*map(int, (year, month, day, hour, minute, second)), micro, tzinfo=zone_of)
-    except ValueError:  # a month 13, an offset of 25 hours: not a time
+        return when.astimezone(datetime.UTC)
+    except (ValueError, OverflowError):  # a month 13, an offset of 25 hours, a year 9999 past UTC: not a time
         return None
-    return when.astimezone(datetime.UTC)
 
 
 def report(run, now, min_age_hours):
@@ -342,7 +342,8 @@ def report(run, now, min_age_hours):
     that is at least ``min_age_hours`` old (``now``: an aware datetime) is an entry, in the table's order: its
     result entry (``run.public``) with outcome ``orphan``, its row's ``stage`` (``group``), ``created`` (UTC, ISO
     8601) and ``age_hours`` (to a tenth). An item whose row found no creation time (the cloud gives none for
-    that type, or gave none) has both None and is always reported: the report does not know it is young.
+    that type, or gave none) has both None, and one created after ``now`` has no age: both are always reported, the
+    report does not know they are young.
     """
     if not run.check_mode:
         raise ValueError("steps.report needs a run in check mode: a report writes nothing")
@@ -351,7 +352,8 @@ def report(run, now, min_age_hours):
     for step in run.acting:
         for item in run.plan[step.name]:
             created = created_at(item.get("_created"))
-            age = None if created is None else round((now - created).total_seconds() / 3600.0, 1)
+            # a creation time after now (a skewed clock, a bogus stamp) is no age: the item is always reported
+            age = None if created is None or created > now else round((now - created).total_seconds() / 3600.0, 1)
             if age is not None and age < min_age_hours:
                 continue
             entry = run.public(item, ORPHAN)

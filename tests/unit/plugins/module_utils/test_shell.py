@@ -10,7 +10,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.krops.platform.plugins.module_utils import config, errors, kube, pivot
+from ansible_collections.krops.platform.plugins.module_utils import config, errors, kube, pivot, shell
 from ansible_collections.krops.platform.plugins.modules import capi_pivot
 
 REPO_FILE = os.path.join(os.path.dirname(__file__), *([os.pardir] * 4), "bootstrap.toml")
@@ -107,3 +107,20 @@ def test_fuzz_capi_pivot_arguments(run_module, params):
         value = params.get(name)
         if message.startswith(f"{name} must be at least 1"):
             assert int(value) < 1
+
+
+def test_write_output_never_follows_a_symlink_planted_at_a_temporary_name(tmp_path):
+    """The file goes through a new temporary file of a random name (review: a symlink at ``<path>.tmp`` was
+    followed, and its target overwritten); it gets the mode open() would give, and nothing is left beside it."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    report = tmp_path / "r.md"
+    (tmp_path / "r.md.tmp").symlink_to(victim)
+    assert shell.write_output("report_path", str(report), b"# report\n") is True
+    assert victim.read_text() == "keep"
+    assert report.read_bytes() == b"# report\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert report.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.md", "r.md.tmp", "victim"]
+    assert shell.write_output("report_path", str(report), b"# report\n") is False

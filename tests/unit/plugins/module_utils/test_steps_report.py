@@ -41,6 +41,8 @@ def test_a_creation_time_is_read_as_the_clouds_write_it(text, expected):
         "2026-12-05T06:00:00",
         "2026-13-05T06:00:00Z",
         "2026-12-05T06:00:00+25:00",
+        "9999-12-31T23:59:59-01:00",  # past datetime's range once in UTC (OverflowError, review)
+        "0001-01-01T00:00:00+01:00",
     ],
 )
 def test_what_is_not_a_creation_time_is_none(text):
@@ -136,3 +138,15 @@ def test_a_report_refuses_a_run_that_would_delete_and_a_deletion_never_shows_the
     result = cloud.run(check_mode=False, wait=False).execute()
     assert cloud.acts == ["old", "young", "ageless", "n1", "bad"]
     assert [sorted(r) for r in result["results"]] == [["name", "outcome", "reason", "type"]] * 5
+
+
+def test_an_item_created_in_the_future_is_reported_with_no_age():
+    """A clock skew or a bogus stamp must not hide an owned resource at any threshold (review): a creation time
+    after now is no age at all, and an item of unknown age is always reported."""
+    cloud = Cloud()
+    cloud.things = {"vm": [("skewed", "2999-01-01T00:00:00Z")], "net": []}
+    result, entries = steps.report(cloud.run(), AT, 0)
+    assert [(e["name"], e["created"], e["age_hours"]) for e in entries] == [
+        ("skewed", "2999-01-01T00:00:00+00:00", None)
+    ]
+    assert cloud.acts == []
