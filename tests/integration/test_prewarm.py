@@ -225,3 +225,69 @@ def test_a_killed_client_takes_its_module_along(tmp_path, how):
         time.sleep(0.05)
     else:
         pytest.fail(f"the module process {child} outlived its client")
+
+
+def _payload_file(path, names):
+    """A stand-in AnsiballZ file whose payload holds ``names`` (as module_common writes zip_data)."""
+    import base64
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as payload:
+        for name in names:
+            payload.writestr(name, "")
+    path.write_text(f"_ANSIBALLZ_WRAPPER = True\nzip_data='{base64.b64encode(buffer.getvalue()).decode()}',\n")
+    return str(path)
+
+
+def test_a_payload_bringing_ansible_files_of_its_own_runs_on_the_real_python(tmp_path):
+    """The warm server's ansible package is the venv's (ansible.module_utils.basic is preloaded), where a library/
+    module (ansible.legacy.*) or a playbook's module_utils cannot be found (review): such a payload is not warm."""
+    from tests.substrate import prewarm_client
+
+    site = prewarm._site_dir()  # pylint: disable=protected-access
+    own = ["ansible/__init__.py", "ansible/module_utils/basic.py", "ansible_collections/krops/platform/x.py"]
+    assert prewarm_client._brings_no_ansible_files(_payload_file(tmp_path / "a.py", own), site)
+    legacy = own + ["ansible/legacy/rv_hello.py"]
+    assert not prewarm_client._brings_no_ansible_files(_payload_file(tmp_path / "b.py", legacy), site)
+    custom = own + ["ansible/module_utils/my_helpers.py"]
+    assert not prewarm_client._brings_no_ansible_files(_payload_file(tmp_path / "c.py", custom), site)
+
+
+@pytest.mark.slow  # starts ansible-playbook
+def test_a_library_module_runs_through_the_warm_client(tmp_path):
+    """A playbook's library/ module, run with the warm client as its interpreter, answers as on a plain Python."""
+    (tmp_path / "library").mkdir()
+    (tmp_path / "library" / "rv_hello.py").write_text(
+        "from ansible.module_utils.basic import AnsibleModule\n"
+        "AnsibleModule(argument_spec={}).exit_json(changed=False, hello='world')\n"
+    )
+    (tmp_path / "play.yml").write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - rv_hello:\n      register: out\n    - assert: {that: [out.hello == 'world']}\n"
+    )
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "play.yml", "-e", "ansible_python_interpreter=" + prewarm.start()],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_child_rebuilds_distros_instance_from_the_runs_environment(monkeypatch, tmp_path):
+    """distro builds its LinuxDistribution at import from UNIXCONFDIR (review): the child builds it again."""
+    import distro.distro
+
+    monkeypatch.setattr(distro.distro, "_distro", distro.distro._distro)  # restored after the test
+    monkeypatch.setattr(distro.distro, "_UNIXCONFDIR", distro.distro._UNIXCONFDIR)
+    monkeypatch.setattr(distro.distro, "_UNIXUSRLIBDIR", distro.distro._UNIXUSRLIBDIR)
+    monkeypatch.setenv("UNIXCONFDIR", str(tmp_path))
+    prewarm._redo_import_time_env()  # pylint: disable=protected-access
+    assert distro.distro._distro.etc_dir == str(tmp_path)

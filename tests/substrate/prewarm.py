@@ -13,7 +13,8 @@ Here one server process per test process imports those libraries once; each modu
 - a signal the client gets goes to the child, and a child whose client is gone kills itself, so ansible's task
   timeout and a killed run stop the module as they would a plain one.
 
-Only the AnsiballZ files run this way (anything else the client execs the real Python for), and only where the
+Only the AnsiballZ files run this way (anything else the client execs the real Python for, and so is a payload
+that brings ansible/ files of its own: a ``library/`` module or a playbook's ``module_utils``, prewarm_client.py), and only where the
 test suite opts in: ``playbook_args()`` gives ``-e ansible_python_interpreter=<client>`` when KROPS_PREWARM is
 not ``0``. The product never sees it. What stays different: the module's parent process is the server, not
 ansible's worker, so a stand-in that kills "the run" by walking up the process tree (standins/common.py
@@ -64,6 +65,8 @@ IMPORT_TIME_ENV = {
     "distro.distro": {
         "_UNIXCONFDIR": lambda env: env.get("UNIXCONFDIR", "/etc"),
         "_UNIXUSRLIBDIR": lambda env: env.get("UNIXUSRLIBDIR", "/usr/lib"),
+        # built at import from the two above (review): built again, after them
+        "_distro": lambda env: sys.modules["distro.distro"].LinuxDistribution(),
     },
     # only where awscrt is installed (botocore.compat reads it inside its `import awscrt.auth` try)
     "botocore.compat": {
@@ -84,6 +87,13 @@ def playbook_args():
     return ["-e", "ansible_python_interpreter=" + start()]
 
 
+def _site_dir():
+    """The folder that holds the venv's ansible package (the client checks a payload's ansible/ files against it)."""
+    import ansible
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(ansible.__file__)))
+
+
 def start():
     """Start this process's server (once) and return the path of its client interpreter."""
     if _SERVER.get("pid") == os.getpid():
@@ -97,7 +107,7 @@ def start():
             "import sys\n"
             f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
             "import prewarm_client\n"
-            f"prewarm_client.main({sock_path!r}, {sys.executable!r})\n"
+            f"prewarm_client.main({sock_path!r}, {sys.executable!r}, {_site_dir()!r})\n"
         )
     os.chmod(client, 0o755)
     ready_r, ready_w = os.pipe()

@@ -4,12 +4,16 @@ It hands an AnsiballZ run to the warm server and exits with the module's status;
 it execs the real Python for, so it behaves as that Python does.
 """
 
+import base64
+import io
 import json
 import os
+import re
 import signal
 import socket
 import struct
 import sys
+import zipfile
 
 ANSIBALLZ_MARK = b"_ANSIBALLZ_WRAPPER = True"
 
@@ -19,6 +23,24 @@ def _is_ansiballz(argv):
         return False
     with open(argv[0], "rb") as handle:
         return ANSIBALLZ_MARK in handle.read(4096)
+
+
+_ZIP_DATA = re.compile(rb"^zip_data='([A-Za-z0-9+/=]+)',$", re.M)  # module_common's wrapper arguments
+
+
+def _brings_no_ansible_files(path, site_dir):
+    """True when every ansible/ file of the payload is one of the venv's ansible-core (the stub __init__ files aside).
+
+    The warm server has ansible.module_utils.basic preloaded from the venv, so the ``ansible`` package there is the
+    venv's: a payload that brings files of its own under ansible/ (a ``library/`` module as ansible.legacy.*, a
+    playbook's ``module_utils/``) would not find them, and runs on the real Python instead."""
+    with open(path, "rb") as handle:
+        found = _ZIP_DATA.search(handle.read())
+    if found is None:  # no payload: nothing of its own
+        return True
+    with zipfile.ZipFile(io.BytesIO(base64.b64decode(found.group(1)))) as payload:
+        names = [n for n in payload.namelist() if n.startswith("ansible/") and not n.endswith("/")]
+    return all(os.path.isfile(os.path.join(site_dir, name)) for name in names)
 
 
 def recv_exact(conn, size):
@@ -32,10 +54,10 @@ def recv_exact(conn, size):
     return data
 
 
-def main(sock_path, python):
+def main(sock_path, python, site_dir):
     argv = sys.argv[1:]
     conn = None
-    if _is_ansiballz(argv):
+    if _is_ansiballz(argv) and _brings_no_ansible_files(argv[0], site_dir):
         try:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             conn.connect(sock_path)
