@@ -82,7 +82,7 @@ units: collection
 integration:
 	@mkdir -p tests/output
 	$(PYTEST) $(XDIST) $(PYTEST_ARGS) | tee tests/output/pytest.log
-	@grep -E '^(=+ )?[0-9]+ (passed|failed).*' tests/output/pytest.log | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$$//' > tests/output/pytest-summary.txt
+	@grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|errors?)\b.*' tests/output/pytest.log | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$$//' > tests/output/pytest-summary.txt
 
 # The quick tier, for the inner loop: no ansible-playbook process, no emulated lifecycle
 # (tests/conftest.py marks those slow). Needs a set-up checkout (make setup).
