@@ -5,7 +5,6 @@ summary of a sweep, a plan or a report. aws_sweep.py decides what is there; this
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 
@@ -13,8 +12,8 @@ from ansible_collections.krops.platform.plugins.module_utils import aws, cloud_r
 
 
 def generated_at():
-    """The report's time stamp: now, in UTC, to the second (ISO 8601)."""
-    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
+    """The report's time stamp: now, in UTC, to the second (ISO 8601), as the other clouds' reports give it."""
+    return cloud_report.now().isoformat()
 
 
 def render_markdown(data):
