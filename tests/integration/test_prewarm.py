@@ -228,7 +228,8 @@ def test_a_killed_client_takes_its_module_along(tmp_path, how):
 
 
 def _payload_file(path, names):
-    """A stand-in AnsiballZ file whose payload holds ``names`` (as module_common writes zip_data)."""
+    """The text of a stand-in AnsiballZ file (written at ``path``) whose payload holds ``names``, as module_common
+    writes zip_data."""
     import base64
     import io
     import zipfile

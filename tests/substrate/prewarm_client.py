@@ -18,24 +18,25 @@ import zipfile
 ANSIBALLZ_MARK = b"_ANSIBALLZ_WRAPPER = True"
 
 
-def _is_ansiballz(argv):
+def _runs_warm(argv, site_dir):
+    """True for an AnsiballZ file whose payload brings no ansible/ file of its own (read once)."""
     if len(argv) != 1 or not os.path.isfile(argv[0]):
         return False
     with open(argv[0], "rb") as handle:
-        return ANSIBALLZ_MARK in handle.read(4096)
+        text = handle.read()
+    return ANSIBALLZ_MARK in text[:4096] and _brings_no_ansible_files(text, site_dir)
 
 
 _ZIP_DATA = re.compile(rb"^zip_data='([A-Za-z0-9+/=]+)',$", re.M)  # module_common's wrapper arguments
 
 
-def _brings_no_ansible_files(path, site_dir):
+def _brings_no_ansible_files(text, site_dir):
     """True when every ansible/ file of the payload is one of the venv's ansible-core (the stub __init__ files aside).
 
     The warm server has ansible.module_utils.basic preloaded from the venv, so the ``ansible`` package there is the
     venv's: a payload that brings files of its own under ansible/ (a ``library/`` module as ansible.legacy.*, a
     playbook's ``module_utils/``) would not find them, and runs on the real Python instead."""
-    with open(path, "rb") as handle:
-        found = _ZIP_DATA.search(handle.read())
+    found = _ZIP_DATA.search(text)
     if found is None:  # no payload: nothing of its own
         return True
     with zipfile.ZipFile(io.BytesIO(base64.b64decode(found.group(1)))) as payload:
@@ -57,7 +58,7 @@ def recv_exact(conn, size):
 def main(sock_path, python, site_dir):
     argv = sys.argv[1:]
     conn = None
-    if _is_ansiballz(argv) and _brings_no_ansible_files(argv[0], site_dir):
+    if _runs_warm(argv, site_dir):
         try:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             conn.connect(sock_path)
