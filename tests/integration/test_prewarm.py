@@ -239,7 +239,7 @@ def _payload_file(path, names):
         for name in names:
             payload.writestr(name, "")
     path.write_text(f"_ANSIBALLZ_WRAPPER = True\nzip_data='{base64.b64encode(buffer.getvalue()).decode()}',\n")
-    return str(path)
+    return path.read_bytes()
 
 
 def test_a_payload_bringing_ansible_files_of_its_own_runs_on_the_real_python(tmp_path):
