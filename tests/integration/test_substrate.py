@@ -355,3 +355,28 @@ def test_a_playbook_run_from_a_deep_test_folder_starts_ansibles_rpc_server(tmp_p
     )
     assert proc.returncode == 0, (proc.stdout[-1500:], proc.stderr[-1500:])
     assert "Local RPC server" not in proc.stderr
+
+
+def test_the_suites_moto_checks_eks_role_arns_as_moto_does_and_loads_no_public_amis(moto):
+    """tests/substrate/moto_server.py reads the partitions once for moto's role ARN check: an ARN of an unknown
+    partition is still refused with moto's message, a good one still accepted; and no public AMI is loaded."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    eks = boto3.client("eks", endpoint_url=moto, region_name="eu-north-1")
+    ec2 = boto3.client("ec2", endpoint_url=moto, region_name="eu-north-1")
+    vpc = {
+        "subnetIds": [
+            ec2.create_subnet(VpcId=ec2.describe_vpcs()["Vpcs"][0]["VpcId"], CidrBlock="172.31.96.0/20")["Subnet"][
+                "SubnetId"
+            ]
+        ]
+    }
+    bad = "arn:nowhere:iam::123456789012:role/eks"
+    with pytest.raises(ClientError) as refused:
+        eks.create_cluster(name="a", roleArn=bad, resourcesVpcConfig=vpc)
+    assert refused.value.response["Error"]["Code"] == "InvalidParameterException"
+    assert refused.value.response["Error"]["Message"] == f"Invalid Role Arn: '{bad}'"
+    made = eks.create_cluster(name="b", roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig=vpc)
+    assert made["cluster"]["status"] in ("CREATING", "ACTIVE")
+    assert ec2.describe_images(Owners=["amazon"])["Images"] == []

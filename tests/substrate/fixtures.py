@@ -169,7 +169,8 @@ def mgmt_api(kube_cluster):
 def _moto_server(tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
-    server = ManagedProcess([str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], log)
+    argv = [str(VENV_BIN / "python"), "-m", "tests.substrate.moto_server", "-H", "127.0.0.1", "-p", str(port)]
+    server = ManagedProcess(argv, log, env=dict(os.environ, PYTHONPATH=str(REPO)))
     url = "http://127.0.0.1:%d" % port
     try:
         wait_until_answers(url + "/moto-api/", process=server.process)
