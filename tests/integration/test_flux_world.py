@@ -376,3 +376,29 @@ def test_a_ready_source_pulls_again_when_the_tag_moves(strict_cluster, oci_regis
     assert condition(mgmt.get(KS, "Kustomization", "flux-system", "flux-system"))["message"] == (
         f"Applied revision: latest@{second}"
     )
+
+
+def test_a_tree_is_built_once_per_content_in_a_test_process_and_again_when_a_byte_changes(tmp_path, monkeypatch):
+    """The rendered-tree cache (flux_world._BUILDS) is keyed by the artifact's content: two worlds serving the same
+    tree share one kustomize build, and an artifact that differs in one byte is built anew."""
+    from tests.substrate import flux_world
+
+    calls = []
+    monkeypatch.setattr(flux_world, "_BUILDS", {})
+    monkeypatch.setattr(flux_world, "_kustomize_build", lambda renderer, d: calls.append(d) or [{"kind": d}])
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}
+    artifacts = []
+    for n, value in enumerate(["v", "v", "w"]):
+        folder = tmp_path / f"artifact-{n}" / "apps"
+        folder.mkdir(parents=True)
+        (folder / "cm.yaml").write_text(yaml.safe_dump(dict(config_map, data={"k": value})))
+        (folder / "kustomization.yaml").write_text("resources: [cm.yaml]\n")
+        artifacts.append(folder.parent)
+    controllers = []
+    for dummy in range(3):
+        controller = object.__new__(FluxController)
+        controller.renderer, controller._digests = ["kubectl", "kustomize"], {}
+        controllers.append(controller)
+    built = [c._built(str(a), str(a / "apps")) for c, a in zip(controllers, artifacts)]
+    assert calls == [str(artifacts[0] / "apps"), str(artifacts[2] / "apps")]
+    assert built[0] is built[1] and built[2] == [{"kind": str(artifacts[2] / "apps")}]

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import http.client
 import io
 import os
@@ -296,7 +297,7 @@ class FluxController:
         self.registry_aliases = dict(registry_aliases or {})
         self.git_checkouts = dict(git_checkouts or {})
         self.artifacts = {}  # (api url, kind, ns, name) -> (revision, folder)
-        self._builds = {}  # artifact folder -> rendered objects
+        self._digests = {}  # artifact folder -> its content digest (the key of its builds in _BUILDS)
         self._polled = {}  # OCIRepository and GitRepository key -> when the source was last asked
         self._applied = {}  # (api url, Kustomization uid) -> (its inputs at the last apply, when)
         # the kustomize binary itself (never krops' render module), resolved now: stand-ins on PATH come later
@@ -728,10 +729,7 @@ class FluxController:
             raise Failure(
                 "ArtifactFailed", f"kustomization path not found: stat {target_dir}: no such file or directory"
             )
-        # an artifact folder never changes (one per revision): its build is rendered once
-        if target_dir not in self._builds:
-            self._builds[target_dir] = self._build(target_dir)
-        objects = copy.deepcopy(self._builds[target_dir])
+        objects = copy.deepcopy(self._built(folder, target_dir))
         if spec.get("decryption"):  # spec.decryption: SOPS Secrets decrypted with the real sops (flux_sops.py)
             from tests.substrate.flux_sops import decrypt_objects
 
@@ -797,6 +795,21 @@ class FluxController:
             return False
         last = self._applied.get((api.url, stamp[0]))
         return last is not None and last[0] == stamp and time.monotonic() - last[1] < self.world.resync
+
+    def _built(self, artifact, target_dir):
+        """The objects kustomize builds from target_dir, rendered once per artifact content in this process: a build
+        reads the artifact's files alone, and an artifact folder never changes (one per revision), so the worlds of
+        one test process that serve the same tree share its build (the rendered-tree cache of docs/testing.md)."""
+        if artifact not in self._digests:
+            self._digests[artifact] = _tree_digest(artifact)
+        key = (tuple(self.renderer), self._digests[artifact], os.path.relpath(target_dir, artifact))
+        with _BUILDS_LOCK:
+            built = _BUILDS.get(key)
+        if built is None:
+            built = self._build(target_dir)
+            with _BUILDS_LOCK:
+                _BUILDS[key] = built
+        return built
 
     def _build(self, folder):
         if any(
@@ -916,6 +929,26 @@ class FluxController:
                 )
         if failing:
             raise Failure("HealthCheckFailed", "timeout waiting for: [{}]".format(", ".join(failing)))
+
+
+_BUILDS = {}  # (renderer, artifact content digest, path in the artifact) -> the objects kustomize built
+_BUILDS_LOCK = threading.Lock()
+
+
+def _tree_digest(folder):
+    """sha256 over every path, file content and link target under folder, in a fixed order."""
+    digest = hashlib.sha256()
+    for directory, subdirs, files in os.walk(folder):
+        subdirs.sort()
+        for name in sorted(files + [d for d in subdirs if os.path.islink(os.path.join(directory, d))]):
+            path = os.path.join(directory, name)
+            digest.update(os.path.relpath(path, folder).encode() + b"\0")
+            if os.path.islink(path):
+                digest.update(b"link:" + os.readlink(path).encode() + b"\0")
+            else:
+                with open(path, "rb") as handle:
+                    digest.update(hashlib.sha256(handle.read()).digest())
+    return digest.hexdigest()
 
 
 def _find_kustomize():
