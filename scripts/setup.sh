@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a checkout to run and test krops.platform:
 #   - find a Python 3.12+ (KROPS_PYTHON, python3.13/3.12/python3 on PATH, then pyenv versions),
-#   - create .venv and install the pinned requirements (skipped when unchanged), and the SBOM tool in .venv/sbom,
+#   - create .venv and install the pinned requirements (skipped when unchanged), and the SBOM tool in .venv/sbom;
+#     .venv links to an environment shared by checkouts with the same requirements (KROPS_VENV_CACHE, below),
 #   - install the Debian packages the tests need (docker-registry, age, rsync, shellcheck) when root with apt,
 #   - link .collections/ansible_collections/krops/platform to this checkout, so
 #     ansible-playbook resolves krops.platform.* from the working tree,
@@ -30,8 +31,32 @@ find_python() {
   return 1
 }
 
+no_python="no Python 3.12 or newer found (ansible-core 2.21 needs it). Install one, or set KROPS_PYTHON=/path/to/python3.12."
+
+# Checkouts that pin the same requirements on the same Python share one virtual environment: .venv is a link
+# to $KROPS_VENV_CACHE/<key> (default ~/.cache/krops/venvs), so a fresh clone installs nothing that another
+# checkout installed already. The key covers the Python and every requirements file: a change of either links
+# a new environment and never alters one another checkout uses. KROPS_VENV_CACHE=off, or a .venv folder of
+# its own, keeps the environment in the checkout. A lock serialises set-ups that build the same environment,
+# and .krops-ready marks one whose set-up finished (an interrupted one is built again).
+if [ "${KROPS_VENV_CACHE:-}" != off ] && { [ -L .venv ] || [ ! -e .venv ]; }; then
+  PYTHON=$(find_python) || die "$no_python"
+  venvs=${KROPS_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/krops/venvs}
+  key=$({ "$PYTHON" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version)'
+    cat requirements.txt requirements-test.txt requirements-sbom.txt; } | sha256sum | cut -c1-16)
+  mkdir -p "$venvs"
+  exec 9>"$venvs/$key.lock"
+  if command -v flock >/dev/null 2>&1; then flock 9; fi  # util-linux; macOS has none
+  if [ ! -f "$venvs/$key/.krops-ready" ]; then
+    rm -rf "${venvs:?}/${key:?}"
+    say "creating the shared environment $venvs/$key with $PYTHON ($("$PYTHON" --version))"
+    "$PYTHON" -m venv "$venvs/$key"
+  fi
+  ln -sfn "$venvs/$key" .venv
+fi
+
 if [ ! -x .venv/bin/python ] || ! python_ok .venv/bin/python; then
-  PYTHON=$(find_python) || die "no Python 3.12 or newer found (ansible-core 2.21 needs it). Install one, or set KROPS_PYTHON=/path/to/python3.12."
+  PYTHON=$(find_python) || die "$no_python"
   say "creating .venv with $PYTHON ($("$PYTHON" --version))"
   rm -rf .venv
   "$PYTHON" -m venv .venv
@@ -94,4 +119,5 @@ fi
 # The whole output is read before its first line is taken: `ansible --version | head -1` closes the
 # pipe early, and ansible then prints a BrokenPipeError traceback.
 ansible_version=$(.venv/bin/ansible --version)
+touch .venv/.krops-ready
 say "setup complete: $(.venv/bin/python --version), ${ansible_version%%$'\n'*}"

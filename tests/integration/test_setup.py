@@ -9,7 +9,9 @@ that race show; an already set-up checkout skips the installs, so each run takes
 
 from __future__ import annotations
 
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +56,30 @@ def test_the_test_environment_imports_kubernetes_as_a_users_does():
     assert "'jsonschema'" in loaded
     assert "'rfc3987_syntax'" not in loaded, "rfc3987-syntax is in .venv: scripts/setup.sh removes it"
     assert (VENV_BIN.parent / "sbom" / "bin" / "cyclonedx-py").exists(), "make setup installs .venv/sbom"
+
+
+def test_a_fresh_checkout_links_the_shared_environment_and_installs_nothing(tmp_path):
+    """A checkout whose .venv links into the shared cache (scripts/setup.sh, KROPS_VENV_CACHE): a new checkout with
+    the same requirements and Python links the same environment in about a second, and prints only the closing
+    line; its own .collections link is made."""
+    venv = REPO / ".venv"
+    if not venv.is_symlink():
+        pytest.skip(".venv is a folder of this checkout (set up with KROPS_VENV_CACHE=off, or before the cache)")
+    shared = venv.resolve()
+    assert (shared / ".krops-ready").is_file(), shared
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    for name in ("scripts/setup.sh", "scripts/get-pip-offline.py", "requirements.txt", "requirements-test.txt"):
+        (checkout / name).write_bytes((REPO / name).read_bytes())
+    (checkout / "requirements-sbom.txt").write_bytes((REPO / "requirements-sbom.txt").read_bytes())
+    python = (shared / "pyvenv.cfg").read_text()  # the environment's own Python, so the key is the same
+    home = dict(line.split(" = ", 1) for line in python.splitlines() if " = " in line)["home"]
+    env = {k: v for k, v in os.environ.items() if k != "KROPS_VENV_CACHE"}
+    env.update(KROPS_VENV_CACHE=str(shared.parent), KROPS_PYTHON=str(Path(home) / "python3"))
+    proc = subprocess.run(
+        ["bash", "scripts/setup.sh"], cwd=checkout, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [line for line in proc.stdout.splitlines() if line.startswith(">>> setup")]
+    assert (checkout / ".venv").resolve() == shared
+    assert (checkout / ".collections/ansible_collections/krops/platform").resolve() == checkout
