@@ -82,6 +82,7 @@ class Ctx:
         self.path = path
         self.environments = environments
         self.root = root
+        self.real_root = os.path.realpath(root) if root else None  # resolved once: every repository path is checked
 
     def fail(self, key, expected, got=None, detail=None):
         raise ConfigKeyError(self.path, key, expected, got, self.environments, detail)
@@ -217,7 +218,7 @@ def _inside(ctx, key, value, what):
     if value.startswith(("/", "~")) or ".." in parts:
         ctx.fail(key, f"{what} inside the repository: relative, without '..' and not absolute", value)
     if ctx.root:
-        root = os.path.realpath(ctx.root)
+        root = ctx.real_root
         real = os.path.realpath(os.path.join(root, value))
         if real != root and not real.startswith(root + os.sep):
             ctx.fail(

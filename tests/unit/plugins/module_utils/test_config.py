@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import tomllib
 
@@ -18,13 +20,21 @@ REPO_FILE = os.path.join(os.path.dirname(__file__), *([os.pardir] * 4), "bootstr
 ENVS = "(valid environments: local-host, aws, aws-crossplane, azure, gcp, local-talos)"
 
 
+@functools.cache
 def real_text():
     with open(REPO_FILE, encoding="utf-8") as handle:
         return handle.read()
 
 
-def real_data():
+@functools.cache
+def _parsed():
     return tomllib.loads(real_text())
+
+
+def real_data():
+    """The repository's bootstrap.toml as data: a copy of one parse, each caller may change its own (the fuzz tests
+    take one per example, and parsing it each time was half of their time)."""
+    return copy.deepcopy(_parsed())
 
 
 def load(data, **kwargs):

@@ -11,7 +11,9 @@ satisfies the name, path, pattern and range rules.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import os
 import re
 import string
@@ -28,9 +30,15 @@ REPO_FILE = os.path.join(os.path.dirname(__file__), *([os.pardir] * 4), "bootstr
 PATH = "bad/bootstrap.toml"
 
 
-def real_data():
+@functools.cache
+def _parsed():
     with open(REPO_FILE, "rb") as handle:
         return tomllib.load(handle)
+
+
+def real_data():
+    """A copy of one parse of the repository's bootstrap.toml (each caller may change its own)."""
+    return copy.deepcopy(_parsed())
 
 
 def real_text():
