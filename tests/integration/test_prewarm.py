@@ -292,3 +292,41 @@ def test_the_child_rebuilds_distros_instance_from_the_runs_environment(monkeypat
     monkeypatch.setenv("UNIXCONFDIR", str(tmp_path))
     prewarm._redo_import_time_env()  # pylint: disable=protected-access
     assert distro.distro._distro.etc_dir == str(tmp_path)
+
+
+def test_a_precompiled_payload_source_gets_the_payloads_file_names_and_any_other_compiles_as_before(
+    tmp_path, monkeypatch
+):
+    """prewarm._precompile: zipimport takes the server's code for a source it compiled (krops' own module_utils
+    here), named after the payload's file in every nested code object, so a traceback or a __file__-based lookup
+    reads the payload; a source it did not compile (one byte changed) is compiled from the payload as before."""
+    import zipfile
+    import zipimport
+
+    monkeypatch.setattr(zipimport, "_compile_source", zipimport._compile_source)  # undone after the test
+    monkeypatch.setattr(prewarm, "_COMPILED", {})
+    prewarm._precompile()
+    source = (REPO / "plugins/module_utils/steps.py").read_bytes()
+    assert len(prewarm._COMPILED) > 100
+    payload = tmp_path / "payload.zip"
+    with zipfile.ZipFile(payload, "w") as archive:
+        archive.writestr("same_steps.py", source)
+        archive.writestr("changed_steps.py", source.replace(b"DONE, PENDING, FAILED", b"DONE,  PENDING, FAILED"))
+    renamed = []
+    named = prewarm._named
+    monkeypatch.setattr(prewarm, "_named", lambda code, filename: renamed.append(filename) or named(code, filename))
+    for name, precompiled in (("same_steps", True), ("changed_steps", False)):
+        renamed.clear()
+        code = zipimport.zipimporter(str(payload)).get_code(name)
+        assert bool(renamed) is precompiled, (name, renamed)
+        filenames = set()
+        stack = [code]
+        while stack:
+            found = stack.pop()
+            filenames.add(found.co_filename)
+            stack.extend(c for c in found.co_consts if isinstance(c, type(code)))
+        assert filenames == {str(payload / f"{name}.py")}, (name, precompiled, filenames)
+        namespace = {"__name__": name}
+        exec(code, namespace)  # noqa: S102 - the module's own code, as zipimport would run it
+        assert namespace["created_at"]("2026-01-02T03:04:05Z").year == 2026
+        assert namespace["Row"].plan_line.__code__.co_filename == str(payload / f"{name}.py")
