@@ -30,7 +30,7 @@ def test_the_state_round_trips_with_its_defaults():
     assert stepping.read(flux_handoff.STEP_STATE, env) == {"_phase": "all", "_wait_budget": 5, "_wait_total": 60}
     env = {stepping.ENV: stepping.encode({"_sweep_state": {"pending": ["x"]}})}
     assert stepping.read(aws_orphan_sweep.STEP_STATE, env)["_sweep_state"] == {"pending": ["x"]}
-    assert stepping.read(capi_pivot.STEP_STATE, {}) == {"_wait_budget": None, "_wait_spent": None}
+    assert stepping.read(capi_pivot.STEP_STATE, {}) == {"_wait_budget": None, "_resume": None}
 
 
 def test_a_template_in_the_state_is_not_templated_by_the_task_environment():
