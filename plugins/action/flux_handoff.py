@@ -2,31 +2,27 @@
 # Apache License 2.0 (see LICENSE)
 """Action plugin for krops.platform.flux_handoff: progress on the controller while Flux reconciles.
 
-The stepped-wait protocol is plugin_utils.stepped. The first call does the whole handoff
-and waits at most one step; while the module answers ``_krops_pending``, the plugin
-displays the FluxInstance state and the Kustomization table, then calls the module again
-with ``_phase=wait`` and the remaining budget. The last step gets the whole remaining time,
-so the final result (success, stall or timeout with the table) is the one a single call
-would give; ``changed``, ``actions``, ``run_tags`` and ``diff`` come from the first step.
+The stepped-wait protocol is plugin_utils.stepped, with the steps engine's resume state. The first
+call does the whole handoff and waits at most one step; while the module answers ``_krops_pending``,
+the plugin displays the FluxInstance state and the Kustomization table, then calls the module again
+with the remaining budget and the resume state (the setup done, the time the wait took so far,
+measured here). The step that can wait for all that is left of wait_timeout is final, so the final
+result (success, stall or timeout with the table) is the one a single call would give; ``changed``,
+``actions``, ``run_tags`` and ``diff`` come from the first step.
 """
 
 from __future__ import annotations
 
-import math
-import time
-
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.krops.platform.plugins.module_utils import flux_status
-from ansible_collections.krops.platform.plugins.plugin_utils.stepped import SteppedAction
+from ansible_collections.krops.platform.plugins.plugin_utils.stepped import PENDING, SteppedAction
 
 _FROM_FIRST_STEP = ("changed", "actions", "operator", "sync", "sops_namespaces", "run_tags", "diff", "environment")
 
 
 class ActionModule(SteppedAction):
     MODULE = "krops.platform.flux_handoff"
-    HIDDEN = ("_phase", "_wait_budget", "_wait_total")
-    INTERNAL = ("_krops_pending", "_krops_waited")
 
     def interval(self, args):
         try:
@@ -38,31 +34,23 @@ class ActionModule(SteppedAction):
         return super().interval(args)
 
     def start(self, args, first):
-        if first.get("failed") or not first.get("_krops_pending"):
+        if first.get("failed") or not first.get(PENDING):
             return False
         self.first = first
         self.total = int(first.get("wait_timeout") or self.interval(args))
-        self.wait_started = time.monotonic() - float(first.get("_krops_waited") or 0)
-        self.deadline = self.wait_started + self.total
         return True
 
     def status(self, host, step):
         return "flux_handoff [%s] waited %ds of %ds: %s" % (
             host,
-            int(time.monotonic() - self.wait_started),
+            int(self.waited(self.wait(step))),
             self.total,
             flux_status.summary(step),
         )
 
-    def next_args(self, args, step, budget):
-        remaining = max(1, int(math.ceil(self.deadline - time.monotonic())))
-        # Keep each step short enough that the next line comes within progress_interval.
-        return dict(
-            args, _phase="wait", wait_timeout=remaining, _wait_budget=min(budget, remaining), _wait_total=self.total
-        )
-
     def overhead(self, step, elapsed, budget, interval, previous):
-        return max(self.STEP_MARGIN, elapsed - float(step.get("_krops_waited") or 0) + 0.5)
+        # Keep each step short enough that the next line comes within progress_interval.
+        return max(self.STEP_MARGIN, elapsed - float(self.wait(step).get("took") or 0) + 0.5)
 
     def combine(self, step):
         for key in _FROM_FIRST_STEP:

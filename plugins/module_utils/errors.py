@@ -20,6 +20,7 @@ class KropsError(Exception):
     """An expected failure: bad input, an unreachable cluster, a refusal. Never a krops bug."""
 
     area = "krops"
+    step = None  # the step of a stepped run (steps.Sequence) the error came out of; the engine names it
 
     def __init__(self, message, result=None):
         super().__init__(message)
@@ -49,14 +50,19 @@ class ToolError(KropsError):
 
 
 class PivotError(KropsError):
-    """A pivot phase failed; ``phase`` names it (None before the phases run) and ``result`` holds what
-    was done so far."""
+    """A pivot phase failed; ``phase`` (its ``step``) names it, and ``result`` holds what was done so far. A phase
+    may raise it with None: the steps engine that runs the phases (steps.Sequence) names the phase it came out of;
+    it stays None only before the phases run."""
 
     area = "pivot"
 
     def __init__(self, phase, message, result=None):
         super().__init__(message, result)
-        self.phase = phase
+        self.step = phase
+
+    @property
+    def phase(self):
+        return self.step
 
 
 class FluxError(KropsError):

@@ -23,8 +23,8 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import math
 import os
-import time
 
 from ansible_collections.krops.platform.plugins.module_utils import cli as krops_cli
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
@@ -33,6 +33,7 @@ from ansible_collections.krops.platform.plugins.module_utils import flux_status
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
+from ansible_collections.krops.platform.plugins.module_utils import steps
 
 
 OPERATOR_RELEASE = "flux-operator"
@@ -57,6 +58,8 @@ CLUSTER = {
 OCI_INSECURE_PATCH = "- op: add\n  path: /spec/insecure\n  value: true\n"
 
 SCOPES = ("all", "secrets", "wait")
+# The handoff's two steps for the stepped wait (steps.Waits): a step that resumes has the setup done and only waits.
+SETUP, WAIT_KEY = "setup", "flux"
 
 
 # --- plan ---------------------------------------------------------------------------
@@ -428,11 +431,9 @@ def handoff(params, check_mode=False, helm=None, environ=None):
     env = cfg.environment(environment)
     namespace = boot.flux_namespace
     scope = params.get("scope") or "all"
-    phase = params.get("_phase") or "all"
+    resume = params.get("_resume") or {}  # the engine's resume state of a pending earlier step (steps.Waits)
     target = kube.describe_target(params.get("kubeconfig"), params.get("context"))
-    timeout = params.get("wait_timeout") or default_timeout(cfg, environment)
-    total = params.get("_wait_total") or timeout
-    budget = params.get("_wait_budget")
+    total = params.get("wait_timeout") or default_timeout(cfg, environment)
 
     result = {
         "changed": False,
@@ -447,7 +448,7 @@ def handoff(params, check_mode=False, helm=None, environ=None):
     client = kube.connect(params.get("kubeconfig"), params.get("context"))
     writer = _Writer(client, check_mode, target)
 
-    if phase == "all" and scope in ("all", "secrets"):
+    if SETUP not in (resume.get("done") or ()) and scope in ("all", "secrets"):
         _setup(params, cfg, env, environment, namespace, scope, client, writer, result, helm, target)
         result["changed"] = writer.changed
         result["actions"] = writer.actions
@@ -457,36 +458,53 @@ def handoff(params, check_mode=False, helm=None, environ=None):
             flux_status.observe(client, namespace, result)
         return result
 
-    step = timeout if budget is None else min(budget, timeout)
-    final = budget is None or budget >= timeout
-    started = time.monotonic()
+    waits = steps.Waits(params.get("_wait_budget"), resume, cut=kube.WaitTimeout)
+    waits.done = [SETUP]  # a step that resumes only waits
     try:
-        flux_status.wait_ready(client, namespace, step, result, progress_every=max(step, 1))
-        result["held_by_pivot"] = [r["name"] for r in result["kustomizations"] if r.get("held")]
-        result["ready"] = not result["held_by_pivot"]
-        if result["held_by_pivot"]:
-            result["warnings"] = [
-                "{} Kustomizations of {} on {} are suspended by an interrupted pivot ({}={}): {}; not waited for. "
-                "Run the pivot again: it completes the move (or resumes them on rollback)".format(
-                    len(result["held_by_pivot"]),
-                    namespace,
-                    target,
-                    kube.SUSPENDED_BY,
-                    kube.PIVOT_SUSPENDER,
-                    ", ".join(result["held_by_pivot"]),
-                )
-            ]
+        if _wait(client, namespace, total, waits, result, params.get("_wait_budget")):
+            return _finish(waits.pause(result))
+        _held(result, namespace, target)
     except kube.WaitTimeout:
-        if not final:
-            result["_krops_pending"] = True
-        else:
-            raise FluxError(flux_status.timeout_message(result, total, target, namespace), _finish(result))
+        raise FluxError(flux_status.timeout_message(result, total, target, namespace), _finish(result))
     except FluxError as exc:
         raise FluxError(flux_status.stalled_message(exc, _finish(result), target, namespace), _finish(result))
     except kube.KubeError as exc:
         raise FluxError(f"waiting for Flux on {target} failed: {exc}", _finish(result))
-    result["_krops_waited"] = time.monotonic() - started
     return _finish(result)
+
+
+def _wait(client, namespace, total, waits, result, budget):
+    """Wait for Flux within what is left of ``total``; a steps.Pending when the step's ``budget`` ran out first.
+
+    A step whose budget covers all that is left (whole seconds) is final: its timeout fails as a single call's."""
+    seconds = max(1, int(math.ceil(waits.left(WAIT_KEY, total))))
+    return waits.wait(
+        WAIT_KEY,
+        total,
+        seconds,
+        lambda limit: flux_status.wait_ready(client, namespace, limit, result, progress_every=max(limit, 1)),
+        lambda state: flux_status.summary(result).splitlines()[0],
+        final=budget is None or budget >= seconds,
+        title="Flux",
+    )
+
+
+def _held(result, namespace, target):
+    """Ready unless Kustomizations are held by an interrupted pivot, which are named in a warning."""
+    result["held_by_pivot"] = [r["name"] for r in result["kustomizations"] if r.get("held")]
+    result["ready"] = not result["held_by_pivot"]
+    if result["held_by_pivot"]:
+        result["warnings"] = [
+            "{} Kustomizations of {} on {} are suspended by an interrupted pivot ({}={}): {}; not waited for. "
+            "Run the pivot again: it completes the move (or resumes them on rollback)".format(
+                len(result["held_by_pivot"]),
+                namespace,
+                target,
+                kube.SUSPENDED_BY,
+                kube.PIVOT_SUSPENDER,
+                ", ".join(result["held_by_pivot"]),
+            )
+        ]
 
 
 def _finish(result):

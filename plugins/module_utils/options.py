@@ -214,7 +214,6 @@ OPTIONS = {
         wait_timeout=TIMEOUT,
         progress_interval=PROGRESS,
         _wait_budget=TIMEOUT,
-        _wait_total=TIMEOUT,
     ),
     "gcp_teardown": {
         "environment": ENVIRONMENT,

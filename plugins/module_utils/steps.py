@@ -27,6 +27,10 @@ The orphan report (``report``) is the same table read only: a run in check mode 
 discovery found, and each one's age comes from the creation time its row put in the item (``_created``, the
 cloud's own text: RFC 3339). Every cloud on this engine gets its report from this one function.
 
+The stepped modules (capi_pivot's phases, flux_handoff's setup and wait) run a ``Sequence`` of ``Phase``s, each once
+and in order, with ``stop_after``; their long waits go through ``Waits``, which the call's budget may cut (a
+``Pending``, a value): the same resume protocol, in the one shape the action plugins carry (``STEP_STATE``).
+
 Importable without Ansible and without any cloud SDK.
 """
 
@@ -360,3 +364,138 @@ def report(run, now, min_age_hours):
             entry.update(stage=step.group, created=created.isoformat() if created else None, age_hours=age)
             entries.append(entry)
     return result, entries
+
+
+# --- a sequence: steps run once each, in order, with waits the call's budget may cut -------------------------------
+#
+# The stepped modules (capi_pivot's phases, flux_handoff's setup and wait) are not deletions: each step runs once, in
+# table order, and a long wait in it may outlast the budget of one call (the action plugin runs the module in calls of
+# about progress_interval seconds, plugin_utils/stepped.py). The resume protocol is the one above (a ``budget``, the
+# result's resume state, ``resume=state`` on the next call), in one shape for every stepped module: STEP_STATE.
+
+STEP_STATE = dict(_wait_budget=dict(type="int"), _resume=dict(type="dict"))  # module_utils/stepping.py carries it
+PENDING_KEY, RESUME_KEY = "_krops_pending", "_krops_resume"  # a pending result: True, and the state to resume from
+
+
+class Pending:
+    """A wait that ran out of the call's budget, not of its timeout: a value, not an error (``Waits.wait`` returns it,
+    the step returns at once, and the sequence returns a pending result). ``info`` names the wait (``key``, the
+    ``step`` it is in and that step's ``number``, ``title``) and says its whole timeout (``total``), the seconds spent on
+    it in all calls so far (``waited``) and in this one (``took``), and what it still waits for (``state``)."""
+
+    def __init__(self, **info):
+        self.info = info
+
+
+class Waits:
+    """The waits of one call: ``budget`` is what the call may spend (None: each wait may take its whole timeout) and
+    ``resume`` the state of the previous call's pending result: ``spent`` ({wait key: seconds spent on it so far}),
+    ``done`` (the steps that are not run again) and ``wait`` (the wait that was cut). ``cut`` is the exception a
+    watch raises when its limit passes, with the last state it saw in ``state``."""
+
+    def __init__(self, budget=None, resume=None, cut=TimeoutError, clock=time.monotonic):
+        resume = dict(resume or {})
+        self.cut, self.clock = cut, clock
+        self.deadline = None if budget is None else clock() + max(0.0, float(budget))
+        self.spent, self.done = dict(resume.get("spent") or {}), list(resume.get("done") or ())
+        self.pending = None
+
+    def left(self, key, timeout):
+        """Seconds the wait ``key`` may still take: ``timeout`` less what earlier calls spent on it."""
+        try:
+            spent = float(self.spent.get(key) or 0)
+        except (TypeError, ValueError):
+            spent = 0.0
+        return timeout if spent <= 0 else max(0.0, timeout - spent)
+
+    def wait(self, key, total, seconds, watch, describe, final=None, **names):
+        """``watch(limit)`` for the wait ``key``, which may still take ``seconds`` of ``total``; None when it ended.
+
+        When the budget left covers ``seconds`` (or ``final`` says so), this is ``watch(seconds)`` and its timeout
+        propagates as in a single call. Otherwise the watch stops when the budget runs out: the Pending returned
+        (also ``self.pending``) says ``describe(state)`` and the time spent; ``names`` name the wait in it."""
+        if final is None:
+            final = self.deadline is None or self.deadline - self.clock() >= seconds
+        if final:
+            watch(seconds)
+            return None
+        began = self.clock()
+        try:
+            watch(max(0.1, self.deadline - began))
+        except self.cut as exc:
+            took = self.clock() - began
+            waited = round(float(total - seconds + took), 3)
+            info = dict(key=key, **names, total=int(total), waited=waited, took=round(took, 3))
+            self.pending = Pending(**info, state=describe(exc.state))
+        return self.pending
+
+    def pause(self, result):
+        """``result`` made pending: the resume state the next call goes on from, the cut wait's time in ``spent``."""
+        info = self.pending.info
+        result[PENDING_KEY] = True
+        result[RESUME_KEY] = {
+            "spent": dict(self.spent, **{info["key"]: info["waited"]}),
+            "done": self.done,
+            "wait": info,
+        }
+        return result
+
+
+class Phase:
+    """One step of a sequence: ``run(state)`` does it; ``title`` names it. A call that resumes runs it again (it is
+    idempotent and sets up what later steps read) unless ``redo`` is false: then a phase done is not run again.
+    (shell.Step is the other step: the one a module's body announces.)"""
+
+    def __init__(self, name, run, title="", redo=True):
+        self.name, self.run, self.title, self.redo = name, run, title, redo
+
+
+class Sequence:
+    """Steps run in table order over one ``state`` (what ``run`` gets), filling ``result``.
+
+    ``stop_after`` names the last step to run, and ``reached`` the result key that names the last step done. A wait
+    the budget cut (``waits.pending``) ends the call with a pending result (``Waits.pause``). An expected error
+    (errors.KropsError) raised by a step carries the result so far, merged under its own, and the step's name in
+    ``step`` unless it names one; ``translate`` is ``(classes, make)``: a foreign library's error of those classes
+    becomes ``make(error)``, an errors.KropsError, at the step's boundary (a step need not catch it)."""
+
+    def __init__(self, table, state, result, waits, stop_after=None, reached=None, translate=((), None)):
+        self.table, self.state, self.result, self.waits = list(table), state, result, waits
+        self.stop_after, self.reached, self.translate = stop_after, reached, translate
+        names = [step.name for step in self.table]
+        if stop_after is not None and stop_after not in names:
+            raise ValueError("stop_after must be one of {}, got {!r}".format(", ".join(names), stop_after))
+
+    def execute(self):
+        """The result: of every step up to ``stop_after``, or pending when a wait was cut."""
+        names = [step.name for step in self.table]
+        for step in self.table:
+            if not step.redo and step.name in self.waits.done:
+                continue
+            self._run(step)
+            if self.waits.pending is not None:  # nothing failed: the next call resumes
+                info = self.waits.pending.info
+                info["step"] = info.get("step") or step.name
+                info["number"] = names.index(info["step"])
+                return self.waits.pause(self.result)
+            if step.name not in self.waits.done:
+                self.waits.done.append(step.name)
+            if self.reached:
+                self.result[self.reached] = step.name
+            if step.name == self.stop_after:
+                break
+        return self.result
+
+    def _run(self, step):
+        classes, make = self.translate
+        try:
+            try:
+                step.run(self.state)
+            except classes as exc:
+                raise make(exc) from exc
+        except errors.KropsError as exc:
+            exc.step = exc.step or step.name
+            merged = dict(self.result)
+            merged.update(exc.result or {})
+            exc.result = merged
+            raise

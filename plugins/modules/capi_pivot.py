@@ -288,12 +288,14 @@ from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import pivot
 from ansible_collections.krops.platform.plugins.module_utils import shell
+from ansible_collections.krops.platform.plugins.module_utils import steps
 
 NAME = "krops.platform.capi_pivot"
 
 
-# The resume state of the stepped waits (module_utils/stepping.py): set by the action plugin, never an option.
-STEP_STATE = dict(_wait_budget=dict(type="int"), _wait_spent=dict(type="dict"))
+# The resume state of the stepped waits (module_utils/stepping.py): the engine's one shape, set by the action plugin,
+# never an option.
+STEP_STATE = steps.STEP_STATE
 
 
 def argument_spec():
@@ -367,10 +369,17 @@ def body(module, step):
     return pivot.run(cfg, params, check_mode=module.check_mode)
 
 
-# A failed phase is named in the message and in failed_phase; a bootstrap.toml error fails the preconditions.
-WORDING = {errors.PivotError: "pivot phase {error.phase} failed: {error}"}
+# A failed phase is named in the message and in failed_phase: a PivotError's, and a Kubernetes error's, which the
+# engine names (errors.KropsError.step) and does not translate into a PivotError. A bootstrap.toml error fails the
+# preconditions.
+def _kube_wording(error, params):
+    return f"pivot phase {error.step} failed: {error}" if error.step else str(error)
+
+
+WORDING = {errors.PivotError: "pivot phase {error.step} failed: {error}", errors.KubeError: _kube_wording}
 DETAILS = {
-    errors.PivotError: lambda error, params: {"failed_phase": error.phase},
+    errors.PivotError: lambda error, params: {"failed_phase": error.step},
+    errors.KubeError: lambda error, params: {"failed_phase": error.step} if error.step else {},
     krops_config.ConfigKeyError: {"failed_phase": "preconditions", "phase_reached": None},
 }
 

@@ -227,6 +227,7 @@ from ansible_collections.krops.platform.plugins.module_utils import errors
 from ansible_collections.krops.platform.plugins.module_utils import flux
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils import shell
+from ansible_collections.krops.platform.plugins.module_utils import steps
 
 NAME = "krops.platform.flux_handoff"
 
@@ -238,12 +239,9 @@ WORDING = {
 }
 
 
-# The resume state of the stepped wait (module_utils/stepping.py): set by the action plugin, never an option.
-STEP_STATE = dict(
-    _phase=dict(type="str", default="all", choices=["all", "wait"]),
-    _wait_budget=dict(type="int"),
-    _wait_total=dict(type="int"),
-)
+# The resume state of the stepped wait (module_utils/stepping.py): the engine's one shape, set by the action plugin,
+# never an option.
+STEP_STATE = steps.STEP_STATE
 
 
 def argument_spec():

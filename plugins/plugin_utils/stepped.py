@@ -3,18 +3,24 @@
 """The stepped-wait protocol, once, for the action plugins of modules with long waits.
 
 A module cannot print while it runs, so its waits run in bounded steps: each call may
-spend at most one step (``_wait_budget``, about progress_interval seconds, in the resume state that
-module_utils/stepping.py carries outside the module's options);
-a wait that is not done returns ``_krops_pending``. The action plugin then displays a
-status line and calls the module again, until a step is final (done, failed or timed
-out). Each step's budget leaves room for the module's start-up (measured on the
-controller), so that lines come at least every progress_interval.
+spend at most one step. The resume state is the steps engine's, in one shape for every stepped
+module (module_utils/steps.py STEP_STATE, which module_utils/stepping.py carries outside the
+module's options): ``_wait_budget``, about progress_interval seconds, and ``_resume``, the state
+of the previous step. A wait that is not done returns ``_krops_pending`` with ``_krops_resume``
+(the time spent on each wait, the steps done, the wait that was cut: steps.Waits). The action
+plugin then displays a status line and calls the module again with that state, the cut wait's
+time measured here, on the controller, from the wait's start (the time between steps counts
+too), until a step is final (done, failed or timed out). Each step's budget leaves room for the
+module's start-up (measured on the controller), so that lines come at least every
+progress_interval.
 
 A subclass names its module and says how a step continues:
-``observe(step)`` (bookkeeping of a pending step), ``status(host, step)`` (the line),
-``next_args(args, step, budget)`` and ``final(step)``; ``start(args, first)`` may end the
-run after the first step. Controller-side code shared by action plugins lives in
-plugins/plugin_utils (the layout ansible.utils uses).
+``observe(step)`` (bookkeeping of a pending step), ``status(host, step)`` (the line; ``wait(step)``
+is the cut wait and ``waited(wait)`` its time on the controller), ``next_args(args, step, budget)``
+and ``final(step)``; ``start(args, first)`` may end the run after the first step. (The AWS sweep's
+plugin still carries a state of its own, ``_sweep_state``, until the sweep runs on steps.Run.)
+Controller-side code shared by action plugins lives in plugins/plugin_utils (the layout
+ansible.utils uses).
 """
 
 from __future__ import annotations
@@ -24,20 +30,20 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.krops.platform.plugins.module_utils import stepping
+from ansible_collections.krops.platform.plugins.module_utils import stepping, steps
 
 display = Display()
 
-PENDING = "_krops_pending"
+PENDING, RESUME = steps.PENDING_KEY, steps.RESUME_KEY
 
 
 class SteppedAction(ActionBase):
     TRANSFERS_FILES = False
 
     MODULE = None
-    # Task arguments only the plugin sets, and result keys only the steps exchange.
-    HIDDEN = ("_wait_budget",)
-    INTERNAL = (PENDING,)
+    # Task arguments only the plugin sets (the resume state), and result keys only the steps exchange.
+    HIDDEN = tuple(steps.STEP_STATE)
+    INTERNAL = (PENDING, RESUME)
     # Seconds kept free in a step for starting the module, so that lines come at least every progress_interval.
     STEP_MARGIN = 1
     FIRST_STEP_MARGIN = 3
@@ -52,6 +58,7 @@ class SteppedAction(ActionBase):
             result.update(self.run_step(args))
             return self.clean(result)
         host = (task_vars or {}).get("inventory_hostname", "localhost")
+        self.origins = {}  # when each wait began, on the controller's clock
         step = self.run_step(dict(args, _wait_budget=max(1, interval - self.FIRST_STEP_MARGIN)))
         if not self.start(args, step):
             result.update(step)
@@ -82,13 +89,30 @@ class SteppedAction(ActionBase):
         return bool(first.get(PENDING)) and not first.get("failed")
 
     def observe(self, step):
-        """Bookkeeping of a pending step before its status line."""
+        """Bookkeeping of a pending step before its status line: when its wait began here (the time between steps
+        counts too)."""
+        wait = self.wait(step)
+        self.origins.setdefault(wait.get("key", ""), time.monotonic() - float(wait.get("waited") or 0))
 
     def status(self, host, step):
         raise NotImplementedError
 
     def next_args(self, args, step, budget):
-        return dict(args, _wait_budget=budget)
+        """The next step: its budget, and the pending step's resume state with the cut wait's time measured here
+        (finished waits keep the time they had)."""
+        resume = dict(step.get(RESUME) or {})
+        wait = self.wait(step)
+        if wait:
+            resume["spent"] = dict(resume.get("spent") or {}, **{wait["key"]: self.waited(wait)})
+        return dict(args, _wait_budget=budget, _resume=resume)
+
+    def wait(self, step):
+        """The wait the budget cut in a pending step ({} when it names none)."""
+        return (step.get(RESUME) or {}).get("wait") or {}
+
+    def waited(self, wait):
+        """Seconds the wait has taken so far, on the controller's clock, from its start."""
+        return round(time.monotonic() - self.origins[wait.get("key", "")], 3)
 
     def overhead(self, step, elapsed, budget, interval, previous):
         """Seconds of a step not spent waiting (module start-up, transfer), kept free in the next step."""

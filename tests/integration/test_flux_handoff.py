@@ -415,8 +415,10 @@ def test_bounded_step_returns_pending_instead_of_failing(kind_api, fake_bins, ru
     assert result["_krops_pending"] is True and result["ready"] is False
     assert result["kustomizations"][0]["reason"] == "Progressing"
     kind_api.set_condition(*KS, "flux-system", NS, reason="ReconciliationSucceeded")
-    monkeypatch.setenv(stepping.ENV, stepping.encode({"_wait_budget": 1, "_phase": "wait"}))
-    done = run_module(flux_handoff, args(kind_api, wait_timeout=29))
+    state = result["_krops_resume"]  # the engine's resume state: the setup done, the time the wait took
+    assert state["done"] == ["setup"] and 0 < state["spent"]["flux"] == state["wait"]["waited"] < 3
+    monkeypatch.setenv(stepping.ENV, stepping.encode({"_wait_budget": 1, "_resume": state}))
+    done = run_module(flux_handoff, args(kind_api, wait_timeout=30))
     assert done["ready"] is True and "_krops_pending" not in done and done["changed"] is False
 
 
@@ -512,7 +514,7 @@ def test_playbook_shows_progress_on_the_controller_while_waiting(kind_api, fake_
     assert result["ready"] is True and result["changed"] is True
     assert result["actions"][0].startswith(f"install Flux Operator chart {PINNED}")
     assert [k["name"] for k in result["kustomizations"]] == ["flux-system", "infra"]
-    assert "_krops_pending" not in result and "_krops_waited" not in result
+    assert "_krops_pending" not in result and "_krops_resume" not in result
     progress = [line for line in stderr.splitlines() if line.startswith("flux_handoff [localhost] waited")]
     assert len(progress) >= 2, stderr
     assert "FluxInstance flux Ready; Kustomizations Ready: 1 of 2; pending: infra" in progress[0]

@@ -1174,32 +1174,29 @@ def test_a_wait_cut_by_the_step_budget_returns_pending_then_a_step_resumes(world
     assert time.monotonic() - started < 5
     assert not result.failed, result.get("msg")
     assert result["_krops_pending"] is True and result["phase_reached"] is None
-    wait = result["_krops_wait"]
-    assert {k: wait[k] for k in ("key", "phase", "phase_number", "title", "total", "state")} == {
+    state = result["_krops_resume"]  # the engine's resume state (steps.Waits)
+    wait = state["wait"]
+    assert {k: wait[k] for k in ("key", "step", "number", "title", "total", "state")} == {
         "key": "mgmt",
-        "phase": "preconditions",
-        "phase_number": 0,
+        "step": "preconditions",
+        "number": 0,
         "title": "management Cluster",
         "total": 600,
         "state": "Cluster default/local-management not on the kind cluster yet (Clusters there: local-workload)",
     }
-    assert 0 < wait["waited"] < 3
+    assert 0 < wait["waited"] < 3 and state["spent"] == {"mgmt": wait["waited"]}
     assert not world.target_kubeconfig.exists()
 
     # the next step counts the time already spent: the Cluster is there, the Secret wait is pending
     restore_cluster(world)
-    resume(monkeypatch, _wait_budget=1, _wait_spent={"mgmt": 100})
+    resume(monkeypatch, _wait_budget=1, _resume={"spent": {"mgmt": 100}})
     result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600))
-    wait = result["_krops_wait"]
-    assert (
-        result["phase_reached"] == "preconditions"
-        and wait["phase_number"] == 1
-        and wait["title"] == "management cluster"
-    )
+    wait = result["_krops_resume"]["wait"]
+    assert result["phase_reached"] == "preconditions" and wait["number"] == 1 and wait["title"] == "management cluster"
     assert wait["state"] == "Secret default/local-management-kubeconfig not found yet"
     assert 100 < wait["waited"] < 103 and wait["total"] == 600
     # the spent time is counted against mgmt-ready-timeout: a step whose budget covers the rest is final
-    resume(monkeypatch, _wait_budget=5, _wait_spent={"mgmt": 599})
+    resume(monkeypatch, _wait_budget=5, _resume={"spent": {"mgmt": 599}})
     result = run_module(capi_pivot, world.args(mgmt_ready_timeout=600))
     assert result["msg"] == (
         "pivot phase export failed: Secret default/local-management-kubeconfig (the management cluster's "
@@ -1287,7 +1284,7 @@ def test_playbook_shows_progress_while_the_management_cluster_comes_up(world, an
     assert waited == sorted(waited) and len(lines) >= 2, lines
 
     # the result of a single run: same phases, objects, states and progress lines (each once)
-    assert "_krops_pending" not in result and "_krops_wait" not in result
+    assert "_krops_pending" not in result and "_krops_resume" not in result
     assert result["changed"] is True and result["phase_reached"] == "move" and result["already_moved"] is False
     assert world.capi(world.kind) == set() and world.capi(world.mgmt) == ALL_OBJECTS
     assert {(m["kind"], m["name"]) for m in result["moved"]} >= ALL_OBJECTS

@@ -2,10 +2,12 @@
 # Apache License 2.0 (see LICENSE)
 """The pivot: move the management plane from the kind cluster into the self-managed cluster.
 
-One phase table, PHASES, in the order the phases run; each phase is a module of this
-package with ``run(state)`` over one declared state object (common.PivotState: the two
-clients, bootstrap.toml, the environment's profile, the options, and every field a phase
-hands to a later one). Adding a phase is one file and one row (docs/extending.md).
+One phase table, PHASE_TABLE, in the order the phases run, which the steps engine runs
+(steps.Sequence: order, stop_after, the budgeted waits, partial results); each phase is a
+steps.Phase whose ``run(state)`` is in a module of this package, over one declared state object
+(common.PivotState: the two clients, bootstrap.toml, the environment's profile, the options,
+and every field a phase hands to a later one). Adding a phase is one file and one row
+(docs/extending.md).
 
 0. preconditions  the source is the kind context; (local-registry platforms) the registry
                   serves; the management Cluster exists (on the source, or already on the target).
@@ -22,11 +24,15 @@ source's Clusters and resumes the Kustomizations the pivot suspended (kept suspe
 objects already left the source, so Flux cannot re-create them on kind), never deletes
 anything on the target, and reports the partial object list. Re-running completes the move.
 
-Long waits can be cut into bounded steps (option ``_wait_budget``, set by the action plugin
-so that the controller shows progress): a wait whose budget runs out before its own timeout
-ends the run with a "pending" result (``_krops_pending``, ``_krops_wait``) instead of an error,
-and the next step re-runs the pivot from the start with the time already spent on each wait
-(``_wait_spent``). Only the waits are cut, never a command (helm, clusterctl move).
+Long waits can be cut into bounded steps (the engine's resume protocol, steps.STEP_STATE:
+``_wait_budget`` and ``_resume``, set by the action plugin so that the controller shows progress):
+a wait whose budget runs out before its own timeout ends the run with a pending result
+(``_krops_pending``, and ``_krops_resume``: the time spent on each wait and the wait that was cut)
+instead of an error, and the next step re-runs the pivot from the start (every phase is a
+``redo`` step) with the time already spent on each wait counted. Only the waits are cut, never a
+command (helm, clusterctl move). An error a phase raises is not translated into PivotError: the
+engine names the phase in it (``step``) and adds the result so far; a Kubernetes API error no
+phase expected becomes a KubeError at the phase's boundary.
 
 Importable without Ansible; external binaries run through module_utils.cli (secrets only
 through the environment or stdin).
@@ -34,9 +40,7 @@ through the environment or stdin).
 
 from __future__ import annotations
 
-from collections import namedtuple
-
-from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import kube, steps
 from ansible_collections.krops.platform.plugins.module_utils.pivot import export as _export
 from ansible_collections.krops.platform.plugins.module_utils.pivot import move as _move
 from ansible_collections.krops.platform.plugins.module_utils.pivot import preconditions as _preconditions
@@ -45,7 +49,6 @@ from ansible_collections.krops.platform.plugins.module_utils.pivot import prepar
 from ansible_collections.krops.platform.plugins.module_utils.pivot.common import (  # noqa: F401 - the package's API
     API_ERRORS,
     CHARTS,
-    Pending,
     PivotError,
     PivotState,
     SubstitutionError,
@@ -60,11 +63,12 @@ from ansible_collections.krops.platform.plugins.module_utils.pivot.export import
     lb_port_from_docker,
     render_kubeconfig,
 )
-from ansible_collections.krops.platform.plugins.module_utils.pivot.steps import merge_steps  # noqa: F401
+from ansible_collections.krops.platform.plugins.module_utils.pivot.merge import merge_steps  # noqa: F401
+from ansible_collections.krops.platform.plugins.module_utils.steps import Pending  # noqa: F401 - a cut wait: a value
+from ansible_collections.krops.platform.plugins.module_utils.steps import Phase
 
-Phase = namedtuple("Phase", "name run title")
-
-# The phase table: order is execution order; stop_after and the progress lines use the names.
+# The phase table, run by the steps engine (steps.Sequence): order is execution order; stop_after, the progress
+# lines and the action plugin's phase numbers use the names. A phase is a steps.Phase: name, run(state), title.
 PHASE_TABLE = (
     Phase("preconditions", _preconditions.run, "kind context, registry, management Cluster"),
     Phase("export", _export.run, "management kubeconfig and nodes"),
@@ -75,38 +79,29 @@ PHASE_TABLE = (
 PHASES = tuple(p.name for p in PHASE_TABLE)
 
 
+def _api_error(exc):
+    """A Kubernetes API error no phase expected: the kubernetes area's error (the engine names the phase)."""
+    return kube.KubeError(f"Kubernetes API error: {kube.error_text(exc)}")
+
+
 def run(config, options, check_mode=False):
-    """Run the phases up to options['stop_after'] (default: move). Returns the result dict; raises PivotError."""
+    """Run the phases up to options['stop_after'] (default: move). Returns the result dict (pending when a wait ran
+    out of the step budget); raises PivotError, or the errors.KropsError a phase raised, naming the phase (``step``)
+    and carrying the result so far."""
     pv = PivotState(config, options, check_mode)
     stop_after = options.get("stop_after") or "move"
     if stop_after not in PHASES:
         raise PivotError(None, "stop_after must be one of {}, got {!r}".format(", ".join(PHASES), stop_after))
+    phases = steps.Sequence(
+        PHASE_TABLE, pv, pv.result, pv.waits, stop_after, reached="phase_reached", translate=(API_ERRORS, _api_error)
+    )
     try:
-        for phase in PHASE_TABLE:
-            try:
-                phase.run(pv)
-            except PivotError as exc:
-                if exc.phase is None:
-                    exc.phase = phase.name
-                merged = dict(pv.result)
-                merged.update(exc.result or {})
-                exc.result = merged
-                raise
-            except kube.KubeError as exc:
-                raise PivotError(phase.name, str(exc), pv.result)
-            except API_ERRORS as exc:
-                raise PivotError(phase.name, f"Kubernetes API error: {kube.error_text(exc)}", pv.result)
-            if pv.pending:  # a wait ran out of the step budget: nothing failed, the next step resumes
-                pv.result["_krops_pending"] = True
-                info = pv.pending.info
-                pv.result["_krops_wait"] = dict(info, phase_number=PHASES.index(info["phase"]))
-                return pv.result
-            pv.result["phase_reached"] = phase.name
-            if phase.name == stop_after:
-                break
-        pv.result["already_moved"] = pv.already_moved
+        result = phases.execute()
+        if result.get(steps.PENDING_KEY):
+            return result
+        result["already_moved"] = pv.already_moved
         if pv.connect_kubeconfig and not check_mode:
-            pv.result["target_kubeconfig"] = pv.connect_kubeconfig
-        return pv.result
+            result["target_kubeconfig"] = pv.connect_kubeconfig
+        return result
     finally:
         pv.cleanup()

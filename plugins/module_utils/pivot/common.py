@@ -22,6 +22,7 @@ from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.oci import registry_serves  # noqa: F401  # pylint: disable=unused-import
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 from ansible_collections.krops.platform.plugins.module_utils import render
+from ansible_collections.krops.platform.plugins.module_utils import steps
 
 API_ERRORS = kube.API_ERRORS
 
@@ -45,24 +46,6 @@ CHARTS = {
         ["cert-manager.enabled=false"],
     ),
 }
-
-
-class Pending:
-    """A wait that ran out of its step budget (not of its timeout): a value, not an error. budgeted_wait returns
-    it and keeps it in PivotState.pending; the waiting phase returns at once, and run() turns it into a pending
-    result, so the action plugin runs the next step."""
-
-    def __init__(self, key, phase, title, waited, total, state):
-        # phase_number is filled in by run(), which owns the phase table.
-        self.info = {
-            "key": key,
-            "phase": phase,
-            "phase_number": None,
-            "title": title,
-            "waited": round(float(waited), 3),
-            "total": int(total),
-            "state": state,
-        }
 
 
 class SubstitutionError(PivotError):
@@ -227,11 +210,9 @@ class PivotState:
         self.objects = None  # preflight: {key: object} the move carries
         self.suspended = []  # move: Kustomizations suspended on the source (rollback resumes them)
         self.request_timeout = options.get("request_timeout")
-        # Step budget of this run (None: wait as long as each timeout allows) and time spent on waits in earlier steps.
-        budget = options.get("_wait_budget")
-        self.budget_deadline = None if budget is None else self.clock() + max(0.0, float(budget))
-        self.spent = dict(options.get("_wait_spent") or {})
-        self.pending = None  # a Pending once a wait ran out of the step budget: the phases stop there
+        # The step budget of this run (None: wait as long as each timeout allows) and the time earlier steps spent on
+        # each wait: the engine's resume state (steps.STEP_STATE), which the action plugin sets.
+        self.waits = steps.Waits(options.get("_wait_budget"), options.get("_resume"), cut=kube.WaitTimeout, clock=clock)
         self.result = {
             "changed": False,
             "phase_reached": None,
@@ -284,13 +265,14 @@ class PivotState:
     def remaining(self, deadline):
         return max(1.0, deadline - self.clock())
 
+    @property
+    def pending(self):
+        """The steps.Pending of a wait that ran out of the step budget (None until one did): the phases stop there."""
+        return self.waits.pending
+
     def wait_left(self, key, timeout):
         """Seconds the wait ``key`` may still take: its timeout less the time earlier steps spent on it."""
-        try:
-            spent = float(self.spent.get(key) or 0)
-        except (TypeError, ValueError):
-            spent = 0.0
-        return timeout if spent <= 0 else max(0.0, timeout - spent)
+        return self.waits.left(key, timeout)
 
     def budgeted_wait(self, key, phase, title, total, seconds, watch, describe):
         """watch(timeout) for a wait that may still take ``seconds`` (of ``total``, its whole timeout); None when
@@ -298,19 +280,10 @@ class PivotState:
 
         Without a step budget, or when the budget left covers ``seconds``, this is watch(seconds) and
         kube.WaitTimeout propagates as in a single call. Otherwise the wait stops when the budget runs out and
-        returns (and keeps in self.pending) a Pending with describe(state) and the time spent on it so far: the
-        caller returns at once, and so does each caller up to the phase.
+        returns (and keeps in self.pending) a steps.Pending, a value, with describe(state) and the time spent on it
+        so far: the caller returns at once, and so does each caller up to the phase (steps.Waits.wait).
         """
-        if self.budget_deadline is None or self.budget_deadline - self.clock() >= seconds:
-            watch(seconds)
-            return None
-        began = self.clock()
-        try:
-            watch(max(0.1, self.budget_deadline - began))
-        except kube.WaitTimeout as exc:
-            waited = total - seconds + (self.clock() - began)
-            self.pending = Pending(key, phase, title, waited, total, describe(exc.state))
-        return self.pending
+        return self.waits.wait(key, total, seconds, watch, describe, step=phase, title=title)
 
 
 # --- the management cluster, when it is already reachable ----------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -51,6 +52,41 @@ def test_an_expected_error_keeps_its_partial_result(run_module, monkeypatch):
     assert result["msg"] == "pivot phase preflight failed: the move cannot start"
     assert result["failed_phase"] == "preflight" and result["refusals"] == ["Cluster x: paused"]
     assert "exception" not in result
+
+
+def test_an_error_a_phase_raises_is_not_translated_into_a_pivot_error(run_module, monkeypatch):
+    """issue 24: the steps engine that runs the phases names the phase in a typed error and adds the result so far;
+    nothing re-raises it as a PivotError, and the module still says which phase failed. A foreign API error becomes
+    the kubernetes area's error at the phase's boundary."""
+
+    def unanswered(pv):
+        pv.say("asked the kind cluster")
+        raise kube.KubeError("the kind cluster did not answer")
+
+    def refused(pv):
+        raise OSError("connection refused")
+
+    def table(failing):
+        return (
+            pivot.Phase("preconditions", lambda pv: None),
+            pivot.Phase("export", failing),
+            pivot.Phase("move", None),
+        )
+
+    monkeypatch.setattr(pivot, "PHASE_TABLE", table(unanswered))
+    with pytest.raises(errors.KubeError) as caught:
+        pivot.run(config.load(REPO_FILE), {})
+    assert not isinstance(caught.value, errors.PivotError) and caught.value.step == "export"
+    assert caught.value.result["phase_reached"] == "preconditions"
+    assert caught.value.result["progress"] == ["asked the kind cluster"]
+    result = run_module(capi_pivot, {"config_file": REPO_FILE})
+    assert result["msg"] == "pivot phase export failed: the kind cluster did not answer"
+    assert result["failed_phase"] == "export" and result["progress"] == ["asked the kind cluster"]
+
+    monkeypatch.setattr(pivot, "PHASE_TABLE", table(refused))
+    result = run_module(capi_pivot, {"config_file": REPO_FILE})
+    assert result["msg"].startswith("pivot phase export failed: Kubernetes API error: ")
+    assert result["failed_phase"] == "export" and result["phase_reached"] == "preconditions"
 
 
 def test_a_bad_config_is_a_preconditions_failure(run_module, tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.krops.platform.plugins.module_utils import errors, stepping
+from ansible_collections.krops.platform.plugins.module_utils import errors, stepping, steps
 from ansible_collections.krops.platform.plugins.modules import aws_orphan_sweep, capi_pivot, flux_handoff
 
 MODULES = Path(__file__).resolve().parents[4] / "plugins" / "modules"
@@ -26,11 +26,17 @@ def test_no_module_documents_or_accepts_an_internal_option(name):
 
 
 def test_the_state_round_trips_with_its_defaults():
-    env = {stepping.ENV: stepping.encode({"_wait_budget": 5, "_wait_total": 60})}
-    assert stepping.read(flux_handoff.STEP_STATE, env) == {"_phase": "all", "_wait_budget": 5, "_wait_total": 60}
+    state = {"_wait_budget": 5, "_resume": {"spent": {"flux": 12.5}, "done": ["setup"]}}
+    assert stepping.read(flux_handoff.STEP_STATE, {stepping.ENV: stepping.encode(state)}) == state
     env = {stepping.ENV: stepping.encode({"_sweep_state": {"pending": ["x"]}})}
     assert stepping.read(aws_orphan_sweep.STEP_STATE, env)["_sweep_state"] == {"pending": ["x"]}
-    assert stepping.read(capi_pivot.STEP_STATE, {}) == {"_wait_budget": None, "_wait_spent": None}
+    assert stepping.read(capi_pivot.STEP_STATE, {}) == {"_wait_budget": None, "_resume": None}
+
+
+def test_the_pivot_and_the_flux_handoff_carry_the_engines_one_state():
+    # issue 24: one resume protocol, the steps engine's (the AWS sweep's _sweep_state goes when it is on steps.Run)
+    assert capi_pivot.STEP_STATE is flux_handoff.STEP_STATE is steps.STEP_STATE
+    assert sorted(steps.STEP_STATE) == ["_resume", "_wait_budget"]
 
 
 def test_a_template_in_the_state_is_not_templated_by_the_task_environment():
@@ -43,11 +49,12 @@ def test_a_template_in_the_state_is_not_templated_by_the_task_environment():
     [
         ("not base64!", ""),
         (stepping.encode([1, 2]), ""),
-        (stepping.encode({"_phase": "later"}), " (value of _phase must be one of: all, wait, got: later)"),
         (
-            stepping.encode({"wait_timeout": 1}),
-            " (wait_timeout. Supported parameters include: _phase, _wait_budget, _wait_total.)",
+            stepping.encode({"_resume": "later"}),
+            " (argument '_resume' is of type str and we were unable to convert to dict: dictionary requested, "
+            "could not parse JSON or key=value)",
         ),
+        (stepping.encode({"wait_timeout": 1}), " (wait_timeout. Supported parameters include: _resume, _wait_budget.)"),
     ],
 )
 def test_a_state_that_is_not_the_action_plugins_is_refused_by_name(raw, detail):

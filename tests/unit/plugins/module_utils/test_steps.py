@@ -235,3 +235,133 @@ def test_the_engine_imports_no_cloud_library():
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not [n for n in names if n and n.split(".")[0] in ("boto3", "botocore", "google", "azure", "kubernetes")]
+
+
+# --- a sequence of steps with budgeted waits (steps.Sequence, steps.Waits) ---------------------------------------
+
+
+class Cut(Exception):
+    def __init__(self, state):
+        super().__init__(state)
+        self.state = state
+
+
+class Clock:
+    """A clock and a thing that is ready once ``ready_at`` seconds have passed; ``watch(limit)`` waits for it."""
+
+    def __init__(self, ready_at):
+        self.now, self.ready_at, self.limits = 0.0, ready_at, []
+
+    def __call__(self):
+        return self.now
+
+    def watch(self, limit):
+        self.limits.append(limit)
+        if self.now + limit < self.ready_at:
+            self.now += limit
+            raise Cut(f"{self.ready_at - self.now:g}s to go")
+        self.now = max(self.now, self.ready_at)
+
+
+def sequence(clock, ran, budget=None, resume=None, **options):
+    waits = steps.Waits(budget, resume, cut=Cut, clock=clock)
+    result = {"reached": None}
+
+    def plain(name):
+        return lambda state: ran.append(name)
+
+    def waiting(state):
+        ran.append("wait")
+        key, total = "thing", 100
+        if waits.wait(key, total, waits.left(key, total), clock.watch, lambda left: "not yet: " + left, title="thing"):
+            return
+        ran.append("waited")
+
+    table = [
+        steps.Phase("setup", plain("setup"), redo=False),
+        steps.Phase("check", plain("check")),
+        steps.Phase("wait", waiting, "the thing"),
+        steps.Phase("after", plain("after")),
+    ]
+    return steps.Sequence(table, None, result, waits, reached="reached", **options), result
+
+
+def test_a_sequence_runs_its_steps_in_order_up_to_stop_after():
+    ran = []
+    run, result = sequence(Clock(0), ran, stop_after="wait")
+    assert run.execute() is result and result == {"reached": "wait"}
+    assert ran == ["setup", "check", "wait", "waited"]
+    with pytest.raises(ValueError, match="stop_after must be one of setup, check, wait, after, got 'later'"):
+        sequence(Clock(0), [], stop_after="later")
+
+
+def test_a_wait_the_budget_cuts_is_a_pending_result_and_the_next_call_resumes_it():
+    clock, ran = Clock(ready_at=25), []
+    first = sequence(clock, ran, budget=10)[0].execute()
+    assert ran == ["setup", "check", "wait"] and first[steps.PENDING_KEY] is True and first["reached"] == "check"
+    state = first[steps.RESUME_KEY]
+    assert state == {
+        "spent": {"thing": 10.0},
+        "done": ["setup", "check"],
+        "wait": {
+            "key": "thing",
+            "title": "thing",
+            "total": 100,
+            "waited": 10.0,
+            "took": 10.0,
+            "state": "not yet: 15s to go",
+            "step": "wait",
+            "number": 2,
+        },
+    }
+    assert not isinstance(steps.Pending(), BaseException)  # control flow, not an error
+    json.dumps(state)  # it travels to the next call
+    # the next call: setup (redo=False) is not run again, the wait goes on with the 10 s it spent counted
+    ran.clear()
+    second, result = sequence(clock, ran, budget=10, resume=json.loads(json.dumps(state)))
+    assert second.execute()[steps.RESUME_KEY]["wait"]["waited"] == 20.0 and ran == ["check", "wait"]
+    # a call whose budget covers what the wait may still take waits to its end: the result of a single run
+    ran.clear()
+    third, result = sequence(clock, ran, budget=100, resume=result[steps.RESUME_KEY])
+    assert third.execute() == {"reached": "after"} and ran == ["check", "wait", "waited", "after"]
+    assert clock.limits == [10.0, 10.0, 80.0]  # the timeout (100) less the 20 s spent
+
+
+def test_a_wait_past_its_timeout_fails_as_in_a_single_call():
+    clock = Clock(ready_at=500)
+    with pytest.raises(Cut):
+        sequence(clock, [], budget=10, resume={"spent": {"thing": 95}})[0].execute()
+    assert clock.limits == [5.0]  # the budget covers the 5 s left: the wait's own timeout ends it
+    assert (
+        steps.Waits().left("thing", 30) == 30 and steps.Waits(resume={"spent": {"thing": "x"}}).left("thing", 30) == 30
+    )
+
+
+def test_an_error_of_a_step_carries_the_result_so_far_and_names_the_step():
+    def failing(state):
+        raise errors.KubeError("the API said no", {"seen": 1})
+
+    result = {"reached": None, "seen": 0}
+    table = [steps.Phase("one", lambda state: None), steps.Phase("two", failing)]
+    with pytest.raises(errors.KubeError) as caught:
+        steps.Sequence(table, None, result, steps.Waits(), reached="reached").execute()
+    assert (caught.value.step, caught.value.result) == ("two", {"reached": "one", "seen": 1})
+
+    def named(state):
+        error = errors.TeardownError("it broke")
+        error.step = "elsewhere"
+        raise error
+
+    with pytest.raises(errors.TeardownError) as caught:
+        steps.Sequence([steps.Phase("one", named)], None, {}, steps.Waits()).execute()
+    assert caught.value.step == "elsewhere"  # an error that names its step keeps it
+
+
+def test_a_foreign_error_is_translated_at_the_step_boundary():
+    def broken(state):
+        raise OSError("connection refused")
+
+    translate = (OSError, lambda exc: errors.KubeError(f"API error: {exc}"))
+    with pytest.raises(errors.KubeError, match="^API error: connection refused$") as caught:
+        steps.Sequence([steps.Phase("one", broken)], None, {"a": 1}, steps.Waits(), translate=translate).execute()
+    assert (caught.value.step, caught.value.result) == ("one", {"a": 1})
