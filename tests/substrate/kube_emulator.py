@@ -486,14 +486,15 @@ class KubeEmulator:
     def _list(self, res, namespace, label_selector, field_selector):
         labels_ok, fields_ok = label_matcher(label_selector), field_matcher(field_selector)
         found = []
-        for (group, plural, ns, dummy), obj in sorted(self.objects.items()):
-            if (group, plural) != (res.group, res.plural):
+        for key, obj in self.objects.items():  # only what matches is sorted (by key, as before), not every object
+            if (key[0], key[1]) != (res.group, res.plural):
                 continue
-            if res.namespaced and namespace and ns != namespace:
+            if res.namespaced and namespace and key[2] != namespace:
                 continue
             if labels_ok(obj["metadata"].get("labels")) and fields_ok(obj):
-                found.append(obj)
-        return found
+                found.append((key, obj))
+        found.sort(key=lambda pair: pair[0])
+        return [obj for dummy, obj in found]
 
     def replace(self, res, namespace, name, body, subresource=None):
         with self._cond:
