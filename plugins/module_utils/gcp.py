@@ -7,6 +7,7 @@ the IAM part (service accounts, workload identity providers, grants) is gcp_iam.
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 
 from ansible_collections.krops.platform.plugins.module_utils import ownership, steps
@@ -20,6 +21,17 @@ from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown impo
 from ansible_collections.krops.platform.plugins.module_utils.gcp_iam import gcp_remove_grant
 
 
+# The key file AWX's "Google Compute Engine" credential writes, in the variables it names it by (ansible/awx
+# awx/main/models/credential/injectors.py, gce); it never sets GOOGLE_APPLICATION_CREDENTIALS, which comes first.
+AWX_KEY_FILE_VARS = ("GCP_SERVICE_ACCOUNT_FILE", "GCE_CREDENTIALS_FILE_PATH")
+
+
+def _awx_key_file():
+    if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+        return None
+    return next((os.environ[name] for name in AWX_KEY_FILE_VARS if os.environ.get(name)), None)
+
+
 def gcp_token(access_token=None):
     """A bearer token: given, else from google.auth.default (Application Default Credentials)."""
     if access_token:
@@ -30,11 +42,16 @@ def gcp_token(access_token=None):
     except ImportError:
         raise CloudError("gcp_teardown needs the Python package google-auth (requirements.txt)") from None
     try:
-        credentials, dummy = google.auth.default(scopes=[GCP_SCOPE])
+        key_file = _awx_key_file()
+        if key_file:
+            credentials, dummy = google.auth.load_credentials_from_file(key_file, scopes=[GCP_SCOPE])
+        else:
+            credentials, dummy = google.auth.default(scopes=[GCP_SCOPE])
     except google.auth.exceptions.DefaultCredentialsError as exc:
         raise CloudError(
             f"no GCP credentials: {first_line(exc)} Set access_token (or GCP_ACCESS_TOKEN), "
-            "GOOGLE_APPLICATION_CREDENTIALS, run `gcloud auth application-default login`, or run where a "
+            "GOOGLE_APPLICATION_CREDENTIALS (or AWX's GCP_SERVICE_ACCOUNT_FILE), run `gcloud auth "
+            "application-default login`, or run where a "
             "metadata server serves a service account; see docs/teardown.md"
         ) from None
     except google.auth.exceptions.GoogleAuthError as exc:  # e.g. an external_account's project lookup failed

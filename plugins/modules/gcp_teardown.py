@@ -56,6 +56,8 @@ options:
       - Without it, Application Default Credentials (C(google.auth.default)) give the token, from
         E(GOOGLE_APPLICATION_CREDENTIALS) (a service account key or a workload identity federation file),
         C(gcloud auth application-default login), or the metadata server (see docs/teardown.md).
+      - Without E(GOOGLE_APPLICATION_CREDENTIALS), the key file of AWX's Google Compute Engine credential,
+        E(GCP_SERVICE_ACCOUNT_FILE) or E(GCE_CREDENTIALS_FILE_PATH), comes before the rest of that chain.
     type: str
   networks:
     description: VPC names the environment owns; defaults to C(teardown.networks) of the environment.

@@ -1033,6 +1033,32 @@ def test_gcp_application_default_credentials_from_a_service_account_file(google,
     assert failed["msg"] == "GCP login (google.oauth2.service_account) failed: invalid_grant: Invalid JWT Signature."
 
 
+def test_gcp_takes_the_key_file_awxs_google_compute_engine_credential_injects(
+    google, run_module, monkeypatch, tmp_path
+):
+    """AWX's Google Compute Engine credential writes the service account key to a file and names it in
+    GCE_CREDENTIALS_FILE_PATH and GCP_SERVICE_ACCOUNT_FILE (ansible/awx awx/main/models/credential/injectors.py,
+    gce), never GOOGLE_APPLICATION_CREDENTIALS, which google.auth.default reads: a job template's GCP runs log in
+    with it. GOOGLE_APPLICATION_CREDENTIALS, when also set, comes first."""
+    path, public = service_account_file(tmp_path, google.url + "/token")
+    google.token_key = public
+    for name in ("GCP_ACCESS_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS"):
+        monkeypatch.delenv(name, raising=False)
+    awx = {"GCE_EMAIL": "krops-teardown@p1.iam.gserviceaccount.com", "GCE_PROJECT": "p1", "GCP_PROJECT": "p1"}
+    awx.update(GCE_CREDENTIALS_FILE_PATH=path, GCP_SERVICE_ACCOUNT_FILE=path, GCP_AUTH_KIND="serviceaccount")
+    for name, value in awx.items():
+        monkeypatch.setenv(name, value)
+    args = gcp_args(google, networks=[])
+    del args["access_token"]
+    result = run_module(gcp_teardown, args)
+    assert not result.failed, result
+    assert google.calls[0][:2] == ("POST", "/token")
+    assert {auth for dummy, dummy2, auth in google.calls[1:]} == {"Bearer from-jwt-grant"}
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    failed = run_module(gcp_teardown, args)
+    assert failed["msg"].startswith("no GCP credentials: File "), failed["msg"]
+
+
 def test_gcp_without_credentials_says_how_to_give_them(run_module, monkeypatch, tmp_path):
     monkeypatch.delenv("GCP_ACCESS_TOKEN", raising=False)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
@@ -1041,8 +1067,9 @@ def test_gcp_without_credentials_says_how_to_give_them(run_module, monkeypatch, 
     assert result.failed
     assert result["msg"].startswith("no GCP credentials: File ")
     assert result["msg"].endswith(
-        "Set access_token (or GCP_ACCESS_TOKEN), GOOGLE_APPLICATION_CREDENTIALS, run `gcloud auth "
-        "application-default login`, or run where a metadata server serves a service account; see docs/teardown.md"
+        "Set access_token (or GCP_ACCESS_TOKEN), GOOGLE_APPLICATION_CREDENTIALS (or AWX's GCP_SERVICE_ACCOUNT_FILE), "
+        "run `gcloud auth application-default login`, or run where a metadata server serves a service account; see "
+        "docs/teardown.md"
     )
 
 
