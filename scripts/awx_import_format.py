@@ -11,7 +11,7 @@ the container group: an import file carries no secrets, and awxkit exports no in
 project and the job templates refer to the credentials by natural key, so create them first (with
 krops-awx.yml, or by hand with the same names: docs/awx.md); `awx import` then attaches them. The
 --*-credential options name existing AWX cloud credentials for that environment's job templates; without
---aws-credential the orphan report's schedule is imported disabled. Each asset has awxkit's natural key
+a cloud's credential option its orphan report's schedule is imported disabled. Each asset has awxkit's natural key
 (the NATURAL_KEY fields of its awxkit page class, and its type). Without --scm-url the URL is
 bootstrap.toml's git-url.
 """

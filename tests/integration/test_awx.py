@@ -155,8 +155,8 @@ def test_playbook_declares_every_object(awx_stub, tmp_path):
         "instance_group": 1,
         "inventory": len(ENVIRONMENTS),
         "host": len(ENVIRONMENTS),
-        "job_template": len(ENVIRONMENTS) * len(PHASES) + 1,  # and the orphan report
-        "schedule": 1,
+        "job_template": len(ENVIRONMENTS) * len(PHASES) + len(CLOUDS),  # and each cloud's orphan report
+        "schedule": len(CLOUDS),
     }
     types = {c["name"]: c for c in by_module["credential_type"]}
     # The injectors reach AWX as written (data, not templates).
@@ -185,15 +185,19 @@ def test_playbook_declares_every_object(awx_stub, tmp_path):
         jts["krops local-host validate"]["survey_enabled"] is False
         and jts["krops local-host validate"]["credentials"] == []
     )
-    assert by_module["schedule"][0]["unified_job_template"] == "krops aws orphan report"
+    schedules = {c["unified_job_template"]: c for c in by_module["schedule"]}
+    assert list(schedules) == [f"krops {cloud} orphan report" for cloud in CLOUDS]
     assert {h["inventory"] for h in by_module["host"]} == {f"krops {e}" for e in ENVIRONMENTS}
-    # No AWS credential named: the orphan report runs with none, so its schedule waits, and says why.
-    assert by_module["schedule"][0]["enabled"] is False
-    assert jts["krops aws orphan report"]["credentials"] == []
-    assert (
-        "the schedule 'krops aws orphan report every 6 hours' was created disabled: its job template needs an AWX "
-        "Amazon Web Services credential. Set KROPS_AWX_AWS_CREDENTIAL to its name and run krops-awx.yml again"
-    ) in json.dumps(output)
+    # No cloud credential named: each orphan report runs with none, so its schedule waits, and says why.
+    for cloud, kind in (("aws", "Amazon Web Services"), ("azure", "Microsoft Azure Resource Manager")):
+        assert schedules[f"krops {cloud} orphan report"]["enabled"] is False
+        assert jts[f"krops {cloud} orphan report"]["credentials"] == []
+        assert jts[f"krops {cloud} orphan report"]["extra_vars"] == {"krops_environment": cloud}
+        assert (
+            f"the schedule 'krops {cloud} orphan report every 6 hours' was created disabled: its job template needs an "
+            f"AWX {kind} credential. Set KROPS_AWX_{cloud.upper()}_CREDENTIAL to its name and run krops-awx.yml again"
+        ) in json.dumps(output)
+    assert schedules["krops gcp orphan report"]["enabled"] is False
     # The local-host jobs run in the container group that reaches the node's engine.
     group = by_module["instance_group"][0]
     pod = yaml.safe_load(group["pod_spec_override"])
@@ -249,10 +253,11 @@ def test_cloud_credentials_are_attached_and_the_schedule_enabled(awx_stub, tmp_p
                 cred,
             ]
         assert jts[f"krops {env_name} validate"]["credentials"] == []
-    assert jts["krops aws orphan report"]["credentials"] == ["ops aws"]
+    for cloud in CLOUDS:
+        assert jts[f"krops {cloud} orphan report"]["credentials"] == [f"ops {cloud}"]
     assert jts["krops local-host bootstrap"]["credentials"] == ["krops age key"]
-    schedule = next(c["params"] for c in made if c["module"] == "schedule")
-    assert schedule["enabled"] is True
+    schedules = [c["params"] for c in made if c["module"] == "schedule"]
+    assert [s["enabled"] for s in schedules] == [True] * len(CLOUDS)
     creds = {c["params"]["name"]: c["params"] for c in made if c["module"] == "credential"}
     assert creds["krops GitHub source control"]["inputs"]["username"] == "krops-bot"
     assert "created disabled" not in json.dumps(output)
@@ -460,12 +465,16 @@ def test_objects_cover_every_environment_and_phase():
             cloud = PLATFORMS[env] in CLOUDS and phase != "validate"
             assert jt.get("cloud_credential") == (PLATFORMS[env] if cloud else None), jt["name"]
             assert ("instance_groups" in jt) == (env == "local-host" and phase != "validate"), jt["name"]
-    assert list(jts) == ["krops aws orphan report"]
-    assert (REPO / jts["krops aws orphan report"]["playbook"]).is_file()
-    assert (
-        OBJECTS["schedules"][0]["rrule"].startswith("DTSTART:")
-        and "RRULE:FREQ=HOURLY;INTERVAL=6" in OBJECTS["schedules"][0]["rrule"]
-    )
+    # Each cloud's orphan report: the one playbook, which picks the cloud by the environment's profile.
+    assert list(jts) == [f"krops {cloud} orphan report" for cloud in CLOUDS]
+    for cloud in CLOUDS:
+        report = jts[f"krops {cloud} orphan report"]
+        assert report["playbook"] == "playbooks/orphan_report.yml" and (REPO / report["playbook"]).is_file()
+        assert (report["inventory"], report["cloud_credential"]) == (f"krops {cloud}", cloud)
+        assert report["extra_vars"] == {"krops_environment": cloud} and report["job_tags"] == ""
+    assert [s["unified_job_template"] for s in OBJECTS["schedules"]] == list(jts)
+    for schedule in OBJECTS["schedules"]:
+        assert schedule["rrule"].startswith("DTSTART:") and "RRULE:FREQ=HOURLY;INTERVAL=6" in schedule["rrule"]
     # The credential types inject exactly what the playbooks read.
     injected = {var for ct in OBJECTS["credential_types"] for var in ct["injectors"]["env"]}
     assert injected == {"GITHUB_TOKEN", "AGE_KEY_FILE"}
@@ -578,6 +587,8 @@ def test_import_file_with_cloud_credentials_attaches_them_and_enables_the_schedu
     assert aws_key not in jts["krops aws validate"].get("related", {}).get("credentials", [])
     assert aws_key not in jts["krops azure bootstrap"]["related"]["credentials"]
     assert jts["krops aws orphan report"]["related"]["schedules"][0]["enabled"] is True
+    for cloud in ("azure", "gcp"):  # their credentials not named: their reports' schedules wait
+        assert jts[f"krops {cloud} orphan report"]["related"]["schedules"][0]["enabled"] is False
 
 
 # --- what the job templates run -------------------------------------------------------------
