@@ -11,7 +11,8 @@ without a row is owned and undeletable: the ``unsupported`` row fails the run wi
 from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, ResourceType, arn_type, resource
+from ansible_collections.krops.platform.plugins.module_utils.aws_delete import sweep_row
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, arn_type, resource
 
 # "<service>:<resource type>" of the ARNs the Tagging API reports, mapped to the sweep's row that lists and
 # deletes them. An owned ARN of any other type is a leftover the sweep cannot delete.
@@ -86,4 +87,4 @@ def delete_unsupported(x, res):
     raise aws.AwsError("krops cannot delete {}: {}".format(res["id"], res["reason"]))
 
 
-UNSUPPORTED = ResourceType("unsupported", REGION, unsupported, delete_unsupported)
+UNSUPPORTED = sweep_row("unsupported", REGION, unsupported, delete_unsupported)

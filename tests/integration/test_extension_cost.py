@@ -9,8 +9,8 @@ is krops.platform:
 - a resource type: one row in gcp_rows.py deletes an owned Private Service Connect address that otherwise holds
   its VPC (the Google double), and a row in azure_rows.py deletes an owned storage account that the teardown
   otherwise leaves unseen (the ARM double);
-- an AWS sweep type (not on steps.Run yet): the row, its handler, its table place and its ARN type delete an
-  owned EC2 key pair (moto);
+- an AWS sweep type (its rows run on steps.Run): the row, its handler, its table place and its ARN type
+  delete an owned EC2 key pair (moto);
 - a pivot phase: a new phase runs in its place in the order, on the emulated kind and management clusters, and
   ``stop_after`` reaches it;
 - a cloud: a rows file and a profile entry; its rows run through steps.Run and its environments' teardown plan
@@ -374,7 +374,7 @@ def delete_key_pair(x, res):
     return None
 
 
-KEY_PAIR_ROW = ResourceType(
+KEY_PAIR_ROW = sweep_row(
     "key-pair",
     REGION,
     _plain("key-pair", "key", "describe_key_pairs", "KeyPairs", "key-pair-id", "KeyPairId"),
@@ -385,7 +385,7 @@ KEY_PAIR_ROW = ResourceType(
 
 @SLOW
 def test_an_aws_sweep_type_is_a_row_its_handler_its_table_place_and_its_arn_type(repo_copy, moto, tmp_path):
-    """The AWS sweep is not on steps.Run yet: a type costs three code files (docs/extending.md)."""
+    """An AWS sweep type costs three code files (docs/extending.md)."""
     toml = tmp_path / "aws.toml"
     toml.write_text(BOOTSTRAP_TOML)
     ec2 = clients(moto, "eu-north-1")("ec2")
