@@ -72,4 +72,4 @@ def state_stack(x, pending):
     return states
 
 
-STACK_ROW = sweep_row("cloudformation-stack", GLOBAL, stacks, delete_stack, state_stack)
+STACK_ROW = sweep_row("cloudformation-stack", GLOBAL, stacks, delete_stack, state_stack, arn="cloudformation:stack")

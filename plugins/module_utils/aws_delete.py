@@ -44,8 +44,10 @@ def sweep_row(name, scope, listing, delete, wait_state=None, **options):
     tests/benchmarks/aws_latency_proxy.py cites the sources: it delays the first poll), ``before(x, batch)``
     (runs once per batch and may return the batch in the order to delete it: security groups and their rules)
     and ``refresh(x, batch, resources)`` (re-lists a batch right before its deletion: interfaces detach
-    meanwhile) are the options; only a row with a ``wait_state`` is ever awaited."""
-    chain, expected = options.pop("chain", None), options.pop("expected", 0)
+    meanwhile) are the options, and ``arn``: the ARN type(s) of the Resource Groups Tagging API the row handles
+    ("<service>:<resource type>", aws_rows.arn_type; an owned ARN of a type no row handles is ``unsupported``).
+    Only a row with a ``wait_state`` is ever awaited."""
+    chain, expected, arn = options.pop("chain", None), options.pop("expected", 0), options.pop("arn", ())
     before, refresh = options.pop("before", None), options.pop("refresh", None)
     if options:
         raise TypeError("sweep row {}: unknown {}".format(name, ", ".join(sorted(options))))
@@ -66,7 +68,7 @@ def sweep_row(name, scope, listing, delete, wait_state=None, **options):
         before=_before(before, refresh) if before or refresh else None,
         **timing,
     )
-    row.scope = scope
+    row.scope, row.arns = scope, (arn,) if isinstance(arn, str) else tuple(arn)
     return row
 
 

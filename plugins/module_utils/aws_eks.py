@@ -133,7 +133,23 @@ def state_cluster(x, pending):
 
 
 NODEGROUP_ROW = sweep_row(
-    "eks-nodegroup", REGION, nodegroups, delete_nodegroup, state_nodegroup, chain="eks", expected=600
+    "eks-nodegroup",
+    REGION,
+    nodegroups,
+    delete_nodegroup,
+    state_nodegroup,
+    chain="eks",
+    expected=600,
+    arn="eks:nodegroup",
 )
-POD_IDENTITY_ROW = sweep_row("eks-pod-identity-association", REGION, pod_identities, delete_pod_identity, chain="eks")
-CLUSTER_ROW = sweep_row("eks-cluster", REGION, clusters, delete_cluster, state_cluster, chain="eks", expected=720)
+POD_IDENTITY_ROW = sweep_row(
+    "eks-pod-identity-association",
+    REGION,
+    pod_identities,
+    delete_pod_identity,
+    chain="eks",
+    arn="eks:podidentityassociation",
+)
+CLUSTER_ROW = sweep_row(
+    "eks-cluster", REGION, clusters, delete_cluster, state_cluster, chain="eks", expected=720, arn="eks:cluster"
+)

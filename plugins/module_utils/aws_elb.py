@@ -124,6 +124,22 @@ def delete_target_group(x, res):
     x.delete_dependent(res, "elbv2", "delete_target_group", "TargetGroupArn", codes=("ResourceInUse",))
 
 
-ELBV2_ROW = sweep_row("elbv2-load-balancer", REGION, load_balancers, delete_load_balancer, chain="lb")
-CLASSIC_ROW = sweep_row("elb-load-balancer", REGION, classic_load_balancers, delete_classic, chain="lb")
-TARGET_GROUP_ROW = sweep_row("elbv2-target-group", REGION, target_groups, delete_target_group, chain="lb")
+ELBV2_ROW = sweep_row(
+    "elbv2-load-balancer",
+    REGION,
+    load_balancers,
+    delete_load_balancer,
+    chain="lb",
+    arn=("elasticloadbalancing:loadbalancer", "elasticloadbalancing:listener", "elasticloadbalancing:listener-rule"),
+)
+CLASSIC_ROW = sweep_row(
+    "elb-load-balancer",
+    REGION,
+    classic_load_balancers,
+    delete_classic,
+    chain="lb",
+    arn="elasticloadbalancing:loadbalancer",
+)
+TARGET_GROUP_ROW = sweep_row(
+    "elbv2-target-group", REGION, target_groups, delete_target_group, chain="lb", arn="elasticloadbalancing:targetgroup"
+)

@@ -71,4 +71,4 @@ def delete_log_group(x, res):
     return None if aws.call_unless_gone(x.client("logs"), "delete_log_group", logGroupName=res["id"]) else ABSENT
 
 
-LOG_GROUP_ROW = sweep_row(LOG_GROUP_TYPE, REGION, log_groups, delete_log_group, chain="eks")
+LOG_GROUP_ROW = sweep_row(LOG_GROUP_TYPE, REGION, log_groups, delete_log_group, chain="eks", arn="logs:log-group")

@@ -101,5 +101,9 @@ def state_instance(x, pending):
     return {r["id"]: found.get(r["id"], "gone") for r in pending}
 
 
-INSTANCE_ROW = sweep_row("rds-instance", REGION, instances, delete_instance, state_instance, chain="rds", expected=600)
-SUBNET_GROUP_ROW = sweep_row("rds-subnet-group", REGION, subnet_groups, delete_subnet_group, chain="rds")
+INSTANCE_ROW = sweep_row(
+    "rds-instance", REGION, instances, delete_instance, state_instance, chain="rds", expected=600, arn="rds:db"
+)
+SUBNET_GROUP_ROW = sweep_row(
+    "rds-subnet-group", REGION, subnet_groups, delete_subnet_group, chain="rds", arn="rds:subgrp"
+)

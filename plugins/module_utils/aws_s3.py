@@ -65,4 +65,4 @@ def delete_bucket(x, res):
     return None
 
 
-BUCKET_ROW = sweep_row("s3-bucket", GLOBAL, buckets, delete_bucket)
+BUCKET_ROW = sweep_row("s3-bucket", GLOBAL, buckets, delete_bucket, arn="s3:")

@@ -199,6 +199,7 @@ class Sweep:
         self._others_alive = None
         self.gone = set()  # (region, id) of what this run deleted or found gone: set by leftovers()
         self.watched = {}  # (region, listing key): a wait's last whole listing, for the final pass (take_watched)
+        self.handled_arns = HANDLED_ARNS
         self.policy_tags = {}  # customer managed policy ARN -> its tags as discovery listed them (aws_iam.policies)
         self.final = False
 
@@ -477,6 +478,8 @@ GLOBAL_TYPES = (
 
 REGION_ORDER = tuple(t.name for t in REGION_TYPES)
 GLOBAL_ORDER = tuple(t.name for t in GLOBAL_TYPES)
+# the Tagging API's ARN types a row handles (its ``arn``): an owned ARN of any other type is unsupported (aws_tagging)
+HANDLED_ARNS = frozenset(arn for row in REGION_TYPES + GLOBAL_TYPES for arn in row.arns)
 
 
 # --- entry point -----------------------------------------------------------------------
