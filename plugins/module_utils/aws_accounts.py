@@ -11,6 +11,7 @@ from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils import aws_report
 from ansible_collections.krops.platform.plugins.module_utils import aws_targets
 from ansible_collections.krops.platform.plugins.module_utils import aws_rows as rows
+from ansible_collections.krops.platform.plugins.module_utils import steps
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
 
 
@@ -110,7 +111,7 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, sweep_ac
 
     # phase 1: every role assumed and every identity read before any listing (in the order of bootstrap.toml, so
     # the first mismatch named is always the same one)
-    plans = rows.in_order(prove, accounts, workers)
+    plans = steps.side_by_side(prove, accounts, workers)
     for account, dummy, session, actual, dummy in plans:
         if session is not None and actual != account.account_id:
             raise aws_targets.SweepError(
@@ -159,7 +160,7 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, sweep_ac
         return entry
 
     # phase 2: each account with its own connection and ownership proof, several at a time
-    parts = rows.in_order(sweep_one, plans, workers)
+    parts = steps.side_by_side(sweep_one, plans, workers)
     return _merge_accounts(parts, conn, targets, started, job)
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import GLOBAL, ResourceType, key, resource
+from ansible_collections.krops.platform.plugins.module_utils.aws_delete import sweep_row
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import GLOBAL, key, resource
 
 
 def stacks(d, with_age):
@@ -71,4 +72,4 @@ def state_stack(x, pending):
     return states
 
 
-STACK_ROW = ResourceType("cloudformation-stack", GLOBAL, stacks, delete_stack, state_stack)
+STACK_ROW = sweep_row("cloudformation-stack", GLOBAL, stacks, delete_stack, state_stack, arn="cloudformation:stack")

@@ -1,16 +1,23 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
-"""The AWS orphan sweep's deletions: the rows of one region (or the global phase) deleted in table order, the
-regional chains side by side, with the DependencyViolation retries and the waits of the rows that have a
-wait_state. A wait the step budget cuts is handed back (Deleter.pending) for the next step to resume."""
+"""The AWS orphan sweep's rows on the steps engine (steps.py): ``sweep_row`` makes one ``steps.Row`` of a
+type's handlers, and ``Context`` is what those handlers get (``x``: the region's clients, the dependency retries).
+
+A row's handlers are the sweep's own: ``list(d, with_age)`` over a Discovery of one region (aws_sweep),
+``delete(x, res)`` and, for a type whose deletion takes time, ``wait_state(x, pending)``, one call that
+answers the state of every pending deletion of the row ("gone" once deleted). ``sweep_row`` turns them
+into the engine's discover, act and poll_all; the engine orders the rows (a ``chain`` of rows that
+depend on each other runs beside the other chains, the rows without a chain after them), acts on the
+items, follows the deletions (the first poll after the row's ``expected`` time, scaled), cuts a wait
+at the step budget and resumes from its state.
+"""
 
 from __future__ import annotations
 
 import itertools
 import os
-import threading
 
-from ansible_collections.krops.platform.plugins.module_utils import aws
+from ansible_collections.krops.platform.plugins.module_utils import aws, steps
 from ansible_collections.krops.platform.plugins.module_utils import aws_rows as rows
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
 
@@ -28,18 +35,124 @@ try:  # tests and benchmarks that hold deletions for a scaled-down time say so (
 except ValueError:
     pass
 DEPENDENCY_BUDGET = 180
+FAILED_STATES = ("DELETE_FAILED", "FAILED", "failed")
+AWS_ERRORS = (ClientError, BotoCoreError, aws.AwsError)
 
 
-class Deleter:
-    """Deletes discovered resources of one region (or the global phase) in table order; the rows' delete and
-    wait_state handlers get it (client(), retry_dependency(), discovery(), sweep, region)."""
+def sweep_row(name, scope, listing, delete, wait_state=None, **options):
+    """The steps.Row of one sweep type. ``chain``, ``expected`` (typical seconds a deletion takes;
+    tests/benchmarks/aws_latency_proxy.py cites the sources: it delays the first poll), ``before(x, batch)``
+    (runs once per batch and may return the batch in the order to delete it: security groups and their rules)
+    and ``refresh(x, batch, resources)`` (re-lists a batch right before its deletion: interfaces detach
+    meanwhile) are the options, and ``arn``: the ARN type(s) of the Resource Groups Tagging API the row handles
+    ("<service>:<resource type>", aws_rows.arn_type; an owned ARN of a type no row handles is ``unsupported``).
+    Only a row with a ``wait_state`` is ever awaited."""
+    chain, expected, arn = options.pop("chain", None), options.pop("expected", 0), options.pop("arn", ())
+    before, refresh = options.pop("before", None), options.pop("refresh", None)
+    if options:
+        raise TypeError("sweep row {}: unknown {}".format(name, ", ".join(sorted(options))))
+    if expected and wait_state is None:
+        raise ValueError(f"sweep row {name}: an expected deletion time needs a wait_state")
+    if scope not in (rows.REGION, rows.GLOBAL):
+        raise ValueError(f"sweep row {name}: scope must be {rows.REGION!r} or {rows.GLOBAL!r}")
+    timing = {}
+    if wait_state is not None:
+        timing = dict(poll_all=_poll_all(wait_state), first_poll=lambda: expected * EXPECTED_SCALE * FIRST_POLL_SHARE)
+        timing["interval"] = lambda polls: _interval(expected * EXPECTED_SCALE, polls)
+    row = steps.Row(
+        name,
+        _discover(name, listing),
+        _act(delete, waited=wait_state is not None),
+        plan="delete {type} {id} in {region}",
+        chain=chain,
+        before=_before(before, refresh) if before or refresh else None,
+        **timing,
+    )
+    row.scope, row.arns = scope, (arn,) if isinstance(arn, str) else tuple(arn)
+    return row
 
-    def __init__(self, sweep, region, parallel=False):
+
+def _interval(expected, polls):
+    """Seconds after poll ``polls``: a part of the expected time, or doubling delays when it has none."""
+    if expected:
+        return max(POLL_FIRST, min(POLL_MAX, expected * POLL_SHARE))
+    return min(POLL_FIRST * 2 ** (polls - 1), POLL_MAX)
+
+
+def _discover(name, listing):
+    def discover(d):
+        found = d.guard(name, lambda: listing(d, d.with_age))
+        # only the report reads a creation time: without one an item is JSON, as the steps' resume state must be
+        return found if d.with_age else [dict(r, created=None) for r in found]
+
+    return discover
+
+
+def _act(delete, waited):
+    """The engine's act: (outcome, the resource to follow or None); a failure raises aws.AwsError, which the
+    engine records as the item's failure."""
+
+    def act(run, res):
+        try:
+            answer = delete(run.ctx, res)
+        except AWS_ERRORS as exc:
+            if aws.is_not_found(exc):
+                return rows.ABSENT, None
+            raise aws.AwsError(f"delete failed: {aws.error_message(exc)}") from None
+        if answer == rows.ABSENT:
+            return rows.ABSENT, None
+        return "deleted", (dict(res) if waited else None)
+
+    return act
+
+
+def _poll_all(wait_state):
+    """The engine's poll_all: one wait_state call for every pending deletion of a row; each handle keeps the
+    state AWS answered last (``state``: what the steps' ``waiting`` list shows)."""
+
+    def poll_all(run, pending):
+        try:
+            found = wait_state(run.ctx, list(pending))
+        except AWS_ERRORS as exc:
+            found = {r["id"]: f"unknown ({aws.error_message(exc)})" for r in pending}
+        answers = []
+        for res in pending:
+            # by id, or by region|type|id where one id is in several regions (the clusterawsadm stack)
+            res["state"] = state = found.get(rows.key(res), found.get(res["id"], "?"))
+            if state == "gone":
+                answers.append((steps.DONE, None))
+            elif state in FAILED_STATES:
+                answers.append((steps.FAILED, f"deletion failed: status {state}"))
+            else:
+                answers.append((steps.PENDING, state))
+        return answers
+
+    return poll_all
+
+
+def _before(before, refresh):
+    def hook(run, batch):
+        if refresh:
+            batch = refresh(run.ctx, batch, [r for items in run.plan.values() for r in items])
+        if batch and before:  # it may also give the order to delete the batch in (security groups)
+            batch = before(run.ctx, batch) or batch
+        return batch
+
+    return hook
+
+
+def public(res, outcome, error=None):
+    """A result entry of the engine's: an absent resource is "already gone", a failure says why."""
+    return rows.public(res, outcome, error or ("already gone" if outcome == rows.ABSENT else None))
+
+
+class Context:
+    """What the rows' delete and wait_state handlers get for one region (or the global phase): client(),
+    retry_dependency(), delete_dependent(), discovery(), watch(), sweep, region."""
+
+    def __init__(self, sweep, region):
         self.sweep = sweep
         self.region = region
-        self.parallel = parallel
-        self.pending = []  # (resource, seconds waited) of waits the step budget cut
-        self._lock = threading.Lock()
 
     def client(self, service, region=None):
         return self.sweep.conn.client(service, region or self.region)
@@ -51,65 +164,6 @@ class Deleter:
         """A wait's whole listing, made after every deletion of its row in the region, for the final pass."""
         self.sweep.remember_watched((region or self.region, key), value)
 
-    def run(self, resources, types):
-        """Delete resources type by type in table order; regional chains run side by side, then the rows without
-        a chain (volumes, the network), unless a chain is still waiting when the step budget runs out."""
-        if self.region == rows.GLOBAL:
-            return self._run_types(resources, types)
-        chains = {}
-        for rtype in types:
-            if rtype.chain:
-                chains.setdefault(rtype.chain, []).append(rtype)
-        rest = [t for t in types if not t.chain]
-        busy = [c for c in chains.values() if any(r["type"] in {t.name for t in c} for r in resources)]
-        done = rows.in_order(lambda c: self._run_types(resources, c), busy, len(busy))
-        results = [item for chunk in done for item in chunk]
-        if not self.pending:
-            results += self._run_types(resources, rest)
-        return rows.in_table_order(results, types)
-
-    def _run_types(self, resources, types):
-        results = []
-        for rtype in types:
-            batch = [r for r in resources if r["type"] == rtype.name]
-            if rtype.refresh:
-                batch = rtype.refresh(self, batch, resources)
-            if not batch:
-                continue
-            if rtype.before:  # it may also give the order to delete the batch in (security groups)
-                batch = rtype.before(self, batch) or batch
-            workers = self.sweep.concurrency if self.parallel else 1
-            outcomes = rows.in_order(lambda r, t=rtype: self._delete_one(t, r), batch, workers)
-            waiting = [res for res, outcome in zip(batch, outcomes) if outcome == "wait"]
-            results.extend(o for o in outcomes if o != "wait")
-            if waiting:
-                self.sweep.progress(
-                    "%s: waiting for %d %s deletion(s): %s"
-                    % (self.region, len(waiting), rtype.name, ", ".join(r["id"] for r in waiting[:5]))
-                )
-                finished, cut = self._wait(rtype, waiting)
-                results.extend(finished)
-                if cut:
-                    with self._lock:
-                        self.pending.extend(cut)
-                    return results  # the rest of this chain depends on what is still deleting
-        return results
-
-    def _delete_one(self, rtype, res):
-        """'wait' when the deletion must be awaited (only rows with a wait_state), else the rows.public outcome."""
-        if rtype.waited and rows.key(res) in self.sweep.started_keys:
-            return "wait"  # started in an earlier step
-        try:
-            answer = rtype.delete(self, res)
-        except (ClientError, BotoCoreError, aws.AwsError) as exc:
-            if aws.is_not_found(exc):
-                return rows.public(res, "absent", "already gone")
-            return rows.public(res, "failed", f"delete failed: {aws.error_message(exc)}")
-        if answer == rows.ABSENT:
-            return rows.public(res, "absent", "already gone")
-        return "wait" if rtype.waited else rows.public(res, "deleted")
-
-    # --- retries and waits -------------------------------------------------------------
     def _delays(self, budget):
         """Sleep between attempts until budget seconds have passed; yields before each new attempt."""
         deadline = self.sweep.clock() + budget
@@ -144,78 +198,3 @@ class Deleter:
         return self.retry_dependency(
             res, lambda: aws.call(self.client(service), operation, **{id_key: res["id"]}), codes=codes
         )
-
-    def _wait(self, rtype, pending):
-        """Poll the pending deletions of one row, all of them in one wait_state call per poll, until each is gone,
-        has failed or wait_timeout passes; (final results, [(resource, seconds waited)] cut by the step budget).
-
-        A deletion with a typical duration is first polled after FIRST_POLL_SHARE of it, then every POLL_SHARE
-        of it (within POLL_FIRST..POLL_MAX); one without is polled with doubling delays."""
-        if not rtype.waited:
-            raise ValueError(f"sweep row {rtype.name} has no wait_state: its deletions cannot be awaited")
-        sweep = self.sweep
-        clock, timeout = sweep.clock, sweep.wait_timeout
-        start = clock() - max(sweep.waited.get(rows.key(r), 0.0) for r in pending)
-        deadline = start + timeout
-        expected = rtype.expected * EXPECTED_SCALE
-        quiet_until = start + min(expected * FIRST_POLL_SHARE, timeout)
-        # the global phase runs to its end within one step (its resources are not in the steps' plan)
-        budget = None if rtype.scope == rows.GLOBAL else sweep.budget_deadline
-        stop = deadline if budget is None else min(deadline, budget)
-        interval = max(POLL_FIRST, min(POLL_MAX, expected * POLL_SHARE)) if expected else POLL_FIRST
-        results, states, remaining = [], {}, list(pending)
-        polls = 0
-        while remaining:
-            now = clock()
-            if now < quiet_until:
-                if now >= stop:
-                    break
-                sweep.sleep(min(quiet_until, stop) - now)
-                continue
-            try:
-                found = rtype.wait_state(self, list(remaining))
-            except (ClientError, BotoCoreError, aws.AwsError) as exc:
-                found = {r["id"]: f"unknown ({aws.error_message(exc)})" for r in remaining}
-            polls += 1
-            for res in list(remaining):
-                # by id, or by region|type|id where one id is in several regions (the clusterawsadm stack)
-                state = found.get(rows.key(res), found.get(res["id"], "?"))
-                states[rows.key(res)] = state
-                if state == "gone":
-                    remaining.remove(res)
-                    results.append(rows.public(res, "deleted"))
-                elif state in ("DELETE_FAILED", "FAILED", "failed"):
-                    remaining.remove(res)
-                    results.append(rows.public(res, "failed", f"deletion failed: status {state}"))
-            if not remaining:
-                break
-            if polls > 1:
-                sweep.progress(
-                    "{}: still deleting {}".format(
-                        self.region,
-                        ", ".join(
-                            "{} {} ({})".format(rtype.name, r["id"], states.get(rows.key(r), "?"))
-                            for r in remaining[:5]
-                        ),
-                    )
-                )
-            now = clock()
-            if now >= stop:
-                break
-            sweep.sleep(min(interval, stop - now))
-            if not expected:
-                interval = min(interval * 2, POLL_MAX)
-        cut = []
-        if remaining and clock() < deadline and budget is not None:  # the step budget ran out: the next step goes on
-            waited = clock() - start
-            cut = [(dict(r, state=states.get(rows.key(r), "deleting")), waited) for r in remaining]
-        else:
-            results.extend(
-                rows.public(
-                    res, "failed", "still %s after %ds (wait_timeout)" % (states.get(rows.key(res), "present"), timeout)
-                )
-                for res in remaining
-            )
-        order = {r["id"]: i for i, r in enumerate(pending)}
-        results.sort(key=lambda r: order[r["id"]])
-        return results, cut

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws, ownership
 from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import ABSENT, REGION, ResourceType, resource
+from ansible_collections.krops.platform.plugins.module_utils.aws_delete import sweep_row
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import ABSENT, REGION, resource
 
 # EC2 id prefixes (before the first '-') of the types with a row: ids are stable across endpoints, the
 # ResourceType strings of DescribeTags are not (moto answers 'vpc-elastic-ip' where AWS says 'elastic-ip').
@@ -485,35 +486,63 @@ def _clean_permission(permission):
 
 # Seconds an instance takes from terminate to terminated is not documented by AWS as a figure; instances are
 # polled from the start (no expected time).
-INSTANCE_ROW = ResourceType(
-    "ec2-instance", REGION, lambda d, a: _instances(d), delete_instance, state_instance, chain="instances"
+INSTANCE_ROW = sweep_row(
+    "ec2-instance",
+    REGION,
+    lambda d, a: _instances(d),
+    delete_instance,
+    state_instance,
+    chain="instances",
+    arn="ec2:instance",
 )
-LAUNCH_TEMPLATE_ROW = ResourceType(
+LAUNCH_TEMPLATE_ROW = sweep_row(
     "launch-template",
     REGION,
     _plain(
         "launch-template", LAUNCH_TEMPLATE, "describe_launch_templates", "LaunchTemplates", None, "LaunchTemplateId"
     ),
     delete_launch_template,
+    arn="ec2:launch-template",
 )
-VOLUME_ROW = ResourceType("ebs-volume", REGION, volumes, delete_volume)
-SNAPSHOT_ROW = ResourceType(
+VOLUME_ROW = sweep_row("ebs-volume", REGION, volumes, delete_volume, arn="ec2:volume")
+SNAPSHOT_ROW = sweep_row(
     "ebs-snapshot",
     REGION,
     _plain("ebs-snapshot", SNAPSHOT, "describe_snapshots", "Snapshots", "snapshot-id", "SnapshotId", "StartTime"),
     delete_snapshot,
+    arn="ec2:snapshot",
 )
-NAT_ROW = ResourceType(
-    "nat-gateway", REGION, nat_gateways, delete_nat_gateway, state_nat_gateway, chain="nat", expected=240
+NAT_ROW = sweep_row(
+    "nat-gateway",
+    REGION,
+    nat_gateways,
+    delete_nat_gateway,
+    state_nat_gateway,
+    chain="nat",
+    expected=240,
+    arn="ec2:natgateway",
 )
-EIP_ROW = ResourceType("elastic-ip", REGION, elastic_ips, release_address, chain="nat")
-ENI_ROW = ResourceType(
-    "network-interface", REGION, network_interfaces, delete_network_interface, refresh=fresh_interfaces
+EIP_ROW = sweep_row("elastic-ip", REGION, elastic_ips, release_address, chain="nat", arn="ec2:elastic-ip")
+ENI_ROW = sweep_row(
+    "network-interface",
+    REGION,
+    network_interfaces,
+    delete_network_interface,
+    refresh=fresh_interfaces,
+    arn="ec2:network-interface",
 )
-SUBNET_ROW = ResourceType(
-    "subnet", REGION, _plain("subnet", SUBNET, "describe_subnets", "Subnets", "subnet-id", "SubnetId"), delete_subnet
+SUBNET_ROW = sweep_row(
+    "subnet",
+    REGION,
+    _plain("subnet", SUBNET, "describe_subnets", "Subnets", "subnet-id", "SubnetId"),
+    delete_subnet,
+    arn="ec2:subnet",
 )
-IGW_ROW = ResourceType("internet-gateway", REGION, internet_gateways, delete_internet_gateway)
-RTB_ROW = ResourceType("route-table", REGION, route_tables, delete_route_table)
-SG_ROW = ResourceType("security-group", REGION, security_groups, delete_security_group, before=revoke_rules)
-VPC_ROW = ResourceType("vpc", REGION, _plain("vpc", VPC, "describe_vpcs", "Vpcs", "vpc-id", "VpcId"), delete_vpc)
+IGW_ROW = sweep_row("internet-gateway", REGION, internet_gateways, delete_internet_gateway, arn="ec2:internet-gateway")
+RTB_ROW = sweep_row("route-table", REGION, route_tables, delete_route_table, arn="ec2:route-table")
+SG_ROW = sweep_row(
+    "security-group", REGION, security_groups, delete_security_group, before=revoke_rules, arn="ec2:security-group"
+)
+VPC_ROW = sweep_row(
+    "vpc", REGION, _plain("vpc", VPC, "describe_vpcs", "Vpcs", "vpc-id", "VpcId"), delete_vpc, arn="ec2:vpc"
+)

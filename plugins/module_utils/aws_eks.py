@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, ResourceType, resource, unique
+from ansible_collections.krops.platform.plugins.module_utils.aws_delete import sweep_row
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, resource, unique
 
 
 def clusters(d, with_age=False):
@@ -131,10 +132,24 @@ def state_cluster(x, pending):
     return {r["id"]: "DELETING" if r["id"] in present else "gone" for r in pending}
 
 
-NODEGROUP_ROW = ResourceType(
-    "eks-nodegroup", REGION, nodegroups, delete_nodegroup, state_nodegroup, chain="eks", expected=600
+NODEGROUP_ROW = sweep_row(
+    "eks-nodegroup",
+    REGION,
+    nodegroups,
+    delete_nodegroup,
+    state_nodegroup,
+    chain="eks",
+    expected=600,
+    arn="eks:nodegroup",
 )
-POD_IDENTITY_ROW = ResourceType(
-    "eks-pod-identity-association", REGION, pod_identities, delete_pod_identity, chain="eks"
+POD_IDENTITY_ROW = sweep_row(
+    "eks-pod-identity-association",
+    REGION,
+    pod_identities,
+    delete_pod_identity,
+    chain="eks",
+    arn="eks:podidentityassociation",
 )
-CLUSTER_ROW = ResourceType("eks-cluster", REGION, clusters, delete_cluster, state_cluster, chain="eks", expected=720)
+CLUSTER_ROW = sweep_row(
+    "eks-cluster", REGION, clusters, delete_cluster, state_cluster, chain="eks", expected=720, arn="eks:cluster"
+)

@@ -13,7 +13,8 @@ fall back to DescribeTags.
 from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws, aws_tagging
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, ResourceType, arn_type, resource
+from ansible_collections.krops.platform.plugins.module_utils.aws_delete import sweep_row
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, arn_type, resource
 
 
 def _classic_arn(arn):
@@ -123,6 +124,22 @@ def delete_target_group(x, res):
     x.delete_dependent(res, "elbv2", "delete_target_group", "TargetGroupArn", codes=("ResourceInUse",))
 
 
-ELBV2_ROW = ResourceType("elbv2-load-balancer", REGION, load_balancers, delete_load_balancer, chain="lb")
-CLASSIC_ROW = ResourceType("elb-load-balancer", REGION, classic_load_balancers, delete_classic, chain="lb")
-TARGET_GROUP_ROW = ResourceType("elbv2-target-group", REGION, target_groups, delete_target_group, chain="lb")
+ELBV2_ROW = sweep_row(
+    "elbv2-load-balancer",
+    REGION,
+    load_balancers,
+    delete_load_balancer,
+    chain="lb",
+    arn=("elasticloadbalancing:loadbalancer", "elasticloadbalancing:listener", "elasticloadbalancing:listener-rule"),
+)
+CLASSIC_ROW = sweep_row(
+    "elb-load-balancer",
+    REGION,
+    classic_load_balancers,
+    delete_classic,
+    chain="lb",
+    arn="elasticloadbalancing:loadbalancer",
+)
+TARGET_GROUP_ROW = sweep_row(
+    "elbv2-target-group", REGION, target_groups, delete_target_group, chain="lb", arn="elasticloadbalancing:targetgroup"
+)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import GLOBAL, ResourceType, resource
+from ansible_collections.krops.platform.plugins.module_utils.aws_delete import sweep_row
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import GLOBAL, resource
 
 
 def _iam(d):
@@ -240,9 +241,9 @@ def delete_user(x, res):
     _delete_cleaned(client, "delete_user", clean, UserName=name)
 
 
-ROLE_ROW = ResourceType("iam-role", GLOBAL, roles, delete_role)
-OIDC_ROW = ResourceType("iam-oidc-provider", GLOBAL, oidc_providers, delete_oidc_provider)
-USER_ROW = ResourceType("iam-user", GLOBAL, users, delete_user)
+ROLE_ROW = sweep_row("iam-role", GLOBAL, roles, delete_role)
+OIDC_ROW = sweep_row("iam-oidc-provider", GLOBAL, oidc_providers, delete_oidc_provider)
+USER_ROW = sweep_row("iam-user", GLOBAL, users, delete_user)
 
 
 def policies(d, with_age):
@@ -298,4 +299,4 @@ def delete_policy(x, res):
     aws.call(client, "delete_policy", PolicyArn=arn)
 
 
-POLICY_ROW = ResourceType("iam-policy", GLOBAL, policies, delete_policy)
+POLICY_ROW = sweep_row("iam-policy", GLOBAL, policies, delete_policy)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import ABSENT, REGION, ResourceType, resource
+from ansible_collections.krops.platform.plugins.module_utils.aws_delete import sweep_row
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import ABSENT, REGION, resource
 from ansible_collections.krops.platform.plugins.module_utils.aws_tagging import tag_map
 
 LOG_GROUP_TYPE = "eks-log-group"
@@ -70,4 +71,4 @@ def delete_log_group(x, res):
     return None if aws.call_unless_gone(x.client("logs"), "delete_log_group", logGroupName=res["id"]) else ABSENT
 
 
-LOG_GROUP_ROW = ResourceType(LOG_GROUP_TYPE, REGION, log_groups, delete_log_group, chain="eks")
+LOG_GROUP_ROW = sweep_row(LOG_GROUP_TYPE, REGION, log_groups, delete_log_group, chain="eks", arn="logs:log-group")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, ResourceType, resource
+from ansible_collections.krops.platform.plugins.module_utils.aws_delete import sweep_row
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, resource
 
 
 def _listing(d):
@@ -100,7 +101,9 @@ def state_instance(x, pending):
     return {r["id"]: found.get(r["id"], "gone") for r in pending}
 
 
-INSTANCE_ROW = ResourceType(
-    "rds-instance", REGION, instances, delete_instance, state_instance, chain="rds", expected=600
+INSTANCE_ROW = sweep_row(
+    "rds-instance", REGION, instances, delete_instance, state_instance, chain="rds", expected=600, arn="rds:db"
 )
-SUBNET_GROUP_ROW = ResourceType("rds-subnet-group", REGION, subnet_groups, delete_subnet_group, chain="rds")
+SUBNET_GROUP_ROW = sweep_row(
+    "rds-subnet-group", REGION, subnet_groups, delete_subnet_group, chain="rds", arn="rds:subgrp"
+)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import ABSENT, GLOBAL, ResourceType, resource
+from ansible_collections.krops.platform.plugins.module_utils.aws_delete import sweep_row
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import ABSENT, GLOBAL, resource
 
 
 def buckets(d, with_age):
@@ -64,4 +65,4 @@ def delete_bucket(x, res):
     return None
 
 
-BUCKET_ROW = ResourceType("s3-bucket", GLOBAL, buckets, delete_bucket)
+BUCKET_ROW = sweep_row("s3-bucket", GLOBAL, buckets, delete_bucket, arn="s3:")

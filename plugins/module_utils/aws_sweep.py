@@ -14,16 +14,19 @@ subnet group of a swept RDS instance (when no other instance uses it) and detach
 interfaces inside an owned VPC.
 
 The type table (REGION_TYPES, GLOBAL_TYPES) lists rows defined per service (aws_ec2, aws_eks, aws_elb,
-aws_rds, aws_iam, aws_s3, aws_cloudformation, aws_tagging; the row type is aws_rows.ResourceType); its order
-is the deletion order. Per region (regions concurrently) the chains run side by side: EKS node groups
+aws_rds, aws_iam, aws_s3, aws_cloudformation, aws_logs, aws_tagging; each a steps.Row made by
+aws_delete.sweep_row); its order is the deletion order. The deletions run on the steps engine (steps.Run: one
+run per region, the regions side by side, then one for the global phase), which owns the order, the chains,
+the waits, the step budget and its resume state. Per region the chains run side by side: EKS node groups
 (waited), pod identity associations, clusters (waited); self-managed instances (waited); RDS instances
 (waited) and their subnet groups; load balancers and target groups; NAT gateways (waited) and elastic IPs.
 Then launch templates, EBS volumes and snapshots, and the network: detached interfaces, subnets, internet
 gateways, route tables, security groups, VPCs. Then the global phase: S3 buckets, IAM roles, OIDC
 providers, users, customer managed policies, the clusterawsadm stack (waited). Finally every region is
 listed again: anything owned that is left is a leftover (EC2 ids this run saw go are not described again:
-they are never reused). With a step budget (the action plugin) a wait still running when it ends is cut and
-the next step resumes from the returned state without listing again.
+they are never reused): this final pass is the sweep's own (``leftovers``), not the engine's. With a step
+budget (the action plugin) a wait still running when it ends is cut and the next step resumes each cut
+region's run from its state without listing again.
 
 Report mode lists the same candidates read-only and keeps those older than N hours.
 """
@@ -55,6 +58,7 @@ from ansible_collections.krops.platform.plugins.module_utils import config as co
 from ansible_collections.krops.platform.plugins.module_utils import contract
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
+from ansible_collections.krops.platform.plugins.module_utils import steps
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
 
 
@@ -66,9 +70,10 @@ class Discovery:
     """Read-only listing of everything the targets own in one region (or globally): the rows' list handlers read
     it. Listings several rows share (EC2 tags, the Tagging API, EKS clusters, RDS) are made once (cached())."""
 
-    def __init__(self, sweep, region, confirm=True):
+    def __init__(self, sweep, region, confirm=True, with_age=False):
         self.sweep = sweep
         self.region = region
+        self.with_age = with_age  # the report's listing: each resource's creation time
         # False for delete mode's listing: a delete that finds nothing answers "absent" itself, so rows that list
         # owned ids from a tag walk need not describe them first to confirm they still exist (aws_ec2)
         self.confirm = confirm
@@ -129,12 +134,9 @@ class Discovery:
                 self.errors.append(error)
         return empty
 
-    def resources(self, types, with_age=False):
+    def resources(self, types):
         """Every owned resource of the types, one listing per row, in table order."""
-        found = []
-        for rtype in types:
-            found += self.guard(rtype.name, lambda t=rtype: t.list(self, with_age))
-        return found
+        return [res for row in types for res in row.discover(self)]
 
 
 class Sweep:
@@ -189,16 +191,15 @@ class Sweep:
         self.candidates = []
         self.started = clock()
         # Steps (the action plugin): a wait still running when the budget ends is cut, and the next step resumes
-        # from ``resume`` (the plan, the results so far, deletions started and the seconds each wait took).
-        self.budget_deadline = None if budget is None else self.started + max(0.0, float(budget))
+        # from ``resume``: each cut region's steps.Run state, the results of the regions that ended.
+        self.budget = budget
         self.resume = resume or {}
-        self.started_keys = set(self.resume.get("started") or [])
-        self.waited = dict(self.resume.get("waited") or {})
         self.pending_state = None
         self._lock = threading.Lock()
         self._others_alive = None
         self.gone = set()  # (region, id) of what this run deleted or found gone: set by leftovers()
         self.watched = {}  # (region, listing key): a wait's last whole listing, for the final pass (take_watched)
+        self.handled_arns = HANDLED_ARNS
         self.policy_tags = {}  # customer managed policy ARN -> its tags as discovery listed them (aws_iam.policies)
         self.final = False
 
@@ -269,17 +270,13 @@ class Sweep:
             return alive
 
     # --- discovery -----------------------------------------------------------------
-    def _per_region(self, func):
-        """func(region) for every region, concurrently; results in region order."""
-        return rows.in_order(func, self.regions, self.concurrency)
+    def discovery(self, region, confirm=True, with_age=False):
+        """A fresh listing of one region (the rows' deletions read it too)."""
+        return Discovery(self, region, confirm, with_age)
 
-    def discovery(self, region, confirm=True):
-        """A fresh listing of one region (the deleters' rows read it too)."""
-        return Discovery(self, region, confirm)
-
-    def _discover_region(self, region, with_age=False, confirm=True):
-        found = self.discovery(region, confirm)
-        return found.resources(REGION_TYPES, with_age), found
+    def _discover_region(self, region, with_age=False):
+        found = self.discovery(region, with_age=with_age)
+        return found.resources(REGION_TYPES), found
 
     def _region_failed(self, region, exc):
         self.errors.append(
@@ -287,8 +284,8 @@ class Sweep:
         )
 
     def _discover_global(self, with_age=False):
-        found = Discovery(self, self.home_region)
-        return found.resources(GLOBAL_TYPES, with_age), found
+        found = self.discovery(self.home_region, with_age=with_age)
+        return found.resources(GLOBAL_TYPES), found
 
     def _collect(self, found):
         for error in found.errors:
@@ -306,7 +303,7 @@ class Sweep:
         listing runs beside the regions when concurrency allows."""
         jobs = [lambda r=region: self._discover_region(r, with_age) for region in self.regions]
         jobs.append(lambda: self._discover_global(with_age))
-        done = rows.in_order(lambda job: job(), jobs, 1 if self.concurrency == 1 else self.concurrency + 1)
+        done = steps.side_by_side(lambda job: job(), jobs, 1 if self.concurrency == 1 else self.concurrency + 1)
         regional = []
         for resources, found in done[:-1]:
             self._collect(found)
@@ -324,67 +321,88 @@ class Sweep:
         ]
 
     def delete(self):
-        """Delete every owned resource. When the step budget ran out during a wait, the results so far (and
-        self.pending_state says where the next step goes on)."""
-        per_region = self._per_region(self._delete_region)
-        results, pending, plan = [], [], {}
-        for region, (region_results, region_pending, resources) in zip(self.regions, per_region):
-            carried = [r for r in self.resume.get("done", []) if r["region"] == region]
-            results.extend(rows.in_table_order(carried + region_results, REGION_TYPES))
-            pending.extend(region_pending)
-            plan[region] = resources
-        if pending:
-            order = {t.name: i for i, t in enumerate(REGION_TYPES)}
-            pending.sort(key=lambda p: (self.regions.index(p[0]["region"]), order.get(p[0]["type"], len(order))))
-            self.pending_state = {
-                "account_id": self.account_id,
-                "plan": {region: [_portable(r) for r in items] for region, items in plan.items()},
-                "done": results,
-                "started": [rows.key(r) for r, dummy in pending],
-                "waited": {rows.key(r): round(waited, 3) for r, waited in pending},
-                "waiting": [
-                    "{} {} {} ({})".format(r["region"], r["type"], r["id"], r.get("state", "?")) for r, dummy in pending
-                ],
-            }
+        """Delete every owned resource: each region's rows on the steps engine (regions side by side), then the
+        global rows. When the step budget ran out during a wait, the results so far (and self.pending_state says
+        where the next step goes on)."""
+        per_region = steps.side_by_side(self._delete_region, self.regions, self.concurrency)
+        results = [r for region_results, dummy in per_region for r in region_results]
+        cut = {region: state for region, (dummy, state) in zip(self.regions, per_region) if state}
+        if cut:
+            self.pending_state = self._pending(per_region, cut)
             return results
-        global_resources, found = self._discover_global()
-        self._collect(found)
         # IAM roles stay while their cluster's EKS resources are still being deleted: EKS needs them
         blocked = {}
         for item in results:
             if item["outcome"] == "failed" and item["type"] in ("eks-cluster", "eks-nodegroup"):
                 blocked.setdefault(item["cluster"], "{} {} in {}".format(item["type"], item["id"], item["region"]))
-        kept = [r for r in global_resources if r["type"] == "iam-role" and r["cluster"] in blocked]
-        # global resources of one type are independent of each other: deleted side by side
-        results.extend(
-            aws_delete.Deleter(self, self.home_region, parallel=True).run(
-                [r for r in global_resources if r not in kept], GLOBAL_TYPES
-            )
-        )
-        results.extend(
-            rows.public(
-                r,
-                "failed",
-                "kept: {} is not deleted yet and may need this role; run the sweep again".format(blocked[r["cluster"]]),
-            )
-            for r in kept
-        )
-        return results
+        kept = []
+
+        def settle(found, plan):
+            kept.extend(r for r in plan["iam-role"] if r["cluster"] in blocked)
+            plan["iam-role"] = [r for r in plan["iam-role"] if r["cluster"] not in blocked]
+
+        # global resources of one type are independent of each other: deleted side by side (workers); this phase
+        # runs to its end within one step (no budget: its resources are not in the steps' state)
+        home = self.home_region
+        done = self._run(home, GLOBAL_TYPES, lambda: self.discovery(home), settle=settle, workers=self.concurrency)
+        results += done["results"]
+        why = "kept: {} is not deleted yet and may need this role; run the sweep again"
+        return results + [rows.public(r, "failed", why.format(blocked[r["cluster"]])) for r in kept]
 
     def _delete_region(self, region):
-        """(results, [(resource, seconds waited)] still deleting when the step budget ran out, resources)."""
+        """(results, the steps.Run state to resume from when the step budget cut a wait there, else None)."""
+        if region in self.resume.get("done", {}):
+            return self.resume["done"][region], None
+        state = self.resume.get("regions", {}).get(region)
         try:
-            planned = self.resume.get("plan", {}).get(region)
-            if planned is None:
-                planned, found = self._discover_region(region, confirm=False)
-                self._collect(found)
-            done = {rows.key(r) for r in self.resume.get("done", [])}
-            resources = [r for r in planned if rows.key(r) not in done]
-            deleter = aws_delete.Deleter(self, region)
-            return deleter.run(resources, REGION_TYPES), deleter.pending, planned
+            # the delete-mode listing: ids only where a delete answers for a gone one itself (aws_ec2, aws_elb)
+            result = self._run(region, REGION_TYPES, lambda: self.discovery(region, confirm=False), resume=state)
         except (ClientError, BotoCoreError, aws.AwsError) as exc:
             self._region_failed(region, exc)
-            return [], [], []
+            return [], None
+        return result["results"], result.get("resume")
+
+    def _run(self, region, types, scan, resume=None, settle=None, workers=1):
+        """The result of the steps.Run of ``types`` in ``region`` (listed by ``scan``); the global phase has no budget:
+        it runs to its end."""
+        result = steps.Run(
+            types,
+            aws_delete.Context(self, region),
+            scan,
+            settle=settle,
+            facts=lambda found: self._collect(found) or {},
+            public=aws_delete.public,
+            label=rows.key,
+            resume=resume,
+            budget=self.budget if types is REGION_TYPES else None,
+            timeout=self.wait_timeout,
+            sleep=self.sleep,
+            clock=self.clock,
+            stop=False,
+            verify=False,  # the final pass lists every region and the global phase once (leftovers)
+            workers=workers,
+            progress=lambda text: self.progress(f"{region}: {text}"),
+        ).execute()
+        for entry in result["results"]:  # a deletion that failed while it was followed: its reason says why
+            if "error" in entry:
+                entry["reason"] = entry.pop("error")
+        return result
+
+    def _pending(self, per_region, cut):
+        """The state the next step goes on from: each cut region's steps.Run state, the results of the others, and
+        what is still deleting (``waiting``)."""
+        order = {t.name: i for i, t in enumerate(REGION_TYPES)}
+        pending = [p for region in self.regions if region in cut for p in cut[region]["pending"]]
+        pending.sort(key=lambda p: (self.regions.index(p[2]["region"]), order.get(p[0], len(order))))
+        return {
+            "account_id": self.account_id,
+            "regions": cut,
+            "done": {region: results for region, (results, state) in zip(self.regions, per_region) if not state},
+            "waiting": [
+                "{} {} {} ({})".format(h["region"], h["type"], h["id"], h.get("state", "deleting"))
+                for dummy, dummy2, h, dummy3 in pending
+            ],
+        }
 
     def leftovers(self, results=()):
         """Everything owned still there after the deletions, listed afresh. ``results`` (this run's outcomes, the
@@ -421,14 +439,9 @@ class Sweep:
         return entries
 
 
-def _portable(res):
-    """A planned resource as the next step gets it back (JSON: no datetimes; delete mode needs no creation time)."""
-    return dict(res, created=None)
-
-
 # The one table of the sweep: its order is the deletion order (within a chain, and for the rows without a chain
-# after every chain). A row is defined in its service's file (aws_rows.ResourceType); adding a type is one row
-# there and its place here.
+# after every chain). A row is defined in its service's file (aws_delete.sweep_row, a steps.Row); adding a type
+# is one row there and its place here.
 REGION_TYPES = (
     aws_eks.NODEGROUP_ROW,
     aws_eks.POD_IDENTITY_ROW,
@@ -465,6 +478,8 @@ GLOBAL_TYPES = (
 
 REGION_ORDER = tuple(t.name for t in REGION_TYPES)
 GLOBAL_ORDER = tuple(t.name for t in GLOBAL_TYPES)
+# the Tagging API's ARN types a row handles (its ``arn``): an owned ARN of any other type is unsupported (aws_tagging)
+HANDLED_ARNS = frozenset(arn for row in REGION_TYPES + GLOBAL_TYPES for arn in row.arns)
 
 
 # --- entry point -----------------------------------------------------------------------

@@ -4,43 +4,16 @@
 
 The walk is unfiltered (TagFilters of several keys are ANDed, so a filtered walk would cost one per
 ownership tag) and made once per discovery. Rows whose service it covers (load balancers, target
-groups) take their tags from it instead of one DescribeTags per batch; what it reports of a type
-without a row is owned and undeletable: the ``unsupported`` row fails the run with its ARN.
+groups) take their tags from it instead of one DescribeTags per batch; what it reports of a type no
+row handles (a row's ``arn``, aws_delete.sweep_row) is owned and undeletable: the ``unsupported`` row fails
+the run with its ARN.
 """
 
 from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import aws
-from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, ResourceType, arn_type, resource
-
-# "<service>:<resource type>" of the ARNs the Tagging API reports, mapped to the sweep's row that lists and
-# deletes them. An owned ARN of any other type is a leftover the sweep cannot delete.
-ARN_TYPES = {
-    "ec2:vpc": "vpc",
-    "ec2:subnet": "subnet",
-    "ec2:security-group": "security-group",
-    "ec2:internet-gateway": "internet-gateway",
-    "ec2:route-table": "route-table",
-    "ec2:natgateway": "nat-gateway",
-    "ec2:elastic-ip": "elastic-ip",
-    "ec2:network-interface": "network-interface",
-    "ec2:volume": "ebs-volume",
-    "ec2:snapshot": "ebs-snapshot",
-    "ec2:launch-template": "launch-template",
-    "ec2:instance": "ec2-instance",
-    "elasticloadbalancing:loadbalancer": "load-balancer",
-    "elasticloadbalancing:targetgroup": "elbv2-target-group",
-    "elasticloadbalancing:listener": "elbv2-load-balancer",
-    "elasticloadbalancing:listener-rule": "elbv2-load-balancer",
-    "rds:db": "rds-instance",
-    "rds:subgrp": "rds-subnet-group",
-    "s3:": "s3-bucket",
-    "cloudformation:stack": "stack",
-    "eks:cluster": "eks-cluster",
-    "eks:nodegroup": "eks-nodegroup",
-    "eks:podidentityassociation": "eks-pod-identity-association",
-    "logs:log-group": "eks-log-group",
-}
+from ansible_collections.krops.platform.plugins.module_utils.aws_delete import sweep_row
+from ansible_collections.krops.platform.plugins.module_utils.aws_rows import REGION, arn_type, resource
 
 
 def tag_map(d):
@@ -64,7 +37,7 @@ def tag_map(d):
 def unsupported(d, with_age):
     found = []
     for arn, tags in (tag_map(d) or {}).items():
-        if arn_type(arn) in ARN_TYPES:
+        if arn_type(arn) in d.sweep.handled_arns:  # a row handles it (sweep_row's arn)
             continue
         claim = d.sweep.ownership.owner(tags)
         if claim is not None:
@@ -86,4 +59,4 @@ def delete_unsupported(x, res):
     raise aws.AwsError("krops cannot delete {}: {}".format(res["id"], res["reason"]))
 
 
-UNSUPPORTED = ResourceType("unsupported", REGION, unsupported, delete_unsupported)
+UNSUPPORTED = sweep_row("unsupported", REGION, unsupported, delete_unsupported)

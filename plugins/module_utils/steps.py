@@ -5,8 +5,8 @@
 A row says what one resource type is: how its owned resources are found (``discover``), how one is
 deleted (``act``), the line check mode prints for it (``plan``), how a deletion that takes time is
 followed (``poll``), which rows must be finished first (``after``) and what share of the wait timeout
-its wait may take (``budget``). The rows files (gcp_rows.py; aws_rows.ResourceType is the AWS sweep's
-older form of the same row) hold the rows; the engine owns the rest:
+its wait may take (``budget``). The rows files (gcp_rows.py, azure_rows.py; the AWS sweep's per-service
+files through aws_delete.sweep_row) hold the rows; the engine owns the rest:
 
 - order: rows in table order, each after the rows it names in ``after``;
 - check mode: discovery only, the plan and ``planned`` results, nothing is written;
@@ -23,6 +23,15 @@ older form of the same row) hold the rows; the engine owns the rest:
 - the verification pass: once everything ran, discovery runs again, and whatever it still finds is
   a leftover (``left``), which fails the run.
 
+Side by side (what a sweep of many resources needs, the AWS sweep's): rows of one ``chain`` run in table
+order, each row's deletions followed to their end before the next row of its chain, the chains side by
+side in threads, the rows without a chain after every chain, and the results in table order; a row's
+``workers`` (else the run's) act on its items side by side; ``before(run, items)`` gives the items to act
+on right before the row acts (re-listed, reordered; they become the row's plan); a timed row's deletions
+(``poll_all``: one call for all of them, ``first_poll``: seconds before the first poll, ``interval``) are
+followed by ``Run.wait_timed``; ``execute_each`` runs several runs (one per region) side by side; and
+``verify=False`` leaves the verification pass to the caller.
+
 The orphan report (``report``) is the same table read only: a run in check mode gives every owned item the
 discovery found, and each one's age comes from the creation time its row put in the item (``_created``, the
 cloud's own text: RFC 3339). Every cloud on this engine gets its report from this one function.
@@ -38,7 +47,9 @@ from __future__ import annotations
 
 import datetime
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.krops.platform.plugins.module_utils import errors, ownership
 
@@ -62,10 +73,32 @@ class Row:
         self.group = kw.pop("group", None) or name  # the name a stop is reported by (stopped_at)
         self.budget = float(kw.pop("budget", 1.0))  # the share of the wait timeout this row's wait may take
         self.gone = kw.pop("gone", None)
+        self._side_by_side_options(kw)
         if kw:
             raise TypeError("Row {}: unknown {}".format(name, ", ".join(sorted(kw))))
         if not 0 < self.budget <= 1:
             raise ValueError(f"Row {name}: budget is a share of the wait timeout, above 0 and at most 1")
+
+    def _side_by_side_options(self, kw):
+        """The options of a row in a sweep of many resources (the AWS sweep's): see ``Run`` (side by side)."""
+        self.chain = kw.pop("chain", None)  # the rows of one chain run in table order, the chains side by side
+        self.workers = kw.pop("workers", None)  # items acted on at a time (None: the run's ``workers``)
+        self.before = kw.pop("before", None)  # before(run, items): the items to act on now (re-listed, reordered)
+        self.poll_all = kw.pop("poll_all", None)  # poll_all(run, handles): [(state, detail)], one call for them all
+        self.first_poll = kw.pop("first_poll", 0)  # seconds before the first poll (or a callable giving them)
+        self.interval = kw.pop("interval", None)  # seconds between polls, or a callable of the polls made so far
+        if (self.first_poll or self.interval) and self.poll is None and self.poll_all is None:
+            raise ValueError(f"Row {self.name}: a first poll or an interval needs a poll or poll_all")
+
+    @property
+    def followed(self):
+        """Whether the row's deletions can be followed (a poll, one by one or all at once)."""
+        return self.poll is not None or self.poll_all is not None
+
+    @property
+    def timed(self):
+        """Whether its waits are Run.wait_timed's (a first poll delay, an interval of its own, or poll_all)."""
+        return bool(self.first_poll or self.interval is not None or self.poll_all is not None)
 
     def plan_line(self, item):
         return self.plan(item) if callable(self.plan) else self.plan.format_map(item)
@@ -106,6 +139,7 @@ def _seconds(value):
 _OPTIONS = dict(check_mode=False, wait=True, timeout=1800, poll_interval=10, budget=None, resume=None, progress=None)
 _OPTIONS.update(sleep=time.sleep, clock=time.monotonic, stop=True, left=ownership.LEFT, appeared=True, public=None)
 _OPTIONS.update(label=None)
+_OPTIONS.update(workers=1, verify=True)  # items acted on at a time (a row's ``workers`` wins); the verification pass
 
 
 class Run:
@@ -142,6 +176,7 @@ class Run:
         self.plan, self.held, self.result, self.progress_lines = {}, [], {}, []
         self.acted = list(self.resume.get("acted") or ())
         self.pending = [list(p) for p in self.resume.get("pending") or ()]  # [row, item index, handle, waited]
+        self._lock = threading.Lock()  # rows side by side (chains) share the pending deletions
 
     def progress(self, text):
         self.progress_lines.append(f"{self.clock() - self.started:.1f}s {text}")
@@ -171,7 +206,7 @@ class Run:
         try:
             if self._steps():
                 self._keep_held()
-                if self.wait and self.result["changed"]:
+                if self.wait and self.result["changed"] and self.verify:
                     self._verify()
         except errors.KropsError as exc:
             if not exc.result:
@@ -181,7 +216,16 @@ class Run:
 
     def _steps(self):
         """Act on every row in order; False when one stopped the run or the budget cut a wait."""
-        for step in self.acting:
+        if any(s.chain for s in self.acting):  # the chains side by side, then the rest (Run._chains)
+            try:
+                return self._chains() and self._in_order([s for s in self.acting if not s.chain])
+            finally:
+                self._table_order()
+        return self._in_order(self.acting)
+
+    def _in_order(self, rows):
+        """Act on ``rows`` in order; False when one stopped the run or the budget cut a wait."""
+        for step in rows:
             before = self._before(step)
             if not self._await(before):
                 return False
@@ -212,16 +256,21 @@ class Run:
         return any(self.label(i) in self.result["leftovers"] for i in self.plan[name])
 
     def _act(self, step):
-        self.progress(f"{step.name}: deleting {len(self.plan[step.name])}")
-        for index, item in enumerate(self.plan[step.name]):
-            try:
-                outcome, handle = step.act(self, item)
-            except errors.KropsError as exc:
-                self._fail(item, str(exc), add=True)
+        if step.before is not None:  # the items as they are now, in the order to act on them (Row ``before``)
+            found = step.before(self, self.plan[step.name])
+            self.plan[step.name] = self.plan[step.name] if found is None else list(found)
+        if self.plan[step.name]:
+            self.progress(f"{step.name}: deleting {len(self.plan[step.name])}")
+        workers = step.workers or self.workers
+        answers = side_by_side(lambda item: _act_one(self, step, item), self.plan[step.name], workers)
+        for index, (item, (outcome, handle, error)) in enumerate(zip(self.plan[step.name], answers)):
+            if error is not None:
+                self._fail(item, error, add=True)
                 continue
             self.result["results"].append(self.public(item, outcome))
-            if handle is not None and step.poll is not None:
-                self.pending.append([step.name, index, handle, 0.0])
+            if handle is not None and step.followed:
+                with self._lock:
+                    self.pending.append([step.name, index, handle, 0.0])
         self.acted.append(step.name)
 
     def _gone(self, step, item):
@@ -239,12 +288,14 @@ class Run:
     def _await(self, names):
         """Follow the pending deletions of rows ``names`` to their end; False when the budget cut the wait
         (``resume`` in the result is then the state the next call goes on from)."""
-        mine = [p for p in self.pending if p[0] in names]
-        self.pending = [p for p in self.pending if p[0] not in names]
+        with self._lock:
+            mine = [p for p in self.pending if p[0] in names]
+            self.pending = [p for p in self.pending if p[0] not in names]
         if not mine or not self.wait:
             return True
         self.progress(f"waiting for {len(mine)} deletion(s)")
-        failed, cut = self.wait_for(mine)
+        timed = any(self.by_name[p[0]].timed for p in mine)
+        failed, cut = self.wait_timed(mine) if timed else self.wait_for(mine)
         failed_ids = {id(entry) for dummy, entry in failed}  # asked once every wait ended, in the order they began
         gone = {id(e) for e in mine if id(e) in failed_ids and self._gone(self.by_name[e[0]], self.plan[e[0]][e[1]])}
         for error, entry in failed:
@@ -252,7 +303,14 @@ class Run:
                 self._fail(self.plan[entry[0]][entry[1]], error)
         if not cut:
             return True
-        self.pending += cut
+        with self._lock:
+            self.pending += cut
+        self._suspend()
+        self.progress(f"budget spent: {len(self.pending)} deletion(s) still running, the next call goes on")
+        return False
+
+    def _suspend(self):
+        """The result's ``resume``: the state the next call goes on from."""
         self.result["resume"] = {
             "plan": self.plan,
             "held": self.held,
@@ -260,8 +318,6 @@ class Run:
             "pending": self.pending,
             "result": {k: v for k, v in self.result.items() if k != "resume"},
         }
-        self.progress(f"budget spent: {len(self.pending)} deletion(s) still running, the next call goes on")
-        return False
 
     def wait_for(self, entries):
         """Poll [row, index, handle, seconds waited] until each is done: ([(error, entry)] of those that failed or
@@ -312,6 +368,134 @@ class Run:
                     self._fail(item, "appeared during the teardown", add=True, outcome=self.left)
                 else:
                     self.result["leftovers"].append(self.label(item))
+
+    # --- side by side: chains, timed waits (the options of Row._side_by_side_options) ---------------------------
+
+    def _chains(self):
+        """The rows that have a ``chain``: each chain's rows in table order, each row's deletions followed to their
+        end before the next row of its chain starts, the chains side by side (threads); False when a chain stopped
+        or the budget cut one of its waits (the rows without a chain then wait for the next call)."""
+        chains = {}
+        for step in self.acting:
+            if step.chain:
+                chains.setdefault(step.chain, []).append(step)
+        ends = side_by_side(self._chain, list(chains.values()), len(chains))
+        if "resume" in self.result:  # a cut chain wrote it while others ran on: the state once every chain ended
+            self._suspend()
+        return all(ends)
+
+    def _chain(self, rows):
+        for step in rows:
+            if step.name not in self.acted:
+                self._act(step)
+            if not self._await([step.name]):
+                return False
+            if self.stop and self._left(step.name):
+                with self._lock:
+                    self.result.setdefault("stopped_at", step.group)
+                return False
+        return True
+
+    def _table_order(self):
+        """The results in table order (rows side by side report in the order they end)."""
+        order = {self.label(i): n for n, s in enumerate(self.steps) for i in self.plan[s.name]}
+        self.result["results"].sort(key=lambda entry: order.get(self.label(entry), len(order)))
+
+    def wait_timed(self, entries):
+        """wait_for for rows with a first poll delay, an interval or poll_all (Row ``timed``), with the same answer:
+        each row's deletions are polled together (one poll_all call, else one poll each), the first time
+        ``first_poll`` seconds after they began (the seconds waited before a cut count), then every ``interval``
+        (else the run's poll_interval); a wait never sleeps past its timeout or the budget."""
+        waits = {}
+        for entry in entries:
+            waits.setdefault(entry[0], []).append(entry)
+        waits = [_Wait(self, self.by_name[name], group) for name, group in waits.items()]
+        failed, cut = [], []
+        while any(w.left for w in waits):
+            for wait in waits:
+                if wait.left and self.clock() >= wait.next:
+                    failed += wait.poll()
+            now = self.clock()
+            for wait in (w for w in waits if w.left):
+                if now >= wait.deadline:
+                    failed += wait.timed_out()
+                elif self.deadline is not None and now >= self.deadline:
+                    cut += wait.cut(now)
+            busy = [w for w in waits if w.left]
+            if busy:
+                ends = [w.deadline for w in busy] + ([] if self.deadline is None else [self.deadline])
+                self.sleep(max(0.0, min(min(w.next for w in busy), *ends) - now))
+        return failed, cut
+
+
+class _Wait:
+    """The deletions of one row that Run.wait_timed follows."""
+
+    def __init__(self, run, step, entries):
+        self.run, self.step, self.left, self.details, self.polls = run, step, list(entries), {}, 0
+        self.limit = run.timeout * step.budget
+        self.began = run.clock() - max(e[3] for e in entries)
+        self.deadline = self.began + self.limit
+        first = step.first_poll() if callable(step.first_poll) else step.first_poll
+        self.next = self.began + min(float(first or 0), self.limit)
+
+    def poll(self):
+        """Poll what is left once; [(error, entry)] of what failed."""
+        run, step = self.run, self.step
+        handles = [e[2] for e in self.left]
+        answers = step.poll_all(run, handles) if step.poll_all else [step.poll(run, h) for h in handles]
+        self.polls += 1
+        failed, still = [], []
+        for entry, (state, detail) in zip(self.left, answers):
+            if state == FAILED:
+                failed.append((detail, entry))
+            elif state != DONE:
+                still.append(entry)
+                self.details[id(entry)] = detail
+        self.left = still
+        if still and self.polls > 1:
+            names = ", ".join(run.label(run.plan[e[0]][e[1]]) for e in still[:5])
+            run.progress(f"{step.name}: still deleting {names}")
+        pause = step.interval if step.interval is not None else run.poll_interval
+        self.next = run.clock() + (pause(self.polls) if callable(pause) else pause)
+        return failed
+
+    def timed_out(self):
+        failed = [
+            (f"still {self.details.get(id(e)) or 'deleting'} after {_seconds(self.limit)}s (wait_timeout)", e)
+            for e in self.left
+        ]
+        self.left = []
+        return failed
+
+    def cut(self, now):
+        cut = [e[:3] + [round(now - self.began, 3)] for e in self.left]
+        self.left = []
+        return cut
+
+
+def _act_one(run, step, item):
+    """(outcome, handle, None) of one item's deletion, or (None, None, error) when it cannot go."""
+    try:
+        outcome, handle = step.act(run, item)
+    except errors.KropsError as exc:
+        return None, None, str(exc)
+    return outcome, handle, None
+
+
+def side_by_side(func, items, workers):
+    """[func(item) for item in items], up to ``workers`` at a time (in this thread when 1); the answers in the order
+    of items, and the first item's error in that order raised."""
+    items = list(items)
+    if workers <= 1 or len(items) <= 1:
+        return [func(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(func, items))
+
+
+def execute_each(runs, workers):
+    """The results of several runs (one per region, say) side by side, up to ``workers`` at a time, in order."""
+    return side_by_side(lambda run: run.execute(), runs, workers)
 
 
 # --- the orphan report: discovery only, with each owned item's age --------------------------------------------

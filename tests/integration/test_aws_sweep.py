@@ -915,12 +915,11 @@ def test_a_row_without_a_wait_state_cannot_be_waited_on():
     from ansible_collections.krops.platform.plugins.module_utils import aws_rows
 
     with pytest.raises(ValueError, match="an expected deletion time needs a wait_state"):
-        aws_rows.ResourceType("x", aws_rows.REGION, lambda d, a: [], lambda x, r: None, expected=60)
-    row = aws_rows.ResourceType("x", aws_rows.REGION, lambda d, a: [], lambda x, r: None)
-    deleter = aws_delete.Deleter(sweep=None, region="eu-north-1")
-    with pytest.raises(ValueError, match="sweep row x has no wait_state"):
-        deleter._wait(row, [{"id": "x"}])  # pylint: disable=protected-access
-    waited = [t.name for t in aws_sweep.REGION_TYPES + aws_sweep.GLOBAL_TYPES if t.waited]
+        aws_delete.sweep_row("x", aws_rows.REGION, lambda d, a: [], lambda x, r: None, expected=60)
+    row = aws_delete.sweep_row("x", aws_rows.REGION, lambda d, a: [], lambda x, r: None)
+    assert not row.followed
+    assert row.act(type("Run", (), {"ctx": None})(), {"id": "x"}) == ("deleted", None)  # final: nothing to follow
+    waited = [t.name for t in aws_sweep.REGION_TYPES + aws_sweep.GLOBAL_TYPES if t.followed]
     assert waited == [
         "eks-nodegroup",
         "eks-cluster",

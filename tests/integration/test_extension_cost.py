@@ -9,8 +9,8 @@ is krops.platform:
 - a resource type: one row in gcp_rows.py deletes an owned Private Service Connect address that otherwise holds
   its VPC (the Google double), and a row in azure_rows.py deletes an owned storage account that the teardown
   otherwise leaves unseen (the ARM double);
-- an AWS sweep type (not on steps.Run yet): the row, its handler, its table place and its ARN type delete an
-  owned EC2 key pair (moto);
+- an AWS sweep type (its rows run on steps.Run): the row (with its ARN type) and its handler in aws_ec2.py and
+  its table place in aws_sweep.py delete an owned EC2 key pair (moto);
 - a pivot phase: a new phase runs in its place in the order, on the emulated kind and management clusters, and
   ``stop_after`` reaches it;
 - a cloud: a rows file and a profile entry; its rows run through steps.Run and its environments' teardown plan
@@ -374,18 +374,20 @@ def delete_key_pair(x, res):
     return None
 
 
-KEY_PAIR_ROW = ResourceType(
+KEY_PAIR_ROW = sweep_row(
     "key-pair",
     REGION,
     _plain("key-pair", "key", "describe_key_pairs", "KeyPairs", "key-pair-id", "KeyPairId"),
     delete_key_pair,
+    arn="ec2:key-pair",
 )
 """
 
 
 @SLOW
 def test_an_aws_sweep_type_is_a_row_its_handler_its_table_place_and_its_arn_type(repo_copy, moto, tmp_path):
-    """The AWS sweep is not on steps.Run yet: a type costs three code files (docs/extending.md)."""
+    """An AWS sweep type costs two code files (docs/extending.md): the row (with its ARN type) and its handler in
+    the service's file, the row's place in the table."""
     toml = tmp_path / "aws.toml"
     toml.write_text(BOOTSTRAP_TOML)
     ec2 = clients(moto, "eu-north-1")("ec2")
@@ -399,11 +401,6 @@ def test_an_aws_sweep_type_is_a_row_its_handler_its_table_place_and_its_arn_type
     assert not [r for r in before["results"] if r["type"] == "key-pair"]
 
     repo_copy.edit(
-        "plugins/module_utils/aws_tagging.py",
-        '    "ec2:instance": "ec2-instance",\n',
-        '    "ec2:instance": "ec2-instance",\n    "ec2:key-pair": "key-pair",\n',
-    )
-    repo_copy.edit(
         "plugins/module_utils/aws_ec2.py",
         "\n\n# --- instances (CAPA AWSMachine)",
         KEY_PAIR_ROW + "\n\n# --- instances (CAPA AWSMachine)",
@@ -413,12 +410,8 @@ def test_an_aws_sweep_type_is_a_row_its_handler_its_table_place_and_its_arn_type
         "    aws_ec2.LAUNCH_TEMPLATE_ROW,\n",
         "    aws_ec2.LAUNCH_TEMPLATE_ROW,\n    aws_ec2.KEY_PAIR_ROW,\n",
     )
-    assert repo_copy.touched() == [
-        "plugins/module_utils/aws_ec2.py",
-        "plugins/module_utils/aws_sweep.py",
-        "plugins/module_utils/aws_tagging.py",
-    ]
-    assert doc_code_files("Adding an AWS resource type to the sweep") == [3]
+    assert repo_copy.touched() == ["plugins/module_utils/aws_ec2.py", "plugins/module_utils/aws_sweep.py"]
+    assert doc_code_files("Adding an AWS resource type to the sweep") == [2]
 
     result = repo_copy.python("sweep", args=args)["result"]
     assert not result.get("failed"), result.get("msg")

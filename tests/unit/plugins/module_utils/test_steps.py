@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -365,3 +366,143 @@ def test_a_foreign_error_is_translated_at_the_step_boundary():
     with pytest.raises(errors.KubeError, match="^API error: connection refused$") as caught:
         steps.Sequence([steps.Phase("one", broken)], None, {"a": 1}, steps.Waits(), translate=translate).execute()
     assert (caught.value.step, caught.value.result) == ("one", {"a": 1})
+
+
+# --- side by side: chains, workers, before, timed waits (the options a sweep of many resources needs) -----------
+
+
+def test_chains_run_side_by_side_each_in_table_order_and_the_rows_without_a_chain_after_them():
+    w = World(node=["n1"], cluster=["c1"], db=["d1"], net=["v1"])
+    w.slow = {"n1": 1}
+    started = threading.Event()
+
+    def act(run, item):  # the database's chain starts while the node's deletion is still followed
+        if item["name"] == "d1":
+            started.set()
+        return w.act(run, item)
+
+    def poll(run, handle):
+        assert started.wait(5), "the db chain did not start beside the nodes' wait"
+        return w.poll(run, handle)
+
+    rows = [
+        steps.Row("node", w.discover("node"), w.act, poll=poll, chain="eks"),
+        steps.Row("cluster", w.discover("cluster"), w.act, poll=w.poll, chain="eks"),
+        w.row("net"),
+        steps.Row("db", w.discover("db"), act, chain="rds"),
+    ]
+    result = w.run(rows, stop=False).execute()
+    assert acts(w).index(("node", "n1")) < acts(w).index(("cluster", "c1"))  # in its chain, after the wait
+    assert acts(w)[-1] == ("net", "v1")  # the rows without a chain once every chain ended
+    assert [r["name"] for r in result["results"]] == ["n1", "c1", "v1", "d1"]  # table order
+    assert result["leftovers"] == [] and w.things == {"node": [], "cluster": [], "db": [], "net": []}
+
+
+def test_a_cut_chain_lets_the_others_finish_and_the_next_call_goes_on_with_every_chain():
+    w = World(node=["n1"], cluster=["c1"], db=["d1"], net=["v1"])
+    w.slow = {"n1": 5, "d1": 1}
+    rows = [
+        w.row("node", chain="eks"),
+        w.row("cluster", chain="eks"),
+        w.row("db", chain="rds"),
+        w.row("net"),
+    ]
+    first = w.run(rows, budget=2).execute()
+    state = json.loads(json.dumps(first["resume"]))
+    assert sorted(acts(w)) == [("db", "d1"), ("node", "n1")]  # the cut chain stops, the rest waits
+    assert [p[0] for p in state["pending"]] == ["node"] and sorted(state["acted"]) == ["db", "node"]
+    assert [(r["name"], r["outcome"]) for r in state["result"]["results"]] == [("n1", "deleted"), ("d1", "deleted")]
+    w.calls = []
+    second = w.run(rows, resume=state).execute()
+    assert acts(w) == [("cluster", "c1"), ("net", "v1")]
+    assert [r["name"] for r in second["results"]] == ["n1", "c1", "d1", "v1"]
+    assert second["leftovers"] == [] and "resume" not in second
+
+
+def test_a_rows_workers_act_on_its_items_side_by_side():
+    w = World(bucket=["b1", "b2"])
+    second = threading.Event()
+
+    def act(run, item):
+        if item["name"] == "b2":
+            second.set()
+        else:
+            assert second.wait(5), "b2 was not acted on beside b1"
+        return w.act(run, item)
+
+    result = w.run([steps.Row("bucket", w.discover("bucket"), act, workers=2)]).execute()
+    assert [(r["name"], r["outcome"]) for r in result["results"]] == [("b1", "deleted"), ("b2", "deleted")]
+    w = World(bucket=["b1", "b2"])  # the run's workers, for every row without its own
+    second.clear()
+    result = w.run([steps.Row("bucket", w.discover("bucket"), act)], workers=2).execute()
+    assert [(r["name"], r["outcome"]) for r in result["results"]] == [("b1", "deleted"), ("b2", "deleted")]
+
+
+def test_without_verify_the_caller_makes_the_verification_pass():
+    w = World(vm=["v1"])
+    w.failing = {"v1": "refused"}
+    result = w.run([w.row("vm")], stop=False, verify=False).execute()
+    assert result["leftovers"] == ["vm/v1"] and w.scans == 1  # the failure, and no discovery again
+
+
+def test_before_gives_the_items_to_act_on_and_they_become_the_rows_plan():
+    w = World(group=["g1", "g2"])
+    seen = []
+
+    def before(run, items):  # re-listed and reordered right before the row acts (g3 appeared meanwhile)
+        seen.append([i["name"] for i in items])
+        w.things["group"].append("g3")
+        return [dict(i, name=n) for i, n in zip(items + items[:1], ["g3", "g2", "g1"])]
+
+    rows = [steps.Row("group", w.discover("group"), w.act, before=before)]
+    result = w.run(rows).execute()
+    assert seen == [["g1", "g2"]] and acts(w) == [("group", "g3"), ("group", "g2"), ("group", "g1")]
+    assert result["plan"] == ["delete group g1 (ours)", "delete group g2 (ours)"]  # the plan as discovered
+    assert result["leftovers"] == []
+
+
+def test_a_timed_wait_polls_a_rows_deletions_in_one_call_after_its_first_poll_delay():
+    w = World(cluster=["c1", "c2"], node=["n1"])
+    w.slow = {"c1": 2, "c2": 3, "n1": 1}
+    batches = []
+
+    def poll_all(run, handles):
+        batches.append((w.now, [h["name"] for h in handles]))
+        return [w.poll(run, h) for h in handles]
+
+    rows = [
+        w.row("node"),  # untimed: polled every poll_interval, from the start
+        steps.Row("cluster", w.discover("cluster"), w.act, poll_all=poll_all, first_poll=3, interval=2),
+    ]
+    result = w.run(rows, stop=False).execute()
+    assert batches == [(3.0, ["c1", "c2"]), (5.0, ["c1", "c2"]), (7.0, ["c2"])]
+    assert [c for c in w.calls if c[1] == "node" and c[0] == "poll"] == [("poll", "node", "n1")]
+    assert result["leftovers"] == [] and w.now == 7.0
+
+
+def test_a_timed_wait_ends_at_its_timeout_with_the_last_state_and_the_budget_cuts_it():
+    w = World(stack=["s1"])
+
+    def poll_all(run, handles):
+        return [(steps.PENDING, "DELETE_IN_PROGRESS") for h in handles]
+
+    def act(run, item):
+        return "deleted", {"name": item["name"]}
+
+    row = steps.Row("stack", w.discover("stack"), act, poll_all=poll_all, first_poll=lambda: 2, interval=lambda n: n)
+    result = w.run([row], timeout=6, stop=False).execute()
+    assert result["results"][0]["error"] == "still DELETE_IN_PROGRESS after 6s (wait_timeout)"
+    w.now = 0.0
+    first = w.run([row], timeout=6, budget=3).execute()
+    assert first["resume"]["pending"][0][3] == 3.0  # the first poll at 2 s, then 1 s: the budget cut it at 3 s
+    w.now = 0.0
+    second = w.run([row], timeout=6, resume=first["resume"]).execute()
+    assert second["results"][0]["error"] == "still DELETE_IN_PROGRESS after 6s (wait_timeout)" and w.now == 3.0
+    with pytest.raises(ValueError, match="a first poll or an interval needs a poll or poll_all"):
+        steps.Row("x", None, None, first_poll=5)
+
+
+def test_runs_side_by_side_answer_in_order():
+    worlds = [World(vm=["a"]), World(vm=["b"])]
+    results = steps.execute_each([w.run([w.row("vm")]) for w in worlds], workers=2)
+    assert [[r["name"] for r in result["results"]] for result in results] == [["a"], ["b"]]
