@@ -240,7 +240,7 @@ class Run:
         if not mine or not self.wait:
             return True
         self.progress(f"waiting for {len(mine)} deletion(s)")
-        failed, cut = self.wait_for(mine)
+        failed, cut = _follow(self, mine)  # a watched row's deletions are watched, the rest polled
         failed_ids = {id(entry) for dummy, entry in failed}  # asked once every wait ended, in the order they began
         gone = {id(e) for e in mine if id(e) in failed_ids and self._gone(self.by_name[e[0]], self.plan[e[0]][e[1]])}
         for error, entry in failed:
@@ -308,6 +308,55 @@ class Run:
                     self._fail(item, "appeared during the teardown", add=True, outcome=self.left)
                 else:
                     self.result["leftovers"].append(self.label(item))
+
+
+# --- rows followed by a watch: one blocking call per row instead of a poll per deletion ---------------------------
+
+
+def _unpolled(run, handle):
+    raise TypeError("a WatchedRow is watched, never polled")
+
+
+class WatchedRow(Row):
+    """A row whose pending deletions are followed together by one blocking call, ``watch(run, handles, seconds)``,
+    instead of a poll each: a Kubernetes watch wakes on each change, where a poll sleeps ``poll_interval``
+    between looks. ``watch`` returns, for each handle in order, what a poll answers: ``(DONE, None)``, ``(FAILED,
+    error)``, or ``(PENDING, state)`` when ``seconds`` ran out with the deletion still going (``state``: how it
+    stands, or None). Everything else (order, stops, the budget and resume, the verification pass) is the engine's,
+    as for any row."""
+
+    def __init__(self, name, discover, act, watch, **kw):
+        if "poll" in kw:
+            raise TypeError(f"Row {name}: a WatchedRow is followed by its watch, it takes no poll")
+        super().__init__(name, discover, act, poll=_unpolled, **kw)  # a poll, so that the engine keeps the handles
+        self.watch = watch
+
+
+def _follow(run, entries):
+    """Run.wait_for, the entries of WatchedRows watched row by row (each for its share of the timeout, less what
+    it waited before a cut, and never past the budget), the rest polled: ([(error, entry)], [entry cut])."""
+    watched = [e for e in entries if isinstance(run.by_name[e[0]], WatchedRow)]
+    polled = [e for e in entries if not isinstance(run.by_name[e[0]], WatchedRow)]
+    failed, cut = run.wait_for(polled) if polled else ([], [])
+    for name in dict.fromkeys(e[0] for e in watched):
+        mine = [e for e in watched if e[0] == name]
+        limit = run.timeout * run.by_name[name].budget
+        seconds = limit - max(e[3] for e in mine)
+        budget_left = None if run.deadline is None else run.deadline - run.clock()
+        by_budget = budget_left is not None and budget_left < seconds
+        start = run.clock()
+        answers = run.by_name[name].watch(run, [e[2] for e in mine], max(0.0, budget_left if by_budget else seconds))
+        spent = run.clock() - start
+        for entry, (state, text) in zip(mine, answers):
+            if state == FAILED:
+                failed.append((text, entry))
+            elif state != DONE and by_budget:
+                cut.append(entry[:3] + [round(entry[3] + spent, 3)])
+            elif state != DONE:
+                failed.append(
+                    (f"still deleting after {_seconds(limit)}s (wait_timeout)" + (f": {text}" if text else ""), entry)
+                )
+    return failed, cut
 
 
 # --- the orphan report: discovery only, with each owned item's age --------------------------------------------
