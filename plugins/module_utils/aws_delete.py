@@ -36,7 +36,6 @@ except ValueError:
     pass
 DEPENDENCY_BUDGET = 180
 FAILED_STATES = ("DELETE_FAILED", "FAILED", "failed")
-AWS_ERRORS = (ClientError, BotoCoreError, aws.AwsError)
 
 
 def sweep_row(name, scope, listing, delete, wait_state=None, **options):
@@ -95,7 +94,7 @@ def _act(delete, waited):
     def act(run, res):
         try:
             answer = delete(run.ctx, res)
-        except AWS_ERRORS as exc:
+        except (ClientError, BotoCoreError, aws.AwsError) as exc:
             if aws.is_not_found(exc):
                 return rows.ABSENT, None
             raise aws.AwsError(f"delete failed: {aws.error_message(exc)}") from None
@@ -113,7 +112,7 @@ def _poll_all(wait_state):
     def poll_all(run, pending):
         try:
             found = wait_state(run.ctx, list(pending))
-        except AWS_ERRORS as exc:
+        except (ClientError, BotoCoreError, aws.AwsError) as exc:
             found = {r["id"]: f"unknown ({aws.error_message(exc)})" for r in pending}
         answers = []
         for res in pending:

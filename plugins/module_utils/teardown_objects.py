@@ -8,8 +8,8 @@
 - ``delete_named``: the bootstrap secrets and the run tags, by exact name.
 
 Each lists or reads everything it will change before its first write, so an API that cannot answer changes
-nothing. ``quiesce_releases`` is two rows of the step engine (steps.py, kube_rows.py). Check mode sends every write as a server-side dry run (what kubernetes.core.k8s does in check mode), so
-admission and RBAC still answer.
+nothing. ``quiesce_releases`` is two rows of the step engine (steps.py, kube_rows.py). Check mode sends every
+write as a server-side dry run (what kubernetes.core.k8s does in check mode), so admission and RBAC still answer.
 """
 
 from __future__ import annotations

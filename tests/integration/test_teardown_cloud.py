@@ -1015,18 +1015,25 @@ def service_account_file(tmp_path, token_uri):
     return str(path), key.public_key()
 
 
-def test_gcp_application_default_credentials_from_a_service_account_file(google, run_module, monkeypatch, tmp_path):
-    """No token given: google.auth.default loads GOOGLE_APPLICATION_CREDENTIALS and signs a JWT grant."""
-    path, public = service_account_file(tmp_path, google.url + "/token")
-    google.token_key = public
-    monkeypatch.delenv("GCP_ACCESS_TOKEN", raising=False)
-    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", path)
+def logs_in_with_a_jwt_grant(google, run_module):
+    """gcp_teardown without a token: its first call signs a JWT grant at the token endpoint, and every other call
+    carries the token it got. Returns the module arguments, for another run."""
     args = gcp_args(google, networks=[])
     del args["access_token"]
     result = run_module(gcp_teardown, args)
     assert not result.failed, result
     assert google.calls[0][:2] == ("POST", "/token")
     assert {auth for dummy, dummy2, auth in google.calls[1:]} == {"Bearer from-jwt-grant"}
+    return args
+
+
+def test_gcp_application_default_credentials_from_a_service_account_file(google, run_module, monkeypatch, tmp_path):
+    """No token given: google.auth.default loads GOOGLE_APPLICATION_CREDENTIALS and signs a JWT grant."""
+    path, public = service_account_file(tmp_path, google.url + "/token")
+    google.token_key = public
+    monkeypatch.delenv("GCP_ACCESS_TOKEN", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", path)
+    args = logs_in_with_a_jwt_grant(google, run_module)
     google.token_key = service_account_file(tmp_path / "..", google.url + "/token")[1]  # another key
     failed = run_module(gcp_teardown, args)
     assert failed.failed
@@ -1048,12 +1055,7 @@ def test_gcp_takes_the_key_file_awxs_google_compute_engine_credential_injects(
     awx.update(GCE_CREDENTIALS_FILE_PATH=path, GCP_SERVICE_ACCOUNT_FILE=path, GCP_AUTH_KIND="serviceaccount")
     for name, value in awx.items():
         monkeypatch.setenv(name, value)
-    args = gcp_args(google, networks=[])
-    del args["access_token"]
-    result = run_module(gcp_teardown, args)
-    assert not result.failed, result
-    assert google.calls[0][:2] == ("POST", "/token")
-    assert {auth for dummy, dummy2, auth in google.calls[1:]} == {"Bearer from-jwt-grant"}
+    args = logs_in_with_a_jwt_grant(google, run_module)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
     failed = run_module(gcp_teardown, args)
     assert failed["msg"].startswith("no GCP credentials: File "), failed["msg"]
