@@ -246,9 +246,12 @@ class LatencyProxy:
         started = time.monotonic()
 
         def release():
+            # released: when the deletion goes on to moto, the earliest a client can see it done (taken after the
+            # forward, a client that saw it done could already have started what waited for it)
+            released = time.monotonic()
             self._forward(method, path, headers, body)
             with self._lock:
-                self.held.append((rtype, started, time.monotonic()))
+                self.held.append((rtype, started, released))
 
         timer = threading.Timer(self.holds[rtype], release)
         timer.daemon = True

@@ -328,5 +328,10 @@ def test_a_precompiled_payload_source_gets_the_payloads_file_names_and_any_other
         assert filenames == {str(payload / f"{name}.py")}, (name, precompiled, filenames)
         namespace = {"__name__": name}
         exec(code, namespace)  # noqa: S102 - the module's own code, as zipimport would run it
-        assert namespace["created_at"]("2026-01-02T03:04:05Z").year == 2026
+        assert [
+            row.name
+            for row in namespace["ordered"](
+                [namespace["Row"]("b", None, None, after=["a"]), namespace["Row"]("a", None, None)]
+            )
+        ] == ["a", "b"]
         assert namespace["Row"].plan_line.__code__.co_filename == str(payload / f"{name}.py")
