@@ -49,7 +49,7 @@ def run(args, tmp_path, env):
     home.mkdir(exist_ok=True)
     base = {"HOME": str(home), "KUBECONFIG": str(home / ".kube" / "config"), "ENGINE_SOCK": ""}
     proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook")] + list(args) + prewarm.playbook_args(),
+        [prewarm.playbook_command()] + list(args) + prewarm.playbook_args(),
         cwd=REPO,
         env=playbook_env(tmp_path, dict(base, **env)),
         capture_output=True,

@@ -29,7 +29,7 @@ def load(name):
 
 
 def run(args, tmp_path, env=None, cwd=REPO):
-    argv = [str(VENV_BIN / "ansible-playbook")] + list(args) + prewarm.playbook_args()
+    argv = [prewarm.playbook_command()] + list(args) + prewarm.playbook_args()
     proc = subprocess.run(
         argv, cwd=cwd, env=playbook_env(tmp_path, env), capture_output=True, text=True, timeout=300, check=False
     )

@@ -10,6 +10,7 @@ import ast
 import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -335,3 +336,81 @@ def test_a_precompiled_payload_source_gets_the_payloads_file_names_and_any_other
             )
         ] == ["a", "b"]
         assert namespace["Row"].plan_line.__code__.co_filename == str(payload / f"{name}.py")
+
+
+# Builds krops.platform.engine_ping's payload entries three ways in one process: as ansible-core builds them, then
+# through payload_cache twice (a build it keeps, then a kept one); then a module_utils file it carries changes and
+# the cache must build again. Prints each build's {entry: sha256} and whether the cache built (miss) or took (hit).
+_PAYLOADS = """
+import hashlib, io, json, sys, zipfile, datetime
+sys.path.insert(0, sys.argv[3])
+from ansible.plugins.loader import init_plugin_loader
+init_plugin_loader([sys.argv[1]])
+from ansible.executor import module_common
+from ansible._internal._ansiballz import _builder
+from ansible._internal._datatag._tags import Origin
+import payload_cache
+
+path = sys.argv[1] + "/ansible_collections/krops/platform/plugins/modules/engine_ping.py"
+fqn = "ansible_collections.krops.platform.plugins.modules.engine_ping"
+when = datetime.datetime(2026, 1, 1)
+
+def build():
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        data = open(path, "rb").read()
+        module_common.recursive_finder("engine_ping", fqn, Origin(path=path).tag(data), zf, when,
+                                       _builder.ExtensionManager.create(task_vars={}))
+    with zipfile.ZipFile(out) as zf:
+        return {n: hashlib.sha256(zf.read(n)).hexdigest() for n in zf.namelist()}
+
+builds = {"plain": build()}
+real = module_common.recursive_finder
+calls = []
+module_common.recursive_finder = lambda *a: calls.append(1) or real(*a)
+payload_cache.install(sys.argv[2])
+for name in ("first", "second"):
+    del calls[:]
+    builds[name] = (build(), bool(calls))
+with open(sys.argv[1] + "/ansible_collections/krops/platform/plugins/module_utils/engine.py", "a") as f:
+    f.write("# changed\\n")
+del calls[:]
+builds["changed"] = (build(), bool(calls))
+print(json.dumps(builds))
+"""
+
+
+@pytest.mark.slow  # starts a Python process that loads ansible's plugin loader
+def test_a_kept_payload_is_what_ansible_core_builds_and_a_changed_source_is_built_again(tmp_path):
+    """payload_cache (the suite's launcher keeps the AnsiballZ payloads of a test process's playbook runs): the
+    entries of a kept payload are the names and bytes ansible-core writes, and a module_utils file whose bytes
+    change is read again."""
+    collection = tmp_path / "collections" / "ansible_collections" / "krops" / "platform"
+    collection.mkdir(parents=True)
+    for part in ("plugins", "meta", "galaxy.yml"):
+        (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(REPO / part, collection / part)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _PAYLOADS,
+            str(tmp_path / "collections"),
+            str(tmp_path / "kept"),
+            str(REPO / "tests/substrate"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    builds = json.loads(proc.stdout)
+    plain = builds["plain"]
+    engine = "ansible_collections/krops/platform/plugins/module_utils/engine.py"
+    assert engine in plain and "ansible/module_utils/basic.py" in plain
+    assert builds["first"] == [plain, True]  # built by ansible-core, and kept
+    assert builds["second"] == [plain, False]  # taken from what was kept: the same names and bytes
+    changed, built = builds["changed"]
+    assert built is True
+    assert changed[engine] != plain[engine]
+    assert {n: s for n, s in changed.items() if n != engine} == {n: s for n, s in plain.items() if n != engine}

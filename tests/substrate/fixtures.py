@@ -442,7 +442,7 @@ def ansible_playbook(tmp_path):
             path = tmp_path / "play.yml"
             path.write_text(yaml.safe_dump(playbook, sort_keys=False))
             playbook = path
-        argv = [str(VENV_BIN / "ansible-playbook"), str(playbook)]
+        argv = [prewarm.playbook_command(), str(playbook)]
         if inventory is None:
             inventory = localhost_inventory(tmp_path / "hosts.yml")
         argv += ["-i", str(inventory)]

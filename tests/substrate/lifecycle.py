@@ -168,7 +168,7 @@ class EmulatedWorld:
 
         The run leads its own process group (rc -9 when a stand-in killed it, standins/common.kill_the_run).
         """
-        argv = [str(VENV_BIN / "ansible-playbook"), str(playbook)]
+        argv = [prewarm.playbook_command(), str(playbook)]
         if inventory:
             argv += ["-i", str(inventory)]
         argv += list(args) + prewarm.playbook_args()

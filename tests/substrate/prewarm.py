@@ -91,6 +91,15 @@ def playbook_args():
     return ["-e", "ansible_python_interpreter=" + start()]
 
 
+def playbook_command():
+    """The ansible-playbook the suite's runs start: a launcher that keeps the AnsiballZ payloads built for this
+    process's runs (payload_cache.py), or the venv's own when the warm interpreter is disabled."""
+    if not enabled():
+        return os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    start()
+    return _SERVER["playbook"]
+
+
 def _site_dir():
     """The folder that holds the venv's ansible package (the client checks a payload's ansible/ files against it)."""
     import ansible
@@ -114,6 +123,20 @@ def start():
             f"prewarm_client.main({sock_path!r}, {sys.executable!r}, {_site_dir()!r})\n"
         )
     os.chmod(client, 0o755)
+    # named ansible-playbook, as the venv's console script (a stand-in finds "the run" by that name)
+    playbook = os.path.join(folder, "ansible-playbook")
+    with open(playbook, "w", encoding="utf-8") as handle:
+        handle.write(
+            f"#!{sys.executable}\n"
+            "import sys\n"
+            f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+            "import payload_cache\n"
+            f"payload_cache.install({os.path.join(folder, 'payloads')!r})\n"
+            "del sys.path[0]\n"
+            "from ansible.cli.playbook import main\n"
+            "sys.exit(main())\n"
+        )
+    os.chmod(playbook, 0o755)
     ready_r, ready_w = os.pipe()
     proc = subprocess.Popen(
         [
@@ -131,7 +154,7 @@ def start():
     with os.fdopen(ready_r, "rb") as ready:
         if ready.read(1) != b"1":
             raise RuntimeError("the warm interpreter did not start (see its stderr)")
-    _SERVER.update(pid=os.getpid(), client=client, proc=proc, folder=folder)
+    _SERVER.update(pid=os.getpid(), client=client, playbook=playbook, proc=proc, folder=folder)
     atexit.register(stop)
     return client
 
