@@ -82,7 +82,6 @@ import threading
 import time
 from pathlib import Path
 
-import boto3
 import botocore.exceptions
 import yaml
 
@@ -629,7 +628,7 @@ class Ack:
         self.system_namespace = system_namespace  # ACK_SYSTEM_NAMESPACE: the charts set the release's namespace
         self.enable_carm = enable_carm
         self._carm_role = None  # the role of the object being reconciled (CARM), read by client()
-        self._sessions = {}
+        self._role_credentials = {}  # role -> its credentials (_credentials)
         self._clients = {}  # (role, region, service) -> client: making one costs more than most calls
         self.resource_tags = resource_tags_from_tree() if resource_tags is None else dict(resource_tags)
         self._obj = None  # the object being created, for the tags of its controller
@@ -656,28 +655,31 @@ class Ack:
         key = (self._carm_role, region, service)
         with _SESSION_LOCK:
             if key not in self._clients:
-                self._clients[key] = self._session(self._carm_role).client(
-                    service, endpoint_url=self.endpoint, region_name=region
+                self._clients[key] = _SESSION.client(
+                    service, endpoint_url=self.endpoint, region_name=region, **self._credentials(self._carm_role)
                 )
             return self._clients[key]
 
-    def _session(self, role):
-        """boto3 session of the controllers' own credentials (role None) or of a role they assume (sts AssumeRole
-        from their own credentials; moto gives an assumed role's credentials its account)."""
-        if role not in self._sessions:
+    def _credentials(self, role):
+        """The controllers' own credentials (role None) or those of a role they assume (sts AssumeRole from their
+        own credentials; moto gives an assumed role's credentials its account). Clients are made from the one
+        shared session with these (a session of their own would load every service model again)."""
+        if role not in self._role_credentials:
             if role is None:
                 base = clients(self.endpoint, self.default_region)("sts")
                 role_arn, name = f"arn:aws:iam::{self.account}:role/ack-controller", "ack-controller"
             else:
-                base = self._session(None).client("sts", endpoint_url=self.endpoint, region_name=self.default_region)
+                base = _SESSION.client(
+                    "sts", endpoint_url=self.endpoint, region_name=self.default_region, **self._credentials(None)
+                )
                 role_arn, name = role, "ack"
             found = base.assume_role(RoleArn=role_arn, RoleSessionName=name)["Credentials"]
-            self._sessions[role] = boto3.session.Session(
-                aws_access_key_id=found["AccessKeyId"],
-                aws_secret_access_key=found["SecretAccessKey"],
-                aws_session_token=found["SessionToken"],
-            )
-        return self._sessions[role]
+            self._role_credentials[role] = {
+                "aws_access_key_id": found["AccessKeyId"],
+                "aws_secret_access_key": found["SecretAccessKey"],
+                "aws_session_token": found["SessionToken"],
+            }
+        return self._role_credentials[role]
 
     def own_account(self):
         return self.account or ACCOUNT
@@ -1233,33 +1235,54 @@ def tree_objects(paths, variables):
 _SESSION_LOCK = threading.Lock()
 
 
+# (endpoint, account, role) -> (the role's assumed credentials, {(region, service): client}): account_clients
+# takes them again while moto still knows those credentials (a reset forgets them)
+_ACCOUNT_CLIENTS = {}
+
+
 def account_clients(endpoint, account, role="inventory", assume=True):
     """test_aws_sweep_world.clients for ``account``: the credentials of ``role`` assumed there (moto; with
     ``assume`` false, the default caller's). The clients come from one shared session with the credentials given
-    per client: a new boto3 session would load every service model again (a quarter of a several-account test)."""
-    creds = {}
+    per client: a new boto3 session would load every service model again (a quarter of a several-account test).
+    The role's credentials and clients are kept while moto answers for them as that role in that account (a reset
+    forgets assumed roles, and moto then takes the keys for its default account's): making the clients again is
+    most of an inventory."""
+    creds, made = {}, {}
     if assume:
-        sts = _SESSION.client("sts", endpoint_url=endpoint, region_name="eu-north-1")
-        found = sts.assume_role(RoleArn=f"arn:aws:iam::{account}:role/{role}", RoleSessionName=role)["Credentials"]
-        creds = {
-            "aws_access_key_id": found["AccessKeyId"],
-            "aws_secret_access_key": found["SecretAccessKey"],
-            "aws_session_token": found["SessionToken"],
-        }
-    made = {}
+        with _SESSION_LOCK:
+            creds, made = _ACCOUNT_CLIENTS.get((endpoint, account, role), ({}, {}))
+        if not creds or not _still_assumed(_client_of(endpoint, creds, made, "eu-north-1", "sts"), account, role):
+            sts = _SESSION.client("sts", endpoint_url=endpoint, region_name="eu-north-1")
+            found = sts.assume_role(RoleArn=f"arn:aws:iam::{account}:role/{role}", RoleSessionName=role)["Credentials"]
+            creds = {
+                "aws_access_key_id": found["AccessKeyId"],
+                "aws_secret_access_key": found["SecretAccessKey"],
+                "aws_session_token": found["SessionToken"],
+            }
+            made = {}
+            with _SESSION_LOCK:
+                _ACCOUNT_CLIENTS[(endpoint, account, role)] = (creds, made)
 
     def for_region(_endpoint, region):
-        def make(service):
-            with _SESSION_LOCK:  # a boto3 session is not thread-safe, and the emulated controllers use it too
-                if (region, service) not in made:
-                    made[(region, service)] = _SESSION.client(
-                        service, endpoint_url=endpoint, region_name=region, **creds
-                    )
-                return made[(region, service)]
-
-        return make
+        return lambda service: _client_of(endpoint, creds, made, region, service)
 
     return for_region
+
+
+def _client_of(endpoint, creds, made, region, service):
+    with _SESSION_LOCK:  # a boto3 session is not thread-safe, and the emulated controllers use it too
+        if (region, service) not in made:
+            made[(region, service)] = _SESSION.client(service, endpoint_url=endpoint, region_name=region, **creds)
+        return made[(region, service)]
+
+
+def _still_assumed(sts, account, role):
+    """moto still takes the client's credentials as role's session in account (GetCallerIdentity's ARN)."""
+    try:
+        arn = sts.get_caller_identity()["Arn"]
+    except botocore.exceptions.ClientError:  # a server that checks keys refuses ones it forgot
+        return False
+    return arn == f"arn:aws:sts::{account}:assumed-role/{role}/{role}"
 
 
 def inventory_of(endpoint, account, regions=("eu-north-1", "eu-west-1", "eu-west-2")):
