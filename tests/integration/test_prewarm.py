@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 import sys
 
 import pytest
@@ -339,7 +340,7 @@ def test_a_precompiled_payload_source_gets_the_payloads_file_names_and_any_other
 
 
 # Builds krops.platform.engine_ping's payload entries three ways in one process: as ansible-core builds them, then
-# through payload_cache twice (a build it keeps, then a kept one); then a module_utils file it carries changes and
+# through playbook_caches twice (a build it keeps, then a kept one); then a module_utils file it carries changes and
 # the cache must build again. Prints each build's {entry: sha256} and whether the cache built (miss) or took (hit).
 _PAYLOADS = """
 import hashlib, io, json, sys, zipfile, datetime
@@ -349,7 +350,7 @@ init_plugin_loader([sys.argv[1]])
 from ansible.executor import module_common
 from ansible._internal._ansiballz import _builder
 from ansible._internal._datatag._tags import Origin
-import payload_cache
+import playbook_caches
 
 path = sys.argv[1] + "/ansible_collections/krops/platform/plugins/modules/engine_ping.py"
 fqn = "ansible_collections.krops.platform.plugins.modules.engine_ping"
@@ -368,7 +369,7 @@ builds = {"plain": build()}
 real = module_common.recursive_finder
 calls = []
 module_common.recursive_finder = lambda *a: calls.append(1) or real(*a)
-payload_cache.install(sys.argv[2])
+playbook_caches.install(sys.argv[2])
 for name in ("first", "second"):
     del calls[:]
     builds[name] = (build(), bool(calls))
@@ -382,7 +383,7 @@ print(json.dumps(builds))
 
 @pytest.mark.slow  # starts a Python process that loads ansible's plugin loader
 def test_a_kept_payload_is_what_ansible_core_builds_and_a_changed_source_is_built_again(tmp_path):
-    """payload_cache (the suite's launcher keeps the AnsiballZ payloads of a test process's playbook runs): the
+    """playbook_caches.install (the suite's launcher keeps the AnsiballZ payloads of a test process's playbook runs): the
     entries of a kept payload are the names and bytes ansible-core writes, and a module_utils file whose bytes
     change is read again."""
     collection = tmp_path / "collections" / "ansible_collections" / "krops" / "platform"
@@ -414,3 +415,26 @@ def test_a_kept_payload_is_what_ansible_core_builds_and_a_changed_source_is_buil
     assert built is True
     assert changed[engine] != plain[engine]
     assert {n: s for n, s in changed.items() if n != engine} == {n: s for n, s in plain.items() if n != engine}
+
+
+def test_kept_collection_metadata_is_what_ansible_core_parses_and_other_bytes_are_parsed_again(tmp_path, monkeypatch):
+    """playbook_caches.install_metadata: ansible-core's runtime.yml parser, replaced (as its docstring allows) by
+    one that keeps each result by the digest of the bytes: the same bytes give an equal result without parsing
+    them again, and a result is the caller's own (changing it changes no later answer); other bytes are parsed."""
+    from ansible.utils.collection_loader import _collection_finder
+
+    from tests.substrate import playbook_caches
+
+    parsed = []
+    parse = _collection_finder._meta_yml_to_dict
+    monkeypatch.setattr(_collection_finder, "_meta_yml_to_dict", lambda d, i: parsed.append(i) or parse(d, i))
+    playbook_caches.install_metadata(str(tmp_path / "metadata"))
+    builtin = (Path(_collection_finder.__file__).parents[2] / "config" / "ansible_builtin_runtime.yml").read_bytes()
+    plain = parse(builtin, ("ansible.builtin", "runtime.yml"))
+    first = _collection_finder._meta_yml_to_dict(builtin, ("ansible.builtin", "runtime.yml"))
+    first["plugin_routing"].clear()
+    second = _collection_finder._meta_yml_to_dict(builtin, ("ansible.builtin", "runtime.yml"))
+    assert second == plain and second["plugin_routing"]
+    other = _collection_finder._meta_yml_to_dict(b"requires_ansible: '>=2.18'\n", ("krops.platform", "runtime.yml"))
+    assert other == {"requires_ansible": ">=2.18"}
+    assert parsed == [("ansible.builtin", "runtime.yml"), ("krops.platform", "runtime.yml")]

@@ -93,7 +93,7 @@ def playbook_args():
 
 def playbook_command():
     """The ansible-playbook the suite's runs start: a launcher that keeps the AnsiballZ payloads built for this
-    process's runs (payload_cache.py), or the venv's own when the warm interpreter is disabled."""
+    process's runs and the collection metadata they parse (playbook_caches.py), or the venv's own when the warm interpreter is disabled."""
     if not enabled():
         return os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     start()
@@ -130,8 +130,9 @@ def start():
             f"#!{sys.executable}\n"
             "import sys\n"
             f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
-            "import payload_cache\n"
-            f"payload_cache.install({os.path.join(folder, 'payloads')!r})\n"
+            "import playbook_caches\n"
+            f"playbook_caches.install({os.path.join(folder, 'payloads')!r})\n"
+            f"playbook_caches.install_metadata({os.path.join(folder, 'metadata')!r})\n"
             "del sys.path[0]\n"
             "from ansible.cli.playbook import main\n"
             "sys.exit(main())\n"

@@ -1,20 +1,25 @@
-"""The AnsiballZ payloads the test suite's playbook runs build, kept for the whole test process.
+"""What the test suite's playbook runs keep for the whole test process: AnsiballZ payloads and collection metadata.
 
-ansible-core builds each module's payload (the module, every module_utils file it imports, found by parsing them:
-``module_common.recursive_finder``) once per ansible-playbook process, in a cache under that process's own
-``DEFAULT_LOCAL_TMP``. The suite starts about two hundred ansible-playbook processes, and each builds again the same
-few dozen payloads from the same files: a quarter of an ansible-playbook run's CPU (docs/testing.md).
+The suite starts about two hundred ansible-playbook processes, and each does again work whose result depends only
+on files that do not change during the run (docs/testing.md). Its runs start through a launcher named
+``ansible-playbook`` (``prewarm.playbook_command()``) that installs these two caches before ansible-playbook's own
+``main``, each in a folder of the test process. The product never sees them.
 
-Here the suite's runs start through a launcher named ``ansible-playbook`` (``prewarm.playbook_command()``) that
-wraps ``recursive_finder`` before ansible-playbook's own ``main``: what it wrote into the payload (each file's name
-in the zip and its bytes, and the module's metadata) is kept in a folder of the test process, under a key of the
-module (its name, its source's digest, its path), ansible-core's version, the compression and the search paths
-(module_utils folders, collection paths). A later run takes the kept files only when every source file they came
-from (ansible-core tags each with its path, ``Origin``) and the ``meta/runtime.yml`` of each collection they come
-from (redirects) still have the same size and mtime; otherwise it builds as ansible-core does and keeps the new
-result. A build that carries a file whose source it cannot name (an embed, a debugger or coverage extension) is not
-kept. The product never sees this; the payload a module runs is the one ansible-core would have built, but for
-the zip entries' timestamps.
+- **AnsiballZ payloads** (``install``). ansible-core builds each module's payload (the module, every module_utils
+  file it imports, found by parsing them: ``module_common.recursive_finder``) once per ansible-playbook process:
+  a quarter of a run's CPU. Here what recursive_finder wrote into the payload (each file's name in the zip and its
+  bytes, and the module's metadata) is kept under a key of the module (its name, its source's digest, its path),
+  ansible-core's version, the compression and the search paths (module_utils folders, collection paths). A later
+  run takes the kept files only when every source file they came from (ansible-core tags each with its path,
+  ``Origin``) and the ``meta/runtime.yml`` of each collection they come from (redirects) still have the same size
+  and mtime; otherwise it builds as ansible-core does and keeps the new result. A build that carries a file whose
+  source it cannot name (an embed, a debugger or coverage extension) is not kept. The payload a module runs is the
+  one ansible-core would have built, but for the zip entries' timestamps.
+- **Collection metadata** (``install_metadata``). Every run parses ansible-core's 377 KB
+  ``ansible_builtin_runtime.yml`` (and each collection's ``meta/runtime.yml`` it uses): 15% of a run's start.
+  ansible-core leaves the parser to be replaced for this ("may be monkeypatched to another implementation ...
+  content_id ... to allow other implementations to cache the output", ``_collection_meta._meta_yml_to_dict``);
+  here its result is kept by the digest of the bytes parsed.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import sys
 
 from ansible import release
 from ansible.executor import module_common
-from ansible.utils.collection_loader import AnsibleCollectionConfig
+from ansible.utils.collection_loader import AnsibleCollectionConfig, _collection_finder
 from ansible._internal._datatag._tags import Origin
 
 # entries ansible-core writes without a source file of their own: the ansible package stubs (from its version)
@@ -88,7 +93,7 @@ def _redirect_shim(name, files):
 
 
 def install(folder):
-    """Wrap module_common.recursive_finder with the cache in folder (made if missing)."""
+    """Wrap module_common.recursive_finder with the payload cache in folder (made if missing)."""
     os.makedirs(folder, exist_ok=True)
     build = module_common.recursive_finder
 
@@ -123,6 +128,23 @@ def install(folder):
         return metadata
 
     module_common.recursive_finder = recursive_finder
+
+
+def install_metadata(folder):
+    """Replace the collection loader's runtime.yml parser with one that keeps its results in folder."""
+    os.makedirs(folder, exist_ok=True)
+    parse = _collection_finder._meta_yml_to_dict
+
+    def meta_yml_to_dict(yaml_string_data, content_id):
+        data = yaml_string_data.encode("utf-8") if isinstance(yaml_string_data, str) else bytes(yaml_string_data)
+        path = os.path.join(folder, hashlib.sha256(data).hexdigest())
+        kept = _load(path)
+        if kept is None:
+            kept = parse(yaml_string_data, content_id)
+            _dump(path, kept)
+        return kept
+
+    _collection_finder._meta_yml_to_dict = meta_yml_to_dict
 
 
 def _load(path):
