@@ -107,37 +107,42 @@ def _site_dir():
     return os.path.dirname(os.path.dirname(os.path.abspath(ansible.__file__)))
 
 
+def _script(folder, name, flags, *lines):
+    """folder/name: a Python script on this Python (with flags) that imports from this folder's modules first."""
+    path = os.path.join(folder, name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(f"#!{sys.executable} {flags}".rstrip() + "\nimport sys\n")
+        handle.write(f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n")
+        handle.write("".join(line + "\n" for line in lines))
+    os.chmod(path, 0o755)
+    return path
+
+
 def start():
     """Start this process's server (once) and return the path of its client interpreter."""
     if _SERVER.get("pid") == os.getpid():
         return _SERVER["client"]
     folder = tempfile.mkdtemp(prefix="krops-warm-", dir="/tmp")  # a unix socket path has at most 108 bytes
     sock_path = os.path.join(folder, "s")
-    client = os.path.join(folder, "python")
-    with open(client, "w", encoding="utf-8") as handle:
-        handle.write(
-            f"#!{sys.executable} -IS\n"
-            "import sys\n"
-            f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
-            "import prewarm_client\n"
-            f"prewarm_client.main({sock_path!r}, {sys.executable!r}, {_site_dir()!r})\n"
-        )
-    os.chmod(client, 0o755)
+    client = _script(
+        folder,
+        "python",
+        "-IS",
+        "import prewarm_client",
+        f"prewarm_client.main({sock_path!r}, {sys.executable!r}, {_site_dir()!r})",
+    )
     # named ansible-playbook, as the venv's console script (a stand-in finds "the run" by that name)
-    playbook = os.path.join(folder, "ansible-playbook")
-    with open(playbook, "w", encoding="utf-8") as handle:
-        handle.write(
-            f"#!{sys.executable}\n"
-            "import sys\n"
-            f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
-            "import playbook_caches\n"
-            f"playbook_caches.install({os.path.join(folder, 'payloads')!r})\n"
-            f"playbook_caches.install_metadata({os.path.join(folder, 'metadata')!r})\n"
-            "del sys.path[0]\n"
-            "from ansible.cli.playbook import main\n"
-            "sys.exit(main())\n"
-        )
-    os.chmod(playbook, 0o755)
+    playbook = _script(
+        folder,
+        "ansible-playbook",
+        "",
+        "import playbook_caches",
+        f"playbook_caches.install({os.path.join(folder, 'payloads')!r})",
+        f"playbook_caches.install_metadata({os.path.join(folder, 'metadata')!r})",
+        "del sys.path[0]",
+        "from ansible.cli.playbook import main",
+        "sys.exit(main())",
+    )
     ready_r, ready_w = os.pipe()
     proc = subprocess.Popen(
         [
