@@ -382,11 +382,20 @@ class KubeEmulator:
 
     # ---- state helpers -----------------------------------------------------------
     def _snapshot(self):
-        return clone(self.objects), len(self.events), self._last_rv, dict(self.resources)
+        """The state to go back to: the objects, the event history (the events themselves, not their number), the last
+        resourceVersion and the served resources."""
+        return clone(self.objects), list(self.events), self._last_rv, dict(self.resources)
 
     def _restore(self, saved):
+        """Back to a snapshot, its event history included: a watch from a resourceVersion gets the changes after it
+        in the restored history only (as an API server's watch cache: one history, never another run's events).
+
+        Truncating the history to the snapshot's length was wrong once the state had gone back to an older snapshot:
+        the history was then shorter than the length, so the events of the runs since stayed, and a watch from the
+        restored resourceVersion replayed them (tests/integration/test_crash_matrix.py: a stale DELETED made the
+        teardown's watch see a Cluster gone that CAPI was still deleting)."""
         self.objects, events, self._last_rv, self.resources = saved
-        del self.events[events:]
+        self.events[:] = events  # the same list object: watchers read self.events
         self._rv = itertools.count(self._last_rv + 1)
 
     def _bump(self, obj):
