@@ -914,22 +914,30 @@ class _Handler(BaseHTTPRequestHandler):
         emulator.requests.append((method, path))
         return self._dispatch(method, path, query)
 
-    def _dispatch(self, method, path, query):
+    def _faulted(self, method, path):
+        """The armed reset and stall faults of this request (inject_reset, inject_stall): True when the connection was
+        closed unanswered; a stall holds the request first. Every handler applies them before it answers."""
         emulator = self.emulator
-        proxy = getattr(emulator, "service_proxy", None)  # a callable (method, path) -> (code, body) or None
-        answer = proxy(method, path) if proxy is not None and "/proxy" in path else None
-        if answer is not None:
-            return self._send(*answer)
         if emulator._reset(method, path):
             self.close_connection = True
             try:
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            return None
+            return True
         stall = emulator._stall(method, path)
         if stall:
             time.sleep(stall)
+        return False
+
+    def _dispatch(self, method, path, query):
+        emulator = self.emulator
+        proxy = getattr(emulator, "service_proxy", None)  # a callable (method, path) -> (code, body) or None
+        answer = proxy(method, path) if proxy is not None and "/proxy" in path else None
+        if answer is not None:
+            return self._send(*answer)
+        if self._faulted(method, path):
+            return None
         try:
             injected = emulator._injected(method, path)
             if injected:
