@@ -1,7 +1,7 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
 """What azure_teardown and gcp_teardown share (module_utils.cloud_teardown): the wait and check mode (the other
-attributes are krops.platform.attributes), and their orphan report mode (steps.report)."""
+attributes are krops.platform.attributes), and their orphan report mode (cloud_report.orphans)."""
 
 
 class ModuleDocFragment:

@@ -90,7 +90,7 @@ attributes:
     details: Talks to the Kubernetes API from the host it runs on (the teardown role delegates to localhost).
 """
 
-    # The options capi_cluster_delete and tinkerbell_release both hand to teardown.delete_clusters. Used as
+    # The options capi_cluster_delete and tinkerbell_release both hand to kube_rows.delete_clusters. Used as
     # krops.platform.kube.cluster_delete.
     CLUSTER_DELETE = r"""
 options:

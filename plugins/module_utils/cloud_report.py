@@ -2,8 +2,8 @@
 # Apache License 2.0 (see LICENSE)
 """The orphan report of a cloud whose teardown is a table of rows (azure_rows.py, gcp_rows.py): its words.
 
-What is there comes from the engine (steps.report: the rows' discovery in check mode, each owned item with the
-age its cloud gives); this file only says it, as Markdown and JSON in the shape of the AWS report (aws_report.py),
+What is there comes from the engine (``orphans``, below: the rows' discovery in check mode, each owned item with the
+age its cloud gives); this file says it, as Markdown and JSON in the shape of the AWS report (aws_report.py),
 and writes the two files. Importing it needs no cloud SDK.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 
-from ansible_collections.krops.platform.plugins.module_utils import shell, steps
+from ansible_collections.krops.platform.plugins.module_utils import shell
 
 # cloud -> (its name in the title, the JSON key and the label of where the report looked)
 WHERE = {
@@ -31,7 +32,7 @@ def orphan_report(run, cloud, environment, scope, min_age_hours, report_path=Non
     json), ``report_files`` when written (``report_path``, not in check mode), ``msg``, ``not_owned`` and the
     run's plan. Nothing in the cloud is written: the run discovers only."""
     at = at or now()
-    result, entries = steps.report(run, at, min_age_hours)
+    result, entries = orphans(run, at, min_age_hours)
     title, key, dummy = WHERE[cloud]
     data = {
         "cloud": cloud,
@@ -146,3 +147,55 @@ def number(value):
 def cell(text):
     """Text that cannot end a Markdown table cell."""
     return (text or "").replace("|", "/")
+
+
+# --- the orphan report: discovery only, with each owned item's age --------------------------------------------
+
+ORPHAN = "orphan"  # the outcome of an entry of an orphan report (the AWS sweep's report says the same)
+_RFC3339 = re.compile(r"^(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?([Zz]|[+-]\d\d:\d\d)$")
+
+
+def created_at(text):
+    """An aware UTC datetime of a creation time as a cloud states it (RFC 3339: ARM's systemData.createdAt with
+    seven fractional digits, Google's creationTimestamp with an offset); None when absent or not such a time."""
+    match = _RFC3339.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zone = match.groups()
+    try:
+        zone_of = datetime.UTC
+        if zone not in "Zz":
+            sign = -1 if zone[0] == "-" else 1
+            zone_of = datetime.timezone(sign * datetime.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
+        micro = int((fraction or "0")[:6].ljust(6, "0"))
+        when = datetime.datetime(*map(int, (year, month, day, hour, minute, second)), micro, tzinfo=zone_of)
+        return when.astimezone(datetime.UTC)
+    except (ValueError, OverflowError):  # a month 13, an offset of 25 hours, a year 9999 past UTC: not a time
+        return None
+
+
+def orphans(run, now, min_age_hours):
+    """The orphan report of a table of rows: (the run's result, the entries).
+
+    ``run`` must be in check mode: it discovers and plans, and writes nothing. Each owned item of an acting row
+    that is at least ``min_age_hours`` old (``now``: an aware datetime) is an entry, in the table's order: its
+    result entry (``run.public``) with outcome ``orphan``, its row's ``stage`` (``group``), ``created`` (UTC, ISO
+    8601) and ``age_hours`` (to a tenth). An item whose row found no creation time (the cloud gives none for
+    that type, or gave none) has both None, and one created after ``now`` has no age: both are always reported, the
+    report does not know they are young.
+    """
+    if not run.check_mode:
+        raise ValueError("cloud_report.orphans needs a run in check mode: a report writes nothing")
+    result = run.execute()
+    entries = []
+    for step in run.acting:
+        for item in run.plan[step.name]:
+            created = created_at(item.get("_created"))
+            # a creation time after now (a skewed clock, a bogus stamp) is no age: the item is always reported
+            age = None if created is None or created > now else round((now - created).total_seconds() / 3600.0, 1)
+            if age is not None and age < min_age_hours:
+                continue
+            entry = run.public(item, ORPHAN)
+            entry.update(stage=step.group, created=created.isoformat() if created else None, age_hours=age)
+            entries.append(entry)
+    return result, entries

@@ -42,7 +42,7 @@ AZURE_ARM = "https://management.azure.com"
 GCP_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # The wait options of the cloud teardowns (doc fragment krops.platform.cloud_teardown).
 WAIT_ARGS = dict(wait_timeout=dict(type="int", default=1800), poll_interval=dict(type="int", default=10))
-# The orphan report mode (steps.report) of the teardowns on the step engine (doc fragment krops.platform.cloud_teardown).
+# The orphan report mode (cloud_report.orphans) of the teardowns on the step engine (doc fragment krops.platform.cloud_teardown).
 REPORT_ARGS = dict(
     mode=dict(type="str", default="delete", choices=["delete", "report"]),
     min_age_hours=dict(type="float", default=6),

@@ -152,7 +152,7 @@ def vpc_parts(scan, collection, rtype, what, regional=False, keep=None):
                 "url": "{}/{}/{}/{}".format(compute, scope, collection, urllib.parse.quote(r["name"])),
                 "reason": "{} of owned VPC {}".format(what, _last(r.get("network"))),
                 "network": _last(r.get("network")),
-                "_created": r.get("creationTimestamp"),  # the orphan report's (steps.report)
+                "_created": r.get("creationTimestamp"),  # the orphan report's (cloud_report.orphans)
             }
         )
     return items

@@ -22,7 +22,7 @@ teardown.disable-deletion-protection. Service accounts, their project grants and
 providers carry no labels: only the exact account ids and <pool>/<provider> names of bootstrap.toml
 (teardown.service-accounts, teardown.workload-identity-providers) are owned (gcp_iam.py).
 
-Each item carries its resource's creation time for the orphan report (``_created``, steps.report): Compute
+Each item carries its resource's creation time for the orphan report (``_created``, cloud_report.orphans): Compute
 Engine's ``creationTimestamp`` (VPCs and their parts), GKE's and Cloud SQL's ``createTime``, Cloud Storage's
 ``timeCreated``. Peerings, private services access connections, IAM grants, service accounts and workload
 identity providers state none (docs/upstream-facts.md).

@@ -32,9 +32,9 @@ on right before the row acts (re-listed, reordered; they become the row's plan);
 followed by ``Run.wait_timed``; ``execute_each`` runs several runs (one per region) side by side; and
 ``verify=False`` leaves the verification pass to the caller.
 
-The orphan report (``report``) is the same table read only: a run in check mode gives every owned item the
-discovery found, and each one's age comes from the creation time its row put in the item (``_created``, the
-cloud's own text: RFC 3339). Every cloud on this engine gets its report from this one function.
+The orphan report (cloud_report.orphans) is the same table read only: a run in check mode gives every owned item
+the discovery found, and each one's age comes from the creation time its row put in the item (``_created``, the
+cloud's own text: RFC 3339). Every cloud on this engine gets its report from that one function.
 
 The stepped modules (capi_pivot's phases, flux_handoff's setup and wait) run a ``Sequence`` of ``Phase``s, each once
 and in order, with ``stop_after``; their long waits go through ``Waits``, which the call's budget may cut (a
@@ -45,8 +45,6 @@ Importable without Ansible and without any cloud SDK.
 
 from __future__ import annotations
 
-import datetime
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -294,8 +292,7 @@ class Run:
         if not mine or not self.wait:
             return True
         self.progress(f"waiting for {len(mine)} deletion(s)")
-        timed = any(self.by_name[p[0]].timed for p in mine)
-        failed, cut = self.wait_timed(mine) if timed else self.wait_for(mine)
+        failed, cut = _follow(self, mine)  # a watched row's deletions are watched, the rest polled
         failed_ids = {id(entry) for dummy, entry in failed}  # asked once every wait ended, in the order they began
         gone = {id(e) for e in mine if id(e) in failed_ids and self._gone(self.by_name[e[0]], self.plan[e[0]][e[1]])}
         for error, entry in failed:
@@ -498,56 +495,56 @@ def execute_each(runs, workers):
     return side_by_side(lambda run: run.execute(), runs, workers)
 
 
-# --- the orphan report: discovery only, with each owned item's age --------------------------------------------
-
-ORPHAN = "orphan"  # the outcome of an entry of an orphan report (the AWS sweep's report says the same)
-_RFC3339 = re.compile(r"^(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?([Zz]|[+-]\d\d:\d\d)$")
+# --- rows followed by a watch: one blocking call per row instead of a poll per deletion ---------------------------
 
 
-def created_at(text):
-    """An aware UTC datetime of a creation time as a cloud states it (RFC 3339: ARM's systemData.createdAt with
-    seven fractional digits, Google's creationTimestamp with an offset); None when absent or not such a time."""
-    match = _RFC3339.match(text.strip()) if isinstance(text, str) else None
-    if match is None:
-        return None
-    year, month, day, hour, minute, second, fraction, zone = match.groups()
-    try:
-        zone_of = datetime.UTC
-        if zone not in "Zz":
-            sign = -1 if zone[0] == "-" else 1
-            zone_of = datetime.timezone(sign * datetime.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
-        micro = int((fraction or "0")[:6].ljust(6, "0"))
-        when = datetime.datetime(*map(int, (year, month, day, hour, minute, second)), micro, tzinfo=zone_of)
-        return when.astimezone(datetime.UTC)
-    except (ValueError, OverflowError):  # a month 13, an offset of 25 hours, a year 9999 past UTC: not a time
-        return None
+def _unpolled(run, handle):
+    raise TypeError("a WatchedRow is watched, never polled")
 
 
-def report(run, now, min_age_hours):
-    """The orphan report of a table of rows: (the run's result, the entries).
+class WatchedRow(Row):
+    """A row whose pending deletions are followed together by one blocking call, ``watch(run, handles, seconds)``,
+    instead of a poll each: a Kubernetes watch wakes on each change, where a poll sleeps ``poll_interval``
+    between looks. ``watch`` returns, for each handle in order, what a poll answers: ``(DONE, None)``, ``(FAILED,
+    error)``, or ``(PENDING, state)`` when ``seconds`` ran out with the deletion still going (``state``: how it
+    stands, or None). Everything else (order, stops, the budget and resume, the verification pass) is the engine's,
+    as for any row."""
 
-    ``run`` must be in check mode: it discovers and plans, and writes nothing. Each owned item of an acting row
-    that is at least ``min_age_hours`` old (``now``: an aware datetime) is an entry, in the table's order: its
-    result entry (``run.public``) with outcome ``orphan``, its row's ``stage`` (``group``), ``created`` (UTC, ISO
-    8601) and ``age_hours`` (to a tenth). An item whose row found no creation time (the cloud gives none for
-    that type, or gave none) has both None, and one created after ``now`` has no age: both are always reported, the
-    report does not know they are young.
-    """
-    if not run.check_mode:
-        raise ValueError("steps.report needs a run in check mode: a report writes nothing")
-    result = run.execute()
-    entries = []
-    for step in run.acting:
-        for item in run.plan[step.name]:
-            created = created_at(item.get("_created"))
-            # a creation time after now (a skewed clock, a bogus stamp) is no age: the item is always reported
-            age = None if created is None or created > now else round((now - created).total_seconds() / 3600.0, 1)
-            if age is not None and age < min_age_hours:
-                continue
-            entry = run.public(item, ORPHAN)
-            entry.update(stage=step.group, created=created.isoformat() if created else None, age_hours=age)
-            entries.append(entry)
-    return result, entries
+    def __init__(self, name, discover, act, watch, **kw):
+        if "poll" in kw:
+            raise TypeError(f"Row {name}: a WatchedRow is followed by its watch, it takes no poll")
+        super().__init__(name, discover, act, poll=_unpolled, **kw)  # a poll, so that the engine keeps the handles
+        self.watch = watch
+
+
+def _follow(run, entries):
+    """Run.wait_for, the entries of WatchedRows watched row by row (each for its share of the timeout, less what
+    it waited before a cut, and never past the budget), the rest polled: ([(error, entry)], [entry cut])."""
+    watched = [e for e in entries if isinstance(run.by_name[e[0]], WatchedRow)]
+    polled = [e for e in entries if not isinstance(run.by_name[e[0]], WatchedRow)]
+    failed, cut = [], []
+    if polled:  # a timed row's deletions (a first poll delay, an interval, poll_all) by wait_timed
+        timed = any(run.by_name[e[0]].timed for e in polled)
+        failed, cut = run.wait_timed(polled) if timed else run.wait_for(polled)
+    for name in dict.fromkeys(e[0] for e in watched):
+        mine = [e for e in watched if e[0] == name]
+        limit = run.timeout * run.by_name[name].budget
+        seconds = limit - max(e[3] for e in mine)
+        budget_left = None if run.deadline is None else run.deadline - run.clock()
+        by_budget = budget_left is not None and budget_left < seconds
+        start = run.clock()
+        answers = run.by_name[name].watch(run, [e[2] for e in mine], max(0.0, budget_left if by_budget else seconds))
+        spent = run.clock() - start
+        for entry, (state, text) in zip(mine, answers):
+            if state == FAILED:
+                failed.append((text, entry))
+            elif state != DONE and by_budget:
+                cut.append(entry[:3] + [round(entry[3] + spent, 3)])
+            elif state != DONE:
+                failed.append(
+                    (f"still deleting after {_seconds(limit)}s (wait_timeout)" + (f": {text}" if text else ""), entry)
+                )
+    return failed, cut
 
 
 # --- a sequence: steps run once each, in order, with waits the call's budget may cut -------------------------------

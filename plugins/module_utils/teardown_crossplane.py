@@ -5,7 +5,9 @@
 ``delete_managed`` deletes the managed resources krops owns while the providers still run, in dependency order
 (what uses a resource before the resource): each stage's objects are deleted and waited for before the next
 stage starts, so the provider deletes the AWS resource behind each object and never finds a dependant still
-there (a DB subnet group in use, a VPC with subnets).
+there (a DB subnet group in use, a VPC with subnets). The stages are rows of the step engine (steps.py, with the
+Kubernetes pieces of kube_rows.py): the ``opt-in`` row, then a ``steps.WatchedRow`` per kind, each after every row
+of the stage before it; once the last stage is gone every kind is listed again, and what is still there fails.
 
 Ownership (docs/ownership.md): an object is krops' only when its label ``krops.io/environment`` is exactly the
 environment's name; the trees set it on every managed resource (kustomize ``labels``). An object of the same
@@ -21,8 +23,8 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.krops.platform.plugins.module_utils import kube
-from ansible_collections.krops.platform.plugins.module_utils.teardown import _watch_gone, probe_or_abort, write
+from ansible_collections.krops.platform.plugins.module_utils import kube_rows, steps
+from ansible_collections.krops.platform.plugins.module_utils.teardown import probe_or_abort
 
 OWNER_LABEL = "krops.io/environment"
 
@@ -63,15 +65,72 @@ def _needs_opt_in(obj):
     return "*" not in policies and "Delete" not in policies
 
 
-def _list(client, namespace, environment, target):
-    """[(stage, api_version, kind, [owned objects])]; every kind is listed before anything changes."""
-    listed = []
+class CrossplaneScan:
+    """One discovery: every kind of STAGES listed once, before anything changes ({kind: owned objects})."""
+
+    def __init__(self, ctx):
+        self.ctx, self.owned = ctx, {}
+        namespace, environment = ctx.opts["namespace"], ctx.opts["environment"]
+        for kinds in STAGES:
+            for api_version, kind in kinds:
+                objs = probe_or_abort(ctx.client, api_version, kind, namespace, f"the {kind} objects", ctx.target)
+                self.owned[kind] = sorted((o for o in objs if owned(o, environment)), key=_label)
+
+
+def _opt_ins(scan):
+    return [
+        kube_rows.row_item("opt-in", o, api_version, kind)
+        for kinds in STAGES
+        for api_version, kind in kinds
+        for o in scan.owned[kind]
+        if _needs_opt_in(o)
+    ]
+
+
+def _owned(kind, api_version):
+    return lambda scan: [kube_rows.row_item(kind, o, api_version, kind) for o in scan.owned[kind]]
+
+
+def _rows():
+    """The opt-in row, then a WatchedRow per kind, each after every row of the stage before it (and the opt-in)."""
+    rows = [
+        steps.Row(
+            "opt-in",
+            _opt_ins,
+            kube_rows.patch_act(lambda item: {"spec": {"managementPolicies": ["*"], **OPT_IN.get(item["type"], {})}}),
+            plan="allow deletion of {shown} (managementPolicies [*])",
+        )
+    ]
+    before = ("opt-in",)
     for stage, kinds in enumerate(STAGES, 1):
         for api_version, kind in kinds:
-            objs = probe_or_abort(client, api_version, kind, namespace, f"the {kind} objects", target)
-            mine = sorted((o for o in objs if owned(o, environment)), key=_label)
-            listed.append((stage, api_version, kind, mine))
-    return listed
+            rows.append(
+                steps.WatchedRow(
+                    kind,
+                    _owned(kind, api_version),
+                    kube_rows.delete_act,
+                    kube_rows.watch_gone(False, "{kind} objects"),
+                    plan=f"delete {{shown}} (stage {stage}) and wait until it is gone",
+                    after=before,
+                    group=f"stage {stage}",
+                )
+            )
+        before = tuple(kind for _api, kind in kinds)
+    return tuple(rows)
+
+
+ROWS = _rows()
+
+
+def _result(run, result):
+    shown = kube_rows.module_keys(result)
+    shown.update(
+        opted_in=[i["shown"] for i in run.plan.get("opt-in", ())],
+        deleted=[i["shown"] for name in run.plan if name != "opt-in" for i in run.plan[name]],
+        remaining=[],
+        progress=run.ctx.progress,
+    )
+    return shown
 
 
 def delete_managed(
@@ -85,7 +144,7 @@ def delete_managed(
     on_progress=None,
     clock=None,
 ):
-    """Delete the managed resources of ``environment`` in ``namespace`` stage by stage (STAGES).
+    """Delete the managed resources of ``environment`` in ``namespace`` stage by stage (STAGES, ROWS).
 
     Returns plan, opted_in, deleted, remaining, progress, target and changed; a stage that does not finish within
     what is left of ``wait_timeout`` raises TeardownError naming what is still there (the later stages did not
@@ -93,67 +152,33 @@ def delete_managed(
     """
     clock = clock or time.monotonic
     deadline = clock() + wait_timeout
-    target = kube.describe_target(kubeconfig, context)
-    client = kube.connect(kubeconfig, context, **(connect_options or {}))
-    listed = _list(client, namespace, environment, target)
-    opt_in = [(api, kind, o) for _s, api, kind, objs in listed for o in objs if _needs_opt_in(o)]
-    result = {
-        "plan": [f"allow deletion of {_label(o)} (managementPolicies [*])" for _a, _k, o in opt_in]
-        + [f"delete {_label(o)} (stage {s}) and wait until it is gone" for s, _a, _k, objs in listed for o in objs],
-        "opted_in": [_label(o) for _a, _k, o in opt_in],
-        "deleted": [_label(o) for _s, _a, _k, objs in listed for o in objs],
-        "remaining": [],
-        "progress": [],
-        "target": target,
-        "changed": any(objs for _s, _a, _k, objs in listed),
-    }
-    for api_version, kind, obj in opt_in:
-        body = {"spec": {"managementPolicies": ["*"], **OPT_IN.get(kind, {})}}
-        name = obj["metadata"]["name"]
-        write(
-            lambda dry_run, api=(api_version, kind), name=name, body=body: kube.merge_patch(
-                client, *api, name, namespace, body, dry_run=dry_run
-            ),
-            f"patch {_label(obj)}",
-            target,
-            result,
-            check_mode,
-        )
-    for stage in range(1, len(STAGES) + 1):
-        _delete_stage(client, namespace, [row for row in listed if row[0] == stage], target, result, check_mode)
-        if check_mode:
-            continue
-        for _s, api_version, kind, objs in listed:
-            if _s != stage or not objs:
-                continue
-            _watch_gone(
-                client,
-                (api_version, kind, namespace),
-                {(namespace, o["metadata"]["name"]): _label(o) for o in objs},
-                deadline - clock(),
-                result,
-                on_progress,
-                lambda left, stage=stage: (
-                    f"timed out waiting for the Crossplane managed resources of stage {stage} to be deleted on "
-                    f"{target}; still present: {left}. The later stages did not run and Crossplane still runs; "
-                    "check the provider's logs (a provider that cannot reach AWS keeps its finalizer) and run the "
-                    "teardown again"
-                ),
-                f"lost the watch on {kind} objects on {target}",
-            )
-    return result
-
-
-def _delete_stage(client, namespace, rows, target, result, check_mode):
-    for _stage, api_version, kind, objs in rows:
-        res = kube.resource(client, api_version, kind) if objs else None
-        for obj in objs:
-            write(
-                lambda dry_run, res=res, name=obj["metadata"]["name"]: res.delete(
-                    name=name, namespace=namespace, dry_run=dry_run
-                ),
-                f"delete {_label(obj)}",
-                target,
-                result,
-                check_mode,
-            )
+    ctx = kube_rows.Kube(
+        kubeconfig,
+        context,
+        connect_options,
+        on_progress,
+        deadline,
+        check_mode,
+        namespace=namespace,
+        environment=environment,
+    )
+    run = steps.Run(
+        ROWS,
+        ctx,
+        lambda: CrossplaneScan(ctx),
+        facts=lambda scan: {"target": ctx.target},
+        label=kube_rows.label,
+        wait=not check_mode,  # a dry run leaves nothing to wait for
+        timeout=wait_timeout,
+        clock=clock,
+    )
+    return kube_rows.execute(
+        run,
+        _result,
+        lambda left: (
+            f"timed out waiting for the Crossplane managed resources of {run.result.get('stopped_at')} to be deleted "
+            f"on {ctx.target}; still present: {left}. The later stages did not run and Crossplane still runs; "
+            "check the provider's logs (a provider that cannot reach AWS keeps its finalizer) and run the "
+            "teardown again"
+        ),
+    )

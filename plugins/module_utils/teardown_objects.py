@@ -8,13 +8,13 @@
 - ``delete_named``: the bootstrap secrets and the run tags, by exact name.
 
 Each lists or reads everything it will change before its first write, so an API that cannot answer changes
-nothing. Check mode sends every write as a server-side dry run (what kubernetes.core.k8s does in check mode), so
-admission and RBAC still answer.
+nothing. ``quiesce_releases`` is two rows of the step engine (steps.py, kube_rows.py). Check mode sends every
+write as a server-side dry run (what kubernetes.core.k8s does in check mode), so admission and RBAC still answer.
 """
 
 from __future__ import annotations
 
-from ansible_collections.krops.platform.plugins.module_utils import kube
+from ansible_collections.krops.platform.plugins.module_utils import kube, kube_rows, steps
 from ansible_collections.krops.platform.plugins.module_utils.teardown import probe_or_abort, write
 
 HELM_RELEASE = ("helm.toolkit.fluxcd.io/v2", "HelmRelease")
@@ -35,59 +35,78 @@ def _providers_deployment(obj, providers):
     return selector.get(CROSSPLANE_PROVIDER_LABEL) in providers
 
 
+def _releases(ctx):
+    found = probe_or_abort(ctx.client, *HELM_RELEASE, ctx.opts["namespace"], "the HelmReleases", ctx.target)
+    wanted = set(ctx.opts["releases"])
+    running = [o for o in found if o["metadata"]["name"] in wanted and not (o.get("spec") or {}).get("suspend")]
+    return [kube_rows.row_item("helm-release", o, *HELM_RELEASE) for o in sorted(running, key=_name)]
+
+
+def _deployments(ctx):
+    found = probe_or_abort(ctx.client, *DEPLOYMENT, ctx.opts["namespace"], "the Deployments", ctx.target)
+    wanted, providers = set(ctx.opts["releases"]), set(ctx.opts["providers"])
+    running = [
+        o
+        for o in found
+        if (
+            (o["metadata"].get("annotations") or {}).get(HELM_RELEASE_ANNOTATION) in wanted
+            or _providers_deployment(o, providers)
+        )
+        and (o.get("spec") or {}).get("replicas", 1) != 0
+    ]
+    return [kube_rows.row_item("deployment", o, *DEPLOYMENT) for o in sorted(running, key=_name)]
+
+
+def _name(obj):
+    return obj["metadata"]["name"]
+
+
+# The HelmReleases first, so that helm-controller does not scale the Deployments back up, then their Deployments.
+QUIESCE_ROWS = (
+    steps.Row(
+        "helm-release",
+        _releases,
+        kube_rows.patch_act(lambda item: kube.suspend_patch(True, by=kube.TEARDOWN_SUSPENDER)),
+        plan="suspend HelmRelease {namespace}/{name}",
+    ),
+    steps.Row(
+        "deployment",
+        _deployments,
+        kube_rows.patch_act(lambda item: {"spec": {"replicas": 0}}),
+        plan="scale Deployment {namespace}/{name} to 0 replicas",
+        after=("helm-release",),
+    ),
+)
+
+
+def _quiesced(run, result):
+    shown = kube_rows.module_keys(result)
+    for key, row in (("suspended", "helm-release"), ("scaled", "deployment")):
+        shown[key] = [e["name"] for e in result["results"] if e["row"] == row and e["outcome"] == kube_rows.PATCHED]
+    return shown
+
+
 def quiesce_releases(kubeconfig, context, namespace, releases, check_mode=False, connect_options=None, providers=()):
-    """Suspend the HelmReleases named in ``releases`` and scale their Deployments to zero, in ``namespace``.
+    """Suspend the HelmReleases named in ``releases`` and scale their Deployments to zero, in ``namespace``
+    (QUIESCE_ROWS, on the step engine).
 
     A Deployment is a release's when Helm's release-name annotation names it; it is a Crossplane Provider's (named
     in ``providers``) when its selector carries Crossplane's provider label with that name. Nothing else is
-    touched. A
-    HelmRelease already suspended and a Deployment already at zero replicas are left as they are, so a second
-    run changes nothing. Returns plan, suspended, scaled, target and changed.
+    touched. A HelmRelease already suspended and a Deployment already at zero replicas are left as they are, so a
+    second run changes nothing; once done, both are listed again, and one that is running again fails the step.
+    Returns plan, suspended, scaled, target and changed.
     """
-    target = kube.describe_target(kubeconfig, context)
-    client = kube.connect(kubeconfig, context, **(connect_options or {}))
-    wanted = set(releases)
-    found = probe_or_abort(client, *HELM_RELEASE, namespace, "the HelmReleases", target)
-    to_suspend = sorted(
-        o["metadata"]["name"]
-        for o in found
-        if o["metadata"]["name"] in wanted and not (o.get("spec") or {}).get("suspend")
+    ctx = kube_rows.Kube(kubeconfig, context, connect_options, dry_run=check_mode, namespace=namespace)
+    ctx.opts.update(releases=list(releases), providers=list(providers))
+    run = steps.Run(
+        QUIESCE_ROWS,
+        ctx,
+        lambda: ctx,
+        facts=lambda scan: {"target": ctx.target},
+        label=kube_rows.label,
+        wait=not check_mode,  # a dry run changes nothing to list again
     )
-    deployments = probe_or_abort(client, *DEPLOYMENT, namespace, "the Deployments", target)
-    to_scale = sorted(
-        o["metadata"]["name"]
-        for o in deployments
-        if (
-            (o["metadata"].get("annotations") or {}).get(HELM_RELEASE_ANNOTATION) in wanted
-            or _providers_deployment(o, set(providers))
-        )
-        and (o.get("spec") or {}).get("replicas", 1) != 0
-    )
-    result = {
-        "plan": [f"suspend HelmRelease {namespace}/{name}" for name in to_suspend]
-        + [f"scale Deployment {namespace}/{name} to 0 replicas" for name in to_scale],
-        "suspended": [],
-        "scaled": [],
-        "target": target,
-        "changed": bool(to_suspend or to_scale),
-    }
-    for (api_version, kind), names, body, key in (
-        (HELM_RELEASE, to_suspend, kube.suspend_patch(True, by=kube.TEARDOWN_SUSPENDER), "suspended"),
-        (DEPLOYMENT, to_scale, {"spec": {"replicas": 0}}, "scaled"),
-    ):
-        res = kube.resource(client, api_version, kind) if names else None
-        for name in names:
-            if write(
-                lambda dry_run, name=name, res=res, body=body, api=(api_version, kind): kube.merge_patch(
-                    client, *api, name, namespace, body, res=res, dry_run=dry_run
-                ),
-                f"patch {kind} {namespace}/{name}",
-                target,
-                result,
-                check_mode,
-            ):
-                result[key].append(name)
-    return result
+    return kube_rows.execute(run, _quiesced)
 
 
 def delete_named(kubeconfig, context, namespace, check_mode=False, connect_options=None, **names):

@@ -2,7 +2,7 @@
 # Apache License 2.0 (see LICENSE)
 """Teardown of a local-talos host: release the Tinkerbell Hardware CAPT used, so that it returns to the pool.
 
-The Clusters go first (teardown.delete_clusters); a Hardware is released when no owner its CAPT marks name is
+The Clusters go first (kube_rows.delete_clusters); a Hardware is released when no owner its CAPT marks name is
 left, and stale marks (an owner that is gone) are removed. Nothing here touches a Hardware no mark ties to the
 environment's clusters.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from ansible_collections.krops.platform.plugins.module_utils import kube
 from ansible_collections.krops.platform.plugins.module_utils.errors import TeardownError
+from ansible_collections.krops.platform.plugins.module_utils.kube_rows import delete_clusters
 from ansible_collections.krops.platform.plugins.module_utils.teardown import (
     UnknownState,
-    delete_clusters,
     object_name,
     probe_or_abort,
     served_cluster,

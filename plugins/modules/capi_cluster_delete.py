@@ -22,6 +22,8 @@ description:
     other than NotFound, an empty listing or an unknown resource type) it fails before changing anything.
   - Never deletes a Cluster named in O(keep). A management cluster cannot delete its own Cluster object
     (its provider would die mid-delete).
+  - When everything it asked for is done it lists again, and a named Cluster still there, or a Kustomization or
+    Flux Operator object that is no longer suspended, fails the step and is named.
 options:
   clusters:
     description: Names of the Clusters to delete. Absent ones are reported in RV(already_absent).
@@ -130,7 +132,7 @@ target:
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import kube_shell
-from ansible_collections.krops.platform.plugins.module_utils import teardown
+from ansible_collections.krops.platform.plugins.module_utils import kube_rows
 
 NAME = "krops.platform.capi_cluster_delete"
 
@@ -148,7 +150,7 @@ def argument_spec():
 
 
 def main():
-    kube_shell.run(NAME, argument_spec(), teardown.delete_clusters, "deleting the Clusters", names="clusters")
+    kube_shell.run(NAME, argument_spec(), kube_rows.delete_clusters, "deleting the Clusters", names="clusters")
 
 
 if __name__ == "__main__":

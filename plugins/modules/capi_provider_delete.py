@@ -15,7 +15,8 @@ description:
     listing the API server cannot answer (any error but a kind it does not serve) fails with nothing deleted.
   - Deletes them kind by kind in the order add-on, runtime extension, IPAM, control plane, bootstrap,
     infrastructure, core, and waits with an event-driven watch until the objects of a kind are gone before the
-    next kind, so that no provider outlives one it needs.
+    next kind, so that no provider outlives one it needs. When every kind is gone it lists them again, and a provider
+    object still there fails the step and is named.
   - The teardown role runs it on the cluster krops created (the kind cluster that carries krops' marker, or
     the management cluster), where every provider object is krops'.
 options:
@@ -91,15 +92,15 @@ target:
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import kube_shell
-from ansible_collections.krops.platform.plugins.module_utils import teardown
+from ansible_collections.krops.platform.plugins.module_utils import kube_rows
 
 NAME = "krops.platform.capi_provider_delete"
 
 
 def argument_spec():
-    kinds = list(teardown.PROVIDER_KINDS)
+    kinds = list(kube_rows.PROVIDER_KINDS)
     return kube_shell.spec(
-        api_version=dict(type="str", default=teardown.PROVIDER_API),
+        api_version=dict(type="str", default=kube_rows.PROVIDER_API),
         kinds=dict(type="list", elements="str", choices=kinds, default=kinds),
         wait=dict(type="bool", default=True),
         wait_timeout=dict(type="int", default=600),
@@ -107,7 +108,7 @@ def argument_spec():
 
 
 def main():
-    kube_shell.run(NAME, argument_spec(), teardown.delete_providers, "deleting the providers")
+    kube_shell.run(NAME, argument_spec(), kube_rows.delete_providers, "deleting the providers")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ description:
     to C(["*"]), with C(forceDestroy) on a bucket, so the provider deletes them too.
   - Deletes in stages (DB instance, attachments, bucket settings and the ingress rule; then the DB subnet group,
     bucket, role, policy and user; then the security group and subnets; then the VPC) and waits until each
-    stage's objects are gone before the next.
+    stage's objects are gone before the next. When the last stage is gone it lists every kind again, and an
+    owned object still there fails the step and is named.
 options:
   namespace:
     description: Namespace of the managed resources.

@@ -358,6 +358,40 @@ def test_a_reset_write_is_not_applied_and_the_client_sees_a_connection_error(kin
     assert kind_api.exists("v1", "ConfigMap", "reset-me", "default")
 
 
+@pytest.mark.parametrize("method", ["POST", "DELETE", "PATCH"])
+def test_the_strict_emulator_applies_a_reset_armed_for_a_write_it_answers(strict_cluster, method):
+    """The crash matrix's reset points run on strict API servers (tests/substrate/crash_world.py): a reset armed for a
+    create, a delete or a patch closes the connection unanswered and applies nothing there too (its handler answered
+    writes without looking at the armed resets, so every reset point of the fast crash matrix was a run with no fault)."""
+    import http.client
+    import json as json_module
+    from urllib.parse import urlparse
+
+    api = strict_cluster("kind-mgmt")
+    if method != "POST":
+        api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "reset-me", "namespace": "default"}})
+    path = "/api/v1/namespaces/default/configmaps" + ("" if method == "POST" else "/reset-me")
+    body = {"POST": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "reset-me"}}, "DELETE": {}}
+    body = json_module.dumps(body.get(method, {"data": {"k": "v"}}))
+    ctype = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    api.inject_reset(method, "^%s$" % path, times=1)
+    where = urlparse(api.url)
+
+    def send():
+        conn = http.client.HTTPConnection(where.hostname, where.port, timeout=5)
+        try:
+            conn.request(method, path, body, {"Content-Type": ctype})
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    before = api.list("v1", "ConfigMap", "default")
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError, http.client.BadStatusLine)):
+        send()
+    assert api.list("v1", "ConfigMap", "default") == before  # nothing applied
+    assert send() == {"POST": 201, "DELETE": 200, "PATCH": 200}[method]  # the next one is answered
+
+
 def test_teardown_takes_an_unanswered_discovery_as_an_unknown_state():
     from ansible_collections.krops.platform.plugins.module_utils import teardown
 

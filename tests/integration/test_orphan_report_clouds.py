@@ -1,7 +1,7 @@
 """The orphan report of the clouds on the steps engine (azure_teardown and gcp_teardown with mode=report, and
 playbooks/orphan-report.yml picking the cloud from the environment's profile), over the ARM and Google doubles.
 
-The report is the teardown's own discovery in check mode (steps.report): every owned resource at least
+The report is the teardown's own discovery in check mode (cloud_report.orphans): every owned resource at least
 min_age_hours old, its age from the creation time the cloud states (ARM systemData.createdAt; Compute Engine
 creationTimestamp, GKE and Cloud SQL createTime, Cloud Storage timeCreated), always reported when the cloud states
 none. Every test asserts the report's exact content and that no write reached the double.

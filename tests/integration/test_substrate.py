@@ -1,5 +1,6 @@
 """The test substrate itself: the Kubernetes emulator over real HTTP, moto, the registry, stand-ins."""
 
+import copy
 import json
 import subprocess
 import threading
@@ -134,6 +135,55 @@ def test_watch_streams_events_and_honours_timeout(kind_api):
         )
     ]
     assert seen == [("ADDED", "a"), ("DELETED", "a")]
+
+
+def test_a_restored_snapshot_has_its_own_event_history_so_a_watch_replays_no_other_run(kind_api):
+    """crash_world.CrashWorld.restore goes back to checkpoints in any order (the bootstrap points to the start, the
+    teardown points to the bootstrapped state). As an API server, a watch from the resourceVersion of a list gets the
+    changes after it in that history only: never an event of a run the restore undid. The history used to be cut to the
+    snapshot's length, which kept a later run's events once an older snapshot had made it shorter: the fast crash
+    matrix's teardown watch then saw a stale DELETED of the Cluster it had just deleted (and CAPI was still removing)."""
+
+    def cm(name):
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}}
+
+    def restore(saved):  # as CrashWorld.restore: a copy, so that the snapshot can be restored again
+        kind_api._restore(copy.deepcopy(saved))
+
+    start = kind_api._snapshot()
+    for name in ("a", "b", "c"):
+        kind_api.create(cm(name))
+    later = kind_api._snapshot()  # three events after start
+    restore(start)
+    kind_api.create(cm("other-run"))  # a run from start: one event, the history is now shorter than later's
+    restore(later)
+    kind_api.remove("v1", "ConfigMap", "a", "default")  # a run from later, undone by the next restore
+    restore(later)
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=kind_api.kubeconfig_path))
+    listed = core.list_namespaced_config_map("default")
+    assert sorted(c.metadata.name for c in listed.items) == ["a", "b", "c"]
+    replayed = [
+        (e["type"], e["object"].metadata.name)
+        for e in watch.Watch().stream(
+            core.list_namespaced_config_map,
+            "default",
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=1,
+        )
+    ]
+    assert replayed == []  # nothing happened since the list: no DELETED a, no ADDED other-run
+    kind_api.remove("v1", "ConfigMap", "b", "default")  # what happens next is seen, once
+    seen = [
+        (e["type"], e["object"].metadata.name)
+        for e in watch.Watch().stream(
+            core.list_namespaced_config_map,
+            "default",
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=1,
+        )
+    ]
+    assert seen == [("DELETED", "b")]
 
 
 def test_two_emulators_are_independent(kube_cluster):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import yaml
@@ -147,6 +148,60 @@ def test_only_named_clusters_go_lookalikes_stay_and_check_mode_only_plans(kind_a
     # deleting every Cluster of a namespace is no longer possible
     refused = run_module(capi_cluster_delete, dict(args, all_clusters=True))
     assert refused.failed and "all_clusters" in refused["msg"]
+
+
+def test_the_flux_operator_stops_first_and_what_comes_back_before_the_end_fails_the_step(kind_api, run_module):
+    """The rows of kube_rows.py on the step engine: the Flux Operator's reconciliation is disabled before the
+    Kustomizations are suspended (the plan lists the writes in the order they are made), and once the Clusters are
+    gone the engine lists again: a Kustomization resumed meanwhile (by a Flux Operator that still reconciled) fails
+    the step, named."""
+    make_ks(kind_api, "flux-system")
+    make_cluster(kind_api, "local-workload")
+    kind_api.create(
+        {
+            "apiVersion": "fluxcd.controlplane.io/v1",
+            "kind": "FluxInstance",
+            "metadata": {"name": "flux", "namespace": "flux-system"},
+            "spec": {"distribution": {"version": "2.x", "registry": "ghcr.io/fluxcd"}},
+        }
+    )
+    args = {"kubeconfig": kind_api.kubeconfig_path, "context": "kind-mgmt", "clusters": ["local-workload"]}
+    planned = run_module(capi_cluster_delete, args, check_mode=True)
+    assert planned["plan"] == [
+        "disable reconciliation of FluxInstance flux-system/flux",
+        "suspend Kustomization flux-system/flux-system",
+        "delete Cluster default/local-workload and wait until it is gone",
+    ]
+    assert planned["flux_operator_disabled"] == ["flux-system/flux"] and planned["deleted"] == ["local-workload"]
+
+    def resume_flux():  # while CAPI removes the Cluster, Flux runs again
+        client = kube.connect(kind_api.kubeconfig_path, "kind-mgmt")
+        kube.merge_patch(client, *KS, "flux-system", "flux-system", {"spec": {"suspend": False}})
+        kind_api.clear_finalizers(*CLUSTER, "local-workload", "default")
+
+    watcher = threading.Thread(target=lambda: _when_deleting(kind_api, "local-workload", resume_flux), daemon=True)
+    watcher.start()
+    result = run_module(capi_cluster_delete, dict(args, wait_timeout=10))
+    watcher.join(5)
+    assert result.failed
+    assert result["msg"].startswith(
+        "the teardown left Kustomization flux-system/flux-system (kustomization) on context kind-mgmt"
+    ), result["msg"]
+    annotations = kind_api.get("fluxcd.controlplane.io/v1", "FluxInstance", "flux", "flux-system")["metadata"]
+    assert annotations["annotations"] == {"fluxcd.controlplane.io/reconcile": "disabled"}
+    assert kind_api.list(*CLUSTER) == [] and result["deleted"] == ["local-workload"]
+    assert "results" not in result and "leftovers" not in result  # the engine's bookkeeping stays inside
+
+
+def _when_deleting(api, name, then, seconds=5.0):
+    """Call ``then`` once Cluster ``name`` carries a deletionTimestamp."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        obj = api.get(*CLUSTER, name, "default")
+        if obj and obj["metadata"].get("deletionTimestamp"):
+            then()
+            return
+        time.sleep(0.02)
 
 
 def test_refuses_to_delete_a_kept_cluster(kind_api, run_module):

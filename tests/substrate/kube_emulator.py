@@ -382,11 +382,20 @@ class KubeEmulator:
 
     # ---- state helpers -----------------------------------------------------------
     def _snapshot(self):
-        return clone(self.objects), len(self.events), self._last_rv, dict(self.resources)
+        """The state to go back to: the objects, the event history (the events themselves, not their number), the last
+        resourceVersion and the served resources."""
+        return clone(self.objects), list(self.events), self._last_rv, dict(self.resources)
 
     def _restore(self, saved):
+        """Back to a snapshot, its event history included: a watch from a resourceVersion gets the changes after it
+        in the restored history only (as an API server's watch cache: one history, never another run's events).
+
+        Truncating the history to the snapshot's length was wrong once the state had gone back to an older snapshot:
+        the history was then shorter than the length, so the events of the runs since stayed, and a watch from the
+        restored resourceVersion replayed them (tests/integration/test_crash_matrix.py: a stale DELETED made the
+        teardown's watch see a Cluster gone that CAPI was still deleting)."""
         self.objects, events, self._last_rv, self.resources = saved
-        del self.events[events:]
+        self.events[:] = events  # the same list object: watchers read self.events
         self._rv = itertools.count(self._last_rv + 1)
 
     def _bump(self, obj):
@@ -905,22 +914,30 @@ class _Handler(BaseHTTPRequestHandler):
         emulator.requests.append((method, path))
         return self._dispatch(method, path, query)
 
-    def _dispatch(self, method, path, query):
+    def _faulted(self, method, path):
+        """The armed reset and stall faults of this request (inject_reset, inject_stall): True when the connection was
+        closed unanswered; a stall holds the request first. Every handler applies them before it answers."""
         emulator = self.emulator
-        proxy = getattr(emulator, "service_proxy", None)  # a callable (method, path) -> (code, body) or None
-        answer = proxy(method, path) if proxy is not None and "/proxy" in path else None
-        if answer is not None:
-            return self._send(*answer)
         if emulator._reset(method, path):
             self.close_connection = True
             try:
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            return None
+            return True
         stall = emulator._stall(method, path)
         if stall:
             time.sleep(stall)
+        return False
+
+    def _dispatch(self, method, path, query):
+        emulator = self.emulator
+        proxy = getattr(emulator, "service_proxy", None)  # a callable (method, path) -> (code, body) or None
+        answer = proxy(method, path) if proxy is not None and "/proxy" in path else None
+        if answer is not None:
+            return self._send(*answer)
+        if self._faulted(method, path):
+            return None
         try:
             injected = emulator._injected(method, path)
             if injected:

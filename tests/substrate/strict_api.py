@@ -1457,6 +1457,8 @@ class _StrictHandler(_Handler):
             except ApiError:
                 routed = None
             if routed and routed[2] and not routed[3] and query.get("watch") not in ("true", "1"):
+                if self._faulted(method, path):
+                    return None
                 injected = emulator._injected(method, path)
                 if injected:
                     return self._send_error(injected)
@@ -1473,6 +1475,8 @@ class _StrictHandler(_Handler):
             res, namespace, name, sub = emulator.route(path)
             if method == "DELETE" and name is None:  # deletecollection
                 return super()._dispatch(method, path, query)
+            if self._faulted(method, path):  # the writes answered here: a reset or stall armed for them applies
+                return None
             injected = emulator._injected(method, path)
             if injected:
                 raise injected

@@ -506,3 +506,67 @@ def test_runs_side_by_side_answer_in_order():
     worlds = [World(vm=["a"]), World(vm=["b"])]
     results = steps.execute_each([w.run([w.row("vm")]) for w in worlds], workers=2)
     assert [[r["name"] for r in result["results"]] for result in results] == [["a"], ["b"]]
+
+
+class Watcher:
+    """A WatchedRow's watch over World: each call takes ``seconds`` of the clock and removes the things not in
+    ``stuck``; those stay PENDING with the state "Deleting"."""
+
+    def __init__(self, world, stuck=()):
+        self.world, self.stuck, self.calls = world, set(stuck), []
+
+    def __call__(self, run, handles, seconds):
+        self.calls.append(([h["name"] for h in handles], seconds))
+        self.world.now += seconds if self.stuck else 1.0
+        answers = []
+        for h in handles:
+            if h["name"] in self.stuck:
+                answers.append((steps.PENDING, "Deleting"))
+            else:
+                self.world.things[h["type"]].remove(h["name"])
+                answers.append((steps.DONE, None))
+        return answers
+
+    def row(self, rtype, **kw):
+        return steps.WatchedRow(rtype, self.world.discover(rtype), self.world.act, self, **kw)
+
+
+def test_a_watched_rows_deletions_are_followed_by_one_watch_not_polled():
+    """steps.WatchedRow (the Kubernetes rows, kube_rows.py): one blocking call follows the row's pending deletions,
+    for the row's share of the timeout; nothing polls them and nothing sleeps."""
+    w = World(vm=["v1", "v2"], net=["n1"])
+    w.slow = {"v1": 1, "v2": 1, "n1": 1}
+    watcher = Watcher(w)
+    result = w.run([watcher.row("vm", budget=0.5), w.row("net", after=["vm"])]).execute()
+    assert watcher.calls == [(["v1", "v2"], 5.0)]  # half of the 10 s timeout
+    assert acts(w) == [("vm", "v1"), ("vm", "v2"), ("net", "n1")]
+    assert [c for c in w.calls if c[0] == "poll"] == [("poll", "net", "n1")]
+    assert result["leftovers"] == [] and w.things == {"vm": [], "net": []}
+    with pytest.raises(TypeError, match="Row x: a WatchedRow is followed by its watch, it takes no poll"):
+        steps.WatchedRow("x", None, None, watcher, poll=w.poll)
+
+
+def test_what_a_watch_leaves_fails_with_its_state_and_stops_what_depends_on_it():
+    w = World(vm=["v1", "v2"], net=["n1"])
+    w.slow = {"v1": 1, "v2": 1}
+    watcher = Watcher(w, stuck={"v2"})
+    result = w.run([watcher.row("vm"), w.row("net", after=["vm"])]).execute()
+    assert [(r["name"], r["outcome"], r.get("error")) for r in result["results"]] == [
+        ("v1", "deleted", None),
+        ("v2", "failed", "still deleting after 10s (wait_timeout): Deleting"),
+    ]
+    assert acts(w) == [("vm", "v1"), ("vm", "v2")]  # net depends on vm, which left v2
+    assert result["leftovers"] == ["vm/v2"] and result["stopped_at"] == "vm"
+
+
+def test_a_budget_that_ends_first_cuts_a_watch_and_the_resume_goes_on_with_what_is_left_of_its_share():
+    w = World(vm=["v1"])
+    w.slow = {"v1": 1}
+    watcher = Watcher(w, stuck={"v1"})
+    first = w.run([watcher.row("vm")], budget=3).execute()
+    assert watcher.calls == [(["v1"], 3.0)] and first["resume"]["pending"][0][3] == 3.0
+    assert first["leftovers"] == []
+    watcher.stuck = set()
+    second = w.run([watcher.row("vm")], resume=json.loads(json.dumps(first["resume"]))).execute()
+    assert watcher.calls[1] == (["v1"], 7.0)  # the 10 s timeout less the 3 s the first call watched
+    assert second["leftovers"] == [] and w.things == {"vm": []}

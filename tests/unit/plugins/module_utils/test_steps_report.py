@@ -1,6 +1,6 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
-"""The orphan report of the steps engine (steps.report, steps.created_at) on a fake cloud: discovery only, each
+"""The orphan report of the steps engine (cloud_report.orphans, cloud_report.created_at) on a fake cloud: discovery only, each
 owned item with its age, nothing acted on."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import datetime
 
 import pytest
 
-from ansible_collections.krops.platform.plugins.module_utils import steps
+from ansible_collections.krops.platform.plugins.module_utils import cloud_report, steps
 
 UTC = datetime.UTC
 AT = datetime.datetime(2026, 12, 7, 6, 0, tzinfo=UTC)
@@ -27,7 +27,7 @@ AT = datetime.datetime(2026, 12, 7, 6, 0, tzinfo=UTC)
     ],
 )
 def test_a_creation_time_is_read_as_the_clouds_write_it(text, expected):
-    assert steps.created_at(text) == expected
+    assert cloud_report.created_at(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -46,7 +46,7 @@ def test_a_creation_time_is_read_as_the_clouds_write_it(text, expected):
     ],
 )
 def test_what_is_not_a_creation_time_is_none(text):
-    assert steps.created_at(text) is None
+    assert cloud_report.created_at(text) is None
 
 
 class Cloud:
@@ -76,7 +76,7 @@ class Cloud:
 
 def test_the_report_is_every_owned_item_old_enough_in_table_order_and_nothing_is_acted_on():
     cloud = Cloud()
-    result, entries = steps.report(cloud.run(), AT, 6)
+    result, entries = cloud_report.orphans(cloud.run(), AT, 6)
     assert cloud.acts == []
     assert entries == [
         {
@@ -125,15 +125,15 @@ def test_the_report_is_every_owned_item_old_enough_in_table_order_and_nothing_is
     ]
     assert all("_created" not in r and r["outcome"] == "planned" for r in result["results"])
     # a threshold of 0 reports the young one too; a higher one leaves only what has no known age
-    assert [e["name"] for e in steps.report(cloud.run(), AT, 0)[1]] == ["old", "young", "ageless", "n1", "bad"]
-    assert [e["name"] for e in steps.report(cloud.run(), AT, 1000)[1]] == ["ageless", "bad"]
+    assert [e["name"] for e in cloud_report.orphans(cloud.run(), AT, 0)[1]] == ["old", "young", "ageless", "n1", "bad"]
+    assert [e["name"] for e in cloud_report.orphans(cloud.run(), AT, 1000)[1]] == ["ageless", "bad"]
     assert cloud.acts == []
 
 
 def test_a_report_refuses_a_run_that_would_delete_and_a_deletion_never_shows_the_creation_time():
     cloud = Cloud()
-    with pytest.raises(ValueError, match="steps.report needs a run in check mode: a report writes nothing"):
-        steps.report(cloud.run(check_mode=False), AT, 6)
+    with pytest.raises(ValueError, match="cloud_report.orphans needs a run in check mode: a report writes nothing"):
+        cloud_report.orphans(cloud.run(check_mode=False), AT, 6)
     assert cloud.acts == []
     result = cloud.run(check_mode=False, wait=False).execute()
     assert cloud.acts == ["old", "young", "ageless", "n1", "bad"]
@@ -145,7 +145,7 @@ def test_an_item_created_in_the_future_is_reported_with_no_age():
     after now is no age at all, and an item of unknown age is always reported."""
     cloud = Cloud()
     cloud.things = {"vm": [("skewed", "2999-01-01T00:00:00Z")], "net": []}
-    result, entries = steps.report(cloud.run(), AT, 0)
+    result, entries = cloud_report.orphans(cloud.run(), AT, 0)
     assert [(e["name"], e["created"], e["age_hours"]) for e in entries] == [
         ("skewed", "2999-01-01T00:00:00+00:00", None)
     ]

@@ -137,6 +137,39 @@ def test_the_delete_order_holds_every_provider_kind_once():
     assert teardown.PROVIDER_KINDS == tuple(kinds)
 
 
+# clusterctl's provider types (cluster-api cmd/clusterctl/api/v1alpha3/provider_type.go, GetProviderType, @ ae7ff04):
+# the cluster-api-operator serves one provider kind for each (api/v1alpha2/*provider_types.go)
+CLUSTERCTL_PROVIDER_TYPES = {
+    "CoreProvider",
+    "BootstrapProvider",
+    "InfrastructureProvider",
+    "ControlPlaneProvider",
+    "IPAMProvider",
+    "RuntimeExtensionProvider",
+    "AddonProvider",
+}
+
+
+def test_every_clusterctl_provider_type_is_a_provider_kind_and_capi_provider_delete_has_a_row_for_each():
+    """The fact the teardown once held twice (7 kinds in kube.py, 5 in teardown.py, IPAM and runtime-extension
+    providers never deleted): one table, capi.PROVIDER_DELETE_ORDER, that the provider rows are built from."""
+    from ansible_collections.krops.platform.plugins.module_utils import capi, kube_rows
+    from ansible_collections.krops.platform.plugins.modules import capi_provider_delete
+
+    assert set(capi.PROVIDER_KINDS) == CLUSTERCTL_PROVIDER_TYPES
+    order = [kind for kind, _label in capi.PROVIDER_DELETE_ORDER]
+    rows = kube_rows._provider_rows(capi.PROVIDER_GROUP + "/v1alpha2", capi.PROVIDER_KINDS)
+    assert [row.name for row in rows] == order
+    assert [row.after for row in rows] == [()] + [(kind,) for kind in order[:-1]]  # each kind after the one before
+    options = capi_provider_delete.argument_spec()["kinds"]
+    assert options["choices"] == options["default"] == order
+    # a subset of the kinds keeps the order, whatever order it is given in
+    assert [r.name for r in kube_rows._provider_rows("x/v1", ["CoreProvider", "AddonProvider"])] == [
+        "AddonProvider",
+        "CoreProvider",
+    ]
+
+
 def test_node_readiness_needs_a_node_and_every_node_ready():
     from ansible_collections.krops.platform.plugins.module_utils import kube
 

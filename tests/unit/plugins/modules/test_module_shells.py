@@ -17,6 +17,7 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     flux,
     kind,
     kube,
+    kube_rows,
     oci,
     preflight,
     render_diff,
@@ -49,8 +50,8 @@ PUSH = {"registry": "127.0.0.1:5000", "paths": ["."]}
 # (module, where its verb lives, the verb, arguments, the step the verb runs in)
 MODULES = [
     (airgap_config_archive, airgap_offline, "config_archive", ARCHIVE, "packing the configuration archive"),
-    (capi_cluster_delete, teardown, "delete_clusters", {}, "deleting the Clusters"),
-    (capi_provider_delete, teardown, "delete_providers", {}, "deleting the providers"),
+    (capi_cluster_delete, kube_rows, "delete_clusters", {}, "deleting the Clusters"),
+    (capi_provider_delete, kube_rows, "delete_providers", {}, "deleting the providers"),
     (
         crossplane_resources_delete,
         teardown_crossplane,
