@@ -987,7 +987,7 @@ def test_steps_resume_from_the_plan_without_listing_again_and_end_like_one_run(m
     steps = [aws_sweep.run(params)]
     while steps[-1].get("_krops_pending"):
         assert len(steps) < 30, steps[-1]["msg"]
-        steps.append(aws_sweep.run(dict(params, _sweep_state=steps[-1]["_krops_state"])))
+        steps.append(aws_sweep.run(dict(params, _resume=steps[-1]["_krops_resume"])))
     first, last = steps[0], steps[-1]
     assert len(steps) >= 3  # node groups (3 s) then the EKS cluster (3.6 s), in steps of about 1 s
     assert first["msg"].startswith("sweep in progress, still deleting: eu-north-1 eks-nodegroup ")
@@ -1037,7 +1037,7 @@ def test_playbook_prints_progress_lines_on_the_controller_while_deletions_are_aw
     rc, output, stderr = ansible_playbook(play, env={"KROPS_AWS_SWEEP_TIME_SCALE": str(1.0 / 200)})
     result = task_results(output)["sweep"]
     assert rc == 0, (result.get("msg"), result.get("exception"), stderr)
-    assert "_krops_pending" not in result and "_krops_state" not in result
+    assert "_krops_pending" not in result and "_krops_resume" not in result and "_krops_state" not in result
     lines = [line for line in stderr.splitlines() if line.startswith("aws_orphan_sweep [localhost] ")]
     assert len(lines) >= 2, stderr
     assert "still deleting eu-north-1 eks-nodegroup " in lines[0]
