@@ -550,11 +550,9 @@ def _checked_options(params, mode, check_mode):
                 wait_timeout, params.get("concurrency")
             )
         )
-    resume = params.get("_sweep_state") or None
+    resume = params.get("_resume") or None  # the steps engine's resume state (steps.STEP_STATE)
     if resume is not None and (not isinstance(resume, dict) or mode != "delete" or check_mode):
-        raise aws_targets.SweepError(
-            "_sweep_state is internal to the action plugin's steps (delete mode only); do not set it"
-        )
+        raise aws_targets.SweepError("_resume is internal to the action plugin's steps (delete mode only); do not set it")
     return wait_timeout, resume
 
 
@@ -631,8 +629,8 @@ def sweep_account(
         if sweep.pending_state is None:
             result["leftovers"] = sweep.leftovers(result["results"])
         else:  # the step budget ran out during a wait: the action plugin runs the next step
-            result["_krops_pending"] = True
-            result["_krops_state"] = sweep.pending_state
+            result[steps.PENDING_KEY] = True
+            result[steps.RESUME_KEY] = sweep.pending_state
             result["waiting"] = sweep.pending_state["waiting"]
 
     result["errors"] = sweep.errors
@@ -641,7 +639,7 @@ def sweep_account(
     result["progress"] = sweep.progress_lines
     result["candidates"] = [rows.public(c, "candidate") for c in sweep.candidates]
     result["msg"] = aws_report.summary(result, mode, check_mode)
-    if result.get("_krops_pending"):
+    if result.get(steps.PENDING_KEY):
         result["msg"] = "sweep in progress, still deleting: {}".format(", ".join(result["waiting"][:10]))
     # rc=0 means nothing owned is left: the final pass decides (a stack still deleting is listed there too), so a
     # failed step whose resource went anyway (an automated RDS snapshot going with its instance) is not a failure
