@@ -1445,6 +1445,21 @@ def test_the_report_lists_an_owned_resource_of_a_type_the_sweep_cannot_delete_by
     assert f"| eu-north-1 | eu-north-1-workload | unsupported | `{arn}` |" in result["report"]["markdown"]
 
 
+def test_the_report_gives_an_eks_log_group_its_own_age_from_its_creation_time_in_milliseconds(
+    run_module, moto, toml, fast
+):
+    """CloudWatch Logs states a log group's creationTime in milliseconds since the epoch, not as a timestamp: the
+    report reads it as the group's own age (it used to be compared with the cluster's timestamps)."""
+    seed_cluster(moto, *WORKLOAD)
+    group = f"/aws/eks/{WORKLOAD[2]}/cluster"
+    clients(moto, "eu-north-1")("logs").create_log_group(logGroupName=group)
+    result = sweep(run_module, moto, toml, mode="report", min_age_hours=0, regions=["eu-north-1"])
+    assert not result.failed, result["msg"]
+    entry = next(r for r in result["report"]["json"]["resources"] if r["type"] == "eks-log-group")
+    assert entry["id"] == group and entry["age_from_cluster"] is False
+    assert entry["created"] is not None and entry["age_hours"] is not None and 0 <= entry["age_hours"] < 1
+
+
 def test_a_stack_whose_deletion_fails_after_it_started_fails_the_run_by_name(run_module, moto, toml, fast):
     """The clusterawsadm stack's deletion used to be started and not awaited: the final pass skipped it while
     DELETE_IN_PROGRESS, so a deletion that then failed (DELETE_FAILED) left it behind with rc=0. A stand-in at
