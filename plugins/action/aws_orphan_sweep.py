@@ -2,10 +2,11 @@
 # Apache License 2.0 (see LICENSE)
 """Action plugin for krops.platform.aws_orphan_sweep: progress on the controller while deletions are awaited.
 
-The stepped-wait protocol is plugin_utils.stepped. The first step lists the account and starts the
-deletions; when its budget runs out during a wait (EKS node groups and clusters, RDS instances, NAT
-gateways, instances), the module answers ``_krops_pending`` with ``_krops_state``: the plan, the results
-so far, the deletions started and the seconds each wait took. The plugin displays what is still being
+The stepped-wait protocol is plugin_utils.stepped, with the steps engine's resume state. The first step
+lists the account and starts the deletions; when its budget runs out during a wait (EKS node groups and
+clusters, RDS instances, NAT gateways, instances), the module answers ``_krops_pending`` with
+``_krops_resume``: each cut region's steps.Run state (the plan, the results so far, the deletions started
+and the seconds each wait took) and the regions that ended. The plugin displays what is still being
 deleted and runs the next step with that state, so later steps do not list the account again and
 every wait_timeout keeps its meaning. Report mode and check mode run once. ``api_calls`` and
 ``progress`` of all steps are summed into the final result.
@@ -20,8 +21,6 @@ from ansible_collections.krops.platform.plugins.plugin_utils.stepped import Step
 
 class ActionModule(SteppedAction):
     MODULE = "krops.platform.aws_orphan_sweep"
-    HIDDEN = ("_wait_budget", "_sweep_state")
-    INTERNAL = ("_krops_pending", "_krops_state")
 
     def interval(self, args):
         if (args.get("mode") or "delete") != "delete":
@@ -46,9 +45,6 @@ class ActionModule(SteppedAction):
             ", ".join(waiting[:5]) or "?",
             more,
         )
-
-    def next_args(self, args, step, budget):
-        return dict(args, _wait_budget=budget, _sweep_state=step["_krops_state"])
 
     def final(self, step):
         if getattr(self, "lines", None) is not None and "api_calls" in step:

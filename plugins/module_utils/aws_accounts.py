@@ -82,7 +82,7 @@ def run_accounts(conn, accounts, targets, all_regions, started, resume, sweep_ac
     params, environment = job["params"], job["environment"]
     if resume is not None:
         raise aws_targets.SweepError(
-            "_sweep_state is internal to the action plugin's steps; a sweep of several accounts has none"
+            "_resume is internal to the action plugin's steps; a sweep of several accounts has none"
         )
     configured = [a.account_id for a in accounts]
     wanted = params.get("account_id")

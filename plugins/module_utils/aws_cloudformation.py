@@ -6,7 +6,7 @@ Looked up by its exact name in each target region; kept (with the reason) while 
 bootstrap.toml names it or still has clusters. Its deletion is awaited (one DescribeStacks per stack and
 poll): a deletion that ends in DELETE_FAILED fails the run naming the stack, and one still in progress
 when wait_timeout ends does too, so rc=0 means the stack is gone. The final pass takes the wait's last
-DescribeStacks of a region instead of making it again (aws_sweep Discovery.listing).
+DescribeStacks of a region instead of making it again (aws_delete Scan.listing).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
 """The AWS orphan sweep's rows on the steps engine (steps.py): ``sweep_row`` makes one ``steps.Row`` of a
-type's handlers, and ``Context`` is what those handlers get (``x``: the region's clients, the dependency retries).
+type's handlers, ``Scan`` is the engine's scan (``d``: one discovery of a region, in delete, plan, report or
+verification mode) and ``Context`` its ctx (``x``: the region's clients, the dependency retries).
 
-A row's handlers are the sweep's own: ``list(d, with_age)`` over a Discovery of one region (aws_sweep),
+A row's handlers are the sweep's own: ``list(d, with_age)`` over a Scan of one region,
 ``delete(x, res)`` and, for a type whose deletion takes time, ``wait_state(x, pending)``, one call that
 answers the state of every pending deletion of the row ("gone" once deleted). ``sweep_row`` turns them
 into the engine's discover, act and poll_all; the engine orders the rows (a ``chain`` of rows that
@@ -17,7 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import aws, steps
+from ansible_collections.krops.platform.plugins.module_utils import aws, cloud_report, ownership, steps
 from ansible_collections.krops.platform.plugins.module_utils import aws_rows as rows
 from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCoreError, ClientError
 
@@ -79,12 +80,7 @@ def _interval(expected, polls):
 
 
 def _discover(name, listing):
-    def discover(d):
-        found = d.guard(name, lambda: listing(d, d.with_age))
-        # only the report reads a creation time: without one an item is JSON, as the steps' resume state must be
-        return found if d.with_age else [dict(r, created=None) for r in found]
-
-    return discover
+    return lambda d: d.guard(name, lambda: listing(d, d.with_age))
 
 
 def _act(delete, waited):
@@ -141,13 +137,88 @@ def _before(before, refresh):
 
 
 def public(res, outcome, error=None):
-    """A result entry of the engine's: an absent resource is "already gone", a failure says why."""
-    return rows.public(res, outcome, error or ("already gone" if outcome == rows.ABSENT else None))
+    """A result entry of the engine's: an absent resource is "already gone", a failure says why, a planned one of a
+    type no row can delete is undeletable, a leftover why it is owned (else that it is still there), and an orphan
+    of the report whether its age is its cluster's (``_from_cluster``: AWS states no creation time of its own)."""
+    if outcome == ownership.PLANNED and res["type"] == "unsupported":
+        outcome = ownership.UNDELETABLE
+    elif outcome == ownership.LEFT:
+        error = res.get("reason") or "still present after the sweep"
+    entry = rows.public(res, outcome, error or ("already gone" if outcome == rows.ABSENT else None))
+    if outcome == cloud_report.ORPHAN:
+        entry["age_from_cluster"] = bool(res.get("_from_cluster"))
+    return entry
+
+
+class Scan:
+    """One discovery of a region (or of the global phase): the engine's scan, which the rows' listings read. Listings
+    several rows share (EC2 tags, the Tagging API, EKS clusters, RDS) are made once (cached()).
+
+    ``confirm`` False is delete mode's: a delete that finds nothing answers "absent" itself, so rows that list owned
+    ids from a tag walk need not describe them first (aws_ec2, aws_elb); ``with_age`` the report's (each resource's
+    creation time); ``final`` the verification pass's, which takes a wait's last whole listing (``listing``) and
+    leaves out the EC2 ids in ``gone`` (deleted by this run: EC2 ids are never reused)."""
+
+    def __init__(self, sweep, region, confirm=True, with_age=False, final=False, gone=()):
+        self.sweep, self.region, self.confirm, self.with_age, self.final = sweep, region, confirm, with_age, final
+        self.gone = set(gone)
+        self.targets = [t for t in sweep.targets if t.region == region]
+        self.errors, self.warnings, self.candidates, self._cache = [], [], [], {}
+
+    def owner_of(self, tags):
+        """The owning cluster ("" when only the krops environment tag proves it), or None (ownership.py)."""
+        claim = self.sweep.ownership.owner(tags)
+        return None if claim is None else claim[0]
+
+    def client(self, service):
+        return self.sweep.conn.client(service, self.region)
+
+    def cached(self, key, func, guard=None, empty=()):
+        """func() once per scan. With ``guard`` (a type name) a failure is recorded once under that name and every
+        reader gets ``empty``; without, it is raised to each reader (and not retried)."""
+        if key not in self._cache:
+            if guard:
+                self._cache[key] = (True, self.guard(guard, func, empty))
+            else:
+                try:
+                    self._cache[key] = (True, func())
+                except (ClientError, BotoCoreError, aws.AwsError) as exc:
+                    self._cache[key] = (False, exc)
+        ok, value = self._cache[key]
+        if not ok:
+            raise value
+        return value
+
+    def seed(self, key, value):
+        self._cache[key] = (True, value)
+
+    def listing(self, key, func, region=None):
+        """func(): a whole listing (one call and its pages); in the final pass, the last poll of a wait that made the
+        same call after the row's last deletion there (Context.watch): a second listing would repeat it."""
+        found = self.sweep.take_watched((region or self.region, key)) if self.final else None
+        return func() if found is None else found
+
+    def guard(self, rtype, func, empty=()):
+        empty = list(empty) if isinstance(empty, tuple) else empty
+        try:
+            found = func()
+            return empty if found is None else found
+        except aws.UnsupportedOperation as exc:
+            self.warnings.append(f"{self.region}: {rtype} skipped: {exc}")
+        except (ClientError, BotoCoreError, aws.AwsError) as exc:
+            error = {
+                "region": self.region,
+                "type": rtype,
+                "error": f"listing {rtype} in {self.region} failed: {aws.error_message(exc)}",
+            }
+            if error not in self.errors:
+                self.errors.append(error)
+        return empty
 
 
 class Context:
     """What the rows' delete and wait_state handlers get for one region (or the global phase): client(),
-    retry_dependency(), delete_dependent(), discovery(), watch(), sweep, region."""
+    retry_dependency(), delete_dependent(), scan(), watch(), sweep, region."""
 
     def __init__(self, sweep, region):
         self.sweep = sweep
@@ -156,8 +227,9 @@ class Context:
     def client(self, service, region=None):
         return self.sweep.conn.client(service, region or self.region)
 
-    def discovery(self):
-        return self.sweep.discovery(self.region)
+    def scan(self):
+        """A fresh listing of the region (what a row re-lists right before its deletion reads)."""
+        return Scan(self.sweep, self.region)
 
     def watch(self, key, value, region=None):
         """A wait's whole listing, made after every deletion of its row in the region, for the final pass."""

@@ -10,7 +10,7 @@ filter, and only when something of that type is owned, so a region with nothing 
 The types that need only the id are described only to confirm they exist (a tag can outlive its
 resource): plan, report and the final pass do; delete mode does not, since a delete of a gone id answers
 NotFound ("absent") itself. Detached interfaces are listed once in delete mode, right before their
-deletion. EC2 ids are never reused, so the final pass leaves out the ids this run saw go (Sweep.gone):
+deletion. EC2 ids are never reused, so the final pass leaves out the ids this run saw go (Scan.gone):
 only what is still owned, or new, is described again.
 """
 
@@ -38,7 +38,7 @@ def owned_index(d):
             tags.setdefault(tag["ResourceId"], []).append({"Key": tag["Key"], "Value": tag.get("Value", "")})
         index = {}
         for rid, found in tags.items():
-            if (d.region, rid) in d.sweep.gone:
+            if (d.region, rid) in d.gone:
                 continue  # deleted by this run (or found gone): its tags may outlive it for a moment
             owner = d.owner_of(found)
             if owner is not None:
@@ -62,7 +62,7 @@ def owned_items(d, prefix, operation, key, name, id_key):
 
 
 def describe(d, operation, key, name, ids, filter_arg="Filters"):
-    """Items of ``operation`` for ``ids`` (``d``: a sweep's discovery or deleter), by id filter (a filter, unlike an id list, never fails on one gone id);
+    """Items of ``operation`` for ``ids`` (``d``: a scan or a ctx, aws_delete), by id filter (a filter, unlike an id list, never fails on one gone id);
     without a filter name (DescribeLaunchTemplates has no id filter) the whole listing."""
     ids = list(ids)
     if name is None:
@@ -308,7 +308,7 @@ def detached_in_owned_vpcs(d, known):
 def fresh_interfaces(x, planned, resources):
     """Interfaces detach while load balancers and NAT gateways go: list the owned VPCs' detached ones again, and
     describe the owned ones delete mode has only by id (unconfirmed) that this listing did not return."""
-    d = x.discovery()
+    d = x.scan()
     d.seed("ec2-tags", {VPC: {r["id"]: r["cluster"] for r in resources if r["type"] == "vpc"}})
     confirmed = [r for r in planned if not r["meta"].get("unconfirmed")]
     found = d.guard("network-interface", lambda: detached_in_owned_vpcs(d, {r["id"] for r in confirmed}))

@@ -6,7 +6,7 @@ A cluster named by bootstrap.toml (``eks-cluster-name``) is owned by its name an
 other cluster is described once for its tags. Node groups and pod identity associations carry no
 ownership of their own here: they go with their owned cluster. A wait polls one ListNodegroups per
 cluster and one ListClusters per region, not one describe per resource; the final pass takes the cluster wait's
-last ListClusters instead of making it again (aws_sweep Discovery.listing).
+last ListClusters instead of making it again (aws_delete Scan.listing).
 """
 
 from __future__ import annotations

@@ -263,7 +263,7 @@ def policies(d, with_age):
     found = []
     for policy in details(d)["Policies"]:
         arn = policy["Arn"]
-        tags = known.get(arn) if d.sweep.final else None
+        tags = known.get(arn) if d.final else None
         if tags is None:
             tags = known[arn] = aws.paginate(client, "list_policy_tags", "Tags", PolicyArn=arn)
         owner = d.owner_of(tags)

@@ -11,6 +11,8 @@ cluster (same chain, later row), so EKS writes no more streams to it.
 
 from __future__ import annotations
 
+import datetime
+
 from ansible_collections.krops.platform.plugins.module_utils import aws
 from ansible_collections.krops.platform.plugins.module_utils.aws import ClientError
 from ansible_collections.krops.platform.plugins.module_utils.aws_delete import sweep_row
@@ -29,6 +31,13 @@ def _arn_name(arn):
     """The log group name of a log-group ARN (arn:aws:logs:<region>:<account>:log-group:<name>[:*])."""
     rest = arn.split(":", 6)[6] if arn.count(":") >= 6 else ""
     return rest[:-2] if rest.endswith(":*") else rest
+
+
+def _created(group):
+    """The creation time of a log group: CloudWatch Logs states ``creationTime`` as "the number of milliseconds after
+    Jan 1, 1970 00:00:00 UTC" (the LogGroup shape of DescribeLogGroups, AWS SDK reference), not as a timestamp."""
+    millis = group.get("creationTime")
+    return None if millis is None else datetime.datetime.fromtimestamp(millis / 1000.0, datetime.UTC)
 
 
 def log_groups(d, with_age=False):
@@ -60,8 +69,7 @@ def log_groups(d, with_age=False):
                     owner, reason = named[name], "control-plane log group of an EKS cluster bootstrap.toml names"
                 else:
                     continue
-                created = group.get("creationTime")
-                found.append(resource(d.region, LOG_GROUP_TYPE, name, owner, created, reason))
+                found.append(resource(d.region, LOG_GROUP_TYPE, name, owner, _created(group), reason))
         return found
 
     return d.cached(("logs", with_age), listing, guard=LOG_GROUP_TYPE)

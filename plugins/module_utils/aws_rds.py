@@ -4,8 +4,8 @@
 
 One DescribeDBInstances gives the instances with their tags (TagList) and subnet groups; a subnet group
 goes with its swept instance unless another instance still uses it. A wait polls one
-DescribeDBInstances per region; the final pass takes its last answer instead of listing again (aws_sweep
-Discovery.listing).
+DescribeDBInstances per region; the final pass takes its last answer instead of listing again (aws_delete
+Scan.listing).
 """
 
 from __future__ import annotations

@@ -5,10 +5,7 @@ summary of a sweep, a plan or a report. aws_sweep.py decides what is there; this
 
 from __future__ import annotations
 
-import json
-import os
-
-from ansible_collections.krops.platform.plugins.module_utils import aws, cloud_report
+from ansible_collections.krops.platform.plugins.module_utils import cloud_report
 
 
 def generated_at():
@@ -56,10 +53,6 @@ def _cells(item):
         age,
         cloud_report.cell(item["reason"]),
     )
-
-
-def report_json(data):
-    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
 
 
 def render_accounts_markdown(data):
@@ -124,23 +117,6 @@ def summary(result, mode, check_mode):
     return text
 
 
-def write_report(path, markdown, data):
-    """Write the Markdown to path and the JSON beside it (.json); both 0644. Returns the two paths."""
-    path = os.path.expanduser(path)
-    base = path[:-3] if path.endswith(".md") else path
-    json_path = base + ".json"
-    folder = os.path.dirname(path)
-    try:
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-        for target, text in ((path, markdown), (json_path, report_json(data))):
-            with open(target, "w", encoding="utf-8") as handle:
-                handle.write(text)
-    except OSError as exc:
-        raise aws.AwsError(f"report_path {path}: cannot write the report ({exc}); give a path in a writable folder")
-    return {"markdown": path, "json": json_path}
-
-
 def accounts_report(parts, result, job):
     """The report of several accounts (aws_sweep's parts, one per account) into result: markdown and JSON, with
     each account's section and the flat lists, each entry with its account_id; its files written unless in check
@@ -173,4 +149,4 @@ def accounts_report(parts, result, job):
     result["report"] = {"markdown": render_accounts_markdown(data), "json": data}
     params = job["params"]
     if params.get("report_path") and not job["check_mode"]:
-        result["report_files"] = write_report(params["report_path"], result["report"]["markdown"], data)
+        result["report_files"] = cloud_report.write_report(params["report_path"], result["report"]["markdown"], data)

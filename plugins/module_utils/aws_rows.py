@@ -17,12 +17,14 @@ ABSENT = "absent"  # what a delete handler answers when there was nothing to del
 
 
 def resource(region, rtype, rid, cluster, created=None, reason="", **meta):
+    """A resource the sweep found. ``created`` is its creation time as AWS states it (boto's datetime), kept as RFC 3339
+    text in ``_created``: the orphan report's age (cloud_report.orphans), and JSON, as the steps' resume state must be."""
     return {
         "region": region,
         "type": rtype,
         "id": rid,
         "cluster": cluster,
-        "created": created,
+        "_created": created.isoformat() if hasattr(created, "isoformat") else None,
         "reason": reason,
         "meta": meta,
     }

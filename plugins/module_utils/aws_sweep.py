@@ -15,20 +15,22 @@ interfaces inside an owned VPC.
 
 The type table (REGION_TYPES, GLOBAL_TYPES) lists rows defined per service (aws_ec2, aws_eks, aws_elb,
 aws_rds, aws_iam, aws_s3, aws_cloudformation, aws_logs, aws_tagging; each a steps.Row made by
-aws_delete.sweep_row); its order is the deletion order. The deletions run on the steps engine (steps.Run: one
-run per region, the regions side by side, then one for the global phase), which owns the order, the chains,
-the waits, the step budget and its resume state. Per region the chains run side by side: EKS node groups
-(waited), pod identity associations, clusters (waited); self-managed instances (waited); RDS instances
-(waited) and their subnet groups; load balancers and target groups; NAT gateways (waited) and elastic IPs.
-Then launch templates, EBS volumes and snapshots, and the network: detached interfaces, subnets, internet
-gateways, route tables, security groups, VPCs. Then the global phase: S3 buckets, IAM roles, OIDC
-providers, users, customer managed policies, the clusterawsadm stack (waited). Finally every region is
-listed again: anything owned that is left is a leftover (EC2 ids this run saw go are not described again:
-they are never reused): this final pass is the sweep's own (``leftovers``), not the engine's. With a step
-budget (the action plugin) a wait still running when it ends is cut and the next step resumes each cut
-region's run from its state without listing again.
+aws_delete.sweep_row); its order is the deletion order. Every mode runs on the steps engine (steps.Run: one
+run per region, the regions side by side, then one for the global phase), and each row's one discovery serves
+them all (through an aws_delete.Scan of the mode): delete mode (the engine owns the order, the chains, the
+waits, the step budget and its resume state), check mode (the engine's plan), report mode (cloud_report.orphans, with
+each resource's age) and the final pass (the engine's verification). Per region the chains run side by side:
+EKS node groups (waited), pod identity associations, clusters (waited); self-managed instances (waited); RDS
+instances (waited) and their subnet groups; load balancers and target groups; NAT gateways (waited) and
+elastic IPs. Then launch templates, EBS volumes and snapshots, and the network: detached interfaces,
+subnets, internet gateways, route tables, security groups, VPCs. Then the global phase: S3 buckets, IAM
+roles, OIDC providers, users, customer managed policies, the clusterawsadm stack (waited). Finally, once
+every deletion ended, each run's verification discovers again: anything owned it finds is a leftover, and
+only that (EC2 ids this run saw go are not described again: they are never reused). With a step budget
+(the action plugin) a wait still running when it ends is cut and the next step resumes each cut region's
+run from its state without listing again.
 
-Report mode lists the same candidates read-only and keeps those older than N hours.
+Report mode lists the same resources read-only and keeps those older than N hours.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     aws_s3,
     aws_tagging,
     aws_targets,
+    cloud_report,
 )
 from ansible_collections.krops.platform.plugins.module_utils import aws_rows as rows
 from ansible_collections.krops.platform.plugins.module_utils import config as config_mod
@@ -64,79 +67,6 @@ from ansible_collections.krops.platform.plugins.module_utils.aws import BotoCore
 
 def _now():
     return datetime.datetime.now(datetime.UTC)
-
-
-class Discovery:
-    """Read-only listing of everything the targets own in one region (or globally): the rows' list handlers read
-    it. Listings several rows share (EC2 tags, the Tagging API, EKS clusters, RDS) are made once (cached())."""
-
-    def __init__(self, sweep, region, confirm=True, with_age=False):
-        self.sweep = sweep
-        self.region = region
-        self.with_age = with_age  # the report's listing: each resource's creation time
-        # False for delete mode's listing: a delete that finds nothing answers "absent" itself, so rows that list
-        # owned ids from a tag walk need not describe them first to confirm they still exist (aws_ec2)
-        self.confirm = confirm
-        self.targets = [t for t in sweep.targets if t.region == region]
-        self.clusters = [t.cluster for t in self.targets]
-        self.errors = []
-        self.warnings = []
-        self.candidates = []
-        self._cache = {}
-
-    def owner_of(self, tags):
-        """The owning cluster ("" when only the krops environment tag proves it), or None (ownership.py)."""
-        claim = self.sweep.ownership.owner(tags)
-        return None if claim is None else claim[0]
-
-    def client(self, service):
-        return self.sweep.conn.client(service, self.region)
-
-    def cached(self, key, func, guard=None, empty=()):
-        """func() once per discovery. With ``guard`` (a type name) a failure is recorded once under that name and
-        every reader gets ``empty``; without, it is raised to each reader (and not retried)."""
-        if key not in self._cache:
-            if guard:
-                self._cache[key] = (True, self.guard(guard, func, empty))
-            else:
-                try:
-                    self._cache[key] = (True, func())
-                except (ClientError, BotoCoreError, aws.AwsError) as exc:
-                    self._cache[key] = (False, exc)
-        ok, value = self._cache[key]
-        if not ok:
-            raise value
-        return value
-
-    def seed(self, key, value):
-        self._cache[key] = (True, value)
-
-    def listing(self, key, func, region=None):
-        """func(): a whole listing (one call and its pages); in the final pass, the last poll of a wait that made the
-        same call after the row's last deletion there (Sweep.take_watched): a second listing repeats it."""
-        found = self.sweep.take_watched((region or self.region, key)) if self.sweep.final else None
-        return func() if found is None else found
-
-    def guard(self, rtype, func, empty=()):
-        empty = list(empty) if isinstance(empty, tuple) else empty
-        try:
-            found = func()
-            return empty if found is None else found
-        except aws.UnsupportedOperation as exc:
-            self.warnings.append(f"{self.region}: {rtype} skipped: {exc}")
-        except (ClientError, BotoCoreError, aws.AwsError) as exc:
-            error = {
-                "region": self.region,
-                "type": rtype,
-                "error": f"listing {rtype} in {self.region} failed: {aws.error_message(exc)}",
-            }
-            if error not in self.errors:
-                self.errors.append(error)
-        return empty
-
-    def resources(self, types):
-        """Every owned resource of the types, one listing per row, in table order."""
-        return [res for row in types for res in row.discover(self)]
 
 
 class Sweep:
@@ -191,17 +121,17 @@ class Sweep:
         self.candidates = []
         self.started = clock()
         # Steps (the action plugin): a wait still running when the budget ends is cut, and the next step resumes
-        # from ``resume``: each cut region's steps.Run state, the results of the regions that ended.
+        # from ``resume``: each cut region's steps.Run state, the final states of the regions that ended.
         self.budget = budget
         self.resume = resume or {}
         self.pending_state = None
         self._lock = threading.Lock()
         self._others_alive = None
-        self.gone = set()  # (region, id) of what this run deleted or found gone: set by leftovers()
+        self.scans = {}  # (final pass, the run's order) -> its scans (collect)
+        self.left = []  # what the final pass found: the leftovers
         self.watched = {}  # (region, listing key): a wait's last whole listing, for the final pass (take_watched)
         self.handled_arns = HANDLED_ARNS
         self.policy_tags = {}  # customer managed policy ARN -> its tags as discovery listed them (aws_iam.policies)
-        self.final = False
 
     def remember_watched(self, key, value):
         with self._lock:
@@ -269,64 +199,79 @@ class Sweep:
             self._others_alive = alive
             return alive
 
-    # --- discovery -----------------------------------------------------------------
-    def discovery(self, region, confirm=True, with_age=False):
-        """A fresh listing of one region (the rows' deletions read it too)."""
-        return Discovery(self, region, confirm, with_age)
+    # --- the runs: one steps.Run per region and one for the global phase, in every mode -----------------------------
+    def _scan(self, region, mode, order, run=None):
+        """A fresh discovery of ``region`` (the engine's scan) in ``mode``: "delete" (ids only where a delete answers
+        for a gone one itself), "plan", "report" (with each resource's creation time) or "verify" (the final pass: the
+        EC2 ids this run deleted are not described again; an 'absent' answer alone is, EC2 being eventually
+        consistent). Kept under ``order`` (the run's place, then the pass) for its errors, warnings and candidates."""
+        results = (run.result.get("results") or ()) if run is not None else ()
+        gone = {(r["region"], r["id"]) for r in results if r["outcome"] == "deleted"}
+        scan = aws_delete.Scan(self, region, mode != "delete", mode == "report", mode == "verify", gone)
+        with self._lock:
+            self.scans.setdefault((mode == "verify", order), []).append(scan)
+        return scan
 
-    def _discover_region(self, region, with_age=False):
-        found = self.discovery(region, with_age=with_age)
-        return found.resources(REGION_TYPES), found
+    def _run(self, order, mode, resume=None, settle=None):
+        """The steps.Run of run ``order``: the regions' (REGION_TYPES) in their order, then the global phase's
+        (GLOBAL_TYPES, its resources of one type side by side). Its final pass is the engine's verification, which
+        the sweep runs once every run ended (verification()): only what it finds is left."""
+        regional = order < len(self.regions)
+        region = self.regions[order] if regional else self.home_region
+        run = steps.Run(
+            REGION_TYPES if regional else GLOBAL_TYPES,
+            aws_delete.Context(self, region),
+            lambda: self._scan(region, mode, order),
+            rescan=lambda: self._scan(region, "verify", order, run),
+            check_mode=mode != "delete",
+            settle=settle,
+            public=aws_delete.public,
+            label=rows.key,
+            resume=resume,
+            budget=self.budget if regional else None,  # the global phase runs to its end within one step
+            timeout=self.wait_timeout,
+            sleep=self.sleep,
+            clock=self.clock,
+            stop=False,
+            verify=False,
+            decides=True,
+            workers=1 if regional else self.concurrency,
+            progress=lambda text: self.progress(f"{region}: {text}"),
+        )
+        return run
+
+    def _runs(self, mode):
+        """Every run of a read-only mode, executed: the regions and the global phase side by side."""
+        runs = [self._run(order, mode) for order in range(len(self.regions) + 1)]
+        steps.execute_each(runs, 1 if self.concurrency == 1 else self.concurrency + 1)
+        return runs
+
+    def collect(self):
+        """The errors, candidates and warnings of every scan: the runs' in their order, then their final passes'."""
+        for key in sorted(self.scans):
+            for found in self.scans[key]:
+                self.errors += [e for e in found.errors if e not in self.errors]
+                known = {(c["type"], c["id"]) for c in self.candidates}
+                self.candidates += [c for c in found.candidates if (c["type"], c["id"]) not in known]
+                self.warnings += [w for w in found.warnings if w not in self.warnings]
 
     def _region_failed(self, region, exc):
         self.errors.append(
             {"region": region, "type": "region", "error": f"sweep of {region} stopped: {aws.error_message(exc)}"}
         )
 
-    def _discover_global(self, with_age=False):
-        found = self.discovery(self.home_region, with_age=with_age)
-        return found.resources(GLOBAL_TYPES), found
-
-    def _collect(self, found):
-        for error in found.errors:
-            if error not in self.errors:
-                self.errors.append(error)
-        for item in found.candidates:
-            if not any(c["id"] == item["id"] and c["type"] == item["type"] for c in self.candidates):
-                self.candidates.append(item)
-        for warning in found.warnings:
-            if warning not in self.warnings:
-                self.warnings.append(warning)
-
-    def discover(self, with_age=False):
-        """Everything owned: (resources per region in order, global resources). The global
-        listing runs beside the regions when concurrency allows."""
-        jobs = [lambda r=region: self._discover_region(r, with_age) for region in self.regions]
-        jobs.append(lambda: self._discover_global(with_age))
-        done = steps.side_by_side(lambda job: job(), jobs, 1 if self.concurrency == 1 else self.concurrency + 1)
-        regional = []
-        for resources, found in done[:-1]:
-            self._collect(found)
-            regional.extend(resources)
-        global_resources, found = done[-1]
-        self._collect(found)
-        return regional, global_resources
-
     # --- modes ---------------------------------------------------------------------
     def plan(self):
-        regional, global_resources = self.discover()
-        return [
-            rows.public(r, "undeletable" if r["type"] == "unsupported" else "planned")
-            for r in regional + global_resources
-        ]
+        """Check mode: every run's plan (the engine's check mode: discovery only, outcome planned)."""
+        return [entry for run in self._runs("plan") for entry in run.result["results"]]
 
     def delete(self):
         """Delete every owned resource: each region's rows on the steps engine (regions side by side), then the
-        global rows. When the step budget ran out during a wait, the results so far (and self.pending_state says
-        where the next step goes on)."""
-        per_region = steps.side_by_side(self._delete_region, self.regions, self.concurrency)
-        results = [r for region_results, dummy in per_region for r in region_results]
-        cut = {region: state for region, (dummy, state) in zip(self.regions, per_region) if state}
+        global rows, then the final pass of every run. When the step budget ran out during a wait, the results so far
+        (and self.pending_state says where the next step goes on)."""
+        per_region = steps.side_by_side(self._delete_region, range(len(self.regions)), self.concurrency)
+        results = [r for dummy, region_results in per_region for r in region_results or ()]
+        cut = {r: run.result["resume"] for r, (run, dummy) in zip(self.regions, per_region) if "resume" in run.result}
         if cut:
             self.pending_state = self._pending(per_region, cut)
             return results
@@ -338,105 +283,81 @@ class Sweep:
         kept = []
 
         def settle(found, plan):
+            if found.final:  # the final pass: a role kept here is still there, so it is a leftover
+                return
             kept.extend(r for r in plan["iam-role"] if r["cluster"] in blocked)
             plan["iam-role"] = [r for r in plan["iam-role"] if r["cluster"] not in blocked]
 
-        # global resources of one type are independent of each other: deleted side by side (workers); this phase
-        # runs to its end within one step (no budget: its resources are not in the steps' state)
-        home = self.home_region
-        done = self._run(home, GLOBAL_TYPES, lambda: self.discovery(home), settle=settle, workers=self.concurrency)
-        results += done["results"]
+        final = self._run(len(self.regions), "delete", settle=settle)
+        results += _results(final.execute())
+        # the final pass, once every deletion ended: each run's verification (regions and global side by side)
+        runs = [run for run, dummy in per_region] + [final]
+        steps.side_by_side(lambda run: run.verification(), runs, 1 if self.concurrency == 1 else self.concurrency + 1)
+        self.left = [aws_delete.public(item, ownership.LEFT) for run in runs for item in run.found]
         why = "kept: {} is not deleted yet and may need this role; run the sweep again"
         return results + [rows.public(r, "failed", why.format(blocked[r["cluster"]])) for r in kept]
 
-    def _delete_region(self, region):
-        """(results, the steps.Run state to resume from when the step budget cut a wait there, else None)."""
-        if region in self.resume.get("done", {}):
-            return self.resume["done"][region], None
-        state = self.resume.get("regions", {}).get(region)
+    def _delete_region(self, order):
+        """(its steps.Run, its results; None when its sweep stopped): the run of a region that ended in an earlier
+        step goes on from its final state, so that its final pass comes with the others'."""
+        region = self.regions[order]
+        done = self.resume.get("done", {})
+        state = done[region] if region in done else self.resume.get("regions", {}).get(region)
+        run = self._run(order, "delete", resume=state)
+        if region in done and state is None:  # stopped in an earlier step: only its final pass is left
+            return run, None
         try:
-            # the delete-mode listing: ids only where a delete answers for a gone one itself (aws_ec2, aws_elb)
-            result = self._run(region, REGION_TYPES, lambda: self.discovery(region, confirm=False), resume=state)
+            return run, _results(run.execute())
         except (ClientError, BotoCoreError, aws.AwsError) as exc:
             self._region_failed(region, exc)
-            return [], None
-        return result["results"], result.get("resume")
-
-    def _run(self, region, types, scan, resume=None, settle=None, workers=1):
-        """The result of the steps.Run of ``types`` in ``region`` (listed by ``scan``); the global phase has no budget:
-        it runs to its end."""
-        result = steps.Run(
-            types,
-            aws_delete.Context(self, region),
-            scan,
-            settle=settle,
-            facts=lambda found: self._collect(found) or {},
-            public=aws_delete.public,
-            label=rows.key,
-            resume=resume,
-            budget=self.budget if types is REGION_TYPES else None,
-            timeout=self.wait_timeout,
-            sleep=self.sleep,
-            clock=self.clock,
-            stop=False,
-            verify=False,  # the final pass lists every region and the global phase once (leftovers)
-            workers=workers,
-            progress=lambda text: self.progress(f"{region}: {text}"),
-        ).execute()
-        for entry in result["results"]:  # a deletion that failed while it was followed: its reason says why
-            if "error" in entry:
-                entry["reason"] = entry.pop("error")
-        return result
+            return run, None
 
     def _pending(self, per_region, cut):
-        """The state the next step goes on from: each cut region's steps.Run state, the results of the others, and
-        what is still deleting (``waiting``)."""
+        """The state the next step goes on from: each cut region's steps.Run state, the final state of the others
+        (None for one whose sweep stopped), and what is still deleting (``waiting``)."""
         order = {t.name: i for i, t in enumerate(REGION_TYPES)}
         pending = [p for region in self.regions if region in cut for p in cut[region]["pending"]]
         pending.sort(key=lambda p: (self.regions.index(p[2]["region"]), order.get(p[0], len(order))))
         return {
             "account_id": self.account_id,
             "regions": cut,
-            "done": {region: results for region, (results, state) in zip(self.regions, per_region) if not state},
+            "done": {
+                region: None if results is None else run.state()
+                for region, (run, results) in zip(self.regions, per_region)
+                if region not in cut
+            },
             "waiting": [
                 "{} {} {} ({})".format(h["region"], h["type"], h["id"], h.get("state", "deleting"))
                 for dummy, dummy2, h, dummy3 in pending
             ],
         }
 
-    def leftovers(self, results=()):
-        """Everything owned still there after the deletions, listed afresh. ``results`` (this run's outcomes, the
-        earlier steps' included) tell the rows what this run saw go: aws_ec2 does not describe those again."""
-        # only what this run deleted: an 'absent' answer alone (EC2 is eventually consistent) is described again
-        self.gone = {(r["region"], r["id"]) for r in results if r["outcome"] == "deleted"}
-        self.final = True
-        regional, global_resources = self.discover()
-        return [
-            rows.public(r, "left", r.get("reason") or "still present after the sweep")
-            for r in regional + global_resources
-        ]
-
     def report(self, min_age_hours, now=None):
-        now = now or _now()
-        regional, global_resources = self.discover(with_age=True)
-        resources = regional + global_resources
+        """The orphan report's entries: the engine's (cloud_report.orphans over every run in check mode), once a resource
+        without a creation time of its own took its cluster's oldest (``age_from_cluster``)."""
+        runs = self._runs("report")
+        items = [item for run in runs for step in run.acting for item in run.plan[step.name]]
         oldest = {}
-        for res in resources:
-            if res["created"]:
-                key = res["cluster"]
-                oldest[key] = min(oldest.get(key, res["created"]), res["created"])
-        entries = []
-        for res in resources:
-            created, inherited = res["created"], False
-            if not created and res["cluster"] in oldest:
-                created, inherited = oldest[res["cluster"]], True
-            age = round((now - created).total_seconds() / 3600.0, 1) if created else None
-            if age is not None and age < min_age_hours:
-                continue
-            entry = rows.public(res, "orphan")
-            entry.update(created=created.isoformat() if created else None, age_hours=age, age_from_cluster=inherited)
-            entries.append(entry)
+        for item in items:
+            created = cloud_report.created_at(item["_created"])
+            if created is not None:
+                oldest[item["cluster"]] = min(oldest.get(item["cluster"], created), created)
+        for item in items:
+            if cloud_report.created_at(item["_created"]) is None and item["cluster"] in oldest:
+                item.update(_created=oldest[item["cluster"]].isoformat(), _from_cluster=True)
+        now = now or _now()
+        entries = [entry for run in runs for entry in cloud_report.orphans(run, now, min_age_hours)[1]]
+        for entry in entries:
+            del entry["stage"]  # the AWS report's resources keep their fields (docs/aws-orphan-sweep.md)
         return entries
+
+
+def _results(result):
+    """A run's result entries; a deletion that failed while it was followed says why in its reason."""
+    for entry in result["results"]:
+        if "error" in entry:
+            entry["reason"] = entry.pop("error")
+    return result["results"]
 
 
 # The one table of the sweep: its order is the deletion order (within a chain, and for the rows without a chain
@@ -533,7 +454,7 @@ def run(params, check_mode=False, config_loader=None, sleep=time.sleep, progress
     result["api_calls_by_operation"] = dict(sorted(conn.counter.by_operation.items()))
     result["duration"] = round(time.monotonic() - started, 3)
     if mode == "report" and params.get("report_path") and not check_mode:
-        result["report_files"] = aws_report.write_report(
+        result["report_files"] = cloud_report.write_report(
             params["report_path"], result["report"]["markdown"], result["report"]["json"]
         )
     return result
@@ -550,10 +471,10 @@ def _checked_options(params, mode, check_mode):
                 wait_timeout, params.get("concurrency")
             )
         )
-    resume = params.get("_sweep_state") or None
+    resume = params.get("_resume") or None  # the steps engine's resume state (steps.STEP_STATE)
     if resume is not None and (not isinstance(resume, dict) or mode != "delete" or check_mode):
         raise aws_targets.SweepError(
-            "_sweep_state is internal to the action plugin's steps (delete mode only); do not set it"
+            "_resume is internal to the action plugin's steps (delete mode only); do not set it"
         )
     return wait_timeout, resume
 
@@ -609,6 +530,7 @@ def sweep_account(
         min_age = params.get("min_age_hours")
         min_age = 6 if min_age is None else min_age
         entries = sweep.report(min_age)
+        sweep.collect()
         data = {
             "environment": environment,
             "account_id": account_id,
@@ -628,20 +550,22 @@ def sweep_account(
     else:
         result["results"] = sweep.delete()
         result["changed"] = any(r["outcome"] == "deleted" for r in result["results"])
-        if sweep.pending_state is None:
-            result["leftovers"] = sweep.leftovers(result["results"])
-        else:  # the step budget ran out during a wait: the action plugin runs the next step
-            result["_krops_pending"] = True
-            result["_krops_state"] = sweep.pending_state
+        result["leftovers"] = sweep.left  # the final pass's (the engine's verification); none before the last step
+        if (
+            sweep.pending_state is not None
+        ):  # the step budget ran out during a wait: the action plugin runs the next step
+            result[steps.PENDING_KEY] = True
+            result[steps.RESUME_KEY] = sweep.pending_state
             result["waiting"] = sweep.pending_state["waiting"]
 
+    sweep.collect()
     result["errors"] = sweep.errors
     result["warnings"] = sweep.warnings
     result["kept"] = sweep.kept
     result["progress"] = sweep.progress_lines
     result["candidates"] = [rows.public(c, "candidate") for c in sweep.candidates]
     result["msg"] = aws_report.summary(result, mode, check_mode)
-    if result.get("_krops_pending"):
+    if result.get(steps.PENDING_KEY):
         result["msg"] = "sweep in progress, still deleting: {}".format(", ".join(result["waiting"][:10]))
     # rc=0 means nothing owned is left: the final pass decides (a stack still deleting is listed there too), so a
     # failed step whose resource went anyway (an automated RDS snapshot going with its instance) is not a failure

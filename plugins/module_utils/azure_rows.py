@@ -23,11 +23,10 @@ unknown unless ARM sends systemData all the same (docs/upstream-facts.md).
 
 from __future__ import annotations
 
-import time
 import urllib.parse
 
 from ansible_collections.krops.platform.plugins.module_utils import azure, ownership, steps
-from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown import AZURE_API, OWNER_TAG
+from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown import AZURE_API, OWNER_TAG, run_options
 from ansible_collections.krops.platform.plugins.module_utils.errors import CloudError
 
 
@@ -169,14 +168,10 @@ def azure_run(
     credential_names,
     credential_issuers=(),
     mgmt_cluster=None,
-    check_mode=False,
-    wait=True,
-    wait_timeout=1800,
-    poll_interval=10,
-    sleep=time.sleep,
-    clock=time.monotonic,
+    **options,
 ):
-    """The steps.Run of an Azure teardown (azure_teardown runs it; in check mode it is the orphan report's)."""
+    """The steps.Run of an Azure teardown (azure_teardown runs it; in check mode it is the orphan report's); ``options``
+    are cloud_teardown.run_options'."""
     arm = arm.rstrip("/")
     args = (http, arm, subscription, environment, resource_groups, clusters, credential_names, credential_issuers)
     return steps.Run(
@@ -185,13 +180,8 @@ def azure_run(
         lambda: AzureScan(*args, mgmt_cluster),
         facts=lambda scan: {"not_owned": scan.not_owned},
         label=lambda item: item["id"],
-        check_mode=check_mode,
-        wait=wait,
-        timeout=wait_timeout,
-        poll_interval=poll_interval,
-        sleep=sleep,
-        clock=clock,
         stop=False,
         left=ownership.FAILED,
         appeared=False,
+        **run_options(**options),
     )

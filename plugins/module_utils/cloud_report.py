@@ -186,7 +186,7 @@ def orphans(run, now, min_age_hours):
     """
     if not run.check_mode:
         raise ValueError("cloud_report.orphans needs a run in check mode: a report writes nothing")
-    result = run.execute()
+    result = run.result or run.execute()  # one the caller executed first (to complete its items) is not run again
     entries = []
     for step in run.acting:
         for item in run.plan[step.name]:

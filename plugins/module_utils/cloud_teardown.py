@@ -42,6 +42,18 @@ AZURE_ARM = "https://management.azure.com"
 GCP_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # The wait options of the cloud teardowns (doc fragment krops.platform.cloud_teardown).
 WAIT_ARGS = dict(wait_timeout=dict(type="int", default=1800), poll_interval=dict(type="int", default=10))
+
+
+def run_options(
+    check_mode=False, wait=True, wait_timeout=1800, poll_interval=10, sleep=time.sleep, clock=time.monotonic
+):
+    """The steps.Run options every cloud teardown takes (azure_rows.azure_run, gcp_rows.gcp_run): check mode, whether
+    to wait, the wait's timeout (WAIT_ARGS) and pace, and the clock."""
+    return dict(
+        check_mode=check_mode, wait=wait, timeout=wait_timeout, poll_interval=poll_interval, sleep=sleep, clock=clock
+    )
+
+
 # The orphan report mode (cloud_report.orphans) of the teardowns on the step engine (doc fragment krops.platform.cloud_teardown).
 REPORT_ARGS = dict(
     mode=dict(type="str", default="delete", choices=["delete", "report"]),

@@ -30,11 +30,10 @@ identity providers state none (docs/upstream-facts.md).
 
 from __future__ import annotations
 
-import time
 import urllib.parse
 
 from ansible_collections.krops.platform.plugins.module_utils import gcp, ownership, steps
-from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown import OWNER_TAG
+from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown import OWNER_TAG, run_options
 from ansible_collections.krops.platform.plugins.module_utils.errors import CloudError
 from ansible_collections.krops.platform.plugins.module_utils.gcp import _last
 from ansible_collections.krops.platform.plugins.module_utils.gcp_iam import gcp_accounts, gcp_providers
@@ -316,19 +315,15 @@ def gcp_run(
     project,
     environment,
     networks,
-    check_mode=False,
-    wait=True,
-    wait_timeout=1800,
-    poll_interval=10,
-    sleep=time.sleep,
     unprotect=(),
     clusters=(),
     phase="all",
-    clock=time.monotonic,
     service_accounts=(),
     providers=(),
+    **options,
 ):
-    """The steps.Run of a GCP teardown (gcp_teardown runs it; in check mode it is the orphan report's)."""
+    """The steps.Run of a GCP teardown (gcp_teardown runs it; in check mode it is the orphan report's); ``options``
+    are cloud_teardown.run_options'."""
     if phase not in gcp.GCP_PHASES:
         raise CloudError("phase must be one of {}, got {!r}".format(", ".join(gcp.GCP_PHASES), phase))
     stages = [s for s in GCP_STAGES if phase == "all" or s in BEFORE_CLUSTERS]
@@ -348,10 +343,5 @@ def gcp_run(
         settle=settle,
         facts=lambda scan: {"phase": phase, "not_owned": scan.not_owned, "held_networks": scan.held if whole else []},
         public=gcp.public,
-        check_mode=check_mode,
-        wait=wait,
-        timeout=wait_timeout,
-        poll_interval=poll_interval,
-        sleep=sleep,
-        clock=clock,
+        **run_options(**options),
     )

@@ -4,8 +4,8 @@
 
 The action plugins of capi_pivot, flux_handoff and aws_orphan_sweep (plugins/plugin_utils/stepped.py) call their
 module several times and hand each call the state of the wait (its budget, what was spent, the sweep's
-progress): for capi_pivot and flux_handoff the steps engine's one shape, steps.STEP_STATE (``_wait_budget``
-and ``_resume``); the AWS sweep's ``_sweep_state`` until it runs on steps.Run. That state is no user option, so
+progress): the steps engine's one shape, steps.STEP_STATE (``_wait_budget`` and ``_resume``), for every one of
+them. That state is no user option, so
 it is no module option either (it would appear in the public docs): it travels in one environment variable of the
 module's process, which the action plugin sets for that call only, as ansible-core's ActionBase._execute_module sets ANSIBLE_ASYNC_DIR for async_wrapper
 (lib/ansible/plugins/action/__init__.py, 2.21). The value is base64 of JSON, so the task's environment

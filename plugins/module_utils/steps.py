@@ -30,7 +30,9 @@ side in threads, the rows without a chain after every chain, and the results in 
 on right before the row acts (re-listed, reordered; they become the row's plan); a timed row's deletions
 (``poll_all``: one call for all of them, ``first_poll``: seconds before the first poll, ``interval``) are
 followed by ``Run.wait_timed``; ``execute_each`` runs several runs (one per region) side by side; and
-``verify=False`` leaves the verification pass to the caller.
+``verify=False`` leaves the verification pass to the caller (``Run.verification``, once every run ended), which may
+discover through a scan of its own (``rescan``) and let it alone decide what is left (``decides``: every owned
+item it finds, in ``found``; a failed deletion whose item is gone left nothing).
 
 The orphan report (cloud_report.orphans) is the same table read only: a run in check mode gives every owned item
 the discovery found, and each one's age comes from the creation time its row put in the item (``_created``, the
@@ -137,7 +139,7 @@ def _seconds(value):
 _OPTIONS = dict(check_mode=False, wait=True, timeout=1800, poll_interval=10, budget=None, resume=None, progress=None)
 _OPTIONS.update(sleep=time.sleep, clock=time.monotonic, stop=True, left=ownership.LEFT, appeared=True, public=None)
 _OPTIONS.update(label=None)
-_OPTIONS.update(workers=1, verify=True)  # items acted on at a time (a row's ``workers`` wins); the verification pass
+_OPTIONS.update(workers=1, verify=True, rescan=None, decides=False)  # a row's ``workers`` wins; the verification pass
 
 
 class Run:
@@ -171,7 +173,7 @@ class Run:
         self.resume = dict(self.resume or {})
         self.started = self.clock()
         self.deadline = None if self.budget is None else self.started + max(0.0, float(self.budget))
-        self.plan, self.held, self.result, self.progress_lines = {}, [], {}, []
+        self.plan, self.held, self.result, self.progress_lines, self.found = {}, [], {}, [], []
         self.acted = list(self.resume.get("acted") or ())
         self.pending = [list(p) for p in self.resume.get("pending") or ()]  # [row, item index, handle, waited]
         self._lock = threading.Lock()  # rows side by side (chains) share the pending deletions
@@ -181,9 +183,9 @@ class Run:
         if self._hook is not None:
             self._hook(text)
 
-    def discover(self):
-        """(scan, {row: items}, held): every row's owned items, in table order, then settled."""
-        scan = self.scan()
+    def discover(self, scan=None):
+        """(scan, {row: items}, held): every row's owned items (through ``scan``, else the run's), then settled."""
+        scan = (scan or self.scan)()
         plan = {s.name: list(s.discover(scan)) if s.name in self.listed else [] for s in self.steps}
         held = [tuple(h) for h in self.settle(scan, plan) or ()] if self.settle else []
         return scan, plan, held
@@ -205,7 +207,7 @@ class Run:
             if self._steps():
                 self._keep_held()
                 if self.wait and self.result["changed"] and self.verify:
-                    self._verify()
+                    self.verification()
         except errors.KropsError as exc:
             if not exc.result:
                 exc.result = dict(self.result)
@@ -307,14 +309,12 @@ class Run:
         return False
 
     def _suspend(self):
-        """The result's ``resume``: the state the next call goes on from."""
-        self.result["resume"] = {
-            "plan": self.plan,
-            "held": self.held,
-            "acted": self.acted,
-            "pending": self.pending,
-            "result": {k: v for k, v in self.result.items() if k != "resume"},
-        }
+        self.result["resume"] = self.state()
+
+    def state(self):
+        """The state a later call goes on from (``resume``): the result's when the budget cut a wait."""
+        result = {k: v for k, v in self.result.items() if k != "resume"}
+        return {"plan": self.plan, "held": self.held, "acted": self.acted, "pending": self.pending, "result": result}
 
     def wait_for(self, entries):
         """Poll [row, index, handle, seconds waited] until each is done: ([(error, entry)] of those that failed or
@@ -348,10 +348,15 @@ class Run:
             self.result["leftovers"].append(label)
             self.result["stopped_at"] = self.result.get("stopped_at") or self.by_name[name].group
 
-    def _verify(self):
-        """Discover again: every owned item still there is a leftover (``left``), or one that appeared meanwhile."""
+    def verification(self):
+        """Discover again (``rescan``): every owned item still there is a leftover (``left``), or one that appeared
+        meanwhile; with ``decides``, exactly what it finds (``found``), and no result entry changes."""
         self.progress("verifying: discovering again")
-        dummy, again, dummy2 = self.discover()
+        dummy, again, dummy2 = self.discover(self.rescan)
+        if self.decides:
+            self.found = [item for step in self.acting for item in again[step.name]]
+            self.result["leftovers"] = [self.label(item) for item in self.found]
+            return
         seen = {self.label(e) for e in self.result["results"]}
         for step in self.acting:
             for item in again[step.name]:

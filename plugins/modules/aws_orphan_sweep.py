@@ -388,11 +388,20 @@ duration:
   sample: 24.74
 """
 
-from ansible_collections.krops.platform.plugins.module_utils import aws, aws_sweep, aws_targets, config, errors, shell
+from ansible_collections.krops.platform.plugins.module_utils import (
+    aws,
+    aws_sweep,
+    aws_targets,
+    config,
+    errors,
+    shell,
+    steps,
+)
 
 
-# The resume state of the stepped sweep (module_utils/stepping.py): set by the action plugin, never an option.
-STEP_STATE = dict(_wait_budget=dict(type="int"), _sweep_state=dict(type="dict"))
+# The resume state of the stepped sweep, the steps engine's one (module_utils/stepping.py): set by the action plugin,
+# never an option.
+STEP_STATE = steps.STEP_STATE
 
 
 def argument_spec():

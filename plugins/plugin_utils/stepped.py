@@ -17,8 +17,8 @@ progress_interval.
 A subclass names its module and says how a step continues:
 ``observe(step)`` (bookkeeping of a pending step), ``status(host, step)`` (the line; ``wait(step)``
 is the cut wait and ``waited(wait)`` its time on the controller), ``next_args(args, step, budget)``
-and ``final(step)``; ``start(args, first)`` may end the run after the first step. (The AWS sweep's
-plugin still carries a state of its own, ``_sweep_state``, until the sweep runs on steps.Run.)
+and ``final(step)``; ``start(args, first)`` may end the run after the first step. The AWS sweep's state (its
+regions' steps.Run states) names no cut wait, so ``next_args`` passes it on as it is.
 Controller-side code shared by action plugins lives in plugins/plugin_utils (the layout
 ansible.utils uses).
 """

@@ -987,7 +987,7 @@ def test_steps_resume_from_the_plan_without_listing_again_and_end_like_one_run(m
     steps = [aws_sweep.run(params)]
     while steps[-1].get("_krops_pending"):
         assert len(steps) < 30, steps[-1]["msg"]
-        steps.append(aws_sweep.run(dict(params, _sweep_state=steps[-1]["_krops_state"])))
+        steps.append(aws_sweep.run(dict(params, _resume=steps[-1]["_krops_resume"])))
     first, last = steps[0], steps[-1]
     assert len(steps) >= 3  # node groups (3 s) then the EKS cluster (3.6 s), in steps of about 1 s
     assert first["msg"].startswith("sweep in progress, still deleting: eu-north-1 eks-nodegroup ")
@@ -1037,7 +1037,7 @@ def test_playbook_prints_progress_lines_on_the_controller_while_deletions_are_aw
     rc, output, stderr = ansible_playbook(play, env={"KROPS_AWS_SWEEP_TIME_SCALE": str(1.0 / 200)})
     result = task_results(output)["sweep"]
     assert rc == 0, (result.get("msg"), result.get("exception"), stderr)
-    assert "_krops_pending" not in result and "_krops_state" not in result
+    assert "_krops_pending" not in result and "_krops_resume" not in result and "_krops_state" not in result
     lines = [line for line in stderr.splitlines() if line.startswith("aws_orphan_sweep [localhost] ")]
     assert len(lines) >= 2, stderr
     assert "still deleting eu-north-1 eks-nodegroup " in lines[0]
@@ -1443,6 +1443,21 @@ def test_the_report_lists_an_owned_resource_of_a_type_the_sweep_cannot_delete_by
     entries = [(r["type"], r["id"], r["cluster"]) for r in result["report"]["json"]["resources"]]
     assert entries == [("unsupported", arn, "eu-north-1-workload")]
     assert f"| eu-north-1 | eu-north-1-workload | unsupported | `{arn}` |" in result["report"]["markdown"]
+
+
+def test_the_report_gives_an_eks_log_group_its_own_age_from_its_creation_time_in_milliseconds(
+    run_module, moto, toml, fast
+):
+    """CloudWatch Logs states a log group's creationTime in milliseconds since the epoch, not as a timestamp: the
+    report reads it as the group's own age (it used to be compared with the cluster's timestamps)."""
+    seed_cluster(moto, *WORKLOAD)
+    group = f"/aws/eks/{WORKLOAD[2]}/cluster"
+    clients(moto, "eu-north-1")("logs").create_log_group(logGroupName=group)
+    result = sweep(run_module, moto, toml, mode="report", min_age_hours=0, regions=["eu-north-1"])
+    assert not result.failed, result["msg"]
+    entry = next(r for r in result["report"]["json"]["resources"] if r["type"] == "eks-log-group")
+    assert entry["id"] == group and entry["age_from_cluster"] is False
+    assert entry["created"] is not None and entry["age_hours"] is not None and 0 <= entry["age_hours"] < 1
 
 
 def test_a_stack_whose_deletion_fails_after_it_started_fails_the_run_by_name(run_module, moto, toml, fast):

@@ -445,6 +445,43 @@ def test_without_verify_the_caller_makes_the_verification_pass():
     assert result["leftovers"] == ["vm/v1"] and w.scans == 1  # the failure, and no discovery again
 
 
+def test_the_caller_verifies_once_every_run_ended_through_a_scan_of_its_own_which_alone_decides():
+    # the AWS sweep's final pass (issue 24): after every run, a scan of the verification's own; what it finds is what
+    # is left, a failed deletion whose item went anyway left nothing, and no result entry changes
+    w = World(vm=["v1", "v2"])
+    w.failing = {"v1": "refused"}
+    rescans = []
+
+    def rescan():
+        rescans.append(run.result["results"][-1]["name"])  # it sees the run's results (the AWS sweep's EC2 ids gone)
+        return w
+
+    run = w.run([w.row("vm")], stop=False, verify=False, rescan=rescan, decides=True)
+    result = run.execute()
+    assert result["leftovers"] == ["vm/v1"] and w.scans == 1 and rescans == [] and run.found == []
+    w.things["vm"] = ["v3"]  # v1 went anyway, v3 appeared
+    run.verification()
+    assert rescans == ["v2"] and w.scans == 1
+    assert run.found == [{"type": "vm", "name": "v3", "reason": "ours"}] and result["leftovers"] == ["vm/v3"]
+    assert [(r["name"], r["outcome"], r.get("error")) for r in result["results"]] == [
+        ("v1", "failed", "refused"),
+        ("v2", "deleted", None),
+    ]
+
+
+def test_a_finished_runs_state_goes_on_without_acting_or_discovering_and_verifies_as_the_run_would():
+    w = World(vm=["v1"], net=["n1"])
+    first = w.run([w.row("vm"), w.row("net", after=["vm"])], verify=False, decides=True)
+    done = first.execute()
+    state = json.loads(json.dumps(first.state()))  # JSON: it travels through the action plugin
+    calls, scans = list(w.calls), w.scans
+    again = w.run([w.row("vm"), w.row("net", after=["vm"])], verify=False, decides=True, resume=state)
+    assert again.execute() == done and w.calls == calls and w.scans == scans
+    w.things["net"].append("n2")
+    again.verification()
+    assert [i["name"] for i in again.found] == ["n2"] and w.scans == scans + 1
+
+
 def test_before_gives_the_items_to_act_on_and_they_become_the_rows_plan():
     w = World(group=["g1", "g2"])
     seen = []

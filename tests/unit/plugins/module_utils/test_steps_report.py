@@ -150,3 +150,16 @@ def test_an_item_created_in_the_future_is_reported_with_no_age():
         ("skewed", "2999-01-01T00:00:00+00:00", None)
     ]
     assert cloud.acts == []
+
+
+def test_a_run_the_caller_executed_first_is_reported_with_the_items_it_completed_and_not_discovered_again():
+    # the AWS sweep's report (issue 24): its runs discover first, a resource without a creation time of its own
+    # takes its cluster's oldest, then cloud_report.orphans reads each run as it is
+    cloud, scans = Cloud(), []
+    rows = [steps.Row("vm", cloud.discover("vm"), cloud.act)]
+    run = steps.Run(rows, cloud, lambda: scans.append(1) or cloud, check_mode=True)
+    run.execute()
+    run.plan["vm"][2]["_created"] = "2026-12-06T00:00:00Z"  # the ageless one, completed by the caller
+    result, entries = cloud_report.orphans(run, AT, 6)
+    assert scans == [1] and cloud.acts == [] and result is run.result
+    assert [(e["name"], e["age_hours"]) for e in entries] == [("old", 30.0), ("ageless", 30.0)]
