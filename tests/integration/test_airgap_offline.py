@@ -427,10 +427,12 @@ def test_the_providers_run_their_controllers_from_the_zarf_registry_by_digest(re
             [status] = _pulled_pod(api, ns, name)["status"]["containerStatuses"]
             path = repo_tag.split("/", 1)[1].split(":")[0]
             assert (status["image"], status["imageID"]) == (f"{ZARF_REGISTRY}/{path}@{digest}", digest)
-            deadline = time.monotonic() + 5
-            while (
-                not condition(api.get("apps/v1", "Deployment", name, ns), "Available") and time.monotonic() < deadline
-            ):
+            # until Available is True, not merely there: a False condition stopped this wait early (a race that
+            # failed under load)
+            deadline = time.monotonic() + 30
+            while (condition(api.get("apps/v1", "Deployment", name, ns), "Available") or {}).get(
+                "status"
+            ) != "True" and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert condition(api.get("apps/v1", "Deployment", name, ns), "Available")["status"] == "True"
     finally:
