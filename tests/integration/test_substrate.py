@@ -163,27 +163,20 @@ def test_a_restored_snapshot_has_its_own_event_history_so_a_watch_replays_no_oth
     core = client.CoreV1Api(config.new_client_from_config(config_file=kind_api.kubeconfig_path))
     listed = core.list_namespaced_config_map("default")
     assert sorted(c.metadata.name for c in listed.items) == ["a", "b", "c"]
-    replayed = [
-        (e["type"], e["object"].metadata.name)
-        for e in watch.Watch().stream(
+
+    def watched():
+        """(type, name) of the events a watch from the list's resourceVersion gets within a second."""
+        stream = watch.Watch().stream(
             core.list_namespaced_config_map,
             "default",
             resource_version=listed.metadata.resource_version,
             timeout_seconds=1,
         )
-    ]
-    assert replayed == []  # nothing happened since the list: no DELETED a, no ADDED other-run
+        return [(e["type"], e["object"].metadata.name) for e in stream]
+
+    assert watched() == []  # nothing happened since the list: no DELETED a, no ADDED other-run
     kind_api.remove("v1", "ConfigMap", "b", "default")  # what happens next is seen, once
-    seen = [
-        (e["type"], e["object"].metadata.name)
-        for e in watch.Watch().stream(
-            core.list_namespaced_config_map,
-            "default",
-            resource_version=listed.metadata.resource_version,
-            timeout_seconds=1,
-        )
-    ]
-    assert seen == [("DELETED", "b")]
+    assert watched() == [("DELETED", "b")]
 
 
 def test_two_emulators_are_independent(kube_cluster):
