@@ -51,9 +51,6 @@ class _Recorder:
         self.files.append((zinfo.filename, bytes(data), _origin(data)))
         return self._zf.writestr(zinfo, data, *args, **kwargs)
 
-    def namelist(self):
-        return self._zf.namelist()
-
 
 def _origin(data):
     tag = Origin.get_tag(data)
