@@ -21,6 +21,7 @@ The copy is made once per test, so an edit never reaches the repository or anoth
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -419,7 +420,7 @@ def test_an_aws_sweep_type_is_a_row_its_handler_its_table_place_and_its_arn_type
     assert [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]] == ["team-key"]
 
 
-# --- a pivot phase: one file, one row, the module's documentation -------------------------
+# --- a pivot phase: one step (its file, its table row); the module's documentation lists it ---------------
 
 INVENTORY_PHASE = '''
     # Copyright: krops developers
@@ -457,6 +458,24 @@ def phase_lists(root):
     )
 
 
+def code_of(path):
+    """A module's code without its DOCUMENTATION, EXAMPLES and RETURN strings (ast.dump of what is left)."""
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        names = [t.id for t in getattr(node, "targets", ()) if isinstance(t, ast.Name)]
+        if set(names) & {"DOCUMENTATION", "EXAMPLES", "RETURN"}:
+            node.value = ast.Constant("")
+    return ast.dump(tree)
+
+
+def test_code_of_sees_a_code_change_and_not_a_documentation_change(tmp_path):
+    source = (REPO / "plugins/modules/capi_pivot.py").read_text()
+    doc, code = tmp_path / "doc.py", tmp_path / "code.py"
+    doc.write_text(source.replace("failed_phase:", INVENTORY_RETURN, 1))
+    code.write_text(source.replace('default="move"', 'default="preflight"'))
+    assert code_of(doc) == code_of(REPO / "plugins/modules/capi_pivot.py") != code_of(code)
+
+
 def test_the_phase_list_is_written_out_once_in_code_where_sanity_checks_it():
     """The phase table (pivot.PHASE_TABLE) is the list; only the module's documentation repeats it (ansible-test
     sanity compares its choices with the argument spec, which takes them from the table). The pivot role passes
@@ -466,7 +485,7 @@ def test_the_phase_list_is_written_out_once_in_code_where_sanity_checks_it():
 
 
 @SLOW
-def test_a_pivot_phase_is_one_file_one_row_and_the_module_documentation(repo_copy, world):  # noqa: F811
+def test_a_pivot_phase_is_one_step_its_file_and_its_table_row(repo_copy, world):  # noqa: F811
     repo_copy.write("plugins/module_utils/pivot/inventory.py", INVENTORY_PHASE)
     init = "plugins/module_utils/pivot/__init__.py"
     repo_copy.edit(
@@ -488,7 +507,9 @@ def test_a_pivot_phase_is_one_file_one_row_and_the_module_documentation(repo_cop
     )
     repo_copy.edit(module, "failed_phase:", INVENTORY_RETURN)
     assert repo_copy.touched() == [init, "plugins/module_utils/pivot/inventory.py", module]
-    assert doc_code_files("Adding a pivot phase") == [3]
+    # the module's edit is documentation only (what ansible-doc shows): its code is the same without the strings
+    assert code_of(repo_copy.root / module) == code_of(REPO / module)
+    assert doc_code_files("Adding a pivot phase") == [2]
     assert phase_lists(repo_copy.root) == [module]  # nothing else lists the phases, so nothing else went stale
 
     stopped = repo_copy.python("pivot", args=world.args(stop_after="inventory"))
