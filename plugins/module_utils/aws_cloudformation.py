@@ -73,3 +73,4 @@ def state_stack(x, pending):
 
 
 STACK_ROW = sweep_row("cloudformation-stack", GLOBAL, stacks, delete_stack, state_stack, arn="cloudformation:stack")
+ROWS = (STACK_ROW,)

@@ -7,10 +7,11 @@ verification mode) and ``Context`` its ctx (``x``: the region's clients, the dep
 A row's handlers are the sweep's own: ``list(d, with_age)`` over a Scan of one region,
 ``delete(x, res)`` and, for a type whose deletion takes time, ``wait_state(x, pending)``, one call that
 answers the state of every pending deletion of the row ("gone" once deleted). ``sweep_row`` turns them
-into the engine's discover, act and poll_all; the engine orders the rows (a ``chain`` of rows that
-depend on each other runs beside the other chains, the rows without a chain after them), acts on the
-items, follows the deletions (the first poll after the row's ``expected`` time, scaled), cuts a wait
-at the step budget and resumes from its state.
+into the engine's discover, act and poll_all. Each service's file lists its rows in ``ROWS``, in its deletion
+order, and aws_sweep makes the table of them (aws_sweep.SERVICES, each row after the rows it names in
+``after``). The engine runs the table in its order (a ``chain`` of rows that depend on each other runs beside
+the other chains, the rows without a chain after them), acts on the items, follows the deletions (the first poll
+after the row's ``expected`` time, scaled), cuts a wait at the step budget and resumes from its state.
 """
 
 from __future__ import annotations
@@ -40,14 +41,16 @@ FAILED_STATES = ("DELETE_FAILED", "FAILED", "failed")
 
 
 def sweep_row(name, scope, listing, delete, wait_state=None, **options):
-    """The steps.Row of one sweep type. ``chain``, ``expected`` (typical seconds a deletion takes;
-    tests/benchmarks/aws_latency_proxy.py cites the sources: it delays the first poll), ``before(x, batch)``
-    (runs once per batch and may return the batch in the order to delete it: security groups and their rules)
-    and ``refresh(x, batch, resources)`` (re-lists a batch right before its deletion: interfaces detach
-    meanwhile) are the options, and ``arn``: the ARN type(s) of the Resource Groups Tagging API the row handles
-    ("<service>:<resource type>", aws_rows.arn_type; an owned ARN of a type no row handles is ``unsupported``).
-    Only a row with a ``wait_state`` is ever awaited."""
+    """The steps.Row of one sweep type. Its options: ``chain``; ``after``, the names of the rows it comes after in
+    the sweep's table (steps.Row's ``after``, aws_sweep.table); ``expected`` (typical seconds a deletion takes;
+    tests/benchmarks/aws_latency_proxy.py cites the sources: it delays the first poll); ``before(x, batch)``
+    (runs once per batch and may return the batch in the order to delete it: security groups and their rules);
+    ``refresh(x, batch, resources)`` (re-lists a batch right before its deletion: interfaces detach meanwhile);
+    and ``arn``: the ARN type(s) of the Resource Groups Tagging API the row handles ("<service>:<resource type>",
+    aws_rows.arn_type; an owned ARN of a type no row handles is ``unsupported``). Only a row with a
+    ``wait_state`` is ever awaited."""
     chain, expected, arn = options.pop("chain", None), options.pop("expected", 0), options.pop("arn", ())
+    after = options.pop("after", ())
     before, refresh = options.pop("before", None), options.pop("refresh", None)
     if options:
         raise TypeError("sweep row {}: unknown {}".format(name, ", ".join(sorted(options))))
@@ -65,6 +68,7 @@ def sweep_row(name, scope, listing, delete, wait_state=None, **options):
         _act(delete, waited=wait_state is not None),
         plan="delete {type} {id} in {region}",
         chain=chain,
+        after=(after,) if isinstance(after, str) else tuple(after),
         before=_before(before, refresh) if before or refresh else None,
         **timing,
     )

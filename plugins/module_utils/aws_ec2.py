@@ -520,6 +520,9 @@ NAT_ROW = sweep_row(
     state_nat_gateway,
     chain="nat",
     expected=240,
+    # the network's rows follow the RDS and load balancer rows in the table (aws_sweep.SERVICES); the chains run side
+    # by side, so for a chained row this orders the table and its results, and waits for nothing
+    after=("rds-instance", "rds-subnet-group", "elbv2-load-balancer", "elb-load-balancer", "elbv2-target-group"),
     arn="ec2:natgateway",
 )
 EIP_ROW = sweep_row("elastic-ip", REGION, elastic_ips, release_address, chain="nat", arn="ec2:elastic-ip")
@@ -545,4 +548,19 @@ SG_ROW = sweep_row(
 )
 VPC_ROW = sweep_row(
     "vpc", REGION, _plain("vpc", VPC, "describe_vpcs", "Vpcs", "vpc-id", "VpcId"), delete_vpc, arn="ec2:vpc"
+)
+# in their deletion order (aws_sweep.SERVICES)
+ROWS = (
+    INSTANCE_ROW,
+    LAUNCH_TEMPLATE_ROW,
+    VOLUME_ROW,
+    SNAPSHOT_ROW,
+    NAT_ROW,
+    EIP_ROW,
+    ENI_ROW,
+    SUBNET_ROW,
+    IGW_ROW,
+    RTB_ROW,
+    SG_ROW,
+    VPC_ROW,
 )

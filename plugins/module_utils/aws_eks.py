@@ -153,3 +153,4 @@ POD_IDENTITY_ROW = sweep_row(
 CLUSTER_ROW = sweep_row(
     "eks-cluster", REGION, clusters, delete_cluster, state_cluster, chain="eks", expected=720, arn="eks:cluster"
 )
+ROWS = (NODEGROUP_ROW, POD_IDENTITY_ROW, CLUSTER_ROW)  # in their deletion order (aws_sweep.SERVICES)

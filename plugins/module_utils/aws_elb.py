@@ -143,3 +143,4 @@ CLASSIC_ROW = sweep_row(
 TARGET_GROUP_ROW = sweep_row(
     "elbv2-target-group", REGION, target_groups, delete_target_group, chain="lb", arn="elasticloadbalancing:targetgroup"
 )
+ROWS = (ELBV2_ROW, CLASSIC_ROW, TARGET_GROUP_ROW)  # in their deletion order (aws_sweep.SERVICES)

@@ -300,3 +300,4 @@ def delete_policy(x, res):
 
 
 POLICY_ROW = sweep_row("iam-policy", GLOBAL, policies, delete_policy)
+ROWS = (ROLE_ROW, OIDC_ROW, USER_ROW, POLICY_ROW)  # in their deletion order (aws_sweep.SERVICES)

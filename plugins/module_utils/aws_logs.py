@@ -6,7 +6,7 @@ EKS sends control-plane logs to the log group ``/aws/eks/<cluster>/cluster`` (do
 EKS control-plane logs) and leaves it behind when the cluster is deleted. The group is krops' when its
 name is exactly that of an EKS cluster bootstrap.toml names for the region, or when its tags prove
 ownership (ownership.py); a group tagged for another environment is never ours. It goes after its
-cluster (same chain, later row), so EKS writes no more streams to it.
+cluster (same chain, ``after`` it), so EKS writes no more streams to it.
 """
 
 from __future__ import annotations
@@ -79,4 +79,7 @@ def delete_log_group(x, res):
     return None if aws.call_unless_gone(x.client("logs"), "delete_log_group", logGroupName=res["id"]) else ABSENT
 
 
-LOG_GROUP_ROW = sweep_row(LOG_GROUP_TYPE, REGION, log_groups, delete_log_group, chain="eks", arn="logs:log-group")
+LOG_GROUP_ROW = sweep_row(
+    LOG_GROUP_TYPE, REGION, log_groups, delete_log_group, chain="eks", after="eks-cluster", arn="logs:log-group"
+)
+ROWS = (LOG_GROUP_ROW,)

@@ -107,3 +107,4 @@ INSTANCE_ROW = sweep_row(
 SUBNET_GROUP_ROW = sweep_row(
     "rds-subnet-group", REGION, subnet_groups, delete_subnet_group, chain="rds", arn="rds:subgrp"
 )
+ROWS = (INSTANCE_ROW, SUBNET_GROUP_ROW)  # in their deletion order (aws_sweep.SERVICES)

@@ -66,3 +66,4 @@ def delete_bucket(x, res):
 
 
 BUCKET_ROW = sweep_row("s3-bucket", GLOBAL, buckets, delete_bucket, arn="s3:")
+ROWS = (BUCKET_ROW,)

@@ -13,9 +13,10 @@ dependants that carry no tags of their own are swept with their owner and say so
 subnet group of a swept RDS instance (when no other instance uses it) and detached network
 interfaces inside an owned VPC.
 
-The type table (REGION_TYPES, GLOBAL_TYPES) lists rows defined per service (aws_ec2, aws_eks, aws_elb,
-aws_rds, aws_iam, aws_s3, aws_cloudformation, aws_logs, aws_tagging; each a steps.Row made by
-aws_delete.sweep_row); its order is the deletion order. Every mode runs on the steps engine (steps.Run: one
+The type table (REGION_TYPES, GLOBAL_TYPES) is made of the rows each service lists in its ROWS (aws_eks, aws_logs,
+aws_ec2, aws_rds, aws_elb, aws_tagging, aws_s3, aws_iam, aws_cloudformation, the registry SERVICES; each row a
+steps.Row made by aws_delete.sweep_row), in the registry's order, each row after the rows it names in ``after``;
+its order is the deletion order. Every mode runs on the steps engine (steps.Run: one
 run per region, the regions side by side, then one for the global phase), and each row's one discovery serves
 them all (through an aws_delete.Scan of the mode): delete mode (the engine owns the order, the chains, the
 waits, the step budget and its resume state), check mode (the engine's plan), report mode (cloud_report.orphans, with
@@ -360,43 +361,28 @@ def _results(result):
     return result["results"]
 
 
-# The one table of the sweep: its order is the deletion order (within a chain, and for the rows without a chain
-# after every chain). A row is defined in its service's file (aws_delete.sweep_row, a steps.Row); adding a type
-# is one row there and its place here.
-REGION_TYPES = (
-    aws_eks.NODEGROUP_ROW,
-    aws_eks.POD_IDENTITY_ROW,
-    aws_eks.CLUSTER_ROW,
-    aws_logs.LOG_GROUP_ROW,
-    aws_ec2.INSTANCE_ROW,
-    aws_ec2.LAUNCH_TEMPLATE_ROW,
-    aws_ec2.VOLUME_ROW,
-    aws_ec2.SNAPSHOT_ROW,
-    aws_rds.INSTANCE_ROW,
-    aws_rds.SUBNET_GROUP_ROW,
-    aws_elb.ELBV2_ROW,
-    aws_elb.CLASSIC_ROW,
-    aws_elb.TARGET_GROUP_ROW,
-    aws_ec2.NAT_ROW,
-    aws_ec2.EIP_ROW,
-    aws_ec2.ENI_ROW,
-    aws_ec2.SUBNET_ROW,
-    aws_ec2.IGW_ROW,
-    aws_ec2.RTB_ROW,
-    aws_ec2.SG_ROW,
-    aws_ec2.VPC_ROW,
-    aws_tagging.UNSUPPORTED,
-)
+# The registry of the sweep's services: each module's ROWS (aws_delete.sweep_row, a steps.Row each), in that
+# service's deletion order. A scope's table is the rows of that scope (regional or global) in this order, each moved
+# after the rows it names in ``after`` (steps.ordered: a row named there is placed first, just before the first row
+# that names it; the rest keep the registry's order, so the table is the same on every import). Its order is the
+# deletion order: within a chain, and for the rows without a chain after every chain. aws_tagging is the last
+# regional service: its ``unsupported`` row reports what no other row handles. Adding a type is one row in its
+# service's file, in its ROWS.
+SERVICES = (aws_eks, aws_logs, aws_ec2, aws_rds, aws_elb, aws_tagging, aws_s3, aws_iam, aws_cloudformation)
 
-GLOBAL_TYPES = (
-    aws_s3.BUCKET_ROW,
-    aws_iam.ROLE_ROW,
-    aws_iam.OIDC_ROW,
-    aws_iam.USER_ROW,
-    aws_iam.POLICY_ROW,
-    aws_cloudformation.STACK_ROW,
-)
 
+def table(scope, services=SERVICES):
+    """The rows of ``scope`` (aws_rows.REGION or GLOBAL) of ``services``, in the registry's order, each after the rows
+    it names in ``after``; ValueError (at import) for a cycle or a name no row of the scope has."""
+    found = [row for service in services for row in service.ROWS if row.scope == scope]
+    try:
+        return tuple(steps.ordered(found))
+    except ValueError as exc:
+        raise ValueError(f"the AWS sweep's {scope} rows: {exc}") from None
+
+
+REGION_TYPES = table(rows.REGION)
+GLOBAL_TYPES = table(rows.GLOBAL)
 REGION_ORDER = tuple(t.name for t in REGION_TYPES)
 GLOBAL_ORDER = tuple(t.name for t in GLOBAL_TYPES)
 # the Tagging API's ARN types a row handles (its ``arn``): an owned ARN of any other type is unsupported (aws_tagging)

@@ -60,3 +60,4 @@ def delete_unsupported(x, res):
 
 
 UNSUPPORTED = sweep_row("unsupported", REGION, unsupported, delete_unsupported)
+ROWS = (UNSUPPORTED,)

@@ -1,11 +1,16 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
 """The AWS sweep's type table (aws_sweep.REGION_TYPES, GLOBAL_TYPES), pinned to what it was when it was written out
-by hand: the deletion order, the chains, the scopes, the waited rows, the ARN types handled, ``unsupported`` last."""
+by hand: the deletion order, the chains, the scopes, the waited rows, the ARN types handled, ``unsupported`` last;
+and how the table is made of the services' rows (aws_sweep.table)."""
 
 from __future__ import annotations
 
-from ansible_collections.krops.platform.plugins.module_utils import aws_rows, aws_sweep
+import types
+
+import pytest
+
+from ansible_collections.krops.platform.plugins.module_utils import aws_delete, aws_rows, aws_sweep
 
 REGION_ORDER = (
     "eks-nodegroup",
@@ -102,3 +107,37 @@ def test_the_chains_and_the_rows_after_them():
 def test_the_waited_rows_and_the_arn_types_handled():
     assert [row.name for row in aws_sweep.REGION_TYPES + aws_sweep.GLOBAL_TYPES if row.followed] == WAITED
     assert aws_sweep.HANDLED_ARNS == HANDLED_ARNS
+
+
+def test_the_table_is_the_services_rows_in_the_registrys_order():
+    for scope, table in ((aws_rows.REGION, aws_sweep.REGION_TYPES), (aws_rows.GLOBAL, aws_sweep.GLOBAL_TYPES)):
+        assert sorted(row.name for row in table) == sorted(
+            row.name for service in aws_sweep.SERVICES for row in service.ROWS if row.scope == scope
+        )
+        for service in aws_sweep.SERVICES:  # each service's rows keep their order
+            mine = [row.name for row in service.ROWS if row.scope == scope]
+            assert [row.name for row in table if row.name in mine] == mine
+
+
+def _service(*rows):
+    return types.SimpleNamespace(ROWS=rows)
+
+
+def _row(name, **options):
+    return aws_delete.sweep_row(name, aws_rows.REGION, lambda d, a: [], lambda x, r: None, **options)
+
+
+def test_a_row_named_in_after_moves_up_the_rest_keep_the_registrys_order():
+    first = _service(_row("a"), _row("b", after=("d", "c")), _row("e"))
+    second = _service(_row("c"), _row("d"), _row("f"))
+    assert [row.name for row in aws_sweep.table(aws_rows.REGION, (first, second))] == ["a", "d", "c", "b", "e", "f"]
+    assert aws_sweep.table(aws_rows.GLOBAL, (first, second)) == ()
+
+
+def test_a_cycle_or_an_unknown_name_fails_naming_the_rows():
+    cycle = _service(_row("a", after="b"), _row("b", after="a"))
+    with pytest.raises(ValueError, match="the AWS sweep's region rows: rows a -> b -> a depend on each other"):
+        aws_sweep.table(aws_rows.REGION, (cycle,))
+    unknown = _service(_row("a", after="iam-role"))
+    with pytest.raises(ValueError, match="the AWS sweep's region rows: row a runs after 'iam-role', which is no row"):
+        aws_sweep.table(aws_rows.REGION, (unknown,))
