@@ -258,8 +258,9 @@ def azure_arc_issuer(
         sleep(poll_interval)
 
 
-def azure_federate(http, arm, subscription, group, identity, issuer, subjects, check_mode=False):
-    """Federated identity credentials on a user-assigned identity, one per {name, subject}; idempotent.
+def azure_federate(http, arm, subscription, group, identity, issuer, subjects, api_version, check_mode=False):
+    """Federated identity credentials on a user-assigned identity, one per {name, subject}; idempotent. The identity
+    and its credentials are read and written at ``api_version`` (the teardown's row's: azure_rows.API_VERSION).
 
     Returns [{name, subject, state}] with state created, updated, unchanged (planned-* in check mode).
     Writes are sequential: ARM refuses concurrent credential writes on one identity.
@@ -267,8 +268,7 @@ def azure_federate(http, arm, subscription, group, identity, issuer, subjects, c
     base = "{}/subscriptions/{}/resourceGroups/{}/providers/Microsoft.ManagedIdentity/userAssignedIdentities/{}".format(
         arm.rstrip("/"), *(urllib.parse.quote(v) for v in (subscription, group, identity))
     )
-    api = AZURE_API["userAssignedIdentities"]
-    status, dummy = http.get(f"{base}?api-version={api}")
+    status, dummy = http.get(f"{base}?api-version={api_version}")
     if status == 404:
         raise CloudError(
             f"user-assigned identity {identity} not found in resource group {group}: create it once as docs/environments/azure.md "
@@ -276,7 +276,9 @@ def azure_federate(http, arm, subscription, group, identity, issuer, subjects, c
         )
     states = []
     for item in subjects:
-        url = "{}/federatedIdentityCredentials/{}?api-version={}".format(base, urllib.parse.quote(item["name"]), api)
+        url = "{}/federatedIdentityCredentials/{}?api-version={}".format(
+            base, urllib.parse.quote(item["name"]), api_version
+        )
         want = {"issuer": issuer, "subject": item["subject"], "audiences": [FIC_AUDIENCE]}
         status, current = http.get(url)
         have = (current or {}).get("properties") or {}

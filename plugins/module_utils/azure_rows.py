@@ -26,7 +26,7 @@ from __future__ import annotations
 import urllib.parse
 
 from ansible_collections.krops.platform.plugins.module_utils import azure, ownership, steps
-from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown import AZURE_API, OWNER_TAG, run_options
+from ansible_collections.krops.platform.plugins.module_utils.cloud_teardown import OWNER_TAG, run_options
 from ansible_collections.krops.platform.plugins.module_utils.errors import CloudError
 
 
@@ -40,8 +40,9 @@ class AzureScan:
         self.names, self.issuers, self.mgmt_cluster = set(names or ()), set(issuers or ()), mgmt_cluster
         self.not_owned = []
 
-    def pages(self, path, api):
-        return self.http.pages(f"{self.sub}{path}?api-version={AZURE_API[api]}", "value", "nextLink")
+    def pages(self, path, rtype):
+        """Every resource of the subscription's ``path``, listed at the api-version of row ``rtype`` (TABLE)."""
+        return self.http.pages(f"{self.sub}{path}?api-version={API_VERSION[rtype]}", "value", "nextLink")
 
 
 def _item(rtype, resource, reason):
@@ -52,12 +53,12 @@ def _item(rtype, resource, reason):
 
 def _credentials(s):
     found = []
-    for identity in s.pages("/providers/Microsoft.ManagedIdentity/userAssignedIdentities", "userAssignedIdentities"):
+    for identity in s.pages("/providers/Microsoft.ManagedIdentity/userAssignedIdentities", "federated-credential"):
         if azure.azure_owned(identity, s.environment, []) is None:
             continue
         creds = s.http.pages(
             "{}{}/federatedIdentityCredentials?api-version={}".format(
-                s.arm, identity["id"], AZURE_API["userAssignedIdentities"]
+                s.arm, identity["id"], API_VERSION["federated-credential"]
             ),
             "value",
             "nextLink",
@@ -73,7 +74,7 @@ def _credentials(s):
 
 def _arcs(s):
     found = []
-    for arc in s.pages("/providers/Microsoft.Kubernetes/connectedClusters", "connectedClusters"):
+    for arc in s.pages("/providers/Microsoft.Kubernetes/connectedClusters", "arc-connected-cluster"):
         why = azure.azure_owned(arc, s.environment, [])
         if why:
             found.append(_item("arc-connected-cluster", arc, why))
@@ -81,7 +82,7 @@ def _arcs(s):
 
 
 def _groups(s):
-    groups = {g["name"].lower(): g for g in s.pages("/resourcegroups", "resourcegroups")}
+    groups = {g["name"].lower(): g for g in s.pages("/resourcegroups", "resource-group")}
     wanted = [n.lower() for n in s.groups]
     wanted += [n for n, g in sorted(groups.items()) if azure.azure_owned(g, s.environment, []) and n not in wanted]
     found = []
@@ -104,7 +105,7 @@ def _groups(s):
 
 
 def _url(run, item):
-    return "{}{}?api-version={}".format(run.ctx.arm, item["id"], ITEM_API[item["type"]])
+    return "{}{}?api-version={}".format(run.ctx.arm, item["id"], API_VERSION[item["type"]])
 
 
 def _delete(run, item):
@@ -137,14 +138,14 @@ def _plan(item):
     return "delete {} {} ({}){}".format(item["type"], item["id"], item["reason"], locked)
 
 
-# (type, discovery, the AZURE_API entry its DELETE and GET use), in deletion order
+# (type, discovery, the api-version its listing, DELETE and GET use: its provider's), in deletion order
 TABLE = (
-    ("federated-credential", _credentials, "userAssignedIdentities"),
-    ("arc-connected-cluster", _arcs, "connectedClusters"),
-    ("resource-group", _groups, "resourcegroups"),
+    ("federated-credential", _credentials, "2023-01-31"),  # Microsoft.ManagedIdentity (the identities too)
+    ("arc-connected-cluster", _arcs, "2024-01-01"),  # Microsoft.Kubernetes
+    ("resource-group", _groups, "2021-04-01"),  # Microsoft.Resources
 )
 ROWS = tuple(steps.Row(name, discover, _delete, plan=_plan, poll=_poll, gone=_gone) for name, discover, dummy in TABLE)
-ITEM_API = {name: AZURE_API[api] for name, dummy, api in TABLE}
+API_VERSION = {name: version for name, dummy, version in TABLE}
 
 
 class _Arm:

@@ -1,8 +1,8 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
 """What the Azure and GCP teardowns share (azure.py, gcp.py, gcp_iam.py): the REST client with its retry
-policy, the endpoints and API versions, the secrets to mask and the environment loading. Their deletions are rows
-(gcp_rows.py, azure_rows.py) run by one engine (steps.py).
+policy, the endpoints, the ARM API versions no row carries, the secrets to mask and the environment loading. Their
+deletions are rows (gcp_rows.py, azure_rows.py; an Azure row carries its API version) run by one engine (steps.py).
 
 The reference design leaves both clouds manual; krops removes what an environment created,
 and only that. Ownership: a resource is removed when bootstrap.toml names it (resource
@@ -74,12 +74,8 @@ AZURE_SECRET_VARS = (
     "MSI_SECRET",
 )
 GCP_SECRET_VARS = ("GCP_ACCESS_TOKEN",)
-AZURE_API = {
-    "locks": "2020-05-01",
-    "resourcegroups": "2021-04-01",
-    "connectedClusters": "2024-01-01",
-    "userAssignedIdentities": "2023-01-31",
-}
+# The api-versions of the ARM calls that are no row's: each row of the Azure teardown carries its own (azure_rows.TABLE).
+AZURE_API = {"locks": "2020-05-01"}
 
 GCP_ROOTS = {
     "container": "https://container.googleapis.com/v1",

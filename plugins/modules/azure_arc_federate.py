@@ -100,7 +100,7 @@ credentials:
 
 import os
 
-from ansible_collections.krops.platform.plugins.module_utils import azure, errors, shell
+from ansible_collections.krops.platform.plugins.module_utils import azure, azure_rows, errors, shell
 
 NAME = "azure_arc_federate"
 
@@ -157,8 +157,10 @@ def run(p, check_mode, environ=None, step=None):
             )
         )
     step("writing the federated identity credentials")
+    # the teardown deletes these credentials: they are written at the api-version its row reads them at
+    api = azure_rows.API_VERSION["federated-credential"]
     creds = azure.azure_federate(
-        http, p["endpoint"], subscription, p["resource_group"], p["identity_name"], issuer, subjects, check_mode
+        http, p["endpoint"], subscription, p["resource_group"], p["identity_name"], issuer, subjects, api, check_mode
     )
     return {
         "changed": any(c["state"] != "unchanged" for c in creds),
