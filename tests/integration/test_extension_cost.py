@@ -7,10 +7,10 @@ touched (``git add -A``, then ``git diff --cached --name-only``: new files too),
 is krops.platform:
 
 - a resource type: one row in gcp_rows.py deletes an owned Private Service Connect address that otherwise holds
-  its VPC (the Google double), and a row in azure_rows.py deletes an owned storage account that the teardown
-  otherwise leaves unseen (the ARM double);
-- an AWS sweep type (its rows run on steps.Run): the row (with its ARN type) and its handler in aws_ec2.py and
-  its table place in aws_sweep.py delete an owned EC2 key pair (moto);
+  its VPC (the Google double), and a row in azure_rows.py (with its discovery and its API version) deletes an owned
+  storage account that the teardown otherwise leaves unseen (the ARM double);
+- an AWS sweep type (its rows run on steps.Run): the row (with its ARN type, in the service's ROWS) and its
+  handler in aws_ec2.py delete an owned EC2 key pair (moto); the sweep's table takes it from there;
 - a pivot phase: a new phase runs in its place in the order, on the emulated kind and management clusters, and
   ``stop_after`` reaches it;
 - a cloud: a rows file and a profile entry; its rows run through steps.Run and its environments' teardown plan
@@ -304,7 +304,7 @@ def test_a_gcp_resource_type_is_one_row_in_one_file(repo_copy, google):
 
 STORAGE_DISCOVERY = """def _storage_accounts(s):
     found = []
-    for account in s.pages("/providers/Microsoft.Storage/storageAccounts", "storageAccounts"):
+    for account in s.pages("/providers/Microsoft.Storage/storageAccounts", "storage-account"):
         why = azure.azure_owned(account, s.environment, [])
         if why:
             found.append({"type": "storage-account", "id": account["id"], "name": account["name"], "reason": why})
@@ -322,9 +322,9 @@ def arm():
 
 
 @SLOW
-def test_an_azure_resource_type_is_one_row_and_its_api_version(repo_copy, arm):
-    """An Azure type is a row and its discovery in azure_rows.py, plus the API version its calls use in
-    cloud_teardown.AZURE_API (Microsoft.Storage storageAccounts 2023-01-01, a version of its REST reference)."""
+def test_an_azure_resource_type_is_one_row_with_its_api_version_in_one_file(repo_copy, arm):
+    """An Azure type is its discovery and one TABLE line in azure_rows.py; the line carries the API version its
+    calls use (Microsoft.Storage storageAccounts 2023-01-01, a version of its REST reference)."""
     arm.add_group("team-rg")
     owned = arm.add(
         arm.rg_id("team-rg") + "/providers/Microsoft.Storage/storageAccounts/kropsstate", tags={ENV_LABEL: "azure"}
@@ -339,18 +339,12 @@ def test_an_azure_resource_type_is_one_row_and_its_api_version(repo_copy, arm):
 
     rows = "plugins/module_utils/azure_rows.py"
     repo_copy.edit(rows, "def _groups(s):", STORAGE_DISCOVERY)
+    groups = '    ("resource-group", _groups, "2021-04-01"),'
     repo_copy.edit(
-        rows,
-        '    ("resource-group", _groups, "resourcegroups"),',
-        '    ("storage-account", _storage_accounts, "storageAccounts"),\n    ("resource-group", _groups, "resourcegroups"),',
+        rows, groups, '    ("storage-account", _storage_accounts, "2023-01-01"),  # Microsoft.Storage\n' + groups
     )
-    repo_copy.edit(
-        "plugins/module_utils/cloud_teardown.py",
-        '    "userAssignedIdentities": "2023-01-31",\n',
-        '    "userAssignedIdentities": "2023-01-31",\n    "storageAccounts": "2023-01-01",\n',
-    )
-    assert repo_copy.touched() == ["plugins/module_utils/azure_rows.py", "plugins/module_utils/cloud_teardown.py"]
-    assert doc_code_files("Adding a GCP or Azure resource type: one row")[1] == 2
+    assert repo_copy.touched() == [rows]
+    assert doc_code_files("Adding a GCP or Azure resource type: one row")[1] == 1
 
     result = repo_copy.python("azure", url=arm.url, subscription=arm.subscription)["result"]
     assert [(r["type"], r["name"], r["outcome"]) for r in result["results"]] == [
@@ -360,7 +354,7 @@ def test_an_azure_resource_type_is_one_row_and_its_api_version(repo_copy, arm):
     assert not arm.exists(owned) and arm.exists(other) and arm.groups() == ["team-rg"]
 
 
-# --- an AWS sweep type: the row, its handler, its table place, its ARN type ----------------
+# --- an AWS sweep type: the row (its ARN type, its place in ROWS) and its handler, one file --
 
 KEY_PAIR_ROW = """
 
@@ -386,9 +380,9 @@ KEY_PAIR_ROW = sweep_row(
 
 
 @SLOW
-def test_an_aws_sweep_type_is_a_row_its_handler_its_table_place_and_its_arn_type(repo_copy, moto, tmp_path):
-    """An AWS sweep type costs two code files (docs/extending.md): the row (with its ARN type) and its handler in
-    the service's file, the row's place in the table."""
+def test_an_aws_sweep_type_is_a_row_and_its_handler_in_its_services_file(repo_copy, moto, tmp_path):
+    """An AWS sweep type costs one code file (docs/extending.md): the row (with its ARN type) and its handler in
+    the service's file, and the row in that file's ROWS; aws_sweep.py makes its table of every service's ROWS."""
     toml = tmp_path / "aws.toml"
     toml.write_text(BOOTSTRAP_TOML)
     ec2 = clients(moto, "eu-north-1")("ec2")
@@ -407,12 +401,10 @@ def test_an_aws_sweep_type_is_a_row_its_handler_its_table_place_and_its_arn_type
         KEY_PAIR_ROW + "\n\n# --- instances (CAPA AWSMachine)",
     )
     repo_copy.edit(
-        "plugins/module_utils/aws_sweep.py",
-        "    aws_ec2.LAUNCH_TEMPLATE_ROW,\n",
-        "    aws_ec2.LAUNCH_TEMPLATE_ROW,\n    aws_ec2.KEY_PAIR_ROW,\n",
+        "plugins/module_utils/aws_ec2.py", "    LAUNCH_TEMPLATE_ROW,\n", "    LAUNCH_TEMPLATE_ROW,\n    KEY_PAIR_ROW,\n"
     )
-    assert repo_copy.touched() == ["plugins/module_utils/aws_ec2.py", "plugins/module_utils/aws_sweep.py"]
-    assert doc_code_files("Adding an AWS resource type to the sweep") == [2]
+    assert repo_copy.touched() == ["plugins/module_utils/aws_ec2.py"]
+    assert doc_code_files("Adding an AWS resource type to the sweep") == [1]
 
     result = repo_copy.python("sweep", args=args)["result"]
     assert not result.get("failed"), result.get("msg")
