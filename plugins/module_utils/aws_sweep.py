@@ -16,11 +16,11 @@ interfaces inside an owned VPC.
 The type table (REGION_TYPES, GLOBAL_TYPES) is made of the rows each service lists in its ROWS (aws_eks, aws_logs,
 aws_ec2, aws_rds, aws_elb, aws_tagging, aws_s3, aws_iam, aws_cloudformation, the registry SERVICES; each row a
 steps.Row made by aws_delete.sweep_row), in the registry's order, each row after the rows it names in ``after``;
-its order is the deletion order. Every mode runs on the steps engine (steps.Run: one
-run per region, the regions side by side, then one for the global phase), and each row's one discovery serves
-them all (through an aws_delete.Scan of the mode): delete mode (the engine owns the order, the chains, the
-waits, the step budget and its resume state), check mode (the engine's plan), report mode (cloud_report.orphans, with
-each resource's age) and the final pass (the engine's verification). Per region the chains run side by side:
+its order is the deletion order. Every mode runs on the steps engine (steps.Run: one run per region, the regions
+side by side, then one for the global phase), and each row's one discovery serves them all (through an
+aws_delete.Scan of the mode): delete mode (the engine owns the order, the chains, the waits, the step budget and its
+resume state), check mode (the engine's plan), report mode (cloud_report.orphans, with each resource's age) and the
+final pass (the engine's verification). Per region the chains run side by side:
 EKS node groups (waited), pod identity associations, clusters (waited); self-managed instances (waited); RDS
 instances (waited) and their subnet groups; load balancers and target groups; NAT gateways (waited) and
 elastic IPs. Then launch templates, EBS volumes and snapshots, and the network: detached interfaces,
