@@ -20,6 +20,13 @@ WHERE = {
     "azure": ("Azure", "subscription_id", "Subscription"),
     "gcp": ("GCP", "project", "Project"),
 }
+# A cloud whose rows file krops.platform.cloud_teardown runs: where it looked is its settings (secrets left out).
+GENERIC_WHERE = ("scope", "Settings")
+
+
+def where(cloud):
+    """(title, JSON key, label) of a cloud's report."""
+    return WHERE.get(cloud) or (cloud, *GENERIC_WHERE)
 
 
 def now():
@@ -33,7 +40,7 @@ def orphan_report(run, cloud, environment, scope, min_age_hours, report_path=Non
     run's plan. Nothing in the cloud is written: the run discovers only."""
     at = at or now()
     result, entries = orphans(run, at, min_age_hours)
-    title, key, dummy = WHERE[cloud]
+    title, key, dummy = where(cloud)
     data = {
         "cloud": cloud,
         "environment": environment,
@@ -62,7 +69,7 @@ def orphan_report(run, cloud, environment, scope, min_age_hours, report_path=Non
 
 
 def render_markdown(data):
-    title, key, label = WHERE[data["cloud"]]
+    title, key, label = where(data["cloud"])
     lines = [
         f"# krops {title} orphan report",
         "",
@@ -105,7 +112,7 @@ def render_markdown(data):
 
 
 def summary(data):
-    title, key, label = WHERE[data["cloud"]]
+    title, key, label = where(data["cloud"])
     text = "orphan report: %d owned resources older than the threshold in %s %s" % (
         data["count"],
         label.lower(),

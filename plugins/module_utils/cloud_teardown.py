@@ -1,8 +1,10 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
-"""What the Azure and GCP teardowns share (azure.py, gcp.py, gcp_iam.py): the REST client with its retry
-policy, the endpoints, the ARM API versions no row carries, the secrets to mask and the environment loading. Their
-deletions are rows (gcp_rows.py, azure_rows.py; an Azure row carries its API version) run by one engine (steps.py).
+"""What the cloud teardowns share (azure.py, gcp.py, gcp_iam.py, and the rows files the generic module
+krops.platform.cloud_teardown runs): the REST client with its retry policy, the endpoints, the ARM API versions no
+row carries, the secrets to mask, the environment loading and the check of a generic cloud's settings. Their
+deletions are rows (gcp_rows.py, azure_rows.py, where an Azure row carries its API version, and a profile's
+``cloud_rows``) run by one engine (steps.py).
 
 The reference design leaves both clouds manual; krops removes what an environment created,
 and only that. Ownership: a resource is removed when bootstrap.toml names it (resource
@@ -28,10 +30,12 @@ import time
 import urllib.error
 import urllib.parse
 
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.urls import Request
 
 from ansible_collections.krops.platform.plugins.module_utils import config as krops_config
 from ansible_collections.krops.platform.plugins.module_utils.errors import CloudError  # the error a cloud call raises
+from ansible_collections.krops.platform.plugins.module_utils.errors import ConfigError
 from ansible_collections.krops.platform.plugins.module_utils import ownership
 from ansible_collections.krops.platform.plugins.module_utils import profiles
 
@@ -226,6 +230,40 @@ def load_environment(config_file, environment, cloud):
     if profile.cloud != cloud:
         raise CloudError(f"environment {cfg.selected} is of kind {profile.platform}, not {cloud}")
     return cfg, env
+
+
+def load_rows(config_file, environment):
+    """(config, profile, rows file) of an environment whose profile names the rows file (``cloud_rows``) that
+    krops.platform.cloud_teardown runs; CloudError when it names none."""
+    cfg = krops_config.load(config_file, environment=environment)
+    profile = profiles.of(cfg.environment())
+    if profile.cloud_rows is None:
+        own = f"; its step {profile.cloud_teardown_step} has a module of its own" if profile.cloud_teardown_step else ""
+        raise CloudError(
+            f"environment {cfg.selected} is of platform {profile.platform}, whose profile names no rows file "
+            f"(cloud_rows) for cloud_teardown{own}"
+        )
+    return cfg, profile, profile.cloud_rows()
+
+
+def cloud_settings(spec, given, cloud, mask):
+    """The module's ``settings`` checked against the rows file's ``SETTINGS``, an argument spec (ansible's
+    ArgumentSpecValidator: types, choices, defaults, required keys). ``mask`` gets the values of its no_log keys
+    first (the module masks them, so no message or result shows them). A ConfigError names the key and the valid
+    keys."""
+    given = dict(given or {})
+    result = ArgumentSpecValidator(spec).validate(given)
+    mask({str(value) for value in result._no_log_values})  # pylint: disable=protected-access  # its one reader
+    valid = "valid keys: " + (", ".join(sorted(spec)) or "none")
+    unknown = sorted(str(key) for key in given if key not in spec)
+    missing = [key for key in sorted(spec) if spec[key].get("required") and given.get(key) is None]
+    if unknown:
+        raise ConfigError(f"option settings: unknown key {', '.join(unknown)} for cloud {cloud} ({valid})")
+    if missing:
+        raise ConfigError(f"option settings: missing key {', '.join(missing)} for cloud {cloud} ({valid})")
+    if result.error_messages:
+        raise ConfigError(f"option settings of cloud {cloud}: {result.error_messages[0]} ({valid})")
+    return result.validated_parameters
 
 
 def _json_or_empty(raw):

@@ -170,6 +170,15 @@ OPTIONS = {
         wait_timeout=TIMEOUT,
     ),
     "capi_provider_delete": dict(KUBE, api_version=_group_version, wait_timeout=TIMEOUT),
+    # settings: checked against the keys the cloud's rows file declares (cloud_teardown.cloud_settings)
+    "cloud_teardown": {
+        "environment": ENVIRONMENT,
+        "config_file": PATH,
+        "wait_timeout": TIMEOUT,
+        "poll_interval": POLL,
+        "min_age_hours": MIN_AGE_HOURS,
+        "report_path": k.writable_file(),  # its folder is created when missing
+    },
     "flux_release_quiesce": dict(KUBE, namespace=DNS_LABEL, releases=k.unique(K8S_NAME), providers=k.unique(K8S_NAME)),
     "crossplane_irsa_role": dict(
         AWS,

@@ -6,7 +6,8 @@ An environment of bootstrap.toml names its platform (``kind = "aws"``, also spel
 ``platform = "aws"``; in code it is the *platform*, so that it does not collide with kind
 the tool nor with an object's kind). Code never compares platform names: it asks the
 profile (``profiles.of(env).local_registry``). Adding a platform is one entry in
-PROFILES plus that platform's own module and task file (docs/extending.md).
+PROFILES plus that platform's own module and task file; a cloud whose rows file the generic teardown runs
+(``cloud_rows``, krops.platform.cloud_teardown) is one entry and that rows file (docs/extending.md).
 
 Roles read a profile through the lookup: ``lookup('krops.platform.bootstrap_config',
 'profile')`` (the selected environment) or ``'profiles.<environment>'``; the keys are the
@@ -40,6 +41,12 @@ FIELDS = (
     # cloud teardown step then runs first with phase before-clusters (gcp: Cloud SQL and private
     # services access hold the workload VPC, which CAPG deletes with its Cluster).
     "cloud_teardown_before_clusters",
+    # The cloud's rows file when the generic module krops.platform.cloud_teardown runs its teardown step and orphan
+    # report (None: the step has a module and task file of its own, as aws, azure and gcp). It is a function that
+    # imports the rows file and returns it: imported by name, so AnsiballZ packs it (ansible-core's recursive_finder
+    # reads imports, never a string), and inside a function, since a rows file imports steps, which imports
+    # ownership, which imports this file. Roles see the function's name (as_dict), by convention the file's.
+    "cloud_rows",
     # Teardown releases bare-metal Hardware back to the Tinkerbell pool; the management cluster
     # on that Hardware stays after the teardown (and so does its kubeconfig context).
     "hardware_release",
@@ -76,6 +83,7 @@ _LOCAL = dict(
     cloud=None,
     cloud_teardown_step=None,
     cloud_teardown_before_clusters=None,
+    cloud_rows=None,
     hardware_release=False,
     local_containers=False,
     post_kind_hooks=(),
@@ -154,11 +162,13 @@ def reconcile_timeout(cfg, env):
 
 
 def as_dict(profile):
-    """Plain data for Ansible: field names with dashes; patterns as their source text."""
+    """Plain data for Ansible: field names with dashes; patterns as their source text, functions as their name."""
     out = {}
     for name in FIELDS:
         value = getattr(profile, name)
-        if hasattr(value, "pattern"):
+        if callable(value):
+            value = value.__name__  # cloud_rows: the rows file's name, without importing it
+        elif hasattr(value, "pattern"):
             value = value.pattern
         elif isinstance(value, tuple):
             value = list(value)

@@ -13,8 +13,9 @@ is krops.platform:
   handler in aws_ec2.py delete an owned EC2 key pair (moto); the sweep's table takes it from there;
 - a pivot phase: a new phase runs in its place in the order, on the emulated kind and management clusters, and
   ``stop_after`` reaches it;
-- a cloud: a rows file and a profile entry; its rows run through steps.Run and its environments' teardown plan
-  names its step.
+- a cloud: a rows file and a profile entry; its environments' teardown plan names its step, and the generic module
+  krops.platform.cloud_teardown runs its rows (check mode, delete mode, bad settings), as the teardown role and the
+  orphan report playbook do (one ansible-playbook run of the copy, in check mode).
 
 The copy is made once per test, so an edit never reaches the repository or another test.
 """
@@ -29,14 +30,17 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.krops.platform.plugins.module_utils import azure_rows, cloud_teardown, gcp, gcp_rows, pivot
 from tests.integration.test_aws_sweep_world import BOOTSTRAP_TOML, CAPA, clients
 from tests.integration.test_pivot import ALL_OBJECTS, MGMT, world  # noqa: F401  # pylint: disable=unused-import
 from tests.substrate.arm_double import ArmDouble
-from tests.substrate.fixtures import REPO
+from tests.substrate.dummy_cloud import DummyCloud
+from tests.substrate.fixtures import REPO, localhost_inventory, playbook_env, task_results
 from tests.substrate.google_double import GoogleDouble
 from tests.substrate.trees import copy_repo, edit
 
@@ -148,7 +152,7 @@ def azure(p):
                                                 poll_interval=0, sleep=lambda s: None)}
 
 
-def run_module(name, args):
+def run_module(name, args, check_mode=False):
     """The result of module ``name`` of the copy, run as run_module (tests/substrate/fixtures.py) runs one."""
     import importlib
     from ansible.module_utils import basic
@@ -170,7 +174,7 @@ def run_module(name, args):
         raise Done()
 
     basic.AnsibleModule.exit_json, basic.AnsibleModule.fail_json = exit_json, fail_json
-    with patch_module_args(dict(args, _ansible_check_mode=False, _ansible_diff=False)):
+    with patch_module_args(dict(args, _ansible_check_mode=check_mode, _ansible_diff=False)):
         try:
             module.main()
         except Done:
@@ -193,41 +197,19 @@ def sweep(p):
 
 
 def cloud(p):
-    from ansible_collections.krops.platform.plugins.module_utils import config, dummy_rows, profiles, teardown_plan
+    from ansible_collections.krops.platform.plugins.module_utils import config, profiles, teardown_plan
 
-    class DummyCloud:
-        """A cloud of machines and volumes: a deletion takes one poll; a volume cannot go while a machine uses it."""
-
-        def __init__(self):
-            self.items = {("machine", "m1"): {"krops-environment": "lab"}, ("machine", "team-m"): {},
-                          ("volume", "v1"): {"krops-environment": "lab", "_used_by": "m1"},
-                          ("volume", "other-v"): {"krops-environment": "lab-2"}}
-            self.deleting, self.calls = {}, []
-
-        def list(self, kind):
-            return {n: labels for (k, n), labels in sorted(self.items.items()) if k == kind}
-
-        def delete(self, kind, name):
-            self.calls.append(f"delete {kind}/{name}")
-            user = self.items.get((kind, name), {}).get("_used_by")
-            if user and ("machine", user) in self.items:
-                raise RuntimeError(f"{kind} {name} is used by machine {user}")
-            self.deleting[f"{kind}/{name}"] = (kind, name)
-            return f"{kind}/{name}"
-
-        def done(self, handle):
-            self.calls.append(f"poll {handle}")
-            self.items.pop(self.deleting.pop(handle), None)
-            return True
-
-    api = DummyCloud()
-    planned = dummy_rows.dummy_teardown(api, "lab", check_mode=True)
-    result = dummy_rows.dummy_teardown(api, "lab")
+    args = dict(environment="lab", config_file=p["toml"], settings=p["settings"], poll_interval=0, wait_timeout=30)
+    bad = {"unknown": dict(p["settings"], region="north"), "missing": {"url": p["settings"]["url"]}}
+    answer = {key: run_module("cloud_teardown", dict(args, settings=value))[1] for key, value in bad.items()}
+    answer["planned"] = run_module("cloud_teardown", args, check_mode=True)[1]
+    answer["result"] = run_module("cloud_teardown", args)[1]
+    answer["again"] = run_module("cloud_teardown", args)[1]  # the final pass: nothing owned is left
     cfg = config.load(p["toml"], environ={})
     host = {"host": "unreachable", "pivoted": False, "kind_reachable": False, "kind_marker": {"owned": True}}
-    plan = teardown_plan.build_plan(cfg, "lab", host)
-    return {"planned": planned, "result": result, "calls": api.calls, "left": sorted("/".join(k) for k in api.items),
-            "profile": profiles.as_dict(profiles.get("dummy")), "plan": [s["action"] for s in plan]}
+    answer["plan"] = [s["action"] for s in teardown_plan.build_plan(cfg, "lab", host)]
+    answer["profile"] = profiles.as_dict(profiles.get("dummy"))
+    return answer
 
 
 answer.update({"gcp": gcp, "azure": azure, "pivot": pivot, "sweep": sweep, "cloud": cloud}[job](params))
@@ -533,7 +515,15 @@ DUMMY_ROWS = '''
 
     from __future__ import annotations
 
-    from ansible_collections.krops.platform.plugins.module_utils import errors, ownership, steps
+    from ansible_collections.krops.platform.plugins.module_utils import ownership, steps
+
+    # The keys of krops.platform.cloud_teardown's settings option for this cloud (an argument spec).
+    SETTINGS = dict(url=dict(type="str", required=True), token=dict(type="str", required=True, no_log=True))
+
+
+    class _Api:
+        def __init__(self, http, settings):
+            self.http, self.url = http(settings["token"], what="dummy API"), settings["url"]
 
 
     class _Scan:
@@ -543,24 +533,25 @@ DUMMY_ROWS = '''
 
     def _owned(kind):
         def discover(s):
+            status, body = s.api.http.get(f"{s.api.url}/{kind}s")
             return [
-                {"type": kind, "name": name, "reason": f"label {ownership.CLOUD_ENV_LABEL}={s.environment}"}
-                for name, labels in s.api.list(kind).items()
-                if labels.get(ownership.CLOUD_ENV_LABEL) == s.environment
+                {"type": kind, "name": r["name"], "reason": f"label {ownership.CLOUD_ENV_LABEL}={s.environment}",
+                 "_created": r.get("created")}
+                for r in body.get("items", [])
+                if r["labels"].get(ownership.CLOUD_ENV_LABEL) == s.environment
             ]
 
         return discover
 
 
     def _delete(run, item):
-        try:
-            return ownership.DELETED, run.ctx.delete(item["type"], item["name"])
-        except RuntimeError as exc:
-            raise errors.CloudError(str(exc)) from None
+        status, body = run.ctx.http.request("DELETE", f"{run.ctx.url}/{item['type']}s/{item['name']}")
+        return (ownership.ABSENT, None) if status == 404 else (ownership.DELETED, body["operation"])
 
 
     def _poll(run, handle):
-        return (steps.DONE if run.ctx.done(handle) else steps.PENDING), None
+        status, body = run.ctx.http.get(f"{run.ctx.url}/operations/{handle}")
+        return (steps.DONE if status == 404 or body.get("done") else steps.PENDING), None
 
 
     ROWS = (
@@ -569,10 +560,20 @@ DUMMY_ROWS = '''
     )
 
 
-    def dummy_teardown(api, environment, check_mode=False):
-        return steps.Run(ROWS, api, lambda: _Scan(api, environment), check_mode=check_mode, poll_interval=0).execute()
+    def cloud_run(settings, environment, http, **options):
+        api = _Api(http, settings)
+        return steps.Run(ROWS, api, lambda: _Scan(api, environment), **options)
 '''
-DUMMY_PROFILE = """    "dummy": Profile(**dict(_LOCAL, platform="dummy", cloud="dummy", cloud_teardown_step="dummy-teardown")),
+# The profile entry: the cloud and its step, and the function that imports its rows file (by name, so that AnsiballZ
+# packs it; in a function, since a rows file imports steps, which imports ownership, which imports profiles.py).
+DUMMY_IMPORT = """def dummy_rows():
+    from ansible_collections.krops.platform.plugins.module_utils import dummy_rows as rows  # pylint: disable=import-outside-toplevel
+
+    return rows
+
+
+PROFILES = {"""
+DUMMY_PROFILE = """    "dummy": _cloud("dummy", "dummy-teardown", cloud_rows=dummy_rows),
     "local-talos": """
 LAB = """
 [environments.lab]
@@ -584,31 +585,158 @@ mgmt-ready-timeout = "15m"
 infra-provider-namespace = "capd-system"
 infra-provider-name = "docker"
 """
+TOKEN = "dummy-token-5f1c"
+CLOUD_STEP = "krops.platform.teardown : Delete what the environment owns in its cloud, row by row"
+REPORT_TASK = "List owned resources older than the threshold (read-only)"
+
+
+@pytest.fixture
+def dummy_cloud():
+    double = DummyCloud(TOKEN)
+    double.add("machine", "m1", "lab")
+    double.add("machine", "team-m")  # no label: not the environment's
+    double.add("volume", "v1", "lab", machine="m1")  # cannot go while m1 is there (409)
+    double.add("volume", "other-v", "lab-2")  # another environment's
+    yield double
+    double.stop()
+
+
+def teardown_and_report(copy, toml, settings):
+    """One ansible-playbook run, in check mode, of the copy's teardown role (forced: no controller host answers, so
+    the plan is the cloud step alone) and of its orphan report playbook, both for environment lab: (rc, task results
+    by name, stdout, stderr)."""
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": {
+                "krops_environment": "lab",
+                "teardown_config_file": str(toml),
+                "teardown_kind_kubeconfig": str(copy.tmp / "no-kind.yaml"),
+                "teardown_mgmt_kubeconfig": str(copy.tmp / "no-mgmt.yaml"),
+                "teardown_force": True,
+                "teardown_cloud_settings": settings,
+                "teardown_cloud_poll_interval": 0,
+            },
+            "roles": [{"role": "krops.platform.teardown"}],
+        }
+    ]
+    (copy.tmp / "teardown.yml").write_text(yaml.safe_dump(play))
+    (copy.tmp / "extra.yml").write_text(yaml.safe_dump({"orphan_report_cloud_settings": settings}))
+    env = playbook_env(
+        copy.tmp,
+        {
+            "ANSIBLE_COLLECTIONS_PATH": str(copy.collections),  # the copy is krops.platform
+            "KROPS_REPO_ROOT": str(copy.root),
+            "KROPS_PROFILE": "lab",
+            "BOOTSTRAP_CONFIG": str(toml),
+            "ORPHAN_MIN_AGE_HOURS": "0",
+        },
+    )
+    argv = [
+        str(Path(sys.executable).with_name("ansible-playbook")),
+        "-i",
+        str(localhost_inventory(copy.tmp / "hosts.yml")),
+    ]
+    argv += [str(copy.tmp / "teardown.yml"), str(copy.root / "playbooks" / "orphan_report.yml"), "--check"]
+    argv += ["-e", "@" + str(copy.tmp / "extra.yml")]
+    proc = subprocess.run(argv, cwd=copy.tmp, env=env, capture_output=True, text=True, check=False, timeout=300)
+    results, text, at = {}, proc.stdout, 0
+    while text[at:].strip():  # the json callback prints one document per playbook
+        at += len(text[at:]) - len(text[at:].lstrip())
+        document, at = json.JSONDecoder().raw_decode(text, at)
+        results.update(task_results(document))
+    return proc.returncode, results, proc.stdout, proc.stderr
 
 
 @SLOW
-def test_a_cloud_is_one_rows_file_and_one_profile_entry(repo_copy):
+def test_a_cloud_is_one_rows_file_and_one_profile_entry(repo_copy, dummy_cloud):
+    """A cloud is a rows file and a profile entry (docs/extending.md): the loader takes its environments, their
+    teardown plan names its step, the teardown role runs that step through the generic module
+    krops.platform.cloud_teardown (its task file, cloud.yml, the fallback of teardown_step_files) and so does the
+    orphan report (tasks/orphan-report-cloud.yml), with the settings the rows file declares."""
+    # the orphan report playbook and the GitOps folder it checks for, committed before the edit: not counted
+    shutil.copytree(REPO / "playbooks", repo_copy.root / "playbooks")
+    (repo_copy.root / "mgmt" / "lab").mkdir(parents=True)
+    (repo_copy.root / "mgmt" / "lab" / ".keep").write_text("")
+    _git(repo_copy.root, "add", "-A")
+    _git(repo_copy.root, "commit", "-qm", "the playbooks")
+
     repo_copy.write("plugins/module_utils/dummy_rows.py", DUMMY_ROWS)
+    repo_copy.edit("plugins/module_utils/profiles.py", "PROFILES = {", DUMMY_IMPORT)
     repo_copy.edit("plugins/module_utils/profiles.py", '    "local-talos": ', DUMMY_PROFILE)
     assert repo_copy.touched() == ["plugins/module_utils/dummy_rows.py", "plugins/module_utils/profiles.py"]
     assert doc_code_files("Adding a cloud")[0] == 2
 
     toml = repo_copy.tmp / "lab.toml"  # an environment of the cloud is data (bootstrap.toml), not code
     toml.write_text((repo_copy.root / "bootstrap.toml").read_text() + LAB)
-    answer = repo_copy.python("cloud", toml=str(toml))
+    settings = {"url": dummy_cloud.url, "token": TOKEN}
+    before = dummy_cloud.inventory()
+    listing = ["GET /machines", "GET /volumes"]
+
+    # the teardown role, in check mode: its cloud step is the generic task file, which prints the plan and deletes
+    # nothing; the orphan report lists the same two resources (their age: 2026-01-01, threshold 0)
+    rc, results, stdout, stderr = teardown_and_report(repo_copy, toml, settings)
+    assert rc == 0, ([(n, r.get("msg")) for n, r in results.items() if r.get("failed")], stderr[-3000:])
+    assert results["krops.platform.teardown : Show the teardown plan"]["msg"][1:] == [
+        "1. remove the dummy resources this environment created, the management cluster included (ownership-filtered; "
+        "forced: no controller host answers)"
+    ]
+    assert results["krops.platform.teardown : Show the cloud teardown"]["msg"] == [
+        "dummy:",
+        "delete machine m1 (label krops-environment=lab)",
+        "delete volume v1 (label krops-environment=lab)",
+    ]
+    assert results[CLOUD_STEP]["changed"] is True  # check mode: what would change
+    report = results[REPORT_TASK]["report"]["json"]
+    assert [(r["type"], r["name"], r["outcome"]) for r in report["resources"]] == [
+        ("machine", "m1", "orphan"),
+        ("volume", "v1", "orphan"),
+    ]
+    assert report["scope"] == f"url={dummy_cloud.url}" and report["cloud"] == "dummy"
+    assert TOKEN not in stdout  # no_log in the rows file's SETTINGS: masked everywhere, the invocation included
+    assert dummy_cloud.calls == listing * 2 and dummy_cloud.inventory() == before
+
+    # the generic module in a process of its own: bad settings, check mode, delete mode, and a final pass
+    dummy_cloud.calls.clear()
+    answer = repo_copy.python("cloud", toml=str(toml), settings=settings)
+    assert answer["unknown"] == {
+        "failed": True,
+        "changed": False,
+        "msg": "option settings: unknown key region for cloud dummy (valid keys: token, url)",
+    }
+    assert answer["missing"]["msg"] == "option settings: missing key token for cloud dummy (valid keys: token, url)"
     assert answer["planned"]["plan"] == [
         "delete machine m1 (label krops-environment=lab)",
         "delete volume v1 (label krops-environment=lab)",
     ]
+    assert [r["outcome"] for r in answer["planned"]["results"]] == ["planned", "planned"]
     result = answer["result"]
+    assert not result.get("failed"), result.get("msg")
     assert [(r["type"], r["name"], r["outcome"]) for r in result["results"]] == [
         ("machine", "m1", "deleted"),
         ("volume", "v1", "deleted"),
     ]
-    assert result["leftovers"] == []
-    # the machine's deletion is followed to its end before its volume goes (row volume runs after machine)
-    assert answer["calls"][:3] == ["delete machine/m1", "poll machine/m1", "delete volume/v1"]
-    assert answer["left"] == ["machine/team-m", "volume/other-v"]
-    assert answer["profile"]["cloud"] == "dummy" and answer["plan"] == ["dummy-teardown"]
-    # what the rows file and the profile do not give: the step's module and task file (docs/extending.md)
+    assert result["leftovers"] == [] and result["changed"] is True
+    assert answer["again"]["plan"] == [] and answer["again"]["changed"] is False
+    # check mode lists only; the machine's deletion is followed to its end (one pending poll) before its volume
+    # goes (row volume runs after machine); the verification pass lists again, and so does the final pass
+    assert (
+        dummy_cloud.calls
+        == listing
+        + listing
+        + [
+            "DELETE /machines/m1",
+            "GET /operations/machine/m1",
+            "GET /operations/machine/m1",
+            "DELETE /volumes/v1",
+            "GET /operations/volume/v1",
+            "GET /operations/volume/v1",
+        ]
+        + listing
+        + listing
+    )
+    assert dummy_cloud.inventory() == ["machine/team-m", "volume/other-v"]  # what the environment does not own
+    assert answer["profile"]["cloud"] == "dummy" and answer["profile"]["cloud-rows"] == "dummy_rows"
+    assert answer["plan"] == ["dummy-teardown"]
     assert "dummy-teardown" not in (repo_copy.root / "roles" / "teardown" / "vars" / "main.yml").read_text()

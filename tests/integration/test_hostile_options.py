@@ -78,6 +78,7 @@ RD = {"base": "HEAD", "repo": "<tree>"}
 TH = {"config_file": CONFIG, "environment": "local-host", "kubeconfig": NOK}
 TB = {"clusters": ["x"], "kubeconfig": NOK}
 VA = {"path": "<tree>"}
+CT = {"environment": "local-talos", "config_file": CONFIG, "settings": {}}
 
 
 def c(case_id, module, base_args, message, **args):
@@ -273,6 +274,34 @@ CASES = [
             "file, not a directory"
         ),
         report_path="<file>/r.md",
+    ),
+    c(
+        "cloud-environment-dotdot",
+        "cloud_teardown",
+        CT,
+        (
+            "option environment: expected a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting "
+            "and ending with a letter or digit (the rule Kubernetes enforces on this name), got '../x'"
+        ),
+        environment="../x",
+    ),
+    c(
+        "cloud-poll-negative",
+        "cloud_teardown",
+        CT,
+        "option poll_interval: expected an integer from 0 to 3600, got -1",
+        poll_interval=-1,
+    ),
+    c(
+        "cloud-report-under-a-file",
+        "cloud_teardown",
+        CT,
+        (
+            "option report_path: expected a file path, got '<tmp>/afile/r.md'; a part of its folder is a "
+            "file, not a directory"
+        ),
+        report_path="<file>/r.md",
+        mode="report",
     ),
     c(
         "arc-cluster-name-path",
@@ -1406,7 +1435,7 @@ def module_of(name):
 
 def test_the_table_covers_every_module_with_at_least_100_cases():
     assert len(CASES) >= 100
-    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 21
+    assert sorted({case[1] for case in CASES}) == MODULES and len(MODULES) == 22
     assert len({case[0] for case in CASES}) == len(CASES)
 
 

@@ -749,7 +749,8 @@ def test_the_orphan_report_playbook_refuses_an_unknown_environment_and_a_cloud_w
     failed = [r for r in task_results(output).values() if r.get("failed")]
     assert [r["msg"] for r in failed] == [
         "orphan report: environment local-talos (platform local-talos) creates no cloud resources, so there is "
-        "nothing to report; the orphan report covers the environments on aws, azure, gcp"
+        "nothing to report; the orphan report covers the environments on aws, azure, gcp and on the clouds whose "
+        "profile names a rows file"
     ]
     # a cloud the registry has no report for (here the registry narrowed to aws by an extra variable)
     only_aws = json.dumps({"orphan_report_task_files": {"aws": "tasks/orphan-report-aws.yml"}})
@@ -758,6 +759,6 @@ def test_the_orphan_report_playbook_refuses_an_unknown_environment_and_a_cloud_w
     failed = [r for r in task_results(output).values() if r.get("failed")]
     assert [r["msg"] for r in failed] == [
         "orphan report: environment gcp (platform gcp) is on cloud gcp, which has no orphan report; the orphan report "
-        "covers the environments on aws"
+        "covers the environments on aws and on the clouds whose profile names a rows file"
     ]
     assert not out.exists()

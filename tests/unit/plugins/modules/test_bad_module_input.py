@@ -57,6 +57,8 @@ MODULE_CASES = [
         "wait_timeout must be at least 1 second, got 0",
     ),
     below_one("tinkerbell_release", "wait_timeout", -1, low=0, clusters=["x"], kubeconfig=NO_KUBECONFIG),
+    below_one("cloud_teardown", "wait_timeout", -1, low=0, config_file=CONFIG),
+    below_one("cloud_teardown", "poll_interval", -1, low=0, high=3600, config_file=CONFIG),
     below_one("kind_cluster", "wait_timeout", -1, name="mgmt", **NO_KIND),
     below_one("kind_cluster", "wait_timeout", 0, name="mgmt", **NO_KIND),
     below_one("flux_handoff", "wait_timeout", -1, prefix="flux_handoff: ", low=0),

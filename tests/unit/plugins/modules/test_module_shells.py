@@ -13,6 +13,7 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     airgap,
     airgap_offline,
     cli,
+    cloud_teardown,
     errors,
     flux,
     kind,
@@ -41,6 +42,7 @@ from ansible_collections.krops.platform.plugins.modules import (
     teardown_host,
     tinkerbell_release,
 )
+from ansible_collections.krops.platform.plugins.modules import cloud_teardown as cloud_teardown_module
 from ansible_collections.krops.platform.plugins.modules import render_diff as render_diff_module
 from ansible_collections.krops.platform.plugins.modules import validate as validate_module
 
@@ -59,6 +61,7 @@ MODULES = [
         {"environment": "aws-crossplane"},
         "deleting the managed resources",
     ),
+    (cloud_teardown_module, cloud_teardown, "load_rows", {}, "reading bootstrap.toml"),
     (flux_handoff, flux, "handoff", {}, "handing the cluster to Flux"),
     (
         flux_release_quiesce,
