@@ -27,7 +27,7 @@ import tarfile
 import urllib.error
 import urllib.parse
 
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.urls import Request, make_context
 
 from ansible_collections.krops.platform.plugins.module_utils import cli
 from ansible_collections.krops.platform.plugins.module_utils import errors
@@ -157,6 +157,15 @@ class Registry:
         self.password = password
         self.timeout = timeout
         self._token = None
+        self._client = None
+
+    def _http(self):
+        """The Request every call of this registry goes through, with one TLS context made as open_url makes it
+        (make_context, open_url's defaults). open_url makes a new context for each call, and each loads every CA
+        certificate of the system again: most of the CPU of a push to a local registry."""
+        if self._client is None:
+            self._client = Request(http_agent="krops", timeout=self.timeout, context=make_context())
+        return self._client
 
     # HTTP plumbing
     def _auth_header(self):
@@ -172,14 +181,8 @@ class Registry:
         auth = self._auth_header()
         if auth:
             headers["Authorization"] = auth
-        return open_url(
-            url,
-            data=data,
-            headers=headers,
-            method=method,
-            timeout=self.timeout,
-            http_agent="krops",
-            follow_redirects="all" if method in ("GET", "HEAD") else "none",
+        return self._http().open(
+            method, url, data=data, headers=headers, follow_redirects="all" if method in ("GET", "HEAD") else "none"
         )
 
     def request(self, method, path, data=None, headers=None, ok=(200,), absolute=False):
@@ -235,9 +238,7 @@ class Registry:
             raw = (f"{self.username}:{self.password}").encode()
             headers["Authorization"] = "Basic {}".format(base64.b64encode(raw).decode("ascii"))
         try:
-            with open_url(
-                realm + ("?" + query if query else ""), headers=headers, timeout=self.timeout, http_agent="krops"
-            ) as response:
+            with self._http().open("GET", realm + ("?" + query if query else ""), headers=headers) as response:
                 answer = json.loads(response.read().decode("utf-8"))
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):

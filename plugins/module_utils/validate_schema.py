@@ -24,9 +24,9 @@ from ansible_collections.krops.platform.plugins.module_utils import errors
 
 try:
     from ansible.module_utils.urls import ConnectionError as UrlConnectionError
-    from ansible.module_utils.urls import open_url
+    from ansible.module_utils.urls import Request, make_context
 except ImportError:  # pragma: no cover - ansible-core is always there where krops runs
-    open_url = None
+    Request = None
 
     class UrlConnectionError(Exception):
         pass
@@ -113,6 +113,7 @@ class SchemaStore:
                 f"the kubernetes-validate Python package (schemas {CORE_SCHEMA_VERSION}) is required for built-in kinds"
             )
         self._registry = None
+        self._client = None
         template = self.location
         for old, new in _KUBECONFORM.items():
             template = template.replace(old, new)
@@ -172,9 +173,9 @@ class SchemaStore:
             with open(where, encoding="utf-8") as handle:
                 return json.load(handle)
         try:
-            if open_url is None:
+            if Request is None:
                 raise SchemaUnreachable(f"GET {where}: ansible-core (ansible.module_utils.urls) is not importable")
-            response = open_url(where, timeout=self.timeout, validate_certs=True, http_agent="krops-validate")
+            response = self._http().open("GET", where)
             try:
                 return json.loads(response.read().decode("utf-8"))
             finally:
@@ -188,6 +189,15 @@ class SchemaStore:
             raise SchemaUnreachable(f"GET {where} failed within {self.timeout:g}s: {reason}")
         except ValueError as exc:
             raise SchemaUnreachable(f"GET {where} did not return JSON: {exc}")
+
+    def _http(self):
+        """One Request, with one TLS context, for every schema this store fetches (open_url makes a context, loading
+        every CA certificate of the system, for each call); open_url's settings otherwise."""
+        if self._client is None:  # two threads may both make one: either serves
+            self._client = Request(
+                timeout=self.timeout, validate_certs=True, http_agent="krops-validate", context=make_context()
+            )
+        return self._client
 
     def _shared_key(self, api_version, kind):
         """Key of the process-wide cache: only for files (built-in or folder), with their mtime."""

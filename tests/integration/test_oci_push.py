@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import oras.provider
 import pytest
+from ansible.module_utils import urls
 
 from ansible_collections.krops.platform.plugins.module_utils import oci
 from ansible_collections.krops.platform.plugins.modules import oci_artifact_push
@@ -99,6 +100,28 @@ def test_push_then_pull_back_the_flux_artifact(oci_registry, run_module, tmp_pat
     client = oras.provider.Registry(hostname=oci_registry, insecure=True)
     assert client.get_tags(f"{oci_registry}/krops") == ["latest"]
     assert client.get_manifest(f"{oci_registry}/krops:latest")["layers"] == manifest["layers"]
+
+
+def test_a_push_makes_one_tls_context_not_one_a_request(oci_registry, run_module, tmp_path, monkeypatch):
+    """open_url makes a context for each request, and each loads every CA certificate of the system: a push of
+    a dozen requests made a dozen. The registry client makes one, as open_url would, and keeps it."""
+    made = []
+    real = urls.make_context
+    for owner in (urls, oci):  # open_url's, and the one the client imports
+        monkeypatch.setattr(owner, "make_context", lambda *a, **kw: made.append(1) or real(*a, **kw), raising=False)
+    sent = []
+    monkeypatch.setattr(oci.Registry, "request", _counted(oci.Registry.request, sent))
+    result = run_module(oci_artifact_push, args(oci_registry, make_tree(tmp_path / "repo")))
+    assert not result.failed, result
+    assert len(sent) >= 6 and made == [1]
+
+
+def _counted(method, calls):
+    def counted(self, *a, **kw):
+        calls.append(a[:2])
+        return method(self, *a, **kw)
+
+    return counted
 
 
 def test_same_content_is_unchanged_and_check_mode_agrees(oci_registry, run_module, tmp_path):

@@ -139,15 +139,18 @@ class Cluster:
         clusters = {c["name"]: c["cluster"] for c in config.get("clusters") or []}
         cluster = clusters.get(contexts[name].get("cluster")) or {}
         self.server = (cluster.get("server") or "").rstrip("/")
-        self.context = ssl.create_default_context()
-        if cluster.get("certificate-authority-data"):
+        # the TLS context kubectl would use; none for plain HTTP (a default one loads every CA certificate)
+        self.context = None
+        if cluster.get("insecure-skip-tls-verify"):
+            self.context = ssl._create_unverified_context()
+        elif cluster.get("certificate-authority-data"):
             self.context = ssl.create_default_context(
                 cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
             )
         elif cluster.get("certificate-authority"):
             self.context = ssl.create_default_context(cafile=cluster["certificate-authority"])
-        if cluster.get("insecure-skip-tls-verify"):
-            self.context = ssl._create_unverified_context()
+        elif self.server.startswith("https"):
+            self.context = ssl.create_default_context()
         self.fail = fail
 
     def call(self, method, path, body=None, ok=(200, 201), content_type=None):
