@@ -159,6 +159,33 @@ DURATIONS = os.path.join(TESTS, "benchmarks", "durations.json")
 QUICK_SECONDS = 0.5  # 2.0 until round 11: make check then took 205 s on an idle machine (target 120 s)
 
 
+# The folder of the playbook launcher's caches (tests/substrate/playbook_caches.py), made by the process that starts
+# the run and shared by its xdist workers (they inherit the environment): each AnsiballZ payload is then built once a
+# run, not once a worker. Removed when the run ends.
+_CACHES = {}
+
+
+def pytest_configure(config):
+    from tests.substrate import prewarm
+
+    if hasattr(config, "workerinput") or os.environ.get(prewarm.CACHES_ENV):
+        return
+    import tempfile
+
+    _CACHES["folder"] = os.environ[prewarm.CACHES_ENV] = tempfile.mkdtemp(prefix="krops-playbook-caches-")
+
+
+def pytest_unconfigure(config):
+    folder = _CACHES.pop("folder", None)
+    if folder:
+        import shutil
+
+        from tests.substrate import prewarm
+
+        os.environ.pop(prewarm.CACHES_ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--record-durations",

@@ -417,6 +417,21 @@ def test_a_kept_payload_is_what_ansible_core_builds_and_a_changed_source_is_buil
     assert {n: s for n, s in changed.items() if n != engine} == {n: s for n, s in plain.items() if n != engine}
 
 
+def test_a_payloads_key_holds_only_the_search_paths_that_can_resolve_a_name(tmp_path):
+    """A test's own ANSIBLE_HOME and a playbook's adjacent collections folder are search paths even when missing;
+    the key leaves them out (they resolve nothing), so the next test's run takes the payload."""
+    from tests.substrate import playbook_caches
+
+    utils, empty, found = tmp_path / "module_utils", tmp_path / "empty", tmp_path / "found"
+    utils.mkdir()
+    empty.mkdir()
+    (found / "ansible_collections").mkdir(parents=True)
+    missing = [str(tmp_path / "home" / "plugins" / "module_utils"), str(tmp_path / "playbooks" / "collections")]
+    assert playbook_caches._searched(
+        [missing[0], str(utils)], [missing[1], str(empty), str(found), str(found / "ansible_collections")]
+    ) == ((str(utils),), (str(found), str(found / "ansible_collections")))
+
+
 def test_kept_collection_metadata_is_what_ansible_core_parses_and_other_bytes_are_parsed_again(tmp_path, monkeypatch):
     """playbook_caches.install_metadata: ansible-core's runtime.yml parser, replaced (as its docstring allows) by
     one that keeps each result by the digest of the bytes: the same bytes give an equal result without parsing

@@ -1,9 +1,10 @@
-"""What the test suite's playbook runs keep for the whole test process: AnsiballZ payloads and collection metadata.
+"""What the test suite's playbook runs keep for the whole test run: AnsiballZ payloads and collection metadata.
 
 The suite starts about two hundred ansible-playbook processes, and each does again work whose result depends only
 on files that do not change during the run (docs/testing.md). Its runs start through a launcher named
 ``ansible-playbook`` (``prewarm.playbook_command()``) that installs these two caches before ansible-playbook's own
-``main``, each in a folder of the test process. The product never sees them.
+``main``, each in a folder of the test run (tests/conftest.py makes it and the xdist workers share it; without
+it, of the test process). The product never sees them.
 
 - **AnsiballZ payloads** (``install``). ansible-core builds each module's payload (the module, every module_utils
   file it imports, found by parsing them: ``module_common.recursive_finder``) once per ansible-playbook process:
@@ -89,6 +90,21 @@ def _redirect_shim(name, files):
     return parts[0] == "ansible_collections" and any(n.startswith(prefix) and o for n, _d, o in files)
 
 
+def _searched(module_utils, collections):
+    """The search paths a payload's key holds: the module_utils folders that exist (a test's own ANSIBLE_HOME adds
+    one that does not) and the collection paths the loader can find a collection in, those holding an
+    ansible_collections folder (a playbook's adjacent ``collections`` folder is a search path whether it exists or
+    not). A folder that is not there resolves nothing, and a key per test folder kept nothing for the next test."""
+    return (
+        tuple(p for p in module_utils if os.path.isdir(p)),
+        tuple(
+            p
+            for p in collections
+            if os.path.basename(p) == "ansible_collections" or os.path.isdir(os.path.join(p, "ansible_collections"))
+        ),
+    )
+
+
 def install(folder):
     """Wrap module_common.recursive_finder with the payload cache in folder (made if missing)."""
     os.makedirs(folder, exist_ok=True)
@@ -105,8 +121,10 @@ def install(folder):
                     _origin(module_data),
                     release.__version__,
                     zf.compression,
-                    tuple(module_common.module_utils_loader._get_paths(subdirs=False)),
-                    tuple(AnsibleCollectionConfig.collection_paths or ()),
+                    _searched(
+                        module_common.module_utils_loader._get_paths(subdirs=False),
+                        AnsibleCollectionConfig.collection_paths or (),
+                    ),
                     sys.version_info[:2],
                 )
             ).encode()

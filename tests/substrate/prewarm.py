@@ -91,6 +91,10 @@ def playbook_args():
     return ["-e", "ansible_python_interpreter=" + start()]
 
 
+# The folder of playbook_caches.py's caches for every process of a test run (tests/conftest.py sets it)
+CACHES_ENV = "KROPS_TEST_PLAYBOOK_CACHES"
+
+
 def playbook_command():
     """The ansible-playbook the suite's runs start: a launcher that keeps the AnsiballZ payloads built for this
     process's runs and the collection metadata they parse (playbook_caches.py), or the venv's own when the warm interpreter is disabled."""
@@ -131,14 +135,17 @@ def start():
         "import prewarm_client",
         f"prewarm_client.main({sock_path!r}, {sys.executable!r}, {_site_dir()!r})",
     )
+    # the caches of the whole test run when tests/conftest.py made a folder for them (its xdist workers share it:
+    # every entry is written whole, os.replace), else of this process
+    caches = os.environ.get(CACHES_ENV) or folder
     # named ansible-playbook, as the venv's console script (a stand-in finds "the run" by that name)
     playbook = _script(
         folder,
         "ansible-playbook",
         "",
         "import playbook_caches",
-        f"playbook_caches.install({os.path.join(folder, 'payloads')!r})",
-        f"playbook_caches.install_metadata({os.path.join(folder, 'metadata')!r})",
+        f"playbook_caches.install({os.path.join(caches, 'payloads')!r})",
+        f"playbook_caches.install_metadata({os.path.join(caches, 'metadata')!r})",
         "del sys.path[0]",
         "from ansible.cli.playbook import main",
         "sys.exit(main())",
