@@ -159,9 +159,9 @@ DURATIONS = os.path.join(TESTS, "benchmarks", "durations.json")
 QUICK_SECONDS = 0.5  # 2.0 until round 11: make check then took 205 s on an idle machine (target 120 s)
 
 
-# The folder of the playbook launcher's caches (tests/substrate/playbook_caches.py), made by the process that starts
-# the run and shared by its xdist workers (they inherit the environment): each AnsiballZ payload is then built once a
-# run, not once a worker. Removed when the run ends.
+# The folder of the run's shared caches (the playbook launcher's, tests/substrate/playbook_caches.py, and the emulated
+# Flux's kustomize builds), made by the process that starts the run and shared by its xdist workers (they inherit the
+# environment): each AnsiballZ payload and each build is then made once a run, not once a worker. Removed at the end.
 _CACHES = {}
 
 
@@ -172,7 +172,7 @@ def pytest_configure(config):
         return
     import tempfile
 
-    _CACHES["folder"] = os.environ[prewarm.CACHES_ENV] = tempfile.mkdtemp(prefix="krops-playbook-caches-")
+    _CACHES["folder"] = os.environ[prewarm.CACHES_ENV] = tempfile.mkdtemp(prefix="krops-run-caches-")
 
 
 def pytest_unconfigure(config):

@@ -19,6 +19,7 @@ from ansible_collections.krops.platform.plugins.module_utils import flux, oci
 from tests.substrate.capi_world import CapiController
 from tests.substrate.fixtures import REPO
 from tests.substrate.flux_world import FluxController, World, condition
+from tests.substrate import prewarm
 
 KS = "kustomize.toolkit.fluxcd.io/v1"
 REVISION = "main@sha1:" + "b" * 40
@@ -408,6 +409,7 @@ def test_a_tree_is_built_once_per_content_in_a_test_process_and_again_when_a_byt
     calls = []
     monkeypatch.setattr(flux_world, "_BUILDS", {})
     monkeypatch.setattr(flux_world, "_kustomize_build", lambda renderer, d: calls.append(d) or [{"kind": d}])
+    monkeypatch.setenv(prewarm.CACHES_ENV, str(tmp_path / "run-caches"))  # the run's folder, this test's own
     config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}
     artifacts = []
     for n, value in enumerate(["v", "v", "w"]):
@@ -424,3 +426,9 @@ def test_a_tree_is_built_once_per_content_in_a_test_process_and_again_when_a_byt
     built = [c._built(str(a), str(a / "apps")) for c, a in zip(controllers, artifacts)]
     assert calls == [str(artifacts[0] / "apps"), str(artifacts[2] / "apps")]
     assert built[0] is built[1] and built[2] == [{"kind": str(artifacts[2] / "apps")}]
+    # another test process of the run (an empty _BUILDS) takes the build from the run's folder, kustomize not run
+    monkeypatch.setattr(flux_world, "_BUILDS", {})
+    again = object.__new__(FluxController)
+    again.renderer, again._digests = ["kubectl", "kustomize"], {}
+    assert again._built(str(artifacts[1]), str(artifacts[1] / "apps")) == built[0]
+    assert len(calls) == 2

@@ -55,7 +55,7 @@ import urllib.parse
 import yaml
 from ansible_collections.krops.platform.plugins.module_utils import oci
 
-from tests.substrate import flux_varsub
+from tests.substrate import flux_varsub, prewarm
 from tests.substrate.kube_emulator import ApiError, _now, json_patch
 
 
@@ -824,7 +824,7 @@ class FluxController:
         with _BUILDS_LOCK:
             built = _BUILDS.get(key)
         if built is None:
-            built = self._build(target_dir)
+            built = _shared_build(key, lambda: self._build(target_dir))
             with _BUILDS_LOCK:
                 _BUILDS[key] = built
         return built
@@ -975,6 +975,27 @@ def _find_kustomize():
         if path:
             return [path, verb]
     raise RuntimeError("the emulated Flux needs kubectl or kustomize on PATH")
+
+
+def _shared_build(key, build):
+    """A build kept in the run's shared cache folder (prewarm.CACHES_ENV, when the run has one) under its key, so the
+    run's other test processes take it: written whole (os.replace), JSON as the objects are."""
+    folder = os.environ.get(prewarm.CACHES_ENV)
+    if not folder:
+        return build()
+    path = os.path.join(folder, "kustomize", hashlib.sha256(repr(key).encode()).hexdigest())
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        pass
+    built = build()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    part = f"{path}.{os.getpid()}.{threading.get_ident()}.part"
+    with open(part, "w", encoding="utf-8") as handle:
+        json.dump(built, handle)
+    os.replace(part, path)
+    return built
 
 
 def _kustomize_build(renderer, directory):

@@ -91,8 +91,9 @@ def playbook_args():
     return ["-e", "ansible_python_interpreter=" + start()]
 
 
-# The folder of playbook_caches.py's caches for every process of a test run (tests/conftest.py sets it)
-CACHES_ENV = "KROPS_TEST_PLAYBOOK_CACHES"
+# The folder of the caches every process of a test run shares (tests/conftest.py sets it): playbook_caches.py's, and
+# the emulated Flux's kustomize builds (flux_world)
+CACHES_ENV = "KROPS_TEST_RUN_CACHES"
 
 
 def playbook_command():
