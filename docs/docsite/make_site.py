@@ -9,8 +9,10 @@
    diagrams not yet in the cache) and replaced by an image.
 3. Sphinx (myst-parser for the Markdown pages) builds HTML with -a -W -n: any warning, among them a
    cross-reference that does not resolve, fails the build. Its parsed pages are kept in the cache
-   between builds (one folder per checkout), so it re-reads only the sources that changed; every
-   page is still written, so every reference is resolved again; a failed build drops them.
+   between builds (one folder for every checkout of this machine, so a fresh clone reuses what an
+   earlier checkout parsed; a lock keeps two builds from sharing it at once), so it re-reads only the
+   sources whose bytes changed; every page is still written, so every reference is resolved again; a
+   failed build drops them.
 
 Links to repository files outside docs/ become links to the file on GitHub (galaxy.yml repository).
 mermaid-cli comes from npm (MERMAID_CLI below) into --cache; the browser is a local Chromium or
@@ -20,6 +22,8 @@ Chrome (--browser, else chromium/google-chrome on PATH); nothing is fetched whil
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -250,9 +254,18 @@ def run_sphinx(source, html, doctrees, conf_dir, env):
     )
 
 
-def _site_cache(cache, root):
-    """The Sphinx sources and doctrees of this checkout, kept between builds (one folder per checkout)."""
-    return cache / "sphinx" / hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+@contextlib.contextmanager
+def _site_cache(cache):
+    """The Sphinx sources and doctrees kept between builds, held for one build at a time.
+
+    One folder for every checkout: the sources are synced into it by content (sync_tree), so a fresh
+    clone of the same docs re-reads nothing, and a checkout that differs re-reads only what differs.
+    The lock (flock, released when the process ends) makes a second build wait, not mix its files in."""
+    folder = cache / "sphinx" / "site"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(cache / "sphinx" / "site.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield folder
 
 
 def build(output, cache, browser=None, root=ROOT):
@@ -303,13 +316,14 @@ def build(output, cache, browser=None, root=ROOT):
     # one warned about) on each build. After a failed build the environment is dropped, so the next
     # build reads everything again and repeats every warning.
     mark = time.monotonic()
-    site = _site_cache(cache, root)
-    changed = sync_tree(rst, site / "rst")
     html = output / "html"
-    run = run_sphinx(site / "rst", html, site / "doctrees", HERE, env)
+    with _site_cache(cache) as site:
+        changed = sync_tree(rst, site / "rst")
+        run = run_sphinx(site / "rst", html, site / "doctrees", HERE, env)
+        if run.returncode != 0:
+            shutil.rmtree(site / "doctrees", ignore_errors=True)
     timings["sphinx"] = time.monotonic() - mark
     if run.returncode != 0:
-        shutil.rmtree(site / "doctrees", ignore_errors=True)
         raise BuildError(f"sphinx-build failed:\n{(run.stderr or run.stdout)[-5000:]}")
     return {
         "html": str(html),

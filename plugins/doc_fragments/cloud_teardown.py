@@ -1,11 +1,22 @@
 # Copyright: krops developers
 # Apache License 2.0 (see LICENSE)
-"""What azure_teardown and gcp_teardown share (module_utils.cloud_teardown): the wait and check mode (the other
-attributes are krops.platform.attributes), and their orphan report mode (cloud_report.orphans)."""
+"""What the cloud teardown modules share (module_utils.cloud_teardown): the wait and check mode (the other
+attributes are krops.platform.attributes) and their orphan report mode (cloud_report.orphans). REPORT, where the
+report is written, serves aws_orphan_sweep too."""
+
+# Where the orphan report is written: an option of every cloud's report mode, aws_orphan_sweep's included
+_REPORT_PATH = r"""
+  report_path:
+    description:
+      - With O(mode=report), write the Markdown report to this file and the JSON beside it (same name, C(.json)).
+        Not written in check mode.
+    type: path
+"""
 
 
 class ModuleDocFragment:
-    DOCUMENTATION = r"""
+    DOCUMENTATION = (
+        r"""
 options:
   wait_timeout:
     description:
@@ -31,12 +42,13 @@ options:
         time is always reported.
     type: float
     default: 6
-  report_path:
-    description:
-      - With O(mode=report), write the Markdown report to this file and the JSON beside it (same name, C(.json)).
-        Not written in check mode.
-    type: path
-attributes:
+"""
+        + _REPORT_PATH[1:]
+        + r"""attributes:
   check_mode:
     details: Discovers and returns RV(plan); deletes nothing.
 """
+    )
+
+    # krops.platform.cloud_teardown.report: only the report's file (aws_orphan_sweep)
+    REPORT = "options:" + _REPORT_PATH

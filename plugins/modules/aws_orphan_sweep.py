@@ -87,11 +87,6 @@ options:
         of their own take the age of their cluster's oldest resource; with none known they are always reported.
     type: float
     default: 6
-  report_path:
-    description:
-      - With O(mode=report), write the Markdown report to this file and the JSON beside it (same name, C(.json)).
-        Not written in check mode.
-    type: path
   concurrency:
     description:
       - Regions swept at the same time, and global resources of one type (S3 buckets, IAM roles) deleted side by side.
@@ -125,6 +120,7 @@ extends_documentation_fragment:
   - krops.platform.attributes
   - krops.platform.attributes.action
   - krops.platform.aws
+  - krops.platform.cloud_teardown.report
 attributes:
   check_mode:
     details: >-

@@ -77,13 +77,11 @@ environment:
   type: str
   sample: lab
 plan:
-  description: Deletions in order, each with the ownership reason.
+  description: The deletions in the rows' dependency order, each with the label or tag that proves krops owns it.
   returned: always
   type: list
   elements: str
-  sample:
-    - delete machine m1 (label krops-environment=lab)
-    - delete volume v1 (label krops-environment=lab)
+  sample: ["delete machine m1 (label krops-environment=lab)", "delete volume v1 (label krops-environment=lab)"]
 results:
   description: One entry per resource with type, name, reason and outcome (V(planned) in check mode, V(deleted),
     V(absent), V(failed) with C(error), V(left) when the final discovery still found it), and what else its row
@@ -96,12 +94,6 @@ results:
       name: m1
       reason: label krops-environment=lab
       outcome: deleted
-leftovers:
-  description: Resources still present or that failed (C(type/name)); the module fails when not empty.
-  returned: always
-  type: list
-  elements: str
-  sample: []
 report:
   description:
     - With O(mode=report), the orphan report as C(markdown) and C(json) (cloud, environment, scope,
@@ -114,12 +106,16 @@ report:
     markdown: "# krops dummy orphan report ..."
     json: {cloud: dummy, environment: lab, scope: "url=https://api.cloud.example", count: 0}
 report_files:
-  description: Paths written (markdown, json) when O(report_path) is set.
-  returned: when O(mode=report), O(report_path) is set and not in check mode
+  description: The report's two files, markdown and json (O(report_path) and the C(.json) beside it).
+  returned: when O(mode=report) writes O(report_path) (not in check mode)
   type: dict
-  sample:
-    markdown: reports/orphans-lab.md
-    json: reports/orphans-lab.json
+  sample: {markdown: reports/orphans-lab.md, json: reports/orphans-lab.json}
+leftovers:
+  description: Resources still present or that failed (C(type/name)); the module fails when not empty.
+  returned: always
+  type: list
+  elements: str
+  sample: []
 """
 
 from ansible_collections.krops.platform.plugins.module_utils import cloud_report, cloud_teardown, errors, shell

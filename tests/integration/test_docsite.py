@@ -193,3 +193,16 @@ def test_every_tool_the_site_starts_gets_its_own_stdin():
         if not any(k.arg == "stdin" and ast.unparse(k.value) == "subprocess.DEVNULL" for k in node.keywords)
     ]
     assert not lacking, f"make_site.py lines {lacking} start a process on the shared stdin"
+
+
+def test_kept_pages_are_shared_by_checkouts_one_build_at_a_time(tmp_path):
+    """One kept folder whatever the checkout's path (a fresh clone re-reads only what differs by content),
+    held by one build at a time: a second build's lock waits until the first is done."""
+    lock = tmp_path / "sphinx" / "site.lock"
+    try_lock = "import fcntl, sys; fcntl.flock(open(sys.argv[1]), fcntl.LOCK_EX | fcntl.LOCK_NB)"
+    with build._site_cache(tmp_path) as site:
+        assert site == tmp_path / "sphinx" / "site" and site.is_dir()
+        held = subprocess.run([sys.executable, "-c", try_lock, str(lock)], capture_output=True, text=True, check=False)
+        assert held.returncode == 1 and "BlockingIOError" in held.stderr
+    free = subprocess.run([sys.executable, "-c", try_lock, str(lock)], capture_output=True, text=True, check=False)
+    assert free.returncode == 0, free.stderr
