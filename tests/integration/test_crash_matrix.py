@@ -23,12 +23,17 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.error
+import urllib.request
 
 import pytest
+import yaml
 
 from tests.benchmarks.crash_matrix import WRITE_FAULTS, arm, diff, distinct_writes, spread, summary, table
+from tests.substrate import crash_world as crash_world_module
 from tests.substrate.crash_world import (
     AGE_KEY,
+    CLUSTER,
     DECOY_CLUSTER,
     DECOYS,
     KS,
@@ -255,3 +260,102 @@ def test_every_write_failed_once_converges_tears_down_clean_and_loses_nothing(cr
     assert len(rows) >= 12
     bad = [r for r in rows if r["converged"] is False or not r["torn_down"] or r["lost"]]
     assert not bad, "\n" + table(bad)
+
+
+# ---- CrashWorld.checkpoint/restore: the API servers --------------------------------------------------------------
+
+
+def answers(url):
+    """Whether an API server answers at url."""
+    try:
+        with urllib.request.urlopen(url + "/version", timeout=5) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError):
+        return False
+
+
+def kubeconfig_server(text):
+    return yaml.safe_load(text)["clusters"][0]["cluster"]["server"]
+
+
+def test_restore_forgets_a_server_started_since(crash_world):
+    """A server started after the checkpoint (a Cluster CAPI provisioned) is stopped on restore and nothing of the
+    world names its URL any more: not world.clusters, not a kubeconfig file."""
+    world = crash_world
+    saved = world.checkpoint()
+    extra = world._spawn("extra")  # as CapiController spawns a workload's API server
+    url = extra.url
+    world.restore(saved)
+    assert "extra" not in world.apis() and not answers(url)
+    assert url not in world.world.clusters
+    files = list(world.root.glob("*.kubeconfig")) + [world.target_kubeconfig]
+    assert [str(f) for f in files if f.exists() and url in f.read_text()] == []
+
+
+def test_no_later_server_takes_the_url_of_a_stopped_one(crash_world, monkeypatch):
+    """No server of the world gets the URL a stopped one had, even when the OS hands the freed port out again: a
+    stale kubeconfig (a Secret of a later checkpoint, a file read before the restore) reaches nothing, never another
+    server."""
+    world = crash_world
+    saved = world.checkpoint()
+    extra = world._spawn("extra")
+    url = extra.url
+    world.restore(saved)
+    freed = [extra.port]
+
+    class PortReused(crash_world_module.StrictKubeEmulator):
+        def start(self, host="127.0.0.1", port=0, tls=False):
+            if port == 0 and freed:  # the OS gives out the port the stopped server had
+                port = freed.pop()
+            return super().start(host, port, tls)
+
+    monkeypatch.setattr(crash_world_module, "StrictKubeEmulator", PortReused)
+    again = world._spawn("again")
+    assert not freed  # the freed port was handed out
+    assert again.url != url and answers(again.url)
+    assert world.world.clusters[again.url] is again
+
+
+def test_restore_serves_a_server_stopped_since_on_its_own_url(crash_world):
+    """A Cluster deleted after the checkpoint had its API server stopped (CapiController._delete_cluster): the
+    restore brings it back serving on its URL, the one the restored kubeconfig Secret names; back to a checkpoint
+    taken while it was stopped, it is stopped again and the world does not name it."""
+    world = crash_world
+    workload = world.apis()[DECOY_CLUSTER]
+    url = workload.url
+    before = world.checkpoint()
+    world.kind.remove(*CLUSTER, DECOY_CLUSTER, "default")
+    deadline = time.monotonic() + 20
+    while answers(url) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not answers(url)
+    gone = world.checkpoint()
+
+    world.restore(before)
+    assert answers(url)
+    secret = world.secret_kubeconfig(DECOY_CLUSTER)
+    assert kubeconfig_server(secret) == url and world.world.cluster_for_kubeconfig(secret) is workload
+    assert world.apis()[DECOY_CLUSTER] is workload
+
+    world.restore(gone)
+    assert not answers(url) and url not in world.world.clusters
+    world.restore(before)
+    assert answers(url) and world.world.clusters[url] is workload
+
+
+def test_restore_goes_back_to_checkpoints_in_any_order_with_their_servers(crash_world):
+    """Back to an older checkpoint, then to a newer one: the newer one's servers are back (the bootstrap points restore
+    the start, the teardown points the bootstrapped state), serving on their URLs with their kubeconfig files."""
+    world = crash_world
+    older = world.checkpoint()
+    extra = world._spawn("extra")
+    extra.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mine", "namespace": "default"}})
+    newer = world.checkpoint()
+    world.restore(older)
+    assert not answers(extra.url)
+    world.restore(newer)
+    assert world.apis()["extra"] is extra and answers(extra.url)
+    assert world.world.clusters[extra.url] is extra
+    assert extra.exists("v1", "ConfigMap", "mine", "default")
+    with open(extra.kubeconfig_path, encoding="utf-8") as handle:
+        assert kubeconfig_server(handle.read()) == extra.url

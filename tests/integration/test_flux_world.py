@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
@@ -432,3 +433,57 @@ def test_a_tree_is_built_once_per_content_in_a_test_process_and_again_when_a_byt
     again.renderer, again._digests = ["kubectl", "kustomize"], {}
     assert again._built(str(artifacts[1]), str(artifacts[1] / "apps")) == built[0]
     assert len(calls) == 2
+
+
+class _Blocking:
+    """A controller whose reconcile hangs until released (a step stuck on a lock or a socket)."""
+
+    def __init__(self, world):
+        self.entered, self.release = threading.Event(), threading.Event()
+        world.controllers.append(self)
+
+    def reconcile(self, api):
+        self.entered.set()
+        self.release.wait(30)
+
+
+def test_stop_reports_a_reconcile_thread_that_did_not_end(strict_cluster):
+    """stop() joins the thread for ``timeout`` seconds at most, and a thread still running is an error naming the
+    step it is in: otherwise a hung controller goes on writing into the next test's clusters unseen."""
+    world = World()
+    world.add_cluster(strict_cluster("stuck"))
+    blocking = _Blocking(world)
+    world.start(interval=0.01, idle=0.01)
+    thread = world._thread
+    try:
+        assert blocking.entered.wait(5)
+        began = time.monotonic()
+        errors = world.stop(timeout=0.2)
+        assert time.monotonic() - began < 2
+        assert len(errors) == 1, errors
+        assert "did not stop within 0.2s" in errors[0] and "_Blocking.reconcile(stuck)" in errors[0], errors
+    finally:
+        blocking.release.set()
+        thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_a_thread_that_ended_late_does_not_run_on_in_the_restarted_world(strict_cluster):
+    """A thread released after stop() gave up on it ends: it waits on its own run's stop event, not on the one
+    a start() since made (it would reconcile on beside the new thread)."""
+    world = World()
+    world.add_cluster(strict_cluster("late"))
+    blocking = _Blocking(world)
+    world.start(interval=0.01, idle=0.01)
+    old = world._thread
+    assert blocking.entered.wait(5)
+    assert world.stop(timeout=0.05)
+    world.controllers.remove(blocking)
+    world.start(interval=0.01, idle=0.01)
+    try:
+        blocking.release.set()
+        old.join(5)
+        assert not old.is_alive()
+    finally:
+        blocking.release.set()
+        assert world.stop() == []

@@ -480,3 +480,31 @@ def test_a_crd_version_serves_the_same_objects_in_its_own_apiversion(strict_clus
         api, "GET", "/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories/nope"
     )
     assert (code, body["reason"]) == (404, "NotFound")
+
+
+def test_rollback_drops_the_events_written_after_the_savepoint_by_resource_version(api):
+    """rollback() cuts the event history at the savepoint's resourceVersion, not at the history's length then: the
+    history can be trimmed or replaced meanwhile (``_restore``; a watch cache compacting its oldest events), and a cut
+    by length then keeps events written after the savepoint (a watch would replay changes that were rolled back) or
+    drops older ones."""
+
+    def configmap(name):
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "flux-system"}}
+
+    api.create(configmap("before"))
+    history = api.events  # the list watchers read: rollback cuts it in place
+    before = list(api.events)
+    point = api.savepoint()
+    api.create(configmap("after-1"))
+    api.create(configmap("after-2"))
+    api.rollback(point)
+    assert api.events is history
+    assert api.events == before  # exactly the events after the savepoint are gone
+
+    point = api.savepoint()
+    api.create(configmap("after-3"))
+    api.create(configmap("after-4"))
+    del api.events[:2]  # the two oldest events trimmed between savepoint and rollback
+    api.rollback(point)
+    assert api.events == before[2:]
+    assert not api.exists("v1", "ConfigMap", "after-3", "flux-system")

@@ -131,6 +131,7 @@ class CrashWorld:
         self.age_key.write_text(AGE_KEY)
         self.age_key.chmod(0o600)
         self._started = []
+        self._urls = set()  # every URL a server of this world had: never handed out twice (_spawn)
         self.errors = []  # what the emulated controllers raised
         self.teardown_api = None  # the cluster the last teardown_steps() runs on
         self.world = World()
@@ -145,12 +146,22 @@ class CrashWorld:
         self.world.start(interval=0.02, idle=0.5)
 
     def _spawn(self, name, bundles=()):
-        api = StrictKubeEmulator(name)
+        # A URL a stopped server had is still named by kubeconfigs (a checkpoint's Secrets, files read before a
+        # restore) and is its own again if a restore brings it back: a new server bound to the same port (the OS may
+        # give it out again) would answer for it. Such a server stays bound until one gets a port of its own.
+        taken = []
+        api = StrictKubeEmulator(name).start()
+        while api.url in self._urls:
+            taken.append(api)
+            api = StrictKubeEmulator(name).start()
+        for other in taken:
+            other.stop()
         api.install_bundle(*bundles)
-        api.start()
+        # numbered by servers ever started, not live ones: no file of a server a restore may bring back is reused
         api.kubeconfig_path = api.write_kubeconfig(
-            self.root / ("%s-%d.kubeconfig" % (name, len(self._started))), context=name
+            self.root / ("%s-%d.kubeconfig" % (name, len(self._urls))), context=name
         )
+        self._urls.add(api.url)
         self._started.append(api)
         self.world.add_cluster(api)
         return api
@@ -344,11 +355,12 @@ class CrashWorld:
 
     # ---- checkpoints: a point starts from the state a run left, without building the world again -------
     def checkpoint(self):
-        """The state of every API server (objects, resources), the Cluster API's bookkeeping and the files."""
+        """The state of every API server (objects, resources, whether it serves), the clusters the world reconciles,
+        the Cluster API's bookkeeping and the files."""
         with self._paused():
-            apis = {id(api): (api, api._snapshot()) for api in self._started}
+            apis = {id(api): (api, api._snapshot(), not api._stopping) for api in self._started}
             kubeconfig = self.target_kubeconfig.read_text() if self.target_kubeconfig.exists() else None
-            return apis, dict(self.capi.workloads), kubeconfig
+            return apis, dict(self.world.clusters), dict(self.capi.workloads), kubeconfig
 
     def disarm(self):
         """Clear the faults a run did not reach and the request logs, keeping the state."""
@@ -358,26 +370,43 @@ class CrashWorld:
                 api._failures, api._resets, api.requests[:] = [], [], []
 
     def restore(self, saved):
-        """Back to a checkpoint: API servers started since are stopped, faults and request logs cleared."""
-        apis, workloads, kubeconfig = saved
-        self.disarm()
+        """Back to a checkpoint, in any order: its API servers serve again as they did then (on their own URLs, which
+        the restored kubeconfigs name), the ones started since are stopped and no longer named; faults and request
+        logs cleared."""
+        apis, clusters, workloads, kubeconfig = saved
         with self._paused():
-            for api in list(self._started):
-                if id(api) not in apis:
-                    self.world.clusters.pop(api.url, None)
-                    self._started.remove(api)
+            kept = [api for api, _state, _serving in apis.values()]
+            for api in self._started:
+                if api not in kept:  # started since the checkpoint
                     api.stop()
-                    continue
-                objects, events, last_rv, resources = apis[id(api)][1]
+                    Path(api.kubeconfig_path).unlink(missing_ok=True)
+            self._started = kept  # the checkpoint's servers, one an older restore had stopped included
+            self.disarm()
+            for api, (objects, events, last_rv, resources), serving in apis.values():
+                if serving and api._stopping:  # stopped since (CAPI deleted its Cluster, or a restore did)
+                    self._serve_again(api)
+                elif not serving and not api._stopping:
+                    api.stop()
                 with api._cond:
                     api._restore((copy.deepcopy(objects), events, last_rv, dict(resources)))
-                self.world.clusters[api.url] = api
+            # the clusters the world reconciled then: not a server started since, again one stopped since
+            self.world.clusters.clear()
+            self.world.clusters.update(clusters)
             self.capi.workloads = dict(workloads)
             if kubeconfig is None:
                 self.target_kubeconfig.unlink(missing_ok=True)
             else:
                 self.target_kubeconfig.write_text(kubeconfig)
             install_clusterctl(self.bin)
+
+    @staticmethod
+    def _serve_again(api):
+        """A stopped server serves again on its URL (no other server took it: _spawn) and its kubeconfig file, which
+        a restore may have removed, is back."""
+        port = api.port
+        api._stopping = False  # stop() set it: watches would end at once
+        api.start(port=port, tls=api.tls)
+        api.write_kubeconfig(api.kubeconfig_path, context=api.name)
 
     @contextlib.contextmanager
     def _paused(self):

@@ -45,6 +45,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import threading
 import traceback
@@ -59,12 +60,14 @@ from tests.substrate import flux_varsub, prewarm
 from tests.substrate.kube_emulator import ApiError, _now, json_patch
 
 
+def _innermost(frames):
+    """The last three of ``frames`` (a traceback.StackSummary), innermost first."""
+    return " < ".join("%s:%d %s" % (f.filename.rsplit("/", 1)[-1], f.lineno, f.name) for f in reversed(frames[-3:]))
+
+
 def where(exc):
     """repr of a controller's exception with the innermost frames that raised it: a race shows where it ran."""
-    frames = traceback.extract_tb(exc.__traceback__)[-3:]
-    return "{!r} at {}".format(
-        exc, " < ".join("%s:%d %s" % (f.filename.rsplit("/", 1)[-1], f.lineno, f.name) for f in reversed(frames))
-    )
+    return f"{exc!r} at {_innermost(traceback.extract_tb(exc.__traceback__))}"
 
 
 KS = ("kustomize.toolkit.fluxcd.io", "kustomizations")
@@ -255,7 +258,8 @@ class World:
         After a pass that changed nothing the next pass waits for a write to any cluster (checked every
         ``interval`` seconds, as a watch would wake a controller) or ``idle`` seconds (time-driven work:
         source polls), so an idle world costs little CPU."""
-        self._stop = threading.Event()
+        self._stop = stop = threading.Event()  # this run's: a thread stop() gave up on ends when released
+        self._step = None  # what the thread runs (stop() names it if the thread hangs)
         self.errors = []
         self.resync = RESYNC_TICKS * max(idle, interval)
 
@@ -263,26 +267,35 @@ class World:
             return {url: api._last_rv for url, api in list(self.clusters.items())}
 
         def loop():
-            while not self._stop.is_set():
+            while not stop.is_set():
                 before = versions()
                 try:
                     for controller in self.controllers:
                         for api in list(self.clusters.values()):
+                            self._step = "%s.reconcile(%s)" % (type(controller).__name__, getattr(api, "name", "?"))
                             controller.reconcile(api)
                 except Exception as exc:
                     self.errors.append(where(exc))
                 if before == versions():
                     deadline = time.monotonic() + max(idle, interval)
-                    while not self._stop.wait(interval) and versions() == before and time.monotonic() < deadline:
+                    while not stop.wait(interval) and versions() == before and time.monotonic() < deadline:
                         pass
 
         self._thread = threading.Thread(target=loop, name="emulated-world", daemon=True)
         self._thread.start()
         return self
 
-    def stop(self):
+    def stop(self, timeout=10.0):
+        """End the thread; returns the reconcile errors. A thread still running after ``timeout`` seconds is one of
+        them, naming the step it hangs in: left unseen, it would go on writing into the next test's clusters."""
         self._stop.set()
-        self._thread.join(10)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            frame = sys._current_frames().get(self._thread.ident)
+            at = _innermost(traceback.extract_stack(frame)) if frame is not None else "?"
+            self.errors.append(
+                "the emulated world's thread did not stop within %gs: in %s at %s" % (timeout, self._step, at)
+            )
         self.resync = None  # a settle() after the run is exhaustive again
         return self.errors
 

@@ -1131,10 +1131,9 @@ class StrictKubeEmulator(KubeEmulator):
 
     # ---- all-or-nothing writes (Flux's dry-run of a stage) ------------------------------
     def savepoint(self):
-        """A cheap restore point: objects are copied lazily by ``touch`` before they change."""
+        """A cheap restore point: the caller copies an object into ``point["objects"]`` before changing it."""
         return {
             "objects": {},
-            "events": len(self.events),
             "rv": self._last_rv,
             "resources": dict(self.resources),
             "served": dict(self._served),
@@ -1147,7 +1146,9 @@ class StrictKubeEmulator(KubeEmulator):
             del self.objects[key]
         self.objects.update(point["objects"])
         self.resources, self._served, self._crd_schemas = point["resources"], point["served"], point["schemas"]
-        del self.events[point["events"] :]
+        # the events after the savepoint are the ones above its resourceVersion; not a cut at the history's length
+        # then: the history may have been trimmed or replaced since (``_restore``). In place: watchers read this list.
+        self.events[:] = [event for event in self.events if event[0] <= point["rv"]]
         self._last_rv = point["rv"]
         self._rv = itertools.count(point["rv"] + 1)
         self._schema_epoch += 1
