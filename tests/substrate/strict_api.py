@@ -1148,7 +1148,10 @@ class StrictKubeEmulator(KubeEmulator):
         self.resources, self._served, self._crd_schemas = point["resources"], point["served"], point["schemas"]
         # the events after the savepoint are the ones above its resourceVersion; not a cut at the history's length
         # then: the history may have been trimmed or replaced since (``_restore``). In place: watchers read this list.
-        self.events[:] = [event for event in self.events if event[0] <= point["rv"]]
+        cut = len(self.events)  # the history is in resourceVersion order: walk back only over what came after
+        while cut and self.events[cut - 1][0] > point["rv"]:
+            cut -= 1
+        del self.events[cut:]
         self._last_rv = point["rv"]
         self._rv = itertools.count(point["rv"] + 1)
         self._schema_epoch += 1
