@@ -168,6 +168,7 @@ _CACHES = {}
 def pytest_configure(config):
     from tests.substrate import prewarm
 
+    prewarm.tune_gc(freeze=False)  # the emulators in this process allocate by the million (prewarm.GC_THRESHOLDS)
     if hasattr(config, "workerinput") or os.environ.get(prewarm.CACHES_ENV):
         return
     import tempfile
@@ -269,3 +270,11 @@ def pytest_runtest_call(item):
                 "'playbook': mark it @pytest.mark.playbook (which makes it slow), or make the spawn visible to classify()",
                 pytrace=False,
             )
+
+
+def pytest_collection_finish(session):
+    """Every test module is imported now: freeze what is alive (the libraries, the schemas loaded at import), so the
+    collections during the tests do not walk it again."""
+    import gc
+
+    gc.freeze()

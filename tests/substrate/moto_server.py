@@ -34,8 +34,11 @@ def main():
     import moto.eks.utils
     from moto.server import main as serve
 
+    from tests.substrate import prewarm
+
     moto.eks.utils.Session = _Partitions
     sys.argv[0] = "moto_server"
+    prewarm.tune_gc()  # moto's backends allocate on every call; its imported code is not walked again
     serve()
 
 
