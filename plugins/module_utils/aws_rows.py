@@ -2,7 +2,7 @@
 # Apache License 2.0 (see LICENSE)
 """What the AWS sweep's per-service rows share: the resource entry, its identity, the ARN type, the result entry.
 
-Each per-service file (aws_ec2, aws_eks, aws_elb, aws_rds, aws_iam, aws_s3, aws_cloudformation, aws_logs,
+Each per-service file (aws_ec2, aws_vpc, aws_eks, aws_elb, aws_rds, aws_iam, aws_s3, aws_cloudformation, aws_logs,
 aws_tagging; the layout of amazon.aws's module_utils) defines its rows (aws_delete.sweep_row, one
 steps.Row each); aws_sweep.py lists them in one table whose order is the deletion order.
 

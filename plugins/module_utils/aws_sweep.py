@@ -14,7 +14,7 @@ subnet group of a swept RDS instance (when no other instance uses it) and detach
 interfaces inside an owned VPC.
 
 The type table (REGION_TYPES, GLOBAL_TYPES) is made of the rows each service lists in its ROWS (aws_eks, aws_logs,
-aws_ec2, aws_rds, aws_elb, aws_tagging, aws_s3, aws_iam, aws_cloudformation, the registry SERVICES; each row a
+aws_ec2, aws_rds, aws_elb, aws_vpc, aws_tagging, aws_s3, aws_iam, aws_cloudformation, the registry SERVICES; each row a
 steps.Row made by aws_delete.sweep_row), in the registry's order, each row after the rows it names in ``after``;
 its order is the deletion order. Every mode runs on the steps engine (steps.Run: one run per region, the regions
 side by side, then one for the global phase), and each row's one discovery serves them all (through an
@@ -55,6 +55,7 @@ from ansible_collections.krops.platform.plugins.module_utils import (
     aws_s3,
     aws_tagging,
     aws_targets,
+    aws_vpc,
     cloud_report,
 )
 from ansible_collections.krops.platform.plugins.module_utils import aws_rows as rows
@@ -368,7 +369,7 @@ def _results(result):
 # deletion order: within a chain, and for the rows without a chain after every chain. aws_tagging is the last
 # regional service: its ``unsupported`` row reports what no other row handles. Adding a type is one row in its
 # service's file, in its ROWS.
-SERVICES = (aws_eks, aws_logs, aws_ec2, aws_rds, aws_elb, aws_tagging, aws_s3, aws_iam, aws_cloudformation)
+SERVICES = (aws_eks, aws_logs, aws_ec2, aws_rds, aws_elb, aws_vpc, aws_tagging, aws_s3, aws_iam, aws_cloudformation)
 
 
 def table(scope, services=SERVICES):

@@ -25,7 +25,7 @@ from test_aws_sweep_world import (
     vpc_defaults,
 )
 
-from ansible_collections.krops.platform.plugins.module_utils import aws, aws_delete, aws_ec2, aws_sweep
+from ansible_collections.krops.platform.plugins.module_utils import aws, aws_delete, aws_sweep, aws_vpc
 from ansible_collections.krops.platform.plugins.modules import aws_orphan_sweep
 from tests.substrate.fixtures import REPO, task_results
 
@@ -1177,7 +1177,7 @@ def _group(gid, *references):
     ],
 )
 def test_security_groups_go_in_reference_order_and_only_a_cycle_is_revoked(groups, order, revoked):
-    done, revoke = aws_ec2.deletion_order(groups)
+    done, revoke = aws_vpc.deletion_order(groups)
     assert [g["id"] for g in done] == order and [g["id"] for g in revoke] == revoked
     # each group, when its turn comes, is referenced by no group still there (rules of revoked groups gone)
     left = {

@@ -354,7 +354,7 @@ def delete_key_pair(x, res):
 KEY_PAIR_ROW = sweep_row(
     "key-pair",
     REGION,
-    _plain("key-pair", "key", "describe_key_pairs", "KeyPairs", "key-pair-id", "KeyPairId"),
+    id_only("key-pair", "key", "describe_key_pairs", "KeyPairs", "key-pair-id", "KeyPairId"),
     delete_key_pair,
     arn="ec2:key-pair",
 )
@@ -384,6 +384,11 @@ def test_an_aws_sweep_type_is_a_row_and_its_handler_in_its_services_file(repo_co
     )
     repo_copy.edit(
         "plugins/module_utils/aws_ec2.py", "    LAUNCH_TEMPLATE_ROW,\n", "    LAUNCH_TEMPLATE_ROW,\n    KEY_PAIR_ROW,\n"
+    )
+    repo_copy.edit(
+        "plugins/module_utils/aws_ec2.py",
+        "aws_rows import REGION, resource",
+        "aws_rows import ABSENT, REGION, resource",
     )
     assert repo_copy.touched() == ["plugins/module_utils/aws_ec2.py"]
     assert doc_code_files("Adding an AWS resource type to the sweep") == [1]
