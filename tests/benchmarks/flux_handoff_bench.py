@@ -6,7 +6,8 @@ Compares, in one run and on the same Kubernetes emulator:
 
 Each sample runs a real ansible-playbook; the Kustomization is flipped to Ready at a random moment
 after the task has started waiting, and the delay is the task's end time (json callback) minus the
-flip time. Prints every sample, the medians and their ratio. Target: flux_handoff median under 1 s.
+flip time. Prints every sample, the medians and their ratio. Targets: flux_handoff median under 1 s, and at
+most 0.1 s (issue 24).
 
 Run from the repository root: .venv/bin/python tests/benchmarks/flux_handoff_bench.py [samples]
 """
@@ -151,8 +152,11 @@ def main():
             print("%-26s %7.3fs %7.3fs %7.3fs" % (label, statistics.median(delays), min(delays), max(delays)))
         ours, base = (statistics.median(d) for d in results.values())
         print(
-            "baseline / flux_handoff median ratio: {:.1f}x (target: flux_handoff median < 1 s: {})".format(
-                base / ours if ours > 0 else float("inf"), "met" if ours < 1 else "NOT met"
+            "baseline / flux_handoff median ratio: {:.1f}x (targets: flux_handoff median < 1 s: {}; "
+            "at most 0.1 s, issue 24: {})".format(
+                base / ours if ours > 0 else float("inf"),
+                "met" if ours < 1 else "NOT met",
+                "met" if ours <= 0.1 else "NOT met",
             )
         )
     finally:
