@@ -9,8 +9,8 @@ whose deletion needs more than the id (a state, attachments, associations, rules
 filter, and only when something of that type is owned, so a region with nothing owned costs one call.
 The types that need only the id are described only to confirm they exist (a tag can outlive its
 resource): plan, report and the final pass do; delete mode does not, since a delete of a gone id answers
-NotFound ("absent") itself. Detached interfaces are listed once in delete mode, right before their
-deletion. EC2 ids are never reused, so the final pass leaves out the ids this run saw go (Scan.gone):
+NotFound ("absent") itself (aws_vpc lists detached interfaces once in delete mode, right before their
+deletion). EC2 ids are never reused, so the final pass leaves out the ids this run saw go (Scan.gone):
 only what is still owned, or new, is described again.
 """
 

@@ -3,7 +3,8 @@
 """The network's rows of the AWS sweep (EC2 API, the Amazon VPC service): NAT gateways, elastic IPs, network
 interfaces, subnets, internet gateways, route tables, security groups, VPCs. They come after the RDS and load
 balancer rows in the table (aws_sweep.SERVICES): those hold interfaces in the subnets. Ownership comes from the
-region's one DescribeTags walk (aws_ec2.owned_index).
+region's one DescribeTags walk (aws_ec2.owned_index), and what aws_ec2's docstring says of describing by id holds
+here too.
 """
 
 from __future__ import annotations
