@@ -169,6 +169,10 @@ def pytest_configure(config):
     from tests.substrate import prewarm
 
     prewarm.tune_gc(freeze=False)  # the emulators in this process allocate by the million (prewarm.GC_THRESHOLDS)
+    # krops' validators beside the emulated API server's own verdicts, in every test process (differentials)
+    from tests.substrate import product_differential
+
+    product_differential.install()
     if hasattr(config, "workerinput") or os.environ.get(prewarm.CACHES_ENV):
         return
     import tempfile

@@ -60,6 +60,7 @@ sys.path[:0] = [str(REPO), str(REPO / ".collections")]
 
 from tests.integration.test_e2e_local_host import DECOY_CONTAINERS, _decoys  # noqa: E402
 from tests.substrate.lifecycle import EmulatedWorld, changed_tasks, failed_tasks, install_clusterctl  # noqa: E402
+from tests.substrate import product_differential  # noqa: E402
 
 # --env: the playbook, its inventory and the management Cluster's name (bootstrap.toml)
 ENVS = {
@@ -528,6 +529,7 @@ def main(argv=None):
     parser.add_argument("--env", choices=sorted(ENVS), default="local-host", help="the lifecycle (default local-host)")
     parser.add_argument("--shard", default="1/1", help="K/N: only every N-th chosen point, from the K-th (CI jobs)")
     args = parser.parse_args(argv)
+    product_differential.install()  # krops' validators beside the emulator's verdicts, as in the test run
     # the kill points kill the run's process tree (standins/common.kill_the_run): its modules must be children of
     # ansible's workers, not of the warm interpreter (tests/substrate/prewarm.py)
     os.environ["KROPS_PREWARM"] = "0"

@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / ".collections")]
 
 from tests.substrate.lifecycle import EmulatedWorld, changed_tasks, failed_tasks, role_times  # noqa: E402
+from tests.substrate import product_differential  # noqa: E402
 
 CYCLE_TARGET = 60.0
 RERUN_TARGET = 30.0
@@ -110,6 +111,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="cycles to run, each on a fresh host (default 1)")
     args = parser.parse_args(argv)
+    product_differential.install()  # krops' validators beside the emulator's verdicts, as in the test run
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     print(f"{args.repeat} cycle(s) on {os.cpu_count()} CPUs; the targets assume the CPUs are the benchmark's")

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 
-from tests.substrate import cel_independent
+from tests.substrate import cel_independent, product_differential
 from tests.substrate.fixtures import REPO, SHIPPED_ENVIRONMENTS
 
 SCHEMAS = REPO / "schemas" / "crds"
@@ -183,7 +183,7 @@ def test_a_violation_only_krops_walk_reaches_fails_the_write(monkeypatch):
 
     schema = _schema_with({"rule": "self.a > 1"})
     fake = krops_cel.Result("spec.elsewhere", "self.a > 1", "", krops_cel.VIOLATED, schema_type="object")
-    monkeypatch.setattr(strict_api.krops_cel, "evaluate", lambda obj, schema: [fake])
+    monkeypatch.setattr(product_differential.krops_cel, "evaluate", lambda obj, schema: [fake])
     with pytest.raises(strict_api.ApiError) as caught:
         strict_api.cel_errors(schema, {"spec": {"a": 5}})
     assert "two CEL walks disagree" in str(caught.value)
@@ -198,10 +198,10 @@ def test_an_optional_old_self_rule_runs_on_create_on_the_emulators_own_path(monk
     schema = _schema_with({"rule": "oldSelf.hasValue()", "optionalOldSelf": True})
     expected = ['spec: Invalid value: "object": failed rule: oldSelf.hasValue()']
     assert [str(e) for e in strict_api.cel_errors(schema, {"spec": {"a": 0}})] == expected
-    monkeypatch.setattr(strict_api.krops_cel, "evaluate", lambda obj, schema: [])
+    monkeypatch.setattr(product_differential.krops_cel, "evaluate", lambda obj, schema: [])
     with pytest.raises(strict_api.ApiError, match="two CEL engines disagree"):  # the differential still runs
         strict_api.cel_errors(schema, {"spec": {"a": 0}})
-    monkeypatch.setattr(strict_api, "_cel_differential", lambda *a: None)
+    monkeypatch.setattr(strict_api, "CEL_CHECKS", [])  # the emulator alone
     assert [str(e) for e in strict_api.cel_errors(schema, {"spec": {"a": 0}})] == expected
     schema = _schema_with({"rule": "!oldSelf.hasValue() || self.a == oldSelf.value().a", "optionalOldSelf": True})
     assert strict_api.cel_errors(schema, {"spec": {"a": 0}}) == []
@@ -315,3 +315,29 @@ def test_krops_evaluator_agrees_with_upstreams_tables_but_for_the_known_gaps():
         differing |= {f[1] for f in found}
     assert compared > 500
     assert differing == KNOWN_PRODUCT_GAPS
+
+
+def test_the_emulator_judges_with_code_of_its_own_and_the_run_adds_krops_beside_it():
+    """The emulated API server's verdict path imports none of krops' code (a bug there cannot pass twice); the
+    run installs krops' validators as differentials (tests/conftest.py), and a disagreement refuses the write."""
+    import ast
+
+    from tests.substrate import strict_api
+
+    for name in ("strict_api", "kube_emulator", "core_schemas", "cel_independent", "cel_k8s_library", "webhooks"):
+        tree = ast.parse((REPO / "tests" / "substrate" / f"{name}.py").read_text(encoding="utf-8"))
+        imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        assert not [m for m in imported if m and m.startswith("ansible_collections")], name
+    assert product_differential.cel in strict_api.CEL_CHECKS
+    assert product_differential.core_schema in strict_api.CORE_SCHEMA_CHECKS
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}
+    assert strict_api.StrictKubeEmulator._core_errors("v1", "ConfigMap", configmap) == []
+    with pytest.raises(strict_api.ApiError, match="two schema walks disagree on v1 ConfigMap"):
+        product_differential.core_schema("v1", "ConfigMap", configmap, [_FakeError()])
+    product_differential.SCHEMA_DISAGREEMENTS.clear()
+
+
+class _FakeError:
+    absolute_path = ("data",)
+    validator = "type"

@@ -33,10 +33,12 @@ k8s.io/apiserver v0.34.10 (pkg/endpoints/handlers/rest.go transformDecodeError a
 directive Warn, pkg/registry/generic/registry/store.go), k8s.io/apiextensions-apiserver v0.34.10
 (pkg/apiserver/validation/validation.go) and kube-openapi (pkg/validation/errors/schema.go).
 CEL rules (x-kubernetes-validations) are judged by the emulator's own path (tests/substrate/cel_independent.py,
-cel-python with tests/substrate/cel_k8s_library.py), with plugins/module_utils/cel.py as a differential that
-never decides; a rule the own path cannot run refuses the write. Transition rules (oldSelf) run only with
-optionalOldSelf, oldSelf being optional.none().
-Built-in kinds are judged by tests/substrate/core_schemas.py, with validate_schema as a differential.
+cel-python with tests/substrate/cel_k8s_library.py); a rule the own path cannot run refuses the write.
+Transition rules (oldSelf) run only with optionalOldSelf, oldSelf being optional.none().
+Built-in kinds are judged by tests/substrate/core_schemas.py.
+This file imports none of krops' code: its verdicts are its own. The test run adds krops' validators beside them
+as differentials (CORE_SCHEMA_CHECKS, CEL_CHECKS: tests/substrate/product_differential.py, installed by
+tests/conftest.py), which refuse a write the two judge differently and never decide one.
 Simplifications: lists are atomic for field ownership; a CRD's versions share one store, read in the
 version asked for (strategy None); GC is synchronous.
 """
@@ -58,7 +60,6 @@ import threading
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from ansible_collections.krops.platform.plugins.module_utils import cel as krops_cel
 from tests.substrate import webhooks
 from tests.substrate.kube_emulator import (
     clone,
@@ -405,7 +406,6 @@ class StrictKubeEmulator(KubeEmulator):
         self.warnings = []  # (path, warning) of Warn-directive writes, for assertions
         self._crd_schemas = {}  # (group, plural, version) -> openAPIV3Schema
         self._served = {}  # (group, plural) -> [versions]
-        self._core_store = None
         # (object key, manager, subresource, force) -> (schema epoch, patch, object it produced): see patch()
         self._applied = {}
         self._schema_epoch = 0  # bumped whenever the CRD schemas change (register, unregister, rollback)
@@ -537,23 +537,17 @@ class StrictKubeEmulator(KubeEmulator):
         return found
 
     # ---- validation ------------------------------------------------------------------
-    def _core_validator(self, api_version, kind):
-        """The emulator's own validator of a built-in kind (core_schemas.py), checked against krops'
-        validate_schema on the same kind: the two schema walks must find the same errors (a differential)."""
+    @staticmethod
+    def _core_errors(api_version, kind, obj):
+        """The schema errors of a built-in kind by the emulator's own validator (core_schemas.py; None: no bundled
+        schema, the object is accepted as is), after the run's CORE_SCHEMA_CHECKS have seen them."""
         from tests.substrate import core_schemas
 
-        own = core_schemas.validator(api_version, kind)
-        if self._core_store is None:
-            from ansible_collections.krops.platform.plugins.module_utils import validate_schema
-
-            self._core_store = validate_schema.SchemaStore(location=str(SCHEMA_DIR))
-        try:
-            product = self._core_store.validator(api_version, kind)
-        except Exception:  # no bundled schema for this built-in kind: accepted as is
-            product = None
-        if (own is None) != (product is None):
-            raise ApiError(500, "InternalError", f"the emulator's schema loaders disagree on {api_version} {kind}")
-        return None if own is None else _DifferentialValidator(own, product, api_version, kind)
+        validator = core_schemas.validator(api_version, kind)
+        errors = None if validator is None else list(validator.iter_errors(obj))
+        for check in CORE_SCHEMA_CHECKS:
+            check(api_version, kind, obj, errors)
+        return errors or []
 
     def _qualified(self, res):
         return f"{res.kind}.{res.group}" if res.group else res.kind
@@ -580,12 +574,9 @@ class StrictKubeEmulator(KubeEmulator):
                 errors = cel_errors(schema, pruned)
         else:
             # CRDs themselves are trusted (they come from the vendored schemas); other built-in kinds are checked.
-            validator = (
-                None if res.kind == "CustomResourceDefinition" else self._core_validator(res.api_version, res.kind)
-            )
             pruned = obj
-            if validator is not None:
-                for error in validator.iter_errors(obj):
+            if res.kind != "CustomResourceDefinition":
+                for error in self._core_errors(res.api_version, res.kind, obj):
                     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
                         allowed = set((error.schema.get("properties") or {}).keys())
                         base = list(error.absolute_path)
@@ -1252,12 +1243,18 @@ def _go_string_slice(values):
     return "[]string{{{}}}".format(", ".join(json.dumps(v) for v in values))
 
 
+# --- the run's differentials --------------------------------------------------------------
+# Checks the test run adds beside the emulator's own verdicts (tests/substrate/product_differential.py, installed by
+# tests/conftest.py): each sees a verdict and may refuse the write (ApiError 500) when krops' code judges the object
+# otherwise; none changes a verdict. Empty here: the emulator judges alone.
+CORE_SCHEMA_CHECKS = []  # check(api_version, kind, obj, errors): the own validator's errors, None without a schema
+CEL_CHECKS = []  # check(obj, schema, verdicts): cel_independent.verdicts of the object
+
 # --- CEL rules (x-kubernetes-validations) ------------------------------------------------
 # The verdict is the emulator's own CEL path (tests/substrate/cel_independent.py: cel-python, the Kubernetes CEL
 # libraries written for it from upstream's Go sources in tests/substrate/cel_k8s_library.py, and its own schema
-# walk); krops' evaluator (plugins/module_utils/cel.py, the one validate uses) runs beside it as a differential
-# and never decides. A rule the emulator's path cannot run is listed in UNEVALUATED and the write is refused
-# (500), never guessed and never taken on krops' word.
+# walk). A rule the emulator's path cannot run is listed in UNEVALUATED and the write is refused (500), never
+# guessed and never taken on krops' word.
 
 UNEVALUATED = set()  # rules the emulator's own path could not run: every write that reached one was refused
 
@@ -1274,16 +1271,8 @@ def cel_errors(schema, obj):
     from tests.substrate import cel_independent
 
     verdicts = cel_independent.verdicts(obj, schema)
-    results = krops_cel.evaluate(obj, schema)
-    _cel_differential(obj, schema, results, {key: v.outcome for key, v in verdicts.items()})
-    product = {(r.path, r.rule): r for r in results}
-    unwalked = sorted(k for k, r in product.items() if r.outcome == krops_cel.VIOLATED and k not in verdicts)
-    if unwalked:  # krops' walk reached a rule the emulator's walk did not: the walks disagree
-        meta = obj.get("metadata") or {}
-        CEL_DISAGREEMENTS.extend(
-            (obj.get("kind"), meta.get("name"), path, rule, "violated", None) for path, rule in unwalked
-        )
-        raise ApiError(500, "InternalError", f"the emulator's two CEL walks disagree on where rules run: {unwalked}")
+    for check in CEL_CHECKS:
+        check(obj, schema, verdicts)
     refused = sorted((key[1], v.message) for key, v in verdicts.items() if v.outcome == cel_independent.UNSUPPORTED)
     if refused:
         UNEVALUATED.update(rule for rule, _why in refused)
@@ -1301,37 +1290,6 @@ def cel_errors(schema, obj):
         else FieldError(reason, path or "<nil>", None, message)
         for path, message, reason, schema_type in failed
     ]
-
-
-class _DifferentialValidator:
-    """iter_errors of the emulator's own validator; raises when krops' validate_schema finds other errors."""
-
-    def __init__(self, own, product, api_version, kind):
-        self.own, self.product, self.what = own, product, f"{api_version} {kind}"
-
-    def iter_errors(self, obj):
-        errors = list(self.own.iter_errors(obj))
-        theirs = sorted((tuple(map(str, e.absolute_path)), e.validator) for e in self.product.iter_errors(obj))
-        if sorted((tuple(map(str, e.absolute_path)), e.validator) for e in errors) != theirs:
-            SCHEMA_DISAGREEMENTS.append((self.what, theirs))
-            raise ApiError(500, "InternalError", f"the emulator's two schema walks disagree on {self.what}")
-        return iter(errors)
-
-
-SCHEMA_DISAGREEMENTS = []  # (apiVersion kind, krops' errors): must stay empty
-CEL_DISAGREEMENTS = []  # (kind, name, path, rule, krops' outcome, cel-python's): must stay empty
-
-
-def _cel_differential(obj, schema, results, mine):
-    """krops' evaluator beside the emulator's CEL path: a rule the two engines evaluate differently fails the
-    write, so no test passes on one engine's mistake."""
-    from tests.substrate import cel_independent
-
-    found = cel_independent.disagreements(obj, schema, results, mine=mine)
-    if found:
-        meta = obj.get("metadata") or {}
-        CEL_DISAGREEMENTS.extend((obj.get("kind"), meta.get("name"), *f) for f in found)
-        raise ApiError(500, "InternalError", f"the emulator's two CEL engines disagree: {found}")
 
 
 # --- field sets ------------------------------------------------------------------------
