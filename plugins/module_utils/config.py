@@ -396,16 +396,30 @@ def _parse(text, path):
         raise ConfigKeyError(path, None, "a file of at most %d bytes" % S.MAX_FILE_BYTES)
     text = text[1:] if text.startswith("\ufeff") else text  # a UTF-8 byte order mark is harmless
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigKeyError(path, None, "valid TOML", detail=str(exc))
-    except RecursionError:
+    except RecursionError:  # deeper than the interpreter's recursion limit lets tomllib read
+        data = None
+    if data is None or _depth(data) > S.MAX_DEPTH:
         raise ConfigKeyError(
             path,
             None,
             "valid TOML of bounded depth",
             detail="arrays or tables are nested too deeply to read (bootstrap.toml needs at most 5 levels)",
         )
+    return data
+
+
+def _depth(data):
+    """How deep arrays and tables nest in ``data`` (a table: 1), walked without recursion."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def _check_top_level(raw, ctx):

@@ -20,6 +20,9 @@ from ansible_collections.krops.platform.plugins.module_utils import errors
 
 # Limits that keep a hostile or broken file from exhausting the process.
 MAX_FILE_BYTES = 1 << 20
+# Nesting the loader reads at most (bootstrap.toml needs 5): checked on the parsed document, so the bound does not
+# depend on the interpreter's recursion limit, which a library may raise (cel-python sets 2500)
+MAX_DEPTH = 32
 MAX_STRING = 1024
 MAX_TEXT = 65536
 MAX_ITEMS = 256

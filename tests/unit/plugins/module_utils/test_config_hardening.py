@@ -607,3 +607,21 @@ def test_fuzz_accepted_values_satisfy_the_rules(changes):
         assert str(exc).startswith(PATH + ": ") and ": expected " in str(exc)
         return
     _rules_hold(loaded)
+
+
+@pytest.mark.parametrize("limit", [None, 5000], ids=["default-recursion-limit", "raised-recursion-limit"])
+@pytest.mark.parametrize("levels", [40, 600])
+def test_nesting_past_the_bound_is_refused_whatever_the_recursion_limit(levels, limit):
+    """The depth bound is the loader's own (config_schema.MAX_DEPTH), not the interpreter's recursion limit: a library
+    that raises the limit (cel-python sets 2500 when imported) must not turn the depth error into a type error."""
+    import sys
+
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit or previous)
+    try:
+        text = real_text().replace('oci-tag = "latest"', "oci-tag = " + "[" * levels + "1" + "]" * levels)
+        outcome, message = _run(("deep", text, "(top level)"))
+    finally:
+        sys.setrecursionlimit(previous)
+    assert outcome == "clear", message
+    assert message.startswith(PATH + ": (top level): expected valid TOML of bounded depth"), message
